@@ -1,0 +1,86 @@
+#include "scripts.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "lua_scripts.h"
+
+/* The order here must match script_id. */
+static const char *const script_names[SCRIPT__COUNT] = {
+    "configure", "reserve", "settle", "retry", "heartbeat", "status",
+};
+
+static script table[SCRIPT__COUNT];
+static int table_ready;
+
+/* SHA1 (FIPS 180-4), small and self-contained: Redis identifies scripts by
+ * it and hiredis does not provide one. */
+static uint32_t rol(uint32_t v, int n) { return (v << n) | (v >> (32 - n)); }
+
+static void sha1_block(uint32_t h[5], const unsigned char *p) {
+    uint32_t w[80];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
+               (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (int i = 16; i < 80; i++) w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
+    for (int i = 0; i < 80; i++) {
+        uint32_t f, k;
+        if (i < 20) { f = (b & c) | (~b & d); k = 0x5A827999; }
+        else if (i < 40) { f = b ^ c ^ d; k = 0x6ED9EBA1; }
+        else if (i < 60) { f = (b & c) | (b & d) | (c & d); k = 0x8F1BBCDC; }
+        else { f = b ^ c ^ d; k = 0xCA62C1D6; }
+        uint32_t t = rol(a, 5) + f + e + k + w[i];
+        e = d; d = c; c = rol(b, 30); b = a; a = t;
+    }
+    h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e;
+}
+
+void scripts_sha1_hex(const void *buf, size_t len, char out[41]) {
+    uint32_t h[5] = {0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0};
+    const unsigned char *p = buf;
+    unsigned char tail[128];
+    size_t full = len / 64 * 64, rest = len - full;
+    for (size_t i = 0; i < full; i += 64) sha1_block(h, p + i);
+    memset(tail, 0, sizeof(tail));
+    memcpy(tail, p + full, rest);
+    tail[rest] = 0x80;
+    size_t tlen = rest < 56 ? 64 : 128;
+    uint64_t bits = (uint64_t)len * 8;
+    for (int i = 0; i < 8; i++) tail[tlen - 1 - i] = (unsigned char)(bits >> (8 * i));
+    for (size_t i = 0; i < tlen; i += 64) sha1_block(h, tail + i);
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 20; i++) {
+        unsigned char byte = (unsigned char)(h[i / 4] >> (24 - 8 * (i % 4)));
+        out[2 * i] = hex[byte >> 4];
+        out[2 * i + 1] = hex[byte & 15];
+    }
+    out[40] = '\0';
+}
+
+static void scripts_init(void) {
+    for (int i = 0; i < SCRIPT__COUNT; i++) {
+        for (const lua_script *s = sluice_lua_scripts; s->name; s++) {
+            if (strcmp(s->name, script_names[i]) == 0) {
+                table[i].name = s->name;
+                table[i].source = s->source;
+                table[i].len = s->len;
+                scripts_sha1_hex(s->source, s->len, table[i].sha);
+            }
+        }
+    }
+    table_ready = 1;
+}
+
+const script *scripts_get(script_id id) {
+    /* Computed once; the daemon is single-threaded and the library calls
+     * this on its engine thread only, so no lock is needed. */
+    if (!table_ready) scripts_init();
+    return (id >= 0 && id < SCRIPT__COUNT) ? &table[id] : NULL;
+}
+
+const script *scripts_find(const char *name) {
+    for (int i = 0; i < SCRIPT__COUNT; i++)
+        if (strcmp(script_names[i], name) == 0) return scripts_get((script_id)i);
+    return NULL;
+}

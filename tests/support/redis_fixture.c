@@ -1,0 +1,155 @@
+#define _GNU_SOURCE
+#include "redis_fixture.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <time.h>
+#include <unistd.h>
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t len = sizeof(a);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    /* Cluster bus uses port + 10000, so stay below 55535. */
+    for (int tries = 0; tries < 50; tries++) {
+        a.sin_port = htons((uint16_t)(20000 + rand() % 30000));
+        if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+            getsockname(fd, (struct sockaddr *)&a, &len);
+            close(fd);
+            return ntohs(a.sin_port);
+        }
+    }
+    close(fd);
+    return -1;
+}
+
+static int spawn(redis_fixture *f) {
+    const char *bin = getenv("SLUICE_REDIS_SERVER");
+    char port[16], nodes[400];
+    if (!bin) bin = "redis-server";
+    snprintf(port, sizeof(port), "%d", f->port);
+    snprintf(nodes, sizeof(nodes), "%s/nodes.conf", f->dir);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(1);
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0 && !getenv("SLUICE_TEST_VERBOSE")) dup2(devnull, 1);
+        if (f->cluster) {
+            execlp(bin, bin, "--port", port, "--bind", "127.0.0.1", "--unixsocket", f->sock,
+                   "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
+                   "--dir", f->dir, "--cluster-enabled", "yes", "--cluster-config-file", nodes,
+                   "--daemonize", "no", "--loglevel", "warning", (char *)NULL);
+        } else {
+            execlp(bin, bin, "--port", "0", "--unixsocket", f->sock, "--unixsocketperm", "700",
+                   "--save", "", "--appendonly", "no", "--dir", f->dir, "--daemonize", "no",
+                   "--loglevel", "warning", (char *)NULL);
+        }
+        _exit(127);
+    }
+    f->pid = pid;
+    /* Readiness: poll the socket with PING (bounded: 10 s), not a fixed sleep. */
+    for (int i = 0; i < 1000; i++) {
+        redisContext *c = redisConnectUnix(f->sock);
+        if (c && !c->err) {
+            redisReply *r = redisCommand(c, "PING");
+            int ok = r && r->type == REDIS_REPLY_STATUS;
+            if (r) freeReplyObject(r);
+            redisFree(c);
+            if (ok) return 0;
+        } else if (c) {
+            redisFree(c);
+        }
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            fprintf(stderr, "redis_fixture: %s exited during start\n", bin);
+            f->pid = 0;
+            return -1;
+        }
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    fprintf(stderr, "redis_fixture: redis-server did not answer PING on %s\n", f->sock);
+    return -1;
+}
+
+int redis_fixture_start(redis_fixture *f, int cluster) {
+    memset(f, 0, sizeof(*f));
+    srand((unsigned)getpid() ^ (unsigned)time(NULL));
+    snprintf(f->dir, sizeof(f->dir), "%s/sluice-test-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(f->dir)) {
+        perror("redis_fixture: mkdtemp");
+        return -1;
+    }
+    snprintf(f->sock, sizeof(f->sock), "%s/redis.sock", f->dir);
+    f->cluster = cluster;
+    if (cluster && (f->port = free_port()) < 0) return -1;
+    if (spawn(f) != 0) return -1;
+    if (cluster) {
+        redisContext *c = redis_fixture_connect(f);
+        redisReply *r = c ? redisCommand(c, "CLUSTER ADDSLOTSRANGE 0 16383") : NULL;
+        int ok = r && r->type == REDIS_REPLY_STATUS;
+        if (r) freeReplyObject(r);
+        /* Wait until the node reports the cluster as ok (bounded). */
+        for (int i = 0; ok && i < 500; i++) {
+            r = redisCommand(c, "CLUSTER INFO");
+            int up = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
+            if (r) freeReplyObject(r);
+            if (up) break;
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        if (c) redisFree(c);
+        if (!ok) {
+            fprintf(stderr, "redis_fixture: CLUSTER ADDSLOTSRANGE failed\n");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void redis_fixture_kill(redis_fixture *f, int hard) {
+    if (f->pid > 0) {
+        kill(f->pid, hard ? SIGKILL : SIGTERM);
+        waitpid(f->pid, NULL, 0);
+        f->pid = 0;
+    }
+}
+
+int redis_fixture_restart(redis_fixture *f) {
+    redis_fixture_kill(f, 1);
+    unlink(f->sock);
+    return spawn(f);
+}
+
+void redis_fixture_stop(redis_fixture *f) {
+    redis_fixture_kill(f, 0);
+    if (f->dir[0]) {
+        char cmd[400];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
+        if (system(cmd) != 0) fprintf(stderr, "redis_fixture: could not remove %s\n", f->dir);
+        f->dir[0] = '\0';
+    }
+}
+
+redisContext *redis_fixture_connect(const redis_fixture *f) {
+    redisContext *c = redisConnectUnix(f->sock);
+    if (!c || c->err) {
+        if (c) redisFree(c);
+        return NULL;
+    }
+    return c;
+}

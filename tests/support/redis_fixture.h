@@ -1,0 +1,40 @@
+/* redis_fixture: starts a private redis-server for one test process.
+ *
+ * The server listens on a UNIX socket in a fresh temp dir (and, for cluster
+ * mode, on a loopback port). It is started with PR_SET_PDEATHSIG so it dies
+ * with the test even when the test crashes, and redis_fixture_stop() removes
+ * the directory. Depends on hiredis and the redis-server binary on PATH (or
+ * $SLUICE_REDIS_SERVER). */
+#ifndef SLUICE_REDIS_FIXTURE_H
+#define SLUICE_REDIS_FIXTURE_H
+
+#include <sys/types.h>
+#include <hiredis/hiredis.h>
+
+typedef struct redis_fixture {
+    pid_t pid;
+    int port;          /* 0 unless cluster mode */
+    int cluster;
+    char dir[256];
+    char sock[300];
+} redis_fixture;
+
+/* Starts redis-server. cluster != 0 starts a one-node Redis Cluster that
+ * owns every slot, so scripts that touch keys of two slots fail as they
+ * would on a real cluster. Returns 0, or -1 with a message on stderr. */
+int redis_fixture_start(redis_fixture *f, int cluster);
+
+/* Kills the server (SIGKILL when hard, else SIGTERM) and waits for it.
+ * Keeps the directory so redis_fixture_restart() reuses the socket path. */
+void redis_fixture_kill(redis_fixture *f, int hard);
+
+/* Starts the server again on the same socket (after kill). */
+int redis_fixture_restart(redis_fixture *f);
+
+/* Stops the server and removes its directory. Safe to call twice. */
+void redis_fixture_stop(redis_fixture *f);
+
+/* A new blocking connection to the fixture's socket, or NULL. */
+redisContext *redis_fixture_connect(const redis_fixture *f);
+
+#endif
