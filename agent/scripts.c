@@ -1,6 +1,7 @@
 #include "scripts.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "lua_scripts.h"
@@ -83,4 +84,20 @@ const script *scripts_find(const char *name) {
     for (int i = 0; i < SCRIPT__COUNT; i++)
         if (strcmp(script_names[i], name) == 0) return scripts_get((script_id)i);
     return NULL;
+}
+
+int scripts_keys(const char *deployment, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX]) {
+    static const char *const suffix[SCRIPTS_NKEYS] = {
+        "limits", "state", "grants", "leases", "refq:requests",
+        "refq:tokens", "daily", "retry", "agents",
+    };
+    size_t len = strlen(deployment);
+    if (len == 0 || len > SCRIPTS_NAME_MAX) return -1;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)deployment[i];
+        if (ch == '{' || ch == '}' || ch < 0x21 || ch == 0x7f) return -1;
+    }
+    for (int i = 0; i < SCRIPTS_NKEYS; i++)
+        snprintf(keys[i], SCRIPTS_KEY_MAX, "sluice:{%s}:%s", deployment, suffix[i]);
+    return 0;
 }

@@ -27,6 +27,17 @@ typedef struct script {
     char sha[41];       /* lowercase hex SHA1 of source */
 } script;
 
+/* Every script takes the same KEYS for one deployment (lua/common.lua
+ * documents them); all share the hash tag {deployment}. */
+#define SCRIPTS_NKEYS 9
+#define SCRIPTS_NAME_MAX 64
+#define SCRIPTS_KEY_MAX (SCRIPTS_NAME_MAX + 32)
+
+/* Fills keys with the KEYS of deployment, in order. Returns 0, or -1 when
+ * the name is empty, longer than SCRIPTS_NAME_MAX, or holds a brace or a
+ * control character (it becomes a Redis hash tag). */
+int scripts_keys(const char *deployment, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX]);
+
 /* Returns the script, its SHA computed on first use. Never NULL for a
  * valid id. */
 const script *scripts_get(script_id id);

@@ -1,1 +1,337 @@
--- common (placeholder)
+-- sluice: common helpers, prepended to every script at build time
+-- (lua/embed.cmake). Nothing here touches Redis except through the
+-- functions' explicit arguments.
+--
+-- Every script receives the same KEYS layout for one deployment, all with
+-- the deployment's hash tag so the deployment lives in one cluster slot:
+--   KEYS[1] sluice:{D}:limits       hash  configured limits (configure)
+--   KEYS[2] sluice:{D}:state        hash  schedule and counters
+--   KEYS[3] sluice:{D}:grants       hash  grant id -> "tokens,slot_ms,reserved_ms"
+--   KEYS[4] sluice:{D}:leases       zset  grant id scored by expiry ms
+--   KEYS[5] sluice:{D}:refq:requests list  refund bound queue, requests
+--   KEYS[6] sluice:{D}:refq:tokens   list  refund bound queue, tokens
+--   KEYS[7] sluice:{D}:daily        hash  UTC day usage
+--   KEYS[8] sluice:{D}:retry        hash  retry budget window slices
+--   KEYS[9] sluice:{D}:agents       zset  agent id scored by last heartbeat ms
+-- Times are milliseconds on the Redis clock (TIME); replies carry relative
+-- milliseconds only, plus the server time in microseconds for tests.
+
+local SUFFIX = {'limits', 'state', 'grants', 'leases', 'refq:requests',
+                'refq:tokens', 'daily', 'retry', 'agents'}
+
+-- Returns the deployment name after checking that KEYS follow the layout
+-- and share one hash tag; errors otherwise.
+local function sl_deployment()
+  local name = string.match(KEYS[1] or '', '^sluice:{([^{}]+)}:limits$')
+  if not name then
+    return nil, 'ERR sluice: KEYS[1] must be sluice:{<deployment>}:limits'
+  end
+  for i = 1, #SUFFIX do
+    if KEYS[i] ~= 'sluice:{' .. name .. '}:' .. SUFFIX[i] then
+      return nil, 'ERR sluice: KEYS[' .. i .. '] must be sluice:{' .. name .. '}:' .. SUFFIX[i]
+    end
+  end
+  return name
+end
+
+local function sl_hash(key)
+  local flat = redis.call('HGETALL', key)
+  local t = {}
+  for i = 1, #flat, 2 do t[flat[i]] = flat[i + 1] end
+  return t
+end
+
+local function sl_num(t, field, default)
+  local v = tonumber(t[field])
+  if v == nil then return default end
+  return v
+end
+
+-- Strict non-negative integer (as sent by clients): digits only, 15 max.
+local function sl_uint(s)
+  if type(s) ~= 'string' or not string.match(s, '^%d+$') or #s > 15 then return nil end
+  return tonumber(s)
+end
+
+-- Signed integer, where -1 means "absent" in several arguments.
+local function sl_int(s)
+  if type(s) ~= 'string' or not string.match(s, '^%-?%d+$') or #s > 16 then return nil end
+  return tonumber(s)
+end
+
+-- State writes go through sl_set so a script writes back only what moved.
+local function sl_set(st, k, v)
+  st[k] = v
+  local dirty = st._dirty
+  if not dirty then dirty = {}; st._dirty = dirty end
+  dirty[k] = true
+end
+
+local function sl_fmt(x)
+  return string.format('%.3f', x)
+end
+
+local function sl_ceil(x)
+  -- Waits round up so a caller never starts before its slot.
+  return math.ceil(x - 1e-6)
+end
+
+-- The Redis clock in ms (float) and µs (integer). limits.test_clock_offset_ms
+-- shifts it for tests of day boundaries; configure accepts that field only
+-- when asked explicitly, and production never sets it.
+local function sl_now(limits)
+  local t = redis.call('TIME')
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local off = sl_num(limits, 'test_clock_offset_ms', 0)
+  us = us + off * 1000
+  return us / 1000, us
+end
+
+-- The schedule of one dimension: configured rate r0 (units per ms), the
+-- effective rate r (r0 x rate_scale), burst B, and its state fields.
+-- Callers start a little after their slot (timers, the network), so the
+-- schedule tolerates a release jitter J: it plans against a burst of
+-- B - r J, which keeps every send conformant to (B, r) when each is late by
+-- up to J (any window of sends then fits B + r x its length). J is capped
+-- at half the burst's duration so a burst is never planned away entirely.
+local function sl_dim(name, per_minute, burst, scale, state, jitter_ms)
+  local d = {name = name}
+  d.r0 = per_minute / 60000
+  d.r = d.r0 * scale
+  d.burst = burst
+  d.jitter = math.min(jitter_ms or 0, 0.5 * burst / d.r)
+  d.tat = sl_num(state, name .. '_tat', 0)
+  d.granted = sl_num(state, name .. '_granted', 0)
+  return d
+end
+
+-- Earliest time a send of cost c conforms: TAT minus the tolerance the
+-- bucket has left for c. A cost above the (jitter-reduced) burst gets no
+-- tolerance: it waits for a full bucket, plus the jitter so that sends
+-- before it that start late cannot rob it, and leaves the bucket in debt.
+local function sl_dim_earliest(d, c)
+  local room = d.burst - d.jitter * d.r - c
+  if room < 0 then return d.tat + d.jitter end
+  return d.tat - room / d.r
+end
+
+-- True when a send of cost c is "big" (see sl_dim_earliest): the slot after
+-- it is fenced by the jitter so that nothing can arrive before it.
+local function sl_dim_big(d, c)
+  return c > d.burst - d.jitter * d.r
+end
+
+-- Commits a send of cost c at slot s: advances TAT and records the refund
+-- bound (see sl_dim_refund) in the queue at qkey.
+local function sl_dim_commit(d, c, s, qkey, st)
+  local base = d.tat
+  if s > base then base = s end
+  d.tat = base + c / d.r
+  local k = s - d.granted / d.r0
+  d.granted = d.granted + c
+  while true do
+    local last = redis.call('LINDEX', qkey, -1)
+    if not last then break end
+    local lk = tonumber(string.match(last, ',(.+)$'))
+    if lk > k then break end
+    redis.call('RPOP', qkey)
+  end
+  local n = redis.call('RPUSH', qkey, sl_fmt(s) .. ',' .. sl_fmt(k))
+  if n > 4096 then
+    -- A pathological queue: stop refunding until this schedule has passed.
+    redis.call('DEL', qkey)
+    local ra = sl_num(st, 'refund_after', 0)
+    if d.tat > ra then sl_set(st, 'refund_after', sl_fmt(d.tat)) end
+  end
+end
+
+-- Gives back `amount` units, as exactly as the provider's capped bucket
+-- allows. Moving TAT back by amount/r would over-offer when future sends are
+-- already scheduled: the real bucket caps at B before they run. With slots
+-- monotone, TAT = max over event times u of (u + cost of sends from u on / r),
+-- so giving back at time now (usage below the estimate) yields
+--   max(TAT - amount/r, now, max over future sends j of (s_j + F_j / r))
+-- where F_j is the cost of sends from j on; and removing a future send g
+-- (a cancelled grant) yields the same with j ranging over sends after g
+-- only (pass after = s_g; otherwise after = now). F_j = granted - C_j with
+-- C_j the cumulative cost before j, so the max is max(s_j - C_j/r) +
+-- granted/r: a sliding-window maximum kept in the queue (entries ordered by
+-- slot, K decreasing; past entries dropped). Refunds are skipped while
+-- rate_scale < 1 or until refund_after (after a rate change), which is
+-- conservative. Returns the units given back.
+local function sl_dim_refund(d, amount, now, after, qkey, st, scale)
+  if amount <= 0 or scale < 1 or now < sl_num(st, 'refund_after', 0) then return 0 end
+  while true do
+    local front = redis.call('LINDEX', qkey, 0)
+    if not front or tonumber(string.match(front, '^([^,]+),')) > now then break end
+    redis.call('LPOP', qkey)
+  end
+  local bound = now
+  local entries = redis.call('LRANGE', qkey, 0, 63)
+  local k = nil
+  for _, e in ipairs(entries) do
+    local es, ek = string.match(e, '^([^,]+),(.+)$')
+    if tonumber(es) > after then k = tonumber(ek); break end
+  end
+  if not k and #entries == 64 then
+    -- Not found in the first 64: use the overall maximum (conservative).
+    k = tonumber(string.match(entries[1], ',(.+)$'))
+  end
+  if k then
+    local x = k + d.granted / d.r0
+    if x > bound then bound = x end
+  end
+  local new = d.tat - amount / d.r0
+  if new < bound then new = bound end
+  if new >= d.tat then return 0 end
+  local given = (d.tat - new) * d.r0
+  d.tat = new
+  return given
+end
+
+-- Charges `amount` units learned after the fact (usage above the estimate),
+-- at the tail of the schedule: conservative for everything granted later.
+local function sl_dim_charge(d, amount, now)
+  if amount <= 0 then return end
+  local base = d.tat
+  if now > base then base = now end
+  d.tat = base + amount / d.r
+end
+
+local function sl_dim_save(d, st)
+  sl_set(st, d.name .. '_tat', sl_fmt(d.tat))
+  sl_set(st, d.name .. '_granted', d.granted)
+end
+
+-- Additive increase of rate_scale: +increase per interval of quiet time
+-- since the last change, up to 1. Returns the new scale and the one the
+-- schedule was built with (the caller rescales when they differ).
+local function sl_aimd_tick(limits, st, now)
+  local scale = sl_num(st, 'rate_scale', 1)
+  local was = scale
+  if scale >= 1 then return 1, 1 end
+  local interval = sl_num(limits, 'aimd_interval_ms', 5000)
+  local changed = sl_num(st, 'scale_changed_at', now)
+  local steps = math.floor((now - changed) / interval)
+  if steps >= 1 then
+    scale = scale + steps * sl_num(limits, 'aimd_increase', 0.05)
+    if scale > 1 then scale = 1 end
+    sl_set(st, 'rate_scale', string.format('%.4f', scale))
+    sl_set(st, 'scale_changed_at', sl_fmt(changed + steps * interval))
+  end
+  return scale, was
+end
+
+-- After a change of the effective rate. On a decrease the outstanding debt
+-- of each dimension is kept in units, not in time (TAT - now stretches by
+-- old/new rate), so the wider tolerance of a slower rate cannot become an
+-- over-offer. On an increase TAT stays where it is: a TAT built at the
+-- slower rate bounds the faster one's from above, while shrinking it would
+-- ignore sends already granted at the old spacing. The refund queues no
+-- longer describe the schedule: drop them and refund nothing until the
+-- schedule granted so far has passed.
+local function sl_rate_changed(st, dims, now, old_r)
+  local ra = sl_num(st, 'refund_after', 0)
+  for i, d in ipairs(dims) do
+    if old_r and old_r[i] and d.r < old_r[i] and d.tat > now then
+      d.tat = now + (d.tat - now) * old_r[i] / d.r
+    end
+    if d.tat > ra then ra = d.tat end
+  end
+  sl_set(st, 'refund_after', sl_fmt(ra))
+  redis.call('DEL', KEYS[5], KEYS[6])
+end
+
+-- Sets the effective rate of every dimension to r0 x scale, converting
+-- the debt (see sl_rate_changed).
+local function sl_rescale(st, dims, scale, now)
+  local old = {}
+  for i, d in ipairs(dims) do
+    old[i] = d.r
+    d.r = d.r0 * scale
+  end
+  sl_rate_changed(st, dims, now, old)
+end
+
+-- Reclaims grants whose lease expired (a crashed or silent worker). Their
+-- estimate stays charged. Returns the number reclaimed.
+local function sl_reclaim(now)
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 256)
+  if #ids == 0 then return 0 end
+  redis.call('HDEL', KEYS[3], unpack(ids))
+  redis.call('ZREM', KEYS[4], unpack(ids))
+  return #ids
+end
+
+-- The retry budget window: ttl split into 10 slices. Returns the sum of
+-- live slices, the current slice index, and deletes dead slices.
+local function sl_retry_window(limits, now)
+  local slice = sl_num(limits, 'retry_ttl_ms', 10000) / 10
+  local cur = math.floor(now / slice)
+  local flat = redis.call('HGETALL', KEYS[8])
+  local sum, dead = 0, {}
+  for i = 1, #flat, 2 do
+    local idx = tonumber(flat[i])
+    if idx and idx > cur - 10 then
+      sum = sum + tonumber(flat[i + 1])
+    else
+      dead[#dead + 1] = flat[i]
+    end
+  end
+  if #dead > 0 then redis.call('HDEL', KEYS[8], unpack(dead)) end
+  return sum, cur
+end
+
+-- Units: a success deposits `percent` units, a retry withdraws 100, the
+-- floor is min_per_s x ttl_s x 100 (Finagle's RetryBudget in integers).
+local function sl_retry_reserve(limits)
+  return sl_num(limits, 'retry_min_per_s', 1) * sl_num(limits, 'retry_ttl_ms', 10000) / 1000 * 100
+end
+
+local function sl_save_state(st)
+  local args = {}
+  for k in pairs(st._dirty or {}) do
+    args[#args + 1] = k
+    args[#args + 1] = st[k]
+  end
+  if #args > 0 then redis.call('HSET', KEYS[2], unpack(args)) end
+end
+
+-- Adds counters in one HINCRBY each (only those that moved).
+local function sl_count(counts)
+  for k, v in pairs(counts) do
+    if v ~= 0 then redis.call('HINCRBY', KEYS[2], k, v) end
+  end
+end
+
+-- The deployment's limits and state, or an error for an unknown one.
+local function sl_load()
+  local name, err = sl_deployment()
+  if not name then return nil, nil, nil, err end
+  local limits = sl_hash(KEYS[1])
+  if limits.rpm == nil then
+    return nil, nil, nil, "ERR sluice: unknown deployment '" .. name .. "' (no limits in Redis; configure it first)"
+  end
+  return name, limits, sl_hash(KEYS[2])
+end
+
+local function sl_dims(limits, st, scale)
+  local j = sl_num(limits, 'jitter_ms', 10)
+  local dims = {sl_dim('requests', tonumber(limits.rpm), sl_num(limits, 'burst_requests', 1), scale, st, j)}
+  local tpm = sl_num(limits, 'tpm', 0)
+  if tpm > 0 then
+    dims[2] = sl_dim('tokens', tpm, sl_num(limits, 'burst_tokens', 1), scale, st, j)
+  end
+  return dims
+end
+
+-- The dimensions at the current effective rate, after the lazy AIMD
+-- increase (which rescales the outstanding debt). Returns dims, scale.
+local function sl_schedule(limits, st, now)
+  local scale, was = sl_aimd_tick(limits, st, now)
+  local dims = sl_dims(limits, st, was)
+  if scale ~= was then sl_rescale(st, dims, scale, now) end
+  return dims, scale
+end
+
+-- ---- end of common.lua ----

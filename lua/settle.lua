@@ -1,1 +1,147 @@
--- settle (placeholder)
+-- settle: closes a batch of grants with what happened, and applies provider
+-- feedback fleet-wide.
+-- ARGV: n, then n quads (grant_id, actual_tokens, outcome, pause_ms):
+--   grant_id       from reserve, or "-" for feedback without a grant
+--   actual_tokens  usage the provider reported, -1 = unknown (keep estimate)
+--   outcome        ok | throttled | failed | cancelled
+--   pause_ms       -1, or a pause the provider asked for (Retry-After, or
+--                  remaining=0 with a reset), from now
+-- Reply: {now_us, paused_ms, rate_scale, result_1, ..., result_n}, result one of
+--   settled   the grant was closed
+--   unknown   no such grant (already settled, or expired and reclaimed)
+--   feedback  a "-" item: only its pause/throttle was applied
+-- Token reconciliation: usage below the estimate is refunded when the
+-- deployment's `refund` is 1 (bounded so nothing is over-offered, see
+-- sl_dim_refund); usage above it is charged. A cancelled grant whose slot
+-- has not started gives back its request and tokens. A throttled outcome on
+-- a grant reserved after the last decrease lowers rate_scale (AIMD).
+
+local name, limits, st, err = sl_load()
+if not name then return redis.error_reply(err) end
+
+local OUTCOMES = {ok = true, throttled = true, failed = true, cancelled = true}
+local n = sl_uint(ARGV[1])
+if n == nil or n < 1 or #ARGV ~= 1 + 4 * n then
+  return redis.error_reply('ERR sluice settle: ARGV must be n followed by n (grant_id, actual_tokens, outcome, pause_ms) quads')
+end
+local items = {}
+for i = 1, n do
+  local b = 1 + 4 * (i - 1)
+  local id, actual, outcome, pause = ARGV[b + 1], sl_int(ARGV[b + 2]), ARGV[b + 3], sl_int(ARGV[b + 4])
+  if id ~= '-' and not sl_uint(id) then
+    return redis.error_reply("ERR sluice settle: item " .. i .. ": bad grant id '" .. id .. "'")
+  end
+  if actual == nil or actual < -1 then
+    return redis.error_reply("ERR sluice settle: item " .. i .. ": actual_tokens must be an integer >= -1, got '" .. ARGV[b + 2] .. "'")
+  end
+  if not OUTCOMES[outcome] then
+    return redis.error_reply("ERR sluice settle: item " .. i .. ": outcome must be ok, throttled, failed or cancelled, got '" .. outcome .. "'")
+  end
+  if pause == nil or pause < -1 then
+    return redis.error_reply("ERR sluice settle: item " .. i .. ": pause_ms must be an integer >= -1, got '" .. ARGV[b + 4] .. "'")
+  end
+  items[i] = {id, actual, outcome, pause}
+end
+
+local now, now_us = sl_now(limits)
+local counts = {expired_total = sl_reclaim(now)}
+local dims, scale = sl_schedule(limits, st, now)
+local req, tok = dims[1], dims[2]
+local refund_on = sl_num(limits, 'refund', 1) == 1
+local paused_until = sl_num(st, 'paused_until', 0)
+local last_decrease = sl_num(st, 'last_decrease_at', -1)
+local pct = sl_num(limits, 'retry_percent', 10)
+local daily
+if sl_num(limits, 'rpd', 0) > 0 or sl_num(limits, 'tpd', 0) > 0 then daily = sl_hash(KEYS[7]) end
+
+local function bump(k, v) counts[k] = (counts[k] or 0) + (v or 1) end
+local function daily_adjust(reserved_ms, dreq, dtok)
+  if not daily or sl_num(daily, 'day', -1) ~= math.floor(reserved_ms / 86400000) then return end
+  daily.requests = math.max(0, sl_num(daily, 'requests', 0) + dreq)
+  daily.tokens = math.max(0, sl_num(daily, 'tokens', 0) + dtok)
+  daily._dirty = true
+end
+
+local out = {now_us, 0, '1'}
+local deposits, done = 0, {}
+local decreased = false
+for i = 1, n do
+  local id, actual, outcome, pause = items[i][1], items[i][2], items[i][3], items[i][4]
+  local result = 'feedback'
+  local rec = nil
+  if id ~= '-' then
+    rec = redis.call('HGET', KEYS[3], id)
+    result = rec and 'settled' or 'unknown'
+  end
+  if rec then
+    done[#done + 1] = id
+    local c, slot, reserved = string.match(rec, '^([^,]+),([^,]+),(.+)$')
+    c, slot, reserved = tonumber(c), tonumber(slot), tonumber(reserved)
+    bump('settled_' .. outcome)
+    if outcome == 'ok' then deposits = deposits + 1 end
+    if outcome == 'cancelled' then
+      if slot > now then
+        sl_dim_refund(req, 1, now, slot, KEYS[5], st, scale)
+        if tok then bump('tokens_refunded', math.floor(sl_dim_refund(tok, c, now, slot, KEYS[6], st, scale) + 0.5)) end
+        daily_adjust(reserved, -1, -c)
+      end
+    elseif actual >= 0 and outcome ~= 'throttled' then
+      local diff = c - actual
+      if diff > 0 and refund_on and tok then
+        bump('tokens_refunded', math.floor(sl_dim_refund(tok, diff, now, now, KEYS[6], st, scale) + 0.5))
+      elseif diff < 0 and tok then
+        sl_dim_charge(tok, -diff, now)
+        bump('tokens_charged', -diff)
+      end
+      if diff < 0 or refund_on then daily_adjust(reserved, 0, -diff) end
+      bump('tokens_estimated', c)
+      bump('tokens_actual', actual)
+    end
+    if outcome == 'throttled' and reserved > last_decrease and not decreased then
+      -- The governor believed this send was within quota (it was reserved
+      -- after the last decrease): the provider is tighter than configured.
+      local floor = sl_num(limits, 'aimd_min_scale', 0.1)
+      local ns = scale * sl_num(limits, 'aimd_decrease', 0.7)
+      if ns < floor then ns = floor end
+      if ns < scale then
+        scale = ns
+        sl_set(st, 'rate_scale', string.format('%.4f', scale))
+        sl_set(st, 'scale_changed_at', sl_fmt(now))
+        sl_rescale(st, dims, scale, now)
+        bump('decreases')
+      end
+      last_decrease = now
+      sl_set(st, 'last_decrease_at', sl_fmt(now))
+      decreased = true
+    end
+  end
+  if outcome == 'throttled' then bump('throttles_seen') end
+  if pause >= 0 then
+    local until_ms = now + pause
+    if until_ms > paused_until then
+      if paused_until <= now then bump('pauses') end
+      paused_until = until_ms
+      sl_set(st, 'paused_until', sl_fmt(paused_until))
+    end
+  end
+  out[#out + 1] = result
+end
+
+if #done > 0 then
+  redis.call('HDEL', KEYS[3], unpack(done))
+  redis.call('ZREM', KEYS[4], unpack(done))
+end
+if deposits > 0 then
+  local _, cur = sl_retry_window(limits, now)
+  redis.call('HINCRBYFLOAT', KEYS[8], cur, deposits * pct)
+  redis.call('PEXPIRE', KEYS[8], sl_num(limits, 'retry_ttl_ms', 10000) * 2)
+end
+if daily and daily._dirty then
+  redis.call('HSET', KEYS[7], 'requests', daily.requests, 'tokens', daily.tokens)
+end
+for _, d in ipairs(dims) do sl_dim_save(d, st) end
+sl_save_state(st)
+sl_count(counts)
+if paused_until > now then out[2] = sl_ceil(paused_until - now) end
+out[3] = string.format('%.4f', scale)
+return out

@@ -1,1 +1,56 @@
--- status (placeholder)
+-- status: a read-only snapshot of one deployment's live budget, as field /
+-- value pairs (like HGETALL) so redis-cli shows it readably.
+-- ARGV[1]: liveness window for agents in ms (default 3000).
+
+local name, limits, st, err = sl_load()
+if not name then return redis.error_reply(err) end
+local window = sl_uint(ARGV[1] or '3000') or 3000
+local now, now_us = sl_now(limits)
+local scale = sl_num(st, 'rate_scale', 1)
+if scale < 1 then
+  -- What sl_aimd_tick would make of it, without writing.
+  local interval = sl_num(limits, 'aimd_interval_ms', 5000)
+  local steps = math.floor((now - sl_num(st, 'scale_changed_at', now)) / interval)
+  if steps >= 1 then scale = math.min(1, scale + steps * sl_num(limits, 'aimd_increase', 0.05)) end
+end
+local function ms(x) if x > 0 then return sl_ceil(x) end return 0 end
+local sum = 0
+do
+  local slice = sl_num(limits, 'retry_ttl_ms', 10000) / 10
+  local cur = math.floor(now / slice)
+  local flat = redis.call('HGETALL', KEYS[8])
+  for i = 1, #flat, 2 do
+    local idx = tonumber(flat[i])
+    if idx and idx > cur - 10 then sum = sum + tonumber(flat[i + 1]) end
+  end
+end
+local daily = sl_hash(KEYS[7])
+local today = math.floor(now / 86400000)
+local out = {
+  'deployment', name,
+  'rpm', limits.rpm, 'tpm', limits.tpm,
+  'burst_requests', limits.burst_requests, 'burst_tokens', limits.burst_tokens,
+  'rate_scale', string.format('%.4f', scale),
+  'effective_rpm', string.format('%.2f', tonumber(limits.rpm) * scale),
+  'effective_tpm', string.format('%.2f', sl_num(limits, 'tpm', 0) * scale),
+  'paused_ms', ms(sl_num(st, 'paused_until', 0) - now),
+  'requests_backlog_ms', ms(sl_num(st, 'requests_tat', 0) - now),
+  'tokens_backlog_ms', ms(sl_num(st, 'tokens_tat', 0) - now),
+  'outstanding_grants', redis.call('ZCARD', KEYS[4]),
+  'max_concurrency', limits.max_concurrency,
+  'retry_balance', math.floor((sl_retry_reserve(limits) + sum + 1e-9) / 100),
+  'live_agents', redis.call('ZCOUNT', KEYS[9], '(' .. sl_fmt(now - window), '+inf'),
+  'rpd', limits.rpd, 'tpd', limits.tpd,
+  'today_requests', (sl_num(daily, 'day', -1) == today) and sl_num(daily, 'requests', 0) or 0,
+  'today_tokens', (sl_num(daily, 'day', -1) == today) and sl_num(daily, 'tokens', 0) or 0,
+  'now_us', string.format('%.0f', now_us),
+}
+for _, f in ipairs({'granted_total', 'shed_total', 'shed_rpm', 'shed_tpm', 'shed_paused',
+                    'shed_daily', 'shed_concurrency', 'shed_too_large', 'settled_ok',
+                    'settled_throttled', 'settled_failed', 'settled_cancelled', 'expired_total',
+                    'throttles_seen', 'pauses', 'decreases', 'retries_allowed', 'retries_refused',
+                    'tokens_estimated', 'tokens_actual', 'tokens_refunded', 'tokens_charged'}) do
+  out[#out + 1] = f
+  out[#out + 1] = st[f] or '0'
+end
+return out

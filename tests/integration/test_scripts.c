@@ -1,0 +1,805 @@
+/* test_scripts: the Lua quota engine against a real redis-server.
+ *
+ * The server runs as a one-node Redis Cluster that owns every slot, so any
+ * script call whose keys span two slots fails here as it would in
+ * production. Time is never slept: waits come from the replies, and where
+ * a test needs time to pass it shifts the scripts' clock with the test-only
+ * limits field test_clock_offset_ms. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "redis_fixture.h"
+#include "replay.h"
+#include "script_call.h"
+
+static redis_fixture fx;
+static redisContext *rc;
+
+static int group_setup(void **state) {
+    if (redis_fixture_start(&fx, 1) != 0) return -1;
+    rc = redis_fixture_connect(&fx);
+    return rc ? 0 : -1;
+}
+
+static int group_teardown(void **state) {
+    if (rc) redisFree(rc);
+    redis_fixture_stop(&fx);
+    return 0;
+}
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static void configure(redisContext *c, const char *dep, ...) {
+    const char *argv[64];
+    int argc = 0;
+    va_list ap;
+    va_start(ap, dep);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL) argv[argc++] = a;
+    va_end(ap);
+    redisReply *r = script_call(c, SCRIPT_CONFIGURE, dep, argc, argv);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("configure: %s", r->str);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+}
+
+/* Moves the scripts' clock of one deployment forward by ms. */
+static void advance(redisContext *c, const char *dep, double ms) {
+    redisReply *r = redisCommand(c, "HINCRBYFLOAT sluice:{%s}:limits test_clock_offset_ms %f", dep, ms);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    freeReplyObject(r);
+}
+
+typedef struct verdict {
+    int granted;
+    long long id, wait_ms, tokens, retry_after_ms;
+    char reason[32];
+} verdict;
+
+/* Reserves n items; returns the server time in ms (from now_us). */
+static double reserve(redisContext *c, const char *dep, int n, const long long *tokens,
+                      const long long *maxwait, verdict *out, long long *paused_ms) {
+    const char *argv[1 + 2 * 256];
+    char buf[1 + 2 * 256][24];
+    assert_true(n <= 256);
+    snprintf(buf[0], sizeof(buf[0]), "%d", n);
+    argv[0] = buf[0];
+    for (int i = 0; i < n; i++) {
+        snprintf(buf[1 + 2 * i], 24, "%lld", tokens[i]);
+        snprintf(buf[2 + 2 * i], 24, "%lld", maxwait[i]);
+        argv[1 + 2 * i] = buf[1 + 2 * i];
+        argv[2 + 2 * i] = buf[2 + 2 * i];
+    }
+    redisReply *r = script_call(c, SCRIPT_RESERVE, dep, 1 + 2 * n, argv);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("reserve: %s", r->str);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, (size_t)(2 + n));
+    double now_ms = (double)r->element[0]->integer / 1000.0;
+    if (paused_ms) *paused_ms = r->element[1]->integer;
+    for (int i = 0; i < n; i++) {
+        redisReply *it = r->element[2 + i];
+        memset(&out[i], 0, sizeof(out[i]));
+        out[i].granted = (int)it->element[0]->integer;
+        if (out[i].granted) {
+            assert_int_equal(it->elements, 4);
+            out[i].id = it->element[1]->integer;
+            out[i].wait_ms = it->element[2]->integer;
+            out[i].tokens = it->element[3]->integer;
+            assert_true(out[i].wait_ms >= 0);
+            assert_true(out[i].wait_ms <= maxwait[i]);
+        } else {
+            assert_int_equal(it->elements, 3);
+            snprintf(out[i].reason, sizeof(out[i].reason), "%s", it->element[1]->str);
+            out[i].retry_after_ms = it->element[2]->integer;
+        }
+    }
+    freeReplyObject(r);
+    return now_ms;
+}
+
+static verdict reserve1(redisContext *c, const char *dep, long long tokens, long long maxwait,
+                        double *now_ms) {
+    verdict v;
+    double now = reserve(c, dep, 1, &tokens, &maxwait, &v, NULL);
+    if (now_ms) *now_ms = now;
+    return v;
+}
+
+/* Settles one item; returns the result string ("settled", ...) in res. */
+static double settle1(redisContext *c, const char *dep, const char *id, long long actual,
+                      const char *outcome, long long pause_ms, char *res, size_t reslen) {
+    char a[24], p[24];
+    snprintf(a, sizeof(a), "%lld", actual);
+    snprintf(p, sizeof(p), "%lld", pause_ms);
+    redisReply *r = script_callv(c, SCRIPT_SETTLE, dep, "1", id, a, outcome, p, NULL);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("settle: %s", r->str);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 4);
+    if (res) snprintf(res, reslen, "%s", r->element[3]->str);
+    double now = (double)r->element[0]->integer / 1000.0;
+    freeReplyObject(r);
+    return now;
+}
+
+static double hget(redisContext *c, const char *dep, const char *what, const char *field) {
+    redisReply *r = redisCommand(c, "HGET sluice:{%s}:%s %s", dep, what, field);
+    assert_non_null(r);
+    double v = r->type == REDIS_REPLY_STRING ? atof(r->str) : 0;
+    freeReplyObject(r);
+    return v;
+}
+
+static double status_field(redisContext *c, const char *dep, const char *field) {
+    redisReply *r = script_callv(c, SCRIPT_STATUS, dep, NULL);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("status: %s", r->str);
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        if (strcmp(r->element[i]->str, field) == 0) {
+            redisReply *v = r->element[i + 1];
+            double d = v->type == REDIS_REPLY_INTEGER ? (double)v->integer : atof(v->str);
+            freeReplyObject(r);
+            return d;
+        }
+    }
+    freeReplyObject(r);
+    fail_msg("status has no field %s", field);
+    return 0;
+}
+
+/* A dump of every key of a deployment, to prove a call changed nothing. */
+static char *dump_state(redisContext *c, const char *dep) {
+    static const char *what[] = {"limits", "state", "grants", "leases", "refq:requests",
+                                 "refq:tokens", "daily", "retry", "agents"};
+    size_t cap = 1 << 16, len = 0;
+    char *out = calloc(1, cap);
+    for (size_t i = 0; i < sizeof(what) / sizeof(*what); i++) {
+        redisReply *r = redisCommand(c, "DUMP sluice:{%s}:%s", dep, what[i]);
+        assert_non_null(r);
+        len += (size_t)snprintf(out + len, cap - len, "%s=", what[i]);
+        if (r->type == REDIS_REPLY_STRING)
+            for (size_t j = 0; j < r->len && len + 3 < cap; j++)
+                len += (size_t)snprintf(out + len, cap - len, "%02x", (unsigned char)r->str[j]);
+        len += (size_t)snprintf(out + len, cap - len, ";");
+        freeReplyObject(r);
+    }
+    return out;
+}
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static long long rng_range(uint64_t *s, long long lo, long long hi) {
+    return lo + (long long)(rng_next(s) % (uint64_t)(hi - lo + 1));
+}
+
+/* ---- never over-offer: random workloads, several concurrent callers ------ */
+
+typedef struct workload {
+    const char *dep;
+    long long rpm, tpm, burst_r, burst_t;
+    uint64_t seed;
+    int steps;
+} workload;
+
+typedef struct caller {
+    const workload *w;
+    int index;
+    redisContext *c;
+    pthread_mutex_t *mu;
+    replay *req, *tok;
+    long long grants, sheds, refunded_units, cancels;
+} caller;
+
+typedef struct outstanding {
+    long long id, est;
+    double slot;
+    size_t ev_req, ev_tok; /* replay event indexes, to drop a cancelled send */
+} outstanding;
+
+static void *caller_main(void *arg) {
+    caller *k = arg;
+    const workload *w = k->w;
+    uint64_t rng = w->seed * 7919 + (uint64_t)k->index;
+    outstanding *out = calloc(4096, sizeof(*out));
+    size_t nout = 0;
+    double server_now = 0;
+    for (int step = 0; step < w->steps; step++) {
+        int op = (int)rng_range(&rng, 0, 99);
+        if (op < 10) {
+            advance(k->c, w->dep, (double)rng_range(&rng, 0, 400));
+        } else if (op < 60) {
+            int n = (int)rng_range(&rng, 1, 8);
+            long long tokens[8], maxwait[8];
+            verdict v[8];
+            for (int i = 0; i < n; i++) {
+                int t = (int)rng_range(&rng, 0, 99);
+                if (t < 80) tokens[i] = rng_range(&rng, 1, w->burst_t / 2);
+                else if (t < 95) tokens[i] = rng_range(&rng, w->burst_t / 2, w->burst_t);
+                else tokens[i] = rng_range(&rng, w->burst_t, 2 * w->burst_t);
+                maxwait[i] = rng_range(&rng, 0, 99) < 70 ? 600000 : rng_range(&rng, 0, 500);
+            }
+            server_now = reserve(k->c, w->dep, n, tokens, maxwait, v, NULL);
+            pthread_mutex_lock(k->mu);
+            for (int i = 0; i < n; i++) {
+                if (!v[i].granted) {
+                    k->sheds++;
+                    continue;
+                }
+                double slot = server_now + (double)v[i].wait_ms;
+                outstanding o = {v[i].id, tokens[i], slot, k->req->n, k->tok->n};
+                replay_add(k->req, slot, 1);
+                replay_add(k->tok, slot, (double)tokens[i]);
+                if (nout < 4096) out[nout++] = o;
+                k->grants++;
+            }
+            pthread_mutex_unlock(k->mu);
+        } else if (nout > 0) {
+            size_t i = (size_t)rng_range(&rng, 0, (long long)nout - 1);
+            outstanding o = out[i];
+            char id[24], res[32];
+            snprintf(id, sizeof(id), "%lld", o.id);
+            if (o.slot > server_now + 1) {
+                /* Not started: give it back, and the send never happens. */
+                if (rng_range(&rng, 0, 3) != 0) continue;
+                settle1(k->c, w->dep, id, -1, "cancelled", -1, res, sizeof(res));
+                pthread_mutex_lock(k->mu);
+                k->req->ev[o.ev_req].amount = 0;
+                k->tok->ev[o.ev_tok].amount = 0;
+                pthread_mutex_unlock(k->mu);
+                k->cancels++;
+            } else {
+                int kind = (int)rng_range(&rng, 0, 99);
+                if (kind < 85) {
+                    long long actual = rng_range(&rng, 0, o.est);
+                    double t = settle1(k->c, w->dep, id, actual, "ok", -1, res, sizeof(res));
+                    if (strcmp(res, "settled") == 0 && actual < o.est) {
+                        /* A provider that reconciles gives the rest back at
+                         * answer time; replay the refund there. */
+                        pthread_mutex_lock(k->mu);
+                        replay_add(k->tok, t, -(double)(o.est - actual));
+                        pthread_mutex_unlock(k->mu);
+                        k->refunded_units += o.est - actual;
+                    }
+                } else if (kind < 93) {
+                    settle1(k->c, w->dep, id, -1, "failed", -1, res, sizeof(res));
+                } else {
+                    settle1(k->c, w->dep, id, -1, "throttled", rng_range(&rng, -1, 300), res, sizeof(res));
+                }
+            }
+            out[i] = out[--nout];
+        }
+    }
+    free(out);
+    return NULL;
+}
+
+/* Runs one workload; returns the tokens the scripts gave back. */
+static double run_workload(const workload *w, int ncallers) {
+    char rpm[24], tpm[24], br[24], bt[24];
+    snprintf(rpm, sizeof(rpm), "%lld", w->rpm);
+    snprintf(tpm, sizeof(tpm), "%lld", w->tpm);
+    snprintf(br, sizeof(br), "%lld", w->burst_r);
+    snprintf(bt, sizeof(bt), "%lld", w->burst_t);
+    configure(rc, w->dep, "rpm", rpm, "tpm", tpm, "burst_requests", br, "burst_tokens", bt,
+              "aimd_interval_ms", "300", NULL);
+    replay req, tok;
+    replay_init(&req);
+    replay_init(&tok);
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    caller callers[8];
+    pthread_t th[8];
+    for (int i = 0; i < ncallers; i++) {
+        callers[i] = (caller){.w = w, .index = i, .mu = &mu, .req = &req, .tok = &tok};
+        callers[i].c = redis_fixture_connect(&fx);
+        assert_non_null(callers[i].c);
+        assert_int_equal(pthread_create(&th[i], NULL, caller_main, &callers[i]), 0);
+    }
+    long long grants = 0, sheds = 0, refunded = 0, cancels = 0;
+    for (int i = 0; i < ncallers; i++) {
+        pthread_join(th[i], NULL);
+        redisFree(callers[i].c);
+        grants += callers[i].grants;
+        sheds += callers[i].sheds;
+        refunded += callers[i].refunded_units;
+        cancels += callers[i].cancels;
+    }
+    double first_r = 0, first_t = 0;
+    size_t rej_r = replay_rejections(&req, (double)w->burst_r, (double)w->rpm / 60000.0, &first_r);
+    size_t rej_t = replay_rejections(&tok, (double)w->burst_t, (double)w->tpm / 60000.0, &first_t);
+    double given_back = hget(rc, w->dep, "state", "tokens_refunded");
+    if (rej_t && getenv("SLUICE_TEST_DUMP")) {
+        for (size_t i = 0; i < tok.n; i++)
+            if (fabs(tok.ev[i].t_ms - first_t) < 3000)
+                print_message("    ev t=%.3f amount=%.0f%s\n", tok.ev[i].t_ms - first_t, tok.ev[i].amount,
+                              tok.ev[i].t_ms == first_t ? "  <== first reject" : "");
+    }
+    print_message("  %s: %lld grants, %lld sheds, %lld cancels, refunds asked %lld / given %.0f "
+                  "tokens, scale %.3f, decreases %.0f; rejections: requests %zu, tokens %zu\n",
+                  w->dep, grants, sheds, cancels, refunded, given_back,
+                  status_field(rc, w->dep, "rate_scale"), hget(rc, w->dep, "state", "decreases"),
+                  rej_r, rej_t);
+    /* The workload must have exercised what it claims to. */
+    assert_true(grants > 150);
+    assert_true(sheds > 0);
+    assert_true(cancels > 0);
+    assert_int_equal(rej_r, 0);
+    assert_int_equal(rej_t, 0);
+    replay_free(&req);
+    replay_free(&tok);
+    return given_back;
+}
+
+static void test_never_over_offer_random(void **state) {
+    static const workload w[] = {
+        {"rand-a", 600, 60000, 10, 5000, 1, 600},
+        {"rand-b", 60, 150000, 10, 25000, 2, 600},
+        {"rand-c", 6000, 90000, 1, 1500, 3, 600},
+        {"rand-d", 1200, 20000, 5, 400, 4, 600},
+    };
+    double given = 0;
+    for (size_t i = 0; i < sizeof(w) / sizeof(*w); i++) given += run_workload(&w[i], 3);
+    /* Refunds happened (a saturated schedule rightly gives little back). */
+    assert_true(given > 0);
+}
+
+/* ---- use all of it: 10 000 requests at 600 RPM --------------------------- */
+
+static void test_use_all_of_it(void **state) {
+    const char *dep = "useall";
+    configure(rc, dep, "rpm", "600", "burst_requests", "10", NULL);
+    const int n = 10000, batch = 100;
+    replay req;
+    replay_init(&req);
+    long long tokens[100], maxwait[100];
+    verdict v[100];
+    for (int i = 0; i < batch; i++) {
+        tokens[i] = 0;
+        maxwait[i] = 3600LL * 1000 * 24;
+    }
+    for (int done = 0; done < n; done += batch) {
+        double now = reserve(rc, dep, batch, tokens, maxwait, v, NULL);
+        for (int i = 0; i < batch; i++) {
+            assert_true(v[i].granted);
+            replay_add(&req, now + (double)v[i].wait_ms, 1);
+        }
+    }
+    double span = replay_makespan(&req);
+    double floor_ms = (double)(n - 10) / (600.0 / 60000.0);
+    print_message("  makespan %.0f ms, floor (N - burst) / rate = %.0f ms, ratio %.5f\n", span,
+                  floor_ms, span / floor_ms);
+    assert_true(fabs(span - floor_ms) / floor_ms < 0.01);
+    assert_int_equal(replay_rejections(&req, 10, 600.0 / 60000.0, NULL), 0);
+    replay_free(&req);
+}
+
+/* ---- shed consumes nothing ---------------------------------------------- */
+
+static void test_shed_consumes_nothing(void **state) {
+    const char *dep = "shed";
+    configure(rc, dep, "rpm", "60", "tpm", "6000", "burst_requests", "1", "burst_tokens", "100",
+              "jitter_ms", "0", NULL);
+    verdict v = reserve1(rc, dep, 100, 0, NULL);
+    assert_true(v.granted);
+    assert_int_equal(v.wait_ms, 0);
+    /* The bucket is empty for 1 s on both dimensions: a max wait of 0 sheds. */
+    char *before = dump_state(rc, dep);
+    double grants_before = hget(rc, dep, "state", "granted_total");
+    v = reserve1(rc, dep, 50, 0, NULL);
+    assert_false(v.granted);
+    assert_string_equal(v.reason, "rpm");
+    assert_true(v.retry_after_ms > 900 && v.retry_after_ms <= 1000);
+    v = reserve1(rc, dep, 7000, 5000, NULL);
+    assert_false(v.granted);
+    assert_string_equal(v.reason, "too_large");
+    assert_int_equal(v.retry_after_ms, -1);
+    /* Only the shed counters moved: compare the schedule fields. */
+    char *after = dump_state(rc, dep);
+    assert_true(hget(rc, dep, "state", "granted_total") == grants_before);
+    assert_true(hget(rc, dep, "state", "shed_total") == 2);
+    /* limits, grants, leases, queues, daily, retry: byte-identical. */
+    char *b = strstr(before, "grants="), *a = strstr(after, "grants=");
+    assert_string_equal(b, a);
+    free(before);
+    free(after);
+    double tat_r = hget(rc, dep, "state", "requests_tat");
+    double tat_t = hget(rc, dep, "state", "tokens_tat");
+    /* A grant after the sheds gets exactly the slot it would have had. */
+    double now;
+    v = reserve1(rc, dep, 50, 60000, &now);
+    assert_true(v.granted);
+    assert_true(fabs(now + (double)v.wait_ms - tat_r) < 1.0);
+    assert_true(hget(rc, dep, "state", "tokens_tat") - tat_t > 499.0);
+}
+
+/* ---- settle: exact refunds and charges, the refund bound, expiry --------- */
+
+static void test_settle_refund_and_charge_exact(void **state) {
+    const char *dep = "settle";
+    /* 60000 TPM = 1 token per ms; requests plentiful. */
+    configure(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens",
+              "10000", NULL);
+    char res[32], id[24];
+    verdict v = reserve1(rc, dep, 5000, 0, NULL);
+    assert_true(v.granted);
+    double tat0 = hget(rc, dep, "state", "tokens_tat");
+    snprintf(id, sizeof(id), "%lld", v.id);
+    settle1(rc, dep, id, 2000, "ok", -1, res, sizeof(res));
+    assert_string_equal(res, "settled");
+    double tat1 = hget(rc, dep, "state", "tokens_tat");
+    assert_true(fabs((tat0 - tat1) - 3000.0) < 0.01);
+    assert_true(hget(rc, dep, "state", "tokens_refunded") == 3000);
+    /* Settling twice is harmless and reports the grant as unknown. */
+    settle1(rc, dep, id, 0, "ok", -1, res, sizeof(res));
+    assert_string_equal(res, "unknown");
+    assert_true(hget(rc, dep, "state", "tokens_refunded") == 3000);
+
+    /* Usage above the estimate is charged exactly. */
+    v = reserve1(rc, dep, 1000, 0, NULL);
+    double tat2 = hget(rc, dep, "state", "tokens_tat");
+    snprintf(id, sizeof(id), "%lld", v.id);
+    settle1(rc, dep, id, 1500, "ok", -1, res, sizeof(res));
+    assert_true(fabs(hget(rc, dep, "state", "tokens_tat") - tat2 - 500.0) < 0.01);
+    assert_true(hget(rc, dep, "state", "tokens_charged") == 500);
+
+    /* With refund off, unused tokens stay charged. */
+    configure(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens",
+              "10000", "refund", "0", NULL);
+    v = reserve1(rc, dep, 1000, 60000, NULL);
+    double tat3 = hget(rc, dep, "state", "tokens_tat");
+    snprintf(id, sizeof(id), "%lld", v.id);
+    settle1(rc, dep, id, 10, "ok", -1, res, sizeof(res));
+    assert_true(hget(rc, dep, "state", "tokens_tat") == tat3);
+}
+
+static void test_refund_never_exceeds_bucket(void **state) {
+    /* Two grants of a full burst each: A now, B one burst later. Refunding
+     * all of A while B is still scheduled must give nothing back: the
+     * provider's bucket fills to its cap before B either way. */
+    const char *dep = "refund-bound";
+    configure(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens",
+              "1000", "jitter_ms", "0", NULL);
+    char res[32], id[24];
+    verdict a = reserve1(rc, dep, 1000, 60000, NULL);
+    verdict b = reserve1(rc, dep, 1000, 60000, NULL);
+    assert_int_equal(a.wait_ms, 0);
+    assert_true(b.wait_ms >= 999 && b.wait_ms <= 1000);
+    double tat = hget(rc, dep, "state", "tokens_tat");
+    snprintf(id, sizeof(id), "%lld", a.id);
+    settle1(rc, dep, id, 0, "ok", -1, res, sizeof(res));
+    assert_string_equal(res, "settled");
+    assert_true(hget(rc, dep, "state", "tokens_refunded") == 0);
+    assert_true(hget(rc, dep, "state", "tokens_tat") == tat);
+    /* Cancelling B before its slot gives back its tokens and its request. */
+    double tat_r = hget(rc, dep, "state", "requests_tat");
+    snprintf(id, sizeof(id), "%lld", b.id);
+    settle1(rc, dep, id, -1, "cancelled", -1, res, sizeof(res));
+    assert_true(hget(rc, dep, "state", "tokens_refunded") > 990);
+    assert_true(hget(rc, dep, "state", "tokens_tat") < tat - 990);
+    assert_true(hget(rc, dep, "state", "requests_tat") < tat_r);
+}
+
+static void test_expired_grant_is_charged_and_reclaimed(void **state) {
+    const char *dep = "expiry";
+    configure(rc, dep, "rpm", "60000", "tpm", "60000", "burst_tokens", "10000", "lease_ms", "1000",
+              NULL);
+    verdict v = reserve1(rc, dep, 4000, 0, NULL);
+    assert_true(v.granted);
+    double tat = hget(rc, dep, "state", "tokens_tat");
+    assert_true(status_field(rc, dep, "outstanding_grants") == 1);
+    advance(rc, dep, 1500);
+    /* The next call reclaims it; its estimate stays charged. */
+    verdict w = reserve1(rc, dep, 0, 60000, NULL);
+    assert_true(w.granted);
+    assert_true(hget(rc, dep, "state", "expired_total") == 1);
+    assert_true(hget(rc, dep, "state", "tokens_tat") >= tat);
+    char res[32], id[24];
+    snprintf(id, sizeof(id), "%lld", v.id);
+    settle1(rc, dep, id, 0, "ok", -1, res, sizeof(res));
+    assert_string_equal(res, "unknown");
+    assert_true(hget(rc, dep, "state", "tokens_refunded") == 0);
+}
+
+/* ---- retry budget -------------------------------------------------------- */
+
+static int retry(redisContext *c, const char *dep, const char *mode, long long *balance) {
+    redisReply *r = script_callv(c, SCRIPT_RETRY, dep, mode, NULL);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("retry: %s", r->str);
+    int ok = (int)r->element[0]->integer;
+    if (balance) *balance = r->element[1]->integer;
+    if (!ok) assert_true(r->element[2]->integer > 0);
+    freeReplyObject(r);
+    return ok;
+}
+
+static void test_retry_budget_boundaries(void **state) {
+    const char *dep = "retry";
+    configure(rc, dep, "rpm", "600000", "retry_ttl_ms", "10000", "retry_min_per_s", "1",
+              "retry_percent", "10", NULL);
+    long long bal;
+    /* The floor: min 1/s x 10 s = exactly 10 retries with no successes. */
+    assert_true(retry(rc, dep, "peek", &bal) && bal == 10);
+    for (int i = 0; i < 10; i++) assert_int_equal(retry(rc, dep, "withdraw", NULL), 1);
+    assert_int_equal(retry(rc, dep, "withdraw", &bal), 0);
+    assert_int_equal(bal, 0);
+    /* 9 successes at 10 % are not yet one retry; the 10th is. */
+    char res[32], id[24];
+    for (int i = 0; i < 10; i++) {
+        verdict v = reserve1(rc, dep, 0, 60000, NULL);
+        snprintf(id, sizeof(id), "%lld", v.id);
+        settle1(rc, dep, id, -1, "ok", -1, res, sizeof(res));
+        if (i == 8) assert_int_equal(retry(rc, dep, "peek", NULL), 0);
+    }
+    assert_int_equal(retry(rc, dep, "withdraw", NULL), 1);
+    assert_int_equal(retry(rc, dep, "withdraw", NULL), 0);
+    /* Failures deposit nothing. */
+    verdict v = reserve1(rc, dep, 0, 60000, NULL);
+    snprintf(id, sizeof(id), "%lld", v.id);
+    settle1(rc, dep, id, -1, "failed", -1, res, sizeof(res));
+    assert_int_equal(retry(rc, dep, "peek", NULL), 0);
+    /* After the ttl everything has expired: the floor is back, whole. */
+    advance(rc, dep, 10001);
+    assert_true(retry(rc, dep, "peek", &bal) && bal == 10);
+    assert_true(hget(rc, dep, "state", "retries_allowed") == 11);
+    assert_true(hget(rc, dep, "state", "retries_refused") == 2);
+}
+
+/* ---- feedback: pause once, AIMD ----------------------------------------- */
+
+static void test_pause_is_idempotent(void **state) {
+    const char *dep = "pause";
+    configure(rc, dep, "rpm", "600000", NULL);
+    char res[32];
+    double t0 = 0;
+    for (int i = 0; i < 50; i++) {
+        double t = settle1(rc, dep, "-", -1, "throttled", 2000, res, sizeof(res));
+        assert_string_equal(res, "feedback");
+        if (i == 0) t0 = t;
+    }
+    /* Fifty reports of one 429: one pause, ending 2 s after the first report
+     * plus the time the reports took, not 50 x 2 s. */
+    double until = hget(rc, dep, "state", "paused_until");
+    assert_true(until >= t0 + 2000 && until < t0 + 2000 + 1000);
+    assert_true(hget(rc, dep, "state", "pauses") == 1);
+    assert_true(hget(rc, dep, "state", "throttles_seen") == 50);
+    /* No slot starts before the pause ends; a short max wait is shed with
+     * reason paused. */
+    double now;
+    verdict v = reserve1(rc, dep, 0, 60000, &now);
+    assert_true(v.granted);
+    assert_true(now + (double)v.wait_ms >= until);
+    v = reserve1(rc, dep, 0, 10, NULL);
+    assert_false(v.granted);
+    assert_string_equal(v.reason, "paused");
+    /* No AIMD from reports without a grant. */
+    assert_true(status_field(rc, dep, "rate_scale") == 1.0);
+}
+
+static void test_aimd_lowers_and_restores(void **state) {
+    const char *dep = "aimd";
+    configure(rc, dep, "rpm", "6000", "burst_requests", "1", "jitter_ms", "0", "aimd_decrease", "0.5", "aimd_min_scale", "0.2",
+              "aimd_increase", "0.1", "aimd_interval_ms", "1000", NULL);
+    char res[32], id[24];
+    verdict a = reserve1(rc, dep, 0, 600000, NULL);
+    verdict b = reserve1(rc, dep, 0, 600000, NULL);
+    snprintf(id, sizeof(id), "%lld", a.id);
+    settle1(rc, dep, id, -1, "throttled", -1, res, sizeof(res));
+    assert_true(status_field(rc, dep, "rate_scale") == 0.5);
+    assert_true(status_field(rc, dep, "effective_rpm") == 3000);
+    /* B was reserved before the decrease: its 429 is the same event. */
+    snprintf(id, sizeof(id), "%lld", b.id);
+    settle1(rc, dep, id, -1, "throttled", -1, res, sizeof(res));
+    assert_true(status_field(rc, dep, "rate_scale") == 0.5);
+    /* Reserved after the decrease: a new signal, x0.5 again, then the floor. */
+    for (int i = 0; i < 3; i++) {
+        verdict c = reserve1(rc, dep, 0, 600000, NULL);
+        snprintf(id, sizeof(id), "%lld", c.id);
+        settle1(rc, dep, id, -1, "throttled", -1, res, sizeof(res));
+    }
+    assert_true(status_field(rc, dep, "rate_scale") == 0.2);
+    assert_true(hget(rc, dep, "state", "decreases") == 3);
+    /* The lowered rate is what the schedule uses: 1200 RPM = 50 ms apart. */
+    double t1, t2;
+    advance(rc, dep, 500);
+    verdict x = reserve1(rc, dep, 0, 600000, &t1);
+    verdict y = reserve1(rc, dep, 0, 600000, &t2);
+    double gap = (t2 + (double)y.wait_ms) - (t1 + (double)x.wait_ms);
+    assert_true(gap > 49 && gap < 51);
+    /* Quiet time restores additively: +0.1 per second, up to 1. */
+    advance(rc, dep, 3000);
+    assert_true(fabs(status_field(rc, dep, "rate_scale") - 0.5) < 1e-9);
+    reserve1(rc, dep, 0, 600000, NULL);
+    assert_true(fabs(hget(rc, dep, "state", "rate_scale") - 0.5) < 1e-9);
+    advance(rc, dep, 60000);
+    assert_true(status_field(rc, dep, "rate_scale") == 1.0);
+}
+
+/* ---- concurrency leases -------------------------------------------------- */
+
+static void test_concurrency_cap_and_reclaim(void **state) {
+    const char *dep = "conc";
+    configure(rc, dep, "rpm", "600000", "max_concurrency", "2", "lease_ms", "5000", NULL);
+    verdict a = reserve1(rc, dep, 0, 1000, NULL);
+    verdict b = reserve1(rc, dep, 0, 1000, NULL);
+    verdict c = reserve1(rc, dep, 0, 1000, NULL);
+    assert_true(a.granted && b.granted);
+    assert_false(c.granted);
+    assert_string_equal(c.reason, "concurrency");
+    assert_true(c.retry_after_ms >= 1);
+    char res[32], id[24];
+    snprintf(id, sizeof(id), "%lld", a.id);
+    settle1(rc, dep, id, -1, "ok", -1, res, sizeof(res));
+    c = reserve1(rc, dep, 0, 1000, NULL);
+    assert_true(c.granted);
+    assert_false(reserve1(rc, dep, 0, 1000, NULL).granted);
+    /* Crashed holders: after the lease, both slots come back. */
+    advance(rc, dep, 5001);
+    assert_true(reserve1(rc, dep, 0, 1000, NULL).granted);
+    assert_true(reserve1(rc, dep, 0, 1000, NULL).granted);
+    assert_true(hget(rc, dep, "state", "expired_total") == 2);
+}
+
+/* ---- daily limits -------------------------------------------------------- */
+
+static void test_daily_resets_at_utc_midnight(void **state) {
+    const char *dep = "daily";
+    configure(rc, dep, "rpm", "600000", "tpm", "600000", "burst_tokens", "100000", "rpd", "3",
+              "tpd", "1000", NULL);
+    /* Move the clock to 2 s before the next UTC midnight. */
+    double now;
+    reserve1(rc, dep, 0, 0, &now);
+    double to_midnight = 86400000.0 - fmod(now, 86400000.0);
+    advance(rc, dep, to_midnight - 2000);
+    assert_true(reserve1(rc, dep, 100, 0, NULL).granted);
+    verdict big = reserve1(rc, dep, 950, 0, NULL);
+    assert_false(big.granted);
+    assert_string_equal(big.reason, "daily");
+    assert_true(reserve1(rc, dep, 100, 0, NULL).granted);
+    verdict v = reserve1(rc, dep, 100, 0, NULL);
+    assert_false(v.granted);
+    assert_string_equal(v.reason, "daily");
+    assert_true(v.retry_after_ms > 1000 && v.retry_after_ms <= 2000);
+    assert_true(status_field(rc, dep, "today_requests") == 3);
+    verdict huge = reserve1(rc, dep, 5000, 0, NULL);
+    assert_string_equal(huge.reason, "too_large");
+    advance(rc, dep, 2001);
+    assert_true(reserve1(rc, dep, 100, 0, NULL).granted);
+    assert_true(status_field(rc, dep, "today_requests") == 1);
+    assert_true(status_field(rc, dep, "today_tokens") == 100);
+}
+
+/* ---- keys, hash tags, bad arguments -------------------------------------- */
+
+static void test_keys_share_one_slot(void **state) {
+    char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX];
+    assert_int_equal(scripts_keys("gpt-4o", keys), 0);
+    long long slot = -1;
+    for (int i = 0; i < SCRIPTS_NKEYS; i++) {
+        redisReply *r = redisCommand(rc, "CLUSTER KEYSLOT %s", keys[i]);
+        assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+        if (i == 0) slot = r->integer;
+        assert_int_equal(r->integer, slot);
+        freeReplyObject(r);
+    }
+    assert_int_equal(scripts_keys("a{b}", keys), -1);
+    assert_int_equal(scripts_keys("", keys), -1);
+    assert_int_equal(scripts_keys("has space", keys), -1);
+    /* A call whose keys span two slots is refused by the cluster node, and a
+     * call with keys of another layout is refused by the script. */
+    const script *s = scripts_get(SCRIPT_STATUS);
+    redisReply *r = redisCommand(rc, "EVAL %s 9 sluice:{a}:limits sluice:{b}:state k3 k4 k5 k6 k7 k8 k9",
+                                 s->source);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    assert_non_null(strstr(r->str, "CROSSSLOT"));
+    freeReplyObject(r);
+    r = redisCommand(rc, "EVAL %s 9 sluice:{a}:limits sluice:{a}:x k3 k4 k5 k6 k7 k8 k9", s->source);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+}
+
+static void expect_error(const char *dep, script_id id, const char *want, ...) {
+    const char *argv[32];
+    int argc = 0;
+    va_list ap;
+    va_start(ap, want);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL) argv[argc++] = a;
+    va_end(ap);
+    char *before = dump_state(rc, dep);
+    redisReply *r = script_call(rc, id, dep, argc, argv);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    if (!strstr(r->str, want)) fail_msg("error '%s' does not mention '%s'", r->str, want);
+    freeReplyObject(r);
+    char *after = dump_state(rc, dep);
+    assert_string_equal(before, after);
+    free(before);
+    free(after);
+}
+
+static void test_bad_arguments_change_nothing(void **state) {
+    const char *dep = "bad";
+    configure(rc, dep, "rpm", "60", "tpm", "1000", NULL);
+    reserve1(rc, dep, 10, 1000, NULL);
+    expect_error(dep, SCRIPT_RESERVE, "tokens must be a non-negative integer", "1", "-5", "10", NULL);
+    expect_error(dep, SCRIPT_RESERVE, "tokens must be", "2", "5", "10", "abc", "10", NULL);
+    expect_error(dep, SCRIPT_RESERVE, "max_wait_ms", "1", "5", "1e3", NULL);
+    expect_error(dep, SCRIPT_RESERVE, "ARGV must be", "3", "5", "10", NULL);
+    expect_error(dep, SCRIPT_RESERVE, "ARGV must be", NULL);
+    expect_error(dep, SCRIPT_SETTLE, "outcome must be", "1", "1", "5", "great", "-1", NULL);
+    expect_error(dep, SCRIPT_SETTLE, "actual_tokens", "1", "1", "-7", "ok", "-1", NULL);
+    expect_error(dep, SCRIPT_SETTLE, "bad grant id", "1", "x1", "5", "ok", "-1", NULL);
+    expect_error(dep, SCRIPT_SETTLE, "pause_ms", "1", "1", "5", "ok", "soon", NULL);
+    expect_error(dep, SCRIPT_RETRY, "mode must be", "maybe", NULL);
+    expect_error(dep, SCRIPT_CONFIGURE, "field 'rpm' must be", "rpm", "-60", NULL);
+    expect_error(dep, SCRIPT_CONFIGURE, "field 'rpm' must be", "rpm", "sixty", NULL);
+    expect_error(dep, SCRIPT_CONFIGURE, "unknown field 'rmp'", "rmp", "60", NULL);
+    expect_error(dep, SCRIPT_CONFIGURE, "field 'aimd_decrease'", "rpm", "60", "aimd_decrease", "1.5", NULL);
+    expect_error(dep, SCRIPT_CONFIGURE, "field 'rpm' is required", "tpm", "60", NULL);
+    expect_error(dep, SCRIPT_CONFIGURE, "field 'retry_percent'", "rpm", "60", "retry_percent", "nan", NULL);
+    expect_error("nosuch", SCRIPT_RESERVE, "unknown deployment 'nosuch'", "1", "5", "10", NULL);
+    expect_error("nosuch", SCRIPT_SETTLE, "unknown deployment 'nosuch'", "1", "1", "5", "ok", "-1", NULL);
+    expect_error("nosuch", SCRIPT_STATUS, "unknown deployment 'nosuch'", NULL);
+    expect_error(dep, SCRIPT_HEARTBEAT, "window_ms", "agent-1", "0", NULL);
+}
+
+static void test_heartbeat_counts_live_agents(void **state) {
+    const char *dep = "hb";
+    configure(rc, dep, "rpm", "60", NULL);
+    redisReply *r;
+    const char *ids[] = {"a1", "a2", "a3"};
+    for (int i = 0; i < 3; i++) {
+        r = script_callv(rc, SCRIPT_HEARTBEAT, dep, ids[i], "3000", NULL);
+        assert_int_equal(r->integer, i + 1);
+        freeReplyObject(r);
+    }
+    r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "a3", "3000", "leave", NULL);
+    assert_int_equal(r->integer, 2);
+    freeReplyObject(r);
+    advance(rc, dep, 2000);
+    r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "a1", "3000", NULL);
+    assert_int_equal(r->integer, 2);
+    freeReplyObject(r);
+    advance(rc, dep, 1500);
+    /* a2 was last seen 3.5 s ago: gone. */
+    r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "a1", "3000", NULL);
+    assert_int_equal(r->integer, 1);
+    freeReplyObject(r);
+    assert_true(status_field(rc, dep, "live_agents") == 1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_keys_share_one_slot),
+        cmocka_unit_test(test_use_all_of_it),
+        cmocka_unit_test(test_shed_consumes_nothing),
+        cmocka_unit_test(test_settle_refund_and_charge_exact),
+        cmocka_unit_test(test_refund_never_exceeds_bucket),
+        cmocka_unit_test(test_expired_grant_is_charged_and_reclaimed),
+        cmocka_unit_test(test_retry_budget_boundaries),
+        cmocka_unit_test(test_pause_is_idempotent),
+        cmocka_unit_test(test_aimd_lowers_and_restores),
+        cmocka_unit_test(test_concurrency_cap_and_reclaim),
+        cmocka_unit_test(test_daily_resets_at_utc_midnight),
+        cmocka_unit_test(test_bad_arguments_change_nothing),
+        cmocka_unit_test(test_heartbeat_counts_live_agents),
+        cmocka_unit_test(test_never_over_offer_random),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
