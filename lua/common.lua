@@ -132,11 +132,11 @@ local function sl_dim_commit(d, c, s, qkey, st)
   while true do
     local last = redis.call('LINDEX', qkey, -1)
     if not last then break end
-    local lk = tonumber(string.match(last, ',(.+)$'))
+    local lk = tonumber(string.match(last, '^[^,]+,([^,]+)'))
     if lk > k then break end
     redis.call('RPOP', qkey)
   end
-  local n = redis.call('RPUSH', qkey, sl_fmt(s) .. ',' .. sl_fmt(k))
+  local n = redis.call('RPUSH', qkey, sl_fmt(s) .. ',' .. sl_fmt(k) .. ',' .. (d.granted - c))
   if n > 4096 then
     -- A pathological queue: stop refunding until this schedule has passed.
     redis.call('DEL', qkey)
@@ -151,15 +151,17 @@ end
 -- monotone, TAT = max over event times u of (u + cost of sends from u on / r),
 -- so giving back at time now (usage below the estimate) yields
 --   max(TAT - amount/r, now, max over future sends j of (s_j + F_j / r))
--- where F_j is the cost of sends from j on; and removing a future send g
--- (a cancelled grant) yields the same with j ranging over sends after g
--- only (pass after = s_g; otherwise after = now). F_j = granted - C_j with
--- C_j the cumulative cost before j, so the max is max(s_j - C_j/r) +
--- granted/r: a sliding-window maximum kept in the queue (entries ordered by
--- slot, K decreasing; past entries dropped). Refunds are skipped while
--- rate_scale < 1 or until refund_after (after a rate change), which is
--- conservative. Returns the units given back.
-local function sl_dim_refund(d, amount, now, after, qkey, st, scale)
+-- where F_j is the cost of sends from j on. F_j = granted - C_j with C_j
+-- the cumulative cost before j, so the max is max(K_j) + granted/r with
+-- K_j = s_j - C_j/r: a sliding-window maximum kept in the queue (entries
+-- "s,K,C" in grant order, K strictly decreasing; past entries dropped).
+-- Cancelling a future grant g (cost c, cumulative cost before it cg) removes
+-- its send: every send granted at or before g loses c from its F, so their
+-- K drop by c/r (the queue is re-pruned), later ones keep theirs, and TAT
+-- drops by up to c/r. Refunds are skipped while rate_scale < 1 or until
+-- refund_after (after a rate change), which is conservative. Returns the
+-- units given back.
+local function sl_dim_refund(d, amount, now, qkey, st, scale, cg)
   if amount <= 0 or scale < 1 or now < sl_num(st, 'refund_after', 0) then return 0 end
   while true do
     local front = redis.call('LINDEX', qkey, 0)
@@ -167,19 +169,32 @@ local function sl_dim_refund(d, amount, now, after, qkey, st, scale)
     redis.call('LPOP', qkey)
   end
   local bound = now
-  local entries = redis.call('LRANGE', qkey, 0, 63)
-  local k = nil
-  for _, e in ipairs(entries) do
-    local es, ek = string.match(e, '^([^,]+),(.+)$')
-    if tonumber(es) > after then k = tonumber(ek); break end
-  end
-  if not k and #entries == 64 then
-    -- Not found in the first 64: use the overall maximum (conservative).
-    k = tonumber(string.match(entries[1], ',(.+)$'))
-  end
-  if k then
-    local x = k + d.granted / d.r0
-    if x > bound then bound = x end
+  if cg then
+    local raw = redis.call('LRANGE', qkey, 0, -1)
+    local kept, changed = {}, false
+    for _, e in ipairs(raw) do
+      local es, ek, ec = string.match(e, '^([^,]+),([^,]+),(.+)$')
+      local ent = {es, tonumber(ek), ec}
+      if tonumber(ec) <= cg then
+        ent[2] = ent[2] - amount / d.r0
+        changed = true
+      end
+      -- Keep K strictly decreasing: drop earlier entries now dominated.
+      while #kept > 0 and kept[#kept][2] <= ent[2] do kept[#kept] = nil end
+      kept[#kept + 1] = ent
+    end
+    if changed then
+      redis.call('DEL', qkey)
+      local args = {}
+      for i, ent in ipairs(kept) do args[i] = ent[1] .. ',' .. sl_fmt(ent[2]) .. ',' .. ent[3] end
+      if #args > 0 then redis.call('RPUSH', qkey, unpack(args)) end
+    end
+    if #kept > 0 then bound = math.max(bound, kept[1][2] + d.granted / d.r0) end
+  else
+    local front = redis.call('LINDEX', qkey, 0)
+    if front then
+      bound = math.max(bound, tonumber(string.match(front, '^[^,]+,([^,]+)')) + d.granted / d.r0)
+    end
   end
   local new = d.tat - amount / d.r0
   if new < bound then new = bound end
@@ -297,10 +312,11 @@ local function sl_save_state(st)
   if #args > 0 then redis.call('HSET', KEYS[2], unpack(args)) end
 end
 
--- Adds counters in one HINCRBY each (only those that moved).
-local function sl_count(counts)
+-- Adds counters to the state (written by sl_save_state in the same HSET,
+-- since the script holds the whole hash already).
+local function sl_count(st, counts)
   for k, v in pairs(counts) do
-    if v ~= 0 then redis.call('HINCRBY', KEYS[2], k, v) end
+    if v ~= 0 then sl_set(st, k, sl_num(st, k, 0) + v) end
   end
 end
 

@@ -89,13 +89,14 @@ for i = 1, n do
       local fence = s
       if sl_dim_big(req, 1) then fence = s + req.jitter end
       if tok and sl_dim_big(tok, c) and s + tok.jitter > fence then fence = s + tok.jitter end
+      local creq, ctok = req.granted, tok and tok.granted or 0
       sl_dim_commit(req, 1, s, qreq, st)
       if tok then sl_dim_commit(tok, c, s, qtok, st) end
       last_slot = fence
       next_id = next_id + 1
       local id = tostring(next_id)
       grants[#grants + 1] = id
-      grants[#grants + 1] = c .. ',' .. sl_fmt(s) .. ',' .. sl_fmt(now)
+      grants[#grants + 1] = c .. ',' .. sl_fmt(s) .. ',' .. sl_fmt(now) .. ',' .. creq .. ',' .. ctok
       leases[#leases + 1] = sl_fmt(s + lease_ms)
       leases[#leases + 1] = id
       active = active + 1
@@ -128,8 +129,8 @@ if granted > 0 then
 elseif day_changed then
   redis.call('HSET', KEYS[7], 'day', daily.day, 'requests', 0, 'tokens', 0)
 end
-sl_save_state(st)
 counts.granted_total = granted
 counts.shed_total = shed
-sl_count(counts)
+sl_count(st, counts)
+sl_save_state(st)
 return out

@@ -75,20 +75,20 @@ for i = 1, n do
   end
   if rec then
     done[#done + 1] = id
-    local c, slot, reserved = string.match(rec, '^([^,]+),([^,]+),(.+)$')
-    c, slot, reserved = tonumber(c), tonumber(slot), tonumber(reserved)
+    local c, slot, reserved, creq, ctok = string.match(rec, '^([^,]+),([^,]+),([^,]+),([^,]+),(.+)$')
+    c, slot, reserved, creq, ctok = tonumber(c), tonumber(slot), tonumber(reserved), tonumber(creq), tonumber(ctok)
     bump('settled_' .. outcome)
     if outcome == 'ok' then deposits = deposits + 1 end
     if outcome == 'cancelled' then
       if slot > now then
-        sl_dim_refund(req, 1, now, slot, KEYS[5], st, scale)
-        if tok then bump('tokens_refunded', math.floor(sl_dim_refund(tok, c, now, slot, KEYS[6], st, scale) + 0.5)) end
+        sl_dim_refund(req, 1, now, KEYS[5], st, scale, creq)
+        if tok then bump('tokens_refunded', math.floor(sl_dim_refund(tok, c, now, KEYS[6], st, scale, ctok) + 0.5)) end
         daily_adjust(reserved, -1, -c)
       end
     elseif actual >= 0 and outcome ~= 'throttled' then
       local diff = c - actual
       if diff > 0 and refund_on and tok then
-        bump('tokens_refunded', math.floor(sl_dim_refund(tok, diff, now, now, KEYS[6], st, scale) + 0.5))
+        bump('tokens_refunded', math.floor(sl_dim_refund(tok, diff, now, KEYS[6], st, scale) + 0.5))
       elseif diff < 0 and tok then
         sl_dim_charge(tok, -diff, now)
         bump('tokens_charged', -diff)
@@ -140,8 +140,8 @@ if daily and daily._dirty then
   redis.call('HSET', KEYS[7], 'requests', daily.requests, 'tokens', daily.tokens)
 end
 for _, d in ipairs(dims) do sl_dim_save(d, st) end
+sl_count(st, counts)
 sl_save_state(st)
-sl_count(counts)
 if paused_until > now then out[2] = sl_ceil(paused_until - now) end
 out[3] = string.format('%.4f', scale)
 return out

@@ -1,0 +1,146 @@
+/* config: the sluiced configuration, read from a YAML file.
+ *
+ * config_load() parses a file into a fresh `config`, applies defaults,
+ * validates every value and cross-field rule, resolves the Redis password
+ * (from a file or an environment variable, never from the YAML itself) and
+ * returns it, or fails with one message naming the file, the 1-based line
+ * and the full key path:
+ *   sluiced.yaml:12: key 'deployments.gpt-4o.rpm': must be a positive integer, got "abc"
+ * Unknown and duplicate keys are errors. The schema is a table of rows
+ * (key path, type, field offset, default, range, doc) in config.c; adding a
+ * setting, or a section of named entries like `deployments`, is a few rows.
+ * Swapping a new config in only when it loaded is the caller's job (SIGHUP).
+ *
+ * Depends on libyaml and POSIX (reading the password file). No globals,
+ * never prints, aborts or exits; reentrant, though getenv() is only as
+ * thread-safe as the process' use of setenv(). Ownership: a config and all
+ * its strings belong to the config; config_free() releases it (NULL is a
+ * no-op) and wipes the password. Every char * field is non-NULL ("" when
+ * unset). Returned pointers into a config are borrowed from it. */
+#ifndef SLUICE_CONFIG_H
+#define SLUICE_CONFIG_H
+
+#include <stddef.h>
+
+/* agent.fail */
+enum { CONFIG_FAIL_OPEN = 0, CONFIG_FAIL_CLOSED = 1 };
+/* agent.log_level */
+enum { CONFIG_LOG_ERROR = 0, CONFIG_LOG_WARN, CONFIG_LOG_INFO, CONFIG_LOG_DEBUG };
+/* deployments.NAME.style */
+enum { CONFIG_STYLE_AZURE = 0, CONFIG_STYLE_OPENAI = 1 };
+
+/* Longest deployment name; names are [A-Za-z0-9._:-]{1,64}. */
+#define CONFIG_NAME_MAX 64
+
+typedef struct config_redis {
+    char *url;                   /* as written; never log it whole */
+    char *host;                  /* TCP host, "" for a UNIX socket */
+    int port;                    /* TCP port, 0 for a UNIX socket */
+    char *unix_path;             /* socket path, "" for TCP */
+    int db;                      /* database index (SELECT) */
+    char *username;              /* ACL user from the URL or username key */
+    char *password_file;         /* as configured */
+    char *password_env;          /* as configured */
+    char *password;              /* the resolved secret, "" if none */
+    long long timeout_ms;        /* per Redis call */
+    long long connect_timeout_ms;
+} config_redis;
+
+typedef struct config_agent {
+    char *id;                    /* "" = hostname:pid, chosen at runtime */
+    char *socket;                /* UNIX socket path served to clients */
+    int socket_mode;             /* permission bits, <= 0777 */
+    char *metrics;               /* "host:port" of the Prometheus endpoint, "" = off */
+    char *metrics_host;          /* parsed from metrics (brackets removed) */
+    int metrics_port;            /* parsed from metrics, 0 = off */
+    long long max_clients;
+    long long max_client_buffer; /* bytes buffered per client */
+    long long client_idle_timeout_ms;
+    int fail;                    /* CONFIG_FAIL_* */
+    double fallback_share;       /* (0, 1] */
+    long long heartbeat_ms;
+    int log_level;               /* CONFIG_LOG_* */
+} config_agent;
+
+/* One deployment. A struct tag without a typedef, because the lookup
+ * function below has the name `config_deployment`. */
+struct config_deployment {
+    char *name;                  /* the YAML key */
+    int line;                    /* where it is defined (1-based) */
+    long long rpm;               /* > 0 */
+    long long tpm;               /* 0 = no token limit */
+    struct {
+        long long requests;      /* default max(1, rpm / 60) */
+        long long tokens;        /* default max(1, tpm / 60) */
+    } burst;
+    long long max_concurrency;   /* 0 = no cap */
+    long long lease_s;
+    long long rpd;               /* 0 = unlimited */
+    long long tpd;               /* 0 = unlimited */
+    long long max_wait_ms;
+    int refund;                  /* boolean */
+    struct {
+        long long ttl_s;
+        long long min_per_s;
+        double percent;
+    } retry_budget;
+    struct {
+        double decrease;         /* (0, 1) */
+        double min_scale;        /* (0, 1] */
+        double increase;         /* (0, 1] */
+        long long interval_s;
+    } aimd;
+    char *endpoint;              /* "" = none */
+    char *api_key_env;           /* "" = none */
+    int style;                   /* CONFIG_STYLE_* */
+    char *api_version;           /* "" = none */
+};
+
+typedef struct config {
+    char *source;                /* the name used in messages (file path) */
+    config_redis redis;
+    config_agent agent;
+    struct config_deployment *deployments; /* in file order */
+    size_t ndeployments;                   /* >= 1 */
+    const struct config_deployment **by_name_; /* private: sorted index */
+} config;
+
+/* Loads and validates the YAML file at path. Returns 0 and a new config in
+ * *out, or -1 with *out = NULL and a message in err (always NUL-terminated
+ * when errlen > 0; err may be NULL). A relative redis.password_file is
+ * resolved against the directory of path. */
+int config_load(const char *path, config **out, char *err, size_t errlen);
+
+/* config_load() on text in memory (len bytes, need not be NUL-terminated);
+ * name stands for the file in messages (NULL: "<string>"). A relative
+ * redis.password_file is resolved against the working directory. */
+int config_load_string(const char *name, const char *text, size_t len, config **out, char *err,
+                       size_t errlen);
+
+/* Frees cfg and everything it owns, wiping the password first. NULL is a
+ * no-op. */
+void config_free(config *cfg);
+
+/* The deployment called name, or NULL. O(log n). Borrowed from cfg. */
+const struct config_deployment *config_deployment(const config *cfg, const char *name);
+
+/* Names of enum values ("open", "debug", "azure"); "?" when out of range. */
+const char *config_fail_name(int fail);
+const char *config_log_level_name(int level);
+const char *config_style_name(int style);
+
+/* One row of the schema, for documentation and `--help`-style listings. */
+typedef struct config_key_info {
+    const char *path;  /* full key, named entries as <name>: "deployments.<name>.rpm" */
+    const char *type;  /* "integer", "number", "boolean", "string", "size", "mode", "one of ..." */
+    const char *def;   /* default as YAML text; "" when none or derived */
+    const char *range; /* e.g. "1..60000", "(0, 1]", "" when free */
+    int required;
+    const char *doc;   /* one sentence */
+} config_key_info;
+
+/* Calls fn for every key of the schema, in table order. The info and its
+ * strings are valid during the call only. */
+void config_foreach_key(void (*fn)(const config_key_info *info, void *ud), void *ud);
+
+#endif

@@ -1,0 +1,1134 @@
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "rconn.h"
+#include "scripts.h"
+#include "sluice.h"
+
+#define RESERVE_BATCH_MAX 128
+#define SETTLE_BATCH_MAX 256
+/* The release jitter the schedules tolerate (lua: jitter_ms). */
+#define ENGINE_JITTER_MS 10.0
+
+const long long engine_wait_bounds_ms[ENGINE_WAIT_BUCKETS] = {0,   1,    5,    10,    50,    100,
+                                                              500, 1000, 5000, 10000, 30000, 60000};
+const char *const engine_shed_reasons[7] = {"rpm",         "tpm",       "paused", "daily",
+                                            "concurrency", "too_large", "other"};
+
+int engine_shed_reason_index(const char *reason) {
+    for (int i = 0; i < 6; i++)
+        if (strcmp(reason, engine_shed_reasons[i]) == 0) return i;
+    return 6;
+}
+
+typedef enum call_state { CALL_PENDING, CALL_INFLIGHT, CALL_WAITING, CALL_DONE } call_state;
+
+typedef struct dep dep;
+
+struct engine_call {
+    engine *e;
+    dep *d;
+    engine_acquire_cb cb;
+    void *arg;
+    long long tokens, max_wait_ms;
+    call_state state;
+    int canceled;
+    uint64_t start_ms;        /* uv_now at acquire */
+    uint64_t release_ms;      /* uv_now at the slot */
+    engine_grant grant;
+    uv_timer_t timer;         /* release timer; memory freed in its close callback */
+    int timer_live;
+    engine_call *prev, *next; /* in d->pending or d->waiting */
+};
+
+typedef struct call_list {
+    engine_call *head, *tail;
+    size_t n;
+} call_list;
+
+typedef struct settle_item {
+    char id[24];              /* the Redis grant number, or "-" */
+    long long actual, pause_ms;
+    engine_outcome outcome;
+} settle_item;
+
+struct dep {
+    engine *e;
+    char name[CONFIG_NAME_MAX + 1];
+    char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX];
+    const struct config_deployment *cfg; /* NULL when removed by a reload */
+    call_list pending;        /* not yet sent to Redis */
+    call_list waiting;        /* granted, timer armed */
+    int reserving;            /* reserve calls in flight (at most 1) */
+    settle_item *settles;
+    size_t nsettles, capsettles;
+    int settling;
+    int configured;           /* limits written on the current connection */
+    int configuring;
+    long long live_agents;    /* from the last heartbeat, 0 = unknown */
+    double rate_scale;        /* last known */
+    uint64_t paused_until;    /* uv_now ms; callers are held until then */
+    double local_tat_req, local_tat_tok; /* local fallback schedule, uv_now ms */
+    double local_retry_tat;   /* local retry floor bucket, uv_now ms */
+    double local_last_slot;   /* local slots stay monotone, like Redis' */
+    unsigned long long local_seq;
+    dep *next;
+};
+
+struct engine {
+    uv_loop_t *loop;
+    config *cfg;
+    char agent_id[128];
+    rconn *redis;
+    dep *deps;
+    uv_check_t flush_check;   /* flushes coalesced work after each poll */
+    uv_idle_t flush_idle;     /* keeps the poll from blocking while work is queued */
+    uv_timer_t heartbeat_timer;
+    int flush_armed;
+    int handles_open;
+    int stopping, stopped;
+    int calls_out;            /* our script calls in flight (any kind) */
+    void (*stop_done)(void *);
+    void *stop_arg;
+    int redis_up;
+    long long mode_since_ms;
+    engine_stats stats;
+};
+
+static void flush_arm(engine *e);
+static void dep_configure(dep *d);
+static void maybe_finish_stop(engine *e);
+
+static long long wall_ms(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+/* ---- lists ---------------------------------------------------------------- */
+
+static void list_push(call_list *l, engine_call *c) {
+    c->prev = l->tail;
+    c->next = NULL;
+    if (l->tail) l->tail->next = c;
+    else l->head = c;
+    l->tail = c;
+    l->n++;
+}
+
+static void list_remove(call_list *l, engine_call *c) {
+    if (c->prev) c->prev->next = c->next;
+    else l->head = c->next;
+    if (c->next) c->next->prev = c->prev;
+    else l->tail = c->prev;
+    c->prev = c->next = NULL;
+    l->n--;
+}
+
+static engine_call *list_pop(call_list *l) {
+    engine_call *c = l->head;
+    if (c) list_remove(l, c);
+    return c;
+}
+
+/* ---- deployments ---------------------------------------------------------- */
+
+static dep *dep_find(engine *e, const char *name) {
+    for (dep *d = e->deps; d; d = d->next)
+        if (strcmp(d->name, name) == 0) return d;
+    return NULL;
+}
+
+static dep *dep_add(engine *e, const struct config_deployment *cfg) {
+    dep *d = calloc(1, sizeof(*d));
+    if (!d) return NULL;
+    d->e = e;
+    snprintf(d->name, sizeof(d->name), "%s", cfg->name);
+    if (scripts_keys(d->name, d->keys) != 0) {
+        free(d);
+        return NULL;
+    }
+    d->cfg = cfg;
+    d->rate_scale = 1.0;
+    d->next = e->deps;
+    e->deps = d;
+    return d;
+}
+
+/* ---- calls: completion ------------------------------------------------------ */
+
+static void on_call_timer_closed(uv_handle_t *h) { free(h->data); }
+
+static void call_free(engine_call *c) {
+    if (c->timer_live) {
+        c->timer_live = 0;
+        uv_close((uv_handle_t *)&c->timer, on_call_timer_closed);
+    } else {
+        free(c);
+    }
+}
+
+static void record_wait(engine *e, long long waited) {
+    int b = 0;
+    while (b < ENGINE_WAIT_BUCKETS && waited > engine_wait_bounds_ms[b]) b++;
+    e->stats.wait_hist[b]++;
+    e->stats.wait_sum_ms += (unsigned long long)(waited > 0 ? waited : 0);
+}
+
+/* Runs the caller's callback exactly once and frees the call. */
+static void call_complete(engine_call *c, int status, const engine_shed *shed, const char *msg) {
+    engine *e = c->e;
+    c->state = CALL_DONE;
+    if (status == SL_OK) {
+        c->grant.waited_ms = (long long)(uv_now(e->loop) - c->start_ms);
+        e->stats.grants++;
+        if (c->grant.local) e->stats.grants_local++;
+        record_wait(e, c->grant.waited_ms);
+    } else if (status == SL_ESHED) {
+        e->stats.sheds++;
+        e->stats.shed_by_reason[engine_shed_reason_index(shed->reason)]++;
+    } else {
+        e->stats.errors++;
+    }
+    if (!c->canceled) c->cb(c->arg, status, status == SL_OK ? &c->grant : NULL, shed, msg);
+    call_free(c);
+}
+
+static void queue_settle(dep *d, const char *id, long long actual, engine_outcome o,
+                         long long pause_ms) {
+    if (d->nsettles == d->capsettles) {
+        size_t cap = d->capsettles ? d->capsettles * 2 : 64;
+        settle_item *s = realloc(d->settles, cap * sizeof(*s));
+        if (!s) return; /* best effort: the grant expires with its estimate */
+        d->settles = s;
+        d->capsettles = cap;
+    }
+    settle_item *it = &d->settles[d->nsettles++];
+    snprintf(it->id, sizeof(it->id), "%s", id);
+    it->actual = actual;
+    it->outcome = o;
+    it->pause_ms = pause_ms;
+    flush_arm(d->e);
+}
+
+/* The Redis grant number inside "<deployment>:<n>", or NULL for local. */
+static const char *grant_number(const char *id) {
+    const char *colon = strrchr(id, ':');
+    if (!colon || colon[1] == 'L' || colon[1] == '\0') return NULL;
+    return colon + 1;
+}
+
+static void on_release(uv_timer_t *t) {
+    engine_call *c = t->data;
+    dep *d = c->d;
+    uint64_t now = uv_now(c->e->loop);
+    if (d->paused_until > now) {
+        /* The provider paused the deployment after this grant was made:
+         * hold the caller until the pause ends, like every other agent. */
+        uv_timer_start(&c->timer, on_release, d->paused_until - now, 0);
+        return;
+    }
+    list_remove(&d->waiting, c);
+    c->e->stats.waiting--;
+    call_complete(c, SL_OK, NULL, NULL);
+}
+
+/* A grant: release the caller now or at its slot. */
+static void call_granted(engine_call *c, long long wait_ms) {
+    engine *e = c->e;
+    dep *d = c->d;
+    if (c->canceled) {
+        const char *num = grant_number(c->grant.id);
+        if (num) queue_settle(d, num, -1, ENGINE_CANCELLED, -1);
+        call_free(c);
+        return;
+    }
+    uint64_t now = uv_now(e->loop);
+    uint64_t at = now + (uint64_t)(wait_ms > 0 ? wait_ms : 0);
+    if (d->paused_until > at) at = d->paused_until;
+    if (at <= now) {
+        call_complete(c, SL_OK, NULL, NULL);
+        return;
+    }
+    c->state = CALL_WAITING;
+    c->release_ms = at;
+    uv_timer_init(e->loop, &c->timer);
+    c->timer.data = c;
+    c->timer_live = 1;
+    uv_timer_start(&c->timer, on_release, at - now, 0);
+    list_push(&d->waiting, c);
+    e->stats.waiting++;
+}
+
+/* ---- local fallback ------------------------------------------------------- */
+
+/* The share of the deployment's rate this agent may use alone. */
+static double local_share(const dep *d) {
+    if (d->live_agents > 0) return 1.0 / (double)d->live_agents;
+    return d->e->cfg->agent.fallback_share;
+}
+
+/* The earliest local slot for cost c on one dimension (rate r per ms,
+ * burst b), with the release-jitter margin of the reserve script: plan
+ * against b - r J; a cost above that waits for a full bucket plus J. */
+static double local_earliest(double tat, double r, double b, double c, double *jitter) {
+    double j = fmin(ENGINE_JITTER_MS, 0.5 * b / r);
+    double room = b - j * r - c;
+    *jitter = room < 0 ? j : 0;
+    return room < 0 ? tat + j : tat - room / r;
+}
+
+/* Decides one call with a local GCRA at this agent's share of the rate.
+ * Same rules as the reserve script, on uv_now; never unlimited. */
+static void local_decide(engine_call *c) {
+    dep *d = c->d;
+    engine *e = c->e;
+    const struct config_deployment *cfg = d->cfg;
+    if (e->cfg->agent.fail == CONFIG_FAIL_CLOSED) {
+        call_complete(c, SL_EUNAVAIL, NULL,
+                      "Redis is unreachable and agent.fail is closed: refusing to pace locally");
+        return;
+    }
+    if (cfg->tpm > 0 && c->tokens > cfg->tpm) {
+        engine_shed sh = {"too_large", -1};
+        call_complete(c, SL_ESHED, &sh, NULL);
+        return;
+    }
+    double share = local_share(d), now = (double)uv_now(e->loop), fence = 0, j;
+    double r_req = (double)cfg->rpm * share / 60000.0;
+    double b_req = fmax(1.0, floor((double)cfg->burst.requests * share));
+    double r_tok = 0, b_tok = 0;
+    const char *reason = "rpm";
+    double s = fmax(now, d->local_last_slot);
+    double t = local_earliest(d->local_tat_req, r_req, b_req, 1, &j);
+    fence = fmax(fence, j);
+    if (t > s) s = t;
+    if (cfg->tpm > 0) {
+        r_tok = (double)cfg->tpm * share / 60000.0;
+        b_tok = fmax(1.0, floor((double)cfg->burst.tokens * share));
+        t = local_earliest(d->local_tat_tok, r_tok, b_tok, (double)c->tokens, &j);
+        fence = fmax(fence, j);
+        if (t > s) {
+            s = t;
+            reason = "tpm";
+        }
+    }
+    if ((double)d->paused_until > s) {
+        s = (double)d->paused_until;
+        reason = "paused";
+    }
+    double wait = s - now;
+    if (wait > (double)c->max_wait_ms) {
+        engine_shed sh = {reason, (long long)ceil(wait - (double)c->max_wait_ms)};
+        call_complete(c, SL_ESHED, &sh, NULL);
+        return;
+    }
+    d->local_tat_req = fmax(d->local_tat_req, s) + 1.0 / r_req;
+    if (cfg->tpm > 0) d->local_tat_tok = fmax(d->local_tat_tok, s) + (double)c->tokens / r_tok;
+    d->local_last_slot = s + fence;
+    d->local_seq++;
+    snprintf(c->grant.id, sizeof(c->grant.id), "%s:L%llu", d->name, d->local_seq);
+    c->grant.tokens = c->tokens;
+    c->grant.local = 1;
+    call_granted(c, (long long)ceil(wait));
+}
+
+/* Redis mode is used when connected, the deployment's limits are written,
+ * and the local schedule from an outage has drained (so the fleet's total
+ * stays within the quota when agents rejoin). */
+static int dep_uses_redis(const dep *d) {
+    double now = (double)uv_now(d->e->loop);
+    return d->e->redis_up && d->configured && d->local_tat_req <= now && d->local_tat_tok <= now;
+}
+
+/* ---- reserve --------------------------------------------------------------- */
+
+typedef struct reserve_batch {
+    dep *d;
+    size_t n;
+    engine_call *items[RESERVE_BATCH_MAX];
+} reserve_batch;
+
+static long long reply_int(const redisReply *r) {
+    if (!r) return 0;
+    if (r->type == REDIS_REPLY_INTEGER) return r->integer;
+    if (r->type == REDIS_REPLY_STRING) return atoll(r->str);
+    return 0;
+}
+
+static void on_reserve(void *arg, redisReply *r, const char *err) {
+    reserve_batch *b = arg;
+    dep *d = b->d;
+    engine *e = d->e;
+    e->calls_out--;
+    d->reserving--;
+    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 + b->n;
+    if (ok) {
+        long long paused = reply_int(r->element[1]);
+        if (paused > 0) {
+            uint64_t until = uv_now(e->loop) + (uint64_t)paused;
+            if (until > d->paused_until) d->paused_until = until;
+        }
+    }
+    int lost_limits = r && r->type == REDIS_REPLY_ERROR && strstr(r->str, "unknown deployment");
+    if (lost_limits) {
+        /* Redis lost our limits (flushed or restarted empty): write them
+         * again; the batch waits for that and goes again, unseen by callers. */
+        d->configured = 0;
+        dep_configure(d);
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        engine_call *c = b->items[i];
+        if (!ok) {
+            /* Timeout, lost connection, or an error: decide locally (the
+             * call may have been applied in Redis; charging it twice is the
+             * safe side). A canceled call just goes away. */
+            if (c->canceled) {
+                call_free(c);
+                continue;
+            }
+            if (e->redis_up && (lost_limits || (d->configured && !(r && r->type == REDIS_REPLY_ERROR)))) {
+                c->state = CALL_PENDING;
+                list_push(&d->pending, c);
+                e->stats.queued++;
+                continue;
+            }
+            local_decide(c);
+            continue;
+        }
+        redisReply *it = r->element[2 + i];
+        if (it->type != REDIS_REPLY_ARRAY || it->elements < 3) {
+            local_decide(c);
+            continue;
+        }
+        if (reply_int(it->element[0]) == 1 && it->elements >= 4) {
+            snprintf(c->grant.id, sizeof(c->grant.id), "%s:%lld", d->name, reply_int(it->element[1]));
+            c->grant.tokens = reply_int(it->element[3]);
+            c->grant.local = 0;
+            call_granted(c, reply_int(it->element[2]));
+        } else {
+            if (c->canceled) {
+                call_free(c);
+                continue;
+            }
+            static char reason[7][16];
+            const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str : "other";
+            int idx = engine_shed_reason_index(rs);
+            snprintf(reason[idx], sizeof(reason[idx]), "%s", engine_shed_reasons[idx]);
+            engine_shed sh = {reason[idx], reply_int(it->element[2])};
+            call_complete(c, SL_ESHED, &sh, NULL);
+        }
+    }
+    free(b);
+    if (d->pending.n) flush_arm(e);
+    maybe_finish_stop(e);
+}
+
+static void dep_flush_reserves(dep *d) {
+    engine *e = d->e;
+    if (!d->pending.n) return;
+    if (!dep_uses_redis(d)) {
+        /* Before the first connection attempt resolves, hold the callers
+         * briefly; after that, pace locally. */
+        if (e->redis_up && !d->configured) return; /* configure in flight */
+        while (d->pending.n) {
+            engine_call *c = list_pop(&d->pending);
+            e->stats.queued--;
+            local_decide(c);
+        }
+        return;
+    }
+    if (d->reserving) return; /* what arrives now rides the next call */
+    reserve_batch *b = calloc(1, sizeof(*b));
+    if (!b) return;
+    b->d = d;
+    const char *argv[1 + 2 * RESERVE_BATCH_MAX];
+    char buf[1 + 2 * RESERVE_BATCH_MAX][24];
+    while (d->pending.n && b->n < RESERVE_BATCH_MAX) {
+        engine_call *c = list_pop(&d->pending);
+        e->stats.queued--;
+        c->state = CALL_INFLIGHT;
+        snprintf(buf[1 + 2 * b->n], 24, "%lld", c->tokens);
+        snprintf(buf[2 + 2 * b->n], 24, "%lld", c->max_wait_ms);
+        argv[1 + 2 * b->n] = buf[1 + 2 * b->n];
+        argv[2 + 2 * b->n] = buf[2 + 2 * b->n];
+        b->items[b->n++] = c;
+    }
+    snprintf(buf[0], 24, "%zu", b->n);
+    argv[0] = buf[0];
+    int rc = rconn_script(e->redis, SCRIPT_RESERVE, d->keys, (int)(1 + 2 * b->n), argv, NULL,
+                          on_reserve, b);
+    if (rc != 0) {
+        for (size_t i = 0; i < b->n; i++) {
+            if (b->items[i]->canceled) call_free(b->items[i]);
+            else local_decide(b->items[i]);
+        }
+        free(b);
+        return;
+    }
+    e->calls_out++;
+    d->reserving++;
+    e->stats.reserve_calls++;
+    e->stats.reserve_items += b->n;
+}
+
+/* ---- settle ---------------------------------------------------------------- */
+
+typedef struct settle_batch {
+    dep *d;
+    size_t n;
+} settle_batch;
+
+static void on_settle(void *arg, redisReply *r, const char *err) {
+    settle_batch *b = arg;
+    dep *d = b->d;
+    engine *e = d->e;
+    e->calls_out--;
+    d->settling--;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3) {
+        long long paused = reply_int(r->element[1]);
+        if (paused > 0) {
+            uint64_t until = uv_now(e->loop) + (uint64_t)paused;
+            if (until > d->paused_until) d->paused_until = until;
+        }
+        if (r->element[2]->type == REDIS_REPLY_STRING) d->rate_scale = atof(r->element[2]->str);
+    }
+    free(b);
+    if (d->nsettles) flush_arm(e);
+    maybe_finish_stop(e);
+}
+
+static void dep_flush_settles(dep *d) {
+    engine *e = d->e;
+    if (!d->nsettles || d->settling) return;
+    if (!e->redis_up || !d->configured) {
+        if (!e->redis_up) d->nsettles = 0; /* Redis is gone: grants expire there */
+        return;
+    }
+    size_t n = d->nsettles < SETTLE_BATCH_MAX ? d->nsettles : SETTLE_BATCH_MAX;
+    const char **argv = malloc(sizeof(*argv) * (1 + 4 * n));
+    char(*buf)[24] = malloc(sizeof(*buf) * (1 + 4 * n));
+    settle_batch *b = malloc(sizeof(*b));
+    if (!argv || !buf || !b) {
+        free(argv);
+        free(buf);
+        free(b);
+        return;
+    }
+    static const char *const outcomes[] = {"ok", "throttled", "failed", "cancelled"};
+    snprintf(buf[0], 24, "%zu", n);
+    argv[0] = buf[0];
+    for (size_t i = 0; i < n; i++) {
+        settle_item *it = &d->settles[i];
+        argv[1 + 4 * i] = it->id;
+        snprintf(buf[2 + 4 * i], 24, "%lld", it->actual < 0 ? -1 : it->actual);
+        argv[2 + 4 * i] = buf[2 + 4 * i];
+        argv[3 + 4 * i] = outcomes[it->outcome];
+        snprintf(buf[4 + 4 * i], 24, "%lld", it->pause_ms < 0 ? -1 : it->pause_ms);
+        argv[4 + 4 * i] = buf[4 + 4 * i];
+    }
+    b->d = d;
+    b->n = n;
+    int rc = rconn_script(e->redis, SCRIPT_SETTLE, d->keys, (int)(1 + 4 * n), argv, NULL, on_settle, b);
+    free(argv);
+    free(buf);
+    if (rc != 0) {
+        free(b);
+        return;
+    }
+    memmove(d->settles, d->settles + n, (d->nsettles - n) * sizeof(*d->settles));
+    d->nsettles -= n;
+    e->calls_out++;
+    d->settling++;
+    e->stats.settle_calls++;
+    e->stats.settle_items += n;
+}
+
+/* ---- flushing (once per loop turn) ------------------------------------------ */
+
+static void on_flush(uv_check_t *h) {
+    engine *e = h->data;
+    e->flush_armed = 0;
+    uv_check_stop(&e->flush_check);
+    uv_idle_stop(&e->flush_idle);
+    /* Settles first: a cancel gives its slot back before the next reserve. */
+    for (dep *d = e->deps; d; d = d->next) {
+        dep_flush_settles(d);
+        dep_flush_reserves(d);
+    }
+}
+
+static void on_idle(uv_idle_t *h) { (void)h; }
+
+static void flush_arm(engine *e) {
+    if (e->flush_armed || e->stopped) return;
+    e->flush_armed = 1;
+    uv_check_start(&e->flush_check, on_flush);
+    uv_idle_start(&e->flush_idle, on_idle);
+}
+
+/* ---- configure and heartbeat ------------------------------------------------ */
+
+static void on_configure(void *arg, redisReply *r, const char *err) {
+    dep *d = arg;
+    engine *e = d->e;
+    e->calls_out--;
+    d->configuring = 0;
+    if (r && r->type == REDIS_REPLY_ARRAY) {
+        d->configured = 1;
+    } else {
+        d->configured = 0;
+        e->stats.errors++;
+    }
+    flush_arm(e); /* pending callers go to Redis, or local on failure */
+    maybe_finish_stop(e);
+}
+
+static void dep_configure(dep *d) {
+    engine *e = d->e;
+    if (!d->cfg || d->configuring || !e->redis_up || e->stopping) return;
+    const struct config_deployment *c = d->cfg;
+    /* The configure script's fields (docs/redis-keys.md), from the YAML. */
+    struct {
+        const char *name;
+        char val[32];
+    } kv[20];
+    int n = 0;
+#define F(name_, fmt, val_) (kv[n].name = (name_), snprintf(kv[n].val, 32, fmt, val_), n++)
+    F("rpm", "%lld", c->rpm);
+    F("tpm", "%lld", c->tpm);
+    F("burst_requests", "%lld", c->burst.requests);
+    F("burst_tokens", "%lld", c->burst.tokens);
+    F("rpd", "%lld", c->rpd);
+    F("tpd", "%lld", c->tpd);
+    F("max_concurrency", "%lld", c->max_concurrency);
+    F("lease_ms", "%lld", c->lease_s * 1000);
+    F("refund", "%d", c->refund ? 1 : 0);
+    F("retry_ttl_ms", "%lld", c->retry_budget.ttl_s * 1000);
+    F("retry_min_per_s", "%lld", c->retry_budget.min_per_s);
+    F("retry_percent", "%.6g", c->retry_budget.percent);
+    F("aimd_decrease", "%.6g", c->aimd.decrease);
+    F("aimd_min_scale", "%.6g", c->aimd.min_scale);
+    F("aimd_increase", "%.6g", c->aimd.increase);
+    F("aimd_interval_ms", "%lld", c->aimd.interval_s * 1000);
+#undef F
+    const char *argv[40];
+    for (int i = 0; i < n; i++) {
+        argv[2 * i] = kv[i].name;
+        argv[2 * i + 1] = kv[i].val;
+    }
+    if (rconn_script(e->redis, SCRIPT_CONFIGURE, d->keys, 2 * n, argv, NULL, on_configure, d) == 0) {
+        d->configuring = 1;
+        e->calls_out++;
+    }
+}
+
+static void on_heartbeat(void *arg, redisReply *r, const char *err) {
+    dep *d = arg;
+    d->e->calls_out--;
+    if (r && r->type == REDIS_REPLY_INTEGER && r->integer > 0) d->live_agents = r->integer;
+    maybe_finish_stop(d->e);
+}
+
+static void dep_heartbeat(dep *d, int leave) {
+    engine *e = d->e;
+    char window[24];
+    snprintf(window, sizeof(window), "%lld", e->cfg->agent.heartbeat_ms * 3);
+    const char *argv[3] = {e->agent_id, window, "leave"};
+    if (rconn_script(e->redis, SCRIPT_HEARTBEAT, d->keys, leave ? 3 : 2, argv, NULL, on_heartbeat, d) == 0)
+        e->calls_out++;
+}
+
+static void on_heartbeat_timer(uv_timer_t *t) {
+    engine *e = t->data;
+    if (!e->redis_up) return;
+    for (dep *d = e->deps; d; d = d->next) {
+        if (!d->cfg) continue;
+        if (!d->configured) dep_configure(d);
+        dep_heartbeat(d, 0);
+    }
+}
+
+static void on_redis_up(void *ud) {
+    engine *e = ud;
+    e->redis_up = 1;
+    e->stats.redis_up = 1;
+    e->mode_since_ms = wall_ms();
+    for (dep *d = e->deps; d; d = d->next) {
+        d->configured = 0;
+        d->configuring = 0;
+        if (d->cfg) {
+            dep_configure(d);
+            dep_heartbeat(d, 0);
+        }
+    }
+}
+
+static void on_redis_down(void *ud, const char *why) {
+    engine *e = ud;
+    if (e->redis_up) e->mode_since_ms = wall_ms();
+    e->redis_up = 0;
+    e->stats.redis_up = 0;
+    for (dep *d = e->deps; d; d = d->next) {
+        d->configured = 0;
+        d->configuring = 0;
+    }
+    flush_arm(e); /* queued callers are decided locally now */
+}
+
+/* ---- public API ---------------------------------------------------------------- */
+
+int engine_new(uv_loop_t *loop, config *cfg, const char *agent_id, engine **out) {
+    *out = NULL;
+    engine *e = calloc(1, sizeof(*e));
+    if (!e) return SL_ENOMEM;
+    e->loop = loop;
+    e->cfg = cfg;
+    if (agent_id && *agent_id) {
+        snprintf(e->agent_id, sizeof(e->agent_id), "%s", agent_id);
+    } else if (cfg->agent.id[0]) {
+        snprintf(e->agent_id, sizeof(e->agent_id), "%s", cfg->agent.id);
+    } else {
+        char host[64] = "localhost";
+        gethostname(host, sizeof(host) - 1);
+        snprintf(e->agent_id, sizeof(e->agent_id), "%s:%ld", host, (long)getpid());
+    }
+    for (size_t i = 0; i < cfg->ndeployments; i++) {
+        if (!dep_add(e, &cfg->deployments[i])) {
+            for (dep *d = e->deps, *nx; d; d = nx) {
+                nx = d->next;
+                free(d);
+            }
+            free(e);
+            return SL_EINVAL;
+        }
+    }
+    rconn_events ev = {on_redis_up, on_redis_down};
+    int rc = rconn_new(loop, &cfg->redis, ev, e, &e->redis);
+    if (rc != 0) {
+        for (dep *d = e->deps, *nx; d; d = nx) {
+            nx = d->next;
+            free(d);
+        }
+        free(e);
+        return rc;
+    }
+    uv_check_init(loop, &e->flush_check);
+    uv_idle_init(loop, &e->flush_idle);
+    uv_timer_init(loop, &e->heartbeat_timer);
+    e->flush_check.data = e;
+    e->flush_idle.data = e;
+    e->heartbeat_timer.data = e;
+    e->handles_open = 3;
+    e->mode_since_ms = wall_ms();
+    *out = e;
+    return 0;
+}
+
+void engine_start(engine *e) {
+    rconn_start(e->redis);
+    uint64_t hb = (uint64_t)e->cfg->agent.heartbeat_ms;
+    uv_timer_start(&e->heartbeat_timer, on_heartbeat_timer, hb, hb);
+}
+
+int engine_acquire(engine *e, const char *deployment, long long tokens, long long max_wait_ms,
+                   engine_acquire_cb cb, void *arg, engine_call **out) {
+    if (out) *out = NULL;
+    if (e->stopping) return SL_ECLOSING;
+    if (!cb || tokens < 0) return SL_EINVAL;
+    dep *d = dep_find(e, deployment);
+    if (!d || !d->cfg) return SL_EUNKNOWN;
+    engine_call *c = calloc(1, sizeof(*c));
+    if (!c) return SL_ENOMEM;
+    c->e = e;
+    c->d = d;
+    c->cb = cb;
+    c->arg = arg;
+    c->tokens = tokens;
+    c->max_wait_ms = max_wait_ms < 0 ? d->cfg->max_wait_ms : max_wait_ms;
+    c->start_ms = uv_now(e->loop);
+    c->state = CALL_PENDING;
+    list_push(&d->pending, c);
+    e->stats.acquires++;
+    e->stats.queued++;
+    flush_arm(e);
+    if (out) *out = c;
+    return 0;
+}
+
+void engine_cancel(engine_call *c) {
+    if (!c || c->state == CALL_DONE || c->canceled) return;
+    engine *e = c->e;
+    dep *d = c->d;
+    c->canceled = 1;
+    e->stats.cancels++;
+    switch (c->state) {
+    case CALL_PENDING:
+        list_remove(&d->pending, c);
+        e->stats.queued--;
+        call_free(c);
+        break;
+    case CALL_INFLIGHT:
+        break; /* on_reserve gives a grant back and frees the call */
+    case CALL_WAITING: {
+        const char *num = grant_number(c->grant.id);
+        if (num) queue_settle(d, num, -1, ENGINE_CANCELLED, -1);
+        list_remove(&d->waiting, c);
+        e->stats.waiting--;
+        uv_timer_stop(&c->timer);
+        c->state = CALL_DONE;
+        call_free(c);
+        break;
+    }
+    case CALL_DONE:
+        break;
+    }
+}
+
+int engine_settle(engine *e, const char *grant_id, long long actual_tokens, engine_outcome outcome,
+                  long long pause_ms) {
+    const char *colon = grant_id ? strrchr(grant_id, ':') : NULL;
+    if (!colon || colon == grant_id || (size_t)(colon - grant_id) > CONFIG_NAME_MAX) return SL_EINVAL;
+    if (outcome < ENGINE_OK || outcome > ENGINE_CANCELLED) return SL_EINVAL;
+    const char *num = colon + 1;
+    int local = num[0] == 'L';
+    const char *digits = local ? num + 1 : num;
+    if (!*digits || strlen(digits) > 15 || strspn(digits, "0123456789") != strlen(digits))
+        return SL_EINVAL;
+    char name[CONFIG_NAME_MAX + 1];
+    memcpy(name, grant_id, (size_t)(colon - grant_id));
+    name[colon - grant_id] = '\0';
+    dep *d = dep_find(e, name);
+    if (!d || !d->cfg) return SL_EUNKNOWN;
+    e->stats.settles++;
+    if (outcome == ENGINE_THROTTLED) e->stats.throttled++;
+    if (actual_tokens >= 0) e->stats.tokens_actual += (unsigned long long)actual_tokens;
+    if (pause_ms > 0) {
+        uint64_t until = uv_now(e->loop) + (uint64_t)pause_ms;
+        if (until > d->paused_until) d->paused_until = until;
+    }
+    if (local) {
+        /* A local grant: only its feedback reaches Redis (if reachable). */
+        if (outcome == ENGINE_THROTTLED || pause_ms >= 0) queue_settle(d, "-", -1, outcome, pause_ms);
+        return 0;
+    }
+    queue_settle(d, num, actual_tokens, outcome, pause_ms);
+    return 0;
+}
+
+int engine_feedback(engine *e, const char *deployment, engine_outcome outcome, long long pause_ms) {
+    dep *d = dep_find(e, deployment);
+    if (!d || !d->cfg) return SL_EUNKNOWN;
+    if (outcome == ENGINE_THROTTLED) e->stats.throttled++;
+    if (pause_ms > 0) {
+        uint64_t until = uv_now(e->loop) + (uint64_t)pause_ms;
+        if (until > d->paused_until) d->paused_until = until;
+    }
+    queue_settle(d, "-", -1, outcome, pause_ms);
+    return 0;
+}
+
+/* ---- retry --------------------------------------------------------------------- */
+
+typedef struct retry_req {
+    engine *e;
+    dep *d;
+    engine_retry_cb cb;
+    void *arg;
+    uv_timer_t timer; /* defers a local answer so cb never runs synchronously */
+} retry_req;
+
+static void on_retry_timer_closed(uv_handle_t *h) { free(h->data); }
+
+static void on_retry(void *arg, redisReply *r, const char *err) {
+    retry_req *q = arg;
+    engine *e = q->e;
+    e->calls_out--;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3) {
+        int allowed = (int)reply_int(r->element[0]);
+        if (allowed) e->stats.retries_allowed++;
+        else e->stats.retries_refused++;
+        q->cb(q->arg, SL_OK, allowed, reply_int(r->element[1]), reply_int(r->element[2]));
+    } else {
+        /* Redis failed mid-call: refuse (the safe answer for a retry). */
+        e->stats.retries_refused++;
+        q->cb(q->arg, SL_OK, 0, 0, 1000);
+    }
+    free(q);
+    maybe_finish_stop(e);
+}
+
+static void on_retry_local(uv_timer_t *t) {
+    retry_req *q = t->data;
+    dep *d = q->d;
+    engine *e = q->e;
+    /* Without Redis the fleet's successes are unknown: allow only the floor
+     * (min_per_s, burst min_per_s x ttl_s), at this agent's share, from a
+     * local GCRA bucket. */
+    double share = local_share(d);
+    double per_ms = (double)d->cfg->retry_budget.min_per_s * share / 1000.0;
+    double burst = fmax(1.0, floor((double)(d->cfg->retry_budget.min_per_s * d->cfg->retry_budget.ttl_s) * share));
+    double now = (double)uv_now(e->loop);
+    int allowed = 0;
+    long long retry_after = 1000;
+    if (per_ms > 0) {
+        double tat = fmax(d->local_retry_tat, now);
+        if (tat - now <= (burst - 1) / per_ms) {
+            allowed = 1;
+            d->local_retry_tat = tat + 1.0 / per_ms;
+        } else {
+            retry_after = (long long)ceil(tat - now - (burst - 1) / per_ms);
+        }
+    }
+    if (allowed) e->stats.retries_allowed++;
+    else e->stats.retries_refused++;
+    long long balance = 0;
+    if (per_ms > 0) balance = (long long)floor(burst - fmax(0.0, d->local_retry_tat - now) * per_ms);
+    q->cb(q->arg, SL_OK, allowed, balance > 0 ? balance : 0, allowed ? 0 : retry_after);
+    uv_close((uv_handle_t *)&q->timer, on_retry_timer_closed);
+}
+
+int engine_retry(engine *e, const char *deployment, engine_retry_cb cb, void *arg) {
+    if (e->stopping) return SL_ECLOSING;
+    dep *d = dep_find(e, deployment);
+    if (!d || !d->cfg) return SL_EUNKNOWN;
+    retry_req *q = calloc(1, sizeof(*q));
+    if (!q) return SL_ENOMEM;
+    q->e = e;
+    q->d = d;
+    q->cb = cb;
+    q->arg = arg;
+    if (e->redis_up && d->configured) {
+        const char *argv[1] = {"withdraw"};
+        if (rconn_script(e->redis, SCRIPT_RETRY, d->keys, 1, argv, NULL, on_retry, q) == 0) {
+            e->calls_out++;
+            return 0;
+        }
+    }
+    uv_timer_init(e->loop, &q->timer);
+    q->timer.data = q;
+    uv_timer_start(&q->timer, on_retry_local, 0, 0);
+    return 0;
+}
+
+/* ---- status --------------------------------------------------------------------- */
+
+typedef struct status_req {
+    engine *e;
+    dep *d;
+    engine_status_cb cb;
+    void *arg;
+    uv_timer_t timer;
+} status_req;
+
+#define STATUS_LOCAL_FIELDS 10
+
+static void status_emit(status_req *q, redisReply *r) {
+    engine *e = q->e;
+    dep *d = q->d;
+    size_t nr = (r && r->type == REDIS_REPLY_ARRAY) ? r->elements / 2 : 0;
+    size_t n = nr + STATUS_LOCAL_FIELDS;
+    const char **f = calloc(n, sizeof(*f));
+    const char **v = calloc(n, sizeof(*v));
+    char(*buf)[64] = calloc(n, 64); /* formatted values, one slot per field */
+    if (!f || !v || !buf) {
+        free(f);
+        free(v);
+        free(buf);
+        q->cb(q->arg, SL_ENOMEM, 0, NULL, NULL);
+        return;
+    }
+    size_t k = 0;
+    uint64_t now = uv_now(e->loop);
+#define FIELD_STR(name, val) (f[k] = (name), v[k] = (val), k++)
+#define FIELD_FMT(name, ...) (f[k] = (name), snprintf(buf[k], 64, __VA_ARGS__), v[k] = buf[k], k++)
+    FIELD_STR("mode", dep_uses_redis(d) ? "redis"
+                      : (e->cfg->agent.fail == CONFIG_FAIL_CLOSED ? "closed" : "local"));
+    FIELD_FMT("mode_since_ms_ago", "%lld", wall_ms() - e->mode_since_ms);
+    FIELD_STR("redis", e->redis_up ? "connected" : "unreachable");
+    FIELD_STR("redis_error", rconn_last_error(e->redis));
+    FIELD_FMT("queued", "%zu", d->pending.n);
+    FIELD_FMT("waiting", "%zu", d->waiting.n);
+    FIELD_FMT("agent_live_agents", "%lld", d->live_agents);
+    FIELD_FMT("local_share", "%.4f", local_share(d));
+    FIELD_FMT("agent_paused_ms", "%llu",
+              (unsigned long long)(d->paused_until > now ? d->paused_until - now : 0));
+    FIELD_FMT("agent_rate_scale", "%.4f", d->rate_scale);
+    for (size_t i = 0; i < nr; i++) {
+        redisReply *fr = r->element[2 * i], *vr = r->element[2 * i + 1];
+        if (fr->type != REDIS_REPLY_STRING) continue;
+        if (vr->type == REDIS_REPLY_INTEGER) FIELD_FMT(fr->str, "%lld", vr->integer);
+        else FIELD_STR(fr->str, vr->type == REDIS_REPLY_STRING ? vr->str : "");
+    }
+#undef FIELD_STR
+#undef FIELD_FMT
+    q->cb(q->arg, SL_OK, k, f, v);
+    free(f);
+    free(v);
+    free(buf);
+}
+
+static void on_status(void *arg, redisReply *r, const char *err) {
+    status_req *q = arg;
+    q->e->calls_out--;
+    status_emit(q, (r && r->type == REDIS_REPLY_ARRAY) ? r : NULL);
+    engine *e = q->e;
+    free(q);
+    maybe_finish_stop(e);
+}
+
+static void on_status_timer_closed(uv_handle_t *h) { free(h->data); }
+
+static void on_status_local(uv_timer_t *t) {
+    status_req *q = t->data;
+    status_emit(q, NULL);
+    uv_close((uv_handle_t *)&q->timer, on_status_timer_closed);
+}
+
+int engine_status(engine *e, const char *deployment, engine_status_cb cb, void *arg) {
+    if (e->stopping) return SL_ECLOSING;
+    dep *d = dep_find(e, deployment);
+    if (!d || !d->cfg) return SL_EUNKNOWN;
+    status_req *q = calloc(1, sizeof(*q));
+    if (!q) return SL_ENOMEM;
+    q->e = e;
+    q->d = d;
+    q->cb = cb;
+    q->arg = arg;
+    if (e->redis_up && d->configured) {
+        char window[24];
+        snprintf(window, sizeof(window), "%lld", e->cfg->agent.heartbeat_ms * 3);
+        const char *argv[1] = {window};
+        if (rconn_script(e->redis, SCRIPT_STATUS, d->keys, 1, argv, NULL, on_status, q) == 0) {
+            e->calls_out++;
+            return 0;
+        }
+    }
+    uv_timer_init(e->loop, &q->timer);
+    q->timer.data = q;
+    uv_timer_start(&q->timer, on_status_local, 0, 0);
+    return 0;
+}
+
+/* ---- reload, stop, stats ------------------------------------------------------------ */
+
+int engine_reload(engine *e, config *cfg) {
+    config *old = e->cfg;
+    for (dep *d = e->deps; d; d = d->next) d->cfg = NULL;
+    for (size_t i = 0; i < cfg->ndeployments; i++) {
+        dep *d = dep_find(e, cfg->deployments[i].name);
+        if (!d) d = dep_add(e, &cfg->deployments[i]);
+        if (!d) continue;
+        d->cfg = &cfg->deployments[i];
+        d->configured = 0;
+    }
+    e->cfg = cfg;
+    for (dep *d = e->deps; d; d = d->next) {
+        if (d->cfg) {
+            dep_configure(d);
+            continue;
+        }
+        while (d->pending.n) {
+            engine_call *c = list_pop(&d->pending);
+            e->stats.queued--;
+            call_complete(c, SL_EUNKNOWN, NULL, "deployment removed by a configuration reload");
+        }
+    }
+    config_free(old);
+    return 0;
+}
+
+const config *engine_config(const engine *e) { return e->cfg; }
+
+const char *engine_agent_id(const engine *e) { return e->agent_id; }
+
+static void on_engine_handle_closed(uv_handle_t *h) {
+    engine *e = h->data;
+    if (--e->handles_open == 0 && e->stop_done) {
+        void (*done)(void *) = e->stop_done;
+        e->stop_done = NULL;
+        done(e->stop_arg);
+    }
+}
+
+static void on_redis_closed(void *arg) {
+    engine *e = arg;
+    e->redis = NULL;
+    on_engine_handle_closed((uv_handle_t *)&e->heartbeat_timer);
+}
+
+static void maybe_finish_stop(engine *e) {
+    if (!e->stopping || e->stopped) return;
+    for (dep *d = e->deps; d; d = d->next)
+        if (d->nsettles && e->redis_up && d->configured && !d->settling) dep_flush_settles(d);
+    if (e->calls_out > 0) return;
+    e->stopped = 1;
+    uv_check_stop(&e->flush_check);
+    uv_idle_stop(&e->flush_idle);
+    uv_timer_stop(&e->heartbeat_timer);
+    uv_close((uv_handle_t *)&e->flush_check, on_engine_handle_closed);
+    uv_close((uv_handle_t *)&e->flush_idle, on_engine_handle_closed);
+    /* The heartbeat timer's close is counted when Redis is closed too. */
+    uv_close((uv_handle_t *)&e->heartbeat_timer, NULL);
+    rconn_close(e->redis, on_redis_closed, e);
+}
+
+void engine_stop(engine *e, void (*done)(void *arg), void *arg) {
+    if (e->stopping) return;
+    e->stopping = 1;
+    e->stop_done = done;
+    e->stop_arg = arg;
+    for (dep *d = e->deps; d; d = d->next) {
+        while (d->pending.n) {
+            engine_call *c = list_pop(&d->pending);
+            e->stats.queued--;
+            call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
+        }
+        while (d->waiting.n) {
+            engine_call *c = list_pop(&d->waiting);
+            e->stats.waiting--;
+            uv_timer_stop(&c->timer);
+            const char *num = grant_number(c->grant.id);
+            if (num) queue_settle(d, num, -1, ENGINE_CANCELLED, -1);
+            call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
+        }
+        if (e->redis_up && d->cfg) dep_heartbeat(d, 1);
+    }
+    maybe_finish_stop(e);
+}
+
+void engine_free(engine *e) {
+    if (!e) return;
+    for (dep *d = e->deps, *nx; d; d = nx) {
+        nx = d->next;
+        free(d->settles);
+        free(d);
+    }
+    config_free(e->cfg);
+    free(e);
+}
+
+void engine_get_stats(const engine *e, engine_stats *out) {
+    *out = e->stats;
+    if (e->redis) {
+        rconn_stats rs;
+        rconn_get_stats(e->redis, &rs);
+        out->redis_calls = rs.calls;
+        out->redis_errors = rs.errors;
+        out->redis_timeouts = rs.timeouts;
+        out->noscript_reloads = rs.noscript_reloads;
+        out->redis_error = rconn_last_error(e->redis);
+    } else {
+        out->redis_error = "";
+    }
+    out->redis_up = e->redis_up;
+    out->mode = e->redis_up ? "redis" : "local";
+    out->mode_since_ms = e->mode_since_ms;
+}

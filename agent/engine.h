@@ -1,0 +1,154 @@
+/* engine: the agent's core, shared by the sluiced daemon and libsluice's
+ * embedded mode (the same code, not a second implementation).
+ *
+ * One engine runs on one libuv loop and holds one Redis connection (rconn).
+ * It turns the demand of all local callers into as few script calls as
+ * possible: acquires that arrive in the same loop turn for one deployment
+ * go to Redis as one `reserve` call (at most one in flight per deployment;
+ * what arrives meanwhile rides the next call), settles likewise. Each
+ * granted caller is released by a timer at its slot, never by polling. A
+ * caller that cancels while waiting gives its reservation back.
+ *
+ * When Redis is unreachable the engine governs locally at its share of each
+ * deployment's rate (rate / live agents, live agents read from the
+ * heartbeats while Redis was reachable; agent.fallback_share before that),
+ * or refuses when agent.fail is closed. It rejoins when Redis returns, once
+ * its local schedule has drained, so the fleet stays within the quota.
+ *
+ * Threading: every function must be called on the loop's thread. Errors are
+ * negative SL_E* codes (sluice.h). Callbacks never run synchronously from
+ * the call that registers them; a function that returns an error never
+ * calls its callback. Ownership is stated per function. */
+#ifndef SLUICE_ENGINE_H
+#define SLUICE_ENGINE_H
+
+#include <stddef.h>
+#include <uv.h>
+
+#include "config.h"
+
+typedef struct engine engine;
+typedef struct engine_call engine_call;
+
+typedef enum engine_outcome {
+    ENGINE_OK = 0,
+    ENGINE_THROTTLED,
+    ENGINE_FAILED,
+    ENGINE_CANCELLED
+} engine_outcome;
+
+#define ENGINE_GRANT_ID_MAX 96
+
+typedef struct engine_grant {
+    char id[ENGINE_GRANT_ID_MAX]; /* "<deployment>:<n>", or ":L<n>" when local */
+    long long waited_ms;          /* from acquire to release */
+    long long tokens;             /* the reserved estimate */
+    int local;                    /* granted by local fallback pacing */
+} engine_grant;
+
+typedef struct engine_shed {
+    const char *reason;           /* rpm tpm paused daily concurrency too_large */
+    long long retry_after_ms;     /* -1: never (too_large) */
+} engine_shed;
+
+/* Outcome of an acquire: status SL_OK with g, SL_ESHED with shed, or
+ * another SL_E* code with msg (SL_EUNAVAIL, SL_ECLOSING, SL_EUNKNOWN when
+ * the deployment was removed by a reload). Pointers are valid during the
+ * call only. */
+typedef void (*engine_acquire_cb)(void *arg, int status, const engine_grant *g,
+                                  const engine_shed *shed, const char *msg);
+
+/* Creates an engine on loop for cfg. The engine takes ownership of cfg
+ * (freed by engine_free or replaced by engine_reload). agent_id names this
+ * agent in the heartbeats ("" or NULL: cfg's agent.id, else hostname:pid).
+ * Returns 0 or SL_E*; on error cfg is not taken. */
+int engine_new(uv_loop_t *loop, config *cfg, const char *agent_id, engine **out);
+
+/* Connects to Redis and starts heartbeats. Acquires are accepted before
+ * (they wait for the first connection attempt, then fall back). */
+void engine_start(engine *e);
+
+/* Asks for a slot. tokens: the estimate (>= 0); max_wait_ms < 0 takes the
+ * deployment's max_wait_ms. cb runs at the slot, or at once when shed.
+ * *call (optional) receives a handle for engine_cancel, valid until cb
+ * runs. Returns 0, SL_EUNKNOWN (no such deployment), SL_EINVAL, SL_ENOMEM
+ * or SL_ECLOSING. */
+int engine_acquire(engine *e, const char *deployment, long long tokens, long long max_wait_ms,
+                   engine_acquire_cb cb, void *arg, engine_call **call);
+
+/* Cancels a call whose callback has not run: the callback will not run,
+ * and a reservation already made is given back (settled as cancelled). */
+void engine_cancel(engine_call *call);
+
+/* Closes a grant. actual_tokens < 0: unknown (the estimate stands).
+ * pause_ms >= 0: the provider asked the deployment to pause that long
+ * (Retry-After, or remaining 0 with a reset), applied fleet-wide once.
+ * Fire and forget: coalesced with other settles. Returns 0, SL_EINVAL (a
+ * malformed grant id) or SL_EUNKNOWN (its deployment is not configured). */
+int engine_settle(engine *e, const char *grant_id, long long actual_tokens, engine_outcome outcome,
+                  long long pause_ms);
+
+/* Provider feedback without a grant (e.g. a 429 on an ungoverned call). */
+int engine_feedback(engine *e, const char *deployment, engine_outcome outcome, long long pause_ms);
+
+/* "May this deployment's fleet retry now?" cb gets status SL_OK with
+ * allowed 1/0, the balance left and, when refused, a retry-after hint.
+ * Returns 0 or SL_EUNKNOWN / SL_ECLOSING (then cb never runs). */
+typedef void (*engine_retry_cb)(void *arg, int status, int allowed, long long balance,
+                                long long retry_after_ms);
+int engine_retry(engine *e, const char *deployment, engine_retry_cb cb, void *arg);
+
+/* The live budget of one deployment as field/value string pairs: Redis'
+ * view (the status script) merged with this agent's (mode, queues). fields
+ * and values are valid during the callback only. */
+typedef void (*engine_status_cb)(void *arg, int status, size_t n, const char *const *fields,
+                                 const char *const *values);
+int engine_status(engine *e, const char *deployment, engine_status_cb cb, void *arg);
+
+/* Swaps in a new configuration (taking ownership; the old one is freed).
+ * Deployments keep their state by name; new limits are written to Redis;
+ * callers queued for a removed deployment get SL_EUNKNOWN. Returns 0. */
+int engine_reload(engine *e, config *cfg);
+
+/* The current configuration (borrowed). */
+const config *engine_config(const engine *e);
+
+/* Stops: refuses new acquires, answers every queued and waiting caller
+ * with SL_ECLOSING (waiting reservations are given back), deregisters the
+ * heartbeats, closes Redis, then calls done (optional). */
+void engine_stop(engine *e, void (*done)(void *arg), void *arg);
+
+/* Frees a stopped engine (after done ran). NULL is a no-op. */
+void engine_free(engine *e);
+
+/* Counters for INFO and metrics. The hot path only increments these. */
+#define ENGINE_WAIT_BUCKETS 12
+extern const long long engine_wait_bounds_ms[ENGINE_WAIT_BUCKETS]; /* upper bounds; +Inf last */
+
+typedef struct engine_stats {
+    unsigned long long acquires, grants, grants_local, sheds, errors;
+    unsigned long long shed_by_reason[7]; /* index: engine_shed_reason_index() */
+    unsigned long long wait_hist[ENGINE_WAIT_BUCKETS + 1];
+    unsigned long long wait_sum_ms;
+    unsigned long long settles, throttled, cancels;
+    unsigned long long retries_allowed, retries_refused;
+    unsigned long long tokens_estimated, tokens_actual;
+    unsigned long long redis_calls, redis_errors, redis_timeouts, noscript_reloads;
+    unsigned long long reserve_calls, reserve_items, settle_calls, settle_items;
+    unsigned long long queued, waiting;   /* gauges: pending acquires, timers armed */
+    int redis_up;                          /* gauge */
+    long long mode_since_ms;               /* wall-clock ms when the mode last changed */
+    const char *mode;                      /* "redis" or "local" */
+    const char *redis_error;               /* last connection error, "" if none */
+} engine_stats;
+
+void engine_get_stats(const engine *e, engine_stats *out);
+
+/* Reasons in engine_stats.shed_by_reason order. */
+extern const char *const engine_shed_reasons[7];
+int engine_shed_reason_index(const char *reason);
+
+/* The agent id used in heartbeats. */
+const char *engine_agent_id(const engine *e);
+
+#endif

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what sluice needs to build, test and run on Debian 12.
+# Idempotent: does nothing (and needs no network) when everything is there.
+#   deploy/install-deps.sh           install what is missing (as root)
+#   deploy/install-deps.sh --check   exit 1 if something is missing
+set -euo pipefail
+PKGS=(build-essential cmake pkg-config git
+      libhiredis-dev libuv1-dev libcurl4-openssl-dev libyaml-dev libcmocka-dev
+      libhttp-parser-dev libjansson-dev
+      redis-server redis-tools python3 clang valgrind)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "${1:-}" = "--check" ]; then
+  echo "missing packages: ${missing[*]}" >&2
+  exit 1
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing packages: ${missing[*]}" >&2
+  echo "install-deps: run as root (sudo $0)" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
