@@ -300,6 +300,13 @@ static void on_connect(const redisAsyncContext *cac, int status) {
             redisAsyncCommand(ac, on_handshake, "AUTH", "AUTH %s", c->password);
     }
     if (c->db != 0) redisAsyncCommand(ac, on_handshake, "SELECT", "SELECT %d", c->db);
+    /* Load every script now, so the first use of each is not a NOSCRIPT
+     * round trip that would reorder it behind later calls, and so missing
+     * script permissions (ACL) show up as a connect error. */
+    for (int i = 0; i < SCRIPT__COUNT; i++) {
+        const script *s = scripts_get((script_id)i);
+        redisAsyncCommand(ac, on_handshake, "SCRIPT LOAD", "SCRIPT LOAD %b", s->source, s->len);
+    }
     redisAsyncCommand(ac, on_handshake, "PING", "PING");
 }
 

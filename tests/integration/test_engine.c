@@ -187,6 +187,21 @@ static void test_cancel_gives_the_slot_back(void **state) {
     assert_int_equal(b.status, SL_OK);
     engine_stats st;
     engine_get_stats(w.e, &st);
+    if (getenv("SLUICE_TEST_DUMP")) {
+        redisContext *rc = redis_fixture_connect(&fx);
+        redisReply *r = redisCommand(rc, "HGETALL sluice:{cancel}:state");
+        for (size_t i = 0; i + 1 < r->elements; i += 2)
+            print_message("    %s = %s\n", r->element[i]->str, r->element[i + 1]->str);
+        freeReplyObject(r);
+        r = redisCommand(rc, "LRANGE sluice:{cancel}:refq:requests 0 -1");
+        for (size_t i = 0; i < r->elements; i++) print_message("    refq %s\n", r->element[i]->str);
+        freeReplyObject(r);
+        r = redisCommand(rc, "HGETALL sluice:{cancel}:limits");
+        for (size_t i = 0; i + 1 < r->elements; i += 2)
+            print_message("    limit %s = %s\n", r->element[i]->str, r->element[i + 1]->str);
+        freeReplyObject(r);
+        redisFree(rc);
+    }
     print_message("  after cancelling two waiters, the next waited %llu ms (settle calls %llu, items %llu)\n",
                   (unsigned long long)(b.at - t0), st.settle_calls, st.settle_items);
     assert_true(b.at - t0 < 2500);
