@@ -1,0 +1,93 @@
+/* mock: an Azure OpenAI / OpenAI chat-completions front door to test
+ * against, with the provider's rate limits and its own ledger.
+ *
+ * Serves POST /openai/deployments/<name>/chat/completions (Azure style),
+ * POST /v1/chat/completions and /openai/v1/chat/completions (OpenAI style,
+ * deployment = "model" from the body), and GET /stats (the ledger). Each
+ * deployment has a request bucket (rpm, burst) and optionally a token
+ * bucket (tpm, token_burst); admission charges 1 request and the estimate
+ * ceil(chars of the messages' text / 4) + max_tokens (16 when absent), as
+ * Azure does. Rejections are 429 with Retry-After and retry-after-ms;
+ * every deployment response carries x-ratelimit-* headers. Accepted calls
+ * are answered after a service time drawn from a range, on a libuv timer.
+ * docs/mock.md describes the wire behaviour and the ledger JSON.
+ *
+ * Embedding: mock_start() on any libuv loop, mock_stop() to close every
+ * handle; the loop's thread is the only one that may call these functions.
+ * Depends on libuv, jansson and (through mock_http) libhttp-parser. */
+#ifndef SLUICE_MOCK_H
+#define SLUICE_MOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+#include <uv.h>
+
+#include "mock_ledger.h"
+
+typedef struct mock mock;
+
+/* Filled by mock_options_init(); new fields are only ever added at the end. */
+typedef struct mock_options {
+    const char *host;                /* bind address, default "127.0.0.1" */
+    int port;                        /* 0: any free port (see mock_port()) */
+    double rpm;                      /* requests per minute per deployment, > 0 */
+    double burst;                    /* request bucket size; 0: max(1, rpm / 6) */
+    double tpm;                      /* tokens per minute; 0: no token limit */
+    double token_burst;              /* token bucket size; 0: max(1, tpm / 6) */
+    unsigned service_ms_min;         /* service time of an accepted call, drawn */
+    unsigned service_ms_max;         /* uniformly in [min, max] */
+    unsigned slow_ms;                /* added to every chat response */
+    unsigned completion_tokens;      /* 0: uniform in [1, max_tokens]; else min(this, max_tokens) */
+    double neighbour_rpm;            /* requests/min another tenant takes from every deployment */
+    unsigned neighbour_tokens;       /* tokens each neighbour request charges */
+    double fail_503;                 /* probability of an injected 503, in [0, 1] */
+    unsigned retry_after_503;        /* Retry-After (s) on injected 503s; 0: none */
+    int quota_exhausted;             /* every chat call: 429 insufficient_quota */
+    uint64_t seed;                   /* PRNG seed (service time, tokens, 503s) */
+    const char *const *deployments;  /* if n_deployments > 0: only these exist */
+    size_t n_deployments;
+    size_t max_body;                 /* request body cap in bytes (413 beyond) */
+    FILE *log;                       /* one line per request, or NULL */
+} mock_options;
+
+/* How the mock prints JSON: compact, reals with 15 significant digits. */
+#define MOCK_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(15))
+
+/* Defaults: 127.0.0.1:8089, 60 RPM, burst 10, no TPM, 300-900 ms, 1 MiB
+ * bodies, seed 1, every knob off. */
+void mock_options_init(mock_options *o);
+
+/* Validates o, binds and starts serving on loop. On success *out is the
+ * mock (the options, strings included, are copied). Returns 0, or a
+ * negative libuv error code with a message in err; on error nothing is left
+ * running, but the loop must still be run once (uv_run) before it is
+ * closed, to finish closing the listener. */
+int mock_start(uv_loop_t *loop, const mock_options *o, mock **out, char *err, size_t errlen);
+
+/* The port the mock listens on. */
+int mock_port(const mock *m);
+
+/* Milliseconds since mock_start(), the clock of the ledger. */
+double mock_now_ms(const mock *m);
+
+/* The /stats document: config, clock and the ledger. New reference owned
+ * by the caller, NULL on allocation failure. */
+json_t *mock_stats(const mock *m);
+
+/* Zeroes the ledger; with buckets != 0 also refills every bucket. */
+void mock_reset(mock *m, int buckets);
+
+/* Copies the ledger's totals. */
+void mock_totals(const mock *m, mock_counts *out);
+
+/* Closes every handle of the mock (connections, timers, listener).
+ * Responses still pending are dropped and counted as abandoned. Once every
+ * handle is closed, done(m, arg) runs (it may still read m with
+ * mock_stats() or mock_totals(): this is the final ledger), then m is
+ * freed. done may be NULL. m must not be used after done returns. */
+void mock_stop(mock *m, void (*done)(mock *m, void *arg), void *arg);
+
+#endif

@@ -1,0 +1,77 @@
+/* mock_http: a minimal HTTP/1.1 server on a libuv loop, for the mock
+ * provider.
+ *
+ * Parses requests with libhttp-parser, supports keep-alive and pipelining:
+ * every parsed request is handed to the handler at once (so admission
+ * happens in arrival order), and responses are written in request order
+ * even when a later one is ready first. A response may be delayed by a
+ * libuv timer; nothing here ever blocks the loop. Malformed input and
+ * oversize bodies are handed to the handler as a request whose
+ * mock_http_error_status() is non-zero, so the handler shapes and counts
+ * the error; the connection is closed after that response.
+ *
+ * Ownership: a mock_http_req belongs to the server. The handler must call
+ * mock_http_respond() exactly once before it returns (a delay is the
+ * server's business); after that the request must not be touched.
+ * Depends on libuv and libhttp-parser. Single-threaded (the loop's). */
+#ifndef SLUICE_MOCK_HTTP_H
+#define SLUICE_MOCK_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+typedef struct mock_http mock_http;
+typedef struct mock_http_req mock_http_req;
+
+typedef struct mock_http_handlers {
+    /* A complete request (or an error). Must call mock_http_respond() once
+     * before returning. */
+    void (*on_request)(mock_http_req *req, void *arg);
+    /* Optional: a response that was still waiting (delayed, or behind a
+     * delayed one) is dropped because its connection is gone. udata is
+     * what mock_http_set_udata() stored on the request. */
+    void (*on_abandon)(void *udata[2], void *arg);
+    void *arg;
+} mock_http_handlers;
+
+/* Binds host:port (port 0 picks a free port) and starts accepting.
+ * max_body caps a request body (413 beyond). Returns 0 or a negative libuv
+ * error code; on error nothing is left open and *out is untouched. */
+int mock_http_start(uv_loop_t *loop, const char *host, int port, size_t max_body,
+                    const mock_http_handlers *h, mock_http **out);
+
+/* The bound port. */
+int mock_http_port(const mock_http *s);
+
+/* Stops listening and closes every connection (pending responses are
+ * abandoned). done(arg) runs once every handle is closed and the server is
+ * freed. s must not be used after this call. */
+void mock_http_close(mock_http *s, void (*done)(void *arg), void *arg);
+
+/* Request accessors. Strings are NUL-terminated, borrowed, valid until the
+ * response. */
+const char *mock_http_method(const mock_http_req *r);
+const char *mock_http_path(const mock_http_req *r);  /* without the query */
+const char *mock_http_query(const mock_http_req *r); /* "" when none */
+const char *mock_http_body(const mock_http_req *r, size_t *len);
+/* The value of the first header with this name (case-insensitive), or NULL. */
+const char *mock_http_header(const mock_http_req *r, const char *name);
+/* The peer's address without the port, e.g. "127.0.0.1". */
+const char *mock_http_peer(const mock_http_req *r);
+/* 0 for a well-formed request, else 400 or 413 with a short reason. */
+int mock_http_error_status(const mock_http_req *r, const char **reason);
+
+/* Two pointers of handler data kept with the request until it is answered
+ * or abandoned. */
+void mock_http_set_udata(mock_http_req *r, void *a, void *b);
+
+/* Answers the request: status, extra header lines (each ending in "\r\n",
+ * may be NULL), a JSON body, and a delay in ms before the response may be
+ * sent (0: as soon as the responses before it are). Content-Type,
+ * Content-Length and Connection are added here. The body is copied. */
+void mock_http_respond(mock_http_req *r, int status, const char *headers, const char *body,
+                       size_t body_len, uint64_t delay_ms);
+
+#endif

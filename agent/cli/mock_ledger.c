@@ -1,0 +1,240 @@
+#include "mock_ledger.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "mock_map.h"
+
+#define MOCK_LEDGER_OTHER "(other)"
+
+typedef struct ledger_entry {
+    mock_counts c;
+    /* Accept times and charged tokens, deployments only. */
+    double *accept_ms;
+    uint32_t *accept_tokens;
+    size_t n_accepts, cap_accepts;
+    int truncated;
+} ledger_entry;
+
+struct mock_ledger {
+    mock_counts totals;
+    mock_map deployments;
+    mock_map clients;
+    size_t max_clients, max_accepts;
+    double since_ms;
+};
+
+static void counts_zero(mock_counts *c) {
+    memset(c, 0, sizeof(*c));
+    c->first_accept_ms = c->last_accept_ms = -1;
+}
+
+static void entry_free(void *p) {
+    ledger_entry *e = p;
+    if (!e) return;
+    free(e->accept_ms);
+    free(e->accept_tokens);
+    free(e);
+}
+
+mock_ledger *mock_ledger_new(size_t max_clients, size_t max_accepts) {
+    mock_ledger *l = calloc(1, sizeof(*l));
+    if (!l) return NULL;
+    counts_zero(&l->totals);
+    mock_map_init(&l->deployments);
+    mock_map_init(&l->clients);
+    l->max_clients = max_clients;
+    l->max_accepts = max_accepts;
+    return l;
+}
+
+void mock_ledger_free(mock_ledger *l) {
+    if (!l) return;
+    mock_map_free(&l->deployments, entry_free);
+    mock_map_free(&l->clients, entry_free);
+    free(l);
+}
+
+static ledger_entry *entry_get(mock_map *m, const char *key) {
+    ledger_entry *e = mock_map_get(m, key);
+    if (e) return e;
+    e = calloc(1, sizeof(*e));
+    if (!e) return NULL;
+    counts_zero(&e->c);
+    if (mock_map_put(m, key, e) != 0) {
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+static ledger_entry *client_get(mock_ledger *l, const char *client) {
+    ledger_entry *e = mock_map_get(&l->clients, client);
+    if (e) return e;
+    /* One slot stays free for "(other)". */
+    if (l->clients.count + 1 >= l->max_clients) client = MOCK_LEDGER_OTHER;
+    return entry_get(&l->clients, client);
+}
+
+static void counts_add(mock_counts *c, mock_outcome o, double t_ms, uint64_t charged,
+                       uint64_t reported) {
+    c->requests++;
+    switch (o) {
+    case MOCK_ACCEPTED:
+        c->accepted++;
+        c->tokens_charged += charged;
+        c->tokens_reported += reported;
+        if (c->first_accept_ms < 0) c->first_accept_ms = t_ms;
+        c->last_accept_ms = t_ms;
+        break;
+    case MOCK_NO_QUOTA:
+        c->insufficient_quota++;
+        c->status_429++;
+        break;
+    case MOCK_RATE_LIMITED: c->status_429++; break;
+    case MOCK_UNAVAILABLE: c->status_503++; break;
+    case MOCK_BAD_REQUEST: c->status_400++; break;
+    case MOCK_NOT_FOUND: c->status_404++; break;
+    case MOCK_OTHER_ERROR: c->other_errors++; break;
+    }
+}
+
+static int entry_add_accept(mock_ledger *l, ledger_entry *e, double t_ms, uint64_t charged) {
+    if (e->n_accepts >= l->max_accepts) {
+        e->truncated = 1;
+        return 0;
+    }
+    if (e->n_accepts == e->cap_accepts) {
+        size_t cap = e->cap_accepts ? e->cap_accepts * 2 : 64;
+        double *t = realloc(e->accept_ms, cap * sizeof(*t));
+        if (!t) return -1;
+        e->accept_ms = t;
+        uint32_t *k = realloc(e->accept_tokens, cap * sizeof(*k));
+        if (!k) return -1;
+        e->accept_tokens = k;
+        e->cap_accepts = cap;
+    }
+    e->accept_ms[e->n_accepts] = t_ms;
+    e->accept_tokens[e->n_accepts] = charged > UINT32_MAX ? UINT32_MAX : (uint32_t)charged;
+    e->n_accepts++;
+    return 0;
+}
+
+int mock_ledger_record(mock_ledger *l, const char *deployment, const char *client,
+                       mock_outcome o, double t_ms, uint64_t charged, uint64_t reported,
+                       mock_ledger_ref *ref) {
+    int rc = 0;
+    ledger_entry *d = NULL, *c;
+    counts_add(&l->totals, o, t_ms, charged, reported);
+    if (deployment) {
+        d = entry_get(&l->deployments, deployment);
+        if (d) {
+            counts_add(&d->c, o, t_ms, charged, reported);
+            if (o == MOCK_ACCEPTED && entry_add_accept(l, d, t_ms, charged) != 0) rc = -1;
+        } else {
+            rc = -1;
+        }
+    }
+    c = client_get(l, client);
+    if (c) counts_add(&c->c, o, t_ms, charged, reported);
+    else rc = -1;
+    if (ref) {
+        ref->deployment = d;
+        ref->client = c;
+    }
+    return rc;
+}
+
+void mock_ledger_abandoned(mock_ledger *l, const mock_ledger_ref *ref) {
+    ledger_entry *d = ref->deployment, *c = ref->client;
+    l->totals.abandoned++;
+    if (d) d->c.abandoned++;
+    if (c) c->c.abandoned++;
+}
+
+static void map_reset(mock_map *m) {
+    for (mock_map_entry *me = m->first; me; me = me->next) {
+        ledger_entry *e = me->value;
+        counts_zero(&e->c);
+        e->n_accepts = 0;
+        e->truncated = 0;
+    }
+}
+
+void mock_ledger_reset(mock_ledger *l, double now_ms) {
+    counts_zero(&l->totals);
+    map_reset(&l->deployments);
+    map_reset(&l->clients);
+    l->since_ms = now_ms;
+}
+
+void mock_ledger_totals(const mock_ledger *l, mock_counts *out) {
+    *out = l->totals;
+}
+
+int mock_ledger_deployment(const mock_ledger *l, const char *deployment, mock_counts *out) {
+    const ledger_entry *e = mock_map_get(&l->deployments, deployment);
+    if (!e) return -1;
+    *out = e->c;
+    return 0;
+}
+
+static json_t *ms_or_null(double ms) {
+    return ms < 0 ? json_null() : json_real(ms);
+}
+
+static json_t *counts_json(const mock_counts *c) {
+    return json_pack("{sI sI sI sI sI sI sI sI sI sI sI so so}",
+                     "requests", (json_int_t)c->requests,
+                     "accepted", (json_int_t)c->accepted,
+                     "status_429", (json_int_t)c->status_429,
+                     "insufficient_quota", (json_int_t)c->insufficient_quota,
+                     "status_503", (json_int_t)c->status_503,
+                     "status_400", (json_int_t)c->status_400,
+                     "status_404", (json_int_t)c->status_404,
+                     "other_errors", (json_int_t)c->other_errors,
+                     "abandoned", (json_int_t)c->abandoned,
+                     "tokens_charged", (json_int_t)c->tokens_charged,
+                     "tokens_reported", (json_int_t)c->tokens_reported,
+                     "first_accept_ms", ms_or_null(c->first_accept_ms),
+                     "last_accept_ms", ms_or_null(c->last_accept_ms));
+}
+
+static json_t *map_json(const mock_map *m, int with_accepts) {
+    json_t *obj = json_object();
+    if (!obj) return NULL;
+    for (const mock_map_entry *me = m->first; me; me = me->next) {
+        const ledger_entry *e = me->value;
+        if (e->c.requests == 0 && e->c.abandoned == 0) continue;
+        json_t *o = counts_json(&e->c);
+        if (!o) goto fail;
+        if (with_accepts) {
+            json_t *t = json_array(), *k = json_array();
+            if (json_object_set_new(o, "accept_ms", t) != 0 ||
+                json_object_set_new(o, "accept_tokens", k) != 0 ||
+                json_object_set_new(o, "accepts_truncated", json_boolean(e->truncated)) != 0) {
+                json_decref(o);
+                goto fail;
+            }
+            for (size_t i = 0; i < e->n_accepts; i++) {
+                if (json_array_append_new(t, json_real(e->accept_ms[i])) != 0 ||
+                    json_array_append_new(k, json_integer(e->accept_tokens[i])) != 0) {
+                    json_decref(o);
+                    goto fail;
+                }
+            }
+        }
+        if (json_object_set_new(obj, me->key, o) != 0) goto fail;
+    }
+    return obj;
+fail:
+    json_decref(obj);
+    return NULL;
+}
+
+json_t *mock_ledger_json(const mock_ledger *l) {
+    return json_pack("{sf so so so}", "since_ms", l->since_ms,
+                     "totals", counts_json(&l->totals),
+                     "deployments", map_json(&l->deployments, 1),
+                     "clients", map_json(&l->clients, 0));
+}

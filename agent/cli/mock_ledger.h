@@ -1,0 +1,88 @@
+/* mock_ledger: what the mock provider saw, counted per deployment and per
+ * client.
+ *
+ * The hot path only increments counters and appends accept times; the JSON
+ * view is built on demand (GET /stats, SIGUSR1, exit). Entries are created
+ * on first use and never removed: a reset zeroes them in place, so pointers
+ * handed out in a mock_ledger_ref stay valid until mock_ledger_free().
+ * Depends on jansson for the JSON view. Single-threaded. */
+#ifndef SLUICE_MOCK_LEDGER_H
+#define SLUICE_MOCK_LEDGER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+typedef enum mock_outcome {
+    MOCK_ACCEPTED,      /* 200 with a completion */
+    MOCK_RATE_LIMITED,  /* 429, request or token rate limit */
+    MOCK_NO_QUOTA,      /* 429 insufficient_quota (--quota-exhausted) */
+    MOCK_UNAVAILABLE,   /* 503 injected by --fail-503 */
+    MOCK_BAD_REQUEST,   /* 400: malformed HTTP, bad JSON, stream:true, ... */
+    MOCK_NOT_FOUND,     /* 404: unknown path or deployment */
+    MOCK_OTHER_ERROR    /* 405, 413 */
+} mock_outcome;
+
+typedef struct mock_counts {
+    uint64_t requests;
+    uint64_t accepted;
+    uint64_t status_429;         /* every 429, insufficient_quota included */
+    uint64_t insufficient_quota; /* the part of status_429 that was quota */
+    uint64_t status_503;
+    uint64_t status_400;
+    uint64_t status_404;
+    uint64_t other_errors;
+    uint64_t abandoned;          /* accepted, but the client left first */
+    uint64_t tokens_charged;     /* estimates charged at admission */
+    uint64_t tokens_reported;    /* usage.total_tokens sent back */
+    double first_accept_ms;      /* < 0 until the first accept */
+    double last_accept_ms;
+} mock_counts;
+
+typedef struct mock_ledger mock_ledger;
+
+/* Where one request was counted, for mock_ledger_abandoned(). */
+typedef struct mock_ledger_ref {
+    void *deployment;
+    void *client;
+} mock_ledger_ref;
+
+/* A new empty ledger. Clients beyond max_clients are counted together
+ * under "(other)" so a scan from many addresses cannot exhaust memory;
+ * accept times beyond max_accepts per deployment are dropped (and the
+ * deployment says "accepts_truncated": true). NULL on allocation failure. */
+mock_ledger *mock_ledger_new(size_t max_clients, size_t max_accepts);
+
+/* Frees the ledger. NULL is a no-op. */
+void mock_ledger_free(mock_ledger *l);
+
+/* Counts one request. deployment is NULL when the request never reached a
+ * deployment (bad path, malformed HTTP); client must not be NULL. t_ms is
+ * the time of the decision, charged and reported the tokens of an accept
+ * (ignored otherwise). ref (optional) receives where it was counted.
+ * Returns 0, or -1 when an entry could not be allocated: the totals are
+ * counted all the same. */
+int mock_ledger_record(mock_ledger *l, const char *deployment, const char *client,
+                       mock_outcome o, double t_ms, uint64_t charged, uint64_t reported,
+                       mock_ledger_ref *ref);
+
+/* Counts an accepted request whose response could not be delivered. */
+void mock_ledger_abandoned(mock_ledger *l, const mock_ledger_ref *ref);
+
+/* Zeroes every counter and forgets the accept times; now_ms becomes the
+ * ledger's "since_ms". */
+void mock_ledger_reset(mock_ledger *l, double now_ms);
+
+/* Copies the totals. */
+void mock_ledger_totals(const mock_ledger *l, mock_counts *out);
+
+/* The counts of one deployment, or -1 when it has none. */
+int mock_ledger_deployment(const mock_ledger *l, const char *deployment, mock_counts *out);
+
+/* A new JSON object {"since_ms", "totals", "deployments", "clients"} (see
+ * docs/mock.md). Entries without any request since the last reset are left
+ * out. The caller owns the reference. NULL on allocation failure. */
+json_t *mock_ledger_json(const mock_ledger *l);
+
+#endif
