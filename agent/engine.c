@@ -8,12 +8,14 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "rconn.h"
+#include "rrouter.h"
 #include "scripts.h"
 #include "sluice.h"
 
 #define RESERVE_BATCH_MAX 128
 #define SETTLE_BATCH_MAX 256
+/* How long a deployment waits after a cluster redirect or TRYAGAIN. */
+#define ENGINE_REDIRECT_HOLD_MS 20
 /* The release jitter the schedules tolerate (lua: jitter_ms). */
 #define ENGINE_JITTER_MS 10.0
 
@@ -75,6 +77,7 @@ struct dep {
     long long live_agents;    /* from the last heartbeat, 0 = unknown */
     double rate_scale;        /* last known */
     uint64_t paused_until;    /* uv_now ms; callers are held until then */
+    uint64_t hold_until;      /* uv_now ms; no reserve before (cluster redirect) */
     double local_tat_req, local_tat_tok; /* local fallback schedule, uv_now ms */
     double local_retry_tat;   /* local retry floor bucket, uv_now ms */
     double local_last_slot;   /* local slots stay monotone, like Redis' */
@@ -86,7 +89,8 @@ struct engine {
     uv_loop_t *loop;
     config *cfg;
     char agent_id[128];
-    rconn *redis;
+    rrouter *redis;
+    uv_timer_t hold_timer;    /* re-flushes after a cluster redirect hold */
     dep *deps;
     uv_check_t flush_check;   /* flushes coalesced work after each poll */
     uv_idle_t flush_idle;     /* keeps the poll from blocking while work is queued */
@@ -103,6 +107,7 @@ struct engine {
 };
 
 static void flush_arm(engine *e);
+static void on_hold_timer(uv_timer_t *t);
 static void dep_configure(dep *d);
 static void maybe_finish_stop(engine *e);
 
@@ -145,6 +150,9 @@ static dep *dep_find(engine *e, const char *name) {
         if (strcmp(d->name, name) == 0) return d;
     return NULL;
 }
+
+/* The Redis node serving this deployment is connected. */
+static int dep_ready(const dep *d) { return rrouter_ready(d->e->redis, d->keys[0]); }
 
 static dep *dep_add(engine *e, const struct config_deployment *cfg) {
     dep *d = calloc(1, sizeof(*d));
@@ -345,7 +353,7 @@ static void local_decide(engine_call *c) {
  * stays within the quota when agents rejoin). */
 static int dep_uses_redis(const dep *d) {
     double now = (double)uv_now(d->e->loop);
-    return d->e->redis_up && d->configured && d->local_tat_req <= now && d->local_tat_tok <= now;
+    return dep_ready(d) && d->configured && d->local_tat_req <= now && d->local_tat_tok <= now;
 }
 
 /* ---- reserve --------------------------------------------------------------- */
@@ -378,6 +386,14 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
         }
     }
     int lost_limits = r && r->type == REDIS_REPLY_ERROR && strstr(r->str, "unknown deployment");
+    /* A cluster redirection the router could not follow, or a slot being
+     * migrated: hold this deployment briefly and send the batch again. */
+    int redirect = r && r->type == REDIS_REPLY_ERROR && rrouter_is_redirect(r->str);
+    if (redirect) {
+        e->stats.redirect_holds++;
+        d->hold_until = uv_now(e->loop) + ENGINE_REDIRECT_HOLD_MS;
+        uv_timer_start(&e->hold_timer, on_hold_timer, ENGINE_REDIRECT_HOLD_MS, 0);
+    }
     if (lost_limits) {
         /* Redis lost our limits (flushed or restarted empty): write them
          * again; the batch waits for that and goes again, unseen by callers. */
@@ -394,7 +410,8 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
                 call_free(c);
                 continue;
             }
-            if (e->redis_up && (lost_limits || (d->configured && !(r && r->type == REDIS_REPLY_ERROR)))) {
+            if (dep_ready(d) && (lost_limits || redirect ||
+                                 (d->configured && !(r && r->type == REDIS_REPLY_ERROR)))) {
                 c->state = CALL_PENDING;
                 list_push(&d->pending, c);
                 e->stats.queued++;
@@ -437,7 +454,7 @@ static void dep_flush_reserves(dep *d) {
     if (!dep_uses_redis(d)) {
         /* Before the first connection attempt resolves, hold the callers
          * briefly; after that, pace locally. */
-        if (e->redis_up && !d->configured) return; /* configure in flight */
+        if (dep_ready(d) && !d->configured) return; /* configure in flight */
         while (d->pending.n) {
             engine_call *c = list_pop(&d->pending);
             e->stats.queued--;
@@ -446,6 +463,7 @@ static void dep_flush_reserves(dep *d) {
         return;
     }
     if (d->reserving) return; /* what arrives now rides the next call */
+    if (d->hold_until > uv_now(e->loop)) return; /* the hold timer flushes again */
     reserve_batch *b = calloc(1, sizeof(*b));
     if (!b) return;
     b->d = d;
@@ -463,8 +481,7 @@ static void dep_flush_reserves(dep *d) {
     }
     snprintf(buf[0], 24, "%zu", b->n);
     argv[0] = buf[0];
-    int rc = rconn_script(e->redis, SCRIPT_RESERVE, d->keys, (int)(1 + 2 * b->n), argv, NULL,
-                          on_reserve, b);
+    int rc = rrouter_script(e->redis, SCRIPT_RESERVE, d->keys, (int)(1 + 2 * b->n), argv, on_reserve, b);
     if (rc != 0) {
         for (size_t i = 0; i < b->n; i++) {
             if (b->items[i]->canceled) call_free(b->items[i]);
@@ -508,8 +525,8 @@ static void on_settle(void *arg, redisReply *r, const char *err) {
 static void dep_flush_settles(dep *d) {
     engine *e = d->e;
     if (!d->nsettles || d->settling) return;
-    if (!e->redis_up || !d->configured) {
-        if (!e->redis_up) d->nsettles = 0; /* Redis is gone: grants expire there */
+    if (!dep_ready(d) || !d->configured) {
+        if (!dep_ready(d)) d->nsettles = 0; /* Redis is gone: grants expire there */
         return;
     }
     size_t n = d->nsettles < SETTLE_BATCH_MAX ? d->nsettles : SETTLE_BATCH_MAX;
@@ -536,7 +553,7 @@ static void dep_flush_settles(dep *d) {
     }
     b->d = d;
     b->n = n;
-    int rc = rconn_script(e->redis, SCRIPT_SETTLE, d->keys, (int)(1 + 4 * n), argv, NULL, on_settle, b);
+    int rc = rrouter_script(e->redis, SCRIPT_SETTLE, d->keys, (int)(1 + 4 * n), argv, on_settle, b);
     free(argv);
     free(buf);
     if (rc != 0) {
@@ -567,6 +584,8 @@ static void on_flush(uv_check_t *h) {
 
 static void on_idle(uv_idle_t *h) { (void)h; }
 
+static void on_hold_timer(uv_timer_t *t) { flush_arm(t->data); }
+
 static void flush_arm(engine *e) {
     if (e->flush_armed || e->stopped) return;
     e->flush_armed = 1;
@@ -593,7 +612,7 @@ static void on_configure(void *arg, redisReply *r, const char *err) {
 
 static void dep_configure(dep *d) {
     engine *e = d->e;
-    if (!d->cfg || d->configuring || !e->redis_up || e->stopping) return;
+    if (!d->cfg || d->configuring || !dep_ready(d) || e->stopping) return;
     const struct config_deployment *c = d->cfg;
     /* The configure script's fields (docs/redis-keys.md), from the YAML. */
     struct {
@@ -624,7 +643,7 @@ static void dep_configure(dep *d) {
         argv[2 * i] = kv[i].name;
         argv[2 * i + 1] = kv[i].val;
     }
-    if (rconn_script(e->redis, SCRIPT_CONFIGURE, d->keys, 2 * n, argv, NULL, on_configure, d) == 0) {
+    if (rrouter_script(e->redis, SCRIPT_CONFIGURE, d->keys, 2 * n, argv, on_configure, d) == 0) {
         d->configuring = 1;
         e->calls_out++;
     }
@@ -642,15 +661,14 @@ static void dep_heartbeat(dep *d, int leave) {
     char window[24];
     snprintf(window, sizeof(window), "%lld", e->cfg->agent.heartbeat_ms * 3);
     const char *argv[3] = {e->agent_id, window, "leave"};
-    if (rconn_script(e->redis, SCRIPT_HEARTBEAT, d->keys, leave ? 3 : 2, argv, NULL, on_heartbeat, d) == 0)
+    if (rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, leave ? 3 : 2, argv, on_heartbeat, d) == 0)
         e->calls_out++;
 }
 
 static void on_heartbeat_timer(uv_timer_t *t) {
     engine *e = t->data;
-    if (!e->redis_up) return;
     for (dep *d = e->deps; d; d = d->next) {
-        if (!d->cfg) continue;
+        if (!d->cfg || !dep_ready(d)) continue;
         if (!d->configured) dep_configure(d);
         dep_heartbeat(d, 0);
     }
@@ -658,13 +676,14 @@ static void on_heartbeat_timer(uv_timer_t *t) {
 
 static void on_redis_up(void *ud) {
     engine *e = ud;
-    e->redis_up = 1;
-    e->stats.redis_up = 1;
-    e->mode_since_ms = wall_ms();
+    int any = rrouter_any_ready(e->redis);
+    if (any && !e->redis_up) e->mode_since_ms = wall_ms();
+    e->redis_up = any;
+    e->stats.redis_up = any;
+    /* Write limits wherever the serving node is ready and they are not
+     * (a node came up, or the cluster's slot map moved a deployment). */
     for (dep *d = e->deps; d; d = d->next) {
-        d->configured = 0;
-        d->configuring = 0;
-        if (d->cfg) {
+        if (d->cfg && dep_ready(d) && !d->configured && !d->configuring) {
             dep_configure(d);
             dep_heartbeat(d, 0);
         }
@@ -673,12 +692,15 @@ static void on_redis_up(void *ud) {
 
 static void on_redis_down(void *ud, const char *why) {
     engine *e = ud;
-    if (e->redis_up) e->mode_since_ms = wall_ms();
-    e->redis_up = 0;
-    e->stats.redis_up = 0;
+    int any = rrouter_any_ready(e->redis);
+    if (!any && e->redis_up) e->mode_since_ms = wall_ms();
+    e->redis_up = any;
+    e->stats.redis_up = any;
     for (dep *d = e->deps; d; d = d->next) {
-        d->configured = 0;
-        d->configuring = 0;
+        if (!dep_ready(d)) {
+            d->configured = 0;
+            d->configuring = 0;
+        }
     }
     flush_arm(e); /* queued callers are decided locally now */
 }
@@ -711,7 +733,8 @@ int engine_new(uv_loop_t *loop, config *cfg, const char *agent_id, engine **out)
         }
     }
     rconn_events ev = {on_redis_up, on_redis_down};
-    int rc = rconn_new(loop, &cfg->redis, ev, e, &e->redis);
+    int rc = rrouter_new(loop, &cfg->redis, (const char *const *)cfg->redis.cluster,
+                         cfg->redis.ncluster, ev, e, &e->redis);
     if (rc != 0) {
         for (dep *d = e->deps, *nx; d; d = nx) {
             nx = d->next;
@@ -723,17 +746,19 @@ int engine_new(uv_loop_t *loop, config *cfg, const char *agent_id, engine **out)
     uv_check_init(loop, &e->flush_check);
     uv_idle_init(loop, &e->flush_idle);
     uv_timer_init(loop, &e->heartbeat_timer);
+    uv_timer_init(loop, &e->hold_timer);
+    e->hold_timer.data = e;
     e->flush_check.data = e;
     e->flush_idle.data = e;
     e->heartbeat_timer.data = e;
-    e->handles_open = 3;
+    e->handles_open = 4;
     e->mode_since_ms = wall_ms();
     *out = e;
     return 0;
 }
 
 void engine_start(engine *e) {
-    rconn_start(e->redis);
+    rrouter_start(e->redis);
     uint64_t hb = (uint64_t)e->cfg->agent.heartbeat_ms;
     uv_timer_start(&e->heartbeat_timer, on_heartbeat_timer, hb, hb);
 }
@@ -905,9 +930,9 @@ int engine_retry(engine *e, const char *deployment, engine_retry_cb cb, void *ar
     q->d = d;
     q->cb = cb;
     q->arg = arg;
-    if (e->redis_up && d->configured) {
+    if (dep_ready(d) && d->configured) {
         const char *argv[1] = {"withdraw"};
-        if (rconn_script(e->redis, SCRIPT_RETRY, d->keys, 1, argv, NULL, on_retry, q) == 0) {
+        if (rrouter_script(e->redis, SCRIPT_RETRY, d->keys, 1, argv, on_retry, q) == 0) {
             e->calls_out++;
             return 0;
         }
@@ -952,8 +977,8 @@ static void status_emit(status_req *q, redisReply *r) {
     FIELD_STR("mode", dep_uses_redis(d) ? "redis"
                       : (e->cfg->agent.fail == CONFIG_FAIL_CLOSED ? "closed" : "local"));
     FIELD_FMT("mode_since_ms_ago", "%lld", wall_ms() - e->mode_since_ms);
-    FIELD_STR("redis", e->redis_up ? "connected" : "unreachable");
-    FIELD_STR("redis_error", rconn_last_error(e->redis));
+    FIELD_STR("redis", dep_ready(d) ? "connected" : "unreachable");
+    FIELD_STR("redis_error", rrouter_last_error(e->redis));
     FIELD_FMT("queued", "%zu", d->pending.n);
     FIELD_FMT("waiting", "%zu", d->waiting.n);
     FIELD_FMT("agent_live_agents", "%lld", d->live_agents);
@@ -1002,11 +1027,11 @@ int engine_status(engine *e, const char *deployment, engine_status_cb cb, void *
     q->d = d;
     q->cb = cb;
     q->arg = arg;
-    if (e->redis_up && d->configured) {
+    if (dep_ready(d) && d->configured) {
         char window[24];
         snprintf(window, sizeof(window), "%lld", e->cfg->agent.heartbeat_ms * 3);
         const char *argv[1] = {window};
-        if (rconn_script(e->redis, SCRIPT_STATUS, d->keys, 1, argv, NULL, on_status, q) == 0) {
+        if (rrouter_script(e->redis, SCRIPT_STATUS, d->keys, 1, argv, on_status, q) == 0) {
             e->calls_out++;
             return 0;
         }
@@ -1067,7 +1092,7 @@ static void on_redis_closed(void *arg) {
 static void maybe_finish_stop(engine *e) {
     if (!e->stopping || e->stopped) return;
     for (dep *d = e->deps; d; d = d->next)
-        if (d->nsettles && e->redis_up && d->configured && !d->settling) dep_flush_settles(d);
+        if (d->nsettles && dep_ready(d) && d->configured && !d->settling) dep_flush_settles(d);
     if (e->calls_out > 0) return;
     e->stopped = 1;
     uv_check_stop(&e->flush_check);
@@ -1075,9 +1100,11 @@ static void maybe_finish_stop(engine *e) {
     uv_timer_stop(&e->heartbeat_timer);
     uv_close((uv_handle_t *)&e->flush_check, on_engine_handle_closed);
     uv_close((uv_handle_t *)&e->flush_idle, on_engine_handle_closed);
+    uv_timer_stop(&e->hold_timer);
+    uv_close((uv_handle_t *)&e->hold_timer, on_engine_handle_closed);
     /* The heartbeat timer's close is counted when Redis is closed too. */
     uv_close((uv_handle_t *)&e->heartbeat_timer, NULL);
-    rconn_close(e->redis, on_redis_closed, e);
+    rrouter_close(e->redis, on_redis_closed, e);
 }
 
 void engine_stop(engine *e, void (*done)(void *arg), void *arg) {
@@ -1099,7 +1126,7 @@ void engine_stop(engine *e, void (*done)(void *arg), void *arg) {
             if (num) queue_settle(d, num, -1, ENGINE_CANCELLED, -1);
             call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
         }
-        if (e->redis_up && d->cfg) dep_heartbeat(d, 1);
+        if (dep_ready(d) && d->cfg) dep_heartbeat(d, 1);
     }
     maybe_finish_stop(e);
 }
@@ -1119,12 +1146,13 @@ void engine_get_stats(const engine *e, engine_stats *out) {
     *out = e->stats;
     if (e->redis) {
         rconn_stats rs;
-        rconn_get_stats(e->redis, &rs);
+        rrouter_get_stats(e->redis, &rs, &out->cluster_redirects, &out->slot_map_refreshes,
+                          &out->redis_nodes);
         out->redis_calls = rs.calls;
         out->redis_errors = rs.errors;
         out->redis_timeouts = rs.timeouts;
         out->noscript_reloads = rs.noscript_reloads;
-        out->redis_error = rconn_last_error(e->redis);
+        out->redis_error = rrouter_last_error(e->redis);
     } else {
         out->redis_error = "";
     }

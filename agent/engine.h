@@ -135,6 +135,10 @@ typedef struct engine_stats {
     unsigned long long tokens_estimated, tokens_actual;
     unsigned long long redis_calls, redis_errors, redis_timeouts, noscript_reloads;
     unsigned long long reserve_calls, reserve_items, settle_calls, settle_items;
+    unsigned long long redirect_holds;     /* cluster redirects/TRYAGAIN that held a batch */
+    unsigned long long cluster_redirects;  /* MOVED/ASK followed by the router */
+    unsigned long long slot_map_refreshes;
+    size_t redis_nodes;
     unsigned long long queued, waiting;   /* gauges: pending acquires, timers armed */
     int redis_up;                          /* gauge */
     long long mode_since_ms;               /* wall-clock ms when the mode last changed */

@@ -46,7 +46,8 @@ typedef struct rcall {
     int refs;     /* the pending hiredis callback + the timer handle */
     int done;     /* cb has run */
     int retried;  /* NOSCRIPT already handled once */
-    script_id id;
+    int asking;   /* send ASKING first (Redis Cluster slot migration) */
+    int id;       /* script_id, or -1 for a plain command */
     char *cmd;    /* the formatted EVALSHA, kept to resend after NOSCRIPT */
     long long cmdlen;
 } rcall;
@@ -122,14 +123,15 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
     rcall *k = privdata;
     rconn *c = k->c;
     redisReply *r = reply;
-    if (!k->done && r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 &&
-        !k->retried && c->ac == ac && c->state == RC_READY) {
+    if (!k->done && k->id >= 0 && r && r->type == REDIS_REPLY_ERROR &&
+        strncmp(r->str, "NOSCRIPT", 8) == 0 && !k->retried && c->ac == ac && c->state == RC_READY) {
         /* Redis lost the script (restart, flush): load it and send the call
          * again on the same pipeline; the caller never sees NOSCRIPT. */
-        const script *s = scripts_get(k->id);
+        const script *s = scripts_get((script_id)k->id);
         k->retried = 1;
         c->stats.noscript_reloads++;
         if (redisAsyncCommand(ac, NULL, NULL, "SCRIPT LOAD %b", s->source, s->len) == REDIS_OK &&
+            (!k->asking || redisAsyncCommand(ac, NULL, NULL, "ASKING") == REDIS_OK) &&
             redisAsyncFormattedCommand(ac, on_reply, k, k->cmd, (size_t)k->cmdlen) == REDIS_OK)
             return; /* the hiredis reference moves to the resent call */
     }
@@ -149,41 +151,24 @@ static void on_call_timeout(uv_timer_t *t) {
     if (c->state == RC_READY) rconn_drop(c, msg);
 }
 
-int rconn_script(rconn *c, script_id id, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX], int argc,
-                 const char **argv, const size_t *argvlen, rconn_reply_cb cb, void *arg) {
-    if (!c || c->state != RC_READY || !c->ac || c->closing) return SL_EUNAVAIL;
-    const script *s = scripts_get(id);
-    if (!s || argc < 0) return SL_EINVAL;
-    int n = 3 + SCRIPTS_NKEYS + argc;
-    const char **av = malloc(sizeof(*av) * (size_t)n);
-    size_t *al = malloc(sizeof(*al) * (size_t)n);
+/* Sends a formatted command (taking ownership of cmd) with a timeout. */
+static int rconn_send(rconn *c, char *cmd, long long cmdlen, int id, int asking, rconn_reply_cb cb,
+                      void *arg) {
     rcall *k = calloc(1, sizeof(*k));
-    if (!av || !al || !k) {
-        free(av);
-        free(al);
-        free(k);
-        return SL_ENOMEM;
-    }
-    av[0] = "EVALSHA";
-    av[1] = s->sha;
-    av[2] = "9";
-    for (int i = 0; i < SCRIPTS_NKEYS; i++) av[3 + i] = keys[i];
-    for (int i = 0; i < argc; i++) av[3 + SCRIPTS_NKEYS + i] = argv[i];
-    for (int i = 0; i < n; i++)
-        al[i] = (i >= 3 + SCRIPTS_NKEYS && argvlen) ? argvlen[i - 3 - SCRIPTS_NKEYS] : strlen(av[i]);
-    k->cmdlen = redisFormatCommandArgv(&k->cmd, n, av, al);
-    free(av);
-    free(al);
-    if (k->cmdlen < 0 || !k->cmd) {
-        free(k);
+    if (!k) {
+        free(cmd);
         return SL_ENOMEM;
     }
     k->c = c;
     k->cb = cb;
     k->arg = arg;
     k->id = id;
+    k->asking = asking;
+    k->cmd = cmd;
+    k->cmdlen = cmdlen;
     k->refs = 2;
-    if (redisAsyncFormattedCommand(c->ac, on_reply, k, k->cmd, (size_t)k->cmdlen) != REDIS_OK) {
+    if ((asking && redisAsyncCommand(c->ac, NULL, NULL, "ASKING") != REDIS_OK) ||
+        redisAsyncFormattedCommand(c->ac, on_reply, k, k->cmd, (size_t)k->cmdlen) != REDIS_OK) {
         free(k->cmd);
         free(k);
         return SL_EREDIS;
@@ -194,6 +179,48 @@ int rconn_script(rconn *c, script_id id, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MA
     k->timer.data = k;
     uv_timer_start(&k->timer, on_call_timeout, (uint64_t)c->timeout_ms, 0);
     return 0;
+}
+
+int rconn_script_ex(rconn *c, script_id id, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX], int argc,
+                    const char **argv, const size_t *argvlen, int flags, rconn_reply_cb cb,
+                    void *arg) {
+    if (!c || c->state != RC_READY || !c->ac || c->closing) return SL_EUNAVAIL;
+    const script *s = scripts_get(id);
+    if (!s || argc < 0) return SL_EINVAL;
+    int n = 3 + SCRIPTS_NKEYS + argc;
+    const char **av = malloc(sizeof(*av) * (size_t)n);
+    size_t *al = malloc(sizeof(*al) * (size_t)n);
+    if (!av || !al) {
+        free(av);
+        free(al);
+        return SL_ENOMEM;
+    }
+    av[0] = "EVALSHA";
+    av[1] = s->sha;
+    av[2] = "9";
+    for (int i = 0; i < SCRIPTS_NKEYS; i++) av[3 + i] = keys[i];
+    for (int i = 0; i < argc; i++) av[3 + SCRIPTS_NKEYS + i] = argv[i];
+    for (int i = 0; i < n; i++)
+        al[i] = (i >= 3 + SCRIPTS_NKEYS && argvlen) ? argvlen[i - 3 - SCRIPTS_NKEYS] : strlen(av[i]);
+    char *cmd = NULL;
+    long long len = redisFormatCommandArgv(&cmd, n, av, al);
+    free(av);
+    free(al);
+    if (len < 0 || !cmd) return SL_ENOMEM;
+    return rconn_send(c, cmd, len, (int)id, (flags & RCONN_ASKING) != 0, cb, arg);
+}
+
+int rconn_script(rconn *c, script_id id, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX], int argc,
+                 const char **argv, const size_t *argvlen, rconn_reply_cb cb, void *arg) {
+    return rconn_script_ex(c, id, keys, argc, argv, argvlen, 0, cb, arg);
+}
+
+int rconn_command(rconn *c, int argc, const char **argv, rconn_reply_cb cb, void *arg) {
+    if (!c || c->state != RC_READY || !c->ac || c->closing) return SL_EUNAVAIL;
+    char *cmd = NULL;
+    long long len = redisFormatCommandArgv(&cmd, argc, argv, NULL);
+    if (len < 0 || !cmd) return SL_ENOMEM;
+    return rconn_send(c, cmd, len, -1, 0, cb, arg);
 }
 
 /* ---- connection ---------------------------------------------------------- */

@@ -46,6 +46,17 @@ void rconn_start(rconn *c);
 int rconn_script(rconn *c, script_id id, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX], int argc,
                  const char **argv, const size_t *argvlen, rconn_reply_cb cb, void *arg);
 
+/* rconn_script with flags: RCONN_ASKING sends ASKING first on the same
+ * pipeline (following a Redis Cluster ASK redirection). */
+#define RCONN_ASKING 1
+int rconn_script_ex(rconn *c, script_id id, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX], int argc,
+                    const char **argv, const size_t *argvlen, int flags, rconn_reply_cb cb,
+                    void *arg);
+
+/* A plain command (NUL-terminated arguments), e.g. CLUSTER SLOTS, with the
+ * same timeout and callback rules. */
+int rconn_command(rconn *c, int argc, const char **argv, rconn_reply_cb cb, void *arg);
+
 /* 1 when connected and ready. */
 int rconn_ready(const rconn *c);
 

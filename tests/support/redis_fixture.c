@@ -51,7 +51,8 @@ static int spawn(redis_fixture *f) {
             execlp(bin, bin, "--port", port, "--bind", "127.0.0.1", "--unixsocket", f->sock,
                    "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
                    "--dir", f->dir, "--cluster-enabled", "yes", "--cluster-config-file", nodes,
-                   "--daemonize", "no", "--loglevel", "warning", (char *)NULL);
+                   "--cluster-node-timeout", "1000", "--daemonize", "no", "--loglevel", "warning",
+                   (char *)NULL);
         } else {
             execlp(bin, bin, "--port", "0", "--unixsocket", f->sock, "--unixsocketperm", "700",
                    "--save", "", "--appendonly", "no", "--dir", f->dir, "--daemonize", "no",
@@ -98,7 +99,7 @@ int redis_fixture_start(redis_fixture *f, int cluster) {
     f->cluster = cluster;
     if (cluster && (f->port = free_port()) < 0) return -1;
     if (spawn(f) != 0) return -1;
-    if (cluster) {
+    if (cluster == 1) {
         redisContext *c = redis_fixture_connect(f);
         redisReply *r = c ? redisCommand(c, "CLUSTER ADDSLOTSRANGE 0 16383") : NULL;
         int ok = r && r->type == REDIS_REPLY_STATUS;
@@ -152,4 +153,42 @@ redisContext *redis_fixture_connect(const redis_fixture *f) {
         return NULL;
     }
     return c;
+}
+
+redisContext *redis_fixture_connect_tcp(const redis_fixture *f) {
+    redisContext *c = redisConnect("127.0.0.1", f->port);
+    if (!c || c->err) {
+        if (c) redisFree(c);
+        return NULL;
+    }
+    return c;
+}
+
+int redis_cluster_create(redis_fixture *nodes, int n, int replicas) {
+    char cmd[2048];
+    int len = snprintf(cmd, sizeof(cmd), "redis-cli --cluster create");
+    for (int i = 0; i < n; i++)
+        len += snprintf(cmd + len, sizeof(cmd) - (size_t)len, " 127.0.0.1:%d", nodes[i].port);
+    snprintf(cmd + len, sizeof(cmd) - (size_t)len, " --cluster-replicas %d --cluster-yes >%s 2>&1",
+             replicas, getenv("SLUICE_TEST_VERBOSE") ? "/dev/stderr" : "/dev/null");
+    if (system(cmd) != 0) {
+        fprintf(stderr, "redis_fixture: %s failed\n", cmd);
+        return -1;
+    }
+    /* Bounded wait until every node agrees the cluster is up. */
+    for (int tries = 0; tries < 1000; tries++) {
+        int ok = 1;
+        for (int i = 0; i < n && ok; i++) {
+            redisContext *c = redis_fixture_connect_tcp(&nodes[i]);
+            redisReply *r = c ? redisCommand(c, "CLUSTER INFO") : NULL;
+            ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok") != NULL;
+            if (r) freeReplyObject(r);
+            if (c) redisFree(c);
+        }
+        if (ok) return 0;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    fprintf(stderr, "redis_fixture: cluster did not reach cluster_state:ok\n");
+    return -1;
 }

@@ -19,10 +19,21 @@ typedef struct redis_fixture {
     char sock[300];
 } redis_fixture;
 
-/* Starts redis-server. cluster != 0 starts a one-node Redis Cluster that
+/* Starts redis-server. cluster == 1 starts a one-node Redis Cluster that
  * owns every slot, so scripts that touch keys of two slots fail as they
- * would on a real cluster. Returns 0, or -1 with a message on stderr. */
+ * would on a real cluster; cluster == 2 starts a cluster-enabled node that
+ * owns nothing (to be joined by redis_cluster_create). Returns 0, or -1
+ * with a message on stderr. */
 int redis_fixture_start(redis_fixture *f, int cluster);
+
+/* Joins n cluster-enabled nodes (started with cluster == 2) into one Redis
+ * Cluster with `replicas` replicas per master (redis-cli --cluster create)
+ * and waits until every node reports cluster_state:ok. node_timeout_ms
+ * was given at start. Returns 0 or -1. */
+int redis_cluster_create(redis_fixture *nodes, int n, int replicas);
+
+/* Blocking connection to a node's TCP port (cluster mode). */
+redisContext *redis_fixture_connect_tcp(const redis_fixture *f);
 
 /* Kills the server (SIGKILL when hard, else SIGTERM) and waits for it.
  * Keeps the directory so redis_fixture_restart() reuses the socket path. */
