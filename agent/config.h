@@ -44,6 +44,8 @@ typedef struct config_redis {
     char *password;              /* the resolved secret, "" if none */
     long long timeout_ms;        /* per Redis call */
     long long connect_timeout_ms;
+    char **cluster;              /* Redis Cluster seed nodes "host:port"; NULL = one Redis */
+    size_t ncluster;
 } config_redis;
 
 typedef struct config_agent {
