@@ -181,7 +181,7 @@ static int rconn_send(rconn *c, char *cmd, long long cmdlen, int id, int asking,
     return 0;
 }
 
-int rconn_script_ex(rconn *c, script_id id, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX], int argc,
+int rconn_script_ex(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc,
                     const char **argv, const size_t *argvlen, int flags, rconn_reply_cb cb,
                     void *arg) {
     if (!c || c->state != RC_READY || !c->ac || c->closing) return SL_EUNAVAIL;
@@ -210,7 +210,7 @@ int rconn_script_ex(rconn *c, script_id id, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY
     return rconn_send(c, cmd, len, (int)id, (flags & RCONN_ASKING) != 0, cb, arg);
 }
 
-int rconn_script(rconn *c, script_id id, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX], int argc,
+int rconn_script(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc,
                  const char **argv, const size_t *argvlen, rconn_reply_cb cb, void *arg) {
     return rconn_script_ex(c, id, keys, argc, argv, argvlen, 0, cb, arg);
 }

@@ -43,13 +43,13 @@ void rconn_start(rconn *c);
 /* Runs script id with the deployment's KEYS and argv. Returns 0 and calls
  * cb later, or a negative SL_E* (not connected: SL_EUNAVAIL) without
  * calling cb. argvlen may be NULL for NUL-terminated arguments. */
-int rconn_script(rconn *c, script_id id, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX], int argc,
+int rconn_script(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc,
                  const char **argv, const size_t *argvlen, rconn_reply_cb cb, void *arg);
 
 /* rconn_script with flags: RCONN_ASKING sends ASKING first on the same
  * pipeline (following a Redis Cluster ASK redirection). */
 #define RCONN_ASKING 1
-int rconn_script_ex(rconn *c, script_id id, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX], int argc,
+int rconn_script_ex(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc,
                     const char **argv, const size_t *argvlen, int flags, rconn_reply_cb cb,
                     void *arg);
 

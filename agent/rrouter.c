@@ -250,7 +250,7 @@ static void on_routed_reply(void *arg, redisReply *reply, const char *err) {
     route_free(c);
 }
 
-int rrouter_script(rrouter *r, script_id id, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX], int argc,
+int rrouter_script(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc,
                    const char **argv, rconn_reply_cb cb, void *arg) {
     if (r->closing) return SL_EUNAVAIL;
     if (!r->cluster) return rconn_script(r->nodes[0].conn, id, keys, argc, argv, NULL, cb, arg);
@@ -273,7 +273,7 @@ int rrouter_script(rrouter *r, script_id id, char keys[SCRIPTS_NKEYS][SCRIPTS_KE
     }
     c->r = r;
     c->id = id;
-    memcpy(c->keys, keys, sizeof(c->keys));
+    memcpy(c->keys, keys, sizeof(c->keys)); /* SCRIPTS_NKEYS rows */
     c->cb = cb;
     c->arg = arg;
     int rc = route_send(c, node, 0);

@@ -35,7 +35,7 @@ void rrouter_start(rrouter *r);
  * calling cb) when no connected node serves the slot. A redirection the
  * router cannot follow reaches cb as an error reply starting with MOVED,
  * ASK, TRYAGAIN or CLUSTERDOWN: the caller should retry shortly. */
-int rrouter_script(rrouter *r, script_id id, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX], int argc,
+int rrouter_script(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc,
                    const char **argv, rconn_reply_cb cb, void *arg);
 
 /* 1 when the node serving key is connected and ready. */

@@ -246,7 +246,7 @@ static void test_fleet_over_three_masters(void **state) {
         for (int d = 0; d < 3; d++)
             for (int i = 0; i < PER; i++) {
                 a[g][d][i] = (acq){.w = &w};
-                snprintf(a[g][d][i].dep, sizeof(a[g][d][i].dep), "%s", names[d]);
+                snprintf(a[g][d][i].dep, sizeof(a[g][d][i].dep), "%.31s", names[d]);
                 assert_int_equal(engine_acquire(w.e[g], names[d], 0, 60000, on_acquired, &a[g][d][i], NULL), 0);
             }
     assert_true(run_until(&w, all_done, 20000));
@@ -329,7 +329,7 @@ static void test_reshard_while_traffic_runs(void **state) {
     w.target = N;
     for (int i = 0; i < N; i++) {
         a[i] = (acq){.w = &w};
-        snprintf(a[i].dep, sizeof(a[i].dep), "%s", name);
+        snprintf(a[i].dep, sizeof(a[i].dep), "%.31s", name);
     }
     /* A steady stream: 10 acquires every 200 ms, while the slot moves. */
     migration m = {rrouter_key_slot(key, strlen(key)), node_by_port(masters[0]), node_by_port(masters[1]), 0};

@@ -15,21 +15,31 @@
 #include <time.h>
 #include <unistd.h>
 
-static int free_port(void) {
+static int port_free(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET};
-    socklen_t len = sizeof(a);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    /* Cluster bus uses port + 10000, so stay below 55535. */
-    for (int tries = 0; tries < 50; tries++) {
-        a.sin_port = htons((uint16_t)(20000 + rand() % 30000));
-        if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
-            getsockname(fd, (struct sockaddr *)&a, &len);
-            close(fd);
-            return ntohs(a.sin_port);
-        }
+    a.sin_port = htons((uint16_t)port);
+    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    if (fd >= 0) close(fd);
+    return ok;
+}
+
+/* A loopback port that is free, as is port + 10000 (the cluster bus).
+ * Ports handed out by this process are never handed out again, so nodes
+ * started back to back do not collide before they bind. */
+static int free_port(void) {
+    static unsigned seed;
+    static int given[256], ngiven;
+    if (!seed) seed = (unsigned)getpid() * 2654435761u ^ (unsigned)time(NULL);
+    for (int tries = 0; tries < 200; tries++) {
+        int port = 20000 + (int)(rand_r(&seed) % 30000);
+        int dup = 0;
+        for (int i = 0; i < ngiven; i++) dup |= given[i] == port;
+        if (dup || !port_free(port) || !port_free(port + 10000)) continue;
+        if (ngiven < 256) given[ngiven++] = port;
+        return port;
     }
-    close(fd);
     return -1;
 }
 
@@ -88,7 +98,6 @@ static int spawn(redis_fixture *f) {
 
 int redis_fixture_start(redis_fixture *f, int cluster) {
     memset(f, 0, sizeof(*f));
-    srand((unsigned)getpid() ^ (unsigned)time(NULL));
     snprintf(f->dir, sizeof(f->dir), "%s/sluice-test-XXXXXX",
              getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(f->dir)) {
