@@ -171,7 +171,7 @@ static void world_init(world *w, const char *deployments, int agents) {
     uv_loop_init(&w->loop);
     char **seeds[2];
     for (int i = 0; i < agents; i++) {
-        char id[16];
+        char id[24];
         snprintf(id, sizeof(id), "agent-%d", i);
         assert_int_equal(engine_new(&w->loop, make_config(deployments, &seeds[i]), id, &w->e[i]), 0);
         engine_start(w->e[i]);
