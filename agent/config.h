@@ -46,6 +46,9 @@ typedef struct config_redis {
     long long connect_timeout_ms;
     char **cluster;              /* Redis Cluster seed nodes "host:port"; NULL = one Redis */
     size_t ncluster;
+    char *sentinel_master;       /* Sentinel: the monitored master's name; NULL = no Sentinel */
+    char **sentinels;            /* Sentinel nodes "host:port" */
+    size_t nsentinels;
 } config_redis;
 
 typedef struct config_agent {

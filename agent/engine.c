@@ -733,8 +733,7 @@ int engine_new(uv_loop_t *loop, config *cfg, const char *agent_id, engine **out)
         }
     }
     rconn_events ev = {on_redis_up, on_redis_down};
-    int rc = rrouter_new(loop, &cfg->redis, (const char *const *)cfg->redis.cluster,
-                         cfg->redis.ncluster, ev, e, &e->redis);
+    int rc = rrouter_new(loop, &cfg->redis, ev, e, &e->redis);
     if (rc != 0) {
         for (dep *d = e->deps, *nx; d; d = nx) {
             nx = d->next;

@@ -30,6 +30,7 @@ struct rconn {
     uv_timer_t connect_timer; /* connect + handshake timeout */
     int attempts;
     int started, closing, handles_open;
+    int plain;                /* RCONN_PLAIN: no AUTH/SELECT/SCRIPT LOAD */
     unsigned long ncalls; /* calls not yet freed */
     void (*done)(void *);
     void *done_arg;
@@ -320,6 +321,10 @@ static void on_connect(const redisAsyncContext *cac, int status) {
         return;
     }
     c->state = RC_HANDSHAKE;
+    if (c->plain) {
+        redisAsyncCommand(ac, on_handshake, "PING", "PING");
+        return;
+    }
     if (c->password[0]) {
         if (c->username[0])
             redisAsyncCommand(ac, on_handshake, "AUTH", "AUTH %s %s", c->username, c->password);
@@ -377,6 +382,11 @@ static void rconn_connect(rconn *c) {
 }
 
 int rconn_new(uv_loop_t *loop, const config_redis *cfg, rconn_events ev, void *ud, rconn **out) {
+    return rconn_new_ex(loop, cfg, 0, ev, ud, out);
+}
+
+int rconn_new_ex(uv_loop_t *loop, const config_redis *cfg, int flags, rconn_events ev, void *ud,
+                 rconn **out) {
     *out = NULL;
     rconn *c = calloc(1, sizeof(*c));
     if (!c) return SL_ENOMEM;
@@ -408,6 +418,7 @@ int rconn_new(uv_loop_t *loop, const config_redis *cfg, rconn_events ev, void *u
     c->connect_timer.data = c;
     c->handles_open = 2;
     c->state = RC_DOWN;
+    c->plain = (flags & RCONN_PLAIN) != 0;
     *out = c;
     return 0;
 }

@@ -37,6 +37,12 @@ typedef struct rconn_events {
  * memory only). Nothing happens until rconn_start(). Returns 0 or SL_E*. */
 int rconn_new(uv_loop_t *loop, const config_redis *cfg, rconn_events ev, void *ud, rconn **out);
 
+/* rconn_new with flags: RCONN_PLAIN connects without AUTH, SELECT or
+ * script loading (for Sentinel connections). */
+#define RCONN_PLAIN 1
+int rconn_new_ex(uv_loop_t *loop, const config_redis *cfg, int flags, rconn_events ev, void *ud,
+                 rconn **out);
+
 /* Starts connecting (and reconnecting whenever the connection is lost). */
 void rconn_start(rconn *c);
 

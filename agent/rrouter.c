@@ -19,7 +19,7 @@ typedef struct rnode {
     int port;
     rconn *conn;
     int ready;
-    int closing;
+    int sentinel;            /* a Sentinel, not a data node */
 } rnode;
 
 struct rrouter {
@@ -28,12 +28,16 @@ struct rrouter {
     rconn_events ev;
     void *ud;
     int cluster;
+    int sentinel;            /* Sentinel mode */
+    char master_name[128];
+    int master;              /* Sentinel mode: index of the current master, -1 none */
+    int asking_sentinels;    /* a get-master-addr call is in flight */
     rnode nodes[MAX_NODES];
     size_t nnodes;
     short slots[NSLOTS];     /* node index per slot, -1 unknown */
     uv_timer_t refresh;
     int refreshing;          /* a CLUSTER SLOTS call is in flight */
-    int closing, open;
+    int closing, open, started;
     void (*done)(void *);
     void *done_arg;
     char last_error[256];
@@ -66,7 +70,8 @@ unsigned rrouter_key_slot(const char *key, size_t len) {
 
 int rrouter_is_redirect(const char *err) {
     return err && (strncmp(err, "MOVED ", 6) == 0 || strncmp(err, "ASK ", 4) == 0 ||
-                   strncmp(err, "TRYAGAIN", 8) == 0 || strncmp(err, "CLUSTERDOWN", 11) == 0);
+                   strncmp(err, "TRYAGAIN", 8) == 0 || strncmp(err, "CLUSTERDOWN", 11) == 0 ||
+                   strncmp(err, "READONLY", 8) == 0);
 }
 
 /* ---- nodes ------------------------------------------------------------------ */
@@ -77,6 +82,10 @@ static void on_node_up(void *ud) {
     rnode *n = ud;
     rrouter *r = n->r;
     n->ready = 1;
+    if (n->sentinel) {
+        refresh_soon(r, 0);
+        return;
+    }
     if (r->cluster) refresh_soon(r, 0);
     if (r->ev.up) r->ev.up(r->ud);
 }
@@ -85,6 +94,8 @@ static void on_node_down(void *ud, const char *why) {
     rnode *n = ud;
     rrouter *r = n->r;
     n->ready = 0;
+    if (n->sentinel) return;
+    if (r->sentinel) refresh_soon(r, 0); /* ask the sentinels where the master went */
     snprintf(r->last_error, sizeof(r->last_error), "%.100s:%d: %.120s", n->host[0] ? n->host : "redis",
              n->port, why ? why : "down");
     if (r->cluster) refresh_soon(r, REFRESH_FAST_MS);
@@ -98,7 +109,7 @@ static int node_find(rrouter *r, const char *host, int port) {
 }
 
 /* The node for host:port, connecting to it if new. -1 when full. */
-static int node_get(rrouter *r, const char *host, int port) {
+static int node_add(rrouter *r, const char *host, int port, int sentinel) {
     int i = node_find(r, host, port);
     if (i >= 0 || r->nnodes >= MAX_NODES) return i;
     rnode *n = &r->nodes[r->nnodes];
@@ -111,13 +122,16 @@ static int node_get(rrouter *r, const char *host, int port) {
     c.port = port;
     c.unix_path = "";
     c.db = 0;
+    n->sentinel = sentinel;
     rconn_events ev = {on_node_up, on_node_down};
-    if (rconn_new(r->loop, &c, ev, n, &n->conn) != 0) return -1;
+    if (rconn_new_ex(r->loop, &c, sentinel ? RCONN_PLAIN : 0, ev, n, &n->conn) != 0) return -1;
     r->open++;
     r->nnodes++;
-    if (!r->closing) rconn_start(n->conn);
+    if (!r->closing && r->started) rconn_start(n->conn);
     return (int)(r->nnodes - 1);
 }
+
+static int node_get(rrouter *r, const char *host, int port) { return node_add(r, host, port, 0); }
 
 static int parse_hostport(const char *s, char *host, size_t hostlen, int *port) {
     const char *colon = strrchr(s, ':');
@@ -173,8 +187,43 @@ static void on_slots(void *arg, redisReply *reply, const char *err) {
     if (changed && r->ev.up) r->ev.up(r->ud);
 }
 
+/* SENTINEL get-master-addr-by-name -> [host, port]. */
+static void on_master_addr(void *arg, redisReply *reply, const char *err) {
+    rrouter *r = arg;
+    r->asking_sentinels = 0;
+    if (r->closing) return;
+    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+        reply->element[0]->type == REDIS_REPLY_STRING && reply->element[1]->type == REDIS_REPLY_STRING) {
+        int idx = node_get(r, reply->element[0]->str, atoi(reply->element[1]->str));
+        if (idx >= 0 && idx != r->master) {
+            r->master = idx; /* a failover moved the master: use the new one */
+            r->refreshes++;
+            if (r->nodes[idx].ready && r->ev.up) r->ev.up(r->ud);
+        }
+    }
+    int ok = r->master >= 0 && r->nodes[r->master].ready;
+    refresh_soon(r, ok ? 5000 : REFRESH_FAST_MS);
+}
+
+static void ask_sentinels(rrouter *r) {
+    if (r->asking_sentinels) return;
+    const char *argv[] = {"SENTINEL", "get-master-addr-by-name", r->master_name};
+    for (size_t k = 0; k < r->nnodes; k++) {
+        rnode *n = &r->nodes[(r->refreshes + k) % r->nnodes];
+        if (n->sentinel && n->ready && rconn_command(n->conn, 3, argv, on_master_addr, r) == 0) {
+            r->asking_sentinels = 1;
+            return;
+        }
+    }
+    refresh_soon(r, REFRESH_FAST_MS);
+}
+
 static void on_refresh(uv_timer_t *t) {
     rrouter *r = t->data;
+    if (r->sentinel) {
+        if (!r->closing) ask_sentinels(r);
+        return;
+    }
     if (r->closing || r->refreshing) return;
     /* Ask any ready node; rotate so a node that lies does not stick. */
     static const char *argv[] = {"CLUSTER", "SLOTS"};
@@ -189,7 +238,7 @@ static void on_refresh(uv_timer_t *t) {
 }
 
 static void refresh_soon(rrouter *r, uint64_t ms) {
-    if (!r->cluster || r->closing) return;
+    if ((!r->cluster && !r->sentinel) || r->closing) return;
     uint64_t due = uv_timer_get_due_in(&r->refresh);
     if (uv_is_active((uv_handle_t *)&r->refresh) && due <= ms) return;
     uv_timer_start(&r->refresh, on_refresh, ms, 0);
@@ -226,6 +275,8 @@ static int route_send(rcall_route *c, int node, int flags) {
 static void on_routed_reply(void *arg, redisReply *reply, const char *err) {
     rcall_route *c = arg;
     rrouter *r = c->r;
+    if (reply && reply->type == REDIS_REPLY_ERROR && r->sentinel && strncmp(reply->str, "READONLY", 8) == 0)
+        refresh_soon(r, 0); /* our master was demoted: find the new one */
     if (reply && reply->type == REDIS_REPLY_ERROR && c->redirects < MAX_REDIRECTS && !r->closing &&
         (strncmp(reply->str, "MOVED ", 6) == 0 || strncmp(reply->str, "ASK ", 4) == 0)) {
         /* "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381" */
@@ -250,10 +301,21 @@ static void on_routed_reply(void *arg, redisReply *reply, const char *err) {
     route_free(c);
 }
 
+/* The data node serving key, or -1. */
+static int node_for(const rrouter *r, const char *key) {
+    if (r->sentinel) return r->master;
+    if (!r->cluster) return 0;
+    return r->slots[rrouter_key_slot(key, strlen(key))];
+}
+
 int rrouter_script(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc,
                    const char **argv, rconn_reply_cb cb, void *arg) {
     if (r->closing) return SL_EUNAVAIL;
-    if (!r->cluster) return rconn_script(r->nodes[0].conn, id, keys, argc, argv, NULL, cb, arg);
+    if (!r->cluster) {
+        int node = node_for(r, keys[0]);
+        if (node < 0 || !r->nodes[node].ready) return SL_EUNAVAIL;
+        return rconn_script(r->nodes[node].conn, id, keys, argc, argv, NULL, cb, arg);
+    }
     int node = r->slots[rrouter_key_slot(keys[0], strlen(keys[0]))];
     if (node < 0 || !r->nodes[node].ready) return SL_EUNAVAIL;
     rcall_route *c = calloc(1, sizeof(*c));
@@ -282,21 +344,23 @@ int rrouter_script(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int 
 }
 
 int rrouter_ready(const rrouter *r, const char *key) {
-    if (!r->cluster) return r->nodes[0].ready;
-    int node = r->slots[rrouter_key_slot(key, strlen(key))];
+    int node = node_for(r, key);
     return node >= 0 && r->nodes[node].ready;
 }
 
 int rrouter_any_ready(const rrouter *r) {
+    if (r->sentinel) return r->master >= 0 && r->nodes[r->master].ready;
     for (size_t i = 0; i < r->nnodes; i++)
-        if (r->nodes[i].ready) return 1;
+        if (r->nodes[i].ready && !r->nodes[i].sentinel) return 1;
     return 0;
 }
 
-int rrouter_is_cluster(const rrouter *r) { return r->cluster; }
+const char *rrouter_mode(const rrouter *r) {
+    return r->cluster ? "cluster" : r->sentinel ? "sentinel" : "single";
+}
 
 const char *rrouter_last_error(const rrouter *r) {
-    if (!r->cluster && r->nodes[0].conn) return rconn_last_error(r->nodes[0].conn);
+    if (!r->cluster && !r->sentinel && r->nodes[0].conn) return rconn_last_error(r->nodes[0].conn);
     return r->last_error;
 }
 
@@ -320,8 +384,7 @@ void rrouter_get_stats(const rrouter *r, rconn_stats *out, unsigned long long *r
 
 /* ---- lifetime ------------------------------------------------------------------------ */
 
-int rrouter_new(uv_loop_t *loop, const config_redis *cfg, const char *const *seeds, size_t nseeds,
-                rconn_events ev, void *ud, rrouter **out) {
+int rrouter_new(uv_loop_t *loop, const config_redis *cfg, rconn_events ev, void *ud, rrouter **out) {
     *out = NULL;
     rrouter *r = calloc(1, sizeof(*r));
     if (!r) return SL_ENOMEM;
@@ -329,9 +392,11 @@ int rrouter_new(uv_loop_t *loop, const config_redis *cfg, const char *const *see
     r->cfg = *cfg;
     r->ev = ev;
     r->ud = ud;
-    r->cluster = nseeds > 0;
+    r->cluster = cfg->ncluster > 0;
+    r->sentinel = !r->cluster && cfg->sentinel_master && cfg->sentinel_master[0] && cfg->nsentinels > 0;
+    r->master = -1;
     for (int s = 0; s < NSLOTS; s++) r->slots[s] = -1;
-    if (!r->cluster) {
+    if (!r->cluster && !r->sentinel) {
         rnode *n = &r->nodes[0];
         n->r = r;
         snprintf(n->host, sizeof(n->host), "%s", cfg->host);
@@ -348,23 +413,25 @@ int rrouter_new(uv_loop_t *loop, const config_redis *cfg, const char *const *see
     uv_timer_init(loop, &r->refresh);
     r->refresh.data = r;
     r->open++; /* the refresh timer */
-    if (r->cluster) {
-        for (size_t i = 0; i < nseeds; i++) {
-            char host[256];
-            int port;
-            if (parse_hostport(seeds[i], host, sizeof(host), &port) != 0 ||
-                node_get(r, host, port) < 0) {
-                snprintf(r->last_error, sizeof(r->last_error), "bad cluster seed '%s'", seeds[i]);
-            }
-        }
+    char *const *addrs = r->cluster ? cfg->cluster : cfg->sentinels;
+    size_t naddrs = r->cluster ? cfg->ncluster : (r->sentinel ? cfg->nsentinels : 0);
+    if (r->sentinel) snprintf(r->master_name, sizeof(r->master_name), "%s", cfg->sentinel_master);
+    for (size_t i = 0; i < naddrs; i++) {
+        char host[256];
+        int port;
+        if (parse_hostport(addrs[i], host, sizeof(host), &port) != 0 ||
+            node_add(r, host, port, r->sentinel) < 0)
+            snprintf(r->last_error, sizeof(r->last_error), "bad %s address '%.100s'",
+                     r->cluster ? "cluster seed" : "sentinel", addrs[i]);
     }
     *out = r;
     return 0;
 }
 
 void rrouter_start(rrouter *r) {
+    r->started = 1;
     for (size_t i = 0; i < r->nnodes; i++) rconn_start(r->nodes[i].conn);
-    if (r->cluster) refresh_soon(r, REFRESH_FAST_MS);
+    if (r->cluster || r->sentinel) refresh_soon(r, REFRESH_FAST_MS);
 }
 
 static void maybe_done(rrouter *r) {

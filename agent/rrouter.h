@@ -25,10 +25,14 @@ unsigned rrouter_key_slot(const char *key, size_t len);
 
 /* up: a node became ready or the slot map changed (the engine then writes
  * limits where needed). down: a node was lost (why: the reason). */
-/* seeds: "host:port" strings of cluster seed nodes (copied); nseeds 0
- * means one Redis at cfg's address. cfg supplies auth and timeouts. */
-int rrouter_new(uv_loop_t *loop, const config_redis *cfg, const char *const *seeds, size_t nseeds,
-                rconn_events ev, void *ud, rrouter **out);
+/* The topology comes from cfg: cfg->cluster seeds (Redis Cluster), or
+ * cfg->sentinel_master with cfg->sentinels (Sentinel), else one Redis at
+ * cfg's address. cfg supplies auth and timeouts; strings are copied. With
+ * Sentinel the router asks the sentinels for the master's address (no AUTH
+ * on sentinel connections), connects to it, and asks again whenever the
+ * master is lost or answers READONLY (it was demoted), so it follows a
+ * failover. */
+int rrouter_new(uv_loop_t *loop, const config_redis *cfg, rconn_events ev, void *ud, rrouter **out);
 void rrouter_start(rrouter *r);
 
 /* Like rconn_script, routed by keys[0]. Returns SL_EUNAVAIL (without
@@ -44,11 +48,12 @@ int rrouter_ready(const rrouter *r, const char *key);
 /* 1 when any node is connected. */
 int rrouter_any_ready(const rrouter *r);
 
-/* 1 in cluster mode. */
-int rrouter_is_cluster(const rrouter *r);
+/* "single", "cluster" or "sentinel". */
+const char *rrouter_mode(const rrouter *r);
 
 /* 1 when an error reply is a cluster redirection or transient cluster
- * state (MOVED, ASK, TRYAGAIN, CLUSTERDOWN): retry, do not fall back. */
+ * state (MOVED, ASK, TRYAGAIN, CLUSTERDOWN), or a demoted master (READONLY):
+ * retry, do not fall back. */
 int rrouter_is_redirect(const char *err);
 
 const char *rrouter_last_error(const rrouter *r);

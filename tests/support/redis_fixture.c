@@ -45,10 +45,54 @@ static int free_port(void) {
 
 static int spawn(redis_fixture *f) {
     const char *bin = getenv("SLUICE_REDIS_SERVER");
-    char port[16], nodes[400];
+    char port[16], nodes[400], conf[400];
     if (!bin) bin = "redis-server";
     snprintf(port, sizeof(port), "%d", f->port);
     snprintf(nodes, sizeof(nodes), "%s/nodes.conf", f->dir);
+    snprintf(conf, sizeof(conf), "%s/sentinel.conf", f->dir);
+    const char *argv[64];
+    int n = 0;
+    argv[n++] = bin;
+    if (f->sentinel) {
+        argv[n++] = conf;
+        argv[n++] = "--sentinel";
+    }
+    argv[n++] = "--port";
+    argv[n++] = port;
+    if (f->port) {
+        argv[n++] = "--bind";
+        argv[n++] = "127.0.0.1";
+    }
+    argv[n++] = "--unixsocket";
+    argv[n++] = f->sock;
+    argv[n++] = "--unixsocketperm";
+    argv[n++] = "700";
+    argv[n++] = "--dir";
+    argv[n++] = f->dir;
+    argv[n++] = "--daemonize";
+    argv[n++] = "no";
+    argv[n++] = "--loglevel";
+    argv[n++] = "warning";
+    if (!f->sentinel) {
+        argv[n++] = "--save";
+        argv[n++] = "";
+        argv[n++] = "--appendonly";
+        argv[n++] = "no";
+    }
+    if (f->cluster) {
+        argv[n++] = "--cluster-enabled";
+        argv[n++] = "yes";
+        argv[n++] = "--cluster-config-file";
+        argv[n++] = nodes;
+        argv[n++] = "--cluster-node-timeout";
+        argv[n++] = "1000";
+    }
+    char extra[256];
+    snprintf(extra, sizeof(extra), "%s", f->extra);
+    for (char *save = NULL, *tok = strtok_r(extra, " ", &save); tok && n < 62;
+         tok = strtok_r(NULL, " ", &save))
+        argv[n++] = tok;
+    argv[n] = NULL;
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return -1;
@@ -57,23 +101,13 @@ static int spawn(redis_fixture *f) {
         if (getppid() != parent) _exit(1);
         int devnull = open("/dev/null", O_WRONLY);
         if (devnull >= 0 && !getenv("SLUICE_TEST_VERBOSE")) dup2(devnull, 1);
-        if (f->cluster) {
-            execlp(bin, bin, "--port", port, "--bind", "127.0.0.1", "--unixsocket", f->sock,
-                   "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
-                   "--dir", f->dir, "--cluster-enabled", "yes", "--cluster-config-file", nodes,
-                   "--cluster-node-timeout", "1000", "--daemonize", "no", "--loglevel", "warning",
-                   (char *)NULL);
-        } else {
-            execlp(bin, bin, "--port", "0", "--unixsocket", f->sock, "--unixsocketperm", "700",
-                   "--save", "", "--appendonly", "no", "--dir", f->dir, "--daemonize", "no",
-                   "--loglevel", "warning", (char *)NULL);
-        }
+        execvp(bin, (char *const *)argv);
         _exit(127);
     }
     f->pid = pid;
-    /* Readiness: poll the socket with PING (bounded: 10 s), not a fixed sleep. */
+    /* Readiness: poll with PING (bounded: 10 s), not a fixed sleep. */
     for (int i = 0; i < 1000; i++) {
-        redisContext *c = redisConnectUnix(f->sock);
+        redisContext *c = f->port ? redisConnect("127.0.0.1", f->port) : redisConnectUnix(f->sock);
         if (c && !c->err) {
             redisReply *r = redisCommand(c, "PING");
             int ok = r && r->type == REDIS_REPLY_STATUS;
@@ -96,8 +130,7 @@ static int spawn(redis_fixture *f) {
     return -1;
 }
 
-int redis_fixture_start(redis_fixture *f, int cluster) {
-    memset(f, 0, sizeof(*f));
+static int fixture_dir(redis_fixture *f) {
     snprintf(f->dir, sizeof(f->dir), "%s/sluice-test-XXXXXX",
              getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(f->dir)) {
@@ -105,6 +138,31 @@ int redis_fixture_start(redis_fixture *f, int cluster) {
         return -1;
     }
     snprintf(f->sock, sizeof(f->sock), "%s/redis.sock", f->dir);
+    return 0;
+}
+
+int redis_fixture_start_ex(redis_fixture *f, const char *extra, int sentinel_of) {
+    memset(f, 0, sizeof(*f));
+    if (fixture_dir(f) != 0 || (f->port = free_port()) < 0) return -1;
+    snprintf(f->extra, sizeof(f->extra), "%s", extra ? extra : "");
+    if (sentinel_of > 0) {
+        char conf[400];
+        snprintf(conf, sizeof(conf), "%s/sentinel.conf", f->dir);
+        FILE *c = fopen(conf, "w");
+        if (!c) return -1;
+        fprintf(c, "sentinel monitor mymaster 127.0.0.1 %d 2\n"
+                   "sentinel down-after-milliseconds mymaster 1000\n"
+                   "sentinel failover-timeout mymaster 3000\n",
+                sentinel_of);
+        fclose(c);
+        f->sentinel = 1;
+    }
+    return spawn(f);
+}
+
+int redis_fixture_start(redis_fixture *f, int cluster) {
+    memset(f, 0, sizeof(*f));
+    if (fixture_dir(f) != 0) return -1;
     f->cluster = cluster;
     if (cluster && (f->port = free_port()) < 0) return -1;
     if (spawn(f) != 0) return -1;

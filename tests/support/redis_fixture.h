@@ -13,8 +13,10 @@
 
 typedef struct redis_fixture {
     pid_t pid;
-    int port;          /* 0 unless cluster mode */
+    int port;          /* TCP port on 127.0.0.1, 0 when only the socket */
     int cluster;
+    int sentinel;      /* a Sentinel (config file in dir) */
+    char extra[256];   /* extra arguments, space-separated (start_ex) */
     char dir[256];
     char sock[300];
 } redis_fixture;
@@ -32,7 +34,13 @@ int redis_fixture_start(redis_fixture *f, int cluster);
  * was given at start. Returns 0 or -1. */
 int redis_cluster_create(redis_fixture *nodes, int n, int replicas);
 
-/* Blocking connection to a node's TCP port (cluster mode). */
+/* Starts redis-server on a TCP port (and the socket) with extra
+ * space-separated arguments, e.g. "--replicaof 127.0.0.1 7000". With
+ * sentinel_of > 0 starts a Sentinel monitoring the master on that port as
+ * "mymaster" (quorum 2, down after 1000 ms, failover timeout 3000 ms). */
+int redis_fixture_start_ex(redis_fixture *f, const char *extra, int sentinel_of);
+
+/* Blocking connection to a node's TCP port. */
 redisContext *redis_fixture_connect_tcp(const redis_fixture *f);
 
 /* Kills the server (SIGKILL when hard, else SIGTERM) and waits for it.
