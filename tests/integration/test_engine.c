@@ -331,6 +331,47 @@ static void test_flushall_reloads_scripts_transparently(void **state) {
     world_close(&w);
 }
 
+static int has_error(world *w) {
+    engine_stats s;
+    engine_get_stats(w->e, &s);
+    return s.redis_error && s.redis_error[0] != '\0' && !strstr(s.redis_error, "connect failed");
+}
+
+/* Misconfigured credentials are a clear error, not a silent fallback. */
+static void expect_credentials_error(const char *user, const char *password, const char *want) {
+    char text[1024], err[512];
+    setenv("SLUICE_TEST_REDIS_PASSWORD", password, 1);
+    snprintf(text, sizeof(text),
+             "redis:\n  url: unix://%s\n  username: %s\n  password_env: SLUICE_TEST_REDIS_PASSWORD\n"
+             "  timeout_ms: 300\n  connect_timeout_ms: 300\n"
+             "agent:\n  socket: /tmp/unused.sock\n  heartbeat_ms: 200\n"
+             "deployments:\n  acl:\n    rpm: 60\n",
+             fx.sock, user);
+    config *cfg = NULL;
+    if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0) fail_msg("%s", err);
+    world w;
+    memset(&w, 0, sizeof(w));
+    uv_loop_init(&w.loop);
+    assert_int_equal(engine_new(&w.loop, cfg, "agent-acl", &w.e), 0);
+    engine_start(w.e);
+    assert_true(run_until(&w, has_error, 5000));
+    engine_stats s;
+    engine_get_stats(w.e, &s);
+    print_message("  user %s: mode %s, redis_error \"%s\"\n", user, s.mode, s.redis_error);
+    assert_false(s.redis_up);
+    assert_non_null(strstr(s.redis_error, want));
+    world_close(&w);
+}
+
+static void test_wrong_password_and_missing_acl_are_clear_errors(void **state) {
+    redisContext *c = redis_fixture_connect(&fx);
+    freeReplyObject(redisCommand(c, "ACL SETUSER sluice-ok on >right ~sluice:* +@all"));
+    freeReplyObject(redisCommand(c, "ACL SETUSER sluice-noscript on >right ~sluice:* +@all -@scripting"));
+    redisFree(c);
+    expect_credentials_error("sluice-ok", "wrong", "AUTH failed: WRONGPASS");
+    expect_credentials_error("sluice-noscript", "right", "SCRIPT LOAD failed: NOPERM");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_coalescing_and_release_at_slot),
@@ -338,6 +379,7 @@ int main(void) {
         cmocka_unit_test(test_shed_when_slot_beyond_max_wait),
         cmocka_unit_test(test_flushall_reloads_scripts_transparently),
         cmocka_unit_test(test_redis_killed_local_fallback_then_rejoin),
+        cmocka_unit_test(test_wrong_password_and_missing_acl_are_clear_errors),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
