@@ -645,6 +645,8 @@ static const cfg_row deployment_rows[] = {
           "Environment variable holding the provider API key, for `sluice run`."),
     R_ENUM("style", cfg_deployment, style, "azure", style_names, "API style of the endpoint: azure or openai."),
     R_STR("api_version", cfg_deployment, api_version, NULL, check_token, "api-version query parameter (azure style)."),
+    R_INT("jitter_ms", cfg_deployment, jitter_ms, "10", 0, 10000, 0,
+          "Release jitter in ms the schedule tolerates: callers may start this late without exceeding the burst."),
 };
 _Static_assert(sizeof(deployment_rows) / sizeof(deployment_rows[0]) <= CFG_MAX_ROWS, "too many rows");
 
@@ -688,6 +690,8 @@ static const cfg_row root_rows[] = {
     R_INT("agent.heartbeat_ms", config, agent.heartbeat_ms, "1000", 100, 60000, 0,
           "How often the agent announces itself in Redis."),
     R_ENUM("agent.log_level", config, agent.log_level, "info", level_names, "How much the agent logs."),
+    R_INT("agent.max_client_pipeline", config, agent.max_client_pipeline, "1024", 1, 1000000, 0,
+          "Unfinished commands (waiting ACQUIREs) one client may have before the agent stops reading from it."),
     R_LIST("deployments", config, deployments, ndeployments, &deployment_schema, F_REQUIRED,
            "The governed deployments, by name."),
 };

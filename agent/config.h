@@ -65,6 +65,7 @@ typedef struct config_agent {
     double fallback_share;       /* (0, 1] */
     long long heartbeat_ms;
     int log_level;               /* CONFIG_LOG_* */
+    long long max_client_pipeline; /* unfinished commands per client before reading pauses */
 } config_agent;
 
 /* One deployment. A struct tag without a typedef, because the lookup
@@ -99,6 +100,7 @@ struct config_deployment {
     char *api_key_env;           /* "" = none */
     int style;                   /* CONFIG_STYLE_* */
     char *api_version;           /* "" = none */
+    long long jitter_ms;         /* release jitter the schedule tolerates (configure's jitter_ms) */
 };
 
 typedef struct config {

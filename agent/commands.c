@@ -1,0 +1,564 @@
+/* commands: the command table and its handlers. See commands.h and
+ * docs/protocol.md (the replies documented there are produced here). */
+#define _POSIX_C_SOURCE 200809L
+
+#include "commands.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+
+#include "config.h"
+#include "info.h"
+#include "ratelimit.h"
+#include "sluice.h"
+
+/* A provider pause longer than this is cut to it: one bad header must not
+ * stop a deployment for days. */
+#define SETTLE_MAX_PAUSE_MS 86400000LL
+/* Largest TOKENS / MAXWAIT accepted. */
+#define ARG_INT_MAX 1000000000000000LL
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+static void reply_error(const command_req *q, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static void reply_error(const command_req *q, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    resp_add_error(server_reply_buf(q->r), msg);
+    server_reply_done(q->r, 0);
+}
+
+/* A printable rendering of an argument for messages: at most 64 bytes,
+ * other bytes as \xNN. */
+static const char *printable(const char *s, size_t len, char *out, size_t outlen) {
+    size_t n = 0;
+    for (size_t i = 0; i < len && n + 8 < outlen; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (i == 64) {
+            memcpy(out + n, "...", 3);
+            n += 3;
+            break;
+        }
+        if (ch >= 0x20 && ch < 0x7f && ch != '\'')
+            out[n++] = (char)ch;
+        else
+            n += (size_t)snprintf(out + n, outlen - n, "\\x%02x", ch);
+    }
+    out[n] = '\0';
+    return out;
+}
+
+static int arg_is(const command_req *q, int i, const char *word) {
+    return q->argvlen[i] == strlen(word) && strcasecmp(q->argv[i], word) == 0;
+}
+
+/* A non-negative decimal integer up to ARG_INT_MAX. */
+static int arg_uint(const char *s, size_t len, long long *out) {
+    if (len == 0 || len > 16) return -1;
+    long long v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v > ARG_INT_MAX) return -1;
+    *out = v;
+    return 0;
+}
+
+/* A deployment argument usable as a C string (no NUL inside, not too long). */
+static int arg_name(const command_req *q, int i) {
+    return q->argvlen[i] > 0 && q->argvlen[i] <= CONFIG_NAME_MAX && strlen(q->argv[i]) == q->argvlen[i];
+}
+
+static long long wall_ms(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+/* The lower-case form of an upper-case command name. */
+static const char *lowercase(const char *name, char *out, size_t outlen) {
+    size_t i = 0;
+    for (; name[i] && i + 1 < outlen; i++)
+        out[i] = (char)(name[i] >= 'A' && name[i] <= 'Z' ? name[i] - 'A' + 'a' : name[i]);
+    out[i] = '\0';
+    return out;
+}
+
+/* The error reply for an engine status that is not OK or SHED. */
+static void add_engine_error(resp_buf *b, int status, const char *dep, const char *msg) {
+    char p[160];
+    switch (status) {
+    case SL_EUNKNOWN:
+        resp_add_errorf(b, "unknown deployment '%s'%s", printable(dep, strlen(dep), p, sizeof(p)),
+                        msg ? " (removed by a configuration reload)" : "");
+        break;
+    case SL_EUNAVAIL:
+        resp_add_errorf(b, "-UNAVAIL %s", msg ? msg : sl_strerror(status));
+        break;
+    case SL_ECLOSING: resp_add_error(b, "-CLOSING the agent is shutting down"); break;
+    case SL_ENOMEM: resp_add_error(b, "out of memory"); break;
+    default: resp_add_errorf(b, "%s", msg ? msg : sl_strerror(status)); break;
+    }
+}
+
+/* ---- ACQUIRE ------------------------------------------------------------------------ */
+
+typedef struct acquire_op {
+    server *s;
+    server_reply *r;
+    engine_call *call;
+    char dep[CONFIG_NAME_MAX + 1];
+} acquire_op;
+
+static void on_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed,
+                        const char *msg) {
+    acquire_op *op = arg;
+    resp_buf *b = server_reply_buf(op->r);
+    if (status == SL_OK) {
+        resp_add_array(b, 3);
+        resp_add_bulk_str(b, g->id);
+        resp_add_integer(b, g->waited_ms);
+        resp_add_integer(b, g->tokens);
+        if (g->tokens > 0) server_counters(op->s)->tokens_reserved += (unsigned long long)g->tokens;
+    } else if (status == SL_ESHED) {
+        resp_add_errorf(b, "-SHED %s retry-after-ms=%lld", shed->reason, shed->retry_after_ms);
+    } else {
+        add_engine_error(b, status, op->dep, msg);
+    }
+    server_reply_done(op->r, 0);
+    free(op);
+}
+
+/* The client went away while waiting: give the reservation back. */
+static void acquire_abandon(void *arg) {
+    acquire_op *op = arg;
+    engine_cancel(op->call);
+    free(op);
+}
+
+static void cmd_acquire(const command_req *q) {
+    long long tokens = 0, maxwait = -1;
+    for (int i = 2; i < q->argc; i += 2) {
+        char p[160];
+        if (i + 1 >= q->argc) {
+            reply_error(q, "syntax error: %s needs a value", printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
+            return;
+        }
+        if (arg_is(q, i, "TOKENS") || arg_is(q, i, "MAXWAIT")) {
+            long long v;
+            if (arg_uint(q->argv[i + 1], q->argvlen[i + 1], &v) != 0) {
+                char v1[160];
+                reply_error(q, "%s must be a non-negative integer, got '%s'", arg_is(q, i, "TOKENS") ? "TOKENS" : "MAXWAIT",
+                            printable(q->argv[i + 1], q->argvlen[i + 1], v1, sizeof(v1)));
+                return;
+            }
+            if (arg_is(q, i, "TOKENS")) tokens = v;
+            else maxwait = v;
+        } else if (arg_is(q, i, "LANE") || arg_is(q, i, "TENANT")) {
+            /* Accepted and ignored until lanes and tenants exist. */
+        } else {
+            reply_error(q, "syntax error: unknown option '%s' (expected TOKENS, MAXWAIT, LANE or TENANT)",
+                        printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
+            return;
+        }
+    }
+    if (!arg_name(q, 1)) {
+        char p[160];
+        reply_error(q, "unknown deployment '%s'", printable(q->argv[1], q->argvlen[1], p, sizeof(p)));
+        return;
+    }
+    acquire_op *op = calloc(1, sizeof(*op));
+    if (!op) {
+        reply_error(q, "out of memory");
+        return;
+    }
+    op->s = q->s;
+    op->r = q->r;
+    memcpy(op->dep, q->argv[1], q->argvlen[1] + 1);
+    int rc = engine_acquire(server_engine(q->s), op->dep, tokens, maxwait, on_acquired, op, &op->call);
+    if (rc != 0) {
+        add_engine_error(server_reply_buf(q->r), rc, op->dep, NULL);
+        server_reply_done(q->r, 0);
+        free(op);
+        return;
+    }
+    server_reply_on_abandon(q->r, acquire_abandon, op);
+}
+
+/* ---- SETTLE ------------------------------------------------------------------------- */
+
+static const char *const outcome_names[] = {"ok", "throttled", "failed", "cancelled"};
+
+static void cmd_settle(const command_req *q) {
+    server_stats *st = server_counters(q->s);
+    long long actual = -1;
+    engine_outcome outcome = ENGINE_OK;
+    ratelimit_feedback fb;
+    ratelimit_init(&fb, -1);
+    long long now = wall_ms();
+    int headers = 0;
+    char p[160];
+    for (int i = 2; i < q->argc;) {
+        if (arg_is(q, i, "HEADER")) {
+            if (i + 2 >= q->argc) {
+                reply_error(q, "syntax error: HEADER needs a name and a value");
+                return;
+            }
+            headers++;
+            st->settle_headers++;
+            if (ratelimit_add_header(&fb, q->argv[i + 1], q->argvlen[i + 1], q->argv[i + 2], q->argvlen[i + 2],
+                                     now))
+                st->settle_headers_recognised++;
+            i += 3;
+            continue;
+        }
+        if (i + 1 >= q->argc) {
+            reply_error(q, "syntax error: %s needs a value", printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
+            return;
+        }
+        if (arg_is(q, i, "TOKENS")) {
+            if (arg_uint(q->argv[i + 1], q->argvlen[i + 1], &actual) != 0) {
+                reply_error(q, "TOKENS must be a non-negative integer, got '%s'",
+                            printable(q->argv[i + 1], q->argvlen[i + 1], p, sizeof(p)));
+                return;
+            }
+        } else if (arg_is(q, i, "STATUS")) {
+            int found = 0;
+            for (int k = 0; k < 4 && !found; k++) {
+                if (arg_is(q, i + 1, outcome_names[k])) {
+                    outcome = (engine_outcome)k;
+                    found = 1;
+                }
+            }
+            if (!found) {
+                reply_error(q, "STATUS must be ok, throttled, failed or cancelled, got '%s'",
+                            printable(q->argv[i + 1], q->argvlen[i + 1], p, sizeof(p)));
+                return;
+            }
+        } else {
+            reply_error(q, "syntax error: unknown option '%s' (expected TOKENS, STATUS or HEADER)",
+                        printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
+            return;
+        }
+        i += 2;
+    }
+    long long pause = headers ? (long long)ratelimit_pause_ms(&fb, NULL) : -1;
+    if (pause > SETTLE_MAX_PAUSE_MS) pause = SETTLE_MAX_PAUSE_MS;
+    if (pause >= 0) st->settle_pauses++;
+    const char *id = q->argv[1];
+    int rc = strlen(id) == q->argvlen[1] ? engine_settle(server_engine(q->s), id, actual, outcome, pause) : SL_EINVAL;
+    if (rc == SL_EINVAL) {
+        reply_error(q, "invalid grant id '%s' (expected <deployment>:<n> or <deployment>:L<n>, as ACQUIRE gave it)",
+                    printable(id, q->argvlen[1], p, sizeof(p)));
+        return;
+    }
+    if (rc == SL_EUNKNOWN) {
+        reply_error(q, "unknown deployment in grant id '%s'", printable(id, q->argvlen[1], p, sizeof(p)));
+        return;
+    }
+    if (rc != 0) {
+        reply_error(q, "%s", sl_strerror(rc));
+        return;
+    }
+    resp_add_simple(server_reply_buf(q->r), "OK");
+    server_reply_done(q->r, 0);
+}
+
+/* ---- RETRY -------------------------------------------------------------------------- */
+
+static void on_retry(void *arg, int status, int allowed, long long balance, long long retry_after_ms) {
+    server_reply *r = arg;
+    resp_buf *b = server_reply_buf(r);
+    if (status != SL_OK)
+        add_engine_error(b, status, "", NULL);
+    else if (allowed)
+        resp_add_integer(b, 1);
+    else
+        resp_add_errorf(b, "-NORETRY retry budget spent, retry-after-ms=%lld", retry_after_ms);
+    server_reply_done(r, 0);
+}
+
+static void cmd_retry(const command_req *q) {
+    char p[160];
+    int rc = arg_name(q, 1) ? engine_retry(server_engine(q->s), q->argv[1], on_retry, q->r) : SL_EUNKNOWN;
+    if (rc == SL_EUNKNOWN) {
+        reply_error(q, "unknown deployment '%s'", printable(q->argv[1], q->argvlen[1], p, sizeof(p)));
+        return;
+    }
+    if (rc != 0) {
+        add_engine_error(server_reply_buf(q->r), rc, "", NULL);
+        server_reply_done(q->r, 0);
+    }
+    /* No abandon hook: a client that leaves orphans the slot, freed when
+     * the engine answers. */
+}
+
+/* ---- STATUS ------------------------------------------------------------------------- */
+
+typedef struct status_op {
+    server_reply *r;
+    size_t n, left;
+    resp_buf *parts;          /* one per deployment */
+    struct status_part {
+        struct status_op *op;
+        size_t idx;
+        char dep[CONFIG_NAME_MAX + 1];
+    } *args;
+    int all;                  /* STATUS without a deployment: an array of arrays */
+} status_op;
+
+static void status_free(status_op *op) {
+    for (size_t i = 0; i < op->n; i++) resp_buf_free(&op->parts[i]);
+    free(op->parts);
+    free(op->args);
+    free(op);
+}
+
+static void status_finish(status_op *op) {
+    resp_buf *b = server_reply_buf(op->r);
+    if (op->all) resp_add_array(b, op->n);
+    for (size_t i = 0; i < op->n; i++) resp_buf_append(b, op->parts[i].data, op->parts[i].len);
+    server_reply_done(op->r, 0);
+    status_free(op);
+}
+
+static void on_status(void *arg, int status, size_t n, const char *const *fields, const char *const *values) {
+    struct status_part *a = arg;
+    status_op *op = a->op;
+    resp_buf *b = &op->parts[a->idx];
+    if (status != SL_OK) {
+        add_engine_error(b, status, a->dep, NULL);
+    } else {
+        size_t k = 1;
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(fields[i], "deployment") != 0) k++;
+        resp_add_array(b, 2 * k);
+        resp_add_bulk_str(b, "deployment");
+        resp_add_bulk_str(b, a->dep);
+        for (size_t i = 0; i < n; i++) {
+            if (strcmp(fields[i], "deployment") == 0) continue;
+            resp_add_bulk_str(b, fields[i]);
+            resp_add_bulk_str(b, values[i]);
+        }
+    }
+    if (--op->left == 0) status_finish(op);
+}
+
+static void cmd_status(const command_req *q) {
+    engine *e = server_engine(q->s);
+    const config *cfg = engine_config(e);
+    char p[160];
+    if (q->argc > 2) {
+        reply_error(q, "wrong number of arguments for 'status' command");
+        return;
+    }
+    if (q->argc == 2 && (!arg_name(q, 1) || !config_deployment(cfg, q->argv[1]))) {
+        reply_error(q, "unknown deployment '%s'", printable(q->argv[1], q->argvlen[1], p, sizeof(p)));
+        return;
+    }
+    status_op *op = calloc(1, sizeof(*op));
+    size_t n = q->argc == 2 ? 1 : cfg->ndeployments;
+    if (op) {
+        op->parts = calloc(n, sizeof(*op->parts));
+        op->args = calloc(n, sizeof(*op->args));
+    }
+    if (!op || !op->parts || !op->args) {
+        if (op) status_free(op);
+        reply_error(q, "out of memory");
+        return;
+    }
+    op->r = q->r;
+    op->n = n;
+    op->left = n + 1; /* one extra, released below, so no callback can finish early */
+    op->all = q->argc == 1;
+    for (size_t i = 0; i < n; i++) {
+        struct status_part *a = &op->args[i];
+        a->op = op;
+        a->idx = i;
+        snprintf(a->dep, sizeof(a->dep), "%s", q->argc == 2 ? q->argv[1] : cfg->deployments[i].name);
+        int rc = engine_status(e, a->dep, on_status, a);
+        if (rc != 0) {
+            add_engine_error(&op->parts[i], rc, a->dep, NULL);
+            op->left--;
+        }
+    }
+    /* Callbacks never run synchronously, so this cannot be the last
+     * reference unless every call failed at once. */
+    if (--op->left == 0) status_finish(op);
+}
+
+/* ---- INFO, PING, QUIT, HELP, COMMAND ------------------------------------------------- */
+
+static void cmd_info(const command_req *q) {
+    if (q->argc > 2) {
+        reply_error(q, "wrong number of arguments for 'info' command");
+        return;
+    }
+    resp_buf text;
+    resp_buf_init(&text);
+    char section[32] = "";
+    if (q->argc == 2) snprintf(section, sizeof(section), "%.*s", (int)(q->argvlen[1] < 31 ? q->argvlen[1] : 31), q->argv[1]);
+    if (info_render(q->s, section, &text) != 0) {
+        resp_buf_free(&text);
+        reply_error(q, "out of memory");
+        return;
+    }
+    resp_add_bulk(server_reply_buf(q->r), text.data, text.len);
+    resp_buf_free(&text);
+    server_reply_done(q->r, 0);
+}
+
+static void cmd_ping(const command_req *q) {
+    if (q->argc > 2) {
+        reply_error(q, "wrong number of arguments for 'ping' command");
+        return;
+    }
+    if (q->argc == 2) resp_add_bulk(server_reply_buf(q->r), q->argv[1], q->argvlen[1]);
+    else resp_add_simple(server_reply_buf(q->r), "PONG");
+    server_reply_done(q->r, 0);
+}
+
+static void cmd_quit(const command_req *q) {
+    resp_add_simple(server_reply_buf(q->r), "OK");
+    server_reply_done(q->r, 1);
+}
+
+static void cmd_help(const command_req *q) {
+    size_t n;
+    const command *t = commands_table(&n);
+    resp_buf *b = server_reply_buf(q->r);
+    resp_add_array(b, 2 * n + 1);
+    resp_add_simple(b, "sluiced commands (see docs/protocol.md):");
+    for (size_t i = 0; i < n; i++) {
+        resp_add_simple(b, t[i].syntax);
+        char line[300];
+        snprintf(line, sizeof(line), "    %s", t[i].help);
+        resp_add_simple(b, line);
+    }
+    server_reply_done(q->r, 0);
+}
+
+/* One COMMAND entry: name, arity, flags, first key, last key, step. */
+static void add_command_info(resp_buf *b, const command *c) {
+    char lower[32];
+    size_t nflags = 0;
+    for (unsigned f = 1; f <= CMD_CONNECTION; f <<= 1)
+        if (c->flags & f) nflags++;
+    resp_add_array(b, 6);
+    resp_add_bulk_str(b, lowercase(c->name, lower, sizeof(lower)));
+    resp_add_integer(b, c->arity);
+    resp_add_array(b, nflags);
+    for (unsigned f = 1; f <= CMD_CONNECTION; f <<= 1)
+        if (c->flags & f) resp_add_simple(b, commands_flag_name(f));
+    resp_add_integer(b, 0);
+    resp_add_integer(b, 0);
+    resp_add_integer(b, 0);
+}
+
+static void cmd_command(const command_req *q) {
+    size_t n;
+    const command *t = commands_table(&n);
+    resp_buf *b = server_reply_buf(q->r);
+    char p[160];
+    if (q->argc == 1) {
+        resp_add_array(b, n);
+        for (size_t i = 0; i < n; i++) add_command_info(b, &t[i]);
+    } else if (arg_is(q, 1, "COUNT")) {
+        resp_add_integer(b, (long long)n);
+    } else if (arg_is(q, 1, "DOCS")) {
+        resp_add_array(b, 0); /* redis-cli falls back to its own help */
+    } else if (arg_is(q, 1, "LIST")) {
+        resp_add_array(b, n);
+        for (size_t i = 0; i < n; i++) resp_add_bulk_str(b, t[i].name);
+    } else if (arg_is(q, 1, "INFO")) {
+        resp_add_array(b, (size_t)(q->argc - 2));
+        for (int i = 2; i < q->argc; i++) {
+            const command *c = commands_find(q->argv[i], q->argvlen[i]);
+            if (c) add_command_info(b, c);
+            else resp_add_null_array(b);
+        }
+    } else {
+        reply_error(q, "unknown subcommand '%s' of COMMAND (try COUNT, DOCS, INFO or LIST)",
+                    printable(q->argv[1], q->argvlen[1], p, sizeof(p)));
+        return;
+    }
+    server_reply_done(q->r, 0);
+}
+
+/* ---- the table ------------------------------------------------------------------------ */
+
+static const command command_table[] = {
+    {"ACQUIRE", -2, cmd_acquire, CMD_BLOCKING,
+     "ACQUIRE <deployment> [TOKENS n] [MAXWAIT ms] [LANE name] [TENANT name]",
+     "Waits for a slot; replies [grant-id, waited-ms, reserved-tokens], or -SHED <reason> retry-after-ms=<n>."},
+    {"SETTLE", -2, cmd_settle, CMD_FAST,
+     "SETTLE <grant-id> [TOKENS actual] [STATUS ok|throttled|failed|cancelled] [HEADER name value]...",
+     "Closes a grant with its outcome and the provider's rate-limit headers; replies +OK."},
+    {"RETRY", 2, cmd_retry, CMD_BLOCKING, "RETRY <deployment>",
+     "Asks the fleet's retry budget; replies :1, or -NORETRY ... retry-after-ms=<n>."},
+    {"STATUS", -1, cmd_status, CMD_BLOCKING, "STATUS [deployment]",
+     "The live budget as field/value pairs (all deployments: an array of those)."},
+    {"INFO", -1, cmd_info, CMD_FAST, "INFO [server|clients|deployments|redis|stats|all]",
+     "Agent state and counters as Redis-style text sections."},
+    {"PING", -1, cmd_ping, CMD_FAST | CMD_CONNECTION, "PING [message]", "Replies PONG, or the message."},
+    {"QUIT", -1, cmd_quit, CMD_FAST | CMD_CONNECTION, "QUIT", "Replies +OK and closes the connection."},
+    {"COMMAND", -1, cmd_command, CMD_FAST | CMD_CONNECTION, "COMMAND [COUNT|DOCS|INFO name...|LIST]",
+     "Describes the commands (for client libraries and redis-cli)."},
+    {"HELP", 1, cmd_help, CMD_FAST | CMD_CONNECTION, "HELP", "This list."},
+};
+
+const command *commands_table(size_t *n) {
+    *n = sizeof(command_table) / sizeof(command_table[0]);
+    return command_table;
+}
+
+const command *commands_find(const char *name, size_t len) {
+    for (size_t i = 0; i < sizeof(command_table) / sizeof(command_table[0]); i++) {
+        const command *c = &command_table[i];
+        if (strlen(c->name) == len && strncasecmp(c->name, name, len) == 0) return c;
+    }
+    return NULL;
+}
+
+const char *commands_flag_name(unsigned f) {
+    switch (f) {
+    case CMD_FAST: return "fast";
+    case CMD_BLOCKING: return "blocking";
+    case CMD_CONNECTION: return "connection";
+    default: return "?";
+    }
+}
+
+int commands_dispatch(server *s, client *c, const resp_command *cmd) {
+    server_reply *r = server_reply_new(c);
+    if (!r) return SL_ENOMEM;
+    command_req q = {s, c, r, cmd->argc, cmd->argv, cmd->argvlen};
+    const command *k = commands_find(cmd->argv[0], cmd->argvlen[0]);
+    char p[160];
+    if (!k) {
+        server_counters(s)->unknown_commands++;
+        reply_error(&q, "unknown command '%s'", printable(cmd->argv[0], cmd->argvlen[0], p, sizeof(p)));
+        return 0;
+    }
+    if ((k->arity > 0 && cmd->argc != k->arity) || (k->arity < 0 && cmd->argc < -k->arity)) {
+        server_counters(s)->arity_errors++;
+        char lower[32];
+        reply_error(&q, "wrong number of arguments for '%s' command", lowercase(k->name, lower, sizeof(lower)));
+        return 0;
+    }
+    k->handler(&q);
+    return 0;
+}

@@ -1,0 +1,183 @@
+/* info: INFO sections. See info.h; the fields are listed in
+ * docs/protocol.md. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "info.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "engine.h"
+
+typedef struct info_out {
+    resp_buf *b;
+    int err;
+} info_out;
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void line(info_out *o, const char *fmt, ...) {
+    char small[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof(small), fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof(small)) n = (int)sizeof(small) - 1;
+    /* A value never breaks a line. */
+    for (int i = 0; i < n; i++)
+        if (small[i] == '\r' || small[i] == '\n') small[i] = ' ';
+    if (resp_buf_append(o->b, small, (size_t)n) != 0 || resp_buf_append(o->b, "\r\n", 2) != 0) o->err = 1;
+}
+
+static long long wall_ms(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+static double ratio(unsigned long long a, unsigned long long b) { return b ? (double)a / (double)b : 0.0; }
+
+static void section_server(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
+    engine *e = server_engine(s);
+    const config *cfg = engine_config(e);
+    long long now = wall_ms();
+    line(o, "# Server");
+    line(o, "sluice_version:%s", SLUICE_VERSION);
+    line(o, "process_id:%ld", (long)getpid());
+    line(o, "agent_id:%s", engine_agent_id(e));
+    line(o, "config_file:%s", st->config_path);
+    line(o, "socket:%s", cfg->agent.socket);
+    line(o, "metrics:%s", cfg->agent.metrics[0] ? cfg->agent.metrics : "off");
+    line(o, "log_level:%s", config_log_level_name(cfg->agent.log_level));
+    line(o, "libuv_version:%s", uv_version_string());
+    line(o, "uptime_in_seconds:%lld", (now - st->started_ms) / 1000);
+    line(o, "config_reloads_ok:%llu", st->reloads_ok);
+    line(o, "config_reloads_failed:%llu", st->reloads_failed);
+    if (st->last_reload_ms)
+        line(o, "last_reload_seconds_ago:%lld", (now - st->last_reload_ms) / 1000);
+    line(o, "last_reload_error:%s", st->last_reload_error);
+}
+
+static void section_clients(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
+    const config *cfg = engine_config(server_engine(s));
+    line(o, "# Clients");
+    line(o, "connected_clients:%llu", st->connected);
+    line(o, "max_clients:%lld", cfg->agent.max_clients);
+    line(o, "max_client_buffer:%lld", cfg->agent.max_client_buffer);
+    line(o, "max_client_pipeline:%lld", cfg->agent.max_client_pipeline);
+    line(o, "client_idle_timeout_ms:%lld", cfg->agent.client_idle_timeout_ms);
+    line(o, "total_connections_received:%llu", st->connections_received);
+    line(o, "rejected_connections:%llu", st->rejected_max_clients);
+    line(o, "closed_protocol_error:%llu", st->closed_protocol_error);
+    line(o, "closed_buffer_limit:%llu", st->closed_buffer_limit);
+    line(o, "closed_idle_timeout:%llu", st->closed_idle_timeout);
+    /* Not counting this INFO command, which is pending while it renders. */
+    line(o, "blocked_commands:%llu", st->pending_replies ? st->pending_replies - 1 : 0);
+    line(o, "paused_clients:%llu", st->paused_clients);
+}
+
+static void section_deployments(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
+    const config *cfg = engine_config(server_engine(s));
+    line(o, "# Deployments");
+    line(o, "deployments:%zu", cfg->ndeployments);
+    for (size_t i = 0; i < cfg->ndeployments; i++) {
+        const struct config_deployment *d = &cfg->deployments[i];
+        line(o,
+             "deployment_%s:rpm=%lld,tpm=%lld,burst_requests=%lld,burst_tokens=%lld,max_concurrency=%lld,"
+             "rpd=%lld,tpd=%lld,max_wait_ms=%lld,jitter_ms=%lld",
+             d->name, d->rpm, d->tpm, d->burst.requests, d->burst.tokens, d->max_concurrency, d->rpd, d->tpd,
+             d->max_wait_ms, d->jitter_ms);
+    }
+}
+
+static void section_redis(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
+    const config *cfg = engine_config(server_engine(s));
+    long long now = wall_ms();
+    line(o, "# Redis");
+    line(o, "mode:%s", es->mode);
+    line(o, "mode_since_seconds_ago:%lld", (now - es->mode_since_ms) / 1000);
+    line(o, "fail:%s", config_fail_name(cfg->agent.fail));
+    line(o, "redis_connected:%d", es->redis_up);
+    if (cfg->redis.unix_path[0])
+        line(o, "redis_endpoint:unix:%s", cfg->redis.unix_path);
+    else
+        line(o, "redis_endpoint:%s:%d/%d", cfg->redis.host, cfg->redis.port, cfg->redis.db);
+    line(o, "redis_last_error:%s", es->redis_error ? es->redis_error : "");
+    line(o, "redis_calls:%llu", es->redis_calls);
+    line(o, "redis_errors:%llu", es->redis_errors);
+    line(o, "redis_timeouts:%llu", es->redis_timeouts);
+    line(o, "redis_noscript_reloads:%llu", es->noscript_reloads);
+    line(o, "reserve_calls:%llu", es->reserve_calls);
+    line(o, "reserve_items:%llu", es->reserve_items);
+    line(o, "settle_calls:%llu", es->settle_calls);
+    line(o, "settle_items:%llu", es->settle_items);
+    line(o, "redis_calls_per_grant:%.4f", ratio(es->redis_calls, es->grants));
+    line(o, "reserve_calls_per_grant:%.4f", ratio(es->reserve_calls, es->grants - es->grants_local));
+}
+
+static void section_stats(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
+    line(o, "# Stats");
+    line(o, "acquires:%llu", es->acquires);
+    line(o, "grants:%llu", es->grants);
+    line(o, "grants_local:%llu", es->grants_local);
+    line(o, "grants_per_sec:%.2f", st->grants_per_sec);
+    line(o, "sheds:%llu", es->sheds);
+    line(o, "sheds_per_sec:%.2f", st->sheds_per_sec);
+    for (int i = 0; i < 7; i++) line(o, "sheds_%s:%llu", engine_shed_reasons[i], es->shed_by_reason[i]);
+    line(o, "acquire_errors:%llu", es->errors);
+    line(o, "queued:%llu", es->queued);
+    line(o, "waiting:%llu", es->waiting);
+    line(o, "wait_avg_ms:%.2f", ratio(es->wait_sum_ms, es->grants));
+    line(o, "cancels:%llu", es->cancels);
+    line(o, "settles:%llu", es->settles);
+    line(o, "throttled:%llu", es->throttled);
+    line(o, "settle_headers:%llu", st->settle_headers);
+    line(o, "settle_headers_recognised:%llu", st->settle_headers_recognised);
+    line(o, "settle_pauses:%llu", st->settle_pauses);
+    line(o, "retries_allowed:%llu", es->retries_allowed);
+    line(o, "retries_refused:%llu", es->retries_refused);
+    line(o, "tokens_reserved:%llu", st->tokens_reserved);
+    line(o, "tokens_actual:%llu", es->tokens_actual);
+    line(o, "commands_processed:%llu", st->commands);
+    line(o, "commands_per_sec:%.2f", st->commands_per_sec);
+    line(o, "unknown_commands:%llu", st->unknown_commands);
+    line(o, "arity_errors:%llu", st->arity_errors);
+}
+
+typedef void (*section_fn)(info_out *o, server *s, const server_stats *st, const engine_stats *es);
+
+/* The sections, in INFO order. */
+static const struct {
+    const char *name;
+    section_fn fn;
+} sections[] = {
+    {"server", section_server}, {"clients", section_clients}, {"deployments", section_deployments},
+    {"redis", section_redis},   {"stats", section_stats},
+};
+
+const char *const info_sections[] = {"server", "clients", "deployments", "redis", "stats", NULL};
+
+int info_render(server *s, const char *section, resp_buf *out) {
+    int all = !section || !*section || !strcasecmp(section, "all") || !strcasecmp(section, "default") ||
+              !strcasecmp(section, "everything");
+    server_stats st;
+    engine_stats es;
+    server_get_stats(s, &st);
+    engine_get_stats(server_engine(s), &es);
+    info_out o = {out, 0};
+    int first = 1;
+    for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++) {
+        if (!all && strcasecmp(section, sections[i].name) != 0) continue;
+        if (!first) line(&o, "%s", "");
+        first = 0;
+        sections[i].fn(&o, s, &st, &es);
+    }
+    return o.err ? RESP_ENOMEM : 0;
+}

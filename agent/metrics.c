@@ -1,0 +1,379 @@
+/* metrics: the Prometheus endpoint. See metrics.h. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "metrics.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "engine.h"
+#include "sluice.h"
+
+#define METRICS_REQUEST_MAX 8192
+#define METRICS_MAX_CONNS 64
+#define METRICS_SWEEP_MS 1000
+
+typedef struct mconn {
+    uv_tcp_t tcp;             /* first: the handle's memory is the connection's */
+    struct metrics *m;
+    char req[METRICS_REQUEST_MAX];
+    size_t len;
+    uint64_t since;
+    int closing;
+    uv_write_t wr;
+    char *resp;
+    struct mconn *prev, *next;
+} mconn;
+
+struct metrics {
+    uv_loop_t *loop;
+    server *s;
+    uv_tcp_t listener;
+    int listener_open;
+    uv_timer_t sweep;
+    int handles_open;         /* listener, sweep timer */
+    size_t nconns;            /* connections whose memory is not yet freed */
+    mconn *conns;
+    int closing;
+    void (*done)(void *);
+    void *done_arg;
+};
+
+/* ---- rendering ---------------------------------------------------------------- */
+
+typedef struct text_out {
+    resp_buf *b;
+    int err;
+} text_out;
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void emit(text_out *o, const char *fmt, ...) {
+    char small[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof(small), fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof(small)) n = (int)sizeof(small) - 1;
+    if (resp_buf_append(o->b, small, (size_t)n) != 0) o->err = 1;
+}
+
+static void head(text_out *o, const char *name, const char *type, const char *help) {
+    emit(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void one(text_out *o, const char *name, const char *type, const char *help, double v) {
+    head(o, name, type, help);
+    emit(o, "%s %.17g\n", name, v);
+}
+
+/* A label value with \, " and newline escaped. */
+static void label_escape(const char *s, char *dst, size_t n) {
+    size_t k = 0;
+    for (; *s && k + 3 < n; s++) {
+        if (*s == '\\' || *s == '"') {
+            dst[k++] = '\\';
+            dst[k++] = *s;
+        } else if (*s == '\n') {
+            dst[k++] = '\\';
+            dst[k++] = 'n';
+        } else {
+            dst[k++] = *s;
+        }
+    }
+    dst[k] = '\0';
+}
+
+int metrics_render(server *s, resp_buf *b) {
+    engine *e = server_engine(s);
+    const config *cfg = engine_config(e);
+    engine_stats es;
+    server_stats st;
+    engine_get_stats(e, &es);
+    server_get_stats(s, &st);
+    text_out o = {b, 0};
+    char id[300];
+    label_escape(engine_agent_id(e), id, sizeof(id));
+    head(&o, "sluice_info", "gauge", "Version and agent id of this sluiced.");
+    emit(&o, "sluice_info{version=\"%s\",agent_id=\"%s\"} 1\n", SLUICE_VERSION, id);
+
+    one(&o, "sluice_acquires_total", "counter", "ACQUIRE calls handed to the engine.", (double)es.acquires);
+    head(&o, "sluice_grants_total", "counter", "Slots granted, by how they were decided.");
+    emit(&o, "sluice_grants_total{mode=\"redis\"} %llu\n", es.grants - es.grants_local);
+    emit(&o, "sluice_grants_total{mode=\"local\"} %llu\n", es.grants_local);
+    head(&o, "sluice_sheds_total", "counter", "Acquires shed (no slot within the max wait), by reason.");
+    for (int i = 0; i < 7; i++)
+        emit(&o, "sluice_sheds_total{reason=\"%s\"} %llu\n", engine_shed_reasons[i], es.shed_by_reason[i]);
+    one(&o, "sluice_acquire_errors_total", "counter",
+        "Acquires answered with an error (fail closed, shutdown, removed deployment).", (double)es.errors);
+
+    head(&o, "sluice_wait_seconds", "histogram", "Time from ACQUIRE to the release of its slot.");
+    unsigned long long cum = 0;
+    for (int i = 0; i < ENGINE_WAIT_BUCKETS; i++) {
+        cum += es.wait_hist[i];
+        emit(&o, "sluice_wait_seconds_bucket{le=\"%g\"} %llu\n", (double)engine_wait_bounds_ms[i] / 1000.0, cum);
+    }
+    cum += es.wait_hist[ENGINE_WAIT_BUCKETS];
+    emit(&o, "sluice_wait_seconds_bucket{le=\"+Inf\"} %llu\n", cum);
+    emit(&o, "sluice_wait_seconds_sum %.3f\n", (double)es.wait_sum_ms / 1000.0);
+    emit(&o, "sluice_wait_seconds_count %llu\n", cum);
+
+    one(&o, "sluice_queued_acquires", "gauge", "Acquires not yet decided.", (double)es.queued);
+    one(&o, "sluice_waiting_acquires", "gauge", "Acquires granted and waiting for their slot.", (double)es.waiting);
+    one(&o, "sluice_grants_per_second", "gauge", "Grants per second over the last second.", st.grants_per_sec);
+    one(&o, "sluice_settles_total", "counter", "SETTLE calls accepted.", (double)es.settles);
+    one(&o, "sluice_provider_throttled_total", "counter", "Provider 429s reported (SETTLE STATUS throttled).",
+        (double)es.throttled);
+    one(&o, "sluice_settle_pauses_total", "counter", "Settles whose forwarded headers asked for a pause.",
+        (double)st.settle_pauses);
+    one(&o, "sluice_cancels_total", "counter", "Waiting acquires cancelled (client gone).", (double)es.cancels);
+    head(&o, "sluice_retries_total", "counter", "RETRY answers, by result.");
+    emit(&o, "sluice_retries_total{result=\"allowed\"} %llu\n", es.retries_allowed);
+    emit(&o, "sluice_retries_total{result=\"refused\"} %llu\n", es.retries_refused);
+    one(&o, "sluice_tokens_reserved_total", "counter", "Estimated tokens of the grants handed out.",
+        (double)st.tokens_reserved);
+    one(&o, "sluice_tokens_actual_total", "counter", "Actual tokens reported by SETTLE.", (double)es.tokens_actual);
+
+    one(&o, "sluice_redis_calls_total", "counter", "Redis script calls.", (double)es.redis_calls);
+    one(&o, "sluice_redis_errors_total", "counter", "Redis calls that failed.", (double)es.redis_errors);
+    one(&o, "sluice_redis_timeouts_total", "counter", "Redis calls that timed out.", (double)es.redis_timeouts);
+    one(&o, "sluice_redis_noscript_reloads_total", "counter", "Scripts reloaded after NOSCRIPT.",
+        (double)es.noscript_reloads);
+    one(&o, "sluice_reserve_calls_total", "counter", "Coalesced reserve calls.", (double)es.reserve_calls);
+    one(&o, "sluice_reserve_items_total", "counter", "Acquires carried by reserve calls.", (double)es.reserve_items);
+    one(&o, "sluice_redis_up", "gauge", "1 when connected to Redis.", (double)es.redis_up);
+    one(&o, "sluice_fallback_mode", "gauge", "1 while governing locally (Redis unreachable).",
+        strcmp(es.mode, "redis") != 0 ? 1.0 : 0.0);
+
+    one(&o, "sluice_clients", "gauge", "Connected clients.", (double)st.connected);
+    one(&o, "sluice_clients_max", "gauge", "agent.max_clients.", (double)cfg->agent.max_clients);
+    one(&o, "sluice_clients_rejected_total", "counter", "Connections refused over agent.max_clients.",
+        (double)st.rejected_max_clients);
+    head(&o, "sluice_clients_closed_total", "counter", "Clients closed by the agent, by reason.");
+    emit(&o, "sluice_clients_closed_total{reason=\"protocol_error\"} %llu\n", st.closed_protocol_error);
+    emit(&o, "sluice_clients_closed_total{reason=\"buffer_limit\"} %llu\n", st.closed_buffer_limit);
+    emit(&o, "sluice_clients_closed_total{reason=\"idle_timeout\"} %llu\n", st.closed_idle_timeout);
+    one(&o, "sluice_commands_total", "counter", "Commands processed.", (double)st.commands);
+    head(&o, "sluice_config_reloads_total", "counter", "SIGHUP reloads, by result.");
+    emit(&o, "sluice_config_reloads_total{result=\"ok\"} %llu\n", st.reloads_ok);
+    emit(&o, "sluice_config_reloads_total{result=\"failed\"} %llu\n", st.reloads_failed);
+    return o.err ? RESP_ENOMEM : 0;
+}
+
+/* ---- connections --------------------------------------------------------------- */
+
+static void maybe_done(metrics *m) {
+    if (!m->closing || m->handles_open > 0 || m->nconns > 0 || !m->done) return;
+    void (*done)(void *) = m->done;
+    m->done = NULL;
+    done(m->done_arg);
+}
+
+static void on_conn_closed(uv_handle_t *h) {
+    mconn *c = (mconn *)h;
+    metrics *m = c->m;
+    free(c->resp);
+    free(c);
+    m->nconns--;
+    maybe_done(m);
+}
+
+static void conn_close(mconn *c) {
+    if (c->closing) return;
+    c->closing = 1;
+    metrics *m = c->m;
+    if (c->prev) c->prev->next = c->next;
+    else m->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
+static void on_resp_written(uv_write_t *w, int status) {
+    mconn *c = w->data;
+    conn_close(c);
+}
+
+static void respond(mconn *c, const char *status, const char *ctype, const char *body, size_t blen, int head_only) {
+    resp_buf b;
+    resp_buf_init(&b);
+    char hdr[256];
+    int n = snprintf(hdr, sizeof(hdr),
+                     "HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", status,
+                     ctype, blen);
+    if (resp_buf_append(&b, hdr, (size_t)n) != 0 || (!head_only && blen && resp_buf_append(&b, body, blen) != 0)) {
+        resp_buf_free(&b);
+        conn_close(c);
+        return;
+    }
+    size_t len = 0;
+    c->resp = resp_buf_detach(&b, &len);
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    uv_buf_t ub = uv_buf_init(c->resp, (unsigned)len);
+    c->wr.data = c;
+    if (uv_write(&c->wr, (uv_stream_t *)&c->tcp, &ub, 1, on_resp_written) != 0) conn_close(c);
+}
+
+static void handle_request(mconn *c) {
+    /* Request line: METHOD SP target SP version. */
+    char *sp1 = memchr(c->req, ' ', c->len);
+    char *eol = memchr(c->req, '\n', c->len);
+    if (!sp1 || !eol || sp1 > eol) {
+        static const char bad[] = "bad request\n";
+        respond(c, "400 Bad Request", "text/plain", bad, sizeof(bad) - 1, 0);
+        return;
+    }
+    size_t mlen = (size_t)(sp1 - c->req);
+    int is_get = mlen == 3 && !memcmp(c->req, "GET", 3);
+    int is_head = mlen == 4 && !memcmp(c->req, "HEAD", 4);
+    char *target = sp1 + 1;
+    char *sp2 = memchr(target, ' ', (size_t)(eol - target));
+    size_t tlen = sp2 ? (size_t)(sp2 - target) : (size_t)(eol - target);
+    while (tlen && (target[tlen - 1] == '\r')) tlen--;
+    if (!is_get && !is_head) {
+        static const char body[] = "only GET and HEAD\n";
+        respond(c, "405 Method Not Allowed", "text/plain", body, sizeof(body) - 1, 0);
+        return;
+    }
+    int is_metrics = (tlen == 8 && !memcmp(target, "/metrics", 8)) || (tlen > 8 && !memcmp(target, "/metrics?", 9));
+    if (!is_metrics) {
+        static const char body[] = "not found: try /metrics\n";
+        respond(c, "404 Not Found", "text/plain", body, sizeof(body) - 1, is_head);
+        return;
+    }
+    resp_buf text;
+    resp_buf_init(&text);
+    if (metrics_render(c->m->s, &text) != 0) {
+        resp_buf_free(&text);
+        static const char body[] = "out of memory\n";
+        respond(c, "500 Internal Server Error", "text/plain", body, sizeof(body) - 1, is_head);
+        return;
+    }
+    respond(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", text.data, text.len, is_head);
+    resp_buf_free(&text);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+    mconn *c = (mconn *)h;
+    *buf = uv_buf_init(c->req + c->len, (unsigned)(sizeof(c->req) - c->len));
+}
+
+static int request_complete(const mconn *c) {
+    for (size_t i = 0; i + 1 < c->len; i++) {
+        if (c->req[i] == '\n' && c->req[i + 1] == '\n') return 1;
+        if (i + 3 < c->len && !memcmp(c->req + i, "\r\n\r\n", 4)) return 1;
+    }
+    return 0;
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
+    mconn *c = (mconn *)st;
+    if (c->closing || c->resp) return;
+    if (nread < 0) {
+        conn_close(c);
+        return;
+    }
+    c->len += (size_t)nread;
+    if (request_complete(c)) {
+        handle_request(c);
+    } else if (c->len == sizeof(c->req)) {
+        static const char body[] = "request too large\n";
+        respond(c, "431 Request Header Fields Too Large", "text/plain", body, sizeof(body) - 1, 0);
+    }
+}
+
+static void on_connection(uv_stream_t *l, int status) {
+    metrics *m = l->data;
+    if (status < 0) return;
+    mconn *c = calloc(1, sizeof(*c));
+    if (!c) return;
+    c->m = m;
+    uv_tcp_init(m->loop, &c->tcp);
+    m->nconns++;
+    c->next = m->conns;
+    if (m->conns) m->conns->prev = c;
+    m->conns = c;
+    c->since = uv_now(m->loop);
+    if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0 || m->nconns > METRICS_MAX_CONNS ||
+        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
+        conn_close(c);
+}
+
+static void on_sweep(uv_timer_t *t) {
+    metrics *m = t->data;
+    uint64_t now = uv_now(m->loop);
+    for (mconn *c = m->conns, *nx; c; c = nx) {
+        nx = c->next;
+        if (now - c->since >= METRICS_REQUEST_TIMEOUT_MS) conn_close(c);
+    }
+}
+
+/* ---- lifecycle ------------------------------------------------------------------ */
+
+int metrics_new(uv_loop_t *loop, server *s, metrics **out) {
+    *out = NULL;
+    metrics *m = calloc(1, sizeof(*m));
+    if (!m) return SL_ENOMEM;
+    m->loop = loop;
+    m->s = s;
+    uv_timer_init(loop, &m->sweep);
+    m->sweep.data = m;
+    m->handles_open = 1;
+    *out = m;
+    return 0;
+}
+
+int metrics_listen(metrics *m, const char *host, int port, char *err, size_t errlen) {
+    char portstr[16];
+    snprintf(portstr, sizeof(portstr), "%d", port);
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    uv_getaddrinfo_t req;
+    int rc = uv_getaddrinfo(m->loop, &req, NULL, host, portstr, &hints); /* synchronous */
+    if (rc < 0) {
+        snprintf(err, errlen, "metrics: cannot resolve %s: %s", host, uv_strerror(rc));
+        return SL_EIO;
+    }
+    uv_tcp_init(m->loop, &m->listener);
+    m->listener.data = m;
+    m->listener_open = 1;
+    m->handles_open++;
+    rc = uv_tcp_bind(&m->listener, req.addrinfo->ai_addr, 0);
+    uv_freeaddrinfo(req.addrinfo);
+    if (rc == 0) rc = uv_listen((uv_stream_t *)&m->listener, 64, on_connection);
+    if (rc < 0) {
+        snprintf(err, errlen, "metrics: cannot listen on %s:%d: %s", host, port, uv_strerror(rc));
+        return SL_EIO;
+    }
+    uv_timer_start(&m->sweep, on_sweep, METRICS_SWEEP_MS, METRICS_SWEEP_MS);
+    return 0;
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+    metrics *m = h->data;
+    m->handles_open--;
+    maybe_done(m);
+}
+
+void metrics_close(metrics *m, void (*done)(void *arg), void *arg) {
+    if (m->closing) return;
+    m->closing = 1;
+    m->done = done;
+    m->done_arg = arg;
+    while (m->conns) conn_close(m->conns);
+    if (m->listener_open) {
+        m->listener_open = 0;
+        uv_close((uv_handle_t *)&m->listener, on_handle_closed);
+    }
+    uv_timer_stop(&m->sweep);
+    uv_close((uv_handle_t *)&m->sweep, on_handle_closed);
+}
+
+void metrics_free(metrics *m) { free(m); }

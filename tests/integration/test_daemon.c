@@ -1,0 +1,744 @@
+/* test_daemon: the real sluiced process against a private redis-server.
+ *
+ * Proves that redis-cli and a Python client (the standard socket module)
+ * can acquire, settle and retry; that replies to pipelined commands come
+ * back in order and a client that disconnects gives its waiting slot back;
+ * that bad input (garbage, huge headers and lengths, a stalled half
+ * command, unknown commands, wrong arity, too many clients) hurts nobody
+ * else; that a bad configuration is refused with file:line:key and a bad
+ * reload keeps the old limits while a good one applies; that SIGTERM
+ * answers waiting callers, removes the socket and exits 0; the metrics
+ * endpoint; and, in a build without sanitizers, a valgrind-clean session
+ * (tests/valgrind.sh). The fleet tests are in test_daemon_fleet.c. */
+#define _GNU_SOURCE
+#include "test_daemon_harness.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+static redis_fixture fx;
+
+static int group_setup(void **state) {
+    if (!sluiced_path()) return -1;
+    return redis_fixture_start(&fx, 0);
+}
+
+static int group_teardown(void **state) {
+    harness_kill_all();
+    redis_fixture_stop(&fx);
+    return 0;
+}
+
+/* After every test, even a failed one: no daemon survives it. */
+static int test_teardown(void **state) {
+    harness_kill_all();
+    return 0;
+}
+
+static void start_daemon(daemon_proc *d, const char *name, const char *agent_extra, const char *deployments) {
+    daemon_init(d, fx.dir, name);
+    assert_int_equal(daemon_configure(d, &fx, agent_extra, deployments), 0);
+    assert_int_equal(daemon_start(d), 0);
+    /* Answering PING is not the same as having reached Redis: wait for
+     * that too, so that the first ACQUIRE is decided by the fleet. */
+    assert_true(daemon_wait_redis(d, 10000));
+}
+
+static void assert_contains(const char *hay, const char *needle) {
+    if (!strstr(hay, needle)) fail_msg("expected to find \"%s\" in:\n%s", needle, hay);
+}
+
+static void assert_alive(const daemon_proc *d) {
+    if (!daemon_pings(d)) fail_msg("sluiced stopped answering PING");
+}
+
+/* redis-cli -s SOCK args... into out; returns the exit code. */
+static int cli(const daemon_proc *d, char *out, size_t outlen, ...) {
+    char *argv[32];
+    int n = 0;
+    argv[n++] = "redis-cli";
+    argv[n++] = "-s";
+    argv[n++] = (char *)d->sock;
+    va_list ap;
+    va_start(ap, outlen);
+    for (char *a; n < 31 && (a = va_arg(ap, char *)) != NULL;) argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    return run_capture(argv, NULL, out, outlen);
+}
+
+/* ---- 1. redis-cli -------------------------------------------------------------- */
+
+static void test_redis_cli_session(void **state) {
+    daemon_proc d;
+    start_daemon(&d, "cli", NULL,
+                 "  d:\n    rpm: 600\n    tpm: 60000\n    burst: { requests: 5, tokens: 10000 }\n");
+    char out[65536], cmd[256];
+
+    assert_int_equal(cli(&d, out, sizeof(out), "PING", NULL), 0);
+    assert_string_equal(out, "PONG\n");
+
+    /* ACQUIRE: grant id, waited ms, reserved tokens, one per line. */
+    assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "d", "TOKENS", "10", NULL), 0);
+    char id[128];
+    long long waited = -1, tokens = -1;
+    assert_int_equal(sscanf(out, "%127s\n%lld\n%lld\n", id, &waited, &tokens), 3);
+    print_message("  redis-cli ACQUIRE d TOKENS 10 -> %s waited %lld ms, %lld tokens\n", id, waited, tokens);
+    assert_true(!strncmp(id, "d:", 2));
+    assert_true(waited >= 0 && waited < 1000);
+    assert_int_equal(tokens, 10);
+
+    /* SETTLE with a forwarded Retry-After (delay-seconds): +OK, and the
+     * deployment is paused for about a second, fleet-wide. */
+    assert_int_equal(cli(&d, out, sizeof(out), "SETTLE", id, "TOKENS", "5", "STATUS", "ok", "HEADER", "retry-after",
+                         "1", NULL),
+                     0);
+    assert_string_equal(out, "OK\n");
+    assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "d", "MAXWAIT", "0", NULL), 0);
+    assert_contains(out, "SHED paused retry-after-ms=");
+    print_message("  while paused: %s", out);
+
+    assert_int_equal(cli(&d, out, sizeof(out), "RETRY", "d", NULL), 0);
+    assert_string_equal(out, "1\n");
+
+    /* STATUS d: field/value pairs, one per line in redis-cli. */
+    assert_int_equal(cli(&d, out, sizeof(out), "STATUS", "d", NULL), 0);
+    assert_true(!strncmp(out, "deployment\nd\n", 13));
+    assert_contains(out, "\nmode\nredis\n");
+    assert_contains(out, "\nredis\nconnected\n");
+    assert_contains(out, "\nrpm\n600\n");
+    assert_contains(out, "\nretry_balance\n");
+    assert_contains(out, "\nagent_paused_ms\n");
+
+    assert_int_equal(cli(&d, out, sizeof(out), "INFO", NULL), 0);
+    for (const char *sec = "# Server\0# Clients\0# Deployments\0# Redis\0# Stats\0"; *sec; sec += strlen(sec) + 1)
+        assert_contains(out, sec);
+    assert_contains(out, "deployment_d:rpm=600,tpm=60000,burst_requests=5,burst_tokens=10000");
+    assert_contains(out, "mode:redis");
+    assert_true(info_field(out, "grants") == 1);
+    assert_true(info_field(out, "settle_pauses") == 1);
+    assert_true(info_field(out, "sheds_paused") == 1);
+    assert_true(info_field(out, "retries_allowed") == 1);
+    assert_int_equal(cli(&d, out, sizeof(out), "INFO", "clients", NULL), 0);
+    assert_contains(out, "# Clients");
+    assert_true(strstr(out, "# Server") == NULL);
+
+    /* Errors, as redis-cli prints them. */
+    assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "nope", NULL), 0);
+    assert_contains(out, "ERR unknown deployment 'nope'");
+    assert_int_equal(cli(&d, out, sizeof(out), "SETTLE", "garbage", NULL), 0);
+    assert_contains(out, "ERR invalid grant id 'garbage'");
+    assert_int_equal(cli(&d, out, sizeof(out), "FROB", NULL), 0);
+    assert_contains(out, "ERR unknown command 'FROB'");
+    assert_int_equal(cli(&d, out, sizeof(out), "COMMAND", "DOCS", NULL), 0);
+    assert_int_equal(cli(&d, out, sizeof(out), "COMMAND", "COUNT", NULL), 0);
+    assert_string_equal(out, "9\n");
+    /* (redis-cli answers HELP itself; the daemon's HELP is for other clients.) */
+    redisContext *c = daemon_connect(&d);
+    redisReply *r = redisCommand(c, "HELP");
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_string_equal(r->element[1]->str, "ACQUIRE <deployment> [TOKENS n] [MAXWAIT ms] [LANE name] [TENANT name]");
+    freeReplyObject(r);
+    redisFree(c);
+    /* Interactive-style use through stdin (redis-cli probes COMMAND). */
+    char *argv[] = {"redis-cli", "-s", d.sock, NULL};
+    snprintf(cmd, sizeof(cmd), "PING\nPING hello\n");
+    assert_int_equal(run_capture(argv, cmd, out, sizeof(out)), 0);
+    assert_string_equal(out, "PONG\nhello\n");
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
+/* ---- 2. Python --------------------------------------------------------------------- */
+
+static void test_python_client(void **state) {
+    char out[4096], script[600];
+    char *probe[] = {"python3", "-c", "import socket", NULL};
+    if (run_capture(probe, NULL, out, sizeof(out)) != 0) {
+        print_message("  SKIPPED: python3 is not available\n");
+        skip();
+    }
+    const char *src = getenv("SLUICE_SOURCE_DIR");
+    snprintf(script, sizeof(script), "%s/tests/integration/client.py", src ? src : ".");
+    daemon_proc d;
+    start_daemon(&d, "py", NULL, "  py:\n    rpm: 600\n    tpm: 60000\n");
+    char *argv[] = {"python3", script, d.sock, "py", NULL};
+    int rc = run_capture(argv, NULL, out, sizeof(out));
+    print_message("  %s", out);
+    assert_int_equal(rc, 0);
+    assert_contains(out, "python client ok: grant=py:");
+    assert_contains(out, "retry=allowed mode=redis");
+    char *info = daemon_info(&d);
+    assert_non_null(info);
+    assert_true(info_field(info, "settles") == 1);
+    assert_true(info_field(info, "settle_headers_recognised") == 2);
+    free(info);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
+/* ---- pipelining, cancellation ------------------------------------------------------- */
+
+static void test_pipelined_replies_in_order(void **state) {
+    daemon_proc d;
+    start_daemon(&d, "pipe", NULL, "  slow1:\n    rpm: 60\n    burst: { requests: 1 }\n  fast1:\n    rpm: 60000\n");
+    redisContext *c = daemon_connect(&d);
+    assert_non_null(c);
+    /* The second ACQUIRE waits ~1 s; PING and the fast ACQUIRE behind it
+     * still answer after it, in request order. */
+    redisAppendCommand(c, "ACQUIRE slow1");
+    redisAppendCommand(c, "ACQUIRE slow1");
+    redisAppendCommand(c, "PING");
+    redisAppendCommand(c, "ACQUIRE fast1");
+    redisAppendCommand(c, "STATUS");
+    redisAppendCommand(c, "COMMAND COUNT");
+    double t0 = now_ms();
+    redisReply *r[6];
+    for (int i = 0; i < 6; i++) assert_int_equal(redisGetReply(c, (void **)&r[i]), REDIS_OK);
+    double took = now_ms() - t0;
+    assert_int_equal(r[0]->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r[1]->type, REDIS_REPLY_ARRAY);
+    assert_true(!strncmp(r[1]->element[0]->str, "slow1:", 6));
+    assert_true(r[1]->element[1]->integer >= 900);
+    assert_int_equal(r[2]->type, REDIS_REPLY_STATUS);
+    assert_string_equal(r[2]->str, "PONG");
+    assert_int_equal(r[3]->type, REDIS_REPLY_ARRAY);
+    assert_true(!strncmp(r[3]->element[0]->str, "fast1:", 6));
+    /* STATUS without a deployment: one field/value array per deployment. */
+    assert_int_equal(r[4]->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r[4]->elements, 2);
+    assert_string_equal(r[4]->element[0]->element[0]->str, "deployment");
+    assert_string_equal(r[4]->element[0]->element[1]->str, "slow1");
+    assert_string_equal(r[4]->element[1]->element[1]->str, "fast1");
+    assert_int_equal(r[5]->type, REDIS_REPLY_INTEGER);
+    print_message("  6 pipelined commands answered in order in %.0f ms (second ACQUIRE waited %lld ms)\n", took,
+                  r[1]->element[1]->integer);
+    for (int i = 0; i < 6; i++) freeReplyObject(r[i]);
+    redisFree(c);
+    /* QUIT answers after what came before it, then closes; what follows
+     * it is ignored. */
+    int fd = raw_connect(d.sock);
+    const char quit[] = "ACQUIRE slow1\r\nQUIT\r\nPING\r\n";
+    assert_int_equal(raw_send(fd, quit, sizeof(quit) - 1), 0);
+    char buf[512];
+    int closed;
+    raw_read(fd, buf, sizeof(buf), 5000, &closed);
+    close(fd);
+    assert_true(closed);
+    assert_true(!strncmp(buf, "*3\r\n", 4));
+    assert_true(strstr(buf, "+OK\r\n") != NULL);
+    assert_true(strstr(buf, "PONG") == NULL);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
+static void test_disconnect_cancels_waiting_acquire(void **state) {
+    daemon_proc d;
+    start_daemon(&d, "cancel", NULL, "  slow2:\n    rpm: 60\n    burst: { requests: 1 }\n");
+    redisContext *a = daemon_connect(&d);
+    assert_non_null(a);
+    redisReply *r = redisCommand(a, "ACQUIRE slow2");
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    /* b waits for the ~1 s and ~2 s slots, then hangs up. */
+    int b = raw_connect(d.sock);
+    assert_true(b >= 0);
+    const char two[] = "ACQUIRE slow2\r\nACQUIRE slow2\r\n";
+    assert_int_equal(raw_send(b, two, sizeof(two) - 1), 0);
+    sleep_ms(200);
+    close(b);
+    sleep_ms(100);
+    /* The reservations went back: the next caller takes the ~2 s slot, not
+     * the ~3 s one behind the abandoned calls. */
+    double t0 = now_ms();
+    r = redisCommand(a, "ACQUIRE slow2");
+    double took = now_ms() - t0;
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    char *info = daemon_info(&d);
+    print_message("  after a waiting client hung up, the next ACQUIRE waited %.0f ms; cancels %.0f\n", took,
+                  info_field(info, "cancels"));
+    assert_true(took < 2500);
+    assert_true(info_field(info, "cancels") == 2);
+    free(info);
+    redisFree(a);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
+/* ---- 5. bad input ----------------------------------------------------------------- */
+
+/* Sends bytes on a fresh connection, returns what came back and whether
+ * the daemon closed the connection; then proves another client is served. */
+static void bad_bytes(const daemon_proc *d, const char *what, const void *bytes, size_t len, const char *expect,
+                      int expect_close) {
+    int fd = raw_connect(d->sock);
+    assert_true(fd >= 0);
+    assert_int_equal(raw_send(fd, bytes, len), 0);
+    char buf[4096];
+    int closed;
+    raw_read(fd, buf, sizeof(buf), expect_close ? 3000 : 300, &closed);
+    close(fd);
+    print_message("  %-28s -> %s%s", what, buf[0] ? buf : "(nothing)\r\n", closed ? "     (closed)\n" : "");
+    assert_contains(buf, expect);
+    assert_int_equal(closed, expect_close);
+    assert_alive(d);
+}
+
+static void test_bad_input_never_hurts_others(void **state) {
+    daemon_proc d;
+    start_daemon(&d, "bad", "  client_idle_timeout_ms: 500\n  max_client_buffer: 1mb\n",
+                 "  bad:\n    rpm: 600\n");
+    /* A client that stays connected throughout, served between each. */
+    redisContext *other = daemon_connect(&d);
+    assert_non_null(other);
+
+    const char garbage[] = "\x01\x02\xff garbage \x7f\r\n";
+    bad_bytes(&d, "garbage bytes", garbage, sizeof(garbage) - 1, "-ERR unknown command", 0);
+    const char bad_frame[] = "*2\r\n+PING\r\n";
+    bad_bytes(&d, "malformed frame", bad_frame, sizeof(bad_frame) - 1, "-ERR Protocol error", 1);
+    const char huge_array[] = "*999999999\r\n";
+    bad_bytes(&d, "*999999999", huge_array, sizeof(huge_array) - 1, "-ERR Protocol error: invalid multibulk length",
+              1);
+    const char huge_bulk[] = "*1\r\n$536870912\r\n";
+    bad_bytes(&d, "$536870912 bulk length", huge_bulk, sizeof(huge_bulk) - 1,
+              "-ERR Protocol error: invalid bulk length", 1);
+    const char unknown[] = "*1\r\n$5\r\nFROBS\r\n";
+    bad_bytes(&d, "unknown command", unknown, sizeof(unknown) - 1, "-ERR unknown command 'FROBS'", 0);
+    const char arity[] = "*1\r\n$7\r\nACQUIRE\r\n";
+    bad_bytes(&d, "wrong arity", arity, sizeof(arity) - 1,
+              "-ERR wrong number of arguments for 'acquire' command", 0);
+    const char badopt[] = "ACQUIRE bad TOKENS -5\r\n";
+    bad_bytes(&d, "bad option value", badopt, sizeof(badopt) - 1, "-ERR TOKENS must be a non-negative integer", 0);
+
+    /* A client that sends half a command and stalls: closed after the
+     * idle timeout (500 ms), while another client is served meanwhile. An
+     * idle client with nothing pending stays. */
+    int idle = raw_connect(d.sock);
+    int half = raw_connect(d.sock);
+    assert_true(idle >= 0 && half >= 0);
+    const char part[] = "*2\r\n$4\r\nPING\r\n$5\r\nhel";
+    assert_int_equal(raw_send(half, part, sizeof(part) - 1), 0);
+    double t0 = now_ms();
+    for (int i = 0; i < 5; i++) {
+        redisReply *r = redisCommand(other, "PING");
+        assert_int_equal(r->type, REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+        sleep_ms(50);
+    }
+    char buf[1024];
+    int closed;
+    raw_read(half, buf, sizeof(buf), 5000, &closed);
+    double after = now_ms() - t0;
+    print_message("  %-28s -> %s     (closed after %.0f ms)\n", "half a command, stalled", buf, after);
+    assert_true(closed);
+    assert_contains(buf, "-ERR idle timeout");
+    assert_true(after >= 450 && after < 3000);
+    close(half);
+    const char ping[] = "PING\r\n";
+    assert_int_equal(raw_send(idle, ping, sizeof(ping) - 1), 0);
+    raw_read(idle, buf, sizeof(buf), 300, &closed);
+    assert_string_equal(buf, "+PONG\r\n");
+    assert_false(closed);
+    close(idle);
+
+    /* Over the buffer cap without a header to reject: an inline line of
+     * 2 MB is cut off at max_client_buffer. */
+    size_t big = 2u << 20;
+    char *line = malloc(big);
+    memset(line, 'A', big);
+    int fd = raw_connect(d.sock);
+    raw_send(fd, line, big); /* may fail midway: the daemon closes early */
+    raw_read(fd, buf, sizeof(buf), 3000, &closed);
+    close(fd);
+    free(line);
+    print_message("  %-28s -> %s     (closed)\n", "2 MB inline line", buf);
+    assert_contains(buf, "-ERR Protocol error");
+    assert_true(closed);
+    assert_alive(&d);
+
+    char *info = daemon_info(&d);
+    assert_non_null(info);
+    print_message("  INFO: closed_protocol_error %.0f, closed_buffer_limit %.0f, closed_idle_timeout %.0f, "
+                  "unknown_commands %.0f, arity_errors %.0f\n",
+                  info_field(info, "closed_protocol_error"), info_field(info, "closed_buffer_limit"),
+                  info_field(info, "closed_idle_timeout"), info_field(info, "unknown_commands"),
+                  info_field(info, "arity_errors"));
+    assert_true(info_field(info, "closed_protocol_error") == 4);
+    assert_true(info_field(info, "closed_idle_timeout") == 1);
+    assert_true(info_field(info, "unknown_commands") == 2);
+    assert_true(info_field(info, "arity_errors") == 1);
+    free(info);
+    redisFree(other);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
+static void test_max_clients(void **state) {
+    daemon_proc d;
+    start_daemon(&d, "maxc", "  max_clients: 3\n", "  maxc:\n    rpm: 600\n");
+    int fds[3];
+    for (int i = 0; i < 3; i++) {
+        fds[i] = raw_connect(d.sock);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(raw_send(fds[i], "PING\r\n", 6), 0);
+        char buf[64];
+        int closed;
+        raw_read(fds[i], buf, sizeof(buf), 200, &closed);
+        assert_string_equal(buf, "+PONG\r\n");
+    }
+    int extra = raw_connect(d.sock);
+    assert_true(extra >= 0);
+    char buf[256];
+    int closed;
+    raw_read(extra, buf, sizeof(buf), 3000, &closed);
+    close(extra);
+    print_message("  4th client of max 3 -> %s", buf);
+    assert_string_equal(buf, "-ERR max clients reached\r\n");
+    assert_true(closed);
+    close(fds[0]);
+    sleep_ms(100);
+    assert_alive(&d); /* a slot is free again */
+    for (int i = 1; i < 3; i++) close(fds[i]);
+    char *info = daemon_info(&d);
+    assert_true(info_field(info, "rejected_connections") == 1);
+    assert_true(info_field(info, "max_clients") == 3);
+    free(info);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
+static void test_socket_stale_and_live(void **state) {
+    daemon_proc d, twin;
+    daemon_init(&d, fx.dir, "stale");
+    assert_int_equal(daemon_configure(&d, &fx, NULL, "  st:\n    rpm: 600\n"), 0);
+    /* A socket file nobody listens on (a crashed daemon's) is replaced. */
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof(a.sun_path), "%.*s", (int)sizeof(a.sun_path) - 1, d.sock);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    close(fd);
+    assert_int_equal(daemon_start(&d), 0);
+    struct stat st;
+    assert_int_equal(stat(d.sock, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600); /* agent.socket_mode */
+    /* A second daemon on the same live socket refuses to start. */
+    daemon_init(&twin, fx.dir, "stale-twin");
+    char *text = read_file_all(d.config);
+    assert_int_equal(write_file(twin.config, text), 0);
+    free(text);
+    char *bin = (char *)sluiced_path();
+    char *argv[] = {bin, "--config", twin.config, NULL};
+    char out[2048];
+    int rc = run_capture(argv, NULL, out, sizeof(out));
+    print_message("  second daemon on a live socket: exit %d: %s", rc, strchr(out, ' ') ? strchr(out, ' ') + 1 : out);
+    assert_int_equal(rc, 1);
+    assert_contains(out, "is listening on");
+    assert_alive(&d);
+    /* A regular file in the way is never removed. */
+    daemon_proc reg;
+    daemon_init(&reg, fx.dir, "regular");
+    assert_int_equal(daemon_configure(&reg, &fx, NULL, "  st:\n    rpm: 600\n"), 0);
+    assert_int_equal(write_file(reg.sock, "precious\n"), 0);
+    char *argv2[] = {bin, "--config", reg.config, NULL};
+    assert_int_equal(run_capture(argv2, NULL, out, sizeof(out)), 1);
+    assert_contains(out, "is not a socket");
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
+/* ---- configuration ------------------------------------------------------------------- */
+
+static void test_bad_config_refused(void **state) {
+    char path[400], out[4096];
+    snprintf(path, sizeof(path), "%s/bad.yaml", fx.dir);
+    assert_int_equal(write_file(path, "agent:\n  socket: /tmp/never.sock\ndeployments:\n  d:\n    rpm: abc\n"), 0);
+    char *bin = (char *)sluiced_path();
+    char *check[] = {bin, "--check-config", path, NULL};
+    int rc = run_capture(check, NULL, out, sizeof(out));
+    print_message("  --check-config: exit %d: %s", rc, out);
+    assert_int_equal(rc, 1);
+    char want[512];
+    snprintf(want, sizeof(want), "%s:5: key 'deployments.d.rpm': must be a positive integer, got \"abc\"", path);
+    assert_contains(out, want);
+    char *run[] = {bin, "--config", path, NULL};
+    assert_int_equal(run_capture(run, NULL, out, sizeof(out)), 1);
+    assert_contains(out, want);
+    assert_int_equal(access("/tmp/never.sock", F_OK), -1);
+
+    /* A good file checks clean; bad flags are usage errors (exit 2). */
+    assert_int_equal(write_file(path, "deployments:\n  d:\n    rpm: 60\n"), 0);
+    assert_int_equal(run_capture(check, NULL, out, sizeof(out)), 0);
+    assert_contains(out, "configuration OK");
+    char *bad_flag[] = {bin, "--frobnicate", NULL};
+    assert_int_equal(run_capture(bad_flag, NULL, out, sizeof(out)), 2);
+    assert_contains(out, "unknown flag '--frobnicate'");
+    char *no_value[] = {bin, "--config", NULL};
+    assert_int_equal(run_capture(no_value, NULL, out, sizeof(out)), 2);
+    char *nothing[] = {bin, NULL};
+    assert_int_equal(run_capture(nothing, NULL, out, sizeof(out)), 2);
+    char *help[] = {bin, "--help", NULL};
+    assert_int_equal(run_capture(help, NULL, out, sizeof(out)), 0);
+    assert_contains(out, "SIGHUP");
+    assert_contains(out, "docs/protocol.md");
+    char *version[] = {bin, "--version", NULL};
+    assert_int_equal(run_capture(version, NULL, out, sizeof(out)), 0);
+    assert_contains(out, "sluiced " SLUICE_VERSION);
+}
+
+static void test_reload_bad_then_good(void **state) {
+    daemon_proc d;
+    start_daemon(&d, "reload", NULL, "  rl:\n    rpm: 600\n");
+    char v[64];
+    assert_true(daemon_wait_status(&d, "rl", "rpm", "600", 5000)); /* the limits reached Redis */
+    char *good = read_file_all(d.config);
+    /* A broken file: logged with file:line:key, the old limits stay. */
+    char broken[8192];
+    snprintf(broken, sizeof(broken), "%s    burst: { requests: -3 }\n", good);
+    assert_int_equal(write_file(d.config, broken), 0);
+    kill(d.pid, SIGHUP);
+    char want[600];
+    snprintf(want, sizeof(want), "%s:", d.config);
+    double deadline = now_ms() + 5000;
+    char *log = NULL;
+    while (now_ms() < deadline) {
+        free(log);
+        log = read_file_all(d.log);
+        if (strstr(log, "reload failed")) break;
+        sleep_ms(20);
+    }
+    assert_contains(log, "reload failed, keeping the running configuration: ");
+    assert_contains(log, "key 'deployments.rl.burst.requests': must be a positive integer");
+    assert_contains(log, want);
+    free(log);
+    assert_alive(&d);
+    daemon_status_field(&d, "rl", "rpm", v, sizeof(v));
+    assert_string_equal(v, "600");
+    /* A good file with new limits: visible in STATUS. */
+    char *p = strstr(good, "rpm: 600");
+    assert_non_null(p);
+    memcpy(p, "rpm: 900", 8);
+    assert_int_equal(write_file(d.config, good), 0);
+    kill(d.pid, SIGHUP);
+    assert_true(daemon_wait_status(&d, "rl", "rpm", "900", 5000));
+    char *info = daemon_info(&d);
+    assert_true(info_field(info, "config_reloads_failed") == 1);
+    assert_true(info_field(info, "config_reloads_ok") == 1);
+    assert_contains(info, "deployment_rl:rpm=900");
+    print_message("  bad reload kept rpm 600; good reload applied rpm 900\n");
+    free(info);
+    free(good);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
+/* ---- 6. SIGTERM -------------------------------------------------------------------------- */
+
+static void test_sigterm_answers_waiting_callers(void **state) {
+    daemon_proc d;
+    start_daemon(&d, "term", NULL, "  term:\n    rpm: 60\n    burst: { requests: 1 }\n");
+    redisContext *c = daemon_connect(&d);
+    redisReply *r = redisCommand(c, "ACQUIRE term");
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    /* Three callers now wait ~1, ~2 and ~3 s. */
+    redisContext *w[3];
+    for (int i = 0; i < 3; i++) {
+        w[i] = daemon_connect(&d);
+        assert_non_null(w[i]);
+        redisAppendCommand(w[i], "ACQUIRE term MAXWAIT 60000");
+        int done = 0;
+        redisBufferWrite(w[i], &done);
+    }
+    sleep_ms(200);
+    double t0 = now_ms();
+    kill(d.pid, SIGTERM);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(redisGetReply(w[i], (void **)&r), REDIS_OK);
+        if (i == 0) print_message("  waiting caller on SIGTERM got: -%s\n", r->str);
+        assert_int_equal(r->type, REDIS_REPLY_ERROR);
+        assert_contains(r->str, "CLOSING");
+        freeReplyObject(r);
+        redisFree(w[i]);
+    }
+    redisFree(c);
+    int st = daemon_wait(&d, 10000);
+    print_message("  drained and exited in %.0f ms\n", now_ms() - t0);
+    assert_true(st >= 0 && WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_int_equal(access(d.sock, F_OK), -1); /* the socket file is gone */
+    char *log = read_file_all(d.log);
+    assert_contains(log, "draining");
+    free(log);
+}
+
+/* ---- metrics ------------------------------------------------------------------------------ */
+
+static int free_tcp_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static size_t http_get(int port, const char *request, char *buf, size_t cap) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        close(fd);
+        buf[0] = '\0';
+        return 0;
+    }
+    raw_send(fd, request, strlen(request));
+    int closed;
+    size_t n = raw_read(fd, buf, cap, 3000, &closed);
+    close(fd);
+    return n;
+}
+
+static void test_metrics_endpoint(void **state) {
+    int port = free_tcp_port();
+    assert_true(port > 0);
+    char extra[128];
+    snprintf(extra, sizeof(extra), "  metrics: 127.0.0.1:%d\n", port);
+    daemon_proc d;
+    start_daemon(&d, "metrics", extra, "  m:\n    rpm: 600\n");
+    redisContext *c = daemon_connect(&d);
+    redisReply *r = redisCommand(c, "ACQUIRE m TOKENS 7");
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    char id[96];
+    snprintf(id, sizeof(id), "%s", r->element[0]->str);
+    freeReplyObject(r);
+    r = redisCommand(c, "SETTLE %s STATUS throttled HEADER retry-after-ms 5", id);
+    freeReplyObject(r);
+    redisFree(c);
+    static char body[65536];
+    http_get(port, "GET /metrics HTTP/1.0\r\n\r\n", body, sizeof(body));
+    assert_contains(body, "HTTP/1.0 200 OK");
+    assert_contains(body, "text/plain; version=0.0.4");
+    assert_contains(body, "sluice_grants_total{mode=\"redis\"} 1");
+    assert_contains(body, "sluice_sheds_total{reason=\"rpm\"} 0");
+    assert_contains(body, "sluice_wait_seconds_bucket{le=\"+Inf\"} 1");
+    assert_contains(body, "sluice_wait_seconds_count 1");
+    assert_contains(body, "sluice_provider_throttled_total 1");
+    assert_contains(body, "sluice_retries_total{result=\"allowed\"} 0");
+    assert_contains(body, "sluice_redis_calls_total ");
+    assert_contains(body, "sluice_fallback_mode 0");
+    assert_contains(body, "sluice_tokens_reserved_total 7");
+    assert_contains(body, "sluice_clients ");
+    http_get(port, "GET /nope HTTP/1.0\r\n\r\n", body, sizeof(body));
+    assert_contains(body, "404");
+    http_get(port, "POST /metrics HTTP/1.0\r\n\r\n", body, sizeof(body));
+    assert_contains(body, "405");
+    assert_alive(&d);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
+/* ---- valgrind ------------------------------------------------------------------------------ */
+
+/* 1 when the binary was built with AddressSanitizer (valgrind cannot run it). */
+static int binary_is_sanitized(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    static char buf[1 << 16];
+    const char needle[] = "__asan_init";
+    size_t n, keep = 0;
+    int found = 0;
+    while (!found && (n = fread(buf + keep, 1, sizeof(buf) - keep, f)) > 0) {
+        n += keep;
+        found = memmem(buf, n, needle, sizeof(needle) - 1) != NULL;
+        keep = sizeof(needle) - 1;
+        memmove(buf, buf + n - keep, keep);
+    }
+    fclose(f);
+    return found;
+}
+
+static void test_valgrind_session(void **state) {
+    char out[4096];
+    char *probe[] = {"valgrind", "--version", NULL};
+    if (run_capture(probe, NULL, out, sizeof(out)) != 0) {
+        print_message("  SKIPPED: valgrind is not installed\n");
+        skip();
+    }
+    if (binary_is_sanitized(sluiced_path())) {
+        print_message("  SKIPPED: sluiced is built with sanitizers (valgrind cannot run it); "
+                      "tests/valgrind.sh runs this test on a plain build\n");
+        skip();
+    }
+    int port = free_tcp_port();
+    char extra[160];
+    snprintf(extra, sizeof(extra), "  metrics: 127.0.0.1:%d\n  client_idle_timeout_ms: 300\n", port);
+    daemon_proc d;
+    daemon_init(&d, fx.dir, "valgrind");
+    d.valgrind = 1;
+    assert_int_equal(daemon_configure(&d, &fx, extra, "  vg:\n    rpm: 60\n    burst: { requests: 1 }\n"), 0);
+    assert_int_equal(daemon_start_args(&d, 60000), 0);
+    assert_true(daemon_wait_redis(&d, 30000));
+    /* A session touching every path: commands, a reload, bad input, an
+     * abandoned waiter, a scrape, and a waiter answered by the drain. */
+    redisContext *c = daemon_connect(&d);
+    redisReply *r = redisCommand(c, "ACQUIRE vg TOKENS 3");
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    char id[96];
+    snprintf(id, sizeof(id), "%s", r->element[0]->str);
+    freeReplyObject(r);
+    const char *cmds[] = {"RETRY vg", "STATUS", "STATUS vg", "INFO", "COMMAND", "HELP", "PING", "NOPE"};
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) freeReplyObject(redisCommand(c, cmds[i]));
+    freeReplyObject(redisCommand(c, "SETTLE %s TOKENS 2 HEADER x-ratelimit-remaining-requests 0 "
+                                    "HEADER x-ratelimit-reset-requests 1ms",
+                                 id));
+    kill(d.pid, SIGHUP);
+    bad_bytes(&d, "valgrind: bad frame", "*1\r\n$-5\r\n", 9, "Protocol error", 1);
+    int half = raw_connect(d.sock);
+    raw_send(half, "*1\r\n$4\r\nPI", 10);
+    int ab = raw_connect(d.sock);
+    raw_send(ab, "ACQUIRE vg\r\nACQUIRE vg\r\n", 24);
+    sleep_ms(300);
+    close(ab);
+    char body[65536];
+    http_get(port, "GET /metrics HTTP/1.0\r\n\r\n", body, sizeof(body));
+    assert_contains(body, "sluice_grants_total");
+    redisAppendCommand(c, "ACQUIRE vg MAXWAIT 60000");
+    redisAppendCommand(c, "ACQUIRE vg MAXWAIT 60000");
+    int done = 0;
+    redisBufferWrite(c, &done);
+    sleep_ms(500);
+    assert_int_equal(daemon_stop(&d), 0);
+    close(half);
+    redisFree(c);
+    char *vg = read_file_all(d.vglog);
+    const char *sum = strstr(vg, "ERROR SUMMARY:");
+    print_message("  valgrind: %.*s\n", sum ? (int)strcspn(sum, "\n") : 0, sum ? sum : "");
+    assert_non_null(sum);
+    assert_contains(vg, "ERROR SUMMARY: 0 errors");
+    if (!strstr(vg, "All heap blocks were freed")) {
+        assert_contains(vg, "definitely lost: 0 bytes");
+        assert_contains(vg, "indirectly lost: 0 bytes");
+    }
+    const char *heap = strstr(vg, "total heap usage:");
+    if (heap) print_message("  valgrind: %.*s\n", (int)strcspn(heap, "\n"), heap);
+    free(vg);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_redis_cli_session, test_teardown),
+        cmocka_unit_test_teardown(test_python_client, test_teardown),
+        cmocka_unit_test_teardown(test_pipelined_replies_in_order, test_teardown),
+        cmocka_unit_test_teardown(test_disconnect_cancels_waiting_acquire, test_teardown),
+        cmocka_unit_test_teardown(test_bad_input_never_hurts_others, test_teardown),
+        cmocka_unit_test_teardown(test_max_clients, test_teardown),
+        cmocka_unit_test_teardown(test_socket_stale_and_live, test_teardown),
+        cmocka_unit_test_teardown(test_bad_config_refused, test_teardown),
+        cmocka_unit_test_teardown(test_reload_bad_then_good, test_teardown),
+        cmocka_unit_test_teardown(test_sigterm_answers_waiting_callers, test_teardown),
+        cmocka_unit_test_teardown(test_metrics_endpoint, test_teardown),
+        cmocka_unit_test_teardown(test_valgrind_session, test_teardown),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
