@@ -135,7 +135,7 @@ HARNESS_FN char *read_file_all(const char *path) {
 /* Prepares a daemon in base/name: its socket and config paths. */
 HARNESS_FN void daemon_init(daemon_proc *d, const char *base, const char *name) {
     memset(d, 0, sizeof(*d));
-    snprintf(d->dir, sizeof(d->dir), "%s/%s", base, name);
+    snprintf(d->dir, sizeof(d->dir), "%.200s/%.40s", base, name);
     mkdir(d->dir, 0700);
     snprintf(d->sock, sizeof(d->sock), "%s/agent.sock", d->dir);
     snprintf(d->config, sizeof(d->config), "%s/sluiced.yaml", d->dir);
@@ -337,7 +337,7 @@ HARNESS_FN int raw_connect(const char *path) {
     struct sockaddr_un a;
     memset(&a, 0, sizeof(a));
     a.sun_family = AF_UNIX;
-    snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+    snprintf(a.sun_path, sizeof(a.sun_path), "%.107s", path);
     if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
         close(fd);
         return -1;
