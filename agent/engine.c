@@ -14,10 +14,10 @@
 
 #define RESERVE_BATCH_MAX 128
 #define SETTLE_BATCH_MAX 256
+/* How long plain settles wait to share a call. */
+#define ENGINE_SETTLE_DELAY_MS 5
 /* How long a deployment waits after a cluster redirect or TRYAGAIN. */
 #define ENGINE_REDIRECT_HOLD_MS 20
-/* The release jitter the schedules tolerate (lua: jitter_ms). */
-#define ENGINE_JITTER_MS 10.0
 
 const long long engine_wait_bounds_ms[ENGINE_WAIT_BUCKETS] = {0,   1,    5,    10,    50,    100,
                                                               500, 1000, 5000, 10000, 30000, 60000};
@@ -81,6 +81,10 @@ struct dep {
     double local_tat_req, local_tat_tok; /* local fallback schedule, uv_now ms */
     double local_retry_tat;   /* local retry floor bucket, uv_now ms */
     double local_last_slot;   /* local slots stay monotone, like Redis' */
+    double fleet_tat_req, fleet_tat_tok; /* the fleet's schedule end per dimension, last seen, uv_now ms */
+    double fleet_backlog_req, fleet_backlog_tok; /* how far it reached past now then */
+    double lost_at;           /* uv_now when its Redis node was lost, 0 when not lost */
+    int handing_over, handed_over; /* the local tail was pushed into Redis after an outage */
     unsigned long long local_seq;
     dep *next;
 };
@@ -91,6 +95,9 @@ struct engine {
     char agent_id[128];
     rrouter *redis;
     uv_timer_t hold_timer;    /* re-flushes after a cluster redirect hold */
+    uv_timer_t settle_timer;  /* flushes delayed settles */
+    uint64_t start_ms;        /* uv_now at engine_start */
+    int ever_ready, ever_down; /* the first connection attempt has resolved */
     dep *deps;
     uv_check_t flush_check;   /* flushes coalesced work after each poll */
     uv_idle_t flush_idle;     /* keeps the poll from blocking while work is queued */
@@ -108,6 +115,7 @@ struct engine {
 
 static void flush_arm(engine *e);
 static void on_hold_timer(uv_timer_t *t);
+static void on_settle_timer(uv_timer_t *t);
 static void dep_configure(dep *d);
 static void maybe_finish_stop(engine *e);
 
@@ -197,6 +205,7 @@ static void call_complete(engine_call *c, int status, const engine_shed *shed, c
     if (status == SL_OK) {
         c->grant.waited_ms = (long long)(uv_now(e->loop) - c->start_ms);
         e->stats.grants++;
+        e->stats.tokens_estimated += (unsigned long long)c->grant.tokens;
         if (c->grant.local) e->stats.grants_local++;
         record_wait(e, c->grant.waited_ms);
     } else if (status == SL_ESHED) {
@@ -223,7 +232,14 @@ static void queue_settle(dep *d, const char *id, long long actual, engine_outcom
     it->actual = actual;
     it->outcome = o;
     it->pause_ms = pause_ms;
-    flush_arm(d->e);
+    engine *e = d->e;
+    /* Cancels and provider pauses go at once (a cancel must land before the
+     * next reserve); plain settles wait up to ENGINE_SETTLE_DELAY_MS so the
+     * settles of callers working one at a time share a call. */
+    if (o == ENGINE_CANCELLED || pause_ms >= 0 || d->nsettles >= 64 || e->stopping)
+        flush_arm(e);
+    else if (!uv_is_active((uv_handle_t *)&e->settle_timer))
+        uv_timer_start(&e->settle_timer, on_settle_timer, ENGINE_SETTLE_DELAY_MS, 0);
 }
 
 /* The Redis grant number inside "<deployment>:<n>", or NULL for local. */
@@ -286,8 +302,9 @@ static double local_share(const dep *d) {
 /* The earliest local slot for cost c on one dimension (rate r per ms,
  * burst b), with the release-jitter margin of the reserve script: plan
  * against b - r J; a cost above that waits for a full bucket plus J. */
-static double local_earliest(double tat, double r, double b, double c, double *jitter) {
-    double j = fmin(ENGINE_JITTER_MS, 0.5 * b / r);
+static double local_earliest(double tat, double r, double b, double c, double jitter_ms,
+                             double *jitter) {
+    double j = fmin(jitter_ms, 0.5 * b / r);
     double room = b - j * r - c;
     *jitter = room < 0 ? j : 0;
     return room < 0 ? tat + j : tat - room / r;
@@ -314,14 +331,23 @@ static void local_decide(engine_call *c) {
     double b_req = fmax(1.0, floor((double)cfg->burst.requests * share));
     double r_tok = 0, b_tok = 0;
     const char *reason = "rpm";
+    /* The local bucket is empty where the fleet's schedule ends: grants
+     * Redis already made keep being released. Other agents kept extending
+     * that schedule after our last look, so assume its reach past now (the
+     * backlog) held until Redis was lost. */
+    double fleet_req = fmax(d->fleet_tat_req, d->lost_at + d->fleet_backlog_req);
+    double fleet_tok = fmax(d->fleet_tat_tok, d->lost_at + d->fleet_backlog_tok);
+    d->local_tat_req = fmax(d->local_tat_req, fleet_req + b_req / r_req);
     double s = fmax(now, d->local_last_slot);
-    double t = local_earliest(d->local_tat_req, r_req, b_req, 1, &j);
+    double jit = (double)cfg->jitter_ms;
+    double t = local_earliest(d->local_tat_req, r_req, b_req, 1, jit, &j);
     fence = fmax(fence, j);
     if (t > s) s = t;
     if (cfg->tpm > 0) {
         r_tok = (double)cfg->tpm * share / 60000.0;
         b_tok = fmax(1.0, floor((double)cfg->burst.tokens * share));
-        t = local_earliest(d->local_tat_tok, r_tok, b_tok, (double)c->tokens, &j);
+        d->local_tat_tok = fmax(d->local_tat_tok, fleet_tok + b_tok / r_tok);
+        t = local_earliest(d->local_tat_tok, r_tok, b_tok, (double)c->tokens, jit, &j);
         fence = fmax(fence, j);
         if (t > s) {
             s = t;
@@ -353,7 +379,34 @@ static void local_decide(engine_call *c) {
  * stays within the quota when agents rejoin). */
 static int dep_uses_redis(const dep *d) {
     double now = (double)uv_now(d->e->loop);
-    return dep_ready(d) && d->configured && d->local_tat_req <= now && d->local_tat_tok <= now;
+    return dep_ready(d) && d->configured &&
+           (d->handed_over || (d->local_tat_req <= now && d->local_tat_tok <= now));
+}
+
+static void on_handover(void *arg, redisReply *r, const char *err) {
+    dep *d = arg;
+    d->e->calls_out--;
+    d->handing_over = 0;
+    if (r && r->type == REDIS_REPLY_INTEGER) d->handed_over = 1;
+    flush_arm(d->e);
+    maybe_finish_stop(d->e);
+}
+
+/* Back from an outage with local grants still to be released: push the
+ * shared schedule past them (heartbeat "busy"), then use Redis at once. */
+static void dep_hand_over(dep *d) {
+    engine *e = d->e;
+    if (d->handing_over || d->handed_over) return;
+    double now = (double)uv_now(e->loop);
+    char window[24], breq[24], btok[24];
+    snprintf(window, sizeof(window), "%lld", e->cfg->agent.heartbeat_ms * 3);
+    snprintf(breq, sizeof(breq), "%.0f", ceil(fmax(0.0, d->local_tat_req - now)));
+    snprintf(btok, sizeof(btok), "%.0f", ceil(fmax(0.0, d->local_tat_tok - now)));
+    const char *argv[5] = {e->agent_id, window, "busy", breq, btok};
+    if (rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, 5, argv, on_handover, d) == 0) {
+        e->calls_out++;
+        d->handing_over = 1;
+    }
 }
 
 /* ---- reserve --------------------------------------------------------------- */
@@ -377,13 +430,18 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
     engine *e = d->e;
     e->calls_out--;
     d->reserving--;
-    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 + b->n;
+    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 4 + b->n;
     if (ok) {
+        uint64_t now = uv_now(e->loop);
         long long paused = reply_int(r->element[1]);
-        if (paused > 0) {
-            uint64_t until = uv_now(e->loop) + (uint64_t)paused;
-            if (until > d->paused_until) d->paused_until = until;
-        }
+        if (paused > 0 && now + (uint64_t)paused > d->paused_until) d->paused_until = now + (uint64_t)paused;
+        /* Where the fleet's schedule ends: local pacing starts there if
+         * Redis is lost, so grants already made by Redis and local ones do
+         * not stack. */
+        d->fleet_backlog_req = (double)reply_int(r->element[2]);
+        d->fleet_backlog_tok = (double)reply_int(r->element[3]);
+        d->fleet_tat_req = (double)now + d->fleet_backlog_req;
+        d->fleet_tat_tok = (double)now + d->fleet_backlog_tok;
     }
     int lost_limits = r && r->type == REDIS_REPLY_ERROR && strstr(r->str, "unknown deployment");
     /* A cluster redirection the router could not follow, or a slot being
@@ -410,6 +468,10 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
                 call_free(c);
                 continue;
             }
+            if (e->stopping) {
+                call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
+                continue;
+            }
             if (dep_ready(d) && (lost_limits || redirect ||
                                  (d->configured && !(r && r->type == REDIS_REPLY_ERROR)))) {
                 c->state = CALL_PENDING;
@@ -420,7 +482,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
             local_decide(c);
             continue;
         }
-        redisReply *it = r->element[2 + i];
+        redisReply *it = r->element[4 + i];
         if (it->type != REDIS_REPLY_ARRAY || it->elements < 3) {
             local_decide(c);
             continue;
@@ -429,6 +491,13 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
             snprintf(c->grant.id, sizeof(c->grant.id), "%s:%lld", d->name, reply_int(it->element[1]));
             c->grant.tokens = reply_int(it->element[3]);
             c->grant.local = 0;
+            if (e->stopping) {
+                /* Stopped while this call was in flight: give the slot back. */
+                queue_settle(d, grant_number(c->grant.id), -1, ENGINE_CANCELLED, -1);
+                if (c->canceled) call_free(c);
+                else call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
+                continue;
+            }
             call_granted(c, reply_int(it->element[2]));
         } else {
             if (c->canceled) {
@@ -453,8 +522,18 @@ static void dep_flush_reserves(dep *d) {
     if (!d->pending.n) return;
     if (!dep_uses_redis(d)) {
         /* Before the first connection attempt resolves, hold the callers
-         * briefly; after that, pace locally. */
+         * (bounded by the connect timeout); after that, pace locally. */
         if (dep_ready(d) && !d->configured) return; /* configure in flight */
+        if (dep_ready(d)) {
+            dep_hand_over(d); /* callers wait for it (one round trip) */
+            return;
+        }
+        uint64_t grace = (uint64_t)e->cfg->redis.connect_timeout_ms + 500;
+        uint64_t now = uv_now(e->loop);
+        if (!e->ever_ready && !e->ever_down && now - e->start_ms < grace) {
+            uv_timer_start(&e->hold_timer, on_hold_timer, e->start_ms + grace - now, 0);
+            return;
+        }
         while (d->pending.n) {
             engine_call *c = list_pop(&d->pending);
             e->stats.queued--;
@@ -586,6 +665,8 @@ static void on_idle(uv_idle_t *h) { (void)h; }
 
 static void on_hold_timer(uv_timer_t *t) { flush_arm(t->data); }
 
+static void on_settle_timer(uv_timer_t *t) { flush_arm(t->data); }
+
 static void flush_arm(engine *e) {
     if (e->flush_armed || e->stopped) return;
     e->flush_armed = 1;
@@ -637,6 +718,7 @@ static void dep_configure(dep *d) {
     F("aimd_min_scale", "%.6g", c->aimd.min_scale);
     F("aimd_increase", "%.6g", c->aimd.increase);
     F("aimd_interval_ms", "%lld", c->aimd.interval_s * 1000);
+    F("jitter_ms", "%lld", c->jitter_ms);
 #undef F
     const char *argv[40];
     for (int i = 0; i < n; i++) {
@@ -676,6 +758,7 @@ static void on_heartbeat_timer(uv_timer_t *t) {
 
 static void on_redis_up(void *ud) {
     engine *e = ud;
+    e->ever_ready = 1;
     int any = rrouter_any_ready(e->redis);
     if (any && !e->redis_up) e->mode_since_ms = wall_ms();
     e->redis_up = any;
@@ -692,14 +775,17 @@ static void on_redis_up(void *ud) {
 
 static void on_redis_down(void *ud, const char *why) {
     engine *e = ud;
+    e->ever_down = 1;
     int any = rrouter_any_ready(e->redis);
     if (!any && e->redis_up) e->mode_since_ms = wall_ms();
     e->redis_up = any;
     e->stats.redis_up = any;
     for (dep *d = e->deps; d; d = d->next) {
         if (!dep_ready(d)) {
+            if (d->configured || d->configuring) d->lost_at = (double)uv_now(e->loop);
             d->configured = 0;
             d->configuring = 0;
+            d->handed_over = 0;
         }
     }
     flush_arm(e); /* queued callers are decided locally now */
@@ -747,16 +833,19 @@ int engine_new(uv_loop_t *loop, config *cfg, const char *agent_id, engine **out)
     uv_timer_init(loop, &e->heartbeat_timer);
     uv_timer_init(loop, &e->hold_timer);
     e->hold_timer.data = e;
+    uv_timer_init(loop, &e->settle_timer);
+    e->settle_timer.data = e;
     e->flush_check.data = e;
     e->flush_idle.data = e;
     e->heartbeat_timer.data = e;
-    e->handles_open = 4;
+    e->handles_open = 5;
     e->mode_since_ms = wall_ms();
     *out = e;
     return 0;
 }
 
 void engine_start(engine *e) {
+    e->start_ms = uv_now(e->loop);
     rrouter_start(e->redis);
     uint64_t hb = (uint64_t)e->cfg->agent.heartbeat_ms;
     uv_timer_start(&e->heartbeat_timer, on_heartbeat_timer, hb, hb);
@@ -1101,6 +1190,8 @@ static void maybe_finish_stop(engine *e) {
     uv_close((uv_handle_t *)&e->flush_idle, on_engine_handle_closed);
     uv_timer_stop(&e->hold_timer);
     uv_close((uv_handle_t *)&e->hold_timer, on_engine_handle_closed);
+    uv_timer_stop(&e->settle_timer);
+    uv_close((uv_handle_t *)&e->settle_timer, on_engine_handle_closed);
     /* The heartbeat timer's close is counted when Redis is closed too. */
     uv_close((uv_handle_t *)&e->heartbeat_timer, NULL);
     rrouter_close(e->redis, on_redis_closed, e);

@@ -1,8 +1,13 @@
 -- heartbeat: an agent says it is alive for this deployment; the number of
 -- live agents is what each agent divides the rate by when Redis becomes
 -- unreachable (its fallback share).
--- ARGV: agent_id, window_ms (an agent is live if seen within it), and
--- optionally "leave" to deregister at shutdown.
+-- ARGV: agent_id, window_ms (an agent is live if seen within it),
+-- optionally "leave" to deregister at shutdown, or "busy" followed by
+-- busy_requests_ms and busy_tokens_ms: an agent rejoining after an outage
+-- hands over its local schedule, whose grants are still being released
+-- for that long. The shared schedule then starts no earlier than that
+-- (requests_tat, tokens_tat >= now + busy + one burst, so the bucket is
+-- empty where the local tail ends) and refunds wait until after it.
 -- Reply: the number of live agents (including this one unless leaving).
 
 local name, err = sl_deployment()
@@ -10,7 +15,31 @@ if not name then return redis.error_reply(err) end
 local id, window = ARGV[1], sl_uint(ARGV[2] or '')
 if not id or id == '' or #id > 256 then return redis.error_reply('ERR sluice heartbeat: agent id must be 1..256 bytes') end
 if not window or window < 1 then return redis.error_reply('ERR sluice heartbeat: window_ms must be a positive integer') end
-local now = sl_now(sl_hash(KEYS[1]))
+local busy_req, busy_tok
+if ARGV[3] == 'busy' then
+  busy_req, busy_tok = sl_uint(ARGV[4] or ''), sl_uint(ARGV[5] or '')
+  if not busy_req or not busy_tok then
+    return redis.error_reply('ERR sluice heartbeat: busy needs busy_requests_ms and busy_tokens_ms (non-negative integers)')
+  end
+end
+local limits = sl_hash(KEYS[1])
+local now = sl_now(limits)
+if busy_req and limits.rpm then
+  local st = sl_hash(KEYS[2])
+  local dims = sl_dims(limits, st, sl_num(st, 'rate_scale', 1))
+  local busy = {busy_req, busy_tok}
+  local ra = sl_num(st, 'refund_after', 0)
+  for i, d in ipairs(dims) do
+    local floor_tat = now + busy[i] + d.burst / d.r
+    if d.tat < floor_tat then
+      d.tat = floor_tat
+      sl_dim_save(d, st)
+    end
+    if d.tat > ra then ra = d.tat end
+  end
+  sl_set(st, 'refund_after', sl_fmt(ra))
+  sl_save_state(st)
+end
 if ARGV[3] == 'leave' then
   redis.call('ZREM', KEYS[9], id)
 else

@@ -2,7 +2,10 @@
 -- future slot, as a wait in ms) or a shed verdict; nothing is a yes/no that
 -- invites polling. GCRA per dimension in reservation mode.
 -- ARGV: n, then n pairs (tokens, max_wait_ms).
--- Reply: {now_us, paused_ms, item_1, ..., item_n} where an item is
+-- Reply: {now_us, paused_ms, requests_backlog_ms, tokens_backlog_ms,
+--        item_1, ..., item_n} where the backlogs are how far the fleet's
+-- schedule reaches past now after this call (an agent that loses Redis
+-- starts its local pacing there), and an item is
 --   {1, grant_id, wait_ms, tokens}                  a grant
 --   {0, reason, retry_after_ms}                     a shed; reason is one of
 --        rpm tpm paused daily concurrency too_large; retry_after_ms -1 = never
@@ -58,7 +61,7 @@ if rpd > 0 or tpd > 0 then
 end
 local to_midnight = sl_ceil(86400000 - (now % 86400000))
 
-local out = {now_us, 0}
+local out = {now_us, 0, 0, 0}
 local grants, leases = {}, {}
 local granted, shed = 0, 0
 for i = 1, n do
@@ -117,6 +120,8 @@ for i = 1, n do
 end
 
 if paused_until > now then out[2] = sl_ceil(paused_until - now) end
+if req.tat > now then out[3] = sl_ceil(req.tat - now) end
+if tok and tok.tat > now then out[4] = sl_ceil(tok.tat - now) end
 if granted > 0 then
   redis.call('HSET', KEYS[3], unpack(grants))
   redis.call('ZADD', KEYS[4], unpack(leases))

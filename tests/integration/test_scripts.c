@@ -85,11 +85,11 @@ static double reserve(redisContext *c, const char *dep, int n, const long long *
     assert_non_null(r);
     if (r->type == REDIS_REPLY_ERROR) fail_msg("reserve: %s", r->str);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    assert_int_equal(r->elements, (size_t)(2 + n));
+    assert_int_equal(r->elements, (size_t)(4 + n));
     double now_ms = (double)r->element[0]->integer / 1000.0;
     if (paused_ms) *paused_ms = r->element[1]->integer;
     for (int i = 0; i < n; i++) {
-        redisReply *it = r->element[2 + i];
+        redisReply *it = r->element[4 + i];
         memset(&out[i], 0, sizeof(out[i]));
         out[i].granted = (int)it->element[0]->integer;
         if (out[i].granted) {
