@@ -43,7 +43,8 @@ typedef enum cfg_type {
     CT_ENUM,   /* int, index into names */
     CT_MODE,   /* int, octal permission bits */
     CT_STR,    /* char *, never NULL */
-    CT_LIST    /* array of named entries of a sub-schema, plus a count */
+    CT_LIST,   /* array of named entries of a sub-schema, plus a count */
+    CT_STRS    /* char **, a YAML list of strings (each checked), plus a count */
 } cfg_type;
 
 #define F_REQUIRED 1u /* must be given */
@@ -270,6 +271,7 @@ static void describe_row(const cfg_row *r, char *out, size_t n) {
     case CT_MODE: snprintf(out, n, "an octal file mode from \"0000\" to \"0777\""); return;
     case CT_STR: snprintf(out, n, "a string"); return;
     case CT_LIST: snprintf(out, n, "a mapping"); return;
+    case CT_STRS: snprintf(out, n, "a list of strings"); return;
     case CT_ENUM: {
         size_t k = (size_t)snprintf(out, n, "one of ");
         for (int i = 0; r->names[i] && k < n; i++)
@@ -484,7 +486,8 @@ static int set_value(const cfg_row *r, void *base, const char *s, size_t len, ch
     case CT_ENUM: return set_enum(r, base, s, len, gotq, why, whylen);
     case CT_MODE: return set_mode(r, base, s, len, gotq, why, whylen);
     case CT_STR: return set_str(r, base, s, len, gotq, why, whylen);
-    case CT_LIST: break;
+    case CT_LIST:
+    case CT_STRS: break;
     }
     snprintf(why, whylen, "internal error: not a scalar key");
     return -1;
@@ -522,6 +525,17 @@ static int split_hostport(const char *s, const char **host, size_t *hostlen, int
     long long v;
     if (parse_decimal(colon + 1, strlen(colon + 1), &v) != 1 || v < 1 || v > 65535) return -1;
     *port = (int)v;
+    return 0;
+}
+
+static int check_hostport(const char *s, char *why, size_t whylen);
+
+/* A Redis node address: host:port, never empty. */
+static int check_node_addr(const char *s, char *why, size_t whylen) {
+    if (!s[0] || check_hostport(s, why, whylen) != 0) {
+        snprintf(why, whylen, "must be host:port with a port in 1..65535");
+        return -1;
+    }
     return 0;
 }
 
@@ -601,6 +615,9 @@ static const char *const style_names[] = {"azure", "openai", NULL};
     {.key = (k), .type = CT_STR, .off = offsetof(st, f), .def = (d), .check = (chk), .doc = (dc)}
 #define R_STRF(k, st, f, d, chk, fl, dc) \
     {.key = (k), .type = CT_STR, .off = offsetof(st, f), .def = (d), .check = (chk), .flags = (fl), .doc = (dc)}
+#define R_STRS(k, st, f, cnt, chk, dc) \
+    {.key = (k), .type = CT_STRS, .off = offsetof(st, f), .count_off = offsetof(st, cnt), .check = (chk), \
+     .doc = (dc)}
 #define R_LIST(k, st, f, cnt, sb, fl, dc) \
     {.key = (k), .type = CT_LIST, .off = offsetof(st, f), .count_off = offsetof(st, cnt), .sub = (sb), \
      .flags = (fl), .doc = (dc)}
@@ -672,6 +689,12 @@ static const cfg_row root_rows[] = {
     R_INT("redis.timeout_ms", config, redis.timeout_ms, "250", 1, 60000, 0, "Timeout of each Redis call."),
     R_INT("redis.connect_timeout_ms", config, redis.connect_timeout_ms, "1000", 1, 60000, 0,
           "Timeout of connecting to Redis."),
+    R_STRS("redis.cluster", config, redis.cluster, redis.ncluster, check_node_addr,
+           "Redis Cluster seed nodes (host:port); the agent routes by hash slot. Replaces redis.url's address."),
+    R_STR("redis.sentinel.master", config, redis.sentinel_master, NULL, check_token,
+          "Sentinel: name of the monitored master; with redis.sentinel.nodes."),
+    R_STRS("redis.sentinel.nodes", config, redis.sentinels, redis.nsentinels, check_node_addr,
+           "Sentinel nodes (host:port) asked for the master's address."),
     R_STR("agent.id", config, agent.id, NULL, check_token, "Name of this agent in the fleet; empty = hostname:pid."),
     R_STRF("agent.socket", config, agent.socket, "/run/sluice/agent.sock", check_socket_path, F_NONEMPTY,
           "UNIX socket the agent serves (RESP2)."),
@@ -714,6 +737,13 @@ static void free_entity(const cfg_schema *sc, void *base) {
             char **f = FIELD(base, r->off, char *);
             free(*f);
             *f = NULL;
+        } else if (r->type == CT_STRS) {
+            char **arr = *FIELD(base, r->off, char **);
+            size_t n = *FIELD(base, r->count_off, size_t);
+            for (size_t j = 0; j < n; j++) free(arr[j]);
+            free(arr);
+            *FIELD(base, r->off, char **) = NULL;
+            *FIELD(base, r->count_off, size_t) = 0;
         } else if (r->type == CT_LIST) {
             char *arr = *FIELD(base, r->off, char *);
             size_t n = *FIELD(base, r->count_off, size_t);
@@ -734,7 +764,7 @@ static int apply_defaults(cfg_ctx *ctx, const cfg_schema *sc, void *base) {
         const cfg_row *r = &sc->rows[i];
         char why[256];
         int rc = 0;
-        if (r->type == CT_LIST) continue;
+        if (r->type == CT_LIST || r->type == CT_STRS) continue;
         if (r->def)
             rc = set_value(r, base, r->def, strlen(r->def), why, sizeof(why));
         else if (r->type == CT_STR)
@@ -900,6 +930,39 @@ static int walk_list(cfg_ctx *ctx, cfg_entity *ent, const cfg_row *r, size_t idx
     return 0;
 }
 
+/* A YAML list of strings: each item must be a scalar that passes the row's
+ * check; the array is NULL-terminated. */
+static char *dup_range(const char *s, size_t len);
+
+static int walk_strs(cfg_ctx *ctx, cfg_entity *ent, const cfg_row *r, size_t idx, yaml_node_t *val) {
+    ent->seen |= (uint64_t)1 << idx;
+    ent->lines[idx] = node_line(val);
+    if (node_is_null(val)) return 0;
+    if (val->type != YAML_SEQUENCE_NODE)
+        return cfg_fail(ctx, node_line(val), "must be a list of strings, got %s", node_kind(val));
+    char ***arr = FIELD(ent->base, r->off, char **);
+    size_t *count = FIELD(ent->base, r->count_off, size_t);
+    size_t n = (size_t)(val->data.sequence.items.top - val->data.sequence.items.start);
+    if (n == 0) return cfg_fail(ctx, node_line(val), "must not be an empty list");
+    char **a = calloc(n + 1, sizeof(char *));
+    if (!a) return cfg_fail(ctx, node_line(val), "out of memory");
+    *arr = a;
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *it = yaml_document_get_node(ctx->doc, val->data.sequence.items.start[i]);
+        if (!it || it->type != YAML_SCALAR_NODE || node_is_null(it))
+            return cfg_fail(ctx, node_line(it ? it : val), "item %zu must be a string, got %s", i + 1,
+                            it ? node_kind(it) : "nothing");
+        const char *v = (const char *)it->data.scalar.value;
+        char why[160];
+        if (r->check && r->check(v, why, sizeof(why)) != 0)
+            return cfg_fail(ctx, node_line(it), "item %zu %s, got \"%s\"", i + 1, why, v);
+        a[i] = dup_range(v, it->data.scalar.length);
+        if (!a[i]) return cfg_fail(ctx, node_line(it), "out of memory");
+        *count = i + 1;
+    }
+    return 0;
+}
+
 static int walk_map(cfg_ctx *ctx, cfg_entity *ent, yaml_node_t *map, const char *prefix) {
     const cfg_schema *sc = ent->schema;
     for (yaml_node_pair_t *pr = map->data.mapping.pairs.start; pr < map->data.mapping.pairs.top; pr++) {
@@ -937,6 +1000,8 @@ static int walk_map(cfg_ctx *ctx, cfg_entity *ent, yaml_node_t *map, const char 
         }
         if (r && r->type == CT_LIST) {
             rc = walk_list(ctx, ent, r, idx, v);
+        } else if (r && r->type == CT_STRS) {
+            rc = walk_strs(ctx, ent, r, idx, v);
         } else if (r) {
             rc = set_row(ctx, ent, r, idx, v);
         } else if (nested) {
@@ -1177,6 +1242,11 @@ static int root_finish(cfg_ctx *ctx, cfg_entity *ent) {
         }
         replace_str(&r->username, user);
     }
+    if (r->ncluster && (r->sentinel_master[0] || r->nsentinels))
+        return entity_fail(ctx, ent, "redis.sentinel", "give either redis.cluster or redis.sentinel, not both");
+    if (!r->sentinel_master[0] != !r->nsentinels)
+        return entity_fail(ctx, ent, r->nsentinels ? "redis.sentinel.master" : "redis.sentinel.nodes",
+                           "Sentinel needs both redis.sentinel.master and redis.sentinel.nodes");
     if (r->password_file[0] && r->password_env[0])
         return entity_fail(ctx, ent, "redis.password_env",
                            "give either redis.password_file or redis.password_env, not both");
@@ -1433,6 +1503,7 @@ static void foreach_rows(const cfg_schema *sc, const char *prefix, void (*fn)(co
         case CT_MODE: snprintf(type, sizeof(type), "mode"); break;
         case CT_STR: snprintf(type, sizeof(type), "string"); break;
         case CT_LIST: snprintf(type, sizeof(type), "mapping of %s", r->sub->what); break;
+        case CT_STRS: snprintf(type, sizeof(type), "list of strings"); break;
         case CT_ENUM: {
             size_t n = (size_t)snprintf(type, sizeof(type), "one of ");
             for (int j = 0; r->names[j] && n < sizeof(type); j++)

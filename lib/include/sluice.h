@@ -2,17 +2,62 @@
  * LLM API calls.
  *
  * This header is the whole API. Names are prefixed sl_ / SL_. Functions
- * return 0 or a negative SL_E* code; sl_strerror() names a code. The
- * library never aborts, exits or prints; it returns an error. */
+ * return 0 (or a documented non-negative value) or a negative SL_E* code;
+ * sl_strerror() names a code and sl_errmsg() gives the detail. The library
+ * never aborts, exits or prints; it returns an error.
+ *
+ * A worker opens one governor (sl_gov) per process and shares it between
+ * all its threads. Before each provider call it acquires a grant (waiting
+ * for its slot in the fleet's schedule), makes the call, and settles the
+ * grant with what the provider said. On a failure it asks sl_may_retry()
+ * before retrying. sl_curl_perform() does all of that around one libcurl
+ * easy handle. The guide with a complete worker is docs/library.md.
+ *
+ * Two modes, one API:
+ *   daemon    socket_path: talk to the local `sluiced` on its UNIX socket;
+ *   embedded  config_path / config_text / redis_url: run the agent engine
+ *             (the same code as sluiced) on a background thread.
+ *
+ * Versioned structs. Every struct the caller fills (sl_options,
+ * sl_request, sl_call_opts) or that the library fills in caller memory
+ * (sl_call_report, sl_verdict) starts with `size`. Initialise it with the
+ * matching *_init() macro, which records the size the caller was compiled
+ * with; the library reads or writes only that much, so a struct can grow
+ * at its end without breaking old callers. Zero in a field means "the
+ * default" unless stated otherwise.
+ *
+ * Ownership. A returned `const char *` is borrowed (its lifetime is stated);
+ * a returned `char *` is the caller's. Every *_new / *_open has a
+ * *_free / *_close that accepts NULL. Strings passed in are copied when the
+ * library needs them after the call returns.
+ *
+ * Threading. Everything taking an sl_gov is thread-safe unless stated:
+ * many threads may share one governor, and a slow slot for one caller
+ * never blocks another. Asynchronous callbacks run on the governor's
+ * internal thread; they must not block and must not call the blocking
+ * functions (sl_acquire, sl_may_retry, sl_curl_perform), which return
+ * SL_EINVAL there. */
 #ifndef SLUICE_H
 #define SLUICE_H
+
+#include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+#if defined(__GNUC__) || defined(__clang__)
+#define SL_API __attribute__((visibility("default")))
+#else
+#define SL_API
+#endif
+
+/* ---- errors -------------------------------------------------------------- */
+
 /* Error codes: X(name, value, message). One table generates the enum and
- * sl_strerror(), as libuv's UV_ERRNO_MAP does. */
+ * sl_strerror(), as libuv's UV_ERRNO_MAP does. New codes are added at the
+ * end; values never change. */
 #define SL_ERRNO_MAP(X)                                                                    \
     X(OK, 0, "success")                                                                    \
     X(EINVAL, -1, "invalid argument")                                                      \
@@ -20,7 +65,7 @@ extern "C" {
     X(ESHED, -3, "shed: no slot within the max wait (see the retry-after and reason)")    \
     X(EUNKNOWN, -4, "unknown deployment")                                                  \
     X(ETIMEDOUT, -5, "timed out")                                                          \
-    X(EUNAVAIL, -6, "governor unavailable: Redis unreachable and the agent fails closed") \
+    X(EUNAVAIL, -6, "governor unavailable (sluiced unreachable, or no Redis and fail-closed)") \
     X(ECANCELED, -7, "canceled")                                                           \
     X(ECLOSING, -8, "the governor is shutting down")                                       \
     X(EREDIS, -9, "Redis error")                                                           \
@@ -28,7 +73,10 @@ extern "C" {
     X(EIO, -11, "I/O error")                                                               \
     X(ENORETRY, -12, "the fleet's retry budget is spent")                                  \
     X(EDEADLINE, -13, "the deadline would pass before the next attempt")                   \
-    X(EFATAL, -14, "not retryable: the provider refused for good (quota, auth, request)")
+    X(EFATAL, -14, "not retryable: the provider refused for good (quota, auth, request)")  \
+    X(EALREADY, -15, "the call already completed or was canceled")                        \
+    X(EATTEMPTS, -16, "the attempts allowed are used up")                                  \
+    X(ETOOBIG, -17, "the response is larger than the configured limit")
 
 typedef enum sl_errno {
 #define SL_ERRNO_ENUM(name, value, msg) SL_##name = value,
@@ -37,10 +85,352 @@ typedef enum sl_errno {
 } sl_errno;
 
 /* A static message for code; "unknown error" for values not in the table. */
-const char *sl_strerror(int code);
+SL_API const char *sl_strerror(int code);
 
-/* The library version, "MAJOR.MINOR.PATCH". */
-const char *sl_version(void);
+/* The library version, "MAJOR.MINOR.PATCH". Static. */
+SL_API const char *sl_version(void);
+
+/* The clock of every deadline in this API: CLOCK_MONOTONIC in ms. A
+ * deadline 2 s from now is sl_now_ms() + 2000. Thread-safe. */
+SL_API int64_t sl_now_ms(void);
+
+/* ---- the governor -------------------------------------------------------- */
+
+typedef struct sl_gov sl_gov;
+
+typedef struct sl_options {
+    size_t size;                 /* set by sl_options_init() */
+
+    /* Daemon mode: the UNIX socket of the local sluiced. */
+    const char *socket_path;
+
+    /* Embedded mode: exactly one of these three (and no socket_path).
+     * config_path  a sluiced YAML file (docs/configuration.md);
+     * config_text  the same YAML as text;
+     * redis_url    with `deployments`: the YAML of the deployments mapping,
+     *              e.g. "{gpt-4o: {rpm: 60, tpm: 150000}}" (flow or block).
+     * Settings other than redis.url and deployments then take defaults. */
+    const char *config_path;
+    const char *config_text;
+    const char *redis_url;
+    const char *deployments;
+    const char *agent_id;        /* embedded: name in the fleet's heartbeats;
+                                    NULL: agent.id of the config, else host:pid */
+
+    long long connect_timeout_ms; /* daemon: connecting (and the PING at open); 0: 1000 */
+    long long call_timeout_ms;    /* replies that are not a slot (sl_may_retry); 0: 5000 */
+    int max_idle_connections;     /* daemon: idle ACQUIRE connections kept; 0: 8, < 0: none */
+} sl_options;
+
+SL_API void sl_options_init_size(sl_options *opt, size_t size);
+#define sl_options_init(opt) sl_options_init_size((opt), sizeof(*(opt)))
+
+/* Opens a governor. On success returns 0 and *out (the caller's; close it
+ * with sl_close()). On error returns SL_E*, sets *out to NULL, and
+ * sl_errmsg(NULL) on this thread tells why (a config error names the file,
+ * line and key; a daemon that does not answer names the socket).
+ * Daemon mode checks at once that sluiced answers (PING); embedded mode
+ * starts connecting to Redis in the background: acquires made before the
+ * connection resolves wait for it, then fall back to local pacing if Redis
+ * is unreachable (as sluiced does). opt and its strings are copied. */
+SL_API int sl_open(const sl_options *opt, sl_gov **out);
+
+/* Closes gov: refuses new calls with SL_ECLOSING, answers every waiting
+ * caller with SL_ECLOSING (giving waiting reservations back), delivers the
+ * settles already made, and stops the internal thread. Grants still held
+ * may be settled afterwards: that returns SL_ECLOSING and frees them.
+ * NULL is a no-op. Called from a callback, it returns at once and the
+ * internal thread finishes the close by itself. */
+SL_API void sl_close(sl_gov *gov);
+
+/* The detail of the last error of the calling thread on gov ("" when its
+ * last call on gov succeeded). sl_errmsg(NULL): the last failed sl_open()
+ * of this thread. Borrowed, valid until this thread's next call on gov. */
+SL_API const char *sl_errmsg(const sl_gov *gov);
+
+/* After SL_ESHED from this thread's last call on gov: the reason ("rpm",
+ * "tpm", "paused", "daily", "concurrency", "too_large") and the hint after
+ * which asking again can succeed (ms; -1 = never, e.g. too_large). After
+ * SL_ENORETRY, the reason is "retry_budget". Otherwise "" and -1.
+ * Borrowed like sl_errmsg(). */
+SL_API const char *sl_shed_reason(const sl_gov *gov);
+SL_API long long sl_retry_after_ms(const sl_gov *gov);
+
+/* "daemon" or "embedded". Static. */
+SL_API const char *sl_mode(const sl_gov *gov);
+
+/* ---- acquire ------------------------------------------------------------- */
+
+typedef struct sl_grant sl_grant;
+
+typedef struct sl_request {
+    size_t size;                 /* set by sl_request_init() */
+    const char *deployment;      /* required */
+    long long tokens;            /* estimate: prompt + max output (0: requests only) */
+    long long max_wait_ms;       /* longest wait for the slot; < 0 (the default
+                                    set by init): the deployment's max_wait_ms,
+                                    or with a deadline, the time left */
+    int64_t deadline_ms;         /* absolute, on sl_now_ms(); 0: none */
+    const char *lane;            /* daemon mode only for now; NULL: default */
+    const char *tenant;          /* daemon mode only for now; NULL: none */
+} sl_request;
+
+SL_API void sl_request_init_size(sl_request *req, size_t size);
+#define sl_request_init(req) sl_request_init_size((req), sizeof(*(req)))
+
+/* Waits for a slot and returns a grant in *out (the caller's: settle it).
+ * Never waits past req->deadline_ms: the wait allowed is capped by the
+ * time left, so a slot beyond it is shed at once (SL_ESHED, with the
+ * reason and a retry-after hint from sl_shed_reason() and
+ * sl_retry_after_ms()); if the slot still slips past the deadline (a
+ * fleet-wide pause arrived meanwhile), the reservation is given back and
+ * SL_ETIMEDOUT is returned at the deadline.
+ * Returns 0, SL_ESHED, SL_ETIMEDOUT, SL_EUNKNOWN (no such deployment),
+ * SL_EUNAVAIL (fail-closed without Redis, or sluiced unreachable),
+ * SL_ECLOSING, SL_EINVAL, SL_ENOMEM, SL_EIO. Blocks the calling thread
+ * only. */
+SL_API int sl_acquire(sl_gov *gov, const sl_request *req, sl_grant **out);
+
+/* What an asynchronous acquire produced. Valid during the callback only,
+ * except `grant`, which becomes the callback's to settle. */
+typedef struct sl_result {
+    int status;                  /* SL_OK or SL_E*, as sl_acquire() returns */
+    sl_grant *grant;             /* SL_OK: the grant (settle it), else NULL */
+    const char *shed_reason;     /* SL_ESHED: as sl_shed_reason(), else "" */
+    long long retry_after_ms;    /* SL_ESHED: the hint, -1 never/none */
+    const char *message;         /* detail, "" when none; never NULL */
+} sl_result;
+
+typedef void (*sl_acquire_cb)(void *arg, const sl_result *r);
+
+/* Names one asynchronous call, for sl_cancel(). Never reused by a gov. */
+typedef uint64_t sl_call_id;
+
+/* The asynchronous sl_acquire(): returns 0 at once and later runs cb
+ * exactly once on the governor's thread (never from within this call),
+ * with the same outcomes; a deadline is enforced by a timer. *id
+ * (optional) names the call for sl_cancel(). On an error return cb never
+ * runs. req is copied. */
+SL_API int sl_acquire_async(sl_gov *gov, const sl_request *req, sl_acquire_cb cb, void *arg,
+                            sl_call_id *id);
+
+/* Cancels an asynchronous acquire whose callback has not started: returns
+ * 0 and the callback will never run; a reservation already made is given
+ * back to the fleet. Returns SL_EALREADY when the callback has started or
+ * run (then it owns the grant), SL_EINVAL for a NULL gov. Thread-safe,
+ * also from a callback. */
+SL_API int sl_cancel(sl_gov *gov, sl_call_id id);
+
+/* Borrowed accessors, valid until the grant is settled. */
+SL_API const char *sl_grant_id(const sl_grant *g);         /* "<deployment>:<n>", ":L<n>" local */
+SL_API const char *sl_grant_deployment(const sl_grant *g);
+SL_API long long sl_grant_waited_ms(const sl_grant *g);    /* from acquire to the slot */
+SL_API long long sl_grant_tokens(const sl_grant *g);       /* the reserved estimate */
+SL_API int sl_grant_local(const sl_grant *g);              /* 1: paced locally (Redis down) */
+
+/* ---- settle and retry ---------------------------------------------------- */
+
+typedef enum sl_outcome {
+    SL_OUTCOME_OK = 0,           /* the provider served the call */
+    SL_OUTCOME_THROTTLED,        /* 429 rate limited: feeds the fleet's AIMD */
+    SL_OUTCOME_FAILED,           /* any other failure */
+    SL_OUTCOME_CANCELLED         /* not sent: gives the reservation back */
+} sl_outcome;
+
+/* One response header, NUL-terminated name and value. */
+typedef struct sl_header {
+    const char *name;
+    const char *value;
+} sl_header;
+
+/* Closes grant g with what happened, and frees g (always, even on error).
+ * actual_tokens: the usage the provider reported (< 0: unknown, the
+ * estimate stands). headers: the provider's response headers (all of
+ * them, or NULL/0): Retry-After, retry-after-ms, x-ratelimit-*,
+ * anthropic-ratelimit-*, RateLimit are understood; a wait they ask for
+ * pauses the deployment once for the whole fleet, and acquires made on
+ * this governor after sl_settle() returns see the pause. Does not wait for
+ * Redis: settles are coalesced and sent in the background (sl_close()
+ * delivers those still queued). Returns 0, SL_EINVAL (bad outcome, or a
+ * malformed grant), SL_ECLOSING, SL_ENOMEM. Safe from callbacks. */
+SL_API int sl_settle(sl_grant *g, long long actual_tokens, sl_outcome outcome,
+                     const sl_header *headers, size_t nheaders);
+
+/* May the fleet retry a failed call on deployment now? Takes one retry
+ * from the fleet's retry budget when it answers yes. Returns 1 (retry), 0
+ * (do not; *retry_after_ms, optional, says when the budget refills, and
+ * sl_shed_reason() is "retry_budget"), or SL_EUNKNOWN, SL_ETIMEDOUT
+ * (call_timeout_ms), SL_EUNAVAIL, SL_ECLOSING, SL_EINVAL. Blocking. */
+SL_API int sl_may_retry(sl_gov *gov, const char *deployment, long long *retry_after_ms);
+
+/* status: 1, 0 or SL_E* as sl_may_retry() returns. */
+typedef void (*sl_retry_cb)(void *arg, int status, long long retry_after_ms);
+
+/* The asynchronous sl_may_retry(): cb runs once on the governor's thread.
+ * Returns 0, or SL_E* (then cb never runs). */
+SL_API int sl_may_retry_async(sl_gov *gov, const char *deployment, sl_retry_cb cb, void *arg);
+
+/* ---- provider responses -------------------------------------------------- */
+
+/* Response classes: X(name, text). Same order as lib/http/classify.h. */
+#define SL_CLASS_MAP(X)                                                                    \
+    X(OK, "ok")                                                                            \
+    X(RATE_LIMITED, "rate_limited")       /* 429: retry after the wait */                 \
+    X(QUOTA_EXHAUSTED, "quota_exhausted") /* billing/quota: never retry */                \
+    X(OVERLOADED, "overloaded")           /* 503/529: retry with backoff */               \
+    X(BAD_REQUEST, "bad_request")         /* 4xx, context too long: never retry */        \
+    X(AUTH, "auth")                       /* 401/403: never retry */                      \
+    X(SERVER_ERROR, "server_error")       /* 5xx: retry within budget */                  \
+    X(TIMEOUT, "timeout")                 /* the attempt timed out */                     \
+    X(TRANSPORT, "transport")             /* connect/TLS/reset */
+
+typedef enum sl_class {
+#define SL_CLASS_ENUM(name, text) SL_CLASS_##name,
+    SL_CLASS_MAP(SL_CLASS_ENUM)
+#undef SL_CLASS_ENUM
+    SL_CLASS__COUNT
+} sl_class;
+
+/* "ok", "rate_limited", ...; "unknown" out of range. Static. */
+SL_API const char *sl_class_name(int cls);
+
+/* What one provider response means. Filled by sl_verdict_of() or
+ * sl_capture_verdict(). */
+typedef struct sl_verdict {
+    size_t size;                 /* set by sl_verdict_init() */
+    int cls;                     /* sl_class */
+    int retryable;               /* after x-should-retry */
+    int http_status;             /* 0: no response */
+    sl_outcome outcome;          /* for sl_settle() */
+    long long tokens;            /* usage reported by the provider, -1 unknown */
+    long long pause_ms;          /* wait the headers ask for (Retry-After, or
+                                    remaining 0 with a reset), -1 none */
+    int over_cap;                /* pause_ms beyond the cap: do not retry now */
+    char code[64];               /* error.code of a JSON error body, "" */
+} sl_verdict;
+
+SL_API void sl_verdict_init_size(sl_verdict *v, size_t size);
+#define sl_verdict_init(v) sl_verdict_init_size((v), sizeof(*(v)))
+
+/* Classifies a response you received yourself. status 0 means no response
+ * (transport: timed_out says whether it was a timeout). body may be NULL;
+ * headers are the response's. retry_after_cap_ms <= 0: 120000. Fills *out
+ * (its size set by sl_verdict_init()). Pure; returns 0 or SL_EINVAL. */
+SL_API int sl_verdict_of(int status, int timed_out, const char *body, size_t body_len,
+                         const sl_header *headers, size_t nheaders, long long retry_after_cap_ms,
+                         sl_verdict *out);
+
+/* The tokens a provider response body reports: usage.total_tokens, else
+ * prompt_tokens + completion_tokens (OpenAI, Azure), else input_tokens +
+ * output_tokens (Anthropic); server-sent event streams are scanned for the
+ * usage of their events. -1 when none. Pure. */
+SL_API long long sl_usage_tokens(const char *body, size_t len);
+
+/* ---- libcurl ------------------------------------------------------------- */
+
+/* The easy handles below are libcurl `CURL *`, passed as void * so this
+ * header does not need curl.h; curl codes are CURLcode values. */
+
+typedef struct sl_call_opts {
+    size_t size;                 /* set by sl_call_opts_init() */
+    const char *deployment;      /* required */
+    long long tokens;            /* estimate for the acquire */
+    long long max_wait_ms;       /* per acquire; < 0 (init): as sl_request */
+    int64_t deadline_ms;         /* absolute, sl_now_ms(); 0: none. Covers
+                                    every wait, attempt and backoff */
+    const char *lane;
+    const char *tenant;
+    int max_attempts;            /* attempts in all, first included; 0: 5 */
+    long long backoff_base_ms;   /* full jitter base; 0: 500 */
+    long long backoff_cap_ms;    /* full jitter cap; 0: 30000 */
+    long long retry_after_cap_ms;/* a server wait above this is not waited; 0: 120000 */
+    long long min_attempt_ms;    /* an attempt needs this much time left; 0: 1000 */
+    size_t max_body;             /* response bytes kept; 0: 16 MiB */
+    uint64_t seed;               /* jitter seed; 0: from the clock */
+} sl_call_opts;
+
+SL_API void sl_call_opts_init_size(sl_call_opts *o, size_t size);
+#define sl_call_opts_init(o) sl_call_opts_init_size((o), sizeof(*(o)))
+
+/* What sl_curl_perform() did. The body belongs to the report: release it
+ * with sl_call_report_free(). */
+typedef struct sl_call_report {
+    size_t size;                 /* set by sl_call_report_init() */
+    int attempts;                /* HTTP attempts made */
+    long long waited_ms;         /* total time waiting for slots */
+    long long elapsed_ms;        /* from the call to its return */
+    int within_deadline;         /* 1: returned no later than the deadline (or none) */
+    int http_status;             /* of the last attempt, 0 none */
+    int curl_code;               /* CURLcode of the last attempt */
+    const char *outcome;         /* class of the last attempt ("ok", "rate_limited", ...),
+                                    or "shed", "deadline", "retry_budget", "attempts",
+                                    "error" when that ended the call. Static */
+    long long tokens;            /* usage of the successful attempt, -1 unknown */
+    long long retry_after_ms;    /* last hint (shed, retry budget, server), -1 */
+    char *body;                  /* last response body, NUL-terminated; may be NULL */
+    size_t body_len;
+    char message[256];           /* why it ended, "" on success */
+} sl_call_report;
+
+SL_API void sl_call_report_init_size(sl_call_report *r, size_t size);
+#define sl_call_report_init(r) sl_call_report_init_size((r), sizeof(*(r)))
+/* Frees the body and resets the report. NULL is a no-op. */
+SL_API void sl_call_report_free(sl_call_report *r);
+
+/* Performs the request set up on easy, governed: acquire, perform, capture
+ * the headers and (at most max_body bytes of) the body, classify, settle
+ * with the usage the provider reported, and retry when the class is
+ * retryable, the fleet's retry budget allows (sl_may_retry) and the
+ * deadline leaves room (full-jitter backoff; a server-given wait is a
+ * floor). sl_curl_perform is the only retry owner: turn every other retry
+ * layer off. It sets on easy CURLOPT_HEADERFUNCTION/HEADERDATA,
+ * CURLOPT_WRITEFUNCTION/WRITEDATA, CURLOPT_NOSIGNAL and, with a deadline,
+ * CURLOPT_TIMEOUT_MS (the time left, less 10 ms for the settle), and resets the callbacks to
+ * libcurl's defaults on return. report (optional, size set by
+ * sl_call_report_init()) gets the details.
+ * Returns 0 (a 2xx response), SL_EFATAL (not retryable: quota, auth, bad
+ * request), SL_ENORETRY (fleet retry budget spent), SL_EDEADLINE (no time
+ * for another attempt), SL_EATTEMPTS, SL_ESHED, SL_ETIMEDOUT, SL_ETOOBIG,
+ * or another error of sl_acquire(). Blocking; thread-safe with one easy
+ * handle per thread. */
+SL_API int sl_curl_perform(sl_gov *gov, void *easy, const sl_call_opts *opts,
+                           sl_call_report *report);
+
+/* Pieces for libcurl-multi and event-loop workers, none of which block.
+ * A capture records the headers of the final response (interim 1xx and
+ * redirect responses are dropped) and at most max_body bytes of its body.
+ * One capture per easy handle; not thread-safe (one transfer, one owner). */
+typedef struct sl_capture sl_capture;
+
+/* max_body 0: 16 MiB. Returns 0, SL_ENOMEM. */
+SL_API int sl_capture_new(size_t max_body, sl_capture **out);
+SL_API void sl_capture_free(sl_capture *c);
+/* Empties c and installs it on easy (header and write callbacks). */
+SL_API int sl_capture_attach(sl_capture *c, void *easy);
+SL_API void sl_capture_reset(sl_capture *c);
+/* 1 when the body exceeded max_body (the transfer was aborted). */
+SL_API int sl_capture_overflow(const sl_capture *c);
+SL_API int sl_capture_status(const sl_capture *c);
+/* NUL-terminated; borrowed until the next reset/attach/free. */
+SL_API const char *sl_capture_body(const sl_capture *c, size_t *len);
+/* The last value of header name (any case), or NULL. Borrowed likewise. */
+SL_API const char *sl_capture_header(const sl_capture *c, const char *name);
+/* All headers in arrival order; *out borrowed likewise. */
+SL_API size_t sl_capture_headers(const sl_capture *c, const sl_header **out);
+/* The verdict for the captured response and the transfer's CURLcode. */
+SL_API int sl_capture_verdict(const sl_capture *c, int curl_code, long long retry_after_cap_ms,
+                              sl_verdict *out);
+/* Settles g with the captured response (outcome, usage, headers); frees g.
+ * Returns as sl_settle(). */
+SL_API int sl_settle_capture(sl_grant *g, const sl_capture *c, int curl_code);
+
+/* The backoff before retry number attempt (0 for the first retry) after
+ * verdict v, at now_ms, under o's policy and deadline: the delay in ms
+ * (>= 0) or SL_EFATAL (not retryable), SL_EATTEMPTS, SL_EDEADLINE (the
+ * delay plus min_attempt_ms would pass the deadline, or the server's wait
+ * is beyond its cap). rng: caller-owned jitter state (any seed). Pure. */
+SL_API long long sl_backoff_ms(const sl_call_opts *o, int attempt, const sl_verdict *v,
+                               int64_t now_ms, uint64_t *rng);
 
 #ifdef __cplusplus
 }

@@ -116,23 +116,16 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
 }
 
 static void test_failover_followed(void **state) {
-    char text[1024], err[512], sentinel_addr[3][32];
+    char text[1024], err[512];
     snprintf(text, sizeof(text),
-             "redis:\n  url: redis://127.0.0.1:%d\n  timeout_ms: 500\n  connect_timeout_ms: 500\n"
+             "redis:\n  sentinel:\n    master: mymaster\n"
+             "    nodes: [127.0.0.1:%d, 127.0.0.1:%d, 127.0.0.1:%d]\n"
+             "  timeout_ms: 500\n  connect_timeout_ms: 500\n"
              "agent:\n  socket: /tmp/unused.sock\n  heartbeat_ms: 200\n"
              "deployments:\n  gpt:\n    rpm: 3000\n    burst: { requests: 5 }\n",
-             master.port);
+             sentinels[0].port, sentinels[1].port, sentinels[2].port);
     config *cfg = NULL;
     if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0) fail_msg("%s", err);
-    char *addrs[3];
-    for (int i = 0; i < 3; i++) {
-        snprintf(sentinel_addr[i], sizeof(sentinel_addr[i]), "127.0.0.1:%d", sentinels[i].port);
-        addrs[i] = sentinel_addr[i];
-    }
-    char name[] = "mymaster";
-    cfg->redis.sentinel_master = name;
-    cfg->redis.sentinels = addrs;
-    cfg->redis.nsentinels = 3;
     world w = {0};
     uv_loop_init(&w.loop);
     assert_int_equal(engine_new(&w.loop, cfg, "agent-s", &w.e), 0);
@@ -180,9 +173,6 @@ static void test_failover_followed(void **state) {
     replay_free(&rp);
     engine_stop(w.e, NULL, NULL);
     uv_run(&w.loop, UV_RUN_DEFAULT);
-    /* The sentinel fields point at this test's stack: detach before free. */
-    ((config *)engine_config(w.e))->redis.sentinel_master = NULL;
-    ((config *)engine_config(w.e))->redis.sentinels = NULL;
     engine_free(w.e);
     assert_int_equal(uv_loop_close(&w.loop), 0);
 }

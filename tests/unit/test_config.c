@@ -317,6 +317,16 @@ typedef struct bad_case {
 #define DEP "deployments:\n  gpt-4o:\n"
 
 static const bad_case bad_cases[] = {
+    /* beyond one Redis */
+    {"redis:\n  cluster: 127.0.0.1:7000\n" DEP "    rpm: 1\n",
+     ":2: key 'redis.cluster': must be a list of strings, got a scalar"},
+    {"redis:\n  cluster: []\n" DEP "    rpm: 1\n", ":2: key 'redis.cluster': must not be an empty list"},
+    {"redis:\n  cluster: [127.0.0.1:7000, nope]\n" DEP "    rpm: 1\n",
+     ":2: key 'redis.cluster': item 2 must be host:port with a port in 1..65535, got \"nope\""},
+    {"redis:\n  sentinel:\n    master: m\n" DEP "    rpm: 1\n",
+     ":1: key 'redis.sentinel.nodes': Sentinel needs both redis.sentinel.master and redis.sentinel.nodes"},
+    {"redis:\n  cluster: [a:1]\n  sentinel:\n    master: m\n    nodes: [b:2]\n" DEP "    rpm: 1\n",
+     ":1: key 'redis.sentinel': give either redis.cluster or redis.sentinel, not both"},
     /* numbers */
     {DEP "    rpm: abc\n", ":3: key 'deployments.gpt-4o.rpm': must be a positive integer, got \"abc\""},
     {DEP "    rpm: -5\n", ":3: key 'deployments.gpt-4o.rpm': must be a positive integer, got \"-5\""},

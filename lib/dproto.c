@@ -1,0 +1,194 @@
+/* dproto: sluiced commands and replies. See dproto.h. */
+#include "dproto.h"
+
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const char *const outcome_names[] = {"ok", "throttled", "failed", "cancelled"};
+
+int dproto_acquire(resp_buf *b, const char *dep, long long tokens, long long max_wait_ms,
+                   const char *lane, const char *tenant) {
+    const char *argv[10];
+    char tok[24], wait[24];
+    size_t n = 0;
+    snprintf(tok, sizeof(tok), "%lld", tokens < 0 ? 0 : tokens);
+    argv[n++] = "ACQUIRE";
+    argv[n++] = dep;
+    argv[n++] = "TOKENS";
+    argv[n++] = tok;
+    if (max_wait_ms >= 0) {
+        snprintf(wait, sizeof(wait), "%lld", max_wait_ms);
+        argv[n++] = "MAXWAIT";
+        argv[n++] = wait;
+    }
+    if (lane && *lane) {
+        argv[n++] = "LANE";
+        argv[n++] = lane;
+    }
+    if (tenant && *tenant) {
+        argv[n++] = "TENANT";
+        argv[n++] = tenant;
+    }
+    return resp_add_bulk_array(b, argv, NULL, n);
+}
+
+int dproto_settle(resp_buf *b, const char *grant_id, long long actual, sl_outcome outcome,
+                  const sl_header *h, size_t nh) {
+    if ((int)outcome < 0 || (int)outcome > 3) return RESP_EPROTO;
+    size_t cap = 6 + 3 * nh;
+    const char **argv = malloc(cap * sizeof(*argv));
+    if (!argv) return RESP_ENOMEM;
+    char tok[24];
+    size_t n = 0;
+    argv[n++] = "SETTLE";
+    argv[n++] = grant_id;
+    if (actual >= 0) {
+        snprintf(tok, sizeof(tok), "%lld", actual);
+        argv[n++] = "TOKENS";
+        argv[n++] = tok;
+    }
+    argv[n++] = "STATUS";
+    argv[n++] = outcome_names[outcome];
+    for (size_t i = 0; i < nh; i++) {
+        argv[n++] = "HEADER";
+        argv[n++] = h[i].name;
+        argv[n++] = h[i].value;
+    }
+    int rc = resp_add_bulk_array(b, argv, NULL, n);
+    free(argv);
+    return rc;
+}
+
+int dproto_retry(resp_buf *b, const char *dep) {
+    const char *argv[2] = {"RETRY", dep};
+    return resp_add_bulk_array(b, argv, NULL, 2);
+}
+
+int dproto_ping(resp_buf *b) {
+    const char *argv[1] = {"PING"};
+    return resp_add_bulk_array(b, argv, NULL, 1);
+}
+
+/* retry-after-ms=<n> anywhere in text (n may be -1), or -1. */
+static long long find_retry_after(const char *text) {
+    const char *p = strstr(text, "retry-after-ms=");
+    if (!p) return -1;
+    p += strlen("retry-after-ms=");
+    char *end;
+    long long v = strtoll(p, &end, 10);
+    if (end == p) return -1;
+    return v < 0 ? -1 : v;
+}
+
+static int starts_word(const char *text, const char *word) {
+    size_t n = strlen(word);
+    return strncasecmp(text, word, n) == 0 && (text[n] == ' ' || text[n] == '\0');
+}
+
+/* Error words and codes, in the order they are tried. */
+static const struct {
+    const char *prefix;
+    int code;
+} error_words[] = {
+    {"SHED", SL_ESHED},         {"NORETRY", SL_ENORETRY},
+    {"CLOSING", SL_ECLOSING},   {"UNAVAIL", SL_EUNAVAIL},
+    {"UNAVAILABLE", SL_EUNAVAIL}, {"UNKNOWN", SL_EUNKNOWN},
+    {"TIMEOUT", SL_ETIMEDOUT},  {"REDIS", SL_EREDIS},
+};
+
+int dproto_error(const char *text, char *reason, size_t reason_len, long long *retry_after_ms) {
+    if (reason_len) reason[0] = '\0';
+    *retry_after_ms = find_retry_after(text);
+    for (size_t i = 0; i < sizeof(error_words) / sizeof(error_words[0]); i++) {
+        if (!starts_word(text, error_words[i].prefix)) continue;
+        if (error_words[i].code == SL_ESHED && reason_len) {
+            const char *r = text + strlen(error_words[i].prefix);
+            while (*r == ' ') r++;
+            size_t n = strcspn(r, " ");
+            if (n >= reason_len) n = reason_len - 1;
+            memcpy(reason, r, n);
+            reason[n] = '\0';
+        }
+        return error_words[i].code;
+    }
+    if (strncasecmp(text, "ERR unknown deployment", 22) == 0) return SL_EUNKNOWN;
+    if (strncasecmp(text, "ERR", 3) == 0 && strstr(text, "unknown deployment")) return SL_EUNKNOWN;
+    return SL_EPROTO;
+}
+
+static int error_reply(const rreply *r, char *reason, size_t reason_len, long long *ra, char *msg,
+                       size_t msglen) {
+    snprintf(msg, msglen, "sluiced: %s", r->str);
+    return dproto_error(r->str, reason, reason_len, ra);
+}
+
+static int text_of(const rreply *r, char *buf, size_t n) {
+    if (!r || (r->type != RREPLY_BULK && r->type != RREPLY_STATUS) || r->len == 0 || r->len >= n) return -1;
+    memcpy(buf, r->str, r->len);
+    buf[r->len] = '\0';
+    return 0;
+}
+
+static int int_of(const rreply *r, long long *v) {
+    if (!r) return -1;
+    if (r->type == RREPLY_INTEGER) {
+        *v = r->integer;
+        return 0;
+    }
+    if (r->type == RREPLY_BULK || r->type == RREPLY_STATUS) {
+        char *end;
+        *v = strtoll(r->str, &end, 10);
+        return (end != r->str && *end == '\0') ? 0 : -1;
+    }
+    return -1;
+}
+
+int dproto_acquire_reply(const rreply *r, dproto_grant *g, char *reason, size_t reason_len,
+                         long long *retry_after_ms, char *msg, size_t msglen) {
+    *retry_after_ms = -1;
+    if (reason_len) reason[0] = '\0';
+    msg[0] = '\0';
+    if (r->type == RREPLY_ERROR) return error_reply(r, reason, reason_len, retry_after_ms, msg, msglen);
+    if (r->type == RREPLY_ARRAY && r->elements >= 3 && text_of(r->element[0], g->id, sizeof(g->id)) == 0 &&
+        int_of(r->element[1], &g->waited_ms) == 0 && int_of(r->element[2], &g->tokens) == 0) {
+        const char *colon = strrchr(g->id, ':');
+        g->local = colon && colon[1] == 'L';
+        return SL_OK;
+    }
+    snprintf(msg, msglen, "sluiced: unexpected ACQUIRE reply (type %d)", (int)r->type);
+    return SL_EPROTO;
+}
+
+int dproto_retry_reply(const rreply *r, int *allowed, long long *retry_after_ms, char *msg,
+                       size_t msglen) {
+    *allowed = 0;
+    *retry_after_ms = -1;
+    msg[0] = '\0';
+    if (r->type == RREPLY_INTEGER) {
+        *allowed = r->integer == 1;
+        return SL_OK;
+    }
+    if (r->type == RREPLY_ERROR) {
+        char reason[8];
+        int rc = error_reply(r, reason, sizeof(reason), retry_after_ms, msg, msglen);
+        if (rc == SL_ENORETRY) return SL_OK; /* a refusal, not an error */
+        return rc;
+    }
+    snprintf(msg, msglen, "sluiced: unexpected RETRY reply (type %d)", (int)r->type);
+    return SL_EPROTO;
+}
+
+int dproto_ok_reply(const rreply *r, char *msg, size_t msglen) {
+    msg[0] = '\0';
+    if (r->type == RREPLY_STATUS) return SL_OK;
+    if (r->type == RREPLY_ERROR) {
+        char reason[8];
+        long long ra;
+        return error_reply(r, reason, sizeof(reason), &ra, msg, msglen);
+    }
+    snprintf(msg, msglen, "sluiced: unexpected reply (type %d)", (int)r->type);
+    return SL_EPROTO;
+}

@@ -1,0 +1,56 @@
+/* dproto: the client side of sluiced's commands (docs/protocol.md): the
+ * requests libsluice sends and the meaning of the replies it gets.
+ *
+ * Requests are RESP2 multibulk frames appended to a resp_buf (agent/resp.h).
+ * Replies arrive as rreply trees (rreply.h) and are turned into SL_E*
+ * codes, grants, shed reasons and retry-after hints. Error replies are
+ * recognised by their first word (SHED, NORETRY, CLOSING, UNAVAIL,
+ * "ERR unknown deployment"); a `retry-after-ms=<n>` anywhere in the text
+ * is the hint. Pure functions: no I/O, no globals, thread-safe. */
+#ifndef SLUICE_DPROTO_H
+#define SLUICE_DPROTO_H
+
+#include <stddef.h>
+
+#include "resp.h"
+#include "rreply.h"
+#include "sluice.h"
+
+typedef struct dproto_grant {
+    char id[96];
+    long long waited_ms;
+    long long tokens;
+    int local;
+} dproto_grant;
+
+/* ACQUIRE <dep> TOKENS <n> [MAXWAIT <ms>] [LANE <l>] [TENANT <t>].
+ * max_wait_ms < 0 omits MAXWAIT; empty lane/tenant are omitted. */
+int dproto_acquire(resp_buf *b, const char *dep, long long tokens, long long max_wait_ms,
+                   const char *lane, const char *tenant);
+
+/* SETTLE <id> [TOKENS <n>] STATUS <outcome> [HEADER <name> <value>]...
+ * actual < 0 omits TOKENS. */
+int dproto_settle(resp_buf *b, const char *grant_id, long long actual, sl_outcome outcome,
+                  const sl_header *h, size_t nh);
+
+int dproto_retry(resp_buf *b, const char *dep);
+int dproto_ping(resp_buf *b);
+
+/* The SL_E* code of an error reply's text (without the leading '-'),
+ * with its shed reason (when SHED: the word after it, "" otherwise) and
+ * retry-after-ms (-1 when absent). */
+int dproto_error(const char *text, char *reason, size_t reason_len, long long *retry_after_ms);
+
+/* An ACQUIRE reply: SL_OK and *g; SL_ESHED with reason and hint; or
+ * another SL_E* with a message. */
+int dproto_acquire_reply(const rreply *r, dproto_grant *g, char *reason, size_t reason_len,
+                         long long *retry_after_ms, char *msg, size_t msglen);
+
+/* A RETRY reply: SL_OK with *allowed 1/0 (and a hint when 0), or SL_E*. */
+int dproto_retry_reply(const rreply *r, int *allowed, long long *retry_after_ms, char *msg,
+                       size_t msglen);
+
+/* Any reply that should be +OK / +PONG: SL_OK or the error's SL_E*. */
+int dproto_ok_reply(const rreply *r, char *msg, size_t msglen);
+
+#endif

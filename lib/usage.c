@@ -1,0 +1,81 @@
+/* usage: token usage from a provider response body. See usage.h. */
+#include "usage.h"
+
+#include <jansson.h>
+#include <string.h>
+
+typedef struct tally {
+    long long total, input, output; /* -1 unseen; the largest seen */
+} tally;
+
+static void keep_max(long long *slot, json_t *v) {
+    if (!json_is_integer(v)) return;
+    json_int_t n = json_integer_value(v);
+    if (n >= 0 && n > *slot) *slot = (long long)n;
+}
+
+static void tally_usage(tally *t, json_t *u) {
+    if (!json_is_object(u)) return;
+    keep_max(&t->total, json_object_get(u, "total_tokens"));
+    /* OpenAI chat/completions: prompt + completion; Anthropic and the
+     * Responses API: input (+ cache creation, which Anthropic bills as
+     * input) + output. */
+    long long in = -1, out = -1, cache = -1;
+    keep_max(&in, json_object_get(u, "prompt_tokens"));
+    keep_max(&in, json_object_get(u, "input_tokens"));
+    keep_max(&cache, json_object_get(u, "cache_creation_input_tokens"));
+    keep_max(&out, json_object_get(u, "completion_tokens"));
+    keep_max(&out, json_object_get(u, "output_tokens"));
+    if (in >= 0 && cache > 0) in += cache;
+    if (in > t->input) t->input = in;
+    if (out > t->output) t->output = out;
+}
+
+static void tally_event(tally *t, json_t *root) {
+    if (!json_is_object(root)) return;
+    tally_usage(t, json_object_get(root, "usage"));
+    json_t *inner = json_object_get(root, "response"); /* Responses API events */
+    if (json_is_object(inner)) tally_usage(t, json_object_get(inner, "usage"));
+    inner = json_object_get(root, "message"); /* Anthropic message_start */
+    if (json_is_object(inner)) tally_usage(t, json_object_get(inner, "usage"));
+}
+
+static void tally_json(tally *t, const char *s, size_t n) {
+    json_error_t err;
+    json_t *root = json_loadb(s, n, JSON_DECODE_ANY, &err);
+    if (!root) return;
+    tally_event(t, root);
+    json_decref(root);
+}
+
+static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+/* Each `data:` line of an event stream is one JSON document (multi-line
+ * data fields are not used by the providers for usage events). */
+static void tally_sse(tally *t, const char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        const char *nl = memchr(s + i, '\n', n - i);
+        size_t end = nl ? (size_t)(nl - s) : n;
+        size_t b = i, e = end;
+        if (e - b >= 5 && memcmp(s + b, "data:", 5) == 0) {
+            b += 5;
+            while (b < e && is_ws(s[b])) b++;
+            while (e > b && is_ws(s[e - 1])) e--;
+            if (e > b && s[b] == '{') tally_json(t, s + b, e - b);
+        }
+        i = end + 1;
+    }
+}
+
+long long usage_tokens(const char *body, size_t len) {
+    if (!body || len == 0 || len > USAGE_MAX_BODY) return -1;
+    tally t = {-1, -1, -1};
+    size_t i = 0;
+    while (i < len && is_ws(body[i])) i++;
+    if (i < len && body[i] == '{') tally_json(&t, body + i, len - i);
+    else tally_sse(&t, body, len);
+    if (t.total >= 0) return t.total;
+    if (t.input < 0 && t.output < 0) return -1;
+    return (t.input > 0 ? t.input : 0) + (t.output > 0 ? t.output : 0);
+}

@@ -1,0 +1,770 @@
+/* test_lib: libsluice's governor API (libsluice.so, as a worker links it)
+ * in both modes against a real redis-server: embedded (the engine on the
+ * library's thread) and daemon (a real sluiced on a private socket; those
+ * cases skip, saying so, when $SLUICE_BUILD_DIR/agent/sluiced is not
+ * built). Proves:
+ *   - acquire/settle: grants carry id, wait and tokens; unknown deployments
+ *     and bad arguments are errors with a message;
+ *   - deadlines are never exceeded (measured): a slot beyond the deadline
+ *     sheds at once with the reason and a retry-after; a slot that slips
+ *     past it (a pause arrived meanwhile) ends at the deadline, given back;
+ *   - many threads share one governor without over-offer, and a slow slot
+ *     never blocks another caller;
+ *   - sl_cancel gives the reservation back (the next caller takes the
+ *     cancelled slot) and the callback never runs;
+ *   - sl_may_retry follows the fleet's retry budget;
+ *   - provider feedback pauses the whole fleet once: two governors (two
+ *     agents) share the pause;
+ *   - sl_close answers waiters with SL_ECLOSING, and a blocking call from
+ *     a callback is refused rather than deadlocking. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sluice.h"
+#include "test_lib_harness.h"
+
+enum { EMBEDDED = 0, DAEMON = 1 };
+
+/* How late a blocking call may return after its deadline: the OS waking
+ * the thread, under ASan on a 2-core machine. */
+#define DEADLINE_SLACK_MS 25.0
+
+static redis_fixture fx;
+static lib_daemon dmn[2];
+static int have_daemon;
+static int next_agent;
+
+/* The deployments of every test, named <prefix>-<name> so that the two
+ * modes never share state in Redis. */
+static void deployments(const char *p, char *out, size_t n) {
+    snprintf(out, n,
+             "  %s-basic:\n    rpm: 600\n    burst: { requests: 1 }\n"
+             "  %s-shed:\n    rpm: 60\n    burst: { requests: 1 }\n"
+             "  %s-pause:\n    rpm: 60\n    burst: { requests: 1 }\n"
+             "  %s-many:\n    rpm: 6000\n    burst: { requests: 10 }\n"
+             "  %s-slow:\n    rpm: 60\n    burst: { requests: 1 }\n"
+             "  %s-fast:\n    rpm: 60000\n"
+             "  %s-cancel:\n    rpm: 60\n    burst: { requests: 1 }\n"
+             "  %s-retry:\n    rpm: 60000\n    retry_budget: { ttl_s: 2, min_per_s: 1, percent: 0 }\n"
+             "  %s-fleet:\n    rpm: 60000\n"
+             "  %s-close:\n    rpm: 60\n    burst: { requests: 1 }\n"
+             "  %s-cb:\n    rpm: 60000\n",
+             p, p, p, p, p, p, p, p, p, p, p);
+}
+
+static int group_setup(void **state) {
+    if (redis_fixture_start(&fx, 0) != 0) return -1;
+    if (!lib_sluiced_path()) {
+        fprintf(stderr, "test_lib: $SLUICE_BUILD_DIR/agent/sluiced is not built: daemon mode is skipped\n");
+        return 0;
+    }
+    char deps[4096];
+    deployments("d", deps, sizeof(deps));
+    if (lib_daemon_start(&dmn[0], &fx, fx.dir, "agent-d1", deps) != 0 ||
+        lib_daemon_start(&dmn[1], &fx, fx.dir, "agent-d2", deps) != 0)
+        return -1;
+    have_daemon = 1;
+    return 0;
+}
+
+static int group_teardown(void **state) {
+    lib_daemon_stop(&dmn[0]);
+    lib_daemon_stop(&dmn[1]);
+    redis_fixture_stop(&fx);
+    return 0;
+}
+
+static const char *prefix(int mode) { return mode == EMBEDDED ? "e" : "d"; }
+
+static void dep_name(int mode, const char *name, char *out, size_t n) {
+    snprintf(out, n, "%s-%s", prefix(mode), name);
+}
+
+/* A governor: embedded (its own engine, a new agent) or connected to
+ * daemon `which`. */
+static sl_gov *open_gov(int mode, int which) {
+    sl_options o;
+    sl_options_init(&o);
+    char text[8192], agent[32];
+    if (mode == DAEMON) {
+        o.socket_path = dmn[which].sock;
+    } else {
+        char deps[4096];
+        deployments("e", deps, sizeof(deps));
+        snprintf(text, sizeof(text),
+                 "redis:\n  url: unix://%s\n  timeout_ms: 500\n  connect_timeout_ms: 500\n"
+                 "agent:\n  heartbeat_ms: 200\ndeployments:\n%s",
+                 fx.sock, deps);
+        o.config_text = text;
+        snprintf(agent, sizeof(agent), "lib-agent-%d", ++next_agent);
+        o.agent_id = agent;
+    }
+    sl_gov *g = NULL;
+    int rc = sl_open(&o, &g);
+    if (rc != 0) fail_msg("sl_open: %s: %s", sl_strerror(rc), sl_errmsg(NULL));
+    assert_string_equal(sl_mode(g), mode == EMBEDDED ? "embedded" : "daemon");
+    return g;
+}
+
+static int skip_without_daemon(int mode) {
+    if (mode == DAEMON && !have_daemon) {
+        print_message("  daemon mode skipped: $SLUICE_BUILD_DIR/agent/sluiced is not built\n");
+        return 1;
+    }
+    return 0;
+}
+
+static sl_request request(const char *dep, long long tokens, long long max_wait, double deadline_in) {
+    sl_request r;
+    sl_request_init(&r);
+    r.deployment = dep;
+    r.tokens = tokens;
+    r.max_wait_ms = max_wait;
+    if (deadline_in > 0) r.deadline_ms = sl_now_ms() + (int64_t)deadline_in;
+    return r;
+}
+
+/* ---- acquire and settle ------------------------------------------------------------ */
+
+static void basic(int mode) {
+    if (skip_without_daemon(mode)) return;
+    sl_gov *g = open_gov(mode, 0);
+    char dep[64];
+    dep_name(mode, "basic", dep, sizeof(dep));
+    sl_request r = request(dep, 100, -1, 0);
+    sl_grant *a = NULL, *b = NULL;
+    assert_int_equal(sl_acquire(g, &r, &a), 0);
+    assert_string_equal(sl_errmsg(g), "");
+    assert_non_null(a);
+    assert_int_equal(strncmp(sl_grant_id(a), dep, strlen(dep)), 0);
+    assert_string_equal(sl_grant_deployment(a), dep);
+    assert_int_equal(sl_grant_tokens(a), 100);
+    assert_false(sl_grant_local(a));
+    /* rpm 600, burst 1: the next slot is ~100 ms later. */
+    double t0 = h_now();
+    assert_int_equal(sl_acquire(g, &r, &b), 0);
+    double took = h_now() - t0;
+    print_message("  [%s] second grant %s waited %lld ms (returned after %.1f ms)\n", prefix(mode),
+                  sl_grant_id(b), sl_grant_waited_ms(b), took);
+    assert_true(took >= 60 && took < 400);
+    assert_true(sl_grant_waited_ms(b) >= 50);
+    sl_header h[] = {{"x-ratelimit-remaining-requests", "5"}, {"content-type", "application/json"}};
+    assert_int_equal(sl_settle(a, 80, SL_OUTCOME_OK, h, 2), 0);
+    assert_int_equal(sl_settle(b, -1, SL_OUTCOME_CANCELLED, NULL, 0), 0);
+
+    /* Errors carry a message. */
+    sl_request u = request("no-such-deployment", 0, -1, 0);
+    sl_grant *x = (sl_grant *)1;
+    assert_int_equal(sl_acquire(g, &u, &x), SL_EUNKNOWN);
+    assert_null(x);
+    assert_non_null(strstr(sl_errmsg(g), "unknown deployment"));
+    sl_request bad = request("has space", 0, -1, 0);
+    assert_int_equal(sl_acquire(g, &bad, &x), SL_EINVAL);
+    bad = request(dep, -5, -1, 0);
+    assert_int_equal(sl_acquire(g, &bad, &x), SL_EINVAL);
+    assert_int_equal(sl_acquire(g, NULL, &x), SL_EINVAL);
+    assert_int_equal(sl_acquire(NULL, &r, &x), SL_EINVAL);
+    assert_int_equal(sl_settle(NULL, 0, SL_OUTCOME_OK, NULL, 0), SL_EINVAL);
+    sl_grant *c = NULL;
+    assert_int_equal(sl_acquire(g, &r, &c), 0);
+    assert_int_equal(sl_settle(c, 0, (sl_outcome)42, NULL, 0), SL_EINVAL); /* and c is freed */
+    sl_close(g);
+}
+
+static void test_basic_embedded(void **state) { basic(EMBEDDED); }
+static void test_basic_daemon(void **state) { basic(DAEMON); }
+
+/* ---- deadlines ----------------------------------------------------------------------- */
+
+static void shed_and_deadline(int mode) {
+    if (skip_without_daemon(mode)) return;
+    sl_gov *g = open_gov(mode, 0);
+    char dep[64];
+    dep_name(mode, "shed", dep, sizeof(dep));
+    sl_grant *a = NULL, *d = NULL, *x = NULL;
+    sl_request r = request(dep, 0, -1, 0);
+    assert_int_equal(sl_acquire(g, &r, &a), 0);
+
+    /* rpm 60: the next slot is ~1 s away, beyond a 300 ms deadline: shed
+     * at once, with the reason and when to come back. */
+    r = request(dep, 0, -1, 300);
+    double t0 = h_now();
+    assert_int_equal(sl_acquire(g, &r, &x), SL_ESHED);
+    double took = h_now() - t0;
+    assert_null(x);
+    assert_string_equal(sl_shed_reason(g), "rpm");
+    long long ra = sl_retry_after_ms(g);
+    print_message("  [%s] shed in %.1f ms: %s (retry after %lld ms)\n", prefix(mode), took, sl_errmsg(g), ra);
+    assert_true(took < 150);
+    assert_true(ra > 300 && ra <= 1000);
+
+    /* max_wait 0: never wait. */
+    r = request(dep, 0, 0, 0);
+    assert_int_equal(sl_acquire(g, &r, &x), SL_ESHED);
+
+    /* A slot within the deadline is waited for, and the call returns
+     * before the deadline. */
+    r = request(dep, 0, -1, 1800);
+    t0 = h_now();
+    int64_t deadline = r.deadline_ms;
+    assert_int_equal(sl_acquire(g, &r, &d), 0);
+    took = h_now() - t0;
+    print_message("  [%s] slot waited %lld ms, returned %.1f ms after the call (deadline 1800)\n",
+                  prefix(mode), sl_grant_waited_ms(d), took);
+    assert_true(sl_now_ms() <= deadline);
+    assert_true(took > 500);
+    /* Success clears the thread's error. */
+    assert_string_equal(sl_shed_reason(g), "");
+    assert_int_equal(sl_retry_after_ms(g), -1);
+    sl_settle(a, -1, SL_OUTCOME_OK, NULL, 0);
+    sl_settle(d, -1, SL_OUTCOME_OK, NULL, 0);
+    sl_close(g);
+}
+
+static void test_shed_and_deadline_embedded(void **state) { shed_and_deadline(EMBEDDED); }
+static void test_shed_and_deadline_daemon(void **state) { shed_and_deadline(DAEMON); }
+
+typedef struct waiter {
+    sl_gov *g;
+    sl_request r;
+    int rc;
+    double took;
+    sl_grant *grant;
+    pthread_t t;
+} waiter;
+
+static void *waiter_main(void *arg) {
+    waiter *w = arg;
+    double t0 = h_now();
+    w->rc = sl_acquire(w->g, &w->r, &w->grant);
+    w->took = h_now() - t0;
+    return NULL;
+}
+
+static void deadline_with_pause(int mode) {
+    if (skip_without_daemon(mode)) return;
+    sl_gov *g = open_gov(mode, 0);
+    char dep[64];
+    dep_name(mode, "pause", dep, sizeof(dep));
+    sl_grant *a = NULL;
+    sl_request r = request(dep, 0, -1, 0);
+    assert_int_equal(sl_acquire(g, &r, &a), 0);
+    /* B's slot (~1 s) fits its 1.5 s deadline, so it is granted and waits. */
+    waiter b = {.g = g};
+    b.r = request(dep, 0, -1, 1500);
+    int64_t deadline = b.r.deadline_ms;
+    pthread_create(&b.t, NULL, waiter_main, &b);
+    h_sleep(200);
+    /* Then the provider asks for 3 s: B's slot slips past its deadline. */
+    sl_header h[] = {{"Retry-After", "3"}};
+    assert_int_equal(sl_settle(a, 0, SL_OUTCOME_THROTTLED, h, 1), 0);
+    pthread_join(b.t, NULL);
+    double late = (double)(sl_now_ms() - deadline);
+    print_message("  [%s] paused past its deadline: %s after %.1f ms (%.1f ms after the deadline): %s\n",
+                  prefix(mode), sl_strerror(b.rc), b.took, late, sl_errmsg(g));
+    assert_int_equal(b.rc, SL_ETIMEDOUT);
+    assert_null(b.grant);
+    assert_true(b.took >= 1400);
+    assert_true(b.took <= 1500 + DEADLINE_SLACK_MS);
+    /* The pause stands: a caller that cannot wait for it is shed, "paused". */
+    sl_grant *x = NULL;
+    r = request(dep, 0, 500, 0);
+    assert_int_equal(sl_acquire(g, &r, &x), SL_ESHED);
+    print_message("  [%s] during the pause: %s\n", prefix(mode), sl_errmsg(g));
+    assert_string_equal(sl_shed_reason(g), "paused");
+    sl_close(g);
+}
+
+static void test_deadline_with_pause_embedded(void **state) { deadline_with_pause(EMBEDDED); }
+static void test_deadline_with_pause_daemon(void **state) { deadline_with_pause(DAEMON); }
+
+/* ---- many threads --------------------------------------------------------------------- */
+
+enum { THREADS = 16, PER_THREAD = 10 };
+
+typedef struct worker {
+    sl_gov *g;
+    const char *dep;
+    double at[PER_THREAD];
+    int ok;
+    pthread_t t;
+} worker;
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    for (int i = 0; i < PER_THREAD; i++) {
+        sl_request r = request(w->dep, 10, 30000, 0);
+        sl_grant *gr = NULL;
+        if (sl_acquire(w->g, &r, &gr) != 0) continue;
+        w->at[w->ok++] = h_now();
+        sl_settle(gr, 8, SL_OUTCOME_OK, NULL, 0);
+    }
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void many_threads(int mode) {
+    if (skip_without_daemon(mode)) return;
+    sl_gov *g = open_gov(mode, 0);
+    char dep[64];
+    dep_name(mode, "many", dep, sizeof(dep));
+    static worker w[THREADS];
+    double t0 = h_now();
+    for (int i = 0; i < THREADS; i++) {
+        w[i] = (worker){.g = g, .dep = dep};
+        pthread_create(&w[i].t, NULL, worker_main, &w[i]);
+    }
+    static double all[THREADS * PER_THREAD];
+    int n = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(w[i].t, NULL);
+        for (int k = 0; k < w[i].ok; k++) all[n++] = w[i].at[k];
+    }
+    assert_int_equal(n, THREADS * PER_THREAD);
+    qsort(all, (size_t)n, sizeof(all[0]), cmp_double);
+    double makespan = all[n - 1] - t0;
+    /* 100/s after a burst of 10: the floor is (160 - 10) / 100 = 1.5 s. */
+    int worst = 0;
+    for (int i = 0, j = 0; i < n; i++) {
+        while (all[i] - all[j] >= 500.0) j++;
+        if (i - j + 1 > worst) worst = i - j + 1;
+    }
+    print_message("  [%s] %d grants over %d threads in %.0f ms; most in any 500 ms: %d (allowed 10 + 50)\n",
+                  prefix(mode), n, THREADS, makespan, worst);
+    assert_true(makespan > 1500 * 0.9 && makespan < 1500 * 1.3);
+    assert_true(worst <= 10 + 50 + 3); /* + observation jitter of a few grants */
+    sl_close(g);
+}
+
+static void test_many_threads_embedded(void **state) { many_threads(EMBEDDED); }
+static void test_many_threads_daemon(void **state) { many_threads(DAEMON); }
+
+static void slow_slot_does_not_block(int mode) {
+    if (skip_without_daemon(mode)) return;
+    sl_gov *g = open_gov(mode, 0);
+    char slow[64], fast[64];
+    dep_name(mode, "slow", slow, sizeof(slow));
+    dep_name(mode, "fast", fast, sizeof(fast));
+    sl_grant *a = NULL;
+    sl_request r = request(slow, 0, -1, 0);
+    assert_int_equal(sl_acquire(g, &r, &a), 0);
+    waiter b = {.g = g};
+    b.r = request(slow, 0, 5000, 0); /* ~1 s */
+    pthread_create(&b.t, NULL, waiter_main, &b);
+    h_sleep(100);
+    double worst = 0;
+    for (int i = 0; i < 20; i++) {
+        sl_grant *f = NULL;
+        sl_request fr = request(fast, 0, -1, 0);
+        double t0 = h_now();
+        assert_int_equal(sl_acquire(g, &fr, &f), 0);
+        double took = h_now() - t0;
+        if (took > worst) worst = took;
+        sl_settle(f, -1, SL_OUTCOME_OK, NULL, 0);
+    }
+    pthread_join(b.t, NULL);
+    print_message("  [%s] while a caller waited %.0f ms for its slot, 20 others took at most %.1f ms each\n",
+                  prefix(mode), b.took, worst);
+    assert_int_equal(b.rc, 0);
+    assert_true(b.took > 700);
+    assert_true(worst < 100);
+    sl_settle(a, -1, SL_OUTCOME_OK, NULL, 0);
+    sl_settle(b.grant, -1, SL_OUTCOME_OK, NULL, 0);
+    sl_close(g);
+}
+
+static void test_slow_slot_does_not_block_embedded(void **state) { slow_slot_does_not_block(EMBEDDED); }
+static void test_slow_slot_does_not_block_daemon(void **state) { slow_slot_does_not_block(DAEMON); }
+
+/* ---- cancel ------------------------------------------------------------------------------ */
+
+typedef struct async_rec {
+    pthread_mutex_t mu;
+    int called, status;
+    sl_grant *grant;
+    char reason[24];
+} async_rec;
+
+static void on_async(void *arg, const sl_result *res) {
+    async_rec *a = arg;
+    pthread_mutex_lock(&a->mu);
+    a->called++;
+    a->status = res->status;
+    a->grant = res->grant;
+    snprintf(a->reason, sizeof(a->reason), "%s", res->shed_reason);
+    pthread_mutex_unlock(&a->mu);
+}
+
+static int async_called(async_rec *a) {
+    pthread_mutex_lock(&a->mu);
+    int n = a->called;
+    pthread_mutex_unlock(&a->mu);
+    return n;
+}
+
+static void cancel_gives_back(int mode) {
+    if (skip_without_daemon(mode)) return;
+    sl_gov *g = open_gov(mode, 0);
+    char dep[64];
+    dep_name(mode, "cancel", dep, sizeof(dep));
+    sl_grant *a = NULL;
+    sl_request r = request(dep, 0, -1, 0);
+    assert_int_equal(sl_acquire(g, &r, &a), 0);
+    static async_rec b = {.mu = PTHREAD_MUTEX_INITIALIZER}, c = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    b.called = c.called = 0;
+    sl_call_id ib = 0, ic = 0;
+    sl_request ar = request(dep, 0, 60000, 0);
+    assert_int_equal(sl_acquire_async(g, &ar, on_async, &b, &ib), 0);
+    assert_int_equal(sl_acquire_async(g, &ar, on_async, &c, &ic), 0);
+    assert_true(ib != 0 && ic != 0 && ib != ic);
+    h_sleep(150); /* both reserved: slots at ~1 s and ~2 s */
+    assert_int_equal(sl_cancel(g, ib), 0);
+    assert_int_equal(sl_cancel(g, ic), 0);
+    assert_int_equal(sl_cancel(g, ic), SL_EALREADY);
+    h_sleep(100);
+    /* The reservations went back: the next caller takes the cancelled tail
+     * slot (~2 s from the start; slots never move backwards) instead of
+     * queuing behind them (~3 s). */
+    sl_grant *d = NULL;
+    double t0 = h_now();
+    assert_int_equal(sl_acquire(g, &r, &d), 0);
+    double took = h_now() - t0;
+    print_message("  [%s] after cancelling two waiters the next caller waited %.0f ms (not ~2750)\n",
+                  prefix(mode), took);
+    assert_true(took < 2250);
+    h_sleep(100);
+    assert_int_equal(async_called(&b), 0);
+    assert_int_equal(async_called(&c), 0);
+    sl_settle(a, -1, SL_OUTCOME_OK, NULL, 0);
+    sl_settle(d, -1, SL_OUTCOME_OK, NULL, 0);
+
+    /* A call that completed cannot be cancelled; its grant is the callback's. */
+    static async_rec e = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    e.called = 0;
+    char fast[64];
+    dep_name(mode, "fast", fast, sizeof(fast));
+    sl_request fr = request(fast, 0, -1, 0);
+    sl_call_id ie;
+    assert_int_equal(sl_acquire_async(g, &fr, on_async, &e, &ie), 0);
+    for (int i = 0; i < 200 && !async_called(&e); i++) h_sleep(5);
+    assert_int_equal(async_called(&e), 1);
+    assert_int_equal(e.status, SL_OK);
+    assert_int_equal(sl_cancel(g, ie), SL_EALREADY);
+    assert_int_equal(sl_settle(e.grant, 1, SL_OUTCOME_OK, NULL, 0), 0);
+    sl_close(g);
+}
+
+static void test_cancel_gives_back_embedded(void **state) { cancel_gives_back(EMBEDDED); }
+static void test_cancel_gives_back_daemon(void **state) { cancel_gives_back(DAEMON); }
+
+/* ---- retry budget ------------------------------------------------------------------------ */
+
+typedef struct retry_rec {
+    pthread_mutex_t mu;
+    int called, status;
+    long long ra;
+} retry_rec;
+
+static void on_retry(void *arg, int status, long long ra) {
+    retry_rec *r = arg;
+    pthread_mutex_lock(&r->mu);
+    r->called++;
+    r->status = status;
+    r->ra = ra;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void retry_budget(int mode) {
+    if (skip_without_daemon(mode)) return;
+    sl_gov *g = open_gov(mode, 0);
+    char dep[64];
+    dep_name(mode, "retry", dep, sizeof(dep));
+    /* No successes yet: only the floor, min_per_s x ttl_s = 2 retries. */
+    long long ra = 0;
+    assert_int_equal(sl_may_retry(g, dep, &ra), 1);
+    assert_int_equal(sl_may_retry(g, dep, &ra), 1);
+    assert_int_equal(sl_may_retry(g, dep, &ra), 0);
+    print_message("  [%s] third retry refused: %s\n", prefix(mode), sl_errmsg(g));
+    assert_true(ra > 0 && ra <= 2000);
+    assert_string_equal(sl_shed_reason(g), "retry_budget");
+    static retry_rec rr = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    rr.called = 0;
+    assert_int_equal(sl_may_retry_async(g, dep, on_retry, &rr), 0);
+    for (int i = 0; i < 400; i++) {
+        pthread_mutex_lock(&rr.mu);
+        int called = rr.called;
+        pthread_mutex_unlock(&rr.mu);
+        if (called) break;
+        h_sleep(5);
+    }
+    assert_int_equal(rr.called, 1);
+    assert_int_equal(rr.status, 0);
+    assert_true(rr.ra > 0);
+    assert_int_equal(sl_may_retry(g, "no-such", &ra), SL_EUNKNOWN);
+    assert_int_equal(sl_may_retry(g, "bad name", &ra), SL_EINVAL);
+    sl_close(g);
+}
+
+static void test_retry_budget_embedded(void **state) { retry_budget(EMBEDDED); }
+static void test_retry_budget_daemon(void **state) { retry_budget(DAEMON); }
+
+/* ---- fleet-wide pause ---------------------------------------------------------------------- */
+
+static void fleet_pause(int mode) {
+    if (skip_without_daemon(mode)) return;
+    /* Two governors are two agents of one fleet (embedded: two engines;
+     * daemon: two sluiced), sharing the budget in Redis. */
+    sl_gov *g1 = open_gov(mode, 0), *g2 = open_gov(mode, 1);
+    char dep[64];
+    dep_name(mode, "fleet", dep, sizeof(dep));
+    sl_request r = request(dep, 0, 10000, 0);
+    sl_grant *a = NULL, *b = NULL, *c = NULL;
+    assert_int_equal(sl_acquire(g1, &r, &a), 0);
+    assert_int_equal(sl_acquire(g2, &r, &b), 0); /* both connected, unpaused */
+    sl_settle(b, -1, SL_OUTCOME_OK, NULL, 0);
+    double t429 = h_now();
+    sl_header h[] = {{"retry-after-ms", "1000"}, {"x-ratelimit-remaining-requests", "0"}};
+    assert_int_equal(sl_settle(a, 0, SL_OUTCOME_THROTTLED, h, 2), 0);
+    h_sleep(50);
+    /* The other agent's next acquire waits for the pause. */
+    assert_int_equal(sl_acquire(g2, &r, &b), 0);
+    double at_b = h_now() - t429;
+    /* And the first agent's too, once: the pause is not extended per caller. */
+    assert_int_equal(sl_acquire(g1, &r, &c), 0);
+    double at_c = h_now() - t429;
+    print_message("  [%s] pause 1000 ms: other agent released at +%.0f ms, same agent at +%.0f ms\n",
+                  prefix(mode), at_b, at_c);
+    assert_true(at_b >= 950 && at_b < 1300);
+    assert_true(at_c >= 950 && at_c < 1300);
+    sl_settle(b, -1, SL_OUTCOME_OK, NULL, 0);
+    sl_settle(c, -1, SL_OUTCOME_OK, NULL, 0);
+    sl_close(g1);
+    sl_close(g2);
+}
+
+static void test_fleet_pause_embedded(void **state) { fleet_pause(EMBEDDED); }
+static void test_fleet_pause_daemon(void **state) { fleet_pause(DAEMON); }
+
+/* ---- close and callbacks ------------------------------------------------------------------- */
+
+static void close_wakes_waiters(int mode) {
+    if (skip_without_daemon(mode)) return;
+    sl_gov *g = open_gov(mode, 0);
+    char dep[64];
+    dep_name(mode, "close", dep, sizeof(dep));
+    sl_grant *a = NULL;
+    sl_request r = request(dep, 0, -1, 0);
+    assert_int_equal(sl_acquire(g, &r, &a), 0);
+    waiter b = {.g = g};
+    b.r = request(dep, 0, 60000, 0);
+    pthread_create(&b.t, NULL, waiter_main, &b);
+    static async_rec c = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    c.called = 0;
+    sl_request cr = request(dep, 0, 60000, 0);
+    assert_int_equal(sl_acquire_async(g, &cr, on_async, &c, NULL), 0);
+    h_sleep(150);
+    double t0 = h_now();
+    sl_close(g);
+    double took = h_now() - t0;
+    pthread_join(b.t, NULL);
+    print_message("  [%s] sl_close with two waiters took %.1f ms: blocking %s, async %s\n", prefix(mode),
+                  took, sl_strerror(b.rc), sl_strerror(c.status));
+    assert_int_equal(b.rc, SL_ECLOSING);
+    assert_int_equal(async_called(&c), 1);
+    assert_int_equal(c.status, SL_ECLOSING);
+    assert_true(took < 1500);
+    /* A grant outlives its governor: settling it says so and frees it. */
+    assert_int_equal(sl_settle(a, -1, SL_OUTCOME_OK, NULL, 0), SL_ECLOSING);
+}
+
+static void test_close_wakes_waiters_embedded(void **state) { close_wakes_waiters(EMBEDDED); }
+static void test_close_wakes_waiters_daemon(void **state) { close_wakes_waiters(DAEMON); }
+
+typedef struct cb_state {
+    sl_gov *g;
+    char dep[64];
+    pthread_mutex_t mu;
+    int blocking_rc, chained, done;
+} cb_state;
+
+static void on_chained(void *arg, const sl_result *res) {
+    cb_state *s = arg;
+    if (res->status == SL_OK) sl_settle(res->grant, 1, SL_OUTCOME_OK, NULL, 0);
+    pthread_mutex_lock(&s->mu);
+    s->chained = res->status == SL_OK ? 1 : -1;
+    s->done = 1;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void on_first(void *arg, const sl_result *res) {
+    cb_state *s = arg;
+    sl_request r = request(s->dep, 0, -1, 0);
+    sl_grant *x = NULL;
+    /* Blocking here would deadlock the governor's thread: refused. */
+    int rc = sl_acquire(s->g, &r, &x);
+    long long ra;
+    int rc2 = sl_may_retry(s->g, s->dep, &ra);
+    pthread_mutex_lock(&s->mu);
+    s->blocking_rc = (rc == SL_EINVAL && rc2 == SL_EINVAL) ? SL_EINVAL : rc;
+    pthread_mutex_unlock(&s->mu);
+    if (res->status == SL_OK) sl_settle(res->grant, 1, SL_OUTCOME_OK, NULL, 0);
+    /* The asynchronous calls work from a callback. */
+    if (sl_acquire_async(s->g, &r, on_chained, s, NULL) != 0) {
+        pthread_mutex_lock(&s->mu);
+        s->done = 1;
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+static void callbacks(int mode) {
+    if (skip_without_daemon(mode)) return;
+    static cb_state s = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    s.g = open_gov(mode, 0);
+    s.done = s.chained = s.blocking_rc = 0;
+    dep_name(mode, "cb", s.dep, sizeof(s.dep));
+    sl_request r = request(s.dep, 0, -1, 0);
+    assert_int_equal(sl_acquire_async(s.g, &r, on_first, &s, NULL), 0);
+    for (int i = 0; i < 400; i++) {
+        pthread_mutex_lock(&s.mu);
+        int done = s.done;
+        pthread_mutex_unlock(&s.mu);
+        if (done) break;
+        h_sleep(5);
+    }
+    assert_int_equal(s.blocking_rc, SL_EINVAL);
+    assert_int_equal(s.chained, 1);
+    sl_close(s.g);
+}
+
+static void test_callbacks_embedded(void **state) { callbacks(EMBEDDED); }
+static void test_callbacks_daemon(void **state) { callbacks(DAEMON); }
+
+/* sluiced restarts under a governor: pooled and control connections that
+ * died are replaced, and while it is down calls fail fast and say why. */
+static void test_daemon_restart(void **state) {
+    if (skip_without_daemon(DAEMON)) return;
+    sl_gov *g = open_gov(DAEMON, 1);
+    sl_request r = request("d-fast", 0, -1, 0);
+    sl_grant *a = NULL;
+    assert_int_equal(sl_acquire(g, &r, &a), 0); /* its connection goes to the pool */
+    assert_int_equal(sl_settle(a, -1, SL_OUTCOME_OK, NULL, 0), 0);
+    char deps[4096];
+    deployments("d", deps, sizeof(deps));
+    lib_daemon_stop(&dmn[1]);
+    double t0 = h_now();
+    assert_int_equal(sl_acquire(g, &r, &a), SL_EUNAVAIL);
+    print_message("  while sluiced is down (%.1f ms): %s\n", h_now() - t0, sl_errmsg(g));
+    assert_non_null(strstr(sl_errmsg(g), dmn[1].sock));
+    long long ra;
+    assert_int_equal(sl_may_retry(g, "d-fast", &ra), SL_EUNAVAIL);
+    assert_int_equal(lib_daemon_start(&dmn[1], &fx, fx.dir, "agent-d2", deps), 0);
+    assert_int_equal(sl_acquire(g, &r, &a), 0);
+    assert_int_equal(sl_settle(a, -1, SL_OUTCOME_OK, NULL, 0), 0);
+    assert_int_equal(sl_may_retry(g, "d-fast", &ra), 1);
+    sl_close(g);
+}
+
+static sl_gov *self_closing;
+static pthread_mutex_t self_mu = PTHREAD_MUTEX_INITIALIZER;
+static int self_done;
+
+static void on_close_from_cb(void *arg, const sl_result *res) {
+    if (res->status == SL_OK) sl_settle(res->grant, -1, SL_OUTCOME_OK, NULL, 0);
+    sl_close(self_closing); /* returns at once; the governor's thread finishes it */
+    pthread_mutex_lock(&self_mu);
+    self_done = 1;
+    pthread_mutex_unlock(&self_mu);
+}
+
+static void test_close_from_callback(void **state) {
+    self_closing = open_gov(EMBEDDED, 0);
+    sl_request r = request("e-fast", 0, -1, 0);
+    assert_int_equal(sl_acquire_async(self_closing, &r, on_close_from_cb, NULL, NULL), 0);
+    for (int i = 0; i < 400; i++) {
+        pthread_mutex_lock(&self_mu);
+        int done = self_done;
+        pthread_mutex_unlock(&self_mu);
+        if (done) break;
+        h_sleep(5);
+    }
+    assert_int_equal(self_done, 1);
+    h_sleep(200); /* the thread finishes the close and frees the governor (ASan checks) */
+}
+
+static void test_open_errors(void **state) {
+    sl_options o;
+    sl_options_init(&o);
+    o.socket_path = "/nonexistent/sluice.sock";
+    sl_gov *g = NULL;
+    double t0 = h_now();
+    int rc = sl_open(&o, &g);
+    print_message("  daemon not there: %s: %s (%.1f ms)\n", sl_strerror(rc), sl_errmsg(NULL), h_now() - t0);
+    assert_int_equal(rc, SL_EUNAVAIL);
+    assert_null(g);
+    assert_non_null(strstr(sl_errmsg(NULL), "/nonexistent/sluice.sock"));
+    sl_options_init(&o);
+    o.config_path = "/nonexistent/sluiced.yaml";
+    assert_int_equal(sl_open(&o, &g), SL_EINVAL);
+    assert_non_null(strstr(sl_errmsg(NULL), "/nonexistent/sluiced.yaml"));
+    /* redis_url + deployments, the shortest embedded form. */
+    sl_options_init(&o);
+    char url[400];
+    snprintf(url, sizeof(url), "unix://%s", fx.sock);
+    o.redis_url = url;
+    o.deployments = "{quick: {rpm: 6000}}";
+    assert_int_equal(sl_open(&o, &g), 0);
+    sl_request r = request("quick", 0, -1, 0);
+    sl_grant *gr = NULL;
+    assert_int_equal(sl_acquire(g, &r, &gr), 0);
+    sl_settle(gr, -1, SL_OUTCOME_OK, NULL, 0);
+    sl_close(g);
+    /* Block style deployments are indented for the caller. */
+    o.deployments = "quick2:\n  rpm: 6000\n  burst: { requests: 2 }\n";
+    assert_int_equal(sl_open(&o, &g), 0);
+    sl_close(g);
+    o.deployments = "quick3:\n  rpm: -1\n";
+    assert_int_equal(sl_open(&o, &g), SL_EINVAL);
+    print_message("  bad deployments: %s\n", sl_errmsg(NULL));
+    assert_non_null(strstr(sl_errmsg(NULL), "rpm"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_basic_embedded),
+        cmocka_unit_test(test_basic_daemon),
+        cmocka_unit_test(test_shed_and_deadline_embedded),
+        cmocka_unit_test(test_shed_and_deadline_daemon),
+        cmocka_unit_test(test_deadline_with_pause_embedded),
+        cmocka_unit_test(test_deadline_with_pause_daemon),
+        cmocka_unit_test(test_many_threads_embedded),
+        cmocka_unit_test(test_many_threads_daemon),
+        cmocka_unit_test(test_slow_slot_does_not_block_embedded),
+        cmocka_unit_test(test_slow_slot_does_not_block_daemon),
+        cmocka_unit_test(test_cancel_gives_back_embedded),
+        cmocka_unit_test(test_cancel_gives_back_daemon),
+        cmocka_unit_test(test_retry_budget_embedded),
+        cmocka_unit_test(test_retry_budget_daemon),
+        cmocka_unit_test(test_fleet_pause_embedded),
+        cmocka_unit_test(test_fleet_pause_daemon),
+        cmocka_unit_test(test_close_wakes_waiters_embedded),
+        cmocka_unit_test(test_close_wakes_waiters_daemon),
+        cmocka_unit_test(test_callbacks_embedded),
+        cmocka_unit_test(test_callbacks_daemon),
+        cmocka_unit_test(test_close_from_callback),
+        cmocka_unit_test(test_daemon_restart),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

@@ -1,0 +1,369 @@
+/* test_lib_harness: what libsluice's integration tests (test_lib.c,
+ * test_lib_curl.c) run against, besides redis_fixture:
+ *   - a small local HTTP provider on 127.0.0.1 (plain sockets, one thread
+ *     per connection) that answers 200 with usage JSON, 429 with
+ *     Retry-After, 503, quota errors and slow responses (/ok, /flaky
+ *     [?code=503], /429?ra=N, /503, /quota, /slow?ms=N, /big?bytes=N), and logs the
+ *     arrival time and status of every request;
+ *   - real sluiced processes (from $SLUICE_BUILD_DIR/agent/sluiced) on
+ *     private sockets, killed with the test (PR_SET_PDEATHSIG).
+ * Header-only, static functions: each test stays one file plus this. */
+#ifndef SLUICE_TEST_LIB_HARNESS_H
+#define SLUICE_TEST_LIB_HARNESS_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "redis_fixture.h"
+
+#define H_FN static __attribute__((unused))
+
+H_FN double h_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+H_FN void h_sleep(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+    }
+}
+
+/* ---- the HTTP provider -------------------------------------------------------- */
+
+#define HTTP_LOG_MAX 8192
+
+typedef struct http_hit {
+    double t_ms;      /* arrival, h_now() */
+    int status;
+    char path[48];
+} http_hit;
+
+typedef struct http_server {
+    int fd, port;
+    pthread_t thread;
+    volatile int stop;
+    pthread_mutex_t mu;
+    int active;              /* connection threads running */
+    http_hit log[HTTP_LOG_MAX];
+    size_t nlog;
+    int flaky_left;          /* /flaky answers 429 while > 0 */
+    int flaky_ra_s;          /* its Retry-After */
+} http_server;
+
+typedef struct http_conn {
+    http_server *s;
+    int fd;
+} http_conn;
+
+static const char http_ok_body[] =
+    "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"choices\":[{\"index\":0,"
+    "\"message\":{\"role\":\"assistant\",\"content\":\"hi\"}}],"
+    "\"usage\":{\"prompt_tokens\":30,\"completion_tokens\":12,\"total_tokens\":42}}";
+
+static long h_query(const char *path, const char *key, long def) {
+    const char *q = strchr(path, '?');
+    if (!q) return def;
+    const char *p = strstr(q, key);
+    return p ? strtol(p + strlen(key), NULL, 10) : def;
+}
+
+static void h_send(int fd, int status, const char *reason, const char *extra, const char *body) {
+    char head[1024];
+    size_t blen = strlen(body);
+    int n = snprintf(head, sizeof(head),
+                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\n%s\r\n",
+                     status, reason, blen, extra ? extra : "");
+    if (send(fd, head, (size_t)n, MSG_NOSIGNAL) < 0) return;
+    size_t off = 0;
+    while (off < blen) {
+        ssize_t w = send(fd, body + off, blen - off, MSG_NOSIGNAL);
+        if (w <= 0) return;
+        off += (size_t)w;
+    }
+}
+
+static void *h_conn_main(void *arg) {
+    http_conn *c = arg;
+    http_server *s = c->s;
+    char req[8192];
+    size_t n = 0;
+    /* Read the head and a Content-Length body (requests are small). */
+    while (n < sizeof(req) - 1) {
+        ssize_t r = recv(c->fd, req + n, sizeof(req) - 1 - n, 0);
+        if (r <= 0) break;
+        n += (size_t)r;
+        req[n] = '\0';
+        char *end = strstr(req, "\r\n\r\n");
+        if (!end) continue;
+        const char *cl = strcasestr(req, "content-length:");
+        size_t want = cl ? (size_t)strtoul(cl + 15, NULL, 10) : 0;
+        if (n >= (size_t)(end + 4 - req) + want) break;
+    }
+    req[n] = '\0';
+    double t = h_now();
+    char path[256] = "";
+    sscanf(req, "%*s %255s", path);
+    /* Decide the response, log it (before sending, so a client that
+     * returns finds its request in the log), then send it. */
+    int status = 200;
+    const char *reason = "OK", *body = http_ok_body;
+    char extra[160] = "", *big = NULL;
+    if (strncmp(path, "/ok", 3) == 0) {
+        snprintf(extra, sizeof(extra), "x-ratelimit-remaining-requests: 100\r\n");
+    } else if (strncmp(path, "/flaky", 6) == 0) {
+        pthread_mutex_lock(&s->mu);
+        int fail = s->flaky_left > 0;
+        if (fail) s->flaky_left--;
+        int ra = s->flaky_ra_s;
+        pthread_mutex_unlock(&s->mu);
+        if (fail && h_query(path, "code=", 429) == 503) {
+            status = 503;
+            body = "{\"error\":{\"message\":\"overloaded\"}}";
+        } else if (fail) {
+            status = 429;
+            snprintf(extra, sizeof(extra), "Retry-After: %d\r\nx-ratelimit-remaining-requests: 0\r\n", ra);
+            body = "{\"error\":{\"code\":\"rate_limit_exceeded\",\"message\":\"Rate limit reached\"}}";
+        }
+    } else if (strncmp(path, "/429", 4) == 0) {
+        status = 429;
+        snprintf(extra, sizeof(extra), "Retry-After: %ld\r\n", h_query(path, "ra=", 1));
+        body = "{\"error\":{\"code\":\"rate_limit_exceeded\",\"message\":\"Rate limit reached\"}}";
+    } else if (strncmp(path, "/503", 4) == 0) {
+        status = 503;
+        body = "{\"error\":{\"message\":\"The server is overloaded\"}}";
+    } else if (strncmp(path, "/quota", 6) == 0) {
+        status = 429;
+        body = "{\"error\":{\"code\":\"insufficient_quota\",\"type\":\"insufficient_quota\","
+               "\"message\":\"You exceeded your current quota\"}}";
+    } else if (strncmp(path, "/slow", 5) == 0) {
+        h_sleep((int)h_query(path, "ms=", 1000));
+    } else if (strncmp(path, "/big", 4) == 0) {
+        size_t len = (size_t)h_query(path, "bytes=", 100000);
+        big = malloc(len + 1);
+        memset(big, 'x', len);
+        big[len] = '\0';
+        body = big;
+    } else {
+        status = 404;
+        body = "{}";
+    }
+    if (status == 429) reason = "Too Many Requests";
+    if (status == 503) reason = "Service Unavailable";
+    if (status == 404) reason = "Not Found";
+    pthread_mutex_lock(&s->mu);
+    if (s->nlog < HTTP_LOG_MAX) {
+        http_hit *h = &s->log[s->nlog++];
+        h->t_ms = t;
+        h->status = status;
+        snprintf(h->path, sizeof(h->path), "%.47s", path);
+    }
+    pthread_mutex_unlock(&s->mu);
+    h_send(c->fd, status, reason, extra, body);
+    free(big);
+    pthread_mutex_lock(&s->mu);
+    s->active--;
+    pthread_mutex_unlock(&s->mu);
+    close(c->fd);
+    free(c);
+    return NULL;
+}
+
+static void *h_accept_main(void *arg) {
+    http_server *s = arg;
+    while (!s->stop) {
+        struct pollfd p = {s->fd, POLLIN, 0};
+        if (poll(&p, 1, 50) <= 0) continue;
+        int fd = accept(s->fd, NULL, NULL);
+        if (fd < 0) continue;
+        http_conn *c = malloc(sizeof(*c));
+        c->s = s;
+        c->fd = fd;
+        pthread_mutex_lock(&s->mu);
+        s->active++;
+        pthread_mutex_unlock(&s->mu);
+        pthread_t t;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &at, h_conn_main, c) != 0) {
+            close(fd);
+            free(c);
+            pthread_mutex_lock(&s->mu);
+            s->active--;
+            pthread_mutex_unlock(&s->mu);
+        }
+        pthread_attr_destroy(&at);
+    }
+    return NULL;
+}
+
+/* Starts the provider on an ephemeral loopback port. Returns 0 or -1. */
+H_FN int http_start(http_server *s) {
+    memset(s, 0, sizeof(*s));
+    pthread_mutex_init(&s->mu, NULL);
+    s->fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (s->fd < 0) return -1;
+    int one = 1;
+    setsockopt(s->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof(a);
+    if (bind(s->fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(s->fd, 256) != 0 ||
+        getsockname(s->fd, (struct sockaddr *)&a, &al) != 0)
+        return -1;
+    s->port = ntohs(a.sin_port);
+    return pthread_create(&s->thread, NULL, h_accept_main, s) == 0 ? 0 : -1;
+}
+
+H_FN void http_stop(http_server *s) {
+    s->stop = 1;
+    pthread_join(s->thread, NULL);
+    close(s->fd);
+    for (int i = 0; i < 1000; i++) { /* connection threads finish their reply */
+        pthread_mutex_lock(&s->mu);
+        int active = s->active;
+        pthread_mutex_unlock(&s->mu);
+        if (!active) break;
+        h_sleep(5);
+    }
+}
+
+H_FN void http_reset(http_server *s, int flaky_left, int flaky_ra_s) {
+    pthread_mutex_lock(&s->mu);
+    s->nlog = 0;
+    s->flaky_left = flaky_left;
+    s->flaky_ra_s = flaky_ra_s;
+    pthread_mutex_unlock(&s->mu);
+}
+
+H_FN void http_url(const http_server *s, const char *path, char *buf, size_t n) {
+    snprintf(buf, n, "http://127.0.0.1:%d%s", s->port, path);
+}
+
+/* ---- sluiced -------------------------------------------------------------------- */
+
+typedef struct lib_daemon {
+    pid_t pid;
+    char dir[300], sock[400], config[400], log[400];
+} lib_daemon;
+
+/* The sluiced binary, or NULL when it is not built (the daemon-mode tests
+ * then skip, saying so). */
+H_FN const char *lib_sluiced_path(void) {
+    static char path[600];
+    const char *dir = getenv("SLUICE_BUILD_DIR");
+    if (!dir || !*dir) return NULL;
+    snprintf(path, sizeof(path), "%s/agent/sluiced", dir);
+    return access(path, X_OK) == 0 ? path : NULL;
+}
+
+static int lib_daemon_pings(const lib_daemon *d) {
+    struct timeval tv = {1, 0};
+    redisContext *c = redisConnectUnixWithTimeout(d->sock, tv);
+    if (!c || c->err) {
+        if (c) redisFree(c);
+        return 0;
+    }
+    redisReply *r = redisCommand(c, "PING");
+    int ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
+    if (r) freeReplyObject(r);
+    redisFree(c);
+    return ok;
+}
+
+/* Starts sluiced in base/name against fx with the given deployments YAML
+ * (indented under `deployments:`). Returns 0, or -1 with its log on stderr. */
+H_FN int lib_daemon_start(lib_daemon *d, const redis_fixture *fx, const char *base, const char *name,
+                          const char *deployments) {
+    const char *bin = lib_sluiced_path();
+    if (!bin) return -1;
+    memset(d, 0, sizeof(*d));
+    snprintf(d->dir, sizeof(d->dir), "%s/%s", base, name);
+    mkdir(d->dir, 0700);
+    snprintf(d->sock, sizeof(d->sock), "%s/agent.sock", d->dir);
+    snprintf(d->config, sizeof(d->config), "%s/sluiced.yaml", d->dir);
+    snprintf(d->log, sizeof(d->log), "%s/sluiced.log", d->dir);
+    FILE *f = fopen(d->config, "w");
+    if (!f) return -1;
+    fprintf(f,
+            "redis:\n  url: unix://%s\n  timeout_ms: 500\n  connect_timeout_ms: 500\n"
+            "agent:\n  id: %s\n  socket: %s\n  socket_mode: \"0600\"\n  heartbeat_ms: 200\n"
+            "deployments:\n%s",
+            fx->sock, name, d->sock, deployments);
+    fclose(f);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(1);
+        int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execl(bin, bin, "--config", d->config, (char *)NULL);
+        _exit(127);
+    }
+    d->pid = pid;
+    double deadline = h_now() + 10000;
+    while (h_now() < deadline) {
+        if (lib_daemon_pings(d)) return 0;
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            d->pid = 0;
+            break;
+        }
+        h_sleep(10);
+    }
+    FILE *lf = fopen(d->log, "r");
+    fprintf(stderr, "sluiced did not start; its log:\n");
+    if (lf) {
+        char line[512];
+        while (fgets(line, sizeof(line), lf)) fputs(line, stderr);
+        fclose(lf);
+    }
+    return -1;
+}
+
+H_FN void lib_daemon_stop(lib_daemon *d) {
+    if (d->pid <= 0) return;
+    kill(d->pid, SIGTERM);
+    for (int i = 0; i < 1000; i++) {
+        if (waitpid(d->pid, NULL, WNOHANG) == d->pid) {
+            d->pid = 0;
+            return;
+        }
+        h_sleep(10);
+    }
+    kill(d->pid, SIGKILL);
+    waitpid(d->pid, NULL, 0);
+    d->pid = 0;
+}
+
+#endif

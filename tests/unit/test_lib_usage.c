@@ -1,0 +1,72 @@
+/* Unit tests for lib/usage (sl_usage_tokens): the usage objects of OpenAI
+ * (chat, embeddings, Responses), Azure and Anthropic, whole bodies and
+ * server-sent event streams, and bodies that report nothing. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sluice.h"
+#include "usage.h"
+
+static const struct {
+    const char *name, *body;
+    long long want;
+} vectors[] = {
+    {"openai chat", "{\"id\":\"c\",\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":12,\"total_tokens\":21}}", 21},
+    {"total wins", "{\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":12,\"total_tokens\":30}}", 30},
+    {"no total", "{\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":12}}", 21},
+    {"embeddings", "{\"data\":[],\"usage\":{\"prompt_tokens\":8,\"total_tokens\":8}}", 8},
+    {"prompt only", "{\"usage\":{\"prompt_tokens\":8}}", 8},
+    {"responses api", "{\"usage\":{\"input_tokens\":36,\"output_tokens\":87,\"total_tokens\":123}}", 123},
+    {"anthropic", "{\"type\":\"message\",\"usage\":{\"input_tokens\":25,\"output_tokens\":30}}", 55},
+    {"anthropic cache", "{\"usage\":{\"input_tokens\":10,\"cache_creation_input_tokens\":100,"
+                        "\"cache_read_input_tokens\":500,\"output_tokens\":5}}", 115},
+    {"leading space", "  \n{\"usage\":{\"total_tokens\":3}}", 3},
+    {"zero", "{\"usage\":{\"total_tokens\":0}}", 0},
+    {"no usage", "{\"id\":\"x\",\"choices\":[]}", -1},
+    {"usage not object", "{\"usage\":42}", -1},
+    {"strings ignored", "{\"usage\":{\"total_tokens\":\"21\"}}", -1},
+    {"negative ignored", "{\"usage\":{\"total_tokens\":-5,\"prompt_tokens\":4}}", 4},
+    {"real numbers ignored", "{\"usage\":{\"total_tokens\":2.5}}", -1},
+    {"array body", "[{\"usage\":{\"total_tokens\":3}}]", -1},
+    {"not json", "Too Many Requests", -1},
+    {"truncated json", "{\"usage\":{\"total_tokens\":3", -1},
+    {"empty", "", -1},
+    {"openai stream", "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\n"
+                      "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":7,\"total_tokens\":12}}\n\n"
+                      "data: [DONE]\n\n", 12},
+    {"anthropic stream", "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n"
+                         "event: content_block_delta\ndata: {\"type\":\"content_block_delta\"}\n\n"
+                         "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\r\n\r\n", 40},
+    {"responses stream", "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":4,\"total_tokens\":7}}}\n", 7},
+    {"stream without usage", "data: {\"choices\":[]}\n\ndata: [DONE]\n", -1},
+    {"stream garbage lines", "data: {oops\ndata:\n: comment\ndata: {\"usage\":{\"total_tokens\":2}}", 2},
+};
+
+static void test_vectors(void **state) {
+    for (size_t i = 0; i < sizeof(vectors) / sizeof(vectors[0]); i++) {
+        long long got = sl_usage_tokens(vectors[i].body, strlen(vectors[i].body));
+        if (got != vectors[i].want) fail_msg("%s: got %lld, want %lld", vectors[i].name, got, vectors[i].want);
+    }
+}
+
+static void test_edges(void **state) {
+    assert_int_equal(sl_usage_tokens(NULL, 10), -1);
+    assert_int_equal(usage_tokens("{\"usage\":{\"total_tokens\":1}}", USAGE_MAX_BODY + 1), -1);
+    /* Not NUL-terminated: only len bytes are read. */
+    const char body[] = "{\"usage\":{\"total_tokens\":77}}XXXX";
+    assert_int_equal(sl_usage_tokens(body, sizeof(body) - 5), 77);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_vectors),
+        cmocka_unit_test(test_edges),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
