@@ -72,6 +72,7 @@ struct dep {
     settle_item *settles;
     size_t nsettles, capsettles;
     int settling;
+    int settle_urgent;        /* a cancel, pause or full batch: flush settles now */
     int configured;           /* limits written on the current connection */
     int configuring;
     long long live_agents;    /* from the last heartbeat, 0 = unknown */
@@ -98,6 +99,7 @@ struct engine {
     uv_timer_t settle_timer;  /* flushes delayed settles */
     uint64_t start_ms;        /* uv_now at engine_start */
     int ever_ready, ever_down; /* the first connection attempt has resolved */
+    int settle_due;           /* the settle window expired */
     dep *deps;
     uv_check_t flush_check;   /* flushes coalesced work after each poll */
     uv_idle_t flush_idle;     /* keeps the poll from blocking while work is queued */
@@ -236,10 +238,12 @@ static void queue_settle(dep *d, const char *id, long long actual, engine_outcom
     /* Cancels and provider pauses go at once (a cancel must land before the
      * next reserve); plain settles wait up to ENGINE_SETTLE_DELAY_MS so the
      * settles of callers working one at a time share a call. */
-    if (o == ENGINE_CANCELLED || pause_ms >= 0 || d->nsettles >= 64 || e->stopping)
+    if (o == ENGINE_CANCELLED || pause_ms >= 0 || d->nsettles >= 64 || e->stopping) {
+        d->settle_urgent = 1;
         flush_arm(e);
-    else if (!uv_is_active((uv_handle_t *)&e->settle_timer))
+    } else if (!uv_is_active((uv_handle_t *)&e->settle_timer)) {
         uv_timer_start(&e->settle_timer, on_settle_timer, ENGINE_SETTLE_DELAY_MS, 0);
+    }
 }
 
 /* The Redis grant number inside "<deployment>:<n>", or NULL for local. */
@@ -597,7 +601,10 @@ static void on_settle(void *arg, redisReply *r, const char *err) {
         if (r->element[2]->type == REDIS_REPLY_STRING) d->rate_scale = atof(r->element[2]->str);
     }
     free(b);
-    if (d->nsettles) flush_arm(e);
+    if (d->nsettles) {
+        d->settle_urgent = 1; /* they waited behind the call in flight */
+        flush_arm(e);
+    }
     maybe_finish_stop(e);
 }
 
@@ -654,9 +661,18 @@ static void on_flush(uv_check_t *h) {
     e->flush_armed = 0;
     uv_check_stop(&e->flush_check);
     uv_idle_stop(&e->flush_idle);
-    /* Settles first: a cancel gives its slot back before the next reserve. */
+    /* Settles first: a cancel gives its slot back before the next reserve.
+     * Plain settles wait for their window (settle_due) so that acquires
+     * flushing every turn do not send them one by one. */
+    int due = e->settle_due || e->stopping;
+    e->settle_due = 0;
     for (dep *d = e->deps; d; d = d->next) {
-        dep_flush_settles(d);
+        if (due || d->settle_urgent) {
+            d->settle_urgent = 0;
+            dep_flush_settles(d);
+            if (d->nsettles && !uv_is_active((uv_handle_t *)&e->settle_timer))
+                uv_timer_start(&e->settle_timer, on_settle_timer, ENGINE_SETTLE_DELAY_MS, 0);
+        }
         dep_flush_reserves(d);
     }
 }
@@ -665,7 +681,11 @@ static void on_idle(uv_idle_t *h) { (void)h; }
 
 static void on_hold_timer(uv_timer_t *t) { flush_arm(t->data); }
 
-static void on_settle_timer(uv_timer_t *t) { flush_arm(t->data); }
+static void on_settle_timer(uv_timer_t *t) {
+    engine *e = t->data;
+    e->settle_due = 1;
+    flush_arm(e);
+}
 
 static void flush_arm(engine *e) {
     if (e->flush_armed || e->stopped) return;

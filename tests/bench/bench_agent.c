@@ -166,8 +166,8 @@ int main(int argc, char **argv) {
     snprintf(yaml, sizeof(yaml),
              "redis:\n  url: unix://%s\n  timeout_ms: 1000\n"
              "agent:\n  socket: %%SOCK%%\n  max_clients: 4096\n  log_level: warn\n"
-             "deployments:\n  bench:\n    rpm: 100000000000\n    tpm: 100000000000000\n"
-             "    burst: { requests: 100000000, tokens: 1000000000 }\n    lease_s: 1\n",
+             "deployments:\n  bench:\n    rpm: 1000000000\n    tpm: 1000000000000\n"
+             "    burst: { requests: 1000000, tokens: 1000000000 }\n    lease_s: 1\n    max_wait_ms: 60000\n",
              rf.sock);
     sluiced_fixture sf;
     if (sluiced_fixture_start(&sf, yaml) != 0) {
