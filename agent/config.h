@@ -55,6 +55,8 @@ typedef struct config_agent {
     char *id;                    /* "" = hostname:pid, chosen at runtime */
     char *socket;                /* UNIX socket path served to clients */
     int socket_mode;             /* permission bits, <= 0777 */
+    char *socket_owner;          /* user name or uid to chown the socket to, "" = unchanged */
+    char *socket_group;          /* group name or gid, "" = unchanged */
     char *metrics;               /* "host:port" of the Prometheus endpoint, "" = off */
     char *metrics_host;          /* parsed from metrics (brackets removed) */
     int metrics_port;            /* parsed from metrics, 0 = off */

@@ -2,6 +2,7 @@
 #include "engine.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,7 @@ struct dep {
     double fleet_backlog_req, fleet_backlog_tok; /* how far it reached past now then */
     double lost_at;           /* uv_now when its Redis node was lost, 0 when not lost */
     int handing_over, handed_over; /* the local tail was pushed into Redis after an outage */
+    char script_error[256];   /* the last error a script returned, "" after a success */
     unsigned long long local_seq;
     dep *next;
 };
@@ -100,6 +102,8 @@ struct engine {
     uint64_t start_ms;        /* uv_now at engine_start */
     int ever_ready, ever_down; /* the first connection attempt has resolved */
     int settle_due;           /* the settle window expired */
+    engine_log_fn log;
+    void *log_ud;
     dep *deps;
     uv_check_t flush_check;   /* flushes coalesced work after each poll */
     uv_idle_t flush_idle;     /* keeps the poll from blocking while work is queued */
@@ -125,6 +129,29 @@ static long long wall_ms(void) {
     struct timeval tv;
     gettimeofday(&tv, NULL);
     return (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static void elog(engine *e, int level, const char *fmt, ...) {
+    if (!e->log) return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    e->log(e->log_ud, level, msg);
+}
+
+/* A script failed for a reason that is not routine (not a redirect, not a
+ * flushed deployment): remember it for STATUS and say it once. */
+static void dep_script_error(dep *d, const char *what, const char *err) {
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s failed: %s", what, err ? err : "no reply");
+    if (strcmp(buf, d->script_error) != 0)
+        elog(d->e, CONFIG_LOG_ERROR, "deployment %s: %s (serving it locally meanwhile)", d->name, buf);
+    snprintf(d->script_error, sizeof(d->script_error), "%s", buf);
 }
 
 /* ---- lists ---------------------------------------------------------------- */
@@ -451,6 +478,8 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
     /* A cluster redirection the router could not follow, or a slot being
      * migrated: hold this deployment briefly and send the batch again. */
     int redirect = r && r->type == REDIS_REPLY_ERROR && rrouter_is_redirect(r->str);
+    if (ok) d->script_error[0] = '\0';
+    else if (r && r->type == REDIS_REPLY_ERROR && !redirect && !lost_limits) dep_script_error(d, "reserve", r->str);
     if (redirect) {
         e->stats.redirect_holds++;
         d->hold_until = uv_now(e->loop) + ENGINE_REDIRECT_HOLD_MS;
@@ -592,6 +621,7 @@ static void on_settle(void *arg, redisReply *r, const char *err) {
     engine *e = d->e;
     e->calls_out--;
     d->settling--;
+    if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str)) dep_script_error(d, "settle", r->str);
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3) {
         long long paused = reply_int(r->element[1]);
         if (paused > 0) {
@@ -703,9 +733,11 @@ static void on_configure(void *arg, redisReply *r, const char *err) {
     d->configuring = 0;
     if (r && r->type == REDIS_REPLY_ARRAY) {
         d->configured = 1;
+        d->script_error[0] = '\0';
     } else {
         d->configured = 0;
         e->stats.errors++;
+        if (r && r->type == REDIS_REPLY_ERROR) dep_script_error(d, "configure", r->str);
     }
     flush_arm(e); /* pending callers go to Redis, or local on failure */
     maybe_finish_stop(e);
@@ -755,6 +787,9 @@ static void on_heartbeat(void *arg, redisReply *r, const char *err) {
     dep *d = arg;
     d->e->calls_out--;
     if (r && r->type == REDIS_REPLY_INTEGER && r->integer > 0) d->live_agents = r->integer;
+    /* The first heartbeat follows the connect: a script that cannot run
+     * (an ACL without a command it calls) shows here, before any caller. */
+    if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str)) dep_script_error(d, "heartbeat", r->str);
     maybe_finish_stop(d->e);
 }
 
@@ -780,6 +815,7 @@ static void on_redis_up(void *ud) {
     engine *e = ud;
     e->ever_ready = 1;
     int any = rrouter_any_ready(e->redis);
+    if (any && !e->redis_up) elog(e, CONFIG_LOG_INFO, "Redis connected (%s): using the shared budget", rrouter_mode(e->redis));
     if (any && !e->redis_up) e->mode_since_ms = wall_ms();
     e->redis_up = any;
     e->stats.redis_up = any;
@@ -797,6 +833,8 @@ static void on_redis_down(void *ud, const char *why) {
     engine *e = ud;
     e->ever_down = 1;
     int any = rrouter_any_ready(e->redis);
+    elog(e, any ? CONFIG_LOG_WARN : CONFIG_LOG_ERROR, "Redis unreachable: %s; %s", why ? why : "connection lost",
+         e->cfg->agent.fail == CONFIG_FAIL_CLOSED ? "refusing (agent.fail: closed)" : "pacing locally at this agent's share");
     if (!any && e->redis_up) e->mode_since_ms = wall_ms();
     e->redis_up = any;
     e->stats.redis_up = any;
@@ -1086,7 +1124,7 @@ static void status_emit(status_req *q, redisReply *r) {
                       : (e->cfg->agent.fail == CONFIG_FAIL_CLOSED ? "closed" : "local"));
     FIELD_FMT("mode_since_ms_ago", "%lld", wall_ms() - e->mode_since_ms);
     FIELD_STR("redis", dep_ready(d) ? "connected" : "unreachable");
-    FIELD_STR("redis_error", rrouter_last_error(e->redis));
+    FIELD_STR("redis_error", d->script_error[0] ? d->script_error : rrouter_last_error(e->redis));
     FIELD_FMT("queued", "%zu", d->pending.n);
     FIELD_FMT("waiting", "%zu", d->waiting.n);
     FIELD_FMT("agent_live_agents", "%lld", d->live_agents);
@@ -1180,6 +1218,11 @@ int engine_reload(engine *e, config *cfg) {
 
 const config *engine_config(const engine *e) { return e->cfg; }
 
+void engine_set_log(engine *e, engine_log_fn fn, void *ud) {
+    e->log = fn;
+    e->log_ud = ud;
+}
+
 const char *engine_agent_id(const engine *e) { return e->agent_id; }
 
 static void on_engine_handle_closed(uv_handle_t *h) {
@@ -1263,6 +1306,8 @@ void engine_get_stats(const engine *e, engine_stats *out) {
         out->redis_timeouts = rs.timeouts;
         out->noscript_reloads = rs.noscript_reloads;
         out->redis_error = rrouter_last_error(e->redis);
+        for (const dep *d = e->deps; d && !out->redis_error[0]; d = d->next)
+            if (d->script_error[0]) out->redis_error = d->script_error;
     } else {
         out->redis_error = "";
     }

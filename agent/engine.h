@@ -64,6 +64,13 @@ typedef void (*engine_acquire_cb)(void *arg, int status, const engine_grant *g,
  * Returns 0 or SL_E*; on error cfg is not taken. */
 int engine_new(uv_loop_t *loop, config *cfg, const char *agent_id, engine **out);
 
+/* Where the engine reports what an operator must see (it never prints):
+ * Redis lost and back, script errors (a missing ACL permission), the mode
+ * of a deployment changing. level is CONFIG_LOG_*; msg is valid during the
+ * call. Optional; set before engine_start. */
+typedef void (*engine_log_fn)(void *ud, int level, const char *msg);
+void engine_set_log(engine *e, engine_log_fn fn, void *ud);
+
 /* Connects to Redis and starts heartbeats. Acquires are accepted before
  * (they wait for the first connection attempt, then fall back). */
 void engine_start(engine *e);

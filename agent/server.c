@@ -13,6 +13,8 @@
 #include "server.h"
 
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -612,6 +614,37 @@ static int socket_is_live(const char *path) {
     return -1;
 }
 
+/* agent.socket_owner / socket_group: a name or a number; "" leaves it. */
+static int resolve_ids(const config *cfg, uid_t *uid, gid_t *gid, char *err, size_t errlen) {
+    const char *o = cfg->agent.socket_owner, *g = cfg->agent.socket_group;
+    char buf[4096], *end;
+    if (o[0]) {
+        unsigned long n = strtoul(o, &end, 10);
+        struct passwd pw, *res = NULL;
+        if (*end == '\0') {
+            *uid = (uid_t)n;
+        } else if (getpwnam_r(o, &pw, buf, sizeof(buf), &res) == 0 && res) {
+            *uid = res->pw_uid;
+        } else {
+            snprintf(err, errlen, "agent.socket_owner: no such user '%s'", o);
+            return -1;
+        }
+    }
+    if (g[0]) {
+        unsigned long n = strtoul(g, &end, 10);
+        struct group gr, *res = NULL;
+        if (*end == '\0') {
+            *gid = (gid_t)n;
+        } else if (getgrnam_r(g, &gr, buf, sizeof(buf), &res) == 0 && res) {
+            *gid = res->gr_gid;
+        } else {
+            snprintf(err, errlen, "agent.socket_group: no such group '%s'", g);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int server_listen(server *s, char *err, size_t errlen) {
     const config *cfg = engine_config(s->e);
     const char *path = cfg->agent.socket;
@@ -651,8 +684,16 @@ int server_listen(server *s, char *err, size_t errlen) {
         s->sock_dev = st.st_dev;
         s->sock_ino = st.st_ino;
     }
-    /* Before listen(): nobody can connect while the mode is still the
-     * umask's. */
+    /* Before listen(): nobody can connect while owner, group and mode are
+     * still the defaults. Who may open the socket may acquire. */
+    uid_t uid = (uid_t)-1;
+    gid_t gid = (gid_t)-1;
+    if (resolve_ids(cfg, &uid, &gid, err, errlen) != 0) return SL_EINVAL;
+    if ((uid != (uid_t)-1 || gid != (gid_t)-1) && chown(path, uid, gid) != 0) {
+        snprintf(err, errlen, "cannot chown %s to %s:%s: %s", path, cfg->agent.socket_owner,
+                 cfg->agent.socket_group, strerror(errno));
+        return SL_EIO;
+    }
     if (chmod(path, (mode_t)cfg->agent.socket_mode) != 0) {
         snprintf(err, errlen, "cannot chmod %s to %04o: %s", path, (unsigned)cfg->agent.socket_mode,
                  strerror(errno));

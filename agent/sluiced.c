@@ -309,6 +309,7 @@ static int run(daemon_ctx *d) {
         return 1;
     }
     cfg = NULL; /* the engine's now */
+    engine_set_log(d->e, on_server_log, d);
     uv_signal_init(&d->loop, &d->sig_hup);
     uv_signal_init(&d->loop, &d->sig_term);
     uv_signal_init(&d->loop, &d->sig_int);

@@ -374,6 +374,20 @@ static void test_bad_input_never_hurts_others(void **state) {
     assert_int_equal(daemon_stop(&d), 0);
 }
 
+/* agent.socket_owner / socket_group / socket_mode decide who may acquire. */
+static void test_socket_owner_group_mode(void **state) {
+    daemon_proc d;
+    start_daemon(&d, "own", "  socket_owner: \"1\"\n  socket_group: \"2\"\n", "  own:\n    rpm: 600\n");
+    struct stat st;
+    assert_int_equal(stat(d.sock, &st), 0);
+    print_message("  socket %s: uid %u gid %u mode %04o\n", d.sock, (unsigned)st.st_uid, (unsigned)st.st_gid,
+                  (unsigned)(st.st_mode & 0777));
+    assert_int_equal(st.st_uid, 1);
+    assert_int_equal(st.st_gid, 2);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
 static void test_max_clients(void **state) {
     daemon_proc d;
     start_daemon(&d, "maxc", "  max_clients: 3\n", "  maxc:\n    rpm: 600\n");
@@ -733,6 +747,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_disconnect_cancels_waiting_acquire, test_teardown),
         cmocka_unit_test_teardown(test_bad_input_never_hurts_others, test_teardown),
         cmocka_unit_test_teardown(test_max_clients, test_teardown),
+        cmocka_unit_test_teardown(test_socket_owner_group_mode, test_teardown),
         cmocka_unit_test_teardown(test_socket_stale_and_live, test_teardown),
         cmocka_unit_test_teardown(test_bad_config_refused, test_teardown),
         cmocka_unit_test_teardown(test_reload_bad_then_good, test_teardown),

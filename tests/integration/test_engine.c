@@ -372,6 +372,57 @@ static void test_wrong_password_and_missing_acl_are_clear_errors(void **state) {
     expect_credentials_error("sluice-noscript", "right", "SCRIPT LOAD failed: NOPERM");
 }
 
+static char logged[1024];
+static void capture_log(void *ud, int level, const char *msg) {
+    if (level == CONFIG_LOG_ERROR) snprintf(logged, sizeof(logged), "%s", msg);
+}
+
+/* A user that may load the scripts but not run a command they call (TIME):
+ * each call fails, and that is an error in STATUS and the log, not a
+ * silent fallback. */
+static void test_script_permission_error_is_loud(void **state) {
+    redisContext *c = redis_fixture_connect(&fx);
+    freeReplyObject(redisCommand(c, "ACL SETUSER sluice-notime on >right ~sluice:* +@all -time"));
+    redisFree(c);
+    char text[1024], err[512];
+    setenv("SLUICE_TEST_REDIS_PASSWORD", "right", 1);
+    snprintf(text, sizeof(text),
+             "redis:\n  url: unix://%s\n  username: sluice-notime\n  password_env: SLUICE_TEST_REDIS_PASSWORD\n"
+             "agent:\n  socket: /tmp/unused.sock\n  heartbeat_ms: 200\n"
+             "deployments:\n  notime:\n    rpm: 600\n",
+             fx.sock);
+    config *cfg = NULL;
+    if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0) fail_msg("%s", err);
+    world w;
+    memset(&w, 0, sizeof(w));
+    uv_loop_init(&w.loop);
+    assert_int_equal(engine_new(&w.loop, cfg, "agent-notime", &w.e), 0);
+    logged[0] = '\0';
+    engine_set_log(w.e, capture_log, NULL);
+    engine_start(w.e);
+    assert_true(run_until(&w, connected, 3000));
+    /* At start, before any caller: */
+    assert_true(run_until(&w, has_error, 3000));
+    engine_stats s0;
+    engine_get_stats(w.e, &s0);
+    print_message("  at start: redis_error \"%s\"\n", s0.redis_error);
+    assert_non_null(strstr(s0.redis_error, "heartbeat failed"));
+    static acq a;
+    a = (acq){.w = &w};
+    w.target = 1;
+    assert_int_equal(engine_acquire(w.e, "notime", 0, 1000, on_acquired, &a, NULL), 0);
+    assert_true(run_until(&w, all_done, 3000));
+    assert_int_equal(a.status, SL_OK);
+    assert_true(a.g.local);
+    engine_stats s;
+    engine_get_stats(w.e, &s);
+    print_message("  redis_error \"%s\"\n  log: %s\n", s.redis_error, logged);
+    assert_non_null(strstr(s.redis_error, "reserve failed"));
+    assert_non_null(strstr(s.redis_error, "can't run this command"));
+    assert_non_null(strstr(logged, "notime"));
+    world_close(&w);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_coalescing_and_release_at_slot),
@@ -380,6 +431,7 @@ int main(void) {
         cmocka_unit_test(test_flushall_reloads_scripts_transparently),
         cmocka_unit_test(test_redis_killed_local_fallback_then_rejoin),
         cmocka_unit_test(test_wrong_password_and_missing_acl_are_clear_errors),
+        cmocka_unit_test(test_script_permission_error_is_loud),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
