@@ -1006,40 +1006,83 @@ int engine_feedback(engine *e, const char *deployment, engine_outcome outcome, l
     return 0;
 }
 
-/* ---- retry --------------------------------------------------------------------- */
+/* ---- questions about a deployment (retry, status) ----------------------------- */
 
-typedef struct retry_req {
+/* A question for Redis about one deployment, answered from the script's
+ * reply, or locally on the next loop turn when Redis cannot be asked (so
+ * the caller's callback never runs synchronously). */
+typedef struct dep_query dep_query;
+typedef void (*dep_query_answer)(dep_query *q, redisReply *r, int via_redis);
+
+struct dep_query {
     engine *e;
     dep *d;
-    engine_retry_cb cb;
+    union {
+        engine_retry_cb retry;
+        engine_status_cb status;
+    } cb;
     void *arg;
-    uv_timer_t timer; /* defers a local answer so cb never runs synchronously */
-} retry_req;
+    dep_query_answer answer; /* r: the reply if it is an array, else NULL */
+    uv_timer_t timer;
+};
 
-static void on_retry_timer_closed(uv_handle_t *h) { free(h->data); }
+static void on_query_timer_closed(uv_handle_t *h) { free(h->data); }
 
-static void on_retry(void *arg, redisReply *r, const char *err) {
-    retry_req *q = arg;
+static void on_query_reply(void *arg, redisReply *r, const char *err) {
+    dep_query *q = arg;
     engine *e = q->e;
     e->calls_out--;
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3) {
-        int allowed = (int)reply_int(r->element[0]);
-        if (allowed) e->stats.retries_allowed++;
-        else e->stats.retries_refused++;
-        q->cb(q->arg, SL_OK, allowed, reply_int(r->element[1]), reply_int(r->element[2]));
-    } else {
-        /* Redis failed mid-call: refuse (the safe answer for a retry). */
-        e->stats.retries_refused++;
-        q->cb(q->arg, SL_OK, 0, 0, 1000);
-    }
+    q->answer(q, (r && r->type == REDIS_REPLY_ARRAY) ? r : NULL, 1);
     free(q);
     maybe_finish_stop(e);
 }
 
-static void on_retry_local(uv_timer_t *t) {
-    retry_req *q = t->data;
-    dep *d = q->d;
+static void on_query_local(uv_timer_t *t) {
+    dep_query *q = t->data;
+    q->answer(q, NULL, 0);
+    uv_close((uv_handle_t *)&q->timer, on_query_timer_closed);
+}
+
+/* Asks script id about deployment, or answers locally. The caller sets
+ * (*out)->cb and ->arg right after: answers never run synchronously. */
+static int dep_query_start(engine *e, const char *deployment, script_id id, int argc,
+                           const char **argv, dep_query_answer answer, dep_query **out) {
+    if (e->stopping) return SL_ECLOSING;
+    dep *d = dep_find(e, deployment);
+    if (!d || !d->cfg) return SL_EUNKNOWN;
+    dep_query *q = calloc(1, sizeof(*q));
+    if (!q) return SL_ENOMEM;
+    q->e = e;
+    q->d = d;
+    q->answer = answer;
+    *out = q;
+    if (dep_ready(d) && d->configured &&
+        rrouter_script(e->redis, id, d->keys, argc, argv, on_query_reply, q) == 0) {
+        e->calls_out++;
+        return 0;
+    }
+    uv_timer_init(e->loop, &q->timer);
+    q->timer.data = q;
+    uv_timer_start(&q->timer, on_query_local, 0, 0);
+    return 0;
+}
+
+static void retry_answer(dep_query *q, redisReply *r, int via_redis) {
     engine *e = q->e;
+    dep *d = q->d;
+    if (r && r->elements >= 3) {
+        int allowed = (int)reply_int(r->element[0]);
+        if (allowed) e->stats.retries_allowed++;
+        else e->stats.retries_refused++;
+        q->cb.retry(q->arg, SL_OK, allowed, reply_int(r->element[1]), reply_int(r->element[2]));
+        return;
+    }
+    if (via_redis) {
+        /* Redis failed mid-call: refuse (the safe answer for a retry). */
+        e->stats.retries_refused++;
+        q->cb.retry(q->arg, SL_OK, 0, 0, 1000);
+        return;
+    }
     /* Without Redis the fleet's successes are unknown: allow only the floor
      * (min_per_s, burst min_per_s x ttl_s), at this agent's share, from a
      * local GCRA bucket. */
@@ -1062,46 +1105,23 @@ static void on_retry_local(uv_timer_t *t) {
     else e->stats.retries_refused++;
     long long balance = 0;
     if (per_ms > 0) balance = (long long)floor(burst - fmax(0.0, d->local_retry_tat - now) * per_ms);
-    q->cb(q->arg, SL_OK, allowed, balance > 0 ? balance : 0, allowed ? 0 : retry_after);
-    uv_close((uv_handle_t *)&q->timer, on_retry_timer_closed);
+    q->cb.retry(q->arg, SL_OK, allowed, balance > 0 ? balance : 0, allowed ? 0 : retry_after);
 }
 
 int engine_retry(engine *e, const char *deployment, engine_retry_cb cb, void *arg) {
-    if (e->stopping) return SL_ECLOSING;
-    dep *d = dep_find(e, deployment);
-    if (!d || !d->cfg) return SL_EUNKNOWN;
-    retry_req *q = calloc(1, sizeof(*q));
-    if (!q) return SL_ENOMEM;
-    q->e = e;
-    q->d = d;
-    q->cb = cb;
-    q->arg = arg;
-    if (dep_ready(d) && d->configured) {
-        const char *argv[1] = {"withdraw"};
-        if (rrouter_script(e->redis, SCRIPT_RETRY, d->keys, 1, argv, on_retry, q) == 0) {
-            e->calls_out++;
-            return 0;
-        }
+    const char *argv[1] = {"withdraw"};
+    dep_query *q;
+    int rc = dep_query_start(e, deployment, SCRIPT_RETRY, 1, argv, retry_answer, &q);
+    if (rc == 0) {
+        q->cb.retry = cb;
+        q->arg = arg;
     }
-    uv_timer_init(e->loop, &q->timer);
-    q->timer.data = q;
-    uv_timer_start(&q->timer, on_retry_local, 0, 0);
-    return 0;
+    return rc;
 }
-
-/* ---- status --------------------------------------------------------------------- */
-
-typedef struct status_req {
-    engine *e;
-    dep *d;
-    engine_status_cb cb;
-    void *arg;
-    uv_timer_t timer;
-} status_req;
 
 #define STATUS_LOCAL_FIELDS 10
 
-static void status_emit(status_req *q, redisReply *r) {
+static void status_emit(dep_query *q, redisReply *r) {
     engine *e = q->e;
     dep *d = q->d;
     size_t nr = (r && r->type == REDIS_REPLY_ARRAY) ? r->elements / 2 : 0;
@@ -1113,7 +1133,7 @@ static void status_emit(status_req *q, redisReply *r) {
         free(f);
         free(v);
         free(buf);
-        q->cb(q->arg, SL_ENOMEM, 0, NULL, NULL);
+        q->cb.status(q->arg, SL_ENOMEM, 0, NULL, NULL);
         return;
     }
     size_t k = 0;
@@ -1140,52 +1160,25 @@ static void status_emit(status_req *q, redisReply *r) {
     }
 #undef FIELD_STR
 #undef FIELD_FMT
-    q->cb(q->arg, SL_OK, k, f, v);
+    q->cb.status(q->arg, SL_OK, k, f, v);
     free(f);
     free(v);
     free(buf);
 }
 
-static void on_status(void *arg, redisReply *r, const char *err) {
-    status_req *q = arg;
-    q->e->calls_out--;
-    status_emit(q, (r && r->type == REDIS_REPLY_ARRAY) ? r : NULL);
-    engine *e = q->e;
-    free(q);
-    maybe_finish_stop(e);
-}
-
-static void on_status_timer_closed(uv_handle_t *h) { free(h->data); }
-
-static void on_status_local(uv_timer_t *t) {
-    status_req *q = t->data;
-    status_emit(q, NULL);
-    uv_close((uv_handle_t *)&q->timer, on_status_timer_closed);
-}
+static void status_answer(dep_query *q, redisReply *r, int via_redis) { status_emit(q, r); }
 
 int engine_status(engine *e, const char *deployment, engine_status_cb cb, void *arg) {
-    if (e->stopping) return SL_ECLOSING;
-    dep *d = dep_find(e, deployment);
-    if (!d || !d->cfg) return SL_EUNKNOWN;
-    status_req *q = calloc(1, sizeof(*q));
-    if (!q) return SL_ENOMEM;
-    q->e = e;
-    q->d = d;
-    q->cb = cb;
-    q->arg = arg;
-    if (dep_ready(d) && d->configured) {
-        char window[24];
-        snprintf(window, sizeof(window), "%lld", e->cfg->agent.heartbeat_ms * 3);
-        const char *argv[1] = {window};
-        if (rrouter_script(e->redis, SCRIPT_STATUS, d->keys, 1, argv, on_status, q) == 0) {
-            e->calls_out++;
-            return 0;
-        }
+    char window[24];
+    snprintf(window, sizeof(window), "%lld", e->cfg->agent.heartbeat_ms * 3);
+    const char *argv[1] = {window};
+    dep_query *q;
+    int rc = dep_query_start(e, deployment, SCRIPT_STATUS, 1, argv, status_answer, &q);
+    if (rc == 0) {
+        q->cb.status = cb;
+        q->arg = arg;
     }
-    uv_timer_init(e->loop, &q->timer);
-    q->timer.data = q;
-    uv_timer_start(&q->timer, on_status_local, 0, 0);
-    return 0;
+    return rc;
 }
 
 /* ---- reload, stop, stats ------------------------------------------------------------ */

@@ -186,23 +186,16 @@ int rconn_script_ex(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int a
                     const char **argv, const size_t *argvlen, int flags, rconn_reply_cb cb,
                     void *arg) {
     if (!c || c->state != RC_READY || !c->ac || c->closing) return SL_EUNAVAIL;
-    const script *s = scripts_get(id);
-    if (!s || argc < 0) return SL_EINVAL;
-    int n = 3 + SCRIPTS_NKEYS + argc;
+    if (argc < 0) return SL_EINVAL;
+    int n = SCRIPTS_EVALSHA_ARGC(argc);
     const char **av = malloc(sizeof(*av) * (size_t)n);
     size_t *al = malloc(sizeof(*al) * (size_t)n);
-    if (!av || !al) {
+    if (!av || !al || scripts_evalsha_argv(id, keys, argc, argv, argvlen, av, al) < 0) {
+        int rc = (!av || !al) ? SL_ENOMEM : SL_EINVAL;
         free(av);
         free(al);
-        return SL_ENOMEM;
+        return rc;
     }
-    av[0] = "EVALSHA";
-    av[1] = s->sha;
-    av[2] = "9";
-    for (int i = 0; i < SCRIPTS_NKEYS; i++) av[3 + i] = keys[i];
-    for (int i = 0; i < argc; i++) av[3 + SCRIPTS_NKEYS + i] = argv[i];
-    for (int i = 0; i < n; i++)
-        al[i] = (i >= 3 + SCRIPTS_NKEYS && argvlen) ? argvlen[i - 3 - SCRIPTS_NKEYS] : strlen(av[i]);
     char *cmd = NULL;
     long long len = redisFormatCommandArgv(&cmd, n, av, al);
     free(av);

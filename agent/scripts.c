@@ -101,3 +101,18 @@ int scripts_keys(const char *deployment, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MA
         snprintf(keys[i], SCRIPTS_KEY_MAX, "sluice:{%s}:%s", deployment, suffix[i]);
     return 0;
 }
+
+int scripts_evalsha_argv(script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc, const char **argv,
+                         const size_t *argvlen, const char **av, size_t *al) {
+    const script *s = scripts_get(id);
+    if (!s || argc < 0) return -1;
+    int n = SCRIPTS_EVALSHA_ARGC(argc);
+    av[0] = "EVALSHA";
+    av[1] = s->sha;
+    av[2] = "9";
+    for (int i = 0; i < SCRIPTS_NKEYS; i++) av[3 + i] = keys[i];
+    for (int i = 0; i < argc; i++) av[3 + SCRIPTS_NKEYS + i] = argv[i];
+    for (int i = 0; i < n; i++)
+        al[i] = (i >= 3 + SCRIPTS_NKEYS && argvlen) ? argvlen[i - 3 - SCRIPTS_NKEYS] : strlen(av[i]);
+    return n;
+}

@@ -8,21 +8,15 @@ redisReply *script_call(redisContext *c, script_id id, const char *deployment,
                         int argc, const char **argv) {
     const script *s = scripts_get(id);
     char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX];
-    if (scripts_keys(deployment, keys) != 0) return NULL;
-    int n = 3 + SCRIPTS_NKEYS + argc;
+    if (!s || scripts_keys(deployment, keys) != 0) return NULL;
+    int n = SCRIPTS_EVALSHA_ARGC(argc);
     const char **av = malloc(sizeof(*av) * (size_t)n);
     size_t *al = malloc(sizeof(*al) * (size_t)n);
-    if (!av || !al) {
+    if (!av || !al || scripts_evalsha_argv(id, keys, argc, argv, NULL, av, al) < 0) {
         free(av);
         free(al);
         return NULL;
     }
-    av[0] = "EVALSHA";
-    av[1] = s->sha;
-    av[2] = "9";
-    for (int i = 0; i < SCRIPTS_NKEYS; i++) av[3 + i] = keys[i];
-    for (int i = 0; i < argc; i++) av[3 + SCRIPTS_NKEYS + i] = argv[i];
-    for (int i = 0; i < n; i++) al[i] = strlen(av[i]);
     redisReply *r = redisCommandArgv(c, n, av, al);
     if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
         freeReplyObject(r);
