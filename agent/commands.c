@@ -255,7 +255,7 @@ static void cmd_settle(const command_req *q) {
         }
         i += 2;
     }
-    long long pause = headers ? (long long)ratelimit_pause_ms(&fb, NULL) : -1;
+    long long pause = headers ? (long long)ratelimit_settle_pause_ms(&fb, outcome == ENGINE_THROTTLED, NULL) : -1;
     if (pause > SETTLE_MAX_PAUSE_MS) pause = SETTLE_MAX_PAUSE_MS;
     if (pause >= 0) st->settle_pauses++;
     const char *id = q->argv[1];

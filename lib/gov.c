@@ -798,7 +798,7 @@ static int settle_headers(gov_op *op, const sl_header *h, size_t n) {
             bytes += nl + vl + 2;
         }
     }
-    op->pause_ms = ratelimit_pause_ms(&fb, NULL);
+    op->pause_ms = ratelimit_settle_pause_ms(&fb, op->outcome == SL_OUTCOME_THROTTLED, NULL);
     /* As sluiced does: one bad header must not stop a deployment for days. */
     if (op->pause_ms > GOV_MAX_PAUSE_MS) op->pause_ms = GOV_MAX_PAUSE_MS;
     if (!keep) return 0;

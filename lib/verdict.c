@@ -97,7 +97,7 @@ void verdict_compute(int status, int timed_out, const char *body, size_t body_le
     v->cls = (int)cr.cls;
     v->retryable = cr.retryable;
     v->http_status = status;
-    v->pause_ms = ratelimit_pause_ms(&fb, &over);
+    v->pause_ms = ratelimit_settle_pause_ms(&fb, cr.cls == CLASSIFY_RATE_LIMITED, &over);
     v->over_cap = over;
     snprintf(v->code, sizeof(v->code), "%s", cr.code);
     switch (cr.cls) {

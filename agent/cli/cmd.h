@@ -8,6 +8,7 @@
 #define SLUICE_CMD_H
 
 int cmd_mock(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
 
 /* For subcommands that are listed but not written yet: says so, exit 2. */
 int cmd_not_implemented(int argc, char **argv);

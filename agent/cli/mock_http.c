@@ -518,7 +518,11 @@ int mock_http_start(uv_loop_t *loop, const char *host, int port, size_t max_body
     uv_tcp_init(loop, &s->listener);
     s->listener.data = s;
     rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0);
-    if (rc == 0) rc = uv_listen((uv_stream_t *)&s->listener, 511, srv_on_connection);
+    /* A demo fleet opens one connection per request in flight, all at
+     * once: a short accept queue would turn that into SYN retries (1 s),
+     * which a latency figure would then blame on the client. The kernel
+     * caps this at net.core.somaxconn. */
+    if (rc == 0) rc = uv_listen((uv_stream_t *)&s->listener, 4096, srv_on_connection);
     if (rc == 0) {
         int len = sizeof(ss);
         rc = uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len);

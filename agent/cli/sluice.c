@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cmd.h"
+#include "demo.h"
 
 #ifndef SLUICE_VERSION
 #define SLUICE_VERSION "dev"
@@ -12,15 +13,16 @@
 typedef struct sluice_command {
     const char *name;
     int (*handler)(int argc, char **argv);
-    const char *help;
+    const char *help; /* NULL: hidden from the list (internal subcommands) */
 } sluice_command;
 
 static const sluice_command sluice_commands[] = {
     {"mock", cmd_mock, "serve a mock Azure OpenAI / OpenAI deployment with real rate limits"},
-    {"demo", cmd_not_implemented, "run the seed's client strategies and sluice, print the table"},
+    {"demo", cmd_demo, "run the seed's client strategies and sluice, print the table"},
     {"run", cmd_not_implemented, "send a JSONL batch through a governed deployment"},
     {"status", cmd_not_implemented, "print the live budget of each deployment from Redis"},
     {"top", cmd_not_implemented, "like status, refreshed continuously"},
+    {"demo-worker", cmd_demo_worker, NULL},
 };
 
 #define SLUICE_NCOMMANDS (sizeof(sluice_commands) / sizeof(sluice_commands[0]))
@@ -39,7 +41,7 @@ static void usage(FILE *f) {
             "sluice paces a fleet's LLM API calls from one shared quota.\n\n"
             "commands:\n");
     for (size_t i = 0; i < SLUICE_NCOMMANDS; i++)
-        fprintf(f, "  %-8s %s\n", sluice_commands[i].name, sluice_commands[i].help);
+        if (sluice_commands[i].help) fprintf(f, "  %-8s %s\n", sluice_commands[i].name, sluice_commands[i].help);
 }
 
 static const sluice_command *find_command(const char *name) {

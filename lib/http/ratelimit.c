@@ -913,6 +913,17 @@ int64_t ratelimit_pause_ms(const ratelimit_feedback *fb, bool *over_cap)
     return pause;
 }
 
+int64_t ratelimit_settle_pause_ms(const ratelimit_feedback *fb, bool throttled, bool *over_cap)
+{
+    if (over_cap != NULL)
+        *over_cap = false;
+    if (fb == NULL)
+        return -1;
+    if (fb->retry.delay_ms >= 0 || throttled)
+        return ratelimit_pause_ms(fb, over_cap);
+    return -1;
+}
+
 const char *ratelimit_dim_name(ratelimit_dim dim)
 {
     static const char *const names[RATELIMIT_DIMS] = {"requests", "tokens", "input_tokens",

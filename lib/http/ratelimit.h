@@ -126,6 +126,14 @@ ratelimit_source ratelimit_get(const ratelimit_feedback *fb, ratelimit_dim dim,
  * exceeds the Retry-After cap given to ratelimit_init(): do not retry now. */
 int64_t ratelimit_pause_ms(const ratelimit_feedback *fb, bool *over_cap);
 
+/* The pause a settle should apply to the whole fleet: Retry-After (and its
+ * -ms variants) whenever present; the reset of a dimension whose remaining
+ * is 0 only when the response was throttled. On a success, remaining 0 is
+ * the steady state of a fleet running exactly at its quota: the schedule
+ * already spaces the next send, and pausing until the bucket is full would
+ * idle the quota. -1 when there is nothing to apply. */
+int64_t ratelimit_settle_pause_ms(const ratelimit_feedback *fb, bool throttled, bool *over_cap);
+
 /* The value parsers, exposed for tests and other callers. Each trims OWS
  * and returns -1 for an unusable value. */
 

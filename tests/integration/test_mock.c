@@ -392,7 +392,7 @@ static void test_cli(void **state) {
     assert_int_equal(run_cli(NULL, 0, "mock", "--service-ms", "900-300", NULL), 2);
     assert_int_equal(run_cli(NULL, 0, "mock", "--fail-503", "1.5", NULL), 2);
     assert_int_equal(run_cli(NULL, 0, "mock", "--deployment", "bad/name", "--port", "0", NULL), 2);
-    assert_int_equal(run_cli(NULL, 0, "demo", NULL), 2);
+    assert_int_equal(run_cli(NULL, 0, "demo", "--no-such-flag", NULL), 2);
     assert_int_equal(run_cli(NULL, 0, "frobnicate", NULL), 2);
     assert_int_equal(run_cli(NULL, 0, NULL), 2);
 }
