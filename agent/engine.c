@@ -79,6 +79,8 @@ struct dep {
     long long live_agents;    /* from the last heartbeat, 0 = unknown */
     double rate_scale;        /* last known */
     uint64_t paused_until;    /* uv_now ms; callers are held until then */
+    double applied_shift;     /* Redis' pause_shift_ms already applied to held callers */
+    int shift_known;          /* applied_shift was read from Redis at least once */
     uint64_t hold_until;      /* uv_now ms; no reserve before (cluster redirect) */
     double local_tat_req, local_tat_tok; /* local fallback schedule, uv_now ms */
     double local_retry_tat;   /* local retry floor bucket, uv_now ms */
@@ -280,6 +282,43 @@ static const char *grant_number(const char *id) {
     return colon + 1;
 }
 
+static void on_release(uv_timer_t *t);
+
+/* Moves every held caller `shift` ms later, keeping their spacing: a pause
+ * shifts the schedule instead of piling callers up at its end. */
+static void dep_shift_waiting(dep *d, double shift) {
+    if (shift <= 0) return;
+    uint64_t now = uv_now(d->e->loop);
+    for (engine_call *c = d->waiting.head; c; c = c->next) {
+        c->release_ms += (uint64_t)ceil(shift);
+        uv_timer_start(&c->timer, on_release, c->release_ms > now ? c->release_ms - now : 0, 0);
+    }
+}
+
+/* Follows Redis' running pause shift (pause_shift_ms in replies): held
+ * callers move by its growth, so every agent shifts by the same amount. */
+static void dep_follow_shift(dep *d, double total) {
+    if (d->shift_known && total > d->applied_shift) dep_shift_waiting(d, total - d->applied_shift);
+    d->applied_shift = total; /* also resets when Redis lost its state */
+    d->shift_known = 1;
+}
+
+/* A pause learned by this agent. In Redis mode the reply of the settle that
+ * carries it brings the shift; locally the local schedule shifts here. */
+static void dep_pause(dep *d, long long pause_ms, int local) {
+    uint64_t now = uv_now(d->e->loop), until = now + (uint64_t)pause_ms;
+    uint64_t base = d->paused_until > now ? d->paused_until : now;
+    if (until <= base) return;
+    if (local) {
+        double shift = (double)(until - base);
+        dep_shift_waiting(d, shift);
+        if (d->local_tat_req > (double)now) d->local_tat_req += shift;
+        if (d->local_tat_tok > (double)now) d->local_tat_tok += shift;
+        if (d->local_last_slot > (double)now) d->local_last_slot += shift;
+    }
+    d->paused_until = until;
+}
+
 static void on_release(uv_timer_t *t) {
     engine_call *c = t->data;
     dep *d = c->d;
@@ -461,7 +500,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
     engine *e = d->e;
     e->calls_out--;
     d->reserving--;
-    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 4 + b->n;
+    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 5 + b->n;
     if (ok) {
         uint64_t now = uv_now(e->loop);
         long long paused = reply_int(r->element[1]);
@@ -473,6 +512,8 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
         d->fleet_backlog_tok = (double)reply_int(r->element[3]);
         d->fleet_tat_req = (double)now + d->fleet_backlog_req;
         d->fleet_tat_tok = (double)now + d->fleet_backlog_tok;
+        /* Before the new grants: they are already behind any new shift. */
+        dep_follow_shift(d, (double)reply_int(r->element[4]));
     }
     int lost_limits = r && r->type == REDIS_REPLY_ERROR && strstr(r->str, "unknown deployment");
     /* A cluster redirection the router could not follow, or a slot being
@@ -515,7 +556,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
             local_decide(c);
             continue;
         }
-        redisReply *it = r->element[4 + i];
+        redisReply *it = r->element[5 + i];
         if (it->type != REDIS_REPLY_ARRAY || it->elements < 3) {
             local_decide(c);
             continue;
@@ -629,6 +670,7 @@ static void on_settle(void *arg, redisReply *r, const char *err) {
             if (until > d->paused_until) d->paused_until = until;
         }
         if (r->element[2]->type == REDIS_REPLY_STRING) d->rate_scale = atof(r->element[2]->str);
+        if (r->elements >= 4) dep_follow_shift(d, (double)reply_int(r->element[3]));
     }
     free(b);
     if (d->nsettles) {
@@ -981,10 +1023,9 @@ int engine_settle(engine *e, const char *grant_id, long long actual_tokens, engi
     e->stats.settles++;
     if (outcome == ENGINE_THROTTLED) e->stats.throttled++;
     if (actual_tokens >= 0) e->stats.tokens_actual += (unsigned long long)actual_tokens;
-    if (pause_ms > 0) {
-        uint64_t until = uv_now(e->loop) + (uint64_t)pause_ms;
-        if (until > d->paused_until) d->paused_until = until;
-    }
+    /* With Redis, the settle's reply brings the pause and its shift for the
+     * whole fleet (one round trip later); without, it applies here. */
+    if (pause_ms > 0 && !dep_uses_redis(d)) dep_pause(d, pause_ms, 1);
     if (local) {
         /* A local grant: only its feedback reaches Redis (if reachable). */
         if (outcome == ENGINE_THROTTLED || pause_ms >= 0) queue_settle(d, "-", -1, outcome, pause_ms);
@@ -998,10 +1039,9 @@ int engine_feedback(engine *e, const char *deployment, engine_outcome outcome, l
     dep *d = dep_find(e, deployment);
     if (!d || !d->cfg) return SL_EUNKNOWN;
     if (outcome == ENGINE_THROTTLED) e->stats.throttled++;
-    if (pause_ms > 0) {
-        uint64_t until = uv_now(e->loop) + (uint64_t)pause_ms;
-        if (until > d->paused_until) d->paused_until = until;
-    }
+    /* With Redis, the settle's reply brings the pause and its shift for the
+     * whole fleet (one round trip later); without, it applies here. */
+    if (pause_ms > 0 && !dep_uses_redis(d)) dep_pause(d, pause_ms, 1);
     queue_settle(d, "-", -1, outcome, pause_ms);
     return 0;
 }

@@ -61,7 +61,7 @@ if rpd > 0 or tpd > 0 then
 end
 local to_midnight = sl_ceil(86400000 - (now % 86400000))
 
-local out = {now_us, 0, 0, 0}
+local out = {now_us, 0, 0, 0, sl_ceil(sl_num(st, 'pause_shift_ms', 0))}
 local grants, leases = {}, {}
 local granted, shed = 0, 0
 for i = 1, n do
@@ -85,6 +85,9 @@ for i = 1, n do
       e = sl_dim_earliest(tok, c)
       if e > s then s, reason = e, 'tpm' end
     end
+    -- While the provider's pause lasts, the pause is the reason: the
+    -- schedule behind it is the backlog the pause shifted.
+    if paused_until > now then reason = 'paused' end
     local wait = s - now
     if wait > w then
       verdict = {0, reason, math.max(1, sl_ceil(wait - w))}

@@ -6,7 +6,9 @@
 --   outcome        ok | throttled | failed | cancelled
 --   pause_ms       -1, or a pause the provider asked for (Retry-After, or
 --                  remaining=0 with a reset), from now
--- Reply: {now_us, paused_ms, rate_scale, result_1, ..., result_n}, result one of
+-- Reply: {now_us, paused_ms, rate_scale, pause_shift_ms, result_1, ..., result_n}
+-- where pause_shift_ms is the running total by which pauses have shifted
+-- the schedule (agents shift held callers by its growth), and a result is one of
 --   settled   the grant was closed
 --   unknown   no such grant (already settled, or expired and reclaimed)
 --   feedback  a "-" item: only its pause/throttle was applied
@@ -62,7 +64,7 @@ local function daily_adjust(reserved_ms, dreq, dtok)
   daily._dirty = true
 end
 
-local out = {now_us, 0, '1'}
+local out = {now_us, 0, '1', 0}
 local deposits, done = 0, {}
 local decreased = false
 for i = 1, n do
@@ -118,10 +120,25 @@ for i = 1, n do
   if outcome == 'throttled' then bump('throttles_seen') end
   if pause >= 0 then
     local until_ms = now + pause
-    if until_ms > paused_until then
+    local base = math.max(now, paused_until)
+    if until_ms > base then
+      -- The outstanding schedule moves behind the pause instead of piling
+      -- up at its end: every TAT and the last slot shift by the same amount,
+      -- agents shift the callers they hold by it (pause_shift_ms is the
+      -- running total they follow), and refunds wait until after it.
+      local shift = until_ms - base
       if paused_until <= now then bump('pauses') end
       paused_until = until_ms
       sl_set(st, 'paused_until', sl_fmt(paused_until))
+      local ra = sl_num(st, 'refund_after', 0)
+      for _, d in ipairs(dims) do
+        if d.tat > now then d.tat = d.tat + shift end
+        if d.tat > ra then ra = d.tat end
+      end
+      local ls = sl_num(st, 'last_slot', 0)
+      if ls > now then sl_set(st, 'last_slot', sl_fmt(ls + shift)) end
+      sl_set(st, 'refund_after', sl_fmt(ra))
+      sl_set(st, 'pause_shift_ms', sl_fmt(sl_num(st, 'pause_shift_ms', 0) + shift))
     end
   end
   out[#out + 1] = result
@@ -144,4 +161,5 @@ sl_count(st, counts)
 sl_save_state(st)
 if paused_until > now then out[2] = sl_ceil(paused_until - now) end
 out[3] = string.format('%.4f', scale)
+out[4] = sl_ceil(sl_num(st, 'pause_shift_ms', 0))
 return out

@@ -80,7 +80,7 @@ static double direct(redisContext *rc) {
         exit(1);
     }
     char id[24];
-    snprintf(id, sizeof(id), "%lld", r->element[4]->element[1]->integer);
+    snprintf(id, sizeof(id), "%lld", r->element[5]->element[1]->integer);
     redisReply *s = script_callv(rc, SCRIPT_SETTLE, "bench", "1", id, "1", "ok", "-1", NULL);
     freeReplyObject(r);
     if (s) freeReplyObject(s);

@@ -228,6 +228,40 @@ static void test_shed_when_slot_beyond_max_wait(void **state) {
 
 static int is_down(world *w) { return !connected(w); }
 
+/* A provider pause arriving while callers wait for their slots moves them
+ * behind the pause with their spacing kept: the release times still fit
+ * the provider's bucket (burst 1), none bunch at the pause's end. */
+static void test_pause_keeps_held_callers_spaced(void **state) {
+    world w;
+    world_init(&w, "  held:\n    rpm: 600\n    burst: { requests: 1 }\n    jitter_ms: 0\n", "agent-h");
+    assert_true(run_until(&w, connected, 3000));
+    enum { N = 6 };
+    static acq a[N];
+    w.target = 1;
+    for (int i = 0; i < N; i++) {
+        a[i] = (acq){.w = &w};
+        assert_int_equal(engine_acquire(w.e, "held", 0, 60000, on_acquired, &a[i], NULL), 0);
+    }
+    assert_true(run_until(&w, all_done, 3000)); /* the first goes at once */
+    uint64_t t0 = uv_now(&w.loop);
+    assert_int_equal(engine_feedback(w.e, "held", ENGINE_THROTTLED, 1000), 0);
+    w.target = N;
+    assert_true(run_until(&w, all_done, 10000));
+    replay rp;
+    replay_init(&rp);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(a[i].status, SL_OK);
+        replay_add(&rp, (double)a[i].at, 1);
+        if (i > 0) print_message("  caller %d released at +%llu ms\n", i, (unsigned long long)(a[i].at - t0));
+    }
+    /* Held callers moved behind the pause ... */
+    for (int i = 1; i < N; i++) assert_true(a[i].at - t0 >= 1000);
+    /* ... and still fit a burst-1 bucket at 10/s. */
+    assert_int_equal(replay_rejections(&rp, 1, 600.0 / 60000.0, NULL), 0);
+    replay_free(&rp);
+    world_close(&w);
+}
+
 static void test_redis_killed_local_fallback_then_rejoin(void **state) {
     world w;
     /* Two agents' heartbeats say live = 2, so the fallback share is half. */
@@ -428,6 +462,7 @@ int main(void) {
         cmocka_unit_test(test_coalescing_and_release_at_slot),
         cmocka_unit_test(test_cancel_gives_the_slot_back),
         cmocka_unit_test(test_shed_when_slot_beyond_max_wait),
+        cmocka_unit_test(test_pause_keeps_held_callers_spaced),
         cmocka_unit_test(test_flushall_reloads_scripts_transparently),
         cmocka_unit_test(test_redis_killed_local_fallback_then_rejoin),
         cmocka_unit_test(test_wrong_password_and_missing_acl_are_clear_errors),

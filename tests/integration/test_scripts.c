@@ -85,11 +85,11 @@ static double reserve(redisContext *c, const char *dep, int n, const long long *
     assert_non_null(r);
     if (r->type == REDIS_REPLY_ERROR) fail_msg("reserve: %s", r->str);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    assert_int_equal(r->elements, (size_t)(4 + n));
+    assert_int_equal(r->elements, (size_t)(5 + n));
     double now_ms = (double)r->element[0]->integer / 1000.0;
     if (paused_ms) *paused_ms = r->element[1]->integer;
     for (int i = 0; i < n; i++) {
-        redisReply *it = r->element[4 + i];
+        redisReply *it = r->element[5 + i];
         memset(&out[i], 0, sizeof(out[i]));
         out[i].granted = (int)it->element[0]->integer;
         if (out[i].granted) {
@@ -127,8 +127,8 @@ static double settle1(redisContext *c, const char *dep, const char *id, long lon
     assert_non_null(r);
     if (r->type == REDIS_REPLY_ERROR) fail_msg("settle: %s", r->str);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    assert_int_equal(r->elements, 4);
-    if (res) snprintf(res, reslen, "%s", r->element[3]->str);
+    assert_int_equal(r->elements, 5);
+    if (res) snprintf(res, reslen, "%s", r->element[4]->str);
     double now = (double)r->element[0]->integer / 1000.0;
     freeReplyObject(r);
     return now;
@@ -591,6 +591,32 @@ static void test_pause_is_idempotent(void **state) {
     assert_true(status_field(rc, dep, "rate_scale") == 1.0);
 }
 
+/* A pause shifts the outstanding schedule behind it, spacing kept, instead
+ * of piling the granted callers up at its end. */
+static void test_pause_shifts_the_backlog(void **state) {
+    const char *dep = "pause-shift";
+    configure(rc, dep, "rpm", "600", "burst_requests", "1", "jitter_ms", "0", NULL);
+    long long tokens[5] = {0, 0, 0, 0, 0}, maxwait[5] = {60000, 60000, 60000, 60000, 60000};
+    verdict v[5];
+    double t0 = reserve(rc, dep, 5, tokens, maxwait, v, NULL);
+    for (int i = 0; i < 5; i++) assert_true(v[i].granted && llabs(v[i].wait_ms - 100 * i) <= 1);
+    double tat = hget(rc, dep, "state", "requests_tat");
+    char res[32];
+    double t1 = settle1(rc, dep, "-", -1, "throttled", 1000, res, sizeof(res));
+    double shift = hget(rc, dep, "state", "pause_shift_ms");
+    /* The pause started at t1 (nothing paused before): the shift is 1000. */
+    assert_true(fabs(shift - 1000) < 0.01);
+    assert_true(fabs(hget(rc, dep, "state", "requests_tat") - (tat + 1000)) < 0.01);
+    /* The next grant comes after the five shifted ones (last at t0 + 1400). */
+    double now;
+    verdict n = reserve1(rc, dep, 0, 60000, &now);
+    assert_true(n.granted);
+    print_message("  backlog shifted by %.0f ms; next slot at +%.0f ms from the first grant (paused from +%.0f)\n",
+                  shift, now + (double)n.wait_ms - t0, t1 - t0);
+    assert_true(now + (double)n.wait_ms >= t0 + 1500 - 1);
+    assert_true(now + (double)n.wait_ms <= t1 + 1500 + 1);
+}
+
 static void test_aimd_lowers_and_restores(void **state) {
     const char *dep = "aimd";
     configure(rc, dep, "rpm", "6000", "burst_requests", "1", "jitter_ms", "0", "aimd_decrease", "0.5", "aimd_min_scale", "0.2",
@@ -794,6 +820,7 @@ int main(void) {
         cmocka_unit_test(test_expired_grant_is_charged_and_reclaimed),
         cmocka_unit_test(test_retry_budget_boundaries),
         cmocka_unit_test(test_pause_is_idempotent),
+        cmocka_unit_test(test_pause_shifts_the_backlog),
         cmocka_unit_test(test_aimd_lowers_and_restores),
         cmocka_unit_test(test_concurrency_cap_and_reclaim),
         cmocka_unit_test(test_daily_resets_at_utc_midnight),
