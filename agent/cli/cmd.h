@@ -9,6 +9,7 @@
 
 int cmd_mock(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_run(int argc, char **argv), cmd_status(int argc, char **argv), cmd_top(int argc, char **argv);
 
 /* For subcommands that are listed but not written yet: says so, exit 2. */
 int cmd_not_implemented(int argc, char **argv);

@@ -19,9 +19,9 @@ typedef struct sluice_command {
 static const sluice_command sluice_commands[] = {
     {"mock", cmd_mock, "serve a mock Azure OpenAI / OpenAI deployment with real rate limits"},
     {"demo", cmd_demo, "run the seed's client strategies and sluice, print the table"},
-    {"run", cmd_not_implemented, "send a JSONL batch through a governed deployment"},
-    {"status", cmd_not_implemented, "print the live budget of each deployment from Redis"},
-    {"top", cmd_not_implemented, "like status, refreshed continuously"},
+    {"run", cmd_run, "send a JSONL batch through a governed deployment"},
+    {"status", cmd_status, "print the live budget of each deployment from Redis"},
+    {"top", cmd_top, "like status, refreshed continuously"},
     {"demo-worker", cmd_demo_worker, NULL},
 };
 

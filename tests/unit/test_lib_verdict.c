@@ -71,10 +71,17 @@ static void test_verdicts(void **state) {
     assert_int_equal(v.pause_ms, 600000);
     assert_true(v.over_cap);
 
-    /* Remaining 0 with a reset pauses even a success. */
+    /* Remaining 0 with a reset pauses a throttled response, not a success:
+     * on a success it is the steady state of a fleet at its quota. */
     sl_header empty[] = {{"x-ratelimit-remaining-requests", "0"}, {"x-ratelimit-reset-requests", "1s"}};
     v = verdict(200, 0, "{}", empty, 2);
+    assert_int_equal(v.pause_ms, -1);
+    v = verdict(429, 0, "", empty, 2);
     assert_int_equal(v.pause_ms, 1000);
+    /* A Retry-After on a success still counts. */
+    sl_header ra[] = {{"Retry-After", "2"}};
+    v = verdict(200, 0, "{}", ra, 1);
+    assert_int_equal(v.pause_ms, 2000);
 
     assert_string_equal(sl_class_name(SL_CLASS_OVERLOADED), "overloaded");
     assert_string_equal(sl_class_name(99), "unknown");

@@ -1,0 +1,579 @@
+/* cmd_status: `sluice status` and `sluice top`, the live budget of each
+ * deployment.
+ *
+ * The numbers come from Redis itself, with the read-only `status` script
+ * (lua/status.lua, embedded in the binary: agent/scripts.h), over a
+ * blocking hiredis connection made from the configuration's `redis`
+ * section (one Redis, a Redis Cluster, whose MOVED and ASK redirections
+ * are followed, or Sentinel, asked for the master). With --socket they
+ * come from a sluiced's STATUS command instead, which adds the agent's
+ * own view (mode, queue, local share).
+ *
+ * `top` samples every interval and shows rates from counter deltas over
+ * the Redis clock (now_us): grants/s against the quota, sheds/s, 429s/s. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+#include <jansson.h>
+
+#include "cli_flags.h"
+#include "cmd.h"
+#include "config.h"
+#include "run_args.h"
+#include "scripts.h"
+
+#define STATUS_MAX_REDIRECTS 5
+
+typedef struct status_cli {
+    const char *config, *socket;
+    long long iterations, interval_ms;
+    int json, help;
+} status_cli;
+
+#define OPT(f) offsetof(status_cli, f)
+
+static const cli_flag status_flags[] = {
+    {"--config", "-c", "FILE", CLI_STR, OPT(config), 0, 0,
+     "sluiced configuration: its redis section and deployments (default $SLUICE_CONFIG)"},
+    {"--socket", NULL, "PATH", CLI_STR, OPT(socket), 0, 0, "ask this sluiced (STATUS) instead of Redis"},
+    {"--json", NULL, NULL, CLI_BOOL, OPT(json), 0, 0, "JSON instead of a table (top: one line per frame)"},
+    {"--iterations", "-n", "N", CLI_INT, OPT(iterations), 0, 1e9, "top: frames to print, 0 = until Ctrl-C (default 0)"},
+    {"--interval-ms", NULL, "MS", CLI_INT, OPT(interval_ms), 100, 3600000, "top: time between frames (default 1000)"},
+    {"--help", NULL, NULL, CLI_BOOL, OPT(help), 0, 0, "show this help"},
+};
+
+#define STATUS_NFLAGS (sizeof(status_flags) / sizeof(status_flags[0]))
+
+static void status_usage(FILE *f, const char *cmd) {
+    if (strcmp(cmd, "top") == 0)
+        fprintf(f, "usage: sluice top [--config FILE | --socket PATH] [OPTIONS] [DEPLOYMENT...]\n\n"
+                   "The live budget of each deployment, refreshed every interval, with rates from\n"
+                   "the counters: grants/s against the quota, sheds/s and 429s/s.\n\n");
+    else
+        fprintf(f, "usage: sluice status [--config FILE | --socket PATH] [--json] [DEPLOYMENT...]\n\n"
+                   "The live budget of each deployment (those of the config, or those named), read\n"
+                   "from Redis with the `status` script, or from a sluiced's STATUS with --socket:\n"
+                   "configured and effective rate, pause, backlog, grants outstanding, retry budget,\n"
+                   "live agents, today's usage and the counters.\n\n");
+    fprintf(f, "options:\n");
+    cli_print_flags(f, status_flags, STATUS_NFLAGS);
+    fprintf(f, "\nexit: 0, 1 on an unknown deployment or when Redis / sluiced cannot be read, 2 usage.\n"
+               "See docs/cli.md.\n");
+}
+
+/* ---- where the numbers come from ------------------------------------------------------------ */
+
+typedef struct status_src {
+    const config *cfg;        /* NULL with --socket and no --config */
+    const char *sock;         /* sluiced socket, or NULL: Redis */
+    redisContext *c;
+    char window[24];          /* the liveness window of agents (3 heartbeats) */
+} status_src;
+
+static struct timeval ms_tv(long long ms) {
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    return tv;
+}
+
+/* Connects to a Redis node and authenticates as the config says. */
+static redisContext *node_connect(const config_redis *rc, const char *host, int port, const char *unix_path,
+                                  int data_node, char *err, size_t errlen) {
+    struct timeval ct = ms_tv(rc->connect_timeout_ms);
+    redisContext *c = unix_path && *unix_path ? redisConnectUnixWithTimeout(unix_path, ct)
+                                              : redisConnectWithTimeout(host, port, ct);
+    if (!c || c->err) {
+        if (unix_path && *unix_path) snprintf(err, errlen, "Redis at %s: %s", unix_path, c ? c->errstr : "out of memory");
+        else snprintf(err, errlen, "Redis at %s:%d: %s", host, port, c ? c->errstr : "out of memory");
+        if (c) redisFree(c);
+        return NULL;
+    }
+    /* A status call does more than a reserve; give it some room. */
+    redisSetTimeout(c, ms_tv(rc->timeout_ms > 2000 ? rc->timeout_ms : 2000));
+    if (!data_node) return c;
+    redisReply *r = NULL;
+    if (rc->password[0]) {
+        r = rc->username[0] ? redisCommand(c, "AUTH %s %s", rc->username, rc->password)
+                            : redisCommand(c, "AUTH %s", rc->password);
+        if (!r || r->type == REDIS_REPLY_ERROR) goto fail;
+        freeReplyObject(r);
+    }
+    if (rc->db != 0) {
+        r = redisCommand(c, "SELECT %d", rc->db);
+        if (!r || r->type == REDIS_REPLY_ERROR) goto fail;
+        freeReplyObject(r);
+    }
+    return c;
+fail:
+    snprintf(err, errlen, "Redis: %s", r ? r->str : c->errstr);
+    if (r) freeReplyObject(r);
+    redisFree(c);
+    return NULL;
+}
+
+static int split_host_port(const char *hp, char *host, size_t hn, int *port) {
+    const char *colon = strrchr(hp, ':');
+    if (!colon) return -1;
+    size_t n = (size_t)(colon - hp);
+    if (n && hp[0] == '[' && hp[n - 1] == ']') {
+        hp++;
+        n -= 2;
+    }
+    if (n == 0 || n >= hn) return -1;
+    memcpy(host, hp, n);
+    host[n] = '\0';
+    *port = atoi(colon + 1);
+    return *port > 0 ? 0 : -1;
+}
+
+/* The data node to start from: the URL's, the first cluster seed that
+ * answers, or the master the sentinels name. */
+static redisContext *redis_open(const config_redis *rc, char *err, size_t errlen) {
+    char host[256];
+    int port;
+    if (rc->ncluster > 0) {
+        for (size_t i = 0; i < rc->ncluster; i++) {
+            if (split_host_port(rc->cluster[i], host, sizeof(host), &port) != 0) continue;
+            redisContext *c = node_connect(rc, host, port, NULL, 1, err, errlen);
+            if (c) return c;
+        }
+        return NULL;
+    }
+    if (rc->sentinel_master && rc->nsentinels > 0) {
+        for (size_t i = 0; i < rc->nsentinels; i++) {
+            if (split_host_port(rc->sentinels[i], host, sizeof(host), &port) != 0) continue;
+            redisContext *s = node_connect(rc, host, port, NULL, 0, err, errlen);
+            if (!s) continue;
+            redisReply *r = redisCommand(s, "SENTINEL get-master-addr-by-name %s", rc->sentinel_master);
+            redisFree(s);
+            if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+                char mhost[256];
+                snprintf(mhost, sizeof(mhost), "%s", r->element[0]->str);
+                int mport = atoi(r->element[1]->str);
+                freeReplyObject(r);
+                return node_connect(rc, mhost, mport, NULL, 1, err, errlen);
+            }
+            if (r) freeReplyObject(r);
+            snprintf(err, errlen, "sentinel %s does not know master '%s'", rc->sentinels[i], rc->sentinel_master);
+        }
+        return NULL;
+    }
+    return node_connect(rc, rc->host, rc->port, rc->unix_path, 1, err, errlen);
+}
+
+/* EVALSHA status, with SCRIPT LOAD on NOSCRIPT and cluster redirections
+ * followed. Returns the reply (caller frees) or NULL with err set. */
+static redisReply *status_script(status_src *s, const char *dep, char *err, size_t errlen) {
+    const script *sc = scripts_get(SCRIPT_STATUS);
+    char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX];
+    if (scripts_keys(dep, keys) != 0) {
+        snprintf(err, errlen, "'%s' is not a valid deployment name", dep);
+        return NULL;
+    }
+    const char *av[3 + SCRIPTS_NKEYS + 1];
+    size_t al[3 + SCRIPTS_NKEYS + 1];
+    int n = 0;
+    av[n++] = "EVALSHA";
+    av[n++] = sc->sha;
+    av[n++] = "9";
+    for (int i = 0; i < SCRIPTS_NKEYS; i++) av[n++] = keys[i];
+    av[n++] = s->window;
+    for (int i = 0; i < n; i++) al[i] = strlen(av[i]);
+    int asking = 0;
+    for (int hop = 0; hop <= STATUS_MAX_REDIRECTS; hop++) {
+        if (asking) {
+            redisReply *a = redisCommand(s->c, "ASKING");
+            if (a) freeReplyObject(a);
+        }
+        redisReply *r = redisCommandArgv(s->c, n, av, al);
+        if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+            freeReplyObject(r);
+            r = redisCommand(s->c, "SCRIPT LOAD %b", sc->source, sc->len);
+            if (r) freeReplyObject(r);
+            r = redisCommandArgv(s->c, n, av, al);
+        }
+        if (!r) {
+            snprintf(err, errlen, "Redis: %s", s->c->errstr[0] ? s->c->errstr : "no reply");
+            return NULL;
+        }
+        int moved = r->type == REDIS_REPLY_ERROR && strncmp(r->str, "MOVED ", 6) == 0;
+        asking = r->type == REDIS_REPLY_ERROR && strncmp(r->str, "ASK ", 4) == 0;
+        if (!moved && !asking) return r;
+        const char *addr = strchr(strchr(r->str, ' ') + 1, ' ');
+        char host[256];
+        int port;
+        if (!addr || split_host_port(addr + 1, host, sizeof(host), &port) != 0) return r;
+        freeReplyObject(r);
+        redisContext *c = node_connect(&s->cfg->redis, host, port, NULL, 1, err, errlen);
+        if (!c) return NULL;
+        redisFree(s->c);
+        s->c = c;
+    }
+    snprintf(err, errlen, "Redis Cluster: too many redirections for '%s'", dep);
+    return NULL;
+}
+
+/* A reply's value as JSON: numbers as numbers. */
+static json_t *value_json(const redisReply *v, int keep_string) {
+    if (v->type == REDIS_REPLY_INTEGER) return json_integer((json_int_t)v->integer);
+    if (v->type == REDIS_REPLY_NIL) return json_null();
+    if (v->type != REDIS_REPLY_STRING && v->type != REDIS_REPLY_STATUS) return json_null();
+    const char *s = v->str;
+    if (!keep_string && *s) {
+        char *end;
+        errno = 0;
+        long long i = strtoll(s, &end, 10);
+        if (!*end && !errno) return json_integer((json_int_t)i);
+        double d = strtod(s, &end);
+        if (!*end && isfinite(d)) return json_real(d);
+    }
+    return json_stringn(s, v->len);
+}
+
+static json_t *pairs_json(const redisReply *r) {
+    json_t *o = json_object();
+    for (size_t i = 0; o && i + 1 < r->elements; i += 2) {
+        const redisReply *k = r->element[i];
+        if (k->type != REDIS_REPLY_STRING && k->type != REDIS_REPLY_STATUS) continue;
+        int text = strcmp(k->str, "deployment") == 0 || strcmp(k->str, "mode") == 0 ||
+                   strcmp(k->str, "redis") == 0 || strcmp(k->str, "redis_error") == 0;
+        json_object_set_new(o, k->str, value_json(r->element[i + 1], text));
+    }
+    return o;
+}
+
+/* One deployment's fields. Returns 0 and *out, 1 when the deployment is
+ * unknown, -1 on a failure (err says which). */
+static int fetch(status_src *s, const char *dep, json_t **out, char *err, size_t errlen) {
+    *out = NULL;
+    redisReply *r = s->sock ? redisCommand(s->c, "STATUS %s", dep) : status_script(s, dep, err, errlen);
+    if (!r) {
+        if (s->sock) snprintf(err, errlen, "sluiced at %s: %s", s->sock, s->c->errstr);
+        return -1;
+    }
+    int rc = 0;
+    if (r->type == REDIS_REPLY_ERROR) {
+        rc = strstr(r->str, "unknown deployment") ? 1 : -1;
+        snprintf(err, errlen, "%s", r->str);
+    } else if (r->type != REDIS_REPLY_ARRAY) {
+        snprintf(err, errlen, "unexpected reply to STATUS");
+        rc = -1;
+    } else {
+        *out = pairs_json(r);
+        if (!*out) {
+            snprintf(err, errlen, "out of memory");
+            rc = -1;
+        }
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* Every deployment sluiced has, when neither names nor a config say. */
+static int daemon_names(status_src *s, char ***names, int *n, char *err, size_t errlen) {
+    redisReply *r = redisCommand(s->c, "STATUS");
+    if (!r || r->type != REDIS_REPLY_ARRAY) {
+        snprintf(err, errlen, "sluiced at %s: %s", s->sock, r && r->type == REDIS_REPLY_ERROR ? r->str : s->c->errstr);
+        if (r) freeReplyObject(r);
+        return -1;
+    }
+    *names = calloc(r->elements + 1, sizeof(char *));
+    *n = 0;
+    for (size_t i = 0; *names && i < r->elements; i++) {
+        const redisReply *d = r->element[i];
+        if (d->type == REDIS_REPLY_ARRAY && d->elements >= 2 && d->element[1]->type == REDIS_REPLY_STRING)
+            (*names)[(*n)++] = strdup(d->element[1]->str);
+    }
+    freeReplyObject(r);
+    return *names ? 0 : -1;
+}
+
+/* ---- printing ------------------------------------------------------------------ */
+
+static double num(const json_t *o, const char *k) {
+    const json_t *v = json_object_get(o, k);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+static void fmt_num(char *b, size_t n, double v) {
+    if (!isfinite(v)) snprintf(b, n, "-");
+    else if (v == floor(v) && fabs(v) < 1e15) snprintf(b, n, "%.0f", v);
+    else snprintf(b, n, "%.2f", v);
+}
+
+static void fmt_ms(char *b, size_t n, double ms) {
+    if (!isfinite(ms) || ms <= 0) snprintf(b, n, "-");
+    else if (ms < 1000) snprintf(b, n, "%.0fms", ms);
+    else if (ms < 60000) snprintf(b, n, "%.1fs", ms / 1000);
+    else snprintf(b, n, "%.0fm%02.0fs", floor(ms / 60000), fmod(ms / 1000, 60));
+}
+
+static double rate(const json_t *cur, const json_t *prev, const char *k, double dt) {
+    double a = num(cur, k), b = num(prev, k);
+    return prev && dt > 0 && isfinite(a) && isfinite(b) ? (a - b) / dt : NAN;
+}
+
+/* Seconds between two samples, on the Redis clock when both have it. */
+static double sample_dt(const json_t *cur, const json_t *prev, double local_dt) {
+    double a = num(cur, "now_us"), b = num(prev, "now_us");
+    return isfinite(a) && isfinite(b) && a > b ? (a - b) / 1e6 : local_dt;
+}
+
+static void print_table(json_t *const *rows, json_t *const *prev, int n, double local_dt, int daemon, int top) {
+    int any = 0;
+    for (int i = 0; i < n; i++) any |= rows[i] != NULL;
+    if (!any) return;
+    if (daemon) printf("%-7s ", "MODE");
+    printf("%-20s %8s %9s %9s %7s %8s %5s %5s %6s %10s %9s %6s %6s", "DEPLOYMENT", "RPM", "EFF.RPM", "TPM",
+           "PAUSED", "BACKLOG", "OUT", "RETRY", "AGENTS", "TODAY.REQ", "GRANTED", "SHED", "429s");
+    if (top) printf(" %14s %8s %7s", "GRANTS/S:QUOTA", "SHEDS/S", "429s/S");
+    printf("\n");
+    for (int i = 0; i < n; i++) {
+        const json_t *o = rows[i];
+        if (!o) continue;
+        char rpm[24], eff[24], tpm[24], paused[24], backlog[24], out[24], retry[24], agents[24], today[24],
+            granted[24], shed[24], thr[24];
+        fmt_num(rpm, sizeof(rpm), num(o, "rpm"));
+        fmt_num(eff, sizeof(eff), num(o, "effective_rpm"));
+        double t = num(o, "tpm");
+        fmt_num(tpm, sizeof(tpm), t > 0 ? t : NAN);
+        fmt_ms(paused, sizeof(paused), num(o, "paused_ms"));
+        double bl = fmax(num(o, "requests_backlog_ms"), num(o, "tokens_backlog_ms"));
+        fmt_ms(backlog, sizeof(backlog), bl);
+        fmt_num(out, sizeof(out), num(o, "outstanding_grants"));
+        fmt_num(retry, sizeof(retry), num(o, "retry_balance"));
+        fmt_num(agents, sizeof(agents), num(o, "live_agents"));
+        fmt_num(today, sizeof(today), num(o, "today_requests"));
+        fmt_num(granted, sizeof(granted), num(o, "granted_total"));
+        fmt_num(shed, sizeof(shed), num(o, "shed_total"));
+        fmt_num(thr, sizeof(thr), num(o, "settled_throttled"));
+        if (daemon) printf("%-7s ", json_string_value(json_object_get(o, "mode")) ? json_string_value(json_object_get(o, "mode")) : "?");
+        printf("%-20s %8s %9s %9s %7s %8s %5s %5s %6s %10s %9s %6s %6s",
+               json_string_value(json_object_get(o, "deployment")) ? json_string_value(json_object_get(o, "deployment")) : "?",
+               rpm, eff, tpm, paused, backlog, out, retry, agents, today, granted, shed, thr);
+        if (top) {
+            const json_t *p = prev ? prev[i] : NULL;
+            double dt = sample_dt(o, p, local_dt);
+            double g = rate(o, p, "granted_total", dt), q = num(o, "effective_rpm") / 60.0;
+            char gq[40], sr[24], tr[24];
+            if (isfinite(g)) snprintf(gq, sizeof(gq), "%.1f:%.1f", g, q);
+            else snprintf(gq, sizeof(gq), "-");
+            double sv = rate(o, p, "shed_total", dt), tv = rate(o, p, "settled_throttled", dt);
+            if (isfinite(sv)) snprintf(sr, sizeof(sr), "%.1f", sv);
+            else snprintf(sr, sizeof(sr), "-");
+            if (isfinite(tv)) snprintf(tr, sizeof(tr), "%.1f", tv);
+            else snprintf(tr, sizeof(tr), "-");
+            printf(" %14s %8s %7s", gq, sr, tr);
+        }
+        if (daemon && json_object_get(o, "redis") && strcmp(json_string_value(json_object_get(o, "redis")), "connected") != 0)
+            printf("  (Redis unreachable: %s)", json_string_value(json_object_get(o, "redis_error")));
+        printf("\n");
+    }
+}
+
+static void print_json(json_t *const *rows, json_t *const *prev, int n, double local_dt, const char *source, int top) {
+    json_t *doc = json_pack("{sss[]}", "source", source, "deployments");
+    json_t *arr = json_object_get(doc, "deployments");
+    for (int i = 0; doc && i < n; i++) {
+        if (!rows[i]) continue;
+        if (top) {
+            const json_t *p = prev ? prev[i] : NULL;
+            double dt = sample_dt(rows[i], p, local_dt);
+            json_t *rates = json_object();
+            const char *ks[][2] = {{"granted_total", "grants_per_s"}, {"shed_total", "sheds_per_s"},
+                                   {"settled_throttled", "throttled_per_s"}, {"settled_ok", "ok_per_s"}};
+            for (size_t k = 0; rates && k < sizeof(ks) / sizeof(ks[0]); k++) {
+                double v = rate(rows[i], p, ks[k][0], dt);
+                json_object_set_new(rates, ks[k][1], isfinite(v) ? json_real(v) : json_null());
+            }
+            json_object_set_new(rates, "quota_per_s", json_real(num(rows[i], "effective_rpm") / 60.0));
+            json_object_set_new(rows[i], "rates", rates);
+        }
+        json_array_append(arr, rows[i]);
+    }
+    char *text = doc ? json_dumps(doc, top ? JSON_COMPACT : JSON_INDENT(2)) : NULL;
+    if (text) printf("%s\n", text);
+    free(text);
+    json_decref(doc);
+}
+
+/* ---- the command ------------------------------------------------------------------ */
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Samples every name into rows. Returns 0, or 1 after reporting an unknown
+ * deployment or an error (*fatal: the source failed, stop). */
+static int sample(status_src *s, const char *cmd, char **names, int n, json_t **rows, int *fatal) {
+    int rc = 0;
+    *fatal = 0;
+    for (int i = 0; i < n; i++) {
+        char err[512] = "";
+        json_decref(rows[i]);
+        rows[i] = NULL;
+        int r = fetch(s, names[i], &rows[i], err, sizeof(err));
+        if (r == 1) {
+            int in_cfg = s->cfg && config_deployment(s->cfg, names[i]);
+            fprintf(stderr, "sluice %s: unknown deployment '%s' (%s)\n", cmd, names[i],
+                    s->sock ? "sluiced does not have it"
+                    : in_cfg ? "in the config, but no limits in Redis yet: start sluiced or a run with it"
+                             : "not in the config and no limits in Redis");
+            rc = 1;
+        } else if (r < 0) {
+            fprintf(stderr, "sluice %s: %s: %s\n", cmd, names[i], err);
+            rc = 1;
+            *fatal = 1;
+            break;
+        }
+    }
+    return rc;
+}
+
+static int status_main(const char *cmd, int top, int argc, char **argv) {
+    status_cli cli = {0};
+    cli.interval_ms = 1000;
+    run_args a;
+    if (run_args_split(cmd, status_flags, STATUS_NFLAGS, NULL, argc, argv, &a) != 0) return 2;
+    if (cli_parse(cmd, status_flags, STATUS_NFLAGS, &cli, a.nflags, a.flags) != 0) {
+        run_args_free(&a);
+        return 2;
+    }
+    if (cli.help) {
+        status_usage(stdout, cmd);
+        run_args_free(&a);
+        return 0;
+    }
+    if (!cli.config && !cli.socket) {
+        const char *env = getenv("SLUICE_CONFIG");
+        cli.config = env && *env ? env
+                     : access("/etc/sluice/sluiced.yaml", R_OK) == 0 ? "/etc/sluice/sluiced.yaml" : NULL;
+        if (!cli.config) {
+            fprintf(stderr, "sluice %s: --config FILE (or SLUICE_CONFIG) or --socket PATH is required\n", cmd);
+            run_args_free(&a);
+            return 2;
+        }
+    }
+    int code = 0;
+    config *cfg = NULL;
+    char err[1024];
+    status_src s = {0};
+    char **names = NULL, **owned = NULL;
+    int n = 0, nowned = 0;
+    json_t **rows = NULL, **prev = NULL;
+    if (cli.config && config_load(cli.config, &cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "sluice %s: %s\n", cmd, err);
+        code = 1;
+        goto out;
+    }
+    s.cfg = cfg;
+    s.sock = cli.socket;
+    snprintf(s.window, sizeof(s.window), "%lld", cfg ? cfg->agent.heartbeat_ms * 3 : 3000LL);
+    if (s.sock) {
+        s.c = redisConnectUnixWithTimeout(s.sock, ms_tv(1000));
+        if (!s.c || s.c->err) {
+            fprintf(stderr, "sluice %s: sluiced at %s: %s\n", cmd, s.sock, s.c ? s.c->errstr : "out of memory");
+            code = 1;
+            goto out;
+        }
+        redisSetTimeout(s.c, ms_tv(5000));
+    } else {
+        s.c = redis_open(&cfg->redis, err, sizeof(err));
+        if (!s.c) {
+            fprintf(stderr, "sluice %s: %s\n", cmd, err);
+            code = 1;
+            goto out;
+        }
+    }
+    if (a.npos > 0) {
+        names = a.pos;
+        n = a.npos;
+    } else if (cfg) {
+        names = owned = calloc(cfg->ndeployments, sizeof(char *));
+        for (size_t i = 0; owned && i < cfg->ndeployments; i++) owned[nowned++] = strdup(cfg->deployments[i].name);
+        n = nowned;
+    } else if (daemon_names(&s, &owned, &nowned, err, sizeof(err)) == 0) {
+        names = owned;
+        n = nowned;
+    } else {
+        fprintf(stderr, "sluice %s: %s\n", cmd, err);
+        code = 1;
+        goto out;
+    }
+    rows = calloc((size_t)n + 1, sizeof(json_t *));
+    prev = calloc((size_t)n + 1, sizeof(json_t *));
+    if (!rows || !prev || (n > 0 && !names)) {
+        fprintf(stderr, "sluice %s: out of memory\n", cmd);
+        code = 1;
+        goto out;
+    }
+    const char *source = s.sock ? "sluiced" : "redis";
+    int fatal = 0;
+    if (!top) {
+        code = sample(&s, cmd, names, n, rows, &fatal);
+        if (!fatal) {
+            if (cli.json) print_json(rows, NULL, n, 0, source, 0);
+            else print_table(rows, NULL, n, 0, s.sock != NULL, 0);
+        }
+        goto out;
+    }
+    int tty = isatty(1);
+    code = sample(&s, cmd, names, n, prev, &fatal);
+    double t_prev = mono_s();
+    for (long long frame = 0; !fatal && (cli.iterations == 0 || frame < cli.iterations); frame++) {
+        struct timespec ts = {(time_t)(cli.interval_ms / 1000), (long)(cli.interval_ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+        code = sample(&s, cmd, names, n, rows, &fatal);
+        if (fatal) break;
+        double t_now = mono_s();
+        if (cli.json) {
+            print_json(rows, prev, n, t_now - t_prev, source, 1);
+        } else {
+            time_t now = time(NULL);
+            struct tm tm;
+            char when[32];
+            gmtime_r(&now, &tm);
+            strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
+            if (tty) printf("\033[H\033[2J");
+            else if (frame > 0) printf("\n");
+            printf("sluice top  %s  from %s%s%s  every %lld ms  (Ctrl-C to quit)\n\n", when, source,
+                   s.sock ? " " : "", s.sock ? s.sock : "", cli.interval_ms);
+            print_table(rows, prev, n, t_now - t_prev, s.sock != NULL, 1);
+        }
+        fflush(stdout);
+        json_t **swap = prev;
+        prev = rows;
+        rows = swap;
+        t_prev = t_now;
+    }
+out:
+    for (int i = 0; i < n; i++) {
+        if (rows) json_decref(rows[i]);
+        if (prev) json_decref(prev[i]);
+    }
+    free(rows);
+    free(prev);
+    for (int i = 0; i < nowned; i++) free(owned[i]);
+    free(owned);
+    if (s.c) redisFree(s.c);
+    config_free(cfg);
+    run_args_free(&a);
+    return code;
+}
+
+int cmd_status(int argc, char **argv) { return status_main("status", 0, argc, argv); }
+
+int cmd_top(int argc, char **argv) { return status_main("top", 1, argc, argv); }

@@ -1,0 +1,150 @@
+/* run_input: see run_input.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "run_input.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- run_set ------------------------------------------------------------------ */
+
+static uint64_t key_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static size_t find_slot(char **slots, size_t cap, const char *key) {
+    size_t i = (size_t)key_hash(key) & (cap - 1);
+    while (slots[i] && strcmp(slots[i], key) != 0) i = (i + 1) & (cap - 1);
+    return i;
+}
+
+int run_set_has(const run_set *s, const char *key) {
+    if (s->cap == 0) return 0;
+    return s->slots[find_slot(s->slots, s->cap, key)] != NULL;
+}
+
+static int grow(run_set *s) {
+    size_t cap = s->cap ? s->cap * 2 : 1024;
+    char **slots = calloc(cap, sizeof(*slots));
+    if (!slots) return -1;
+    for (size_t i = 0; i < s->cap; i++)
+        if (s->slots[i]) slots[find_slot(slots, cap, s->slots[i])] = s->slots[i];
+    free(s->slots);
+    s->slots = slots;
+    s->cap = cap;
+    return 0;
+}
+
+int run_set_add(run_set *s, const char *key) {
+    if ((s->n + 1) * 2 > s->cap && grow(s) != 0) return -1;
+    size_t i = find_slot(s->slots, s->cap, key);
+    if (s->slots[i]) return 0;
+    s->slots[i] = strdup(key);
+    if (!s->slots[i]) return -1;
+    s->n++;
+    return 1;
+}
+
+void run_set_free(run_set *s) {
+    for (size_t i = 0; i < s->cap; i++) free(s->slots[i]);
+    free(s->slots);
+    memset(s, 0, sizeof(*s));
+}
+
+/* ---- requests ------------------------------------------------------------------ */
+
+char *run_id_key(const json_t *id) {
+    if (!json_is_string(id) && !json_is_integer(id)) return NULL;
+    return json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
+}
+
+int run_line_blank(const char *line, size_t len) {
+    for (size_t i = 0; i < len; i++)
+        if (line[i] != ' ' && line[i] != '\t' && line[i] != '\r') return 0;
+    return 1;
+}
+
+static long long code_points(const char *s) {
+    long long n = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if ((*p & 0xC0) != 0x80) n++;
+    return n;
+}
+
+long long run_estimate_tokens(const json_t *body) {
+    long long chars = 0;
+    size_t i, j;
+    json_t *msg, *part;
+    json_array_foreach(json_object_get(body, "messages"), i, msg) {
+        json_t *content = json_object_get(msg, "content");
+        if (json_is_string(content)) {
+            chars += code_points(json_string_value(content));
+        } else if (json_is_array(content)) {
+            json_array_foreach(content, j, part) {
+                const char *t = json_string_value(json_object_get(part, "text"));
+                if (t) chars += code_points(t);
+            }
+        }
+    }
+    json_t *mt = json_object_get(body, "max_tokens");
+    if (!json_is_integer(mt)) mt = json_object_get(body, "max_completion_tokens");
+    long long max_tokens = json_is_integer(mt) && json_integer_value(mt) > 0 ? (long long)json_integer_value(mt) : 16;
+    return (chars + 3) / 4 + max_tokens;
+}
+
+static int fail(char *err, size_t errlen, const char *msg) {
+    snprintf(err, errlen, "%s", msg);
+    return -1;
+}
+
+int run_request_parse(const char *line, size_t len, long long lineno, const char *model,
+                      run_request *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof(*out));
+    json_error_t je;
+    json_t *body = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *id = body ? json_object_get(body, "id") : NULL;
+    if (id && (json_is_string(id) || json_is_integer(id))) out->id = json_incref(id);
+    else out->id = json_integer(lineno);
+    out->key = run_id_key(out->id);
+    if (!out->id || !out->key) {
+        json_decref(body);
+        return fail(err, errlen, "out of memory");
+    }
+    if (!body) {
+        snprintf(err, errlen, "not JSON: %s (column %d)", je.text, je.column);
+        return -1;
+    }
+    int rc = -1;
+    if (!json_is_object(body)) {
+        fail(err, errlen, "not a JSON object");
+    } else if (id && !json_is_string(id) && !json_is_integer(id)) {
+        fail(err, errlen, "\"id\" must be a string or an integer");
+    } else if (!json_is_array(json_object_get(body, "messages")) ||
+               json_array_size(json_object_get(body, "messages")) == 0) {
+        fail(err, errlen, "\"messages\" must be a non-empty array");
+    } else if (json_is_true(json_object_get(body, "stream"))) {
+        fail(err, errlen, "\"stream\": true is not supported by sluice run");
+    } else {
+        json_object_del(body, "id");
+        if (model && !json_object_get(body, "model")) json_object_set_new(body, "model", json_string(model));
+        out->tokens = run_estimate_tokens(body);
+        out->body = json_dumps(body, JSON_COMPACT);
+        if (!out->body) fail(err, errlen, "out of memory");
+        else {
+            out->body_len = strlen(out->body);
+            rc = 0;
+        }
+    }
+    json_decref(body);
+    return rc;
+}
+
+void run_request_free(run_request *r) {
+    json_decref(r->id);
+    free(r->key);
+    free(r->body);
+    memset(r, 0, sizeof(*r));
+}

@@ -1,0 +1,65 @@
+/* run_input: the requests of `sluice run`, one JSON object per line.
+ *
+ * A line is an OpenAI chat-completions request, optionally with an "id"
+ * (a string or an integer); without one, the line number (1-based) is its
+ * id. run_request_parse() checks the line, takes the id out of the body,
+ * fills in "model" for OpenAI-style endpoints when it is missing, and
+ * estimates the tokens the provider charges at admission with the mock's
+ * (and Azure's) formula: ceil(code points of the prompt / 4) + max_tokens
+ * (else max_completion_tokens, else 16).
+ *
+ * An id's key is its compact JSON text ("\"a-1\"", "17"), so a string id
+ * and a numeric one never collide. run_set is a set of such keys.
+ *
+ * Depends on jansson. No globals; not thread-safe (one owner). */
+#ifndef SLUICE_RUN_INPUT_H
+#define SLUICE_RUN_INPUT_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+/* ---- a set of id keys ---------------------------------------------------- */
+
+typedef struct run_set {
+    char **slots;   /* open addressing; NULL = empty */
+    size_t cap;     /* a power of two, or 0 */
+    size_t n;
+} run_set;
+
+/* An empty set needs no allocation: run_set s = {0}. */
+int run_set_has(const run_set *s, const char *key);
+/* Adds a copy of key. Returns 1 added, 0 already there, -1 out of memory. */
+int run_set_add(run_set *s, const char *key);
+void run_set_free(run_set *s);
+
+/* ---- one request --------------------------------------------------------- */
+
+typedef struct run_request {
+    json_t *id;        /* the id as it goes into the result (a new reference) */
+    char *key;         /* its key (malloc'd) */
+    char *body;        /* the request without "id", compact JSON (malloc'd) */
+    size_t body_len;
+    long long tokens;  /* the admission estimate */
+} run_request;
+
+/* The key of an id value (malloc'd), or NULL when id is not a string or an
+ * integer (or on OOM). */
+char *run_id_key(const json_t *id);
+
+/* Parses line (len bytes, no newline) number lineno. model: set as "model"
+ * when the body has none (NULL: leave it). Returns 0 and fills *out (free
+ * with run_request_free), or -1 with a message in err; then out->id and
+ * out->key are still set when an id could be read (line number otherwise),
+ * so the failure can be recorded against it. */
+int run_request_parse(const char *line, size_t len, long long lineno, const char *model,
+                      run_request *out, char *err, size_t errlen);
+void run_request_free(run_request *r);
+
+/* The admission estimate of a chat-completions body (see above). */
+long long run_estimate_tokens(const json_t *body);
+
+/* 1 when the line holds only blanks. */
+int run_line_blank(const char *line, size_t len);
+
+#endif

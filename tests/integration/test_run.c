@@ -1,0 +1,636 @@
+/* test_run: `sluice run`, the governed batch runner, as a batch team uses it.
+ *
+ * Each test starts a private redis-server, a `sluice mock` provider (the
+ * built binary, --port 0) and a sluiced (sluiced_fixture) whose generated
+ * configuration points the deployment at the mock; `sluice run` processes
+ * use that same configuration file, through sluiced (daemon mode) or with
+ * the engine in-process (--embedded). Runs are judged by their result
+ * files and by the provider's own ledger (GET /stats):
+ *   - two processes sharing one deployment's quota: every input line has
+ *     exactly one result, the provider saw zero 429s and accepted exactly
+ *     the inputs;
+ *   - one of two processes killed (SIGKILL) mid-run and rerun with the same
+ *     --out: the files complete, with no duplicate and no lost id;
+ *   - SIGINT: exit 130 with a summary; every call the provider answered is
+ *     in the results (nothing answered is lost); a rerun completes;
+ *   - a quota-exhausted deployment: every line in the errors file as
+ *     quota_exhausted after one attempt;
+ *   - OpenAI style, string ids, duplicates and malformed lines.
+ * Everything started is stopped and every temp dir removed, also when an
+ * assertion fails (the teardown runs). Skipped when sluiced is not built. */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "redis_fixture.h"
+#include "sluiced_fixture.h"
+
+#define WAIT_MS 60000
+
+/* ---- the world of one test ------------------------------------------------------------ */
+
+typedef struct world {
+    redis_fixture redis;
+    sluiced_fixture agent;
+    pid_t mock;
+    int mock_out;
+    int port;
+    char dir[256];   /* inputs and outputs */
+    int up;
+} world;
+
+static world W;
+static char sluice_bin[4096];
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1000 + (double)ts.tv_nsec / 1e6;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static int have_binaries(void) {
+    const char *dir = getenv("SLUICE_BUILD_DIR");
+    snprintf(sluice_bin, sizeof(sluice_bin), "%s/sluice", dir ? dir : ".");
+    if (access(sluice_bin, X_OK) != 0) {
+        fprintf(stderr, "test_run: SKIPPED: %s is not built\n", sluice_bin);
+        return 0;
+    }
+    return sluiced_fixture_binary() != NULL;
+}
+
+static void path_in(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", W.dir, name); }
+
+/* Starts `sluice mock --port 0 ARGS...` and reads its port. */
+static void mock_start(const char *const *args) {
+    const char *argv[32];
+    int n = 0, p[2];
+    argv[n++] = sluice_bin;
+    argv[n++] = "mock";
+    argv[n++] = "--port";
+    argv[n++] = "0";
+    for (; args && *args && n < 31; args++) argv[n++] = *args;
+    argv[n] = NULL;
+    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+    pid_t parent = getpid();
+    W.mock = fork();
+    assert_true(W.mock >= 0);
+    if (W.mock == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(1);
+        dup2(p[1], 1);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(p[1]);
+    W.mock_out = p[0];
+    char line[128];
+    size_t len = 0;
+    while (len + 1 < sizeof(line)) {
+        struct pollfd pf = {W.mock_out, POLLIN, 0};
+        assert_true(poll(&pf, 1, 10000) > 0);
+        assert_int_equal(read(W.mock_out, line + len, 1), 1);
+        if (line[len] == '\n') break;
+        len++;
+    }
+    line[len] = '\0';
+    assert_int_equal(sscanf(line, "listening on 127.0.0.1:%d", &W.port), 1);
+}
+
+/* Brings up Redis, the mock (mock_args) and sluiced with one deployment
+ * `d` at rpm / burst pointed at the mock (extra: more YAML under it). */
+static void world_up(int rpm, int burst, const char *const *mock_args, const char *extra) {
+    if (!have_binaries()) skip();
+    memset(&W, 0, sizeof(W));
+    W.mock = -1;
+    W.mock_out = -1;
+    snprintf(W.dir, sizeof(W.dir), "/tmp/test_run-XXXXXX");
+    assert_non_null(mkdtemp(W.dir));
+    W.up = 1;
+    assert_int_equal(redis_fixture_start(&W.redis, 0), 0);
+    mock_start(mock_args);
+    char yaml[2048];
+    snprintf(yaml, sizeof(yaml),
+             "redis: {url: \"unix://%s\"}\n"
+             "agent: {socket: \"%%SOCK%%\", heartbeat_ms: 200}\n"
+             "deployments:\n"
+             "  d:\n"
+             "    rpm: %d\n"
+             "    burst: {requests: %d}\n"
+             "    max_wait_ms: 600000\n"
+             "    jitter_ms: 25\n" /* ASan-built processes on a small machine start late */
+             "    endpoint: http://127.0.0.1:%d\n"
+             "%s",
+             W.redis.sock, rpm, burst, W.port, extra ? extra : "    api_version: \"2024-06-01\"\n");
+    assert_int_equal(sluiced_fixture_start(&W.agent, yaml), 0);
+}
+
+static int world_down(void **state) {
+    (void)state;
+    if (!W.up) return 0;
+    if (W.mock > 0) {
+        kill(W.mock, SIGTERM);
+        waitpid(W.mock, NULL, 0);
+    }
+    if (W.mock_out >= 0) close(W.mock_out);
+    sluiced_fixture_stop(&W.agent, 0);
+    redis_fixture_stop(&W.redis);
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", W.dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", W.dir);
+    memset(&W, 0, sizeof(W));
+    return 0;
+}
+
+/* ---- the provider's ledger ------------------------------------------------------------ */
+
+static json_t *ledger(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)W.port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    const char *req = "GET /stats HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    size_t cap = 1 << 20, len = 0;
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    for (;;) {
+        if (len + 1 >= cap) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            assert_non_null(buf);
+        }
+        ssize_t r = read(fd, buf + len, cap - len - 1);
+        if (r <= 0) break;
+        len += (size_t)r;
+    }
+    close(fd);
+    buf[len] = '\0';
+    char *body = strstr(buf, "\r\n\r\n");
+    assert_non_null(body);
+    json_t *j = json_loads(body + 4, 0, NULL);
+    free(buf);
+    assert_non_null(j);
+    return j;
+}
+
+static long long totals(const json_t *l, const char *field) {
+    return (long long)json_integer_value(json_object_get(json_object_get(l, "totals"), field));
+}
+
+/* ---- sluice run as a child ------------------------------------------------------------ */
+
+typedef struct proc {
+    pid_t pid;
+    char out[300];   /* its stdout, in the dir */
+} proc;
+
+/* Starts `sluice run --config C --deployment d ARGS...` (NULL-terminated),
+ * stdout to a file named after tag, stderr to another. */
+static void run_start(proc *p, const char *tag, ...) {
+    const char *argv[48];
+    int n = 0;
+    argv[n++] = sluice_bin;
+    argv[n++] = "run";
+    argv[n++] = "--config";
+    argv[n++] = W.agent.config;
+    argv[n++] = "--deployment";
+    argv[n++] = "d";
+    va_list ap;
+    va_start(ap, tag);
+    for (const char *a; (a = va_arg(ap, const char *)) != NULL && n < 47;) argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    char err[300];
+    snprintf(p->out, sizeof(p->out), "%s/%s.stdout", W.dir, tag);
+    snprintf(err, sizeof(err), "%s/%s.stderr", W.dir, tag);
+    pid_t parent = getpid();
+    p->pid = fork();
+    assert_true(p->pid >= 0);
+    if (p->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(1);
+        int o = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int e = open(err, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(o, 1);
+        dup2(e, 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+}
+
+/* Waits for the process; returns its exit code (128 + signal if killed). */
+static int run_wait(proc *p) {
+    int st = 0;
+    double end = now_ms() + WAIT_MS;
+    while (waitpid(p->pid, &st, WNOHANG) == 0) {
+        if (now_ms() > end) {
+            kill(p->pid, SIGKILL);
+            waitpid(p->pid, &st, 0);
+            fail_msg("sluice run did not finish within %d ms", WAIT_MS);
+        }
+        sleep_ms(10);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The JSON summary: the last line of the process' stdout. */
+static json_t *summary(const proc *p) {
+    FILE *f = fopen(p->out, "r");
+    assert_non_null(f);
+    char line[4096], last[4096] = "";
+    while (fgets(line, sizeof(line), f)) snprintf(last, sizeof(last), "%s", line);
+    fclose(f);
+    json_t *j = json_loads(last, 0, NULL);
+    if (!j) fail_msg("no JSON summary in %s: '%s'", p->out, last);
+    return j;
+}
+
+static long long sint(const json_t *o, const char *k) { return (long long)json_integer_value(json_object_get(o, k)); }
+
+/* ---- files ------------------------------------------------------------------ */
+
+/* n requests, ids "r1".."rn" unless numeric (then no id: the line number). */
+static void write_input(const char *name, int n, int with_ids) {
+    char path[300];
+    path_in(path, sizeof(path), name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 1; i <= n; i++) {
+        if (with_ids) fprintf(f, "{\"id\":\"r%d\",", i);
+        else fprintf(f, "{");
+        fprintf(f, "\"messages\":[{\"role\":\"user\",\"content\":\"request number %d\"}],\"max_tokens\":20}\n", i);
+    }
+    fclose(f);
+}
+
+static int count_lines(const char *name) {
+    char path[300];
+    path_in(path, sizeof(path), name);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int n = 0, c;
+    while ((c = fgetc(f)) != EOF) n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+/* Adds the ids of every record of file to seen[] (ids rN or N, 1..n);
+ * returns the number of records, fails on a duplicate. */
+static int collect_ids(const char *name, int *seen, int n, const char *status_field_must_be_200) {
+    char path[300];
+    path_in(path, sizeof(path), name);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char *line = NULL;
+    size_t cap = 0;
+    int recs = 0;
+    while (getline(&line, &cap, f) > 0) {
+        json_t *j = json_loads(line, 0, NULL);
+        if (!j) fail_msg("%s: not JSON: %s", name, line);
+        const json_t *id = json_object_get(j, "id");
+        int k = json_is_string(id) ? atoi(json_string_value(id) + 1) : (int)json_integer_value(id);
+        assert_true(k >= 1 && k <= n);
+        if (seen[k]) fail_msg("%s: id %d is recorded twice", name, k);
+        seen[k] = 1;
+        if (status_field_must_be_200) {
+            assert_int_equal(sint(j, "status"), 200);
+            assert_true(json_is_object(json_object_get(j, "response")));
+            assert_true(sint(j, "attempts") >= 1);
+        }
+        recs++;
+        json_decref(j);
+    }
+    free(line);
+    fclose(f);
+    return recs;
+}
+
+static void wait_lines(const char *name, int n, proc *p) {
+    double end = now_ms() + WAIT_MS;
+    while (count_lines(name) < n) {
+        int st;
+        if (waitpid(p->pid, &st, WNOHANG) == p->pid) fail_msg("sluice run exited before %d results", n);
+        if (now_ms() > end) fail_msg("no %d results in %s", n, name);
+        sleep_ms(20);
+    }
+}
+
+/* ---- tests ------------------------------------------------------------------ */
+
+static const char *const mock_fast[] = {"--rpm", "1200", "--burst", "10", "--service-ms", "20-40", NULL};
+
+/* Two processes, one through sluiced, one embedded, split one input file
+ * and share the deployment's quota. */
+static void test_two_processes_share_quota(void **state) {
+    (void)state;
+    world_up(1200, 10, mock_fast, NULL);
+    enum { N = 80 };
+    write_input("in.jsonl", N, 1);
+    char in[300], oa[300], ob[300];
+    path_in(in, sizeof(in), "in.jsonl");
+    path_in(oa, sizeof(oa), "a.jsonl");
+    path_in(ob, sizeof(ob), "b.jsonl");
+    proc a, b;
+    run_start(&a, "a", "--in", in, "--out", oa, "--shard", "0/2", "--header", "x-client-id: a", NULL);
+    run_start(&b, "b", "--in", in, "--out", ob, "--shard", "1/2", "--embedded", "--header", "x-client-id: b", NULL);
+    assert_int_equal(run_wait(&a), 0);
+    assert_int_equal(run_wait(&b), 0);
+
+    int seen[N + 1] = {0};
+    int ra = collect_ids("a.jsonl", seen, N, "200"), rb = collect_ids("b.jsonl", seen, N, "200");
+    assert_int_equal(ra + rb, N);
+    for (int i = 1; i <= N; i++) assert_int_equal(seen[i], 1);
+    assert_int_equal(count_lines("a.jsonl.errors.jsonl") + count_lines("b.jsonl.errors.jsonl"), 0);
+
+    json_t *sa = summary(&a), *sb = summary(&b);
+    assert_int_equal(sint(sa, "ok"), N / 2);
+    assert_int_equal(sint(sb, "ok"), N / 2);
+    assert_string_equal(json_string_value(json_object_get(sb, "mode")), "embedded");
+    json_decref(sa);
+    json_decref(sb);
+
+    json_t *l = ledger();
+    fprintf(stderr, "ledger: requests %lld accepted %lld 429 %lld\n", totals(l, "requests"), totals(l, "accepted"),
+            totals(l, "status_429"));
+    assert_int_equal(totals(l, "status_429"), 0);
+    assert_int_equal(totals(l, "accepted"), N);
+    assert_int_equal(totals(l, "requests"), N);
+    /* Both clients were served by the same provider. */
+    const json_t *clients = json_object_get(l, "clients");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(clients, "a"), "accepted")), N / 2);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(clients, "b"), "accepted")), N / 2);
+    json_decref(l);
+}
+
+/* Two processes; one is killed with SIGKILL after some results and rerun
+ * with the same --out: the files complete, no duplicates, nothing lost. */
+static void test_kill_and_resume(void **state) {
+    (void)state;
+    world_up(1200, 10, mock_fast, NULL);
+    enum { N = 100 };
+    write_input("in.jsonl", N, 0);
+    char in[300], oa[300], ob[300];
+    path_in(in, sizeof(in), "in.jsonl");
+    path_in(oa, sizeof(oa), "a.jsonl");
+    path_in(ob, sizeof(ob), "b.jsonl");
+    proc a, b, b2;
+    run_start(&a, "a", "--in", in, "--out", oa, "--shard", "0/2", NULL);
+    run_start(&b, "b", "--in", in, "--out", ob, "--shard", "1/2", "--embedded", NULL);
+    wait_lines("b.jsonl", 10, &b);
+    kill(b.pid, SIGKILL);
+    assert_int_equal(run_wait(&b), 128 + SIGKILL);
+    int before = count_lines("b.jsonl");
+    assert_true(before < N / 2);
+    run_start(&b2, "b2", "--in", in, "--out", ob, "--shard", "1/2", "--embedded", NULL);
+    assert_int_equal(run_wait(&b2), 0);
+    assert_int_equal(run_wait(&a), 0);
+
+    int seen[N + 1] = {0};
+    int ra = collect_ids("a.jsonl", seen, N, "200"), rb = collect_ids("b.jsonl", seen, N, "200");
+    assert_int_equal(ra, N / 2);
+    assert_int_equal(rb, N / 2);
+    for (int i = 1; i <= N; i++) assert_int_equal(seen[i], 1);
+    json_t *s = summary(&b2);
+    assert_int_equal(sint(s, "done_before"), before);
+    assert_int_equal(sint(s, "ok"), N / 2 - before);
+    assert_int_equal(sint(s, "remaining"), 0);
+    json_decref(s);
+    json_t *l = ledger();
+    fprintf(stderr, "ledger: requests %lld accepted %lld 429 %lld (killed with %d results)\n",
+            totals(l, "requests"), totals(l, "accepted"), totals(l, "status_429"), before);
+    /* Calls in flight when the process died were served but never
+     * recorded: they are done again, so accepted >= N. */
+    assert_true(totals(l, "accepted") >= N);
+    assert_int_equal(totals(l, "status_429"), 0);
+    json_decref(l);
+}
+
+/* SIGINT: stop taking work, finish calls in flight, write them, exit 130
+ * with a summary. Everything the provider answered is in the results. */
+static void test_sigint_loses_nothing(void **state) {
+    (void)state;
+    static const char *const slow[] = {"--rpm", "600", "--burst", "10", "--service-ms", "150-250", NULL};
+    world_up(600, 10, slow, NULL);
+    enum { N = 60 };
+    write_input("in.jsonl", N, 1);
+    char in[300], out[300];
+    path_in(in, sizeof(in), "in.jsonl");
+    path_in(out, sizeof(out), "out.jsonl");
+    proc p, p2;
+    run_start(&p, "p", "--in", in, "--out", out, NULL);
+    wait_lines("out.jsonl", 12, &p);
+    kill(p.pid, SIGINT);
+    assert_int_equal(run_wait(&p), 130);
+    json_t *s = summary(&p);
+    assert_string_equal(json_string_value(json_object_get(s, "interrupted")), "SIGINT");
+    int done = count_lines("out.jsonl");
+    assert_int_equal(sint(s, "ok"), done);
+    assert_true(done < N);
+    assert_int_equal(sint(s, "remaining"), N - done);
+    json_decref(s);
+    json_t *l = ledger();
+    /* Every call the provider accepted was answered and written. */
+    assert_int_equal(totals(l, "accepted"), done);
+    assert_int_equal(totals(l, "abandoned"), 0);
+    json_decref(l);
+
+    run_start(&p2, "p2", "--in", in, "--out", out, NULL);
+    assert_int_equal(run_wait(&p2), 0);
+    int seen[N + 1] = {0};
+    assert_int_equal(collect_ids("out.jsonl", seen, N, "200"), N);
+    l = ledger();
+    assert_int_equal(totals(l, "accepted"), N);
+    assert_int_equal(totals(l, "status_429"), 0);
+    json_decref(l);
+}
+
+/* insufficient_quota is never retried: every line to the errors file. */
+static void test_quota_exhausted(void **state) {
+    (void)state;
+    static const char *const exhausted[] = {"--rpm", "1200", "--service-ms", "5", "--quota-exhausted", NULL};
+    world_up(1200, 10, exhausted, NULL);
+    enum { N = 6 };
+    write_input("in.jsonl", N, 1);
+    char in[300], out[300], errs[300];
+    path_in(in, sizeof(in), "in.jsonl");
+    path_in(out, sizeof(out), "out.jsonl");
+    path_in(errs, sizeof(errs), "errors.jsonl");
+    proc p;
+    run_start(&p, "p", "--in", in, "--out", out, "--errors", errs, NULL);
+    assert_int_equal(run_wait(&p), 1);
+    assert_int_equal(count_lines("out.jsonl"), 0);
+    int seen[N + 1] = {0};
+    assert_int_equal(collect_ids("errors.jsonl", seen, N, NULL), N);
+    FILE *f = fopen(errs, "r");
+    char line[4096];
+    while (fgets(line, sizeof(line), f)) {
+        json_t *j = json_loads(line, 0, NULL);
+        assert_non_null(j);
+        assert_string_equal(json_string_value(json_object_get(j, "classification")), "quota_exhausted");
+        assert_string_equal(json_string_value(json_object_get(j, "reason")), "not_retryable");
+        assert_int_equal(sint(j, "attempts"), 1);
+        assert_int_equal(sint(j, "status"), 429);
+        assert_non_null(strstr(json_string_value(json_object_get(j, "message")), "quota"));
+        json_decref(j);
+    }
+    fclose(f);
+    json_t *s = summary(&p);
+    assert_int_equal(sint(s, "failed"), N);
+    assert_int_equal(sint(s, "attempts"), N);
+    json_decref(s);
+    json_t *l = ledger();
+    assert_int_equal(totals(l, "insufficient_quota"), N);
+    json_decref(l);
+    /* A rerun has nothing left to do. */
+    proc p2;
+    run_start(&p2, "p2", "--in", in, "--out", out, "--errors", errs, NULL);
+    assert_int_equal(run_wait(&p2), 0);
+    s = summary(&p2);
+    assert_int_equal(sint(s, "done_before"), N);
+    assert_int_equal(sint(s, "attempts"), 0);
+    json_decref(s);
+}
+
+/* OpenAI style ("model" filled in from the deployment), embedded mode,
+ * string and numeric ids, a duplicate id, a malformed line, a blank line,
+ * and a partial last record left by a crash. */
+static void test_openai_style_and_bad_lines(void **state) {
+    (void)state;
+    world_up(1200, 10, mock_fast, "    style: openai\n");
+    char in[300], out[300];
+    path_in(in, sizeof(in), "in.jsonl");
+    path_in(out, sizeof(out), "out.jsonl");
+    FILE *f = fopen(in, "w");
+    assert_non_null(f);
+    fputs("{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"one\"}]}\n", f);
+    fputs("{\"id\":7,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"two\"}]}]}\n", f);
+    fputs("\n", f);
+    fputs("{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"duplicate\"}]}\n", f);
+    fputs("{this is not json\n", f);
+    fputs("{\"messages\":[{\"role\":\"user\",\"content\":\"line six\"}]}\n", f);
+    fputs("{\"id\":\"b\",\"messages\":[]}\n", f);
+    fclose(f);
+    /* A crash left half a record at the end of the results file. */
+    f = fopen(out, "w");
+    fputs("{\"id\":\"zz\",\"status\":200,\"resp", f);
+    fclose(f);
+    proc p;
+    run_start(&p, "p", "--in", in, "--out", out, "--embedded", NULL);
+    assert_int_equal(run_wait(&p), 1); /* two bad lines */
+    json_t *s = summary(&p);
+    assert_int_equal(sint(s, "total"), 5);
+    assert_int_equal(sint(s, "ok"), 3);
+    assert_int_equal(sint(s, "failed"), 2);
+    json_decref(s);
+    assert_int_equal(count_lines("out.jsonl"), 3);
+    f = fopen(out, "r");
+    char line[8192];
+    int got_a = 0, got_7 = 0, got_6 = 0;
+    while (fgets(line, sizeof(line), f)) {
+        json_t *j = json_loads(line, 0, NULL);
+        assert_non_null(j);
+        const json_t *id = json_object_get(j, "id");
+        if (json_is_string(id) && strcmp(json_string_value(id), "a") == 0) got_a++;
+        if (json_is_integer(id) && json_integer_value(id) == 7) got_7++;
+        if (json_is_integer(id) && json_integer_value(id) == 6) got_6++;
+        /* The mock's OpenAI route takes the deployment from "model". */
+        assert_string_equal(json_string_value(json_object_get(json_object_get(j, "response"), "model")), "d");
+        json_decref(j);
+    }
+    fclose(f);
+    assert_int_equal(got_a, 1);
+    assert_int_equal(got_7, 1);
+    assert_int_equal(got_6, 1);
+    path_in(out, sizeof(out), "out.jsonl.errors.jsonl");
+    f = fopen(out, "r");
+    assert_non_null(f);
+    int bad = 0;
+    while (fgets(line, sizeof(line), f)) {
+        json_t *j = json_loads(line, 0, NULL);
+        assert_non_null(j);
+        assert_string_equal(json_string_value(json_object_get(j, "classification")), "bad_input");
+        assert_int_equal(sint(j, "attempts"), 0);
+        bad++;
+        json_decref(j);
+    }
+    fclose(f);
+    assert_int_equal(bad, 2);
+    json_t *l = ledger();
+    assert_int_equal(totals(l, "accepted"), 3);
+    assert_int_equal(totals(l, "requests"), 3);
+    json_decref(l);
+}
+
+/* Usage errors exit 2; an unknown deployment or a missing daemon exit 1. */
+static void test_usage_errors(void **state) {
+    (void)state;
+    world_up(1200, 10, mock_fast, NULL);
+    write_input("in.jsonl", 2, 1);
+    char in[300], out[300];
+    path_in(in, sizeof(in), "in.jsonl");
+    path_in(out, sizeof(out), "out.jsonl");
+    proc p;
+    run_start(&p, "u1", "--in", in, NULL);
+    assert_int_equal(run_wait(&p), 2);
+    run_start(&p, "u2", "--in", in, "--out", out, "--concurrency", "0", NULL);
+    assert_int_equal(run_wait(&p), 2);
+    /* A deployment the config does not have. */
+    const char *argv[] = {sluice_bin, "run", "--config", W.agent.config, "-d", "nope", "--in", in, "--out", out, NULL};
+    pid_t pid = fork();
+    if (pid == 0) {
+        int dn = open("/dev/null", O_WRONLY);
+        dup2(dn, 1);
+        dup2(dn, 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    assert_int_equal(WEXITSTATUS(st), 1);
+    /* No sluiced on that socket. */
+    char sock[300];
+    path_in(sock, sizeof(sock), "nobody.sock");
+    run_start(&p, "u3", "--in", in, "--out", out, "--socket", sock, NULL);
+    assert_int_equal(run_wait(&p), 1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_two_processes_share_quota, world_down),
+        cmocka_unit_test_teardown(test_kill_and_resume, world_down),
+        cmocka_unit_test_teardown(test_sigint_loses_nothing, world_down),
+        cmocka_unit_test_teardown(test_quota_exhausted, world_down),
+        cmocka_unit_test_teardown(test_openai_style_and_bad_lines, world_down),
+        cmocka_unit_test_teardown(test_usage_errors, world_down),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

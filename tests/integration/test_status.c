@@ -1,0 +1,279 @@
+/* test_status: `sluice status` and `sluice top` against a live fleet.
+ *
+ * Starts a private redis-server and a sluiced (sluiced_fixture) with two
+ * deployments, makes some grants through sluiced's socket (ACQUIRE /
+ * SETTLE, as any worker does), then runs the built `sluice status` and
+ * `sluice top` and checks what they print: from Redis with the config
+ * (--config), and from sluiced (--socket). Skipped when sluiced is not
+ * built. */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+#include <jansson.h>
+
+#include "redis_fixture.h"
+#include "sluiced_fixture.h"
+
+static redis_fixture redis;
+static sluiced_fixture agent;
+static int up;
+static char sluice_bin[4096];
+
+/* What one run of the CLI printed. */
+typedef struct output {
+    int code;
+    char out[65536];
+    char err[8192];
+} output;
+
+static output o;
+
+static int world_down(void **state);
+
+static int world_up(void **state) {
+    (void)state;
+    const char *dir = getenv("SLUICE_BUILD_DIR");
+    snprintf(sluice_bin, sizeof(sluice_bin), "%s/sluice", dir ? dir : ".");
+    if (access(sluice_bin, X_OK) != 0 || !sluiced_fixture_binary()) {
+        fprintf(stderr, "test_status: SKIPPED: sluice or sluiced is not built\n");
+        return 0;
+    }
+    if (redis_fixture_start(&redis, 0) != 0) return -1;
+    up = 1; /* from here on, world_down cleans up, also after a failure */
+    char yaml[1024];
+    snprintf(yaml, sizeof(yaml),
+             "redis: {url: \"unix://%s\"}\n"
+             "agent: {socket: \"%%SOCK%%\", heartbeat_ms: 200}\n"
+             "deployments:\n"
+             "  d:\n"
+             "    rpm: 600\n"
+             "    burst: {requests: 10}\n"
+             "  e:\n"
+             "    rpm: 60\n"
+             "    tpm: 100000\n",
+             redis.sock);
+    if (sluiced_fixture_start(&agent, yaml) != 0) return world_down(state), -1;
+    /* Some traffic on d: grants, settled ok. */
+    redisContext *c = redisConnectUnix(agent.sock);
+    if (!c || c->err) {
+        if (c) redisFree(c);
+        return world_down(state), -1;
+    }
+    for (int i = 0; i < 5; i++) {
+        redisReply *r = redisCommand(c, "ACQUIRE d TOKENS 100");
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3) {
+            if (r) freeReplyObject(r);
+            redisFree(c);
+            return world_down(state), -1;
+        }
+        redisReply *s = redisCommand(c, "SETTLE %s TOKENS 50 STATUS ok", r->element[0]->str);
+        freeReplyObject(r);
+        if (s) freeReplyObject(s);
+    }
+    redisFree(c);
+    return 0;
+}
+
+static int world_down(void **state) {
+    (void)state;
+    if (!up) return 0;
+    sluiced_fixture_stop(&agent, 0);
+    redis_fixture_stop(&redis);
+    up = 0;
+    return 0;
+}
+
+/* Runs `sluice ARGS...` (NULL-terminated) into o. */
+static void cli(const char *first, ...) {
+    const char *argv[32];
+    int n = 0, po[2], pe[2];
+    argv[n++] = sluice_bin;
+    argv[n++] = first;
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a; (a = va_arg(ap, const char *)) != NULL && n < 31;) argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    assert_int_equal(pipe2(po, O_CLOEXEC), 0);
+    assert_int_equal(pipe2(pe, O_CLOEXEC), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(po[1], 1);
+        dup2(pe[1], 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(po[1]);
+    close(pe[1]);
+    memset(&o, 0, sizeof(o));
+    size_t lo = 0, le = 0;
+    struct pollfd p[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
+    int open_fds = 2;
+    while (open_fds > 0) {
+        assert_true(poll(p, 2, 30000) > 0);
+        for (int i = 0; i < 2; i++) {
+            if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP))) continue;
+            char *buf = i == 0 ? o.out + lo : o.err + le;
+            size_t room = i == 0 ? sizeof(o.out) - 1 - lo : sizeof(o.err) - 1 - le;
+            char sink[4096];
+            ssize_t r = read(p[i].fd, room ? buf : sink, room ? room : sizeof(sink));
+            if (r <= 0) {
+                close(p[i].fd);
+                p[i].fd = -1;
+                open_fds--;
+            } else if (room) {
+                if (i == 0) lo += (size_t)r;
+                else le += (size_t)r;
+            }
+        }
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    o.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static const json_t *first_deployment(json_t *doc) {
+    const json_t *arr = json_object_get(doc, "deployments");
+    assert_true(json_is_array(arr));
+    assert_true(json_array_size(arr) >= 1);
+    return json_array_get(arr, 0);
+}
+
+static long long jint(const json_t *o_, const char *k) {
+    const json_t *v = json_object_get(o_, k);
+    if (!json_is_integer(v)) fail_msg("field %s is not an integer", k);
+    return (long long)json_integer_value(v);
+}
+
+/* From Redis, with the config. */
+static void test_status_json(void **state) {
+    (void)state;
+    if (!up) skip();
+    cli("status", "--config", agent.config, "--json", "d", NULL);
+    if (o.code != 0) fprintf(stderr, "stderr: %s\n", o.err);
+    assert_int_equal(o.code, 0);
+    json_t *doc = json_loads(o.out, 0, NULL);
+    assert_non_null(doc);
+    assert_string_equal(json_string_value(json_object_get(doc, "source")), "redis");
+    const json_t *d = first_deployment(doc);
+    assert_string_equal(json_string_value(json_object_get(d, "deployment")), "d");
+    assert_int_equal(jint(d, "rpm"), 600);
+    assert_int_equal(jint(d, "burst_requests"), 10);
+    assert_true(jint(d, "granted_total") >= 5);
+    assert_true(jint(d, "settled_ok") >= 5);
+    assert_true(jint(d, "live_agents") >= 1);
+    assert_true(jint(d, "retry_balance") > 0);
+    assert_true(json_is_number(json_object_get(d, "effective_rpm")));
+    json_decref(doc);
+}
+
+/* From sluiced's STATUS: the agent's view too. */
+static void test_status_socket(void **state) {
+    (void)state;
+    if (!up) skip();
+    cli("status", "--socket", agent.sock, "--json", NULL);
+    assert_int_equal(o.code, 0);
+    json_t *doc = json_loads(o.out, 0, NULL);
+    assert_non_null(doc);
+    assert_string_equal(json_string_value(json_object_get(doc, "source")), "sluiced");
+    /* Without names or a config: every deployment sluiced has, in order. */
+    const json_t *arr = json_object_get(doc, "deployments");
+    assert_int_equal(json_array_size(arr), 2);
+    const json_t *d = json_array_get(arr, 0);
+    assert_string_equal(json_string_value(json_object_get(d, "mode")), "redis");
+    assert_true(jint(d, "granted_total") >= 5);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(arr, 1), "deployment")), "e");
+    json_decref(doc);
+}
+
+/* The readable table: a header and one row per deployment of the config. */
+static void test_status_table(void **state) {
+    (void)state;
+    if (!up) skip();
+    cli("status", "--config", agent.config, NULL);
+    assert_int_equal(o.code, 0);
+    assert_non_null(strstr(o.out, "DEPLOYMENT"));
+    assert_non_null(strstr(o.out, "\nd "));
+    assert_non_null(strstr(o.out, "\ne "));
+    assert_non_null(strstr(o.out, "100000")); /* e's tpm */
+}
+
+static int count(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p++) n++;
+    return n;
+}
+
+/* top: N frames, then exit; rates from the counters' deltas. */
+static void test_top_frames(void **state) {
+    (void)state;
+    if (!up) skip();
+    cli("top", "--config", agent.config, "--iterations", "2", "--interval-ms", "200", NULL);
+    assert_int_equal(o.code, 0);
+    assert_int_equal(count(o.out, "sluice top "), 2);
+    assert_int_equal(count(o.out, "GRANTS/S"), 2);
+    /* Not a terminal: no escape sequences. */
+    assert_null(strchr(o.out, '\033'));
+
+    cli("top", "--socket", agent.sock, "--json", "-n", "2", "--interval-ms", "200", "d", NULL);
+    assert_int_equal(o.code, 0);
+    assert_int_equal(count(o.out, "\n"), 2);
+    char *nl = strchr(o.out, '\n');
+    *nl = '\0';
+    json_t *doc = json_loads(o.out, 0, NULL);
+    assert_non_null(doc);
+    const json_t *rates = json_object_get(first_deployment(doc), "rates");
+    assert_true(json_is_object(rates));
+    assert_true(json_is_number(json_object_get(rates, "grants_per_s")));
+    assert_true(json_number_value(json_object_get(rates, "quota_per_s")) > 9.99);
+    json_decref(doc);
+}
+
+/* An unknown deployment is a clear error, exit 1; the others still print. */
+static void test_unknown_deployment(void **state) {
+    (void)state;
+    if (!up) skip();
+    cli("status", "--config", agent.config, "nope", NULL);
+    assert_int_equal(o.code, 1);
+    assert_non_null(strstr(o.err, "unknown deployment 'nope'"));
+    cli("status", "--config", agent.config, "--json", "d", "nope", NULL);
+    assert_int_equal(o.code, 1);
+    json_t *doc = json_loads(o.out, 0, NULL);
+    assert_non_null(doc);
+    assert_int_equal(json_array_size(json_object_get(doc, "deployments")), 1);
+    json_decref(doc);
+    cli("status", "--socket", agent.sock, "nope", NULL);
+    assert_int_equal(o.code, 1);
+    assert_non_null(strstr(o.err, "unknown deployment 'nope'"));
+    /* Usage errors: 2; no sluiced on the socket: 1. */
+    cli("status", "--bogus", NULL);
+    assert_int_equal(o.code, 2);
+    cli("status", "--socket", "/nonexistent/agent.sock", NULL);
+    assert_int_equal(o.code, 1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_status_json),       cmocka_unit_test(test_status_socket),
+        cmocka_unit_test(test_status_table),      cmocka_unit_test(test_top_frames),
+        cmocka_unit_test(test_unknown_deployment),
+    };
+    return cmocka_run_group_tests(tests, world_up, world_down);
+}
