@@ -269,8 +269,12 @@ int sl_curl_perform(sl_gov *gov, void *easy, const sl_call_opts *opts_in, sl_cal
         }
         sl_grant *g = NULL;
         rc = sl_acquire(gov, &req, &g);
+        /* The acquire ran out of the call's time (its deadline is the call's
+         * minus min_attempt_ms): for the call that is the deadline, as when
+         * the backoff finds no time left. */
+        if (rc == SL_ETIMEDOUT && o.deadline_ms > 0) rc = SL_EDEADLINE;
         if (rc != 0) {
-            r.outcome = rc == SL_ESHED ? "shed" : rc == SL_ETIMEDOUT ? "deadline" : "error";
+            r.outcome = rc == SL_ESHED ? "shed" : rc == SL_EDEADLINE ? "deadline" : "error";
             r.retry_after_ms = sl_retry_after_ms(gov);
             snprintf(r.message, sizeof(r.message), "%s", sl_errmsg(gov));
             break;

@@ -1,15 +1,18 @@
-/* libFuzzer target for the configuration loader (agent/config.c) through
+/* libFuzzer target for the configuration loader (agent/config.c, the
+ * schema, over agent/cfgtab.c, the YAML engine) through
  * config_load_string(). Checked: no crash, leak or UB; a failure leaves
  * *out NULL and a message that starts with the name; a success yields a
  * config whose invariants hold (at least one deployment, every string
  * non-NULL, every deployment found by name, burst and ranges sane).
  *
- * config.c is included rather than linked, so that libFuzzer sees its
- * edges (sluice_engine is built without coverage instrumentation); it must
- * come first because it sets _POSIX_C_SOURCE. */
-#include "config.c"
+ * Both files are linked from sluice_engine: with SLUICE_FUZZ the whole
+ * project is compiled with -fsanitize=fuzzer-no-link, so libFuzzer sees
+ * their edges. */
+#include "config.h"
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

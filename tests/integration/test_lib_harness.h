@@ -5,8 +5,8 @@
  *     Retry-After, 503, quota errors and slow responses (/ok, /flaky
  *     [?code=503], /429?ra=N, /503, /quota, /slow?ms=N, /big?bytes=N), and logs the
  *     arrival time and status of every request;
- *   - real sluiced processes (from $SLUICE_BUILD_DIR/agent/sluiced) on
- *     private sockets, killed with the test (PR_SET_PDEATHSIG).
+ *   - lib_daemon: a sluiced (sluiced_fixture) on a private socket with the
+ *     config these tests share.
  * Header-only, static functions: each test stays one file plus this. */
 #ifndef SLUICE_TEST_LIB_HARNESS_H
 #define SLUICE_TEST_LIB_HARNESS_H
@@ -34,21 +34,15 @@
 
 #include <hiredis/hiredis.h>
 
+#include "proc.h"
 #include "redis_fixture.h"
+#include "sluiced_fixture.h"
 
 #define H_FN static __attribute__((unused))
 
-H_FN double h_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
+H_FN double h_now(void) { return proc_now_ms(); }
 
-H_FN void h_sleep(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
-    }
-}
+H_FN void h_sleep(int ms) { proc_sleep_ms(ms); }
 
 /* ---- the HTTP provider -------------------------------------------------------- */
 
@@ -266,104 +260,31 @@ H_FN void http_url(const http_server *s, const char *path, char *buf, size_t n) 
 
 /* ---- sluiced -------------------------------------------------------------------- */
 
-typedef struct lib_daemon {
-    pid_t pid;
-    char dir[300], sock[400], config[400], log[400];
-} lib_daemon;
+/* A sluiced the library talks to (sock is what sl_options.socket_path gets). */
+typedef sluiced_fixture lib_daemon;
 
 /* The sluiced binary, or NULL when it is not built (the daemon-mode tests
  * then skip, saying so). */
-H_FN const char *lib_sluiced_path(void) {
-    static char path[600];
-    const char *dir = getenv("SLUICE_BUILD_DIR");
-    if (!dir || !*dir) return NULL;
-    snprintf(path, sizeof(path), "%s/agent/sluiced", dir);
-    return access(path, X_OK) == 0 ? path : NULL;
-}
-
-static int lib_daemon_pings(const lib_daemon *d) {
-    struct timeval tv = {1, 0};
-    redisContext *c = redisConnectUnixWithTimeout(d->sock, tv);
-    if (!c || c->err) {
-        if (c) redisFree(c);
-        return 0;
-    }
-    redisReply *r = redisCommand(c, "PING");
-    int ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
-    if (r) freeReplyObject(r);
-    redisFree(c);
-    return ok;
-}
+H_FN const char *lib_sluiced_path(void) { return sluiced_fixture_binary(); }
 
 /* Starts sluiced in base/name against fx with the given deployments YAML
- * (indented under `deployments:`). Returns 0, or -1 with its log on stderr. */
+ * (indented under `deployments:`), as agent `name` with a 200 ms
+ * heartbeat. Returns 0, or -1 with its log on stderr. */
 H_FN int lib_daemon_start(lib_daemon *d, const redis_fixture *fx, const char *base, const char *name,
                           const char *deployments) {
-    const char *bin = lib_sluiced_path();
-    if (!bin) return -1;
-    memset(d, 0, sizeof(*d));
-    snprintf(d->dir, sizeof(d->dir), "%s/%s", base, name);
-    mkdir(d->dir, 0700);
-    snprintf(d->sock, sizeof(d->sock), "%s/agent.sock", d->dir);
-    snprintf(d->config, sizeof(d->config), "%s/sluiced.yaml", d->dir);
-    snprintf(d->log, sizeof(d->log), "%s/sluiced.log", d->dir);
-    FILE *f = fopen(d->config, "w");
-    if (!f) return -1;
-    fprintf(f,
-            "redis:\n  url: unix://%s\n  timeout_ms: 500\n  connect_timeout_ms: 500\n"
-            "agent:\n  id: %s\n  socket: %s\n  socket_mode: \"0600\"\n  heartbeat_ms: 200\n"
-            "deployments:\n%s",
-            fx->sock, name, d->sock, deployments);
-    fclose(f);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(1);
-        int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execl(bin, bin, "--config", d->config, (char *)NULL);
-        _exit(127);
-    }
-    d->pid = pid;
-    double deadline = h_now() + 10000;
-    while (h_now() < deadline) {
-        if (lib_daemon_pings(d)) return 0;
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            d->pid = 0;
-            break;
-        }
-        h_sleep(10);
-    }
-    FILE *lf = fopen(d->log, "r");
-    fprintf(stderr, "sluiced did not start; its log:\n");
-    if (lf) {
-        char line[512];
-        while (fgets(line, sizeof(line), lf)) fputs(line, stderr);
-        fclose(lf);
-    }
-    return -1;
+    if (sluiced_fixture_init(d, base, name) != 0) return -1;
+    char text[8192];
+    if ((size_t)snprintf(text, sizeof(text),
+                         "redis:\n  url: unix://%s\n  timeout_ms: 500\n  connect_timeout_ms: 500\n"
+                         "agent:\n  id: %s\n  socket: %s\n  socket_mode: \"0600\"\n  heartbeat_ms: 200\n"
+                         "deployments:\n%s",
+                         fx->sock, name, d->sock, deployments) >= sizeof(text))
+        return -1;
+    if (sluiced_fixture_write_config(d, text) != 0) return -1;
+    return sluiced_fixture_launch(d, NULL, 10000);
 }
 
-H_FN void lib_daemon_stop(lib_daemon *d) {
-    if (d->pid <= 0) return;
-    kill(d->pid, SIGTERM);
-    for (int i = 0; i < 1000; i++) {
-        if (waitpid(d->pid, NULL, WNOHANG) == d->pid) {
-            d->pid = 0;
-            return;
-        }
-        h_sleep(10);
-    }
-    kill(d->pid, SIGKILL);
-    waitpid(d->pid, NULL, 0);
-    d->pid = 0;
-}
+/* SIGTERM, and SIGKILL when it has not exited in time. */
+H_FN void lib_daemon_stop(lib_daemon *d) { sluiced_fixture_stop(d, 0); }
 
 #endif

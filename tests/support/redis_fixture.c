@@ -1,19 +1,18 @@
+/* redis_fixture: see redis_fixture.h. */
 #define _GNU_SOURCE
 #include "redis_fixture.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "proc.h"
 
 static int port_free(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -93,47 +92,22 @@ static int spawn(redis_fixture *f) {
          tok = strtok_r(NULL, " ", &save))
         argv[n++] = tok;
     argv[n] = NULL;
-    pid_t parent = getpid();
-    pid_t pid = fork();
+    pid_t pid = proc_spawn((char *const *)argv, getenv("SLUICE_TEST_VERBOSE") ? NULL : "/dev/null", 0);
     if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(1);
-        int devnull = open("/dev/null", O_WRONLY);
-        if (devnull >= 0 && !getenv("SLUICE_TEST_VERBOSE")) dup2(devnull, 1);
-        execvp(bin, (char *const *)argv);
-        _exit(127);
-    }
     f->pid = pid;
     /* Readiness: poll with PING (bounded: 10 s), not a fixed sleep. */
-    for (int i = 0; i < 1000; i++) {
-        redisContext *c = f->port ? redisConnect("127.0.0.1", f->port) : redisConnectUnix(f->sock);
-        if (c && !c->err) {
-            redisReply *r = redisCommand(c, "PING");
-            int ok = r && r->type == REDIS_REPLY_STATUS;
-            if (r) freeReplyObject(r);
-            redisFree(c);
-            if (ok) return 0;
-        } else if (c) {
-            redisFree(c);
-        }
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            fprintf(stderr, "redis_fixture: %s exited during start\n", bin);
-            f->pid = 0;
-            return -1;
-        }
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+    int rc = proc_wait_ping(pid, f->sock, f->port, 10000, NULL);
+    if (rc == -1) {
+        fprintf(stderr, "redis_fixture: %s exited during start\n", bin);
+        f->pid = 0;
+    } else if (rc == -2) {
+        fprintf(stderr, "redis_fixture: redis-server did not answer PING on %s\n", f->sock);
     }
-    fprintf(stderr, "redis_fixture: redis-server did not answer PING on %s\n", f->sock);
-    return -1;
+    return rc == 0 ? 0 : -1;
 }
 
 static int fixture_dir(redis_fixture *f) {
-    snprintf(f->dir, sizeof(f->dir), "%s/sluice-test-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(f->dir)) {
+    if (proc_mkdtemp(f->dir, sizeof(f->dir), "sluice-test") != 0) {
         perror("redis_fixture: mkdtemp");
         return -1;
     }
@@ -177,8 +151,7 @@ int redis_fixture_start(redis_fixture *f, int cluster) {
             int up = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
             if (r) freeReplyObject(r);
             if (up) break;
-            struct timespec ts = {0, 10 * 1000 * 1000};
-            nanosleep(&ts, NULL);
+            proc_sleep_ms(10);
         }
         if (c) redisFree(c);
         if (!ok) {
@@ -192,7 +165,7 @@ int redis_fixture_start(redis_fixture *f, int cluster) {
 void redis_fixture_kill(redis_fixture *f, int hard) {
     if (f->pid > 0) {
         kill(f->pid, hard ? SIGKILL : SIGTERM);
-        waitpid(f->pid, NULL, 0);
+        proc_wait(f->pid, -1, NULL);
         f->pid = 0;
     }
 }
@@ -206,9 +179,7 @@ int redis_fixture_restart(redis_fixture *f) {
 void redis_fixture_stop(redis_fixture *f) {
     redis_fixture_kill(f, 0);
     if (f->dir[0]) {
-        char cmd[400];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-        if (system(cmd) != 0) fprintf(stderr, "redis_fixture: could not remove %s\n", f->dir);
+        if (proc_rmtree(f->dir) != 0) fprintf(stderr, "redis_fixture: could not remove %s\n", f->dir);
         f->dir[0] = '\0';
     }
 }
@@ -253,8 +224,7 @@ int redis_cluster_create(redis_fixture *nodes, int n, int replicas) {
             if (c) redisFree(c);
         }
         if (ok) return 0;
-        struct timespec ts = {0, 20 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+        proc_sleep_ms(20);
     }
     fprintf(stderr, "redis_fixture: cluster did not reach cluster_state:ok\n");
     return -1;
