@@ -23,17 +23,10 @@ typedef struct info_out {
 __attribute__((format(printf, 2, 3)))
 #endif
 static void line(info_out *o, const char *fmt, ...) {
-    char small[512];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(small, sizeof(small), fmt, ap);
+    if (resp_buf_vprintf(o->b, RESP_PRINTF_LINE, fmt, ap) != 0) o->err = 1;
     va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n >= sizeof(small)) n = (int)sizeof(small) - 1;
-    /* A value never breaks a line. */
-    for (int i = 0; i < n; i++)
-        if (small[i] == '\r' || small[i] == '\n') small[i] = ' ';
-    if (resp_buf_append(o->b, small, (size_t)n) != 0 || resp_buf_append(o->b, "\r\n", 2) != 0) o->err = 1;
 }
 
 static long long wall_ms(void) {

@@ -53,14 +53,10 @@ typedef struct text_out {
 __attribute__((format(printf, 2, 3)))
 #endif
 static void emit(text_out *o, const char *fmt, ...) {
-    char small[512];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(small, sizeof(small), fmt, ap);
+    if (resp_buf_vprintf(o->b, 0, fmt, ap) != 0) o->err = 1;
     va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n >= sizeof(small)) n = (int)sizeof(small) - 1;
-    if (resp_buf_append(o->b, small, (size_t)n) != 0) o->err = 1;
 }
 
 static void head(text_out *o, const char *name, const char *type, const char *help) {

@@ -703,3 +703,17 @@ int resp_add_bulk_array(resp_buf *b, const char *const *items, const size_t *len
     }
     return 0;
 }
+
+int resp_buf_vprintf(resp_buf *b, unsigned flags, const char *fmt, va_list ap) {
+    char small[514];
+    int n = vsnprintf(small, 512, fmt, ap);
+    if (n < 0) return 0;
+    if (n > 511) n = 511;
+    if (flags & RESP_PRINTF_LINE) {
+        for (int i = 0; i < n; i++)
+            if (small[i] == '\r' || small[i] == '\n') small[i] = ' ';
+        small[n++] = '\r';
+        small[n++] = '\n';
+    }
+    return resp_buf_append(b, small, (size_t)n);
+}

@@ -20,6 +20,7 @@
 #define SLUICE_RESP_H
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stddef.h>
 
 /* Error codes: negative errno values, as libuv uses, so uv_strerror() and
@@ -131,6 +132,12 @@ char *resp_buf_detach(resp_buf *b, size_t *len);
 
 /* Appends raw bytes. */
 int resp_buf_append(resp_buf *b, const void *data, size_t len);
+
+/* Appends printf-style text, at most 511 bytes of it (longer is cut). With
+ * RESP_PRINTF_LINE the text is one line: CR and LF in it become spaces and
+ * CRLF ends it (INFO's format). Returns 0 or RESP_ENOMEM (b unchanged). */
+#define RESP_PRINTF_LINE 1u
+int resp_buf_vprintf(resp_buf *b, unsigned flags, const char *fmt, va_list ap);
 
 /* Every resp_add_* appends one complete reply (or array header) and returns
  * 0, or RESP_ENOMEM leaving the buffer exactly as it was. */

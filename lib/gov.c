@@ -673,18 +673,30 @@ static void timespec_at(int64_t mono_ms, struct timespec *ts) {
     ts->tv_nsec = (long)(mono_ms % 1000) * 1000000L;
 }
 
-int sl_acquire(sl_gov *g, const sl_request *req, sl_grant **out) {
-    if (out) *out = NULL;
-    int rc = check_gov(g, 1);
+/* The part both acquires share: check the governor and the request, make
+ * the op and fill it. what names the missing argument for the message. */
+static int acquire_op(sl_gov *g, const sl_request *req, int ok, int blocking, const char *what,
+                      gov_op **out) {
+    *out = NULL;
+    int rc = check_gov(g, blocking);
     if (rc) return rc;
-    if (!req || !out || req->size < sizeof(size_t))
-        return set_err(g, SL_EINVAL, NULL, -1, "request and out are required (sl_request_init)");
-    gov_op *op = op_new(g, OP_ACQUIRE, 1);
+    if (!req || !ok || req->size < sizeof(size_t))
+        return set_err(g, SL_EINVAL, NULL, -1, "request and %s are required (sl_request_init)", what);
+    gov_op *op = op_new(g, OP_ACQUIRE, blocking);
     if (!op) return set_err(g, SL_ENOMEM, NULL, -1, "out of memory");
     if ((rc = fill_acquire(g, op, req)) != 0) {
         op_free(op);
         return rc;
     }
+    *out = op;
+    return 0;
+}
+
+int sl_acquire(sl_gov *g, const sl_request *req, sl_grant **out) {
+    if (out) *out = NULL;
+    gov_op *op;
+    int rc = acquire_op(g, req, out != NULL, 1, "out", &op);
+    if (rc) return rc;
     gov_ref(g);
     op->refs = 2;
     if (submit(g, op, NULL) != 0) {
@@ -731,16 +743,9 @@ int sl_acquire(sl_gov *g, const sl_request *req, sl_grant **out) {
 
 int sl_acquire_async(sl_gov *g, const sl_request *req, sl_acquire_cb cb, void *arg, sl_call_id *id) {
     if (id) *id = 0;
-    int rc = check_gov(g, 0);
+    gov_op *op;
+    int rc = acquire_op(g, req, cb != NULL, 0, "callback", &op);
     if (rc) return rc;
-    if (!req || !cb || req->size < sizeof(size_t))
-        return set_err(g, SL_EINVAL, NULL, -1, "request and callback are required (sl_request_init)");
-    gov_op *op = op_new(g, OP_ACQUIRE, 0);
-    if (!op) return set_err(g, SL_ENOMEM, NULL, -1, "out of memory");
-    if ((rc = fill_acquire(g, op, req)) != 0) {
-        op_free(op);
-        return rc;
-    }
     op->async = 1;
     op->acb = cb;
     op->arg = arg;
