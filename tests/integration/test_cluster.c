@@ -21,6 +21,7 @@
 #include "config.h"
 #include "engine.h"
 #include "redis_fixture.h"
+#include "loop.h"
 #include "replay.h"
 #include "rrouter.h"
 #include "sluice.h"
@@ -122,32 +123,18 @@ static config *make_config(const char *deployments) {
     return cfg;
 }
 
-static void on_deadline(uv_timer_t *t) { uv_stop(t->loop); }
-
+/* Runs the loop until pred(w) holds or ms pass (tests/support/loop.h). */
+typedef struct until_arg {
+    world *w;
+    int (*pred)(world *);
+} until_arg;
+static int until_done(void *a) { return ((until_arg *)a)->pred(((until_arg *)a)->w); }
 static int run_until(world *w, int (*pred)(world *), uint64_t ms) {
-    uv_timer_t t;
-    uv_timer_init(&w->loop, &t);
-    uv_timer_start(&t, on_deadline, ms, 0);
-    while (!pred(w)) {
-        if (uv_run(&w->loop, UV_RUN_ONCE) == 0) break;
-        if (!uv_is_active((uv_handle_t *)&t)) break;
-    }
-    uv_timer_stop(&t);
-    uv_close((uv_handle_t *)&t, NULL);
-    uv_run(&w->loop, UV_RUN_NOWAIT);
-    return pred(w);
+    until_arg u = {w, pred};
+    return loop_run_until(&w->loop, until_done, &u, ms);
 }
 
-/* Runs the loop for ms (a pacing step of the traffic, not a wait for an
- * outcome). The timer is closed before returning. */
-static void run_for(world *w, uint64_t ms) {
-    uv_timer_t t;
-    uv_timer_init(&w->loop, &t);
-    uv_timer_start(&t, on_deadline, ms, 0);
-    uv_run(&w->loop, UV_RUN_DEFAULT);
-    uv_close((uv_handle_t *)&t, NULL);
-    uv_run(&w->loop, UV_RUN_NOWAIT);
-}
+static void run_for(world *w, uint64_t ms) { loop_run_for(&w->loop, ms); }
 
 static int all_ready(world *w) {
     for (int i = 0; i < 2; i++) {

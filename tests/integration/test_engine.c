@@ -20,6 +20,7 @@
 #include "config.h"
 #include "engine.h"
 #include "redis_fixture.h"
+#include "loop.h"
 #include "replay.h"
 #include "script_call.h"
 #include "sluice.h"
@@ -68,22 +69,15 @@ static void world_close(world *w) {
     assert_int_equal(uv_loop_close(&w->loop), 0);
 }
 
-static void on_deadline(uv_timer_t *t) { uv_stop(t->loop); }
-
-/* Runs the loop until pred(w) holds or ms pass (a bound, not a sleep: the
- * loop returns as soon as the work is done). */
+/* Runs the loop until pred(w) holds or ms pass (tests/support/loop.h). */
+typedef struct until_arg {
+    world *w;
+    int (*pred)(world *);
+} until_arg;
+static int until_done(void *a) { return ((until_arg *)a)->pred(((until_arg *)a)->w); }
 static int run_until(world *w, int (*pred)(world *), uint64_t ms) {
-    uv_timer_t t;
-    uv_timer_init(&w->loop, &t);
-    uv_timer_start(&t, on_deadline, ms, 0);
-    while (!pred(w)) {
-        if (uv_run(&w->loop, UV_RUN_ONCE) == 0) break;
-        if (!uv_is_active((uv_handle_t *)&t)) break;
-    }
-    uv_timer_stop(&t);
-    uv_close((uv_handle_t *)&t, NULL);
-    uv_run(&w->loop, UV_RUN_NOWAIT);
-    return pred(w);
+    until_arg u = {w, pred};
+    return loop_run_until(&w->loop, until_done, &u, ms);
 }
 
 static int connected(world *w) {
@@ -277,11 +271,7 @@ static void test_redis_killed_local_fallback_then_rejoin(void **state) {
     warm = (acq){.w = &w};
     w.done_count = 0;
     w.target = 1;
-    uv_timer_t pause;
-    uv_timer_init(&w.loop, &pause);
-    uv_timer_start(&pause, on_deadline, 500, 0);
-    uv_run(&w.loop, UV_RUN_DEFAULT);
-    uv_close((uv_handle_t *)&pause, NULL);
+    loop_run_for(&w.loop, 500);
     assert_int_equal(engine_acquire(w.e, "fb", 0, 60000, on_acquired, &warm, NULL), 0);
     assert_true(run_until(&w, all_done, 3000));
     assert_false(warm.g.local);
@@ -329,10 +319,7 @@ static void test_redis_killed_local_fallback_then_rejoin(void **state) {
     w.done_count = 0;
     w.target = 1;
     /* The local schedule drains first (a few hundred ms at most here). */
-    uv_timer_init(&w.loop, &pause);
-    uv_timer_start(&pause, on_deadline, 300, 0);
-    uv_run(&w.loop, UV_RUN_DEFAULT);
-    uv_close((uv_handle_t *)&pause, NULL);
+    loop_run_for(&w.loop, 300);
     assert_int_equal(engine_acquire(w.e, "fb", 0, 60000, on_acquired, &back, NULL), 0);
     assert_true(run_until(&w, all_done, 3000));
     assert_int_equal(back.status, SL_OK);

@@ -31,12 +31,6 @@
 #include "sluice.h"
 #include "test_lib_harness.h"
 
-enum { EMBEDDED = 0, DAEMON = 1 };
-
-/* How late a blocking call may return after its deadline: the OS waking
- * the thread, under ASan on a 2-core machine. */
-#define DEADLINE_SLACK_MS 25.0
-
 static redis_fixture fx;
 static lib_daemon dmn[2];
 static int have_daemon;

@@ -29,10 +29,6 @@
 #include "sluice.h"
 #include "test_lib_harness.h"
 
-enum { EMBEDDED = 0, DAEMON = 1 };
-
-#define DEADLINE_SLACK_MS 25.0
-
 static redis_fixture fx;
 static lib_daemon dmn[2];
 static int have_daemon;

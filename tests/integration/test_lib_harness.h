@@ -38,6 +38,13 @@
 #include "redis_fixture.h"
 #include "sluiced_fixture.h"
 
+/* The two ways a test opens a governor. */
+enum { EMBEDDED = 0, DAEMON = 1 };
+
+/* How late a blocking call may return after its deadline: the OS waking
+ * the thread, under ASan on a 2-core machine. */
+#define DEADLINE_SLACK_MS 25.0
+
 #define H_FN static __attribute__((unused))
 
 H_FN double h_now(void) { return proc_now_ms(); }

@@ -20,6 +20,7 @@
 #include "config.h"
 #include "engine.h"
 #include "redis_fixture.h"
+#include "loop.h"
 #include "replay.h"
 #include "sluice.h"
 
@@ -83,16 +84,7 @@ typedef struct world {
     int done, target;
 } world;
 
-static void on_deadline(uv_timer_t *t) { uv_stop(t->loop); }
-
-static void run_for(world *w, uint64_t ms) {
-    uv_timer_t t;
-    uv_timer_init(&w->loop, &t);
-    uv_timer_start(&t, on_deadline, ms, 0);
-    uv_run(&w->loop, UV_RUN_DEFAULT);
-    uv_close((uv_handle_t *)&t, NULL);
-    uv_run(&w->loop, UV_RUN_NOWAIT);
-}
+static void run_for(world *w, uint64_t ms) { loop_run_for(&w->loop, ms); }
 
 static int ready(world *w) {
     engine_stats s;
