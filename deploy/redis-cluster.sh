@@ -61,47 +61,10 @@ STATE=$DIR/cluster.env
 
 # ---- helpers ---------------------------------------------------------------------------
 
-# 0 when HOST:port can be bound now, as redis-server binds (SO_REUSEADDR:
-# connections in TIME_WAIT do not count, a listener does).
-port_free() {
-  if command -v python3 >/dev/null 2>&1; then
-    python3 - "$HOST" "$1" <<'EOF' 2>/dev/null
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-try:
-    s.bind((sys.argv[1], int(sys.argv[2])))
-except OSError:
-    sys.exit(1)
-finally:
-    s.close()
-EOF
-  else
-    # No python3: a refused connection is the best we can tell.
-    if (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; then return 1; fi
-  fi
-}
+# shellcheck source=deploy/redis-local.sh
+. "$(dirname "$0")/redis-local.sh"
 
-block_free() {
-  local b=$1 i
-  for ((i = 0; i < NODES; i++)); do
-    port_free $((b + i)) && port_free $((b + i + 10000)) || return 1
-  done
-}
-
-cli() { local p=$1; shift; "$REDIS_CLI" -h "$HOST" -p "$p" --no-auth-warning "$@"; }
-
-# The pid of the redis-server of node port $1, if it is running.
-node_pid() {
-  local f=$DIR/$1/redis.pid pid
-  [ -s "$f" ] || return 1
-  pid=$(cat "$f")
-  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "redis-server" || return 1
-  echo "$pid"
-}
-
-node_up() { node_pid "$1" >/dev/null && [ "$(cli "$1" PING 2>/dev/null)" = PONG ]; }
+block_free() { ports_free "$1" "$NODES" bus; }
 
 write_conf() {
   local p=$1
@@ -129,15 +92,6 @@ launch() {
   local p=$1
   rm -f "$DIR/$p/redis.pid"
   "$REDIS_SERVER" "$DIR/$p/redis.conf" >/dev/null || die "redis-server on port $p did not start (see $DIR/$p/redis.log)"
-}
-
-wait_up() {
-  local p=$1 i
-  for ((i = 0; i < WAIT_S * 10; i++)); do
-    node_up "$p" && return 0
-    sleep 0.1
-  done
-  die "node $HOST:$p did not answer PING within ${WAIT_S}s (see $DIR/$p/redis.log)"
 }
 
 # 0 when every node answers and says cluster_state:ok with 3 masters
@@ -185,7 +139,7 @@ print_cluster() {
   done
   echo "seeds: $(seeds)"
   echo "try:   $REDIS_CLI -c -p ${PORTS%% *} CLUSTER INFO"
-  echo "sluiced (redis.cluster, when it lands):"
+  echo "sluiced configuration:"
   echo "  redis:"
   echo "    cluster: [$(seeds | sed 's/,/, /g')]"
 }

@@ -66,42 +66,10 @@ STATE=$DIR/sentinel.env
 
 # ---- helpers ---------------------------------------------------------------------------
 
-# 0 when HOST:port can be bound now, as redis-server binds (SO_REUSEADDR).
-port_free() {
-  if command -v python3 >/dev/null 2>&1; then
-    python3 - "$HOST" "$1" <<'EOF' 2>/dev/null
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-try:
-    s.bind((sys.argv[1], int(sys.argv[2])))
-except OSError:
-    sys.exit(1)
-finally:
-    s.close()
-EOF
-  else
-    if (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; then return 1; fi
-  fi
-}
+# shellcheck source=deploy/redis-local.sh
+. "$(dirname "$0")/redis-local.sh"
 
-block_free() {
-  local b=$1 i
-  for ((i = 0; i < 5; i++)); do port_free $((b + i)) || return 1; done
-}
-
-cli() { local p=$1; shift; "$REDIS_CLI" -h "$HOST" -p "$p" --no-auth-warning "$@"; }
-
-node_pid() {
-  local f=$DIR/$1/redis.pid pid
-  [ -s "$f" ] || return 1
-  pid=$(cat "$f")
-  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "redis-" || return 1
-  echo "$pid"
-}
-
-node_up() { node_pid "$1" >/dev/null && [ "$(cli "$1" PING 2>/dev/null)" = PONG ]; }
+block_free() { ports_free "$1" 5; }
 
 write_redis_conf() {
   local p=$1 replicaof=$2
@@ -148,15 +116,6 @@ launch() {
   case " $SENTINELS " in *" $p "*) extra+=(--sentinel) ;; esac
   "$REDIS_SERVER" "$DIR/$p/redis.conf" "${extra[@]}" >/dev/null ||
     die "redis-server on port $p did not start (see $DIR/$p/redis.log)"
-}
-
-wait_up() {
-  local p=$1 i
-  for ((i = 0; i < WAIT_S * 10; i++)); do
-    node_up "$p" && return 0
-    sleep 0.1
-  done
-  die "$HOST:$p did not answer PING within ${WAIT_S}s (see $DIR/$p/redis.log)"
 }
 
 # The master's port according to sentinel $1 (empty if unknown).
@@ -233,7 +192,7 @@ print_setup() {
   echo "master: $HOST:${m:-unknown}"
   echo "sentinels: $(sentinel_list | sed 's/, /,/g')"
   echo "try:   $REDIS_CLI -p ${SENTINELS%% *} SENTINEL GET-MASTER-ADDR-BY-NAME $NAME"
-  echo "sluiced (redis.sentinel, when it lands):"
+  echo "sluiced configuration:"
   echo "  redis:"
   echo "    sentinel: { master: $NAME, nodes: [$(sentinel_list)] }"
 }

@@ -515,8 +515,8 @@ EOF
 check_shellcheck() {
   if ! command -v shellcheck >/dev/null; then skip "shellcheck (not installed)"; return; fi
   local out
-  if out=$(shellcheck deploy/redis-cluster.sh deploy/redis-sentinel.sh tests/deploy_check.sh tests/bench/bench_redis_node.sh 2>&1); then
-    ok "shellcheck deploy/redis-cluster.sh deploy/redis-sentinel.sh tests/deploy_check.sh tests/bench/bench_redis_node.sh"
+  if out=$(shellcheck -x deploy/redis-local.sh deploy/redis-cluster.sh deploy/redis-sentinel.sh tests/deploy_check.sh tests/bench/bench_redis_node.sh 2>&1); then
+    ok "shellcheck deploy/redis-local.sh deploy/redis-cluster.sh deploy/redis-sentinel.sh tests/deploy_check.sh tests/bench/bench_redis_node.sh"
   else
     fail "shellcheck"; printf '%s\n' "$out" | head -40 | sed 's/^/       /'
   fi
