@@ -149,8 +149,21 @@ static void acquire_abandon(void *arg) {
     free(op);
 }
 
+/* A lane or tenant name: [A-Za-z0-9._:-]{1,64}. */
+static int arg_class_name(const char *s, size_t len) {
+    if (len == 0 || len > CONFIG_NAME_MAX) return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+              c == '_' || c == ':' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
 static void cmd_acquire(const command_req *q) {
     long long tokens = 0, maxwait = -1;
+    char lane[CONFIG_NAME_MAX + 1] = "", tenant[CONFIG_NAME_MAX + 1] = "";
     for (int i = 2; i < q->argc; i += 2) {
         char p[160];
         if (i + 1 >= q->argc) {
@@ -168,7 +181,15 @@ static void cmd_acquire(const command_req *q) {
             if (arg_is(q, i, "TOKENS")) tokens = v;
             else maxwait = v;
         } else if (arg_is(q, i, "LANE") || arg_is(q, i, "TENANT")) {
-            /* Accepted and ignored until lanes and tenants exist. */
+            int is_lane = arg_is(q, i, "LANE");
+            if (!arg_class_name(q->argv[i + 1], q->argvlen[i + 1])) {
+                char v1[160];
+                reply_error(q, "%s must be 1 to %d of A-Z a-z 0-9 . _ : -, got '%s'", is_lane ? "LANE" : "TENANT",
+                            CONFIG_NAME_MAX, printable(q->argv[i + 1], q->argvlen[i + 1], v1, sizeof(v1)));
+                return;
+            }
+            memcpy(is_lane ? lane : tenant, q->argv[i + 1], q->argvlen[i + 1]);
+            (is_lane ? lane : tenant)[q->argvlen[i + 1]] = '\0';
         } else {
             reply_error(q, "syntax error: unknown option '%s' (expected TOKENS, MAXWAIT, LANE or TENANT)",
                         printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
@@ -188,7 +209,17 @@ static void cmd_acquire(const command_req *q) {
     op->s = q->s;
     op->r = q->r;
     memcpy(op->dep, q->argv[1], q->argvlen[1] + 1);
-    int rc = engine_acquire(server_engine(q->s), op->dep, tokens, maxwait, on_acquired, op, &op->call);
+    int rc = engine_acquire(server_engine(q->s), op->dep, tokens, maxwait, lane, tenant, on_acquired, op,
+                            &op->call);
+    if (rc == SL_EINVAL && lane[0]) {
+        char lanes[256];
+        config_lane_names(config_deployment(engine_config(server_engine(q->s)), op->dep), lanes, sizeof(lanes));
+        resp_add_errorf(server_reply_buf(q->r), "unknown lane '%s' for deployment '%s' (its lanes: %s)", lane, op->dep,
+                        lanes);
+        server_reply_done(q->r, 0);
+        free(op);
+        return;
+    }
     if (rc != 0) {
         add_engine_error(server_reply_buf(q->r), rc, op->dep, NULL);
         server_reply_done(q->r, 0);

@@ -134,11 +134,64 @@ static const char *const level_names[] = {"error", "warn", "info", "debug", NULL
 static const char *const style_names[] = {"azure", "openai", NULL};
 
 typedef struct config_deployment cfg_deployment;
+typedef struct config_lane cfg_lane;
+typedef struct config_tenant cfg_tenant;
 
 static int deployment_finish(cfg_ctx *ctx, cfg_entity *ent);
 static int root_finish(cfg_ctx *ctx, cfg_entity *ent);
 static int root_init(void *base, const char *name);
 static void root_destroy(void *base);
+
+/* [A-Za-z0-9._:-]{1,64}, like the names on the wire (LANE, TENANT). */
+static int check_class_name(const char *s, size_t len, char *why, size_t n) {
+    if (check_deployment_name(s, len, why, n) != 0) {
+        snprintf(why, n, "invalid name: use 1 to %d of A-Z a-z 0-9 . _ : -", CONFIG_NAME_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+static const cfg_row lane_rows[] = {
+    CFG_INT("priority", cfg_lane, priority, "0", 0, 1000, 0,
+            "0 is served first; a lane never reserves ahead of a higher one's next request."),
+    CFG_INT("max_wait_ms", cfg_lane, max_wait_ms, "-1", -1, 604800000, 0,
+            "Longest wait of the lane's requests without MAXWAIT; -1 = the deployment's max_wait_ms (up to a week)."),
+    CFG_INT("horizon_ms", cfg_lane, horizon_ms, "-1", -1, 86400000, 0,
+            "How far ahead of now the lane may reserve; -1 = derived (the top lane: its max wait; others: lane_step_ms bands)."),
+    CFG_NUM("headroom", cfg_lane, headroom, "0", 0, 1, CFG_MAX_OPEN,
+            "Share of the rate kept for this lane (and those above it) that lower lanes cannot take."),
+};
+
+static const cfg_schema lane_schema = {
+    .what = "lane",
+    .rows = lane_rows,
+    .nrows = sizeof(lane_rows) / sizeof(lane_rows[0]),
+    .size = sizeof(cfg_lane),
+    .name_off = offsetof(cfg_lane, name),
+    .line_off = offsetof(cfg_lane, line),
+    .check_name = check_class_name,
+};
+
+static const cfg_row tenant_rows[] = {
+    CFG_NUM("weight", cfg_tenant, weight, "1", 0, 1000000, CFG_MIN_OPEN,
+            "Share of the rate relative to the other tenants with demand."),
+    CFG_INT("ceiling_rpm", cfg_tenant, ceiling_rpm, "0", 0, 1e9, 0,
+            "Hard cap on the tenant's requests per minute, fleet-wide; 0 = none."),
+    CFG_INT("ceiling_tpm", cfg_tenant, ceiling_tpm, "0", 0, 1e12, 0,
+            "Hard cap on the tenant's tokens per minute, fleet-wide; 0 = none."),
+    CFG_INT("daily_tokens", cfg_tenant, daily_tokens, "0", 0, 1e15, 0,
+            "Tokens the tenant may reserve per UTC day (chargeback); 0 = unlimited."),
+};
+
+static const cfg_schema tenant_schema = {
+    .what = "tenant",
+    .rows = tenant_rows,
+    .nrows = sizeof(tenant_rows) / sizeof(tenant_rows[0]),
+    .size = sizeof(cfg_tenant),
+    .name_off = offsetof(cfg_tenant, name),
+    .line_off = offsetof(cfg_tenant, line),
+    .check_name = check_class_name,
+};
 
 static const cfg_row deployment_rows[] = {
     CFG_INT("rpm", cfg_deployment, rpm, NULL, 1, 1e9, CFG_REQUIRED, "Requests per minute the provider allows."),
@@ -178,6 +231,16 @@ static const cfg_row deployment_rows[] = {
             "api-version query parameter (azure style)."),
     CFG_INT("jitter_ms", cfg_deployment, jitter_ms, "10", 0, 10000, 0,
             "Release jitter in ms the schedule tolerates: callers may start this late without exceeding the burst."),
+    CFG_LIST("lanes", cfg_deployment, lanes, nlanes, &lane_schema, 0,
+             "Latency classes by name (e.g. interactive, batch); none = one lane."),
+    CFG_STR("default_lane", cfg_deployment, default_lane, NULL, check_token,
+            "Lane of requests that name none; empty = the highest-priority lane."),
+    CFG_LIST("tenants", cfg_deployment, tenants, ntenants, &tenant_schema, 0,
+             "Tenants by name with weights, ceilings and daily budgets; `default` is the class of every other tenant."),
+    CFG_INT("tenant_idle_ms", cfg_deployment, tenant_idle_ms, "2000", 100, 3600000, 0,
+            "A tenant without requests for this long gives its share to the others."),
+    CFG_INT("lane_step_ms", cfg_deployment, lane_step_ms, "10", 1, 10000, 0,
+            "Width of the horizon bands that order lanes (and over-share requests) across agents."),
 };
 _Static_assert(sizeof(deployment_rows) / sizeof(deployment_rows[0]) <= CFG_MAX_ROWS, "too many rows");
 
@@ -263,6 +326,19 @@ static int deployment_finish(cfg_ctx *ctx, cfg_entity *ent) {
     cfg_deployment *d = ent->base;
     if (!cfg_entity_seen(ent, "burst.requests")) d->burst.requests = d->rpm / 60 > 1 ? d->rpm / 60 : 1;
     if (!cfg_entity_seen(ent, "burst.tokens")) d->burst.tokens = d->tpm / 60 > 1 ? d->tpm / 60 : 1;
+    for (size_t i = 0; i < d->nlanes; i++) {
+        const cfg_lane *l = &d->lanes[i];
+        double sum = 0;
+        for (size_t j = 0; j < d->nlanes; j++)
+            if (d->lanes[j].priority < l->priority) sum += d->lanes[j].headroom;
+        if (sum >= 1)
+            return cfg_entity_fail(ctx, ent, "lanes", "the headroom of the lanes above lane '%s' adds up to %g: it must stay below 1",
+                                   l->name, sum);
+    }
+    if (d->default_lane[0] && !config_lane(d, d->default_lane))
+        return cfg_entity_fail(ctx, ent, "default_lane", d->nlanes ? "names no lane of this deployment: '%s'"
+                                                                   : "'%s' given but the deployment has no lanes",
+                               d->default_lane);
     if (d->api_version[0] && d->style != CONFIG_STYLE_AZURE)
         return cfg_entity_fail(ctx, ent, "api_version", "applies to style azure only (style is %s)",
                                config_style_name(d->style));
@@ -546,6 +622,41 @@ const struct config_deployment *config_deployment(const config *cfg, const char 
     const struct config_deployment *const *hit =
         bsearch(name, cfg->by_name_, cfg->ndeployments, sizeof(*cfg->by_name_), by_name_key);
     return hit ? *hit : NULL;
+}
+
+const struct config_lane *config_lane(const struct config_deployment *d, const char *name) {
+    if (!d || !d->nlanes) return NULL;
+    if (!name || !name[0]) {
+        if (d->default_lane && d->default_lane[0]) name = d->default_lane;
+        else {
+            const struct config_lane *top = &d->lanes[0];
+            for (size_t i = 1; i < d->nlanes; i++)
+                if (d->lanes[i].priority < top->priority) top = &d->lanes[i];
+            return top;
+        }
+    }
+    for (size_t i = 0; i < d->nlanes; i++)
+        if (!strcmp(d->lanes[i].name, name)) return &d->lanes[i];
+    return NULL;
+}
+
+void config_lane_names(const struct config_deployment *d, char *buf, size_t n) {
+    size_t used = 0;
+    if (!n) return;
+    buf[0] = '\0';
+    for (size_t i = 0; d && i < d->nlanes && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? ", " : "", d->lanes[i].name);
+    if (!buf[0]) snprintf(buf, n, "none");
+}
+
+const struct config_tenant *config_tenant(const struct config_deployment *d, const char *name) {
+    if (!d) return NULL;
+    const struct config_tenant *def = NULL;
+    for (size_t i = 0; i < d->ntenants; i++) {
+        if (name && !strcmp(d->tenants[i].name, name)) return &d->tenants[i];
+        if (!strcmp(d->tenants[i].name, "default")) def = &d->tenants[i];
+    }
+    return def;
 }
 
 static const char *enum_name(const char *const *names, size_t n, int v) {

@@ -70,6 +70,26 @@ typedef struct config_agent {
     long long max_client_pipeline; /* unfinished commands per client before reading pauses */
 } config_agent;
 
+/* A lane of a deployment: a latency class with its own priority. */
+struct config_lane {
+    char *name;                  /* the YAML key */
+    int line;
+    long long priority;          /* 0 = served first; equal priorities share a band */
+    long long max_wait_ms;       /* -1 = the deployment's max_wait_ms */
+    long long horizon_ms;        /* how far ahead it may reserve; -1 = derived */
+    double headroom;             /* [0, 1): share of the rate lower lanes cannot use */
+};
+
+/* A tenant of a deployment ("default" is the class of unknown tenants). */
+struct config_tenant {
+    char *name;
+    int line;
+    double weight;               /* > 0 */
+    long long ceiling_rpm;       /* 0 = none */
+    long long ceiling_tpm;       /* 0 = none */
+    long long daily_tokens;      /* 0 = none */
+};
+
 /* One deployment. A struct tag without a typedef, because the lookup
  * function below has the name `config_deployment`. */
 struct config_deployment {
@@ -103,6 +123,13 @@ struct config_deployment {
     int style;                   /* CONFIG_STYLE_* */
     char *api_version;           /* "" = none */
     long long jitter_ms;         /* release jitter the schedule tolerates (configure's jitter_ms) */
+    struct config_lane *lanes;   /* in file order; none = one implicit lane */
+    size_t nlanes;
+    char *default_lane;          /* "" = the highest-priority lane */
+    struct config_tenant *tenants; /* in file order */
+    size_t ntenants;
+    long long tenant_idle_ms;
+    long long lane_step_ms;
 };
 
 typedef struct config {
@@ -132,6 +159,17 @@ void config_free(config *cfg);
 
 /* The deployment called name, or NULL. O(log n). Borrowed from cfg. */
 const struct config_deployment *config_deployment(const config *cfg, const char *name);
+
+/* The lane called name of d (NULL or "": d's default lane, NULL when d
+ * has no lanes), or NULL when d has no such lane. */
+const struct config_lane *config_lane(const struct config_deployment *d, const char *name);
+
+/* The names of d's lanes, comma-separated, or "none", into buf. */
+void config_lane_names(const struct config_deployment *d, char *buf, size_t n);
+
+/* The tenant class a request of tenant `name` falls in: the configured
+ * tenant of that name, else "default" (configured or not: NULL then). */
+const struct config_tenant *config_tenant(const struct config_deployment *d, const char *name);
 
 /* Names of enum values ("open", "debug", "azure"); "?" when out of range. */
 const char *config_fail_name(int fail);

@@ -19,16 +19,20 @@
 #define ENGINE_SETTLE_DELAY_MS 5
 /* How long a deployment waits after a cluster redirect or TRYAGAIN. */
 #define ENGINE_REDIRECT_HOLD_MS 20
+/* Items of one lane and tenant per reserve call on a deployment with lanes
+ * or tenants: after a deferral the rest of the class would be deferred
+ * too, so sending its whole backlog would only cost Redis time. */
+#define ENGINE_CLASS_BATCH 8
 
 const long long engine_wait_bounds_ms[ENGINE_WAIT_BUCKETS] = {0,   1,    5,    10,    50,    100,
                                                               500, 1000, 5000, 10000, 30000, 60000};
-const char *const engine_shed_reasons[7] = {"rpm",         "tpm",       "paused", "daily",
-                                            "concurrency", "too_large", "other"};
+const char *const engine_shed_reasons[ENGINE_SHED_REASONS] = {
+    "rpm", "tpm", "paused", "daily", "concurrency", "too_large", "lane", "ceiling", "tenant_daily", "other"};
 
 int engine_shed_reason_index(const char *reason) {
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < ENGINE_SHED_REASONS - 1; i++)
         if (strcmp(reason, engine_shed_reasons[i]) == 0) return i;
-    return 6;
+    return ENGINE_SHED_REASONS - 1;
 }
 
 typedef enum call_state { CALL_PENDING, CALL_INFLIGHT, CALL_WAITING, CALL_DONE } call_state;
@@ -46,15 +50,29 @@ struct engine_call {
     uint64_t start_ms;        /* uv_now at acquire */
     uint64_t release_ms;      /* uv_now at the slot */
     engine_grant grant;
+    int cls;                  /* index into d->classes */
+    int deferred;             /* Redis deferred it at least once */
+    char defer_reason[16];    /* the last deferral's reason */
     uv_timer_t timer;         /* release timer; memory freed in its close callback */
     int timer_live;
-    engine_call *prev, *next; /* in d->pending or d->waiting */
+    engine_call *prev, *next; /* in a class queue or d->waiting */
 };
 
 typedef struct call_list {
     engine_call *head, *tail;
     size_t n;
 } call_list;
+
+/* The requests of one lane and tenant class not yet sent to Redis, in
+ * arrival order. Redis decides each class's head first; a deferral holds
+ * the whole class until ask_at. */
+typedef struct call_class {
+    char lane[CONFIG_NAME_MAX + 1];   /* "" when the deployment has no lanes */
+    char tenant[CONFIG_NAME_MAX + 1]; /* a configured tenant or "default" */
+    call_list q;
+    uint64_t ask_at;                  /* uv_now ms; 0 = ask now */
+    engine_class_stats st;
+} call_class;
 
 typedef struct settle_item {
     char id[24];              /* the Redis grant number, or "-" */
@@ -67,7 +85,9 @@ struct dep {
     char name[CONFIG_NAME_MAX + 1];
     char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX];
     const struct config_deployment *cfg; /* NULL when removed by a reload */
-    call_list pending;        /* not yet sent to Redis */
+    call_class *classes;      /* not yet sent to Redis, by lane and tenant */
+    size_t nclasses, capclasses;
+    size_t npending;          /* calls in all class queues */
     call_list waiting;        /* granted, timer armed */
     int reserving;            /* reserve calls in flight (at most 1) */
     settle_item *settles;
@@ -101,6 +121,7 @@ struct engine {
     rrouter *redis;
     uv_timer_t hold_timer;    /* re-flushes after a cluster redirect hold */
     uv_timer_t settle_timer;  /* flushes delayed settles */
+    uv_timer_t defer_timer;   /* flushes when a deferred class may ask again */
     uint64_t start_ms;        /* uv_now at engine_start */
     int ever_ready, ever_down; /* the first connection attempt has resolved */
     int settle_due;           /* the settle window expired */
@@ -167,6 +188,15 @@ static void list_push(call_list *l, engine_call *c) {
     l->n++;
 }
 
+static void list_push_front(call_list *l, engine_call *c) {
+    c->prev = NULL;
+    c->next = l->head;
+    if (l->head) l->head->prev = c;
+    else l->tail = c;
+    l->head = c;
+    l->n++;
+}
+
 static void list_remove(call_list *l, engine_call *c) {
     if (c->prev) c->prev->next = c->next;
     else l->head = c->next;
@@ -209,6 +239,63 @@ static dep *dep_add(engine *e, const struct config_deployment *cfg) {
     return d;
 }
 
+/* ---- lane and tenant classes -------------------------------------------------- */
+
+/* The class of (lane, tenant) on d, created on first use; -1 on ENOMEM. */
+static int dep_class(dep *d, const char *lane, const char *tenant) {
+    for (size_t i = 0; i < d->nclasses; i++)
+        if (!strcmp(d->classes[i].lane, lane) && !strcmp(d->classes[i].tenant, tenant)) return (int)i;
+    if (d->nclasses == d->capclasses) {
+        size_t cap = d->capclasses ? d->capclasses * 2 : 4;
+        call_class *nc = realloc(d->classes, cap * sizeof(*nc));
+        if (!nc) return -1;
+        d->classes = nc;
+        d->capclasses = cap;
+    }
+    call_class *k = &d->classes[d->nclasses];
+    memset(k, 0, sizeof(*k));
+    snprintf(k->lane, sizeof(k->lane), "%s", lane);
+    snprintf(k->tenant, sizeof(k->tenant), "%s", tenant);
+    return (int)d->nclasses++;
+}
+
+static void class_push(dep *d, engine_call *c) {
+    list_push(&d->classes[c->cls].q, c);
+    d->npending++;
+    d->e->stats.queued++;
+}
+
+static void class_push_front(dep *d, engine_call *c) {
+    list_push_front(&d->classes[c->cls].q, c);
+    d->npending++;
+    d->e->stats.queued++;
+}
+
+static void class_remove(dep *d, engine_call *c) {
+    list_remove(&d->classes[c->cls].q, c);
+    d->npending--;
+    d->e->stats.queued--;
+}
+
+/* Any call not yet sent (for fallback, reload and stop: order across
+ * classes does not matter there). */
+static engine_call *dep_pop_any(dep *d) {
+    for (size_t i = 0; i < d->nclasses; i++) {
+        engine_call *c = d->classes[i].q.head;
+        if (c) {
+            class_remove(d, c);
+            return c;
+        }
+    }
+    return NULL;
+}
+
+/* The lane's priority for ordering a batch (0 without lanes). */
+static long long class_priority(const dep *d, const call_class *k) {
+    const struct config_lane *l = d->cfg ? config_lane(d->cfg, k->lane) : NULL;
+    return l ? l->priority : 0;
+}
+
 /* ---- calls: completion ------------------------------------------------------ */
 
 static void on_call_timer_closed(uv_handle_t *h) { free(h->data); }
@@ -222,26 +309,31 @@ static void call_free(engine_call *c) {
     }
 }
 
-static void record_wait(engine *e, long long waited) {
+static void record_wait(unsigned long long *hist, unsigned long long *sum, long long waited) {
     int b = 0;
     while (b < ENGINE_WAIT_BUCKETS && waited > engine_wait_bounds_ms[b]) b++;
-    e->stats.wait_hist[b]++;
-    e->stats.wait_sum_ms += (unsigned long long)(waited > 0 ? waited : 0);
+    hist[b]++;
+    *sum += (unsigned long long)(waited > 0 ? waited : 0);
 }
 
 /* Runs the caller's callback exactly once and frees the call. */
 static void call_complete(engine_call *c, int status, const engine_shed *shed, const char *msg) {
     engine *e = c->e;
+    engine_class_stats *ks = &c->d->classes[c->cls].st;
     c->state = CALL_DONE;
     if (status == SL_OK) {
         c->grant.waited_ms = (long long)(uv_now(e->loop) - c->start_ms);
         e->stats.grants++;
         e->stats.tokens_estimated += (unsigned long long)c->grant.tokens;
         if (c->grant.local) e->stats.grants_local++;
-        record_wait(e, c->grant.waited_ms);
+        record_wait(e->stats.wait_hist, &e->stats.wait_sum_ms, c->grant.waited_ms);
+        record_wait(ks->wait_hist, &ks->wait_sum_ms, c->grant.waited_ms);
+        ks->grants++;
+        ks->tokens += (unsigned long long)c->grant.tokens;
     } else if (status == SL_ESHED) {
         e->stats.sheds++;
         e->stats.shed_by_reason[engine_shed_reason_index(shed->reason)]++;
+        ks->sheds++;
     } else {
         e->stats.errors++;
     }
@@ -501,8 +593,8 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
     e->calls_out--;
     d->reserving--;
     int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 5 + b->n;
+    uint64_t now = uv_now(e->loop);
     if (ok) {
-        uint64_t now = uv_now(e->loop);
         long long paused = reply_int(r->element[1]);
         if (paused > 0 && now + (uint64_t)paused > d->paused_until) d->paused_until = now + (uint64_t)paused;
         /* Where the fleet's schedule ends: local pacing starts there if
@@ -532,6 +624,10 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
         d->configured = 0;
         dep_configure(d);
     }
+    /* Calls that go back to their class queues, at the head in their
+     * order (they are older than anything queued behind them). */
+    engine_call *back[RESERVE_BATCH_MAX];
+    size_t nback = 0;
     for (size_t i = 0; i < b->n; i++) {
         engine_call *c = b->items[i];
         if (!ok) {
@@ -549,8 +645,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
             if (dep_ready(d) && (lost_limits || redirect ||
                                  (d->configured && !(r && r->type == REDIS_REPLY_ERROR)))) {
                 c->state = CALL_PENDING;
-                list_push(&d->pending, c);
-                e->stats.queued++;
+                back[nback++] = c;
                 continue;
             }
             local_decide(c);
@@ -561,7 +656,8 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
             local_decide(c);
             continue;
         }
-        if (reply_int(it->element[0]) == 1 && it->elements >= 4) {
+        long long kind = reply_int(it->element[0]);
+        if (kind == 1 && it->elements >= 4) {
             snprintf(c->grant.id, sizeof(c->grant.id), "%s:%lld", d->name, reply_int(it->element[1]));
             c->grant.tokens = reply_int(it->element[3]);
             c->grant.local = 0;
@@ -573,27 +669,77 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
                 continue;
             }
             call_granted(c, reply_int(it->element[2]));
+        } else if (kind == 2) {
+            /* Deferred: beyond its horizon. The class waits until Redis
+             * said capacity opens; the call keeps its place at the head. */
+            if (c->canceled) {
+                call_free(c);
+                continue;
+            }
+            if (e->stopping) {
+                call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
+                continue;
+            }
+            call_class *k = &d->classes[c->cls];
+            long long ask = reply_int(it->element[2]);
+            uint64_t at = now + (uint64_t)(ask > 0 ? ask : 1);
+            if (at > k->ask_at) k->ask_at = at;
+            c->deferred = 1;
+            snprintf(c->defer_reason, sizeof(c->defer_reason), "%s",
+                     it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str : "rpm");
+            e->stats.deferrals++;
+            k->st.deferrals++;
+            c->state = CALL_PENDING;
+            back[nback++] = c;
         } else {
             if (c->canceled) {
                 call_free(c);
                 continue;
             }
-            static char reason[7][16];
             const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str : "other";
-            int idx = engine_shed_reason_index(rs);
-            snprintf(reason[idx], sizeof(reason[idx]), "%s", engine_shed_reasons[idx]);
-            engine_shed sh = {reason[idx], reply_int(it->element[2])};
+            engine_shed sh = {engine_shed_reasons[engine_shed_reason_index(rs)], reply_int(it->element[2])};
             call_complete(c, SL_ESHED, &sh, NULL);
         }
     }
+    while (nback) class_push_front(d, back[--nback]);
     free(b);
-    if (d->pending.n) flush_arm(e);
+    if (d->npending) flush_arm(e);
     maybe_finish_stop(e);
+}
+
+/* The classes that may ask now, by lane priority (stable). */
+static size_t dep_ready_classes(dep *d, uint64_t now, size_t *order) {
+    size_t n = 0;
+    for (size_t i = 0; i < d->nclasses; i++) {
+        call_class *k = &d->classes[i];
+        if (!k->q.n || k->ask_at > now) continue;
+        size_t j = n++;
+        long long p = class_priority(d, k);
+        while (j > 0 && class_priority(d, &d->classes[order[j - 1]]) > p) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
+    }
+    return n;
+}
+
+/* Sheds a call that Redis deferred past its max wait. */
+static int call_expired(engine_call *c, uint64_t now, long long *left) {
+    *left = c->max_wait_ms - (long long)(now - c->start_ms);
+    if (*left >= 0) return 0;
+    if (!c->deferred) {
+        *left = 0;
+        return 0;
+    }
+    engine_shed sh = {engine_shed_reasons[engine_shed_reason_index(c->defer_reason)], 1};
+    call_complete(c, SL_ESHED, &sh, NULL);
+    return 1;
 }
 
 static void dep_flush_reserves(dep *d) {
     engine *e = d->e;
-    if (!d->pending.n) return;
+    if (!d->npending) return;
     if (!dep_uses_redis(d)) {
         /* Before the first connection attempt resolves, hold the callers
          * (bounded by the connect timeout); after that, pace locally. */
@@ -608,33 +754,86 @@ static void dep_flush_reserves(dep *d) {
             uv_timer_start(&e->hold_timer, on_hold_timer, e->start_ms + grace - now, 0);
             return;
         }
-        while (d->pending.n) {
-            engine_call *c = list_pop(&d->pending);
-            e->stats.queued--;
-            local_decide(c);
-        }
+        engine_call *c;
+        while ((c = dep_pop_any(d)) != NULL) local_decide(c);
         return;
     }
     if (d->reserving) return; /* what arrives now rides the next call */
-    if (d->hold_until > uv_now(e->loop)) return; /* the hold timer flushes again */
+    uint64_t now = uv_now(e->loop);
+    if (d->hold_until > now) return; /* the hold timer flushes again */
+    size_t *order = malloc(d->nclasses * sizeof(*order));
+    if (!order) return;
+    size_t nready = dep_ready_classes(d, now, order);
+    if (!nready) {
+        free(order);
+        return; /* the defer timer flushes again */
+    }
     reserve_batch *b = calloc(1, sizeof(*b));
-    if (!b) return;
+    if (!b) {
+        free(order);
+        return;
+    }
     b->d = d;
-    const char *argv[1 + 2 * RESERVE_BATCH_MAX];
-    char buf[1 + 2 * RESERVE_BATCH_MAX][24];
-    while (d->pending.n && b->n < RESERVE_BATCH_MAX) {
-        engine_call *c = list_pop(&d->pending);
-        e->stats.queued--;
-        c->state = CALL_INFLIGHT;
-        snprintf(buf[1 + 2 * b->n], 24, "%lld", c->tokens);
-        snprintf(buf[2 + 2 * b->n], 24, "%lld", c->max_wait_ms);
-        argv[1 + 2 * b->n] = buf[1 + 2 * b->n];
-        argv[2 + 2 * b->n] = buf[2 + 2 * b->n];
-        b->items[b->n++] = c;
+    /* Lanes and tenants go as quads, highest lane first, tenants of one
+     * lane taking turns, a few per class; otherwise plain pairs. */
+    int quads = d->cfg && (d->cfg->nlanes || d->cfg->ntenants);
+    size_t per_class = quads ? ENGINE_CLASS_BATCH : RESERVE_BATCH_MAX;
+    size_t stride = quads ? 4 : 2;
+    const char **argv = malloc(sizeof(*argv) * (1 + 4 * RESERVE_BATCH_MAX));
+    char(*buf)[24] = malloc(sizeof(*buf) * (1 + 2 * RESERVE_BATCH_MAX));
+    if (!argv || !buf) {
+        free(argv);
+        free(buf);
+        free(b);
+        free(order);
+        return;
+    }
+    for (size_t i = 0; i < nready && b->n < RESERVE_BATCH_MAX;) {
+        size_t j = i;
+        long long p = class_priority(d, &d->classes[order[i]]);
+        while (j < nready && class_priority(d, &d->classes[order[j]]) == p) j++;
+        for (size_t round = 0; round < per_class && b->n < RESERVE_BATCH_MAX; round++) {
+            int any = 0;
+            for (size_t g = i; g < j && b->n < RESERVE_BATCH_MAX; g++) {
+                call_class *k = &d->classes[order[g]];
+                engine_call *c = k->q.head;
+                if (!c) continue;
+                class_remove(d, c);
+                long long left;
+                if (call_expired(c, now, &left)) {
+                    any = 1;
+                    continue;
+                }
+                any = 1;
+                c->state = CALL_INFLIGHT;
+                size_t at = 1 + stride * b->n;
+                snprintf(buf[1 + 2 * b->n], 24, "%lld", c->tokens);
+                snprintf(buf[2 + 2 * b->n], 24, "%lld", left);
+                argv[at] = buf[1 + 2 * b->n];
+                argv[at + 1] = buf[2 + 2 * b->n];
+                if (quads) {
+                    argv[at + 2] = k->lane;
+                    argv[at + 3] = k->tenant;
+                }
+                b->items[b->n++] = c;
+            }
+            if (!any) break;
+        }
+        i = j;
+    }
+    free(order);
+    if (!b->n) {
+        free(argv);
+        free(buf);
+        free(b);
+        if (d->npending) flush_arm(e);
+        return;
     }
     snprintf(buf[0], 24, "%zu", b->n);
     argv[0] = buf[0];
-    int rc = rrouter_script(e->redis, SCRIPT_RESERVE, d->keys, (int)(1 + 2 * b->n), argv, on_reserve, b);
+    int rc = rrouter_script(e->redis, SCRIPT_RESERVE, d->keys, (int)(1 + stride * b->n), argv, on_reserve, b);
+    free(argv);
+    free(buf);
     if (rc != 0) {
         for (size_t i = 0; i < b->n; i++) {
             if (b->items[i]->canceled) call_free(b->items[i]);
@@ -747,6 +946,14 @@ static void on_flush(uv_check_t *h) {
         }
         dep_flush_reserves(d);
     }
+    /* Classes Redis deferred ask again when it said capacity opens. */
+    uint64_t now = uv_now(e->loop), next = 0;
+    for (dep *d = e->deps; d; d = d->next)
+        for (size_t i = 0; i < d->nclasses; i++) {
+            call_class *k = &d->classes[i];
+            if (k->q.n && k->ask_at > now && (!next || k->ask_at < next)) next = k->ask_at;
+        }
+    if (next && !e->stopping) uv_timer_start(&e->defer_timer, on_hold_timer, next - now, 0);
 }
 
 static void on_idle(uv_idle_t *h) { (void)h; }
@@ -789,13 +996,22 @@ static void dep_configure(dep *d) {
     engine *e = d->e;
     if (!d->cfg || d->configuring || !dep_ready(d) || e->stopping) return;
     const struct config_deployment *c = d->cfg;
-    /* The configure script's fields (docs/redis-keys.md), from the YAML. */
-    struct {
-        const char *name;
-        char val[32];
-    } kv[20];
+    /* The configure script's fields (docs/redis-keys.md), from the YAML:
+     * 17 scalars, the lane and tenant settings, one per lane and tenant. */
+    size_t cap = 20 + c->nlanes + c->ntenants;
+    struct kv {
+        char name[CONFIG_NAME_MAX + 16];
+        char val[96];
+    } *kv = calloc(cap, sizeof(*kv));
+    const char **argv = calloc(2 * cap, sizeof(*argv));
+    if (!kv || !argv) {
+        free(kv);
+        free(argv);
+        return;
+    }
     int n = 0;
-#define F(name_, fmt, val_) (kv[n].name = (name_), snprintf(kv[n].val, 32, fmt, val_), n++)
+#define F(name_, fmt, ...) \
+    (snprintf(kv[n].name, sizeof(kv[n].name), "%s", (name_)), snprintf(kv[n].val, sizeof(kv[n].val), fmt, __VA_ARGS__), n++)
     F("rpm", "%lld", c->rpm);
     F("tpm", "%lld", c->tpm);
     F("burst_requests", "%lld", c->burst.requests);
@@ -813,8 +1029,25 @@ static void dep_configure(dep *d) {
     F("aimd_increase", "%.6g", c->aimd.increase);
     F("aimd_interval_ms", "%lld", c->aimd.interval_s * 1000);
     F("jitter_ms", "%lld", c->jitter_ms);
+    if (c->nlanes || c->ntenants) {
+        F("tenant_idle_ms", "%lld", c->tenant_idle_ms);
+        F("lane_step_ms", "%lld", c->lane_step_ms);
+    }
+    if (c->default_lane[0]) F("default_lane", "%s", c->default_lane);
+    for (size_t i = 0; i < c->nlanes; i++) {
+        const struct config_lane *l = &c->lanes[i];
+        snprintf(kv[n].name, sizeof(kv[n].name), "lane.%s", l->name);
+        snprintf(kv[n].val, sizeof(kv[n].val), "%lld,%lld,%.6g", l->priority, l->horizon_ms, l->headroom);
+        n++;
+    }
+    for (size_t i = 0; i < c->ntenants; i++) {
+        const struct config_tenant *t = &c->tenants[i];
+        snprintf(kv[n].name, sizeof(kv[n].name), "tenant.%s", t->name);
+        snprintf(kv[n].val, sizeof(kv[n].val), "%.6g,%lld,%lld,%lld", t->weight, t->ceiling_rpm, t->ceiling_tpm,
+                 t->daily_tokens);
+        n++;
+    }
 #undef F
-    const char *argv[40];
     for (int i = 0; i < n; i++) {
         argv[2 * i] = kv[i].name;
         argv[2 * i + 1] = kv[i].val;
@@ -823,6 +1056,8 @@ static void dep_configure(dep *d) {
         d->configuring = 1;
         e->calls_out++;
     }
+    free(kv);
+    free(argv);
 }
 
 static void on_heartbeat(void *arg, redisReply *r, const char *err) {
@@ -935,10 +1170,12 @@ int engine_new(uv_loop_t *loop, config *cfg, const char *agent_id, engine **out)
     e->hold_timer.data = e;
     uv_timer_init(loop, &e->settle_timer);
     e->settle_timer.data = e;
+    uv_timer_init(loop, &e->defer_timer);
+    e->defer_timer.data = e;
     e->flush_check.data = e;
     e->flush_idle.data = e;
     e->heartbeat_timer.data = e;
-    e->handles_open = 5;
+    e->handles_open = 6;
     e->mode_since_ms = wall_ms();
     *out = e;
     return 0;
@@ -952,12 +1189,18 @@ void engine_start(engine *e) {
 }
 
 int engine_acquire(engine *e, const char *deployment, long long tokens, long long max_wait_ms,
-                   engine_acquire_cb cb, void *arg, engine_call **out) {
+                   const char *lane, const char *tenant, engine_acquire_cb cb, void *arg,
+                   engine_call **out) {
     if (out) *out = NULL;
     if (e->stopping) return SL_ECLOSING;
     if (!cb || tokens < 0) return SL_EINVAL;
     dep *d = dep_find(e, deployment);
     if (!d || !d->cfg) return SL_EUNKNOWN;
+    const struct config_lane *l = config_lane(d->cfg, lane);
+    if (!l && lane && lane[0]) return SL_EINVAL;
+    const struct config_tenant *t = config_tenant(d->cfg, tenant);
+    int cls = dep_class(d, l ? l->name : "", t ? t->name : "default");
+    if (cls < 0) return SL_ENOMEM;
     engine_call *c = calloc(1, sizeof(*c));
     if (!c) return SL_ENOMEM;
     c->e = e;
@@ -965,12 +1208,15 @@ int engine_acquire(engine *e, const char *deployment, long long tokens, long lon
     c->cb = cb;
     c->arg = arg;
     c->tokens = tokens;
-    c->max_wait_ms = max_wait_ms < 0 ? d->cfg->max_wait_ms : max_wait_ms;
+    c->cls = cls;
+    if (max_wait_ms >= 0) c->max_wait_ms = max_wait_ms;
+    else if (l && l->max_wait_ms >= 0) c->max_wait_ms = l->max_wait_ms;
+    else c->max_wait_ms = d->cfg->max_wait_ms;
     c->start_ms = uv_now(e->loop);
     c->state = CALL_PENDING;
-    list_push(&d->pending, c);
+    class_push(d, c);
     e->stats.acquires++;
-    e->stats.queued++;
+    d->classes[cls].st.acquires++;
     flush_arm(e);
     if (out) *out = c;
     return 0;
@@ -984,8 +1230,7 @@ void engine_cancel(engine_call *c) {
     e->stats.cancels++;
     switch (c->state) {
     case CALL_PENDING:
-        list_remove(&d->pending, c);
-        e->stats.queued--;
+        class_remove(d, c);
         call_free(c);
         break;
     case CALL_INFLIGHT:
@@ -1185,7 +1430,7 @@ static void status_emit(dep_query *q, redisReply *r) {
     FIELD_FMT("mode_since_ms_ago", "%lld", wall_ms() - e->mode_since_ms);
     FIELD_STR("redis", dep_ready(d) ? "connected" : "unreachable");
     FIELD_STR("redis_error", d->script_error[0] ? d->script_error : rrouter_last_error(e->redis));
-    FIELD_FMT("queued", "%zu", d->pending.n);
+    FIELD_FMT("queued", "%zu", d->npending);
     FIELD_FMT("waiting", "%zu", d->waiting.n);
     FIELD_FMT("agent_live_agents", "%lld", d->live_agents);
     FIELD_FMT("local_share", "%.4f", local_share(d));
@@ -1239,11 +1484,9 @@ int engine_reload(engine *e, config *cfg) {
             dep_configure(d);
             continue;
         }
-        while (d->pending.n) {
-            engine_call *c = list_pop(&d->pending);
-            e->stats.queued--;
+        engine_call *c;
+        while ((c = dep_pop_any(d)) != NULL)
             call_complete(c, SL_EUNKNOWN, NULL, "deployment removed by a configuration reload");
-        }
     }
     config_free(old);
     return 0;
@@ -1288,6 +1531,8 @@ static void maybe_finish_stop(engine *e) {
     uv_close((uv_handle_t *)&e->hold_timer, on_engine_handle_closed);
     uv_timer_stop(&e->settle_timer);
     uv_close((uv_handle_t *)&e->settle_timer, on_engine_handle_closed);
+    uv_timer_stop(&e->defer_timer);
+    uv_close((uv_handle_t *)&e->defer_timer, on_engine_handle_closed);
     /* The heartbeat timer's close is counted when Redis is closed too. */
     uv_close((uv_handle_t *)&e->heartbeat_timer, NULL);
     rrouter_close(e->redis, on_redis_closed, e);
@@ -1299,13 +1544,10 @@ void engine_stop(engine *e, void (*done)(void *arg), void *arg) {
     e->stop_done = done;
     e->stop_arg = arg;
     for (dep *d = e->deps; d; d = d->next) {
-        while (d->pending.n) {
-            engine_call *c = list_pop(&d->pending);
-            e->stats.queued--;
-            call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
-        }
+        engine_call *c;
+        while ((c = dep_pop_any(d)) != NULL) call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
         while (d->waiting.n) {
-            engine_call *c = list_pop(&d->waiting);
+            c = list_pop(&d->waiting);
             e->stats.waiting--;
             uv_timer_stop(&c->timer);
             const char *num = grant_number(c->grant.id);
@@ -1322,6 +1564,7 @@ void engine_free(engine *e) {
     for (dep *d = e->deps, *nx; d; d = nx) {
         nx = d->next;
         free(d->settles);
+        free(d->classes);
         free(d);
     }
     config_free(e->cfg);
@@ -1347,4 +1590,13 @@ void engine_get_stats(const engine *e, engine_stats *out) {
     out->redis_up = e->redis_up;
     out->mode = e->redis_up ? "redis" : "local";
     out->mode_since_ms = e->mode_since_ms;
+}
+
+void engine_foreach_class(const engine *e, engine_class_fn fn, void *ud) {
+    for (const dep *d = e->deps; d; d = d->next)
+        for (size_t i = 0; i < d->nclasses; i++) {
+            engine_class_stats st = d->classes[i].st;
+            st.queued = d->classes[i].q.n;
+            fn(ud, d->name, d->classes[i].lane, d->classes[i].tenant, &st);
+        }
 }

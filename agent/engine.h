@@ -28,6 +28,9 @@
 #include "config.h"
 
 typedef struct engine engine;
+
+#define ENGINE_WAIT_BUCKETS 12
+#define ENGINE_SHED_REASONS 10
 typedef struct engine_call engine_call;
 
 typedef enum engine_outcome {
@@ -47,7 +50,8 @@ typedef struct engine_grant {
 } engine_grant;
 
 typedef struct engine_shed {
-    const char *reason;           /* rpm tpm paused daily concurrency too_large */
+    const char *reason;           /* rpm tpm paused daily concurrency too_large lane ceiling
+                                     tenant_daily */
     long long retry_after_ms;     /* -1: never (too_large) */
 } engine_shed;
 
@@ -76,12 +80,37 @@ void engine_set_log(engine *e, engine_log_fn fn, void *ud);
 void engine_start(engine *e);
 
 /* Asks for a slot. tokens: the estimate (>= 0); max_wait_ms < 0 takes the
- * deployment's max_wait_ms. cb runs at the slot, or at once when shed.
- * *call (optional) receives a handle for engine_cancel, valid until cb
- * runs. Returns 0, SL_EUNKNOWN (no such deployment), SL_EINVAL, SL_ENOMEM
- * or SL_ECLOSING. */
+ * lane's max_wait_ms, else the deployment's. lane: NULL or "" for the
+ * deployment's default lane; a lane the deployment does not have is
+ * SL_EINVAL (see config_lane). tenant: NULL or "" for none; a tenant the
+ * deployment does not configure falls in its "default" class. cb runs at
+ * the slot, or at once when shed. *call (optional) receives a handle for
+ * engine_cancel, valid until cb runs. Returns 0, SL_EUNKNOWN (no such
+ * deployment), SL_EINVAL, SL_ENOMEM or SL_ECLOSING.
+ *
+ * On a deployment with lanes or tenants, Redis may defer a request whose
+ * slot lies beyond its horizon (docs/architecture.md, "Lanes and
+ * tenants"): the engine holds it, per lane and tenant in order, and asks
+ * again when Redis said capacity opens. */
 int engine_acquire(engine *e, const char *deployment, long long tokens, long long max_wait_ms,
-                   engine_acquire_cb cb, void *arg, engine_call **call);
+                   const char *lane, const char *tenant, engine_acquire_cb cb, void *arg,
+                   engine_call **call);
+
+/* Per lane and tenant figures of one deployment, summed over this agent's
+ * requests of that class. lane is "" on a deployment without lanes;
+ * tenant is a configured tenant or "default". */
+typedef struct engine_class_stats {
+    unsigned long long acquires, grants, sheds, deferrals, tokens;
+    unsigned long long wait_hist[ENGINE_WAIT_BUCKETS + 1];
+    unsigned long long wait_sum_ms;
+    unsigned long long queued;      /* gauge: held (not yet granted) */
+} engine_class_stats;
+
+/* Calls fn for every (deployment, lane, tenant) class that has seen a
+ * request, in no particular order. Strings are valid during the call. */
+typedef void (*engine_class_fn)(void *ud, const char *deployment, const char *lane,
+                                const char *tenant, const engine_class_stats *st);
+void engine_foreach_class(const engine *e, engine_class_fn fn, void *ud);
 
 /* Cancels a call whose callback has not run: the callback will not run,
  * and a reservation already made is given back (settled as cancelled). */
@@ -129,12 +158,12 @@ void engine_stop(engine *e, void (*done)(void *arg), void *arg);
 void engine_free(engine *e);
 
 /* Counters for INFO and metrics. The hot path only increments these. */
-#define ENGINE_WAIT_BUCKETS 12
 extern const long long engine_wait_bounds_ms[ENGINE_WAIT_BUCKETS]; /* upper bounds; +Inf last */
 
 typedef struct engine_stats {
     unsigned long long acquires, grants, grants_local, sheds, errors;
-    unsigned long long shed_by_reason[7]; /* index: engine_shed_reason_index() */
+    unsigned long long shed_by_reason[ENGINE_SHED_REASONS]; /* index: engine_shed_reason_index() */
+    unsigned long long deferrals;          /* items Redis deferred (lanes, tenants) */
     unsigned long long wait_hist[ENGINE_WAIT_BUCKETS + 1];
     unsigned long long wait_sum_ms;
     unsigned long long settles, throttled, cancels;
@@ -156,7 +185,7 @@ typedef struct engine_stats {
 void engine_get_stats(const engine *e, engine_stats *out);
 
 /* Reasons in engine_stats.shed_by_reason order. */
-extern const char *const engine_shed_reasons[7];
+extern const char *const engine_shed_reasons[ENGINE_SHED_REASONS];
 int engine_shed_reason_index(const char *reason);
 
 /* The agent id used in heartbeats. */

@@ -123,7 +123,7 @@ static void section_stats(info_out *o, server *s, const server_stats *st, const 
     line(o, "grants_per_sec:%.2f", st->grants_per_sec);
     line(o, "sheds:%llu", es->sheds);
     line(o, "sheds_per_sec:%.2f", st->sheds_per_sec);
-    for (int i = 0; i < 7; i++) line(o, "sheds_%s:%llu", engine_shed_reasons[i], es->shed_by_reason[i]);
+    for (int i = 0; i < ENGINE_SHED_REASONS; i++) line(o, "sheds_%s:%llu", engine_shed_reasons[i], es->shed_by_reason[i]);
     line(o, "acquire_errors:%llu", es->errors);
     line(o, "queued:%llu", es->queued);
     line(o, "waiting:%llu", es->waiting);

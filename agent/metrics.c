@@ -103,7 +103,7 @@ int metrics_render(server *s, resp_buf *b) {
     emit(&o, "sluice_grants_total{mode=\"redis\"} %llu\n", es.grants - es.grants_local);
     emit(&o, "sluice_grants_total{mode=\"local\"} %llu\n", es.grants_local);
     head(&o, "sluice_sheds_total", "counter", "Acquires shed (no slot within the max wait), by reason.");
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < ENGINE_SHED_REASONS; i++)
         emit(&o, "sluice_sheds_total{reason=\"%s\"} %llu\n", engine_shed_reasons[i], es.shed_by_reason[i]);
     one(&o, "sluice_acquire_errors_total", "counter",
         "Acquires answered with an error (fail closed, shutdown, removed deployment).", (double)es.errors);

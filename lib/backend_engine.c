@@ -32,9 +32,16 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
 
 static int be_acquire(backend *b, gov_op *op) {
     engine_call *call = NULL;
-    int rc = engine_acquire(eng(b), op->dep, op->tokens, op->eff_wait_ms, on_acquired, op, &call);
+    int rc = engine_acquire(eng(b), op->dep, op->tokens, op->eff_wait_ms, op->lane, op->tenant, on_acquired, op, &call);
     if (rc == SL_EUNKNOWN) snprintf(op->msg, sizeof(op->msg), "unknown deployment '%s'", op->dep);
     else if (rc == SL_ECLOSING) snprintf(op->msg, sizeof(op->msg), "the governor is shutting down");
+    else if (rc == SL_EINVAL && op->lane[0]) {
+        char lanes[160];
+        config_lane_names(config_deployment(engine_config(eng(b)), op->dep), lanes, sizeof(lanes));
+        int n = snprintf(op->msg, sizeof(op->msg), "unknown lane '%s' for deployment '%s'", op->lane, op->dep);
+        if (n > 0 && (size_t)n < sizeof(op->msg))
+            snprintf(op->msg + n, sizeof(op->msg) - (size_t)n, " (its lanes: %.*s)", 120, lanes);
+    }
     else if (rc != 0) snprintf(op->msg, sizeof(op->msg), "%s", sl_strerror(rc));
     op->be = call;
     return rc;

@@ -350,4 +350,97 @@ local function sl_schedule(limits, st, now)
   return dims, scale
 end
 
+-- ---- lanes and tenants (docs/redis-keys.md, "Lanes and tenants") --------
+-- Configured in limits by configure:
+--   plan.<lane>    "in_h,ex_h,cap"   derived: the lane's horizon for items
+--                  within their tenant's share and beyond it (ms ahead of
+--                  now a grant may be; -1 = up to the item's max wait), and
+--                  the share of the rate the lane may use (1 - headroom
+--                  reserved for the lanes above it)
+--   default_lane   the lane of items that name none (or an unknown one)
+--   tenant.<name>  "weight,ceiling_rpm,ceiling_tpm,daily_tokens" (0 = none)
+--   tenant_idle_ms how long a tenant without demand still holds its share
+-- Nothing configured: sl_plan returns nil and reserve keeps its plain
+-- reservation mode (reserve as far ahead as the max wait allows).
+
+local function sl_csv(v)
+  local t = {}
+  for x in string.gmatch(v, '[^,]+') do t[#t + 1] = x end
+  return t
+end
+
+local function sl_plan(limits)
+  local p = {lanes = {}, tenants = {}, fair = false}
+  local any = false
+  for k, v in pairs(limits) do
+    local ln = string.match(k, '^plan%.(.+)$')
+    if ln then
+      local f = sl_csv(v)
+      p.lanes[ln] = {name = ln, in_h = tonumber(f[1]), ex_h = tonumber(f[2]), cap = tonumber(f[3])}
+      any = true
+    end
+    local tn = string.match(k, '^tenant%.(.+)$')
+    if tn then
+      local f = sl_csv(v)
+      p.tenants[tn] = {name = tn, w = tonumber(f[1]), crpm = tonumber(f[2]), ctpm = tonumber(f[3]),
+                       daily = tonumber(f[4])}
+      if tn ~= 'default' then p.fair = true end
+      any = true
+    end
+  end
+  if not any then return nil end
+  if not p.tenants.default then
+    p.tenants.default = {name = 'default', w = 1, crpm = 0, ctpm = 0, daily = 0}
+  end
+  p.default_lane = limits.default_lane or ''
+  if not p.lanes[p.default_lane] then
+    p.lanes[''] = {name = '', in_h = -1, ex_h = 0, cap = 1}
+    p.default_lane = ''
+  end
+  p.idle_ms = sl_num(limits, 'tenant_idle_ms', 2000)
+  return p
+end
+
+-- The lane and tenant an item names; unknown names fall back to the
+-- default lane and to the default tenant class (so a typo cannot mint a
+-- new share).
+local function sl_plan_lane(p, name)
+  return p.lanes[name] or p.lanes[p.default_lane]
+end
+local function sl_plan_tenant(p, name)
+  return p.tenants[name] or p.tenants.default
+end
+
+-- Start-time fair queueing across the fleet on a virtual clock V that
+-- advances by 1/W per ms, W the summed weight of the tenants with demand
+-- in the last tenant_idle_ms. A tenant's virtual finish vt grows by
+-- cost/weight per grant, where cost is the ms of deployment time the send
+-- occupies (max over dimensions of units / rate, as in dominant resource
+-- fairness). A send at slot s is within its tenant's share when
+-- vt <= V(s) + tau, tau one burst of the deployment divided by W.
+local function sl_fair_open(p, st, now, names)
+  for n in pairs(names) do sl_set(st, 't.' .. n .. '.seen', sl_fmt(now)) end
+  local w = 0
+  for n, t in pairs(p.tenants) do
+    if names[n] or sl_num(st, 't.' .. n .. '.seen', -1e18) >= now - p.idle_ms then w = w + t.w end
+  end
+  if w <= 0 then w = 1 end
+  local vw = sl_num(st, 'v_w', w)
+  local v = sl_num(st, 'v', 0) + math.max(0, now - sl_num(st, 'v_at', now)) / vw
+  sl_set(st, 'v', sl_fmt(v))
+  sl_set(st, 'v_at', sl_fmt(now))
+  sl_set(st, 'v_w', sl_fmt(w))
+  return {v = v, at = now, w = w}
+end
+
+local function sl_fair_v(f, s) return f.v + (s - f.at) / f.w end
+
+-- Commits a send on a private bucket: a lane's capped share of the rate or
+-- a tenant's ceiling (sl_dim objects named l.<lane>.requests, ...). No
+-- refunds: giving back there is never needed for the provider's sake.
+local function sl_cap_commit(d, c, s, st)
+  d.tat = math.max(d.tat, s) + c / d.r
+  sl_set(st, d.name .. '_tat', sl_fmt(d.tat))
+end
+
 -- ---- end of common.lua ----

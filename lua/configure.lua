@@ -32,10 +32,45 @@ local FIELDS = {
   test_clock_offset_ms = {sl_int, function(v) return v ~= nil end, 'an integer (tests only)'},
 }
 
+FIELDS.default_lane = {function(v) return v end, function(v) return string.match(v, '^[%w._-]+$') ~= nil and #v <= 64 end, 'a lane name'}
+FIELDS.tenant_idle_ms = {sl_uint, positive, 'a positive integer'}
+FIELDS.lane_step_ms = {sl_uint, positive, 'a positive integer'}
+
+-- lane.<name> = "priority,horizon_ms,headroom" and
+-- tenant.<name> = "weight,ceiling_rpm,ceiling_tpm,daily_tokens".
+local function parse_lane(raw)
+  local f = sl_csv(raw)
+  local pr, h, hr = sl_uint(f[1]), sl_int(f[2]), tonumber(f[3])
+  if #f ~= 3 or not pr or not h or h < -1 or not hr or hr ~= hr or hr < 0 or hr >= 1 then return nil end
+  return {priority = pr, horizon = h, headroom = hr}
+end
+local function parse_tenant(raw)
+  local f = sl_csv(raw)
+  local w = tonumber(f[1])
+  local cr, ct, dt = sl_uint(f[2]), sl_uint(f[3]), sl_uint(f[4])
+  if #f ~= 4 or not w or w ~= w or w <= 0 or w > 1e6 or not cr or not ct or not dt then return nil end
+  return {w = w}
+end
+local lanes = {}
 local new = {}
 for i = 1, #ARGV, 2 do
   local f, raw = ARGV[i], ARGV[i + 1]
   local spec = FIELDS[f]
+  local lane, tenant = string.match(f, '^lane%.([%w._-]+)$'), string.match(f, '^tenant%.([%w._-]+)$')
+  if lane and #lane <= 64 then
+    local l = parse_lane(raw)
+    if not l then
+      return redis.error_reply("ERR sluice configure: field '" .. f .. "' must be 'priority,horizon_ms,headroom' (integer >= 0, integer >= -1, number in [0, 1)), got '" .. raw .. "'")
+    end
+    l.name = lane
+    lanes[#lanes + 1] = l
+    spec = {function(v) return v end, function() return true end, ''}
+  elseif tenant and #tenant <= 64 then
+    if not parse_tenant(raw) then
+      return redis.error_reply("ERR sluice configure: field '" .. f .. "' must be 'weight,ceiling_rpm,ceiling_tpm,daily_tokens' (a number in (0, 1e6], then integers >= 0), got '" .. raw .. "'")
+    end
+    spec = {function(v) return v end, function() return true end, ''}
+  end
   if not spec then return redis.error_reply("ERR sluice configure: unknown field '" .. f .. "'") end
   local v = spec[1](raw)
   if v ~= nil and v ~= v then v = nil end  -- NaN
@@ -58,6 +93,45 @@ for k, v in pairs(defaults) do
 end
 if new.burst_requests == nil then new.burst_requests = math.max(1, math.floor(new.rpm / 60)) end
 if new.burst_tokens == nil then new.burst_tokens = math.max(1, math.floor(new.tpm / 60)) end
+
+-- The lanes' plan (see sl_plan): priorities ranked, 0 first; horizons in
+-- bands of lane_step_ms so that a higher class always sees a slot first;
+-- each lane capped at 1 - the headroom of the lanes above it.
+if #lanes > 0 then
+  if new.default_lane ~= nil then
+    local found = false
+    for _, l in ipairs(lanes) do if l.name == new.default_lane then found = true end end
+    if not found then
+      return redis.error_reply("ERR sluice configure: field 'default_lane' names no configured lane: '" .. new.default_lane .. "'")
+    end
+  end
+  local prios, seen = {}, {}
+  for _, l in ipairs(lanes) do
+    if not seen[l.priority] then seen[l.priority] = true; prios[#prios + 1] = l.priority end
+  end
+  table.sort(prios)
+  local rank = {}
+  for k, pr in ipairs(prios) do rank[pr] = k - 1 end
+  local m, g = #prios, new.lane_step_ms or 10
+  local top = lanes[1]
+  for _, l in ipairs(lanes) do
+    local k = rank[l.priority]
+    local above = 0
+    for _, o in ipairs(lanes) do if o.priority < l.priority then above = above + o.headroom end end
+    if above >= 1 then
+      return redis.error_reply("ERR sluice configure: the headroom of the lanes above lane '" .. l.name .. "' adds up to " .. above .. ": it must stay below 1")
+    end
+    local ex = 2 * (m - 1 - k) * g
+    local inh = l.horizon
+    if inh < 0 and k > 0 then inh = ex + g end
+    if inh >= 0 and inh < ex then ex = inh end
+    new['plan.' .. l.name] = inh .. ',' .. ex .. ',' .. string.format('%.6f', 1 - above)
+    if l.priority < top.priority then top = l end
+  end
+  if new.default_lane == nil then new.default_lane = top.name end
+elseif new.default_lane ~= nil then
+  return redis.error_reply("ERR sluice configure: field 'default_lane' needs lanes")
+end
 
 local old = sl_hash(KEYS[1])
 local changed = 0

@@ -1,34 +1,46 @@
 -- reserve: decides a batch of acquires at once. Each item gets a grant (a
--- future slot, as a wait in ms) or a shed verdict; nothing is a yes/no that
--- invites polling. GCRA per dimension in reservation mode.
--- ARGV: n, then n pairs (tokens, max_wait_ms).
+-- future slot, as a wait in ms), a deferral, or a shed verdict; nothing is
+-- a yes/no that invites polling. GCRA per dimension in reservation mode.
+-- ARGV: n, then n pairs (tokens, max_wait_ms), or n quads (tokens,
+-- max_wait_ms, lane, tenant) where lane and tenant may be empty.
 -- Reply: {now_us, paused_ms, requests_backlog_ms, tokens_backlog_ms,
---        item_1, ..., item_n} where the backlogs are how far the fleet's
--- schedule reaches past now after this call (an agent that loses Redis
--- starts its local pacing there), and an item is
+--        pause_shift_ms, item_1, ..., item_n} where the backlogs are how far
+-- the fleet's schedule reaches past now after this call (an agent that
+-- loses Redis starts its local pacing there), and an item is
 --   {1, grant_id, wait_ms, tokens}                  a grant
+--   {2, reason, ask_in_ms}                          a deferral: the slot is
+--        beyond the item's horizon (its lane's, or the excess horizon when
+--        its tenant is over its share); ask again in ask_in_ms. reason is
+--        one of rpm tpm paused lane ceiling share
 --   {0, reason, retry_after_ms}                     a shed; reason is one of
---        rpm tpm paused daily concurrency too_large; retry_after_ms -1 = never
--- A shed item consumes nothing. now_us is the Redis clock, for tests only:
--- callers use the relative wait.
+--        rpm tpm paused daily concurrency too_large lane ceiling
+--        tenant_daily; retry_after_ms -1 = never
+-- Deferrals happen only on deployments with lanes or tenants configured
+-- (see sl_plan). A shed or deferred item consumes nothing. now_us is the
+-- Redis clock, for tests only: callers use the relative wait.
 
 local name, limits, st, err = sl_load()
 if not name then return redis.error_reply(err) end
 
 local n = sl_uint(ARGV[1])
-if n == nil or n < 1 or #ARGV ~= 1 + 2 * n then
-  return redis.error_reply('ERR sluice reserve: ARGV must be n followed by n (tokens, max_wait_ms) pairs')
+local stride = 0
+if n ~= nil and n >= 1 then
+  if #ARGV == 1 + 2 * n then stride = 2 elseif #ARGV == 1 + 4 * n then stride = 4 end
+end
+if stride == 0 then
+  return redis.error_reply('ERR sluice reserve: ARGV must be n followed by n (tokens, max_wait_ms) pairs or n (tokens, max_wait_ms, lane, tenant) quads')
 end
 local items = {}
 for i = 1, n do
-  local c, w = sl_uint(ARGV[2 * i]), sl_uint(ARGV[2 * i + 1])
+  local b = 1 + stride * (i - 1)
+  local c, w = sl_uint(ARGV[b + 1]), sl_uint(ARGV[b + 2])
   if c == nil then
-    return redis.error_reply("ERR sluice reserve: item " .. i .. ": tokens must be a non-negative integer, got '" .. ARGV[2 * i] .. "'")
+    return redis.error_reply("ERR sluice reserve: item " .. i .. ": tokens must be a non-negative integer, got '" .. ARGV[b + 1] .. "'")
   end
   if w == nil then
-    return redis.error_reply("ERR sluice reserve: item " .. i .. ": max_wait_ms must be a non-negative integer, got '" .. ARGV[2 * i + 1] .. "'")
+    return redis.error_reply("ERR sluice reserve: item " .. i .. ": max_wait_ms must be a non-negative integer, got '" .. ARGV[b + 2] .. "'")
   end
-  items[i] = {c, w}
+  items[i] = {c, w, stride == 4 and ARGV[b + 3] or '', stride == 4 and ARGV[b + 4] or ''}
 end
 
 local now, now_us = sl_now(limits)
@@ -45,32 +57,111 @@ local maxc = sl_num(limits, 'max_concurrency', 0)
 local tpm = sl_num(limits, 'tpm', 0)
 local rpd, tpd = sl_num(limits, 'rpd', 0), sl_num(limits, 'tpd', 0)
 local interval_ms = 1 / req.r
+local jitter = sl_num(limits, 'jitter_ms', 10)
+
+-- Lanes and tenants: each item resolved to its lane and tenant class.
+local plan = sl_plan(limits)
+local fair, tenant_daily = nil, false
+if plan then
+  local names = {}
+  for i = 1, n do
+    local t = sl_plan_tenant(plan, items[i][4])
+    items[i][3] = sl_plan_lane(plan, items[i][3])
+    items[i][4] = t
+    names[t.name] = true
+    if t.daily > 0 then tenant_daily = true end
+  end
+  if plan.fair then fair = sl_fair_open(plan, st, now, names) end
+else
+  for i = 1, n do items[i][3], items[i][4] = nil, nil end
+end
 
 local active = 0
 if maxc > 0 then active = redis.call('ZCARD', KEYS[4]) end
 
 local daily, day_changed
-if rpd > 0 or tpd > 0 then
+if rpd > 0 or tpd > 0 or tenant_daily then
   daily = sl_hash(KEYS[7])
   local day = math.floor(now / 86400000)
   if sl_num(daily, 'day', -1) ~= day then
     daily = {day = day, requests = 0, tokens = 0}
     day_changed = true
   end
-  daily.requests, daily.tokens = tonumber(daily.requests), tonumber(daily.tokens)
+  daily.requests, daily.tokens = sl_num(daily, 'requests', 0), sl_num(daily, 'tokens', 0)
 end
 local to_midnight = sl_ceil(86400000 - (now % 86400000))
 
+-- The private buckets, made on first use: a lane's capped share of the
+-- effective rate, a tenant's ceiling (absolute, not scaled by AIMD).
+local private = {}
+local function lane_dims(L)
+  if L.cap >= 1 then return nil end
+  local k = 'l.' .. L.name
+  if not private[k] then
+    local p = {sl_dim(k .. '.requests', tonumber(limits.rpm) * L.cap,
+                      math.max(1, math.floor(req.burst * L.cap)), scale, st, jitter)}
+    if tok then
+      p[2] = sl_dim(k .. '.tokens', tpm * L.cap, math.max(1, math.floor(tok.burst * L.cap)), scale, st, jitter)
+    end
+    private[k] = p
+  end
+  return private[k]
+end
+local function tenant_dims(T)
+  if T.crpm <= 0 and T.ctpm <= 0 then return nil end
+  local k = 't.' .. T.name
+  if not private[k] then
+    local p = {}
+    if T.crpm > 0 then p[#p + 1] = sl_dim(k .. '.requests', T.crpm, math.max(1, math.floor(T.crpm / 60)), 1, st, jitter) end
+    if T.ctpm > 0 then p[#p + 1] = sl_dim(k .. '.tokens', T.ctpm, math.max(1, math.floor(T.ctpm / 60)), 1, st, jitter) end
+    private[k] = p
+  end
+  return private[k]
+end
+-- The earliest slot the private buckets allow for cost c, and the fence a
+-- grant at s needs on them (like sl_dim_big for the shared ones).
+local function private_cost(d, c)
+  if string.match(d.name, 'tokens$') then return c end
+  return 1
+end
+local function private_earliest(p, c)
+  local s = -1e18
+  for _, d in ipairs(p or {}) do
+    local e = sl_dim_earliest(d, private_cost(d, c))
+    if e > s then s = e end
+  end
+  return s
+end
+local function private_fence(p, c, s, fence)
+  for _, d in ipairs(p or {}) do
+    if sl_dim_big(d, private_cost(d, c)) and s + d.jitter > fence then fence = s + d.jitter end
+  end
+  return fence
+end
+local function private_commit(p, c, s)
+  if not p then return end
+  for _, d in ipairs(p) do sl_cap_commit(d, private_cost(d, c), s, st) end
+end
+local function bump(k, v) counts[k] = (counts[k] or 0) + (v or 1) end
+
 local out = {now_us, 0, 0, 0, sl_ceil(sl_num(st, 'pause_shift_ms', 0))}
 local grants, leases = {}, {}
-local granted, shed = 0, 0
+local granted, shed, deferred = 0, 0, 0
+local blocked = {}
 for i = 1, n do
-  local c, w = items[i][1], items[i][2]
+  local c, w, L, T = items[i][1], items[i][2], items[i][3], items[i][4]
   local verdict
-  if (tpm > 0 and c > tpm) or (tpd > 0 and c > tpd) then
+  local key = L and (L.name .. '|' .. T.name)
+  if (tpm > 0 and c > tpm) or (tpd > 0 and c > tpd) or (T and T.ctpm > 0 and c > T.ctpm)
+     or (T and T.daily > 0 and c > T.daily) then
     verdict = {0, 'too_large', -1}
+  elseif key and blocked[key] then
+    -- Items of one lane and tenant stay in order: behind a deferred one.
+    verdict = blocked[key]
   elseif daily and ((rpd > 0 and daily.requests + 1 > rpd) or (tpd > 0 and daily.tokens + c > tpd)) then
     verdict = {0, 'daily', to_midnight}
+  elseif T and T.daily > 0 and sl_num(daily, 't.' .. T.name .. '.tokens', 0) + c > T.daily then
+    verdict = {0, 'tenant_daily', to_midnight}
   elseif maxc > 0 and active >= maxc then
     verdict = {0, 'concurrency', math.max(1, sl_ceil(interval_ms))}
   else
@@ -88,21 +179,75 @@ for i = 1, n do
     -- While the provider's pause lasts, the pause is the reason: the
     -- schedule behind it is the backlog the pause shifted.
     if paused_until > now then reason = 'paused' end
+    -- Lanes and tenants: private buckets, the share, and the horizon.
+    local horizon, in_share, ldims, tdims, vt, k, tau = w, true, nil, nil, nil, nil, nil
+    if L then
+      ldims, tdims = lane_dims(L), tenant_dims(T)
+      local shared = s
+      local e1, e2 = private_earliest(ldims, c), private_earliest(tdims, c)
+      if e1 > s then s, reason = e1, 'lane' end
+      if e2 > s then s, reason = e2, 'ceiling' end
+      if fair then
+        k = 1 / req.r
+        if tok and c / tok.r > k then k = c / tok.r end
+        tau = req.burst / req.r / fair.w
+        vt = sl_num(st, 't.' .. T.name .. '.vt', -1e18)
+        in_share = vt <= sl_fair_v(fair, s) + tau
+      end
+      -- An item held back by its own bucket or beyond its share may only
+      -- take capacity that is free about now (its lane's excess horizon):
+      -- reserving further ahead would fence the shared schedule.
+      if in_share and s <= shared then horizon = L.in_h else horizon = L.ex_h end
+      if horizon < 0 or horizon > w then horizon = w end
+    end
+    local fence = s
+    if sl_dim_big(req, 1) then fence = s + req.jitter end
+    if tok and sl_dim_big(tok, c) and s + tok.jitter > fence then fence = s + tok.jitter end
+    if L then fence = private_fence(tdims, c, s, private_fence(ldims, c, s, fence)) end
     local wait = s - now
     if wait > w then
       verdict = {0, reason, math.max(1, sl_ceil(wait - w))}
+    elseif wait > horizon + 1e-6 then
+      local ask = wait - horizon
+      local why = reason
+      if not in_share then
+        why = 'share'
+        -- The item is within its share for slots from s_in on, which it
+        -- reaches by the time s_in at the latest.
+        local s_in = fair.at + fair.w * (vt - tau - fair.v)
+        if s_in - now < ask then ask = s_in - now end
+      end
+      verdict = {2, why, math.max(1, sl_ceil(ask))}
+      if key then blocked[key] = verdict end
     else
-      local fence = s
-      if sl_dim_big(req, 1) then fence = s + req.jitter end
-      if tok and sl_dim_big(tok, c) and s + tok.jitter > fence then fence = s + tok.jitter end
       local creq, ctok = req.granted, tok and tok.granted or 0
       sl_dim_commit(req, 1, s, qreq, st)
       if tok then sl_dim_commit(tok, c, s, qtok, st) end
       last_slot = fence
       next_id = next_id + 1
       local id = tostring(next_id)
+      local rec = c .. ',' .. sl_fmt(s) .. ',' .. sl_fmt(now) .. ',' .. creq .. ',' .. ctok
+      if L then
+        private_commit(ldims, c, s)
+        private_commit(tdims, c, s)
+        if fair then
+          if in_share then
+            sl_set(st, 't.' .. T.name .. '.vt', sl_fmt(math.max(vt, sl_fair_v(fair, s)) + k / T.w))
+          else
+            bump('t.' .. T.name .. '.excess_total')
+          end
+        end
+        if T.daily > 0 then
+          local f = 't.' .. T.name .. '.tokens'
+          daily[f] = sl_num(daily, f, 0) + c
+        end
+        rec = rec .. ',' .. T.name
+        if L.name ~= '' then bump('l.' .. L.name .. '.granted_total') end
+        bump('t.' .. T.name .. '.granted_total')
+        bump('t.' .. T.name .. '.tokens_total', c)
+      end
       grants[#grants + 1] = id
-      grants[#grants + 1] = c .. ',' .. sl_fmt(s) .. ',' .. sl_fmt(now) .. ',' .. creq .. ',' .. ctok
+      grants[#grants + 1] = rec
       leases[#leases + 1] = sl_fmt(s + lease_ms)
       leases[#leases + 1] = id
       active = active + 1
@@ -115,9 +260,14 @@ for i = 1, n do
   end
   if verdict[1] == 1 then
     granted = granted + 1
+  elseif verdict[1] == 2 then
+    deferred = deferred + 1
+    if L and L.name ~= '' then bump('l.' .. L.name .. '.deferred_total') end
   else
     shed = shed + 1
-    counts['shed_' .. verdict[2]] = (counts['shed_' .. verdict[2]] or 0) + 1
+    bump('shed_' .. verdict[2])
+    if L and L.name ~= '' then bump('l.' .. L.name .. '.shed_total') end
+    if T then bump('t.' .. T.name .. '.shed_total') end
   end
   out[#out + 1] = verdict
 end
@@ -125,20 +275,27 @@ end
 if paused_until > now then out[2] = sl_ceil(paused_until - now) end
 if req.tat > now then out[3] = sl_ceil(req.tat - now) end
 if tok and tok.tat > now then out[4] = sl_ceil(tok.tat - now) end
+if day_changed then redis.call('DEL', KEYS[7]) end
 if granted > 0 then
   redis.call('HSET', KEYS[3], unpack(grants))
   redis.call('ZADD', KEYS[4], unpack(leases))
   for _, d in ipairs(dims) do sl_dim_save(d, st) end
   sl_set(st, 'last_slot', sl_fmt(last_slot))
   sl_set(st, 'next_grant', next_id)
-  if daily then
-    redis.call('HSET', KEYS[7], 'day', daily.day, 'requests', daily.requests, 'tokens', daily.tokens)
+end
+if daily and (granted > 0 or day_changed) then
+  local args = {'day', daily.day, 'requests', daily.requests, 'tokens', daily.tokens}
+  for f, v in pairs(daily) do
+    if string.match(f, '^t%.') then
+      args[#args + 1] = f
+      args[#args + 1] = v
+    end
   end
-elseif day_changed then
-  redis.call('HSET', KEYS[7], 'day', daily.day, 'requests', 0, 'tokens', 0)
+  redis.call('HSET', KEYS[7], unpack(args))
 end
 counts.granted_total = granted
 counts.shed_total = shed
+counts.deferred_total = deferred
 sl_count(st, counts)
 sl_save_state(st)
 return out

@@ -53,14 +53,27 @@ local refund_on = sl_num(limits, 'refund', 1) == 1
 local paused_until = sl_num(st, 'paused_until', 0)
 local last_decrease = sl_num(st, 'last_decrease_at', -1)
 local pct = sl_num(limits, 'retry_percent', 10)
+local plan = sl_plan(limits)
+local tenant_daily = false
+if plan then
+  for _, t in pairs(plan.tenants) do if t.daily > 0 then tenant_daily = true end end
+end
 local daily
-if sl_num(limits, 'rpd', 0) > 0 or sl_num(limits, 'tpd', 0) > 0 then daily = sl_hash(KEYS[7]) end
+if sl_num(limits, 'rpd', 0) > 0 or sl_num(limits, 'tpd', 0) > 0 or tenant_daily then daily = sl_hash(KEYS[7]) end
 
 local function bump(k, v) counts[k] = (counts[k] or 0) + (v or 1) end
-local function daily_adjust(reserved_ms, dreq, dtok)
+-- The day's usage moves with what settles learn (a grant of an earlier day
+-- no longer counts). The tenant's daily tokens move with the deployment's.
+local function daily_adjust(reserved_ms, dreq, dtok, tenant)
   if not daily or sl_num(daily, 'day', -1) ~= math.floor(reserved_ms / 86400000) then return end
   daily.requests = math.max(0, sl_num(daily, 'requests', 0) + dreq)
   daily.tokens = math.max(0, sl_num(daily, 'tokens', 0) + dtok)
+  local tf = tenant and ('t.' .. tenant .. '.tokens')
+  if tf and daily[tf] then
+    daily[tf] = math.max(0, sl_num(daily, tf, 0) + dtok)
+    daily._tf = daily._tf or {}
+    daily._tf[tf] = true
+  end
   daily._dirty = true
 end
 
@@ -77,7 +90,8 @@ for i = 1, n do
   end
   if rec then
     done[#done + 1] = id
-    local c, slot, reserved, creq, ctok = string.match(rec, '^([^,]+),([^,]+),([^,]+),([^,]+),(.+)$')
+    local c, slot, reserved, creq, ctok, tenant = string.match(rec, '^([^,]+),([^,]+),([^,]+),([^,]+),([^,]+),?(.*)$')
+    if tenant == '' then tenant = nil end
     c, slot, reserved, creq, ctok = tonumber(c), tonumber(slot), tonumber(reserved), tonumber(creq), tonumber(ctok)
     bump('settled_' .. outcome)
     if outcome == 'ok' then deposits = deposits + 1 end
@@ -85,7 +99,7 @@ for i = 1, n do
       if slot > now then
         sl_dim_refund(req, 1, now, KEYS[5], st, scale, creq)
         if tok then bump('tokens_refunded', math.floor(sl_dim_refund(tok, c, now, KEYS[6], st, scale, ctok) + 0.5)) end
-        daily_adjust(reserved, -1, -c)
+        daily_adjust(reserved, -1, -c, tenant)
       end
     elseif actual >= 0 and outcome ~= 'throttled' then
       local diff = c - actual
@@ -95,7 +109,7 @@ for i = 1, n do
         sl_dim_charge(tok, -diff, now)
         bump('tokens_charged', -diff)
       end
-      if diff < 0 or refund_on then daily_adjust(reserved, 0, -diff) end
+      if diff < 0 or refund_on then daily_adjust(reserved, 0, -diff, tenant) end
       bump('tokens_estimated', c)
       bump('tokens_actual', actual)
     end
@@ -154,7 +168,12 @@ if deposits > 0 then
   redis.call('PEXPIRE', KEYS[8], sl_num(limits, 'retry_ttl_ms', 10000) * 2)
 end
 if daily and daily._dirty then
-  redis.call('HSET', KEYS[7], 'requests', daily.requests, 'tokens', daily.tokens)
+  local args = {'requests', daily.requests, 'tokens', daily.tokens}
+  for f in pairs(daily._tf or {}) do
+    args[#args + 1] = f
+    args[#args + 1] = daily[f]
+  end
+  redis.call('HSET', KEYS[7], unpack(args))
 end
 for _, d in ipairs(dims) do sl_dim_save(d, st) end
 sl_count(st, counts)

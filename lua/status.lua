@@ -25,7 +25,8 @@ do
   end
 end
 local daily = sl_hash(KEYS[7])
-local today = math.floor(now / 86400000)
+local today_day = math.floor(now / 86400000)
+local today = today_day
 local out = {
   'deployment', name,
   'rpm', limits.rpm, 'tpm', limits.tpm,
@@ -52,5 +53,52 @@ for _, f in ipairs({'granted_total', 'shed_total', 'shed_rpm', 'shed_tpm', 'shed
                     'tokens_estimated', 'tokens_actual', 'tokens_refunded', 'tokens_charged'}) do
   out[#out + 1] = f
   out[#out + 1] = st[f] or '0'
+end
+out[#out + 1] = 'deferred_total'
+out[#out + 1] = st.deferred_total or '0'
+-- Lanes and tenants, sorted by name: lane.<name>.* and tenant.<name>.*.
+local plan = sl_plan(limits)
+if plan then
+  local names = {}
+  for ln in pairs(plan.lanes) do if ln ~= '' then names[#names + 1] = ln end end
+  table.sort(names)
+  for _, ln in ipairs(names) do
+    local L = plan.lanes[ln]
+    local p = 'lane.' .. ln .. '.'
+    for _, kv in ipairs({{'share', string.format('%.4f', L.cap)},
+                         {'horizon_ms', L.in_h},
+                         {'granted_total', st['l.' .. ln .. '.granted_total'] or '0'},
+                         {'deferred_total', st['l.' .. ln .. '.deferred_total'] or '0'},
+                         {'shed_total', st['l.' .. ln .. '.shed_total'] or '0'}}) do
+      out[#out + 1] = p .. kv[1]
+      out[#out + 1] = kv[2]
+    end
+  end
+  names = {}
+  local w = 0
+  for tn, t in pairs(plan.tenants) do
+    names[#names + 1] = tn
+    if sl_num(st, 't.' .. tn .. '.seen', -1e18) >= now - plan.idle_ms then w = w + t.w end
+  end
+  table.sort(names)
+  for _, tn in ipairs(names) do
+    local T = plan.tenants[tn]
+    local p = 'tenant.' .. tn .. '.'
+    local active = sl_num(st, 't.' .. tn .. '.seen', -1e18) >= now - plan.idle_ms
+    local today = 0
+    if sl_num(daily, 'day', -1) == today_day then today = sl_num(daily, 't.' .. tn .. '.tokens', 0) end
+    for _, kv in ipairs({{'weight', string.format('%g', T.w)},
+                         {'active', active and 1 or 0},
+                         {'share', string.format('%.4f', (active and w > 0) and T.w / w or 0)},
+                         {'ceiling_rpm', T.crpm}, {'ceiling_tpm', T.ctpm},
+                         {'daily_tokens', T.daily}, {'today_tokens', today},
+                         {'granted_total', st['t.' .. tn .. '.granted_total'] or '0'},
+                         {'tokens_total', st['t.' .. tn .. '.tokens_total'] or '0'},
+                         {'excess_total', st['t.' .. tn .. '.excess_total'] or '0'},
+                         {'shed_total', st['t.' .. tn .. '.shed_total'] or '0'}}) do
+      out[#out + 1] = p .. kv[1]
+      out[#out + 1] = kv[2]
+    end
+  end
 end
 return out

@@ -212,7 +212,7 @@ static void test_fleet_over_three_masters(void **state) {
             for (int i = 0; i < PER; i++) {
                 a[g][d][i] = (acq){.w = &w};
                 snprintf(a[g][d][i].dep, sizeof(a[g][d][i].dep), "%.31s", names[d]);
-                assert_int_equal(engine_acquire(w.e[g], names[d], 0, 60000, on_acquired, &a[g][d][i], NULL), 0);
+                assert_int_equal(engine_acquire(w.e[g], names[d], 0, 60000, NULL, NULL, on_acquired, &a[g][d][i], NULL), 0);
             }
     assert_true(run_until(&w, all_done, 20000));
     for (int d = 0; d < 3; d++) {
@@ -306,7 +306,7 @@ static void test_reshard_while_traffic_runs(void **state) {
     int issued = 0;
     while (issued < N) {
         for (int k = 0; k < 10 && issued < N; k++, issued++)
-            assert_int_equal(engine_acquire(w.e[0], name, 0, 60000, on_acquired, &a[issued], NULL), 0);
+            assert_int_equal(engine_acquire(w.e[0], name, 0, 60000, NULL, NULL, on_acquired, &a[issued], NULL), 0);
         run_for(&w, 200);
     }
     assert_true(run_until(&w, all_done, 20000));
@@ -356,7 +356,7 @@ static void test_master_killed_replica_promoted(void **state) {
     while (issued < N) {
         for (int k = 0; k < 10 && issued < N; k++, issued++) {
             a[issued] = (acq){.w = &w};
-            assert_int_equal(engine_acquire(w.e[0], name, 0, 60000, on_acquired, &a[issued], NULL), 0);
+            assert_int_equal(engine_acquire(w.e[0], name, 0, 60000, NULL, NULL, on_acquired, &a[issued], NULL), 0);
         }
         run_for(&w, 200);
         for (int i = 0; i < issued && !back_at; i++)

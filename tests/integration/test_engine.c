@@ -122,7 +122,7 @@ static void test_coalescing_and_release_at_slot(void **state) {
     uint64_t t0 = uv_now(&w.loop);
     for (int i = 0; i < N; i++) {
         a[i] = (acq){.w = &w};
-        assert_int_equal(engine_acquire(w.e, "coal", 0, 60000, on_acquired, &a[i], NULL), 0);
+        assert_int_equal(engine_acquire(w.e, "coal", 0, 60000, NULL, NULL, on_acquired, &a[i], NULL), 0);
     }
     /* 300 requests at 100/s after a burst of 10: about 2.9 s. */
     assert_true(run_until(&w, all_done, 10000));
@@ -158,7 +158,7 @@ static void test_cancel_gives_the_slot_back(void **state) {
     engine_call *calls[3];
     for (int i = 0; i < 3; i++) {
         a[i] = (acq){.w = &w};
-        assert_int_equal(engine_acquire(w.e, "cancel", 0, 60000, on_acquired, &a[i], &calls[i]), 0);
+        assert_int_equal(engine_acquire(w.e, "cancel", 0, 60000, NULL, NULL, on_acquired, &a[i], &calls[i]), 0);
     }
     w.target = 1;
     assert_true(run_until(&w, all_done, 3000)); /* the first is released at once */
@@ -174,7 +174,7 @@ static void test_cancel_gives_the_slot_back(void **state) {
     /* Let the cancels reach Redis first. */
     uv_run(&w.loop, UV_RUN_NOWAIT);
     w.target = 2;
-    assert_int_equal(engine_acquire(w.e, "cancel", 0, 60000, on_acquired, &b, NULL), 0);
+    assert_int_equal(engine_acquire(w.e, "cancel", 0, 60000, NULL, NULL, on_acquired, &b, NULL), 0);
     assert_true(run_until(&w, all_done, 5000));
     assert_int_equal(a[1].called, 0);
     assert_int_equal(a[2].called, 0);
@@ -210,13 +210,13 @@ static void test_shed_when_slot_beyond_max_wait(void **state) {
     w.target = 2;
     for (int i = 0; i < 2; i++) {
         a[i] = (acq){.w = &w};
-        assert_int_equal(engine_acquire(w.e, "shed", 0, 100, on_acquired, &a[i], NULL), 0);
+        assert_int_equal(engine_acquire(w.e, "shed", 0, 100, NULL, NULL, on_acquired, &a[i], NULL), 0);
     }
     assert_true(run_until(&w, all_done, 3000));
     assert_int_equal(a[0].status, SL_OK);
     assert_int_equal(a[1].status, SL_ESHED);
     assert_string_equal(a[1].reason, "rpm");
-    assert_int_equal(engine_acquire(w.e, "nope", 0, 100, on_acquired, &a[0], NULL), SL_EUNKNOWN);
+    assert_int_equal(engine_acquire(w.e, "nope", 0, 100, NULL, NULL, on_acquired, &a[0], NULL), SL_EUNKNOWN);
     world_close(&w);
 }
 
@@ -236,7 +236,7 @@ static void test_pause_keeps_held_callers_spaced(void **state) {
     w.target = 1;
     for (int i = 0; i < N; i++) {
         a[i] = (acq){.w = &w};
-        assert_int_equal(engine_acquire(w.e, "held", 0, 60000, on_acquired, &a[i], NULL), 0);
+        assert_int_equal(engine_acquire(w.e, "held", 0, 60000, NULL, NULL, on_acquired, &a[i], NULL), 0);
     }
     assert_true(run_until(&w, all_done, 3000)); /* the first goes at once */
     uint64_t t0 = uv_now(&w.loop);
@@ -272,7 +272,7 @@ static void test_redis_killed_local_fallback_then_rejoin(void **state) {
     w.done_count = 0;
     w.target = 1;
     loop_run_for(&w.loop, 500);
-    assert_int_equal(engine_acquire(w.e, "fb", 0, 60000, on_acquired, &warm, NULL), 0);
+    assert_int_equal(engine_acquire(w.e, "fb", 0, 60000, NULL, NULL, on_acquired, &warm, NULL), 0);
     assert_true(run_until(&w, all_done, 3000));
     assert_false(warm.g.local);
 
@@ -284,7 +284,7 @@ static void test_redis_killed_local_fallback_then_rejoin(void **state) {
     uint64_t t0 = uv_now(&w.loop);
     for (int i = 0; i < N; i++) {
         a[i] = (acq){.w = &w};
-        assert_int_equal(engine_acquire(w.e, "fb", 0, 60000, on_acquired, &a[i], NULL), 0);
+        assert_int_equal(engine_acquire(w.e, "fb", 0, 60000, NULL, NULL, on_acquired, &a[i], NULL), 0);
     }
     assert_true(run_until(&w, all_done, 10000));
     assert_true(is_down(&w));
@@ -320,7 +320,7 @@ static void test_redis_killed_local_fallback_then_rejoin(void **state) {
     w.target = 1;
     /* The local schedule drains first (a few hundred ms at most here). */
     loop_run_for(&w.loop, 300);
-    assert_int_equal(engine_acquire(w.e, "fb", 0, 60000, on_acquired, &back, NULL), 0);
+    assert_int_equal(engine_acquire(w.e, "fb", 0, 60000, NULL, NULL, on_acquired, &back, NULL), 0);
     assert_true(run_until(&w, all_done, 3000));
     assert_int_equal(back.status, SL_OK);
     assert_false(back.g.local);
@@ -334,7 +334,7 @@ static void test_flushall_reloads_scripts_transparently(void **state) {
     static acq a, b;
     a = (acq){.w = &w};
     w.target = 1;
-    assert_int_equal(engine_acquire(w.e, "fl", 0, 1000, on_acquired, &a, NULL), 0);
+    assert_int_equal(engine_acquire(w.e, "fl", 0, 1000, NULL, NULL, on_acquired, &a, NULL), 0);
     assert_true(run_until(&w, all_done, 3000));
     assert_false(a.g.local);
     redisContext *c = redis_fixture_connect(&fx);
@@ -343,7 +343,7 @@ static void test_flushall_reloads_scripts_transparently(void **state) {
     redisFree(c);
     b = (acq){.w = &w};
     w.done_count = 0;
-    assert_int_equal(engine_acquire(w.e, "fl", 0, 1000, on_acquired, &b, NULL), 0);
+    assert_int_equal(engine_acquire(w.e, "fl", 0, 1000, NULL, NULL, on_acquired, &b, NULL), 0);
     assert_true(run_until(&w, all_done, 3000));
     assert_int_equal(b.status, SL_OK);
     engine_stats s;
@@ -433,7 +433,7 @@ static void test_script_permission_error_is_loud(void **state) {
     static acq a;
     a = (acq){.w = &w};
     w.target = 1;
-    assert_int_equal(engine_acquire(w.e, "notime", 0, 1000, on_acquired, &a, NULL), 0);
+    assert_int_equal(engine_acquire(w.e, "notime", 0, 1000, NULL, NULL, on_acquired, &a, NULL), 0);
     assert_true(run_until(&w, all_done, 3000));
     assert_int_equal(a.status, SL_OK);
     assert_true(a.g.local);

@@ -138,7 +138,7 @@ static void test_failover_followed(void **state) {
         }
         for (int k = 0; k < 10 && issued < N; k++, issued++) {
             a[issued] = (acq){.w = &w};
-            assert_int_equal(engine_acquire(w.e, "gpt", 0, 60000, on_acquired, &a[issued], NULL), 0);
+            assert_int_equal(engine_acquire(w.e, "gpt", 0, 60000, NULL, NULL, on_acquired, &a[issued], NULL), 0);
         }
         run_for(&w, 200);
         for (int i = 0; i < issued && killed && !back_at; i++)
