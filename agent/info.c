@@ -11,6 +11,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "classes.h"
 #include "config.h"
 #include "engine.h"
 
@@ -124,6 +125,7 @@ static void section_stats(info_out *o, server *s, const server_stats *st, const 
     line(o, "sheds:%llu", es->sheds);
     line(o, "sheds_per_sec:%.2f", st->sheds_per_sec);
     for (int i = 0; i < ENGINE_SHED_REASONS; i++) line(o, "sheds_%s:%llu", engine_shed_reasons[i], es->shed_by_reason[i]);
+    line(o, "deferrals:%llu", es->deferrals);
     line(o, "acquire_errors:%llu", es->errors);
     line(o, "queued:%llu", es->queued);
     line(o, "waiting:%llu", es->waiting);
@@ -144,6 +146,44 @@ static void section_stats(info_out *o, server *s, const server_stats *st, const 
     line(o, "arity_errors:%llu", st->arity_errors);
 }
 
+/* One line per lane or tenant row: an index key (names may hold ':',
+ * which would end an INFO key) and comma-separated fields, like Redis'
+ * slave0:ip=..,port=... Names are [A-Za-z0-9._:-], so no value holds a ','
+ * or a '='. */
+static void class_lines(info_out *o, const char *kind, const classes_row *rows, size_t n) {
+    line(o, "%ss:%zu", kind, n);
+    for (size_t i = 0; i < n; i++) {
+        const classes_row *r = &rows[i];
+        line(o,
+             "%s%zu:deployment=%s,%s=%s,acquires=%llu,grants=%llu,sheds=%llu,deferrals=%llu,queued=%llu,"
+             "tokens_reserved=%llu,wait_avg_ms=%.2f",
+             kind, i, r->deployment, kind, r->name, r->st.acquires, r->st.grants, r->st.sheds, r->st.deferrals,
+             r->st.queued, r->st.tokens, ratio(r->st.wait_sum_ms, r->st.grants));
+    }
+}
+
+static void section_lanes(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
+    classes c;
+    line(o, "# Lanes");
+    if (classes_collect(server_engine(s), &c) != 0) {
+        o->err = 1;
+        return;
+    }
+    class_lines(o, "lane", c.lanes, c.nlanes);
+    classes_free(&c);
+}
+
+static void section_tenants(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
+    classes c;
+    line(o, "# Tenants");
+    if (classes_collect(server_engine(s), &c) != 0) {
+        o->err = 1;
+        return;
+    }
+    class_lines(o, "tenant", c.tenants, c.ntenants);
+    classes_free(&c);
+}
+
 typedef void (*section_fn)(info_out *o, server *s, const server_stats *st, const engine_stats *es);
 
 /* The sections, in INFO order. */
@@ -152,10 +192,12 @@ static const struct {
     section_fn fn;
 } sections[] = {
     {"server", section_server}, {"clients", section_clients}, {"deployments", section_deployments},
-    {"redis", section_redis},   {"stats", section_stats},
+    {"redis", section_redis},   {"stats", section_stats},     {"lanes", section_lanes},
+    {"tenants", section_tenants},
 };
 
-const char *const info_sections[] = {"server", "clients", "deployments", "redis", "stats", NULL};
+const char *const info_sections[] = {"server", "clients", "deployments", "redis",
+                                     "stats",  "lanes",   "tenants",     NULL};
 
 int info_render(server *s, const char *section, resp_buf *out) {
     int all = !section || !*section || !strcasecmp(section, "all") || !strcasecmp(section, "default") ||

@@ -1,9 +1,10 @@
 /* info: the INFO command's text, Redis-style sections of "field:value"
- * lines (`# Server`, `# Clients`, `# Deployments`, `# Redis`, `# Stats`),
- * built from the server's and the engine's counters. Read-only: nothing
+ * lines (`# Server`, `# Clients`, `# Deployments`, `# Redis`, `# Stats`,
+ * `# Lanes`, `# Tenants`), built from the server's and the engine's
+ * counters (per lane and tenant: classes.h). Read-only: nothing
  * here changes state, so INFO can be called as often as wanted.
  *
- * Depends on server and engine. Loop thread only. */
+ * Depends on server, engine and classes. Loop thread only. */
 #ifndef SLUICE_INFO_H
 #define SLUICE_INFO_H
 
@@ -11,9 +12,9 @@
 #include "server.h"
 
 /* Appends the text of section (case-insensitive: server, clients,
- * deployments, redis, stats; "", "all", "default" or "everything" for all
- * of them; an unknown section gives no text, as in Redis) to out, lines
- * ending in CRLF. Returns 0 or RESP_ENOMEM. */
+ * deployments, redis, stats, lanes, tenants; "", "all", "default" or
+ * "everything" for all of them; an unknown section gives no text, as in
+ * Redis) to out, lines ending in CRLF. Returns 0 or RESP_ENOMEM. */
 int info_render(server *s, const char *section, resp_buf *out);
 
 /* Names of the sections, in order, NULL-terminated. */

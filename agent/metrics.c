@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "classes.h"
 #include "config.h"
 #include "engine.h"
 #include "sluice.h"
@@ -85,6 +86,81 @@ static void label_escape(const char *s, char *dst, size_t n) {
     dst[k] = '\0';
 }
 
+/* A wait histogram's buckets, sum and count; labels: the series' other
+ * labels ("a=\"x\",b=\"y\""), or "". */
+static void wait_histogram(text_out *o, const char *name, const char *labels, const unsigned long long *hist,
+                           unsigned long long sum_ms) {
+    const char *sep = labels[0] ? "," : "";
+    unsigned long long cum = 0;
+    for (int i = 0; i < ENGINE_WAIT_BUCKETS; i++) {
+        cum += hist[i];
+        emit(o, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, (double)engine_wait_bounds_ms[i] / 1000.0,
+             cum);
+    }
+    cum += hist[ENGINE_WAIT_BUCKETS];
+    emit(o, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep, cum);
+    const char *open = labels[0] ? "{" : "", *close = labels[0] ? "}" : "";
+    emit(o, "%s_sum%s%s%s %.3f\n", name, open, labels, close, (double)sum_ms / 1000.0);
+    emit(o, "%s_count%s%s%s %llu\n", name, open, labels, close, cum);
+}
+
+/* The labels of a lane or tenant row: deployment="..",<kind>="..". */
+static void row_labels(const classes_row *r, const char *kind, char *buf, size_t n) {
+    char dep[2 * CONFIG_NAME_MAX + 1], name[2 * CONFIG_NAME_MAX + 1];
+    label_escape(r->deployment, dep, sizeof(dep));
+    label_escape(r->name, name, sizeof(name));
+    snprintf(buf, n, "deployment=\"%s\",%s=\"%s\"", dep, kind, name);
+}
+
+/* One counter or gauge family over the rows: field picks the value. */
+static void row_family(text_out *o, const char *name, const char *type, const char *help, const char *kind,
+                       const classes_row *rows, size_t n, size_t field) {
+    head(o, name, type, help);
+    char labels[6 * CONFIG_NAME_MAX + 64];
+    for (size_t i = 0; i < n; i++) {
+        row_labels(&rows[i], kind, labels, sizeof(labels));
+        const unsigned long long *v = (const unsigned long long *)((const char *)&rows[i].st + field);
+        emit(o, "%s{%s} %llu\n", name, labels, *v);
+    }
+}
+
+#define ROW_FIELD(f) offsetof(engine_class_stats, f)
+
+static void class_metrics(text_out *o, const classes *c) {
+    const classes_row *l = c->lanes, *t = c->tenants;
+    size_t nl = c->nlanes, nt = c->ntenants;
+    row_family(o, "sluice_lane_acquires_total", "counter", "ACQUIREs of the lane.", "lane", l, nl,
+               ROW_FIELD(acquires));
+    row_family(o, "sluice_lane_grants_total", "counter", "Slots granted to the lane.", "lane", l, nl,
+               ROW_FIELD(grants));
+    row_family(o, "sluice_lane_sheds_total", "counter", "Acquires of the lane shed.", "lane", l, nl, ROW_FIELD(sheds));
+    row_family(o, "sluice_lane_deferrals_total", "counter",
+               "Times Redis deferred a request of the lane (its slot beyond the lane's horizon).", "lane", l, nl,
+               ROW_FIELD(deferrals));
+    row_family(o, "sluice_lane_tokens_reserved_total", "counter", "Estimated tokens of the lane's grants.", "lane",
+               l, nl, ROW_FIELD(tokens));
+    row_family(o, "sluice_lane_queued", "gauge", "Acquires of the lane held by this agent, not yet decided.", "lane",
+               l, nl, ROW_FIELD(queued));
+    head(o, "sluice_lane_wait_seconds", "histogram", "Time from ACQUIRE to the release of its slot, by lane.");
+    char labels[6 * CONFIG_NAME_MAX + 64];
+    for (size_t i = 0; i < nl; i++) {
+        row_labels(&l[i], "lane", labels, sizeof(labels));
+        wait_histogram(o, "sluice_lane_wait_seconds", labels, l[i].st.wait_hist, l[i].st.wait_sum_ms);
+    }
+    row_family(o, "sluice_tenant_acquires_total", "counter", "ACQUIREs of the tenant.", "tenant", t, nt,
+               ROW_FIELD(acquires));
+    row_family(o, "sluice_tenant_grants_total", "counter", "Slots granted to the tenant.", "tenant", t, nt,
+               ROW_FIELD(grants));
+    row_family(o, "sluice_tenant_tokens_reserved_total", "counter", "Estimated tokens of the tenant's grants.",
+               "tenant", t, nt, ROW_FIELD(tokens));
+    row_family(o, "sluice_tenant_sheds_total", "counter", "Acquires of the tenant shed.", "tenant", t, nt,
+               ROW_FIELD(sheds));
+    row_family(o, "sluice_tenant_deferrals_total", "counter", "Times Redis deferred a request of the tenant.",
+               "tenant", t, nt, ROW_FIELD(deferrals));
+    row_family(o, "sluice_tenant_queued", "gauge", "Acquires of the tenant held by this agent, not yet decided.",
+               "tenant", t, nt, ROW_FIELD(queued));
+}
+
 int metrics_render(server *s, resp_buf *b) {
     engine *e = server_engine(s);
     const config *cfg = engine_config(e);
@@ -108,16 +184,12 @@ int metrics_render(server *s, resp_buf *b) {
     one(&o, "sluice_acquire_errors_total", "counter",
         "Acquires answered with an error (fail closed, shutdown, removed deployment).", (double)es.errors);
 
+    one(&o, "sluice_deferrals_total", "counter",
+        "Times Redis deferred a request (its slot beyond its lane's or tenant's horizon); the agent asks again.",
+        (double)es.deferrals);
+
     head(&o, "sluice_wait_seconds", "histogram", "Time from ACQUIRE to the release of its slot.");
-    unsigned long long cum = 0;
-    for (int i = 0; i < ENGINE_WAIT_BUCKETS; i++) {
-        cum += es.wait_hist[i];
-        emit(&o, "sluice_wait_seconds_bucket{le=\"%g\"} %llu\n", (double)engine_wait_bounds_ms[i] / 1000.0, cum);
-    }
-    cum += es.wait_hist[ENGINE_WAIT_BUCKETS];
-    emit(&o, "sluice_wait_seconds_bucket{le=\"+Inf\"} %llu\n", cum);
-    emit(&o, "sluice_wait_seconds_sum %.3f\n", (double)es.wait_sum_ms / 1000.0);
-    emit(&o, "sluice_wait_seconds_count %llu\n", cum);
+    wait_histogram(&o, "sluice_wait_seconds", "", es.wait_hist, es.wait_sum_ms);
 
     one(&o, "sluice_queued_acquires", "gauge", "Acquires not yet decided.", (double)es.queued);
     one(&o, "sluice_waiting_acquires", "gauge", "Acquires granted and waiting for their slot.", (double)es.waiting);
@@ -158,6 +230,11 @@ int metrics_render(server *s, resp_buf *b) {
     head(&o, "sluice_config_reloads_total", "counter", "SIGHUP reloads, by result.");
     emit(&o, "sluice_config_reloads_total{result=\"ok\"} %llu\n", st.reloads_ok);
     emit(&o, "sluice_config_reloads_total{result=\"failed\"} %llu\n", st.reloads_failed);
+
+    classes c;
+    if (classes_collect(e, &c) != 0) return RESP_ENOMEM;
+    class_metrics(&o, &c);
+    classes_free(&c);
     return o.err ? RESP_ENOMEM : 0;
 }
 
