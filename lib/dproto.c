@@ -114,6 +114,8 @@ int dproto_error(const char *text, char *reason, size_t reason_len, long long *r
         }
         return error_words[i].code;
     }
+    /* As embedded mode answers a lane the deployment does not have. */
+    if (strncasecmp(text, "ERR unknown lane ", 17) == 0) return SL_EINVAL;
     if (strncasecmp(text, "ERR unknown deployment", 22) == 0) return SL_EUNKNOWN;
     if (strncasecmp(text, "ERR", 3) == 0 && strstr(text, "unknown deployment")) return SL_EUNKNOWN;
     return SL_EPROTO;

@@ -171,8 +171,10 @@ typedef struct sl_request {
                                     set by init): the deployment's max_wait_ms,
                                     or with a deadline, the time left */
     int64_t deadline_ms;         /* absolute, on sl_now_ms(); 0: none */
-    const char *lane;            /* daemon mode only for now; NULL: default */
-    const char *tenant;          /* daemon mode only for now; NULL: none */
+    const char *lane;            /* NULL: the deployment's default lane; a
+                                    lane it does not have is SL_EINVAL */
+    const char *tenant;          /* NULL: none; an unconfigured tenant
+                                    falls in the "default" class */
 } sl_request;
 
 SL_API void sl_request_init_size(sl_request *req, size_t size);
@@ -338,8 +340,8 @@ typedef struct sl_call_opts {
     long long max_wait_ms;       /* per acquire; < 0 (init): as sl_request */
     int64_t deadline_ms;         /* absolute, sl_now_ms(); 0: none. Covers
                                     every wait, attempt and backoff */
-    const char *lane;
-    const char *tenant;
+    const char *lane;            /* as sl_request */
+    const char *tenant;          /* as sl_request */
     int max_attempts;            /* attempts in all, first included; 0: 5 */
     long long backoff_base_ms;   /* full jitter base; 0: 500 */
     long long backoff_cap_ms;    /* full jitter cap; 0: 30000 */

@@ -5,6 +5,8 @@
  * built). Proves:
  *   - acquire/settle: grants carry id, wait and tokens; unknown deployments
  *     and bad arguments are errors with a message;
+ *   - lanes and tenants: both modes take them, and an unknown lane is
+ *     SL_EINVAL naming the deployment's lanes;
  *   - deadlines are never exceeded (measured): a slot beyond the deadline
  *     sheds at once with the reason and a retry-after; a slot that slips
  *     past it (a pause arrived meanwhile) ends at the deadline, given back;
@@ -50,8 +52,11 @@ static void deployments(const char *p, char *out, size_t n) {
              "  %s-retry:\n    rpm: 60000\n    retry_budget: { ttl_s: 2, min_per_s: 1, percent: 0 }\n"
              "  %s-fleet:\n    rpm: 60000\n"
              "  %s-close:\n    rpm: 60\n    burst: { requests: 1 }\n"
-             "  %s-cb:\n    rpm: 60000\n",
-             p, p, p, p, p, p, p, p, p, p, p);
+             "  %s-cb:\n    rpm: 60000\n"
+             "  %s-lanes:\n    rpm: 60000\n"
+             "    lanes: { fast: { priority: 0 }, bulk: { priority: 1 } }\n"
+             "    tenants: { t1: { weight: 2 } }\n",
+             p, p, p, p, p, p, p, p, p, p, p, p);
 }
 
 static int group_setup(void **state) {
@@ -175,6 +180,44 @@ static void basic(int mode) {
 
 static void test_basic_embedded(void **state) { basic(EMBEDDED); }
 static void test_basic_daemon(void **state) { basic(DAEMON); }
+
+/* ---- lanes and tenants ------------------------------------------------------------- */
+
+static void lanes(int mode) {
+    if (skip_without_daemon(mode)) return;
+    sl_gov *g = open_gov(mode, 0);
+    char dep[64];
+    dep_name(mode, "lanes", dep, sizeof(dep));
+    sl_request r = request(dep, 10, -1, 0);
+    sl_grant *a = NULL;
+    r.lane = "bulk";
+    r.tenant = "t1";
+    assert_int_equal(sl_acquire(g, &r, &a), 0);
+    assert_int_equal(sl_settle(a, -1, SL_OUTCOME_OK, NULL, 0), 0);
+    /* A tenant the deployment does not list: its "default" class. */
+    r.lane = NULL;
+    r.tenant = "somebody-else";
+    assert_int_equal(sl_acquire(g, &r, &a), 0);
+    assert_int_equal(sl_settle(a, -1, SL_OUTCOME_OK, NULL, 0), 0);
+    /* A lane it does not have: the same error in both modes. */
+    r.lane = "nope";
+    sl_grant *x = (sl_grant *)1;
+    assert_int_equal(sl_acquire(g, &r, &x), SL_EINVAL);
+    assert_null(x);
+    print_message("  [%s] unknown lane: %s\n", prefix(mode), sl_errmsg(g));
+    assert_non_null(strstr(sl_errmsg(g), "unknown lane 'nope'"));
+    assert_non_null(strstr(sl_errmsg(g), "its lanes: fast, bulk"));
+    r.lane = "has space";
+    assert_int_equal(sl_acquire(g, &r, &x), SL_EINVAL);
+    /* The governor serves on. */
+    r.lane = "fast";
+    assert_int_equal(sl_acquire(g, &r, &a), 0);
+    assert_int_equal(sl_settle(a, -1, SL_OUTCOME_OK, NULL, 0), 0);
+    sl_close(g);
+}
+
+static void test_lanes_embedded(void **state) { lanes(EMBEDDED); }
+static void test_lanes_daemon(void **state) { lanes(DAEMON); }
 
 /* ---- deadlines ----------------------------------------------------------------------- */
 
@@ -739,6 +782,8 @@ int main(void) {
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_basic_embedded),
         cmocka_unit_test(test_basic_daemon),
+        cmocka_unit_test(test_lanes_embedded),
+        cmocka_unit_test(test_lanes_daemon),
         cmocka_unit_test(test_shed_and_deadline_embedded),
         cmocka_unit_test(test_shed_and_deadline_daemon),
         cmocka_unit_test(test_deadline_with_pause_embedded),

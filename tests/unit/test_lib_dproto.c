@@ -54,6 +54,7 @@ static const struct {
     {"UNAVAIL Redis is unreachable and agent.fail is closed", SL_EUNAVAIL, "", -1},
     {"ERR unknown deployment 'x'", SL_EUNKNOWN, "", -1},
     {"ERR unknown deployment 'x' (removed by a configuration reload)", SL_EUNKNOWN, "", -1},
+    {"ERR unknown lane 'x' for deployment 'd' (its lanes: interactive, batch)", SL_EINVAL, "", -1},
     {"ERR syntax error: unknown option 'FOO'", SL_EPROTO, "", -1},
     {"SHEDDING is not a word we know", SL_EPROTO, "", -1},
     {"", SL_EPROTO, "", -1},
