@@ -352,11 +352,14 @@ end
 
 -- ---- lanes and tenants (docs/redis-keys.md, "Lanes and tenants") --------
 -- Configured in limits by configure:
---   plan.<lane>    "in_h,ex_h,cap"   derived: the lane's horizon for items
---                  within their tenant's share and beyond it (ms ahead of
---                  now a grant may be; -1 = up to the item's max wait), and
---                  the share of the rate the lane may use (1 - headroom
---                  reserved for the lanes above it)
+--   plan.<lane>    "in_h,ex_h,cap,band"   derived: the lane's horizon for
+--                  items within their tenant's share and beyond it (ms
+--                  ahead of now a grant may be; -1 = up to the item's max
+--                  wait), the share of the rate the lane may use (1 -
+--                  headroom reserved for the lanes above it), and the
+--                  in-share horizon used instead of -1 when tenants are
+--                  configured: a share is judged at the slot, so slots
+--                  are given out no earlier than a band before they come
 --   default_lane   the lane of items that name none (or an unknown one)
 --   tenant.<name>  "weight,ceiling_rpm,ceiling_tpm,daily_tokens" (0 = none)
 --   tenant_idle_ms how long a tenant without demand still holds its share
@@ -376,7 +379,8 @@ local function sl_plan(limits)
     local ln = string.match(k, '^plan%.(.+)$')
     if ln then
       local f = sl_csv(v)
-      p.lanes[ln] = {name = ln, in_h = tonumber(f[1]), ex_h = tonumber(f[2]), cap = tonumber(f[3])}
+      p.lanes[ln] = {name = ln, in_h = tonumber(f[1]), ex_h = tonumber(f[2]), cap = tonumber(f[3]),
+                     band = tonumber(f[4] or f[1])}
       any = true
     end
     local tn = string.match(k, '^tenant%.(.+)$')
@@ -394,8 +398,13 @@ local function sl_plan(limits)
   end
   p.default_lane = limits.default_lane or ''
   if not p.lanes[p.default_lane] then
-    p.lanes[''] = {name = '', in_h = -1, ex_h = 0, cap = 1}
+    p.lanes[''] = {name = '', in_h = -1, ex_h = 0, cap = 1, band = sl_num(limits, 'lane_step_ms', 10)}
     p.default_lane = ''
+  end
+  if p.fair then
+    for _, l in pairs(p.lanes) do
+      if l.in_h < 0 then l.in_h = l.band end
+    end
   end
   p.idle_ms = sl_num(limits, 'tenant_idle_ms', 2000)
   return p

@@ -122,10 +122,12 @@ if #lanes > 0 then
       return redis.error_reply("ERR sluice configure: the headroom of the lanes above lane '" .. l.name .. "' adds up to " .. above .. ": it must stay below 1")
     end
     local ex = 2 * (m - 1 - k) * g
+    local band = ex + g
     local inh = l.horizon
-    if inh < 0 and k > 0 then inh = ex + g end
+    if inh < 0 and k > 0 then inh = band end
     if inh >= 0 and inh < ex then ex = inh end
-    new['plan.' .. l.name] = inh .. ',' .. ex .. ',' .. string.format('%.6f', 1 - above)
+    if inh >= 0 then band = inh end
+    new['plan.' .. l.name] = inh .. ',' .. ex .. ',' .. string.format('%.6f', 1 - above) .. ',' .. band
     if l.priority < top.priority then top = l end
   end
   if new.default_lane == nil then new.default_lane = top.name end

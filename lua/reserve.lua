@@ -180,7 +180,7 @@ for i = 1, n do
     -- schedule behind it is the backlog the pause shifted.
     if paused_until > now then reason = 'paused' end
     -- Lanes and tenants: private buckets, the share, and the horizon.
-    local horizon, in_share, ldims, tdims, vt, k, tau = w, true, nil, nil, nil, nil, nil
+    local horizon, in_share, ldims, tdims, vt, k, tau, lag = w, true, nil, nil, nil, nil, nil, nil
     if L then
       ldims, tdims = lane_dims(L), tenant_dims(T)
       local shared = s
@@ -192,12 +192,24 @@ for i = 1, n do
         if tok and c / tok.r > k then k = c / tok.r end
         tau = req.burst / req.r / fair.w
         vt = sl_num(st, 't.' .. T.name .. '.vt', -1e18)
-        in_share = vt <= sl_fair_v(fair, s) + tau
+        lag = sl_fair_v(fair, s) + tau - vt
+        in_share = lag >= 0
       end
       -- An item held back by its own bucket or beyond its share may only
       -- take capacity that is free about now (its lane's excess horizon):
-      -- reserving further ahead would fence the shared schedule.
-      if in_share and s <= shared then horizon = L.in_h else horizon = L.ex_h end
+      -- reserving further ahead would fence the shared schedule. Within
+      -- their shares, the tenant further behind sees a slot first: its
+      -- horizon grows with its lag, from the excess horizon at the edge
+      -- of its share to the lane's at a full burst behind (start-time
+      -- fair queueing, with agents asking in lag order).
+      if in_share and s <= shared then
+        horizon = L.in_h
+        if fair and L.in_h > L.ex_h then
+          horizon = L.ex_h + (L.in_h - L.ex_h) * math.min(1, lag / tau)
+        end
+      else
+        horizon = L.ex_h
+      end
       if horizon < 0 or horizon > w then horizon = w end
     end
     local fence = s
