@@ -64,7 +64,7 @@ enum { SETTLE_HDR_ALL = 0, SETTLE_HDR_RETRY_AFTER, SETTLE_HDR_NONE };
 /* ---- options ------------------------------------------------------------------ */
 
 typedef struct run_cli {
-    const char *config, *deployment, *in, *out, *errors, *socket, *shard, *settle_headers;
+    const char *config, *deployment, *in, *out, *errors, *socket, *shard, *settle_headers, *lane, *tenant;
     long long concurrency, max_attempts;
     double deadline_s, timeout_s;
     int embedded, fsync, retry_errors, no_progress, help;
@@ -79,6 +79,10 @@ static const cli_flag run_flags[] = {
     {"--in", "-i", "FILE", CLI_STR, OPT(in), 0, 0, "requests, one chat-completions JSON per line (required)"},
     {"--out", "-o", "FILE", CLI_STR, OPT(out), 0, 0, "results, appended; ids already there are skipped (required)"},
     {"--errors", NULL, "FILE", CLI_STR, OPT(errors), 0, 0, "failures, appended (default OUT.errors.jsonl)"},
+    {"--lane", NULL, "NAME", CLI_STR, OPT(lane), 0, 0,
+     "lane of every request (default: the deployment's default lane); a line's \"lane\" overrides it"},
+    {"--tenant", NULL, "NAME", CLI_STR, OPT(tenant), 0, 0,
+     "tenant of every request (one not configured: the \"default\" class); a line's \"tenant\" overrides it"},
     {"--concurrency", "-j", "N", CLI_INT, OPT(concurrency), 1, 100000,
      "requests in progress at once: waiting for a slot, in flight or backing off (default 32)"},
     {"--max-attempts", NULL, "N", CLI_INT, OPT(max_attempts), 1, 100,
@@ -111,6 +115,7 @@ static void run_usage(FILE *f) {
             "only when the response class, the fleet's retry budget and the deadline allow.\n"
             "Any number of runs on any number of hosts share the quota through Redis.\n"
             "Results are appended one JSON line per id; a rerun skips the ids already done.\n"
+            "A line may name its \"id\", \"lane\" and \"tenant\"; they are taken out before sending.\n"
             "Ctrl-C stops taking work and lets calls in flight finish; twice cancels them.\n\n"
             "options:\n");
     cli_print_flags(f, run_flags, RUN_NFLAGS);
@@ -155,6 +160,8 @@ struct item {
     char *key, *body;
     size_t body_len;
     long long tokens;
+    char lane[RUN_CLASS_NAME_MAX + 1];   /* "" = the deployment's default lane */
+    char tenant[RUN_CLASS_NAME_MAX + 1]; /* "" = none */
     item_state state;
     item_state after_sleep;   /* IT_ACQUIRE or IT_ASK */
     sl_call_id call;
@@ -390,6 +397,8 @@ static void item_acquire(item *it) {
     sl_request_init(&req);
     req.deployment = r->cli.deployment;
     req.tokens = it->tokens;
+    req.lane = it->lane[0] ? it->lane : NULL;
+    req.tenant = it->tenant[0] ? it->tenant : NULL;
     if (it->deadline_ms > 0) {
         /* Leave an attempt's worth of time after the slot. */
         req.deadline_ms = it->deadline_ms - RUN_MIN_ATTEMPT_MS;
@@ -698,6 +707,16 @@ static void fill(run *r) {
             run_request_free(&req);
             break;
         }
+        const char *lane = req.lane[0] ? req.lane : r->cli.lane ? r->cli.lane : "";
+        const char *tenant = req.tenant[0] ? req.tenant : r->cli.tenant ? r->cli.tenant : "";
+        if (rc == 0 && lane[0] && !config_lane(r->dep, lane)) {
+            /* Checked here, so that one line's typo fails that line only. */
+            char lanes[256];
+            config_lane_names(r->dep, lanes, sizeof(lanes));
+            snprintf(err, sizeof(err), "unknown lane '%s' for deployment '%s' (its lanes: %s)", lane, r->dep->name,
+                     lanes);
+            rc = -1;
+        }
         if (rc != 0) {
             char msg[600];
             snprintf(msg, sizeof(msg), "line %lld: %s", r->lineno, err);
@@ -717,6 +736,8 @@ static void fill(run *r) {
         it->body = req.body;
         it->body_len = req.body_len;
         it->tokens = req.tokens;
+        snprintf(it->lane, sizeof(it->lane), "%s", lane);
+        snprintf(it->tenant, sizeof(it->tenant), "%s", tenant);
         if (r->cli.deadline_s > 0) it->deadline_ms = sl_now_ms() + (int64_t)(r->cli.deadline_s * 1000);
         uv_timer_init(&r->loop, &it->timer);
         it->timer.data = it;
@@ -994,6 +1015,15 @@ static int setup(run *r, int argc, char **argv) {
             return 2;
         }
     }
+    static const char *const class_flags[] = {"--lane", "--tenant"};
+    const char *class_values[] = {r->cli.lane, r->cli.tenant};
+    for (int i = 0; i < 2; i++) {
+        if (class_values[i] && !run_class_name_ok(class_values[i])) {
+            fprintf(stderr, "sluice run: %s: expected 1 to %d of A-Z a-z 0-9 . _ : -, got '%s'\n", class_flags[i],
+                    RUN_CLASS_NAME_MAX, class_values[i]);
+            return 2;
+        }
+    }
     char err[1024];
     if (config_load(r->cli.config, &r->cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "sluice run: %s\n", err);
@@ -1002,6 +1032,13 @@ static int setup(run *r, int argc, char **argv) {
     r->dep = config_deployment(r->cfg, r->cli.deployment);
     if (!r->dep) {
         fprintf(stderr, "sluice run: deployment '%s' is not in %s\n", r->cli.deployment, r->cli.config);
+        return 1;
+    }
+    if (r->cli.lane && !config_lane(r->dep, r->cli.lane)) {
+        char lanes[256];
+        config_lane_names(r->dep, lanes, sizeof(lanes));
+        fprintf(stderr, "sluice run: --lane: unknown lane '%s' for deployment '%s' in %s (its lanes: %s)\n",
+                r->cli.lane, r->cli.deployment, r->cli.config, lanes);
         return 1;
     }
     if (build_request(r, err, sizeof(err)) != 0) {

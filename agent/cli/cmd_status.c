@@ -329,6 +329,144 @@ static double sample_dt(const json_t *cur, const json_t *prev, double local_dt) 
     return isfinite(a) && isfinite(b) && a > b ? (a - b) / 1e6 : local_dt;
 }
 
+/* ---- lanes and tenants ---------------------------------------------------------- */
+
+/* STATUS gives lane.<name>.<field> and tenant.<name>.<field> (names may
+ * hold dots; fields do not), each lane starting with `share` and each
+ * tenant with `weight`, in name order. */
+
+static double class_num(const json_t *o, const char *kind, const char *name, const char *field) {
+    char key[200];
+    snprintf(key, sizeof(key), "%s.%s.%s", kind, name, field);
+    return num(o, key);
+}
+
+/* Calls fn for each lane or tenant name of o, in STATUS order. */
+static void foreach_class(const json_t *o, const char *kind, const char *first,
+                          void (*fn)(const json_t *o, const char *name, void *ud), void *ud) {
+    size_t kl = strlen(kind), fl = strlen(first);
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)o, key, v) {
+        size_t n = strlen(key);
+        if (n <= kl + fl + 2 || strncmp(key, kind, kl) != 0 || key[kl] != '.' || key[n - fl - 1] != '.' ||
+            strcmp(key + n - fl, first) != 0)
+            continue;
+        char name[CONFIG_NAME_MAX + 1];
+        size_t nl = n - kl - fl - 2;
+        if (nl > CONFIG_NAME_MAX) continue;
+        memcpy(name, key + kl + 1, nl);
+        name[nl] = '\0';
+        fn(o, name, ud);
+    }
+}
+
+static void fmt_pct(char *b, size_t n, double f) {
+    if (!isfinite(f)) snprintf(b, n, "-");
+    else snprintf(b, n, "%.1f%%", f * 100);
+}
+
+/* A limit where 0 means none. */
+static void fmt_limit(char *b, size_t n, double v) { fmt_num(b, n, v > 0 ? v : NAN); }
+
+typedef struct class_print {
+    const json_t *prev;       /* the previous sample of this deployment (top), or NULL */
+    double dt;
+    int top;
+    int count;
+} class_print;
+
+static void class_rate(char *b, size_t n, const class_print *cp, const json_t *o, const char *kind,
+                       const char *name) {
+    double a = class_num(o, kind, name, "granted_total");
+    double p = cp->prev ? class_num(cp->prev, kind, name, "granted_total") : NAN;
+    if (cp->dt > 0 && isfinite(a) && isfinite(p)) snprintf(b, n, "%.1f", (a - p) / cp->dt);
+    else snprintf(b, n, "-");
+}
+
+static const char *dep_name(const json_t *o) {
+    const char *d = json_string_value(json_object_get(o, "deployment"));
+    return d ? d : "?";
+}
+
+static void count_class(const json_t *o, const char *name, void *ud) { ((class_print *)ud)->count++; }
+
+static void print_lane(const json_t *o, const char *name, void *ud) {
+    const class_print *cp = ud;
+    char share[24], horizon[24], granted[24], deferred[24], shed[24];
+    fmt_pct(share, sizeof(share), class_num(o, "lane", name, "share"));
+    double h = class_num(o, "lane", name, "horizon_ms");
+    if (h < 0) snprintf(horizon, sizeof(horizon), "max-wait"); /* up to each request's max wait */
+    else if (h == 0) snprintf(horizon, sizeof(horizon), "0");
+    else fmt_ms(horizon, sizeof(horizon), h);
+    fmt_num(granted, sizeof(granted), class_num(o, "lane", name, "granted_total"));
+    fmt_num(deferred, sizeof(deferred), class_num(o, "lane", name, "deferred_total"));
+    fmt_num(shed, sizeof(shed), class_num(o, "lane", name, "shed_total"));
+    printf("%-20s %-16s %7s %8s %9s %9s %6s", dep_name(o), name, share, horizon, granted, deferred, shed);
+    if (cp->top) {
+        char gr[24];
+        class_rate(gr, sizeof(gr), cp, o, "lane", name);
+        printf(" %8s", gr);
+    }
+    printf("\n");
+}
+
+static void print_tenant(const json_t *o, const char *name, void *ud) {
+    const class_print *cp = ud;
+    char weight[24], share[24], crpm[24], ctpm[24], daily[24], today[24], granted[24], tokens[24], excess[24],
+        shed[24];
+    fmt_num(weight, sizeof(weight), class_num(o, "tenant", name, "weight"));
+    double active = class_num(o, "tenant", name, "active");
+    fmt_pct(share, sizeof(share), class_num(o, "tenant", name, "share"));
+    fmt_limit(crpm, sizeof(crpm), class_num(o, "tenant", name, "ceiling_rpm"));
+    fmt_limit(ctpm, sizeof(ctpm), class_num(o, "tenant", name, "ceiling_tpm"));
+    fmt_limit(daily, sizeof(daily), class_num(o, "tenant", name, "daily_tokens"));
+    fmt_num(today, sizeof(today), class_num(o, "tenant", name, "today_tokens"));
+    fmt_num(granted, sizeof(granted), class_num(o, "tenant", name, "granted_total"));
+    fmt_num(tokens, sizeof(tokens), class_num(o, "tenant", name, "tokens_total"));
+    fmt_num(excess, sizeof(excess), class_num(o, "tenant", name, "excess_total"));
+    fmt_num(shed, sizeof(shed), class_num(o, "tenant", name, "shed_total"));
+    printf("%-20s %-16s %6s %6s %6s %8s %9s %10s %10s %9s %10s %7s %6s", dep_name(o), name, weight,
+           active > 0 ? "yes" : "no", share, crpm, ctpm, daily, today, granted, tokens, excess, shed);
+    if (cp->top) {
+        char gr[24];
+        class_rate(gr, sizeof(gr), cp, o, "tenant", name);
+        printf(" %8s", gr);
+    }
+    printf("\n");
+}
+
+/* The lanes and tenants tables, each only when some deployment has them. */
+static void print_classes(json_t *const *rows, json_t *const *prev, int n, double local_dt, int top) {
+    static const struct {
+        const char *kind, *first;
+        void (*fn)(const json_t *o, const char *name, void *ud);
+    } kinds[] = {{"lane", "share", print_lane}, {"tenant", "weight", print_tenant}};
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        class_print cp = {0};
+        for (int i = 0; i < n; i++)
+            if (rows[i]) foreach_class(rows[i], kinds[k].kind, kinds[k].first, count_class, &cp);
+        if (cp.count == 0) continue;
+        printf("\n");
+        if (k == 0)
+            printf("%-20s %-16s %7s %8s %9s %9s %6s", "DEPLOYMENT", "LANE", "SHARE", "HORIZON", "GRANTED", "DEFERRED",
+                   "SHED");
+        else
+            printf("%-20s %-16s %6s %6s %6s %8s %9s %10s %10s %9s %10s %7s %6s", "DEPLOYMENT", "TENANT", "WEIGHT",
+                   "ACTIVE", "SHARE", "CEIL.RPM", "CEIL.TPM", "DAILY.TOK", "TODAY.TOK", "GRANTED", "TOKENS", "EXCESS",
+                   "SHED");
+        if (top) printf(" %8s", "GRANTS/S");
+        printf("\n");
+        for (int i = 0; i < n; i++) {
+            if (!rows[i]) continue;
+            cp.top = top;
+            cp.prev = prev ? prev[i] : NULL;
+            cp.dt = sample_dt(rows[i], cp.prev, local_dt);
+            foreach_class(rows[i], kinds[k].kind, kinds[k].first, kinds[k].fn, &cp);
+        }
+    }
+}
+
 static void print_table(json_t *const *rows, json_t *const *prev, int n, double local_dt, int daemon, int top) {
     int any = 0;
     for (int i = 0; i < n; i++) any |= rows[i] != NULL;
@@ -379,6 +517,7 @@ static void print_table(json_t *const *rows, json_t *const *prev, int n, double 
             printf("  (Redis unreachable: %s)", json_string_value(json_object_get(o, "redis_error")));
         printf("\n");
     }
+    print_classes(rows, prev, n, local_dt, top);
 }
 
 static void print_json(json_t *const *rows, json_t *const *prev, int n, double local_dt, const char *source, int top) {

@@ -100,6 +100,33 @@ static int fail(char *err, size_t errlen, const char *msg) {
     return -1;
 }
 
+int run_class_name_ok(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0 || n > RUN_CLASS_NAME_MAX) return 0;
+    for (; *s; s++) {
+        char c = *s;
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+              c == ':' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* Takes the optional name field k ("lane", "tenant") out of body into dst.
+ * Returns 0, or -1 with a message when it is not a valid name. */
+static int take_class_name(json_t *body, const char *k, char *dst, size_t n, char *err, size_t errlen) {
+    json_t *v = json_object_get(body, k);
+    if (!v) return 0;
+    const char *s = json_string_value(v);
+    if (!s || strlen(s) != json_string_length(v) || !run_class_name_ok(s)) {
+        snprintf(err, errlen, "\"%s\" must be a string of 1 to %d of A-Z a-z 0-9 . _ : -", k, RUN_CLASS_NAME_MAX);
+        return -1;
+    }
+    snprintf(dst, n, "%s", s);
+    json_object_del(body, k);
+    return 0;
+}
+
 int run_request_parse(const char *line, size_t len, long long lineno, const char *model,
                       run_request *out, char *err, size_t errlen) {
     memset(out, 0, sizeof(*out));
@@ -127,6 +154,9 @@ int run_request_parse(const char *line, size_t len, long long lineno, const char
         fail(err, errlen, "\"messages\" must be a non-empty array");
     } else if (json_is_true(json_object_get(body, "stream"))) {
         fail(err, errlen, "\"stream\": true is not supported by sluice run");
+    } else if (take_class_name(body, "lane", out->lane, sizeof(out->lane), err, errlen) != 0 ||
+               take_class_name(body, "tenant", out->tenant, sizeof(out->tenant), err, errlen) != 0) {
+        /* err says which */
     } else {
         json_object_del(body, "id");
         if (model && !json_object_get(body, "model")) json_object_set_new(body, "model", json_string(model));

@@ -15,7 +15,9 @@
  *     in the results (nothing answered is lost); a rerun completes;
  *   - a quota-exhausted deployment: every line in the errors file as
  *     quota_exhausted after one attempt;
- *   - OpenAI style, string ids, duplicates and malformed lines.
+ *   - OpenAI style, string ids, duplicates and malformed lines;
+ *   - --lane / --tenant and a line's own "lane" / "tenant" reach the fleet's
+ *     per lane and tenant counters (STATUS, INFO), daemon and embedded.
  * Everything started is stopped and every temp dir removed, also when an
  * assertion fails (the teardown runs). Skipped when sluiced is not built. */
 #define _GNU_SOURCE
@@ -590,6 +592,119 @@ static void test_openai_style_and_bad_lines(void **state) {
     json_decref(l);
 }
 
+/* A STATUS field of d from the fleet's sluiced (Redis' counters), or -1. */
+static double status_num(const char *field) {
+    redisContext *c = sluiced_fixture_connect(&W.agent, 10000);
+    assert_non_null(c);
+    redisReply *r = redisCommand(c, "STATUS d");
+    double v = -1;
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2)
+        if (!strcmp(r->element[i]->str, field)) v = atof(r->element[i + 1]->str);
+    if (r) freeReplyObject(r);
+    redisFree(c);
+    return v;
+}
+
+/* --lane and --tenant go into every acquire, through sluiced and embedded;
+ * a line's own "lane" and "tenant" override them (and are not sent to the
+ * provider); a line naming an unknown lane or a malformed name fails as
+ * bad_input on its own; a bad or unknown --lane stops the run at once. */
+static void test_lanes_and_tenants(void **state) {
+    (void)state;
+    world_up(1200, 10, mock_fast,
+             "    api_version: \"2024-06-01\"\n"
+             "    lanes:\n"
+             "      interactive: {priority: 0}\n"
+             "      batch: {priority: 1, max_wait_ms: 600000}\n"
+             "    tenants:\n"
+             "      a: {weight: 1}\n"
+             "      b: {weight: 1}\n");
+    char in[300], out[300], in2[300], out2[300];
+    path_in(in, sizeof(in), "in.jsonl");
+    path_in(out, sizeof(out), "out.jsonl");
+    path_in(in2, sizeof(in2), "in2.jsonl");
+    path_in(out2, sizeof(out2), "out2.jsonl");
+    FILE *f = fopen(in, "w");
+    assert_non_null(f);
+    for (int i = 1; i <= 4; i++)
+        fprintf(f, "{\"id\":\"r%d\",\"messages\":[{\"role\":\"user\",\"content\":\"four\"}],\"max_tokens\":20}\n", i);
+    fputs("{\"id\":\"r5\",\"tenant\":\"b\",\"messages\":[{\"role\":\"user\",\"content\":\"four\"}]}\n", f);
+    fputs("{\"id\":\"r6\",\"lane\":\"interactive\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}\n", f);
+    fputs("{\"id\":\"r7\",\"lane\":\"nope\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}\n", f);
+    fputs("{\"id\":\"r8\",\"tenant\":\"a b\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}\n", f);
+    fputs("{\"id\":\"r9\",\"lane\":7,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}\n", f);
+    fclose(f);
+
+    /* Through sluiced: r1-r4 batch/a, r5 batch/b, r6 interactive/a. */
+    proc p;
+    run_start(&p, "p", "--in", in, "--out", out, "--lane", "batch", "--tenant", "a", NULL);
+    assert_int_equal(run_wait(&p), 1); /* three bad lines */
+    json_t *s = summary(&p);
+    assert_int_equal(sint(s, "ok"), 6);
+    assert_int_equal(sint(s, "failed"), 3);
+    json_decref(s);
+    char errs[300];
+    path_in(errs, sizeof(errs), "out.jsonl.errors.jsonl");
+    char *text = NULL;
+    size_t cap = 0;
+    f = fopen(errs, "r");
+    assert_non_null(f);
+    int unknown_lane = 0, bad_name = 0;
+    while (getline(&text, &cap, f) > 0) {
+        json_t *j = json_loads(text, 0, NULL);
+        assert_non_null(j);
+        assert_string_equal(json_string_value(json_object_get(j, "classification")), "bad_input");
+        const char *msg = json_string_value(json_object_get(j, "message"));
+        if (strstr(msg, "unknown lane 'nope' for deployment 'd' (its lanes: interactive, batch)")) unknown_lane++;
+        if (strstr(msg, "must be a string of 1 to 64")) bad_name++;
+        json_decref(j);
+    }
+    free(text);
+    fclose(f);
+    assert_int_equal(unknown_lane, 1);
+    assert_int_equal(bad_name, 2);
+    assert_true(status_num("lane.batch.granted_total") == 5);
+    assert_true(status_num("lane.interactive.granted_total") == 1);
+    assert_true(status_num("tenant.a.granted_total") == 5);
+    assert_true(status_num("tenant.b.granted_total") == 1);
+    /* The agent's own figures. */
+    redisContext *c = sluiced_fixture_connect(&W.agent, 10000);
+    assert_non_null(c);
+    redisReply *r = redisCommand(c, "INFO lanes");
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_non_null(strstr(r->str, ":deployment=d,lane=batch,acquires=5,grants=5,"));
+    freeReplyObject(r);
+    redisFree(c);
+
+    /* Embedded, into the same fleet counters. */
+    write_input("in2.jsonl", 3, 1);
+    run_start(&p, "p2", "--in", in2, "--out", out2, "--embedded", "--lane", "interactive", "--tenant", "b", NULL);
+    assert_int_equal(run_wait(&p), 0);
+    assert_true(status_num("lane.interactive.granted_total") == 4);
+    assert_true(status_num("tenant.b.granted_total") == 4);
+    /* The provider got exactly the good lines. */
+    json_t *l = ledger();
+    assert_int_equal(totals(l, "accepted"), 9);
+    json_decref(l);
+
+    /* Bad flags: a malformed name is usage (2), an unknown lane 1. */
+    run_start(&p, "u1", "--in", in2, "--out", out2, "--lane", "a b", NULL);
+    assert_int_equal(run_wait(&p), 2);
+    run_start(&p, "u2", "--in", in2, "--out", out2, "--tenant", "", NULL);
+    assert_int_equal(run_wait(&p), 2);
+    run_start(&p, "u3", "--in", in2, "--out", out2, "--lane", "nope", NULL);
+    assert_int_equal(run_wait(&p), 1);
+    char u3[300];
+    path_in(u3, sizeof(u3), "u3.stderr");
+    text = NULL;
+    f = fopen(u3, "r");
+    assert_non_null(f);
+    assert_true(getline(&text, &cap, f) > 0);
+    fclose(f);
+    if (!strstr(text, "unknown lane 'nope' for deployment 'd'")) fail_msg("u3: %s", text);
+    free(text);
+}
+
 /* Usage errors exit 2; an unknown deployment or a missing daemon exit 1. */
 static void test_usage_errors(void **state) {
     (void)state;
@@ -630,6 +745,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_sigint_loses_nothing, world_down),
         cmocka_unit_test_teardown(test_quota_exhausted, world_down),
         cmocka_unit_test_teardown(test_openai_style_and_bad_lines, world_down),
+        cmocka_unit_test_teardown(test_lanes_and_tenants, world_down),
         cmocka_unit_test_teardown(test_usage_errors, world_down),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

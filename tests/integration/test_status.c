@@ -4,8 +4,9 @@
  * deployments, makes some grants through sluiced's socket (ACQUIRE /
  * SETTLE, as any worker does), then runs the built `sluice status` and
  * `sluice top` and checks what they print: from Redis with the config
- * (--config), and from sluiced (--socket). Skipped when sluiced is not
- * built. */
+ * (--config), and from sluiced (--socket); a third deployment has lanes
+ * and tenants, shown as tables of their own and as flat JSON fields.
+ * Skipped when sluiced is not built. */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stddef.h>
@@ -65,7 +66,12 @@ static int world_up(void **state) {
              "    burst: {requests: 10}\n"
              "  e:\n"
              "    rpm: 60\n"
-             "    tpm: 100000\n",
+             "    tpm: 100000\n"
+             "  l:\n"
+             "    rpm: 600\n"
+             "    tenant_idle_ms: 3600000\n" /* a and b stay active through the tests */
+             "    lanes: {interactive: {priority: 0, headroom: 0.25}, batch: {priority: 1}}\n"
+             "    tenants: {a: {weight: 3}, b: {weight: 1, ceiling_rpm: 120, daily_tokens: 5000}}\n",
              redis.sock);
     if (sluiced_fixture_start(&agent, yaml) != 0) return world_down(state), -1;
     /* Some traffic on d: grants, settled ok. */
@@ -84,6 +90,18 @@ static int world_up(void **state) {
         redisReply *s = redisCommand(c, "SETTLE %s TOKENS 50 STATUS ok", r->element[0]->str);
         freeReplyObject(r);
         if (s) freeReplyObject(s);
+    }
+    /* On l: two batch grants for tenant a, one interactive for b. */
+    const char *lcmds[] = {"ACQUIRE l TOKENS 10 LANE batch TENANT a", "ACQUIRE l TOKENS 10 LANE batch TENANT a",
+                           "ACQUIRE l TOKENS 30 TENANT b"};
+    for (size_t i = 0; i < sizeof(lcmds) / sizeof(lcmds[0]); i++) {
+        redisReply *r = redisCommand(c, lcmds[i]);
+        int ok = r && r->type == REDIS_REPLY_ARRAY;
+        if (r) freeReplyObject(r);
+        if (!ok) {
+            redisFree(c);
+            return world_down(state), -1;
+        }
     }
     redisFree(c);
     return 0;
@@ -195,7 +213,7 @@ static void test_status_socket(void **state) {
     assert_string_equal(json_string_value(json_object_get(doc, "source")), "sluiced");
     /* Without names or a config: every deployment sluiced has, in order. */
     const json_t *arr = json_object_get(doc, "deployments");
-    assert_int_equal(json_array_size(arr), 2);
+    assert_int_equal(json_array_size(arr), 3);
     const json_t *d = json_array_get(arr, 0);
     assert_string_equal(json_string_value(json_object_get(d, "mode")), "redis");
     assert_true(jint(d, "granted_total") >= 5);
@@ -213,6 +231,11 @@ static void test_status_table(void **state) {
     assert_non_null(strstr(o.out, "\nd "));
     assert_non_null(strstr(o.out, "\ne "));
     assert_non_null(strstr(o.out, "100000")); /* e's tpm */
+    /* Deployments without lanes or tenants: no tables for them. */
+    cli("status", "--config", agent.config, "d", "e", NULL);
+    assert_int_equal(o.code, 0);
+    assert_null(strstr(o.out, "LANE"));
+    assert_null(strstr(o.out, "TENANT"));
 }
 
 static int count(const char *hay, const char *needle) {
@@ -225,7 +248,7 @@ static int count(const char *hay, const char *needle) {
 static void test_top_frames(void **state) {
     (void)state;
     if (!up) skip();
-    cli("top", "--config", agent.config, "--iterations", "2", "--interval-ms", "200", NULL);
+    cli("top", "--config", agent.config, "--iterations", "2", "--interval-ms", "200", "d", "e", NULL);
     assert_int_equal(o.code, 0);
     assert_int_equal(count(o.out, "sluice top "), 2);
     assert_int_equal(count(o.out, "GRANTS/S"), 2);
@@ -269,11 +292,71 @@ static void test_unknown_deployment(void **state) {
     assert_int_equal(o.code, 1);
 }
 
+/* A line of out that starts with prefix and holds every word of words
+ * (space-separated, in order), or fails. */
+static void assert_row(const char *out, const char *prefix, const char *words) {
+    for (const char *p = out; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        if (strncmp(p, prefix, strlen(prefix)) != 0) continue;
+        size_t len = strcspn(p, "\n");
+        char line[512], w[512];
+        snprintf(line, sizeof(line), "%.*s", (int)len, p);
+        snprintf(w, sizeof(w), "%s", words);
+        const char *at = line + strlen(prefix);
+        int all = 1;
+        for (char *save = NULL, *t = strtok_r(w, " ", &save); t && all; t = strtok_r(NULL, " ", &save)) {
+            const char *f = strstr(at, t);
+            if (!f) all = 0;
+            else at = f + strlen(t);
+        }
+        if (all) return;
+    }
+    fail_msg("no row '%s ... %s' in:\n%s", prefix, words, out);
+}
+
+/* Lanes and tenants: their own tables, and flat fields in --json. */
+static void test_status_lanes_and_tenants(void **state) {
+    (void)state;
+    if (!up) skip();
+    cli("status", "--config", agent.config, "l", NULL);
+    assert_int_equal(o.code, 0);
+    assert_non_null(strstr(o.out, "LANE "));
+    assert_non_null(strstr(o.out, "TENANT "));
+    /* lane, share, horizon, granted, deferred, shed */
+    assert_row(o.out, "l ", "batch 75.0% 2 0 0");
+    assert_row(o.out, "l ", "interactive 100.0% max-wait 1 0 0");
+    /* tenant, weight, active, share, ceilings, daily, today, granted, tokens */
+    assert_row(o.out, "l ", "a 3 yes 75.0% - - - 0 2 20");
+    assert_row(o.out, "l ", "b 1 yes 25.0% 120 - 5000 30 1 30");
+    assert_row(o.out, "l ", "default 1 no 0.0%");
+
+    cli("status", "--socket", agent.sock, "--json", "l", NULL);
+    assert_int_equal(o.code, 0);
+    json_t *doc = json_loads(o.out, 0, NULL);
+    assert_non_null(doc);
+    const json_t *l = first_deployment(doc);
+    assert_int_equal(jint(l, "lane.batch.granted_total"), 2);
+    assert_int_equal(jint(l, "lane.interactive.granted_total"), 1);
+    assert_int_equal(jint(l, "lane.batch.horizon_ms") >= 0, 1);
+    assert_true(json_is_number(json_object_get(l, "lane.batch.share")));
+    assert_int_equal(jint(l, "tenant.a.granted_total"), 2);
+    assert_int_equal(jint(l, "tenant.a.tokens_total"), 20);
+    assert_int_equal(jint(l, "tenant.b.ceiling_rpm"), 120);
+    assert_int_equal(jint(l, "tenant.b.today_tokens"), 30);
+    assert_int_equal(jint(l, "tenant.default.granted_total"), 0);
+    assert_int_equal(jint(l, "deferred_total"), 0);
+    json_decref(doc);
+
+    /* top: a rate column on each table. */
+    cli("top", "--config", agent.config, "-n", "1", "--interval-ms", "100", "l", NULL);
+    assert_int_equal(o.code, 0);
+    assert_int_equal(count(o.out, "GRANTS/S"), 3);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_json),       cmocka_unit_test(test_status_socket),
         cmocka_unit_test(test_status_table),      cmocka_unit_test(test_top_frames),
-        cmocka_unit_test(test_unknown_deployment),
+        cmocka_unit_test(test_unknown_deployment), cmocka_unit_test(test_status_lanes_and_tenants),
     };
     return cmocka_run_group_tests(tests, world_up, world_down);
 }
