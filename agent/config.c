@@ -332,8 +332,10 @@ static int deployment_finish(cfg_ctx *ctx, cfg_entity *ent) {
         for (size_t j = 0; j < d->nlanes; j++)
             if (d->lanes[j].priority < l->priority) sum += d->lanes[j].headroom;
         if (sum >= 1)
-            return cfg_entity_fail(ctx, ent, "lanes", "the headroom of the lanes above lane '%s' adds up to %g: it must stay below 1",
-                                   l->name, sum);
+            return cfg_fail_plain(ctx, l->line,
+                                  "key 'deployments.%s.lanes.%s': the headroom of the lanes above it adds up to %g: "
+                                  "it must stay below 1",
+                                  d->name, l->name, sum);
     }
     if (d->default_lane[0] && !config_lane(d, d->default_lane))
         return cfg_entity_fail(ctx, ent, "default_lane", d->nlanes ? "names no lane of this deployment: '%s'"

@@ -317,6 +317,24 @@ typedef struct bad_case {
 #define DEP "deployments:\n  gpt-4o:\n"
 
 static const bad_case bad_cases[] = {
+    /* lanes and tenants */
+    {DEP "    rpm: 1\n    lanes:\n      hi: { headroom: 0.6 }\n      mid: { priority: 1, headroom: 0.5 }\n"
+         "      lo: { priority: 2 }\n",
+     ":7: key 'deployments.gpt-4o.lanes.lo': the headroom of the lanes above it adds up to 1.1: it must stay below 1"},
+    {DEP "    rpm: 1\n    lanes:\n      a: {}\n    default_lane: b\n",
+     ":6: key 'deployments.gpt-4o.default_lane': names no lane of this deployment: 'b'"},
+    {DEP "    rpm: 1\n    default_lane: b\n",
+     ":4: key 'deployments.gpt-4o.default_lane': 'b' given but the deployment has no lanes"},
+    {DEP "    rpm: 1\n    lanes:\n      \"a b\": {}\n",
+     ":5: key 'deployments.gpt-4o.lanes.a b': invalid name: use 1 to 64 of A-Z a-z 0-9 . _ : -"},
+    {DEP "    rpm: 1\n    lanes:\n      a: { headroom: 1 }\n",
+     ":5: key 'deployments.gpt-4o.lanes.a.headroom': must be a number in [0, 1), got \"1\""},
+    {DEP "    rpm: 1\n    tenants:\n      t: { weight: 0 }\n",
+     ":5: key 'deployments.gpt-4o.tenants.t.weight': must be a number in (0, 1000000], got \"0\""},
+    {DEP "    rpm: 1\n    tenants:\n      t: { ceiling: 5 }\n",
+     ":5: key 'deployments.gpt-4o.tenants.t.ceiling': unknown key"},
+    {DEP "    rpm: 1\n    lanes:\n      a: { max_wait_ms: -2 }\n",
+     ":5: key 'deployments.gpt-4o.lanes.a.max_wait_ms': must be an integer between -1 and 604800000, got \"-2\""},
     /* beyond one Redis */
     {"redis:\n  cluster: 127.0.0.1:7000\n" DEP "    rpm: 1\n",
      ":2: key 'redis.cluster': must be a list of strings, got a scalar"},
