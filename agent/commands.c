@@ -128,10 +128,15 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
     acquire_op *op = arg;
     resp_buf *b = server_reply_buf(op->r);
     if (status == SL_OK) {
-        resp_add_array(b, 3);
+        /* A group's grant also names the member and its endpoint. */
+        resp_add_array(b, g->group ? 5 : 3);
         resp_add_bulk_str(b, g->id);
         resp_add_integer(b, g->waited_ms);
         resp_add_integer(b, g->tokens);
+        if (g->group) {
+            resp_add_bulk_str(b, g->deployment);
+            resp_add_bulk_str(b, g->endpoint);
+        }
         if (g->tokens > 0) server_counters(op->s)->tokens_reserved += (unsigned long long)g->tokens;
     } else if (status == SL_ESHED) {
         resp_add_errorf(b, "-SHED %s retry-after-ms=%lld", shed->reason, shed->retry_after_ms);
@@ -163,7 +168,7 @@ static int arg_class_name(const char *s, size_t len) {
 
 static void cmd_acquire(const command_req *q) {
     long long tokens = 0, maxwait = -1;
-    char lane[CONFIG_NAME_MAX + 1] = "", tenant[CONFIG_NAME_MAX + 1] = "";
+    char lane[CONFIG_NAME_MAX + 1] = "", tenant[CONFIG_NAME_MAX + 1] = "", tag[CONFIG_NAME_MAX + 1] = "";
     for (int i = 2; i < q->argc; i += 2) {
         char p[160];
         if (i + 1 >= q->argc) {
@@ -180,18 +185,19 @@ static void cmd_acquire(const command_req *q) {
             }
             if (arg_is(q, i, "TOKENS")) tokens = v;
             else maxwait = v;
-        } else if (arg_is(q, i, "LANE") || arg_is(q, i, "TENANT")) {
-            int is_lane = arg_is(q, i, "LANE");
+        } else if (arg_is(q, i, "LANE") || arg_is(q, i, "TENANT") || arg_is(q, i, "TAG")) {
+            const char *what = arg_is(q, i, "LANE") ? "LANE" : arg_is(q, i, "TENANT") ? "TENANT" : "TAG";
+            char *dst = what[1] == 'A' ? (what[0] == 'L' ? lane : tag) : tenant;
             if (!arg_class_name(q->argv[i + 1], q->argvlen[i + 1])) {
                 char v1[160];
-                reply_error(q, "%s must be 1 to %d of A-Z a-z 0-9 . _ : -, got '%s'", is_lane ? "LANE" : "TENANT",
-                            CONFIG_NAME_MAX, printable(q->argv[i + 1], q->argvlen[i + 1], v1, sizeof(v1)));
+                reply_error(q, "%s must be 1 to %d of A-Z a-z 0-9 . _ : -, got '%s'", what, CONFIG_NAME_MAX,
+                            printable(q->argv[i + 1], q->argvlen[i + 1], v1, sizeof(v1)));
                 return;
             }
-            memcpy(is_lane ? lane : tenant, q->argv[i + 1], q->argvlen[i + 1]);
-            (is_lane ? lane : tenant)[q->argvlen[i + 1]] = '\0';
+            memcpy(dst, q->argv[i + 1], q->argvlen[i + 1]);
+            dst[q->argvlen[i + 1]] = '\0';
         } else {
-            reply_error(q, "syntax error: unknown option '%s' (expected TOKENS, MAXWAIT, LANE or TENANT)",
+            reply_error(q, "syntax error: unknown option '%s' (expected TOKENS, MAXWAIT, LANE, TENANT or TAG)",
                         printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
             return;
         }
@@ -209,11 +215,27 @@ static void cmd_acquire(const command_req *q) {
     op->s = q->s;
     op->r = q->r;
     memcpy(op->dep, q->argv[1], q->argvlen[1] + 1);
-    int rc = engine_acquire(server_engine(q->s), op->dep, tokens, maxwait, lane, tenant, on_acquired, op,
-                            &op->call);
+    engine_req rq = {op->dep, tokens, maxwait, lane, tenant, tag};
+    int rc = engine_acquire_req(server_engine(q->s), &rq, on_acquired, op, &op->call);
+    const config *cfg = engine_config(server_engine(q->s));
+    if (rc == SL_EINVAL && tag[0]) {
+        resp_add_errorf(server_reply_buf(q->r), "deployment '%s' does not carry tag '%s' (TAG applies to groups and tagged deployments)",
+                        op->dep, tag);
+        server_reply_done(q->r, 0);
+        free(op);
+        return;
+    }
+    if (rc == SL_EUNKNOWN && cfg->ngroups) {
+        char p[160];
+        resp_add_errorf(server_reply_buf(q->r), "unknown deployment or group '%s'",
+                        printable(op->dep, strlen(op->dep), p, sizeof(p)));
+        server_reply_done(q->r, 0);
+        free(op);
+        return;
+    }
     if (rc == SL_EINVAL && lane[0]) {
         char lanes[256];
-        config_lane_names(config_deployment(engine_config(server_engine(q->s)), op->dep), lanes, sizeof(lanes));
+        config_lane_names(config_deployment(cfg, op->dep), lanes, sizeof(lanes));
         resp_add_errorf(server_reply_buf(q->r), "unknown lane '%s' for deployment '%s' (its lanes: %s)", lane, op->dep,
                         lanes);
         server_reply_done(q->r, 0);
@@ -533,7 +555,7 @@ static void cmd_command(const command_req *q) {
 
 static const command command_table[] = {
     {"ACQUIRE", -2, cmd_acquire, CMD_BLOCKING,
-     "ACQUIRE <deployment> [TOKENS n] [MAXWAIT ms] [LANE name] [TENANT name]",
+     "ACQUIRE <deployment|group> [TOKENS n] [MAXWAIT ms] [LANE name] [TENANT name] [TAG tag]",
      "Waits for a slot; replies [grant-id, waited-ms, reserved-tokens], or -SHED <reason> retry-after-ms=<n>."},
     {"SETTLE", -2, cmd_settle, CMD_FAST,
      "SETTLE <grant-id> [TOKENS actual] [STATUS ok|throttled|failed|cancelled] [HEADER name value]...",

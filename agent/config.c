@@ -136,6 +136,8 @@ static const char *const style_names[] = {"azure", "openai", NULL};
 typedef struct config_deployment cfg_deployment;
 typedef struct config_lane cfg_lane;
 typedef struct config_tenant cfg_tenant;
+typedef struct config_group cfg_group;
+typedef struct config_group_tenant cfg_group_tenant;
 
 static int deployment_finish(cfg_ctx *ctx, cfg_entity *ent);
 static int root_finish(cfg_ctx *ctx, cfg_entity *ent);
@@ -193,6 +195,61 @@ static const cfg_schema tenant_schema = {
     .check_name = check_class_name,
 };
 
+static const char *const policy_names[] = {"priority", NULL};
+
+static const cfg_row group_tenant_rows[] = {
+    CFG_STR("tag", cfg_group_tenant, tag, NULL, check_token,
+            "Only members with this tag serve the tenant (e.g. eu, for data residency)."),
+};
+
+static const cfg_schema group_tenant_schema = {
+    .what = "tenant",
+    .rows = group_tenant_rows,
+    .nrows = sizeof(group_tenant_rows) / sizeof(group_tenant_rows[0]),
+    .size = sizeof(cfg_group_tenant),
+    .name_off = offsetof(cfg_group_tenant, name),
+    .line_off = offsetof(cfg_group_tenant, line),
+    .check_name = check_class_name,
+};
+
+static int check_member(const char *s, char *why, size_t n) {
+    return check_deployment_name(s, strlen(s), why, n);
+}
+
+static const cfg_row group_rows[] = {
+    CFG_STRS("members", cfg_group, members, nmembers, check_member,
+             "Deployments of the group, in priority order (the first is the primary)."),
+    CFG_ENUM("policy", cfg_group, policy, "priority", policy_names,
+             "How a member is chosen: priority = the first member whose slot is within spill_ms, else the soonest."),
+    CFG_INT("spill_ms", cfg_group, spill_ms, "1000", 0, 3600000, 0,
+            "A member is used while its slot is at most this far away; beyond it requests spill to the next member."),
+    CFG_INT("max_wait_ms", cfg_group, max_wait_ms, "60000", 0, 86400000, 0,
+            "Longest wait for ACQUIRE <group> without MAXWAIT."),
+    CFG_NUM("breaker.failure_ratio", cfg_group, breaker.failure_ratio, "0.5", 0, 1, 0,
+            "Server errors and timeouts over settled requests in the window that open a member's breaker; 0 = off."),
+    CFG_INT("breaker.min_requests", cfg_group, breaker.min_requests, "20", 1, 1000000, 0,
+            "Settled requests in the window before the breaker may open."),
+    CFG_INT("breaker.window_s", cfg_group, breaker.window_s, "30", 1, 3600, 0, "Sampling window of the breaker."),
+    CFG_INT("breaker.break_s", cfg_group, breaker.break_s, "30", 1, 3600, 0,
+            "How long an open breaker keeps traffic away before one probe is let through."),
+    CFG_LIST("tenants", cfg_group, tenants, ntenants, &group_tenant_schema, 0,
+             "Per-tenant restrictions within the group (tag)."),
+};
+
+static const cfg_schema group_schema = {
+    .what = "group",
+    .rows = group_rows,
+    .nrows = sizeof(group_rows) / sizeof(group_rows[0]),
+    .size = sizeof(cfg_group),
+    .name_off = offsetof(cfg_group, name),
+    .line_off = offsetof(cfg_group, line),
+    .check_name = check_deployment_name,
+};
+
+static int check_tag(const char *s, char *why, size_t n) {
+    return check_class_name(s, strlen(s), why, n);
+}
+
 static const cfg_row deployment_rows[] = {
     CFG_INT("rpm", cfg_deployment, rpm, NULL, 1, 1e9, CFG_REQUIRED, "Requests per minute the provider allows."),
     CFG_INT("tpm", cfg_deployment, tpm, "0", 0, 1e12, 0, "Tokens per minute the provider allows; 0 = no token limit."),
@@ -241,6 +298,8 @@ static const cfg_row deployment_rows[] = {
             "A tenant without requests for this long gives its share to the others."),
     CFG_INT("lane_step_ms", cfg_deployment, lane_step_ms, "10", 1, 10000, 0,
             "Width of the horizon bands that order lanes (and over-share requests) across agents."),
+    CFG_STRS("tags", cfg_deployment, tags, ntags, check_tag,
+             "Labels a group request or tenant may be restricted to (e.g. eu for data residency)."),
 };
 _Static_assert(sizeof(deployment_rows) / sizeof(deployment_rows[0]) <= CFG_MAX_ROWS, "too many rows");
 
@@ -299,6 +358,8 @@ static const cfg_row root_rows[] = {
             "Unfinished commands (waiting ACQUIREs) one client may have before the agent stops reading from it."),
     CFG_LIST("deployments", config, deployments, ndeployments, &deployment_schema, CFG_REQUIRED,
              "The governed deployments, by name."),
+    CFG_LIST("groups", config, groups, ngroups, &group_schema, 0,
+             "Groups of deployments that serve one model: ACQUIRE <group> picks the member."),
 };
 _Static_assert(sizeof(root_rows) / sizeof(root_rows[0]) <= CFG_MAX_ROWS, "too many rows");
 
@@ -572,7 +633,56 @@ static int root_finish(cfg_ctx *ctx, cfg_entity *ent) {
     if (!cfg->by_name_) return cfg_fail_plain(ctx, 1, "out of memory");
     for (size_t i = 0; i < cfg->ndeployments; i++) cfg->by_name_[i] = &cfg->deployments[i];
     qsort(cfg->by_name_, cfg->ndeployments, sizeof(*cfg->by_name_), by_name_cmp);
+    for (size_t i = 0; i < cfg->ngroups; i++) {
+        cfg_group *g = &cfg->groups[i];
+        char key[CONFIG_NAME_MAX + 32];
+        snprintf(key, sizeof(key), "groups.%s.members", g->name);
+        if (config_deployment(cfg, g->name))
+            return cfg_fail_plain(ctx, g->line, "key 'groups.%s': a deployment has the same name", g->name);
+        if (!g->nmembers) return cfg_fail_plain(ctx, g->line, "key '%s': at least one member is required", key);
+        if (g->nmembers > CONFIG_GROUP_MAX)
+            return cfg_fail_plain(ctx, g->line, "key '%s': at most %d members", key, CONFIG_GROUP_MAX);
+        g->members_ = calloc(g->nmembers, sizeof(*g->members_));
+        if (!g->members_) return cfg_fail_plain(ctx, g->line, "out of memory");
+        for (size_t j = 0; j < g->nmembers; j++) {
+            const struct config_deployment *m = config_deployment(cfg, g->members[j]);
+            if (!m) return cfg_fail_plain(ctx, g->line, "key '%s': '%s' is not a deployment", key, g->members[j]);
+            for (size_t k = 0; k < j; k++)
+                if (g->members_[k] == m)
+                    return cfg_fail_plain(ctx, g->line, "key '%s': '%s' is listed twice", key, g->members[j]);
+            g->members_[j] = m;
+            if (!m->group_) ((struct config_deployment *)m)->group_ = g;
+        }
+        for (size_t j = 0; j < g->ntenants; j++) {
+            const char *tag = g->tenants[j].tag;
+            size_t k = 0;
+            while (tag[0] && k < g->nmembers && !config_has_tag(g->members_[k], tag)) k++;
+            if (tag[0] && k == g->nmembers)
+                return cfg_fail_plain(ctx, g->tenants[j].line,
+                                      "key 'groups.%s.tenants.%s.tag': no member of the group has tag '%s'", g->name,
+                                      g->tenants[j].name, tag);
+        }
+    }
     return 0;
+}
+
+const struct config_group *config_group(const config *cfg, const char *name) {
+    for (size_t i = 0; cfg && name && i < cfg->ngroups; i++)
+        if (!strcmp(cfg->groups[i].name, name)) return &cfg->groups[i];
+    return NULL;
+}
+
+int config_has_tag(const struct config_deployment *d, const char *tag) {
+    if (!tag || !tag[0]) return 1;
+    for (size_t i = 0; d && i < d->ntags; i++)
+        if (!strcmp(d->tags[i], tag)) return 1;
+    return 0;
+}
+
+const char *config_group_tenant_tag(const struct config_group *g, const char *tenant) {
+    for (size_t i = 0; g && tenant && i < g->ntenants; i++)
+        if (!strcmp(g->tenants[i].name, tenant)) return g->tenants[i].tag;
+    return "";
 }
 
 
@@ -609,6 +719,7 @@ int config_load(const char *path, config **out, char *err, size_t errlen) {
 
 void config_free(config *cfg) {
     if (!cfg) return;
+    for (size_t i = 0; i < cfg->ngroups; i++) free(cfg->groups[i].members_);
     cfg_free_rows(&root_schema, cfg);
     wipe_free(cfg->redis.password);
     free(cfg->redis.host);

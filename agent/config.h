@@ -31,6 +31,8 @@ enum { CONFIG_STYLE_AZURE = 0, CONFIG_STYLE_OPENAI = 1 };
 
 /* Longest deployment name; names are [A-Za-z0-9._:-]{1,64}. */
 #define CONFIG_NAME_MAX 64
+/* Most members a group may have. */
+#define CONFIG_GROUP_MAX 16
 
 typedef struct config_redis {
     char *url;                   /* as written; never log it whole */
@@ -130,6 +132,42 @@ struct config_deployment {
     size_t ntenants;
     long long tenant_idle_ms;
     long long lane_step_ms;
+    char **tags;                 /* e.g. "eu": which group requests may use it */
+    size_t ntags;
+    /* The breaker settings written to Redis: those of the first group (in
+     * file order) that has this deployment as a member; off otherwise. */
+    const struct config_group *group_;
+};
+
+/* groups.NAME.policy */
+enum { CONFIG_POLICY_PRIORITY = 0 };
+
+/* A tenant's restriction within a group. */
+struct config_group_tenant {
+    char *name;
+    int line;
+    char *tag;                   /* only members with this tag; "" = any */
+};
+
+/* A group of deployments that serve the same model (regions, PTU and
+ * pay-as-you-go, two providers). */
+struct config_group {
+    char *name;
+    int line;
+    char **members;              /* deployment names, in priority order */
+    size_t nmembers;
+    int policy;                  /* CONFIG_POLICY_* */
+    long long spill_ms;          /* the primary is used while its slot is this close */
+    long long max_wait_ms;       /* ACQUIRE without MAXWAIT */
+    struct {
+        double failure_ratio;    /* 0 = no breaker */
+        long long min_requests;
+        long long window_s;
+        long long break_s;
+    } breaker;
+    struct config_group_tenant *tenants;
+    size_t ntenants;
+    const struct config_deployment **members_; /* resolved, nmembers of them */
 };
 
 typedef struct config {
@@ -138,6 +176,8 @@ typedef struct config {
     config_agent agent;
     struct config_deployment *deployments; /* in file order */
     size_t ndeployments;                   /* >= 1 */
+    struct config_group *groups;           /* in file order */
+    size_t ngroups;
     const struct config_deployment **by_name_; /* private: sorted index */
 } config;
 
@@ -163,6 +203,15 @@ const struct config_deployment *config_deployment(const config *cfg, const char 
 /* The lane called name of d (NULL or "": d's default lane, NULL when d
  * has no lanes), or NULL when d has no such lane. */
 const struct config_lane *config_lane(const struct config_deployment *d, const char *name);
+
+/* The group called name, or NULL. O(n). Borrowed from cfg. */
+const struct config_group *config_group(const config *cfg, const char *name);
+
+/* 1 when deployment d carries tag (NULL or "": any deployment). */
+int config_has_tag(const struct config_deployment *d, const char *tag);
+
+/* The tag a tenant of group g is restricted to, "" when none. */
+const char *config_group_tenant_tag(const struct config_group *g, const char *tenant);
 
 /* The names of d's lanes, comma-separated, or "none", into buf. */
 void config_lane_names(const struct config_deployment *d, char *buf, size_t n);

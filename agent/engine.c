@@ -27,7 +27,8 @@
 const long long engine_wait_bounds_ms[ENGINE_WAIT_BUCKETS] = {0,   1,    5,    10,    50,    100,
                                                               500, 1000, 5000, 10000, 30000, 60000};
 const char *const engine_shed_reasons[ENGINE_SHED_REASONS] = {
-    "rpm", "tpm", "paused", "daily", "concurrency", "too_large", "lane", "ceiling", "tenant_daily", "other"};
+    "rpm",  "tpm",     "paused",       "daily",   "concurrency", "too_large", "lane",
+    "ceiling", "tenant_daily", "breaker", "quota", "tag",        "other"};
 
 int engine_shed_reason_index(const char *reason) {
     for (int i = 0; i < ENGINE_SHED_REASONS - 1; i++)
@@ -51,6 +52,14 @@ struct engine_call {
     uint64_t release_ms;      /* uv_now at the slot */
     engine_grant grant;
     int cls;                  /* index into d->classes */
+    /* Asked of a group: the request as given, and the routing so far. */
+    char group[CONFIG_NAME_MAX + 1];
+    char lane_req[CONFIG_NAME_MAX + 1], tenant_req[CONFIG_NAME_MAX + 1], tag[CONFIG_NAME_MAX + 1];
+    int gnext;                /* next member to try in order (spill phase) */
+    unsigned gtried;          /* members tried in the final phase */
+    uint64_t gdeadline;       /* uv_now ms: the request's max wait ends */
+    uint64_t gest[CONFIG_GROUP_MAX]; /* member's slot as its shed said (uv ms); 0 unknown, UINT64_MAX never */
+    engine_shed gfirst;       /* the first member's shed, for the final answer */
     int deferred;             /* Redis deferred it at least once */
     char defer_reason[16];    /* the last deferral's reason */
     uv_timer_t timer;         /* release timer; memory freed in its close callback */
@@ -114,6 +123,11 @@ struct dep {
     dep *next;
 };
 
+typedef struct group_stat {
+    char name[CONFIG_NAME_MAX + 1];
+    engine_group_stats st;
+} group_stat;
+
 struct engine {
     uv_loop_t *loop;
     config *cfg;
@@ -140,6 +154,8 @@ struct engine {
     int redis_up;
     long long mode_since_ms;
     engine_stats stats;
+    group_stat *gstats;
+    size_t ngstats;
 };
 
 static void flush_arm(engine *e);
@@ -316,11 +332,123 @@ static void record_wait(unsigned long long *hist, unsigned long long *sum, long 
     *sum += (unsigned long long)(waited > 0 ? waited : 0);
 }
 
+/* ---- groups ------------------------------------------------------------------ */
+
+static group_stat *group_stats(engine *e, const char *name) {
+    for (size_t i = 0; i < e->ngstats; i++)
+        if (!strcmp(e->gstats[i].name, name)) return &e->gstats[i];
+    group_stat *n = realloc(e->gstats, (e->ngstats + 1) * sizeof(*n));
+    if (!n) return NULL;
+    e->gstats = n;
+    memset(&n[e->ngstats], 0, sizeof(n[0]));
+    snprintf(n[e->ngstats].name, sizeof(n[0].name), "%s", name);
+    return &n[e->ngstats++];
+}
+
+/* May member m serve this request (its tag, and the tenant's in g)? */
+static int group_allows(const struct config_group *g, const struct config_deployment *m, const engine_call *c) {
+    return config_has_tag(m, c->tag) && config_has_tag(m, config_group_tenant_tag(g, c->tenant_req));
+}
+
+static void flush_arm(engine *e);
+
+/* Queues c on member m of its group, allowed to wait step_ms there. */
+static int call_target(engine_call *c, const struct config_deployment *m, long long step_ms) {
+    engine *e = c->e;
+    dep *d = dep_find(e, m->name);
+    if (!d || !d->cfg) return -1;
+    const struct config_lane *l = config_lane(d->cfg, c->lane_req);
+    if (!l) l = config_lane(d->cfg, NULL); /* a member without that lane: its default */
+    const struct config_tenant *t = config_tenant(d->cfg, c->tenant_req);
+    int cls = dep_class(d, l ? l->name : "", t ? t->name : "default");
+    if (cls < 0) return -1;
+    c->d = d;
+    c->cls = cls;
+    c->deferred = 0;
+    c->max_wait_ms = (long long)(uv_now(e->loop) - c->start_ms) + (step_ms > 0 ? step_ms : 0);
+    c->state = CALL_PENDING;
+    class_push(d, c);
+    d->classes[cls].st.acquires++;
+    flush_arm(e);
+    return 0;
+}
+
+/* After member c->d shed c: records when that member could serve it and
+ * queues c on the next member to try. Returns 1 when c was queued again, 0
+ * when the group has nobody left (then *final is the answer). Spill phase:
+ * the allowed members in order, each allowed to wait up to spill_ms.
+ * Final phase: the allowed member whose slot (learned from its shed) is
+ * soonest within the request's max wait, allowed to wait for it. */
+static int group_next(engine_call *c, const engine_shed *shed, engine_shed *final) {
+    engine *e = c->e;
+    const struct config_group *g = config_group(e->cfg, c->group);
+    if (!g) return 0;
+    uint64_t now = uv_now(e->loop);
+    int idx = -1;
+    for (size_t i = 0; i < g->nmembers; i++)
+        if (!strcmp(g->members[i], c->d->name)) idx = (int)i;
+    const char *r = shed->reason;
+    int never = shed->retry_after_ms < 0 || !strcmp(r, "breaker") || !strcmp(r, "quota") ||
+                !strcmp(r, "too_large") || !strcmp(r, "daily") || !strcmp(r, "tenant_daily");
+    if (idx >= 0) {
+        long long step_left = c->max_wait_ms - (long long)(now - c->start_ms);
+        c->gest[idx] = never ? UINT64_MAX : now + (uint64_t)(step_left > 0 ? step_left : 0) + (uint64_t)shed->retry_after_ms;
+    }
+    if (!c->gfirst.reason) c->gfirst = *shed;
+    long long left = c->gdeadline > now ? (long long)(c->gdeadline - now) : 0;
+    /* Spill phase. */
+    while (c->gnext < (int)g->nmembers) {
+        const struct config_deployment *m = g->members_[c->gnext++];
+        if (!group_allows(g, m, c)) continue;
+        if (call_target(c, m, left < g->spill_ms ? left : g->spill_ms) == 0) return 1;
+    }
+    /* Final phase: the soonest member that can make it. */
+    int best = -1;
+    uint64_t soonest = UINT64_MAX;
+    for (size_t i = 0; i < g->nmembers; i++) {
+        if ((c->gtried >> i) & 1u || !group_allows(g, g->members_[i], c)) continue;
+        if (c->gest[i] && c->gest[i] < soonest) {
+            soonest = c->gest[i];
+            best = (int)i;
+        }
+    }
+    if (best >= 0 && soonest <= c->gdeadline) {
+        c->gtried |= 1u << best;
+        if (call_target(c, g->members_[best], left) == 0) return 1;
+    }
+    final->reason = c->gfirst.reason ? c->gfirst.reason : shed->reason;
+    final->retry_after_ms = soonest == UINT64_MAX ? -1 : (long long)(soonest - c->gdeadline) + 1;
+    if (final->retry_after_ms == 0) final->retry_after_ms = 1;
+    return 0;
+}
+
 /* Runs the caller's callback exactly once and frees the call. */
 static void call_complete(engine_call *c, int status, const engine_shed *shed, const char *msg) {
     engine *e = c->e;
+    engine_shed final;
+    if (c->group[0] && status == SL_ESHED && !c->canceled) {
+        if (!e->stopping && group_next(c, shed, &final)) return; /* asked of the next member */
+        shed = &final;
+    }
+    if (c->group[0]) {
+        group_stat *gs = group_stats(e, c->group);
+        const struct config_group *g = config_group(e->cfg, c->group);
+        if (gs && status == SL_OK) {
+            gs->st.grants++;
+            for (size_t i = 0; g && i < g->nmembers && i < CONFIG_GROUP_MAX; i++)
+                if (!strcmp(g->members[i], c->d->name)) {
+                    gs->st.member_grants[i]++;
+                    if (i > 0) gs->st.spilled++;
+                }
+        } else if (gs && status == SL_ESHED) {
+            gs->st.sheds++;
+        }
+    }
     engine_class_stats *ks = &c->d->classes[c->cls].st;
     c->state = CALL_DONE;
+    c->grant.deployment = c->d->name;
+    c->grant.endpoint = c->d->cfg ? c->d->cfg->endpoint : "";
+    c->grant.group = c->group[0] != 0;
     if (status == SL_OK) {
         c->grant.waited_ms = (long long)(uv_now(e->loop) - c->start_ms);
         e->stats.grants++;
@@ -781,9 +909,13 @@ static void dep_flush_reserves(dep *d) {
     size_t stride = quads ? 4 : 2;
     const char **argv = malloc(sizeof(*argv) * (1 + 4 * RESERVE_BATCH_MAX));
     char(*buf)[24] = malloc(sizeof(*buf) * (1 + 2 * RESERVE_BATCH_MAX));
-    if (!argv || !buf) {
+    /* Copies: shedding an expired group call below may queue it on another
+     * class and move d->classes. */
+    char(*names)[2][CONFIG_NAME_MAX + 1] = quads ? malloc(sizeof(*names) * RESERVE_BATCH_MAX) : NULL;
+    if (!argv || !buf || (quads && !names)) {
         free(argv);
         free(buf);
+        free(names);
         free(b);
         free(order);
         return;
@@ -812,8 +944,10 @@ static void dep_flush_reserves(dep *d) {
                 argv[at] = buf[1 + 2 * b->n];
                 argv[at + 1] = buf[2 + 2 * b->n];
                 if (quads) {
-                    argv[at + 2] = k->lane;
-                    argv[at + 3] = k->tenant;
+                    memcpy(names[b->n][0], k->lane, sizeof(names[0][0]));
+                    memcpy(names[b->n][1], k->tenant, sizeof(names[0][1]));
+                    argv[at + 2] = names[b->n][0];
+                    argv[at + 3] = names[b->n][1];
                 }
                 b->items[b->n++] = c;
             }
@@ -825,6 +959,7 @@ static void dep_flush_reserves(dep *d) {
     if (!b->n) {
         free(argv);
         free(buf);
+        free(names);
         free(b);
         if (d->npending) flush_arm(e);
         return;
@@ -834,6 +969,7 @@ static void dep_flush_reserves(dep *d) {
     int rc = rrouter_script(e->redis, SCRIPT_RESERVE, d->keys, (int)(1 + stride * b->n), argv, on_reserve, b);
     free(argv);
     free(buf);
+    free(names);
     if (rc != 0) {
         for (size_t i = 0; i < b->n; i++) {
             if (b->items[i]->canceled) call_free(b->items[i]);
@@ -1191,11 +1327,85 @@ void engine_start(engine *e) {
 int engine_acquire(engine *e, const char *deployment, long long tokens, long long max_wait_ms,
                    const char *lane, const char *tenant, engine_acquire_cb cb, void *arg,
                    engine_call **out) {
+    engine_req rq = {deployment, tokens, max_wait_ms, lane, tenant, NULL};
+    return engine_acquire_req(e, &rq, cb, arg, out);
+}
+
+static int name_ok(const char *s) { return !s || strlen(s) <= CONFIG_NAME_MAX; }
+
+static void on_no_member(uv_timer_t *t) {
+    engine_call *c = t->data;
+    list_remove(&c->d->waiting, c);
+    c->e->stats.waiting--;
+    engine_shed sh = {"tag", -1};
+    call_complete(c, SL_ESHED, &sh, NULL);
+}
+
+/* A request to a group: routed by group_next() from its first member. */
+static int group_acquire(engine *e, const struct config_group *g, const engine_req *rq, engine_acquire_cb cb,
+                         void *arg, engine_call **out) {
+    engine_call *c = calloc(1, sizeof(*c));
+    if (!c) return SL_ENOMEM;
+    c->e = e;
+    c->cb = cb;
+    c->arg = arg;
+    c->tokens = rq->tokens;
+    snprintf(c->group, sizeof(c->group), "%s", g->name);
+    snprintf(c->lane_req, sizeof(c->lane_req), "%s", rq->lane ? rq->lane : "");
+    snprintf(c->tenant_req, sizeof(c->tenant_req), "%s", rq->tenant ? rq->tenant : "");
+    snprintf(c->tag, sizeof(c->tag), "%s", rq->tag ? rq->tag : "");
+    c->start_ms = uv_now(e->loop);
+    c->gdeadline = c->start_ms + (uint64_t)(rq->max_wait_ms >= 0 ? rq->max_wait_ms : g->max_wait_ms);
+    e->stats.acquires++;
+    group_stat *gs = group_stats(e, g->name);
+    if (gs) gs->st.acquires++;
+    int first = -1;
+    for (size_t i = 0; i < g->nmembers && first < 0; i++)
+        if (group_allows(g, g->members_[i], c)) first = (int)i;
+    if (first < 0) {
+        /* Nobody may serve it: shed on the next turn (callbacks never run
+         * from the call that registers them). */
+        c->d = dep_find(e, g->members[0]);
+        c->cls = c->d ? dep_class(c->d, "", "default") : -1;
+        if (c->cls < 0) {
+            free(c);
+            return SL_ENOMEM;
+        }
+        c->gnext = (int)g->nmembers;
+        c->gtried = ~0u;
+        c->gfirst = (engine_shed){"tag", -1};
+        c->state = CALL_WAITING;
+        uv_timer_init(e->loop, &c->timer);
+        c->timer.data = c;
+        c->timer_live = 1;
+        uv_timer_start(&c->timer, on_no_member, 0, 0);
+        list_push(&c->d->waiting, c);
+        e->stats.waiting++;
+    } else {
+        c->gnext = first + 1;
+        long long left = (long long)(c->gdeadline - c->start_ms);
+        if (call_target(c, g->members_[first], left < g->spill_ms ? left : g->spill_ms) != 0) {
+            free(c);
+            return SL_ENOMEM;
+        }
+    }
+    if (out) *out = c;
+    return 0;
+}
+
+int engine_acquire_req(engine *e, const engine_req *rq, engine_acquire_cb cb, void *arg, engine_call **out) {
     if (out) *out = NULL;
     if (e->stopping) return SL_ECLOSING;
-    if (!cb || tokens < 0) return SL_EINVAL;
-    dep *d = dep_find(e, deployment);
-    if (!d || !d->cfg) return SL_EUNKNOWN;
+    if (!cb || !rq || !rq->name || rq->tokens < 0 || !name_ok(rq->lane) || !name_ok(rq->tenant) || !name_ok(rq->tag))
+        return SL_EINVAL;
+    const char *lane = rq->lane, *tenant = rq->tenant;
+    dep *d = dep_find(e, rq->name);
+    if (!d || !d->cfg) {
+        const struct config_group *g = config_group(e->cfg, rq->name);
+        if (!g) return SL_EUNKNOWN;
+        return group_acquire(e, g, rq, cb, arg, out);
+    }
+    if (rq->tag && rq->tag[0] && !config_has_tag(d->cfg, rq->tag)) return SL_EINVAL;
     const struct config_lane *l = config_lane(d->cfg, lane);
     if (!l && lane && lane[0]) return SL_EINVAL;
     const struct config_tenant *t = config_tenant(d->cfg, tenant);
@@ -1207,9 +1417,9 @@ int engine_acquire(engine *e, const char *deployment, long long tokens, long lon
     c->d = d;
     c->cb = cb;
     c->arg = arg;
-    c->tokens = tokens;
+    c->tokens = rq->tokens;
     c->cls = cls;
-    if (max_wait_ms >= 0) c->max_wait_ms = max_wait_ms;
+    if (rq->max_wait_ms >= 0) c->max_wait_ms = rq->max_wait_ms;
     else if (l && l->max_wait_ms >= 0) c->max_wait_ms = l->max_wait_ms;
     else c->max_wait_ms = d->cfg->max_wait_ms;
     c->start_ms = uv_now(e->loop);
@@ -1567,6 +1777,7 @@ void engine_free(engine *e) {
         free(d->classes);
         free(d);
     }
+    free(e->gstats);
     config_free(e->cfg);
     free(e);
 }
@@ -1599,4 +1810,8 @@ void engine_foreach_class(const engine *e, engine_class_fn fn, void *ud) {
             st.queued = d->classes[i].q.n;
             fn(ud, d->name, d->classes[i].lane, d->classes[i].tenant, &st);
         }
+}
+
+void engine_foreach_group(const engine *e, engine_group_fn fn, void *ud) {
+    for (size_t i = 0; i < e->ngstats; i++) fn(ud, e->gstats[i].name, &e->gstats[i].st);
 }

@@ -30,7 +30,7 @@
 typedef struct engine engine;
 
 #define ENGINE_WAIT_BUCKETS 12
-#define ENGINE_SHED_REASONS 10
+#define ENGINE_SHED_REASONS 13
 typedef struct engine_call engine_call;
 
 typedef enum engine_outcome {
@@ -47,11 +47,14 @@ typedef struct engine_grant {
     long long waited_ms;          /* from acquire to release */
     long long tokens;             /* the reserved estimate */
     int local;                    /* granted by local fallback pacing */
+    const char *deployment;       /* the deployment (a group's member) the slot is on */
+    const char *endpoint;         /* its endpoint from the configuration, "" if none */
+    int group;                    /* 1: asked of a group */
 } engine_grant;
 
 typedef struct engine_shed {
     const char *reason;           /* rpm tpm paused daily concurrency too_large lane ceiling
-                                     tenant_daily */
+                                     tenant_daily breaker quota tag */
     long long retry_after_ms;     /* -1: never (too_large) */
 } engine_shed;
 
@@ -95,6 +98,33 @@ void engine_start(engine *e);
 int engine_acquire(engine *e, const char *deployment, long long tokens, long long max_wait_ms,
                    const char *lane, const char *tenant, engine_acquire_cb cb, void *arg,
                    engine_call **call);
+
+/* A request to a deployment or a group (ACQUIRE <name> ...). tag: only
+ * group members carrying it may serve the request (NULL or "": any; a
+ * tenant restricted in the group adds its own). */
+typedef struct engine_req {
+    const char *name;             /* a deployment or a group */
+    long long tokens;
+    long long max_wait_ms;        /* < 0: the lane's, the group's or the deployment's */
+    const char *lane, *tenant, *tag;
+} engine_req;
+
+/* engine_acquire() for a deployment or a group. A group request goes to
+ * its first allowed member whose slot is within the group's spill_ms;
+ * when none is, to the allowed member that can serve it soonest within
+ * its max wait; a member's shed consumes nothing, so one request never
+ * holds reservations on two members. A member whose breaker is open or
+ * that is out of quota sheds at once and is passed over. No allowed member
+ * at all: shed "tag" (retry_after -1). The grant names the member. */
+int engine_acquire_req(engine *e, const engine_req *rq, engine_acquire_cb cb, void *arg, engine_call **call);
+
+/* Per group figures, summed over this agent's requests. */
+typedef struct engine_group_stats {
+    unsigned long long acquires, grants, spilled, sheds;
+    unsigned long long member_grants[16]; /* by member index */
+} engine_group_stats;
+typedef void (*engine_group_fn)(void *ud, const char *group, const engine_group_stats *st);
+void engine_foreach_group(const engine *e, engine_group_fn fn, void *ud);
 
 /* Per lane and tenant figures of one deployment, summed over this agent's
  * requests of that class. lane is "" on a deployment without lanes;
