@@ -253,7 +253,7 @@ static void cmd_acquire(const command_req *q) {
 
 /* ---- SETTLE ------------------------------------------------------------------------- */
 
-static const char *const outcome_names[] = {"ok", "throttled", "failed", "cancelled"};
+static const char *const outcome_names[] = {"ok", "throttled", "failed", "cancelled", "quota"};
 
 static void cmd_settle(const command_req *q) {
     server_stats *st = server_counters(q->s);
@@ -290,14 +290,14 @@ static void cmd_settle(const command_req *q) {
             }
         } else if (arg_is(q, i, "STATUS")) {
             int found = 0;
-            for (int k = 0; k < 4 && !found; k++) {
+            for (int k = 0; k < 5 && !found; k++) {
                 if (arg_is(q, i + 1, outcome_names[k])) {
                     outcome = (engine_outcome)k;
                     found = 1;
                 }
             }
             if (!found) {
-                reply_error(q, "STATUS must be ok, throttled, failed or cancelled, got '%s'",
+                reply_error(q, "STATUS must be ok, throttled, failed, cancelled or quota, got '%s'",
                             printable(q->argv[i + 1], q->argvlen[i + 1], p, sizeof(p)));
                 return;
             }

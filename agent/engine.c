@@ -1032,7 +1032,7 @@ static void dep_flush_settles(dep *d) {
         free(b);
         return;
     }
-    static const char *const outcomes[] = {"ok", "throttled", "failed", "cancelled"};
+    static const char *const outcomes[] = {"ok", "throttled", "failed", "cancelled", "quota"};
     snprintf(buf[0], 24, "%zu", n);
     argv[0] = buf[0];
     for (size_t i = 0; i < n; i++) {
@@ -1464,7 +1464,7 @@ int engine_settle(engine *e, const char *grant_id, long long actual_tokens, engi
                   long long pause_ms) {
     const char *colon = grant_id ? strrchr(grant_id, ':') : NULL;
     if (!colon || colon == grant_id || (size_t)(colon - grant_id) > CONFIG_NAME_MAX) return SL_EINVAL;
-    if (outcome < ENGINE_OK || outcome > ENGINE_CANCELLED) return SL_EINVAL;
+    if (outcome < ENGINE_OK || outcome > ENGINE_QUOTA) return SL_EINVAL;
     const char *num = colon + 1;
     int local = num[0] == 'L';
     const char *digits = local ? num + 1 : num;

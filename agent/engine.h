@@ -37,7 +37,8 @@ typedef enum engine_outcome {
     ENGINE_OK = 0,
     ENGINE_THROTTLED,
     ENGINE_FAILED,
-    ENGINE_CANCELLED
+    ENGINE_CANCELLED,
+    ENGINE_QUOTA                  /* a hard quota error: the deployment is out until its reset */
 } engine_outcome;
 
 #define ENGINE_GRANT_ID_MAX 96
