@@ -452,4 +452,72 @@ local function sl_cap_commit(d, c, s, st)
   sl_set(st, d.name .. '_tat', sl_fmt(d.tat))
 end
 
+-- ---- health: the circuit breaker and hard-quota outs ---------------------
+-- (docs/redis-keys.md, "Health"). Kept in the state hash so every agent
+-- sees the same verdict and redis-cli shows it:
+--   breaker_state       closed | open | half_open (absent = closed)
+--   breaker_open_until  ms; an open breaker sheds until then
+--   breaker_probe       the half-open probe's grant id while it is out
+--   breaker_window      "start_ms:requests:failures,..." one entry per
+--                       slice (breaker_window_ms / 10) with settles in it
+--   quota_until         ms; a hard-quota error sheds until then
+-- The breaker is off while breaker_failure_ratio is 0 (the default): then
+-- nothing reads or writes its fields and the deployment behaves as if it
+-- had none. quota_until applies whenever a `quota` outcome was reported.
+
+local function sl_breaker_on(limits)
+  return sl_num(limits, 'breaker_failure_ratio', 0) > 0
+end
+
+-- The live slices of the breaker's window: entries whose slice started
+-- within the last breaker_window_ms. Slices are keyed by their start time
+-- (not an index), so a reconfigured width ages old entries sensibly.
+-- Returns {start = current slice start, live = {{start, req, fail}, ...},
+-- requests = sum, failures = sum}.
+local function sl_breaker_window(limits, st, now)
+  local width = sl_num(limits, 'breaker_window_ms', 30000)
+  local slice = width / 10
+  local cur = math.floor(now / slice) * slice
+  local w = {start = cur, live = {}, requests = 0, failures = 0}
+  for s, r, f in string.gmatch(st.breaker_window or '', '([^:,]+):([^:,]+):([^:,]+)') do
+    s, r, f = tonumber(s), tonumber(r), tonumber(f)
+    if s and r and f and s > cur - width then
+      w.live[#w.live + 1] = {s, r, f}
+      w.requests = w.requests + r
+      w.failures = w.failures + f
+    end
+  end
+  return w
+end
+
+-- Adds one settled request (failed or not) to the current slice and writes
+-- the window back with only its live slices.
+local function sl_breaker_feed(w, st, failed)
+  local last = w.live[#w.live]
+  if not last or last[1] ~= w.start then
+    last = {w.start, 0, 0}
+    w.live[#w.live + 1] = last
+  end
+  last[2] = last[2] + 1
+  w.requests = w.requests + 1
+  if failed then
+    last[3] = last[3] + 1
+    w.failures = w.failures + 1
+  end
+  local parts = {}
+  for i, e in ipairs(w.live) do parts[i] = string.format('%.0f:%d:%d', e[1], e[2], e[3]) end
+  sl_set(st, 'breaker_window', table.concat(parts, ','))
+end
+
+-- The breaker as reserve and status see it: an open breaker whose break
+-- has passed is half-open (reserve writes that transition; status only
+-- reports it). Returns state, open_until.
+local function sl_breaker_state(limits, st, now)
+  if not sl_breaker_on(limits) then return 'closed', 0 end
+  local s = st.breaker_state or 'closed'
+  local until_ms = sl_num(st, 'breaker_open_until', 0)
+  if s == 'open' and until_ms <= now then s = 'half_open' end
+  return s, until_ms
+end
+
 -- ---- end of common.lua ----

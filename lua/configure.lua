@@ -30,6 +30,12 @@ local FIELDS = {
   refund = {sl_uint, function(v) return v == 0 or v == 1 end, '0 or 1'},
   jitter_ms = {sl_uint, function(v) return v ~= nil and v <= 10000 end, 'an integer in [0, 10000]'},
   test_clock_offset_ms = {sl_int, function(v) return v ~= nil end, 'an integer (tests only)'},
+  -- Health (see sl_breaker_on): the breaker is off at ratio 0.
+  breaker_failure_ratio = {tonumber, function(v) return v ~= nil and v >= 0 and v <= 1 end, 'a number in [0, 1] (0 = breaker off)'},
+  breaker_min_requests = {sl_uint, positive, 'an integer >= 1'},
+  breaker_window_ms = {sl_uint, function(v) return v ~= nil and v >= 1000 end, 'an integer >= 1000'},
+  breaker_break_ms = {sl_uint, function(v) return v ~= nil and v >= 100 end, 'an integer >= 100'},
+  quota_hold_ms = {sl_uint, function(v) return v ~= nil and v >= 1000 end, 'an integer >= 1000'},
 }
 
 FIELDS.default_lane = {function(v) return v end, function(v) return string.match(v, '^[%w._-]+$') ~= nil and #v <= 64 end, 'a lane name'}
@@ -87,6 +93,8 @@ local defaults = {
   retry_ttl_ms = 10000, retry_min_per_s = 1, retry_percent = 10,
   aimd_decrease = 0.7, aimd_min_scale = 0.1, aimd_increase = 0.05, aimd_interval_ms = 5000,
   refund = 1, jitter_ms = 10,
+  breaker_failure_ratio = 0, breaker_min_requests = 20, breaker_window_ms = 30000,
+  breaker_break_ms = 30000, quota_hold_ms = 3600000,
 }
 for k, v in pairs(defaults) do
   if new[k] == nil then new[k] = v end

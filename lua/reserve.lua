@@ -14,7 +14,15 @@
 --        one of rpm tpm paused lane ceiling share
 --   {0, reason, retry_after_ms}                     a shed; reason is one of
 --        rpm tpm paused daily concurrency too_large lane ceiling
---        tenant_daily; retry_after_ms -1 = never
+--        tenant_daily quota breaker; retry_after_ms -1 = never
+-- Health comes before lanes and tenants: while a hard-quota error holds
+-- the deployment out (quota_until) every item is shed `quota`; while the
+-- breaker is open every item is shed `breaker` until the break ends; after
+-- it, the breaker is half-open and exactly one item is granted as the
+-- probe (its grant id kept in breaker_probe) while the others are shed
+-- `breaker` with a short hint, until the probe settles. A probe reclaimed
+-- unsettled (its lease expired) is not a verdict: the next call sends a
+-- new one.
 -- Deferrals happen only on deployments with lanes or tenants configured
 -- (see sl_plan). A shed or deferred item consumes nothing. now_us is the
 -- Redis clock, for tests only: callers use the relative wait.
@@ -74,6 +82,27 @@ if plan then
   if plan.fair then fair = sl_fair_open(plan, st, now, names) end
 else
   for i = 1, n do items[i][3], items[i][4] = nil, nil end
+end
+
+-- Health (see common.lua). The open -> half_open transition is written
+-- here, by the first call that finds the break over.
+local quota_until = sl_num(st, 'quota_until', 0)
+local bstate, bopen_until = sl_breaker_state(limits, st, now)
+local probe_out = false
+local probe_hint = math.min(1000, sl_num(limits, 'breaker_break_ms', 30000))
+if bstate == 'half_open' then
+  if st.breaker_state ~= 'half_open' then
+    sl_set(st, 'breaker_state', 'half_open')
+    sl_set(st, 'breaker_probe', '')
+  end
+  local p = st.breaker_probe or ''
+  if p ~= '' then
+    if redis.call('HEXISTS', KEYS[3], p) == 1 then
+      probe_out = true
+    else
+      sl_set(st, 'breaker_probe', '')
+    end
+  end
 end
 
 local active = 0
@@ -155,6 +184,12 @@ for i = 1, n do
   if (tpm > 0 and c > tpm) or (tpd > 0 and c > tpd) or (T and T.ctpm > 0 and c > T.ctpm)
      or (T and T.daily > 0 and c > T.daily) then
     verdict = {0, 'too_large', -1}
+  elseif quota_until > now then
+    verdict = {0, 'quota', math.max(1, sl_ceil(quota_until - now))}
+  elseif bstate == 'open' then
+    verdict = {0, 'breaker', math.max(1, sl_ceil(bopen_until - now))}
+  elseif bstate == 'half_open' and probe_out then
+    verdict = {0, 'breaker', probe_hint}
   elseif key and blocked[key] then
     -- Items of one lane and tenant stay in order: behind a deferred one.
     verdict = blocked[key]
@@ -268,6 +303,11 @@ for i = 1, n do
         daily.tokens = daily.tokens + c
       end
       verdict = {1, next_id, sl_ceil(wait), c}
+      if bstate == 'half_open' then
+        probe_out = true
+        sl_set(st, 'breaker_probe', id)
+        bump('breaker_probes_total')
+      end
     end
   end
   if verdict[1] == 1 then

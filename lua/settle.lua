@@ -3,7 +3,7 @@
 -- ARGV: n, then n quads (grant_id, actual_tokens, outcome, pause_ms):
 --   grant_id       from reserve, or "-" for feedback without a grant
 --   actual_tokens  usage the provider reported, -1 = unknown (keep estimate)
---   outcome        ok | throttled | failed | cancelled
+--   outcome        ok | throttled | failed | cancelled | quota
 --   pause_ms       -1, or a pause the provider asked for (Retry-After, or
 --                  remaining=0 with a reset), from now
 -- Reply: {now_us, paused_ms, rate_scale, pause_shift_ms, result_1, ..., result_n}
@@ -17,11 +17,17 @@
 -- sl_dim_refund); usage above it is charged. A cancelled grant whose slot
 -- has not started gives back its request and tokens. A throttled outcome on
 -- a grant reserved after the last decrease lowers rate_scale (AIMD).
+-- Health (see common.lua): with the breaker on, ok and failed feed its
+-- window while it is closed and open it when the failure ratio is reached;
+-- while it is half-open only the probe's settle decides (ok closes, failed
+-- opens again). quota (a hard-quota error) takes the deployment out until
+-- now + pause_ms, or now + quota_hold_ms when pause_ms is -1; it is not a
+-- rate pause and never moves the schedule.
 
 local name, limits, st, err = sl_load()
 if not name then return redis.error_reply(err) end
 
-local OUTCOMES = {ok = true, throttled = true, failed = true, cancelled = true}
+local OUTCOMES = {ok = true, throttled = true, failed = true, cancelled = true, quota = true}
 local n = sl_uint(ARGV[1])
 if n == nil or n < 1 or #ARGV ~= 1 + 4 * n then
   return redis.error_reply('ERR sluice settle: ARGV must be n followed by n (grant_id, actual_tokens, outcome, pause_ms) quads')
@@ -37,7 +43,7 @@ for i = 1, n do
     return redis.error_reply("ERR sluice settle: item " .. i .. ": actual_tokens must be an integer >= -1, got '" .. ARGV[b + 2] .. "'")
   end
   if not OUTCOMES[outcome] then
-    return redis.error_reply("ERR sluice settle: item " .. i .. ": outcome must be ok, throttled, failed or cancelled, got '" .. outcome .. "'")
+    return redis.error_reply("ERR sluice settle: item " .. i .. ": outcome must be ok, throttled, failed, cancelled or quota, got '" .. outcome .. "'")
   end
   if pause == nil or pause < -1 then
     return redis.error_reply("ERR sluice settle: item " .. i .. ": pause_ms must be an integer >= -1, got '" .. ARGV[b + 4] .. "'")
@@ -62,6 +68,57 @@ local daily
 if sl_num(limits, 'rpd', 0) > 0 or sl_num(limits, 'tpd', 0) > 0 or tenant_daily then daily = sl_hash(KEYS[7]) end
 
 local function bump(k, v) counts[k] = (counts[k] or 0) + (v or 1) end
+
+-- Health: the breaker (only when on) and the hard-quota out.
+local brk_on = sl_breaker_on(limits)
+local bstate = st.breaker_state or 'closed'
+local bprobe = st.breaker_probe or ''
+local bwindow = brk_on and sl_breaker_window(limits, st, now)
+local break_ms = sl_num(limits, 'breaker_break_ms', 30000)
+local quota_until = sl_num(st, 'quota_until', 0)
+local function breaker_open()
+  bstate = 'open'
+  bprobe = ''
+  sl_set(st, 'breaker_state', 'open')
+  sl_set(st, 'breaker_open_until', sl_fmt(now + break_ms))
+  sl_set(st, 'breaker_probe', '')
+  sl_set(st, 'breaker_window', '')
+  bump('breaker_opened_total')
+end
+-- Called for each item that settled a grant or was feedback ("-"); an
+-- unknown grant (settled before, or reclaimed) counts nothing, so a
+-- repeated settle cannot count twice.
+local function breaker_settle(id, outcome)
+  if bstate == 'closed' then
+    if outcome ~= 'ok' and outcome ~= 'failed' then return end
+    sl_breaker_feed(bwindow, st, outcome == 'failed')
+    local ratio = sl_num(limits, 'breaker_failure_ratio', 0)
+    if bwindow.requests >= sl_num(limits, 'breaker_min_requests', 20)
+       and bwindow.failures >= ratio * bwindow.requests - 1e-9 then
+      breaker_open()
+    end
+  elseif bstate == 'half_open' and id ~= '-' and id == bprobe then
+    -- Only the probe decides. ok closes with an empty window; failed opens
+    -- for another break; any other outcome says nothing about the
+    -- provider's health, so the next reserve sends a new probe.
+    if outcome == 'ok' then
+      bstate, bprobe = 'closed', ''
+      sl_set(st, 'breaker_state', 'closed')
+      sl_set(st, 'breaker_probe', '')
+      sl_set(st, 'breaker_window', '')
+      bwindow = sl_breaker_window(limits, st, now)
+      bump('breaker_closed_total')
+    elseif outcome == 'failed' then
+      breaker_open()
+    else
+      bprobe = ''
+      sl_set(st, 'breaker_probe', '')
+    end
+  end
+  -- Open: results of requests granted before the breaker opened are
+  -- ignored (the break runs its course; the probe decides after it).
+end
+
 -- The day's usage moves with what settles learn (a grant of an earlier day
 -- no longer counts). The tenant's daily tokens move with the deployment's.
 local function daily_adjust(reserved_ms, dreq, dtok, tenant)
@@ -132,7 +189,19 @@ for i = 1, n do
     end
   end
   if outcome == 'throttled' then bump('throttles_seen') end
-  if pause >= 0 then
+  if brk_on and result ~= 'unknown' then breaker_settle(id, outcome) end
+  if outcome == 'quota' then
+    -- A hard quota (insufficient_quota, a spent monthly budget): out until
+    -- the provider's reset, or for quota_hold_ms when it gave none. Only
+    -- ever extended; each time the deployment goes out is one event.
+    local until_ms = now + pause
+    if pause < 0 then until_ms = now + sl_num(limits, 'quota_hold_ms', 3600000) end
+    if until_ms > now and until_ms > quota_until then
+      if quota_until <= now then bump('quota_events_total') end
+      quota_until = until_ms
+      sl_set(st, 'quota_until', sl_fmt(quota_until))
+    end
+  elseif pause >= 0 then
     local until_ms = now + pause
     local base = math.max(now, paused_until)
     if until_ms > base then

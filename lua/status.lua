@@ -56,6 +56,26 @@ for _, f in ipairs({'granted_total', 'shed_total', 'shed_rpm', 'shed_tpm', 'shed
 end
 out[#out + 1] = 'deferred_total'
 out[#out + 1] = st.deferred_total or '0'
+-- Health: the breaker as the next reserve will see it (an open breaker
+-- whose break has passed shows half_open), its window, the quota out.
+do
+  local bstate, bopen_until = sl_breaker_state(limits, st, now)
+  local w = sl_breaker_window(limits, st, now)
+  for _, kv in ipairs({{'breaker_state', bstate},
+                       {'breaker_open_ms', bstate == 'open' and ms(bopen_until - now) or 0},
+                       {'breaker_requests', w.requests}, {'breaker_failures', w.failures},
+                       {'breaker_opened_total', st.breaker_opened_total or '0'},
+                       {'breaker_closed_total', st.breaker_closed_total or '0'},
+                       {'breaker_probes_total', st.breaker_probes_total or '0'},
+                       {'quota_out_ms', ms(sl_num(st, 'quota_until', 0) - now)},
+                       {'quota_events_total', st.quota_events_total or '0'},
+                       {'settled_quota', st.settled_quota or '0'},
+                       {'shed_breaker', st.shed_breaker or '0'},
+                       {'shed_quota', st.shed_quota or '0'}}) do
+    out[#out + 1] = kv[1]
+    out[#out + 1] = kv[2]
+  end
+end
 -- Lanes and tenants, sorted by name: lane.<name>.* and tenant.<name>.*.
 local plan = sl_plan(limits)
 if plan then
