@@ -56,7 +56,7 @@ struct engine_call {
     char group[CONFIG_NAME_MAX + 1];
     char lane_req[CONFIG_NAME_MAX + 1], tenant_req[CONFIG_NAME_MAX + 1], tag[CONFIG_NAME_MAX + 1];
     int gnext;                /* next member to try in order (spill phase) */
-    unsigned gtried;          /* members tried in the final phase */
+    int gfinal;               /* steps taken in the final phase */
     uint64_t gdeadline;       /* uv_now ms: the request's max wait ends */
     uint64_t gest[CONFIG_GROUP_MAX]; /* member's slot as its shed said (uv ms); 0 unknown, UINT64_MAX never */
     engine_shed gfirst;       /* the first member's shed, for the final answer */
@@ -402,20 +402,36 @@ static int group_next(engine_call *c, const engine_shed *shed, engine_shed *fina
         if (!group_allows(g, m, c)) continue;
         if (call_target(c, m, left < g->spill_ms ? left : g->spill_ms) == 0) return 1;
     }
-    /* Final phase: the soonest member that can make it. */
+    /* Final phase: the member that can serve it soonest. Its shed said
+     * when that member's next slot was; this agent's own requests queued
+     * there since will take a slot each first (requests deciding together
+     * from the same figures would otherwise all pick the same member).
+     * The step may wait only a little past that estimate: when others took
+     * the slot meanwhile, the shed brings a newer figure and the choice is
+     * made again. After 3 rounds per member it waits for good. */
     int best = -1;
-    uint64_t soonest = UINT64_MAX;
+    uint64_t soonest = UINT64_MAX, best_interval = 0;
     for (size_t i = 0; i < g->nmembers; i++) {
-        if ((c->gtried >> i) & 1u || !group_allows(g, g->members_[i], c)) continue;
-        if (c->gest[i] && c->gest[i] < soonest) {
-            soonest = c->gest[i];
+        const struct config_deployment *m = g->members_[i];
+        if (!group_allows(g, m, c) || !c->gest[i] || c->gest[i] == UINT64_MAX) continue;
+        dep *md = dep_find(e, m->name);
+        uint64_t interval = (uint64_t)(60000 / (m->rpm > 0 ? m->rpm : 1)) + 1;
+        uint64_t score = c->gest[i] + (md ? (uint64_t)md->npending * interval : 0);
+        if (score < soonest) {
+            soonest = score;
             best = (int)i;
+            best_interval = interval;
         }
     }
     if (best >= 0 && soonest <= c->gdeadline) {
-        c->gtried |= 1u << best;
-        if (call_target(c, g->members_[best], left) == 0) return 1;
+        long long step = left;
+        if (++c->gfinal < 3 * (int)g->nmembers) {
+            long long until = (long long)(soonest > now ? soonest - now : 0) + 2 * (long long)best_interval;
+            if (until < step) step = until;
+        }
+        if (call_target(c, g->members_[best], step) == 0) return 1;
     }
+    if (best >= 0) soonest = c->gest[best];
     final->reason = c->gfirst.reason ? c->gfirst.reason : shed->reason;
     final->retry_after_ms = soonest == UINT64_MAX ? -1 : (long long)(soonest - c->gdeadline) + 1;
     if (final->retry_after_ms == 0) final->retry_after_ms = 1;
@@ -1372,7 +1388,6 @@ static int group_acquire(engine *e, const struct config_group *g, const engine_r
             return SL_ENOMEM;
         }
         c->gnext = (int)g->nmembers;
-        c->gtried = ~0u;
         c->gfirst = (engine_shed){"tag", -1};
         c->state = CALL_WAITING;
         uv_timer_init(e->loop, &c->timer);

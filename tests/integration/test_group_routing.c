@@ -1,0 +1,288 @@
+/* test_group_routing: ACQUIRE <group> through real engines against a real
+ * redis-server, in real time.
+ *
+ * Proves the engine's routing rules with counts: with capacity to spare
+ * everything stays on the primary; past spill_ms requests spill to the next
+ * member in order, and once every member is past it, to the soonest; one
+ * request never holds reservations on two members (the members' granted
+ * counters in Redis add up to exactly the requests granted); tags restrict
+ * the members for good; every member's release times replay through its
+ * provider bucket without a rejection. The end-to-end proofs against mock
+ * providers (429s, breakers, residency on the providers' ledgers) are in
+ * test_groups. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include <hiredis/hiredis.h>
+#include <uv.h>
+
+#include "config.h"
+#include "engine.h"
+#include "loop.h"
+#include "redis_fixture.h"
+#include "replay.h"
+#include "sluice.h"
+
+static redis_fixture fx;
+
+static int group_setup(void **state) {
+    (void)state;
+    return redis_fixture_start(&fx, 0);
+}
+static int group_teardown(void **state) {
+    (void)state;
+    redis_fixture_stop(&fx);
+    return 0;
+}
+
+typedef struct world {
+    uv_loop_t loop;
+    engine *e[2];
+    int n;
+} world;
+
+static void world_init(world *w, int n, const char *yaml) {
+    char text[4096], err[512];
+    memset(w, 0, sizeof(*w));
+    uv_loop_init(&w->loop);
+    w->n = n;
+    for (int i = 0; i < n; i++) {
+        snprintf(text, sizeof(text),
+                 "redis:\n  url: unix://%s\n  timeout_ms: 1000\n"
+                 "agent:\n  socket: /tmp/unused.sock\n  heartbeat_ms: 200\n%s",
+                 fx.sock, yaml);
+        config *cfg = NULL;
+        if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0) fail_msg("config: %s", err);
+        char id[32];
+        snprintf(id, sizeof(id), "agent-%d", i);
+        assert_int_equal(engine_new(&w->loop, cfg, id, &w->e[i]), 0);
+        engine_start(w->e[i]);
+    }
+    loop_run_for(&w->loop, 300);
+}
+
+static void on_stopped(void *arg) { (void)arg; }
+
+static void world_close(world *w) {
+    for (int i = 0; i < w->n; i++) engine_stop(w->e[i], on_stopped, NULL);
+    uv_run(&w->loop, UV_RUN_DEFAULT);
+    for (int i = 0; i < w->n; i++) engine_free(w->e[i]);
+    assert_int_equal(uv_loop_close(&w->loop), 0);
+}
+
+typedef struct req {
+    world *w;
+    int status, called;
+    char member[CONFIG_NAME_MAX + 1], endpoint[128], reason[16];
+    long long retry_after;
+    uint64_t asked, at;
+} req;
+
+static void on_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed, const char *msg) {
+    (void)msg;
+    req *r = arg;
+    r->status = status;
+    r->called++;
+    r->at = uv_now(&r->w->loop);
+    if (g) {
+        snprintf(r->member, sizeof(r->member), "%s", g->deployment);
+        snprintf(r->endpoint, sizeof(r->endpoint), "%s", g->endpoint);
+        assert_int_equal(g->group, 1);
+        /* The grant id names the member it was reserved on. */
+        assert_int_equal(strncmp(g->id, g->deployment, strlen(g->deployment)), 0);
+    }
+    if (shed) {
+        snprintf(r->reason, sizeof(r->reason), "%s", shed->reason);
+        r->retry_after = shed->retry_after_ms;
+    }
+}
+
+static void ask(world *w, int agent, req *r, const char *name, long long max_wait, const char *tenant,
+                const char *tag) {
+    *r = (req){.w = w, .asked = uv_now(&w->loop)};
+    engine_req rq = {name, 0, max_wait, NULL, tenant, tag};
+    assert_int_equal(engine_acquire_req(w->e[agent], &rq, on_acquired, r, NULL), 0);
+}
+
+typedef struct all_arg {
+    req *r;
+    int n;
+} all_arg;
+
+static int all_called(void *arg) {
+    all_arg *a = arg;
+    for (int i = 0; i < a->n; i++)
+        if (!a->r[i].called) return 0;
+    return 1;
+}
+
+static long long granted_total(const char *dep) {
+    redisContext *c = redisConnectUnix(fx.sock);
+    assert_non_null(c);
+    redisReply *r = redisCommand(c, "HGET sluice:{%s}:state granted_total", dep);
+    long long v = r && r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+    freeReplyObject(r);
+    redisFree(c);
+    return v;
+}
+
+#define GROUP_YAML(p)                                                                                             \
+    "deployments:\n"                                                                                              \
+    "  " p "a: { rpm: 600, burst: { requests: 10 }, endpoint: \"http://a.example\", tags: [eu] }\n"               \
+    "  " p "b: { rpm: 600, burst: { requests: 10 }, endpoint: \"http://b.example\", tags: [eu] }\n"               \
+    "  " p "c: { rpm: 600, burst: { requests: 10 }, endpoint: \"http://c.example\", tags: [us] }\n"               \
+    "groups:\n"                                                                                                   \
+    "  " p "g:\n"                                                                                                 \
+    "    members: [" p "a, " p "b, " p "c]\n"                                                                     \
+    "    spill_ms: 200\n"                                                                                         \
+    "    tenants:\n"                                                                                              \
+    "      acme: { tag: us }\n"
+
+static void test_spare_capacity_stays_on_primary(void **state) {
+    (void)state;
+    world w;
+    world_init(&w, 2, GROUP_YAML("s"));
+    enum { N = 10 };
+    req r[N];
+    for (int i = 0; i < N; i++) ask(&w, i % 2, &r[i], "sg", 5000, NULL, NULL);
+    all_arg a = {r, N};
+    assert_true(loop_run_until(&w.loop, all_called, &a, 5000));
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(r[i].status, SL_OK);
+        assert_string_equal(r[i].member, "sa");
+        assert_string_equal(r[i].endpoint, "http://a.example");
+    }
+    assert_int_equal(granted_total("sa"), N);
+    assert_int_equal(granted_total("sb") + granted_total("sc"), 0);
+    world_close(&w);
+}
+
+static void test_spill_in_order_then_soonest(void **state) {
+    (void)state;
+    world w;
+    world_init(&w, 2, GROUP_YAML("p"));
+    enum { N = 90 };
+    static req r[N];
+    for (int i = 0; i < N; i++) ask(&w, i % 2, &r[i], "pg", 20000, NULL, NULL);
+    all_arg a = {r, N};
+    assert_true(loop_run_until(&w.loop, all_called, &a, 20000));
+    int on[3] = {0, 0, 0}, late = 0;
+    uint64_t first = UINT64_MAX, last = 0;
+    replay rp[3];
+    for (int m = 0; m < 3; m++) replay_init(&rp[m]);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(r[i].status, SL_OK);
+        int m = r[i].member[1] - 'a';
+        assert_true(m >= 0 && m < 3);
+        on[m]++;
+        replay_add(&rp[m], (double)r[i].at, 1);
+        if (r[i].at - r[i].asked > 200 + 30) late++;
+        if (r[i].asked < first) first = r[i].asked;
+        if (r[i].at > last) last = r[i].at;
+    }
+    long long ga = granted_total("pa"), gb = granted_total("pb"), gc = granted_total("pc");
+    print_message("  %d requests at once: %d / %d / %d on the three members, %d waited past spill_ms; "
+                  "Redis granted %lld / %lld / %lld; makespan %llu ms (floor 2000)\n",
+                  N, on[0], on[1], on[2], late, ga, gb, gc, (unsigned long long)(last - first));
+    /* Never two reservations for one request. */
+    assert_int_equal(ga, on[0]);
+    assert_int_equal(gb, on[1]);
+    assert_int_equal(gc, on[2]);
+    /* In order: each member's burst plus what fits within spill_ms (10 +
+     * 2 at 600 rpm) before the next is used, and all three are used. */
+    assert_true(on[0] >= 12 && on[1] >= 12 && on[2] >= 12);
+    /* The rest went to whichever was soonest (counting the requests this
+     * agent already queued there): the load ends balanced. */
+    assert_true(abs(on[0] - on[2]) <= 3 && abs(on[0] - on[1]) <= 3);
+    /* Beyond the spill phase requests do wait (90 > 3 x 12), and the group
+     * is used as one pool: (90 - 3 bursts) / (3 x 10 per s) = 2 s. */
+    assert_true(late > 0);
+    assert_true(last - first <= 2500);
+    for (int m = 0; m < 3; m++) {
+        assert_int_equal(replay_rejections(&rp[m], 10, 600.0 / 60000.0, NULL), 0);
+        replay_free(&rp[m]);
+    }
+    world_close(&w);
+}
+
+static void test_tags_restrict_members(void **state) {
+    (void)state;
+    world w;
+    world_init(&w, 1, GROUP_YAML("t"));
+    enum { N = 40 };
+    static req r[N];
+    /* TAG eu: a and b only, even when both are busy and c is idle. */
+    for (int i = 0; i < N; i++) ask(&w, 0, &r[i], "tg", 20000, NULL, "eu");
+    all_arg a = {r, N};
+    assert_true(loop_run_until(&w.loop, all_called, &a, 20000));
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(r[i].status, SL_OK);
+        assert_true(!strcmp(r[i].member, "ta") || !strcmp(r[i].member, "tb"));
+    }
+    assert_int_equal(granted_total("tc"), 0);
+    /* Tenant acme is restricted to us: c only. */
+    for (int i = 0; i < 12; i++) ask(&w, 0, &r[i], "tg", 20000, "acme", NULL);
+    a.n = 12;
+    assert_true(loop_run_until(&w.loop, all_called, &a, 20000));
+    for (int i = 0; i < 12; i++) {
+        assert_int_equal(r[i].status, SL_OK);
+        assert_string_equal(r[i].member, "tc");
+    }
+    /* acme asking for eu: nobody may serve it. */
+    ask(&w, 0, &r[0], "tg", 20000, "acme", "eu");
+    a.n = 1;
+    assert_true(loop_run_until(&w.loop, all_called, &a, 2000));
+    assert_int_equal(r[0].status, SL_ESHED);
+    assert_string_equal(r[0].reason, "tag");
+    assert_int_equal(r[0].retry_after, -1);
+    /* A short max wait no member can meet: shed, and nothing reserved. */
+    long long before = granted_total("ta") + granted_total("tb") + granted_total("tc");
+    for (int i = 0; i < 40; i++) ask(&w, 0, &r[i], "tg", 0, NULL, "eu");
+    a.n = 40;
+    assert_true(loop_run_until(&w.loop, all_called, &a, 5000));
+    int shed = 0, ok = 0;
+    for (int i = 0; i < 40; i++) {
+        if (r[i].status == SL_ESHED) {
+            shed++;
+            assert_true(r[i].retry_after > 0);
+        } else {
+            assert_int_equal(r[i].status, SL_OK);
+            ok++;
+        }
+    }
+    long long after = granted_total("ta") + granted_total("tb") + granted_total("tc");
+    print_message("  max wait 0 under load: %d granted, %d shed; Redis granted %lld more\n", ok, shed, after - before);
+    assert_true(shed > 0);
+    assert_int_equal(after - before, ok);
+    world_close(&w);
+}
+
+static void test_unknown_group_and_bad_tag(void **state) {
+    (void)state;
+    world w;
+    world_init(&w, 1, GROUP_YAML("u"));
+    req r;
+    engine_req rq = {"nope", 0, 100, NULL, NULL, NULL};
+    assert_int_equal(engine_acquire_req(w.e[0], &rq, on_acquired, &r, NULL), SL_EUNKNOWN);
+    /* A tag a plain deployment does not carry is an error, not a shed. */
+    engine_req rq2 = {"uc", 0, 100, NULL, NULL, "eu"};
+    assert_int_equal(engine_acquire_req(w.e[0], &rq2, on_acquired, &r, NULL), SL_EINVAL);
+    world_close(&w);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spare_capacity_stays_on_primary),
+        cmocka_unit_test(test_spill_in_order_then_soonest),
+        cmocka_unit_test(test_tags_restrict_members),
+        cmocka_unit_test(test_unknown_group_and_bad_tag),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
