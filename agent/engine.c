@@ -119,6 +119,7 @@ struct dep {
     double lost_at;           /* uv_now when its Redis node was lost, 0 when not lost */
     int handing_over, handed_over; /* the local tail was pushed into Redis after an outage */
     char script_error[256];   /* the last error a script returned, "" after a success */
+    uint64_t breaker_until, quota_until; /* uv_now ms: health sheds seen until then (logged once) */
     unsigned long long local_seq;
     dep *next;
 };
@@ -503,7 +504,7 @@ static void queue_settle(dep *d, const char *id, long long actual, engine_outcom
     /* Cancels and provider pauses go at once (a cancel must land before the
      * next reserve); plain settles wait up to ENGINE_SETTLE_DELAY_MS so the
      * settles of callers working one at a time share a call. */
-    if (o == ENGINE_CANCELLED || pause_ms >= 0 || d->nsettles >= 64 || e->stopping) {
+    if (o == ENGINE_CANCELLED || o == ENGINE_QUOTA || pause_ms >= 0 || d->nsettles >= 64 || e->stopping) {
         d->settle_urgent = 1;
         flush_arm(e);
     } else if (!uv_is_active((uv_handle_t *)&e->settle_timer)) {
@@ -730,6 +731,21 @@ static long long reply_int(const redisReply *r) {
     return 0;
 }
 
+/* A shed for health (breaker open, out of quota) is news once per period:
+ * it is logged when it starts, so an operator sees a member leave. */
+static void dep_health_seen(dep *d, const char *reason, long long retry_after_ms) {
+    int breaker = !strcmp(reason, "breaker"), quota = !strcmp(reason, "quota");
+    if (!breaker && !quota) return;
+    uint64_t now = uv_now(d->e->loop), until = now + (uint64_t)(retry_after_ms > 0 ? retry_after_ms : 0);
+    uint64_t *seen = breaker ? &d->breaker_until : &d->quota_until;
+    if (now > *seen)
+        elog(d->e, CONFIG_LOG_WARN, "deployment %s: %s for %lld ms; requests are shed with reason %s%s", d->name,
+             breaker ? "circuit breaker open (server errors or timeouts past its threshold)" : "out of quota",
+             retry_after_ms, reason, d->cfg && d->cfg->group_ ? " and its group routes to the other members" : "");
+    if (until > *seen) *seen = until;
+    if (breaker) d->e->stats.breaker_sheds++;
+}
+
 static void on_reserve(void *arg, redisReply *r, const char *err) {
     reserve_batch *b = arg;
     dep *d = b->d;
@@ -842,6 +858,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
             }
             const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str : "other";
             engine_shed sh = {engine_shed_reasons[engine_shed_reason_index(rs)], reply_int(it->element[2])};
+            dep_health_seen(d, sh.reason, sh.retry_after_ms);
             call_complete(c, SL_ESHED, &sh, NULL);
         }
     }
@@ -1150,7 +1167,7 @@ static void dep_configure(dep *d) {
     const struct config_deployment *c = d->cfg;
     /* The configure script's fields (docs/redis-keys.md), from the YAML:
      * 17 scalars, the lane and tenant settings, one per lane and tenant. */
-    size_t cap = 20 + c->nlanes + c->ntenants;
+    size_t cap = 24 + c->nlanes + c->ntenants;
     struct kv {
         char name[CONFIG_NAME_MAX + 16];
         char val[96];
@@ -1186,6 +1203,13 @@ static void dep_configure(dep *d) {
         F("lane_step_ms", "%lld", c->lane_step_ms);
     }
     if (c->default_lane[0]) F("default_lane", "%s", c->default_lane);
+    if (c->group_) {
+        /* A group member: the group's circuit breaker (docs/redis-keys.md). */
+        F("breaker_failure_ratio", "%.6g", c->group_->breaker.failure_ratio);
+        F("breaker_min_requests", "%lld", c->group_->breaker.min_requests);
+        F("breaker_window_ms", "%lld", c->group_->breaker.window_s * 1000);
+        F("breaker_break_ms", "%lld", c->group_->breaker.break_s * 1000);
+    }
     for (size_t i = 0; i < c->nlanes; i++) {
         const struct config_lane *l = &c->lanes[i];
         snprintf(kv[n].name, sizeof(kv[n].name), "lane.%s", l->name);
@@ -1492,13 +1516,20 @@ int engine_settle(engine *e, const char *grant_id, long long actual_tokens, engi
     if (!d || !d->cfg) return SL_EUNKNOWN;
     e->stats.settles++;
     if (outcome == ENGINE_THROTTLED) e->stats.throttled++;
+    if (outcome == ENGINE_QUOTA) {
+        e->stats.quota_events++;
+        elog(e, CONFIG_LOG_WARN,
+             "deployment %s: the provider reported a hard quota error: it is out until its reset%s", d->name,
+             d->cfg->group_ ? " (its group routes to the other members)" : "");
+    }
     if (actual_tokens >= 0) e->stats.tokens_actual += (unsigned long long)actual_tokens;
     /* With Redis, the settle's reply brings the pause and its shift for the
      * whole fleet (one round trip later); without, it applies here. */
     if (pause_ms > 0 && !dep_uses_redis(d)) dep_pause(d, pause_ms, 1);
     if (local) {
         /* A local grant: only its feedback reaches Redis (if reachable). */
-        if (outcome == ENGINE_THROTTLED || pause_ms >= 0) queue_settle(d, "-", -1, outcome, pause_ms);
+        if (outcome == ENGINE_THROTTLED || outcome == ENGINE_QUOTA || pause_ms >= 0)
+            queue_settle(d, "-", -1, outcome, pause_ms);
         return 0;
     }
     queue_settle(d, num, actual_tokens, outcome, pause_ms);

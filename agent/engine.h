@@ -195,6 +195,8 @@ typedef struct engine_stats {
     unsigned long long acquires, grants, grants_local, sheds, errors;
     unsigned long long shed_by_reason[ENGINE_SHED_REASONS]; /* index: engine_shed_reason_index() */
     unsigned long long deferrals;          /* items Redis deferred (lanes, tenants) */
+    unsigned long long quota_events;       /* settles reporting a hard quota error */
+    unsigned long long breaker_sheds;      /* requests shed by an open circuit breaker */
     unsigned long long wait_hist[ENGINE_WAIT_BUCKETS + 1];
     unsigned long long wait_sum_ms;
     unsigned long long settles, throttled, cancels;
