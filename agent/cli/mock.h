@@ -3,7 +3,8 @@
  *
  * Serves POST /openai/deployments/<name>/chat/completions (Azure style),
  * POST /v1/chat/completions and /openai/v1/chat/completions (OpenAI style,
- * deployment = "model" from the body), and GET /stats (the ledger). Each
+ * deployment = "model" from the body), GET /stats (the ledger) and POST
+ * /control (injected failures switched on and off at run time). Each
  * deployment has a request bucket (rpm, burst) and optionally a token
  * bucket (tpm, token_burst); admission charges 1 request and the estimate
  * ceil(chars of the messages' text / 4) + max_tokens (16 when absent), as
@@ -79,6 +80,12 @@ json_t *mock_stats(const mock *m);
 
 /* Zeroes the ledger; with buckets != 0 also refills every bucket. */
 void mock_reset(mock *m, int buckets);
+
+/* Changes the injected failures of a running mock (what --fail-503 and
+ * --quota-exhausted set at start; POST /control does this over HTTP). The
+ * ledger, the buckets and the random sequence carry on. Returns 0, or
+ * UV_EINVAL (nothing changed) when fail_503 is not in [0, 1]. */
+int mock_set_faults(mock *m, double fail_503, int quota_exhausted);
 
 /* Copies the ledger's totals. */
 void mock_totals(const mock *m, mock_counts *out);

@@ -831,6 +831,82 @@ static void test_injected_503(void **state) {
     json_decref(fin);
 }
 
+/* POST /control with a query; returns the status, the body in r. */
+static int control(int port, const char *query, response *r) {
+    static client cl;
+    char req[512];
+    client_open(&cl, port);
+    int n = snprintf(req, sizeof(req),
+                     "POST /control%s HTTP/1.1\r\nHost: mock\r\nContent-Length: 0\r\n\r\n", query);
+    client_send(&cl, req, (size_t)n);
+    assert_int_equal(client_read(&cl, r), 0);
+    client_close(&cl);
+    return r->status;
+}
+
+/* A running mock starts and stops failing on POST /control, keeping its
+ * ledger and buckets: 200, then 503s, then insufficient_quota, then 200
+ * again, all counted in one ledger. A bad control changes nothing; a GET
+ * is a 405; the control calls themselves are not counted. */
+static void test_control_at_run_time(void **state) {
+    static response r;
+    mock_child c;
+    (void)state;
+    /* 6 rpm: the bucket refills 0.1 a second, so its printed level stays put. */
+    child_start(&c, "--rpm", "6", "--burst", "5", "--service-ms", "1", NULL);
+    call(c.port, AZURE_PATH("gpt-4o"), "w", simple_body, &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(control(c.port, "", &r), 200); /* reads the settings */
+    assert_string_equal(r.body, "{\"fail_503\":0,\"quota_exhausted\":false}");
+    assert_int_equal(control(c.port, "?fail_503=1", &r), 200);
+    assert_string_equal(r.body, "{\"fail_503\":1,\"quota_exhausted\":false}");
+    for (int i = 0; i < 3; i++) {
+        call(c.port, AZURE_PATH("gpt-4o"), "w", simple_body, &r);
+        assert_int_equal(r.status, 503);
+        assert_int_equal(header_long(&r, "x-ratelimit-remaining-requests"), 4); /* charges nothing */
+    }
+    /* The quota error comes first, as with the flags. */
+    assert_int_equal(control(c.port, "?quota_exhausted=1", &r), 200);
+    call(c.port, AZURE_PATH("gpt-4o"), "w", simple_body, &r);
+    assert_int_equal(r.status, 429);
+    assert_non_null(strstr(r.body, "\"insufficient_quota\""));
+    /* Every pair is checked before any applies. */
+    assert_int_equal(control(c.port, "?fail_503=0&quota_exhausted=2", &r), 400);
+    assert_non_null(strstr(r.body, "quota_exhausted=2"));
+    assert_int_equal(control(c.port, "?fail_503=0&nonsense=1", &r), 400);
+    assert_int_equal(control(c.port, "?fail_503=1.5", &r), 400);
+    assert_int_equal(control(c.port, "?fail_503", &r), 400);
+    assert_int_equal(control(c.port, "?fail_503=", &r), 400);
+    call(c.port, AZURE_PATH("gpt-4o"), "w", simple_body, &r);
+    assert_int_equal(r.status, 429);
+    assert_int_equal(control(c.port, "?fail_503=0&quota_exhausted=0", &r), 200);
+    assert_string_equal(r.body, "{\"fail_503\":0,\"quota_exhausted\":false}");
+    call(c.port, AZURE_PATH("gpt-4o"), "w", simple_body, &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-requests"), 3);
+    assert_int_equal(control(c.port, "?fail_503=0.25", &r), 200);
+    assert_string_equal(r.body, "{\"fail_503\":0.25,\"quota_exhausted\":false}");
+    json_t *s = get_stats(c.port, "");
+    assert_true(json_real_value(json_object_get(json_object_get(s, "config"), "fail_503")) == 0.25);
+    json_decref(s);
+    /* Only POST changes anything. */
+    static client cl;
+    const char *get = "GET /control?fail_503=1 HTTP/1.1\r\nHost: mock\r\n\r\n";
+    client_open(&cl, c.port);
+    client_send(&cl, get, strlen(get));
+    assert_int_equal(client_read(&cl, &r), 0);
+    client_close(&cl);
+    assert_int_equal(r.status, 405);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "clients/w/requests"), 7);
+    assert_int_equal(jint(fin, "clients/w/accepted"), 2);
+    assert_int_equal(jint(fin, "clients/w/status_503"), 3);
+    assert_int_equal(jint(fin, "clients/w/insufficient_quota"), 2);
+    assert_int_equal(jint(fin, "totals/other_errors"), 1); /* the GET */
+    assert_true(json_real_value(json_object_get(json_object_get(fin, "config"), "fail_503")) == 0.25);
+    json_decref(fin);
+}
+
 /* The neighbour drains the same bucket from outside: our call is refused
  * although we sent nothing before, and the ledger tells who took it. */
 static void test_noisy_neighbour(void **state) {
@@ -931,6 +1007,7 @@ int main(void) {
         cmocka_unit_test(test_abandoned_and_shutdown),
         cmocka_unit_test(test_http10_and_expect),
         cmocka_unit_test(test_injected_503),
+        cmocka_unit_test(test_control_at_run_time),
         cmocka_unit_test(test_noisy_neighbour),
         cmocka_unit_test(test_seed_and_sigusr1),
         cmocka_unit_test(test_port_file),
