@@ -442,7 +442,7 @@ static int group_next(engine_call *c, const engine_shed *shed, engine_shed *fina
 /* Runs the caller's callback exactly once and frees the call. */
 static void call_complete(engine_call *c, int status, const engine_shed *shed, const char *msg) {
     engine *e = c->e;
-    engine_shed final;
+    engine_shed final = {shed ? shed->reason : NULL, shed ? shed->retry_after_ms : -1};
     if (c->group[0] && status == SL_ESHED && !c->canceled) {
         if (!e->stopping && group_next(c, shed, &final)) return; /* asked of the next member */
         shed = &final;
