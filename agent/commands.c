@@ -308,7 +308,11 @@ static void cmd_settle(const command_req *q) {
         }
         i += 2;
     }
-    long long pause = headers ? (long long)ratelimit_settle_pause_ms(&fb, outcome == ENGINE_THROTTLED, NULL) : -1;
+    /* A quota error's reset, like a 429's, says when the deployment may be
+     * used again (the settle script holds it out until then). */
+    long long pause =
+        headers ? (long long)ratelimit_settle_pause_ms(&fb, outcome == ENGINE_THROTTLED || outcome == ENGINE_QUOTA, NULL)
+                : -1;
     if (pause > SETTLE_MAX_PAUSE_MS) pause = SETTLE_MAX_PAUSE_MS;
     if (pause >= 0) st->settle_pauses++;
     const char *id = q->argv[1];

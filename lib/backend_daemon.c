@@ -190,10 +190,14 @@ static void handle_reply(dmn *d, dconn *c, dreq *r, const rreply *rep) {
         int rc = dproto_acquire_reply(rep, &g, reason, sizeof(reason), &ra, msg, sizeof(msg));
         if (op) {
             op->be = NULL;
-            if (rc == SL_OK) gov_acquired(op, g.id, g.waited_ms, g.tokens, g.local);
-            else if (rc == SL_ESHED) gov_shed(op, reason, ra, NULL);
-            else gov_failed(op, rc, msg);
-        } else if (rc == SL_OK) {
+            if (rc == SL_OK) {
+                gov_acquired(op, g.id, g.waited_ms, g.tokens, g.local, g.member, g.endpoint);
+            } else {
+                if (rc == SL_EPROTO && g.id[0]) d->base.vt->give_back(&d->base, g.id);
+                if (rc == SL_ESHED) gov_shed(op, reason, ra, NULL);
+                else gov_failed(op, rc, msg);
+            }
+        } else if (rc == SL_OK || (rc == SL_EPROTO && g.id[0])) {
             d->base.vt->give_back(&d->base, g.id);
         }
         break;
@@ -387,7 +391,7 @@ static void dispatch_acquire(dmn *d, dreq *r) {
         free(r);
         return;
     }
-    if (dproto_acquire(&c->pend, op->dep, op->tokens, op->eff_wait_ms, op->lane, op->tenant) != 0) {
+    if (dproto_acquire(&c->pend, op->dep, op->tokens, op->eff_wait_ms, op->lane, op->tenant, op->tag) != 0) {
         dreq_fail(d, r, SL_ENOMEM, "out of memory");
         free(r);
         dconn_release(d, c);

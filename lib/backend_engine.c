@@ -11,7 +11,7 @@
 
 _Static_assert((int)SL_OUTCOME_OK == (int)ENGINE_OK && (int)SL_OUTCOME_THROTTLED == (int)ENGINE_THROTTLED &&
                    (int)SL_OUTCOME_FAILED == (int)ENGINE_FAILED &&
-                   (int)SL_OUTCOME_CANCELLED == (int)ENGINE_CANCELLED,
+                   (int)SL_OUTCOME_CANCELLED == (int)ENGINE_CANCELLED && (int)SL_OUTCOME_QUOTA == (int)ENGINE_QUOTA,
                "sl_outcome and engine_outcome must agree");
 
 typedef struct eng_backend {
@@ -25,19 +25,27 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
                         const char *msg) {
     gov_op *op = arg;
     op->be = NULL;
-    if (status == SL_OK) gov_acquired(op, g->id, g->waited_ms, g->tokens, g->local);
+    if (status == SL_OK)
+        gov_acquired(op, g->id, g->waited_ms, g->tokens, g->local, g->deployment, g->group ? g->endpoint : "");
     else if (status == SL_ESHED) gov_shed(op, shed->reason, shed->retry_after_ms, NULL);
     else gov_failed(op, status, msg);
 }
 
 static int be_acquire(backend *b, gov_op *op) {
     engine_call *call = NULL;
-    int rc = engine_acquire(eng(b), op->dep, op->tokens, op->eff_wait_ms, op->lane, op->tenant, on_acquired, op, &call);
-    if (rc == SL_EUNKNOWN) snprintf(op->msg, sizeof(op->msg), "unknown deployment '%s'", op->dep);
+    const config *cfg = engine_config(eng(b));
+    engine_req rq = {op->dep, op->tokens, op->eff_wait_ms, op->lane, op->tenant, op->tag};
+    int rc = engine_acquire_req(eng(b), &rq, on_acquired, op, &call);
+    /* The messages are sluiced's (agent/commands.c), so both modes read alike. */
+    if (rc == SL_EUNKNOWN)
+        snprintf(op->msg, sizeof(op->msg), "unknown deployment%s '%s'", cfg->ngroups ? " or group" : "", op->dep);
     else if (rc == SL_ECLOSING) snprintf(op->msg, sizeof(op->msg), "the governor is shutting down");
+    else if (rc == SL_EINVAL && op->tag[0] && config_deployment(cfg, op->dep) &&
+             !config_has_tag(config_deployment(cfg, op->dep), op->tag))
+        snprintf(op->msg, sizeof(op->msg), "deployment '%s' does not carry tag '%s'", op->dep, op->tag);
     else if (rc == SL_EINVAL && op->lane[0]) {
         char lanes[160];
-        config_lane_names(config_deployment(engine_config(eng(b)), op->dep), lanes, sizeof(lanes));
+        config_lane_names(config_deployment(cfg, op->dep), lanes, sizeof(lanes));
         int n = snprintf(op->msg, sizeof(op->msg), "unknown lane '%s' for deployment '%s'", op->lane, op->dep);
         if (n > 0 && (size_t)n < sizeof(op->msg))
             snprintf(op->msg + n, sizeof(op->msg) - (size_t)n, " (its lanes: %.*s)", 120, lanes);

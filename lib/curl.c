@@ -256,6 +256,7 @@ int sl_curl_perform(sl_gov *gov, void *easy, const sl_call_opts *opts_in, sl_cal
         req.max_wait_ms = o.max_wait_ms;
         req.lane = o.lane;
         req.tenant = o.tenant;
+        req.tag = o.tag;
         if (o.deadline_ms > 0) {
             req.deadline_ms = o.deadline_ms - o.min_attempt_ms;
             if (req.deadline_ms <= sl_now_ms()) {
@@ -280,6 +281,10 @@ int sl_curl_perform(sl_gov *gov, void *easy, const sl_call_opts *opts_in, sl_cal
             break;
         }
         r.waited_ms += sl_grant_waited_ms(g);
+        /* The deployment the attempt goes to (a group's member): its retry
+         * budget is the one to ask. The grant is gone after the settle. */
+        char member[72];
+        snprintf(member, sizeof(member), "%s", sl_grant_deployment(g));
 
         /* One attempt, bounded by the time left. */
         sl_capture_attach(c, easy);
@@ -329,7 +334,7 @@ int sl_curl_perform(sl_gov *gov, void *easy, const sl_call_opts *opts_in, sl_cal
             break;
         }
         long long budget_ra = -1;
-        int allowed = sl_may_retry(gov, o.deployment, &budget_ra);
+        int allowed = sl_may_retry(gov, member, &budget_ra);
         if (allowed != 1) {
             rc = allowed == 0 ? SL_ENORETRY : allowed;
             r.outcome = allowed == 0 ? "retry_budget" : "error";

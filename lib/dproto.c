@@ -7,11 +7,14 @@
 #include <string.h>
 #include <strings.h>
 
-static const char *const outcome_names[] = {"ok", "throttled", "failed", "cancelled"};
+/* The wire names of sl_outcome, in its order (agent/commands.c). */
+static const char *const outcome_names[] = {"ok", "throttled", "failed", "cancelled", "quota"};
+#define DPROTO_NOUTCOMES (sizeof(outcome_names) / sizeof(outcome_names[0]))
+_Static_assert(DPROTO_NOUTCOMES == (size_t)SL_OUTCOME_QUOTA + 1, "an sl_outcome without a wire name");
 
 int dproto_acquire(resp_buf *b, const char *dep, long long tokens, long long max_wait_ms,
-                   const char *lane, const char *tenant) {
-    const char *argv[10];
+                   const char *lane, const char *tenant, const char *tag) {
+    const char *argv[12];
     char tok[24], wait[24];
     size_t n = 0;
     snprintf(tok, sizeof(tok), "%lld", tokens < 0 ? 0 : tokens);
@@ -32,12 +35,16 @@ int dproto_acquire(resp_buf *b, const char *dep, long long tokens, long long max
         argv[n++] = "TENANT";
         argv[n++] = tenant;
     }
+    if (tag && *tag) {
+        argv[n++] = "TAG";
+        argv[n++] = tag;
+    }
     return resp_add_bulk_array(b, argv, NULL, n);
 }
 
 int dproto_settle(resp_buf *b, const char *grant_id, long long actual, sl_outcome outcome,
                   const sl_header *h, size_t nh) {
-    if ((int)outcome < 0 || (int)outcome > 3) return RESP_EPROTO;
+    if ((int)outcome < 0 || (size_t)outcome >= DPROTO_NOUTCOMES) return RESP_EPROTO;
     size_t cap = 6 + 3 * nh;
     const char **argv = malloc(cap * sizeof(*argv));
     if (!argv) return RESP_ENOMEM;
@@ -116,6 +123,7 @@ int dproto_error(const char *text, char *reason, size_t reason_len, long long *r
     }
     /* As embedded mode answers a lane the deployment does not have. */
     if (strncasecmp(text, "ERR unknown lane ", 17) == 0) return SL_EINVAL;
+    if (strncasecmp(text, "ERR deployment ", 15) == 0 && strstr(text, " does not carry tag ")) return SL_EINVAL;
     if (strncasecmp(text, "ERR unknown deployment", 22) == 0) return SL_EUNKNOWN;
     if (strncasecmp(text, "ERR", 3) == 0 && strstr(text, "unknown deployment")) return SL_EUNKNOWN;
     return SL_EPROTO;
@@ -154,11 +162,21 @@ int dproto_acquire_reply(const rreply *r, dproto_grant *g, char *reason, size_t 
     if (reason_len) reason[0] = '\0';
     msg[0] = '\0';
     if (r->type == RREPLY_ERROR) return error_reply(r, reason, reason_len, retry_after_ms, msg, msglen);
-    if (r->type == RREPLY_ARRAY && r->elements >= 3 && text_of(r->element[0], g->id, sizeof(g->id)) == 0 &&
-        int_of(r->element[1], &g->waited_ms) == 0 && int_of(r->element[2], &g->tokens) == 0) {
+    g->id[0] = g->member[0] = '\0';
+    g->endpoint = "";
+    if (r->type == RREPLY_ARRAY && (r->elements == 3 || r->elements >= 5) &&
+        text_of(r->element[0], g->id, sizeof(g->id)) == 0 && int_of(r->element[1], &g->waited_ms) == 0 &&
+        int_of(r->element[2], &g->tokens) == 0) {
         const char *colon = strrchr(g->id, ':');
         g->local = colon && colon[1] == 'L';
-        return SL_OK;
+        if (r->elements == 3) return SL_OK;
+        /* A group's grant: the member, and its endpoint ("" when none). */
+        const rreply *ep = r->element[4];
+        if (text_of(r->element[3], g->member, sizeof(g->member)) == 0 && ep->type == RREPLY_BULK &&
+            strlen(ep->str) == ep->len) {
+            g->endpoint = ep->str;
+            return SL_OK;
+        }
     }
     snprintf(msg, msglen, "sluiced: unexpected ACQUIRE reply (type %d)", (int)r->type);
     return SL_EPROTO;

@@ -21,12 +21,16 @@ typedef struct dproto_grant {
     long long waited_ms;
     long long tokens;
     int local;
+    char member[65];             /* a group's grant: the member, else "" */
+    const char *endpoint;        /* a group's grant: the member's endpoint,
+                                    borrowed from the reply; else "" */
 } dproto_grant;
 
-/* ACQUIRE <dep> TOKENS <n> [MAXWAIT <ms>] [LANE <l>] [TENANT <t>].
- * max_wait_ms < 0 omits MAXWAIT; empty lane/tenant are omitted. */
+/* ACQUIRE <dep> TOKENS <n> [MAXWAIT <ms>] [LANE <l>] [TENANT <t>] [TAG <t>].
+ * dep may be a group. max_wait_ms < 0 omits MAXWAIT; empty lane, tenant
+ * and tag are omitted. */
 int dproto_acquire(resp_buf *b, const char *dep, long long tokens, long long max_wait_ms,
-                   const char *lane, const char *tenant);
+                   const char *lane, const char *tenant, const char *tag);
 
 /* SETTLE <id> [TOKENS <n>] STATUS <outcome> [HEADER <name> <value>]...
  * actual < 0 omits TOKENS. */
@@ -41,8 +45,11 @@ int dproto_ping(resp_buf *b);
  * retry-after-ms (-1 when absent). */
 int dproto_error(const char *text, char *reason, size_t reason_len, long long *retry_after_ms);
 
-/* An ACQUIRE reply: SL_OK and *g; SL_ESHED with reason and hint; or
- * another SL_E* with a message. */
+/* An ACQUIRE reply: SL_OK and *g (3 elements for a deployment; 5 for a
+ * group: also the member and its endpoint, g->endpoint valid while r is);
+ * SL_ESHED with reason and hint; or another SL_E* with a message. An
+ * array that is not a grant is SL_EPROTO; g->id is then set when it held
+ * a grant id, so the caller can give that reservation back. */
 int dproto_acquire_reply(const rreply *r, dproto_grant *g, char *reason, size_t reason_len,
                          long long *retry_after_ms, char *msg, size_t msglen);
 

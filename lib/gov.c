@@ -25,7 +25,8 @@
 struct sl_grant {
     sl_gov *gov;
     char id[GOV_ID_MAX];
-    char dep[GOV_NAME_MAX + 1];
+    char dep[GOV_NAME_MAX + 1];  /* the deployment the slot is on */
+    char *endpoint;              /* a group member's endpoint, NULL: "" */
     long long waited_ms, tokens;
     int local;
 };
@@ -187,6 +188,7 @@ static gov_op *op_new(sl_gov *g, gov_op_kind kind, int blocking) {
 
 static void op_free(gov_op *op) {
     if (op->has_cv) pthread_cond_destroy(&op->cv);
+    free(op->endpoint);
     free(op->hdrs);
     free(op->pregrant);
     free(op);
@@ -268,10 +270,13 @@ static void op_close_timer(gov_op *op) {
     op->timer = NULL;
 }
 
-static void grant_fill(sl_grant *gr, const gov_op *op) {
+/* Fills gr from op's result; the endpoint moves from op to gr. */
+static void grant_fill(sl_grant *gr, gov_op *op) {
     gr->gov = op->gov;
     snprintf(gr->id, sizeof(gr->id), "%s", op->gid);
-    snprintf(gr->dep, sizeof(gr->dep), "%s", op->dep);
+    snprintf(gr->dep, sizeof(gr->dep), "%s", op->member[0] ? op->member : op->dep);
+    gr->endpoint = op->endpoint;
+    op->endpoint = NULL;
     gr->waited_ms = op->waited_ms;
     gr->tokens = op->granted_tokens;
     gr->local = op->local;
@@ -321,9 +326,17 @@ static void set_msg(gov_op *op, const char *msg, int status) {
     snprintf(op->msg, sizeof(op->msg), "%s", msg && *msg ? msg : sl_strerror(status));
 }
 
-void gov_acquired(gov_op *op, const char *grant_id, long long waited_ms, long long tokens, int local) {
-    op->status = SL_OK;
+void gov_acquired(gov_op *op, const char *grant_id, long long waited_ms, long long tokens, int local,
+                  const char *member, const char *endpoint) {
     snprintf(op->gid, sizeof(op->gid), "%s", grant_id);
+    if (endpoint && *endpoint && !(op->endpoint = strdup(endpoint))) {
+        /* Better no grant than one without the URL its call must go to. */
+        op->gov->be->vt->give_back(op->gov->be, op->gid);
+        gov_failed(op, SL_ENOMEM, "out of memory");
+        return;
+    }
+    op->status = SL_OK;
+    snprintf(op->member, sizeof(op->member), "%s", member ? member : "");
     op->waited_ms = waited_ms;
     op->granted_tokens = tokens;
     op->local = local;
@@ -646,12 +659,15 @@ static int fill_acquire(sl_gov *g, gov_op *op, const sl_request *req_in) {
     if (!valid_name(req.deployment))
         return set_err(g, SL_EINVAL, NULL, -1, "deployment must be 1-64 characters of [A-Za-z0-9._:-]");
     if (req.tokens < 0) return set_err(g, SL_EINVAL, NULL, -1, "tokens must be >= 0");
-    if ((req.lane && !valid_name(req.lane)) || (req.tenant && !valid_name(req.tenant)))
-        return set_err(g, SL_EINVAL, NULL, -1, "lane and tenant must be 1-64 characters of [A-Za-z0-9._:-]");
+    if ((req.lane && !valid_name(req.lane)) || (req.tenant && !valid_name(req.tenant)) ||
+        (req.tag && !valid_name(req.tag)))
+        return set_err(g, SL_EINVAL, NULL, -1,
+                       "lane, tenant and tag must be 1-64 characters of [A-Za-z0-9._:-]");
     if (req.deadline_ms < 0) return set_err(g, SL_EINVAL, NULL, -1, "deadline_ms must be >= 0");
     snprintf(op->dep, sizeof(op->dep), "%s", req.deployment);
     snprintf(op->lane, sizeof(op->lane), "%s", req.lane ? req.lane : "");
     snprintf(op->tenant, sizeof(op->tenant), "%s", req.tenant ? req.tenant : "");
+    snprintf(op->tag, sizeof(op->tag), "%s", req.tag ? req.tag : "");
     op->tokens = req.tokens;
     op->max_wait_ms = req.max_wait_ms;
     op->deadline_ms = req.deadline_ms;
@@ -775,6 +791,7 @@ int sl_cancel(sl_gov *g, sl_call_id id) {
 
 const char *sl_grant_id(const sl_grant *gr) { return gr ? gr->id : ""; }
 const char *sl_grant_deployment(const sl_grant *gr) { return gr ? gr->dep : ""; }
+const char *sl_grant_endpoint(const sl_grant *gr) { return gr && gr->endpoint ? gr->endpoint : ""; }
 long long sl_grant_waited_ms(const sl_grant *gr) { return gr ? gr->waited_ms : -1; }
 long long sl_grant_tokens(const sl_grant *gr) { return gr ? gr->tokens : -1; }
 int sl_grant_local(const sl_grant *gr) { return gr ? gr->local : 0; }
@@ -803,7 +820,10 @@ static int settle_headers(gov_op *op, const sl_header *h, size_t n) {
             bytes += nl + vl + 2;
         }
     }
-    op->pause_ms = ratelimit_settle_pause_ms(&fb, op->outcome == SL_OUTCOME_THROTTLED, NULL);
+    /* A quota error's reset counts like a 429's: it says when the
+     * deployment may be used again. */
+    op->pause_ms = ratelimit_settle_pause_ms(
+        &fb, op->outcome == SL_OUTCOME_THROTTLED || op->outcome == SL_OUTCOME_QUOTA, NULL);
     /* As sluiced does: one bad header must not stop a deployment for days. */
     if (op->pause_ms > GOV_MAX_PAUSE_MS) op->pause_ms = GOV_MAX_PAUSE_MS;
     if (!keep) return 0;
@@ -833,7 +853,7 @@ int sl_settle(sl_grant *gr, long long actual_tokens, sl_outcome outcome, const s
     sl_gov *g = gr->gov;
     int rc = 0;
     gov_op *op = NULL;
-    if ((int)outcome < SL_OUTCOME_OK || (int)outcome > SL_OUTCOME_CANCELLED) {
+    if ((int)outcome < SL_OUTCOME_OK || (int)outcome > SL_OUTCOME_QUOTA) {
         rc = set_err(g, SL_EINVAL, NULL, -1, "outcome must be one of SL_OUTCOME_*");
         goto out;
     }
@@ -862,6 +882,7 @@ int sl_settle(sl_grant *gr, long long actual_tokens, sl_outcome outcome, const s
     clear_err(g);
 out:
     if (op) op_free(op);
+    free(gr->endpoint);
     free(gr);
     gov_unref(g);
     return rc;

@@ -45,8 +45,8 @@ struct gov_op {
     gov_op *lprev, *lnext;       /* gov->live (cancellable async acquires), under gov->mu */
 
     /* The request (read-only once queued). */
-    char dep[GOV_NAME_MAX + 1];
-    char lane[GOV_NAME_MAX + 1], tenant[GOV_NAME_MAX + 1];
+    char dep[GOV_NAME_MAX + 1];  /* a deployment or a group */
+    char lane[GOV_NAME_MAX + 1], tenant[GOV_NAME_MAX + 1], tag[GOV_NAME_MAX + 1];
     long long tokens, max_wait_ms;
     long long eff_wait_ms;       /* max wait at dispatch (deadline applied), < 0 default */
     int64_t deadline_ms;         /* sl_now_ms() clock, 0 none */
@@ -73,6 +73,8 @@ struct gov_op {
     /* The result, written on the loop thread before state = OPS_DONE. */
     int status;
     char gid[GOV_ID_MAX];
+    char member[GOV_NAME_MAX + 1]; /* the deployment granted (a group's member) */
+    char *endpoint;              /* a group member's endpoint (malloc'd), NULL: "" */
     long long waited_ms, granted_tokens;
     int local;
     char reason[24];
@@ -129,8 +131,12 @@ typedef struct gov_config {
 void gov_op_ref(gov_op *op);
 void gov_op_unref(gov_op *op);
 
-/* Completions, loop thread only. Each finishes op exactly once. */
-void gov_acquired(gov_op *op, const char *grant_id, long long waited_ms, long long tokens, int local);
+/* Completions, loop thread only. Each finishes op exactly once.
+ * gov_acquired: member is the deployment the slot is on (NULL or "": the
+ * one asked for), endpoint a group member's endpoint (NULL or "": none);
+ * both are copied. */
+void gov_acquired(gov_op *op, const char *grant_id, long long waited_ms, long long tokens, int local,
+                  const char *member, const char *endpoint);
 void gov_shed(gov_op *op, const char *reason, long long retry_after_ms, const char *msg);
 void gov_failed(gov_op *op, int status, const char *msg);
 void gov_retried(gov_op *op, int status, int allowed, long long retry_after_ms, const char *msg);

@@ -97,7 +97,10 @@ void verdict_compute(int status, int timed_out, const char *body, size_t body_le
     v->cls = (int)cr.cls;
     v->retryable = cr.retryable;
     v->http_status = status;
-    v->pause_ms = ratelimit_settle_pause_ms(&fb, cr.cls == CLASSIFY_RATE_LIMITED, &over);
+    /* A quota stop's reset, like a 429's, says when the deployment may be
+     * used again: the settle takes it out (or pauses it) until then. */
+    v->pause_ms = ratelimit_settle_pause_ms(
+        &fb, cr.cls == CLASSIFY_RATE_LIMITED || cr.cls == CLASSIFY_QUOTA_EXHAUSTED, &over);
     v->over_cap = over;
     snprintf(v->code, sizeof(v->code), "%s", cr.code);
     switch (cr.cls) {
@@ -110,6 +113,11 @@ void verdict_compute(int status, int timed_out, const char *body, size_t body_le
         v->tokens = 0; /* refused before any work */
         break;
     case CLASSIFY_QUOTA_EXHAUSTED:
+        /* Out of quota for the whole fleet until the reset, and never
+         * retried (classify: not retryable, whatever x-should-retry says). */
+        v->outcome = SL_OUTCOME_QUOTA;
+        v->tokens = 0;
+        break;
     case CLASSIFY_BAD_REQUEST:
     case CLASSIFY_AUTH:
         v->outcome = SL_OUTCOME_FAILED;

@@ -149,8 +149,10 @@ SL_API void sl_close(sl_gov *gov);
 SL_API const char *sl_errmsg(const sl_gov *gov);
 
 /* After SL_ESHED from this thread's last call on gov: the reason ("rpm",
- * "tpm", "paused", "daily", "concurrency", "too_large") and the hint after
- * which asking again can succeed (ms; -1 = never, e.g. too_large). After
+ * "tpm", "paused", "daily", "concurrency", "too_large", "lane", "ceiling",
+ * "tenant_daily", "breaker", "quota", "tag"; docs/protocol.md) and the hint
+ * after which asking again can succeed (ms; -1 = never, e.g. too_large, or
+ * "tag": no member of the group may serve the request). After
  * SL_ENORETRY, the reason is "retry_budget". Otherwise "" and -1.
  * Borrowed like sl_errmsg(). */
 SL_API const char *sl_shed_reason(const sl_gov *gov);
@@ -165,7 +167,8 @@ typedef struct sl_grant sl_grant;
 
 typedef struct sl_request {
     size_t size;                 /* set by sl_request_init() */
-    const char *deployment;      /* required */
+    const char *deployment;      /* required: a deployment, or a group of
+                                    them (the grant names the member) */
     long long tokens;            /* estimate: prompt + max output (0: requests only) */
     long long max_wait_ms;       /* longest wait for the slot; < 0 (the default
                                     set by init): the deployment's max_wait_ms,
@@ -175,6 +178,10 @@ typedef struct sl_request {
                                     lane it does not have is SL_EINVAL */
     const char *tenant;          /* NULL: none; an unconfigured tenant
                                     falls in the "default" class */
+    const char *tag;             /* NULL: any. With a group, only members
+                                    carrying this tag may serve (none may:
+                                    SL_ESHED "tag", never); with a
+                                    deployment, one without it is SL_EINVAL */
 } sl_request;
 
 SL_API void sl_request_init_size(sl_request *req, size_t size);
@@ -187,8 +194,10 @@ SL_API void sl_request_init_size(sl_request *req, size_t size);
  * sl_retry_after_ms()); if the slot still slips past the deadline (a
  * fleet-wide pause arrived meanwhile), the reservation is given back and
  * SL_ETIMEDOUT is returned at the deadline.
- * Returns 0, SL_ESHED, SL_ETIMEDOUT, SL_EUNKNOWN (no such deployment),
- * SL_EUNAVAIL (fail-closed without Redis, or sluiced unreachable),
+ * For a group, the member is chosen by the agent (docs/protocol.md,
+ * ACQUIRE): sl_grant_deployment() and sl_grant_endpoint() name it.
+ * Returns 0, SL_ESHED, SL_ETIMEDOUT, SL_EUNKNOWN (no such deployment or
+ * group), SL_EUNAVAIL (fail-closed without Redis, or sluiced unreachable),
  * SL_ECLOSING, SL_EINVAL, SL_ENOMEM, SL_EIO. Blocks the calling thread
  * only. */
 SL_API int sl_acquire(sl_gov *gov, const sl_request *req, sl_grant **out);
@@ -225,7 +234,13 @@ SL_API int sl_cancel(sl_gov *gov, sl_call_id id);
 
 /* Borrowed accessors, valid until the grant is settled. */
 SL_API const char *sl_grant_id(const sl_grant *g);         /* "<deployment>:<n>", ":L<n>" local */
+/* The deployment the slot is on: the one asked for, or for a group the
+ * member chosen. Send the call there, and ask sl_may_retry() about it. */
 SL_API const char *sl_grant_deployment(const sl_grant *g);
+/* For a group, the chosen member's endpoint from the configuration
+ * (deployments.<name>.endpoint); "" when it has none or when the request
+ * named a deployment. */
+SL_API const char *sl_grant_endpoint(const sl_grant *g);
 SL_API long long sl_grant_waited_ms(const sl_grant *g);    /* from acquire to the slot */
 SL_API long long sl_grant_tokens(const sl_grant *g);       /* the reserved estimate */
 SL_API int sl_grant_local(const sl_grant *g);              /* 1: paced locally (Redis down) */
@@ -236,7 +251,11 @@ typedef enum sl_outcome {
     SL_OUTCOME_OK = 0,           /* the provider served the call */
     SL_OUTCOME_THROTTLED,        /* 429 rate limited: feeds the fleet's AIMD */
     SL_OUTCOME_FAILED,           /* any other failure */
-    SL_OUTCOME_CANCELLED         /* not sent: gives the reservation back */
+    SL_OUTCOME_CANCELLED,        /* not sent: gives the reservation back */
+    SL_OUTCOME_QUOTA             /* a hard quota error (insufficient_quota,
+                                    billing): takes the deployment out for
+                                    the whole fleet until the reset the
+                                    headers give (else the agent's hold) */
 } sl_outcome;
 
 /* One response header, NUL-terminated name and value. */
@@ -303,9 +322,12 @@ typedef struct sl_verdict {
     int cls;                     /* sl_class */
     int retryable;               /* after x-should-retry */
     int http_status;             /* 0: no response */
-    sl_outcome outcome;          /* for sl_settle() */
+    sl_outcome outcome;          /* for sl_settle(): SL_OUTCOME_QUOTA for
+                                    quota_exhausted, THROTTLED for
+                                    rate_limited, FAILED for other errors */
     long long tokens;            /* usage reported by the provider, -1 unknown */
-    long long pause_ms;          /* wait the headers ask for (Retry-After, or
+    long long pause_ms;          /* wait the headers ask for (Retry-After, or,
+                                    when rate limited or out of quota,
                                     remaining 0 with a reset), -1 none */
     int over_cap;                /* pause_ms beyond the cap: do not retry now */
     char code[64];               /* error.code of a JSON error body, "" */
@@ -349,6 +371,7 @@ typedef struct sl_call_opts {
     long long min_attempt_ms;    /* an attempt needs this much time left; 0: 1000 */
     size_t max_body;             /* response bytes kept; 0: 16 MiB */
     uint64_t seed;               /* jitter seed; 0: from the clock */
+    const char *tag;             /* as sl_request */
 } sl_call_opts;
 
 SL_API void sl_call_opts_init_size(sl_call_opts *o, size_t size);
@@ -389,7 +412,12 @@ SL_API void sl_call_report_free(sl_call_report *r);
  * CURLOPT_WRITEFUNCTION/WRITEDATA, CURLOPT_NOSIGNAL and, with a deadline,
  * CURLOPT_TIMEOUT_MS (the time left, less 10 ms for the settle), and resets the callbacks to
  * libcurl's defaults on return. report (optional, size set by
- * sl_call_report_init()) gets the details.
+ * sl_call_report_init()) gets the details. A quota_exhausted response is
+ * settled as SL_OUTCOME_QUOTA and never retried. opts->deployment may name
+ * a group only when every member is reached at the URL set on easy (one
+ * gateway): the URL is not changed per member; otherwise call sl_acquire()
+ * and send to sl_grant_endpoint() yourself. Retries ask the fleet's retry
+ * budget of the member that failed.
  * Returns 0 (a 2xx response), SL_EFATAL (not retryable: quota, auth, bad
  * request), SL_ENORETRY (fleet retry budget spent), SL_EDEADLINE (no time
  * for another attempt), SL_EATTEMPTS, SL_ESHED, SL_ETIMEDOUT, SL_ETOOBIG,

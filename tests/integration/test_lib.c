@@ -7,6 +7,10 @@
  *     and bad arguments are errors with a message;
  *   - lanes and tenants: both modes take them, and an unknown lane is
  *     SL_EINVAL naming the deployment's lanes;
+ *   - groups: the grant names the member and its endpoint, spills past the
+ *     primary when it is full, a tag restricts the members (none may
+ *     serve: shed "tag", never); SL_OUTCOME_QUOTA takes a deployment out
+ *     until the reset its headers give;
  *   - deadlines are never exceeded (measured): a slot beyond the deadline
  *     sheds at once with the reason and a retry-after; a slot that slips
  *     past it (a pause arrived meanwhile) ends at the deadline, given back;
@@ -55,8 +59,15 @@ static void deployments(const char *p, char *out, size_t n) {
              "  %s-cb:\n    rpm: 60000\n"
              "  %s-lanes:\n    rpm: 60000\n"
              "    lanes: { fast: { priority: 0 }, bulk: { priority: 1 } }\n"
-             "    tenants: { t1: { weight: 2 } }\n",
-             p, p, p, p, p, p, p, p, p, p, p, p);
+             "    tenants: { t1: { weight: 2 } }\n"
+             "  %s-m1:\n    rpm: 60\n    burst: { requests: 2 }\n    endpoint: http://one.example\n"
+             "    tags: [eu]\n"
+             "  %s-m2:\n    rpm: 60000\n    endpoint: http://two.example/v1\n    tags: [us]\n"
+             "  %s-quota:\n    rpm: 60000\n"
+             /* The harness appends this under deployments: the last
+              * top-level key. */
+             "groups:\n  %s-grp:\n    members: [%s-m1, %s-m2]\n    spill_ms: 100\n",
+             p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p);
 }
 
 static int group_setup(void **state) {
@@ -218,6 +229,100 @@ static void lanes(int mode) {
 
 static void test_lanes_embedded(void **state) { lanes(EMBEDDED); }
 static void test_lanes_daemon(void **state) { lanes(DAEMON); }
+
+/* ---- groups and tags ---------------------------------------------------------------- */
+
+/* Acquires on name (tag optional) and checks the member and its endpoint. */
+static void group_grant(sl_gov *g, const char *name, const char *tag, const char *member, const char *endpoint) {
+    sl_request r = request(name, 10, 2000, 0);
+    r.tag = tag;
+    sl_grant *a = NULL;
+    int rc = sl_acquire(g, &r, &a);
+    if (rc != 0) fail_msg("acquire %s tag %s: %s: %s", name, tag ? tag : "-", sl_strerror(rc), sl_errmsg(g));
+    if (strcmp(sl_grant_deployment(a), member) != 0 || strcmp(sl_grant_endpoint(a), endpoint) != 0)
+        fail_msg("acquire %s tag %s: got %s at '%s', wanted %s at '%s'", name, tag ? tag : "-",
+                 sl_grant_deployment(a), sl_grant_endpoint(a), member, endpoint);
+    /* The grant id is the member's: settles and retries go to it. */
+    assert_int_equal(strncmp(sl_grant_id(a), member, strlen(member)), 0);
+    assert_int_equal(sl_grant_id(a)[strlen(member)], ':');
+    assert_int_equal(sl_settle(a, 5, SL_OUTCOME_OK, NULL, 0), 0);
+}
+
+static void groups(int mode) {
+    if (skip_without_daemon(mode)) return;
+    sl_gov *g = open_gov(mode, 0);
+    char grp[64], m1[64], m2[64], quota[64];
+    dep_name(mode, "grp", grp, sizeof(grp));
+    dep_name(mode, "m1", m1, sizeof(m1));
+    dep_name(mode, "m2", m2, sizeof(m2));
+    dep_name(mode, "quota", quota, sizeof(quota));
+
+    /* The primary serves while it has room (a burst of 2), then the slot
+     * is ~1 s away, beyond spill_ms: the request spills to m2. */
+    group_grant(g, grp, NULL, m1, "http://one.example");
+    group_grant(g, grp, NULL, m1, "http://one.example");
+    group_grant(g, grp, NULL, m2, "http://two.example/v1");
+    /* A tag restricts the members: us is m2 only; eu is m1 only, and m1
+     * has no room within a 0 ms wait, so that sheds. */
+    group_grant(g, grp, "us", m2, "http://two.example/v1");
+    sl_request r = request(grp, 0, 0, 0);
+    r.tag = "eu";
+    sl_grant *x = (sl_grant *)1;
+    assert_int_equal(sl_acquire(g, &r, &x), SL_ESHED);
+    assert_null(x);
+    print_message("  [%s] eu with m1 full: %s (%s, %lld ms)\n", prefix(mode), sl_errmsg(g), sl_shed_reason(g),
+                  sl_retry_after_ms(g));
+    assert_string_equal(sl_shed_reason(g), "rpm");
+    assert_true(sl_retry_after_ms(g) > 0);
+    /* No member carries the tag: shed "tag", never. */
+    r.tag = "apac";
+    r.max_wait_ms = -1;
+    assert_int_equal(sl_acquire(g, &r, &x), SL_ESHED);
+    assert_string_equal(sl_shed_reason(g), "tag");
+    assert_int_equal(sl_retry_after_ms(g), -1);
+    /* A deployment's grant has no endpoint; a tag it does not carry is an
+     * invalid request, in both modes with the same words. */
+    group_grant(g, m2, NULL, m2, "");
+    group_grant(g, m2, "us", m2, "");
+    r = request(m2, 0, -1, 0);
+    r.tag = "eu";
+    assert_int_equal(sl_acquire(g, &r, &x), SL_EINVAL);
+    print_message("  [%s] tag on a deployment: %s\n", prefix(mode), sl_errmsg(g));
+    assert_non_null(strstr(sl_errmsg(g), "does not carry tag 'eu'"));
+    r.tag = "bad tag";
+    assert_int_equal(sl_acquire(g, &r, &x), SL_EINVAL);
+    r = request("no-such-group", 0, -1, 0);
+    assert_int_equal(sl_acquire(g, &r, &x), SL_EUNKNOWN);
+    assert_non_null(strstr(sl_errmsg(g), "unknown deployment or group 'no-such-group'"));
+
+    /* SL_OUTCOME_QUOTA takes the deployment out, fleet-wide, until the
+     * reset the headers give (here Retry-After: 3). */
+    r = request(quota, 0, 0, 0);
+    sl_grant *a = NULL;
+    assert_int_equal(sl_acquire(g, &r, &a), 0);
+    sl_header h[] = {{"retry-after", "3"}};
+    assert_int_equal(sl_settle(a, 0, SL_OUTCOME_QUOTA, h, 1), 0);
+    /* The settle is sent in the background: the out shows within a while. */
+    int out = 0;
+    for (double end = h_now() + 3000; !out && h_now() < end;) {
+        int rc = sl_acquire(g, &r, &a);
+        if (rc == 0) {
+            sl_settle(a, -1, SL_OUTCOME_CANCELLED, NULL, 0);
+            h_sleep(20);
+        } else {
+            assert_int_equal(rc, SL_ESHED);
+            out = 1;
+        }
+    }
+    assert_true(out);
+    print_message("  [%s] after a quota settle: %s\n", prefix(mode), sl_errmsg(g));
+    assert_string_equal(sl_shed_reason(g), "quota");
+    assert_true(sl_retry_after_ms(g) > 1000 && sl_retry_after_ms(g) <= 3000);
+    sl_close(g);
+}
+
+static void test_groups_embedded(void **state) { groups(EMBEDDED); }
+static void test_groups_daemon(void **state) { groups(DAEMON); }
 
 /* ---- deadlines ----------------------------------------------------------------------- */
 
@@ -784,6 +889,8 @@ int main(void) {
         cmocka_unit_test(test_basic_daemon),
         cmocka_unit_test(test_lanes_embedded),
         cmocka_unit_test(test_lanes_daemon),
+        cmocka_unit_test(test_groups_embedded),
+        cmocka_unit_test(test_groups_daemon),
         cmocka_unit_test(test_shed_and_deadline_embedded),
         cmocka_unit_test(test_shed_and_deadline_daemon),
         cmocka_unit_test(test_deadline_with_pause_embedded),

@@ -5,8 +5,9 @@
  * built). Proves:
  *   - a success settles with the usage the provider reported;
  *   - 503 is retried with backoff, 429 after its Retry-After, a quota
- *     error never; every retry asks the fleet's retry budget, which ends
- *     the call when spent;
+ *     error never (it is settled as quota: the deployment is then shed
+ *     "quota"); every retry asks the fleet's retry budget (a group's
+ *     member's), which ends the call when spent;
  *   - deadlines are never exceeded (measured), including a slow provider
  *     and a retry loop that runs out of time;
  *   - a 429 with Retry-After pauses the whole fleet once: two governors
@@ -41,8 +42,12 @@ static void deployments(const char *p, char *out, size_t n) {
              "  %s-retry:\n    rpm: 60000\n"
              "  %s-deadline:\n    rpm: 60000\n"
              "  %s-budget:\n    rpm: 60000\n    retry_budget: { ttl_s: 2, min_per_s: 1, percent: 0 }\n"
-             "  %s-fleet:\n    rpm: 60000\n",
-             p, p, p, p, p);
+             "  %s-fleet:\n    rpm: 60000\n"
+             "  %s-quota:\n    rpm: 60000\n"
+             "  %s-gm:\n    rpm: 60000\n"
+             /* Appended under deployments by the harness: the last key. */
+             "groups:\n  %s-gw:\n    members: [%s-gm]\n",
+             p, p, p, p, p, p, p, p, p);
 }
 
 static int group_setup(void **state) {
@@ -187,15 +192,37 @@ static void success_and_retries(int mode) {
     assert_true(t200 - t429 >= 1000);
     assert_true(took < 2500);
 
-    /* A quota error is never retried, and says so. */
+    /* A quota error is never retried, and says so. It is settled as
+     * quota: the deployment is out for the fleet (an hour by default, as
+     * the provider gave no reset), so the next call is shed at once. */
     http_reset(&web, 0, 1);
     o = opts(100, 5000);
-    assert_int_equal(call(g, mode, "ok", "/quota", &o, &rep), SL_EFATAL);
+    assert_int_equal(call(g, mode, "quota", "/quota", &o, &rep), SL_EFATAL);
     print_message("  [%s] quota: %s\n", prefix(mode), rep.message);
     assert_int_equal(rep.attempts, 1);
     assert_string_equal(rep.outcome, "quota_exhausted");
     assert_non_null(strstr(rep.message, "insufficient_quota"));
     assert_non_null(strstr(rep.message, "not retryable"));
+    int shed = 0;
+    for (double end = h_now() + 3000; !shed && h_now() < end;) {
+        o = opts(100, 0);
+        o.max_wait_ms = 0;
+        int rc = call(g, mode, "quota", "/ok", &o, &rep);
+        if (rc == SL_ESHED) shed = 1;
+        else h_sleep(20); /* the settle is on its way */
+    }
+    print_message("  [%s] then: %s (%s)\n", prefix(mode), rep.message, rep.outcome);
+    assert_true(shed);
+    assert_string_equal(rep.outcome, "shed");
+    assert_non_null(strstr(rep.message, "(quota)"));
+    assert_true(rep.retry_after_ms > 3000000);
+
+    /* A group behind one gateway URL: the retry asks the fleet's retry
+     * budget of the member (the group has none of its own). */
+    http_reset(&web, 1, 1);
+    o = opts(100, 5000);
+    assert_int_equal(call(g, mode, "gw", "/flaky?code=503", &o, &rep), 0);
+    assert_int_equal(rep.attempts, 2);
 
     /* Bodies are bounded. */
     sl_call_opts ob = opts(0, 5000);

@@ -21,18 +21,25 @@ static void expect_bytes(resp_buf *b, const char *want) {
 static void test_commands(void **state) {
     resp_buf b;
     resp_buf_init(&b);
-    assert_int_equal(dproto_acquire(&b, "gpt-4o", 1200, -1, "", NULL), 0);
+    assert_int_equal(dproto_acquire(&b, "gpt-4o", 1200, -1, "", NULL, NULL), 0);
     expect_bytes(&b, "*4\r\n$7\r\nACQUIRE\r\n$6\r\ngpt-4o\r\n$6\r\nTOKENS\r\n$4\r\n1200\r\n");
-    assert_int_equal(dproto_acquire(&b, "d", 0, 250, "batch", "acme"), 0);
+    assert_int_equal(dproto_acquire(&b, "d", 0, 250, "batch", "acme", ""), 0);
     expect_bytes(&b, "*10\r\n$7\r\nACQUIRE\r\n$1\r\nd\r\n$6\r\nTOKENS\r\n$1\r\n0\r\n$7\r\nMAXWAIT\r\n$3\r\n250\r\n"
                      "$4\r\nLANE\r\n$5\r\nbatch\r\n$6\r\nTENANT\r\n$4\r\nacme\r\n");
+    /* A group with a tag. */
+    assert_int_equal(dproto_acquire(&b, "g", 5, -1, NULL, NULL, "eu"), 0);
+    expect_bytes(&b, "*6\r\n$7\r\nACQUIRE\r\n$1\r\ng\r\n$6\r\nTOKENS\r\n$1\r\n5\r\n$3\r\nTAG\r\n$2\r\neu\r\n");
     sl_header h[] = {{"retry-after", "2"}};
     assert_int_equal(dproto_settle(&b, "d:5", 37, SL_OUTCOME_THROTTLED, h, 1), 0);
     expect_bytes(&b, "*9\r\n$6\r\nSETTLE\r\n$3\r\nd:5\r\n$6\r\nTOKENS\r\n$2\r\n37\r\n$6\r\nSTATUS\r\n"
                      "$9\r\nthrottled\r\n$6\r\nHEADER\r\n$11\r\nretry-after\r\n$1\r\n2\r\n");
     assert_int_equal(dproto_settle(&b, "d:L2", -1, SL_OUTCOME_CANCELLED, NULL, 0), 0);
     expect_bytes(&b, "*4\r\n$6\r\nSETTLE\r\n$4\r\nd:L2\r\n$6\r\nSTATUS\r\n$9\r\ncancelled\r\n");
+    assert_int_equal(dproto_settle(&b, "d:3", 0, SL_OUTCOME_QUOTA, NULL, 0), 0);
+    expect_bytes(&b, "*6\r\n$6\r\nSETTLE\r\n$3\r\nd:3\r\n$6\r\nTOKENS\r\n$1\r\n0\r\n$6\r\nSTATUS\r\n"
+                     "$5\r\nquota\r\n");
     assert_int_not_equal(dproto_settle(&b, "d:1", 1, (sl_outcome)9, NULL, 0), 0);
+    assert_int_not_equal(dproto_settle(&b, "d:1", 1, (sl_outcome)(SL_OUTCOME_QUOTA + 1), NULL, 0), 0);
     assert_int_equal(dproto_retry(&b, "d"), 0);
     expect_bytes(&b, "*2\r\n$5\r\nRETRY\r\n$1\r\nd\r\n");
     assert_int_equal(dproto_ping(&b), 0);
@@ -55,6 +62,12 @@ static const struct {
     {"ERR unknown deployment 'x'", SL_EUNKNOWN, "", -1},
     {"ERR unknown deployment 'x' (removed by a configuration reload)", SL_EUNKNOWN, "", -1},
     {"ERR unknown lane 'x' for deployment 'd' (its lanes: interactive, batch)", SL_EINVAL, "", -1},
+    {"ERR unknown deployment or group 'x'", SL_EUNKNOWN, "", -1},
+    {"ERR deployment 'd' does not carry tag 'eu' (TAG applies to groups and tagged deployments)", SL_EINVAL, "",
+     -1},
+    {"SHED tag retry-after-ms=-1", SL_ESHED, "tag", -1},
+    {"SHED quota retry-after-ms=3600000", SL_ESHED, "quota", 3600000},
+    {"SHED breaker retry-after-ms=30000", SL_ESHED, "breaker", 30000},
     {"ERR syntax error: unknown option 'FOO'", SL_EPROTO, "", -1},
     {"SHEDDING is not a word we know", SL_EPROTO, "", -1},
     {"", SL_EPROTO, "", -1},
@@ -91,6 +104,31 @@ static void test_acquire_replies(void **state) {
     r = parse("*3\r\n$9\r\ngpt-4o:L3\r\n:0\r\n:0\r\n");
     assert_int_equal(dproto_acquire_reply(r, &g, reason, sizeof(reason), &ra, msg, sizeof(msg)), SL_OK);
     assert_true(g.local);
+    assert_string_equal(g.member, "");
+    assert_string_equal(g.endpoint, "");
+    rreply_free(r);
+    /* A group's grant names the member and its endpoint. */
+    r = parse("*5\r\n$4\r\nse:9\r\n:30\r\n:100\r\n$2\r\nse\r\n$22\r\nhttps://se.example.com\r\n");
+    assert_int_equal(dproto_acquire_reply(r, &g, reason, sizeof(reason), &ra, msg, sizeof(msg)), SL_OK);
+    assert_string_equal(g.id, "se:9");
+    assert_int_equal(g.waited_ms, 30);
+    assert_int_equal(g.tokens, 100);
+    assert_string_equal(g.member, "se");
+    assert_string_equal(g.endpoint, "https://se.example.com");
+    rreply_free(r);
+    r = parse("*5\r\n$4\r\nse:9\r\n:30\r\n:100\r\n$2\r\nse\r\n$0\r\n\r\n");
+    assert_int_equal(dproto_acquire_reply(r, &g, reason, sizeof(reason), &ra, msg, sizeof(msg)), SL_OK);
+    assert_string_equal(g.member, "se");
+    assert_string_equal(g.endpoint, "");
+    rreply_free(r);
+    /* A malformed group grant is a protocol error that still names the
+     * grant, so it can be given back. */
+    r = parse("*5\r\n$4\r\nse:9\r\n:30\r\n:100\r\n:7\r\n$0\r\n\r\n");
+    assert_int_equal(dproto_acquire_reply(r, &g, reason, sizeof(reason), &ra, msg, sizeof(msg)), SL_EPROTO);
+    assert_string_equal(g.id, "se:9");
+    rreply_free(r);
+    r = parse("*4\r\n$4\r\nse:9\r\n:30\r\n:100\r\n$2\r\nse\r\n");
+    assert_int_equal(dproto_acquire_reply(r, &g, reason, sizeof(reason), &ra, msg, sizeof(msg)), SL_EPROTO);
     rreply_free(r);
     r = parse("-SHED tpm retry-after-ms=2500\r\n");
     assert_int_equal(dproto_acquire_reply(r, &g, reason, sizeof(reason), &ra, msg, sizeof(msg)), SL_ESHED);

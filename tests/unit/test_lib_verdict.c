@@ -48,7 +48,21 @@ static void test_verdicts(void **state) {
     v = verdict(429, 0, "{\"error\":{\"code\":\"insufficient_quota\",\"type\":\"insufficient_quota\"}}", NULL, 0);
     assert_int_equal(v.cls, SL_CLASS_QUOTA_EXHAUSTED);
     assert_false(v.retryable);
-    assert_int_equal(v.outcome, SL_OUTCOME_FAILED);
+    assert_int_equal(v.outcome, SL_OUTCOME_QUOTA);
+    assert_int_equal(v.tokens, 0);
+    assert_int_equal(v.pause_ms, -1);
+    /* A quota stop's reset is the pause: it says when the deployment may
+     * be used again (as for a 429, unlike for a success). */
+    sl_header qh[] = {{"x-ratelimit-remaining-tokens", "0"}, {"x-ratelimit-reset-tokens", "45s"}};
+    v = verdict(429, 0, "{\"error\":{\"code\":\"insufficient_quota\"}}", qh, 2);
+    assert_int_equal(v.outcome, SL_OUTCOME_QUOTA);
+    assert_true(v.pause_ms >= 44000 && v.pause_ms <= 45000);
+    /* x-should-retry never makes a quota stop retryable. */
+    sl_header yes[] = {{"x-should-retry", "true"}, {"retry-after", "20"}};
+    v = verdict(429, 0, "{\"error\":{\"code\":\"insufficient_quota\"}}", yes, 2);
+    assert_false(v.retryable);
+    assert_int_equal(v.outcome, SL_OUTCOME_QUOTA);
+    assert_int_equal(v.pause_ms, 20000);
 
     v = verdict(503, 0, "upstream overloaded", NULL, 0);
     assert_int_equal(v.cls, SL_CLASS_OVERLOADED);
