@@ -106,3 +106,59 @@ void classes_free(classes *c) {
     free(c->tenants);
     memset(c, 0, sizeof(*c));
 }
+
+/* ---- groups ---------------------------------------------------------------------- */
+
+typedef struct group_list {
+    classes_group *rows;
+    size_t n, cap;
+    int err;
+} group_list;
+
+static classes_group *group_row(group_list *l, const char *name) {
+    for (size_t i = 0; i < l->n; i++)
+        if (!strcmp(l->rows[i].name, name)) return &l->rows[i];
+    if (l->err) return NULL;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 4;
+        classes_group *nr = realloc(l->rows, cap * sizeof(*nr));
+        if (!nr) {
+            l->err = 1;
+            return NULL;
+        }
+        l->rows = nr;
+        l->cap = cap;
+    }
+    classes_group *r = &l->rows[l->n++];
+    memset(r, 0, sizeof(*r));
+    snprintf(r->name, sizeof(r->name), "%s", name);
+    return r;
+}
+
+static void on_group(void *ud, const char *group, const engine_group_stats *st) {
+    classes_group *r = group_row(ud, group);
+    if (r) r->st = *st;
+}
+
+int classes_groups(const engine *e, classes_group **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    const config *cfg = engine_config(e);
+    group_list l = {0};
+    for (size_t i = 0; i < cfg->ngroups; i++) {
+        const struct config_group *g = &cfg->groups[i];
+        classes_group *r = group_row(&l, g->name);
+        for (size_t k = 0; r && k < g->nmembers && k < CONFIG_GROUP_MAX; k++) {
+            snprintf(r->members[k], sizeof(r->members[k]), "%s", g->members[k]);
+            r->nmembers++;
+        }
+    }
+    engine_foreach_group(e, on_group, &l);
+    if (l.err) {
+        free(l.rows);
+        return SL_ENOMEM;
+    }
+    *out = l.rows;
+    *n = l.n;
+    return 0;
+}

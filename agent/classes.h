@@ -1,5 +1,6 @@
 /* classes: the engine's per (deployment, lane, tenant) counters summed by
- * lane and by tenant, for INFO and the metrics endpoint.
+ * lane and by tenant, and its per group counters, for INFO and the
+ * metrics endpoint.
  *
  * classes_collect() takes a snapshot: one row per (deployment, lane) and
  * one per (deployment, tenant), each the sum of the engine classes
@@ -44,5 +45,20 @@ int classes_collect(const engine *e, classes *out);
 
 /* Frees the rows of c (not c itself) and empties it. NULL is a no-op. */
 void classes_free(classes *c);
+
+/* One group's figures (engine_foreach_group) with its members in priority
+ * order: member_grants[i] is the grants on members[i]. */
+typedef struct classes_group {
+    char name[CONFIG_NAME_MAX + 1];
+    size_t nmembers;                  /* 0 for a group a reload removed */
+    char members[CONFIG_GROUP_MAX][CONFIG_NAME_MAX + 1];
+    engine_group_stats st;
+} classes_group;
+
+/* A snapshot of e's groups: every configured group, in file order (zeros
+ * until it sees a request, so its series exist from the start), then any
+ * group with figures that a reload removed. Returns 0 with *out (free()
+ * it; NULL when *n is 0) or SL_ENOMEM. */
+int classes_groups(const engine *e, classes_group **out, size_t *n);
 
 #endif

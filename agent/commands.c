@@ -568,7 +568,7 @@ static const command command_table[] = {
      "Asks the fleet's retry budget; replies :1, or -NORETRY ... retry-after-ms=<n>."},
     {"STATUS", -1, cmd_status, CMD_BLOCKING, "STATUS [deployment]",
      "The live budget as field/value pairs (all deployments: an array of those)."},
-    {"INFO", -1, cmd_info, CMD_FAST, "INFO [server|clients|deployments|redis|stats|lanes|tenants|all]",
+    {"INFO", -1, cmd_info, CMD_FAST, "INFO [server|clients|deployments|redis|stats|lanes|tenants|groups|all]",
      "Agent state and counters as Redis-style text sections."},
     {"PING", -1, cmd_ping, CMD_FAST | CMD_CONNECTION, "PING [message]", "Replies PONG, or the message."},
     {"QUIT", -1, cmd_quit, CMD_FAST | CMD_CONNECTION, "QUIT", "Replies +OK and closes the connection."},

@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/time.h>
@@ -133,6 +134,8 @@ static void section_stats(info_out *o, server *s, const server_stats *st, const 
     line(o, "cancels:%llu", es->cancels);
     line(o, "settles:%llu", es->settles);
     line(o, "throttled:%llu", es->throttled);
+    line(o, "quota_errors:%llu", es->quota_events);
+    line(o, "breaker_sheds:%llu", es->breaker_sheds);
     line(o, "settle_headers:%llu", st->settle_headers);
     line(o, "settle_headers_recognised:%llu", st->settle_headers_recognised);
     line(o, "settle_pauses:%llu", st->settle_pauses);
@@ -184,6 +187,35 @@ static void section_tenants(info_out *o, server *s, const server_stats *st, cons
     classes_free(&c);
 }
 
+/* One line per group and one per (group, member), in the style of the
+ * lane rows: group<i>:group=..,acquires=.. and group_member<k>:group=..,
+ * member=..,priority=<index in members>,grants=... A request counts once
+ * for its group (acquires, then grants or sheds), whichever members it
+ * was asked of; spilled counts the grants not on the primary. */
+static void section_groups(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
+    classes_group *g;
+    size_t n;
+    line(o, "# Groups");
+    if (classes_groups(server_engine(s), &g, &n) != 0) {
+        o->err = 1;
+        return;
+    }
+    line(o, "groups:%zu", n);
+    size_t nm = 0;
+    for (size_t i = 0; i < n; i++) {
+        line(o, "group%zu:group=%s,members=%zu,acquires=%llu,grants=%llu,spilled=%llu,sheds=%llu", i, g[i].name,
+             g[i].nmembers, g[i].st.acquires, g[i].st.grants, g[i].st.spilled, g[i].st.sheds);
+        nm += g[i].nmembers;
+    }
+    line(o, "group_members:%zu", nm);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t m = 0; m < g[i].nmembers; m++)
+            line(o, "group_member%zu:group=%s,member=%s,priority=%zu,grants=%llu", k++, g[i].name, g[i].members[m], m,
+                 g[i].st.member_grants[m]);
+    free(g);
+}
+
 typedef void (*section_fn)(info_out *o, server *s, const server_stats *st, const engine_stats *es);
 
 /* The sections, in INFO order. */
@@ -193,11 +225,11 @@ static const struct {
 } sections[] = {
     {"server", section_server}, {"clients", section_clients}, {"deployments", section_deployments},
     {"redis", section_redis},   {"stats", section_stats},     {"lanes", section_lanes},
-    {"tenants", section_tenants},
+    {"tenants", section_tenants}, {"groups", section_groups},
 };
 
-const char *const info_sections[] = {"server", "clients", "deployments", "redis",
-                                     "stats",  "lanes",   "tenants",     NULL};
+const char *const info_sections[] = {"server", "clients", "deployments", "redis", "stats",
+                                     "lanes",  "tenants", "groups",      NULL};
 
 int info_render(server *s, const char *section, resp_buf *out) {
     int all = !section || !*section || !strcasecmp(section, "all") || !strcasecmp(section, "default") ||

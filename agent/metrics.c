@@ -4,6 +4,7 @@
 #include "metrics.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,6 +162,38 @@ static void class_metrics(text_out *o, const classes *c) {
                "tenant", t, nt, ROW_FIELD(queued));
 }
 
+/* Per group: acquires, spills and sheds by group; grants by group and
+ * member (every configured member has a series, zero until used). */
+static void group_metrics(text_out *o, const classes_group *g, size_t n) {
+    char gl[2 * CONFIG_NAME_MAX + 1], ml[2 * CONFIG_NAME_MAX + 1];
+    static const struct {
+        const char *name, *help;
+        size_t field;
+    } per_group[] = {
+        {"sluice_group_acquires_total", "ACQUIREs of the group.", offsetof(engine_group_stats, acquires)},
+        {"sluice_group_spilled_total", "Grants of the group on a member other than the primary.",
+         offsetof(engine_group_stats, spilled)},
+        {"sluice_group_sheds_total", "Acquires of the group shed (no allowed member within the max wait).",
+         offsetof(engine_group_stats, sheds)},
+    };
+    for (size_t k = 0; k < sizeof(per_group) / sizeof(per_group[0]); k++) {
+        head(o, per_group[k].name, "counter", per_group[k].help);
+        for (size_t i = 0; i < n; i++) {
+            label_escape(g[i].name, gl, sizeof(gl));
+            const unsigned long long *v = (const unsigned long long *)((const char *)&g[i].st + per_group[k].field);
+            emit(o, "%s{group=\"%s\"} %llu\n", per_group[k].name, gl, *v);
+        }
+    }
+    head(o, "sluice_group_grants_total", "counter", "Grants of the group, by the member that served them.");
+    for (size_t i = 0; i < n; i++) {
+        label_escape(g[i].name, gl, sizeof(gl));
+        for (size_t m = 0; m < g[i].nmembers; m++) {
+            label_escape(g[i].members[m], ml, sizeof(ml));
+            emit(o, "sluice_group_grants_total{group=\"%s\",member=\"%s\"} %llu\n", gl, ml, g[i].st.member_grants[m]);
+        }
+    }
+}
+
 int metrics_render(server *s, resp_buf *b) {
     engine *e = server_engine(s);
     const config *cfg = engine_config(e);
@@ -199,6 +232,13 @@ int metrics_render(server *s, resp_buf *b) {
         (double)es.throttled);
     one(&o, "sluice_settle_pauses_total", "counter", "Settles whose forwarded headers asked for a pause.",
         (double)st.settle_pauses);
+    one(&o, "sluice_provider_quota_errors_total", "counter",
+        "Hard quota errors reported (SETTLE STATUS quota): each takes its deployment out until the reset.",
+        (double)es.quota_events);
+    one(&o, "sluice_breaker_sheds_total", "counter",
+        "Requests a deployment's open circuit breaker turned away (a group's member included, even when "
+        "another member then served).",
+        (double)es.breaker_sheds);
     one(&o, "sluice_cancels_total", "counter", "Waiting acquires cancelled (client gone).", (double)es.cancels);
     head(&o, "sluice_retries_total", "counter", "RETRY answers, by result.");
     emit(&o, "sluice_retries_total{result=\"allowed\"} %llu\n", es.retries_allowed);
@@ -235,6 +275,11 @@ int metrics_render(server *s, resp_buf *b) {
     if (classes_collect(e, &c) != 0) return RESP_ENOMEM;
     class_metrics(&o, &c);
     classes_free(&c);
+    classes_group *g;
+    size_t ng;
+    if (classes_groups(e, &g, &ng) != 0) return RESP_ENOMEM;
+    group_metrics(&o, g, ng);
+    free(g);
     return o.err ? RESP_ENOMEM : 0;
 }
 
