@@ -1,9 +1,10 @@
 /* cmd_run: `sluice run`, a governed batch runner.
  *
- * Sends every request of a JSONL file to one deployment's endpoint, paced
- * by the fleet's budget through libsluice, and appends one record per
- * request to a results file (or the errors file), so a rerun with the same
- * files does only what is left.
+ * Sends every request of a JSONL file to one deployment's endpoint, or to
+ * the endpoint of the member of a group that each grant names
+ * (run_target.c), paced by the fleet's budget through libsluice, and
+ * appends one record per request to a results file (or the errors file),
+ * so a rerun with the same files does only what is left.
  *
  * Everything happens on one libuv loop on the main thread:
  *   - HTTP: libcurl multi on the loop (run_http.c), any number of transfers
@@ -45,12 +46,15 @@
 #include "run_files.h"
 #include "run_http.h"
 #include "run_input.h"
+#include "run_target.h"
 #include "sluice.h"
 
 #define RUN_MAX_HEADERS 64
 /* The governor unreachable for this long stops the run (resumable). */
 #define RUN_UNAVAIL_GIVE_UP_MS 30000
 #define RUN_UNAVAIL_PAUSE_MS 1000
+/* Every member of a group behind an open breaker: ask again after this. */
+#define RUN_BREAKER_WAIT_MS 5000
 /* The progress line: refreshed every tick, the rate over RUN_RATE_TICKS. */
 #define RUN_TICK_MS 500
 #define RUN_RATE_TICKS 20
@@ -64,7 +68,7 @@ enum { SETTLE_HDR_ALL = 0, SETTLE_HDR_RETRY_AFTER, SETTLE_HDR_NONE };
 /* ---- options ------------------------------------------------------------------ */
 
 typedef struct run_cli {
-    const char *config, *deployment, *in, *out, *errors, *socket, *shard, *settle_headers, *lane, *tenant;
+    const char *config, *deployment, *in, *out, *errors, *socket, *shard, *settle_headers, *lane, *tenant, *tag;
     long long concurrency, max_attempts;
     double deadline_s, timeout_s;
     int embedded, fsync, retry_errors, no_progress, help;
@@ -75,7 +79,8 @@ typedef struct run_cli {
 static const cli_flag run_flags[] = {
     {"--config", "-c", "FILE", CLI_STR, OPT(config), 0, 0,
      "sluiced configuration (deployments, endpoint, agent.socket); default $SLUICE_CONFIG"},
-    {"--deployment", "-d", "NAME", CLI_STR, OPT(deployment), 0, 0, "the deployment to send to (required)"},
+    {"--deployment", "-d", "NAME", CLI_STR, OPT(deployment), 0, 0,
+     "the deployment, or group of deployments, to send to (required)"},
     {"--in", "-i", "FILE", CLI_STR, OPT(in), 0, 0, "requests, one chat-completions JSON per line (required)"},
     {"--out", "-o", "FILE", CLI_STR, OPT(out), 0, 0, "results, appended; ids already there are skipped (required)"},
     {"--errors", NULL, "FILE", CLI_STR, OPT(errors), 0, 0, "failures, appended (default OUT.errors.jsonl)"},
@@ -83,6 +88,8 @@ static const cli_flag run_flags[] = {
      "lane of every request (default: the deployment's default lane); a line's \"lane\" overrides it"},
     {"--tenant", NULL, "NAME", CLI_STR, OPT(tenant), 0, 0,
      "tenant of every request (one not configured: the \"default\" class); a line's \"tenant\" overrides it"},
+    {"--tag", NULL, "TAG", CLI_STR, OPT(tag), 0, 0,
+     "only members carrying TAG may serve (a group; e.g. eu for data residency); a line's \"tag\" overrides it"},
     {"--concurrency", "-j", "N", CLI_INT, OPT(concurrency), 1, 100000,
      "requests in progress at once: waiting for a slot, in flight or backing off (default 32)"},
     {"--max-attempts", NULL, "N", CLI_INT, OPT(max_attempts), 1, 100,
@@ -113,9 +120,11 @@ static void run_usage(FILE *f) {
             "Sends each request to the deployment's endpoint (from the config: endpoint,\n"
             "api_key_env, style, api_version), paced by the fleet's shared budget, retrying\n"
             "only when the response class, the fleet's retry budget and the deadline allow.\n"
+            "NAME may be a group: each request then goes to the member its grant names,\n"
+            "with that member's endpoint, style, api_version and key.\n"
             "Any number of runs on any number of hosts share the quota through Redis.\n"
             "Results are appended one JSON line per id; a rerun skips the ids already done.\n"
-            "A line may name its \"id\", \"lane\" and \"tenant\"; they are taken out before sending.\n"
+            "A line may name its \"id\", \"lane\", \"tenant\" and \"tag\"; they are taken out before sending.\n"
             "Ctrl-C stops taking work and lets calls in flight finish; twice cancels them.\n\n"
             "options:\n");
     cli_print_flags(f, run_flags, RUN_NFLAGS);
@@ -162,6 +171,10 @@ struct item {
     long long tokens;
     char lane[RUN_CLASS_NAME_MAX + 1];   /* "" = the deployment's default lane */
     char tenant[RUN_CLASS_NAME_MAX + 1]; /* "" = none */
+    char tag[RUN_CLASS_NAME_MAX + 1];    /* "" = none */
+    int has_model;            /* the body names its model */
+    char member[RUN_CLASS_NAME_MAX + 1]; /* the deployment of the current (or last) attempt */
+    char *sent;               /* the body sent to it, when not body itself (a group's "model") */
     item_state state;
     item_state after_sleep;   /* IT_ACQUIRE or IT_ASK */
     sl_call_id call;
@@ -184,9 +197,7 @@ struct run {
     char **headers;
     int nheaders;
     config *cfg;
-    const struct config_deployment *dep;
-    char *url;
-    struct curl_slist *hdrs;
+    run_target target;        /* the deployment, or the group's members */
     char socket[512];
     long long shard_i, shard_n;
 
@@ -213,6 +224,7 @@ struct run {
     int nlive;
     int hdr_mode;             /* SETTLE_HDR_* */
     long long total, done_before, ok, failed, attempts, status_429, retries, sheds;
+    long long *member_ok;     /* successes per member, in target order */
     int stopping;             /* 1: no new work; 2: cancel calls in flight too */
     int stop_sig;
     int fatal;
@@ -333,6 +345,7 @@ static void on_item_closed(uv_handle_t *h) {
     json_decref(it->id);
     free(it->key);
     free(it->body);
+    free(it->sent);
     sl_capture_free(it->cap);
     free(it);
 }
@@ -399,6 +412,7 @@ static void item_acquire(item *it) {
     req.tokens = it->tokens;
     req.lane = it->lane[0] ? it->lane : NULL;
     req.tenant = it->tenant[0] ? it->tenant : NULL;
+    req.tag = it->tag[0] ? it->tag : NULL;
     if (it->deadline_ms > 0) {
         /* Leave an attempt's worth of time after the slot. */
         req.deadline_ms = it->deadline_ms - RUN_MIN_ATTEMPT_MS;
@@ -434,7 +448,8 @@ static void item_ask(item *it) {
     }
     it->state = IT_ASK;
     it->pending = 1;
-    int rc = sl_may_retry_async(r->gov, r->cli.deployment, on_retry_answer, it);
+    /* The budget of the deployment that failed (a group has none). */
+    int rc = sl_may_retry_async(r->gov, it->member, on_retry_answer, it);
     if (rc != 0) {
         run_event *ev = &it->ev;
         ev->it = it;
@@ -447,21 +462,25 @@ static void item_ask(item *it) {
     }
 }
 
-static void item_send(item *it) {
+/* Sends the item to m, the deployment its grant is on. */
+static void item_send(item *it, const run_member *m) {
     run *r = it->r;
     CURL *e = curl_easy_init();
-    if (!e || (!it->cap && sl_capture_new(0, &it->cap) != 0)) {
+    size_t blen = 0;
+    free(it->sent);
+    const char *body = e ? run_target_body(m, it->body, it->body_len, it->has_model, &blen, &it->sent) : NULL;
+    if (!body || (!it->cap && sl_capture_new(0, &it->cap) != 0)) {
         if (e) curl_easy_cleanup(e);
         set_fatal(r, "out of memory");
         item_end(it);
         return;
     }
     it->easy = e;
-    curl_easy_setopt(e, CURLOPT_URL, r->url);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->hdrs);
+    curl_easy_setopt(e, CURLOPT_URL, m->url);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, m->hdrs);
     curl_easy_setopt(e, CURLOPT_POST, 1L);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, it->body);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)it->body_len);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)blen);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_PRIVATE, it);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
@@ -510,6 +529,8 @@ static void on_http_done(void *ud, CURL *easy, CURLcode cc) {
     item *it = (item *)(void *)priv;
     curl_easy_cleanup(easy);
     it->easy = NULL;
+    free(it->sent);
+    it->sent = NULL;
     it->attempts++;
     r->attempts++;
     sl_verdict v;
@@ -534,9 +555,13 @@ static void on_http_done(void *ud, CURL *easy, CURLcode cc) {
                                 body ? body : json_null(), "attempts", it->attempts, "waited_ms",
                                 (json_int_t)it->waited_ms);
         if (rec && !body) json_object_set_new(rec, "response_text", blen ? json_stringn(btext, blen) : json_string(""));
+        /* A group's record says which member answered. */
+        if (rec && r->target.group) json_object_set_new(rec, "deployment", json_string(it->member));
         json_decref(body);
         write_record(r, &r->out, rec);
         r->ok++;
+        for (size_t i = 0; i < r->target.n; i++)
+            if (!strcmp(r->target.members[i].dep->name, it->member)) r->member_ok[i]++;
         item_end(it);
         return;
     }
@@ -577,7 +602,18 @@ static void handle_acquired(item *it, run_event *ev) {
             item_end(it); /* gives the slot back */
             return;
         }
-        item_send(it);
+        /* The member the grant is on: it must be one of ours, with our
+         * endpoint for it (the daemon's config and ours disagree else). */
+        const char *dep = sl_grant_deployment(ev->grant);
+        const run_member *m = run_target_member(&r->target, dep);
+        if (!m) {
+            set_fatal(r, "the governor granted a slot on '%s', which is not a member of '%s' in %s", dep,
+                      r->cli.deployment, r->cli.config);
+            item_end(it);
+            return;
+        }
+        snprintf(it->member, sizeof(it->member), "%s", dep);
+        item_send(it, m);
         return;
     }
     if (r->stopping) {
@@ -589,8 +625,18 @@ static void handle_acquired(item *it, run_event *ev) {
         r->sheds++;
         r->unavail_since = 0;
         long long ra = ev->retry_after_ms;
+        if (strcmp(ev->reason, "quota") == 0) {
+            /* Out of quota until the provider's reset (billing, a monthly
+             * budget): a batch does not wait for that. A rerun does it. */
+            item_fail(it, "quota_exhausted", "quota", ev->msg);
+            return;
+        }
+        /* Every allowed member's breaker is open: their providers fail.
+         * That passes; ask again a little later. */
+        if (ra < 0 && strcmp(ev->reason, "breaker") == 0) ra = RUN_BREAKER_WAIT_MS;
         if (ra < 0 || strcmp(ev->reason, "too_large") == 0) {
-            item_fail(it, "too_large", "shed", ev->msg);
+            /* Never: too large, or no member may serve it (tag). */
+            item_fail(it, strcmp(ev->reason, "tag") == 0 ? "tag" : "too_large", "shed", ev->msg);
             return;
         }
         if (it->deadline_ms > 0 && sl_now_ms() + ra + RUN_MIN_ATTEMPT_MS > it->deadline_ms) {
@@ -675,6 +721,26 @@ static void on_wake(uv_async_t *a) {
 
 static int in_shard(const run *r, long long lineno) { return (lineno - 1) % r->shard_n == r->shard_i; }
 
+/* A lane the target does not have, or a tag none of its members carries:
+ * -1 with the message (the run's flags, or one line). */
+static int check_classes(const run *r, const char *lane, const char *tag, char *err, size_t errlen) {
+    const char *kind = r->target.group ? "group" : "deployment";
+    if (lane[0] && !run_target_has_lane(&r->target, lane)) {
+        char lanes[256];
+        run_target_lane_names(&r->target, lanes, sizeof(lanes));
+        snprintf(err, errlen, "unknown lane '%s' for %s '%s' (its lanes: %s)", lane, kind, r->cli.deployment, lanes);
+        return -1;
+    }
+    if (tag[0] && !run_target_has_tag(&r->target, tag)) {
+        if (r->target.group)
+            snprintf(err, errlen, "no member of group '%s' carries tag '%s'", r->cli.deployment, tag);
+        else
+            snprintf(err, errlen, "deployment '%s' does not carry tag '%s'", r->cli.deployment, tag);
+        return -1;
+    }
+    return 0;
+}
+
 /* Takes input lines until concurrency requests are in progress. */
 static void fill(run *r) {
     char err[512];
@@ -690,8 +756,11 @@ static void fill(run *r) {
         while (len && (r->line[len - 1] == '\n' || r->line[len - 1] == '\r')) len--;
         if (!in_shard(r, r->lineno) || run_line_blank(r->line, len)) continue;
         run_request req;
+        /* An openai-style deployment's model is its name; a group's member
+         * gets its own when the request is sent (run_target_body). */
+        const struct config_deployment *only = r->target.group ? NULL : r->target.members[0].dep;
         int rc = run_request_parse(r->line, len, r->lineno,
-                                   r->dep->style == CONFIG_STYLE_OPENAI ? r->cli.deployment : NULL, &req, err,
+                                   only && only->style == CONFIG_STYLE_OPENAI ? r->cli.deployment : NULL, &req, err,
                                    sizeof(err));
         if (!req.key) {
             set_fatal(r, "out of memory");
@@ -709,14 +778,9 @@ static void fill(run *r) {
         }
         const char *lane = req.lane[0] ? req.lane : r->cli.lane ? r->cli.lane : "";
         const char *tenant = req.tenant[0] ? req.tenant : r->cli.tenant ? r->cli.tenant : "";
-        if (rc == 0 && lane[0] && !config_lane(r->dep, lane)) {
-            /* Checked here, so that one line's typo fails that line only. */
-            char lanes[256];
-            config_lane_names(r->dep, lanes, sizeof(lanes));
-            snprintf(err, sizeof(err), "unknown lane '%s' for deployment '%s' (its lanes: %s)", lane, r->dep->name,
-                     lanes);
-            rc = -1;
-        }
+        const char *tag = req.tag[0] ? req.tag : r->cli.tag ? r->cli.tag : "";
+        /* Checked here, so that one line's typo fails that line only. */
+        if (rc == 0) rc = check_classes(r, lane, tag, err, sizeof(err));
         if (rc != 0) {
             char msg[600];
             snprintf(msg, sizeof(msg), "line %lld: %s", r->lineno, err);
@@ -738,6 +802,8 @@ static void fill(run *r) {
         it->tokens = req.tokens;
         snprintf(it->lane, sizeof(it->lane), "%s", lane);
         snprintf(it->tenant, sizeof(it->tenant), "%s", tenant);
+        snprintf(it->tag, sizeof(it->tag), "%s", tag);
+        it->has_model = req.has_model;
         if (r->cli.deadline_s > 0) it->deadline_ms = sl_now_ms() + (int64_t)(r->cli.deadline_s * 1000);
         uv_timer_init(&r->loop, &it->timer);
         it->timer.data = it;
@@ -813,7 +879,7 @@ static void print_progress(run *r) {
         if (it->state == IT_SEND) flight++;
         else if (it->state == IT_ACQUIRE || (it->state == IT_SLEEP && it->after_sleep == IT_ACQUIRE)) waiting++;
     }
-    double rate = recent_rate(r), quota = (double)r->dep->rpm / 60.0;
+    double rate = recent_rate(r), quota = (double)r->target.rpm / 60.0;
     long long left = r->total - done_now(r);
     char eta[32], rs[32];
     fmt_duration(eta, sizeof(eta), rate > 0 ? (double)left / rate : NAN);
@@ -909,62 +975,6 @@ static const char *default_config(void) {
     return access("/etc/sluice/sluiced.yaml", R_OK) == 0 ? "/etc/sluice/sluiced.yaml" : NULL;
 }
 
-/* The endpoint's URL and headers from the deployment's settings. */
-static int build_request(run *r, char *err, size_t errlen) {
-    const struct config_deployment *d = r->dep;
-    if (!d->endpoint[0]) {
-        snprintf(err, errlen, "%s: deployments.%s.endpoint is not set (the provider's base URL)", r->cfg->source,
-                 d->name);
-        return -1;
-    }
-    size_t elen = strlen(d->endpoint);
-    while (elen && d->endpoint[elen - 1] == '/') elen--;
-    size_t n = elen + strlen(d->name) + strlen(d->api_version) + 80;
-    r->url = malloc(n);
-    if (!r->url) return snprintf(err, errlen, "out of memory"), -1;
-    if (d->style == CONFIG_STYLE_OPENAI) {
-        int has_v1 = elen >= 3 && strncmp(d->endpoint + elen - 3, "/v1", 3) == 0;
-        snprintf(r->url, n, "%.*s%s/chat/completions", (int)elen, d->endpoint, has_v1 ? "" : "/v1");
-    } else {
-        snprintf(r->url, n, "%.*s/openai/deployments/%s/chat/completions%s%s", (int)elen, d->endpoint, d->name,
-                 d->api_version[0] ? "?api-version=" : "", d->api_version);
-    }
-    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-    h = h ? curl_slist_append(h, "Expect:") : NULL;
-    if (h && d->api_key_env[0]) {
-        const char *key = getenv(d->api_key_env);
-        if (!key) {
-            curl_slist_free_all(h);
-            snprintf(err, errlen, "the environment variable %s (deployments.%s.api_key_env) is not set",
-                     d->api_key_env, d->name);
-            return -1;
-        }
-        size_t kn = strlen(key) + 32;
-        char *line = malloc(kn);
-        if (line) {
-            if (d->style == CONFIG_STYLE_OPENAI) snprintf(line, kn, "Authorization: Bearer %s", key);
-            else snprintf(line, kn, "api-key: %s", key);
-            h = curl_slist_append(h, line);
-            explicit_bzero(line, kn);
-            free(line);
-        } else {
-            curl_slist_free_all(h);
-            h = NULL;
-        }
-    }
-    for (int i = 0; h && i < r->nheaders; i++) {
-        if (!strchr(r->headers[i], ':')) {
-            curl_slist_free_all(h);
-            snprintf(err, errlen, "--header '%s': expected 'NAME: VALUE'", r->headers[i]);
-            return -1;
-        }
-        h = curl_slist_append(h, r->headers[i]);
-    }
-    if (!h) return snprintf(err, errlen, "out of memory"), -1;
-    r->hdrs = h;
-    return 0;
-}
-
 /* Parses the flags and loads everything. Returns 0, or the exit status. */
 static int setup(run *r, int argc, char **argv) {
     run_args a;
@@ -1015,9 +1025,9 @@ static int setup(run *r, int argc, char **argv) {
             return 2;
         }
     }
-    static const char *const class_flags[] = {"--lane", "--tenant"};
-    const char *class_values[] = {r->cli.lane, r->cli.tenant};
-    for (int i = 0; i < 2; i++) {
+    static const char *const class_flags[] = {"--lane", "--tenant", "--tag"};
+    const char *class_values[] = {r->cli.lane, r->cli.tenant, r->cli.tag};
+    for (int i = 0; i < 3; i++) {
         if (class_values[i] && !run_class_name_ok(class_values[i])) {
             fprintf(stderr, "sluice run: %s: expected 1 to %d of A-Z a-z 0-9 . _ : -, got '%s'\n", class_flags[i],
                     RUN_CLASS_NAME_MAX, class_values[i]);
@@ -1029,20 +1039,21 @@ static int setup(run *r, int argc, char **argv) {
         fprintf(stderr, "sluice run: %s\n", err);
         return 1;
     }
-    r->dep = config_deployment(r->cfg, r->cli.deployment);
-    if (!r->dep) {
-        fprintf(stderr, "sluice run: deployment '%s' is not in %s\n", r->cli.deployment, r->cli.config);
-        return 1;
-    }
-    if (r->cli.lane && !config_lane(r->dep, r->cli.lane)) {
-        char lanes[256];
-        config_lane_names(r->dep, lanes, sizeof(lanes));
-        fprintf(stderr, "sluice run: --lane: unknown lane '%s' for deployment '%s' in %s (its lanes: %s)\n",
-                r->cli.lane, r->cli.deployment, r->cli.config, lanes);
-        return 1;
-    }
-    if (build_request(r, err, sizeof(err)) != 0) {
+    if (run_target_open(&r->target, r->cfg, r->cli.deployment, r->headers, r->nheaders, err, sizeof(err)) != 0) {
         fprintf(stderr, "sluice run: %s\n", err);
+        return 1;
+    }
+    r->member_ok = calloc(r->target.n, sizeof(*r->member_ok));
+    if (!r->member_ok) {
+        fprintf(stderr, "sluice run: out of memory\n");
+        return 1;
+    }
+    /* A flag's mistake stops the run before anything is sent. */
+    const char *flag = check_classes(r, r->cli.lane ? r->cli.lane : "", "", err, sizeof(err)) != 0  ? "--lane"
+                       : check_classes(r, "", r->cli.tag ? r->cli.tag : "", err, sizeof(err)) != 0 ? "--tag"
+                                                                                                     : NULL;
+    if (flag) {
+        fprintf(stderr, "sluice run: %s: %s in %s\n", flag, err, r->cli.config);
         return 1;
     }
 
@@ -1116,6 +1127,11 @@ static void print_summary(run *r, int code) {
                                                                        : json_null());
         json_object_set_new(s, "error", r->fatal ? json_string(r->fatal_msg) : json_null());
         json_object_set_new(s, "exit", json_integer(code));
+        /* A group: the successes of each member. */
+        json_t *members = r->target.group && r->member_ok ? json_object() : NULL;
+        for (size_t i = 0; members && i < r->target.n; i++)
+            json_object_set_new(members, r->target.members[i].dep->name, json_integer((json_int_t)r->member_ok[i]));
+        if (members) json_object_set_new(s, "members", members);
         char *text = json_dumps(s, JSON_COMPACT);
         if (text) printf("%s\n", text);
         free(text);
@@ -1142,8 +1158,8 @@ static void teardown(run *r) {
     run_file_close(&r->out);
     run_file_close(&r->err);
     run_set_free(&r->seen);
-    curl_slist_free_all(r->hdrs);
-    free(r->url);
+    run_target_close(&r->target);
+    free(r->member_ok);
     free(r->headers);
     config_free(r->cfg);
 }

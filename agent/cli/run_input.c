@@ -112,7 +112,7 @@ int run_class_name_ok(const char *s) {
     return 1;
 }
 
-/* Takes the optional name field k ("lane", "tenant") out of body into dst.
+/* Takes the optional name field k ("lane", "tenant", "tag") out of body into dst.
  * Returns 0, or -1 with a message when it is not a valid name. */
 static int take_class_name(json_t *body, const char *k, char *dst, size_t n, char *err, size_t errlen) {
     json_t *v = json_object_get(body, k);
@@ -155,11 +155,13 @@ int run_request_parse(const char *line, size_t len, long long lineno, const char
     } else if (json_is_true(json_object_get(body, "stream"))) {
         fail(err, errlen, "\"stream\": true is not supported by sluice run");
     } else if (take_class_name(body, "lane", out->lane, sizeof(out->lane), err, errlen) != 0 ||
-               take_class_name(body, "tenant", out->tenant, sizeof(out->tenant), err, errlen) != 0) {
+               take_class_name(body, "tenant", out->tenant, sizeof(out->tenant), err, errlen) != 0 ||
+               take_class_name(body, "tag", out->tag, sizeof(out->tag), err, errlen) != 0) {
         /* err says which */
     } else {
         json_object_del(body, "id");
         if (model && !json_object_get(body, "model")) json_object_set_new(body, "model", json_string(model));
+        out->has_model = json_object_get(body, "model") != NULL;
         out->tokens = run_estimate_tokens(body);
         out->body = json_dumps(body, JSON_COMPACT);
         if (!out->body) fail(err, errlen, "out of memory");

@@ -2,9 +2,9 @@
  *
  * A line is an OpenAI chat-completions request, optionally with an "id"
  * (a string or an integer); without one, the line number (1-based) is its
- * id. It may name its own "lane" and "tenant" (strings of
+ * id. It may name its own "lane", "tenant" and "tag" (strings of
  * [A-Za-z0-9._:-]{1,64}), which override the run's. run_request_parse()
- * checks the line, takes the id, lane and tenant out of the body,
+ * checks the line, takes the id, lane, tenant and tag out of the body,
  * fills in "model" for OpenAI-style endpoints when it is missing, and
  * estimates the tokens the provider charges at admission with the mock's
  * (and Azure's) formula: ceil(code points of the prompt / 4) + max_tokens
@@ -37,7 +37,7 @@ void run_set_free(run_set *s);
 
 /* ---- one request --------------------------------------------------------- */
 
-/* Longest lane or tenant name (config.h's CONFIG_NAME_MAX). */
+/* Longest lane, tenant or tag name (config.h's CONFIG_NAME_MAX). */
 #define RUN_CLASS_NAME_MAX 64
 
 typedef struct run_request {
@@ -48,6 +48,8 @@ typedef struct run_request {
     long long tokens;  /* the admission estimate */
     char lane[RUN_CLASS_NAME_MAX + 1];   /* the line's "lane", "" when none */
     char tenant[RUN_CLASS_NAME_MAX + 1]; /* the line's "tenant", "" when none */
+    char tag[RUN_CLASS_NAME_MAX + 1];    /* the line's "tag", "" when none */
+    int has_model;     /* the body names its "model" (its own, or the one filled in) */
 } run_request;
 
 /* The key of an id value (malloc'd), or NULL when id is not a string or an
@@ -66,7 +68,7 @@ void run_request_free(run_request *r);
 /* The admission estimate of a chat-completions body (see above). */
 long long run_estimate_tokens(const json_t *body);
 
-/* 1 when s is a valid lane or tenant name: [A-Za-z0-9._:-]{1,64}. */
+/* 1 when s is a valid lane, tenant or tag name: [A-Za-z0-9._:-]{1,64}. */
 int run_class_name_ok(const char *s);
 
 /* 1 when the line holds only blanks. */

@@ -17,7 +17,11 @@
  *     quota_exhausted after one attempt;
  *   - OpenAI style, string ids, duplicates and malformed lines;
  *   - --lane / --tenant and a line's own "lane" / "tenant" reach the fleet's
- *     per lane and tenant counters (STATUS, INFO), daemon and embedded.
+ *     per lane and tenant counters (STATUS, INFO), daemon and embedded;
+ *   - a group as the target: each request goes to its grant's member (the
+ *     provider's ledger per deployment matches the run's summary and the
+ *     records), with that member's style; --tag and a line's "tag" keep
+ *     requests on the members carrying it.
  * Everything started is stopped and every temp dir removed, also when an
  * assertion fails (the teardown runs). Skipped when sluiced is not built. */
 #define _GNU_SOURCE
@@ -125,7 +129,8 @@ static void mock_start(const char *const *args) {
 }
 
 /* Brings up Redis, the mock (mock_args) and sluiced with one deployment
- * `d` at rpm / burst pointed at the mock (extra: more YAML under it). */
+ * `d` at rpm / burst pointed at the mock (extra: more YAML under it, in
+ * which {PORT} stands for the mock's port). */
 static void world_up(int rpm, int burst, const char *const *mock_args, const char *extra) {
     if (!have_binaries()) skip();
     memset(&W, 0, sizeof(W));
@@ -136,7 +141,14 @@ static void world_up(int rpm, int burst, const char *const *mock_args, const cha
     W.up = 1;
     assert_int_equal(redis_fixture_start(&W.redis, 0), 0);
     mock_start(mock_args);
-    char yaml[2048];
+    char more[2048] = "    api_version: \"2024-06-01\"\n";
+    if (extra) {
+        const char *at = strstr(extra, "{PORT}");
+        if (at) snprintf(more, sizeof(more), "%.*s%d%s", (int)(at - extra), extra, W.port, at + 6);
+        else snprintf(more, sizeof(more), "%s", extra);
+        assert_null(strstr(more, "{PORT}")); /* one at most */
+    }
+    char yaml[4096];
     snprintf(yaml, sizeof(yaml),
              "redis: {url: \"unix://%s\"}\n"
              "agent: {socket: \"%%SOCK%%\", heartbeat_ms: 200}\n"
@@ -148,7 +160,7 @@ static void world_up(int rpm, int burst, const char *const *mock_args, const cha
              "    jitter_ms: 25\n" /* ASan-built processes on a small machine start late */
              "    endpoint: http://127.0.0.1:%d\n"
              "%s",
-             W.redis.sock, rpm, burst, W.port, extra ? extra : "    api_version: \"2024-06-01\"\n");
+             W.redis.sock, rpm, burst, W.port, more);
     assert_int_equal(sluiced_fixture_start(&W.agent, yaml), 0);
 }
 
@@ -215,9 +227,9 @@ typedef struct proc {
     char out[300];   /* its stdout, in the dir */
 } proc;
 
-/* Starts `sluice run --config C --deployment d ARGS...` (NULL-terminated),
- * stdout to a file named after tag, stderr to another. */
-static void run_start(proc *p, const char *tag, ...) {
+/* Starts `sluice run --config C --deployment TARGET ARGS...` (args
+ * NULL-terminated), stdout to a file named after tag, stderr to another. */
+static void run_start_va(proc *p, const char *tag, const char *target, va_list ap) {
     const char *argv[48];
     int n = 0;
     argv[n++] = sluice_bin;
@@ -225,11 +237,8 @@ static void run_start(proc *p, const char *tag, ...) {
     argv[n++] = "--config";
     argv[n++] = W.agent.config;
     argv[n++] = "--deployment";
-    argv[n++] = "d";
-    va_list ap;
-    va_start(ap, tag);
+    argv[n++] = target;
     for (const char *a; (a = va_arg(ap, const char *)) != NULL && n < 47;) argv[n++] = a;
-    va_end(ap);
     argv[n] = NULL;
     char err[300];
     snprintf(p->out, sizeof(p->out), "%s/%s.stdout", W.dir, tag);
@@ -247,6 +256,21 @@ static void run_start(proc *p, const char *tag, ...) {
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
+}
+
+/* run_start_va on deployment d. */
+static void run_start(proc *p, const char *tag, ...) {
+    va_list ap;
+    va_start(ap, tag);
+    run_start_va(p, tag, "d", ap);
+    va_end(ap);
+}
+
+static void run_start_on(proc *p, const char *tag, const char *target, ...) {
+    va_list ap;
+    va_start(ap, target);
+    run_start_va(p, tag, target, ap);
+    va_end(ap);
 }
 
 /* Waits for the process; returns its exit code (128 + signal if killed). */
@@ -705,6 +729,104 @@ static void test_lanes_and_tenants(void **state) {
     free(text);
 }
 
+/* The provider's accepted count for one deployment. */
+static long long accepted_of(const json_t *l, const char *dep) {
+    return (long long)json_integer_value(
+        json_object_get(json_object_get(json_object_get(l, "deployments"), dep), "accepted"));
+}
+
+/* A group of two deployments on one mock: d (azure style, tag eu) and e
+ * (openai style, its "model" filled in per request, tag us). Every
+ * request goes to the member its grant names, with that member's URL;
+ * the provider's ledger agrees with the run's per-member summary and
+ * with the records; --tag and a line's "tag" keep requests on the
+ * members carrying it; a tag no member carries is a bad line. */
+static void test_group_target(void **state) {
+    (void)state;
+    world_up(1200, 10, mock_fast,
+             "    api_version: \"2024-06-01\"\n"
+             "    tags: [eu]\n"
+             "  e:\n    rpm: 1200\n    burst: {requests: 10}\n    jitter_ms: 25\n    style: openai\n"
+             "    endpoint: http://127.0.0.1:{PORT}\n    tags: [us]\n"
+             "groups:\n  g: {members: [d, e], spill_ms: 0, max_wait_ms: 600000}\n");
+    enum { N = 40 };
+    write_input("in.jsonl", N, 1);
+    char in[300], out[300];
+    path_in(in, sizeof(in), "in.jsonl");
+    path_in(out, sizeof(out), "out.jsonl");
+    proc p;
+    run_start_on(&p, "p", "g", "--in", in, "--out", out, NULL);
+    assert_int_equal(run_wait(&p), 0);
+    json_t *s = summary(&p);
+    assert_int_equal(sint(s, "ok"), N);
+    json_t *members = json_object_get(s, "members");
+    long long on_d = sint(members, "d"), on_e = sint(members, "e");
+    print_message("  group g: %lld on d, %lld on e\n", on_d, on_e);
+    assert_int_equal(on_d + on_e, N);
+    assert_true(on_d >= 10 && on_e >= 10); /* both bursts used, then the soonest */
+    json_decref(s);
+    json_t *l = ledger();
+    assert_int_equal(totals(l, "status_429"), 0);
+    assert_int_equal(totals(l, "status_404") + totals(l, "status_400"), 0);
+    assert_int_equal(accepted_of(l, "d"), on_d);
+    assert_int_equal(accepted_of(l, "e"), on_e);
+    json_decref(l);
+    /* Each record names its member. */
+    FILE *f = fopen(out, "r");
+    assert_non_null(f);
+    char line[8192];
+    long long rec_d = 0, rec_e = 0;
+    while (fgets(line, sizeof(line), f)) {
+        json_t *j = json_loads(line, 0, NULL);
+        assert_non_null(j);
+        const char *dep = json_string_value(json_object_get(j, "deployment"));
+        assert_non_null(dep);
+        rec_d += !strcmp(dep, "d");
+        rec_e += !strcmp(dep, "e");
+        json_decref(j);
+    }
+    fclose(f);
+    assert_int_equal(rec_d, on_d);
+    assert_int_equal(rec_e, on_e);
+
+    /* --tag eu: d only; a line's "tag" us overrides it: e; apac: nobody. */
+    char in2[300], out2[300];
+    path_in(in2, sizeof(in2), "in2.jsonl");
+    path_in(out2, sizeof(out2), "out2.jsonl");
+    f = fopen(in2, "w");
+    assert_non_null(f);
+    for (int i = 1; i <= 12; i++)
+        fprintf(f, "{\"id\":\"t%d\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":5}\n", i);
+    fputs("{\"id\":\"u1\",\"tag\":\"us\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}\n", f);
+    fputs("{\"id\":\"u2\",\"tag\":\"apac\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}\n", f);
+    fclose(f);
+    run_start_on(&p, "p2", "g", "--in", in2, "--out", out2, "--tag", "eu", NULL);
+    assert_int_equal(run_wait(&p), 1); /* the apac line */
+    s = summary(&p);
+    assert_int_equal(sint(s, "ok"), 13);
+    assert_int_equal(sint(s, "failed"), 1);
+    assert_int_equal(sint(json_object_get(s, "members"), "d"), 12);
+    assert_int_equal(sint(json_object_get(s, "members"), "e"), 1);
+    json_decref(s);
+    l = ledger();
+    assert_int_equal(accepted_of(l, "d"), on_d + 12);
+    assert_int_equal(accepted_of(l, "e"), on_e + 1);
+    json_decref(l);
+    char errs[300];
+    path_in(errs, sizeof(errs), "out2.jsonl.errors.jsonl");
+    f = fopen(errs, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    if (!strstr(line, "no member of group 'g' carries tag 'apac'")) fail_msg("errors: %s", line);
+
+    /* Flags: a tag no member carries stops the run before it starts. */
+    run_start_on(&p, "u1", "g", "--in", in2, "--out", out2, "--tag", "apac", NULL);
+    assert_int_equal(run_wait(&p), 1);
+    run_start_on(&p, "u2", "g", "--in", in2, "--out", out2, "--tag", "a b", NULL);
+    assert_int_equal(run_wait(&p), 2);
+}
+
 /* Usage errors exit 2; an unknown deployment or a missing daemon exit 1. */
 static void test_usage_errors(void **state) {
     (void)state;
@@ -746,6 +868,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_quota_exhausted, world_down),
         cmocka_unit_test_teardown(test_openai_style_and_bad_lines, world_down),
         cmocka_unit_test_teardown(test_lanes_and_tenants, world_down),
+        cmocka_unit_test_teardown(test_group_target, world_down),
         cmocka_unit_test_teardown(test_usage_errors, world_down),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
