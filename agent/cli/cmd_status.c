@@ -1,5 +1,5 @@
 /* cmd_status: `sluice status` and `sluice top`, the live budget of each
- * deployment.
+ * deployment, and of each member of a group.
  *
  * The numbers come from Redis itself, with the read-only `status` script
  * (lua/status.lua, embedded in the binary: agent/scripts.h), over a
@@ -10,7 +10,12 @@
  * own view (mode, queue, local share).
  *
  * `top` samples every interval and shows rates from counter deltas over
- * the Redis clock (now_us): grants/s against the quota, sheds/s, 429s/s. */
+ * the Redis clock (now_us): grants/s against the quota, sheds/s, 429s/s.
+ *
+ * A group named (or, by default, every group of the config) gets a table
+ * of its members, one row each from the member's status: rate, backlog,
+ * breaker state and quota out. Its members come from the config, or with
+ * --socket alone from the daemon's INFO groups. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
@@ -57,18 +62,21 @@ static const cli_flag status_flags[] = {
 
 static void status_usage(FILE *f, const char *cmd) {
     if (strcmp(cmd, "top") == 0)
-        fprintf(f, "usage: sluice top [--config FILE | --socket PATH] [OPTIONS] [DEPLOYMENT...]\n\n"
+        fprintf(f, "usage: sluice top [--config FILE | --socket PATH] [OPTIONS] [DEPLOYMENT|GROUP...]\n\n"
                    "The live budget of each deployment, refreshed every interval, with rates from\n"
-                   "the counters: grants/s against the quota, sheds/s and 429s/s.\n\n");
+                   "the counters: grants/s against the quota, sheds/s and 429s/s. A group shows\n"
+                   "its members side by side.\n\n");
     else
-        fprintf(f, "usage: sluice status [--config FILE | --socket PATH] [--json] [DEPLOYMENT...]\n\n"
+        fprintf(f, "usage: sluice status [--config FILE | --socket PATH] [--json] [DEPLOYMENT|GROUP...]\n\n"
                    "The live budget of each deployment (those of the config, or those named), read\n"
                    "from Redis with the `status` script, or from a sluiced's STATUS with --socket:\n"
                    "configured and effective rate, pause, backlog, grants outstanding, retry budget,\n"
-                   "live agents, today's usage and the counters.\n\n");
+                   "live agents, today's usage, the counters, the circuit breaker and the quota out.\n"
+                   "A group (named, or every group of the config) shows one row per member: rate,\n"
+                   "backlog, breaker state, quota out, grants and sheds.\n\n");
     fprintf(f, "options:\n");
     cli_print_flags(f, status_flags, STATUS_NFLAGS);
-    fprintf(f, "\nexit: 0, 1 on an unknown deployment or when Redis / sluiced cannot be read, 2 usage.\n"
+    fprintf(f, "\nexit: 0, 1 on an unknown deployment or group, or when Redis / sluiced cannot be read, 2 usage.\n"
                "See docs/cli.md.\n");
 }
 
@@ -298,6 +306,127 @@ static int daemon_names(status_src *s, char ***names, int *n, char *err, size_t 
     return *names ? 0 : -1;
 }
 
+/* ---- what to show: deployments and groups ------------------------------------------------ */
+
+typedef struct status_group {
+    char name[CONFIG_NAME_MAX + 1];
+    int nmembers;
+    char members[CONFIG_GROUP_MAX][CONFIG_NAME_MAX + 1];
+} status_group;
+
+/* The deployments to sample (names, each once; show: it has a row in the
+ * deployments table, rather than only in its groups'), and the groups. */
+typedef struct status_plan {
+    char **names;
+    int *show;
+    int n, cap;
+    status_group *groups;
+    int ngroups;
+} status_plan;
+
+static int plan_add(status_plan *p, const char *name, int show) {
+    for (int i = 0; i < p->n; i++)
+        if (!strcmp(p->names[i], name)) {
+            p->show[i] |= show;
+            return 0;
+        }
+    if (p->n == p->cap) {
+        int cap = p->cap ? p->cap * 2 : 16;
+        char **nn = realloc(p->names, (size_t)cap * sizeof(*nn));
+        if (nn) p->names = nn;
+        int *ns = nn ? realloc(p->show, (size_t)cap * sizeof(*ns)) : NULL;
+        if (!ns) return -1;
+        p->show = ns;
+        p->cap = cap;
+    }
+    if (!(p->names[p->n] = strdup(name))) return -1;
+    p->show[p->n++] = show;
+    return 0;
+}
+
+static int plan_add_group(status_plan *p, const status_group *g) {
+    status_group *ng = realloc(p->groups, (size_t)(p->ngroups + 1) * sizeof(*ng));
+    if (!ng) return -1;
+    p->groups = ng;
+    p->groups[p->ngroups++] = *g;
+    for (int i = 0; i < g->nmembers; i++)
+        if (plan_add(p, g->members[i], 0) != 0) return -1;
+    return 0;
+}
+
+static void plan_free(status_plan *p) {
+    for (int i = 0; i < p->n; i++) free(p->names[i]);
+    free(p->names);
+    free(p->show);
+    free(p->groups);
+    memset(p, 0, sizeof(*p));
+}
+
+static void group_from_config(const struct config_group *cg, status_group *g) {
+    memset(g, 0, sizeof(*g));
+    snprintf(g->name, sizeof(g->name), "%s", cg->name);
+    for (size_t i = 0; i < cg->nmembers && i < CONFIG_GROUP_MAX; i++)
+        snprintf(g->members[g->nmembers++], sizeof(g->members[0]), "%s", cg->members[i]);
+}
+
+/* The value of key= in an INFO line's comma-separated fields into out. */
+static int info_value(const char *line, size_t len, const char *key, char *out, size_t n) {
+    size_t kl = strlen(key);
+    for (const char *p = line; p < line + len;) {
+        const char *end = memchr(p, ',', (size_t)(line + len - p));
+        if (!end) end = line + len;
+        if ((size_t)(end - p) > kl && !strncmp(p, key, kl) && p[kl] == '=') {
+            snprintf(out, n, "%.*s", (int)(end - p - (long)kl - 1), p + kl + 1);
+            return 0;
+        }
+        p = end + 1;
+    }
+    return -1;
+}
+
+/* The groups a sluiced has, from INFO groups (group_member<k> lines, in
+ * member order). */
+static int daemon_groups(status_src *s, status_group **out, int *n, char *err, size_t errlen) {
+    *out = NULL;
+    *n = 0;
+    redisReply *r = redisCommand(s->c, "INFO groups");
+    if (!r || r->type != REDIS_REPLY_STRING) {
+        snprintf(err, errlen, "sluiced at %s: %s", s->sock, r && r->type == REDIS_REPLY_ERROR ? r->str : s->c->errstr);
+        if (r) freeReplyObject(r);
+        return -1;
+    }
+    int rc = 0;
+    for (const char *p = r->str; *p && rc == 0;) {
+        size_t len = strcspn(p, "\r\n");
+        const char *colon = memchr(p, ':', len);
+        char gname[CONFIG_NAME_MAX + 1], member[CONFIG_NAME_MAX + 1];
+        if (!strncmp(p, "group_member", 12) && p[12] >= '0' && p[12] <= '9' && colon &&
+            info_value(colon + 1, len - (size_t)(colon + 1 - p), "group", gname, sizeof(gname)) == 0 &&
+            info_value(colon + 1, len - (size_t)(colon + 1 - p), "member", member, sizeof(member)) == 0) {
+            status_group *g = NULL;
+            for (int i = 0; i < *n && !g; i++)
+                if (!strcmp((*out)[i].name, gname)) g = &(*out)[i];
+            if (!g) {
+                status_group *ng = realloc(*out, (size_t)(*n + 1) * sizeof(*ng));
+                if (!ng) {
+                    rc = -1;
+                    break;
+                }
+                *out = ng;
+                g = &ng[(*n)++];
+                memset(g, 0, sizeof(*g));
+                snprintf(g->name, sizeof(g->name), "%s", gname);
+            }
+            if (g->nmembers < CONFIG_GROUP_MAX) snprintf(g->members[g->nmembers++], sizeof(g->members[0]), "%s", member);
+        }
+        p += len;
+        while (*p == '\r' || *p == '\n') p++;
+    }
+    freeReplyObject(r);
+    if (rc != 0) snprintf(err, errlen, "out of memory");
+    return rc;
+}
+
 /* ---- printing ------------------------------------------------------------------ */
 
 static double num(const json_t *o, const char *k) {
@@ -436,8 +565,10 @@ static void print_tenant(const json_t *o, const char *name, void *ud) {
     printf("\n");
 }
 
-/* The lanes and tenants tables, each only when some deployment has them. */
-static void print_classes(json_t *const *rows, json_t *const *prev, int n, double local_dt, int top) {
+/* The lanes and tenants tables, each only when some deployment shown has
+ * them. */
+static void print_classes(json_t *const *rows, json_t *const *prev, const int *show, int n, double local_dt,
+                          int top) {
     static const struct {
         const char *kind, *first;
         void (*fn)(const json_t *o, const char *name, void *ud);
@@ -445,7 +576,7 @@ static void print_classes(json_t *const *rows, json_t *const *prev, int n, doubl
     for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
         class_print cp = {0};
         for (int i = 0; i < n; i++)
-            if (rows[i]) foreach_class(rows[i], kinds[k].kind, kinds[k].first, count_class, &cp);
+            if (rows[i] && show[i]) foreach_class(rows[i], kinds[k].kind, kinds[k].first, count_class, &cp);
         if (cp.count == 0) continue;
         printf("\n");
         if (k == 0)
@@ -458,7 +589,7 @@ static void print_classes(json_t *const *rows, json_t *const *prev, int n, doubl
         if (top) printf(" %8s", "GRANTS/S");
         printf("\n");
         for (int i = 0; i < n; i++) {
-            if (!rows[i]) continue;
+            if (!rows[i] || !show[i]) continue;
             cp.top = top;
             cp.prev = prev ? prev[i] : NULL;
             cp.dt = sample_dt(rows[i], cp.prev, local_dt);
@@ -467,18 +598,92 @@ static void print_classes(json_t *const *rows, json_t *const *prev, int n, doubl
     }
 }
 
-static void print_table(json_t *const *rows, json_t *const *prev, int n, double local_dt, int daemon, int top) {
-    int any = 0;
-    for (int i = 0; i < n; i++) any |= rows[i] != NULL;
-    if (!any) return;
+/* The breaker as a word, with the time left when open: "open 12s". "-"
+ * when the status has no breaker fields (an older sluiced). */
+static void fmt_breaker(char *b, size_t n, const json_t *o) {
+    const char *st = json_string_value(json_object_get(o, "breaker_state"));
+    if (!st) {
+        snprintf(b, n, "-");
+        return;
+    }
+    double left = num(o, "breaker_open_ms");
+    if (!strcmp(st, "open") && isfinite(left) && left > 0) {
+        char t[24];
+        fmt_ms(t, sizeof(t), left);
+        snprintf(b, n, "open %s", t);
+    } else {
+        snprintf(b, n, "%s", st);
+    }
+}
+
+/* The members' table of each group: one row per member, from its status
+ * (rows[] by names[]; a member whose status failed shows "?"). */
+static void print_groups(const status_plan *pl, json_t *const *rows, json_t *const *prev, const config *cfg,
+                         double local_dt, int top, int below) {
+    if (pl->ngroups == 0) return;
+    if (below) printf("\n");
+    printf("%-20s %-20s %2s %-10s %9s %8s %-12s %8s %9s %6s %6s", "GROUP", "MEMBER", "#", "TAGS", "EFF.RPM",
+           "BACKLOG", "BREAKER", "QUOTA.OUT", "GRANTED", "SHED", "429s");
+    if (top) printf(" %8s", "GRANTS/S");
+    printf("\n");
+    for (int g = 0; g < pl->ngroups; g++) {
+        const status_group *sg = &pl->groups[g];
+        for (int m = 0; m < sg->nmembers; m++) {
+            int i = 0;
+            while (i < pl->n && strcmp(pl->names[i], sg->members[m]) != 0) i++;
+            const json_t *o = i < pl->n ? rows[i] : NULL;
+            char tags[64] = "-", eff[24], backlog[24], breaker[32], qout[24], granted[24], shed[24], thr[24];
+            const struct config_deployment *d = cfg ? config_deployment(cfg, sg->members[m]) : NULL;
+            for (size_t t = 0, used = 0; d && t < d->ntags; t++) {
+                int w = snprintf(tags + used, sizeof(tags) - used, "%s%s", t ? "," : "", d->tags[t]);
+                if (w < 0 || (size_t)w >= sizeof(tags) - used) break;
+                used += (size_t)w;
+            }
+            if (!o) {
+                printf("%-20s %-20s %2d %-10s %9s\n", m ? "" : sg->name, sg->members[m], m, tags, "?");
+                continue;
+            }
+            fmt_num(eff, sizeof(eff), num(o, "effective_rpm"));
+            fmt_ms(backlog, sizeof(backlog), fmax(num(o, "requests_backlog_ms"), num(o, "tokens_backlog_ms")));
+            fmt_breaker(breaker, sizeof(breaker), o);
+            fmt_ms(qout, sizeof(qout), num(o, "quota_out_ms"));
+            fmt_num(granted, sizeof(granted), num(o, "granted_total"));
+            fmt_num(shed, sizeof(shed), num(o, "shed_total"));
+            fmt_num(thr, sizeof(thr), num(o, "settled_throttled"));
+            printf("%-20s %-20s %2d %-10s %9s %8s %-12s %8s %9s %6s %6s", m ? "" : sg->name, sg->members[m], m, tags,
+                   eff, backlog, breaker, qout, granted, shed, thr);
+            if (top) {
+                const json_t *p = prev ? prev[i] : NULL;
+                double v = rate(o, p, "granted_total", sample_dt(o, p, local_dt));
+                char gr[24];
+                if (isfinite(v)) snprintf(gr, sizeof(gr), "%.1f", v);
+                else snprintf(gr, sizeof(gr), "-");
+                printf(" %8s", gr);
+            }
+            printf("\n");
+        }
+    }
+}
+
+/* The deployments table (rows shown only), then their lanes and tenants.
+ * Returns 1 when it printed anything. */
+static int print_table(json_t *const *rows, json_t *const *prev, const int *show, int n, double local_dt,
+                       int daemon, int top) {
+    int any = 0, health = 0;
+    for (int i = 0; i < n; i++) {
+        any |= rows[i] != NULL && show[i];
+        health |= rows[i] != NULL && show[i] && json_object_get(rows[i], "breaker_state") != NULL;
+    }
+    if (!any) return 0;
     if (daemon) printf("%-7s ", "MODE");
     printf("%-20s %8s %9s %9s %7s %8s %5s %5s %6s %10s %9s %6s %6s", "DEPLOYMENT", "RPM", "EFF.RPM", "TPM",
            "PAUSED", "BACKLOG", "OUT", "RETRY", "AGENTS", "TODAY.REQ", "GRANTED", "SHED", "429s");
+    if (health) printf(" %-12s %9s", "BREAKER", "QUOTA.OUT");
     if (top) printf(" %14s %8s %7s", "GRANTS/S:QUOTA", "SHEDS/S", "429s/S");
     printf("\n");
     for (int i = 0; i < n; i++) {
         const json_t *o = rows[i];
-        if (!o) continue;
+        if (!o || !show[i]) continue;
         char rpm[24], eff[24], tpm[24], paused[24], backlog[24], out[24], retry[24], agents[24], today[24],
             granted[24], shed[24], thr[24];
         fmt_num(rpm, sizeof(rpm), num(o, "rpm"));
@@ -499,6 +704,12 @@ static void print_table(json_t *const *rows, json_t *const *prev, int n, double 
         printf("%-20s %8s %9s %9s %7s %8s %5s %5s %6s %10s %9s %6s %6s",
                json_string_value(json_object_get(o, "deployment")) ? json_string_value(json_object_get(o, "deployment")) : "?",
                rpm, eff, tpm, paused, backlog, out, retry, agents, today, granted, shed, thr);
+        if (health) {
+            char breaker[32], qout[24];
+            fmt_breaker(breaker, sizeof(breaker), o);
+            fmt_ms(qout, sizeof(qout), num(o, "quota_out_ms"));
+            printf(" %-12s %9s", breaker, qout);
+        }
         if (top) {
             const json_t *p = prev ? prev[i] : NULL;
             double dt = sample_dt(o, p, local_dt);
@@ -517,12 +728,23 @@ static void print_table(json_t *const *rows, json_t *const *prev, int n, double 
             printf("  (Redis unreachable: %s)", json_string_value(json_object_get(o, "redis_error")));
         printf("\n");
     }
-    print_classes(rows, prev, n, local_dt, top);
+    print_classes(rows, prev, show, n, local_dt, top);
+    return 1;
 }
 
-static void print_json(json_t *const *rows, json_t *const *prev, int n, double local_dt, const char *source, int top) {
+static void print_json(const status_plan *pl, json_t *const *rows, json_t *const *prev, double local_dt,
+                       const char *source, int top) {
+    int n = pl->n;
     json_t *doc = json_pack("{sss[]}", "source", source, "deployments");
     json_t *arr = json_object_get(doc, "deployments");
+    /* Groups: their members, whose rows are among the deployments. */
+    json_t *groups = doc && pl->ngroups ? json_array() : NULL;
+    for (int g = 0; groups && g < pl->ngroups; g++) {
+        json_t *ms = json_array();
+        for (int m = 0; ms && m < pl->groups[g].nmembers; m++) json_array_append_new(ms, json_string(pl->groups[g].members[m]));
+        json_array_append_new(groups, json_pack("{ssso}", "group", pl->groups[g].name, "members", ms ? ms : json_null()));
+    }
+    if (groups) json_object_set_new(doc, "groups", groups);
     for (int i = 0; doc && i < n; i++) {
         if (!rows[i]) continue;
         if (top) {
@@ -569,7 +791,7 @@ static int sample(status_src *s, const char *cmd, char **names, int n, json_t **
             fprintf(stderr, "sluice %s: unknown deployment '%s' (%s)\n", cmd, names[i],
                     s->sock ? "sluiced does not have it"
                     : in_cfg ? "in the config, but no limits in Redis yet: start sluiced or a run with it"
-                             : "not in the config and no limits in Redis");
+                             : "not a deployment or group of the config, and no limits in Redis");
             rc = 1;
         } else if (r < 0) {
             fprintf(stderr, "sluice %s: %s: %s\n", cmd, names[i], err);
@@ -612,6 +834,9 @@ static int status_main(const char *cmd, int top, int argc, char **argv) {
     char **names = NULL, **owned = NULL;
     int n = 0, nowned = 0;
     json_t **rows = NULL, **prev = NULL;
+    status_plan pl = {0};
+    status_group *dgroups = NULL; /* --socket without a config: the daemon's groups */
+    int ndgroups = 0;
     if (cli.config && config_load(cli.config, &cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "sluice %s: %s\n", cmd, err);
         code = 1;
@@ -636,24 +861,45 @@ static int status_main(const char *cmd, int top, int argc, char **argv) {
             goto out;
         }
     }
+    /* The groups known: the config's, or the daemon's. */
+    if (!cfg && daemon_groups(&s, &dgroups, &ndgroups, err, sizeof(err)) != 0) {
+        fprintf(stderr, "sluice %s: %s\n", cmd, err);
+        code = 1;
+        goto out;
+    }
+    int oom = 0;
     if (a.npos > 0) {
-        names = a.pos;
-        n = a.npos;
+        /* A group named shows its members' table; a deployment its row. */
+        for (int i = 0; i < a.npos && !oom; i++) {
+            status_group g;
+            const struct config_group *cg = cfg ? config_group(cfg, a.pos[i]) : NULL;
+            const status_group *dg = NULL;
+            for (int k = 0; !cfg && k < ndgroups && !dg; k++)
+                if (!strcmp(dgroups[k].name, a.pos[i])) dg = &dgroups[k];
+            if (cg) group_from_config(cg, &g);
+            if (cg || dg) oom = plan_add_group(&pl, cg ? &g : dg) != 0;
+            else oom = plan_add(&pl, a.pos[i], 1) != 0;
+        }
     } else if (cfg) {
-        names = owned = calloc(cfg->ndeployments, sizeof(char *));
-        for (size_t i = 0; owned && i < cfg->ndeployments; i++) owned[nowned++] = strdup(cfg->deployments[i].name);
-        n = nowned;
+        for (size_t i = 0; i < cfg->ndeployments && !oom; i++) oom = plan_add(&pl, cfg->deployments[i].name, 1) != 0;
+        for (size_t i = 0; i < cfg->ngroups && !oom; i++) {
+            status_group g;
+            group_from_config(&cfg->groups[i], &g);
+            oom = plan_add_group(&pl, &g) != 0;
+        }
     } else if (daemon_names(&s, &owned, &nowned, err, sizeof(err)) == 0) {
-        names = owned;
-        n = nowned;
+        for (int i = 0; i < nowned && !oom; i++) oom = !owned[i] || plan_add(&pl, owned[i], 1) != 0;
+        for (int i = 0; i < ndgroups && !oom; i++) oom = plan_add_group(&pl, &dgroups[i]) != 0;
     } else {
         fprintf(stderr, "sluice %s: %s\n", cmd, err);
         code = 1;
         goto out;
     }
+    names = pl.names;
+    n = pl.n;
     rows = calloc((size_t)n + 1, sizeof(json_t *));
     prev = calloc((size_t)n + 1, sizeof(json_t *));
-    if (!rows || !prev || (n > 0 && !names)) {
+    if (oom || !rows || !prev || (n > 0 && !names)) {
         fprintf(stderr, "sluice %s: out of memory\n", cmd);
         code = 1;
         goto out;
@@ -663,8 +909,12 @@ static int status_main(const char *cmd, int top, int argc, char **argv) {
     if (!top) {
         code = sample(&s, cmd, names, n, rows, &fatal);
         if (!fatal) {
-            if (cli.json) print_json(rows, NULL, n, 0, source, 0);
-            else print_table(rows, NULL, n, 0, s.sock != NULL, 0);
+            if (cli.json) {
+                print_json(&pl, rows, NULL, 0, source, 0);
+            } else {
+                int below = print_table(rows, NULL, pl.show, n, 0, s.sock != NULL, 0);
+                print_groups(&pl, rows, NULL, cfg, 0, 0, below);
+            }
         }
         goto out;
     }
@@ -679,7 +929,7 @@ static int status_main(const char *cmd, int top, int argc, char **argv) {
         if (fatal) break;
         double t_now = mono_s();
         if (cli.json) {
-            print_json(rows, prev, n, t_now - t_prev, source, 1);
+            print_json(&pl, rows, prev, t_now - t_prev, source, 1);
         } else {
             time_t now = time(NULL);
             struct tm tm;
@@ -690,7 +940,8 @@ static int status_main(const char *cmd, int top, int argc, char **argv) {
             else if (frame > 0) printf("\n");
             printf("sluice top  %s  from %s%s%s  every %lld ms  (Ctrl-C to quit)\n\n", when, source,
                    s.sock ? " " : "", s.sock ? s.sock : "", cli.interval_ms);
-            print_table(rows, prev, n, t_now - t_prev, s.sock != NULL, 1);
+            int below = print_table(rows, prev, pl.show, n, t_now - t_prev, s.sock != NULL, 1);
+            print_groups(&pl, rows, prev, cfg, t_now - t_prev, 1, below);
         }
         fflush(stdout);
         json_t **swap = prev;
@@ -707,6 +958,8 @@ out:
     free(prev);
     for (int i = 0; i < nowned; i++) free(owned[i]);
     free(owned);
+    plan_free(&pl);
+    free(dgroups);
     if (s.c) redisFree(s.c);
     config_free(cfg);
     run_args_free(&a);

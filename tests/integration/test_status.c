@@ -5,7 +5,8 @@
  * SETTLE, as any worker does), then runs the built `sluice status` and
  * `sluice top` and checks what they print: from Redis with the config
  * (--config), and from sluiced (--socket); a third deployment has lanes
- * and tenants, shown as tables of their own and as flat JSON fields.
+ * and tenants, shown as tables of their own and as flat JSON fields; a
+ * group of d and e shows its members side by side, with e out of quota.
  * Skipped when sluiced is not built. */
 #define _GNU_SOURCE
 #include <stdarg.h>
@@ -64,6 +65,7 @@ static int world_up(void **state) {
              "  d:\n"
              "    rpm: 600\n"
              "    burst: {requests: 10}\n"
+             "    tags: [eu]\n"
              "  e:\n"
              "    rpm: 60\n"
              "    tpm: 100000\n"
@@ -71,7 +73,9 @@ static int world_up(void **state) {
              "    rpm: 600\n"
              "    tenant_idle_ms: 3600000\n" /* a and b stay active through the tests */
              "    lanes: {interactive: {priority: 0, headroom: 0.25}, batch: {priority: 1}}\n"
-             "    tenants: {a: {weight: 3}, b: {weight: 1, ceiling_rpm: 120, daily_tokens: 5000}}\n",
+             "    tenants: {a: {weight: 3}, b: {weight: 1, ceiling_rpm: 120, daily_tokens: 5000}}\n"
+             "groups:\n"
+             "  g: {members: [e, d]}\n",
              redis.sock);
     if (sluiced_fixture_start(&agent, yaml) != 0) return world_down(state), -1;
     /* Some traffic on d: grants, settled ok. */
@@ -350,11 +354,113 @@ static void test_status_lanes_and_tenants(void **state) {
     assert_int_equal(count(o.out, "GRANTS/S"), 3);
 }
 
+/* Word k (0-based) of the first line whose first words are prefix ("*"
+ * matches any one), into w; fails when there is none. */
+static void row_word(const char *out, const char *prefix, int k, char *w, size_t n) {
+    for (const char *p = out; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        char line[512], pre[256];
+        snprintf(line, sizeof(line), "%.*s", (int)strcspn(p, "\n"), p);
+        snprintf(pre, sizeof(pre), "%s", prefix);
+        char *words[32], *sl = NULL, *sp = NULL;
+        int nw = 0;
+        for (char *t = strtok_r(line, " ", &sl); t && nw < 32; t = strtok_r(NULL, " ", &sl)) words[nw++] = t;
+        int i = 0, match = 1;
+        for (char *t = strtok_r(pre, " ", &sp); t && match; t = strtok_r(NULL, " ", &sp), i++)
+            match = i < nw && (!strcmp(t, "*") || !strcmp(t, words[i]));
+        if (match && k < nw) {
+            snprintf(w, n, "%s", words[k]);
+            return;
+        }
+    }
+    fail_msg("no row '%s' with a word %d in:\n%s", prefix, k, out);
+}
+
+/* A group: one row per member, in priority order, with the breaker and
+ * the quota out; from Redis (the config says the members) and from
+ * sluiced alone (its INFO groups says them). */
+static void test_status_group(void **state) {
+    (void)state;
+    if (!up) skip();
+    /* e's provider said insufficient_quota, reset in 30 s. */
+    redisContext *c = redisConnectUnix(agent.sock);
+    assert_non_null(c);
+    redisReply *r = redisCommand(c, "ACQUIRE g TOKENS 1");
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 5);
+    char id[96];
+    snprintf(id, sizeof(id), "%s", r->element[0]->str);
+    assert_string_equal(r->element[3]->str, "e");
+    freeReplyObject(r);
+    r = redisCommand(c, "SETTLE %s STATUS quota HEADER retry-after 30", id);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    redisFree(c);
+    char w[64] = "-";
+    for (int i = 0; i < 100 && !strcmp(w, "-"); i++) {
+        cli("status", "--config", agent.config, "g", NULL);
+        assert_int_equal(o.code, 0);
+        row_word(o.out, "g e 0 -", 7, w, sizeof(w)); /* QUOTA.OUT */
+        if (!strcmp(w, "-")) usleep(20000);
+    }
+    print_message("%s", o.out);
+    assert_non_null(strstr(o.out, "GROUP "));
+    assert_non_null(strstr(o.out, "BREAKER"));
+    /* group, member, #, tags, eff.rpm, backlog, breaker, quota.out */
+    assert_row(o.out, "g e 0 - 60 * closed");
+    assert_true(w[strlen(w) - 1] == 's' && atof(w) > 25 && atof(w) <= 30);
+    assert_row(o.out, "d 1 eu 600 * closed -");
+    /* Named as a group only: no deployments table. */
+    assert_null(strstr(o.out, "DEPLOYMENT"));
+
+    /* A deployment's own row has the breaker and the quota out too. */
+    cli("status", "--config", agent.config, "e", NULL);
+    assert_int_equal(o.code, 0);
+    assert_non_null(strstr(o.out, "QUOTA.OUT"));
+    row_word(o.out, "e 60", 14, w, sizeof(w));
+    assert_true(w[strlen(w) - 1] == 's');
+    row_word(o.out, "e 60", 13, w, sizeof(w));
+    assert_string_equal(w, "closed");
+
+    /* From sluiced alone: the members from its INFO groups. */
+    cli("status", "--socket", agent.sock, "g", NULL);
+    assert_int_equal(o.code, 0);
+    assert_row(o.out, "g e 0 - 60 * closed");
+    assert_row(o.out, "d 1 - 600 * closed -");
+    cli("status", "--socket", agent.sock, "--json", "g", NULL);
+    assert_int_equal(o.code, 0);
+    json_t *doc = json_loads(o.out, 0, NULL);
+    assert_non_null(doc);
+    const json_t *g = json_array_get(json_object_get(doc, "groups"), 0);
+    assert_string_equal(json_string_value(json_object_get(g, "group")), "g");
+    assert_int_equal(json_array_size(json_object_get(g, "members")), 2);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(g, "members"), 0)), "e");
+    const json_t *e = first_deployment(doc);
+    assert_string_equal(json_string_value(json_object_get(e, "deployment")), "e");
+    assert_true(jint(e, "quota_out_ms") > 0);
+    assert_string_equal(json_string_value(json_object_get(e, "breaker_state")), "closed");
+    json_decref(doc);
+
+    /* By default every group of the config follows the deployments. */
+    cli("status", "--config", agent.config, NULL);
+    assert_int_equal(o.code, 0);
+    assert_non_null(strstr(o.out, "DEPLOYMENT"));
+    assert_row(o.out, "g e 0 -");
+    /* top: the group's table has its rate column. */
+    cli("top", "--config", agent.config, "-n", "1", "--interval-ms", "100", "g", NULL);
+    assert_int_equal(o.code, 0);
+    assert_int_equal(count(o.out, "GRANTS/S"), 1);
+    /* An unknown name is neither. */
+    cli("status", "--config", agent.config, "nope", NULL);
+    assert_int_equal(o.code, 1);
+    assert_non_null(strstr(o.err, "not a deployment or group of the config"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_json),       cmocka_unit_test(test_status_socket),
         cmocka_unit_test(test_status_table),      cmocka_unit_test(test_top_frames),
         cmocka_unit_test(test_unknown_deployment), cmocka_unit_test(test_status_lanes_and_tenants),
+        cmocka_unit_test(test_status_group),
     };
     return cmocka_run_group_tests(tests, world_up, world_down);
 }
