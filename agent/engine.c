@@ -60,6 +60,7 @@ struct engine_call {
     uint64_t gdeadline;       /* uv_now ms: the request's max wait ends */
     uint64_t gest[CONFIG_GROUP_MAX]; /* member's slot as its shed said (uv ms); 0 unknown, UINT64_MAX never */
     engine_shed gfirst;       /* the first member's shed, for the final answer */
+    uint64_t ghealth;         /* uv_now ms: the soonest a member out for health comes back, 0 none */
     int deferred;             /* Redis deferred it at least once */
     char defer_reason[16];    /* the last deferral's reason */
     uv_timer_t timer;         /* release timer; memory freed in its close callback */
@@ -391,6 +392,10 @@ static int group_next(engine_call *c, const engine_shed *shed, engine_shed *fina
     const char *r = shed->reason;
     int never = shed->retry_after_ms < 0 || !strcmp(r, "breaker") || !strcmp(r, "quota") ||
                 !strcmp(r, "too_large") || !strcmp(r, "daily") || !strcmp(r, "tenant_daily");
+    if ((!strcmp(r, "breaker") || !strcmp(r, "quota")) && shed->retry_after_ms >= 0) {
+        uint64_t back = now + (uint64_t)shed->retry_after_ms;
+        if (!c->ghealth || back < c->ghealth) c->ghealth = back;
+    }
     if (idx >= 0) {
         long long step_left = c->max_wait_ms - (long long)(now - c->start_ms);
         c->gest[idx] = never ? UINT64_MAX : now + (uint64_t)(step_left > 0 ? step_left : 0) + (uint64_t)shed->retry_after_ms;
@@ -434,7 +439,12 @@ static int group_next(engine_call *c, const engine_shed *shed, engine_shed *fina
     }
     if (best >= 0) soonest = c->gest[best];
     final->reason = c->gfirst.reason ? c->gfirst.reason : shed->reason;
-    final->retry_after_ms = soonest == UINT64_MAX ? -1 : (long long)(soonest - c->gdeadline) + 1;
+    /* The hint: when the soonest member could serve it, or when a member
+     * out for health (breaker, quota) comes back; -1 only when none can. */
+    if (c->ghealth && c->ghealth < soonest) soonest = c->ghealth;
+    final->retry_after_ms = soonest == UINT64_MAX ? -1
+                            : soonest > c->gdeadline ? (long long)(soonest - c->gdeadline) + 1
+                                                     : (long long)(soonest > now ? soonest - now : 1);
     if (final->retry_after_ms == 0) final->retry_after_ms = 1;
     return 0;
 }
