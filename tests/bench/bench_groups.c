@@ -227,7 +227,7 @@ typedef struct bworker {
     run *r;
     pthread_t tid;
     worker_call call;
-    char client[32];
+    char client[64];
     char error[256];
 } bworker;
 
