@@ -97,7 +97,9 @@ if bstate == 'half_open' then
   end
   local p = st.breaker_probe or ''
   if p ~= '' then
-    if redis.call('HEXISTS', KEYS[3], p) == 1 then
+    -- HGET, not HEXISTS: the commands the scripts call are exactly those
+    -- deploy/acl.conf grants (docs/security.md).
+    if redis.call('HGET', KEYS[3], p) then
       probe_out = true
     else
       sl_set(st, 'breaker_probe', '')
