@@ -373,7 +373,9 @@ static void test_open_sheds_and_consumes_nothing(void **state) {
     /* The retry-after follows the break down: 2 s of 5 s are left. */
     double now = reserve_n(dep, 1, v);
     assert_string_equal(v[0].reason, "breaker");
-    assert_true(v[0].retry_after_ms <= 2000 && v[0].retry_after_ms >= 1990);
+    /* (Real time runs on between the calls too: under load it can eat
+     * into the 2 s; the exact check is the next one.) */
+    assert_true(v[0].retry_after_ms <= 2000 && v[0].retry_after_ms >= 1500);
     assert_true(fabs((double)v[0].retry_after_ms - (until - now)) <= 1);
     sheds++;
     char *after = dump_rest(dep);
@@ -387,7 +389,7 @@ static void test_open_sheds_and_consumes_nothing(void **state) {
     assert_true(status_num(dep, "shed_breaker") == sheds);
     assert_true(status_num(dep, "shed_total") == sheds);
     assert_true(status_num(dep, "breaker_open_ms") <= 2000);
-    assert_true(status_num(dep, "breaker_open_ms") >= 1990);
+    assert_true(status_num(dep, "breaker_open_ms") >= 1500); /* real time runs on too */
 }
 
 static void test_late_results_while_open_are_ignored(void **state) {
@@ -578,7 +580,7 @@ static void test_quota_out_until_reset(void **state) {
     assert_true(status_num(dep, "breaker_requests") == 0);
     assert_true(status_num(dep, "quota_events_total") == 1);
     assert_true(status_num(dep, "settled_quota") == 1);
-    assert_true(status_num(dep, "quota_out_ms") > 19900);
+    assert_true(status_num(dep, "quota_out_ms") > 19000); /* 20 s, less real time since */
     /* Everything is shed `quota` until the reset, consuming nothing. */
     char *before = dump_rest(dep);
     double rnow = reserve_n(dep, 20, v + 0);
