@@ -110,7 +110,7 @@ static void copy_str(char *dst, size_t n, const redisReply *r) {
 
 worker_acquire worker_call_acquire(worker_call *w, const char *name, long long tokens, long long max_wait_ms,
                                    const char *tag, const char *tenant) {
-    const char *argv[10];
+    const char *argv[12];
     char tok[32], mw[32];
     int argc = 0;
     argv[argc++] = "ACQUIRE";
@@ -130,6 +130,10 @@ worker_acquire worker_call_acquire(worker_call *w, const char *name, long long t
     if (tenant) {
         argv[argc++] = "TENANT";
         argv[argc++] = tenant;
+    }
+    if (w->lane) {
+        argv[argc++] = "LANE";
+        argv[argc++] = w->lane;
     }
     w->grant[0] = w->member[0] = w->endpoint[0] = w->shed_reason[0] = '\0';
     w->waited_ms = w->retry_after_ms = 0;

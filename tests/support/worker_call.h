@@ -37,6 +37,7 @@ typedef struct worker_header {
 
 typedef struct worker_call {
     redisContext *rc;              /* sluiced, NULL when none */
+    const char *lane;              /* LANE on every ACQUIRE, NULL for none (set after open; borrowed) */
     CURL *curl;
     struct curl_slist *hdrs;
     /* The last ACQUIRE. */
@@ -67,7 +68,7 @@ int worker_call_open(worker_call *w, const char *agent_sock, int resp_timeout_ms
 void worker_call_close(worker_call *w);
 
 /* ACQUIRE name [TOKENS tokens] [MAXWAIT max_wait_ms when >= 0] [TAG tag]
- * [TENANT tenant] (tag and tenant NULL for none). */
+ * [TENANT tenant] [LANE w->lane] (tag, tenant and w->lane NULL for none). */
 worker_acquire worker_call_acquire(worker_call *w, const char *name, long long tokens, long long max_wait_ms,
                                    const char *tag, const char *tenant);
 
