@@ -195,7 +195,7 @@ static const cfg_schema tenant_schema = {
     .check_name = check_class_name,
 };
 
-static const char *const policy_names[] = {"priority", NULL};
+static const char *const policy_names[] = {"priority", "weighted", NULL};
 
 static const cfg_row group_tenant_rows[] = {
     CFG_STR("tag", cfg_group_tenant, tag, NULL, check_token,
@@ -220,7 +220,8 @@ static const cfg_row group_rows[] = {
     CFG_STRS("members", cfg_group, members, nmembers, check_member,
              "Deployments of the group, in priority order (the first is the primary)."),
     CFG_ENUM("policy", cfg_group, policy, "priority", policy_names,
-             "How a member is chosen: priority = the first member whose slot is within spill_ms, else the soonest."),
+             "How a member is chosen: priority = the first member whose slot is within spill_ms, else the soonest; "
+            "weighted = members take turns in proportion to their rpm, then the same spill."),
     CFG_INT("spill_ms", cfg_group, spill_ms, "1000", 0, 3600000, 0,
             "A member is used while its slot is at most this far away; beyond it requests spill to the next member."),
     CFG_INT("max_wait_ms", cfg_group, max_wait_ms, "60000", 0, 86400000, 0,

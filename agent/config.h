@@ -140,7 +140,7 @@ struct config_deployment {
 };
 
 /* groups.NAME.policy */
-enum { CONFIG_POLICY_PRIORITY = 0 };
+enum { CONFIG_POLICY_PRIORITY = 0, CONFIG_POLICY_WEIGHTED = 1 };
 
 /* A tenant's restriction within a group. */
 struct config_group_tenant {

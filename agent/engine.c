@@ -128,6 +128,7 @@ struct dep {
 typedef struct group_stat {
     char name[CONFIG_NAME_MAX + 1];
     engine_group_stats st;
+    double swrr[CONFIG_GROUP_MAX]; /* weighted policy: smooth weighted round-robin state */
 } group_stat;
 
 struct engine {
@@ -347,6 +348,27 @@ static group_stat *group_stats(engine *e, const char *name) {
     return &n[e->ngstats++];
 }
 
+/* The weighted policy's turn: smooth weighted round-robin (as nginx does)
+ * over the allowed members, each weighted by its rpm, so that over any
+ * run of requests each member's share is within one request of its
+ * weight's. Returns the member index, or -1 when none is allowed. */
+static int group_allows(const struct config_group *g, const struct config_deployment *m, const engine_call *c);
+static int group_turn(engine *e, const struct config_group *g, const engine_call *c) {
+    group_stat *gs = group_stats(e, g->name);
+    if (!gs) return -1;
+    double total = 0;
+    int best = -1;
+    for (size_t i = 0; i < g->nmembers && i < CONFIG_GROUP_MAX; i++) {
+        if (!group_allows(g, g->members_[i], c)) continue;
+        double w = (double)g->members_[i]->rpm;
+        gs->swrr[i] += w;
+        total += w;
+        if (best < 0 || gs->swrr[i] > gs->swrr[best]) best = (int)i;
+    }
+    if (best >= 0) gs->swrr[best] -= total;
+    return best;
+}
+
 /* May member m serve this request (its tag, and the tenant's in g)? */
 static int group_allows(const struct config_group *g, const struct config_deployment *m, const engine_call *c) {
     return config_has_tag(m, c->tag) && config_has_tag(m, config_group_tenant_tag(g, c->tenant_req));
@@ -402,8 +424,9 @@ static int group_next(engine_call *c, const engine_shed *shed, engine_shed *fina
     }
     if (!c->gfirst.reason) c->gfirst = *shed;
     long long left = c->gdeadline > now ? (long long)(c->gdeadline - now) : 0;
-    /* Spill phase. */
-    while (c->gnext < (int)g->nmembers) {
+    /* Spill phase (priority: the members in order; weighted: only the
+     * member whose turn it was, then the final phase). */
+    while (g->policy == CONFIG_POLICY_PRIORITY && c->gnext < (int)g->nmembers) {
         const struct config_deployment *m = g->members_[c->gnext++];
         if (!group_allows(g, m, c)) continue;
         if (call_target(c, m, left < g->spill_ms ? left : g->spill_ms) == 0) return 1;
@@ -1431,6 +1454,7 @@ static int group_acquire(engine *e, const struct config_group *g, const engine_r
         list_push(&c->d->waiting, c);
         e->stats.waiting++;
     } else {
+        if (g->policy == CONFIG_POLICY_WEIGHTED) first = group_turn(e, g, c);
         c->gnext = first + 1;
         long long left = (long long)(c->gdeadline - c->start_ms);
         if (call_target(c, g->members_[first], left < g->spill_ms ? left : g->spill_ms) != 0) {

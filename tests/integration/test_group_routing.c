@@ -264,6 +264,39 @@ static void test_tags_restrict_members(void **state) {
     world_close(&w);
 }
 
+/* Weighted: members take turns in proportion to their rpm (2:1:1), exactly
+ * while each has room, whatever the order of the members. */
+static void test_weighted_shares(void **state) {
+    (void)state;
+    world w;
+    world_init(&w, 1,
+               "deployments:\n"
+               "  wa: { rpm: 300, burst: { requests: 40 } }\n"
+               "  wb: { rpm: 600, burst: { requests: 40 } }\n"
+               "  wc: { rpm: 300, burst: { requests: 40 } }\n"
+               "groups:\n"
+               "  wg: { members: [wa, wb, wc], policy: weighted }\n");
+    enum { N = 40 };
+    req r[N];
+    for (int i = 0; i < N; i++) ask(&w, 0, &r[i], "wg", 5000, NULL, NULL);
+    all_arg a = {r, N};
+    assert_true(loop_run_until(&w.loop, all_called, &a, 5000));
+    int on[3] = {0, 0, 0};
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(r[i].status, SL_OK);
+        on[r[i].member[1] - 'a']++;
+        /* Within any prefix of the requests, each member is within one
+         * request of its share. */
+        int seen = i + 1;
+        assert_true(fabs(on[1] - seen * 0.5) <= 1.0 && fabs(on[0] - seen * 0.25) <= 1.0);
+    }
+    print_message("  weighted 1:2:1 by rpm: %d / %d / %d\n", on[0], on[1], on[2]);
+    assert_int_equal(on[0], 10);
+    assert_int_equal(on[1], 20);
+    assert_int_equal(on[2], 10);
+    world_close(&w);
+}
+
 static void test_unknown_group_and_bad_tag(void **state) {
     (void)state;
     world w;
@@ -282,6 +315,7 @@ int main(void) {
         cmocka_unit_test(test_spare_capacity_stays_on_primary),
         cmocka_unit_test(test_spill_in_order_then_soonest),
         cmocka_unit_test(test_tags_restrict_members),
+        cmocka_unit_test(test_weighted_shares),
         cmocka_unit_test(test_unknown_group_and_bad_tag),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
