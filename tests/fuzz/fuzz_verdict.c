@@ -64,7 +64,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (v.cls < 0 || v.cls >= SL_CLASS__COUNT) abort();
     if (v.cls == SL_CLASS_OK && v.outcome != SL_OUTCOME_OK) abort();
     if (v.cls == SL_CLASS_RATE_LIMITED && v.outcome != SL_OUTCOME_THROTTLED) abort();
-    if (v.cls != SL_CLASS_OK && v.cls != SL_CLASS_RATE_LIMITED && v.outcome != SL_OUTCOME_FAILED) abort();
+    if (v.cls == SL_CLASS_QUOTA_EXHAUSTED && v.outcome != SL_OUTCOME_QUOTA) abort();
+    if (v.cls != SL_CLASS_OK && v.cls != SL_CLASS_RATE_LIMITED && v.cls != SL_CLASS_QUOTA_EXHAUSTED &&
+        v.outcome != SL_OUTCOME_FAILED)
+        abort();
     if (sl_usage_tokens(body, blen) < -1) abort();
 
     sl_call_opts o;
