@@ -1,3 +1,8 @@
+-- KEYS as a local: every helper below captures this variable, so a script
+-- that decides across several deployments in one call (reserve's group
+-- mode) re-points it at one member's 9 keys at a time.
+local KEYS = KEYS
+
 -- sluice: common helpers, prepended to every script at build time
 -- (lua/embed.cmake). Nothing here touches Redis except through the
 -- functions' explicit arguments.
