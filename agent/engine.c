@@ -61,6 +61,9 @@ struct engine_call {
     uint64_t gest[CONFIG_GROUP_MAX]; /* member's slot as its shed said (uv ms); 0 unknown, UINT64_MAX never */
     engine_shed gfirst;       /* the first member's shed, for the final answer */
     uint64_t ghealth;         /* uv_now ms: the soonest a member out for health comes back, 0 none */
+    int gturn;                /* the first member to try (the weighted policy's turn) */
+    int gfinal_answer;        /* decided by the group script: no more routing */
+    struct gq *gq;            /* waiting in this group queue (one Redis / Sentinel) */
     int deferred;             /* Redis deferred it at least once */
     char defer_reason[16];    /* the last deferral's reason */
     uv_timer_t timer;         /* release timer; memory freed in its close callback */
@@ -125,6 +128,17 @@ struct dep {
     dep *next;
 };
 
+/* A group's requests waiting for the group script, which decides among the
+ * members atomically (one Redis or Sentinel: every member's keys are on one
+ * server). With Redis Cluster, members live in different slots and the
+ * engine routes step by step instead (group_next). */
+typedef struct gq {
+    char name[CONFIG_NAME_MAX + 1];
+    call_list q;
+    int reserving;
+    struct gq *next;
+} gq;
+
 typedef struct group_stat {
     char name[CONFIG_NAME_MAX + 1];
     engine_group_stats st;
@@ -159,6 +173,7 @@ struct engine {
     engine_stats stats;
     group_stat *gstats;
     size_t ngstats;
+    gq *gqs;
 };
 
 static void flush_arm(engine *e);
@@ -476,7 +491,7 @@ static int group_next(engine_call *c, const engine_shed *shed, engine_shed *fina
 static void call_complete(engine_call *c, int status, const engine_shed *shed, const char *msg) {
     engine *e = c->e;
     engine_shed final = {shed ? shed->reason : NULL, shed ? shed->retry_after_ms : -1};
-    if (c->group[0] && status == SL_ESHED && !c->canceled) {
+    if (c->group[0] && status == SL_ESHED && !c->canceled && !c->gfinal_answer) {
         if (!e->stopping && group_next(c, shed, &final)) return; /* asked of the next member */
         shed = &final;
     }
@@ -1050,6 +1065,234 @@ static void dep_flush_reserves(dep *d) {
     e->stats.reserve_items += b->n;
 }
 
+/* ---- groups decided by one script (one Redis or Sentinel) ------------------ */
+
+static int group_atomic(const engine *e) { return strcmp(rrouter_mode(e->redis), "cluster") != 0; }
+
+static gq *gq_get(engine *e, const char *name) {
+    for (gq *q = e->gqs; q; q = q->next)
+        if (!strcmp(q->name, name)) return q;
+    gq *q = calloc(1, sizeof(*q));
+    if (!q) return NULL;
+    snprintf(q->name, sizeof(q->name), "%s", name);
+    q->next = e->gqs;
+    e->gqs = q;
+    return q;
+}
+
+/* c's class on member d (for its figures, and if d holds it later). */
+static int member_class(engine_call *c, dep *d) {
+    const struct config_lane *l = d->cfg ? config_lane(d->cfg, c->lane_req) : NULL;
+    if (!l && d->cfg) l = config_lane(d->cfg, NULL);
+    const struct config_tenant *t = d->cfg ? config_tenant(d->cfg, c->tenant_req) : NULL;
+    return dep_class(d, l ? l->name : "", t ? t->name : "default");
+}
+
+/* Routes c step by step from the member whose turn it is (Redis Cluster,
+ * members not all in Redis mode, or the group script failing). */
+static int group_route_steps(engine_call *c) {
+    const struct config_group *g = config_group(c->e->cfg, c->group);
+    if (!g || c->gturn < 0 || (size_t)c->gturn >= g->nmembers) return -1;
+    uint64_t now = uv_now(c->e->loop);
+    long long left = c->gdeadline > now ? (long long)(c->gdeadline - now) : 0;
+    c->gnext = c->gturn + 1;
+    return call_target(c, g->members_[c->gturn], left < g->spill_ms ? left : g->spill_ms);
+}
+
+static void gq_fallback(engine_call *c) {
+    if (group_route_steps(c) != 0) {
+        c->gfinal_answer = 1;
+        call_complete(c, SL_EUNKNOWN, NULL, "group removed by a configuration reload");
+    }
+}
+
+typedef struct gq_batch {
+    gq *q;
+    size_t n, m;
+    dep *md[CONFIG_GROUP_MAX];
+    engine_call *items[RESERVE_BATCH_MAX];
+} gq_batch;
+
+static void on_group_reserve(void *arg, redisReply *r, const char *err) {
+    (void)err;
+    gq_batch *b = arg;
+    gq *q = b->q;
+    engine *e = b->md[0]->e;
+    e->calls_out--;
+    q->reserving = 0;
+    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 1 + b->n;
+    if (!ok && r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str))
+        elog(e, CONFIG_LOG_WARN, "group %s: the group script failed (%s); routing member by member", q->name, r->str);
+    uint64_t now = uv_now(e->loop);
+    for (size_t i = 0; i < b->n; i++) {
+        engine_call *c = b->items[i];
+        c->gq = NULL;
+        redisReply *it = ok ? r->element[1 + i] : NULL;
+        long long kind = it && it->type == REDIS_REPLY_ARRAY && it->elements >= 3 ? reply_int(it->element[0]) : -1;
+        long long j = kind == 1 || kind == 2 ? reply_int(it->element[1]) - 1 : 0;
+        if ((kind == 1 || kind == 2) && (j < 0 || (size_t)j >= b->m || it->elements < 4)) kind = -1;
+        if (kind == 1 && it->elements < 5) kind = -1;
+        dep *d = kind == 1 || kind == 2 ? b->md[j] : NULL;
+        if (c->canceled) {
+            if (kind == 1) {
+                char num[24];
+                snprintf(num, sizeof(num), "%lld", reply_int(it->element[2]));
+                queue_settle(d, num, -1, ENGINE_CANCELLED, -1);
+            }
+            call_free(c);
+            continue;
+        }
+        if (e->stopping && kind != 1) {
+            c->gfinal_answer = 1;
+            call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
+            continue;
+        }
+        if (kind == 1) {
+            int cls = member_class(c, d);
+            if (cls >= 0) {
+                c->d = d;
+                c->cls = cls;
+            }
+            snprintf(c->grant.id, sizeof(c->grant.id), "%s:%lld", d->name, reply_int(it->element[2]));
+            c->grant.tokens = reply_int(it->element[4]);
+            c->grant.local = 0;
+            if (e->stopping) {
+                queue_settle(d, grant_number(c->grant.id), -1, ENGINE_CANCELLED, -1);
+                c->gfinal_answer = 1;
+                call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
+                continue;
+            }
+            call_granted(c, reply_int(it->element[3]));
+        } else if (kind == 2) {
+            /* Deferred on that member (its lanes or tenants): held in its
+             * class and asked there again; no more spilling. */
+            int cls = member_class(c, d);
+            if (cls < 0) {
+                gq_fallback(c);
+                continue;
+            }
+            c->d = d;
+            c->cls = cls;
+            c->deferred = 1;
+            const char *why = it->element[2]->type == REDIS_REPLY_STRING ? it->element[2]->str : "rpm";
+            snprintf(c->defer_reason, sizeof(c->defer_reason), "%s", why);
+            long long ask = reply_int(it->element[3]);
+            uint64_t at = now + (uint64_t)(ask > 0 ? ask : 1);
+            if (at > d->classes[cls].ask_at) d->classes[cls].ask_at = at;
+            const struct config_group *g = config_group(e->cfg, c->group);
+            c->gnext = g ? (int)g->nmembers : 0;
+            c->max_wait_ms = (long long)(c->gdeadline > c->start_ms ? c->gdeadline - c->start_ms : 0);
+            e->stats.deferrals++;
+            d->classes[cls].st.deferrals++;
+            c->state = CALL_PENDING;
+            class_push(d, c);
+        } else if (kind == 0) {
+            c->gfinal_answer = 1;
+            const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str : "other";
+            engine_shed sh = {engine_shed_reasons[engine_shed_reason_index(rs)], reply_int(it->element[2])};
+            call_complete(c, SL_ESHED, &sh, NULL);
+        } else {
+            gq_fallback(c);
+        }
+    }
+    free(b);
+    if (q->q.n) flush_arm(e);
+    maybe_finish_stop(e);
+}
+
+static void gq_flush(engine *e, gq *q) {
+    if (q->reserving || !q->q.n) return;
+    const struct config_group *g = config_group(e->cfg, q->name);
+    engine_call *c;
+    if (!g) {
+        while ((c = list_pop(&q->q)) != NULL) {
+            e->stats.queued--;
+            c->gq = NULL;
+            c->gfinal_answer = 1;
+            call_complete(c, SL_EUNKNOWN, NULL, "group removed by a configuration reload");
+        }
+        return;
+    }
+    uint64_t now = uv_now(e->loop);
+    gq_batch *b = calloc(1, sizeof(*b));
+    if (!b) return;
+    b->q = q;
+    b->m = g->nmembers;
+    int ready = group_atomic(e);
+    for (size_t i = 0; i < g->nmembers; i++) {
+        b->md[i] = dep_find(e, g->members[i]);
+        if (!b->md[i] || !b->md[i]->cfg || !dep_uses_redis(b->md[i]) || b->md[i]->hold_until > now) ready = 0;
+    }
+    if (!ready) {
+        /* A member paces locally or its limits are being written: each
+         * member decides for itself, step by step. */
+        free(b);
+        while ((c = list_pop(&q->q)) != NULL) {
+            e->stats.queued--;
+            c->gq = NULL;
+            gq_fallback(c);
+        }
+        return;
+    }
+    size_t m = g->nmembers, nk = SCRIPTS_NKEYS * m;
+    char(*keys)[SCRIPTS_KEY_MAX] = malloc(nk * sizeof(*keys));
+    const char **argv = malloc(sizeof(*argv) * (5 + 5 * RESERVE_BATCH_MAX));
+    char(*buf)[64] = malloc(sizeof(*buf) * (4 + 3 * RESERVE_BATCH_MAX));
+    if (!keys || !argv || !buf) {
+        free(keys);
+        free(argv);
+        free(buf);
+        free(b);
+        return;
+    }
+    for (size_t i = 0; i < m; i++) memcpy(keys[SCRIPTS_NKEYS * i], b->md[i]->keys, sizeof(b->md[i]->keys));
+    snprintf(buf[0], 64, "%zu", m);
+    snprintf(buf[1], 64, "%lld", g->spill_ms);
+    argv[0] = "group";
+    argv[1] = buf[0];
+    argv[2] = buf[1];
+    argv[3] = g->policy == CONFIG_POLICY_WEIGHTED ? "weighted" : "priority";
+    while (b->n < RESERVE_BATCH_MAX && (c = list_pop(&q->q)) != NULL) {
+        e->stats.queued--;
+        size_t k = b->n;
+        char *tok = buf[4 + 3 * k], *left = buf[5 + 3 * k], *order = buf[6 + 3 * k];
+        long long l = c->gdeadline > now ? (long long)(c->gdeadline - now) : 0;
+        snprintf(tok, 64, "%lld", c->tokens);
+        snprintf(left, 64, "%lld", l);
+        /* The members it may use, the one whose turn it is first. */
+        size_t used = (size_t)snprintf(order, 64, "%d", c->gturn + 1);
+        for (size_t i = 0; i < m && used < 60; i++)
+            if ((int)i != c->gturn && group_allows(g, g->members_[i], c))
+                used += (size_t)snprintf(order + used, 64 - used, ",%zu", i + 1);
+        argv[5 + 5 * k] = tok;
+        argv[6 + 5 * k] = left;
+        argv[7 + 5 * k] = c->lane_req;
+        argv[8 + 5 * k] = c->tenant_req;
+        argv[9 + 5 * k] = order;
+        c->state = CALL_INFLIGHT;
+        b->items[b->n++] = c;
+    }
+    snprintf(buf[2], 64, "%zu", b->n);
+    argv[4] = buf[2];
+    int rc = rrouter_script_n(e->redis, SCRIPT_RESERVE, keys, (int)nk, (int)(5 + 5 * b->n), argv, on_group_reserve, b);
+    free(keys);
+    free(argv);
+    free(buf);
+    if (rc != 0) {
+        for (size_t i = 0; i < b->n; i++) {
+            b->items[i]->gq = NULL;
+            if (b->items[i]->canceled) call_free(b->items[i]);
+            else gq_fallback(b->items[i]);
+        }
+        free(b);
+        return;
+    }
+    q->reserving = 1;
+    e->calls_out++;
+    e->stats.reserve_calls++;
+    e->stats.reserve_items += b->n;
+}
+
 /* ---- settle ---------------------------------------------------------------- */
 
 typedef struct settle_batch {
@@ -1148,6 +1391,7 @@ static void on_flush(uv_check_t *h) {
         }
         dep_flush_reserves(d);
     }
+    for (gq *q = e->gqs; q; q = q->next) gq_flush(e, q);
     /* Classes Redis deferred ask again when it said capacity opens. */
     uint64_t now = uv_now(e->loop), next = 0;
     for (dep *d = e->deps; d; d = d->next)
@@ -1455,9 +1699,21 @@ static int group_acquire(engine *e, const struct config_group *g, const engine_r
         e->stats.waiting++;
     } else {
         if (g->policy == CONFIG_POLICY_WEIGHTED) first = group_turn(e, g, c);
-        c->gnext = first + 1;
-        long long left = (long long)(c->gdeadline - c->start_ms);
-        if (call_target(c, g->members_[first], left < g->spill_ms ? left : g->spill_ms) != 0) {
+        c->gturn = first;
+        gq *q = group_atomic(e) ? gq_get(e, g->name) : NULL;
+        dep *d = dep_find(e, g->members[first]);
+        int cls = d ? member_class(c, d) : -1;
+        if (q && cls >= 0) {
+            /* One Redis: the group script decides among the members. */
+            c->d = d;
+            c->cls = cls;
+            d->classes[cls].st.acquires++;
+            c->state = CALL_PENDING;
+            c->gq = q;
+            list_push(&q->q, c);
+            e->stats.queued++;
+            flush_arm(e);
+        } else if (group_route_steps(c) != 0) {
             free(c);
             return SL_ENOMEM;
         }
@@ -1513,7 +1769,13 @@ void engine_cancel(engine_call *c) {
     e->stats.cancels++;
     switch (c->state) {
     case CALL_PENDING:
-        class_remove(d, c);
+        if (c->gq) {
+            list_remove(&c->gq->q, c);
+            e->stats.queued--;
+            c->gq = NULL;
+        } else {
+            class_remove(d, c);
+        }
         call_free(c);
         break;
     case CALL_INFLIGHT:
@@ -1836,6 +2098,13 @@ void engine_stop(engine *e, void (*done)(void *arg), void *arg) {
     for (dep *d = e->deps; d; d = d->next) {
         engine_call *c;
         while ((c = dep_pop_any(d)) != NULL) call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
+        for (gq *q = e->gqs; q && d == e->deps; q = q->next)
+            while ((c = list_pop(&q->q)) != NULL) {
+                e->stats.queued--;
+                c->gq = NULL;
+                c->gfinal_answer = 1;
+                call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
+            }
         while (d->waiting.n) {
             c = list_pop(&d->waiting);
             e->stats.waiting--;
@@ -1858,6 +2127,10 @@ void engine_free(engine *e) {
         free(d);
     }
     free(e->gstats);
+    for (gq *q = e->gqs, *nx; q; q = nx) {
+        nx = q->next;
+        free(q);
+    }
     config_free(e->cfg);
     free(e);
 }

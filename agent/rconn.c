@@ -204,6 +204,28 @@ int rconn_script_ex(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int a
     return rconn_send(c, cmd, len, (int)id, (flags & RCONN_ASKING) != 0, cb, arg);
 }
 
+int rconn_script_n(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int nkeys, int argc, const char **argv,
+                   const size_t *argvlen, rconn_reply_cb cb, void *arg) {
+    if (!c || c->state != RC_READY || !c->ac || c->closing) return SL_EUNAVAIL;
+    if (argc < 0 || nkeys < 1) return SL_EINVAL;
+    int n = 3 + nkeys + argc;
+    char nk[12];
+    const char **av = malloc(sizeof(*av) * (size_t)n);
+    size_t *al = malloc(sizeof(*al) * (size_t)n);
+    if (!av || !al || scripts_evalsha_argv_n(id, keys, nkeys, argc, argv, argvlen, av, al, nk) < 0) {
+        int rc = (!av || !al) ? SL_ENOMEM : SL_EINVAL;
+        free(av);
+        free(al);
+        return rc;
+    }
+    char *cmd = NULL;
+    long long len = redisFormatCommandArgv(&cmd, n, av, al);
+    free(av);
+    free(al);
+    if (len < 0 || !cmd) return SL_ENOMEM;
+    return rconn_send(c, cmd, len, (int)id, 0, cb, arg);
+}
+
 int rconn_script(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc,
                  const char **argv, const size_t *argvlen, rconn_reply_cb cb, void *arg) {
     return rconn_script_ex(c, id, keys, argc, argv, argvlen, 0, cb, arg);

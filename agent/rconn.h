@@ -55,6 +55,11 @@ int rconn_script(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc
 /* rconn_script with flags: RCONN_ASKING sends ASKING first on the same
  * pipeline (following a Redis Cluster ASK redirection). */
 #define RCONN_ASKING 1
+/* rconn_script with nkeys keys (a group's members' KEYS one after the
+ * other); the rest as rconn_script_ex. */
+int rconn_script_n(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int nkeys, int argc, const char **argv,
+                   const size_t *argvlen, rconn_reply_cb cb, void *arg);
+
 int rconn_script_ex(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc,
                     const char **argv, const size_t *argvlen, int flags, rconn_reply_cb cb,
                     void *arg);

@@ -343,6 +343,15 @@ int rrouter_script(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int 
     return rc;
 }
 
+int rrouter_script_n(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int nkeys, int argc,
+                     const char **argv, rconn_reply_cb cb, void *arg) {
+    if (r->closing) return SL_EUNAVAIL;
+    if (r->cluster) return SL_EINVAL;
+    int node = node_for(r, keys[0]);
+    if (node < 0 || !r->nodes[node].ready) return SL_EUNAVAIL;
+    return rconn_script_n(r->nodes[node].conn, id, keys, nkeys, argc, argv, NULL, cb, arg);
+}
+
 int rrouter_ready(const rrouter *r, const char *key) {
     int node = node_for(r, key);
     return node >= 0 && r->nodes[node].ready;

@@ -102,17 +102,27 @@ int scripts_keys(const char *deployment, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MA
     return 0;
 }
 
-int scripts_evalsha_argv(script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc, const char **argv,
-                         const size_t *argvlen, const char **av, size_t *al) {
+int scripts_evalsha_argv_n(script_id id, char (*keys)[SCRIPTS_KEY_MAX], int nkeys, int argc, const char **argv,
+                           const size_t *argvlen, const char **av, size_t *al, char *nkeys_buf) {
     const script *s = scripts_get(id);
-    if (!s || argc < 0) return -1;
-    int n = SCRIPTS_EVALSHA_ARGC(argc);
+    if (!s || argc < 0 || nkeys < 1) return -1;
+    int n = 3 + nkeys + argc;
     av[0] = "EVALSHA";
     av[1] = s->sha;
-    av[2] = "9";
-    for (int i = 0; i < SCRIPTS_NKEYS; i++) av[3 + i] = keys[i];
-    for (int i = 0; i < argc; i++) av[3 + SCRIPTS_NKEYS + i] = argv[i];
-    for (int i = 0; i < n; i++)
-        al[i] = (i >= 3 + SCRIPTS_NKEYS && argvlen) ? argvlen[i - 3 - SCRIPTS_NKEYS] : strlen(av[i]);
+    if (nkeys == SCRIPTS_NKEYS) {
+        av[2] = "9";
+    } else {
+        if (!nkeys_buf) return -1;
+        snprintf(nkeys_buf, 12, "%d", nkeys);
+        av[2] = nkeys_buf;
+    }
+    for (int i = 0; i < nkeys; i++) av[3 + i] = keys[i];
+    for (int i = 0; i < argc; i++) av[3 + nkeys + i] = argv[i];
+    for (int i = 0; i < n; i++) al[i] = (i >= 3 + nkeys && argvlen) ? argvlen[i - 3 - nkeys] : strlen(av[i]);
     return n;
+}
+
+int scripts_evalsha_argv(script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc, const char **argv,
+                         const size_t *argvlen, const char **av, size_t *al) {
+    return scripts_evalsha_argv_n(id, keys, SCRIPTS_NKEYS, argc, argv, argvlen, av, al, NULL);
 }

@@ -45,6 +45,13 @@ int scripts_keys(const char *deployment, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MA
 int scripts_evalsha_argv(script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc, const char **argv,
                          const size_t *argvlen, const char **av, size_t *al);
 
+/* Like scripts_evalsha_argv with nkeys keys (a group's members' KEYS one
+ * after the other): room for 3 + nkeys + argc entries; nkeys_buf (at
+ * least 12 bytes; may be NULL when nkeys is SCRIPTS_NKEYS) holds the key
+ * count's text while av is used. */
+int scripts_evalsha_argv_n(script_id id, char (*keys)[SCRIPTS_KEY_MAX], int nkeys, int argc, const char **argv,
+                           const size_t *argvlen, const char **av, size_t *al, char *nkeys_buf);
+
 /* Returns the script, its SHA computed on first use. Never NULL for a
  * valid id. */
 const script *scripts_get(script_id id);

@@ -83,10 +83,18 @@ end
 
 -- The Redis clock in ms (float) and µs (integer). limits.test_clock_offset_ms
 -- shifts it for tests of day boundaries; configure accepts that field only
--- when asked explicitly, and production never sets it.
+-- when asked explicitly, and production never sets it. Read once per call:
+-- a group reserve decides many items on several members, and its grants
+-- must share one now, or a slot decided late in a long call would be
+-- released together with those decided at its start (the agent releases
+-- every grant relative to the reply).
+local SL_TIME_US
 local function sl_now(limits)
-  local t = redis.call('TIME')
-  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if not SL_TIME_US then
+    local t = redis.call('TIME')
+    SL_TIME_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  local us = SL_TIME_US
   local off = sl_num(limits, 'test_clock_offset_ms', 0)
   us = us + off * 1000
   return us / 1000, us

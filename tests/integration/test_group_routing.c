@@ -9,7 +9,12 @@
  * the members for good; every member's release times replay through its
  * provider bucket without a rejection. The end-to-end proofs against mock
  * providers (429s, breakers, residency on the providers' ledgers) are in
- * test_groups. */
+ * test_groups.
+ *
+ * On one Redis the engine asks the group script, which decides among the
+ * members atomically; with Redis Cluster (members in different slots) it
+ * routes step by step. test_group_routing_cluster.c runs this same file on
+ * a one-node Redis Cluster, so both paths are proven by the same tests. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <setjmp.h>
@@ -30,11 +35,15 @@
 #include "replay.h"
 #include "sluice.h"
 
+#ifndef ROUTING_CLUSTER
+#define ROUTING_CLUSTER 0
+#endif
+
 static redis_fixture fx;
 
 static int group_setup(void **state) {
     (void)state;
-    return redis_fixture_start(&fx, 0);
+    return redis_fixture_start(&fx, ROUTING_CLUSTER);
 }
 static int group_teardown(void **state) {
     (void)state;
@@ -54,10 +63,16 @@ static void world_init(world *w, int n, const char *yaml) {
     uv_loop_init(&w->loop);
     w->n = n;
     for (int i = 0; i < n; i++) {
-        snprintf(text, sizeof(text),
-                 "redis:\n  url: unix://%s\n  timeout_ms: 1000\n"
-                 "agent:\n  socket: /tmp/unused.sock\n  heartbeat_ms: 200\n%s",
-                 fx.sock, yaml);
+        if (ROUTING_CLUSTER)
+            snprintf(text, sizeof(text),
+                     "redis:\n  cluster: [127.0.0.1:%d]\n  timeout_ms: 1000\n"
+                     "agent:\n  socket: /tmp/unused.sock\n  heartbeat_ms: 200\n%s",
+                     fx.port, yaml);
+        else
+            snprintf(text, sizeof(text),
+                     "redis:\n  url: unix://%s\n  timeout_ms: 1000\n"
+                     "agent:\n  socket: /tmp/unused.sock\n  heartbeat_ms: 200\n%s",
+                     fx.sock, yaml);
         config *cfg = NULL;
         if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0) fail_msg("config: %s", err);
         char id[32];
