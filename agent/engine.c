@@ -794,6 +794,23 @@ static void dep_health_seen(dep *d, const char *reason, long long retry_after_ms
     if (breaker) d->e->stats.breaker_sheds++;
 }
 
+/* A grant from a reserve reply (plain or group): release the caller at its
+ * slot, or give the slot back when the agent is stopping. */
+static void call_reply_granted(engine_call *c, dep *d, long long grant, long long wait_ms, long long tokens) {
+    snprintf(c->grant.id, sizeof(c->grant.id), "%s:%lld", d->name, grant);
+    c->grant.tokens = tokens;
+    c->grant.local = 0;
+    if (c->e->stopping) {
+        /* Stopped while this call was in flight: give the slot back. */
+        queue_settle(d, grant_number(c->grant.id), -1, ENGINE_CANCELLED, -1);
+        c->gfinal_answer = 1;
+        if (c->canceled) call_free(c);
+        else call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
+        return;
+    }
+    call_granted(c, wait_ms);
+}
+
 static void on_reserve(void *arg, redisReply *r, const char *err) {
     reserve_batch *b = arg;
     dep *d = b->d;
@@ -866,17 +883,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
         }
         long long kind = reply_int(it->element[0]);
         if (kind == 1 && it->elements >= 4) {
-            snprintf(c->grant.id, sizeof(c->grant.id), "%s:%lld", d->name, reply_int(it->element[1]));
-            c->grant.tokens = reply_int(it->element[3]);
-            c->grant.local = 0;
-            if (e->stopping) {
-                /* Stopped while this call was in flight: give the slot back. */
-                queue_settle(d, grant_number(c->grant.id), -1, ENGINE_CANCELLED, -1);
-                if (c->canceled) call_free(c);
-                else call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
-                continue;
-            }
-            call_granted(c, reply_int(it->element[2]));
+            call_reply_granted(c, d, reply_int(it->element[1]), reply_int(it->element[2]), reply_int(it->element[3]));
         } else if (kind == 2) {
             /* Deferred: beyond its horizon. The class waits until Redis
              * said capacity opens; the call keeps its place at the head. */
@@ -1153,16 +1160,7 @@ static void on_group_reserve(void *arg, redisReply *r, const char *err) {
                 c->d = d;
                 c->cls = cls;
             }
-            snprintf(c->grant.id, sizeof(c->grant.id), "%s:%lld", d->name, reply_int(it->element[2]));
-            c->grant.tokens = reply_int(it->element[4]);
-            c->grant.local = 0;
-            if (e->stopping) {
-                queue_settle(d, grant_number(c->grant.id), -1, ENGINE_CANCELLED, -1);
-                c->gfinal_answer = 1;
-                call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
-                continue;
-            }
-            call_granted(c, reply_int(it->element[3]));
+            call_reply_granted(c, d, reply_int(it->element[2]), reply_int(it->element[3]), reply_int(it->element[4]));
         } else if (kind == 2) {
             /* Deferred on that member (its lanes or tenants): held in its
              * class and asked there again; no more spilling. */

@@ -182,30 +182,9 @@ static int rconn_send(rconn *c, char *cmd, long long cmdlen, int id, int asking,
     return 0;
 }
 
-int rconn_script_ex(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc,
-                    const char **argv, const size_t *argvlen, int flags, rconn_reply_cb cb,
-                    void *arg) {
-    if (!c || c->state != RC_READY || !c->ac || c->closing) return SL_EUNAVAIL;
-    if (argc < 0) return SL_EINVAL;
-    int n = SCRIPTS_EVALSHA_ARGC(argc);
-    const char **av = malloc(sizeof(*av) * (size_t)n);
-    size_t *al = malloc(sizeof(*al) * (size_t)n);
-    if (!av || !al || scripts_evalsha_argv(id, keys, argc, argv, argvlen, av, al) < 0) {
-        int rc = (!av || !al) ? SL_ENOMEM : SL_EINVAL;
-        free(av);
-        free(al);
-        return rc;
-    }
-    char *cmd = NULL;
-    long long len = redisFormatCommandArgv(&cmd, n, av, al);
-    free(av);
-    free(al);
-    if (len < 0 || !cmd) return SL_ENOMEM;
-    return rconn_send(c, cmd, len, (int)id, (flags & RCONN_ASKING) != 0, cb, arg);
-}
-
-int rconn_script_n(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int nkeys, int argc, const char **argv,
-                   const size_t *argvlen, rconn_reply_cb cb, void *arg) {
+/* EVALSHA over nkeys keys, formatted once (kept for a NOSCRIPT resend). */
+static int script_send(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int nkeys, int argc, const char **argv,
+                       const size_t *argvlen, int flags, rconn_reply_cb cb, void *arg) {
     if (!c || c->state != RC_READY || !c->ac || c->closing) return SL_EUNAVAIL;
     if (argc < 0 || nkeys < 1) return SL_EINVAL;
     int n = 3 + nkeys + argc;
@@ -223,7 +202,18 @@ int rconn_script_n(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int nk
     free(av);
     free(al);
     if (len < 0 || !cmd) return SL_ENOMEM;
-    return rconn_send(c, cmd, len, (int)id, 0, cb, arg);
+    return rconn_send(c, cmd, len, (int)id, (flags & RCONN_ASKING) != 0, cb, arg);
+}
+
+int rconn_script_ex(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc,
+                    const char **argv, const size_t *argvlen, int flags, rconn_reply_cb cb,
+                    void *arg) {
+    return script_send(c, id, keys, SCRIPTS_NKEYS, argc, argv, argvlen, flags, cb, arg);
+}
+
+int rconn_script_n(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int nkeys, int argc, const char **argv,
+                   const size_t *argvlen, rconn_reply_cb cb, void *arg) {
+    return script_send(c, id, keys, nkeys, argc, argv, argvlen, 0, cb, arg);
 }
 
 int rconn_script(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc,
