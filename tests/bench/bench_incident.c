@@ -71,6 +71,7 @@
 #include "redis_fixture.h"
 #include "sluiced_fixture.h"
 #include "worker_call.h"
+#include "bench_opts.h"
 
 #define MAX_BATCH_PROCS 16
 #define MAX_PROCS (MAX_BATCH_PROCS + 1)
@@ -97,16 +98,6 @@ typedef struct opts {
     int help;
 } opts;
 
-typedef enum opt_kind { OPT_NUM, OPT_STR, OPT_FLAG } opt_kind;
-
-typedef struct opt_row {
-    const char *name;
-    opt_kind kind;
-    size_t off;
-    double min, max;
-    const char *help;
-} opt_row;
-
 #define O(f) offsetof(opts, f)
 static const opt_row opt_rows[] = {
     {"--rpm", OPT_NUM, O(rpm), 60, 1e6, "the deployment's quota, requests per minute (1200)"},
@@ -129,38 +120,7 @@ static const opt_row opt_rows[] = {
 #define NOPTS (sizeof(opt_rows) / sizeof(opt_rows[0]))
 
 static int opts_parse(opts *o, int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
-        const opt_row *row = NULL;
-        for (size_t k = 0; k < NOPTS; k++)
-            if (strcmp(argv[i], opt_rows[k].name) == 0) row = &opt_rows[k];
-        if (!row) {
-            fprintf(stderr, "bench_incident: unknown option '%s' (see --help)\n", argv[i]);
-            return -1;
-        }
-        char *field = (char *)o + row->off;
-        if (row->kind == OPT_FLAG) {
-            *(int *)field = 1;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "bench_incident: %s needs a value\n", row->name);
-            return -1;
-        }
-        const char *v = argv[++i];
-        if (row->kind == OPT_STR) {
-            *(const char **)field = v;
-            continue;
-        }
-        char *end;
-        double d = strtod(v, &end);
-        if (!*v || *end || !isfinite(d) || d < row->min || d > row->max) {
-            fprintf(stderr, "bench_incident: %s: expected a number in [%g, %g], got '%s'\n", row->name, row->min,
-                    row->max, v);
-            return -1;
-        }
-        *(double *)field = d;
-    }
-    return 0;
+    return bench_opts_parse("bench_incident", opt_rows, NOPTS, o, argc, argv);
 }
 
 /* ---- scenarios ------------------------------------------------------------------ */

@@ -15,52 +15,12 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "redis_fixture.h"
-#include "script_call.h"
-
-static redis_fixture fx;
-static redisContext *rc;
-
-static int group_setup(void **state) {
-    (void)state;
-    if (redis_fixture_start(&fx, 1) != 0) return -1;
-    rc = redis_fixture_connect(&fx);
-    return rc ? 0 : -1;
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    if (rc) redisFree(rc);
-    redis_fixture_stop(&fx);
-    return 0;
-}
+#include "script_test.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
 #define MAXN 256
 
-static void configure(const char *dep, ...) {
-    const char *argv[64];
-    int argc = 0;
-    va_list ap;
-    va_start(ap, dep);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL) argv[argc++] = a;
-    va_end(ap);
-    redisReply *r = script_call(rc, SCRIPT_CONFIGURE, dep, argc, argv);
-    assert_non_null(r);
-    if (r->type == REDIS_REPLY_ERROR) fail_msg("configure: %s", r->str);
-    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    freeReplyObject(r);
-}
-
-/* Moves the scripts' clock of one deployment forward by ms. */
-static void advance(const char *dep, double ms) {
-    redisReply *r = redisCommand(rc, "HINCRBYFLOAT sluice:{%s}:limits test_clock_offset_ms %f", dep, ms);
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_STRING);
-    freeReplyObject(r);
-}
 
 typedef struct verdict {
     int kind; /* 1 granted, 2 deferred, 0 shed */
@@ -251,7 +211,7 @@ static char *dump_rest(const char *dep) {
 /* A deployment with room for everything the tests send at once, the
  * breaker on at `ratio` with a minimum of 20 and a 10 s window. */
 static void configure_breaker(const char *dep, const char *ratio) {
-    configure(dep, "rpm", "600000", "burst_requests", "10000", "breaker_failure_ratio", ratio,
+    configure_on(rc, dep, "rpm", "600000", "burst_requests", "10000", "breaker_failure_ratio", ratio,
               "breaker_min_requests", "20", "breaker_window_ms", "10000", "breaker_break_ms", "5000",
               NULL);
 }
@@ -261,7 +221,7 @@ static void configure_breaker(const char *dep, const char *ratio) {
 static void test_off_by_default(void **state) {
     (void)state;
     const char *dep = "off";
-    configure(dep, "rpm", "600000", "burst_requests", "10000", NULL);
+    configure_on(rc, dep, "rpm", "600000", "burst_requests", "10000", NULL);
     requests(dep, 100, "failed");
     long long dash[100];
     for (int i = 0; i < 100; i++) dash[i] = -1;
@@ -368,7 +328,7 @@ static void test_open_sheds_and_consumes_nothing(void **state) {
             assert_true(fabs((double)v[i].retry_after_ms - want) <= 1);
         }
         sheds += 50;
-        advance(dep, 1000);
+        advance_on(rc, dep, 1000);
     }
     /* The retry-after follows the break down: 2 s of 5 s are left. */
     double now = reserve_n(dep, 1, v);
@@ -402,7 +362,7 @@ static void test_late_results_while_open_are_ignored(void **state) {
     reserve_n(dep, 10, v);
     for (int i = 0; i < 10; i++) ids[i] = v[i].id;
     double until = trip(dep);
-    advance(dep, 1000);
+    advance_on(rc, dep, 1000);
     settle_n(dep, 5, ids, "failed", -1, NULL);
     settle_n(dep, 5, ids + 5, "ok", -1, NULL);
     assert_breaker(dep, "open");
@@ -416,7 +376,7 @@ static void test_late_results_while_open_are_ignored(void **state) {
 /* Past dep's break: several calls of many items grant exactly one probe.
  * Returns its grant id. */
 static long long one_probe(const char *dep) {
-    advance(dep, 5001);
+    advance_on(rc, dep, 5001);
     assert_breaker(dep, "half_open");
     long long probe = -1;
     int grants = 0;
@@ -495,7 +455,7 @@ static void test_probe_failed_reopens(void **state) {
 static void test_probe_without_verdict_reprobes(void **state) {
     (void)state;
     const char *dep = "probe_lost";
-    configure(dep, "rpm", "600000", "burst_requests", "10000", "breaker_failure_ratio", "0.5",
+    configure_on(rc, dep, "rpm", "600000", "burst_requests", "10000", "breaker_failure_ratio", "0.5",
               "breaker_min_requests", "20", "breaker_window_ms", "10000", "breaker_break_ms", "5000",
               "lease_ms", "2000", NULL);
     trip(dep);
@@ -503,7 +463,7 @@ static void test_probe_without_verdict_reprobes(void **state) {
     /* The probe's worker goes silent: its lease expires and the next call
      * reclaims it and sends a new probe (a silent worker says nothing
      * about the provider). */
-    advance(dep, 2001);
+    advance_on(rc, dep, 2001);
     verdict v[10];
     reserve_n(dep, 10, v);
     assert_int_equal(count_kind(v, 10, 1, NULL), 1);
@@ -535,18 +495,18 @@ static void test_window_slides(void **state) {
     const char *dep = "slide";
     configure_breaker(dep, "0.5"); /* 10 s window in 1 s slices */
     requests(dep, 15, "failed");
-    advance(dep, 8500);
+    advance_on(rc, dep, 8500);
     /* Still within the window: 15 of 15 counted. */
     assert_true(status_num(dep, "breaker_requests") == 15);
     assert_true(status_num(dep, "breaker_failures") == 15);
-    advance(dep, 2600);
+    advance_on(rc, dep, 2600);
     /* 11.1 s later the slice has left the window. */
     assert_true(status_num(dep, "breaker_requests") == 0);
     requests(dep, 5, "failed");
     /* 5 of 5 now, not 20 of 20: closed. */
     assert_breaker(dep, "closed");
     assert_true(status_num(dep, "breaker_requests") == 5);
-    advance(dep, 3000);
+    advance_on(rc, dep, 3000);
     requests(dep, 14, "failed");
     assert_breaker(dep, "closed");
     assert_true(status_num(dep, "breaker_requests") == 19);
@@ -562,7 +522,7 @@ static void test_quota_out_until_reset(void **state) {
     (void)state;
     const char *dep = "quota";
     /* The breaker on with a minimum of 1: a quota error must not trip it. */
-    configure(dep, "rpm", "600000", "burst_requests", "10000", "breaker_failure_ratio", "0.5",
+    configure_on(rc, dep, "rpm", "600000", "burst_requests", "10000", "breaker_failure_ratio", "0.5",
               "breaker_min_requests", "1", "quota_hold_ms", "7000", NULL);
     verdict v[20];
     reserve_n(dep, 20, v);
@@ -598,11 +558,11 @@ static void test_quota_out_until_reset(void **state) {
     settle_n(dep, 5, dash, "quota", 10000, NULL);
     assert_true(fabs(hget(dep, "quota_until") - (now + 20000)) < 0.01);
     assert_true(status_num(dep, "quota_events_total") == 1);
-    advance(dep, 19000);
+    advance_on(rc, dep, 19000);
     reserve_n(dep, 1, v);
     assert_string_equal(v[0].reason, "quota");
     assert_true(v[0].retry_after_ms <= 1000);
-    advance(dep, 1001);
+    advance_on(rc, dep, 1001);
     assert_true(status_num(dep, "quota_out_ms") == 0);
     reserve_n(dep, 20, v);
     assert_int_equal(count_kind(v, 20, 1, NULL), 20);
@@ -614,7 +574,7 @@ static void test_quota_out_until_reset(void **state) {
     rnow = reserve_n(dep, 1, v);
     assert_string_equal(v[0].reason, "quota");
     assert_true(fabs((double)v[0].retry_after_ms - (now + 7000 - rnow)) <= 1);
-    advance(dep, 7001);
+    advance_on(rc, dep, 7001);
     reserve_n(dep, 1, v);
     assert_int_equal(v[0].kind, 1);
     assert_breaker(dep, "closed");
@@ -625,7 +585,7 @@ static void test_quota_out_until_reset(void **state) {
 static void test_health_before_lanes(void **state) {
     (void)state;
     const char *dep = "lanes";
-    configure(dep, "rpm", "60", "burst_requests", "1", "lane.hi", "0,-1,0", "lane.lo", "1,0,0",
+    configure_on(rc, dep, "rpm", "60", "burst_requests", "1", "lane.hi", "0,-1,0", "lane.lo", "1,0,0",
               "breaker_failure_ratio", "0.5", "breaker_min_requests", "1", "breaker_break_ms", "5000",
               NULL);
     /* The bucket is empty after one grant: the low lane's next items are
@@ -647,7 +607,7 @@ static void test_health_before_lanes(void **state) {
     assert_true(status_num(dep, "lane.hi.shed_total") == 4);
     assert_true(status_num(dep, "lane.lo.deferred_total") == 2);
     /* Half-open: the first grant is the probe, the rest are shed. */
-    advance(dep, 5001);
+    advance_on(rc, dep, 5001);
     reserve_lane(dep, 3, 1, 60000, "lo", "", v);
     assert_int_equal(v[0].kind, 1);
     assert_int_equal(count_kind(v + 1, 2, 0, "breaker"), 2);
@@ -687,7 +647,7 @@ static void expect_configure_error(const char *dep, const char *field, const cha
 static void test_bad_configuration(void **state) {
     (void)state;
     const char *dep = "badcfg";
-    configure(dep, "rpm", "60", "breaker_failure_ratio", "0.25", NULL);
+    configure_on(rc, dep, "rpm", "60", "breaker_failure_ratio", "0.25", NULL);
     static const char *bad[][2] = {
         {"breaker_failure_ratio", "1.5"}, {"breaker_failure_ratio", "-0.1"},
         {"breaker_failure_ratio", "nan"}, {"breaker_failure_ratio", "half"},
@@ -699,7 +659,7 @@ static void test_bad_configuration(void **state) {
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) expect_configure_error(dep, bad[i][0], bad[i][1]);
     /* The edges are accepted, and the defaults written for redis-cli. */
-    configure(dep, "rpm", "60", NULL);
+    configure_on(rc, dep, "rpm", "60", NULL);
     redisReply *r = redisCommand(rc, "HMGET sluice:{%s}:limits breaker_failure_ratio breaker_min_requests "
                                      "breaker_window_ms breaker_break_ms quota_hold_ms", dep);
     assert_non_null(r);
@@ -710,7 +670,7 @@ static void test_bad_configuration(void **state) {
     assert_string_equal(r->element[3]->str, "30000");
     assert_string_equal(r->element[4]->str, "3600000");
     freeReplyObject(r);
-    configure(dep, "rpm", "60", "breaker_failure_ratio", "1", "breaker_min_requests", "1",
+    configure_on(rc, dep, "rpm", "60", "breaker_failure_ratio", "1", "breaker_min_requests", "1",
               "breaker_window_ms", "1000", "breaker_break_ms", "100", "quota_hold_ms", "1000", NULL);
     /* An unknown settle outcome names the new one in its message. */
     r = script_callv(rc, SCRIPT_SETTLE, dep, "1", "-", "-1", "quotas", "-1", NULL);

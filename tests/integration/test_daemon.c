@@ -585,34 +585,7 @@ static void test_sigterm_answers_waiting_callers(void **state) {
 
 /* ---- metrics ------------------------------------------------------------------------------ */
 
-static int free_tcp_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-        close(fd);
-        return -1;
-    }
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
-static size_t http_get(int port, const char *request, char *buf, size_t cap) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-        close(fd);
-        buf[0] = '\0';
-        return 0;
-    }
-    raw_send(fd, request, strlen(request));
-    int closed;
-    size_t n = raw_read(fd, buf, cap, 3000, &closed);
-    close(fd);
-    return n;
-}
 
 static void test_metrics_endpoint(void **state) {
     int port = free_tcp_port();

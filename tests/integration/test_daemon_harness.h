@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -222,6 +224,51 @@ HARNESS_FN size_t raw_read(int fd, char *buf, size_t cap, int timeout_ms, int *c
 }
 
 /* The value of "field:" in an INFO text, as a double (-1 when absent). */
+/* ---- the metrics endpoint ---- */
+
+/* A loopback TCP port free at the time of the call (for agent.metrics). */
+HARNESS_FN int free_tcp_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Sends request to 127.0.0.1:port and reads the answer (headers included)
+ * into buf; returns its length, 0 when nothing answers. */
+HARNESS_FN size_t http_get(int port, const char *request, char *buf, size_t cap) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    buf[0] = '\0';
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        close(fd);
+        return 0;
+    }
+    raw_send(fd, request, strlen(request));
+    int closed;
+    size_t n = raw_read(fd, buf, cap, 5000, &closed);
+    close(fd);
+    return n;
+}
+
+/* The value of one series ("name{labels}") in a scrape, -1 when absent. */
+HARNESS_FN double metric(const char *body, const char *series) {
+    size_t n = strlen(series);
+    for (const char *p = body; p && *p;) {
+        if (!strncmp(p, series, n) && p[n] == ' ') return atof(p + n + 1);
+        p = strchr(p, '\n');
+        if (p) p++;
+    }
+    return -1;
+}
+
 HARNESS_FN double info_field(const char *info, const char *field) {
     size_t fl = strlen(field);
     for (const char *p = info; p && *p;) {

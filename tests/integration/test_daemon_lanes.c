@@ -49,47 +49,13 @@ static void assert_lacks(const char *hay, const char *needle) {
     if (strstr(hay, needle)) fail_msg("did not expect \"%s\" in:\n%s", needle, hay);
 }
 
-static int free_tcp_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-        close(fd);
-        return -1;
-    }
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 /* GET /metrics into buf (headers included). */
 static void scrape(int port, char *buf, size_t cap) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    buf[0] = '\0';
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-        close(fd);
-        fail_msg("cannot connect to the metrics port %d", port);
-    }
-    const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
-    raw_send(fd, req, sizeof(req) - 1);
-    int closed;
-    raw_read(fd, buf, cap, 5000, &closed);
-    close(fd);
+    if (!http_get(port, "GET /metrics HTTP/1.0\r\n\r\n", buf, cap)) fail_msg("no answer on the metrics port %d", port);
     assert_contains(buf, "HTTP/1.0 200 OK");
 }
 
-/* The value of one series ("name{labels}") in a scrape, -1 when absent. */
-static double metric(const char *body, const char *series) {
-    size_t n = strlen(series);
-    for (const char *p = body; p && *p;) {
-        if (!strncmp(p, series, n) && p[n] == ' ') return atof(p + n + 1);
-        p = strchr(p, '\n');
-        if (p) p++;
-    }
-    return -1;
-}
 
 /* The INFO line of a lane or tenant (kind "lane"/"tenant") of dep, copied
  * into out without its "<kind><i>:" key; "" when there is none. */

@@ -16,47 +16,16 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "redis_fixture.h"
-#include "script_call.h"
-
-static redis_fixture fx;
-static redisContext *rc;
-
-static int group_setup(void **state) {
-    (void)state;
-    if (redis_fixture_start(&fx, 0) != 0) return -1;
-    rc = redis_fixture_connect(&fx);
-    return rc ? 0 : -1;
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    if (rc) redisFree(rc);
-    redis_fixture_stop(&fx);
-    return 0;
-}
+#define SCRIPT_TEST_CLUSTER 0
+#include "script_test.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
 #define MAXN 128
 #define MAXM 4
 
-static void configure(const char *dep, ...) {
-    const char *argv[64];
-    int argc = 0;
-    va_list ap;
-    va_start(ap, dep);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL) argv[argc++] = a;
-    va_end(ap);
-    redisReply *r = script_call(rc, SCRIPT_CONFIGURE, dep, argc, argv);
-    assert_non_null(r);
-    if (r->type == REDIS_REPLY_ERROR) fail_msg("configure: %s", r->str);
-    freeReplyObject(r);
-}
-
 /* rpm 600, burst 10 (the routing example of docs/architecture.md). */
-static void configure_std(const char *dep) { configure(dep, "rpm", "600", "burst_requests", "10", NULL); }
+static void configure_std(const char *dep) { configure_on(rc, dep, "rpm", "600", "burst_requests", "10", NULL); }
 
 /* EVALSHA reserve with the given keys and arguments (raw reply). */
 static redisReply *eval_reserve(int nkeys, char (*keys)[SCRIPTS_KEY_MAX], int argc, const char **argv) {
@@ -383,8 +352,8 @@ static void test_shed_consumes_nothing(void **state) {
     assert_int_equal(g.member, 3);
     assert_true(g.wait_ms >= 800 && g.wait_ms <= 1200);
     /* Too large everywhere: never. */
-    configure("big-a", "rpm", "600", "burst_requests", "10", "tpm", "1000", NULL);
-    configure("big-b", "rpm", "600", "burst_requests", "10", "tpm", "1000", NULL);
+    configure_on(rc, "big-a", "rpm", "600", "burst_requests", "10", "tpm", "1000", NULL);
+    configure_on(rc, "big-b", "rpm", "600", "burst_requests", "10", "tpm", "1000", NULL);
     const char *big[2] = {"big-a", "big-b"};
     gverdict t = group1(2, big, 200, "priority", 5000, 1000, "2,1");
     assert_int_equal(t.kind, 0);
@@ -399,7 +368,7 @@ static void test_health_skipped(void **state) {
     (void)state;
     const char *mem[3] = {"he-a", "he-b", "he-c"};
     for (int j = 0; j < 3; j++)
-        configure(mem[j], "rpm", "600", "burst_requests", "10", "breaker_failure_ratio", "0.5",
+        configure_on(rc, mem[j], "rpm", "600", "burst_requests", "10", "breaker_failure_ratio", "0.5",
                   "breaker_min_requests", "20", "breaker_window_ms", "10000", "breaker_break_ms", "5000", NULL);
     /* Member 1 out for quota for 8 s. */
     redisReply *r = script_callv(rc, SCRIPT_SETTLE, mem[0], "1", "-", "-1", "quota", "8000", NULL);
@@ -494,7 +463,7 @@ static void test_weighted_head_only(void **state) {
 static void test_deferral_on_member(void **state) {
     (void)state;
     const char *mem[2] = {"df-a", "df-b"};
-    configure(mem[0], "rpm", "600", "burst_requests", "10", "lane.interactive", "0,-1,0", "lane.batch",
+    configure_on(rc, mem[0], "rpm", "600", "burst_requests", "10", "lane.interactive", "0,-1,0", "lane.batch",
               "1,0,0", "default_lane", "interactive", NULL);
     configure_std(mem[1]);
     enum { N = 10 };

@@ -38,40 +38,8 @@
 #include <sys/time.h>
 #include <cmocka.h>
 
-#include "redis_fixture.h"
 #include "replay.h"
-#include "script_call.h"
-
-static redis_fixture fx;
-static redisContext *rc;
-
-static int group_setup(void **state) {
-    (void)state;
-    if (redis_fixture_start(&fx, 1) != 0) return -1;
-    rc = redis_fixture_connect(&fx);
-    return rc ? 0 : -1;
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    if (rc) redisFree(rc);
-    redis_fixture_stop(&fx);
-    return 0;
-}
-
-static void configure(const char *dep, ...) {
-    const char *argv[64];
-    int argc = 0;
-    va_list ap;
-    va_start(ap, dep);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL) argv[argc++] = a;
-    va_end(ap);
-    redisReply *r = script_call(rc, SCRIPT_CONFIGURE, dep, argc, argv);
-    assert_non_null(r);
-    if (r->type == REDIS_REPLY_ERROR) fail_msg("configure: %s", r->str);
-    freeReplyObject(r);
-}
+#include "script_test.h"
 
 /* The configure error for these fields, or "" when accepted. */
 static void configure_err(const char *dep, char *err, size_t n, ...) {
@@ -381,12 +349,12 @@ static double lane_wait_pct(const sim *s, int lane, double p, size_t *count) {
 static void lanes_fleet(sim *s, const char *dep, int with_lanes, int poisson) {
     sim_init(s, dep, 4);
     if (with_lanes) {
-        configure(dep, "rpm", "600", "lane.interactive", "0,-1,0", "lane.batch", "1,-1,0", NULL);
+        configure_on(rc, dep, "rpm", "600", "lane.interactive", "0,-1,0", "lane.batch", "1,-1,0", NULL);
         s->nlanes = 2;
         s->lanes[0] = "interactive";
         s->lanes[1] = "batch";
     } else {
-        configure(dep, "rpm", "600", NULL);
+        configure_on(rc, dep, "rpm", "600", NULL);
         s->nlanes = 2;
         s->lanes[0] = "";
         s->lanes[1] = "";
@@ -459,7 +427,7 @@ static void test_headroom_caps_batch_exactly(void **state) {
     (void)state;
     sim s;
     sim_init(&s, "head", 4);
-    configure("head", "rpm", "600", "lane.interactive", "0,-1,0.2", "lane.batch", "1,-1,0", NULL);
+    configure_on(rc, "head", "rpm", "600", "lane.interactive", "0,-1,0.2", "lane.batch", "1,-1,0", NULL);
     s.nlanes = 2;
     s.lanes[0] = "interactive";
     s.lanes[1] = "batch";
@@ -494,7 +462,7 @@ static void test_tenants_weighted_then_idle(void **state) {
     (void)state;
     sim s;
     sim_init(&s, "ten", 3);
-    configure("ten", "rpm", "600", "tenant.heavy", "3,0,0,0", "tenant.light", "1,0,0,0", NULL);
+    configure_on(rc, "ten", "rpm", "600", "tenant.heavy", "3,0,0,0", "tenant.light", "1,0,0,0", NULL);
     s.ntenants = 2;
     s.tenants[0] = "heavy";
     s.tenants[1] = "light";
@@ -532,14 +500,14 @@ static void test_tenants_from_drained_bucket(void **state) {
     (void)state;
     sim s;
     sim_init(&s, "drain", 2);
-    configure("drain", "rpm", "1200", NULL);
+    configure_on(rc, "drain", "rpm", "1200", NULL);
     set_clock("drain", 0);
     for (int i = 0; i < 21; i++) {
         redisReply *q = script_callv(rc, SCRIPT_RESERVE, "drain", "1", "0", "60000", NULL);
         assert_int_equal(q->element[5]->element[0]->integer, 1);
         freeReplyObject(q);
     }
-    configure("drain", "rpm", "1200", "tenant_idle_ms", "1000", "tenant.heavy", "3,0,0,0", "tenant.light", "1,0,0,0",
+    configure_on(rc, "drain", "rpm", "1200", "tenant_idle_ms", "1000", "tenant.heavy", "3,0,0,0", "tenant.light", "1,0,0,0",
               NULL);
     s.ntenants = 2;
     s.tenants[0] = "heavy";
@@ -563,7 +531,7 @@ static void test_ceiling_holds_exactly(void **state) {
     (void)state;
     sim s;
     sim_init(&s, "ceil", 2);
-    configure("ceil", "rpm", "600", "tenant.a", "1,0,0,0", "tenant.capped", "1,120,0,0", NULL);
+    configure_on(rc, "ceil", "rpm", "600", "tenant.a", "1,0,0,0", "tenant.capped", "1,120,0,0", NULL);
     s.ntenants = 2;
     s.tenants[0] = "a";
     s.tenants[1] = "capped";
@@ -587,7 +555,7 @@ static void test_jain_eight_tenants(void **state) {
     (void)state;
     sim s;
     sim_init(&s, "jain", 4);
-    configure("jain", "rpm", "1200", "tenant.t0", "1,0,0,0", "tenant.t1", "1,0,0,0", "tenant.t2", "1,0,0,0",
+    configure_on(rc, "jain", "rpm", "1200", "tenant.t0", "1,0,0,0", "tenant.t1", "1,0,0,0", "tenant.t2", "1,0,0,0",
               "tenant.t3", "1,0,0,0", "tenant.t4", "1,0,0,0", "tenant.t5", "1,0,0,0", "tenant.t6", "1,0,0,0",
               "tenant.t7", "1,0,0,0", NULL);
     static const char *names[8] = {"t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"};
@@ -615,7 +583,7 @@ static void test_unknown_tenants_share_default_class(void **state) {
     (void)state;
     sim s;
     sim_init(&s, "unk", 4);
-    configure("unk", "rpm", "600", "tenant.known", "1,0,0,0", NULL);
+    configure_on(rc, "unk", "rpm", "600", "tenant.known", "1,0,0,0", NULL);
     s.ntenants = 4;
     s.tenants[0] = "known";
     s.tenants[1] = "typo1";
@@ -638,7 +606,7 @@ static void test_unknown_tenants_share_default_class(void **state) {
 
 static void test_tenant_daily_tokens(void **state) {
     (void)state;
-    configure("daily", "rpm", "6000", "tpm", "1000000", "tenant.cb", "1,0,0,1000", NULL);
+    configure_on(rc, "daily", "rpm", "6000", "tpm", "1000000", "tenant.cb", "1,0,0,1000", NULL);
     /* 600 + 400 fill the day; 1 more token is shed until midnight. */
     redisReply *r = script_callv(rc, SCRIPT_RESERVE, "daily", "3", "600", "60000", "", "cb", "400", "60000", "",
                                  "cb", "1", "60000", "", "cb", NULL);
@@ -677,7 +645,7 @@ static void test_tenant_daily_tokens(void **state) {
 
 static void test_deferral_keeps_class_order_and_consumes_nothing(void **state) {
     (void)state;
-    configure("order", "rpm", "60", "burst_requests", "1", "lane.hi", "0,-1,0", "lane.lo", "1,-1,0", NULL);
+    configure_on(rc, "order", "rpm", "60", "burst_requests", "1", "lane.hi", "0,-1,0", "lane.lo", "1,-1,0", NULL);
     set_clock("order", 1e9);
     /* lo takes the one slot now; the next lo is a second away: deferred,
      * and the lo behind it too (in order), without touching the schedule. */

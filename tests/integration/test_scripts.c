@@ -17,49 +17,10 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "redis_fixture.h"
 #include "replay.h"
-#include "script_call.h"
-
-static redis_fixture fx;
-static redisContext *rc;
-
-static int group_setup(void **state) {
-    if (redis_fixture_start(&fx, 1) != 0) return -1;
-    rc = redis_fixture_connect(&fx);
-    return rc ? 0 : -1;
-}
-
-static int group_teardown(void **state) {
-    if (rc) redisFree(rc);
-    redis_fixture_stop(&fx);
-    return 0;
-}
+#include "script_test.h"
 
 /* ---- helpers ------------------------------------------------------------ */
-
-static void configure(redisContext *c, const char *dep, ...) {
-    const char *argv[64];
-    int argc = 0;
-    va_list ap;
-    va_start(ap, dep);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL) argv[argc++] = a;
-    va_end(ap);
-    redisReply *r = script_call(c, SCRIPT_CONFIGURE, dep, argc, argv);
-    assert_non_null(r);
-    if (r->type == REDIS_REPLY_ERROR) fail_msg("configure: %s", r->str);
-    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    freeReplyObject(r);
-}
-
-/* Moves the scripts' clock of one deployment forward by ms. */
-static void advance(redisContext *c, const char *dep, double ms) {
-    redisReply *r = redisCommand(c, "HINCRBYFLOAT sluice:{%s}:limits test_clock_offset_ms %f", dep, ms);
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_STRING);
-    freeReplyObject(r);
-}
 
 typedef struct verdict {
     int granted;
@@ -222,7 +183,7 @@ static void *caller_main(void *arg) {
     for (int step = 0; step < w->steps; step++) {
         int op = (int)rng_range(&rng, 0, 99);
         if (op < 10) {
-            advance(k->c, w->dep, (double)rng_range(&rng, 0, 400));
+            advance_on(k->c, w->dep, (double)rng_range(&rng, 0, 400));
         } else if (op < 60) {
             int n = (int)rng_range(&rng, 1, 8);
             long long tokens[8], maxwait[8];
@@ -296,7 +257,7 @@ static double run_workload(const workload *w, int ncallers) {
     snprintf(tpm, sizeof(tpm), "%lld", w->tpm);
     snprintf(br, sizeof(br), "%lld", w->burst_r);
     snprintf(bt, sizeof(bt), "%lld", w->burst_t);
-    configure(rc, w->dep, "rpm", rpm, "tpm", tpm, "burst_requests", br, "burst_tokens", bt,
+    configure_on(rc, w->dep, "rpm", rpm, "tpm", tpm, "burst_requests", br, "burst_tokens", bt,
               "aimd_interval_ms", "300", NULL);
     replay req, tok;
     replay_init(&req);
@@ -362,7 +323,7 @@ static void test_never_over_offer_random(void **state) {
 
 static void test_use_all_of_it(void **state) {
     const char *dep = "useall";
-    configure(rc, dep, "rpm", "600", "burst_requests", "10", NULL);
+    configure_on(rc, dep, "rpm", "600", "burst_requests", "10", NULL);
     const int n = 10000, batch = 100;
     replay req;
     replay_init(&req);
@@ -392,7 +353,7 @@ static void test_use_all_of_it(void **state) {
 
 static void test_shed_consumes_nothing(void **state) {
     const char *dep = "shed";
-    configure(rc, dep, "rpm", "60", "tpm", "6000", "burst_requests", "1", "burst_tokens", "100",
+    configure_on(rc, dep, "rpm", "60", "tpm", "6000", "burst_requests", "1", "burst_tokens", "100",
               "jitter_ms", "0", NULL);
     verdict v = reserve1(rc, dep, 100, 0, NULL);
     assert_true(v.granted);
@@ -432,7 +393,7 @@ static void test_shed_consumes_nothing(void **state) {
 static void test_settle_refund_and_charge_exact(void **state) {
     const char *dep = "settle";
     /* 60000 TPM = 1 token per ms; requests plentiful. */
-    configure(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens",
+    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens",
               "10000", NULL);
     char res[32], id[24];
     verdict v = reserve1(rc, dep, 5000, 0, NULL);
@@ -458,7 +419,7 @@ static void test_settle_refund_and_charge_exact(void **state) {
     assert_true(hget(rc, dep, "state", "tokens_charged") == 500);
 
     /* With refund off, unused tokens stay charged. */
-    configure(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens",
+    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens",
               "10000", "refund", "0", NULL);
     v = reserve1(rc, dep, 1000, 60000, NULL);
     double tat3 = hget(rc, dep, "state", "tokens_tat");
@@ -472,7 +433,7 @@ static void test_refund_never_exceeds_bucket(void **state) {
      * all of A while B is still scheduled must give nothing back: the
      * provider's bucket fills to its cap before B either way. */
     const char *dep = "refund-bound";
-    configure(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens",
+    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens",
               "1000", "jitter_ms", "0", NULL);
     char res[32], id[24];
     verdict a = reserve1(rc, dep, 1000, 60000, NULL);
@@ -496,13 +457,13 @@ static void test_refund_never_exceeds_bucket(void **state) {
 
 static void test_expired_grant_is_charged_and_reclaimed(void **state) {
     const char *dep = "expiry";
-    configure(rc, dep, "rpm", "60000", "tpm", "60000", "burst_tokens", "10000", "lease_ms", "1000",
+    configure_on(rc, dep, "rpm", "60000", "tpm", "60000", "burst_tokens", "10000", "lease_ms", "1000",
               NULL);
     verdict v = reserve1(rc, dep, 4000, 0, NULL);
     assert_true(v.granted);
     double tat = hget(rc, dep, "state", "tokens_tat");
     assert_true(status_field(rc, dep, "outstanding_grants") == 1);
-    advance(rc, dep, 1500);
+    advance_on(rc, dep, 1500);
     /* The next call reclaims it; its estimate stays charged. */
     verdict w = reserve1(rc, dep, 0, 60000, NULL);
     assert_true(w.granted);
@@ -530,7 +491,7 @@ static int retry(redisContext *c, const char *dep, const char *mode, long long *
 
 static void test_retry_budget_boundaries(void **state) {
     const char *dep = "retry";
-    configure(rc, dep, "rpm", "600000", "retry_ttl_ms", "10000", "retry_min_per_s", "1",
+    configure_on(rc, dep, "rpm", "600000", "retry_ttl_ms", "10000", "retry_min_per_s", "1",
               "retry_percent", "10", NULL);
     long long bal;
     /* The floor: min 1/s x 10 s = exactly 10 retries with no successes. */
@@ -554,7 +515,7 @@ static void test_retry_budget_boundaries(void **state) {
     settle1(rc, dep, id, -1, "failed", -1, res, sizeof(res));
     assert_int_equal(retry(rc, dep, "peek", NULL), 0);
     /* After the ttl everything has expired: the floor is back, whole. */
-    advance(rc, dep, 10001);
+    advance_on(rc, dep, 10001);
     assert_true(retry(rc, dep, "peek", &bal) && bal == 10);
     assert_true(hget(rc, dep, "state", "retries_allowed") == 11);
     assert_true(hget(rc, dep, "state", "retries_refused") == 2);
@@ -564,7 +525,7 @@ static void test_retry_budget_boundaries(void **state) {
 
 static void test_pause_is_idempotent(void **state) {
     const char *dep = "pause";
-    configure(rc, dep, "rpm", "600000", NULL);
+    configure_on(rc, dep, "rpm", "600000", NULL);
     char res[32];
     double t0 = 0;
     for (int i = 0; i < 50; i++) {
@@ -595,7 +556,7 @@ static void test_pause_is_idempotent(void **state) {
  * of piling the granted callers up at its end. */
 static void test_pause_shifts_the_backlog(void **state) {
     const char *dep = "pause-shift";
-    configure(rc, dep, "rpm", "600", "burst_requests", "1", "jitter_ms", "0", NULL);
+    configure_on(rc, dep, "rpm", "600", "burst_requests", "1", "jitter_ms", "0", NULL);
     long long tokens[5] = {0, 0, 0, 0, 0}, maxwait[5] = {60000, 60000, 60000, 60000, 60000};
     verdict v[5];
     double t0 = reserve(rc, dep, 5, tokens, maxwait, v, NULL);
@@ -619,7 +580,7 @@ static void test_pause_shifts_the_backlog(void **state) {
 
 static void test_aimd_lowers_and_restores(void **state) {
     const char *dep = "aimd";
-    configure(rc, dep, "rpm", "6000", "burst_requests", "1", "jitter_ms", "0", "aimd_decrease", "0.5", "aimd_min_scale", "0.2",
+    configure_on(rc, dep, "rpm", "6000", "burst_requests", "1", "jitter_ms", "0", "aimd_decrease", "0.5", "aimd_min_scale", "0.2",
               "aimd_increase", "0.1", "aimd_interval_ms", "1000", NULL);
     char res[32], id[24];
     verdict a = reserve1(rc, dep, 0, 600000, NULL);
@@ -642,17 +603,17 @@ static void test_aimd_lowers_and_restores(void **state) {
     assert_true(hget(rc, dep, "state", "decreases") == 3);
     /* The lowered rate is what the schedule uses: 1200 RPM = 50 ms apart. */
     double t1, t2;
-    advance(rc, dep, 500);
+    advance_on(rc, dep, 500);
     verdict x = reserve1(rc, dep, 0, 600000, &t1);
     verdict y = reserve1(rc, dep, 0, 600000, &t2);
     double gap = (t2 + (double)y.wait_ms) - (t1 + (double)x.wait_ms);
     assert_true(gap > 49 && gap < 51);
     /* Quiet time restores additively: +0.1 per second, up to 1. */
-    advance(rc, dep, 3000);
+    advance_on(rc, dep, 3000);
     assert_true(fabs(status_field(rc, dep, "rate_scale") - 0.5) < 1e-9);
     reserve1(rc, dep, 0, 600000, NULL);
     assert_true(fabs(hget(rc, dep, "state", "rate_scale") - 0.5) < 1e-9);
-    advance(rc, dep, 60000);
+    advance_on(rc, dep, 60000);
     assert_true(status_field(rc, dep, "rate_scale") == 1.0);
 }
 
@@ -660,7 +621,7 @@ static void test_aimd_lowers_and_restores(void **state) {
 
 static void test_concurrency_cap_and_reclaim(void **state) {
     const char *dep = "conc";
-    configure(rc, dep, "rpm", "600000", "max_concurrency", "2", "lease_ms", "5000", NULL);
+    configure_on(rc, dep, "rpm", "600000", "max_concurrency", "2", "lease_ms", "5000", NULL);
     verdict a = reserve1(rc, dep, 0, 1000, NULL);
     verdict b = reserve1(rc, dep, 0, 1000, NULL);
     verdict c = reserve1(rc, dep, 0, 1000, NULL);
@@ -675,7 +636,7 @@ static void test_concurrency_cap_and_reclaim(void **state) {
     assert_true(c.granted);
     assert_false(reserve1(rc, dep, 0, 1000, NULL).granted);
     /* Crashed holders: after the lease, both slots come back. */
-    advance(rc, dep, 5001);
+    advance_on(rc, dep, 5001);
     assert_true(reserve1(rc, dep, 0, 1000, NULL).granted);
     assert_true(reserve1(rc, dep, 0, 1000, NULL).granted);
     assert_true(hget(rc, dep, "state", "expired_total") == 2);
@@ -685,13 +646,13 @@ static void test_concurrency_cap_and_reclaim(void **state) {
 
 static void test_daily_resets_at_utc_midnight(void **state) {
     const char *dep = "daily";
-    configure(rc, dep, "rpm", "600000", "tpm", "600000", "burst_tokens", "100000", "rpd", "3",
+    configure_on(rc, dep, "rpm", "600000", "tpm", "600000", "burst_tokens", "100000", "rpd", "3",
               "tpd", "1000", NULL);
     /* Move the clock to 2 s before the next UTC midnight. */
     double now;
     reserve1(rc, dep, 0, 0, &now);
     double to_midnight = 86400000.0 - fmod(now, 86400000.0);
-    advance(rc, dep, to_midnight - 2000);
+    advance_on(rc, dep, to_midnight - 2000);
     assert_true(reserve1(rc, dep, 100, 0, NULL).granted);
     verdict big = reserve1(rc, dep, 950, 0, NULL);
     assert_false(big.granted);
@@ -704,7 +665,7 @@ static void test_daily_resets_at_utc_midnight(void **state) {
     assert_true(status_field(rc, dep, "today_requests") == 3);
     verdict huge = reserve1(rc, dep, 5000, 0, NULL);
     assert_string_equal(huge.reason, "too_large");
-    advance(rc, dep, 2001);
+    advance_on(rc, dep, 2001);
     assert_true(reserve1(rc, dep, 100, 0, NULL).granted);
     assert_true(status_field(rc, dep, "today_requests") == 1);
     assert_true(status_field(rc, dep, "today_tokens") == 100);
@@ -761,7 +722,7 @@ static void expect_error(const char *dep, script_id id, const char *want, ...) {
 
 static void test_bad_arguments_change_nothing(void **state) {
     const char *dep = "bad";
-    configure(rc, dep, "rpm", "60", "tpm", "1000", NULL);
+    configure_on(rc, dep, "rpm", "60", "tpm", "1000", NULL);
     reserve1(rc, dep, 10, 1000, NULL);
     expect_error(dep, SCRIPT_RESERVE, "tokens must be a non-negative integer", "1", "-5", "10", NULL);
     expect_error(dep, SCRIPT_RESERVE, "tokens must be", "2", "5", "10", "abc", "10", NULL);
@@ -787,7 +748,7 @@ static void test_bad_arguments_change_nothing(void **state) {
 
 static void test_heartbeat_counts_live_agents(void **state) {
     const char *dep = "hb";
-    configure(rc, dep, "rpm", "60", NULL);
+    configure_on(rc, dep, "rpm", "60", NULL);
     redisReply *r;
     const char *ids[] = {"a1", "a2", "a3"};
     for (int i = 0; i < 3; i++) {
@@ -798,11 +759,11 @@ static void test_heartbeat_counts_live_agents(void **state) {
     r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "a3", "3000", "leave", NULL);
     assert_int_equal(r->integer, 2);
     freeReplyObject(r);
-    advance(rc, dep, 2000);
+    advance_on(rc, dep, 2000);
     r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "a1", "3000", NULL);
     assert_int_equal(r->integer, 2);
     freeReplyObject(r);
-    advance(rc, dep, 1500);
+    advance_on(rc, dep, 1500);
     /* a2 was last seen 3.5 s ago: gone. */
     r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "a1", "3000", NULL);
     assert_int_equal(r->integer, 1);
