@@ -142,13 +142,7 @@ static double requests(const char *dep, int n, const char *outcome) {
     return now;
 }
 
-static double hget(const char *dep, const char *field) {
-    redisReply *r = redisCommand(rc, "HGET sluice:{%s}:state %s", dep, field);
-    assert_non_null(r);
-    double v = r->type == REDIS_REPLY_STRING ? atof(r->str) : 0;
-    freeReplyObject(r);
-    return v;
-}
+static double hget(const char *dep, const char *field) { return hash_num(rc, dep, "state", field); }
 
 static int hexists(const char *dep, const char *field) {
     redisReply *r = redisCommand(rc, "HEXISTS sluice:{%s}:state %s", dep, field);
@@ -158,54 +152,17 @@ static int hexists(const char *dep, const char *field) {
     return v;
 }
 
-/* A status field as a string (the caller's buffer) and as a number. */
-static const char *status_str(const char *dep, const char *field, char *buf, size_t len) {
-    redisReply *r = script_callv(rc, SCRIPT_STATUS, dep, NULL);
-    assert_non_null(r);
-    if (r->type == REDIS_REPLY_ERROR) fail_msg("status: %s", r->str);
-    for (size_t i = 0; i + 1 < r->elements; i += 2) {
-        if (strcmp(r->element[i]->str, field) == 0) {
-            redisReply *v = r->element[i + 1];
-            if (v->type == REDIS_REPLY_INTEGER) snprintf(buf, len, "%lld", v->integer);
-            else snprintf(buf, len, "%s", v->str);
-            freeReplyObject(r);
-            return buf;
-        }
-    }
-    freeReplyObject(r);
-    fail_msg("status has no field %s", field);
-    return NULL;
-}
-
-static double status_num(const char *dep, const char *field) {
-    char buf[64];
-    return atof(status_str(dep, field, buf, sizeof(buf)));
-}
-
 static void assert_breaker(const char *dep, const char *want) {
     char buf[64];
-    assert_string_equal(status_str(dep, "breaker_state", buf, sizeof(buf)), want);
+    assert_string_equal(status_text(rc, dep, "breaker_state", buf, sizeof(buf)), want);
 }
 
 /* A dump of every key of a deployment after the state hash (grants,
  * leases, refund queues, daily, retry, agents), to prove a call consumed
  * nothing: sheds only move the state's counters. */
 static char *dump_rest(const char *dep) {
-    static const char *what[] = {"grants", "leases", "refq:requests", "refq:tokens",
-                                 "daily", "retry", "agents"};
-    size_t cap = 1 << 16, len = 0;
-    char *out = calloc(1, cap);
-    for (size_t i = 0; i < sizeof(what) / sizeof(*what); i++) {
-        redisReply *r = redisCommand(rc, "DUMP sluice:{%s}:%s", dep, what[i]);
-        assert_non_null(r);
-        len += (size_t)snprintf(out + len, cap - len, "%s=", what[i]);
-        if (r->type == REDIS_REPLY_STRING)
-            for (size_t j = 0; j < r->len && len + 3 < cap; j++)
-                len += (size_t)snprintf(out + len, cap - len, "%02x", (unsigned char)r->str[j]);
-        len += (size_t)snprintf(out + len, cap - len, ";");
-        freeReplyObject(r);
-    }
-    return out;
+    static const char *const what[] = {"grants", "leases", "refq:requests", "refq:tokens", "daily", "retry", "agents"};
+    return dump_keys(rc, dep, what, sizeof(what) / sizeof(*what));
 }
 
 /* A deployment with room for everything the tests send at once, the
@@ -230,13 +187,13 @@ static void test_off_by_default(void **state) {
     assert_false(hexists(dep, "breaker_state"));
     assert_false(hexists(dep, "breaker_window"));
     assert_breaker(dep, "closed");
-    assert_true(status_num(dep, "breaker_requests") == 0);
-    assert_true(status_num(dep, "breaker_opened_total") == 0);
+    assert_true(status_num(rc, dep, "breaker_requests") == 0);
+    assert_true(status_num(rc, dep, "breaker_opened_total") == 0);
     verdict v[100];
     reserve_n(dep, 100, v);
     assert_int_equal(count_kind(v, 100, 1, NULL), 100);
-    assert_true(status_num(dep, "settled_failed") == 100);
-    assert_true(status_num(dep, "shed_breaker") == 0);
+    assert_true(status_num(rc, dep, "settled_failed") == 100);
+    assert_true(status_num(rc, dep, "shed_breaker") == 0);
 }
 
 /* ---- opening: the minimum and the ratio --------------------------------- */
@@ -248,12 +205,12 @@ static void test_min_requests_gate(void **state) {
     /* 19 failures of 19: every one a failure, but below the minimum. */
     requests(dep, 19, "failed");
     assert_breaker(dep, "closed");
-    assert_true(status_num(dep, "breaker_requests") == 19);
-    assert_true(status_num(dep, "breaker_failures") == 19);
+    assert_true(status_num(rc, dep, "breaker_requests") == 19);
+    assert_true(status_num(rc, dep, "breaker_failures") == 19);
     /* The 20th settle (even an ok) reaches the minimum: 19/20 >= 0.5. */
     requests(dep, 1, "ok");
     assert_breaker(dep, "open");
-    assert_true(status_num(dep, "breaker_opened_total") == 1);
+    assert_true(status_num(rc, dep, "breaker_opened_total") == 1);
 }
 
 static void test_opens_exactly_at_the_ratio(void **state) {
@@ -266,11 +223,11 @@ static void test_opens_exactly_at_the_ratio(void **state) {
         requests(dep, 1, "failed");
         assert_breaker(dep, "closed");
     }
-    assert_true(status_num(dep, "breaker_requests") == 39);
-    assert_true(status_num(dep, "breaker_failures") == 19);
+    assert_true(status_num(rc, dep, "breaker_requests") == 39);
+    assert_true(status_num(rc, dep, "breaker_failures") == 19);
     double now = requests(dep, 1, "failed");
     assert_breaker(dep, "open");
-    assert_true(status_num(dep, "breaker_opened_total") == 1);
+    assert_true(status_num(rc, dep, "breaker_opened_total") == 1);
     assert_true(fabs(hget(dep, "breaker_open_until") - (now + 5000)) < 0.01);
 }
 
@@ -292,8 +249,8 @@ static void test_only_failures_count(void **state) {
         assert_string_equal(res, "unknown");
     }
     assert_breaker(dep, "closed");
-    assert_true(status_num(dep, "breaker_requests") == 1);
-    assert_true(status_num(dep, "breaker_failures") == 1);
+    assert_true(status_num(rc, dep, "breaker_requests") == 1);
+    assert_true(status_num(rc, dep, "breaker_failures") == 1);
     /* Feedback without a grant ("-") does count: 19 more failures open it. */
     long long dash[19];
     for (int i = 0; i < 19; i++) dash[i] = -1;
@@ -346,10 +303,10 @@ static void test_open_sheds_and_consumes_nothing(void **state) {
     assert_true(hget(dep, "last_slot") == last_slot);
     assert_true(hget(dep, "next_grant") == next);
     assert_true(hget(dep, "granted_total") == granted);
-    assert_true(status_num(dep, "shed_breaker") == sheds);
-    assert_true(status_num(dep, "shed_total") == sheds);
-    assert_true(status_num(dep, "breaker_open_ms") <= 2000);
-    assert_true(status_num(dep, "breaker_open_ms") >= 1500); /* real time runs on too */
+    assert_true(status_num(rc, dep, "shed_breaker") == sheds);
+    assert_true(status_num(rc, dep, "shed_total") == sheds);
+    assert_true(status_num(rc, dep, "breaker_open_ms") <= 2000);
+    assert_true(status_num(rc, dep, "breaker_open_ms") >= 1500); /* real time runs on too */
 }
 
 static void test_late_results_while_open_are_ignored(void **state) {
@@ -367,8 +324,8 @@ static void test_late_results_while_open_are_ignored(void **state) {
     settle_n(dep, 5, ids + 5, "ok", -1, NULL);
     assert_breaker(dep, "open");
     assert_true(hget(dep, "breaker_open_until") == until);
-    assert_true(status_num(dep, "breaker_opened_total") == 1);
-    assert_true(status_num(dep, "breaker_requests") == 0);
+    assert_true(status_num(rc, dep, "breaker_opened_total") == 1);
+    assert_true(status_num(rc, dep, "breaker_requests") == 0);
 }
 
 /* ---- half-open: one probe ----------------------------------------------- */
@@ -416,13 +373,13 @@ static void test_probe_ok_closes(void **state) {
     long long probe = one_probe(dep);
     settle_n(dep, 3, ids, "failed", -1, NULL);
     assert_breaker(dep, "half_open");
-    assert_true(status_num(dep, "breaker_probes_total") == 1);
+    assert_true(status_num(rc, dep, "breaker_probes_total") == 1);
     char res[16];
     settle1(dep, probe, "ok", -1, res);
     assert_string_equal(res, "settled");
     assert_breaker(dep, "closed");
-    assert_true(status_num(dep, "breaker_requests") == 0);
-    assert_true(status_num(dep, "breaker_closed_total") == 1);
+    assert_true(status_num(rc, dep, "breaker_requests") == 0);
+    assert_true(status_num(rc, dep, "breaker_closed_total") == 1);
     verdict v[100];
     reserve_n(dep, 100, v);
     assert_int_equal(count_kind(v, 100, 1, NULL), 100);
@@ -441,7 +398,7 @@ static void test_probe_failed_reopens(void **state) {
     double now = settle1(dep, probe, "failed", -1, NULL);
     assert_breaker(dep, "open");
     assert_true(fabs(hget(dep, "breaker_open_until") - (now + 5000)) < 0.01);
-    assert_true(status_num(dep, "breaker_opened_total") == 2);
+    assert_true(status_num(rc, dep, "breaker_opened_total") == 2);
     verdict v[10];
     now = reserve_n(dep, 10, v);
     assert_int_equal(count_kind(v, 10, 0, "breaker"), 10);
@@ -449,7 +406,7 @@ static void test_probe_failed_reopens(void **state) {
     /* And after that break, a new probe. */
     long long probe2 = one_probe(dep);
     assert_true(probe2 > probe);
-    assert_true(status_num(dep, "breaker_probes_total") == 2);
+    assert_true(status_num(rc, dep, "breaker_probes_total") == 2);
 }
 
 static void test_probe_without_verdict_reprobes(void **state) {
@@ -470,7 +427,7 @@ static void test_probe_without_verdict_reprobes(void **state) {
     assert_int_equal(v[0].kind, 1);
     long long probe2 = v[0].id;
     assert_true(probe2 > probe);
-    assert_true(status_num(dep, "expired_total") == 1);
+    assert_true(status_num(rc, dep, "expired_total") == 1);
     /* The old probe's late settle is unknown and decides nothing. */
     char res[16];
     settle1(dep, probe, "ok", -1, res);
@@ -484,8 +441,8 @@ static void test_probe_without_verdict_reprobes(void **state) {
     assert_int_equal(count_kind(v, 10, 1, NULL), 1);
     settle1(dep, v[0].id, "ok", -1, NULL);
     assert_breaker(dep, "closed");
-    assert_true(status_num(dep, "breaker_probes_total") == 3);
-    assert_true(status_num(dep, "breaker_opened_total") == 1);
+    assert_true(status_num(rc, dep, "breaker_probes_total") == 3);
+    assert_true(status_num(rc, dep, "breaker_opened_total") == 1);
 }
 
 /* ---- the window slides -------------------------------------------------- */
@@ -497,23 +454,23 @@ static void test_window_slides(void **state) {
     requests(dep, 15, "failed");
     advance_on(rc, dep, 8500);
     /* Still within the window: 15 of 15 counted. */
-    assert_true(status_num(dep, "breaker_requests") == 15);
-    assert_true(status_num(dep, "breaker_failures") == 15);
+    assert_true(status_num(rc, dep, "breaker_requests") == 15);
+    assert_true(status_num(rc, dep, "breaker_failures") == 15);
     advance_on(rc, dep, 2600);
     /* 11.1 s later the slice has left the window. */
-    assert_true(status_num(dep, "breaker_requests") == 0);
+    assert_true(status_num(rc, dep, "breaker_requests") == 0);
     requests(dep, 5, "failed");
     /* 5 of 5 now, not 20 of 20: closed. */
     assert_breaker(dep, "closed");
-    assert_true(status_num(dep, "breaker_requests") == 5);
+    assert_true(status_num(rc, dep, "breaker_requests") == 5);
     advance_on(rc, dep, 3000);
     requests(dep, 14, "failed");
     assert_breaker(dep, "closed");
-    assert_true(status_num(dep, "breaker_requests") == 19);
+    assert_true(status_num(rc, dep, "breaker_requests") == 19);
     requests(dep, 1, "failed");
     assert_breaker(dep, "open");
     /* The window field never holds more than its live slices. */
-    assert_true(status_num(dep, "breaker_opened_total") == 1);
+    assert_true(status_num(rc, dep, "breaker_opened_total") == 1);
 }
 
 /* ---- hard quota --------------------------------------------------------- */
@@ -533,14 +490,14 @@ static void test_quota_out_until_reset(void **state) {
     assert_true(fabs(hget(dep, "quota_until") - (now + 20000)) < 0.01);
     /* Not a rate pause: the schedule did not move, no pause, no shift. */
     assert_true(hget(dep, "requests_tat") == tat);
-    assert_true(status_num(dep, "paused_ms") == 0);
+    assert_true(status_num(rc, dep, "paused_ms") == 0);
     assert_false(hexists(dep, "pause_shift_ms"));
-    assert_true(status_num(dep, "pauses") == 0);
+    assert_true(status_num(rc, dep, "pauses") == 0);
     assert_breaker(dep, "closed");
-    assert_true(status_num(dep, "breaker_requests") == 0);
-    assert_true(status_num(dep, "quota_events_total") == 1);
-    assert_true(status_num(dep, "settled_quota") == 1);
-    assert_true(status_num(dep, "quota_out_ms") > 19000); /* 20 s, less real time since */
+    assert_true(status_num(rc, dep, "breaker_requests") == 0);
+    assert_true(status_num(rc, dep, "quota_events_total") == 1);
+    assert_true(status_num(rc, dep, "settled_quota") == 1);
+    assert_true(status_num(rc, dep, "quota_out_ms") > 19000); /* 20 s, less real time since */
     /* Everything is shed `quota` until the reset, consuming nothing. */
     char *before = dump_rest(dep);
     double rnow = reserve_n(dep, 20, v + 0);
@@ -551,26 +508,26 @@ static void test_quota_out_until_reset(void **state) {
     free(before);
     free(after);
     assert_true(hget(dep, "requests_tat") == tat);
-    assert_true(status_num(dep, "shed_quota") == 20);
+    assert_true(status_num(rc, dep, "shed_quota") == 20);
     /* More reports of the same out (feedback without a grant, a shorter
      * reset) neither shorten it nor count as new events. */
     long long dash[5] = {-1, -1, -1, -1, -1};
     settle_n(dep, 5, dash, "quota", 10000, NULL);
     assert_true(fabs(hget(dep, "quota_until") - (now + 20000)) < 0.01);
-    assert_true(status_num(dep, "quota_events_total") == 1);
+    assert_true(status_num(rc, dep, "quota_events_total") == 1);
     advance_on(rc, dep, 19000);
     reserve_n(dep, 1, v);
     assert_string_equal(v[0].reason, "quota");
     assert_true(v[0].retry_after_ms <= 1000);
     advance_on(rc, dep, 1001);
-    assert_true(status_num(dep, "quota_out_ms") == 0);
+    assert_true(status_num(rc, dep, "quota_out_ms") == 0);
     reserve_n(dep, 20, v);
     assert_int_equal(count_kind(v, 20, 1, NULL), 20);
     /* No reset given (-1): out for quota_hold_ms, a second event. */
     now = settle1(dep, -1, "quota", -1, res);
     assert_string_equal(res, "feedback");
     assert_true(fabs(hget(dep, "quota_until") - (now + 7000)) < 0.01);
-    assert_true(status_num(dep, "quota_events_total") == 2);
+    assert_true(status_num(rc, dep, "quota_events_total") == 2);
     rnow = reserve_n(dep, 1, v);
     assert_string_equal(v[0].reason, "quota");
     assert_true(fabs((double)v[0].retry_after_ms - (now + 7000 - rnow)) <= 1);
@@ -603,9 +560,9 @@ static void test_health_before_lanes(void **state) {
     assert_int_equal(count_kind(v, 4, 0, "breaker"), 4);
     reserve_lane(dep, 4, 1, 60000, "hi", "", v);
     assert_int_equal(count_kind(v, 4, 0, "breaker"), 4);
-    assert_true(status_num(dep, "lane.lo.shed_total") == 4);
-    assert_true(status_num(dep, "lane.hi.shed_total") == 4);
-    assert_true(status_num(dep, "lane.lo.deferred_total") == 2);
+    assert_true(status_num(rc, dep, "lane.lo.shed_total") == 4);
+    assert_true(status_num(rc, dep, "lane.hi.shed_total") == 4);
+    assert_true(status_num(rc, dep, "lane.lo.deferred_total") == 2);
     /* Half-open: the first grant is the probe, the rest are shed. */
     advance_on(rc, dep, 5001);
     reserve_lane(dep, 3, 1, 60000, "lo", "", v);
@@ -618,8 +575,8 @@ static void test_health_before_lanes(void **state) {
     reserve_lane(dep, 2, 1, 60000, "lo", "", v);
     assert_int_equal(v[0].kind, 2);
     assert_int_equal(v[1].kind, 2);
-    assert_true(status_num(dep, "lane.lo.deferred_total") == 4);
-    assert_true(status_num(dep, "lane.lo.shed_total") == 6);
+    assert_true(status_num(rc, dep, "lane.lo.deferred_total") == 4);
+    assert_true(status_num(rc, dep, "lane.lo.shed_total") == 6);
 }
 
 /* ---- bad configuration -------------------------------------------------- */

@@ -27,31 +27,6 @@
 /* rpm 600, burst 10 (the routing example of docs/architecture.md). */
 static void configure_std(const char *dep) { configure_on(rc, dep, "rpm", "600", "burst_requests", "10", NULL); }
 
-/* EVALSHA reserve with the given keys and arguments (raw reply). */
-static redisReply *eval_reserve(int nkeys, char (*keys)[SCRIPTS_KEY_MAX], int argc, const char **argv) {
-    const script *s = scripts_get(SCRIPT_RESERVE);
-    int n = 3 + nkeys + argc;
-    const char **av = malloc(sizeof(*av) * (size_t)n);
-    assert_non_null(av);
-    char nk[16];
-    snprintf(nk, sizeof(nk), "%d", nkeys);
-    av[0] = "EVALSHA";
-    av[1] = s->sha;
-    av[2] = nk;
-    for (int i = 0; i < nkeys; i++) av[3 + i] = keys[i];
-    for (int i = 0; i < argc; i++) av[3 + nkeys + i] = argv[i];
-    redisReply *r = redisCommandArgv(rc, n, av, NULL);
-    if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
-        freeReplyObject(r);
-        r = redisCommand(rc, "SCRIPT LOAD %b", s->source, s->len);
-        if (r) freeReplyObject(r);
-        r = redisCommandArgv(rc, n, av, NULL);
-    }
-    free(av);
-    assert_non_null(r);
-    return r;
-}
-
 /* The 9 x m keys of the members, in order. */
 static int group_keys(int m, const char **members, char (*keys)[SCRIPTS_KEY_MAX]) {
     for (int j = 0; j < m; j++) assert_int_equal(scripts_keys(members[j], keys + SCRIPTS_NKEYS * j), 0);
@@ -73,7 +48,9 @@ static redisReply *group_raw(int m, const char **members, int argc, const char *
     const char *av[1 + 5 + 5 * MAXN];
     av[0] = "group";
     for (int i = 0; i < argc; i++) av[1 + i] = argv[i];
-    return eval_reserve(nk, keys, 1 + argc, av);
+    redisReply *r = script_call_keys(rc, SCRIPT_RESERVE, nk, keys, 1 + argc, av);
+    assert_non_null(r);
+    return r;
 }
 
 /* n items (tokens, max_wait, order each; lanes and tenants empty). */
@@ -148,13 +125,7 @@ static gverdict group1(int m, const char **members, long long spill, const char 
     return v;
 }
 
-static double hget(const char *dep, const char *field) {
-    redisReply *r = redisCommand(rc, "HGET sluice:{%s}:state %s", dep, field);
-    assert_non_null(r);
-    double v = r->type == REDIS_REPLY_STRING ? atof(r->str) : 0;
-    freeReplyObject(r);
-    return v;
-}
+static double hget(const char *dep, const char *field) { return hash_num(rc, dep, "state", field); }
 
 static char *hget_str(const char *dep, const char *field) {
     redisReply *r = redisCommand(rc, "HGET sluice:{%s}:state %s", dep, field);
@@ -175,21 +146,8 @@ static long long hlen_grants(const char *dep) {
 /* Every key of a deployment as text (state fields sorted), to prove a call
  * changed nothing at all. */
 static char *dump_all(const char *dep) {
-    static const char *what[] = {"state", "grants", "leases", "refq:requests", "refq:tokens", "daily"};
-    size_t cap = 1 << 16, len = 0;
-    char *out = calloc(1, cap);
-    assert_non_null(out);
-    for (size_t k = 0; k < sizeof(what) / sizeof(what[0]); k++) {
-        redisReply *r = redisCommand(rc, "DUMP sluice:{%s}:%s", dep, what[k]);
-        assert_non_null(r);
-        len += (size_t)snprintf(out + len, cap - len, "%s=", what[k]);
-        if (r->type == REDIS_REPLY_STRING)
-            for (size_t i = 0; i < r->len && len + 3 < cap; i++)
-                len += (size_t)snprintf(out + len, cap - len, "%02x", (unsigned char)r->str[i]);
-        len += (size_t)snprintf(out + len, cap - len, ";");
-        freeReplyObject(r);
-    }
-    return out;
+    static const char *const what[] = {"state", "grants", "leases", "refq:requests", "refq:tokens", "daily"};
+    return dump_keys(rc, dep, what, sizeof(what) / sizeof(*what));
 }
 
 static int count_on(const gverdict *v, int n, int kind, int member) {
@@ -540,7 +498,8 @@ static void test_bad_argv(void **state) {
     snprintf(keys[SCRIPTS_NKEYS + 3], SCRIPTS_KEY_MAX, "sluice:{bad-a}:leases");
     const char *av[10] = {"group"};
     for (int i = 0; i < 9; i++) av[1 + i] = ok[i];
-    r = eval_reserve(SCRIPTS_NKEYS * 2, keys, 10, av);
+    r = script_call_keys(rc, SCRIPT_RESERVE, SCRIPTS_NKEYS * 2, keys, 10, av);
+    assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_ERROR);
     assert_non_null(strstr(r->str, "member 2: KEYS[4] must be sluice:{bad-b}:leases"));
     freeReplyObject(r);

@@ -95,50 +95,12 @@ static double settle1(redisContext *c, const char *dep, const char *id, long lon
     return now;
 }
 
-static double hget(redisContext *c, const char *dep, const char *what, const char *field) {
-    redisReply *r = redisCommand(c, "HGET sluice:{%s}:%s %s", dep, what, field);
-    assert_non_null(r);
-    double v = r->type == REDIS_REPLY_STRING ? atof(r->str) : 0;
-    freeReplyObject(r);
-    return v;
-}
-
-static double status_field(redisContext *c, const char *dep, const char *field) {
-    redisReply *r = script_callv(c, SCRIPT_STATUS, dep, NULL);
-    assert_non_null(r);
-    if (r->type == REDIS_REPLY_ERROR) fail_msg("status: %s", r->str);
-    for (size_t i = 0; i + 1 < r->elements; i += 2) {
-        if (strcmp(r->element[i]->str, field) == 0) {
-            redisReply *v = r->element[i + 1];
-            double d = v->type == REDIS_REPLY_INTEGER ? (double)v->integer : atof(v->str);
-            freeReplyObject(r);
-            return d;
-        }
-    }
-    freeReplyObject(r);
-    fail_msg("status has no field %s", field);
-    return 0;
-}
-
 /* A dump of every key of a deployment, to prove a call changed nothing. */
 static char *dump_state(redisContext *c, const char *dep) {
-    static const char *what[] = {"limits", "state", "grants", "leases", "refq:requests",
-                                 "refq:tokens", "daily", "retry", "agents"};
-    size_t cap = 1 << 16, len = 0;
-    char *out = calloc(1, cap);
-    for (size_t i = 0; i < sizeof(what) / sizeof(*what); i++) {
-        redisReply *r = redisCommand(c, "DUMP sluice:{%s}:%s", dep, what[i]);
-        assert_non_null(r);
-        len += (size_t)snprintf(out + len, cap - len, "%s=", what[i]);
-        if (r->type == REDIS_REPLY_STRING)
-            for (size_t j = 0; j < r->len && len + 3 < cap; j++)
-                len += (size_t)snprintf(out + len, cap - len, "%02x", (unsigned char)r->str[j]);
-        len += (size_t)snprintf(out + len, cap - len, ";");
-        freeReplyObject(r);
-    }
-    return out;
+    static const char *const what[] = {"limits", "state", "grants", "leases", "refq:requests",
+                                       "refq:tokens", "daily", "retry", "agents"};
+    return dump_keys(c, dep, what, sizeof(what) / sizeof(*what));
 }
-
 static uint64_t rng_next(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -283,7 +245,7 @@ static double run_workload(const workload *w, int ncallers) {
     double first_r = 0, first_t = 0;
     size_t rej_r = replay_rejections(&req, (double)w->burst_r, (double)w->rpm / 60000.0, &first_r);
     size_t rej_t = replay_rejections(&tok, (double)w->burst_t, (double)w->tpm / 60000.0, &first_t);
-    double given_back = hget(rc, w->dep, "state", "tokens_refunded");
+    double given_back = hash_num(rc, w->dep, "state", "tokens_refunded");
     if (rej_t && getenv("SLUICE_TEST_DUMP")) {
         for (size_t i = 0; i < tok.n; i++)
             if (fabs(tok.ev[i].t_ms - first_t) < 3000)
@@ -293,7 +255,7 @@ static double run_workload(const workload *w, int ncallers) {
     print_message("  %s: %lld grants, %lld sheds, %lld cancels, refunds asked %lld / given %.0f "
                   "tokens, scale %.3f, decreases %.0f; rejections: requests %zu, tokens %zu\n",
                   w->dep, grants, sheds, cancels, refunded, given_back,
-                  status_field(rc, w->dep, "rate_scale"), hget(rc, w->dep, "state", "decreases"),
+                  status_num(rc, w->dep, "rate_scale"), hash_num(rc, w->dep, "state", "decreases"),
                   rej_r, rej_t);
     /* The workload must have exercised what it claims to. */
     assert_true(grants > 150);
@@ -360,7 +322,7 @@ static void test_shed_consumes_nothing(void **state) {
     assert_int_equal(v.wait_ms, 0);
     /* The bucket is empty for 1 s on both dimensions: a max wait of 0 sheds. */
     char *before = dump_state(rc, dep);
-    double grants_before = hget(rc, dep, "state", "granted_total");
+    double grants_before = hash_num(rc, dep, "state", "granted_total");
     v = reserve1(rc, dep, 50, 0, NULL);
     assert_false(v.granted);
     assert_string_equal(v.reason, "rpm");
@@ -371,21 +333,21 @@ static void test_shed_consumes_nothing(void **state) {
     assert_int_equal(v.retry_after_ms, -1);
     /* Only the shed counters moved: compare the schedule fields. */
     char *after = dump_state(rc, dep);
-    assert_true(hget(rc, dep, "state", "granted_total") == grants_before);
-    assert_true(hget(rc, dep, "state", "shed_total") == 2);
+    assert_true(hash_num(rc, dep, "state", "granted_total") == grants_before);
+    assert_true(hash_num(rc, dep, "state", "shed_total") == 2);
     /* limits, grants, leases, queues, daily, retry: byte-identical. */
     char *b = strstr(before, "grants="), *a = strstr(after, "grants=");
     assert_string_equal(b, a);
     free(before);
     free(after);
-    double tat_r = hget(rc, dep, "state", "requests_tat");
-    double tat_t = hget(rc, dep, "state", "tokens_tat");
+    double tat_r = hash_num(rc, dep, "state", "requests_tat");
+    double tat_t = hash_num(rc, dep, "state", "tokens_tat");
     /* A grant after the sheds gets exactly the slot it would have had. */
     double now;
     v = reserve1(rc, dep, 50, 60000, &now);
     assert_true(v.granted);
     assert_true(fabs(now + (double)v.wait_ms - tat_r) < 1.0);
-    assert_true(hget(rc, dep, "state", "tokens_tat") - tat_t > 499.0);
+    assert_true(hash_num(rc, dep, "state", "tokens_tat") - tat_t > 499.0);
 }
 
 /* ---- settle: exact refunds and charges, the refund bound, expiry --------- */
@@ -398,34 +360,34 @@ static void test_settle_refund_and_charge_exact(void **state) {
     char res[32], id[24];
     verdict v = reserve1(rc, dep, 5000, 0, NULL);
     assert_true(v.granted);
-    double tat0 = hget(rc, dep, "state", "tokens_tat");
+    double tat0 = hash_num(rc, dep, "state", "tokens_tat");
     snprintf(id, sizeof(id), "%lld", v.id);
     settle1(rc, dep, id, 2000, "ok", -1, res, sizeof(res));
     assert_string_equal(res, "settled");
-    double tat1 = hget(rc, dep, "state", "tokens_tat");
+    double tat1 = hash_num(rc, dep, "state", "tokens_tat");
     assert_true(fabs((tat0 - tat1) - 3000.0) < 0.01);
-    assert_true(hget(rc, dep, "state", "tokens_refunded") == 3000);
+    assert_true(hash_num(rc, dep, "state", "tokens_refunded") == 3000);
     /* Settling twice is harmless and reports the grant as unknown. */
     settle1(rc, dep, id, 0, "ok", -1, res, sizeof(res));
     assert_string_equal(res, "unknown");
-    assert_true(hget(rc, dep, "state", "tokens_refunded") == 3000);
+    assert_true(hash_num(rc, dep, "state", "tokens_refunded") == 3000);
 
     /* Usage above the estimate is charged exactly. */
     v = reserve1(rc, dep, 1000, 0, NULL);
-    double tat2 = hget(rc, dep, "state", "tokens_tat");
+    double tat2 = hash_num(rc, dep, "state", "tokens_tat");
     snprintf(id, sizeof(id), "%lld", v.id);
     settle1(rc, dep, id, 1500, "ok", -1, res, sizeof(res));
-    assert_true(fabs(hget(rc, dep, "state", "tokens_tat") - tat2 - 500.0) < 0.01);
-    assert_true(hget(rc, dep, "state", "tokens_charged") == 500);
+    assert_true(fabs(hash_num(rc, dep, "state", "tokens_tat") - tat2 - 500.0) < 0.01);
+    assert_true(hash_num(rc, dep, "state", "tokens_charged") == 500);
 
     /* With refund off, unused tokens stay charged. */
     configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens",
               "10000", "refund", "0", NULL);
     v = reserve1(rc, dep, 1000, 60000, NULL);
-    double tat3 = hget(rc, dep, "state", "tokens_tat");
+    double tat3 = hash_num(rc, dep, "state", "tokens_tat");
     snprintf(id, sizeof(id), "%lld", v.id);
     settle1(rc, dep, id, 10, "ok", -1, res, sizeof(res));
-    assert_true(hget(rc, dep, "state", "tokens_tat") == tat3);
+    assert_true(hash_num(rc, dep, "state", "tokens_tat") == tat3);
 }
 
 static void test_refund_never_exceeds_bucket(void **state) {
@@ -440,19 +402,19 @@ static void test_refund_never_exceeds_bucket(void **state) {
     verdict b = reserve1(rc, dep, 1000, 60000, NULL);
     assert_int_equal(a.wait_ms, 0);
     assert_true(b.wait_ms >= 999 && b.wait_ms <= 1000);
-    double tat = hget(rc, dep, "state", "tokens_tat");
+    double tat = hash_num(rc, dep, "state", "tokens_tat");
     snprintf(id, sizeof(id), "%lld", a.id);
     settle1(rc, dep, id, 0, "ok", -1, res, sizeof(res));
     assert_string_equal(res, "settled");
-    assert_true(hget(rc, dep, "state", "tokens_refunded") == 0);
-    assert_true(hget(rc, dep, "state", "tokens_tat") == tat);
+    assert_true(hash_num(rc, dep, "state", "tokens_refunded") == 0);
+    assert_true(hash_num(rc, dep, "state", "tokens_tat") == tat);
     /* Cancelling B before its slot gives back its tokens and its request. */
-    double tat_r = hget(rc, dep, "state", "requests_tat");
+    double tat_r = hash_num(rc, dep, "state", "requests_tat");
     snprintf(id, sizeof(id), "%lld", b.id);
     settle1(rc, dep, id, -1, "cancelled", -1, res, sizeof(res));
-    assert_true(hget(rc, dep, "state", "tokens_refunded") > 990);
-    assert_true(hget(rc, dep, "state", "tokens_tat") < tat - 990);
-    assert_true(hget(rc, dep, "state", "requests_tat") < tat_r);
+    assert_true(hash_num(rc, dep, "state", "tokens_refunded") > 990);
+    assert_true(hash_num(rc, dep, "state", "tokens_tat") < tat - 990);
+    assert_true(hash_num(rc, dep, "state", "requests_tat") < tat_r);
 }
 
 static void test_expired_grant_is_charged_and_reclaimed(void **state) {
@@ -461,19 +423,19 @@ static void test_expired_grant_is_charged_and_reclaimed(void **state) {
               NULL);
     verdict v = reserve1(rc, dep, 4000, 0, NULL);
     assert_true(v.granted);
-    double tat = hget(rc, dep, "state", "tokens_tat");
-    assert_true(status_field(rc, dep, "outstanding_grants") == 1);
+    double tat = hash_num(rc, dep, "state", "tokens_tat");
+    assert_true(status_num(rc, dep, "outstanding_grants") == 1);
     advance_on(rc, dep, 1500);
     /* The next call reclaims it; its estimate stays charged. */
     verdict w = reserve1(rc, dep, 0, 60000, NULL);
     assert_true(w.granted);
-    assert_true(hget(rc, dep, "state", "expired_total") == 1);
-    assert_true(hget(rc, dep, "state", "tokens_tat") >= tat);
+    assert_true(hash_num(rc, dep, "state", "expired_total") == 1);
+    assert_true(hash_num(rc, dep, "state", "tokens_tat") >= tat);
     char res[32], id[24];
     snprintf(id, sizeof(id), "%lld", v.id);
     settle1(rc, dep, id, 0, "ok", -1, res, sizeof(res));
     assert_string_equal(res, "unknown");
-    assert_true(hget(rc, dep, "state", "tokens_refunded") == 0);
+    assert_true(hash_num(rc, dep, "state", "tokens_refunded") == 0);
 }
 
 /* ---- retry budget -------------------------------------------------------- */
@@ -517,8 +479,8 @@ static void test_retry_budget_boundaries(void **state) {
     /* After the ttl everything has expired: the floor is back, whole. */
     advance_on(rc, dep, 10001);
     assert_true(retry(rc, dep, "peek", &bal) && bal == 10);
-    assert_true(hget(rc, dep, "state", "retries_allowed") == 11);
-    assert_true(hget(rc, dep, "state", "retries_refused") == 2);
+    assert_true(hash_num(rc, dep, "state", "retries_allowed") == 11);
+    assert_true(hash_num(rc, dep, "state", "retries_refused") == 2);
 }
 
 /* ---- feedback: pause once, AIMD ----------------------------------------- */
@@ -535,10 +497,10 @@ static void test_pause_is_idempotent(void **state) {
     }
     /* Fifty reports of one 429: one pause, ending 2 s after the first report
      * plus the time the reports took, not 50 x 2 s. */
-    double until = hget(rc, dep, "state", "paused_until");
+    double until = hash_num(rc, dep, "state", "paused_until");
     assert_true(until >= t0 + 2000 && until < t0 + 2000 + 1000);
-    assert_true(hget(rc, dep, "state", "pauses") == 1);
-    assert_true(hget(rc, dep, "state", "throttles_seen") == 50);
+    assert_true(hash_num(rc, dep, "state", "pauses") == 1);
+    assert_true(hash_num(rc, dep, "state", "throttles_seen") == 50);
     /* No slot starts before the pause ends; a short max wait is shed with
      * reason paused. */
     double now;
@@ -549,7 +511,7 @@ static void test_pause_is_idempotent(void **state) {
     assert_false(v.granted);
     assert_string_equal(v.reason, "paused");
     /* No AIMD from reports without a grant. */
-    assert_true(status_field(rc, dep, "rate_scale") == 1.0);
+    assert_true(status_num(rc, dep, "rate_scale") == 1.0);
 }
 
 /* A pause shifts the outstanding schedule behind it, spacing kept, instead
@@ -561,13 +523,13 @@ static void test_pause_shifts_the_backlog(void **state) {
     verdict v[5];
     double t0 = reserve(rc, dep, 5, tokens, maxwait, v, NULL);
     for (int i = 0; i < 5; i++) assert_true(v[i].granted && llabs(v[i].wait_ms - 100 * i) <= 1);
-    double tat = hget(rc, dep, "state", "requests_tat");
+    double tat = hash_num(rc, dep, "state", "requests_tat");
     char res[32];
     double t1 = settle1(rc, dep, "-", -1, "throttled", 1000, res, sizeof(res));
-    double shift = hget(rc, dep, "state", "pause_shift_ms");
+    double shift = hash_num(rc, dep, "state", "pause_shift_ms");
     /* The pause started at t1 (nothing paused before): the shift is 1000. */
     assert_true(fabs(shift - 1000) < 0.01);
-    assert_true(fabs(hget(rc, dep, "state", "requests_tat") - (tat + 1000)) < 0.01);
+    assert_true(fabs(hash_num(rc, dep, "state", "requests_tat") - (tat + 1000)) < 0.01);
     /* The next grant comes after the five shifted ones (last at t0 + 1400). */
     double now;
     verdict n = reserve1(rc, dep, 0, 60000, &now);
@@ -587,20 +549,20 @@ static void test_aimd_lowers_and_restores(void **state) {
     verdict b = reserve1(rc, dep, 0, 600000, NULL);
     snprintf(id, sizeof(id), "%lld", a.id);
     settle1(rc, dep, id, -1, "throttled", -1, res, sizeof(res));
-    assert_true(status_field(rc, dep, "rate_scale") == 0.5);
-    assert_true(status_field(rc, dep, "effective_rpm") == 3000);
+    assert_true(status_num(rc, dep, "rate_scale") == 0.5);
+    assert_true(status_num(rc, dep, "effective_rpm") == 3000);
     /* B was reserved before the decrease: its 429 is the same event. */
     snprintf(id, sizeof(id), "%lld", b.id);
     settle1(rc, dep, id, -1, "throttled", -1, res, sizeof(res));
-    assert_true(status_field(rc, dep, "rate_scale") == 0.5);
+    assert_true(status_num(rc, dep, "rate_scale") == 0.5);
     /* Reserved after the decrease: a new signal, x0.5 again, then the floor. */
     for (int i = 0; i < 3; i++) {
         verdict c = reserve1(rc, dep, 0, 600000, NULL);
         snprintf(id, sizeof(id), "%lld", c.id);
         settle1(rc, dep, id, -1, "throttled", -1, res, sizeof(res));
     }
-    assert_true(status_field(rc, dep, "rate_scale") == 0.2);
-    assert_true(hget(rc, dep, "state", "decreases") == 3);
+    assert_true(status_num(rc, dep, "rate_scale") == 0.2);
+    assert_true(hash_num(rc, dep, "state", "decreases") == 3);
     /* The lowered rate is what the schedule uses: 1200 RPM = 50 ms apart. */
     double t1, t2;
     advance_on(rc, dep, 500);
@@ -610,11 +572,11 @@ static void test_aimd_lowers_and_restores(void **state) {
     assert_true(gap > 49 && gap < 51);
     /* Quiet time restores additively: +0.1 per second, up to 1. */
     advance_on(rc, dep, 3000);
-    assert_true(fabs(status_field(rc, dep, "rate_scale") - 0.5) < 1e-9);
+    assert_true(fabs(status_num(rc, dep, "rate_scale") - 0.5) < 1e-9);
     reserve1(rc, dep, 0, 600000, NULL);
-    assert_true(fabs(hget(rc, dep, "state", "rate_scale") - 0.5) < 1e-9);
+    assert_true(fabs(hash_num(rc, dep, "state", "rate_scale") - 0.5) < 1e-9);
     advance_on(rc, dep, 60000);
-    assert_true(status_field(rc, dep, "rate_scale") == 1.0);
+    assert_true(status_num(rc, dep, "rate_scale") == 1.0);
 }
 
 /* ---- concurrency leases -------------------------------------------------- */
@@ -639,7 +601,7 @@ static void test_concurrency_cap_and_reclaim(void **state) {
     advance_on(rc, dep, 5001);
     assert_true(reserve1(rc, dep, 0, 1000, NULL).granted);
     assert_true(reserve1(rc, dep, 0, 1000, NULL).granted);
-    assert_true(hget(rc, dep, "state", "expired_total") == 2);
+    assert_true(hash_num(rc, dep, "state", "expired_total") == 2);
 }
 
 /* ---- daily limits -------------------------------------------------------- */
@@ -662,13 +624,13 @@ static void test_daily_resets_at_utc_midnight(void **state) {
     assert_false(v.granted);
     assert_string_equal(v.reason, "daily");
     assert_true(v.retry_after_ms > 1000 && v.retry_after_ms <= 2000);
-    assert_true(status_field(rc, dep, "today_requests") == 3);
+    assert_true(status_num(rc, dep, "today_requests") == 3);
     verdict huge = reserve1(rc, dep, 5000, 0, NULL);
     assert_string_equal(huge.reason, "too_large");
     advance_on(rc, dep, 2001);
     assert_true(reserve1(rc, dep, 100, 0, NULL).granted);
-    assert_true(status_field(rc, dep, "today_requests") == 1);
-    assert_true(status_field(rc, dep, "today_tokens") == 100);
+    assert_true(status_num(rc, dep, "today_requests") == 1);
+    assert_true(status_num(rc, dep, "today_tokens") == 100);
 }
 
 /* ---- keys, hash tags, bad arguments -------------------------------------- */
@@ -768,7 +730,7 @@ static void test_heartbeat_counts_live_agents(void **state) {
     r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "a1", "3000", NULL);
     assert_int_equal(r->integer, 1);
     freeReplyObject(r);
-    assert_true(status_field(rc, dep, "live_agents") == 1);
+    assert_true(status_num(rc, dep, "live_agents") == 1);
 }
 
 int main(void) {

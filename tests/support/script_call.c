@@ -6,13 +6,20 @@
 
 redisReply *script_call(redisContext *c, script_id id, const char *deployment,
                         int argc, const char **argv) {
-    const script *s = scripts_get(id);
     char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX];
-    if (!s || scripts_keys(deployment, keys) != 0) return NULL;
-    int n = SCRIPTS_EVALSHA_ARGC(argc);
+    if (scripts_keys(deployment, keys) != 0) return NULL;
+    return script_call_keys(c, id, SCRIPTS_NKEYS, keys, argc, argv);
+}
+
+redisReply *script_call_keys(redisContext *c, script_id id, int nkeys, char (*keys)[SCRIPTS_KEY_MAX], int argc,
+                             const char **argv) {
+    const script *s = scripts_get(id);
+    if (!s) return NULL;
+    int n = 3 + nkeys + argc;
+    char nk[12];
     const char **av = malloc(sizeof(*av) * (size_t)n);
     size_t *al = malloc(sizeof(*al) * (size_t)n);
-    if (!av || !al || scripts_evalsha_argv(id, keys, argc, argv, NULL, av, al) < 0) {
+    if (!av || !al || scripts_evalsha_argv_n(id, keys, nkeys, argc, argv, NULL, av, al, nk) < 0) {
         free(av);
         free(al);
         return NULL;

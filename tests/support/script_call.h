@@ -12,6 +12,11 @@
 redisReply *script_call(redisContext *c, script_id id, const char *deployment,
                         int argc, const char **argv);
 
+/* Same with explicit KEYS (nkeys of them: several deployments' keys for a
+ * group call, which only a single Redis allows). */
+redisReply *script_call_keys(redisContext *c, script_id id, int nkeys, char (*keys)[SCRIPTS_KEY_MAX], int argc,
+                             const char **argv);
+
 /* Same with a NULL-terminated list of string arguments. */
 redisReply *script_callv(redisContext *c, script_id id, const char *deployment, ...);
 

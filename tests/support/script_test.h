@@ -12,6 +12,9 @@
 #define SLUICE_SCRIPT_TEST_H
 
 #include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <hiredis/hiredis.h>
 
 #include "redis_fixture.h"
@@ -19,6 +22,60 @@
 
 #ifndef SCRIPT_TEST_CLUSTER
 #define SCRIPT_TEST_CLUSTER 1
+/* A field of one of dep's hashes ("state", "limits", ...) as a number, 0
+ * when absent. */
+static inline double hash_num(redisContext *c, const char *dep, const char *key, const char *field) {
+    redisReply *r = redisCommand(c, "HGET sluice:{%s}:%s %s", dep, key, field);
+    assert_non_null(r);
+    double v = r->type == REDIS_REPLY_STRING ? atof(r->str) : 0;
+    freeReplyObject(r);
+    return v;
+}
+
+/* A field of the status script's answer as text, in the caller's buffer;
+ * fails the test when the field is missing. */
+static inline const char *status_text(redisContext *c, const char *dep, const char *field, char *buf, size_t len) {
+    redisReply *r = script_callv(c, SCRIPT_STATUS, dep, NULL);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("status: %s", r->str);
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        if (strcmp(r->element[i]->str, field) == 0) {
+            redisReply *v = r->element[i + 1];
+            if (v->type == REDIS_REPLY_INTEGER) snprintf(buf, len, "%lld", v->integer);
+            else snprintf(buf, len, "%s", v->str);
+            freeReplyObject(r);
+            return buf;
+        }
+    }
+    freeReplyObject(r);
+    fail_msg("status has no field %s", field);
+    return NULL;
+}
+
+static inline double status_num(redisContext *c, const char *dep, const char *field) {
+    char buf[64];
+    return atof(status_text(c, dep, field, buf, sizeof(buf)));
+}
+
+/* The DUMP of the keys of dep with the given suffixes, as one text (the
+ * caller frees it), to prove a call changed nothing in them. */
+static inline char *dump_keys(redisContext *c, const char *dep, const char *const *what, size_t n) {
+    size_t cap = 1 << 16, len = 0;
+    char *out = calloc(1, cap);
+    assert_non_null(out);
+    for (size_t i = 0; i < n; i++) {
+        redisReply *r = redisCommand(c, "DUMP sluice:{%s}:%s", dep, what[i]);
+        assert_non_null(r);
+        len += (size_t)snprintf(out + len, cap - len, "%s=", what[i]);
+        if (r->type == REDIS_REPLY_STRING)
+            for (size_t j = 0; j < r->len && len + 3 < cap; j++)
+                len += (size_t)snprintf(out + len, cap - len, "%02x", (unsigned char)r->str[j]);
+        len += (size_t)snprintf(out + len, cap - len, ";");
+        freeReplyObject(r);
+    }
+    return out;
+}
+
 #endif
 
 static redis_fixture fx;
