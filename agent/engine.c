@@ -811,6 +811,20 @@ static void call_reply_granted(engine_call *c, dep *d, long long grant, long lon
     call_granted(c, wait_ms);
 }
 
+/* A deferral from a reserve reply (plain or group): c's class on c->d
+ * waits until Redis said capacity opens (ask_in ms); the caller queues c
+ * again. */
+static void call_deferred(engine_call *c, const redisReply *reason, long long ask_in, uint64_t now) {
+    call_class *k = &c->d->classes[c->cls];
+    uint64_t at = now + (uint64_t)(ask_in > 0 ? ask_in : 1);
+    if (at > k->ask_at) k->ask_at = at;
+    c->deferred = 1;
+    snprintf(c->defer_reason, sizeof(c->defer_reason), "%s", reason->type == REDIS_REPLY_STRING ? reason->str : "rpm");
+    c->e->stats.deferrals++;
+    k->st.deferrals++;
+    c->state = CALL_PENDING;
+}
+
 static void on_reserve(void *arg, redisReply *r, const char *err) {
     reserve_batch *b = arg;
     dep *d = b->d;
@@ -895,16 +909,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
                 call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
                 continue;
             }
-            call_class *k = &d->classes[c->cls];
-            long long ask = reply_int(it->element[2]);
-            uint64_t at = now + (uint64_t)(ask > 0 ? ask : 1);
-            if (at > k->ask_at) k->ask_at = at;
-            c->deferred = 1;
-            snprintf(c->defer_reason, sizeof(c->defer_reason), "%s",
-                     it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str : "rpm");
-            e->stats.deferrals++;
-            k->st.deferrals++;
-            c->state = CALL_PENDING;
+            call_deferred(c, it->element[1], reply_int(it->element[2]), now);
             back[nback++] = c;
         } else {
             if (c->canceled) {
@@ -1106,6 +1111,17 @@ static int group_route_steps(engine_call *c) {
     return call_target(c, g->members_[c->gturn], left < g->spill_ms ? left : g->spill_ms);
 }
 
+/* Answers every request still queued on q with status. */
+static void gq_drain(gq *q, int status, const char *msg) {
+    engine_call *c;
+    while ((c = list_pop(&q->q)) != NULL) {
+        c->e->stats.queued--;
+        c->gq = NULL;
+        c->gfinal_answer = 1;
+        call_complete(c, status, NULL, msg);
+    }
+}
+
 static void gq_fallback(engine_call *c) {
     if (group_route_steps(c) != 0) {
         c->gfinal_answer = 1;
@@ -1171,18 +1187,10 @@ static void on_group_reserve(void *arg, redisReply *r, const char *err) {
             }
             c->d = d;
             c->cls = cls;
-            c->deferred = 1;
-            const char *why = it->element[2]->type == REDIS_REPLY_STRING ? it->element[2]->str : "rpm";
-            snprintf(c->defer_reason, sizeof(c->defer_reason), "%s", why);
-            long long ask = reply_int(it->element[3]);
-            uint64_t at = now + (uint64_t)(ask > 0 ? ask : 1);
-            if (at > d->classes[cls].ask_at) d->classes[cls].ask_at = at;
             const struct config_group *g = config_group(e->cfg, c->group);
             c->gnext = g ? (int)g->nmembers : 0;
             c->max_wait_ms = (long long)(c->gdeadline > c->start_ms ? c->gdeadline - c->start_ms : 0);
-            e->stats.deferrals++;
-            d->classes[cls].st.deferrals++;
-            c->state = CALL_PENDING;
+            call_deferred(c, it->element[2], reply_int(it->element[3]), now);
             class_push(d, c);
         } else if (kind == 0) {
             c->gfinal_answer = 1;
@@ -1203,12 +1211,7 @@ static void gq_flush(engine *e, gq *q) {
     const struct config_group *g = config_group(e->cfg, q->name);
     engine_call *c;
     if (!g) {
-        while ((c = list_pop(&q->q)) != NULL) {
-            e->stats.queued--;
-            c->gq = NULL;
-            c->gfinal_answer = 1;
-            call_complete(c, SL_EUNKNOWN, NULL, "group removed by a configuration reload");
-        }
+        gq_drain(q, SL_EUNKNOWN, "group removed by a configuration reload");
         return;
     }
     uint64_t now = uv_now(e->loop);
@@ -2093,16 +2096,10 @@ void engine_stop(engine *e, void (*done)(void *arg), void *arg) {
     e->stopping = 1;
     e->stop_done = done;
     e->stop_arg = arg;
+    for (gq *q = e->gqs; q; q = q->next) gq_drain(q, SL_ECLOSING, "the agent is shutting down");
     for (dep *d = e->deps; d; d = d->next) {
         engine_call *c;
         while ((c = dep_pop_any(d)) != NULL) call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
-        for (gq *q = e->gqs; q && d == e->deps; q = q->next)
-            while ((c = list_pop(&q->q)) != NULL) {
-                e->stats.queued--;
-                c->gq = NULL;
-                c->gfinal_answer = 1;
-                call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
-            }
         while (d->waiting.n) {
             c = list_pop(&d->waiting);
             e->stats.waiting--;
