@@ -22,6 +22,51 @@
 
 #ifndef SCRIPT_TEST_CLUSTER
 #define SCRIPT_TEST_CLUSTER 1
+#endif
+
+static redis_fixture fx;
+static redisContext *rc;
+
+static inline int group_setup(void **state) {
+    (void)state;
+    if (redis_fixture_start(&fx, SCRIPT_TEST_CLUSTER) != 0) return -1;
+    rc = redis_fixture_connect(&fx);
+    return rc ? 0 : -1;
+}
+
+static inline int group_teardown(void **state) {
+    (void)state;
+    if (rc) redisFree(rc);
+    redis_fixture_stop(&fx);
+    return 0;
+}
+
+/* Runs configure on dep over connection c with the NULL-terminated
+ * field/value pairs; fails the test on an error reply. */
+static inline void configure_on(redisContext *c, const char *dep, ...) {
+    const char *argv[64];
+    int argc = 0;
+    va_list ap;
+    va_start(ap, dep);
+    const char *a;
+    while (argc < 64 && (a = va_arg(ap, const char *)) != NULL) argv[argc++] = a;
+    va_end(ap);
+    redisReply *r = script_call(c, SCRIPT_CONFIGURE, dep, argc, argv);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("configure %s: %s", dep, r->str);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+}
+
+/* Moves the scripts' clock of one deployment forward by ms (the test-only
+ * limits field test_clock_offset_ms). */
+static inline void advance_on(redisContext *c, const char *dep, double ms) {
+    redisReply *r = redisCommand(c, "HINCRBYFLOAT sluice:{%s}:limits test_clock_offset_ms %f", dep, ms);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    freeReplyObject(r);
+}
+
 /* A field of one of dep's hashes ("state", "limits", ...) as a number, 0
  * when absent. */
 static inline double hash_num(redisContext *c, const char *dep, const char *key, const char *field) {
@@ -74,51 +119,6 @@ static inline char *dump_keys(redisContext *c, const char *dep, const char *cons
         freeReplyObject(r);
     }
     return out;
-}
-
-#endif
-
-static redis_fixture fx;
-static redisContext *rc;
-
-static inline int group_setup(void **state) {
-    (void)state;
-    if (redis_fixture_start(&fx, SCRIPT_TEST_CLUSTER) != 0) return -1;
-    rc = redis_fixture_connect(&fx);
-    return rc ? 0 : -1;
-}
-
-static inline int group_teardown(void **state) {
-    (void)state;
-    if (rc) redisFree(rc);
-    redis_fixture_stop(&fx);
-    return 0;
-}
-
-/* Runs configure on dep over connection c with the NULL-terminated
- * field/value pairs; fails the test on an error reply. */
-static inline void configure_on(redisContext *c, const char *dep, ...) {
-    const char *argv[64];
-    int argc = 0;
-    va_list ap;
-    va_start(ap, dep);
-    const char *a;
-    while (argc < 64 && (a = va_arg(ap, const char *)) != NULL) argv[argc++] = a;
-    va_end(ap);
-    redisReply *r = script_call(c, SCRIPT_CONFIGURE, dep, argc, argv);
-    assert_non_null(r);
-    if (r->type == REDIS_REPLY_ERROR) fail_msg("configure %s: %s", dep, r->str);
-    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    freeReplyObject(r);
-}
-
-/* Moves the scripts' clock of one deployment forward by ms (the test-only
- * limits field test_clock_offset_ms). */
-static inline void advance_on(redisContext *c, const char *dep, double ms) {
-    redisReply *r = redisCommand(c, "HINCRBYFLOAT sluice:{%s}:limits test_clock_offset_ms %f", dep, ms);
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_STRING);
-    freeReplyObject(r);
 }
 
 #endif
