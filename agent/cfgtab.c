@@ -687,10 +687,15 @@ static int walk_map(cfg_ctx *ctx, cfg_entity *ent, yaml_node_t *map, const char 
             r = find_row(sc, full, &idx);
         }
         int rc, nested = 0;
-        if (!r && fits) {
+        if (fits && (!r || (v->type == YAML_MAPPING_NODE && r->type != CFG_T_LIST && r->type != CFG_T_STRS))) {
+            /* A key may be both a value and a mapping of finer keys
+             * ("refund: false" or "refund: {tokens: false}"): a mapping
+             * goes to the rows below it. */
             full[plen + klen] = '.';
             full[plen + klen + 1] = '\0';
             nested = has_rows_under(sc, full);
+            if (nested) r = NULL;
+            else if (r) full[plen + klen] = '\0';
         }
         if (r && r->type == CFG_T_LIST) {
             rc = walk_list(ctx, ent, r, idx, v);

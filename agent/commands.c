@@ -167,7 +167,7 @@ static int arg_class_name(const char *s, size_t len) {
 }
 
 static void cmd_acquire(const command_req *q) {
-    long long tokens = 0, maxwait = -1;
+    long long tokens = 0, maxwait = -1, input = -1, output = -1;
     char lane[CONFIG_NAME_MAX + 1] = "", tenant[CONFIG_NAME_MAX + 1] = "", tag[CONFIG_NAME_MAX + 1] = "";
     for (int i = 2; i < q->argc; i += 2) {
         char p[160];
@@ -175,16 +175,19 @@ static void cmd_acquire(const command_req *q) {
             reply_error(q, "syntax error: %s needs a value", printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
             return;
         }
-        if (arg_is(q, i, "TOKENS") || arg_is(q, i, "MAXWAIT")) {
+        if (arg_is(q, i, "TOKENS") || arg_is(q, i, "MAXWAIT") || arg_is(q, i, "INPUT") || arg_is(q, i, "OUTPUT")) {
+            static const char *const words[] = {"TOKENS", "MAXWAIT", "INPUT", "OUTPUT"};
+            long long *dst[] = {&tokens, &maxwait, &input, &output};
+            int w = 0;
+            while (!arg_is(q, i, words[w])) w++;
             long long v;
             if (arg_uint(q->argv[i + 1], q->argvlen[i + 1], &v) != 0) {
                 char v1[160];
-                reply_error(q, "%s must be a non-negative integer, got '%s'", arg_is(q, i, "TOKENS") ? "TOKENS" : "MAXWAIT",
+                reply_error(q, "%s must be a non-negative integer, got '%s'", words[w],
                             printable(q->argv[i + 1], q->argvlen[i + 1], v1, sizeof(v1)));
                 return;
             }
-            if (arg_is(q, i, "TOKENS")) tokens = v;
-            else maxwait = v;
+            *dst[w] = v;
         } else if (arg_is(q, i, "LANE") || arg_is(q, i, "TENANT") || arg_is(q, i, "TAG")) {
             const char *what = arg_is(q, i, "LANE") ? "LANE" : arg_is(q, i, "TENANT") ? "TENANT" : "TAG";
             char *dst = what[1] == 'A' ? (what[0] == 'L' ? lane : tag) : tenant;
@@ -197,7 +200,7 @@ static void cmd_acquire(const command_req *q) {
             memcpy(dst, q->argv[i + 1], q->argvlen[i + 1]);
             dst[q->argvlen[i + 1]] = '\0';
         } else {
-            reply_error(q, "syntax error: unknown option '%s' (expected TOKENS, MAXWAIT, LANE, TENANT or TAG)",
+            reply_error(q, "syntax error: unknown option '%s' (expected TOKENS, INPUT, OUTPUT, MAXWAIT, LANE, TENANT or TAG)",
                         printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
             return;
         }
@@ -215,7 +218,19 @@ static void cmd_acquire(const command_req *q) {
     op->s = q->s;
     op->r = q->r;
     memcpy(op->dep, q->argv[1], q->argvlen[1] + 1);
-    engine_req rq = {op->dep, tokens, maxwait, lane, tenant, tag};
+    if ((input < 0) != (output < 0)) {
+        reply_error(q, "syntax error: INPUT and OUTPUT go together (estimated input tokens, max output tokens)");
+        free(op);
+        return;
+    }
+    engine_req rq = {.name = op->dep, .tokens = tokens, .max_wait_ms = maxwait, .lane = lane, .tenant = tenant,
+                     .tag = tag, .split = input >= 0, .input = input, .output = output};
+    const char *why = engine_acquire_req_error(server_engine(q->s), &rq);
+    if (why) {
+        reply_error(q, "%s (deployment '%s')", why, op->dep);
+        free(op);
+        return;
+    }
     int rc = engine_acquire_req(server_engine(q->s), &rq, on_acquired, op, &op->call);
     const config *cfg = engine_config(server_engine(q->s));
     if (rc == SL_EINVAL && tag[0]) {
@@ -257,7 +272,7 @@ static const char *const outcome_names[] = {"ok", "throttled", "failed", "cancel
 
 static void cmd_settle(const command_req *q) {
     server_stats *st = server_counters(q->s);
-    long long actual = -1;
+    long long actual = -1, in = -1, out = -1, cache_read = -1;
     engine_outcome outcome = ENGINE_OK;
     ratelimit_feedback fb;
     ratelimit_init(&fb, -1);
@@ -282,9 +297,13 @@ static void cmd_settle(const command_req *q) {
             reply_error(q, "syntax error: %s needs a value", printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
             return;
         }
-        if (arg_is(q, i, "TOKENS")) {
-            if (arg_uint(q->argv[i + 1], q->argvlen[i + 1], &actual) != 0) {
-                reply_error(q, "TOKENS must be a non-negative integer, got '%s'",
+        if (arg_is(q, i, "TOKENS") || arg_is(q, i, "INPUT") || arg_is(q, i, "OUTPUT") || arg_is(q, i, "CACHE_READ")) {
+            static const char *const words[] = {"TOKENS", "INPUT", "OUTPUT", "CACHE_READ"};
+            long long *dst[] = {&actual, &in, &out, &cache_read};
+            int w = 0;
+            while (!arg_is(q, i, words[w])) w++;
+            if (arg_uint(q->argv[i + 1], q->argvlen[i + 1], dst[w]) != 0) {
+                reply_error(q, "%s must be a non-negative integer, got '%s'", words[w],
                             printable(q->argv[i + 1], q->argvlen[i + 1], p, sizeof(p)));
                 return;
             }
@@ -302,7 +321,7 @@ static void cmd_settle(const command_req *q) {
                 return;
             }
         } else {
-            reply_error(q, "syntax error: unknown option '%s' (expected TOKENS, STATUS or HEADER)",
+            reply_error(q, "syntax error: unknown option '%s' (expected TOKENS, INPUT, OUTPUT, CACHE_READ, STATUS or HEADER)",
                         printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
             return;
         }
@@ -315,8 +334,25 @@ static void cmd_settle(const command_req *q) {
                 : -1;
     if (pause > SETTLE_MAX_PAUSE_MS) pause = SETTLE_MAX_PAUSE_MS;
     if (pause >= 0) st->settle_pauses++;
+    if ((in < 0) != (out < 0)) {
+        reply_error(q, "syntax error: INPUT and OUTPUT go together (the usage the provider reported)");
+        return;
+    }
+    if (cache_read >= 0 && (in < 0 || cache_read > in)) {
+        reply_error(q, "CACHE_READ is the part of INPUT read from the prompt cache: it needs INPUT and is at most it");
+        return;
+    }
+    if (actual >= 0 && in >= 0 && actual != in + out) {
+        reply_error(q, "TOKENS must be INPUT + OUTPUT when all three are given");
+        return;
+    }
+    engine_usage usage = {actual, in, out, cache_read};
+    engine_seen seen;
+    engine_seen_from_feedback(&fb, &seen);
     const char *id = q->argv[1];
-    int rc = strlen(id) == q->argvlen[1] ? engine_settle(server_engine(q->s), id, actual, outcome, pause) : SL_EINVAL;
+    int rc = strlen(id) == q->argvlen[1]
+                 ? engine_settle_usage(server_engine(q->s), id, &usage, outcome, pause, headers ? &seen : NULL)
+                 : SL_EINVAL;
     if (rc == SL_EINVAL) {
         reply_error(q, "invalid grant id '%s' (expected <deployment>:<n> or <deployment>:L<n>, as ACQUIRE gave it)",
                     printable(id, q->argvlen[1], p, sizeof(p)));
@@ -559,10 +595,11 @@ static void cmd_command(const command_req *q) {
 
 static const command command_table[] = {
     {"ACQUIRE", -2, cmd_acquire, CMD_BLOCKING,
-     "ACQUIRE <deployment|group> [TOKENS n] [MAXWAIT ms] [LANE name] [TENANT name] [TAG tag]",
+     "ACQUIRE <deployment|group> [TOKENS n | INPUT n OUTPUT m] [MAXWAIT ms] [LANE name] [TENANT name] [TAG tag]",
      "Waits for a slot; replies [grant-id, waited-ms, reserved-tokens], or -SHED <reason> retry-after-ms=<n>."},
     {"SETTLE", -2, cmd_settle, CMD_FAST,
-     "SETTLE <grant-id> [TOKENS actual] [STATUS ok|throttled|failed|cancelled] [HEADER name value]...",
+     "SETTLE <grant-id> [TOKENS actual | INPUT a OUTPUT b [CACHE_READ c]] [STATUS ok|throttled|failed|cancelled|quota] "
+     "[HEADER name value]...",
      "Closes a grant with its outcome and the provider's rate-limit headers; replies +OK."},
     {"RETRY", 2, cmd_retry, CMD_BLOCKING, "RETRY <deployment>",
      "Asks the fleet's retry budget; replies :1, or -NORETRY ... retry-after-ms=<n>."},

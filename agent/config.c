@@ -131,7 +131,7 @@ static int check_deployment_name(const char *s, size_t len, char *why, size_t n)
 
 static const char *const fail_names[] = {"open", "closed", NULL};
 static const char *const level_names[] = {"error", "warn", "info", "debug", NULL};
-static const char *const style_names[] = {"azure", "openai", NULL};
+static const char *const style_names[] = {"azure", "openai", "anthropic", "custom", NULL};
 
 typedef struct config_deployment cfg_deployment;
 typedef struct config_lane cfg_lane;
@@ -253,11 +253,20 @@ static int check_tag(const char *s, char *why, size_t n) {
 
 static const cfg_row deployment_rows[] = {
     CFG_INT("rpm", cfg_deployment, rpm, NULL, 1, 1e9, CFG_REQUIRED, "Requests per minute the provider allows."),
-    CFG_INT("tpm", cfg_deployment, tpm, "0", 0, 1e12, 0, "Tokens per minute the provider allows; 0 = no token limit."),
+    CFG_INT("tpm", cfg_deployment, tpm, "0", 0, 1e12, 0,
+            "Combined tokens (input + max output) per minute (styles azure, openai, custom); 0 = no limit."),
+    CFG_INT("itpm", cfg_deployment, itpm, "0", 0, 1e12, 0,
+            "Input tokens per minute (styles anthropic, custom); 0 = no limit."),
+    CFG_INT("otpm", cfg_deployment, otpm, "0", 0, 1e12, 0,
+            "Output tokens per minute, charged as max output and corrected to the actual (anthropic, custom); 0 = no limit."),
     CFG_INT("burst.requests", cfg_deployment, burst.requests, NULL, 1, 1e9, CFG_DERIVED,
             "Requests that may go at once on a full bucket; default max(1, rpm/60), one second of rate."),
     CFG_INT("burst.tokens", cfg_deployment, burst.tokens, NULL, 1, 1e12, CFG_DERIVED,
             "Tokens that may go at once on a full bucket; default max(1, tpm/60)."),
+    CFG_INT("burst.input_tokens", cfg_deployment, burst.input_tokens, NULL, 1, 1e12, CFG_DERIVED,
+            "Input tokens that may go at once on a full bucket; default max(1, itpm/60)."),
+    CFG_INT("burst.output_tokens", cfg_deployment, burst.output_tokens, NULL, 1, 1e12, CFG_DERIVED,
+            "Output tokens that may go at once on a full bucket; default max(1, otpm/60)."),
     CFG_INT("max_concurrency", cfg_deployment, max_concurrency, "0", 0, 1000000, 0,
             "Fleet-wide cap on requests in flight; 0 = no cap."),
     CFG_INT("lease_s", cfg_deployment, lease_s, "120", 1, 86400, 0,
@@ -266,7 +275,14 @@ static const cfg_row deployment_rows[] = {
     CFG_INT("tpd", cfg_deployment, tpd, "0", 0, 1e15, 0, "Tokens per UTC day; 0 = unlimited."),
     CFG_INT("max_wait_ms", cfg_deployment, max_wait_ms, "60000", 0, 86400000, 0,
             "Longest wait for ACQUIRE without MAXWAIT; a longer wait is shed at once."),
-    CFG_BOOL("refund", cfg_deployment, refund, "true", "Settle returns unused estimated tokens to the budget."),
+    CFG_BOOL("refund", cfg_deployment, refund, "false",
+             "Override for every token dimension: settle corrects it to the actual usage (see refund.<dim>)."),
+    CFG_BOOL("refund.tokens", cfg_deployment, refunds.tokens, "false",
+             "Settle gives back combined tokens estimated but unused; Azure and OpenAI never do, so default false."),
+    CFG_BOOL("refund.input_tokens", cfg_deployment, refunds.input_tokens, "false",
+             "Settle gives back input tokens estimated but unused; default false (charged at admission)."),
+    CFG_BOOL("refund.output_tokens", cfg_deployment, refunds.output_tokens, "true",
+             "Settle corrects output tokens to the actual output, as Anthropic does; default true."),
     CFG_INT("retry_budget.ttl_s", cfg_deployment, retry_budget.ttl_s, "10", 1, 3600, 0,
             "Window in seconds over which successes earn retries."),
     CFG_INT("retry_budget.min_per_s", cfg_deployment, retry_budget.min_per_s, "1", 0, 1000000, 0,
@@ -281,10 +297,19 @@ static const cfg_row deployment_rows[] = {
             "Share of the configured rate given back after each quiet interval."),
     CFG_INT("aimd.interval_s", cfg_deployment, aimd.interval_s, "5", 1, 3600, 0,
             "Seconds without a 429 before the effective rate is raised."),
+    CFG_INT("aimd.min_throttles", cfg_deployment, aimd.min_throttles, "3", 1, 1000, 0,
+            "429s whose headers explain nothing, within aimd.window_s, before the rate is cut; one alone only pauses."),
+    CFG_INT("aimd.window_s", cfg_deployment, aimd.window_s, "10", 1, 3600, 0,
+            "Window in which aimd.min_throttles unexplained 429s cut the rate."),
+    CFG_BOOL("adapt.limits", cfg_deployment, adapt.limits, "true",
+             "Adopt a limit the provider's headers report below the configured one, fleet-wide."),
+    CFG_BOOL("adapt.outside", cfg_deployment, adapt.outside, "true",
+             "Take others' use of the key, seen in the provider's remaining counts, off the effective rate."),
     CFG_STR("endpoint", cfg_deployment, endpoint, NULL, check_http_url, "Provider base URL, for `sluice run`."),
     CFG_STR("api_key_env", cfg_deployment, api_key_env, NULL, check_env_name,
             "Environment variable holding the provider API key, for `sluice run`."),
-    CFG_ENUM("style", cfg_deployment, style, "azure", style_names, "API style of the endpoint: azure or openai."),
+    CFG_ENUM("style", cfg_deployment, style, "azure", style_names,
+             "Provider profile: azure, openai, anthropic or custom; the API style and how tokens are counted."),
     CFG_STR("api_version", cfg_deployment, api_version, NULL, check_token,
             "api-version query parameter (azure style)."),
     CFG_INT("jitter_ms", cfg_deployment, jitter_ms, "10", 0, 10000, 0,
@@ -384,10 +409,45 @@ static const cfg_schema root_schema = {
 
 /* ---- cross-field rules ---- */
 
+/* The token dimensions of each profile (docs/providers.md): a key of a
+ * dimension the profile does not have is an error at that key. */
+static int profile_check(cfg_ctx *ctx, cfg_entity *ent, const cfg_deployment *d) {
+    static const char *const combined[] = {"tpm", "burst.tokens", "refund.tokens", NULL};
+    static const char *const split[] = {"itpm", "otpm", "burst.input_tokens", "burst.output_tokens",
+                                        "refund.input_tokens", "refund.output_tokens", NULL};
+    const char *const *bad = NULL;
+    const char *has = "";
+    if (d->style == CONFIG_STYLE_AZURE || d->style == CONFIG_STYLE_OPENAI) {
+        bad = split;
+        has = "combined tokens (tpm): input and output are not limited apart";
+    } else if (d->style == CONFIG_STYLE_ANTHROPIC) {
+        bad = combined;
+        has = "input and output tokens apart (itpm, otpm), no combined tpm";
+    }
+    for (int i = 0; bad && bad[i]; i++)
+        if (cfg_entity_seen(ent, bad[i]))
+            return cfg_entity_fail(ctx, ent, bad[i],
+                                   "style %s has %s; use style custom to configure any dimension (docs/providers.md)",
+                                   config_style_name(d->style), has);
+    return 0;
+}
+
 static int deployment_finish(cfg_ctx *ctx, cfg_entity *ent) {
     cfg_deployment *d = ent->base;
+    if (profile_check(ctx, ent, d) != 0) return -1;
     if (!cfg_entity_seen(ent, "burst.requests")) d->burst.requests = d->rpm / 60 > 1 ? d->rpm / 60 : 1;
     if (!cfg_entity_seen(ent, "burst.tokens")) d->burst.tokens = d->tpm / 60 > 1 ? d->tpm / 60 : 1;
+    if (!cfg_entity_seen(ent, "burst.input_tokens"))
+        d->burst.input_tokens = d->itpm / 60 > 1 ? d->itpm / 60 : 1;
+    if (!cfg_entity_seen(ent, "burst.output_tokens"))
+        d->burst.output_tokens = d->otpm / 60 > 1 ? d->otpm / 60 : 1;
+    /* refund: true|false overrides every token dimension; refund.<dim> wins
+     * over it. */
+    if (cfg_entity_seen(ent, "refund")) {
+        if (!cfg_entity_seen(ent, "refund.tokens")) d->refunds.tokens = d->refund;
+        if (!cfg_entity_seen(ent, "refund.input_tokens")) d->refunds.input_tokens = d->refund;
+        if (!cfg_entity_seen(ent, "refund.output_tokens")) d->refunds.output_tokens = d->refund;
+    }
     for (size_t i = 0; i < d->nlanes; i++) {
         const cfg_lane *l = &d->lanes[i];
         double sum = 0;
@@ -779,7 +839,7 @@ static const char *enum_name(const char *const *names, size_t n, int v) {
 
 const char *config_fail_name(int fail) { return enum_name(fail_names, 2, fail); }
 const char *config_log_level_name(int level) { return enum_name(level_names, 4, level); }
-const char *config_style_name(int style) { return enum_name(style_names, 2, style); }
+const char *config_style_name(int style) { return enum_name(style_names, 4, style); }
 
 /* ---- schema listing ---- */
 

@@ -26,8 +26,10 @@
 enum { CONFIG_FAIL_OPEN = 0, CONFIG_FAIL_CLOSED = 1 };
 /* agent.log_level */
 enum { CONFIG_LOG_ERROR = 0, CONFIG_LOG_WARN, CONFIG_LOG_INFO, CONFIG_LOG_DEBUG };
-/* deployments.NAME.style */
-enum { CONFIG_STYLE_AZURE = 0, CONFIG_STYLE_OPENAI = 1 };
+/* deployments.NAME.style: the provider profile (docs/providers.md). It says
+ * which token dimensions the deployment has (azure, openai: tpm; anthropic:
+ * itpm and otpm; custom: any) and how each is corrected at settle. */
+enum { CONFIG_STYLE_AZURE = 0, CONFIG_STYLE_OPENAI = 1, CONFIG_STYLE_ANTHROPIC = 2, CONFIG_STYLE_CUSTOM = 3 };
 
 /* Longest deployment name; names are [A-Za-z0-9._:-]{1,64}. */
 #define CONFIG_NAME_MAX 64
@@ -98,17 +100,27 @@ struct config_deployment {
     char *name;                  /* the YAML key */
     int line;                    /* where it is defined (1-based) */
     long long rpm;               /* > 0 */
-    long long tpm;               /* 0 = no token limit */
+    long long tpm;               /* combined tokens; 0 = none */
+    long long itpm;              /* input tokens (anthropic, custom); 0 = none */
+    long long otpm;              /* output tokens (anthropic, custom); 0 = none */
     struct {
         long long requests;      /* default max(1, rpm / 60) */
         long long tokens;        /* default max(1, tpm / 60) */
+        long long input_tokens;  /* default max(1, itpm / 60) */
+        long long output_tokens; /* default max(1, otpm / 60) */
     } burst;
     long long max_concurrency;   /* 0 = no cap */
     long long lease_s;
     long long rpd;               /* 0 = unlimited */
     long long tpd;               /* 0 = unlimited */
     long long max_wait_ms;
-    int refund;                  /* boolean */
+    int refund;                  /* the `refund: bool` override of every token dimension, as given */
+    /* Whether a settle corrects each token dimension to the actual usage:
+     * from refund.<dim>, else `refund`, else the profile's default (only
+     * Anthropic's output tokens). */
+    struct {
+        int tokens, input_tokens, output_tokens;
+    } refunds;
     struct {
         long long ttl_s;
         long long min_per_s;
@@ -119,7 +131,13 @@ struct config_deployment {
         double min_scale;        /* (0, 1] */
         double increase;         /* (0, 1] */
         long long interval_s;
+        long long min_throttles; /* 429s without header evidence before a decrease */
+        long long window_s;      /* ... within this window */
     } aimd;
+    struct {
+        int limits;              /* adopt a lower limit the headers report */
+        int outside;             /* follow others' use of the key seen in the headers */
+    } adapt;
     char *endpoint;              /* "" = none */
     char *api_key_env;           /* "" = none */
     int style;                   /* CONFIG_STYLE_* */

@@ -9,6 +9,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "ratelimit.h"
 #include "rrouter.h"
 #include "scripts.h"
 #include "sluice.h"
@@ -28,7 +29,29 @@ const long long engine_wait_bounds_ms[ENGINE_WAIT_BUCKETS] = {0,   1,    5,    1
                                                               500, 1000, 5000, 10000, 30000, 60000};
 const char *const engine_shed_reasons[ENGINE_SHED_REASONS] = {
     "rpm",  "tpm",     "paused",       "daily",   "concurrency", "too_large", "lane",
-    "ceiling", "tenant_daily", "breaker", "quota", "tag",        "other"};
+    "ceiling", "tenant_daily", "breaker", "quota", "tag", "itpm", "otpm", "share", "other"};
+
+const char *const engine_dim_names[ENGINE_DIMS] = {"requests", "tokens", "input", "output"};
+
+void engine_seen_init(engine_seen *s) {
+    for (int i = 0; i < ENGINE_DIMS; i++) s->limit[i] = s->remaining[i] = -1;
+}
+
+void engine_seen_from_feedback(const ratelimit_feedback *fb, engine_seen *s) {
+    static const ratelimit_dim from[ENGINE_DIMS] = {RATELIMIT_REQUESTS, RATELIMIT_TOKENS, RATELIMIT_INPUT_TOKENS,
+                                                    RATELIMIT_OUTPUT_TOKENS};
+    engine_seen_init(s);
+    for (int i = 0; i < ENGINE_DIMS; i++) {
+        ratelimit_value v;
+        /* Each dimension from its own headers only: for Anthropic,
+         * ratelimit_get() stands the more restrictive of input and output
+         * in for combined tokens, which the input and output dimensions
+         * see directly. */
+        if (ratelimit_get_own(fb, from[i], &v) == RATELIMIT_SRC_NONE) continue;
+        s->limit[i] = v.limit;
+        s->remaining[i] = v.remaining;
+    }
+}
 
 int engine_shed_reason_index(const char *reason) {
     for (int i = 0; i < ENGINE_SHED_REASONS - 1; i++)
@@ -46,6 +69,8 @@ struct engine_call {
     engine_acquire_cb cb;
     void *arg;
     long long tokens, max_wait_ms;
+    int split;                /* the estimate came as input and max output */
+    long long input, output;
     call_state state;
     int canceled;
     uint64_t start_ms;        /* uv_now at acquire */
@@ -89,8 +114,10 @@ typedef struct call_class {
 
 typedef struct settle_item {
     char id[24];              /* the Redis grant number, or "-" */
-    long long actual, pause_ms;
+    engine_usage usage;
+    long long pause_ms;
     engine_outcome outcome;
+    engine_seen seen;
 } settle_item;
 
 struct dep {
@@ -115,7 +142,7 @@ struct dep {
     double applied_shift;     /* Redis' pause_shift_ms already applied to held callers */
     int shift_known;          /* applied_shift was read from Redis at least once */
     uint64_t hold_until;      /* uv_now ms; no reserve before (cluster redirect) */
-    double local_tat_req, local_tat_tok; /* local fallback schedule, uv_now ms */
+    double local_tat[ENGINE_DIMS]; /* local fallback schedule per dimension, uv_now ms */
     double local_retry_tat;   /* local retry floor bucket, uv_now ms */
     double local_last_slot;   /* local slots stay monotone, like Redis' */
     double fleet_tat_req, fleet_tat_tok; /* the fleet's schedule end per dimension, last seen, uv_now ms */
@@ -123,6 +150,8 @@ struct dep {
     double lost_at;           /* uv_now when its Redis node was lost, 0 when not lost */
     int handing_over, handed_over; /* the local tail was pushed into Redis after an outage */
     char script_error[256];   /* the last error a script returned, "" after a success */
+    engine_dim_rates rates[ENGINE_DIMS]; /* from the last settle reply */
+    double burst_cfg[ENGINE_DIMS];       /* the configured bursts */
     uint64_t breaker_until, quota_until; /* uv_now ms: health sheds seen until then (logged once) */
     unsigned long long local_seq;
     dep *next;
@@ -257,6 +286,35 @@ static dep *dep_find(engine *e, const char *name) {
 /* The Redis node serving this deployment is connected. */
 static int dep_ready(const dep *d) { return rrouter_ready(d->e->redis, d->keys[0]); }
 
+/* The configured limit (per minute) and burst of dimension k of c; 0 when
+ * the deployment does not have it. */
+static void cfg_dim(const struct config_deployment *c, int k, double *limit, double *burst) {
+    static const size_t lim_off[ENGINE_DIMS] = {
+        offsetof(struct config_deployment, rpm), offsetof(struct config_deployment, tpm),
+        offsetof(struct config_deployment, itpm), offsetof(struct config_deployment, otpm)};
+    static const size_t burst_off[ENGINE_DIMS] = {
+        offsetof(struct config_deployment, burst.requests), offsetof(struct config_deployment, burst.tokens),
+        offsetof(struct config_deployment, burst.input_tokens), offsetof(struct config_deployment, burst.output_tokens)};
+    *limit = (double)*(const long long *)((const char *)c + lim_off[k]);
+    *burst = (double)*(const long long *)((const char *)c + burst_off[k]);
+}
+
+/* Points d at its (new) configuration: the rates start as configured until
+ * a settle reply says what the fleet runs at. */
+static void dep_set_cfg(dep *d, const struct config_deployment *cfg) {
+    d->cfg = cfg;
+    if (!cfg) return;
+    for (int k = 0; k < ENGINE_DIMS; k++) {
+        double limit, burst;
+        cfg_dim(cfg, k, &limit, &burst);
+        d->rates[k] = (engine_dim_rates){limit, limit, limit, 0, 0};
+        d->burst_cfg[k] = burst;
+    }
+}
+
+/* 1 when c counts input and output tokens apart. */
+static int cfg_split(const struct config_deployment *c) { return c->itpm > 0 || c->otpm > 0; }
+
 static dep *dep_add(engine *e, const struct config_deployment *cfg) {
     dep *d = calloc(1, sizeof(*d));
     if (!d) return NULL;
@@ -266,7 +324,7 @@ static dep *dep_add(engine *e, const struct config_deployment *cfg) {
         free(d);
         return NULL;
     }
-    d->cfg = cfg;
+    dep_set_cfg(d, cfg);
     d->rate_scale = 1.0;
     d->next = e->deps;
     e->deps = d;
@@ -534,8 +592,10 @@ static void call_complete(engine_call *c, int status, const engine_shed *shed, c
     call_free(c);
 }
 
-static void queue_settle(dep *d, const char *id, long long actual, engine_outcome o,
-                         long long pause_ms) {
+/* Queues one settle item for d's next settle call. u: the usage (NULL:
+ * unknown); seen: what the headers said (NULL: nothing). */
+static void queue_settle(dep *d, const char *id, const engine_usage *u, engine_outcome o, long long pause_ms,
+                         const engine_seen *seen) {
     if (d->nsettles == d->capsettles) {
         size_t cap = d->capsettles ? d->capsettles * 2 : 64;
         settle_item *s = realloc(d->settles, cap * sizeof(*s));
@@ -545,9 +605,12 @@ static void queue_settle(dep *d, const char *id, long long actual, engine_outcom
     }
     settle_item *it = &d->settles[d->nsettles++];
     snprintf(it->id, sizeof(it->id), "%s", id);
-    it->actual = actual;
+    if (u) it->usage = *u;
+    else it->usage = (engine_usage){-1, -1, -1, -1};
     it->outcome = o;
     it->pause_ms = pause_ms;
+    if (seen) it->seen = *seen;
+    else engine_seen_init(&it->seen);
     engine *e = d->e;
     /* Cancels and provider pauses go at once (a cancel must land before the
      * next reserve); plain settles wait up to ENGINE_SETTLE_DELAY_MS so the
@@ -597,8 +660,8 @@ static void dep_pause(dep *d, long long pause_ms, int local) {
     if (local) {
         double shift = (double)(until - base);
         dep_shift_waiting(d, shift);
-        if (d->local_tat_req > (double)now) d->local_tat_req += shift;
-        if (d->local_tat_tok > (double)now) d->local_tat_tok += shift;
+        for (int k = 0; k < ENGINE_DIMS; k++)
+            if (d->local_tat[k] > (double)now) d->local_tat[k] += shift;
         if (d->local_last_slot > (double)now) d->local_last_slot += shift;
     }
     d->paused_until = until;
@@ -625,7 +688,7 @@ static void call_granted(engine_call *c, long long wait_ms) {
     dep *d = c->d;
     if (c->canceled) {
         const char *num = grant_number(c->grant.id);
-        if (num) queue_settle(d, num, -1, ENGINE_CANCELLED, -1);
+        if (num) queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
         call_free(c);
         return;
     }
@@ -665,9 +728,23 @@ static double local_earliest(double tat, double r, double b, double c, double ji
     return room < 0 ? tat + j : tat - room / r;
 }
 
+/* The cost of c in each dimension: a request, the combined estimate, and
+ * its input and max output (each the combined estimate when not split:
+ * an upper bound of both, as the reserve script charges). */
+static void call_costs(const engine_call *c, double cost[ENGINE_DIMS]) {
+    cost[ENGINE_DIM_REQUESTS] = 1;
+    cost[ENGINE_DIM_TOKENS] = (double)c->tokens;
+    cost[ENGINE_DIM_INPUT] = (double)(c->split ? c->input : c->tokens);
+    cost[ENGINE_DIM_OUTPUT] = (double)(c->split ? c->output : c->tokens);
+}
+
 /* Decides one call with a local GCRA at this agent's share of the rate.
- * Same rules as the reserve script, on uv_now; never unlimited. */
+ * Same rules as the reserve script, on uv_now; never unlimited. Each
+ * dimension runs at the rate Redis last reported the fleet at (a lower
+ * limit the provider's headers gave, less others' use), else the
+ * configured one. */
 static void local_decide(engine_call *c) {
+    static const char *const reasons[ENGINE_DIMS] = {"rpm", "tpm", "itpm", "otpm"};
     dep *d = c->d;
     engine *e = c->e;
     const struct config_deployment *cfg = d->cfg;
@@ -676,37 +753,40 @@ static void local_decide(engine_call *c) {
                       "Redis is unreachable and agent.fail is closed: refusing to pace locally");
         return;
     }
-    if (cfg->tpm > 0 && c->tokens > cfg->tpm) {
-        engine_shed sh = {"too_large", -1};
-        call_complete(c, SL_ESHED, &sh, NULL);
-        return;
+    double cost[ENGINE_DIMS], rate[ENGINE_DIMS] = {0}, burst[ENGINE_DIMS] = {0};
+    call_costs(c, cost);
+    for (int k = ENGINE_DIM_TOKENS; k < ENGINE_DIMS; k++) {
+        if (d->rates[k].configured > 0 && cost[k] > d->rates[k].configured) {
+            engine_shed sh = {"too_large", -1};
+            call_complete(c, SL_ESHED, &sh, NULL);
+            return;
+        }
     }
     double share = local_share(d), now = (double)uv_now(e->loop), fence = 0, j;
-    double r_req = (double)cfg->rpm * share / 60000.0;
-    double b_req = fmax(1.0, floor((double)cfg->burst.requests * share));
-    double r_tok = 0, b_tok = 0;
     const char *reason = "rpm";
     /* The local bucket is empty where the fleet's schedule ends: grants
      * Redis already made keep being released. Other agents kept extending
      * that schedule after our last look, so assume its reach past now (the
-     * backlog) held until Redis was lost. */
+     * backlog) held until Redis was lost. The token backlog is the longest
+     * of the token dimensions'. */
     double fleet_req = fmax(d->fleet_tat_req, d->lost_at + d->fleet_backlog_req);
     double fleet_tok = fmax(d->fleet_tat_tok, d->lost_at + d->fleet_backlog_tok);
-    d->local_tat_req = fmax(d->local_tat_req, fleet_req + b_req / r_req);
     double s = fmax(now, d->local_last_slot);
     double jit = (double)cfg->jitter_ms;
-    double t = local_earliest(d->local_tat_req, r_req, b_req, 1, jit, &j);
-    fence = fmax(fence, j);
-    if (t > s) s = t;
-    if (cfg->tpm > 0) {
-        r_tok = (double)cfg->tpm * share / 60000.0;
-        b_tok = fmax(1.0, floor((double)cfg->burst.tokens * share));
-        d->local_tat_tok = fmax(d->local_tat_tok, fleet_tok + b_tok / r_tok);
-        t = local_earliest(d->local_tat_tok, r_tok, b_tok, (double)c->tokens, jit, &j);
+    for (int k = 0; k < ENGINE_DIMS; k++) {
+        const engine_dim_rates *dr = &d->rates[k];
+        if (dr->configured <= 0) continue;
+        double per_min = dr->known && dr->effective > 0 ? fmin(dr->effective, dr->configured) : dr->configured;
+        double limit = dr->known && dr->limit > 0 ? fmin(dr->limit, dr->configured) : dr->configured;
+        rate[k] = per_min * share / 60000.0;
+        burst[k] = fmax(1.0, floor(d->burst_cfg[k] * share * limit / dr->configured));
+        double fleet = k == ENGINE_DIM_REQUESTS ? fleet_req : fleet_tok;
+        d->local_tat[k] = fmax(d->local_tat[k], fleet + burst[k] / rate[k]);
+        double t = local_earliest(d->local_tat[k], rate[k], burst[k], cost[k], jit, &j);
         fence = fmax(fence, j);
         if (t > s) {
             s = t;
-            reason = "tpm";
+            reason = reasons[k];
         }
     }
     if ((double)d->paused_until > s) {
@@ -719,8 +799,8 @@ static void local_decide(engine_call *c) {
         call_complete(c, SL_ESHED, &sh, NULL);
         return;
     }
-    d->local_tat_req = fmax(d->local_tat_req, s) + 1.0 / r_req;
-    if (cfg->tpm > 0) d->local_tat_tok = fmax(d->local_tat_tok, s) + (double)c->tokens / r_tok;
+    for (int k = 0; k < ENGINE_DIMS; k++)
+        if (rate[k] > 0) d->local_tat[k] = fmax(d->local_tat[k], s) + cost[k] / rate[k];
     d->local_last_slot = s + fence;
     d->local_seq++;
     snprintf(c->grant.id, sizeof(c->grant.id), "%s:L%llu", d->name, d->local_seq);
@@ -734,8 +814,9 @@ static void local_decide(engine_call *c) {
  * stays within the quota when agents rejoin). */
 static int dep_uses_redis(const dep *d) {
     double now = (double)uv_now(d->e->loop);
-    return dep_ready(d) && d->configured &&
-           (d->handed_over || (d->local_tat_req <= now && d->local_tat_tok <= now));
+    int drained = 1;
+    for (int k = 0; k < ENGINE_DIMS; k++) drained &= d->local_tat[k] <= now;
+    return dep_ready(d) && d->configured && (d->handed_over || drained);
 }
 
 static void on_handover(void *arg, redisReply *r, const char *err) {
@@ -755,8 +836,12 @@ static void dep_hand_over(dep *d) {
     double now = (double)uv_now(e->loop);
     char window[24], breq[24], btok[24];
     snprintf(window, sizeof(window), "%lld", e->cfg->agent.heartbeat_ms * 3);
-    snprintf(breq, sizeof(breq), "%.0f", ceil(fmax(0.0, d->local_tat_req - now)));
-    snprintf(btok, sizeof(btok), "%.0f", ceil(fmax(0.0, d->local_tat_tok - now)));
+    /* The heartbeat takes one token figure for every token dimension: the
+     * longest local token schedule (the safe side). */
+    double tok = 0;
+    for (int k = ENGINE_DIM_TOKENS; k < ENGINE_DIMS; k++) tok = fmax(tok, d->local_tat[k] - now);
+    snprintf(breq, sizeof(breq), "%.0f", ceil(fmax(0.0, d->local_tat[ENGINE_DIM_REQUESTS] - now)));
+    snprintf(btok, sizeof(btok), "%.0f", ceil(tok));
     const char *argv[5] = {e->agent_id, window, "busy", breq, btok};
     if (rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, 5, argv, on_handover, d) == 0) {
         e->calls_out++;
@@ -765,6 +850,12 @@ static void dep_hand_over(dep *d) {
 }
 
 /* ---- reserve --------------------------------------------------------------- */
+
+/* An item's estimate for the reserve script: "c", or "i+o" when split. */
+static void call_tokens_arg(const engine_call *c, char *buf, size_t n) {
+    if (c->split) snprintf(buf, n, "%lld+%lld", c->input, c->output);
+    else snprintf(buf, n, "%lld", c->tokens);
+}
 
 typedef struct reserve_batch {
     dep *d;
@@ -802,7 +893,7 @@ static void call_reply_granted(engine_call *c, dep *d, long long grant, long lon
     c->grant.local = 0;
     if (c->e->stopping) {
         /* Stopped while this call was in flight: give the slot back. */
-        queue_settle(d, grant_number(c->grant.id), -1, ENGINE_CANCELLED, -1);
+        queue_settle(d, grant_number(c->grant.id), NULL, ENGINE_CANCELLED, -1, NULL);
         c->gfinal_answer = 1;
         if (c->canceled) call_free(c);
         else call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
@@ -1001,7 +1092,7 @@ static void dep_flush_reserves(dep *d) {
     size_t per_class = quads ? ENGINE_CLASS_BATCH : RESERVE_BATCH_MAX;
     size_t stride = quads ? 4 : 2;
     const char **argv = malloc(sizeof(*argv) * (1 + 4 * RESERVE_BATCH_MAX));
-    char(*buf)[24] = malloc(sizeof(*buf) * (1 + 2 * RESERVE_BATCH_MAX));
+    char(*buf)[48] = malloc(sizeof(*buf) * (1 + 2 * RESERVE_BATCH_MAX));
     /* Copies: shedding an expired group call below may queue it on another
      * class and move d->classes. */
     char(*names)[2][CONFIG_NAME_MAX + 1] = quads ? malloc(sizeof(*names) * RESERVE_BATCH_MAX) : NULL;
@@ -1032,8 +1123,8 @@ static void dep_flush_reserves(dep *d) {
                 any = 1;
                 c->state = CALL_INFLIGHT;
                 size_t at = 1 + stride * b->n;
-                snprintf(buf[1 + 2 * b->n], 24, "%lld", c->tokens);
-                snprintf(buf[2 + 2 * b->n], 24, "%lld", left);
+                call_tokens_arg(c, buf[1 + 2 * b->n], sizeof(buf[0]));
+                snprintf(buf[2 + 2 * b->n], sizeof(buf[0]), "%lld", left);
                 argv[at] = buf[1 + 2 * b->n];
                 argv[at + 1] = buf[2 + 2 * b->n];
                 if (quads) {
@@ -1057,7 +1148,7 @@ static void dep_flush_reserves(dep *d) {
         if (d->npending) flush_arm(e);
         return;
     }
-    snprintf(buf[0], 24, "%zu", b->n);
+    snprintf(buf[0], sizeof(buf[0]), "%zu", b->n);
     argv[0] = buf[0];
     int rc = rrouter_script(e->redis, SCRIPT_RESERVE, d->keys, (int)(1 + stride * b->n), argv, on_reserve, b);
     free(argv);
@@ -1160,7 +1251,7 @@ static void on_group_reserve(void *arg, redisReply *r, const char *err) {
             if (kind == 1) {
                 char num[24];
                 snprintf(num, sizeof(num), "%lld", reply_int(it->element[2]));
-                queue_settle(d, num, -1, ENGINE_CANCELLED, -1);
+                queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
             }
             call_free(c);
             continue;
@@ -1258,7 +1349,7 @@ static void gq_flush(engine *e, gq *q) {
         size_t k = b->n;
         char *tok = buf[4 + 3 * k], *left = buf[5 + 3 * k], *order = buf[6 + 3 * k];
         long long l = c->gdeadline > now ? (long long)(c->gdeadline - now) : 0;
-        snprintf(tok, 64, "%lld", c->tokens);
+        call_tokens_arg(c, tok, 64);
         snprintf(left, 64, "%lld", l);
         /* The members it may use, the one whose turn it is first. */
         size_t used = (size_t)snprintf(order, 64, "%d", c->gturn + 1);
@@ -1301,6 +1392,43 @@ typedef struct settle_batch {
     size_t n;
 } settle_batch;
 
+static int dim_index(const char *name) {
+    for (int i = 0; i < ENGINE_DIMS; i++)
+        if (!strcmp(engine_dim_names[i], name)) return i;
+    return -1;
+}
+
+/* The rates a settle reply reports (name, limit in force, effective,
+ * others' use, per dimension): kept for INFO and metrics, and a limit the
+ * provider's headers lowered (or raised back) is logged once. */
+static void dep_follow_rates(dep *d, const redisReply *rates) {
+    if (!rates || rates->type != REDIS_REPLY_ARRAY || rates->elements % 4) return;
+    for (size_t i = 0; i + 3 < rates->elements; i += 4) {
+        const redisReply *nm = rates->element[i];
+        if (nm->type != REDIS_REPLY_STRING) continue;
+        int k = dim_index(nm->str);
+        if (k < 0) continue;
+        engine_dim_rates *dr = &d->rates[k];
+        double limit = rates->element[i + 1]->type == REDIS_REPLY_STRING ? atof(rates->element[i + 1]->str) : 0;
+        double was = dr->known ? dr->limit : dr->configured;
+        if (limit > 0 && fabs(limit - was) > 0.5) {
+            d->e->stats.limit_changes++;
+            if (limit + 0.5 < dr->configured)
+                elog(d->e, CONFIG_LOG_WARN,
+                     "deployment %s: the provider reports a %s limit of %.0f per minute, below the %.0f configured: "
+                     "the fleet runs at %.0f",
+                     d->name, engine_dim_names[k], limit, dr->configured, limit);
+            else
+                elog(d->e, CONFIG_LOG_INFO, "deployment %s: the provider reports the configured %s limit again (%.0f per minute)",
+                     d->name, engine_dim_names[k], limit);
+        }
+        dr->limit = limit;
+        dr->effective = rates->element[i + 2]->type == REDIS_REPLY_STRING ? atof(rates->element[i + 2]->str) : 0;
+        dr->outside = rates->element[i + 3]->type == REDIS_REPLY_STRING ? atof(rates->element[i + 3]->str) : 0;
+        dr->known = 1;
+    }
+}
+
 static void on_settle(void *arg, redisReply *r, const char *err) {
     settle_batch *b = arg;
     dep *d = b->d;
@@ -1316,6 +1444,7 @@ static void on_settle(void *arg, redisReply *r, const char *err) {
         }
         if (r->element[2]->type == REDIS_REPLY_STRING) d->rate_scale = atof(r->element[2]->str);
         if (r->elements >= 4) dep_follow_shift(d, (double)reply_int(r->element[3]));
+        if (r->elements == 5 + b->n) dep_follow_rates(d, r->element[4 + b->n]);
     }
     free(b);
     if (d->nsettles) {
@@ -1333,8 +1462,11 @@ static void dep_flush_settles(dep *d) {
         return;
     }
     size_t n = d->nsettles < SETTLE_BATCH_MAX ? d->nsettles : SETTLE_BATCH_MAX;
-    const char **argv = malloc(sizeof(*argv) * (1 + 4 * n));
-    char(*buf)[24] = malloc(sizeof(*buf) * (1 + 4 * n));
+    /* The feedback form (lua/settle.lua): 'feedback', n, then per item the
+     * grant, the usage ("-1", "n", "i+o" or "i+o+r"), the outcome, the
+     * pause and what the headers said ("r=L/R,..." or "-"). */
+    const char **argv = malloc(sizeof(*argv) * (2 + 5 * n));
+    char(*buf)[96] = malloc(sizeof(*buf) * (2 + 5 * n));
     settle_batch *b = malloc(sizeof(*b));
     if (!argv || !buf || !b) {
         free(argv);
@@ -1343,20 +1475,39 @@ static void dep_flush_settles(dep *d) {
         return;
     }
     static const char *const outcomes[] = {"ok", "throttled", "failed", "cancelled", "quota"};
-    snprintf(buf[0], 24, "%zu", n);
-    argv[0] = buf[0];
+    static const char letters[ENGINE_DIMS] = {'r', 't', 'i', 'o'};
+    argv[0] = "feedback";
+    snprintf(buf[1], 96, "%zu", n);
+    argv[1] = buf[1];
     for (size_t i = 0; i < n; i++) {
         settle_item *it = &d->settles[i];
-        argv[1 + 4 * i] = it->id;
-        snprintf(buf[2 + 4 * i], 24, "%lld", it->actual < 0 ? -1 : it->actual);
-        argv[2 + 4 * i] = buf[2 + 4 * i];
-        argv[3 + 4 * i] = outcomes[it->outcome];
-        snprintf(buf[4 + 4 * i], 24, "%lld", it->pause_ms < 0 ? -1 : it->pause_ms);
-        argv[4 + 4 * i] = buf[4 + 4 * i];
+        const engine_usage *u = &it->usage;
+        size_t k = 2 + 5 * i;
+        argv[k] = it->id;
+        if (u->input >= 0 && u->output >= 0)
+            snprintf(buf[k + 1], 96, "%lld+%lld+%lld", u->input, u->output, u->cache_read > 0 ? u->cache_read : 0);
+        else
+            snprintf(buf[k + 1], 96, "%lld", u->tokens < 0 ? -1 : u->tokens);
+        argv[k + 1] = buf[k + 1];
+        argv[k + 2] = outcomes[it->outcome];
+        snprintf(buf[k + 3], 96, "%lld", it->pause_ms < 0 ? -1 : it->pause_ms);
+        argv[k + 3] = buf[k + 3];
+        size_t used = 0;
+        for (int j = 0; j < ENGINE_DIMS && used < 80; j++) {
+            if (it->seen.limit[j] < 0 && it->seen.remaining[j] < 0) continue;
+            char lim[24] = "", rem[24] = "";
+            if (it->seen.limit[j] >= 0) snprintf(lim, sizeof(lim), "%lld", it->seen.limit[j]);
+            if (it->seen.remaining[j] >= 0) snprintf(rem, sizeof(rem), "%lld", it->seen.remaining[j]);
+            int w = snprintf(buf[k + 4] + used, 96 - used, "%s%c=%.15s/%.15s", used ? "," : "", letters[j], lim, rem);
+            if (w < 0 || (size_t)w >= 96 - used) break;
+            used += (size_t)w;
+        }
+        if (!used) snprintf(buf[k + 4], 96, "-");
+        argv[k + 4] = buf[k + 4];
     }
     b->d = d;
     b->n = n;
-    int rc = rrouter_script(e->redis, SCRIPT_SETTLE, d->keys, (int)(1 + 4 * n), argv, on_settle, b);
+    int rc = rrouter_script(e->redis, SCRIPT_SETTLE, d->keys, (int)(2 + 5 * n), argv, on_settle, b);
     free(argv);
     free(buf);
     if (rc != 0) {
@@ -1444,8 +1595,8 @@ static void dep_configure(dep *d) {
     if (!d->cfg || d->configuring || !dep_ready(d) || e->stopping) return;
     const struct config_deployment *c = d->cfg;
     /* The configure script's fields (docs/redis-keys.md), from the YAML:
-     * 17 scalars, the lane and tenant settings, one per lane and tenant. */
-    size_t cap = 24 + c->nlanes + c->ntenants;
+     * 30 scalars, the lane and tenant settings, one per lane and tenant. */
+    size_t cap = 40 + c->nlanes + c->ntenants;
     struct kv {
         char name[CONFIG_NAME_MAX + 16];
         char val[96];
@@ -1461,13 +1612,21 @@ static void dep_configure(dep *d) {
     (snprintf(kv[n].name, sizeof(kv[n].name), "%s", (name_)), snprintf(kv[n].val, sizeof(kv[n].val), fmt, __VA_ARGS__), n++)
     F("rpm", "%lld", c->rpm);
     F("tpm", "%lld", c->tpm);
+    F("itpm", "%lld", c->itpm);
+    F("otpm", "%lld", c->otpm);
     F("burst_requests", "%lld", c->burst.requests);
     F("burst_tokens", "%lld", c->burst.tokens);
+    F("burst_input", "%lld", c->burst.input_tokens);
+    F("burst_output", "%lld", c->burst.output_tokens);
     F("rpd", "%lld", c->rpd);
     F("tpd", "%lld", c->tpd);
     F("max_concurrency", "%lld", c->max_concurrency);
     F("lease_ms", "%lld", c->lease_s * 1000);
-    F("refund", "%d", c->refund ? 1 : 0);
+    F("refund_tokens", "%d", c->refunds.tokens ? 1 : 0);
+    F("refund_input", "%d", c->refunds.input_tokens ? 1 : 0);
+    F("refund_output", "%d", c->refunds.output_tokens ? 1 : 0);
+    F("adapt_limits", "%d", c->adapt.limits ? 1 : 0);
+    F("adapt_outside", "%d", c->adapt.outside ? 1 : 0);
     F("retry_ttl_ms", "%lld", c->retry_budget.ttl_s * 1000);
     F("retry_min_per_s", "%lld", c->retry_budget.min_per_s);
     F("retry_percent", "%.6g", c->retry_budget.percent);
@@ -1475,6 +1634,8 @@ static void dep_configure(dep *d) {
     F("aimd_min_scale", "%.6g", c->aimd.min_scale);
     F("aimd_increase", "%.6g", c->aimd.increase);
     F("aimd_interval_ms", "%lld", c->aimd.interval_s * 1000);
+    F("aimd_min_throttles", "%lld", c->aimd.min_throttles);
+    F("aimd_window_ms", "%lld", c->aimd.window_s * 1000);
     F("jitter_ms", "%lld", c->jitter_ms);
     if (c->nlanes || c->ntenants) {
         F("tenant_idle_ms", "%lld", c->tenant_idle_ms);
@@ -1645,7 +1806,7 @@ void engine_start(engine *e) {
 int engine_acquire(engine *e, const char *deployment, long long tokens, long long max_wait_ms,
                    const char *lane, const char *tenant, engine_acquire_cb cb, void *arg,
                    engine_call **out) {
-    engine_req rq = {deployment, tokens, max_wait_ms, lane, tenant, NULL};
+    engine_req rq = {.name = deployment, .tokens = tokens, .max_wait_ms = max_wait_ms, .lane = lane, .tenant = tenant};
     return engine_acquire_req(e, &rq, cb, arg, out);
 }
 
@@ -1659,6 +1820,8 @@ static void on_no_member(uv_timer_t *t) {
     call_complete(c, SL_ESHED, &sh, NULL);
 }
 
+static void call_estimate(engine_call *c, const engine_req *rq);
+
 /* A request to a group: routed by group_next() from its first member. */
 static int group_acquire(engine *e, const struct config_group *g, const engine_req *rq, engine_acquire_cb cb,
                          void *arg, engine_call **out) {
@@ -1667,7 +1830,7 @@ static int group_acquire(engine *e, const struct config_group *g, const engine_r
     c->e = e;
     c->cb = cb;
     c->arg = arg;
-    c->tokens = rq->tokens;
+    call_estimate(c, rq);
     snprintf(c->group, sizeof(c->group), "%s", g->name);
     snprintf(c->lane_req, sizeof(c->lane_req), "%s", rq->lane ? rq->lane : "");
     snprintf(c->tenant_req, sizeof(c->tenant_req), "%s", rq->tenant ? rq->tenant : "");
@@ -1723,11 +1886,39 @@ static int group_acquire(engine *e, const struct config_group *g, const engine_r
     return 0;
 }
 
+const char *engine_acquire_req_error(const engine *e, const engine_req *rq) {
+    if (!rq || !rq->name) return NULL;
+    if (rq->split && (rq->input < 0 || rq->output < 0))
+        return "INPUT and OUTPUT must be non-negative integers";
+    if (rq->split && rq->tokens != 0 && rq->tokens != rq->input + rq->output)
+        return "TOKENS must be INPUT + OUTPUT when all three are given";
+    if (rq->split || rq->tokens <= 0) return NULL;
+    const struct config_deployment *d = config_deployment(e->cfg, rq->name);
+    const struct config_group *g = d ? NULL : config_group(e->cfg, rq->name);
+    int need = d ? cfg_split(d) : 0;
+    for (size_t i = 0; g && i < g->nmembers; i++) need |= cfg_split(g->members_[i]);
+    if (need)
+        return d ? "this deployment counts input and output tokens apart (itpm, otpm): give INPUT and OUTPUT, "
+                   "not TOKENS"
+                 : "a member of this group counts input and output tokens apart (itpm, otpm): give INPUT and "
+                   "OUTPUT, not TOKENS";
+    return NULL;
+}
+
+/* Copies the estimate of rq into c (tokens the sum of a split). */
+static void call_estimate(engine_call *c, const engine_req *rq) {
+    c->split = rq->split;
+    c->input = rq->split ? rq->input : -1;
+    c->output = rq->split ? rq->output : -1;
+    c->tokens = rq->split ? rq->input + rq->output : rq->tokens;
+}
+
 int engine_acquire_req(engine *e, const engine_req *rq, engine_acquire_cb cb, void *arg, engine_call **out) {
     if (out) *out = NULL;
     if (e->stopping) return SL_ECLOSING;
     if (!cb || !rq || !rq->name || rq->tokens < 0 || !name_ok(rq->lane) || !name_ok(rq->tenant) || !name_ok(rq->tag))
         return SL_EINVAL;
+    if (engine_acquire_req_error(e, rq)) return SL_EINVAL;
     const char *lane = rq->lane, *tenant = rq->tenant;
     dep *d = dep_find(e, rq->name);
     if (!d || !d->cfg) {
@@ -1747,7 +1938,7 @@ int engine_acquire_req(engine *e, const engine_req *rq, engine_acquire_cb cb, vo
     c->d = d;
     c->cb = cb;
     c->arg = arg;
-    c->tokens = rq->tokens;
+    call_estimate(c, rq);
     c->cls = cls;
     if (rq->max_wait_ms >= 0) c->max_wait_ms = rq->max_wait_ms;
     else if (l && l->max_wait_ms >= 0) c->max_wait_ms = l->max_wait_ms;
@@ -1783,7 +1974,7 @@ void engine_cancel(engine_call *c) {
         break; /* on_reserve gives a grant back and frees the call */
     case CALL_WAITING: {
         const char *num = grant_number(c->grant.id);
-        if (num) queue_settle(d, num, -1, ENGINE_CANCELLED, -1);
+        if (num) queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
         list_remove(&d->waiting, c);
         e->stats.waiting--;
         uv_timer_stop(&c->timer);
@@ -1798,6 +1989,19 @@ void engine_cancel(engine_call *c) {
 
 int engine_settle(engine *e, const char *grant_id, long long actual_tokens, engine_outcome outcome,
                   long long pause_ms) {
+    engine_usage u = {actual_tokens < 0 ? -1 : actual_tokens, -1, -1, -1};
+    return engine_settle_usage(e, grant_id, &u, outcome, pause_ms, NULL);
+}
+
+int engine_settle_usage(engine *e, const char *grant_id, const engine_usage *usage, engine_outcome outcome,
+                        long long pause_ms, const engine_seen *seen) {
+    engine_usage u = usage ? *usage : (engine_usage){-1, -1, -1, -1};
+    /* One figure for the combined usage: input + output when only those
+     * were given; input and output together or not at all; cache reads
+     * within the input. */
+    if ((u.input < 0) != (u.output < 0)) return SL_EINVAL;
+    if (u.input >= 0 && u.tokens < 0) u.tokens = u.input + u.output;
+    if (u.cache_read >= 0 && (u.input < 0 || u.cache_read > u.input)) return SL_EINVAL;
     const char *colon = grant_id ? strrchr(grant_id, ':') : NULL;
     if (!colon || colon == grant_id || (size_t)(colon - grant_id) > CONFIG_NAME_MAX) return SL_EINVAL;
     if (outcome < ENGINE_OK || outcome > ENGINE_QUOTA) return SL_EINVAL;
@@ -1819,28 +2023,33 @@ int engine_settle(engine *e, const char *grant_id, long long actual_tokens, engi
              "deployment %s: the provider reported a hard quota error: it is out until its reset%s", d->name,
              d->cfg->group_ ? " (its group routes to the other members)" : "");
     }
-    if (actual_tokens >= 0) e->stats.tokens_actual += (unsigned long long)actual_tokens;
+    if (u.tokens >= 0) e->stats.tokens_actual += (unsigned long long)u.tokens;
     /* With Redis, the settle's reply brings the pause and its shift for the
      * whole fleet (one round trip later); without, it applies here. */
     if (pause_ms > 0 && !dep_uses_redis(d)) dep_pause(d, pause_ms, 1);
     if (local) {
         /* A local grant: only its feedback reaches Redis (if reachable). */
-        if (outcome == ENGINE_THROTTLED || outcome == ENGINE_QUOTA || pause_ms >= 0)
-            queue_settle(d, "-", -1, outcome, pause_ms);
+        if (outcome == ENGINE_THROTTLED || outcome == ENGINE_QUOTA || pause_ms >= 0 || seen)
+            queue_settle(d, "-", NULL, outcome, pause_ms, seen);
         return 0;
     }
-    queue_settle(d, num, actual_tokens, outcome, pause_ms);
+    queue_settle(d, num, &u, outcome, pause_ms, seen);
     return 0;
 }
 
 int engine_feedback(engine *e, const char *deployment, engine_outcome outcome, long long pause_ms) {
+    return engine_feedback_seen(e, deployment, outcome, pause_ms, NULL);
+}
+
+int engine_feedback_seen(engine *e, const char *deployment, engine_outcome outcome, long long pause_ms,
+                         const engine_seen *seen) {
     dep *d = dep_find(e, deployment);
     if (!d || !d->cfg) return SL_EUNKNOWN;
     if (outcome == ENGINE_THROTTLED) e->stats.throttled++;
     /* With Redis, the settle's reply brings the pause and its shift for the
      * whole fleet (one round trip later); without, it applies here. */
     if (pause_ms > 0 && !dep_uses_redis(d)) dep_pause(d, pause_ms, 1);
-    queue_settle(d, "-", -1, outcome, pause_ms);
+    queue_settle(d, "-", NULL, outcome, pause_ms, seen);
     return 0;
 }
 
@@ -1929,21 +2138,21 @@ static void retry_answer(dep_query *q, redisReply *r, int via_redis) {
     double burst = fmax(1.0, floor((double)(d->cfg->retry_budget.min_per_s * d->cfg->retry_budget.ttl_s) * share));
     double now = (double)uv_now(e->loop);
     int allowed = 0;
-    long long retry_after = 1000;
+    long long wait_ms = 1000;
     if (per_ms > 0) {
         double tat = fmax(d->local_retry_tat, now);
         if (tat - now <= (burst - 1) / per_ms) {
             allowed = 1;
             d->local_retry_tat = tat + 1.0 / per_ms;
         } else {
-            retry_after = (long long)ceil(tat - now - (burst - 1) / per_ms);
+            wait_ms = (long long)ceil(tat - now - (burst - 1) / per_ms);
         }
     }
     if (allowed) e->stats.retries_allowed++;
     else e->stats.retries_refused++;
     long long balance = 0;
     if (per_ms > 0) balance = (long long)floor(burst - fmax(0.0, d->local_retry_tat - now) * per_ms);
-    q->cb.retry(q->arg, SL_OK, allowed, balance > 0 ? balance : 0, allowed ? 0 : retry_after);
+    q->cb.retry(q->arg, SL_OK, allowed, balance > 0 ? balance : 0, allowed ? 0 : wait_ms);
 }
 
 int engine_retry(engine *e, const char *deployment, engine_retry_cb cb, void *arg) {
@@ -2028,7 +2237,7 @@ int engine_reload(engine *e, config *cfg) {
         dep *d = dep_find(e, cfg->deployments[i].name);
         if (!d) d = dep_add(e, &cfg->deployments[i]);
         if (!d) continue;
-        d->cfg = &cfg->deployments[i];
+        dep_set_cfg(d, &cfg->deployments[i]);
         d->configured = 0;
     }
     e->cfg = cfg;
@@ -2105,7 +2314,7 @@ void engine_stop(engine *e, void (*done)(void *arg), void *arg) {
             e->stats.waiting--;
             uv_timer_stop(&c->timer);
             const char *num = grant_number(c->grant.id);
-            if (num) queue_settle(d, num, -1, ENGINE_CANCELLED, -1);
+            if (num) queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
             call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
         }
         if (dep_ready(d) && d->cfg) dep_heartbeat(d, 1);
@@ -2158,6 +2367,14 @@ void engine_foreach_class(const engine *e, engine_class_fn fn, void *ud) {
             st.queued = d->classes[i].q.n;
             fn(ud, d->name, d->classes[i].lane, d->classes[i].tenant, &st);
         }
+}
+
+void engine_foreach_dim(const engine *e, engine_dim_fn fn, void *ud) {
+    for (const dep *d = e->deps; d; d = d->next) {
+        if (!d->cfg) continue;
+        for (int k = 0; k < ENGINE_DIMS; k++)
+            if (d->rates[k].configured > 0) fn(ud, d->name, engine_dim_names[k], &d->rates[k]);
+    }
 }
 
 void engine_foreach_group(const engine *e, engine_group_fn fn, void *ud) {

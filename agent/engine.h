@@ -30,7 +30,39 @@
 typedef struct engine engine;
 
 #define ENGINE_WAIT_BUCKETS 12
-#define ENGINE_SHED_REASONS 13
+#define ENGINE_SHED_REASONS 16
+
+/* The dimensions of a deployment's budget, in the scripts' order
+ * (lua/common.lua, SL_DIMS; docs/providers.md says which provider counts
+ * which): requests, combined tokens (tpm), input tokens (itpm), output
+ * tokens (otpm). */
+#define ENGINE_DIMS 4
+enum { ENGINE_DIM_REQUESTS = 0, ENGINE_DIM_TOKENS, ENGINE_DIM_INPUT, ENGINE_DIM_OUTPUT };
+extern const char *const engine_dim_names[ENGINE_DIMS]; /* "requests", "tokens", "input", "output" */
+
+/* What a provider reported a call used; -1 where unknown. tokens is the
+ * combined usage (input + output); input includes cache_read, the part of
+ * it read from the provider's prompt cache. */
+typedef struct engine_usage {
+    long long tokens, input, output, cache_read;
+} engine_usage;
+
+/* What one response's rate-limit headers said, per dimension: the limit
+ * (per minute) and the remaining count; -1 where absent. */
+typedef struct engine_seen {
+    long long limit[ENGINE_DIMS], remaining[ENGINE_DIMS];
+} engine_seen;
+
+/* All fields -1. */
+void engine_seen_init(engine_seen *s);
+
+/* Fills s from the headers gathered in fb (lib/http/ratelimit.h), as
+ * the settle script wants them: x-ratelimit-*-requests / -tokens and
+ * anthropic-ratelimit-{requests,input-tokens,output-tokens}-*. The combined
+ * tokens dimension takes only headers about combined tokens, never the
+ * "most restrictive" stand-in ratelimit_get() gives for Anthropic. */
+struct ratelimit_feedback;
+void engine_seen_from_feedback(const struct ratelimit_feedback *fb, engine_seen *s);
 typedef struct engine_call engine_call;
 
 typedef enum engine_outcome {
@@ -54,8 +86,8 @@ typedef struct engine_grant {
 } engine_grant;
 
 typedef struct engine_shed {
-    const char *reason;           /* rpm tpm paused daily concurrency too_large lane ceiling
-                                     tenant_daily breaker quota tag */
+    const char *reason;           /* rpm tpm itpm otpm paused daily concurrency too_large lane
+                                     ceiling tenant_daily breaker quota tag */
     long long retry_after_ms;     /* -1: never (too_large) */
 } engine_shed;
 
@@ -105,9 +137,15 @@ int engine_acquire(engine *e, const char *deployment, long long tokens, long lon
  * tenant restricted in the group adds its own). */
 typedef struct engine_req {
     const char *name;             /* a deployment or a group */
-    long long tokens;
+    long long tokens;             /* the combined estimate: input + max output */
     long long max_wait_ms;        /* < 0: the lane's, the group's or the deployment's */
     const char *lane, *tenant, *tag;
+    /* split: the estimate is given as input and max output (then tokens is
+     * their sum, or 0). A deployment that counts input and output tokens
+     * apart (itpm, otpm) needs the split for any tokens > 0: SL_EINVAL
+     * otherwise (engine_acquire_req_error() says why). */
+    int split;
+    long long input, output;
 } engine_req;
 
 /* engine_acquire() for a deployment or a group. A group request goes to
@@ -118,6 +156,13 @@ typedef struct engine_req {
  * that is out of quota sheds at once and is passed over. No allowed member
  * at all: shed "tag" (retry_after -1). The grant names the member. */
 int engine_acquire_req(engine *e, const engine_req *rq, engine_acquire_cb cb, void *arg, engine_call **call);
+
+/* When engine_acquire_req() returned SL_EINVAL because the estimate does
+ * not fit the deployment's dimensions (TOKENS without INPUT and OUTPUT on
+ * a deployment that counts them apart, or a split that does not add up):
+ * the reason, for the caller's error message; NULL when that was not the
+ * problem. Static text. */
+const char *engine_acquire_req_error(const engine *e, const engine_req *rq);
 
 /* Per group figures, summed over this agent's requests. */
 typedef struct engine_group_stats {
@@ -155,8 +200,31 @@ void engine_cancel(engine_call *call);
 int engine_settle(engine *e, const char *grant_id, long long actual_tokens, engine_outcome outcome,
                   long long pause_ms);
 
+/* engine_settle() with the usage per dimension and what the response's
+ * rate-limit headers said (seen may be NULL). Each dimension is corrected
+ * as its provider counts (docs/providers.md); the headers adopt a lower
+ * limit and show others' use of the key, fleet-wide. */
+int engine_settle_usage(engine *e, const char *grant_id, const engine_usage *usage, engine_outcome outcome,
+                        long long pause_ms, const engine_seen *seen);
+
 /* Provider feedback without a grant (e.g. a 429 on an ungoverned call). */
 int engine_feedback(engine *e, const char *deployment, engine_outcome outcome, long long pause_ms);
+int engine_feedback_seen(engine *e, const char *deployment, engine_outcome outcome, long long pause_ms,
+                         const engine_seen *seen);
+
+/* The rates of one dimension of a deployment, as the last settle reply
+ * from Redis gave them (per minute): the configured limit, the limit in
+ * force (lower when the provider's headers reported less), the effective
+ * rate the fleet runs at (less others' use of the key, and AIMD) and
+ * others' use as estimated from the headers. known is 0 before any settle
+ * reply (the configured limit is then in every field). */
+typedef struct engine_dim_rates {
+    double configured, limit, effective, outside;
+    int known;
+} engine_dim_rates;
+typedef void (*engine_dim_fn)(void *ud, const char *deployment, const char *dim, const engine_dim_rates *r);
+/* Calls fn for every dimension every configured deployment has. */
+void engine_foreach_dim(const engine *e, engine_dim_fn fn, void *ud);
 
 /* "May this deployment's fleet retry now?" cb gets status SL_OK with
  * allowed 1/0, the balance left and, when refused, a retry-after hint.
@@ -202,6 +270,7 @@ typedef struct engine_stats {
     unsigned long long settles, throttled, cancels;
     unsigned long long retries_allowed, retries_refused;
     unsigned long long tokens_estimated, tokens_actual;
+    unsigned long long limit_changes;      /* limits adopted from (or dropped after) the headers, as seen here */
     unsigned long long redis_calls, redis_errors, redis_timeouts, noscript_reloads;
     unsigned long long reserve_calls, reserve_items, settle_calls, settle_items;
     unsigned long long redirect_holds;     /* cluster redirects/TRYAGAIN that held a batch */

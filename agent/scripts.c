@@ -89,7 +89,7 @@ const script *scripts_find(const char *name) {
 int scripts_keys(const char *deployment, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX]) {
     static const char *const suffix[SCRIPTS_NKEYS] = {
         "limits", "state", "grants", "leases", "refq:requests",
-        "refq:tokens", "daily", "retry", "agents",
+        "refq:tokens", "daily", "retry", "agents", "refq:input", "refq:output",
     };
     size_t len = strlen(deployment);
     if (len == 0 || len > SCRIPTS_NAME_MAX) return -1;
@@ -110,7 +110,7 @@ int scripts_evalsha_argv_n(script_id id, char (*keys)[SCRIPTS_KEY_MAX], int nkey
     av[0] = "EVALSHA";
     av[1] = s->sha;
     if (nkeys == SCRIPTS_NKEYS) {
-        av[2] = "9";
+        av[2] = SCRIPTS_NKEYS_STR;
     } else {
         if (!nkeys_buf) return -1;
         snprintf(nkeys_buf, 12, "%d", nkeys);

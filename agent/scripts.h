@@ -29,7 +29,8 @@ typedef struct script {
 
 /* Every script takes the same KEYS for one deployment (lua/common.lua
  * documents them); all share the hash tag {deployment}. */
-#define SCRIPTS_NKEYS 9
+#define SCRIPTS_NKEYS 11
+#define SCRIPTS_NKEYS_STR "11" /* the same, for EVALSHA */
 #define SCRIPTS_NAME_MAX 64
 #define SCRIPTS_KEY_MAX (SCRIPTS_NAME_MAX + 32)
 

@@ -391,7 +391,8 @@ static void dispatch_acquire(dmn *d, dreq *r) {
         free(r);
         return;
     }
-    if (dproto_acquire(&c->pend, op->dep, op->tokens, op->eff_wait_ms, op->lane, op->tenant, op->tag) != 0) {
+    if (dproto_acquire_split(&c->pend, op->dep, op->tokens, op->split ? op->input : -1, op->split ? op->output : -1,
+                             op->eff_wait_ms, op->lane, op->tenant, op->tag) != 0) {
         dreq_fail(d, r, SL_ENOMEM, "out of memory");
         free(r);
         dconn_release(d, c);
@@ -462,7 +463,7 @@ static int send_ctl(dmn *d, dreq_kind kind, gov_op *op, int feedback,
 
 typedef struct settle_args {
     const char *id;
-    long long actual;
+    dproto_usage usage;
     sl_outcome outcome;
     const sl_header *h;
     size_t nh;
@@ -470,16 +471,17 @@ typedef struct settle_args {
 
 static int build_settle(resp_buf *b, const gov_op *op, const void *ud) {
     const settle_args *a = ud;
-    return dproto_settle(b, a->id, a->actual, a->outcome, a->h, a->nh);
+    return dproto_settle_usage(b, a->id, &a->usage, a->outcome, a->h, a->nh);
 }
 
 static void be_give_back(backend *b, const char *grant_id) {
-    settle_args a = {grant_id, -1, SL_OUTCOME_CANCELLED, NULL, 0};
+    settle_args a = {grant_id, {-1, -1, -1, -1}, SL_OUTCOME_CANCELLED, NULL, 0};
     send_ctl((dmn *)b, DREQ_SETTLE, NULL, 0, build_settle, &a);
 }
 
 static void be_settle(backend *b, gov_op *op) {
-    settle_args a = {op->grant_id, op->actual, op->outcome, op->hdrs, op->nhdrs};
+    settle_args a = {op->grant_id, {op->actual, op->actual_in, op->actual_out, op->actual_cache}, op->outcome,
+                     op->hdrs, op->nhdrs};
     /* The settle op is freed by the caller right after: nothing refers to it. */
     send_ctl((dmn *)b, DREQ_SETTLE, NULL, op->nhdrs > 0, build_settle, &a);
 }

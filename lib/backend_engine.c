@@ -8,6 +8,7 @@
 
 #include "engine.h"
 #include "gov.h"
+#include "ratelimit.h"
 
 _Static_assert((int)SL_OUTCOME_OK == (int)ENGINE_OK && (int)SL_OUTCOME_THROTTLED == (int)ENGINE_THROTTLED &&
                    (int)SL_OUTCOME_FAILED == (int)ENGINE_FAILED &&
@@ -34,7 +35,14 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
 static int be_acquire(backend *b, gov_op *op) {
     engine_call *call = NULL;
     const config *cfg = engine_config(eng(b));
-    engine_req rq = {op->dep, op->tokens, op->eff_wait_ms, op->lane, op->tenant, op->tag};
+    engine_req rq = {.name = op->dep, .tokens = op->tokens, .max_wait_ms = op->eff_wait_ms, .lane = op->lane,
+                     .tenant = op->tenant, .tag = op->tag, .split = op->split, .input = op->input,
+                     .output = op->output};
+    const char *why = engine_acquire_req_error(eng(b), &rq);
+    if (why) {
+        snprintf(op->msg, sizeof(op->msg), "%s (deployment '%s')", why, op->dep);
+        return SL_EINVAL;
+    }
     int rc = engine_acquire_req(eng(b), &rq, on_acquired, op, &call);
     /* The messages are sluiced's (agent/commands.c), so both modes read alike. */
     if (rc == SL_EUNKNOWN)
@@ -68,8 +76,19 @@ static void be_give_back(backend *b, const char *grant_id) {
 
 static void be_settle(backend *b, gov_op *op) {
     /* Errors (a malformed id, a deployment removed) have nobody to go to:
-     * sl_settle() does not wait, like the agent's coalesced settles. */
-    engine_settle(eng(b), op->grant_id, op->actual, (engine_outcome)op->outcome, op->pause_ms);
+     * sl_settle() does not wait, like the agent's coalesced settles. The
+     * headers kept are read again for what the settle script learns from
+     * them, as sluiced reads the forwarded ones (agent/commands.c). */
+    engine_usage u = {op->actual, op->actual_in, op->actual_out, op->actual_cache};
+    engine_seen seen;
+    ratelimit_feedback fb;
+    ratelimit_init(&fb, -1);
+    for (size_t i = 0; i < op->nhdrs; i++)
+        ratelimit_add_header(&fb, op->hdrs[i].name, strlen(op->hdrs[i].name), op->hdrs[i].value,
+                             strlen(op->hdrs[i].value), 0);
+    engine_seen_from_feedback(&fb, &seen);
+    engine_settle_usage(eng(b), op->grant_id, &u, (engine_outcome)op->outcome, op->pause_ms,
+                        op->nhdrs ? &seen : NULL);
 }
 
 static void on_retry(void *arg, int status, int allowed, long long balance, long long retry_after_ms) {

@@ -159,7 +159,7 @@ static void capture_verdict(const sl_capture *c, int curl_code, long long cap_ms
      * transport failure, unless the body was only cut by our own limit. */
     if (curl_code != CURLE_OK && !c->overflow) status = 0;
     verdict_compute(status, timed_out, c->body, c->blen, c->hdr, c->nh, cap_ms, v);
-    if (c->overflow) v->tokens = -1;
+    if (c->overflow) v->tokens = v->input_tokens = v->output_tokens = v->cache_read_tokens = -1;
 }
 
 int sl_capture_verdict(const sl_capture *c, int curl_code, long long retry_after_cap_ms, sl_verdict *out) {
@@ -170,11 +170,26 @@ int sl_capture_verdict(const sl_capture *c, int curl_code, long long retry_after
     return 0;
 }
 
+/* Settles g with the verdict's outcome and usage, split where the body
+ * said (each dimension is then corrected as its provider counts). */
+static int settle_verdict(sl_grant *g, const sl_verdict *v, const sl_capture *c) {
+    sl_usage u;
+    sl_usage_init(&u);
+    u.tokens = v->tokens;
+    if (v->tokens >= 0 && v->input_tokens >= 0 && v->output_tokens >= 0 &&
+        v->tokens == v->input_tokens + v->output_tokens) {
+        u.input_tokens = v->input_tokens;
+        u.output_tokens = v->output_tokens;
+        u.cache_read_tokens = v->cache_read_tokens;
+    }
+    return sl_settle_usage(g, &u, v->outcome, c->hdr, c->nh);
+}
+
 int sl_settle_capture(sl_grant *g, const sl_capture *c, int curl_code) {
     if (!c) return sl_settle(g, -1, SL_OUTCOME_FAILED, NULL, 0);
     sl_verdict v;
     capture_verdict(c, curl_code, -1, &v);
-    return sl_settle(g, v.tokens, v.outcome, c->hdr, c->nh);
+    return settle_verdict(g, &v, c);
 }
 
 /* ---- the report --------------------------------------------------------------- */
@@ -253,6 +268,8 @@ int sl_curl_perform(sl_gov *gov, void *easy, const sl_call_opts *opts_in, sl_cal
         sl_request_init(&req);
         req.deployment = o.deployment;
         req.tokens = o.tokens;
+        req.input_tokens = o.input_tokens;
+        req.output_tokens = o.output_tokens;
         req.max_wait_ms = o.max_wait_ms;
         req.lane = o.lane;
         req.tenant = o.tenant;
@@ -298,7 +315,7 @@ int sl_curl_perform(sl_gov *gov, void *easy, const sl_call_opts *opts_in, sl_cal
         r.attempts++;
         sl_verdict v;
         capture_verdict(c, (int)cc, o.retry_after_cap_ms, &v);
-        sl_settle(g, v.tokens, v.outcome, c->hdr, c->nh);
+        settle_verdict(g, &v, c);
         r.http_status = v.http_status;
         r.curl_code = (int)cc;
         r.outcome = sl_class_name(v.cls);

@@ -14,14 +14,28 @@ _Static_assert(DPROTO_NOUTCOMES == (size_t)SL_OUTCOME_QUOTA + 1, "an sl_outcome 
 
 int dproto_acquire(resp_buf *b, const char *dep, long long tokens, long long max_wait_ms,
                    const char *lane, const char *tenant, const char *tag) {
-    const char *argv[12];
-    char tok[24], wait[24];
+    return dproto_acquire_split(b, dep, tokens, -1, -1, max_wait_ms, lane, tenant, tag);
+}
+
+int dproto_acquire_split(resp_buf *b, const char *dep, long long tokens, long long input, long long output,
+                         long long max_wait_ms, const char *lane, const char *tenant, const char *tag) {
+    const char *argv[16];
+    char tok[24], in[24], out[24], wait[24];
     size_t n = 0;
-    snprintf(tok, sizeof(tok), "%lld", tokens < 0 ? 0 : tokens);
     argv[n++] = "ACQUIRE";
     argv[n++] = dep;
-    argv[n++] = "TOKENS";
-    argv[n++] = tok;
+    if (input >= 0 && output >= 0) {
+        snprintf(in, sizeof(in), "%lld", input);
+        snprintf(out, sizeof(out), "%lld", output);
+        argv[n++] = "INPUT";
+        argv[n++] = in;
+        argv[n++] = "OUTPUT";
+        argv[n++] = out;
+    } else {
+        snprintf(tok, sizeof(tok), "%lld", tokens < 0 ? 0 : tokens);
+        argv[n++] = "TOKENS";
+        argv[n++] = tok;
+    }
     if (max_wait_ms >= 0) {
         snprintf(wait, sizeof(wait), "%lld", max_wait_ms);
         argv[n++] = "MAXWAIT";
@@ -44,16 +58,34 @@ int dproto_acquire(resp_buf *b, const char *dep, long long tokens, long long max
 
 int dproto_settle(resp_buf *b, const char *grant_id, long long actual, sl_outcome outcome,
                   const sl_header *h, size_t nh) {
+    dproto_usage u = {actual, -1, -1, -1};
+    return dproto_settle_usage(b, grant_id, &u, outcome, h, nh);
+}
+
+int dproto_settle_usage(resp_buf *b, const char *grant_id, const dproto_usage *u, sl_outcome outcome,
+                        const sl_header *h, size_t nh) {
     if ((int)outcome < 0 || (size_t)outcome >= DPROTO_NOUTCOMES) return RESP_EPROTO;
-    size_t cap = 6 + 3 * nh;
+    size_t cap = 12 + 3 * nh;
     const char **argv = malloc(cap * sizeof(*argv));
     if (!argv) return RESP_ENOMEM;
-    char tok[24];
+    char tok[24], in[24], out[24], cr[24];
     size_t n = 0;
     argv[n++] = "SETTLE";
     argv[n++] = grant_id;
-    if (actual >= 0) {
-        snprintf(tok, sizeof(tok), "%lld", actual);
+    if (u && u->input >= 0 && u->output >= 0) {
+        snprintf(in, sizeof(in), "%lld", u->input);
+        snprintf(out, sizeof(out), "%lld", u->output);
+        argv[n++] = "INPUT";
+        argv[n++] = in;
+        argv[n++] = "OUTPUT";
+        argv[n++] = out;
+        if (u->cache_read > 0) {
+            snprintf(cr, sizeof(cr), "%lld", u->cache_read);
+            argv[n++] = "CACHE_READ";
+            argv[n++] = cr;
+        }
+    } else if (u && u->tokens >= 0) {
+        snprintf(tok, sizeof(tok), "%lld", u->tokens);
         argv[n++] = "TOKENS";
         argv[n++] = tok;
     }

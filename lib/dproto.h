@@ -32,10 +32,25 @@ typedef struct dproto_grant {
 int dproto_acquire(resp_buf *b, const char *dep, long long tokens, long long max_wait_ms,
                    const char *lane, const char *tenant, const char *tag);
 
+/* ACQUIRE with the estimate split: INPUT <i> OUTPUT <o> instead of TOKENS
+ * when both are >= 0. */
+int dproto_acquire_split(resp_buf *b, const char *dep, long long tokens, long long input, long long output,
+                         long long max_wait_ms, const char *lane, const char *tenant, const char *tag);
+
 /* SETTLE <id> [TOKENS <n>] STATUS <outcome> [HEADER <name> <value>]...
  * actual < 0 omits TOKENS. */
 int dproto_settle(resp_buf *b, const char *grant_id, long long actual, sl_outcome outcome,
                   const sl_header *h, size_t nh);
+
+/* The usage of a settle; -1 where unknown. */
+typedef struct dproto_usage {
+    long long tokens, input, output, cache_read;
+} dproto_usage;
+
+/* SETTLE with INPUT <i> OUTPUT <o> [CACHE_READ <c>] when input and output
+ * are known, else TOKENS <n> when tokens is, else neither. */
+int dproto_settle_usage(resp_buf *b, const char *grant_id, const dproto_usage *u, sl_outcome outcome,
+                        const sl_header *h, size_t nh);
 
 int dproto_retry(resp_buf *b, const char *dep);
 int dproto_ping(resp_buf *b);

@@ -131,6 +131,16 @@ void sl_request_init_size(sl_request *req, size_t size) {
     memset(req, 0, size);
     req->size = size;
     if (size >= offsetof(sl_request, max_wait_ms) + sizeof(req->max_wait_ms)) req->max_wait_ms = -1;
+    if (size >= offsetof(sl_request, output_tokens) + sizeof(req->output_tokens))
+        req->input_tokens = req->output_tokens = -1;
+}
+
+void sl_usage_init_size(sl_usage *u, size_t size) {
+    if (!u || size < sizeof(size_t)) return;
+    memset(u, 0, size);
+    u->size = size;
+    long long *f = &u->tokens;
+    for (size_t i = 0; i < 4 && offsetof(sl_usage, tokens) + (i + 1) * sizeof(long long) <= size; i++) f[i] = -1;
 }
 
 long long gov_effective_max_wait(long long max_wait_ms, int64_t deadline_ms, int64_t now_ms) {
@@ -664,11 +674,18 @@ static int fill_acquire(sl_gov *g, gov_op *op, const sl_request *req_in) {
         return set_err(g, SL_EINVAL, NULL, -1,
                        "lane, tenant and tag must be 1-64 characters of [A-Za-z0-9._:-]");
     if (req.deadline_ms < 0) return set_err(g, SL_EINVAL, NULL, -1, "deadline_ms must be >= 0");
+    if ((req.input_tokens < 0) != (req.output_tokens < 0))
+        return set_err(g, SL_EINVAL, NULL, -1, "input_tokens and output_tokens go together (both >= 0, or both -1)");
+    if (req.input_tokens >= 0 && req.tokens != 0 && req.tokens != req.input_tokens + req.output_tokens)
+        return set_err(g, SL_EINVAL, NULL, -1, "tokens must be input_tokens + output_tokens (or 0) when they are given");
     snprintf(op->dep, sizeof(op->dep), "%s", req.deployment);
     snprintf(op->lane, sizeof(op->lane), "%s", req.lane ? req.lane : "");
     snprintf(op->tenant, sizeof(op->tenant), "%s", req.tenant ? req.tenant : "");
     snprintf(op->tag, sizeof(op->tag), "%s", req.tag ? req.tag : "");
-    op->tokens = req.tokens;
+    op->split = req.input_tokens >= 0;
+    op->input = req.input_tokens;
+    op->output = req.output_tokens;
+    op->tokens = op->split ? req.input_tokens + req.output_tokens : req.tokens;
     op->max_wait_ms = req.max_wait_ms;
     op->deadline_ms = req.deadline_ms;
     op->pregrant = calloc(1, sizeof(*op->pregrant));
@@ -849,12 +866,31 @@ static int settle_headers(gov_op *op, const sl_header *h, size_t n) {
 
 int sl_settle(sl_grant *gr, long long actual_tokens, sl_outcome outcome, const sl_header *headers,
               size_t nheaders) {
+    sl_usage u;
+    sl_usage_init(&u);
+    u.tokens = actual_tokens < 0 ? -1 : actual_tokens;
+    return sl_settle_usage(gr, &u, outcome, headers, nheaders);
+}
+
+int sl_settle_usage(sl_grant *gr, const sl_usage *usage_in, sl_outcome outcome, const sl_header *headers,
+                    size_t nheaders) {
     if (!gr) return SL_EINVAL;
     sl_gov *g = gr->gov;
     int rc = 0;
     gov_op *op = NULL;
+    sl_usage u;
+    sl_usage_init(&u);
+    if (usage_in && usage_in->size >= sizeof(size_t)) copy_versioned(&u, sizeof(u), usage_in);
     if ((int)outcome < SL_OUTCOME_OK || (int)outcome > SL_OUTCOME_QUOTA) {
         rc = set_err(g, SL_EINVAL, NULL, -1, "outcome must be one of SL_OUTCOME_*");
+        goto out;
+    }
+    if ((u.input_tokens < 0) != (u.output_tokens < 0) ||
+        (u.cache_read_tokens >= 0 && (u.input_tokens < 0 || u.cache_read_tokens > u.input_tokens)) ||
+        (u.tokens >= 0 && u.input_tokens >= 0 && u.tokens != u.input_tokens + u.output_tokens)) {
+        rc = set_err(g, SL_EINVAL, NULL, -1,
+                     "usage: input_tokens and output_tokens go together, cache_read_tokens is part of "
+                     "input_tokens, tokens is their sum");
         goto out;
     }
     if (nheaders && !headers) {
@@ -868,7 +904,10 @@ int sl_settle(sl_grant *gr, long long actual_tokens, sl_outcome outcome, const s
     }
     snprintf(op->grant_id, sizeof(op->grant_id), "%s", gr->id);
     snprintf(op->dep, sizeof(op->dep), "%s", gr->dep);
-    op->actual = actual_tokens < 0 ? -1 : actual_tokens;
+    op->actual = u.tokens >= 0 ? u.tokens : (u.input_tokens >= 0 ? u.input_tokens + u.output_tokens : -1);
+    op->actual_in = u.input_tokens < 0 ? -1 : u.input_tokens;
+    op->actual_out = u.input_tokens < 0 ? -1 : u.output_tokens;
+    op->actual_cache = u.input_tokens < 0 || u.cache_read_tokens < 0 ? -1 : u.cache_read_tokens;
     op->outcome = outcome;
     if (settle_headers(op, headers, nheaders) != 0) {
         rc = set_err(g, SL_ENOMEM, NULL, -1, "out of memory");

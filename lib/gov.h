@@ -48,12 +48,15 @@ struct gov_op {
     char dep[GOV_NAME_MAX + 1];  /* a deployment or a group */
     char lane[GOV_NAME_MAX + 1], tenant[GOV_NAME_MAX + 1], tag[GOV_NAME_MAX + 1];
     long long tokens, max_wait_ms;
+    int split;                   /* input and output given (docs/providers.md) */
+    long long input, output;
     long long eff_wait_ms;       /* max wait at dispatch (deadline applied), < 0 default */
     int64_t deadline_ms;         /* sl_now_ms() clock, 0 none */
     int64_t timeout_ms;          /* RETRY/PING: answer within this, 0 none */
     /* OP_SETTLE */
     char grant_id[GOV_ID_MAX];
-    long long actual;
+    long long actual;            /* combined */
+    long long actual_in, actual_out, actual_cache; /* -1 unknown */
     sl_outcome outcome;
     long long pause_ms;          /* from the headers, -1 none */
     sl_header *hdrs;             /* the recognised headers, one allocation */

@@ -5,7 +5,7 @@
 #include <string.h>
 
 typedef struct tally {
-    long long total, input, output; /* -1 unseen; the largest seen */
+    long long total, input, output, cache_read; /* -1 unseen; the largest seen */
 } tally;
 
 static void keep_max(long long *slot, json_t *v) {
@@ -20,15 +20,26 @@ static void tally_usage(tally *t, json_t *u) {
     /* OpenAI chat/completions: prompt + completion; Anthropic and the
      * Responses API: input (+ cache creation, which Anthropic bills as
      * input) + output. */
-    long long in = -1, out = -1, cache = -1;
+    long long in = -1, out = -1, cache = -1, read = -1;
     keep_max(&in, json_object_get(u, "prompt_tokens"));
     keep_max(&in, json_object_get(u, "input_tokens"));
     keep_max(&cache, json_object_get(u, "cache_creation_input_tokens"));
     keep_max(&out, json_object_get(u, "completion_tokens"));
     keep_max(&out, json_object_get(u, "output_tokens"));
+    /* Reads from the prompt cache: Anthropic reports them beside
+     * input_tokens (which excludes them), OpenAI inside prompt_tokens
+     * (prompt_tokens_details.cached_tokens; the Responses API's
+     * input_tokens_details). The input is always all of the prompt. */
+    int beside = 0;
+    keep_max(&read, json_object_get(u, "cache_read_input_tokens"));
+    if (read >= 0) beside = 1;
+    keep_max(&read, json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens"));
+    keep_max(&read, json_object_get(json_object_get(u, "input_tokens_details"), "cached_tokens"));
     if (in >= 0 && cache > 0) in += cache;
+    if (in >= 0 && beside && read > 0) in += read;
     if (in > t->input) t->input = in;
     if (out > t->output) t->output = out;
+    if (read > t->cache_read) t->cache_read = read;
 }
 
 static void tally_event(tally *t, json_t *root) {
@@ -68,14 +79,27 @@ static void tally_sse(tally *t, const char *s, size_t n) {
     }
 }
 
-long long usage_tokens(const char *body, size_t len) {
+int usage_split(const char *body, size_t len, usage_counts *out) {
+    *out = (usage_counts){-1, -1, -1, -1};
     if (!body || len == 0 || len > USAGE_MAX_BODY) return -1;
-    tally t = {-1, -1, -1};
+    tally t = {-1, -1, -1, -1};
     size_t i = 0;
     while (i < len && is_ws(body[i])) i++;
     if (i < len && body[i] == '{') tally_json(&t, body + i, len - i);
     else tally_sse(&t, body, len);
-    if (t.total >= 0) return t.total;
-    if (t.input < 0 && t.output < 0) return -1;
-    return (t.input > 0 ? t.input : 0) + (t.output > 0 ? t.output : 0);
+    if (t.input >= 0 || t.output >= 0) {
+        out->input = t.input > 0 ? t.input : 0;
+        out->output = t.output > 0 ? t.output : 0;
+        out->cache_read = t.cache_read > 0 ? (t.cache_read < out->input ? t.cache_read : out->input) : 0;
+    }
+    /* The combined count: all of the prompt and the output, which is what
+     * total_tokens says where a provider sends it. */
+    if (t.input >= 0 || t.output >= 0) out->tokens = out->input + out->output;
+    if (t.total > out->tokens) out->tokens = t.total;
+    return out->tokens >= 0 ? 0 : -1;
+}
+
+long long usage_tokens(const char *body, size_t len) {
+    usage_counts u;
+    return usage_split(body, len, &u) == 0 ? u.tokens : -1;
 }

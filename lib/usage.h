@@ -3,7 +3,8 @@
  * Understands the `usage` object of OpenAI and Azure OpenAI (total_tokens,
  * else prompt_tokens + completion_tokens; the Responses API's input_tokens
  * / output_tokens / total_tokens) and of Anthropic (input_tokens +
- * cache_creation_input_tokens + output_tokens), at the top level or under
+ * cache_creation_input_tokens + cache_read_input_tokens + output_tokens),
+ * at the top level or under
  * `response` / `message` (streaming events). A server-sent event stream
  * (`data: {...}` lines) is scanned event by event: the largest counts seen
  * win, since streaming usage is cumulative. Parsed with jansson; bodies
@@ -15,7 +16,20 @@
 
 #define USAGE_MAX_BODY (16 * 1024 * 1024)
 
-/* The tokens used, or -1 when the body reports none. */
+/* The usage split as the rate limits count it; -1 where unknown. input is
+ * all of the prompt (cache reads and writes included: Anthropic's
+ * input_tokens + cache_creation_input_tokens + cache_read_input_tokens,
+ * OpenAI's prompt_tokens), cache_read the part of it read from the
+ * provider's prompt cache, tokens the combined count (input + output, or
+ * total_tokens when larger). */
+typedef struct usage_counts {
+    long long tokens, input, output, cache_read;
+} usage_counts;
+
+/* 0 and *out when the body reports usage, -1 (all fields -1) when not. */
+int usage_split(const char *body, size_t len, usage_counts *out);
+
+/* The combined tokens used (usage_split's tokens), or -1. */
 long long usage_tokens(const char *body, size_t len);
 
 #endif

@@ -25,6 +25,20 @@ const char *sl_class_name(int cls) {
 
 long long sl_usage_tokens(const char *body, size_t len) { return usage_tokens(body, len); }
 
+int sl_usage_of(const char *body, size_t len, sl_usage *out) {
+    if (!out || out->size < sizeof(size_t) || (len && !body)) return SL_EINVAL;
+    usage_counts u;
+    int rc = usage_split(body, len, &u);
+    sl_usage full;
+    sl_usage_init(&full);
+    full.tokens = u.tokens;
+    full.input_tokens = u.input;
+    full.output_tokens = u.output;
+    full.cache_read_tokens = u.cache_read;
+    verdict_write(out, &full, sizeof(full));
+    return rc == 0 ? 0 : SL_EUNKNOWN;
+}
+
 void verdict_write(void *out, const void *full, size_t full_size) {
     size_t n = *(const size_t *)out;
     if (n > full_size) n = full_size;
@@ -50,6 +64,8 @@ void sl_call_opts_init_size(sl_call_opts *o, size_t size) {
     memset(o, 0, size);
     o->size = size;
     if (size >= offsetof(sl_call_opts, max_wait_ms) + sizeof(o->max_wait_ms)) o->max_wait_ms = -1;
+    if (size >= offsetof(sl_call_opts, output_tokens) + sizeof(o->output_tokens))
+        o->input_tokens = o->output_tokens = -1;
 }
 
 void verdict_opts(sl_call_opts *full, const sl_call_opts *in) {
@@ -74,6 +90,7 @@ void verdict_compute(int status, int timed_out, const char *body, size_t body_le
                      const sl_header *h, size_t nh, long long cap_ms, sl_verdict *v) {
     memset(v, 0, sizeof(*v));
     v->size = sizeof(*v);
+    v->input_tokens = v->output_tokens = v->cache_read_tokens = -1;
     classify_input in = {0};
     in.status = status;
     in.transport = status == 0 ? (timed_out ? CLASSIFY_NET_TIMEOUT : CLASSIFY_NET_ERROR) : CLASSIFY_NET_NONE;
@@ -104,10 +121,16 @@ void verdict_compute(int status, int timed_out, const char *body, size_t body_le
     v->over_cap = over;
     snprintf(v->code, sizeof(v->code), "%s", cr.code);
     switch (cr.cls) {
-    case CLASSIFY_OK:
+    case CLASSIFY_OK: {
         v->outcome = SL_OUTCOME_OK;
-        v->tokens = usage_tokens(body, in.body_len);
+        usage_counts u;
+        usage_split(body, in.body_len, &u);
+        v->tokens = u.tokens;
+        v->input_tokens = u.input;
+        v->output_tokens = u.output;
+        v->cache_read_tokens = u.cache_read;
         break;
+    }
     case CLASSIFY_RATE_LIMITED:
         v->outcome = SL_OUTCOME_THROTTLED;
         v->tokens = 0; /* refused before any work */

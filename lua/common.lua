@@ -1,6 +1,6 @@
 -- KEYS as a local: every helper below captures this variable, so a script
 -- that decides across several deployments in one call (reserve's group
--- mode) re-points it at one member's 9 keys at a time.
+-- mode) re-points it at one member's 11 keys at a time.
 local KEYS = KEYS
 
 -- sluice: common helpers, prepended to every script at build time
@@ -18,11 +18,34 @@ local KEYS = KEYS
 --   KEYS[7] sluice:{D}:daily        hash  UTC day usage
 --   KEYS[8] sluice:{D}:retry        hash  retry budget window slices
 --   KEYS[9] sluice:{D}:agents       zset  agent id scored by last heartbeat ms
+--   KEYS[10] sluice:{D}:refq:input   list  refund bound queue, input tokens
+--   KEYS[11] sluice:{D}:refq:output  list  refund bound queue, output tokens
 -- Times are milliseconds on the Redis clock (TIME); replies carry relative
 -- milliseconds only, plus the server time in microseconds for tests.
 
 local SUFFIX = {'limits', 'state', 'grants', 'leases', 'refq:requests',
-                'refq:tokens', 'daily', 'retry', 'agents'}
+                'refq:tokens', 'daily', 'retry', 'agents', 'refq:input', 'refq:output'}
+local SL_NKEYS = #SUFFIX
+
+-- The dimensions a deployment may have, in this order (docs/providers.md).
+-- Each charges an item a cost at the grant: requests 1, tokens the
+-- combined estimate (input + max output), input the input estimate, output
+-- the max output. `refund` names the limits field that says whether a
+-- settle corrects the dimension to the actual usage (the provider gives
+-- back what was not used: Anthropic's output tokens) or only charges an
+-- overrun (the provider charged the estimate at admission for good: Azure
+-- and OpenAI's tokens, Anthropic's input). `q` is the refund-bound queue's
+-- KEYS index, `reason` the shed reason when the dimension binds, `letter`
+-- its name in settle feedback.
+local SL_DIMS = {
+  {name = 'requests', per = 'rpm', burst = 'burst_requests', q = 5, reason = 'rpm', letter = 'r'},
+  {name = 'tokens', per = 'tpm', burst = 'burst_tokens', q = 6, reason = 'tpm', letter = 't',
+   refund = 'refund_tokens'},
+  {name = 'input', per = 'itpm', burst = 'burst_input', q = 10, reason = 'itpm', letter = 'i',
+   refund = 'refund_input'},
+  {name = 'output', per = 'otpm', burst = 'burst_output', q = 11, reason = 'otpm', letter = 'o',
+   refund = 'refund_output'},
+}
 
 -- Returns the deployment name after checking that KEYS follow the layout
 -- and share one hash tag; errors otherwise.
@@ -232,12 +255,11 @@ local function sl_dim_save(d, st)
 end
 
 -- Additive increase of rate_scale: +increase per interval of quiet time
--- since the last change, up to 1. Returns the new scale and the one the
--- schedule was built with (the caller rescales when they differ).
+-- since the last change, up to 1. Returns the new scale (the schedule
+-- follows it in sl_dims_sync).
 local function sl_aimd_tick(limits, st, now)
   local scale = sl_num(st, 'rate_scale', 1)
-  local was = scale
-  if scale >= 1 then return 1, 1 end
+  if scale >= 1 then return 1 end
   local interval = sl_num(limits, 'aimd_interval_ms', 5000)
   local changed = sl_num(st, 'scale_changed_at', now)
   local steps = math.floor((now - changed) / interval)
@@ -247,7 +269,7 @@ local function sl_aimd_tick(limits, st, now)
     sl_set(st, 'rate_scale', string.format('%.4f', scale))
     sl_set(st, 'scale_changed_at', sl_fmt(changed + steps * interval))
   end
-  return scale, was
+  return scale
 end
 
 -- After a change of the effective rate. On a decrease the outstanding debt
@@ -267,18 +289,7 @@ local function sl_rate_changed(st, dims, now, old_r)
     if d.tat > ra then ra = d.tat end
   end
   sl_set(st, 'refund_after', sl_fmt(ra))
-  redis.call('DEL', KEYS[5], KEYS[6])
-end
-
--- Sets the effective rate of every dimension to r0 x scale, converting
--- the debt (see sl_rate_changed).
-local function sl_rescale(st, dims, scale, now)
-  local old = {}
-  for i, d in ipairs(dims) do
-    old[i] = d.r
-    d.r = d.r0 * scale
-  end
-  sl_rate_changed(st, dims, now, old)
+  redis.call('DEL', KEYS[5], KEYS[6], KEYS[10], KEYS[11])
 end
 
 -- Reclaims grants whose lease expired (a crashed or silent worker). Their
@@ -344,23 +355,126 @@ local function sl_load()
   return name, limits, sl_hash(KEYS[2])
 end
 
+-- The rate the fleet runs a shared dimension at (units per ms): its limit
+-- (the configured one, or the lower one a provider's headers reported,
+-- <name>_adopted) less what others are seen to use of the same key
+-- (<name>_outside, per minute, see settle's observe()), times the AIMD
+-- scale, and never below aimd_min_scale of the limit.
+local function sl_dim_target(d, limits, st, scale)
+  local outside = sl_num(st, d.name .. '_outside', 0) / 60000
+  local r = (d.r0 - outside) * scale
+  local floor = d.r0 * sl_num(limits, 'aimd_min_scale', 0.1)
+  if r < floor then r = floor end
+  return r
+end
+
+-- The shared dimensions of the deployment (requests first, then those of
+-- tokens, input and output it has), each an sl_dim plus: spec (its SL_DIMS
+-- row), i (its index there), q (its refund-bound queue), refund (settles
+-- correct it to the actual usage), per (the configured per-minute limit).
+-- A limit adopted from the provider's headers scales the burst with it.
 local function sl_dims(limits, st, scale)
   local j = sl_num(limits, 'jitter_ms', 10)
-  local dims = {sl_dim('requests', tonumber(limits.rpm), sl_num(limits, 'burst_requests', 1), scale, st, j)}
-  local tpm = sl_num(limits, 'tpm', 0)
-  if tpm > 0 then
-    dims[2] = sl_dim('tokens', tpm, sl_num(limits, 'burst_tokens', 1), scale, st, j)
+  local dims = {}
+  for i, spec in ipairs(SL_DIMS) do
+    local per = sl_num(limits, spec.per, 0)
+    if per > 0 then
+      local lim, burst = per, sl_num(limits, spec.burst, 1)
+      local adopted = sl_num(st, spec.name .. '_adopted', 0)
+      if adopted > 0 and adopted < per then
+        lim = adopted
+        burst = math.max(1, burst * adopted / per)
+      end
+      local d = sl_dim(spec.name, lim, burst, 1, st, j)
+      d.spec, d.i, d.q, d.per = spec, i, KEYS[spec.q], per
+      d.refund = spec.refund ~= nil and sl_num(limits, spec.refund, 0) == 1
+      d.r = sl_dim_target(d, limits, st, scale)
+      d.jitter = math.min(j, 0.5 * d.burst / d.r)
+      dims[#dims + 1] = d
+    end
   end
   return dims
 end
 
+-- The dimension named name among dims, or nil.
+local function sl_dim_of(dims, name)
+  for _, d in ipairs(dims) do if d.name == name then return d end end
+  return nil
+end
+
+-- The schedule remembers the rates it was built at (<name>_rate, "r0:r"
+-- per ms); a change since (AIMD, a limit adopted from the headers, others'
+-- use of the key, a new configuration) converts it here, once. Returns
+-- true when it converted (the caller then saves every dimension).
+local function sl_dims_sync(st, dims, now)
+  local old, changed = {}, false
+  for i, d in ipairs(dims) do
+    local f = d.name .. '_rate'
+    local r0, r = string.match(st[f] or '', '^([^:]+):(.+)$')
+    r0, r = tonumber(r0), tonumber(r)
+    if not r0 or not r or math.abs(r0 - d.r0) > 1e-9 * d.r0 or math.abs(r - d.r) > 1e-9 * d.r then
+      if r0 and r then
+        old[i] = r
+        changed = true
+      end
+      sl_set(st, f, string.format('%.12g:%.12g', d.r0, d.r))
+    end
+  end
+  if changed then sl_rate_changed(st, dims, now, old) end
+  return changed
+end
+
+-- Sets every dimension's effective rate from the state as it is now (after
+-- the caller changed rate_scale or a dimension's outside use), converting
+-- the outstanding debt (see sl_rate_changed).
+local function sl_dims_retarget(limits, st, dims, scale, now)
+  for _, d in ipairs(dims) do
+    d.r = sl_dim_target(d, limits, st, scale)
+    d.jitter = math.min(sl_num(limits, 'jitter_ms', 10), 0.5 * d.burst / d.r)
+  end
+  return sl_dims_sync(st, dims, now)
+end
+
 -- The dimensions at the current effective rate, after the lazy AIMD
--- increase (which rescales the outstanding debt). Returns dims, scale.
+-- increase. Returns dims, scale, and whether the schedule was converted.
 local function sl_schedule(limits, st, now)
-  local scale, was = sl_aimd_tick(limits, st, now)
-  local dims = sl_dims(limits, st, was)
-  if scale ~= was then sl_rescale(st, dims, scale, now) end
-  return dims, scale
+  local scale = sl_aimd_tick(limits, st, now)
+  local dims = sl_dims(limits, st, scale)
+  local changed = sl_dims_sync(st, dims, now)
+  return dims, scale, changed
+end
+
+-- An item's token estimate as sent: "c" (combined: input plus max output)
+-- or "i+o" (input, max output; c = i + o). Returns c, i, o or nil. A plain
+-- c charges c to each of input and output too: an upper bound of both, so
+-- a caller that does not split its estimate is never under-charged.
+local function sl_tokens(s)
+  if type(s) ~= 'string' then return nil end
+  local c = sl_uint(s)
+  if c then return c, c, c end
+  local i, o = string.match(s, '^(%d+)%+(%d+)$')
+  i, o = sl_uint(i), sl_uint(o)
+  if not i or not o then return nil end
+  return i + o, i, o
+end
+
+-- The cost of an item in each SL_DIMS dimension, by index.
+local function sl_costs(c, i, o) return {1, c, i, o} end
+
+-- Actual usage as sent to settle: "-1" (unknown), "n" (combined), "i+o"
+-- or "i+o+r" (input, output and the part of the input read from the
+-- provider's prompt cache). Returns {total, input, output, cache_read}
+-- with nil for what is unknown, or nil for a malformed value.
+local function sl_usage(s)
+  if s == '-1' then return {} end
+  local n = sl_uint(s)
+  if n then return {n} end
+  local i, o, r = string.match(s or '', '^(%d+)%+(%d+)%+?(%d*)$')
+  i, o = sl_uint(i), sl_uint(o)
+  if not i or not o then return nil end
+  r = (r ~= nil and r ~= '') and sl_uint(r) or 0
+  if not r or r > i then return nil end
+  return {i + o, i, o, r}
 end
 
 -- ---- lanes and tenants (docs/redis-keys.md, "Lanes and tenants") --------

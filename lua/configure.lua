@@ -2,7 +2,8 @@
 -- numbers. ARGV is field/value pairs; absent fields take their defaults.
 -- Validates everything first: a bad field is an error and changes nothing.
 -- Reply: {"OK", changed} where changed is 1 when a rate or burst moved
--- (which restarts the refund bound, see sl_rate_changed).
+-- (the next reserve or settle converts the schedule and restarts the
+-- refund bound, see sl_dims_sync).
 
 local name, err = sl_deployment()
 if not name then return redis.error_reply(err) end
@@ -13,9 +14,13 @@ local function nonneg(v) return v ~= nil and v >= 0 end
 -- field -> {parser, check, description}
 local FIELDS = {
   rpm = {sl_uint, positive, 'a positive integer'},
-  tpm = {sl_uint, nonneg, 'a non-negative integer (0 = no token limit)'},
+  tpm = {sl_uint, nonneg, 'a non-negative integer (0 = no combined token limit)'},
+  itpm = {sl_uint, nonneg, 'a non-negative integer (0 = no input token limit)'},
+  otpm = {sl_uint, nonneg, 'a non-negative integer (0 = no output token limit)'},
   burst_requests = {sl_uint, positive, 'a positive integer'},
   burst_tokens = {sl_uint, positive, 'a positive integer'},
+  burst_input = {sl_uint, positive, 'a positive integer'},
+  burst_output = {sl_uint, positive, 'a positive integer'},
   rpd = {sl_uint, nonneg, 'a non-negative integer (0 = unlimited)'},
   tpd = {sl_uint, nonneg, 'a non-negative integer (0 = unlimited)'},
   max_concurrency = {sl_uint, nonneg, 'a non-negative integer (0 = no cap)'},
@@ -27,7 +32,16 @@ local FIELDS = {
   aimd_min_scale = {tonumber, function(v) return v ~= nil and v > 0 and v <= 1 end, 'a number in (0, 1]'},
   aimd_increase = {tonumber, function(v) return v ~= nil and v > 0 and v <= 1 end, 'a number in (0, 1]'},
   aimd_interval_ms = {sl_uint, positive, 'a positive integer'},
+  aimd_min_throttles = {sl_uint, positive, 'a positive integer'},
+  aimd_window_ms = {sl_uint, positive, 'a positive integer'},
+  -- refund: every token dimension at once (older callers); refund_<dim>
+  -- wins where given.
   refund = {sl_uint, function(v) return v == 0 or v == 1 end, '0 or 1'},
+  refund_tokens = {sl_uint, function(v) return v == 0 or v == 1 end, '0 or 1'},
+  refund_input = {sl_uint, function(v) return v == 0 or v == 1 end, '0 or 1'},
+  refund_output = {sl_uint, function(v) return v == 0 or v == 1 end, '0 or 1'},
+  adapt_limits = {sl_uint, function(v) return v == 0 or v == 1 end, '0 or 1'},
+  adapt_outside = {sl_uint, function(v) return v == 0 or v == 1 end, '0 or 1'},
   jitter_ms = {sl_uint, function(v) return v ~= nil and v <= 10000 end, 'an integer in [0, 10000]'},
   test_clock_offset_ms = {sl_int, function(v) return v ~= nil end, 'an integer (tests only)'},
   -- Health (see sl_breaker_on): the breaker is off at ratio 0.
@@ -88,11 +102,22 @@ for i = 1, #ARGV, 2 do
 end
 if new.rpm == nil then return redis.error_reply("ERR sluice configure: field 'rpm' is required") end
 
+if new.refund ~= nil then
+  for _, f in ipairs({'refund_tokens', 'refund_input', 'refund_output'}) do
+    if new[f] == nil then new[f] = new.refund end
+  end
+  new.refund = nil
+end
+-- Defaults as the providers count (docs/providers.md): the combined and
+-- the input tokens are charged at admission for good, the output tokens
+-- are corrected to the actual output at the end of the request.
 local defaults = {
-  tpm = 0, rpd = 0, tpd = 0, max_concurrency = 0, lease_ms = 120000,
+  tpm = 0, itpm = 0, otpm = 0, rpd = 0, tpd = 0, max_concurrency = 0, lease_ms = 120000,
   retry_ttl_ms = 10000, retry_min_per_s = 1, retry_percent = 10,
   aimd_decrease = 0.7, aimd_min_scale = 0.1, aimd_increase = 0.05, aimd_interval_ms = 5000,
-  refund = 1, jitter_ms = 10,
+  aimd_min_throttles = 3, aimd_window_ms = 10000,
+  refund_tokens = 0, refund_input = 0, refund_output = 1, adapt_limits = 1, adapt_outside = 1,
+  jitter_ms = 10,
   breaker_failure_ratio = 0, breaker_min_requests = 20, breaker_window_ms = 30000,
   breaker_break_ms = 30000, quota_hold_ms = 3600000,
 }
@@ -101,6 +126,8 @@ for k, v in pairs(defaults) do
 end
 if new.burst_requests == nil then new.burst_requests = math.max(1, math.floor(new.rpm / 60)) end
 if new.burst_tokens == nil then new.burst_tokens = math.max(1, math.floor(new.tpm / 60)) end
+if new.burst_input == nil then new.burst_input = math.max(1, math.floor(new.itpm / 60)) end
+if new.burst_output == nil then new.burst_output = math.max(1, math.floor(new.otpm / 60)) end
 
 -- The lanes' plan (see sl_plan): priorities ranked, 0 first; horizons in
 -- bands of lane_step_ms so that a higher class always sees a slot first;
@@ -145,7 +172,7 @@ end
 
 local old = sl_hash(KEYS[1])
 local changed = 0
-for _, f in ipairs({'rpm', 'tpm', 'burst_requests', 'burst_tokens'}) do
+for _, f in ipairs({'rpm', 'tpm', 'itpm', 'otpm', 'burst_requests', 'burst_tokens', 'burst_input', 'burst_output'}) do
   if tonumber(old[f]) ~= new[f] then changed = 1 end
 end
 
@@ -157,16 +184,6 @@ end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], unpack(args))
 
-if changed == 1 and old.rpm ~= nil then
-  -- Convert the outstanding debt from the old rates to the new ones.
-  local st = sl_hash(KEYS[2])
-  local scale = sl_num(st, 'rate_scale', 1)
-  local now = sl_now(new)
-  local olddims, newdims = sl_dims(old, st, scale), sl_dims(new, st, scale)
-  local old_r = {}
-  for i, d in ipairs(newdims) do old_r[i] = olddims[i] and olddims[i].r or d.r end
-  sl_rate_changed(st, newdims, now, old_r)
-  for _, d in ipairs(newdims) do sl_dim_save(d, st) end
-  sl_save_state(st)
-end
+-- The schedule remembers the rates it was built at; the next script that
+-- loads it converts the outstanding debt to the new ones (sl_dims_sync).
 return {'OK', changed}

@@ -6,8 +6,9 @@
 -- busy_requests_ms and busy_tokens_ms: an agent rejoining after an outage
 -- hands over its local schedule, whose grants are still being released
 -- for that long. The shared schedule then starts no earlier than that
--- (requests_tat, tokens_tat >= now + busy + one burst, so the bucket is
--- empty where the local tail ends) and refunds wait until after it.
+-- (each dimension's TAT >= now + busy + one burst, so the bucket is empty
+-- where the local tail ends; busy_tokens_ms for every token dimension) and
+-- refunds wait until after it.
 -- Reply: the number of live agents (including this one unless leaving).
 
 local name, err = sl_deployment()
@@ -27,10 +28,12 @@ local now = sl_now(limits)
 if busy_req and limits.rpm then
   local st = sl_hash(KEYS[2])
   local dims = sl_dims(limits, st, sl_num(st, 'rate_scale', 1))
-  local busy = {busy_req, busy_tok}
   local ra = sl_num(st, 'refund_after', 0)
   for i, d in ipairs(dims) do
-    local floor_tat = now + busy[i] + d.burst / d.r
+    -- busy_tokens_ms covers every token dimension: the agent hands over
+    -- the longest of its local token schedules (the safe side).
+    local busy = i == 1 and busy_req or busy_tok
+    local floor_tat = now + busy + d.burst / d.r
     if d.tat < floor_tat then
       d.tat = floor_tat
       sl_dim_save(d, st)

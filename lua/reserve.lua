@@ -13,9 +13,9 @@
 --   {2, reason, ask_in_ms}                          a deferral: the slot is
 --        beyond the item's horizon (its lane's, or the excess horizon when
 --        its tenant is over its share); ask again in ask_in_ms. reason is
---        one of rpm tpm paused lane ceiling share
+--        one of rpm tpm itpm otpm paused lane ceiling share
 --   {0, reason, retry_after_ms}                     a shed; reason is one of
---        rpm tpm paused daily concurrency too_large lane ceiling
+--        rpm tpm itpm otpm paused daily concurrency too_large lane ceiling
 --        tenant_daily quota breaker; retry_after_ms -1 = never
 -- Health comes before lanes and tenants: while a hard-quota error holds
 -- the deployment out (quota_until) every item is shed `quota`; while the
@@ -29,8 +29,8 @@
 -- (see sl_plan). A shed or deferred item consumes nothing. now_us is the
 -- Redis clock, for tests only: callers use the relative wait.
 
--- The verdicts on items ({tokens, max_wait_ms, lane, tenant}; the tables
--- are changed) for the deployment KEYS names, limits and st its loaded
+-- The verdicts on items ({tokens, max_wait_ms, lane, tenant, cost}, cost
+-- by SL_DIMS index from sl_costs; the tables are changed) for the deployment KEYS names, limits and st its loaded
 -- hashes (nil: loaded here, KEYS already checked); returns the reply
 -- described above. quiet: a shed is not counted
 -- in the deployment's shed counters (group mode's probes; the verdict the
@@ -42,16 +42,16 @@ local function reserve_items(items, quiet, limits, st)
   local n = #items
   local now, now_us = sl_now(limits)
   local counts = {expired_total = sl_reclaim(now)}
-  local dims, scale = sl_schedule(limits, st, now)
-  local req, tok = dims[1], dims[2]
-  local qreq, qtok = KEYS[5], KEYS[6]
+  local dims, scale, rescheduled = sl_schedule(limits, st, now)
+  local req = dims[1]
+  local tokd = {}  -- the token dimensions, for the backlog
+  for k = 2, #dims do tokd[#tokd + 1] = dims[k] end
 
   local paused_until = sl_num(st, 'paused_until', 0)
   local last_slot = sl_num(st, 'last_slot', 0)
   local next_id = sl_num(st, 'next_grant', 0)
   local lease_ms = sl_num(limits, 'lease_ms', 120000)
   local maxc = sl_num(limits, 'max_concurrency', 0)
-  local tpm = sl_num(limits, 'tpm', 0)
   local rpd, tpd = sl_num(limits, 'rpd', 0), sl_num(limits, 'tpd', 0)
   local interval_ms = 1 / req.r
   local jitter = sl_num(limits, 'jitter_ms', 10)
@@ -118,10 +118,11 @@ local function reserve_items(items, quiet, limits, st)
     if L.cap >= 1 then return nil end
     local k = 'l.' .. L.name
     if not private[k] then
-      local p = {sl_dim(k .. '.requests', tonumber(limits.rpm) * L.cap,
-                        math.max(1, math.floor(req.burst * L.cap)), scale, st, jitter)}
-      if tok then
-        p[2] = sl_dim(k .. '.tokens', tpm * L.cap, math.max(1, math.floor(tok.burst * L.cap)), scale, st, jitter)
+      local p = {}
+      for _, d in ipairs(dims) do
+        local pd = sl_dim(k .. '.' .. d.name, d.r * 60000 * L.cap, math.max(1, math.floor(d.burst * L.cap)), 1, st, jitter)
+        pd.i = d.i
+        p[#p + 1] = pd
       end
       private[k] = p
     end
@@ -132,35 +133,38 @@ local function reserve_items(items, quiet, limits, st)
     local k = 't.' .. T.name
     if not private[k] then
       local p = {}
-      if T.crpm > 0 then p[#p + 1] = sl_dim(k .. '.requests', T.crpm, math.max(1, math.floor(T.crpm / 60)), 1, st, jitter) end
-      if T.ctpm > 0 then p[#p + 1] = sl_dim(k .. '.tokens', T.ctpm, math.max(1, math.floor(T.ctpm / 60)), 1, st, jitter) end
+      if T.crpm > 0 then
+        p[#p + 1] = sl_dim(k .. '.requests', T.crpm, math.max(1, math.floor(T.crpm / 60)), 1, st, jitter)
+        p[#p].i = 1
+      end
+      if T.ctpm > 0 then
+        p[#p + 1] = sl_dim(k .. '.tokens', T.ctpm, math.max(1, math.floor(T.ctpm / 60)), 1, st, jitter)
+        p[#p].i = 2
+      end
       private[k] = p
     end
     return private[k]
   end
-  -- The earliest slot the private buckets allow for cost c, and the fence a
-  -- grant at s needs on them (like sl_dim_big for the shared ones).
-  local function private_cost(d, c)
-    if string.match(d.name, 'tokens$') then return c end
-    return 1
-  end
-  local function private_earliest(p, c)
+  -- The earliest slot the private buckets allow for an item of costs cost,
+  -- and the fence a grant at s needs on them (like sl_dim_big for the
+  -- shared ones). A private dimension's i is the SL_DIMS cost it charges.
+  local function private_earliest(p, cost)
     local s = -1e18
     for _, d in ipairs(p or {}) do
-      local e = sl_dim_earliest(d, private_cost(d, c))
+      local e = sl_dim_earliest(d, cost[d.i])
       if e > s then s = e end
     end
     return s
   end
-  local function private_fence(p, c, s, fence)
+  local function private_fence(p, cost, s, fence)
     for _, d in ipairs(p or {}) do
-      if sl_dim_big(d, private_cost(d, c)) and s + d.jitter > fence then fence = s + d.jitter end
+      if sl_dim_big(d, cost[d.i]) and s + d.jitter > fence then fence = s + d.jitter end
     end
     return fence
   end
-  local function private_commit(p, c, s)
+  local function private_commit(p, cost, s)
     if not p then return end
-    for _, d in ipairs(p) do sl_cap_commit(d, private_cost(d, c), s, st) end
+    for _, d in ipairs(p) do sl_cap_commit(d, cost[d.i], s, st) end
   end
   local function bump(k, v) counts[k] = (counts[k] or 0) + (v or 1) end
 
@@ -169,11 +173,14 @@ local function reserve_items(items, quiet, limits, st)
   local granted, shed, deferred = 0, 0, 0
   local blocked = {}
   for i = 1, n do
-    local c, w, L, T = items[i][1], items[i][2], items[i][3], items[i][4]
+    local c, w, L, T, cost = items[i][1], items[i][2], items[i][3], items[i][4], items[i][5]
     local verdict
     local key = L and (L.name .. '|' .. T.name)
-    if (tpm > 0 and c > tpm) or (tpd > 0 and c > tpd) or (T and T.ctpm > 0 and c > T.ctpm)
-       or (T and T.daily > 0 and c > T.daily) then
+    local too_large = (tpd > 0 and c > tpd) or (T and T.ctpm > 0 and c > T.ctpm) or (T and T.daily > 0 and c > T.daily)
+    for k = 2, #dims do
+      if cost[dims[k].i] > dims[k].per then too_large = true end
+    end
+    if too_large then
       verdict = {0, 'too_large', -1}
     elseif quota_until > now then
       verdict = {0, 'quota', math.max(1, sl_ceil(quota_until - now))}
@@ -196,11 +203,9 @@ local function reserve_items(items, quiet, limits, st)
       local s, reason = now, 'rpm'
       if paused_until > s then s, reason = paused_until, 'paused' end
       if last_slot > s then s, reason = last_slot, 'rpm' end
-      local e = sl_dim_earliest(req, 1)
-      if e > s then s, reason = e, 'rpm' end
-      if tok then
-        e = sl_dim_earliest(tok, c)
-        if e > s then s, reason = e, 'tpm' end
+      for _, d in ipairs(dims) do
+        local e = sl_dim_earliest(d, cost[d.i])
+        if e > s then s, reason = e, d.spec.reason end
       end
       -- While the provider's pause lasts, the pause is the reason: the
       -- schedule behind it is the backlog the pause shifted.
@@ -210,12 +215,16 @@ local function reserve_items(items, quiet, limits, st)
       if L then
         ldims, tdims = lane_dims(L), tenant_dims(T)
         local shared = s
-        local e1, e2 = private_earliest(ldims, c), private_earliest(tdims, c)
+        local e1, e2 = private_earliest(ldims, cost), private_earliest(tdims, cost)
         if e1 > s then s, reason = e1, 'lane' end
         if e2 > s then s, reason = e2, 'ceiling' end
         if fair then
-          k = 1 / req.r
-          if tok and c / tok.r > k then k = c / tok.r end
+          -- The deployment time the send occupies: its largest share of a
+          -- dimension (dominant-resource style).
+          k = 0
+          for _, d in ipairs(dims) do
+            if cost[d.i] / d.r > k then k = cost[d.i] / d.r end
+          end
           tau = req.burst / req.r / fair.w
           vt = sl_num(st, 't.' .. T.name .. '.vt', -1e18)
           lag = sl_fair_v(fair, s) + tau - vt
@@ -239,9 +248,10 @@ local function reserve_items(items, quiet, limits, st)
         if horizon < 0 or horizon > w then horizon = w end
       end
       local fence = s
-      if sl_dim_big(req, 1) then fence = s + req.jitter end
-      if tok and sl_dim_big(tok, c) and s + tok.jitter > fence then fence = s + tok.jitter end
-      if L then fence = private_fence(tdims, c, s, private_fence(ldims, c, s, fence)) end
+      for _, d in ipairs(dims) do
+        if sl_dim_big(d, cost[d.i]) and s + d.jitter > fence then fence = s + d.jitter end
+      end
+      if L then fence = private_fence(tdims, cost, s, private_fence(ldims, cost, s, fence)) end
       local wait = s - now
       if wait > w then
         verdict = {0, reason, math.max(1, sl_ceil(wait - w))}
@@ -258,16 +268,21 @@ local function reserve_items(items, quiet, limits, st)
         verdict = {2, why, math.max(1, sl_ceil(ask))}
         if key then blocked[key] = verdict end
       else
-        local creq, ctok = req.granted, tok and tok.granted or 0
-        sl_dim_commit(req, 1, s, qreq, st)
-        if tok then sl_dim_commit(tok, c, s, qtok, st) end
+        -- The record keeps each dimension's cost and the units granted
+        -- before it (for a cancel's refund bound, see sl_dim_refund):
+        -- tokens,slot,reserved,creq,ctok,tenant,input,output,cin,cout.
+        local before = {0, 0, 0, 0}
+        for _, d in ipairs(dims) do
+          before[d.i] = d.granted
+          sl_dim_commit(d, cost[d.i], s, d.q, st)
+        end
         last_slot = fence
         next_id = next_id + 1
         local id = tostring(next_id)
-        local rec = c .. ',' .. sl_fmt(s) .. ',' .. sl_fmt(now) .. ',' .. creq .. ',' .. ctok
+        local tname = ''
         if L then
-          private_commit(ldims, c, s)
-          private_commit(tdims, c, s)
+          private_commit(ldims, cost, s)
+          private_commit(tdims, cost, s)
           if fair then
             if in_share then
               sl_set(st, 't.' .. T.name .. '.vt', sl_fmt(math.max(vt, sl_fair_v(fair, s)) + k / T.w))
@@ -279,11 +294,13 @@ local function reserve_items(items, quiet, limits, st)
             local f = 't.' .. T.name .. '.tokens'
             daily[f] = sl_num(daily, f, 0) + c
           end
-          rec = rec .. ',' .. T.name
+          tname = T.name
           if L.name ~= '' then bump('l.' .. L.name .. '.granted_total') end
           bump('t.' .. T.name .. '.granted_total')
           bump('t.' .. T.name .. '.tokens_total', c)
         end
+        local rec = c .. ',' .. sl_fmt(s) .. ',' .. sl_fmt(now) .. ',' .. before[1] .. ',' .. before[2] .. ','
+                    .. tname .. ',' .. cost[3] .. ',' .. cost[4] .. ',' .. before[3] .. ',' .. before[4]
         grants[#grants + 1] = id
         grants[#grants + 1] = rec
         leases[#leases + 1] = sl_fmt(s + lease_ms)
@@ -317,12 +334,19 @@ local function reserve_items(items, quiet, limits, st)
 
   if paused_until > now then out[2] = sl_ceil(paused_until - now) end
   if req.tat > now then out[3] = sl_ceil(req.tat - now) end
-  if tok and tok.tat > now then out[4] = sl_ceil(tok.tat - now) end
+  -- One token backlog for all token dimensions: the longest, so that an
+  -- agent losing Redis starts every local token bucket where the fleet's
+  -- latest one ends (the safe side).
+  for _, d in ipairs(tokd) do
+    if d.tat > now and sl_ceil(d.tat - now) > out[4] then out[4] = sl_ceil(d.tat - now) end
+  end
   if day_changed then redis.call('DEL', KEYS[7]) end
+  if granted > 0 or rescheduled then
+    for _, d in ipairs(dims) do sl_dim_save(d, st) end
+  end
   if granted > 0 then
     redis.call('HSET', KEYS[3], unpack(grants))
     redis.call('ZADD', KEYS[4], unpack(leases))
-    for _, d in ipairs(dims) do sl_dim_save(d, st) end
     sl_set(st, 'last_slot', sl_fmt(last_slot))
     sl_set(st, 'next_grant', next_id)
   end
@@ -363,7 +387,7 @@ end
 -- Group mode: which member of a deployment group serves each item, decided
 -- in this one call (all members' keys on one server: a single Redis or
 -- Sentinel; under Cluster the agent routes step by step instead).
--- KEYS: the 9 keys of member 1, then of member 2, ... (9 x m).
+-- KEYS: the 11 keys of member 1, then of member 2, ... (11 x m).
 -- ARGV: 'group', m, spill_ms, policy (priority | weighted), n, then n x
 -- (tokens, max_wait_ms, lane, tenant, order), order the 1-based indexes of
 -- the members allowed for the item, comma-separated, in the order to try
@@ -382,7 +406,7 @@ end
 -- within max_wait, is asked with the full max wait. A probe that sheds
 -- consumes nothing and is not counted; the final shed is counted on the
 -- first member of the order. One item never holds two reservations.
-local RATE_SHED = {rpm = true, tpm = true, paused = true, lane = true, ceiling = true}
+local RATE_SHED = {rpm = true, tpm = true, itpm = true, otpm = true, paused = true, lane = true, ceiling = true}
 local BACK_SHED = {breaker = true, quota = true, concurrency = true}
 
 local function reserve_group()
@@ -396,15 +420,16 @@ local function reserve_group()
   if n == nil or n < 1 or #ARGV ~= 5 + 5 * n then
     return bad('ARGV must be group, m, spill_ms, policy, n, then n (tokens, max_wait_ms, lane, tenant, order)')
   end
-  if #KEYS ~= 9 * m then
-    return bad('KEYS must be the 9 keys of each of the ' .. m .. ' members (' .. 9 * m .. '), got ' .. #KEYS)
+  if #KEYS ~= SL_NKEYS * m then
+    return bad('KEYS must be the ' .. SL_NKEYS .. ' keys of each of the ' .. m .. ' members (' .. SL_NKEYS * m .. '), got ' .. #KEYS)
   end
   local items = {}
   for i = 1, n do
     local b = 5 + 5 * (i - 1)
-    local c, w, o = sl_uint(ARGV[b + 1]), sl_uint(ARGV[b + 2]), ARGV[b + 5]
+    local c, ti, to = sl_tokens(ARGV[b + 1])
+    local w, o = sl_uint(ARGV[b + 2]), ARGV[b + 5]
     if c == nil then
-      return bad("item " .. i .. ": tokens must be a non-negative integer, got '" .. ARGV[b + 1] .. "'")
+      return bad("item " .. i .. ": tokens must be a non-negative integer or input+output, got '" .. ARGV[b + 1] .. "'")
     end
     if w == nil then
       return bad("item " .. i .. ": max_wait_ms must be a non-negative integer, got '" .. ARGV[b + 2] .. "'")
@@ -418,12 +443,12 @@ local function reserve_group()
       seen[j] = true
       order[#order + 1] = j
     end
-    items[i] = {c, w, ARGV[b + 3], ARGV[b + 4], order}
+    items[i] = {c, w, ARGV[b + 3], ARGV[b + 4], order, sl_costs(c, ti, to)}
   end
   local ALL, members = KEYS, {}
   for j = 1, m do
     local k = {}
-    for x = 1, 9 do k[x] = ALL[9 * (j - 1) + x] end
+    for x = 1, SL_NKEYS do k[x] = ALL[SL_NKEYS * (j - 1) + x] end
     KEYS = k
     local name, err = sl_deployment()
     if not name then return bad('member ' .. j .. ': ' .. string.gsub(err, '^ERR sluice: ', '')) end
@@ -436,10 +461,10 @@ local function reserve_group()
   local now_us
   local reply = {}
   for i = 1, n do
-    local c, w, lane, tenant, order = items[i][1], items[i][2], items[i][3], items[i][4], items[i][5]
+    local c, w, lane, tenant, order, cost = items[i][1], items[i][2], items[i][3], items[i][4], items[i][5], items[i][6]
     local function ask(j, wait)
       KEYS = members[j]
-      local out = reserve_items({{c, wait, lane, tenant}}, true)
+      local out = reserve_items({{c, wait, lane, tenant, cost}}, true)
       if not now_us then now_us = out[1] end
       return out[6]
     end
@@ -496,14 +521,15 @@ end
 local items = {}
 for i = 1, n do
   local b = 1 + stride * (i - 1)
-  local c, w = sl_uint(ARGV[b + 1]), sl_uint(ARGV[b + 2])
+  local c, ti, to = sl_tokens(ARGV[b + 1])
+  local w = sl_uint(ARGV[b + 2])
   if c == nil then
-    return redis.error_reply("ERR sluice reserve: item " .. i .. ": tokens must be a non-negative integer, got '" .. ARGV[b + 1] .. "'")
+    return redis.error_reply("ERR sluice reserve: item " .. i .. ": tokens must be a non-negative integer or input+output, got '" .. ARGV[b + 1] .. "'")
   end
   if w == nil then
     return redis.error_reply("ERR sluice reserve: item " .. i .. ": max_wait_ms must be a non-negative integer, got '" .. ARGV[b + 2] .. "'")
   end
-  items[i] = {c, w, stride == 4 and ARGV[b + 3] or '', stride == 4 and ARGV[b + 4] or ''}
+  items[i] = {c, w, stride == 4 and ARGV[b + 3] or '', stride == 4 and ARGV[b + 4] or '', sl_costs(c, ti, to)}
 end
 
 return reserve_items(items, false, limits, st)

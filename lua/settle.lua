@@ -1,22 +1,55 @@
 -- settle: closes a batch of grants with what happened, and applies provider
 -- feedback fleet-wide.
--- ARGV: n, then n quads (grant_id, actual_tokens, outcome, pause_ms):
---   grant_id       from reserve, or "-" for feedback without a grant
---   actual_tokens  usage the provider reported, -1 = unknown (keep estimate)
---   outcome        ok | throttled | failed | cancelled | quota
---   pause_ms       -1, or a pause the provider asked for (Retry-After, or
---                  remaining=0 with a reset), from now
--- Reply: {now_us, paused_ms, rate_scale, pause_shift_ms, result_1, ..., result_n}
--- where pause_shift_ms is the running total by which pauses have shifted
--- the schedule (agents shift held callers by its growth), and a result is one of
+-- ARGV: n, then n quads (grant_id, actual, outcome, pause_ms), or
+-- 'feedback', n, then n quints (grant_id, actual, outcome, pause_ms,
+-- seen) where
+--   grant_id  from reserve, or "-" for feedback without a grant
+--   actual    usage the provider reported: -1 unknown (keep the estimate),
+--             n (combined tokens), input+output, or input+output+cache_read
+--             (the part of the input read from the prompt cache)
+--   outcome   ok | throttled | failed | cancelled | quota
+--   pause_ms  -1, or a pause the provider asked for (Retry-After, or
+--             remaining=0 with a reset), from now
+--   seen      what the response's rate-limit headers said, "-" for
+--             nothing: "r=L/R,t=L/R,i=L/R,o=L/R" with the limit L per
+--             minute and the remaining R of requests, tokens, input and
+--             output tokens (either may be empty; dimensions may be left out)
+-- Reply: {now_us, paused_ms, rate_scale, pause_shift_ms, result_1, ...,
+-- result_n} and, in the feedback form, rates after them, where pause_shift_ms is the running total by which
+-- pauses have shifted the schedule (agents shift held callers by its
+-- growth), a result is one of
 --   settled   the grant was closed
 --   unknown   no such grant (already settled, or expired and reclaimed)
 --   feedback  a "-" item: only its pause/throttle was applied
--- Token reconciliation: usage below the estimate is refunded when the
--- deployment's `refund` is 1 (bounded so nothing is over-offered, see
--- sl_dim_refund); usage above it is charged. A cancelled grant whose slot
--- has not started gives back its request and tokens. A throttled outcome on
--- a grant reserved after the last decrease lowers rate_scale (AIMD).
+-- and rates is, per dimension of the deployment, {name, limit per minute
+-- in force (the configured one, or the lower one its headers reported),
+-- effective per minute, others' use per minute} flattened.
+--
+-- Charge rules (docs/providers.md). A grant charged each dimension its
+-- estimate; the settle corrects a dimension to what the provider counts
+-- only where the deployment says the provider does (refund_<dim> = 1:
+-- Anthropic's output tokens, corrected to the actual output at the end of
+-- the request), bounded so nothing is over-offered (sl_dim_refund). Where
+-- the provider charged the estimate at admission for good (Azure's and
+-- OpenAI's tokens, Anthropic's input) usage below the estimate gives back
+-- nothing; usage above what was charged is charged (the provider counted
+-- more than the estimate: a longer prompt than estimated). The daily
+-- counters and the usage figures follow the actual usage in every case. A
+-- cancelled grant whose slot has not started was never sent: it gives
+-- back its request and its tokens in every dimension.
+--
+-- Evidence, not one 429 (docs/providers.md, "What sluice learns"):
+--  * a reported limit below the configured one is adopted fleet-wide
+--    (<dim>_adopted), and dropped when the headers report the configured
+--    one again;
+--  * a reported remaining below what the fleet's own sends leave means
+--    someone else uses the key: the rate others use is estimated from the
+--    provider's bucket (its refill less the fleet's sends less the change
+--    of remaining) and taken off the effective rate (<dim>_outside), and
+--    given back as the evidence goes;
+--  * a 429 only pauses (per Retry-After); the rate is cut by aimd_decrease
+--    only when aimd_min_throttles 429s whose headers explain nothing
+--    arrive within aimd_window_ms.
 -- Health (see common.lua): with the breaker on, ok and failed feed its
 -- window while it is closed and open it when the failure ratio is reached;
 -- while it is half-open only the probe's settle decides (ok closes, failed
@@ -28,19 +61,37 @@ local name, limits, st, err = sl_load()
 if not name then return redis.error_reply(err) end
 
 local OUTCOMES = {ok = true, throttled = true, failed = true, cancelled = true, quota = true}
-local n = sl_uint(ARGV[1])
-if n == nil or n < 1 or #ARGV ~= 1 + 4 * n then
-  return redis.error_reply('ERR sluice settle: ARGV must be n followed by n (grant_id, actual_tokens, outcome, pause_ms) quads')
+local ext = ARGV[1] == 'feedback'
+local base, stride = 1, 4
+if ext then base, stride = 2, 5 end
+local n = sl_uint(ARGV[base])
+if n == nil or n < 1 or #ARGV ~= base + stride * n then
+  return redis.error_reply('ERR sluice settle: ARGV must be n followed by n (grant_id, actual, outcome, pause_ms) quads, or feedback, n and n (grant_id, actual, outcome, pause_ms, seen) quints')
+end
+-- "r=600/541,t=150000/" -> {[1] = {600, 541}, [2] = {150000, nil}}, by SL_DIMS index.
+local LETTER = {}
+for i, spec in ipairs(SL_DIMS) do LETTER[spec.letter] = i end
+local function parse_seen(v)
+  local seen = {}
+  if v == '-' or v == '' then return seen end
+  for part in string.gmatch(v .. ',', '([^,]*),') do
+    local l, lim, rem = string.match(part, '^(%a)=(%d*)/(%d*)$')
+    local i = l and LETTER[l]
+    if not i or #lim > 15 or #rem > 15 then return nil end
+    seen[i] = {tonumber(lim), tonumber(rem)}
+  end
+  return seen
 end
 local items = {}
 for i = 1, n do
-  local b = 1 + 4 * (i - 1)
-  local id, actual, outcome, pause = ARGV[b + 1], sl_int(ARGV[b + 2]), ARGV[b + 3], sl_int(ARGV[b + 4])
+  local b = base + stride * (i - 1)
+  local id, outcome, pause = ARGV[b + 1], ARGV[b + 3], sl_int(ARGV[b + 4])
+  local usage = sl_usage(ARGV[b + 2])
   if id ~= '-' and not sl_uint(id) then
     return redis.error_reply("ERR sluice settle: item " .. i .. ": bad grant id '" .. id .. "'")
   end
-  if actual == nil or actual < -1 then
-    return redis.error_reply("ERR sluice settle: item " .. i .. ": actual_tokens must be an integer >= -1, got '" .. ARGV[b + 2] .. "'")
+  if usage == nil then
+    return redis.error_reply("ERR sluice settle: item " .. i .. ": actual must be -1, a non-negative integer, input+output or input+output+cache_read (cache_read <= input), got '" .. ARGV[b + 2] .. "'")
   end
   if not OUTCOMES[outcome] then
     return redis.error_reply("ERR sluice settle: item " .. i .. ": outcome must be ok, throttled, failed, cancelled or quota, got '" .. outcome .. "'")
@@ -48,14 +99,20 @@ for i = 1, n do
   if pause == nil or pause < -1 then
     return redis.error_reply("ERR sluice settle: item " .. i .. ": pause_ms must be an integer >= -1, got '" .. ARGV[b + 4] .. "'")
   end
-  items[i] = {id, actual, outcome, pause}
+  local seen = {}
+  if ext then
+    seen = parse_seen(ARGV[b + 5])
+    if not seen then
+      return redis.error_reply("ERR sluice settle: item " .. i .. ": seen must be - or letter=limit/remaining pairs (letters r t i o), comma-separated, got '" .. ARGV[b + 5] .. "'")
+    end
+  end
+  items[i] = {id, usage, outcome, pause, seen}
 end
 
 local now, now_us = sl_now(limits)
 local counts = {expired_total = sl_reclaim(now)}
 local dims, scale = sl_schedule(limits, st, now)
-local req, tok = dims[1], dims[2]
-local refund_on = sl_num(limits, 'refund', 1) == 1
+local req = dims[1]
 local paused_until = sl_num(st, 'paused_until', 0)
 local last_decrease = sl_num(st, 'last_decrease_at', -1)
 local pct = sl_num(limits, 'retry_percent', 10)
@@ -134,45 +191,182 @@ local function daily_adjust(reserved_ms, dreq, dtok, tenant)
   daily._dirty = true
 end
 
+-- ---- evidence from the headers (docs/providers.md) -------------------------
+-- The provider's bucket of a dimension, seen through the remaining R that
+-- a response reports just after admitting a grant (slot s, the fleet's own
+-- units granted up to and including it U): between two such observations
+-- it refilled at the limit's rate r0, lost the fleet's sends (U2 - U1) and
+-- whatever others sent on the same key:
+--     others = r0 (s2 - s1) - (U2 - U1) - (R2 - R1)
+-- as long as the bucket was not full (a full bucket wastes refill) and did
+-- not run dry. The fleet alone never holds more than its burst B of the
+-- provider's bucket, so while R stays at or above cap - B - cost (cap: the
+-- largest R + cost seen, never above the provider's capacity) nothing says
+-- anyone else is there. Others' rate is smoothed over observations at
+-- least OBS_SPAN_MS apart (the remaining counts are whole units, so a short
+-- span is all noise) and taken off the effective rate, with the deficit
+-- below that level repaid over DEFICIT_MS so that the bucket refills and
+-- the next 429 is not the one that tells. Dimensions the provider corrects
+-- at the end of a request (refund on) are not observed: their remaining
+-- depends on other requests' outcomes, which the fleet does not know yet.
+local OBS_SPAN_MS, OBS_GAIN, DEFICIT_MS = 1000, 0.5, 5000
+local adapt_limits = sl_num(limits, 'adapt_limits', 1) == 1
+local adapt_outside = sl_num(limits, 'adapt_outside', 1) == 1
+local retarget = false
+local function observe(d, seen, slot, u_after, cost, throttled)
+  local lim, rem = seen[1], seen[2]
+  local f = d.name
+  if adapt_limits and lim and lim > 0 then
+    local adopted = sl_num(st, f .. '_adopted', 0)
+    local want = 0
+    if lim < d.per then want = lim end
+    if want ~= adopted then
+      if want > 0 then sl_set(st, f .. '_adopted', want) else sl_set(st, f .. '_adopted', '') end
+      -- The provider's bucket is another one now: learn it again.
+      sl_set(st, f .. '_cap', '')
+      sl_set(st, f .. '_obs', '')
+      bump('limit_changes')
+      retarget = true
+      return
+    end
+  end
+  if not adapt_outside or d.refund or not rem or throttled then return end
+  local cap = math.max(sl_num(st, f .. '_cap', 0), rem + cost)
+  if cap > sl_num(st, f .. '_cap', 0) then sl_set(st, f .. '_cap', cap) end
+  local s0, u0, r0 = string.match(st[f .. '_obs'] or '', '^([^:]+):([^:]+):(.+)$')
+  s0, u0, r0 = tonumber(s0), tonumber(u0), tonumber(r0)
+  if s0 and slot < s0 then return end                  -- older than the base: another agent's late news
+  if s0 and slot - s0 < OBS_SPAN_MS then return end    -- too close to the base to tell
+  sl_set(st, f .. '_obs', sl_fmt(slot) .. ':' .. u_after .. ':' .. rem)
+  if not s0 then return end
+  local floor = cap - d.burst - cost                   -- the least the fleet alone leaves
+  local x = sl_num(st, f .. '_outside_ms', 0)
+  if rem < floor and r0 < floor then
+    local span = slot - s0
+    local obs = d.r0 - (u_after - u0) / span - (rem - r0) / span
+    x = x + OBS_GAIN * (obs - x)
+  else
+    -- At the fleet's own level: nobody else is taking a share now.
+    x = x * (1 - OBS_GAIN)
+  end
+  if x < 0 then x = 0 end
+  local deficit = math.max(0, floor - rem - math.max(1, 0.1 * d.burst))
+  sl_set(st, f .. '_outside_ms', string.format('%.9g', x))
+  sl_set(st, f .. '_deficit', string.format('%.1f', deficit))
+  local per_min = (x + deficit / DEFICIT_MS) * 60000
+  if per_min < 0.001 * d.r0 * 60000 then per_min = 0 end
+  local old = sl_num(st, f .. '_outside', 0)
+  -- Small moves are noise: the schedule is converted only for a change of
+  -- at least 1 % of the limit (or back to nothing).
+  if math.abs(per_min - old) >= 0.01 * d.r0 * 60000 or (per_min == 0 and old ~= 0) then
+    sl_set(st, f .. '_outside', string.format('%.3f', per_min))
+    retarget = true
+  end
+end
+
+-- 429s without evidence in the headers: the times of the recent ones
+-- (throttle_window, "t1,t2,..."), at most aimd_min_throttles of them.
+local function throttle_count()
+  local window = sl_num(limits, 'aimd_window_ms', 10000)
+  local need = sl_num(limits, 'aimd_min_throttles', 3)
+  local kept = {}
+  for t in string.gmatch(st.throttle_window or '', '[^,]+') do
+    if tonumber(t) and tonumber(t) > now - window then kept[#kept + 1] = t end
+  end
+  kept[#kept + 1] = sl_fmt(now)
+  while #kept > need do table.remove(kept, 1) end
+  sl_set(st, 'throttle_window', table.concat(kept, ','))
+  return #kept >= need
+end
+
 local out = {now_us, 0, '1', 0}
 local deposits, done = 0, {}
 local decreased = false
+local function dim_settle(d, est, actual, c_before)
+  -- One dimension of a settled grant: est was charged; actual is what the
+  -- provider counts (nil: unknown).
+  if not actual then return end
+  local diff = est - actual
+  local given = 0
+  if diff > 0 and d.refund then
+    given = sl_dim_refund(d, diff, now, d.q, st, scale)
+  elseif diff < 0 then
+    sl_dim_charge(d, -diff, now)
+    if d.name ~= 'requests' then bump(d.name .. '_charged', -diff) end
+  end
+  if given > 0 then bump(d.name .. '_refunded', math.floor(given + 0.5)) end
+end
 for i = 1, n do
-  local id, actual, outcome, pause = items[i][1], items[i][2], items[i][3], items[i][4]
+  local id, usage, outcome, pause, seen = items[i][1], items[i][2], items[i][3], items[i][4], items[i][5]
   local result = 'feedback'
   local rec = nil
+  local explained = false  -- the headers say how full the provider's bucket is
+  for _, d in ipairs(dims) do
+    if seen[d.i] and seen[d.i][2] then explained = true end
+  end
   if id ~= '-' then
     rec = redis.call('HGET', KEYS[3], id)
     result = rec and 'settled' or 'unknown'
   end
   if rec then
     done[#done + 1] = id
-    local c, slot, reserved, creq, ctok, tenant = string.match(rec, '^([^,]+),([^,]+),([^,]+),([^,]+),([^,]+),?(.*)$')
+    -- tokens,slot,reserved,creq,ctok[,tenant[,input,output,cin,cout]]
+    -- (records of older scripts end after ctok or the tenant).
+    local f = {}
+    for x in string.gmatch(rec .. ',', '([^,]*),') do f[#f + 1] = x end
+    local c, slot, reserved = tonumber(f[1]), tonumber(f[2]), tonumber(f[3])
+    local tenant = f[6]
     if tenant == '' then tenant = nil end
-    c, slot, reserved, creq, ctok = tonumber(c), tonumber(slot), tonumber(reserved), tonumber(creq), tonumber(ctok)
+    local cost = {1, c, tonumber(f[7]) or c, tonumber(f[8]) or c}
+    local before = {tonumber(f[4]), tonumber(f[5]), tonumber(f[9]) or 0, tonumber(f[10]) or 0}
     bump('settled_' .. outcome)
     if outcome == 'ok' then deposits = deposits + 1 end
     if outcome == 'cancelled' then
       if slot > now then
-        sl_dim_refund(req, 1, now, KEYS[5], st, scale, creq)
-        if tok then bump('tokens_refunded', math.floor(sl_dim_refund(tok, c, now, KEYS[6], st, scale, ctok) + 0.5)) end
+        for _, d in ipairs(dims) do
+          local given = sl_dim_refund(d, cost[d.i], now, d.q, st, scale, before[d.i])
+          if d.name ~= 'requests' then bump(d.name .. '_refunded', math.floor(given + 0.5)) end
+        end
         daily_adjust(reserved, -1, -c, tenant)
       end
-    elseif actual >= 0 and outcome ~= 'throttled' then
-      local diff = c - actual
-      if diff > 0 and refund_on and tok then
-        bump('tokens_refunded', math.floor(sl_dim_refund(tok, diff, now, KEYS[6], st, scale) + 0.5))
-      elseif diff < 0 and tok then
-        sl_dim_charge(tok, -diff, now)
-        bump('tokens_charged', -diff)
+    elseif outcome ~= 'throttled' and usage[1] then
+      -- What each dimension's provider counts (docs/providers.md): the
+      -- combined tokens, with refund on, the actual usage; otherwise what
+      -- was charged at admission: the prompt as the provider counted it
+      -- plus the max output the estimate reserved. The input tokens less
+      -- those read from the prompt cache (Anthropic does not count them).
+      -- The output tokens as generated.
+      local total, inp, outp, cr = usage[1], usage[2], usage[3], usage[4] or 0
+      local split = f[7] ~= nil and f[7] ~= '' and inp ~= nil
+      for _, d in ipairs(dims) do
+        if d.name == 'tokens' then
+          local counted = total
+          if not d.refund and split then counted = inp + cost[4] end
+          dim_settle(d, cost[2], counted)
+        elseif d.name == 'input' and split then
+          dim_settle(d, cost[3], inp - cr)
+        elseif d.name == 'output' and split then
+          dim_settle(d, cost[4], outp)
+        end
       end
-      if diff < 0 or refund_on then daily_adjust(reserved, 0, -diff, tenant) end
+      daily_adjust(reserved, 0, total - c, tenant)
       bump('tokens_estimated', c)
-      bump('tokens_actual', actual)
+      bump('tokens_actual', total)
     end
-    if outcome == 'throttled' and reserved > last_decrease and not decreased then
-      -- The governor believed this send was within quota (it was reserved
-      -- after the last decrease): the provider is tighter than configured.
+    if outcome == 'ok' then
+      for _, d in ipairs(dims) do
+        if seen[d.i] then observe(d, seen[d.i], slot, before[d.i] + cost[d.i], cost[d.i], false) end
+      end
+    elseif outcome == 'throttled' then
+      for _, d in ipairs(dims) do
+        if seen[d.i] then observe(d, seen[d.i], slot, before[d.i], cost[d.i], true) end
+      end
+    end
+    if outcome == 'throttled' and reserved > last_decrease and not decreased and not explained
+       and throttle_count() then
+      -- Several 429s the headers do not explain, on grants the governor
+      -- believed were within quota (reserved after the last decrease): the
+      -- provider is tighter than configured and says nothing about it.
       local floor = sl_num(limits, 'aimd_min_scale', 0.1)
       local ns = scale * sl_num(limits, 'aimd_decrease', 0.7)
       if ns < floor then ns = floor end
@@ -180,12 +374,19 @@ for i = 1, n do
         scale = ns
         sl_set(st, 'rate_scale', string.format('%.4f', scale))
         sl_set(st, 'scale_changed_at', sl_fmt(now))
-        sl_rescale(st, dims, scale, now)
+        retarget = true
         bump('decreases')
       end
       last_decrease = now
       sl_set(st, 'last_decrease_at', sl_fmt(now))
+      sl_set(st, 'throttle_window', '')
       decreased = true
+    end
+  elseif id == '-' and outcome ~= 'quota' then
+    -- Feedback without a grant (a local grant, an ungoverned call): its
+    -- limits still tell, its remaining cannot be placed in the schedule.
+    for _, d in ipairs(dims) do
+      if seen[d.i] and seen[d.i][1] then observe(d, {seen[d.i][1], nil}, now, 0, 0, true) end
     end
   end
   if outcome == 'throttled' then bump('throttles_seen') end
@@ -203,13 +404,13 @@ for i = 1, n do
     end
   elseif pause >= 0 then
     local until_ms = now + pause
-    local base = math.max(now, paused_until)
-    if until_ms > base then
+    local pbase = math.max(now, paused_until)
+    if until_ms > pbase then
       -- The outstanding schedule moves behind the pause instead of piling
       -- up at its end: every TAT and the last slot shift by the same amount,
       -- agents shift the callers they hold by it (pause_shift_ms is the
       -- running total they follow), and refunds wait until after it.
-      local shift = until_ms - base
+      local shift = until_ms - pbase
       if paused_until <= now then bump('pauses') end
       paused_until = until_ms
       sl_set(st, 'paused_until', sl_fmt(paused_until))
@@ -225,6 +426,17 @@ for i = 1, n do
     end
   end
   out[#out + 1] = result
+end
+
+if retarget then
+  -- A limit adopted or dropped, others' use or the AIMD scale changed:
+  -- rebuild the dimensions at their limits in force and convert the debt.
+  local nd = sl_dims(limits, st, scale)
+  for k, d in ipairs(nd) do
+    d.tat, d.granted = dims[k].tat, dims[k].granted
+  end
+  dims = nd
+  sl_dims_sync(st, dims, now)
 end
 
 if #done > 0 then
@@ -250,4 +462,13 @@ sl_save_state(st)
 if paused_until > now then out[2] = sl_ceil(paused_until - now) end
 out[3] = string.format('%.4f', scale)
 out[4] = sl_ceil(sl_num(st, 'pause_shift_ms', 0))
+if not ext then return out end
+local rates = {}
+for _, d in ipairs(dims) do
+  rates[#rates + 1] = d.name
+  rates[#rates + 1] = string.format('%.2f', d.r0 * 60000)
+  rates[#rates + 1] = string.format('%.2f', d.r * 60000)
+  rates[#rates + 1] = string.format('%.2f', sl_num(st, d.name .. '_outside', 0))
+end
+out[#out + 1] = rates
 return out

@@ -29,28 +29,51 @@ local today_day = math.floor(now / 86400000)
 local today = today_day
 local out = {
   'deployment', name,
-  'rpm', limits.rpm, 'tpm', limits.tpm,
+  'rpm', limits.rpm, 'tpm', limits.tpm or '0', 'itpm', limits.itpm or '0', 'otpm', limits.otpm or '0',
   'burst_requests', limits.burst_requests, 'burst_tokens', limits.burst_tokens,
+  'burst_input', limits.burst_input or '1', 'burst_output', limits.burst_output or '1',
+  'refund_tokens', limits.refund_tokens or '0', 'refund_input', limits.refund_input or '0',
+  'refund_output', limits.refund_output or '1',
   'rate_scale', string.format('%.4f', scale),
-  'effective_rpm', string.format('%.2f', tonumber(limits.rpm) * scale),
-  'effective_tpm', string.format('%.2f', sl_num(limits, 'tpm', 0) * scale),
-  'paused_ms', ms(sl_num(st, 'paused_until', 0) - now),
-  'requests_backlog_ms', ms(sl_num(st, 'requests_tat', 0) - now),
-  'tokens_backlog_ms', ms(sl_num(st, 'tokens_tat', 0) - now),
-  'outstanding_grants', redis.call('ZCARD', KEYS[4]),
-  'max_concurrency', limits.max_concurrency,
-  'retry_balance', math.floor((sl_retry_reserve(limits) + sum + 1e-9) / 100),
-  'live_agents', redis.call('ZCOUNT', KEYS[9], '(' .. sl_fmt(now - window), '+inf'),
-  'rpd', limits.rpd, 'tpd', limits.tpd,
-  'today_requests', (sl_num(daily, 'day', -1) == today) and sl_num(daily, 'requests', 0) or 0,
-  'today_tokens', (sl_num(daily, 'day', -1) == today) and sl_num(daily, 'tokens', 0) or 0,
-  'now_us', string.format('%.0f', now_us),
 }
+-- Per dimension: the rate the fleet runs at (after an adopted limit,
+-- others' use and AIMD), the limit the provider's headers reported when
+-- below the configured one (0: none), others' use per minute as estimated
+-- from the headers, and the backlog. Dimensions the deployment does not
+-- have show 0.
+local dims = sl_dims(limits, st, scale)
+for _, spec in ipairs(SL_DIMS) do
+  local d = sl_dim_of(dims, spec.name)
+  local p = spec.per
+  out[#out + 1] = 'effective_' .. p
+  out[#out + 1] = string.format('%.2f', d and d.r * 60000 or 0)
+  out[#out + 1] = 'adopted_' .. p
+  out[#out + 1] = (d and d.r0 * 60000 < d.per - 1e-9) and string.format('%.0f', d.r0 * 60000) or '0'
+  out[#out + 1] = 'outside_' .. p
+  out[#out + 1] = string.format('%.2f', d and sl_num(st, spec.name .. '_outside', 0) or 0)
+  out[#out + 1] = spec.name .. '_backlog_ms'
+  out[#out + 1] = ms(sl_num(st, spec.name .. '_tat', 0) - now)
+end
+for _, kv in ipairs({
+  {'paused_ms', ms(sl_num(st, 'paused_until', 0) - now)},
+  {'outstanding_grants', redis.call('ZCARD', KEYS[4])},
+  {'max_concurrency', limits.max_concurrency},
+  {'retry_balance', math.floor((sl_retry_reserve(limits) + sum + 1e-9) / 100)},
+  {'live_agents', redis.call('ZCOUNT', KEYS[9], '(' .. sl_fmt(now - window), '+inf')},
+  {'rpd', limits.rpd}, {'tpd', limits.tpd},
+  {'today_requests', (sl_num(daily, 'day', -1) == today) and sl_num(daily, 'requests', 0) or 0},
+  {'today_tokens', (sl_num(daily, 'day', -1) == today) and sl_num(daily, 'tokens', 0) or 0},
+  {'now_us', string.format('%.0f', now_us)}}) do
+  out[#out + 1] = kv[1]
+  out[#out + 1] = kv[2]
+end
 for _, f in ipairs({'granted_total', 'shed_total', 'shed_rpm', 'shed_tpm', 'shed_paused',
                     'shed_daily', 'shed_concurrency', 'shed_too_large', 'settled_ok',
                     'settled_throttled', 'settled_failed', 'settled_cancelled', 'expired_total',
                     'throttles_seen', 'pauses', 'decreases', 'retries_allowed', 'retries_refused',
-                    'tokens_estimated', 'tokens_actual', 'tokens_refunded', 'tokens_charged'}) do
+                    'tokens_estimated', 'tokens_actual', 'tokens_refunded', 'tokens_charged',
+                    'input_refunded', 'input_charged', 'output_refunded', 'output_charged',
+                    'shed_itpm', 'shed_otpm', 'limit_changes'}) do
   out[#out + 1] = f
   out[#out + 1] = st[f] or '0'
 end

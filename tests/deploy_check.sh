@@ -61,8 +61,8 @@ want() { [ $# -eq 0 ] && return 0; local w; for w in "${SELECTED[@]}"; do [ "$w"
 SELECTED=("$@")
 sel() { [ ${#SELECTED[@]} -eq 0 ] || want "$1"; }
 
-# The nine keys of deployment $1.
-keys9() { local k; for k in limits state grants leases refq:requests refq:tokens daily retry agents; do printf '%s\n' "sluice:{$1}:$k"; done; }
+# The eleven keys of deployment $1 (lua/common.lua).
+dep_keys() { local k; for k in limits state grants leases refq:requests refq:tokens daily retry agents refq:input refq:output; do printf '%s\n' "sluice:{$1}:$k"; done; }
 script_text() { cat lua/common.lua "lua/$1.lua"; }
 
 # ---- (a) systemd -------------------------------------------------------------------------
@@ -142,9 +142,9 @@ check_cluster() {
   # (EVAL, so no SCRIPT LOAD per node is needed here).
   local dep q owner owners="" served=0
   for dep in gpt-4o gpt-4o-mini claude-3 llama-70b embed-large o1; do
-    mapfile -t K < <(keys9 "$dep")
-    if redis-cli -c -p "$p" EVAL "$(script_text configure)" 9 "${K[@]}" rpm 600 tpm 100000 | grep -q OK &&
-       ! redis-cli -c -p "$p" EVAL "$(script_text reserve)" 9 "${K[@]}" 2 100 60000 100 60000 | grep -q ERR &&
+    mapfile -t K < <(dep_keys "$dep")
+    if redis-cli -c -p "$p" EVAL "$(script_text configure)" "${#K[@]}" "${K[@]}" rpm 600 tpm 100000 | grep -q OK &&
+       ! redis-cli -c -p "$p" EVAL "$(script_text reserve)" "${#K[@]}" "${K[@]}" 2 100 60000 100 60000 | grep -q ERR &&
        [ "$(redis-cli -c -p "$p" HGET "sluice:{$dep}:state" granted_total)" = 2 ]; then
       served=$((served + 1))
     fi
@@ -269,24 +269,24 @@ check_acl() {
   done
   [ "$all_loaded" = 1 ]; v $? "sluice: SCRIPT LOAD of all 6 scripts"
   [ "$all_loaded" = 1 ] || return
-  mapfile -t K < <(keys9 gpt-4o)
+  mapfile -t K < <(dep_keys gpt-4o)
   local r
-  r=$("${S[@]}" EVALSHA "${SHA[configure]}" 9 "${K[@]}" rpm 600 tpm 150000 max_concurrency 4 2>&1 | head -1)
+  r=$("${S[@]}" EVALSHA "${SHA[configure]}" "${#K[@]}" "${K[@]}" rpm 600 tpm 150000 max_concurrency 4 2>&1 | head -1)
   [ "$r" = OK ]; v $? "sluice: EVALSHA configure on sluice:{gpt-4o}:* ($r)"
   # Judged by the state it leaves (the reply layout is the scripts' business).
-  r=$("${S[@]}" EVALSHA "${SHA[reserve]}" 9 "${K[@]}" 2 1000 60000 1000 60000 2>&1)
+  r=$("${S[@]}" EVALSHA "${SHA[reserve]}" "${#K[@]}" "${K[@]}" 2 1000 60000 1000 60000 2>&1)
   [[ "$r" != *ERR* && "$r" != *NOPERM* ]] && [ "$("${A[@]}" HGET 'sluice:{gpt-4o}:state' granted_total)" = 2 ]
   v $? "sluice: EVALSHA reserve (2 items granted)"
   local gid
   gid=$("${A[@]}" HKEYS 'sluice:{gpt-4o}:grants' | head -1)
-  r=$("${S[@]}" EVALSHA "${SHA[settle]}" 9 "${K[@]}" 1 "$gid" 800 ok -1 2>&1)
+  r=$("${S[@]}" EVALSHA "${SHA[settle]}" "${#K[@]}" "${K[@]}" 1 "$gid" 800 ok -1 2>&1)
   [[ "$r" == *settled* ]] && [ "$("${A[@]}" HGET 'sluice:{gpt-4o}:state' settled_ok)" = 1 ]
   v $? "sluice: EVALSHA settle of grant $gid"
-  r=$("${S[@]}" EVALSHA "${SHA[heartbeat]}" 9 "${K[@]}" agent-1 5000 2>&1)
+  r=$("${S[@]}" EVALSHA "${SHA[heartbeat]}" "${#K[@]}" "${K[@]}" agent-1 5000 2>&1)
   [ "$r" = 1 ]; v $? "sluice: EVALSHA heartbeat ($r live)"
-  r=$("${S[@]}" EVALSHA "${SHA[retry]}" 9 "${K[@]}" withdraw 2>&1 | head -1)
+  r=$("${S[@]}" EVALSHA "${SHA[retry]}" "${#K[@]}" "${K[@]}" withdraw 2>&1 | head -1)
   [[ "$r" =~ ^[01]$ ]]; v $? "sluice: EVALSHA retry ($r)"
-  r=$("${S[@]}" EVALSHA "${SHA[status]}" 9 "${K[@]}" 2>&1 | head -2 | tail -1)
+  r=$("${S[@]}" EVALSHA "${SHA[status]}" "${#K[@]}" "${K[@]}" 2>&1 | head -2 | tail -1)
   [ "$r" = gpt-4o ]; v $? "sluice: EVALSHA status ($r)"
 
   # Refused. Each must be a NOPERM (or the script's ACL error), not just any error.
@@ -318,7 +318,7 @@ redis.register_function('f', function() return 1 end)"
   denied "HSET a key outside sluice:*" HSET 'app:limits' rpm 1
   denied "DEL a key outside sluice:*" DEL 'app:limits'
   local okeys=(); for k in "${K[@]}"; do okeys+=("x${k}"); done
-  denied "EVALSHA status with keys outside sluice:*" EVALSHA "${SHA[status]}" 9 "${okeys[@]}"
+  denied "EVALSHA status with keys outside sluice:*" EVALSHA "${SHA[status]}" "${#okeys[@]}" "${okeys[@]}"
   denied "EVAL a script that writes outside sluice:*" EVAL "return redis.call('SET', 'other:key', 'x')" 0
   denied "EVAL a script that runs FLUSHALL" EVAL "return redis.call('FLUSHALL')" 0
   "${A[@]}" SET other:key untouched >/dev/null
@@ -354,13 +354,13 @@ redis.register_function('f', function() return 1 end)"
   # The read-only user.
   r=$("${RO[@]}" HGETALL 'sluice:{gpt-4o}:limits' 2>&1 | head -1)
   [ -n "$r" ] && [[ "$r" != *NOPERM* ]]; v $? "sluice-ro: HGETALL sluice:{gpt-4o}:limits ($r ...)"
-  r=$("${RO[@]}" EVALSHA_RO "${SHA[status]}" 9 "${K[@]}" 2>&1 | head -2 | tail -1)
+  r=$("${RO[@]}" EVALSHA_RO "${SHA[status]}" "${#K[@]}" "${K[@]}" 2>&1 | head -2 | tail -1)
   [ "$r" = gpt-4o ]; v $? "sluice-ro: EVALSHA_RO status ($r)"
   r=$("${RO[@]}" HSET 'sluice:{gpt-4o}:limits' rpm 1 2>&1)
   [[ "$r" == *NOPERM* ]]; v $? "sluice-ro cannot HSET limits"
-  r=$("${RO[@]}" EVALSHA "${SHA[reserve]}" 9 "${K[@]}" 1 1 1000 2>&1)
+  r=$("${RO[@]}" EVALSHA "${SHA[reserve]}" "${#K[@]}" "${K[@]}" 1 1 1000 2>&1)
   [[ "$r" == *NOPERM* ]]; v $? "sluice-ro cannot EVALSHA reserve"
-  r=$("${RO[@]}" EVALSHA_RO "${SHA[reserve]}" 9 "${K[@]}" 1 1 1000 2>&1)
+  r=$("${RO[@]}" EVALSHA_RO "${SHA[reserve]}" "${#K[@]}" "${K[@]}" 1 1 1000 2>&1)
   [[ "$r" == *ERR* || "$r" == *NOPERM* ]]; v $? "sluice-ro cannot EVALSHA_RO reserve (a write inside is refused)"
   r=$("${RO[@]}" SCAN 0 2>&1)
   [[ "$r" == *NOPERM* ]]; v $? "sluice-ro cannot SCAN"

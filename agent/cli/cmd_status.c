@@ -188,15 +188,10 @@ static redisReply *status_script(status_src *s, const char *dep, char *err, size
         snprintf(err, errlen, "'%s' is not a valid deployment name", dep);
         return NULL;
     }
-    const char *av[3 + SCRIPTS_NKEYS + 1];
-    size_t al[3 + SCRIPTS_NKEYS + 1];
-    int n = 0;
-    av[n++] = "EVALSHA";
-    av[n++] = sc->sha;
-    av[n++] = "9";
-    for (int i = 0; i < SCRIPTS_NKEYS; i++) av[n++] = keys[i];
-    av[n++] = s->window;
-    for (int i = 0; i < n; i++) al[i] = strlen(av[i]);
+    const char *av[SCRIPTS_EVALSHA_ARGC(1)];
+    size_t al[SCRIPTS_EVALSHA_ARGC(1)];
+    const char *argv[1] = {s->window};
+    int n = scripts_evalsha_argv(SCRIPT_STATUS, keys, 1, argv, NULL, av, al);
     int asking = 0;
     for (int hop = 0; hop <= STATUS_MAX_REDIRECTS; hop++) {
         if (asking) {

@@ -867,6 +867,17 @@ static bool fold_tighter(const ratelimit_value *a, const ratelimit_value *b)
     return a->reset_ms >= b->reset_ms;
 }
 
+ratelimit_source ratelimit_get_own(const ratelimit_feedback *fb, ratelimit_dim dim, ratelimit_value *out)
+{
+    ratelimit_value dummy;
+    if (out == NULL)
+        out = &dummy;
+    *out = absent;
+    if (fb == NULL || (int)dim < 0 || (int)dim >= RATELIMIT_DIMS)
+        return RATELIMIT_SRC_NONE;
+    return get_raw(fb, dim, out);
+}
+
 ratelimit_source ratelimit_get(const ratelimit_feedback *fb, ratelimit_dim dim, ratelimit_value *out)
 {
     ratelimit_value dummy;

@@ -119,6 +119,11 @@ bool ratelimit_add_header(ratelimit_feedback *fb, const char *name, size_t name_
 ratelimit_source ratelimit_get(const ratelimit_feedback *fb, ratelimit_dim dim,
                                ratelimit_value *out);
 
+/* ratelimit_get() without the stand-in: only what headers about dim itself
+ * said (RATELIMIT_TOKENS is then never the input or output dimension's). */
+ratelimit_source ratelimit_get_own(const ratelimit_feedback *fb, ratelimit_dim dim,
+                                   ratelimit_value *out);
+
 /* The pause this feedback implies, in ms from now_ms: the Retry-After
  * family's delay when present (it wins over any reset); otherwise the
  * largest reset_ms among dimensions whose remaining is 0 and whose reset

@@ -169,7 +169,8 @@ typedef struct sl_request {
     size_t size;                 /* set by sl_request_init() */
     const char *deployment;      /* required: a deployment, or a group of
                                     them (the grant names the member) */
-    long long tokens;            /* estimate: prompt + max output (0: requests only) */
+    long long tokens;            /* estimate: prompt + max output (0: requests only);
+                                    see input_tokens below */
     long long max_wait_ms;       /* longest wait for the slot; < 0 (the default
                                     set by init): the deployment's max_wait_ms,
                                     or with a deadline, the time left */
@@ -182,6 +183,14 @@ typedef struct sl_request {
                                     carrying this tag may serve (none may:
                                     SL_ESHED "tag", never); with a
                                     deployment, one without it is SL_EINVAL */
+    /* The estimate split as the provider counts it (docs/providers.md):
+     * the input tokens and the max output tokens (max_tokens). Give both
+     * (>= 0; tokens is then their sum, or 0) or neither (-1, set by
+     * init). A deployment that counts input and output apart (style
+     * anthropic: itpm, otpm) needs them whenever the call has tokens:
+     * tokens alone is SL_EINVAL there. */
+    long long input_tokens;
+    long long output_tokens;
 } sl_request;
 
 SL_API void sl_request_init_size(sl_request *req, size_t size);
@@ -264,6 +273,20 @@ typedef struct sl_header {
     const char *value;
 } sl_header;
 
+/* What the provider reported a call used; -1 (init) where unknown. */
+typedef struct sl_usage {
+    size_t size;                 /* set by sl_usage_init() */
+    long long tokens;            /* combined: input + output */
+    long long input_tokens;      /* all of the prompt, cache reads and writes included */
+    long long output_tokens;
+    long long cache_read_tokens; /* the part of input_tokens read from the
+                                    provider's prompt cache (Anthropic does
+                                    not count it toward its input limit) */
+} sl_usage;
+
+SL_API void sl_usage_init_size(sl_usage *u, size_t size);
+#define sl_usage_init(u) sl_usage_init_size((u), sizeof(*(u)))
+
 /* Closes grant g with what happened, and frees g (always, even on error).
  * actual_tokens: the usage the provider reported (< 0: unknown, the
  * estimate stands). headers: the provider's response headers (all of
@@ -276,6 +299,19 @@ typedef struct sl_header {
  * malformed grant), SL_ECLOSING, SL_ENOMEM. Safe from callbacks. */
 SL_API int sl_settle(sl_grant *g, long long actual_tokens, sl_outcome outcome,
                      const sl_header *headers, size_t nheaders);
+
+/* sl_settle() with the usage per dimension (usage may be NULL: unknown).
+ * Each dimension of the deployment is corrected as its provider counts
+ * (docs/providers.md): Azure's and OpenAI's tokens and Anthropic's input
+ * keep the estimate charged at admission (only a larger count is
+ * charged), Anthropic's output is corrected to output_tokens. The
+ * headers' limits and remaining counts are news for the whole fleet (a
+ * lower limit is adopted, others' use of the key taken off the rate).
+ * input_tokens and output_tokens go together; cache_read_tokens needs
+ * input_tokens and is at most it; tokens, when given with them, is their
+ * sum: SL_EINVAL otherwise. Returns as sl_settle(). */
+SL_API int sl_settle_usage(sl_grant *g, const sl_usage *usage, sl_outcome outcome, const sl_header *headers,
+                           size_t nheaders);
 
 /* May the fleet retry a failed call on deployment now? Takes one retry
  * from the fleet's retry budget when it answers yes. Returns 1 (retry), 0
@@ -331,6 +367,8 @@ typedef struct sl_verdict {
                                     remaining 0 with a reset), -1 none */
     int over_cap;                /* pause_ms beyond the cap: do not retry now */
     char code[64];               /* error.code of a JSON error body, "" */
+    /* The usage split as sl_usage_of() reads it; -1 unknown. */
+    long long input_tokens, output_tokens, cache_read_tokens;
 } sl_verdict;
 
 SL_API void sl_verdict_init_size(sl_verdict *v, size_t size);
@@ -346,9 +384,19 @@ SL_API int sl_verdict_of(int status, int timed_out, const char *body, size_t bod
 
 /* The tokens a provider response body reports: usage.total_tokens, else
  * prompt_tokens + completion_tokens (OpenAI, Azure), else input_tokens +
- * output_tokens (Anthropic); server-sent event streams are scanned for the
- * usage of their events. -1 when none. Pure. */
+ * the cache reads and writes + output_tokens (Anthropic); server-sent
+ * event streams are scanned for the usage of their events. -1 when none.
+ * Pure. */
 SL_API long long sl_usage_tokens(const char *body, size_t len);
+
+/* The same usage split for sl_settle_usage(): fills *out (its size set by
+ * sl_usage_init()) and returns 0, or SL_EINVAL for bad arguments, or
+ * SL_EUNKNOWN when the body reports no usage (out then all -1).
+ * input_tokens is all of the prompt: OpenAI's prompt_tokens, Anthropic's
+ * input_tokens + cache_creation_input_tokens + cache_read_input_tokens;
+ * cache_read_tokens OpenAI's prompt_tokens_details.cached_tokens or
+ * Anthropic's cache_read_input_tokens. Pure. */
+SL_API int sl_usage_of(const char *body, size_t len, sl_usage *out);
 
 /* ---- libcurl ------------------------------------------------------------- */
 
@@ -372,6 +420,8 @@ typedef struct sl_call_opts {
     size_t max_body;             /* response bytes kept; 0: 16 MiB */
     uint64_t seed;               /* jitter seed; 0: from the clock */
     const char *tag;             /* as sl_request */
+    long long input_tokens;      /* as sl_request; -1 (init): not split */
+    long long output_tokens;
 } sl_call_opts;
 
 SL_API void sl_call_opts_init_size(sl_call_opts *o, size_t size);

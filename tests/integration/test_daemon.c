@@ -142,7 +142,7 @@ static void test_redis_cli_session(void **state) {
     redisContext *c = daemon_connect(&d);
     redisReply *r = redisCommand(c, "HELP");
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    assert_string_equal(r->element[1]->str, "ACQUIRE <deployment|group> [TOKENS n] [MAXWAIT ms] [LANE name] [TENANT name] [TAG tag]");
+    assert_string_equal(r->element[1]->str, "ACQUIRE <deployment|group> [TOKENS n | INPUT n OUTPUT m] [MAXWAIT ms] [LANE name] [TENANT name] [TAG tag]");
     freeReplyObject(r);
     redisFree(c);
     /* Interactive-style use through stdin (redis-cli probes COMMAND). */

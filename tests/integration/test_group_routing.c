@@ -122,7 +122,7 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
 static void ask(world *w, int agent, req *r, const char *name, long long max_wait, const char *tenant,
                 const char *tag) {
     *r = (req){.w = w, .asked = uv_now(&w->loop)};
-    engine_req rq = {name, 0, max_wait, NULL, tenant, tag};
+    engine_req rq = {.name = name, .max_wait_ms = max_wait, .tenant = tenant, .tag = tag};
     assert_int_equal(engine_acquire_req(w->e[agent], &rq, on_acquired, r, NULL), 0);
 }
 
@@ -317,10 +317,10 @@ static void test_unknown_group_and_bad_tag(void **state) {
     world w;
     world_init(&w, 1, GROUP_YAML("u"));
     req r;
-    engine_req rq = {"nope", 0, 100, NULL, NULL, NULL};
+    engine_req rq = {.name = "nope", .max_wait_ms = 100};
     assert_int_equal(engine_acquire_req(w.e[0], &rq, on_acquired, &r, NULL), SL_EUNKNOWN);
     /* A tag a plain deployment does not carry is an error, not a shed. */
-    engine_req rq2 = {"uc", 0, 100, NULL, NULL, "eu"};
+    engine_req rq2 = {.name = "uc", .max_wait_ms = 100, .tag = "eu"};
     assert_int_equal(engine_acquire_req(w.e[0], &rq2, on_acquired, &r, NULL), SL_EINVAL);
     world_close(&w);
 }

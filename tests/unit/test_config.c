@@ -208,7 +208,18 @@ static void test_defaults(void **state) {
     assert_int_equal(d->rpd, 0);
     assert_int_equal(d->tpd, 0);
     assert_int_equal(d->max_wait_ms, 60000);
-    assert_int_equal(d->refund, 1);
+    /* As Azure counts (the default style): tokens charged at admission,
+     * never refunded; output tokens (other profiles) corrected. */
+    assert_int_equal(d->style, CONFIG_STYLE_AZURE);
+    assert_int_equal(d->refunds.tokens, 0);
+    assert_int_equal(d->refunds.input_tokens, 0);
+    assert_int_equal(d->refunds.output_tokens, 1);
+    assert_int_equal(d->itpm, 0);
+    assert_int_equal(d->otpm, 0);
+    assert_int_equal(d->aimd.min_throttles, 3);
+    assert_int_equal(d->aimd.window_s, 10);
+    assert_int_equal(d->adapt.limits, 1);
+    assert_int_equal(d->adapt.outside, 1);
     assert_int_equal(d->retry_budget.ttl_s, 10);
     assert_int_equal(d->retry_budget.min_per_s, 1);
     assert_true(d->retry_budget.percent == 10);
@@ -236,7 +247,46 @@ static void test_defaults(void **state) {
     assert_int_equal(cfg->deployments[2].burst.requests, 1);
     assert_int_equal(cfg->deployments[2].burst.tokens, 1);
     assert_int_equal(cfg->deployments[2].lease_s, 120);
-    assert_int_equal(cfg->deployments[2].refund, 1);
+    /* refund: ~ is no override: each dimension keeps its profile default. */
+    assert_int_equal(cfg->deployments[2].refund, 0);
+    assert_int_equal(cfg->deployments[2].refunds.tokens, 0);
+    assert_int_equal(cfg->deployments[2].refunds.output_tokens, 1);
+    config_free(cfg);
+}
+
+/* Provider profiles: the dimensions each has, their bursts, and the charge
+ * rule per dimension with the refund override (docs/providers.md). */
+static void test_profiles(void **state) {
+    config *cfg = load_ok("deployments:\n"
+                          "  claude: {style: anthropic, rpm: 50, itpm: 30000, otpm: 8000}\n"
+                          "  gemini: {style: custom, rpm: 60, itpm: 60000, burst: {input_tokens: 500}}\n"
+                          "  off: {rpm: 600, tpm: 150000, refund: false}\n"
+                          "  on: {style: custom, rpm: 600, tpm: 9000, otpm: 900,\n"
+                          "       refund: true, refund.output_tokens: false}\n"
+                          "  mixed: {style: custom, rpm: 600, otpm: 900, refund: {tokens: true}}\n");
+    const struct config_deployment *c = config_deployment(cfg, "claude");
+    assert_int_equal(c->style, CONFIG_STYLE_ANTHROPIC);
+    assert_int_equal(c->itpm, 30000);
+    assert_int_equal(c->otpm, 8000);
+    assert_int_equal(c->tpm, 0);
+    assert_int_equal(c->burst.input_tokens, 500);   /* one second of itpm */
+    assert_int_equal(c->burst.output_tokens, 133);
+    assert_int_equal(c->refunds.input_tokens, 0);   /* charged at admission */
+    assert_int_equal(c->refunds.output_tokens, 1);  /* corrected to the actual output */
+    c = config_deployment(cfg, "gemini");
+    assert_int_equal(c->style, CONFIG_STYLE_CUSTOM);
+    assert_int_equal(c->burst.input_tokens, 500);
+    assert_int_equal(c->otpm, 0);
+    c = config_deployment(cfg, "off");
+    assert_int_equal(c->refunds.tokens, 0);
+    assert_int_equal(c->refunds.output_tokens, 0);
+    c = config_deployment(cfg, "on");
+    assert_int_equal(c->refunds.tokens, 1);
+    assert_int_equal(c->refunds.input_tokens, 1);
+    assert_int_equal(c->refunds.output_tokens, 0);  /* refund.<dim> wins over refund */
+    c = config_deployment(cfg, "mixed");
+    assert_int_equal(c->refunds.tokens, 1);
+    assert_int_equal(c->refunds.output_tokens, 1);
     config_free(cfg);
 }
 
@@ -385,7 +435,26 @@ static const bad_case bad_cases[] = {
     /* other types */
     {DEP "    rpm: 1\n    refund: maybe\n", ":4: key 'deployments.gpt-4o.refund': must be true or false, got \"maybe\""},
     {DEP "    rpm: 1\n    style: Azure\n",
-     ":4: key 'deployments.gpt-4o.style': must be one of azure, openai, got \"Azure\""},
+     ":4: key 'deployments.gpt-4o.style': must be one of azure, openai, anthropic, custom, got \"Azure\""},
+    /* provider profiles: a dimension the profile does not have, at its key */
+    {DEP "    rpm: 1\n    tpm: 1000\n    itpm: 500\n",
+     ":5: key 'deployments.gpt-4o.itpm': style azure has combined tokens (tpm): input and output are not limited "
+     "apart; use style custom to configure any dimension (docs/providers.md)"},
+    {DEP "    rpm: 1\n    style: openai\n    burst: {output_tokens: 9}\n",
+     ":5: key 'deployments.gpt-4o.burst.output_tokens': style openai has combined tokens (tpm): input and output "
+     "are not limited apart; use style custom to configure any dimension (docs/providers.md)"},
+    {DEP "    rpm: 1\n    style: anthropic\n    otpm: 100\n    tpm: 1000\n",
+     ":6: key 'deployments.gpt-4o.tpm': style anthropic has input and output tokens apart (itpm, otpm), no "
+     "combined tpm; use style custom to configure any dimension (docs/providers.md)"},
+    {DEP "    rpm: 1\n    style: anthropic\n    refund: {tokens: true}\n",
+     ":5: key 'deployments.gpt-4o.refund.tokens': style anthropic has input and output tokens apart (itpm, otpm), "
+     "no combined tpm; use style custom to configure any dimension (docs/providers.md)"},
+    {DEP "    rpm: 1\n    style: anthropic\n    itpm: -1\n",
+     ":5: key 'deployments.gpt-4o.itpm': must be a non-negative integer, got \"-1\""},
+    {DEP "    rpm: 1\n    refund: {output: true}\n",
+     ":4: key 'deployments.gpt-4o.refund.output': unknown key"},
+    {DEP "    rpm: 1\n    aimd: {min_throttles: 0}\n",
+     ":4: key 'deployments.gpt-4o.aimd.min_throttles': must be an integer between 1 and 1000, got \"0\""},
     {"agent:\n  fail: maybe\n" DEP "    rpm: 1\n",
      ":2: key 'agent.fail': must be one of open, closed, got \"maybe\""},
     {"agent:\n  log_level: trace\n" DEP "    rpm: 1\n",
@@ -648,6 +717,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_full),
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_profiles),
         cmocka_unit_test(test_flow_and_order),
         cmocka_unit_test(test_redis_urls),
         cmocka_unit_test(test_bad_configs),

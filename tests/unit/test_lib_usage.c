@@ -25,7 +25,7 @@ static const struct {
     {"responses api", "{\"usage\":{\"input_tokens\":36,\"output_tokens\":87,\"total_tokens\":123}}", 123},
     {"anthropic", "{\"type\":\"message\",\"usage\":{\"input_tokens\":25,\"output_tokens\":30}}", 55},
     {"anthropic cache", "{\"usage\":{\"input_tokens\":10,\"cache_creation_input_tokens\":100,"
-                        "\"cache_read_input_tokens\":500,\"output_tokens\":5}}", 115},
+                        "\"cache_read_input_tokens\":500,\"output_tokens\":5}}", 615},
     {"leading space", "  \n{\"usage\":{\"total_tokens\":3}}", 3},
     {"zero", "{\"usage\":{\"total_tokens\":0}}", 0},
     {"no usage", "{\"id\":\"x\",\"choices\":[]}", -1},
