@@ -438,7 +438,7 @@ static void on_status(void *arg, int status, size_t n, const char *const *fields
         size_t k = 1;
         for (size_t i = 0; i < n; i++)
             if (strcmp(fields[i], "deployment") != 0) k++;
-        resp_add_array(b, 2 * k);
+        resp_add_map(b, k); /* RESP2: the flat field/value array of HGETALL */
         resp_add_bulk_str(b, "deployment");
         resp_add_bulk_str(b, a->dep);
         for (size_t i = 0; i < n; i++) {
@@ -475,6 +475,7 @@ static void cmd_status(const command_req *q) {
     }
     op->r = q->r;
     op->n = n;
+    for (size_t i = 0; i < n; i++) op->parts[i].proto = server_reply_buf(q->r)->proto;
     op->left = n + 1; /* one extra, released below, so no callback can finish early */
     op->all = q->argc == 1;
     for (size_t i = 0; i < n; i++) {
@@ -509,7 +510,7 @@ static void cmd_info(const command_req *q) {
         reply_error(q, "out of memory");
         return;
     }
-    resp_add_bulk(server_reply_buf(q->r), text.data, text.len);
+    resp_add_verbatim(server_reply_buf(q->r), "txt", text.data, text.len);
     resp_buf_free(&text);
     server_reply_done(q->r, 0);
 }
@@ -553,7 +554,7 @@ static void add_command_info(resp_buf *b, const command *c) {
     resp_add_array(b, 6);
     resp_add_bulk_str(b, lowercase(c->name, lower, sizeof(lower)));
     resp_add_integer(b, c->arity);
-    resp_add_array(b, nflags);
+    resp_add_set(b, nflags);
     for (unsigned f = 1; f <= CMD_CONNECTION; f <<= 1)
         if (c->flags & f) resp_add_simple(b, commands_flag_name(f));
     resp_add_integer(b, 0);
@@ -572,7 +573,7 @@ static void cmd_command(const command_req *q) {
     } else if (arg_is(q, 1, "COUNT")) {
         resp_add_integer(b, (long long)n);
     } else if (arg_is(q, 1, "DOCS")) {
-        resp_add_array(b, 0); /* redis-cli falls back to its own help */
+        resp_add_map(b, 0); /* redis-cli falls back to its own help */
     } else if (arg_is(q, 1, "LIST")) {
         resp_add_array(b, n);
         for (size_t i = 0; i < n; i++) resp_add_bulk_str(b, t[i].name);
@@ -589,6 +590,213 @@ static void cmd_command(const command_req *q) {
         return;
     }
     server_reply_done(q->r, 0);
+}
+
+/* ---- HELLO, CLIENT, SELECT, AUTH: what stock clients send on connect ---------------- */
+
+/* sluiced has no passwords: who may connect to the socket may acquire, and
+ * the socket's owner, group and mode decide who that is (docs/security.md).
+ * A client configured with a password is refused rather than let in with
+ * it ignored, so nobody believes a password protects the quota. Clients
+ * without one (the default of redis-py and ioredis) never send AUTH. */
+static const char auth_refused[] =
+    "AUTH is not supported: sluiced has no passwords, the socket's file mode decides who may connect "
+    "(docs/security.md); remove the password from the client's settings";
+
+/* Redis' rule for client names and library attributes: printable ASCII
+ * without spaces ('!' to '~'), so that CLIENT LIST splits on spaces and
+ * nothing a client says can fake another field or line. sluiced also caps
+ * the length, as every client's names are kept. NULL when v is fine, else
+ * the error message (what: "client names", "lib-name", ...). */
+static const char *attr_invalid(const char *v, size_t len, const char *what, char *msg, size_t msglen) {
+    if (len > CLIENT_ATTR_MAX) {
+        snprintf(msg, msglen, "%s cannot be longer than %d bytes", what, CLIENT_ATTR_MAX);
+        return msg;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (v[i] < '!' || v[i] > '~') {
+            snprintf(msg, msglen, "%s cannot contain spaces, newlines or special characters", what);
+            return msg;
+        }
+    }
+    return NULL;
+}
+
+/* HELLO [protover [AUTH username password] [SETNAME clientname]]: as in
+ * Redis, nothing changes unless every option is good, and the reply (a map)
+ * is already in the protocol asked for. */
+static void cmd_hello(const command_req *q) {
+    int proto = client_proto(q->c);
+    char p[160], msg[160];
+    if (q->argc >= 2) {
+        if (arg_is(q, 1, "2")) {
+            proto = RESP_PROTO_2;
+        } else if (arg_is(q, 1, "3")) {
+            proto = RESP_PROTO_3;
+        } else {
+            reply_error(q, "-NOPROTO unsupported protocol version");
+            return;
+        }
+    }
+    int auth = 0, name = -1;
+    for (int i = 2; i < q->argc; i++) {
+        if (arg_is(q, i, "AUTH") && i + 2 < q->argc) {
+            auth = 1;
+            i += 2;
+        } else if (arg_is(q, i, "SETNAME") && i + 1 < q->argc) {
+            name = ++i;
+        } else {
+            reply_error(q, "syntax error in HELLO option '%s'", printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
+            return;
+        }
+    }
+    if (auth) {
+        reply_error(q, "%s", auth_refused);
+        return;
+    }
+    if (name > 0) {
+        if (attr_invalid(q->argv[name], q->argvlen[name], "client names", msg, sizeof(msg))) {
+            reply_error(q, "%s", msg);
+            return;
+        }
+        client_attr_set(q->c, CLIENT_ATTR_NAME, q->argv[name], q->argvlen[name]);
+    }
+    client_set_proto(q->c, q->r, proto);
+    resp_buf *b = server_reply_buf(q->r);
+    resp_add_map(b, 7);
+    resp_add_bulk_str(b, "server");
+    resp_add_bulk_str(b, "sluiced");
+    resp_add_bulk_str(b, "version");
+    resp_add_bulk_str(b, SLUICE_VERSION);
+    resp_add_bulk_str(b, "proto");
+    resp_add_integer(b, proto);
+    resp_add_bulk_str(b, "id");
+    resp_add_integer(b, (long long)client_id(q->c));
+    resp_add_bulk_str(b, "mode");
+    resp_add_bulk_str(b, "standalone");
+    resp_add_bulk_str(b, "role");
+    resp_add_bulk_str(b, "master");
+    resp_add_bulk_str(b, "modules");
+    resp_add_array(b, 0);
+    server_reply_done(q->r, 0);
+}
+
+static void cmd_auth(const command_req *q) { reply_error(q, "%s", auth_refused); }
+
+/* SELECT 0 is a no-op so that clients configured with db 0 connect. */
+static void cmd_select(const command_req *q) {
+    char p[160];
+    if (!arg_is(q, 1, "0")) {
+        reply_error(q, "DB index is out of range: sluiced has one database, 0 (got '%s')",
+                    printable(q->argv[1], q->argvlen[1], p, sizeof(p)));
+        return;
+    }
+    resp_add_simple(server_reply_buf(q->r), "OK");
+    server_reply_done(q->r, 0);
+}
+
+static void client_cmd_id(const command_req *q) {
+    resp_add_integer(server_reply_buf(q->r), (long long)client_id(q->c));
+    server_reply_done(q->r, 0);
+}
+
+static void client_cmd_getname(const command_req *q) {
+    const char *name = client_attr_get(q->c, CLIENT_ATTR_NAME);
+    resp_add_bulk_str(server_reply_buf(q->r), name[0] ? name : NULL);
+    server_reply_done(q->r, 0);
+}
+
+static void client_cmd_setname(const command_req *q) {
+    char msg[160];
+    if (attr_invalid(q->argv[2], q->argvlen[2], "client names", msg, sizeof(msg))) {
+        reply_error(q, "%s", msg);
+        return;
+    }
+    client_attr_set(q->c, CLIENT_ATTR_NAME, q->argv[2], q->argvlen[2]);
+    resp_add_simple(server_reply_buf(q->r), "OK");
+    server_reply_done(q->r, 0);
+}
+
+/* The attributes CLIENT SETINFO sets (Redis 7.2's; any case). */
+static const struct {
+    const char *option;
+    client_attr attr;
+} setinfo_attrs[] = {
+    {"lib-name", CLIENT_ATTR_LIB_NAME},
+    {"lib-ver", CLIENT_ATTR_LIB_VER},
+};
+
+static void client_cmd_setinfo(const command_req *q) {
+    char p[160], msg[160];
+    for (size_t k = 0; k < sizeof(setinfo_attrs) / sizeof(setinfo_attrs[0]); k++) {
+        if (!arg_is(q, 2, setinfo_attrs[k].option)) continue;
+        if (attr_invalid(q->argv[3], q->argvlen[3], setinfo_attrs[k].option, msg, sizeof(msg))) {
+            reply_error(q, "%s", msg);
+            return;
+        }
+        client_attr_set(q->c, setinfo_attrs[k].attr, q->argv[3], q->argvlen[3]);
+        resp_add_simple(server_reply_buf(q->r), "OK");
+        server_reply_done(q->r, 0);
+        return;
+    }
+    reply_error(q, "unknown attribute '%s' for CLIENT SETINFO (expected LIB-NAME or LIB-VER)",
+                printable(q->argv[2], q->argvlen[2], p, sizeof(p)));
+}
+
+/* CLIENT LIST and CLIENT INFO: text, as in Redis (a verbatim string in
+ * RESP3). */
+static void reply_client_text(const command_req *q, int all) {
+    resp_buf text;
+    resp_buf_init(&text);
+    int rc = all ? server_describe_clients(q->s, &text) : client_describe(q->c, &text);
+    if (rc == 0 && !all) rc = resp_buf_append(&text, "\n", 1);
+    if (rc != 0) {
+        resp_buf_free(&text);
+        reply_error(q, "out of memory");
+        return;
+    }
+    resp_add_verbatim(server_reply_buf(q->r), "txt", text.data, text.len);
+    resp_buf_free(&text);
+    server_reply_done(q->r, 0);
+}
+
+static void client_cmd_list(const command_req *q) {
+    if (q->argc > 2) {
+        reply_error(q, "syntax error: sluiced's CLIENT LIST takes no options (no TYPE or ID filter)");
+        return;
+    }
+    reply_client_text(q, 1);
+}
+
+static void client_cmd_info(const command_req *q) { reply_client_text(q, 0); }
+
+/* CLIENT's subcommands. arity counts CLIENT and the subcommand, as the
+ * command table does. Anything else (KILL, PAUSE, REPLY, TRACKING...) is
+ * an error: no client may act on another or change how it is answered. */
+static const struct {
+    const char *name; /* lower case, as Redis names 'client|setname' */
+    int arity;
+    void (*handler)(const command_req *q);
+} client_subcommands[] = {
+    {"id", 2, client_cmd_id},           {"getname", 2, client_cmd_getname}, {"setname", 3, client_cmd_setname},
+    {"setinfo", 4, client_cmd_setinfo}, {"list", -2, client_cmd_list},      {"info", 2, client_cmd_info},
+};
+
+static void cmd_client(const command_req *q) {
+    char p[160];
+    for (size_t k = 0; k < sizeof(client_subcommands) / sizeof(client_subcommands[0]); k++) {
+        int arity = client_subcommands[k].arity;
+        if (!arg_is(q, 1, client_subcommands[k].name)) continue;
+        if ((arity > 0 && q->argc != arity) || (arity < 0 && q->argc < -arity)) {
+            server_counters(q->s)->arity_errors++;
+            reply_error(q, "wrong number of arguments for 'client|%s' command", client_subcommands[k].name);
+            return;
+        }
+        client_subcommands[k].handler(q);
+        return;
+    }
+    reply_error(q, "unknown subcommand '%s' of CLIENT (sluiced has ID, GETNAME, SETNAME, SETINFO, LIST and INFO)",
+                printable(q->argv[1], q->argvlen[1], p, sizeof(p)));
 }
 
 /* ---- the table ------------------------------------------------------------------------ */
@@ -612,6 +820,15 @@ static const command command_table[] = {
     {"COMMAND", -1, cmd_command, CMD_FAST | CMD_CONNECTION, "COMMAND [COUNT|DOCS|INFO name...|LIST]",
      "Describes the commands (for client libraries and redis-cli)."},
     {"HELP", 1, cmd_help, CMD_FAST | CMD_CONNECTION, "HELP", "This list."},
+    {"HELLO", -1, cmd_hello, CMD_FAST | CMD_CONNECTION, "HELLO [2|3 [SETNAME name]]",
+     "Chooses RESP2 or RESP3 for this connection; replies server, version, proto, id, mode, role, modules."},
+    {"CLIENT", -2, cmd_client, CMD_FAST | CMD_CONNECTION,
+     "CLIENT ID|GETNAME|SETNAME name|SETINFO LIB-NAME|LIB-VER value|LIST|INFO",
+     "This connection's id and names, and the list of sluiced's connections."},
+    {"SELECT", 2, cmd_select, CMD_FAST | CMD_CONNECTION, "SELECT 0",
+     "Replies +OK: sluiced has one database, 0 (for clients that select it)."},
+    {"AUTH", -2, cmd_auth, CMD_FAST | CMD_CONNECTION, "AUTH ...",
+     "Refused: sluiced has no passwords; the socket's file mode decides who may connect."},
 };
 
 const command *commands_table(size_t *n) {
@@ -647,6 +864,7 @@ int commands_dispatch(server *s, client *c, const resp_command *cmd) {
         reply_error(&q, "unknown command '%s'", printable(cmd->argv[0], cmd->argvlen[0], p, sizeof(p)));
         return 0;
     }
+    client_note_command(c, k->name);
     if ((k->arity > 0 && cmd->argc != k->arity) || (k->arity < 0 && cmd->argc < -k->arity)) {
         server_counters(s)->arity_errors++;
         char lower[32];

@@ -1,4 +1,5 @@
-/* resp: RESP2 request parser and reply writer. See resp.h for the contract.
+/* resp: RESP2 request parser and RESP2/RESP3 reply writer. See resp.h for
+ * the contract.
  *
  * Parser layout: one byte buffer per client. [0, start) has been consumed,
  * [start, len) is the command being parsed (or returned) and whatever
@@ -479,9 +480,33 @@ int resp_parser_next(resp_parser *p, resp_command *cmd) {
 
 /* ---- reply writer ---- */
 
+/* The wire forms that depend on the protocol, indexed by is3(): the RESP2
+ * one is what Redis sends a RESP2 client for the same reply. Every
+ * resp_add_* that differs between the versions looks its form up here. */
+enum { NULL_BULK, NULL_ARRAY };
+static const char *const null_wire[][2] = {
+    [NULL_BULK] = {"$-1\r\n", "_\r\n"},
+    [NULL_ARRAY] = {"*-1\r\n", "_\r\n"},
+};
+
+/* Aggregates: the type byte, and how many elements each counts for in the
+ * header (a RESP2 map is a flat array of keys and values). */
+enum { AGG_ARRAY, AGG_MAP, AGG_SET };
+static const struct {
+    char type[2];
+    size_t per[2];
+} aggregate_wire[] = {
+    [AGG_ARRAY] = {{'*', '*'}, {1, 1}},
+    [AGG_MAP] = {{'*', '%'}, {2, 1}},
+    [AGG_SET] = {{'*', '~'}, {1, 1}},
+};
+
+static int is3(const resp_buf *b) { return b->proto == RESP_PROTO_3; }
+
 void resp_buf_init(resp_buf *b) {
     b->data = NULL;
     b->len = b->cap = 0;
+    b->proto = 0;
 }
 
 void resp_buf_free(resp_buf *b) {
@@ -503,8 +528,10 @@ void resp_buf_consume(resp_buf *b, size_t n) {
 
 char *resp_buf_detach(resp_buf *b, size_t *len) {
     char *d = b->data;
+    int proto = b->proto;
     if (len) *len = b->len;
     resp_buf_init(b);
+    b->proto = proto;
     return d;
 }
 
@@ -668,18 +695,50 @@ int resp_add_bulkf(resp_buf *b, const char *fmt, ...) {
     return 0;
 }
 
-int resp_add_null(resp_buf *b) { return resp_buf_append(b, "$-1\r\n", 5); }
+static int add_null_form(resp_buf *b, int kind) {
+    const char *w = null_wire[kind][is3(b)];
+    return resp_buf_append(b, w, strlen(w));
+}
 
-int resp_add_array(resp_buf *b, size_t n) { return buf_put_header(b, '*', 0, n); }
+int resp_add_null(resp_buf *b) { return add_null_form(b, NULL_BULK); }
 
-int resp_add_null_array(resp_buf *b) { return resp_buf_append(b, "*-1\r\n", 5); }
+int resp_add_null_array(resp_buf *b) { return add_null_form(b, NULL_ARRAY); }
+
+static int add_aggregate(resp_buf *b, int kind, size_t n) {
+    size_t per = aggregate_wire[kind].per[is3(b)];
+    if (n > SIZE_MAX / per) return RESP_ENOMEM;
+    return buf_put_header(b, aggregate_wire[kind].type[is3(b)], 0, n * per);
+}
+
+int resp_add_array(resp_buf *b, size_t n) { return add_aggregate(b, AGG_ARRAY, n); }
+
+int resp_add_map(resp_buf *b, size_t n) { return add_aggregate(b, AGG_MAP, n); }
+
+int resp_add_set(resp_buf *b, size_t n) { return add_aggregate(b, AGG_SET, n); }
+
+int resp_add_verbatim(resp_buf *b, const char *fmt, const void *data, size_t len) {
+    if (!is3(b)) return resp_add_bulk(b, data, len);
+    /* The format is exactly three bytes and a colon: a client strips 4. */
+    char prefix[4] = {' ', ' ', ' ', ':'};
+    for (size_t i = 0; i < 3 && fmt[i]; i++) prefix[i] = fmt[i];
+    if (len > SIZE_MAX - 64) return RESP_ENOMEM;
+    size_t h = header_size(len + 4);
+    int rc = buf_reserve(b, h + 4 + len + 2);
+    if (rc) return rc;
+    buf_put_header(b, '=', 0, len + 4); /* cannot fail: room is reserved */
+    buf_put(b, prefix, 4);
+    buf_put(b, data, len);
+    buf_put(b, "\r\n", 2);
+    return 0;
+}
 
 int resp_add_bulk_array(resp_buf *b, const char *const *items, const size_t *lens, size_t n) {
+    const char *null = null_wire[NULL_BULK][is3(b)];
     size_t total = header_size(n);
     for (size_t i = 0; i < n; i++) {
         size_t add;
         if (!items[i]) {
-            add = 5;
+            add = strlen(null);
         } else {
             size_t l = lens ? lens[i] : strlen(items[i]);
             if (l > SIZE_MAX / 2) return RESP_ENOMEM;
@@ -693,7 +752,7 @@ int resp_add_bulk_array(resp_buf *b, const char *const *items, const size_t *len
     buf_put_header(b, '*', 0, n);
     for (size_t i = 0; i < n; i++) {
         if (!items[i]) {
-            buf_put(b, "$-1\r\n", 5);
+            buf_put(b, null, strlen(null));
         } else {
             size_t l = lens ? lens[i] : strlen(items[i]);
             buf_put_header(b, '$', 0, l);

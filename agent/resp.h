@@ -1,4 +1,5 @@
-/* resp: the Redis protocol (RESP2) as sluiced speaks it on its UNIX socket.
+/* resp: the Redis protocol (RESP2, and RESP3 after HELLO 3) as sluiced
+ * speaks it on its UNIX socket.
  *
  * Two independent halves. The request parser turns the bytes a client sends,
  * split however the kernel delivers them, into complete commands (argv
@@ -7,7 +8,10 @@
  * `nc` or telnet send, with Redis' quoting rules). It enforces the limits
  * the caller sets (arguments per command, bulk length, inline length,
  * buffered bytes) and rejects an oversized header at once, before any
- * allocation. The reply writer appends replies to a growable byte buffer.
+ * allocation. The reply writer appends replies to a growable byte buffer,
+ * in the protocol version the buffer is set to (resp_buf.proto): a caller
+ * says what a reply is (a map, a null, a verbatim text) and the writer
+ * picks its wire form, so no command has a RESP2 and a RESP3 branch.
  *
  * Depends on libc only: no event loop, no I/O, no globals. Functions return
  * 0 (or 1 where stated) on success and a negative RESP_E* code on failure;
@@ -105,12 +109,25 @@ const char *resp_parser_error(const resp_parser *p);
  * the caller should run its idle timer. */
 size_t resp_parser_pending(const resp_parser *p);
 
+/* Protocol versions of the reply writer (resp_buf.proto). */
+#define RESP_PROTO_2 2
+#define RESP_PROTO_3 3
+
 /* A growable output buffer. Zero-initialised (or resp_buf_init()) is an
- * empty buffer. data is NULL until the first append. */
+ * empty buffer. data is NULL until the first append.
+ *
+ * proto is the protocol the resp_add_* replies are written in: 0 (the
+ * zero value) or RESP_PROTO_2 for RESP2, RESP_PROTO_3 for RESP3. Set it
+ * before the first reply; resp_buf_reset(), _consume() and _detach() keep
+ * it, _init() and _free() set it back to RESP2. In RESP2 the RESP3-only
+ * kinds take the form Redis gives them: a map is a flat array of its 2n
+ * keys and values, a set an array, a null `$-1` (or `*-1` where an array
+ * was expected), a verbatim string a bulk string. */
 typedef struct resp_buf {
     char *data;
     size_t len;
     size_t cap;
+    int proto;
 } resp_buf;
 
 void resp_buf_init(resp_buf *b);
@@ -125,7 +142,8 @@ void resp_buf_reset(resp_buf *b);
 void resp_buf_consume(resp_buf *b, size_t n);
 
 /* Hands the data to the caller (who frees it with free()), stores its
- * length in *len (when len is not NULL) and leaves an empty buffer. Returns
+ * length in *len (when len is not NULL) and leaves an empty buffer (of the
+ * same proto). Returns
  * NULL when the buffer never held anything. For uv_write(): the bytes stay
  * put until the write callback frees them. */
 char *resp_buf_detach(resp_buf *b, size_t *len);
@@ -173,17 +191,30 @@ int resp_add_bulkf(resp_buf *b, const char *fmt, ...)
 #endif
     ;
 
-/* `$-1\r\n`, the null bulk string. */
+/* The null: `$-1\r\n` (the null bulk string) in RESP2, `_\r\n` in RESP3. */
 int resp_add_null(resp_buf *b);
 
 /* `*n\r\n`: the caller then adds the n elements. */
 int resp_add_array(resp_buf *b, size_t n);
 
-/* `*-1\r\n`, the null array. */
+/* The null in place of an array: `*-1\r\n` in RESP2, `_\r\n` in RESP3. */
 int resp_add_null_array(resp_buf *b);
 
+/* A map of n key/value pairs: `%n\r\n` in RESP3, `*2n\r\n` in RESP2; the
+ * caller then adds key, value, key, value... (2n elements either way). */
+int resp_add_map(resp_buf *b, size_t n);
+
+/* A set of n elements: `~n\r\n` in RESP3, `*n\r\n` in RESP2. */
+int resp_add_set(resp_buf *b, size_t n);
+
+/* Text meant for people (INFO, CLIENT LIST): in RESP3 a verbatim string
+ * `=<len+4>\r\n<fmt>:<data>\r\n`, fmt being three characters ("txt"); in
+ * RESP2 a bulk string of data. */
+int resp_add_verbatim(resp_buf *b, const char *fmt, const void *data, size_t len);
+
 /* A whole array of n bulk strings. lens may be NULL (then every item is a
- * NUL-terminated string); a NULL item is a null bulk. All or nothing. */
+ * NUL-terminated string); a NULL item is a null (resp_add_null()). All or
+ * nothing. */
 int resp_add_bulk_array(resp_buf *b, const char *const *items, const size_t *lens, size_t n);
 
 #endif

@@ -12,6 +12,7 @@
 
 #include "server.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <grp.h>
 #include <pwd.h>
@@ -59,6 +60,11 @@ struct client {
     int has_partial;           /* a half-written command is buffered */
     uint64_t partial_since;    /* uv_now when it started */
     uint64_t closing_since;
+    uint64_t connected_at;     /* uv_now at accept (CLIENT LIST age) */
+    uint64_t last_command_at;  /* uv_now of the last command (idle) */
+    int proto;                 /* RESP_PROTO_2, or _3 after HELLO 3 */
+    const char *last_command;  /* its name in the command table, NULL before the first */
+    char attrs[CLIENT_NATTRS][CLIENT_ATTR_MAX + 1]; /* name, lib-name, lib-ver */
     client *prev, *next;       /* in s->clients */
 };
 
@@ -203,6 +209,69 @@ server_stats *server_counters(server *s) { return &s->st; }
 server *client_server(const client *c) { return c->s; }
 unsigned long long client_id(const client *c) { return c->id; }
 
+/* ---- connection attributes -------------------------------------------------------- */
+
+int client_proto(const client *c) { return c->proto; }
+
+void client_set_proto(client *c, server_reply *r, int proto) {
+    c->proto = proto;
+    if (r) r->buf.proto = proto;
+}
+
+const char *client_attr_get(const client *c, client_attr a) { return c->attrs[a]; }
+
+int client_attr_set(client *c, client_attr a, const char *value, size_t len) {
+    if (len > CLIENT_ATTR_MAX) return SL_EINVAL;
+    memcpy(c->attrs[a], value, len);
+    c->attrs[a][len] = '\0';
+    return 0;
+}
+
+int client_describe(const client *c, resp_buf *out) {
+    server *s = c->s;
+    uint64_t now = uv_now(s->loop);
+    uv_os_fd_t fd = -1;
+    if (uv_fileno((const uv_handle_t *)&c->pipe, &fd) != 0) fd = -1;
+    size_t queued = 0;
+    for (const server_reply *r = c->head; r; r = r->next) queued++;
+    char cmd[32] = "NULL"; /* Redis' cmd= before the first command */
+    if (c->last_command) {
+        size_t i = 0;
+        for (; c->last_command[i] && i + 1 < sizeof(cmd); i++) cmd[i] = (char)tolower((unsigned char)c->last_command[i]);
+        cmd[i] = '\0';
+    }
+    /* Redis 7.2's fields in its order, so that libraries which parse the
+     * line (redis-py's client_info() wants every integer field) work.
+     * A UNIX socket client is the socket's path and port 0, as in Redis.
+     * What sluiced has no use for (pub/sub, MULTI, users) is Redis' value
+     * for "none". The names were validated (no spaces): the line splits. */
+    char line[sizeof(s->sock_path) * 2 + 3 * CLIENT_ATTR_MAX + 512];
+    int n = snprintf(line, sizeof(line),
+                     "id=%llu addr=%s:0 laddr=%s:0 fd=%d name=%s age=%llu idle=%llu flags=N db=0 sub=0 psub=0 "
+                     "ssub=0 multi=-1 qbuf=%zu qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=%zu "
+                     "omem=%zu tot-mem=0 events=%s cmd=%s user=default redir=-1 resp=%d lib-name=%s lib-ver=%s",
+                     c->id, s->sock_path, s->sock_path, (int)fd, c->attrs[CLIENT_ATTR_NAME],
+                     (unsigned long long)(now - c->connected_at) / 1000,
+                     (unsigned long long)(now - c->last_command_at) / 1000, resp_parser_pending(c->parser), queued,
+                     uv_stream_get_write_queue_size((const uv_stream_t *)&c->pipe), c->reading ? "r" : "", cmd,
+                     c->proto, c->attrs[CLIENT_ATTR_LIB_NAME], c->attrs[CLIENT_ATTR_LIB_VER]);
+    if (n < 0) return RESP_ENOMEM;
+    return resp_buf_append(out, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+}
+
+void client_note_command(client *c, const char *name) { c->last_command = name; }
+
+int server_describe_clients(server *s, resp_buf *out) {
+    /* s->clients is newest first: walk to the oldest, then back. */
+    client *c = s->clients;
+    while (c && c->next) c = c->next;
+    for (; c; c = c->prev) {
+        if (c->closing) continue; /* on its way out */
+        if (client_describe(c, out) != 0 || resp_buf_append(out, "\n", 1) != 0) return RESP_ENOMEM;
+    }
+    return 0;
+}
+
 void server_get_stats(const server *s, server_stats *out) {
     *out = s->st;
     out->connected = s->nclients;
@@ -216,6 +285,7 @@ server_reply *server_reply_new(client *c) {
     server_reply *r = calloc(1, sizeof(*r));
     if (!r) return NULL;
     r->c = c;
+    r->buf.proto = c->proto; /* the reply is written in the protocol of now */
     if (c->tail) c->tail->next = r;
     else c->head = r;
     c->tail = r;
@@ -520,6 +590,7 @@ static void process_input(client *c) {
         int rc = resp_parser_next(c->parser, &cmd);
         if (rc == 1) {
             s->st.commands++;
+            c->last_command_at = uv_now(s->loop);
             if (commands_dispatch(s, c, &cmd) != 0) {
                 c->in_input = 0;
                 server_log(s, CONFIG_LOG_WARN, "client %llu: out of memory; closing it", c->id);
@@ -588,6 +659,8 @@ static void on_connection(uv_stream_t *listener, int status) {
         return;
     }
     c->id = ++s->next_id;
+    c->proto = RESP_PROTO_2;
+    c->connected_at = c->last_command_at = uv_now(s->loop);
     c->next = s->clients;
     if (s->clients) s->clients->prev = c;
     s->clients = c;

@@ -4,7 +4,10 @@
  * parser (resp.h) and hands each complete command to the command table
  * (commands.h). It owns everything about a connection: the limits
  * (agent.max_clients, max_client_buffer, max_client_pipeline,
- * client_idle_timeout_ms), the order of replies, back-pressure, and closing.
+ * client_idle_timeout_ms), the order of replies, back-pressure, closing,
+ * and what the connection said about itself (HELLO's protocol, RESP2 until
+ * HELLO 3; CLIENT SETNAME and SETINFO names), which every reply slot of
+ * the client is written in and CLIENT LIST shows.
  *
  * Reply order. Every command gets a server_reply slot, appended to its
  * client's queue when the command is dispatched. A synchronous command
@@ -141,7 +144,50 @@ client *server_reply_client(const server_reply *r);
 /* The server of a client. */
 server *client_server(const client *c);
 
-/* A number identifying the client in logs. */
+/* A number identifying the client in logs, CLIENT ID and HELLO: 1, 2, ...
+ * in connection order, never reused while the server runs. */
 unsigned long long client_id(const client *c);
+
+/* ---- what a connection says about itself (HELLO, CLIENT) ------------------ */
+
+/* The protocol its replies are written in: RESP_PROTO_2 (the default) or
+ * RESP_PROTO_3. A reply slot takes the client's protocol when it is made
+ * (server_reply_new), so a switch applies from the next command on;
+ * client_set_proto() also sets it on the slot of the command that asks,
+ * given as r (may be NULL). */
+int client_proto(const client *c);
+void client_set_proto(client *c, server_reply *r, int proto);
+
+/* Names a client gives itself, shown by CLIENT LIST. The caller validates
+ * the value (commands.c, Redis' rules); it is stored as is. */
+typedef enum client_attr {
+    CLIENT_ATTR_NAME,     /* CLIENT SETNAME, HELLO ... SETNAME */
+    CLIENT_ATTR_LIB_NAME, /* CLIENT SETINFO LIB-NAME */
+    CLIENT_ATTR_LIB_VER,  /* CLIENT SETINFO LIB-VER */
+    CLIENT_NATTRS
+} client_attr;
+#define CLIENT_ATTR_MAX 128 /* bytes of one value */
+
+/* The value, "" when none was set. Borrowed, valid until it is set again. */
+const char *client_attr_get(const client *c, client_attr a);
+
+/* Sets the value (len 0 clears it). Returns 0, or SL_EINVAL when longer
+ * than CLIENT_ATTR_MAX. */
+int client_attr_set(client *c, client_attr a, const char *value, size_t len);
+
+/* Records the command c runs (a static string: the command table's name)
+ * for CLIENT LIST's cmd=. */
+void client_note_command(client *c, const char *name);
+
+/* Appends CLIENT LIST's line for c, without the line end: Redis 7.2's
+ * fields, `id=.. addr=.. laddr=.. fd=.. name=.. age=.. idle=.. ... cmd=..
+ * ... resp=.. lib-name=.. lib-ver=..` (ages in seconds). Nothing else
+ * about the client is shown: not its arguments, grants, deployments or
+ * peer credentials. Returns 0 or RESP_ENOMEM. */
+int client_describe(const client *c, resp_buf *out);
+
+/* Appends client_describe() of every open client, oldest first, each line
+ * ending in LF (Redis' CLIENT LIST). Returns 0 or RESP_ENOMEM. */
+int server_describe_clients(server *s, resp_buf *out);
 
 #endif

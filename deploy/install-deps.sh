@@ -7,11 +7,17 @@ set -euo pipefail
 PKGS=(build-essential cmake pkg-config git
       libhiredis-dev libuv1-dev libcurl4-openssl-dev libyaml-dev libcmocka-dev
       libhttp-parser-dev libjansson-dev
-      redis-server redis-tools python3 python3-yaml shellcheck clang libclang-rt-14-dev valgrind)
+      redis-server redis-tools python3 python3-yaml python3-redis shellcheck clang libclang-rt-14-dev valgrind)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js and npm, for the ioredis test (tests/integration/ioredis_install.sh):
+# Debian's nodejs and npm when there is no node or npm on PATH. Checked by
+# command, not by package: a Node.js from elsewhere (NodeSource's nodejs
+# bundles npm, and conflicts with Debian's npm package) is kept.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

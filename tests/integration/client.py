@@ -3,8 +3,10 @@
 
 sluiced speaks RESP2 on a UNIX socket, so a client is a few lines: encode
 each command as an array of bulk strings, read one reply. The class below
-is the snippet docs/protocol.md shows; run as a script it is the second
-language of the daemon tests (tests/integration/test_daemon.c):
+is the snippet docs/protocol.md shows, plus RESP3: SluiceClient(path,
+protocol=3) sends HELLO 3 and reads RESP3's types (maps become dicts, `_`
+None). Run as a script it is the second language of the daemon tests
+(tests/integration/test_daemon.c; redispy_client.py uses its RESP3 mode):
 
     client.py SOCKET DEPLOYMENT
 
@@ -31,11 +33,17 @@ class SluiceError(Exception):
 
 
 class SluiceClient:
-    def __init__(self, path, timeout=None):
+    def __init__(self, path, timeout=None, protocol=2):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
         self.sock.connect(path)
         self.buf = b""
+        self.hello = None
+        if protocol == 3:
+            # The reply to HELLO 3 is already RESP3: a map.
+            self.hello = self.call("HELLO", 3)
+            if not isinstance(self.hello, dict) or self.hello.get("proto") != 3:
+                raise ValueError("HELLO 3 answered %r" % (self.hello,))
 
     def close(self):
         self.sock.close()
@@ -57,6 +65,15 @@ class SluiceClient:
         line, self.buf = self.buf.split(b"\r\n", 1)
         return line
 
+    def _blob(self, n):
+        while len(self.buf) < n + 2:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("sluiced closed the connection")
+            self.buf += chunk
+        data, self.buf = self.buf[:n], self.buf[n + 2:]
+        return data.decode()
+
     def _reply(self):
         line = self._line()
         kind, rest = line[:1], line[1:]
@@ -68,18 +85,23 @@ class SluiceClient:
             return int(rest)
         if kind == b"$":
             n = int(rest)
-            if n < 0:
-                return None
-            while len(self.buf) < n + 2:
-                chunk = self.sock.recv(65536)
-                if not chunk:
-                    raise ConnectionError("sluiced closed the connection")
-                self.buf += chunk
-            data, self.buf = self.buf[:n], self.buf[n + 2:]
-            return data.decode()
+            return None if n < 0 else self._blob(n)
         if kind == b"*":
             n = int(rest)
             return None if n < 0 else [self._reply() for _ in range(n)]
+        # RESP3 (after HELLO 3).
+        if kind == b"%":
+            return dict((self._reply(), self._reply()) for _ in range(int(rest)))
+        if kind == b"~":
+            return set(self._reply() for _ in range(int(rest)))
+        if kind == b"_":
+            return None
+        if kind == b"#":
+            return rest == b"t"
+        if kind == b",":
+            return float(rest)
+        if kind == b"=":
+            return self._blob(int(rest))[4:]  # drop the format, "txt:"
         raise ValueError("unexpected reply %r" % line)
 
     # The commands, with Python-shaped results.
@@ -108,8 +130,8 @@ class SluiceClient:
             raise
 
     def status(self, deployment):
-        flat = self.call("STATUS", deployment)
-        return dict(zip(flat[0::2], flat[1::2]))
+        st = self.call("STATUS", deployment)
+        return st if isinstance(st, dict) else dict(zip(st[0::2], st[1::2]))
 
 
 def main(argv):

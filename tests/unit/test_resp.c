@@ -1,5 +1,6 @@
 /* Unit tests for agent/resp: the RESP2 request parser (every split of the
- * input, hostile headers, limits) and the reply writer (byte-exact). */
+ * input, hostile headers, limits) and the reply writer (byte-exact), in
+ * RESP2 and RESP3. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -502,6 +503,108 @@ static void test_writer_consume_detach(void **state) {
     resp_buf_free(&b);
 }
 
+/* ---- writer: RESP3 and the RESP2 forms of its kinds ---- */
+
+/* The same replies written in each protocol: the caller says what a reply
+ * is, the buffer's proto decides its bytes. */
+static void write_kinds(resp_buf *b) {
+    assert_int_equal(resp_add_map(b, 2), 0);
+    assert_int_equal(resp_add_bulk_str(b, "proto"), 0);
+    assert_int_equal(resp_add_integer(b, 3), 0);
+    assert_int_equal(resp_add_bulk_str(b, "modules"), 0);
+    assert_int_equal(resp_add_array(b, 0), 0);
+    assert_int_equal(resp_add_set(b, 2), 0);
+    assert_int_equal(resp_add_simple(b, "fast"), 0);
+    assert_int_equal(resp_add_simple(b, "connection"), 0);
+    assert_int_equal(resp_add_null(b), 0);
+    assert_int_equal(resp_add_bulk_str(b, NULL), 0);
+    assert_int_equal(resp_add_null_array(b), 0);
+    assert_int_equal(resp_add_verbatim(b, "txt", "# Server\r\nx:1\r\n", 15), 0);
+    assert_int_equal(resp_add_verbatim(b, "txt", NULL, 0), 0);
+    const char *items[] = {"a", NULL};
+    assert_int_equal(resp_add_bulk_array(b, items, NULL, 2), 0);
+    assert_int_equal(resp_add_map(b, 0), 0);
+}
+
+static void test_writer_resp2_forms(void **state) {
+    (void)state;
+    resp_buf b = {0};
+    write_kinds(&b); /* proto 0, the zero value: RESP2 */
+    const char expect[] = "*4\r\n$5\r\nproto\r\n:3\r\n$7\r\nmodules\r\n*0\r\n"
+                          "*2\r\n+fast\r\n+connection\r\n"
+                          "$-1\r\n"
+                          "$-1\r\n"
+                          "*-1\r\n"
+                          "$15\r\n# Server\r\nx:1\r\n\r\n"
+                          "$0\r\n\r\n"
+                          "*2\r\n$1\r\na\r\n$-1\r\n"
+                          "*0\r\n";
+    ASSERT_BUF(&b, expect);
+    resp_buf_reset(&b);
+    b.proto = RESP_PROTO_2;
+    write_kinds(&b);
+    ASSERT_BUF(&b, expect);
+    resp_buf_free(&b);
+}
+
+static void test_writer_resp3_forms(void **state) {
+    (void)state;
+    resp_buf b = {0};
+    b.proto = RESP_PROTO_3;
+    write_kinds(&b);
+    ASSERT_BUF(&b, "%2\r\n$5\r\nproto\r\n:3\r\n$7\r\nmodules\r\n*0\r\n"
+                   "~2\r\n+fast\r\n+connection\r\n"
+                   "_\r\n"
+                   "_\r\n"
+                   "_\r\n"
+                   "=19\r\ntxt:# Server\r\nx:1\r\n\r\n"
+                   "=4\r\ntxt:\r\n"
+                   "*2\r\n$1\r\na\r\n_\r\n"
+                   "%0\r\n");
+    /* What RESP2 and RESP3 share is byte-identical. */
+    resp_buf_reset(&b);
+    assert_int_equal(resp_add_simple(&b, "OK"), 0);
+    assert_int_equal(resp_add_error(&b, "-NOPROTO unsupported protocol version"), 0);
+    assert_int_equal(resp_add_integer(&b, -7), 0);
+    assert_int_equal(resp_add_bulk(&b, "x", 1), 0);
+    assert_int_equal(resp_add_array(&b, 3), 0);
+    ASSERT_BUF(&b, "+OK\r\n-NOPROTO unsupported protocol version\r\n:-7\r\n$1\r\nx\r\n*3\r\n");
+    resp_buf_free(&b);
+    assert_int_equal(b.proto, 0); /* free leaves a RESP2 buffer */
+}
+
+/* The protocol survives what a reply buffer goes through on its way out
+ * (reset, consume, detach), so a connection's replies stay in one version. */
+static void test_writer_proto_kept(void **state) {
+    (void)state;
+    resp_buf b;
+    resp_buf_init(&b);
+    assert_int_equal(b.proto, 0);
+    b.proto = RESP_PROTO_3;
+    assert_int_equal(resp_add_null(&b), 0);
+    resp_buf_consume(&b, 1);
+    ASSERT_BUF(&b, "\r\n");
+    resp_buf_reset(&b);
+    assert_int_equal(resp_add_null(&b), 0);
+    size_t n = 0;
+    char *d = resp_buf_detach(&b, &n);
+    assert_int_equal(n, 3);
+    assert_memory_equal(d, "_\r\n", 3);
+    free(d);
+    assert_int_equal(b.proto, RESP_PROTO_3);
+    assert_int_equal(resp_add_map(&b, 1), 0);
+    ASSERT_BUF(&b, "%1\r\n");
+    resp_buf_free(&b);
+    /* A map of n pairs whose RESP2 element count would overflow. */
+    resp_buf c = {0};
+    assert_int_equal(resp_add_map(&c, SIZE_MAX / 2 + 1), RESP_ENOMEM);
+    assert_int_equal(c.len, 0);
+    c.proto = RESP_PROTO_3;
+    assert_int_equal(resp_add_map(&c, 5), 0);
+    ASSERT_BUF(&c, "%5\r\n");
+    resp_buf_free(&c);
+}
+
 /* What the writer produces, the parser reads back. */
 static void test_roundtrip(void **state) {
     (void)state;
@@ -539,6 +642,9 @@ int main(void) {
         cmocka_unit_test(test_writer_errors),
         cmocka_unit_test(test_writer_arrays),
         cmocka_unit_test(test_writer_consume_detach),
+        cmocka_unit_test(test_writer_resp2_forms),
+        cmocka_unit_test(test_writer_resp3_forms),
+        cmocka_unit_test(test_writer_proto_kept),
         cmocka_unit_test(test_roundtrip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
