@@ -195,16 +195,24 @@ end
 -- its send: every send granted at or before g loses c from its F, so their
 -- K drop by c/r (the queue is re-pruned), later ones keep theirs, and TAT
 -- drops by up to c/r. Refunds are skipped while rate_scale < 1 or until
--- refund_after (after a rate change), which is conservative. Returns the
--- units given back.
-local function sl_dim_refund(d, amount, now, qkey, st, scale, cg)
+-- refund_after (after a rate change), which is conservative. since: the
+-- earliest time the provider may have given the units back (nil: now; a
+-- cancel gives back a send that never happened). Returns the units given
+-- back.
+local function sl_dim_refund(d, amount, now, qkey, st, scale, cg, since)
   if amount <= 0 or scale < 1 or now < sl_num(st, 'refund_after', 0) then return 0 end
+  -- The provider gave the unused part back when the response ended, a
+  -- little before this settle reached Redis (since: the earliest that may
+  -- have been): the bound starts there, counting the sends made after it,
+  -- or a refund that the provider's full bucket wasted then could be
+  -- given out again now.
+  local from = math.min(now, since or now)
   while true do
     local front = redis.call('LINDEX', qkey, 0)
-    if not front or tonumber(string.match(front, '^([^,]+),')) > now then break end
+    if not front or tonumber(string.match(front, '^([^,]+),')) > from then break end
     redis.call('LPOP', qkey)
   end
-  local bound = now
+  local bound = from
   if cg then
     local raw = redis.call('LRANGE', qkey, 0, -1)
     local kept, changed = {}, false
@@ -266,6 +274,7 @@ local function sl_aimd_tick(limits, st, now)
   if steps >= 1 then
     scale = scale + steps * sl_num(limits, 'aimd_increase', 0.05)
     if scale > 1 then scale = 1 end
+    scale = tonumber(string.format('%.4f', scale))
     sl_set(st, 'rate_scale', string.format('%.4f', scale))
     sl_set(st, 'scale_changed_at', sl_fmt(changed + steps * interval))
   end

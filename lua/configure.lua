@@ -43,6 +43,7 @@ local FIELDS = {
   adapt_limits = {sl_uint, function(v) return v == 0 or v == 1 end, '0 or 1'},
   adapt_outside = {sl_uint, function(v) return v == 0 or v == 1 end, '0 or 1'},
   jitter_ms = {sl_uint, function(v) return v ~= nil and v <= 10000 end, 'an integer in [0, 10000]'},
+  refund_lag_ms = {sl_uint, function(v) return v ~= nil and v <= 60000 end, 'an integer in [0, 60000]'},
   test_clock_offset_ms = {sl_int, function(v) return v ~= nil end, 'an integer (tests only)'},
   -- Health (see sl_breaker_on): the breaker is off at ratio 0.
   breaker_failure_ratio = {tonumber, function(v) return v ~= nil and v >= 0 and v <= 1 end, 'a number in [0, 1] (0 = breaker off)'},
@@ -117,7 +118,7 @@ local defaults = {
   aimd_decrease = 0.7, aimd_min_scale = 0.1, aimd_increase = 0.05, aimd_interval_ms = 5000,
   aimd_min_throttles = 3, aimd_window_ms = 10000,
   refund_tokens = 0, refund_input = 0, refund_output = 1, adapt_limits = 1, adapt_outside = 1,
-  jitter_ms = 10,
+  jitter_ms = 10, refund_lag_ms = 250,
   breaker_failure_ratio = 0, breaker_min_requests = 20, breaker_window_ms = 30000,
   breaker_break_ms = 30000, quota_hold_ms = 3600000,
 }

@@ -199,10 +199,11 @@ end
 -- whatever others sent on the same key:
 --     others = r0 (s2 - s1) - (U2 - U1) - (R2 - R1)
 -- as long as the bucket was not full (a full bucket wastes refill) and did
--- not run dry. The fleet alone never holds more than its burst B of the
--- provider's bucket, so while R stays at or above cap - B - cost (cap: the
--- largest R + cost seen, never above the provider's capacity) nothing says
--- anyone else is there. Others' rate is smoothed over observations at
+-- not run dry (so only while R stays below cap - cost, cap the largest
+-- R + cost seen, never above the provider's capacity; near it, the
+-- estimate decays). The fleet alone never holds more than its burst B of
+-- the provider's bucket, so R below cap - B - cost is a deficit someone
+-- else made. Others' rate is smoothed over observations at
 -- least OBS_SPAN_MS apart (the remaining counts are whole units, so a short
 -- span is all noise) and taken off the effective rate, with the deficit
 -- below that level repaid over DEFICIT_MS so that the bucket refills and
@@ -240,13 +241,14 @@ local function observe(d, seen, slot, u_after, cost, throttled)
   sl_set(st, f .. '_obs', sl_fmt(slot) .. ':' .. u_after .. ':' .. rem)
   if not s0 then return end
   local floor = cap - d.burst - cost                   -- the least the fleet alone leaves
+  local full = cap - cost - math.max(1, 0.1 * d.burst)  -- at or above: the bucket may have wasted refill
   local x = sl_num(st, f .. '_outside_ms', 0)
-  if rem < floor and r0 < floor then
+  if rem < full and r0 < full then
     local span = slot - s0
     local obs = d.r0 - (u_after - u0) / span - (rem - r0) / span
     x = x + OBS_GAIN * (obs - x)
   else
-    -- At the fleet's own level: nobody else is taking a share now.
+    -- A (nearly) full bucket: nobody else is taking much of it now.
     x = x * (1 - OBS_GAIN)
   end
   if x < 0 then x = 0 end
@@ -279,17 +281,19 @@ local function throttle_count()
   return #kept >= need
 end
 
+local refund_lag = sl_num(limits, 'refund_lag_ms', 250)
 local out = {now_us, 0, '1', 0}
 local deposits, done = 0, {}
 local decreased = false
-local function dim_settle(d, est, actual, c_before)
-  -- One dimension of a settled grant: est was charged; actual is what the
-  -- provider counts (nil: unknown).
+local function dim_settle(d, est, actual, slot)
+  -- One dimension of a settled grant sent at slot: est was charged; actual
+  -- is what the provider counts (nil: unknown). The provider gave back the
+  -- unused part after the send and at most refund_lag_ms before now.
   if not actual then return end
   local diff = est - actual
   local given = 0
   if diff > 0 and d.refund then
-    given = sl_dim_refund(d, diff, now, d.q, st, scale)
+    given = sl_dim_refund(d, diff, now, d.q, st, scale, nil, math.max(slot, now - refund_lag))
   elseif diff < 0 then
     sl_dim_charge(d, -diff, now)
     if d.name ~= 'requests' then bump(d.name .. '_charged', -diff) end
@@ -342,11 +346,11 @@ for i = 1, n do
         if d.name == 'tokens' then
           local counted = total
           if not d.refund and split then counted = inp + cost[4] end
-          dim_settle(d, cost[2], counted)
+          dim_settle(d, cost[2], counted, slot)
         elseif d.name == 'input' and split then
-          dim_settle(d, cost[3], inp - cr)
+          dim_settle(d, cost[3], inp - cr, slot)
         elseif d.name == 'output' and split then
-          dim_settle(d, cost[4], outp)
+          dim_settle(d, cost[4], outp, slot)
         end
       end
       daily_adjust(reserved, 0, total - c, tenant)
@@ -370,6 +374,9 @@ for i = 1, n do
       local floor = sl_num(limits, 'aimd_min_scale', 0.1)
       local ns = scale * sl_num(limits, 'aimd_decrease', 0.7)
       if ns < floor then ns = floor end
+      -- The scale as stored (4 decimals), so that the schedule is built at
+      -- exactly the rate the next call reads back.
+      ns = tonumber(string.format('%.4f', ns))
       if ns < scale then
         scale = ns
         sl_set(st, 'rate_scale', string.format('%.4f', scale))

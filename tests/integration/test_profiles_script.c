@@ -1,0 +1,405 @@
+/* test_profiles_script: the provider profiles in the scripts themselves
+ * (docs/providers.md), against a real redis-server with the test clock.
+ *
+ * - Charge rules per dimension: Azure's and OpenAI's combined tokens and
+ *   Anthropic's input keep the estimate charged at admission (usage below
+ *   it gives nothing back, a prompt longer than estimated is charged);
+ *   Anthropic's output is corrected to the actual output; cache reads do
+ *   not count toward the input; daily counters follow the actual usage.
+ * - Evidence, not one 429: an isolated 429 only pauses; the rate is cut
+ *   after aimd_min_throttles unexplained 429s within the window; a limit
+ *   the headers report below the configured one is adopted and dropped
+ *   again; others' use of the key, seen in the remaining counts, is
+ *   estimated and taken off the rate, and given back when it stops.
+ *
+ * The provider of the last tests is simulated here from its documented
+ * rule (a token bucket the fleet and a neighbour both draw from), not
+ * from the scripts' arithmetic. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "script_test.h"
+
+/* ---- helpers ------------------------------------------------------------ */
+
+typedef struct grant {
+    int granted;
+    long long id, wait_ms;
+    char reason[32];
+    double now_ms; /* the server's clock at the reserve */
+} grant;
+
+/* Reserves one item whose estimate is tok ("n" or "i+o"). */
+static grant reserve_tok(const char *dep, const char *tok, long long max_wait) {
+    char w[24];
+    snprintf(w, sizeof(w), "%lld", max_wait);
+    redisReply *r = script_callv(rc, SCRIPT_RESERVE, dep, "1", tok, w, NULL);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("reserve: %s", r->str);
+    assert_int_equal(r->elements, 6);
+    grant g = {0};
+    g.now_ms = (double)r->element[0]->integer / 1000.0;
+    redisReply *it = r->element[5];
+    g.granted = it->element[0]->integer == 1;
+    if (g.granted) {
+        g.id = it->element[1]->integer;
+        g.wait_ms = it->element[2]->integer;
+    } else {
+        snprintf(g.reason, sizeof(g.reason), "%s", it->element[1]->str);
+    }
+    freeReplyObject(r);
+    return g;
+}
+
+/* Settles one grant in the feedback form: actual as the script takes it,
+ * seen the headers ("-" for none). Returns the result word. */
+static void settle_fb(const char *dep, long long id, const char *actual, const char *outcome, long long pause_ms,
+                      const char *seen, char *res, size_t reslen) {
+    char ids[24], p[24];
+    if (id < 0) snprintf(ids, sizeof(ids), "-");
+    else snprintf(ids, sizeof(ids), "%lld", id);
+    snprintf(p, sizeof(p), "%lld", pause_ms);
+    redisReply *r = script_callv(rc, SCRIPT_SETTLE, dep, "feedback", "1", ids, actual, outcome, p, seen, NULL);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("settle: %s", r->str);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    /* now, paused, scale, shift, the result, the rates */
+    assert_int_equal(r->elements, 6);
+    assert_int_equal(r->element[5]->type, REDIS_REPLY_ARRAY);
+    if (res) snprintf(res, reslen, "%s", r->element[4]->str);
+    freeReplyObject(r);
+}
+
+static double state_num(const char *dep, const char *field) { return hash_num(rc, dep, "state", field); }
+
+/* ---- charge rules --------------------------------------------------------- */
+
+/* Azure / OpenAI: the estimate (prompt + max output) was charged at
+ * admission and stays charged. */
+static void test_combined_tokens_never_refunded(void **state) {
+    const char *dep = "azure";
+    /* 60000 TPM = 1 token per ms; requests plentiful; a daily budget so the
+     * daily counter shows. */
+    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "10000",
+                 "tpd", "100000000", NULL);
+    grant g = reserve_tok(dep, "300+1000", 0);
+    assert_true(g.granted);
+    double tat0 = state_num(dep, "tokens_tat");
+    char res[32];
+    /* Used 200 of the prompt and 100 of the output: Azure counted 300 +
+     * 1000 at admission (its own estimate) and gives nothing back. */
+    settle_fb(dep, g.id, "200+100", "ok", -1, "-", res, sizeof(res));
+    assert_string_equal(res, "settled");
+    assert_true(state_num(dep, "tokens_tat") == tat0);
+    assert_true(state_num(dep, "tokens_refunded") == 0);
+    /* The daily counter and the usage figures follow the actual usage. */
+    assert_true(hash_num(rc, dep, "daily", "tokens") == 300);
+    assert_true(state_num(dep, "tokens_actual") == 300);
+    assert_true(state_num(dep, "tokens_estimated") == 1300);
+
+    /* A prompt longer than estimated: the provider counted 450 + 1000, so
+     * 150 more are charged (at the tail, the earliest the fleet learns). */
+    g = reserve_tok(dep, "300+1000", 0);
+    assert_true(g.granted);
+    double tat1 = state_num(dep, "tokens_tat");
+    settle_fb(dep, g.id, "450+100", "ok", -1, "-", res, sizeof(res));
+    assert_true(fabs(state_num(dep, "tokens_tat") - tat1 - 150.0) < 0.01);
+    assert_true(state_num(dep, "tokens_charged") == 150);
+
+    /* Only the combined figures known: an overrun of the combined count is
+     * charged, usage below it gives nothing back. */
+    g = reserve_tok(dep, "1300", 0);
+    double tat2 = state_num(dep, "tokens_tat");
+    settle_fb(dep, g.id, "1500", "ok", -1, "-", res, sizeof(res));
+    assert_true(fabs(state_num(dep, "tokens_tat") - tat2 - 200.0) < 0.01);
+    g = reserve_tok(dep, "1300", 0);
+    double tat3 = state_num(dep, "tokens_tat");
+    settle_fb(dep, g.id, "500", "ok", -1, "-", res, sizeof(res));
+    assert_true(state_num(dep, "tokens_tat") == tat3);
+    assert_true(state_num(dep, "tokens_refunded") == 0);
+
+    /* The opt-in (refund.tokens: true) gives the unused part back. */
+    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "10000",
+                 "refund_tokens", "1", NULL);
+    g = reserve_tok(dep, "1000", 0);
+    double tat4 = state_num(dep, "tokens_tat");
+    settle_fb(dep, g.id, "400", "ok", -1, "-", res, sizeof(res));
+    assert_true(fabs(tat4 - state_num(dep, "tokens_tat") - 600.0) < 0.01);
+}
+
+/* Anthropic: input charged at admission (cache reads not counted), output
+ * charged as max_tokens and corrected to the actual output. */
+static void test_anthropic_input_and_output(void **state) {
+    const char *dep = "claude";
+    configure_on(rc, dep, "rpm", "600000", "itpm", "60000", "otpm", "60000", "burst_requests", "1000",
+                 "burst_input", "10000", "burst_output", "10000", NULL);
+    grant g = reserve_tok(dep, "300+1000", 0);
+    assert_true(g.granted);
+    double in0 = state_num(dep, "input_tat"), out0 = state_num(dep, "output_tat");
+    /* The input bucket took the input, the output bucket the max output. */
+    assert_true(state_num(dep, "input_granted") == 300);
+    assert_true(state_num(dep, "output_granted") == 1000);
+    char res[32];
+    settle_fb(dep, g.id, "300+200+0", "ok", -1, "-", res, sizeof(res));
+    assert_string_equal(res, "settled");
+    assert_true(state_num(dep, "input_tat") == in0);
+    assert_true(fabs(out0 - state_num(dep, "output_tat") - 800.0) < 0.01);
+    assert_true(state_num(dep, "output_refunded") == 800);
+    assert_true(state_num(dep, "input_refunded") == 0);
+
+    /* Cache reads do not count toward the input: 1200 with 400 read from
+     * the cache counted 800, less than the 1000 estimated (nothing back);
+     * 1500 with 200 read counted 1300 (300 charged). */
+    g = reserve_tok(dep, "1000+100", 0);
+    double in1 = state_num(dep, "input_tat");
+    settle_fb(dep, g.id, "1200+50+400", "ok", -1, "-", res, sizeof(res));
+    assert_true(state_num(dep, "input_tat") == in1);
+    g = reserve_tok(dep, "1000+100", 0);
+    double in2 = state_num(dep, "input_tat");
+    settle_fb(dep, g.id, "1500+50+200", "ok", -1, "-", res, sizeof(res));
+    assert_true(fabs(state_num(dep, "input_tat") - in2 - 300.0) < 0.01);
+    assert_true(state_num(dep, "input_charged") == 300);
+
+    /* An estimate given as one figure is charged to both input and output
+     * (an upper bound of each: never under-charged). */
+    double ig = state_num(dep, "input_granted"), og = state_num(dep, "output_granted");
+    g = reserve_tok(dep, "500", 0);
+    assert_true(g.granted);
+    assert_true(state_num(dep, "input_granted") - ig == 500);
+    assert_true(state_num(dep, "output_granted") - og == 500);
+
+    /* A request larger than a dimension's per-minute limit never fits. */
+    g = reserve_tok(dep, "100+70000", 60000);
+    assert_false(g.granted);
+    assert_string_equal(g.reason, "too_large");
+}
+
+/* The dimension that binds names the shed: itpm or otpm. */
+static void test_split_dimensions_bind(void **state) {
+    const char *dep = "bind";
+    /* 6000 ITPM / OTPM: 100 per second each, bursts of 100. */
+    configure_on(rc, dep, "rpm", "600000", "itpm", "6000", "otpm", "6000", "burst_requests", "1000",
+                 "burst_input", "100", "burst_output", "100", "jitter_ms", "0", NULL);
+    grant g = reserve_tok(dep, "10+100", 0);
+    assert_true(g.granted);
+    g = reserve_tok(dep, "10+50", 0);
+    assert_false(g.granted);
+    assert_string_equal(g.reason, "otpm");
+    g = reserve_tok(dep, "100+0", 0);
+    assert_false(g.granted);
+    assert_string_equal(g.reason, "itpm");
+}
+
+/* ---- evidence, not one 429 ------------------------------------------------ */
+
+static void test_isolated_429_only_pauses(void **state) {
+    const char *dep = "stray";
+    configure_on(rc, dep, "rpm", "6000", "burst_requests", "1", "jitter_ms", "0", NULL);
+    char res[32];
+    /* Two unexplained 429s: a pause each, no decrease. */
+    for (int i = 0; i < 2; i++) {
+        grant g = reserve_tok(dep, "0", 600000);
+        settle_fb(dep, g.id, "-1", "throttled", 50, "-", res, sizeof(res));
+        assert_true(status_num(rc, dep, "rate_scale") == 1.0);
+    }
+    assert_true(state_num(dep, "pauses") >= 1);
+    /* The window passes: the count starts again. */
+    advance_on(rc, dep, 11000);
+    grant g = reserve_tok(dep, "0", 600000);
+    settle_fb(dep, g.id, "-1", "throttled", -1, "-", res, sizeof(res));
+    assert_true(status_num(rc, dep, "rate_scale") == 1.0);
+    /* 429s whose headers tell the bucket's state are evidence for the
+     * headers' rules, not for AIMD. */
+    for (int i = 0; i < 3; i++) {
+        g = reserve_tok(dep, "0", 600000);
+        settle_fb(dep, g.id, "-1", "throttled", -1, "r=6000/0", res, sizeof(res));
+    }
+    assert_true(status_num(rc, dep, "rate_scale") == 1.0);
+    /* Three unexplained ones within the window: the provider is tighter
+     * than configured and says nothing: x0.7 once. */
+    for (int i = 0; i < 3; i++) {
+        g = reserve_tok(dep, "0", 600000);
+        settle_fb(dep, g.id, "-1", "throttled", -1, "-", res, sizeof(res));
+    }
+    assert_true(fabs(status_num(rc, dep, "rate_scale") - 0.7) < 1e-9);
+    assert_true(fabs(status_num(rc, dep, "effective_rpm") - 4200) < 0.01);
+    assert_true(state_num(dep, "decreases") == 1);
+}
+
+static void test_reported_limit_adopted(void **state) {
+    const char *dep = "adopt";
+    configure_on(rc, dep, "rpm", "600", "burst_requests", "10", "jitter_ms", "0", NULL);
+    char res[32];
+    grant g = reserve_tok(dep, "0", 600000);
+    settle_fb(dep, g.id, "-1", "ok", -1, "r=480/79", res, sizeof(res));
+    assert_true(status_num(rc, dep, "adopted_rpm") == 480);
+    assert_true(fabs(status_num(rc, dep, "effective_rpm") - 480) < 0.01);
+    assert_true(state_num(dep, "limit_changes") == 1);
+    /* The schedule runs at the adopted limit: slots 125 ms apart once the
+     * (scaled) burst of 8 is used. */
+    double last = 0, gap = 0;
+    for (int i = 0; i < 12; i++) {
+        grant x = reserve_tok(dep, "0", 600000);
+        assert_true(x.granted);
+        double slot = x.now_ms + (double)x.wait_ms;
+        if (i > 0) gap = slot - last;
+        last = slot;
+    }
+    assert_true(fabs(gap - 125.0) <= 1.0);
+    /* The same report again changes nothing; the configured limit again
+     * drops the adoption. */
+    settle_fb(dep, -1, "-1", "ok", -1, "r=480/40", res, sizeof(res));
+    assert_true(state_num(dep, "limit_changes") == 1);
+    settle_fb(dep, -1, "-1", "ok", -1, "r=600/40", res, sizeof(res));
+    assert_true(status_num(rc, dep, "adopted_rpm") == 0);
+    assert_true(fabs(status_num(rc, dep, "effective_rpm") - 600) < 0.01);
+    assert_true(state_num(dep, "limit_changes") == 2);
+    /* A limit above the configured one is not adopted. */
+    settle_fb(dep, -1, "-1", "ok", -1, "r=900/40", res, sizeof(res));
+    assert_true(status_num(rc, dep, "adopted_rpm") == 0);
+}
+
+/* A provider's request bucket (capacity, refill per ms) that the fleet and
+ * a neighbour both draw from, as a token-bucket provider documents it. */
+typedef struct provider {
+    double level, cap, rate, at;
+} provider;
+
+static int provider_admit(provider *p, double t, double cost) {
+    if (t > p->at) {
+        p->level = fmin(p->cap, p->level + (t - p->at) * p->rate);
+        p->at = t;
+    }
+    if (p->level + 1e-9 >= cost) {
+        p->level -= cost;
+        return 1;
+    }
+    return 0;
+}
+
+typedef struct sim_result {
+    int sent, rejected;
+    double outside_rpm, effective_rpm;
+} sim_result;
+
+/* Runs the fleet (demand above the quota) for ms of the test clock against
+ * p, with a neighbour taking neighbour_rpm from the same bucket, settling
+ * every grant with the remaining the provider reports. */
+static sim_result simulate(const char *dep, provider *p, double neighbour_rpm, double ms) {
+    sim_result out = {0};
+    grant g = reserve_tok(dep, "0", 600000);
+    double start = g.now_ms, clock = g.now_ms, next_nb = start;
+    char res[32];
+    while (clock < start + ms) {
+        assert_true(g.granted);
+        double slot = g.now_ms + (double)g.wait_ms;
+        /* The neighbour's sends before this one. */
+        while (neighbour_rpm > 0 && next_nb <= slot) {
+            provider_admit(p, next_nb, 1);
+            next_nb += 60000.0 / neighbour_rpm;
+        }
+        if (slot > clock) {
+            advance_on(rc, dep, slot - clock);
+            clock = slot;
+        }
+        int ok = provider_admit(p, slot, 1);
+        char seen[64];
+        snprintf(seen, sizeof(seen), "r=600/%.0f", floor(fmax(0, p->level)));
+        settle_fb(dep, g.id, "-1", ok ? "ok" : "throttled", -1, seen, res, sizeof(res));
+        out.sent++;
+        if (!ok) out.rejected++;
+        if (getenv("SIM_DEBUG") && out.sent % 10 == 0)
+            print_message("    t=%.0f R=%.1f x=%.6f deficit=%.1f outside=%.1f obs=%s\n", slot - start, p->level,
+                          state_num(dep, "requests_outside_ms"), state_num(dep, "requests_deficit"),
+                          state_num(dep, "requests_outside"), "");
+        g = reserve_tok(dep, "0", 600000);
+    }
+    out.outside_rpm = status_num(rc, dep, "outside_rpm");
+    out.effective_rpm = status_num(rc, dep, "effective_rpm");
+    return out;
+}
+
+static void test_outside_use_followed(void **state) {
+    const char *dep = "neighbour";
+    /* 600 RPM; the fleet plans with a burst of 10 (one second); the
+     * provider's bucket holds 100 (ten seconds, as Azure evaluates). */
+    configure_on(rc, dep, "rpm", "600", "burst_requests", "10", "jitter_ms", "0", NULL);
+    provider p = {100, 100, 600.0 / 60000.0, 0};
+    /* Alone: nobody else is seen, no 429. */
+    grant first = reserve_tok(dep, "0", 0);
+    p.at = first.now_ms;
+    sim_result a = simulate(dep, &p, 0, 10000);
+    print_message("  alone: %d sent, %d rejected, outside %.1f RPM, effective %.1f\n", a.sent, a.rejected,
+                  a.outside_rpm, a.effective_rpm);
+    assert_int_equal(a.rejected, 0);
+    assert_true(a.outside_rpm == 0);
+    /* A neighbour takes 180 RPM (30 %): within 20 s it is seen, and the
+     * fleet leaves it room: few 429s, at least 85 % of what it leaves. */
+    sim_result b = simulate(dep, &p, 180, 20000);
+    print_message("  neighbour 180 RPM: %d sent, %d rejected, outside %.1f RPM, effective %.1f\n", b.sent,
+                  b.rejected, b.outside_rpm, b.effective_rpm);
+    assert_true(b.rejected <= b.sent / 10);
+    assert_true(b.outside_rpm > 180 * 0.7 && b.outside_rpm < 180 * 1.5);
+    sim_result c = simulate(dep, &p, 180, 20000);
+    print_message("  neighbour, next 20 s: %d sent (%.0f %% of the 420 RPM left), %d rejected, outside %.1f RPM\n",
+                  c.sent, 100.0 * c.sent / (420.0 * 20 / 60), c.rejected, c.outside_rpm);
+    assert_int_equal(c.rejected, 0);
+    assert_true(c.sent >= 0.85 * 420.0 * 20 / 60);
+    /* It stops: within 10 s the fleet is back at 95 % of the full rate. */
+    sim_result d = simulate(dep, &p, 0, 10000);
+    print_message("  neighbour gone, 10 s later: outside %.1f RPM, effective %.1f, %d rejected\n", d.outside_rpm,
+                  d.effective_rpm, d.rejected);
+    assert_true(d.effective_rpm >= 0.95 * 600);
+    assert_int_equal(d.rejected, 0);
+}
+
+static void test_feedback_form_checked(void **state) {
+    const char *dep = "fbbad";
+    configure_on(rc, dep, "rpm", "600", NULL);
+    grant g = reserve_tok(dep, "0", 0);
+    char id[24];
+    snprintf(id, sizeof(id), "%lld", g.id);
+    static const char *const bad_seen[] = {"r600/1", "x=1/2", "r=a/1", "r=1/2,", "r=1/2;t=3/4", "r=1234567890123456/1"};
+    for (size_t i = 0; i < sizeof(bad_seen) / sizeof(*bad_seen); i++) {
+        redisReply *r = script_callv(rc, SCRIPT_SETTLE, dep, "feedback", "1", id, "-1", "ok", "-1", bad_seen[i], NULL);
+        assert_non_null(r);
+        if (r->type != REDIS_REPLY_ERROR) fail_msg("seen '%s' was accepted", bad_seen[i]);
+        assert_non_null(strstr(r->str, "seen must be"));
+        freeReplyObject(r);
+    }
+    static const char *const bad_actual[] = {"1+", "+1", "1+2+3+4", "5+1+6", "-2", "a"};
+    for (size_t i = 0; i < sizeof(bad_actual) / sizeof(*bad_actual); i++) {
+        redisReply *r = script_callv(rc, SCRIPT_SETTLE, dep, "feedback", "1", id, bad_actual[i], "ok", "-1", "-", NULL);
+        assert_non_null(r);
+        if (r->type != REDIS_REPLY_ERROR) fail_msg("actual '%s' was accepted", bad_actual[i]);
+        freeReplyObject(r);
+    }
+    /* Nothing was settled by the refused calls. */
+    char res[32];
+    settle_fb(dep, g.id, "-1", "ok", -1, "-", res, sizeof(res));
+    assert_string_equal(res, "settled");
+    redisReply *r = script_callv(rc, SCRIPT_RESERVE, dep, "1", "1+x", "0", NULL);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_combined_tokens_never_refunded),
+        cmocka_unit_test(test_anthropic_input_and_output),
+        cmocka_unit_test(test_split_dimensions_bind),
+        cmocka_unit_test(test_isolated_429_only_pauses),
+        cmocka_unit_test(test_reported_limit_adopted),
+        cmocka_unit_test(test_outside_use_followed),
+        cmocka_unit_test(test_feedback_form_checked),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
