@@ -314,6 +314,8 @@ static const cfg_row deployment_rows[] = {
             "api-version query parameter (azure style)."),
     CFG_INT("jitter_ms", cfg_deployment, jitter_ms, "10", 0, 10000, 0,
             "Release jitter in ms the schedule tolerates: callers may start this late without exceeding the burst."),
+    CFG_INT("refund_lag_ms", cfg_deployment, refund_lag_ms, "250", 0, 60000, 0,
+            "How long after a response ends its settle may reach Redis; a give-back counts the sends of that time."),
     CFG_LIST("lanes", cfg_deployment, lanes, nlanes, &lane_schema, 0,
              "Latency classes by name (e.g. interactive, batch); none = one lane."),
     CFG_STR("default_lane", cfg_deployment, default_lane, NULL, check_token,

@@ -143,6 +143,7 @@ struct config_deployment {
     int style;                   /* CONFIG_STYLE_* */
     char *api_version;           /* "" = none */
     long long jitter_ms;         /* release jitter the schedule tolerates (configure's jitter_ms) */
+    long long refund_lag_ms;     /* a settle may reach Redis this long after the provider's give-back */
     struct config_lane *lanes;   /* in file order; none = one implicit lane */
     size_t nlanes;
     char *default_lane;          /* "" = the highest-priority lane */

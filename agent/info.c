@@ -86,10 +86,41 @@ static void section_deployments(info_out *o, server *s, const server_stats *st, 
         const struct config_deployment *d = &cfg->deployments[i];
         line(o,
              "deployment_%s:rpm=%lld,tpm=%lld,burst_requests=%lld,burst_tokens=%lld,max_concurrency=%lld,"
-             "rpd=%lld,tpd=%lld,max_wait_ms=%lld,jitter_ms=%lld",
+             "rpd=%lld,tpd=%lld,max_wait_ms=%lld,jitter_ms=%lld,style=%s,itpm=%lld,otpm=%lld,"
+             "burst_input_tokens=%lld,burst_output_tokens=%lld,refund_tokens=%d,refund_input_tokens=%d,"
+             "refund_output_tokens=%d",
              d->name, d->rpm, d->tpm, d->burst.requests, d->burst.tokens, d->max_concurrency, d->rpd, d->tpd,
-             d->max_wait_ms, d->jitter_ms);
+             d->max_wait_ms, d->jitter_ms, config_style_name(d->style), d->itpm, d->otpm, d->burst.input_tokens,
+             d->burst.output_tokens, d->refunds.tokens, d->refunds.input_tokens, d->refunds.output_tokens);
     }
+}
+
+typedef struct dim_lines {
+    info_out *o;
+    size_t n;
+} dim_lines;
+
+static void dim_line(void *ud, const char *deployment, const char *dim, const engine_dim_rates *r) {
+    dim_lines *dl = ud;
+    line(dl->o, "dimension%zu:deployment=%s,dimension=%s,configured=%.0f,limit=%.2f,effective=%.2f,outside=%.2f,known=%d",
+         dl->n++, deployment, dim, r->configured, r->limit, r->effective, r->outside, r->known);
+}
+
+static void count_dim(void *ud, const char *deployment, const char *dim, const engine_dim_rates *r) {
+    (*(size_t *)ud)++;
+}
+
+/* The rates per dimension as the fleet runs them (from the last settle
+ * reply): the limit in force (lower when the provider's headers said so),
+ * the effective rate and others' use of the key, per minute. */
+static void section_dimensions(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
+    size_t n = 0;
+    line(o, "# Dimensions");
+    engine_foreach_dim(server_engine(s), count_dim, &n);
+    line(o, "dimensions:%zu", n);
+    line(o, "limit_changes:%llu", es->limit_changes);
+    dim_lines dl = {o, 0};
+    engine_foreach_dim(server_engine(s), dim_line, &dl);
 }
 
 static void section_redis(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
@@ -224,11 +255,11 @@ static const struct {
     section_fn fn;
 } sections[] = {
     {"server", section_server}, {"clients", section_clients}, {"deployments", section_deployments},
-    {"redis", section_redis},   {"stats", section_stats},     {"lanes", section_lanes},
-    {"tenants", section_tenants}, {"groups", section_groups},
+    {"dimensions", section_dimensions}, {"redis", section_redis}, {"stats", section_stats},
+    {"lanes", section_lanes}, {"tenants", section_tenants}, {"groups", section_groups},
 };
 
-const char *const info_sections[] = {"server", "clients", "deployments", "redis", "stats",
+const char *const info_sections[] = {"server", "clients", "deployments", "dimensions", "redis", "stats",
                                      "lanes",  "tenants", "groups",      NULL};
 
 int info_render(server *s, const char *section, resp_buf *out) {

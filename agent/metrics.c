@@ -194,6 +194,46 @@ static void group_metrics(text_out *o, const classes_group *g, size_t n) {
     }
 }
 
+/* Per deployment and dimension: the configured limit, the limit in force,
+ * the effective rate and others' use, per minute (engine_foreach_dim). */
+typedef struct dim_out {
+    text_out *o;
+    size_t field;
+    const char *name;
+} dim_out;
+
+static void dim_metric(void *ud, const char *deployment, const char *dim, const engine_dim_rates *r) {
+    dim_out *d = ud;
+    char dl[2 * CONFIG_NAME_MAX + 1];
+    label_escape(deployment, dl, sizeof(dl));
+    double v = *(const double *)((const char *)r + d->field);
+    emit(d->o, "%s{deployment=\"%s\",dimension=\"%s\"} %.3f\n", d->name, dl, dim, v);
+}
+
+static void dim_metrics(text_out *o, engine *e) {
+    static const struct {
+        const char *name, *help;
+        size_t field;
+    } fam[] = {
+        {"sluice_limit_configured_per_minute", "The configured limit of the dimension.",
+         offsetof(engine_dim_rates, configured)},
+        {"sluice_limit_per_minute",
+         "The limit in force: the configured one, or the lower one the provider's headers reported.",
+         offsetof(engine_dim_rates, limit)},
+        {"sluice_effective_rate_per_minute",
+         "The rate the fleet runs the dimension at: the limit less others' use of the key, and AIMD.",
+         offsetof(engine_dim_rates, effective)},
+        {"sluice_outside_use_per_minute",
+         "Others' use of the same key as estimated from the provider's remaining counts.",
+         offsetof(engine_dim_rates, outside)},
+    };
+    for (size_t k = 0; k < sizeof(fam) / sizeof(fam[0]); k++) {
+        head(o, fam[k].name, "gauge", fam[k].help);
+        dim_out d = {o, fam[k].field, fam[k].name};
+        engine_foreach_dim(e, dim_metric, &d);
+    }
+}
+
 int metrics_render(server *s, resp_buf *b) {
     engine *e = server_engine(s);
     const config *cfg = engine_config(e);
@@ -246,6 +286,10 @@ int metrics_render(server *s, resp_buf *b) {
     one(&o, "sluice_tokens_reserved_total", "counter", "Estimated tokens of the grants handed out.",
         (double)st.tokens_reserved);
     one(&o, "sluice_tokens_actual_total", "counter", "Actual tokens reported by SETTLE.", (double)es.tokens_actual);
+    one(&o, "sluice_limit_changes_total", "counter",
+        "Limits adopted from the provider's headers (or dropped when they report the configured one again).",
+        (double)es.limit_changes);
+    dim_metrics(&o, e);
 
     one(&o, "sluice_redis_calls_total", "counter", "Redis script calls.", (double)es.redis_calls);
     one(&o, "sluice_redis_errors_total", "counter", "Redis calls that failed.", (double)es.redis_errors);
