@@ -311,7 +311,7 @@ static const cfg_row deployment_rows[] = {
     CFG_ENUM("style", cfg_deployment, style, "azure", style_names,
              "Provider profile: azure, openai, anthropic or custom; the API style and how tokens are counted."),
     CFG_STR("api_version", cfg_deployment, api_version, NULL, check_token,
-            "api-version query parameter (azure style)."),
+            "api-version query parameter (style azure), or the anthropic-version header (style anthropic)."),
     CFG_INT("jitter_ms", cfg_deployment, jitter_ms, "10", 0, 10000, 0,
             "Release jitter in ms the schedule tolerates: callers may start this late without exceeding the burst."),
     CFG_INT("refund_lag_ms", cfg_deployment, refund_lag_ms, "250", 0, 60000, 0,
@@ -465,8 +465,8 @@ static int deployment_finish(cfg_ctx *ctx, cfg_entity *ent) {
         return cfg_entity_fail(ctx, ent, "default_lane", d->nlanes ? "names no lane of this deployment: '%s'"
                                                                    : "'%s' given but the deployment has no lanes",
                                d->default_lane);
-    if (d->api_version[0] && d->style != CONFIG_STYLE_AZURE)
-        return cfg_entity_fail(ctx, ent, "api_version", "applies to style azure only (style is %s)",
+    if (d->api_version[0] && d->style != CONFIG_STYLE_AZURE && d->style != CONFIG_STYLE_ANTHROPIC)
+        return cfg_entity_fail(ctx, ent, "api_version", "applies to styles azure and anthropic only (style is %s)",
                                config_style_name(d->style));
     return 0;
 }

@@ -169,6 +169,8 @@ struct item {
     char *key, *body;
     size_t body_len;
     long long tokens;
+    long long input_tokens, output_tokens; /* the estimate split (run_estimate_split) */
+    int has_max_tokens;
     char lane[RUN_CLASS_NAME_MAX + 1];   /* "" = the deployment's default lane */
     char tenant[RUN_CLASS_NAME_MAX + 1]; /* "" = none */
     char tag[RUN_CLASS_NAME_MAX + 1];    /* "" = none */
@@ -409,7 +411,9 @@ static void item_acquire(item *it) {
     sl_request req;
     sl_request_init(&req);
     req.deployment = r->cli.deployment;
-    req.tokens = it->tokens;
+    /* Split: each dimension of the member takes its part (docs/providers.md). */
+    req.input_tokens = it->input_tokens;
+    req.output_tokens = it->output_tokens;
     req.lane = it->lane[0] ? it->lane : NULL;
     req.tenant = it->tenant[0] ? it->tenant : NULL;
     req.tag = it->tag[0] ? it->tag : NULL;
@@ -468,7 +472,8 @@ static void item_send(item *it, const run_member *m) {
     CURL *e = curl_easy_init();
     size_t blen = 0;
     free(it->sent);
-    const char *body = e ? run_target_body(m, it->body, it->body_len, it->has_model, &blen, &it->sent) : NULL;
+    const char *body = e ? run_target_body(m, it->body, it->body_len, it->has_model,
+                                                  it->has_max_tokens ? 0 : it->output_tokens, &blen, &it->sent) : NULL;
     if (!body || (!it->cap && sl_capture_new(0, &it->cap) != 0)) {
         if (e) curl_easy_cleanup(e);
         set_fatal(r, "out of memory");
@@ -511,12 +516,24 @@ static void settle(run *r, item *it, const sl_verdict *v) {
     const sl_header *all = NULL;
     size_t n = sl_capture_headers(it->cap, &all), k = 0;
     sl_header keep[64];
+    /* The usage split where the body said: input (cache reads included),
+     * output, cache reads; each dimension is corrected as its provider
+     * counts. */
+    sl_usage u;
+    sl_usage_init(&u);
+    u.tokens = v->tokens;
+    if (v->tokens >= 0 && v->input_tokens >= 0 && v->output_tokens >= 0 &&
+        v->tokens == v->input_tokens + v->output_tokens) {
+        u.input_tokens = v->input_tokens;
+        u.output_tokens = v->output_tokens;
+        u.cache_read_tokens = v->cache_read_tokens;
+    }
     if (r->hdr_mode == SETTLE_HDR_ALL) {
-        sl_settle(it->grant, v->tokens, v->outcome, all, n);
+        sl_settle_usage(it->grant, &u, v->outcome, all, n);
     } else {
         for (size_t i = 0; r->hdr_mode == SETTLE_HDR_RETRY_AFTER && i < n && k < 64; i++)
             if (is_retry_after(all[i].name)) keep[k++] = all[i];
-        sl_settle(it->grant, v->tokens, v->outcome, k ? keep : NULL, k);
+        sl_settle_usage(it->grant, &u, v->outcome, k ? keep : NULL, k);
     }
     it->grant = NULL;
 }
@@ -800,6 +817,9 @@ static void fill(run *r) {
         it->body = req.body;
         it->body_len = req.body_len;
         it->tokens = req.tokens;
+        it->input_tokens = req.input_tokens;
+        it->output_tokens = req.output_tokens;
+        it->has_max_tokens = req.has_max_tokens;
         snprintf(it->lane, sizeof(it->lane), "%s", lane);
         snprintf(it->tenant, sizeof(it->tenant), "%s", tenant);
         snprintf(it->tag, sizeof(it->tag), "%s", tag);

@@ -74,25 +74,35 @@ static long long code_points(const char *s) {
     return n;
 }
 
-long long run_estimate_tokens(const json_t *body) {
+/* The code points of a content value: a string, or an array of parts
+ * whose "text" counts (OpenAI's content parts, Anthropic's blocks). */
+static long long content_points(const json_t *content) {
     long long chars = 0;
-    size_t i, j;
-    json_t *msg, *part;
-    json_array_foreach(json_object_get(body, "messages"), i, msg) {
-        json_t *content = json_object_get(msg, "content");
-        if (json_is_string(content)) {
-            chars += code_points(json_string_value(content));
-        } else if (json_is_array(content)) {
-            json_array_foreach(content, j, part) {
-                const char *t = json_string_value(json_object_get(part, "text"));
-                if (t) chars += code_points(t);
-            }
-        }
+    size_t j;
+    json_t *part;
+    if (json_is_string(content)) return code_points(json_string_value(content));
+    json_array_foreach(content, j, part) {
+        const char *t = json_string_value(json_object_get(part, "text"));
+        if (t) chars += code_points(t);
     }
+    return chars;
+}
+
+void run_estimate_split(const json_t *body, long long *input, long long *output) {
+    long long chars = content_points(json_object_get(body, "system")); /* Anthropic's system prompt */
+    size_t i;
+    json_t *msg;
+    json_array_foreach(json_object_get(body, "messages"), i, msg) chars += content_points(json_object_get(msg, "content"));
     json_t *mt = json_object_get(body, "max_tokens");
     if (!json_is_integer(mt)) mt = json_object_get(body, "max_completion_tokens");
-    long long max_tokens = json_is_integer(mt) && json_integer_value(mt) > 0 ? (long long)json_integer_value(mt) : 16;
-    return (chars + 3) / 4 + max_tokens;
+    *input = (chars + 3) / 4;
+    *output = json_is_integer(mt) && json_integer_value(mt) > 0 ? (long long)json_integer_value(mt) : 16;
+}
+
+long long run_estimate_tokens(const json_t *body) {
+    long long in, out;
+    run_estimate_split(body, &in, &out);
+    return in + out;
 }
 
 static int fail(char *err, size_t errlen, const char *msg) {
@@ -162,7 +172,9 @@ int run_request_parse(const char *line, size_t len, long long lineno, const char
         json_object_del(body, "id");
         if (model && !json_object_get(body, "model")) json_object_set_new(body, "model", json_string(model));
         out->has_model = json_object_get(body, "model") != NULL;
-        out->tokens = run_estimate_tokens(body);
+        run_estimate_split(body, &out->input_tokens, &out->output_tokens);
+        out->tokens = out->input_tokens + out->output_tokens;
+        out->has_max_tokens = json_is_integer(json_object_get(body, "max_tokens"));
         out->body = json_dumps(body, JSON_COMPACT);
         if (!out->body) fail(err, errlen, "out of memory");
         else {

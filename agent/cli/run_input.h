@@ -45,7 +45,10 @@ typedef struct run_request {
     char *key;         /* its key (malloc'd) */
     char *body;        /* the request without "id", compact JSON (malloc'd) */
     size_t body_len;
-    long long tokens;  /* the admission estimate */
+    long long tokens;  /* the admission estimate: input_tokens + output_tokens */
+    long long input_tokens;  /* the prompt's: a quarter token per code point of its text */
+    long long output_tokens; /* max_tokens (else max_completion_tokens, else 16) */
+    int has_max_tokens;      /* the body gives max_tokens */
     char lane[RUN_CLASS_NAME_MAX + 1];   /* the line's "lane", "" when none */
     char tenant[RUN_CLASS_NAME_MAX + 1]; /* the line's "tenant", "" when none */
     char tag[RUN_CLASS_NAME_MAX + 1];    /* the line's "tag", "" when none */
@@ -55,6 +58,10 @@ typedef struct run_request {
 /* The key of an id value (malloc'd), or NULL when id is not a string or an
  * integer (or on OOM). */
 char *run_id_key(const json_t *id);
+
+/* The estimate of body split: the prompt's tokens (ceil(code points of the
+ * text of "messages" and "system" / 4)) and the max output. */
+void run_estimate_split(const json_t *body, long long *input, long long *output);
 
 /* Parses line (len bytes, no newline) number lineno. model: set as "model"
  * when the body has none (NULL: leave it). Returns 0 and fills *out (free

@@ -24,15 +24,23 @@ static int member_build(run_member *m, const config *cfg, const struct config_de
     size_t n = elen + strlen(d->name) + strlen(d->api_version) + 80;
     m->url = malloc(n);
     if (!m->url) return snprintf(err, errlen, "out of memory"), -1;
-    if (d->style == CONFIG_STYLE_OPENAI) {
+    if (d->style != CONFIG_STYLE_AZURE) {
         int has_v1 = elen >= 3 && strncmp(d->endpoint + elen - 3, "/v1", 3) == 0;
-        snprintf(m->url, n, "%.*s%s/chat/completions", (int)elen, d->endpoint, has_v1 ? "" : "/v1");
+        snprintf(m->url, n, "%.*s%s/%s", (int)elen, d->endpoint, has_v1 ? "" : "/v1",
+                 d->style == CONFIG_STYLE_ANTHROPIC ? "messages" : "chat/completions");
     } else {
         snprintf(m->url, n, "%.*s/openai/deployments/%s/chat/completions%s%s", (int)elen, d->endpoint, d->name,
                  d->api_version[0] ? "?api-version=" : "", d->api_version);
     }
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
     struct curl_slist *t = h ? curl_slist_append(h, "Expect:") : NULL;
+    if (t && d->style == CONFIG_STYLE_ANTHROPIC) {
+        /* The Messages API wants its version in a header; api_version
+         * names it (Anthropic's current one by default). */
+        char v[160];
+        snprintf(v, sizeof(v), "anthropic-version: %s", d->api_version[0] ? d->api_version : "2023-06-01");
+        t = curl_slist_append(h, v);
+    }
     if (!t) {
         curl_slist_free_all(h);
         return snprintf(err, errlen, "out of memory"), -1;
@@ -49,8 +57,9 @@ static int member_build(run_member *m, const config *cfg, const struct config_de
         char *line = malloc(kn);
         t = NULL;
         if (line) {
-            if (d->style == CONFIG_STYLE_OPENAI) snprintf(line, kn, "Authorization: Bearer %s", key);
-            else snprintf(line, kn, "api-key: %s", key);
+            if (d->style == CONFIG_STYLE_AZURE) snprintf(line, kn, "api-key: %s", key);
+            else if (d->style == CONFIG_STYLE_ANTHROPIC) snprintf(line, kn, "x-api-key: %s", key);
+            else snprintf(line, kn, "Authorization: Bearer %s", key);
             t = curl_slist_append(h, line);
             explicit_bzero(line, kn);
             free(line);
@@ -140,19 +149,25 @@ void run_target_lane_names(const run_target *t, char *buf, size_t n) {
     if (!used) snprintf(buf, n, "none");
 }
 
-const char *run_target_body(const run_member *m, const char *body, size_t len, int has_model, size_t *out_len,
-                            char **owned) {
+const char *run_target_body(const run_member *m, const char *body, size_t len, int has_model,
+                            long long max_tokens, size_t *out_len, char **owned) {
     *owned = NULL;
     *out_len = len;
-    if (has_model || m->dep->style != CONFIG_STYLE_OPENAI) return body;
+    int azure = m->dep->style == CONFIG_STYLE_AZURE;
+    int add_max = m->dep->style == CONFIG_STYLE_ANTHROPIC && max_tokens > 0;
+    if ((has_model || azure) && !add_max) return body;
     /* A compact JSON object: "{" then its members, or "{}". Names are
      * [A-Za-z0-9._:-], so the model needs no escaping. */
     const char *name = m->dep->name;
-    size_t cap = len + strlen(name) + 16;
+    size_t cap = len + strlen(name) + 64;
     char *b = malloc(cap);
     if (!b) return NULL;
-    int empty = len <= 2;
-    int w = snprintf(b, cap, "{\"model\":\"%s\"%s%.*s", name, empty ? "}" : ",", empty ? 0 : (int)(len - 1), body + 1);
+    int empty = len <= 2, w = 0;
+    w += snprintf(b + w, cap - (size_t)w, "{");
+    if (!has_model && !azure) w += snprintf(b + w, cap - (size_t)w, "\"model\":\"%s\",", name);
+    if (add_max) w += snprintf(b + w, cap - (size_t)w, "\"max_tokens\":%lld,", max_tokens);
+    if (empty) b[w - 1] = '}';
+    else w += snprintf(b + w, cap - (size_t)w, "%.*s", (int)(len - 1), body + 1);
     *out_len = (size_t)w;
     *owned = b;
     return b;

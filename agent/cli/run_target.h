@@ -7,9 +7,12 @@
  * the environment once, at open, and kept only in the header list).
  *
  * URLs: azure style <endpoint>/openai/deployments/<name>/chat/completions
- * [?api-version=V]; openai style <endpoint>[/v1]/chat/completions. An
- * openai-style member also needs "model" in the body: run_target_body()
- * adds the member's name when the line named none.
+ * [?api-version=V] with api-key; openai and custom style
+ * <endpoint>[/v1]/chat/completions with Authorization: Bearer; anthropic
+ * style <endpoint>[/v1]/messages with x-api-key and anthropic-version
+ * (api_version, default 2023-06-01). A member other than azure style also
+ * needs "model" in the body (and an anthropic one "max_tokens"):
+ * run_target_body() adds them when the line gave none.
  *
  * Depends on config and libcurl (curl_slist). No globals; not
  * thread-safe (one owner). Ownership: the target owns its members, their
@@ -61,11 +64,14 @@ int run_target_has_tag(const run_target *t, const char *tag);
 void run_target_lane_names(const run_target *t, char *buf, size_t n);
 
 /* The body to send to m: body itself when it names its model
- * (has_model) or m is azure style (*owned = NULL); otherwise a copy with
- * "model": "<m's name>" added (*owned: the copy, the caller frees it).
- * Returns NULL when out of memory. body is a compact JSON object. */
-const char *run_target_body(const run_member *m, const char *body, size_t len, int has_model, size_t *out_len,
-                            char **owned);
+ * (has_model) or m is azure style, and needs nothing else (*owned =
+ * NULL); otherwise a copy with "model": "<m's name>" added, and for an
+ * anthropic member that has none, "max_tokens": max_tokens (> 0; the
+ * Messages API requires it; 0: the body has one) (*owned: the copy, the
+ * caller frees it). Returns NULL when out of memory. body is a compact
+ * JSON object. */
+const char *run_target_body(const run_member *m, const char *body, size_t len, int has_model,
+                            long long max_tokens, size_t *out_len, char **owned);
 
 /* Frees the members. NULL or a target that failed to open is fine. */
 void run_target_close(run_target *t);

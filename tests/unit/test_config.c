@@ -481,7 +481,7 @@ static const bad_case bad_cases[] = {
      ":4: key 'deployments.gpt-4o.api_key_env': must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), "
      "got \"1KEY\""},
     {DEP "    rpm: 1\n    style: openai\n    api_version: 2024-06-01\n",
-     ":5: key 'deployments.gpt-4o.api_version': applies to style azure only (style is openai)"},
+     ":5: key 'deployments.gpt-4o.api_version': applies to styles azure and anthropic only (style is openai)"},
     /* structure */
     {DEP "    rpm: 1\n    rpmm: 5\n", ":4: key 'deployments.gpt-4o.rpmm': unknown key (did you mean 'rpm'?)"},
     {DEP "    rpm: 1\n    burst: {request: 1}\n",
