@@ -413,9 +413,10 @@ end
 
 -- The schedule remembers the rates it was built at (<name>_rate, "r0:r"
 -- per ms); a change since (AIMD, a limit adopted from the headers, others'
--- use of the key, a new configuration) converts it here, once. Returns
--- true when it converted (the caller then saves every dimension).
-local function sl_dims_sync(st, dims, now)
+-- use of the key, a new configuration) converts it here, once, except for
+-- the dimensions in keep. Returns true when it converted (the caller then
+-- saves every dimension).
+local function sl_dims_sync(st, dims, now, keep)
   local old, changed = {}, false
   for i, d in ipairs(dims) do
     local f = d.name .. '_rate'
@@ -423,7 +424,10 @@ local function sl_dims_sync(st, dims, now)
     r0, r = tonumber(r0), tonumber(r)
     if not r0 or not r or math.abs(r0 - d.r0) > 1e-9 * d.r0 or math.abs(r - d.r) > 1e-9 * d.r then
       if r0 and r then
-        old[i] = r
+        -- keep[name]: the debt stays as it is (a limit adopted from the
+        -- provider's headers: its remaining counts tell what its bucket
+        -- holds, better than a conversion can).
+        if not (keep and keep[d.name]) then old[i] = r end
         changed = true
       end
       sl_set(st, f, string.format('%.12g:%.12g', d.r0, d.r))

@@ -201,17 +201,17 @@ end
 -- as long as the bucket was not full (a full bucket wastes refill) and did
 -- not run dry (so only while R stays below cap - cost, cap the largest
 -- R + cost seen, never above the provider's capacity; near it, the
--- estimate decays). The fleet alone never holds more than its burst B of
--- the provider's bucket, so R below cap - B - cost is a deficit someone
--- else made. Others' rate is smoothed over observations at
--- least OBS_SPAN_MS apart (the remaining counts are whole units, so a short
--- span is all noise) and taken off the effective rate, with the deficit
--- below that level repaid over DEFICIT_MS so that the bucket refills and
--- the next 429 is not the one that tells. Dimensions the provider corrects
+-- estimate decays). Others' rate is smoothed over observations at least
+-- OBS_SPAN_MS apart (the remaining counts are whole units, so a short span
+-- is all noise) and taken off the effective rate. The fleet may send a
+-- whole burst B at once, so the provider's bucket must keep B: a remaining
+-- below it is a deficit, repaid over DEFICIT_MS so that the bucket refills
+-- before the next 429 tells. Dimensions the provider corrects
 -- at the end of a request (refund on) are not observed: their remaining
 -- depends on other requests' outcomes, which the fleet does not know yet.
 local OBS_SPAN_MS, OBS_GAIN, DEFICIT_MS = 1000, 0.5, 5000
 local adapt_limits = sl_num(limits, 'adapt_limits', 1) == 1
+local keep_debt = {}
 local adapt_outside = sl_num(limits, 'adapt_outside', 1) == 1
 local retarget = false
 local function observe(d, seen, slot, u_after, cost, throttled)
@@ -223,6 +223,12 @@ local function observe(d, seen, slot, u_after, cost, throttled)
     if lim < d.per then want = lim end
     if want ~= adopted then
       if want > 0 then sl_set(st, f .. '_adopted', want) else sl_set(st, f .. '_adopted', '') end
+      -- The slots granted at the old limit are sent as granted; stretching
+      -- the schedule behind them to the new limit would idle the provider
+      -- for as long as they over-ran it, where its remaining counts say
+      -- whether its bucket took them (the deficit rule below repays what
+      -- it did not).
+      keep_debt[d.name] = true
       -- The provider's bucket is another one now: learn it again.
       sl_set(st, f .. '_cap', '')
       sl_set(st, f .. '_obs', '')
@@ -240,7 +246,6 @@ local function observe(d, seen, slot, u_after, cost, throttled)
   if s0 and slot - s0 < OBS_SPAN_MS then return end    -- too close to the base to tell
   sl_set(st, f .. '_obs', sl_fmt(slot) .. ':' .. u_after .. ':' .. rem)
   if not s0 then return end
-  local floor = cap - d.burst - cost                   -- the least the fleet alone leaves
   local full = cap - cost - math.max(1, 0.1 * d.burst)  -- at or above: the bucket may have wasted refill
   local x = sl_num(st, f .. '_outside_ms', 0)
   if rem < full and r0 < full then
@@ -252,7 +257,10 @@ local function observe(d, seen, slot, u_after, cost, throttled)
     x = x * (1 - OBS_GAIN)
   end
   if x < 0 then x = 0 end
-  local deficit = math.max(0, floor - rem - math.max(1, 0.1 * d.burst))
+  -- The fleet sends up to its burst at once when its own bucket is full:
+  -- the provider's must hold that much, or the next burst meets a 429.
+  -- Below it, the deficit is repaid (by sending less than the refill).
+  local deficit = math.max(0, d.burst + cost - rem - math.max(1, 0.1 * d.burst))
   sl_set(st, f .. '_outside_ms', string.format('%.9g', x))
   sl_set(st, f .. '_deficit', string.format('%.1f', deficit))
   local per_min = (x + deficit / DEFICIT_MS) * 60000
@@ -443,7 +451,7 @@ if retarget then
     d.tat, d.granted = dims[k].tat, dims[k].granted
   end
   dims = nd
-  sl_dims_sync(st, dims, now)
+  sl_dims_sync(st, dims, now, keep_debt)
 end
 
 if #done > 0 then

@@ -60,7 +60,12 @@ int worker_call_open(worker_call *w, const char *agent_sock, int resp_timeout_ms
     w->hdrs = curl_slist_append(NULL, "content-type: application/json");
     if (w->hdrs) w->hdrs = curl_slist_append(w->hdrs, idh);
     if (w->hdrs) w->hdrs = curl_slist_append(w->hdrs, "Expect:");
-    if (!w->curl || !w->hdrs) {
+    w->hdrs_anthropic = curl_slist_append(NULL, "content-type: application/json");
+    if (w->hdrs_anthropic) w->hdrs_anthropic = curl_slist_append(w->hdrs_anthropic, idh);
+    if (w->hdrs_anthropic) w->hdrs_anthropic = curl_slist_append(w->hdrs_anthropic, "Expect:");
+    if (w->hdrs_anthropic) w->hdrs_anthropic = curl_slist_append(w->hdrs_anthropic, "anthropic-version: 2023-06-01");
+    if (w->hdrs_anthropic) w->hdrs_anthropic = curl_slist_append(w->hdrs_anthropic, "x-api-key: test");
+    if (!w->curl || !w->hdrs || !w->hdrs_anthropic) {
         set_error(w, "cannot set up libcurl");
         return -1;
     }
@@ -94,9 +99,11 @@ void worker_call_close(worker_call *w) {
     if (w->rc) redisFree(w->rc);
     if (w->curl) curl_easy_cleanup(w->curl);
     curl_slist_free_all(w->hdrs);
+    curl_slist_free_all(w->hdrs_anthropic);
     w->rc = NULL;
     w->curl = NULL;
     w->hdrs = NULL;
+    w->hdrs_anthropic = NULL;
 }
 
 redisReply *worker_call_command(worker_call *w, int argc, const char **argv) {
@@ -108,16 +115,38 @@ static void copy_str(char *dst, size_t n, const redisReply *r) {
     snprintf(dst, n, "%s", r && r->type == REDIS_REPLY_STRING ? r->str : "");
 }
 
+static worker_acquire acquire(worker_call *w, const char *name, long long tokens, long long input,
+                              long long output, long long max_wait_ms, const char *tag, const char *tenant);
+
 worker_acquire worker_call_acquire(worker_call *w, const char *name, long long tokens, long long max_wait_ms,
                                    const char *tag, const char *tenant) {
-    const char *argv[12];
-    char tok[32], mw[32];
+    return acquire(w, name, tokens, -1, -1, max_wait_ms, tag, tenant);
+}
+
+worker_acquire worker_call_acquire_split(worker_call *w, const char *name, long long input, long long output,
+                                         long long max_wait_ms, const char *tag, const char *tenant) {
+    return acquire(w, name, 0, input, output, max_wait_ms, tag, tenant);
+}
+
+static worker_acquire acquire(worker_call *w, const char *name, long long tokens, long long input,
+                              long long output, long long max_wait_ms, const char *tag, const char *tenant) {
+    const char *argv[16];
+    char tok[32], in[32], out[32], mw[32];
     int argc = 0;
     argv[argc++] = "ACQUIRE";
     argv[argc++] = name;
-    snprintf(tok, sizeof(tok), "%lld", tokens);
-    argv[argc++] = "TOKENS";
-    argv[argc++] = tok;
+    if (input >= 0) {
+        snprintf(in, sizeof(in), "%lld", input);
+        snprintf(out, sizeof(out), "%lld", output);
+        argv[argc++] = "INPUT";
+        argv[argc++] = in;
+        argv[argc++] = "OUTPUT";
+        argv[argc++] = out;
+    } else {
+        snprintf(tok, sizeof(tok), "%lld", tokens);
+        argv[argc++] = "TOKENS";
+        argv[argc++] = tok;
+    }
     if (max_wait_ms >= 0) {
         snprintf(mw, sizeof(mw), "%lld", max_wait_ms);
         argv[argc++] = "MAXWAIT";
@@ -166,27 +195,44 @@ worker_acquire worker_call_acquire(worker_call *w, const char *name, long long t
     return res;
 }
 
-static long long usage_tokens(const worker_call *w) {
-    json_t *doc = json_loadb(w->body, w->body_len, 0, NULL);
-    json_t *v = doc ? json_object_get(json_object_get(doc, "usage"), "total_tokens") : NULL;
-    long long n = json_is_integer(v) ? (long long)json_integer_value(v) : -1;
-    json_decref(doc);
-    return n;
+static long long usage_field(json_t *u, const char *name) {
+    json_t *v = json_object_get(u, name);
+    return json_is_integer(v) ? (long long)json_integer_value(v) : -1;
 }
 
-long worker_call_post(worker_call *w, const char *endpoint, const char *deployment, const char *content,
-                      int max_tokens, long timeout_ms) {
-    char url[512], body[1024];
-    snprintf(url, sizeof(url), "%s/openai/deployments/%s/chat/completions?api-version=2024-06-01", endpoint,
-             deployment);
-    /* content is the caller's plain text: no quotes or backslashes in it. */
-    snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d}",
-             content, max_tokens);
+/* The usage of the last body: the total, and split as sluice settles it
+ * (input: all of the prompt, cache reads included). */
+static void read_usage(worker_call *w) {
+    w->usage_tokens = w->usage_input = w->usage_output = w->usage_cache_read = -1;
+    json_t *doc = json_loadb(w->body, w->body_len, 0, NULL);
+    json_t *u = doc ? json_object_get(doc, "usage") : NULL;
+    if (json_is_object(u)) {
+        long long p = usage_field(u, "prompt_tokens"), c = usage_field(u, "completion_tokens");
+        long long in = usage_field(u, "input_tokens"), out = usage_field(u, "output_tokens");
+        long long cr = usage_field(u, "cache_read_input_tokens"), cc = usage_field(u, "cache_creation_input_tokens");
+        if (p >= 0 && c >= 0) {
+            w->usage_input = p;
+            w->usage_output = c;
+            w->usage_cache_read = 0;
+        } else if (in >= 0 && out >= 0) {
+            /* Anthropic: input_tokens is the part after the cache. */
+            w->usage_cache_read = cr > 0 ? cr : 0;
+            w->usage_input = in + w->usage_cache_read + (cc > 0 ? cc : 0);
+            w->usage_output = out;
+        }
+        w->usage_tokens = usage_field(u, "total_tokens");
+        if (w->usage_tokens < 0 && w->usage_input >= 0) w->usage_tokens = w->usage_input + w->usage_output;
+    }
+    json_decref(doc);
+}
+
+static long post(worker_call *w, const char *url, const char *body, struct curl_slist *hdrs, long timeout_ms) {
     w->status = 0;
-    w->usage_tokens = -1;
+    w->usage_tokens = w->usage_input = w->usage_output = w->usage_cache_read = -1;
     w->nh = 0;
     w->body_len = 0;
     w->body[0] = '\0';
+    curl_easy_setopt(w->curl, CURLOPT_HTTPHEADER, hdrs);
     curl_easy_setopt(w->curl, CURLOPT_URL, url);
     curl_easy_setopt(w->curl, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(w->curl, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
@@ -197,8 +243,29 @@ long worker_call_post(worker_call *w, const char *endpoint, const char *deployme
         return 0;
     }
     curl_easy_getinfo(w->curl, CURLINFO_RESPONSE_CODE, &w->status);
-    if (w->status == 200) w->usage_tokens = usage_tokens(w);
+    if (w->status == 200) read_usage(w);
     return w->status;
+}
+
+long worker_call_post(worker_call *w, const char *endpoint, const char *deployment, const char *content,
+                      int max_tokens, long timeout_ms) {
+    char url[512], body[8192];
+    snprintf(url, sizeof(url), "%s/openai/deployments/%s/chat/completions?api-version=2024-06-01", endpoint,
+             deployment);
+    /* content is the caller's plain text: no quotes or backslashes in it. */
+    snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d}",
+             content, max_tokens);
+    return post(w, url, body, w->hdrs, timeout_ms);
+}
+
+long worker_call_post_messages(worker_call *w, const char *endpoint, const char *model, const char *content,
+                               int max_tokens, long timeout_ms) {
+    char url[512], body[8192];
+    snprintf(url, sizeof(url), "%s/v1/messages", endpoint);
+    snprintf(body, sizeof(body),
+             "{\"model\":\"%s\",\"max_tokens\":%d,\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}", model,
+             max_tokens, content);
+    return post(w, url, body, w->hdrs_anthropic, timeout_ms);
 }
 
 const char *worker_call_header(const worker_call *w, const char *name) {
@@ -208,16 +275,27 @@ const char *worker_call_header(const worker_call *w, const char *name) {
 }
 
 static int is_feedback_header(const char *name) {
-    return strncmp(name, "retry-after", 11) == 0 || strncmp(name, "x-ratelimit-", 12) == 0;
+    return strncmp(name, "retry-after", 11) == 0 || strncmp(name, "x-ratelimit-", 12) == 0 ||
+           strncmp(name, "anthropic-ratelimit-", 20) == 0;
 }
 
 int worker_call_settle(worker_call *w, const char *outcome) {
-    const char *argv[8 + 3 * WORKER_CALL_MAX_HEADERS];
-    char tok[32];
+    const char *argv[12 + 3 * WORKER_CALL_MAX_HEADERS];
+    char tok[32], in[32], out[32], cr[32];
     int argc = 0, cancelled = strcmp(outcome, "cancelled") == 0;
     argv[argc++] = "SETTLE";
     argv[argc++] = w->grant;
-    if (!cancelled && w->status == 200 && w->usage_tokens >= 0) {
+    if (!cancelled && w->status == 200 && w->usage_input >= 0) {
+        snprintf(in, sizeof(in), "%lld", w->usage_input);
+        snprintf(out, sizeof(out), "%lld", w->usage_output);
+        snprintf(cr, sizeof(cr), "%lld", w->usage_cache_read);
+        argv[argc++] = "INPUT";
+        argv[argc++] = in;
+        argv[argc++] = "OUTPUT";
+        argv[argc++] = out;
+        argv[argc++] = "CACHE_READ";
+        argv[argc++] = cr;
+    } else if (!cancelled && w->status == 200 && w->usage_tokens >= 0) {
         snprintf(tok, sizeof(tok), "%lld", w->usage_tokens);
         argv[argc++] = "TOKENS";
         argv[argc++] = tok;

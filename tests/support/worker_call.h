@@ -40,6 +40,7 @@ typedef struct worker_call {
     const char *lane;              /* LANE on every ACQUIRE, NULL for none (set after open; borrowed) */
     CURL *curl;
     struct curl_slist *hdrs;
+    struct curl_slist *hdrs_anthropic; /* the same plus anthropic-version */
     /* The last ACQUIRE. */
     char grant[128];               /* "<member>:<n>" */
     char member[65];               /* the deployment the slot is on */
@@ -50,6 +51,7 @@ typedef struct worker_call {
     /* The last response: status 0 when the transport failed. */
     long status;
     long long usage_tokens;        /* usage.total_tokens of a 200, -1 when absent */
+    long long usage_input, usage_output, usage_cache_read; /* the usage split, -1 when absent */
     worker_header h[WORKER_CALL_MAX_HEADERS];
     int nh;
     char body[8192];
@@ -72,19 +74,29 @@ void worker_call_close(worker_call *w);
 worker_acquire worker_call_acquire(worker_call *w, const char *name, long long tokens, long long max_wait_ms,
                                    const char *tag, const char *tenant);
 
+/* ACQUIRE name INPUT input OUTPUT output, otherwise as above. */
+worker_acquire worker_call_acquire_split(worker_call *w, const char *name, long long input, long long output,
+                                         long long max_wait_ms, const char *tag, const char *tenant);
+
 /* POST endpoint/openai/deployments/<deployment>/chat/completions with one
  * user message and max_tokens; at most timeout_ms. Returns the status (0:
  * no answer, error set). */
 long worker_call_post(worker_call *w, const char *endpoint, const char *deployment, const char *content,
                       int max_tokens, long timeout_ms);
 
+/* POST endpoint/v1/messages (Anthropic's Messages API: model, max_tokens,
+ * one user message; anthropic-version set), otherwise as above. */
+long worker_call_post_messages(worker_call *w, const char *endpoint, const char *model, const char *content,
+                               int max_tokens, long timeout_ms);
+
 /* The value of a header of the last response (name in lower case), or NULL. */
 const char *worker_call_header(const worker_call *w, const char *name);
 
 /* SETTLE the last grant with STATUS outcome (ok, throttled, failed,
- * cancelled), TOKENS the usage when known, and the last response's
- * retry-after* and x-ratelimit-* headers (none for cancelled). Returns 0,
- * or -1 when sluiced refused it (error set). */
+ * cancelled), the usage when known (INPUT, OUTPUT and CACHE_READ when the
+ * body split it, else TOKENS), and the last response's retry-after*,
+ * x-ratelimit-* and anthropic-ratelimit-* headers (none for cancelled).
+ * Returns 0, or -1 when sluiced refused it (error set). */
 int worker_call_settle(worker_call *w, const char *outcome);
 
 /* Sends a command (argv form) on the handle's sluiced connection; the
