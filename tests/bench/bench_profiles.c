@@ -1,0 +1,170 @@
+/* bench_profiles: provider-faithful budgets against the behaviour before
+ * them, side by side in one run, judged by the `sluice mock` ledger.
+ *
+ * The scenarios are those of test_profiles_fleet (tests/support/
+ * profile_scenarios.h): 3 sluiced agents sharing one Redis, 10 to 30
+ * worker threads each, one `sluice mock` counting as the provider it
+ * imitates. Each runs twice: with the defaults of today, and configured
+ * as sluice was before provider profiles ("old": refund on, every
+ * unexpected 429 cuts the rate by 0.7, nothing learned from the headers).
+ * The Anthropic workload also runs with one combined tpm, set to ITPM +
+ * OTPM and to OTPM, the two ways a single token bucket can be set.
+ *
+ * Printed per run: requests, attempts, 429s the provider counted for the
+ * fleet, makespan, the floor the provider's accounting allows and the
+ * share of it reached, and the scenario's own figure (the neighbour's
+ * period, the recovery). Rounds rotate the order; the table gives
+ * medians. Asserts nothing.
+ *
+ * Usage: bench_profiles [--rounds R] [--scenarios LIST] (--help)
+ * Needs SLUICE_BUILD_DIR (the build directory: agent/sluiced and sluice). */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+
+#include "bench_opts.h"
+#include "fleet.h"
+#include "profile_scenarios.h"
+
+typedef struct opts {
+    double rounds;
+    const char *scenarios;
+    int help;
+} opts;
+
+static const opt_row rows[] = {
+    {"--rounds", OPT_NUM, offsetof(opts, rounds), 1, 20, "rounds (default 1)"},
+    {"--scenarios", OPT_STR, offsetof(opts, scenarios), 0, 0,
+     "comma-separated: azure,anthropic,stray,neighbour,limit (default all)"},
+    {"--help", OPT_FLAG, offsetof(opts, help), 0, 0, "this text"},
+};
+
+typedef struct run_def {
+    const char *key;      /* the scenario family */
+    fleet_spec spec;
+    double floor_ms;      /* 0: none */
+    int kind;             /* 0 makespan vs floor, 1 neighbour, 2 lower limit */
+} run_def;
+
+#define MAX_RUNS 16
+#define MAX_ROUNDS 20
+
+typedef struct figures {
+    double makespan, share, r429, extra;
+    long long attempts, n429;
+} figures;
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static int run_one(const run_def *d, figures *f) {
+    fleet_result r;
+    if (fleet_run(&d->spec, &r) != 0) return -1;
+    memset(f, 0, sizeof(*f));
+    f->makespan = fleet_makespan(&r);
+    f->attempts = r.attempts;
+    f->n429 = r.fleet_429;
+    f->r429 = r.attempts ? 100.0 * (double)r.fleet_429 / (double)r.attempts : 0;
+    f->share = d->floor_ms > 0 && f->makespan > 0 ? 100.0 * d->floor_ms / f->makespan : 0;
+    if (d->kind == 1) {
+        double from = r.events_base_ms + SCEN_NB_FROM_MS, to = r.events_base_ms + SCEN_NB_TO_MS;
+        /* While the neighbour runs: the fleet's share of what it leaves. */
+        f->share = 100.0 * (double)fleet_sent_between(&r, from, to) / ((600.0 - 180) / 60000 * (to - from));
+        /* After it stops: the first 2 s window at >= 95 % of the full rate. */
+        f->extra = -1;
+        for (double t = to; t + 2000 <= r.last_send_ms; t += 500)
+            if ((double)fleet_sent_between(&r, t, t + 2000) >= 0.95 * 20) {
+                f->extra = (t + 2000 - to) / 1000;
+                break;
+            }
+    } else if (d->kind == 2) {
+        double from = r.first_send_ms + 12000;
+        size_t n = fleet_sent_between(&r, from, r.last_send_ms + 1);
+        f->share = n > 1 ? 100.0 * (double)(n - 1) / (r.last_send_ms - from) * 60000 / 480 : 0;
+    }
+    printf("  %-36s %4d req %5lld attempts %4lld 429s (%5.2f %%) makespan %7.0f ms  %s %6.1f %%", d->spec.name,
+           r.requests, r.attempts, r.fleet_429, f->r429, f->makespan,
+           d->kind == 1 ? "of what the neighbour leaves" : d->kind == 2 ? "of 480 RPM from 12 s" : "of the floor",
+           f->share);
+    if (d->kind == 1) {
+        if (f->extra >= 0) printf("  full rate %.1f s after it stops", f->extra);
+        else printf("  full rate not reached after it stops");
+    }
+    printf("\n");
+    fflush(stdout);
+    fleet_result_free(&r);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    opts o = {1, NULL, 0};
+    if (bench_opts_parse("bench_profiles", rows, sizeof(rows) / sizeof(rows[0]), &o, argc, argv) != 0) return 2;
+    if (o.help) {
+        printf("bench_profiles: provider-faithful budgets against the previous behaviour, on sluice mock\n");
+        for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) printf("  %-14s %s\n", rows[k].name, rows[k].help);
+        return 0;
+    }
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    run_def runs[MAX_RUNS];
+    int n = 0;
+    const char *want = o.scenarios;
+#define WANT(k) (!want || strstr(want, k))
+    if (WANT("azure")) {
+        runs[n++] = (run_def){"azure", scen_azure_tokens(0), SCEN_AZURE_TOKENS_FLOOR_MS, 0};
+        runs[n++] = (run_def){"azure", scen_azure_tokens(1), SCEN_AZURE_TOKENS_FLOOR_MS, 0};
+    }
+    if (WANT("anthropic")) {
+        for (int m = 0; m < 3; m++) runs[n++] = (run_def){"anthropic", scen_anthropic_output(m), SCEN_ANTHROPIC_FLOOR_MS, 0};
+    }
+    if (WANT("stray")) {
+        runs[n++] = (run_def){"stray", scen_stray_429(0, 0), SCEN_STRAY_FLOOR_MS, 0};
+        runs[n++] = (run_def){"stray", scen_stray_429(0, 1), SCEN_STRAY_FLOOR_MS, 0};
+        runs[n++] = (run_def){"stray", scen_stray_429(1, 1), SCEN_STRAY_FLOOR_MS, 0};
+    }
+    if (WANT("neighbour")) {
+        runs[n++] = (run_def){"neighbour", scen_neighbour(0), 0, 1};
+        runs[n++] = (run_def){"neighbour", scen_neighbour(1), 0, 1};
+    }
+    if (WANT("limit")) {
+        runs[n++] = (run_def){"limit", scen_lower_limit(0), 0, 2};
+        runs[n++] = (run_def){"limit", scen_lower_limit(1), 0, 2};
+    }
+    int rounds = (int)o.rounds;
+    static double mk[MAX_RUNS][MAX_ROUNDS], sh[MAX_RUNS][MAX_ROUNDS], q[MAX_RUNS][MAX_ROUNDS];
+    int ok[MAX_RUNS] = {0};
+    for (int round = 0; round < rounds; round++) {
+        printf("round %d\n", round + 1);
+        for (int k = 0; k < n; k++) {
+            int i = (k + round) % n;
+            figures f;
+            if (run_one(&runs[i], &f) != 0) {
+                fprintf(stderr, "bench_profiles: %s did not run\n", runs[i].spec.name);
+                continue;
+            }
+            mk[i][ok[i]] = f.makespan;
+            sh[i][ok[i]] = f.share;
+            q[i][ok[i]] = f.r429;
+            ok[i]++;
+        }
+    }
+    printf("\nmedians over %d round(s)\n%-36s %12s %10s %8s\n", rounds, "scenario", "makespan ms", "share %", "429 %");
+    for (int i = 0; i < n; i++) {
+        if (!ok[i]) continue;
+        printf("%-36s %12.0f %10.1f %8.2f\n", runs[i].spec.name, median(mk[i], ok[i]), median(sh[i], ok[i]),
+               median(q[i], ok[i]));
+    }
+    curl_global_cleanup();
+    return 0;
+}
