@@ -29,6 +29,13 @@ static void test_commands(void **state) {
     /* A group with a tag. */
     assert_int_equal(dproto_acquire(&b, "g", 5, -1, NULL, NULL, "eu"), 0);
     expect_bytes(&b, "*6\r\n$7\r\nACQUIRE\r\n$1\r\ng\r\n$6\r\nTOKENS\r\n$1\r\n5\r\n$3\r\nTAG\r\n$2\r\neu\r\n");
+    /* The estimate split as the provider counts it. */
+    assert_int_equal(dproto_acquire_split(&b, "claude", 0, 300, 1000, -1, NULL, NULL, NULL), 0);
+    expect_bytes(&b, "*6\r\n$7\r\nACQUIRE\r\n$6\r\nclaude\r\n$5\r\nINPUT\r\n$3\r\n300\r\n$6\r\nOUTPUT\r\n$4\r\n1000\r\n");
+    dproto_usage u = {487, 300, 187, 120};
+    assert_int_equal(dproto_settle_usage(&b, "claude:7", &u, SL_OUTCOME_OK, NULL, 0), 0);
+    expect_bytes(&b, "*10\r\n$6\r\nSETTLE\r\n$8\r\nclaude:7\r\n$5\r\nINPUT\r\n$3\r\n300\r\n$6\r\nOUTPUT\r\n"
+                     "$3\r\n187\r\n$10\r\nCACHE_READ\r\n$3\r\n120\r\n$6\r\nSTATUS\r\n$2\r\nok\r\n");
     sl_header h[] = {{"retry-after", "2"}};
     assert_int_equal(dproto_settle(&b, "d:5", 37, SL_OUTCOME_THROTTLED, h, 1), 0);
     expect_bytes(&b, "*9\r\n$6\r\nSETTLE\r\n$3\r\nd:5\r\n$6\r\nTOKENS\r\n$2\r\n37\r\n$6\r\nSTATUS\r\n"

@@ -55,6 +55,47 @@ static void test_vectors(void **state) {
     }
 }
 
+/* The usage split for sl_settle_usage(): input is all of the prompt,
+ * cache reads included; cache_read the part read from the cache. */
+static const struct {
+    const char *name, *body;
+    long long tokens, input, output, cache_read;
+} splits[] = {
+    {"openai chat", "{\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":12,\"total_tokens\":21}}", 21, 9, 12, 0},
+    {"openai cached", "{\"usage\":{\"prompt_tokens\":900,\"completion_tokens\":12,\"total_tokens\":912,"
+                      "\"prompt_tokens_details\":{\"cached_tokens\":768}}}", 912, 900, 12, 768},
+    {"responses cached", "{\"usage\":{\"input_tokens\":300,\"output_tokens\":20,\"total_tokens\":320,"
+                         "\"input_tokens_details\":{\"cached_tokens\":256}}}", 320, 300, 20, 256},
+    {"anthropic", "{\"usage\":{\"input_tokens\":25,\"output_tokens\":30}}", 55, 25, 30, 0},
+    {"anthropic cache", "{\"usage\":{\"input_tokens\":10,\"cache_creation_input_tokens\":100,"
+                        "\"cache_read_input_tokens\":500,\"output_tokens\":5}}", 615, 610, 5, 500},
+    {"anthropic stream", "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":25,"
+                         "\"cache_read_input_tokens\":5,\"output_tokens\":1}}}\n\n"
+                         "data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n", 45, 30, 15, 5},
+    {"embeddings", "{\"usage\":{\"prompt_tokens\":8,\"total_tokens\":8}}", 8, 8, 0, 0},
+    {"total only", "{\"usage\":{\"total_tokens\":8}}", 8, -1, -1, -1},
+    {"none", "{\"id\":\"x\"}", -1, -1, -1, -1},
+};
+
+static void test_split(void **state) {
+    for (size_t i = 0; i < sizeof(splits) / sizeof(splits[0]); i++) {
+        sl_usage u;
+        sl_usage_init(&u);
+        int rc = sl_usage_of(splits[i].body, strlen(splits[i].body), &u);
+        if (u.tokens != splits[i].tokens || u.input_tokens != splits[i].input || u.output_tokens != splits[i].output ||
+            u.cache_read_tokens != splits[i].cache_read)
+            fail_msg("%s: got %lld = %lld + %lld (cache %lld), want %lld = %lld + %lld (cache %lld)", splits[i].name,
+                     u.tokens, u.input_tokens, u.output_tokens, u.cache_read_tokens, splits[i].tokens,
+                     splits[i].input, splits[i].output, splits[i].cache_read);
+        assert_int_equal(rc, splits[i].tokens >= 0 ? 0 : SL_EUNKNOWN);
+    }
+    sl_usage u;
+    sl_usage_init(&u);
+    assert_int_equal(sl_usage_of(NULL, 3, &u), SL_EINVAL);
+    u.size = 0;
+    assert_int_equal(sl_usage_of("{}", 2, &u), SL_EINVAL);
+}
+
 static void test_edges(void **state) {
     assert_int_equal(sl_usage_tokens(NULL, 10), -1);
     assert_int_equal(usage_tokens("{\"usage\":{\"total_tokens\":1}}", USAGE_MAX_BODY + 1), -1);
@@ -66,6 +107,7 @@ static void test_edges(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vectors),
+        cmocka_unit_test(test_split),
         cmocka_unit_test(test_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
