@@ -3,66 +3,16 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "mock_bucket.h"
-#include "mock_http.h"
-#include "mock_map.h"
+#include "mock_internal.h"
 
 #ifndef SLUICE_VERSION
 #define SLUICE_VERSION "dev"
 #endif
-
-#define MOCK_NAME_MAX 64
-#define MOCK_CLIENT_MAX 128
-#define MOCK_MAX_DEPLOYMENTS 1024
-#define MOCK_MAX_CLIENTS 4096
-#define MOCK_MAX_ACCEPTS 4000000
-#define MOCK_MAX_TOKENS 1000000
-#define MOCK_DEFAULT_MAX_TOKENS 16
-#define MOCK_NEIGHBOUR "(neighbour)"
-
-typedef struct mock_deployment {
-    mock_bucket req;
-    mock_bucket tok; /* unused when tpm == 0 */
-} mock_deployment;
-
-struct mock {
-    uv_loop_t *loop;
-    mock_options opt;
-    char *host;
-    char **fixed;          /* copies of opt.deployments */
-    double burst, token_burst;
-    mock_http *http;
-    mock_ledger *ledger;
-    mock_map deps;         /* name -> mock_deployment */
-    uint64_t t0_ns;
-    uint64_t rng[4];
-    uint64_t next_id;
-    uv_timer_t neighbour;
-    int neighbour_live;
-    double neighbour_due_ms;
-    int pending_closes;
-    int port;
-    void (*done)(mock *, void *);
-    void *done_arg;
-};
-
-/* One chat call while it is being decided. */
-typedef struct mock_call {
-    mock *m;
-    mock_http_req *req;
-    double now_ms;
-    int azure;                 /* Azure error shapes, else OpenAI's */
-    const char *client;
-    const char *deployment;    /* NULL until routed */
-    mock_deployment *dep;
-    char api_version[32];
-    char headers[1024];
-    size_t hlen;
-} mock_call;
 
 /* ---- randomness: xoshiro256**, seeded by splitmix64 -------------------- */
 
@@ -91,11 +41,11 @@ static uint64_t rng_next(uint64_t s[4]) {
 }
 
 /* Uniform in [lo, hi]; the modulo bias is below 2^-40 for our ranges. */
-static uint64_t rng_range(uint64_t s[4], uint64_t lo, uint64_t hi) {
+uint64_t mock_rng_range(uint64_t s[4], uint64_t lo, uint64_t hi) {
     return hi <= lo ? lo : lo + rng_next(s) % (hi - lo + 1);
 }
 
-static double rng_unit(uint64_t s[4]) {
+double mock_rng_unit(uint64_t s[4]) {
     return (double)(rng_next(s) >> 11) * 0x1.0p-53;
 }
 
@@ -103,7 +53,7 @@ static double rng_unit(uint64_t s[4]) {
 
 /* A duration the way Go's time.Duration prints it ("250ms", "1s", "1.5s",
  * "1m0s"), which is what OpenAI's x-ratelimit-reset-* headers use. */
-static void fmt_duration(char *out, size_t n, uint64_t ms) {
+void mock_fmt_duration(char *out, size_t n, uint64_t ms) {
     unsigned long long h = ms / 3600000, m = ms / 60000 % 60, s = ms / 1000 % 60, frac = ms % 1000;
     int k = 0, digits = 3;
     if (ms < 1000) {
@@ -125,7 +75,7 @@ static void fmt_duration(char *out, size_t n, uint64_t ms) {
     snprintf(out + k, n - (size_t)k, "%llu.%0*llus", s, digits, frac);
 }
 
-static void call_header(mock_call *c, const char *fmt, ...) {
+void mock_call_header(mock_call *c, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(c->headers + c->hlen, sizeof(c->headers) - c->hlen, fmt, ap);
@@ -133,13 +83,13 @@ static void call_header(mock_call *c, const char *fmt, ...) {
     if (n > 0 && (size_t)n < sizeof(c->headers) - c->hlen) c->hlen += (size_t)n;
 }
 
-static uint64_t ceil_ms(double ms) {
+uint64_t mock_ceil_ms(double ms) {
     return ms <= 0 ? 0 : (uint64_t)ceil(ms - 1e-9);
 }
 
 /* ---- deployments ------------------------------------------------------ */
 
-static int name_ok(const char *s) {
+int mock_name_ok(const char *s) {
     size_t n = strlen(s);
     if (n == 0 || n > MOCK_NAME_MAX) return 0;
     for (; *s; s++)
@@ -156,7 +106,7 @@ static void dep_fill(const mock *m, mock_deployment *d, double now_ms) {
 
 /* The deployment called name, created on first use unless the set is
  * fixed. NULL when it does not exist (or cannot be created). */
-static mock_deployment *dep_get(mock *m, const char *name, double now_ms) {
+mock_deployment *mock_dep_get(mock *m, const char *name, double now_ms) {
     mock_deployment *d = mock_map_get(&m->deps, name);
     if (d || m->opt.n_deployments > 0 || m->deps.count >= MOCK_MAX_DEPLOYMENTS) return d;
     d = calloc(1, sizeof(*d));
@@ -169,7 +119,7 @@ static mock_deployment *dep_get(mock *m, const char *name, double now_ms) {
     return d;
 }
 
-static void dep_refill(const mock *m, mock_deployment *d, double now_ms) {
+void mock_dep_refill(const mock *m, mock_deployment *d, double now_ms) {
     mock_bucket_refill(&d->req, now_ms);
     if (m->opt.tpm > 0) mock_bucket_refill(&d->tok, now_ms);
 }
@@ -178,7 +128,7 @@ static void dep_refill(const mock *m, mock_deployment *d, double now_ms) {
  * buckets and returns 0 when both hold it; otherwise takes nothing and
  * returns the wait in ms until both will, with *by_tokens set when the
  * token limit is the longer wait. */
-static double dep_admit(const mock *m, mock_deployment *d, double tokens, int *by_tokens) {
+double mock_dep_admit(const mock *m, mock_deployment *d, double tokens, int *by_tokens) {
     double wr = mock_bucket_wait_ms(&d->req, 1);
     double wt = m->opt.tpm > 0 ? mock_bucket_wait_ms(&d->tok, tokens) : 0;
     *by_tokens = wt > wr;
@@ -186,30 +136,6 @@ static double dep_admit(const mock *m, mock_deployment *d, double tokens, int *b
     mock_bucket_take(&d->req, 1);
     if (m->opt.tpm > 0) mock_bucket_take(&d->tok, tokens);
     return 0;
-}
-
-/* Digits worth printing for a configured limit: none when it is whole. */
-static int decimals(double v) {
-    return v == floor(v) ? 0 : 3;
-}
-
-/* Appends the x-ratelimit-* headers describing the buckets as they are now. */
-static void call_ratelimit_headers(mock_call *c) {
-    const mock *m = c->m;
-    const mock_deployment *d = c->dep;
-    char reset[32];
-    fmt_duration(reset, sizeof(reset), ceil_ms(mock_bucket_reset_ms(&d->req)));
-    call_header(c,
-                "x-ratelimit-limit-requests: %.*f\r\nx-ratelimit-remaining-requests: %.0f\r\n"
-                "x-ratelimit-reset-requests: %s\r\n",
-                decimals(m->opt.rpm), m->opt.rpm, mock_bucket_remaining(&d->req), reset);
-    if (m->opt.tpm > 0) {
-        fmt_duration(reset, sizeof(reset), ceil_ms(mock_bucket_reset_ms(&d->tok)));
-        call_header(c,
-                    "x-ratelimit-limit-tokens: %.*f\r\nx-ratelimit-remaining-tokens: %.0f\r\n"
-                    "x-ratelimit-reset-tokens: %s\r\n",
-                    decimals(m->opt.tpm), m->opt.tpm, mock_bucket_remaining(&d->tok), reset);
-    }
 }
 
 /* ---- responses -------------------------------------------------------- */
@@ -221,8 +147,8 @@ static const char *outcome_name(mock_outcome o) {
 
 /* Sends body (a JSON value, consumed) with status, counts the call in the
  * ledger and logs it. */
-static void call_finish(mock_call *c, int status, mock_outcome o, json_t *body, uint64_t charged,
-                        uint64_t reported, uint64_t delay_ms) {
+void mock_call_finish(mock_call *c, int status, mock_outcome o, json_t *body, uint64_t charged,
+                      uint64_t reported, uint64_t delay_ms) {
     mock *m = c->m;
     mock_ledger_ref ref;
     char *text = body ? json_dumps(body, MOCK_JSON_FLAGS) : NULL;
@@ -233,7 +159,7 @@ static void call_finish(mock_call *c, int status, mock_outcome o, json_t *body, 
         fprintf(m->opt.log, "%.3f %s %s %s %d %s\n", c->now_ms, c->client,
                 c->deployment ? c->deployment : "-", mock_http_path(c->req), status,
                 outcome_name(o));
-    call_header(c, "x-request-id: mock-%llu\r\n", (unsigned long long)++m->next_id);
+    mock_call_header(c, "x-request-id: mock-%llu\r\n", (unsigned long long)++m->next_id);
     if (!text) {
         static const char oom[] = "{\"error\":{\"code\":\"500\",\"message\":\"out of memory\"}}";
         mock_http_respond(c->req, 500, c->headers, oom, sizeof(oom) - 1, 0);
@@ -243,280 +169,19 @@ static void call_finish(mock_call *c, int status, mock_outcome o, json_t *body, 
     free(text);
 }
 
-static json_t *azure_error(const char *code, const char *message) {
+json_t *mock_azure_error(const char *code, const char *message) {
     return json_pack("{s{ssss}}", "error", "code", code, "message", message);
 }
 
-static json_t *openai_error(const char *message, const char *type, const char *param,
-                            const char *code) {
+json_t *mock_openai_error(const char *message, const char *type, const char *param,
+                          const char *code) {
     return json_pack("{s{sssssoso}}", "error", "message", message, "type", type, "param",
                      param ? json_string(param) : json_null(), "code",
                      code ? json_string(code) : json_null());
 }
 
-static void call_bad_request(mock_call *c, const char *param, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    call_finish(c, 400, MOCK_BAD_REQUEST, openai_error(msg, "invalid_request_error", param, NULL),
-                0, 0, c->dep ? c->m->opt.slow_ms : 0);
-}
-
-static void call_not_found(mock_call *c, json_t *body) {
-    call_finish(c, 404, MOCK_NOT_FOUND, body, 0, 0, 0);
-}
-
-/* ---- the chat endpoints ----------------------------------------------- */
-
-/* Counts the code points of the messages' text: string contents and the
- * "text" of content parts. -1 when messages is not a non-empty array of
- * objects. */
-static long long messages_chars(json_t *messages) {
-    long long n = 0;
-    size_t i;
-    json_t *msg;
-    if (!json_is_array(messages) || json_array_size(messages) == 0) return -1;
-    json_array_foreach(messages, i, msg) {
-        if (!json_is_object(msg)) return -1;
-        json_t *content = json_object_get(msg, "content");
-        const char *texts[64];
-        size_t nt = 0, j;
-        json_t *part;
-        if (json_is_string(content)) {
-            texts[nt++] = json_string_value(content);
-        } else if (json_is_array(content)) {
-            json_array_foreach(content, j, part) {
-                const char *t = json_string_value(json_object_get(part, "text"));
-                if (t && nt < sizeof(texts) / sizeof(texts[0])) texts[nt++] = t;
-            }
-        }
-        for (size_t k = 0; k < nt; k++)
-            for (const unsigned char *p = (const unsigned char *)texts[k]; *p; p++)
-                if ((*p & 0xC0) != 0x80) n++;
-    }
-    return n;
-}
-
-static json_t *completion_body(mock *m, const char *model, uint64_t prompt, uint64_t completion,
-                               uint64_t max_tokens) {
-    static const char *words[] = {"The", "mock", "says", "ok", "and", "counts", "every",
-                                  "token", "it", "sees"};
-    size_t nwords = completion < 2048 ? (size_t)completion : 2048;
-    char *text = malloc(nwords * 8 + 1);
-    size_t len = 0;
-    if (!text) return NULL;
-    for (size_t i = 0; i < nwords; i++) {
-        const char *w = words[i % (sizeof(words) / sizeof(words[0]))];
-        if (i) text[len++] = ' ';
-        memcpy(text + len, w, strlen(w));
-        len += strlen(w);
-    }
-    text[len] = '\0';
-    json_t *body = json_pack(
-        "{sssssIss s[{sis{ssss}ss}] s{sIsIsI}}", "id", "chatcmpl-mock", "object",
-        "chat.completion", "created", (json_int_t)time(NULL), "model", model, "choices", "index", 0,
-        "message", "role", "assistant", "content", text, "finish_reason",
-        completion >= max_tokens ? "length" : "stop", "usage", "prompt_tokens",
-        (json_int_t)prompt, "completion_tokens", (json_int_t)completion, "total_tokens",
-        (json_int_t)(prompt + completion));
-    free(text);
-    if (body) {
-        char id[48];
-        snprintf(id, sizeof(id), "chatcmpl-mock-%llu", (unsigned long long)m->next_id + 1);
-        json_object_set_new(body, "id", json_string(id));
-    }
-    return body;
-}
-
-static void call_rate_limited(mock_call *c, double wait_ms, int by_tokens, double tokens) {
-    const mock *m = c->m;
-    uint64_t ms = ceil_ms(wait_ms), secs = (ms + 999) / 1000;
-    char msg[512], dur[32];
-    if (ms < 1) ms = 1;
-    if (secs < 1) secs = 1;
-    call_header(c, "Retry-After: %llu\r\nretry-after-ms: %llu\r\n", (unsigned long long)secs,
-                (unsigned long long)ms);
-    json_t *body;
-    if (c->azure) {
-        snprintf(msg, sizeof(msg),
-                 "Requests to the ChatCompletions_Create Operation under Azure OpenAI API version "
-                 "%s have exceeded %s rate limit of your current OpenAI S0 pricing tier. Please "
-                 "retry after %llu second%s. Please go here: https://aka.ms/oai/quotaincrease if "
-                 "you would like to further increase the default rate limit.",
-                 c->api_version, by_tokens ? "token" : "call", (unsigned long long)secs,
-                 secs == 1 ? "" : "s");
-        body = azure_error("429", msg);
-    } else {
-        fmt_duration(dur, sizeof(dur), ms);
-        snprintf(msg, sizeof(msg),
-                 "Rate limit reached for %s in organization org-mock on %s per min (%s): "
-                 "Limit %.0f, Requested %.0f. Please try again in %s.",
-                 c->deployment, by_tokens ? "tokens" : "requests", by_tokens ? "TPM" : "RPM",
-                 by_tokens ? m->opt.tpm : m->opt.rpm, by_tokens ? tokens : 1.0, dur);
-        body = openai_error(msg, by_tokens ? "tokens" : "requests", NULL, "rate_limit_exceeded");
-    }
-    call_finish(c, 429, MOCK_RATE_LIMITED, body, 0, 0, m->opt.slow_ms);
-}
-
-/* Resolves the deployment called name into c->dep and c->deployment
- * (copied to buf). Answers 404 and returns -1 when it does not exist. */
-static int call_resolve(mock_call *c, const char *name, char *buf, size_t n) {
-    char msg[256];
-    if (name_ok(name)) {
-        snprintf(buf, n, "%s", name);
-        c->dep = dep_get(c->m, buf, c->now_ms);
-        if (c->dep) {
-            c->deployment = buf;
-            dep_refill(c->m, c->dep, c->now_ms);
-            return 0;
-        }
-        snprintf(msg, sizeof(msg),
-                 "The API deployment %s does not exist on this mock (see sluice mock "
-                 "--deployment).",
-                 buf);
-    } else {
-        snprintf(msg, sizeof(msg),
-                 "The API deployment for this resource does not exist (invalid name).");
-    }
-    call_not_found(c, c->azure ? azure_error("DeploymentNotFound", msg)
-                               : openai_error(msg, "invalid_request_error", "model",
-                                              "model_not_found"));
-    return -1;
-}
-
-/* The body-dependent part of both chat routes. The deployment comes from
- * the path (Azure), resolved before the body is looked at, or from the
- * body's "model" (OpenAI). */
-static void chat(mock_call *c, const char *deployment) {
-    mock *m = c->m;
-    size_t len;
-    const char *raw = mock_http_body(c->req, &len);
-    json_error_t jerr;
-    char name[MOCK_NAME_MAX + 1];
-    if (deployment && call_resolve(c, deployment, name, sizeof(name)) != 0) return;
-    json_t *body = json_loadb(raw, len, 0, &jerr);
-    if (!json_is_object(body)) {
-        json_decref(body);
-        if (c->dep) call_ratelimit_headers(c);
-        call_bad_request(c, NULL,
-                         "We could not parse the JSON body of your request. (line %d: %s) "
-                         "The API expects a JSON payload.",
-                         jerr.line, body ? "not an object" : jerr.text);
-        return;
-    }
-    if (!deployment) {
-        deployment = json_string_value(json_object_get(body, "model"));
-        if (!deployment) {
-            json_decref(body);
-            call_bad_request(c, "model", "you must provide a model parameter");
-            return;
-        }
-        if (call_resolve(c, deployment, name, sizeof(name)) != 0) {
-            json_decref(body);
-            return;
-        }
-    }
-
-    /* Validation, in the order the real front door reports it. */
-    json_t *stream = json_object_get(body, "stream");
-    long long chars = messages_chars(json_object_get(body, "messages"));
-    json_t *mt = json_object_get(body, "max_tokens");
-    const char *mt_name = "max_tokens";
-    if (!mt || json_is_null(mt)) {
-        mt = json_object_get(body, "max_completion_tokens");
-        mt_name = "max_completion_tokens";
-    }
-    long long max_tokens = MOCK_DEFAULT_MAX_TOKENS;
-    if (mt && !json_is_null(mt)) max_tokens = json_is_integer(mt) ? json_integer_value(mt) : -1;
-    int streaming = json_is_true(stream);
-    json_decref(body);
-    if (streaming) {
-        call_ratelimit_headers(c);
-        call_bad_request(c, "stream",
-                         "stream=true is not supported by sluice mock: send \"stream\": false "
-                         "or leave it out.");
-        return;
-    }
-    if (chars < 0) {
-        call_ratelimit_headers(c);
-        call_bad_request(c, "messages",
-                         "'messages' must be a non-empty array of message objects.");
-        return;
-    }
-    if (max_tokens < 1 || max_tokens > MOCK_MAX_TOKENS) {
-        call_ratelimit_headers(c);
-        call_bad_request(c, mt_name, "'%s' must be an integer between 1 and %d.", mt_name,
-                         MOCK_MAX_TOKENS);
-        return;
-    }
-    uint64_t prompt = (uint64_t)(chars + 3) / 4;
-    uint64_t estimate = prompt + (uint64_t)max_tokens;
-
-    if (m->opt.quota_exhausted) {
-        call_ratelimit_headers(c);
-        call_finish(c, 429, MOCK_NO_QUOTA,
-                    openai_error("You exceeded your current quota, please check your plan and "
-                                 "billing details. For more information on this error, read the "
-                                 "docs: https://platform.openai.com/docs/guides/error-codes/"
-                                 "api-errors.",
-                                 "insufficient_quota", NULL, "insufficient_quota"),
-                    0, 0, m->opt.slow_ms);
-        return;
-    }
-    if (m->opt.fail_503 > 0 && rng_unit(m->rng) < m->opt.fail_503) {
-        call_ratelimit_headers(c);
-        if (m->opt.retry_after_503)
-            call_header(c, "Retry-After: %u\r\n", m->opt.retry_after_503);
-        call_finish(c, 503, MOCK_UNAVAILABLE,
-                    c->azure ? azure_error("ServiceUnavailable",
-                                           "The service is temporarily unable to process your "
-                                           "request. Please try again later.")
-                             : openai_error("The server is overloaded or not ready yet.",
-                                            "server_error", NULL, NULL),
-                    0, 0, m->opt.slow_ms);
-        return;
-    }
-    int by_tokens;
-    double wait = dep_admit(m, c->dep, (double)estimate, &by_tokens);
-    call_ratelimit_headers(c);
-    if (wait > 0) {
-        call_rate_limited(c, wait, by_tokens, (double)estimate);
-        return;
-    }
-    uint64_t completion = m->opt.completion_tokens
-                              ? (m->opt.completion_tokens < (uint64_t)max_tokens
-                                     ? m->opt.completion_tokens
-                                     : (uint64_t)max_tokens)
-                              : rng_range(m->rng, 1, (uint64_t)max_tokens);
-    uint64_t delay = rng_range(m->rng, m->opt.service_ms_min, m->opt.service_ms_max) +
-                     m->opt.slow_ms;
-    call_finish(c, 200, MOCK_ACCEPTED,
-                completion_body(m, name, prompt, completion, (uint64_t)max_tokens), estimate,
-                prompt + completion, delay);
-}
-
-/* ---- routes ----------------------------------------------------------- */
-
-static void route_azure(mock_call *c, const char *name) {
-    const char *q = mock_http_query(c->req), *v = strstr(q, "api-version=");
-    c->azure = 1;
-    snprintf(c->api_version, sizeof(c->api_version), "unknown");
-    if (v && (v == q || v[-1] == '&')) {
-        size_t n = strcspn(v + 12, "&");
-        if (n > 0 && n < sizeof(c->api_version)) {
-            memcpy(c->api_version, v + 12, n);
-            c->api_version[n] = '\0';
-        }
-    }
-    chat(c, name);
-}
-
-static void route_openai(mock_call *c, const char *name) {
-    (void)name;
-    c->azure = 0;
-    chat(c, NULL);
+void mock_call_not_found(mock_call *c, json_t *body) {
+    mock_call_finish(c, 404, MOCK_NOT_FOUND, body, 0, 0, 0);
 }
 
 static int query_has(const char *q, const char *kv) {
@@ -544,76 +209,6 @@ static void route_stats(mock_call *c, const char *name) {
     free(text);
 }
 
-/* Parses one control value: fail_503 in [0, 1], quota_exhausted 0 or 1.
- * Returns 0, or -1 when the text is not such a number. */
-static int control_number(const char *v, size_t n, int boolean, double *out) {
-    char buf[32], *end;
-    if (n == 0 || n >= sizeof(buf)) return -1;
-    memcpy(buf, v, n);
-    buf[n] = '\0';
-    double d = strtod(buf, &end);
-    if (*end || !(d >= 0 && d <= 1) || (boolean && d != 0 && d != 1)) return -1;
-    *out = d;
-    return 0;
-}
-
-/* Loopback peers only: the control changes what every client gets. */
-static int peer_is_loopback(const char *peer) {
-    return strncmp(peer, "127.", 4) == 0 || strcmp(peer, "::1") == 0 || strncmp(peer, "::ffff:127.", 11) == 0;
-}
-
-/* POST /control[?fail_503=P][&quota_exhausted=0|1]: changes the injected
- * failures of the running mock, keeping its ledger and buckets. Every pair
- * is checked before any is applied, so a bad request changes nothing.
- * Answers the settings now in force. Not counted in the ledger. */
-static void route_control(mock_call *c, const char *name) {
-    mock *m = c->m;
-    const char *q = mock_http_query(c->req);
-    double fail_503 = m->opt.fail_503, quota = m->opt.quota_exhausted;
-    char msg[160];
-    (void)name;
-    if (!peer_is_loopback(mock_http_peer(c->req))) {
-        static const char denied[] =
-            "{\"error\":{\"code\":\"403\",\"message\":\"/control is served to loopback clients only\"}}";
-        mock_http_respond(c->req, 403, NULL, denied, sizeof(denied) - 1, 0);
-        return;
-    }
-    for (const char *p = q; *p;) {
-        size_t len = strcspn(p, "&"), klen = strcspn(p, "=");
-        const char *v = p + klen + 1;
-        if (len == 0) { /* an empty pair ("a=1&&b=0") */
-            p++;
-            continue;
-        }
-        int bad = klen >= len;
-        if (!bad && klen == 8 && strncmp(p, "fail_503", 8) == 0)
-            bad = control_number(v, len - klen - 1, 0, &fail_503) != 0;
-        else if (!bad && klen == 15 && strncmp(p, "quota_exhausted", 15) == 0)
-            bad = control_number(v, len - klen - 1, 1, &quota) != 0;
-        else
-            bad = 1;
-        if (bad) {
-            snprintf(msg, sizeof(msg), "bad control '%.*s': expected fail_503=P (0..1) or quota_exhausted=0|1",
-                     (int)(len < 64 ? len : 64), p);
-            json_t *err = azure_error("400", msg);
-            char *text = err ? json_dumps(err, MOCK_JSON_FLAGS) : NULL;
-            json_decref(err);
-            mock_http_respond(c->req, 400, NULL, text ? text : "{}", text ? strlen(text) : 2, 0);
-            free(text);
-            return;
-        }
-        p += len;
-        if (*p == '&') p++;
-    }
-    mock_set_faults(m, fail_503, (int)quota);
-    if (m->opt.log)
-        fprintf(m->opt.log, "%.3f %s - /control 200 fail_503=%g quota_exhausted=%d\n", c->now_ms, c->client,
-                m->opt.fail_503, m->opt.quota_exhausted);
-    snprintf(msg, sizeof(msg), "{\"fail_503\":%.15g,\"quota_exhausted\":%s}", m->opt.fail_503,
-             m->opt.quota_exhausted ? "true" : "false");
-    mock_http_respond(c->req, 200, "Cache-Control: no-store\r\n", msg, strlen(msg), 0);
-}
-
 /* A route matches a path equal to prefix, or, with a suffix, any
  * prefix<name>suffix where <name> has no '/'. Methods are checked after the
  * path, so a known path with the wrong method is a 405, not a 404. */
@@ -625,12 +220,12 @@ typedef struct mock_route {
 } mock_route;
 
 static const mock_route mock_routes[] = {
-    {"POST", "/openai/deployments/", "/chat/completions", route_azure},
-    {"POST", "/v1/chat/completions", NULL, route_openai},
-    {"POST", "/openai/v1/chat/completions", NULL, route_openai},
+    {"POST", "/openai/deployments/", "/chat/completions", mock_route_azure},
+    {"POST", "/v1/chat/completions", NULL, mock_route_openai},
+    {"POST", "/openai/v1/chat/completions", NULL, mock_route_openai},
     /* Not provider traffic: never counted in the ledger. */
     {"GET", "/stats", NULL, route_stats},
-    {"POST", "/control", NULL, route_control},
+    {"POST", "/control", NULL, mock_route_control},
 };
 
 /* Matches path against r; the name of a parameterised route goes to name. */
@@ -670,8 +265,8 @@ static void mock_on_request(mock_http_req *req, void *arg) {
         char msg[256];
         snprintf(msg, sizeof(msg), "%s: %s",
                  status == 413 ? "request too large" : "malformed HTTP request", reason);
-        call_finish(&c, status, status == 400 ? MOCK_BAD_REQUEST : MOCK_OTHER_ERROR,
-                    openai_error(msg, "invalid_request_error", NULL, NULL), 0, 0, 0);
+        mock_call_finish(&c, status, status == 400 ? MOCK_BAD_REQUEST : MOCK_OTHER_ERROR,
+                         mock_openai_error(msg, "invalid_request_error", NULL, NULL), 0, 0, 0);
         return;
     }
     const char *path = mock_http_path(req), *method = mock_http_method(req);
@@ -681,15 +276,15 @@ static void mock_on_request(mock_http_req *req, void *arg) {
         if (strcmp(method, r->method) != 0) {
             char allow[64];
             snprintf(allow, sizeof(allow), "Allow: %s\r\n", r->method);
-            call_header(&c, "%s", allow);
-            call_finish(&c, 405, MOCK_OTHER_ERROR, azure_error("405", "Method not allowed"), 0, 0,
-                        0);
+            mock_call_header(&c, "%s", allow);
+            mock_call_finish(&c, 405, MOCK_OTHER_ERROR,
+                             mock_azure_error("405", "Method not allowed"), 0, 0, 0);
             return;
         }
         r->handler(&c, name);
         return;
     }
-    call_not_found(&c, azure_error("404", "Resource not found"));
+    mock_call_not_found(&c, mock_azure_error("404", "Resource not found"));
 }
 
 static void mock_on_abandon(void *udata[2], void *arg) {
@@ -706,8 +301,8 @@ static void neighbour_tick(uv_timer_t *t) {
     for (mock_map_entry *e = m->deps.first; e; e = e->next) {
         mock_deployment *d = e->value;
         int by_tokens;
-        dep_refill(m, d, now);
-        double wait = dep_admit(m, d, (double)m->opt.neighbour_tokens, &by_tokens);
+        mock_dep_refill(m, d, now);
+        double wait = mock_dep_admit(m, d, (double)m->opt.neighbour_tokens, &by_tokens);
         mock_ledger_record(m->ledger, e->key, MOCK_NEIGHBOUR,
                            wait > 0 ? MOCK_RATE_LIMITED : MOCK_ACCEPTED, now,
                            m->opt.neighbour_tokens, m->opt.neighbour_tokens, NULL);
@@ -716,7 +311,7 @@ static void neighbour_tick(uv_timer_t *t) {
      * even when the timer fires late. */
     m->neighbour_due_ms += interval;
     double delay = m->neighbour_due_ms - mock_now_ms(m);
-    uv_timer_start(&m->neighbour, neighbour_tick, delay > 0 ? ceil_ms(delay) : 0, 0);
+    uv_timer_start(&m->neighbour, neighbour_tick, delay > 0 ? mock_ceil_ms(delay) : 0, 0);
 }
 
 /* ---- public API ------------------------------------------------------- */
@@ -757,7 +352,7 @@ static int options_check(const mock_options *o, char *err, size_t n) {
         return fail(err, n, "503 probability must be in [0, 1]");
     if (o->max_body < 1) return fail(err, n, "max body must be >= 1");
     for (size_t i = 0; i < o->n_deployments; i++)
-        if (!o->deployments[i] || !name_ok(o->deployments[i]))
+        if (!o->deployments[i] || !mock_name_ok(o->deployments[i]))
             return fail(err, n,
                         "deployment name '%s' is invalid (1-%d of A-Z a-z 0-9 . _ -)",
                         o->deployments[i] ? o->deployments[i] : "", MOCK_NAME_MAX);
@@ -820,7 +415,7 @@ int mock_start(uv_loop_t *loop, const mock_options *o, mock **out, char *err, si
         m->neighbour.data = m;
         m->neighbour_live = 1;
         m->neighbour_due_ms = 60000.0 / o->neighbour_rpm;
-        uv_timer_start(&m->neighbour, neighbour_tick, ceil_ms(m->neighbour_due_ms), 0);
+        uv_timer_start(&m->neighbour, neighbour_tick, mock_ceil_ms(m->neighbour_due_ms), 0);
     }
     *out = m;
     return 0;
@@ -868,7 +463,7 @@ json_t *mock_stats(const mock *m) {
         json_t *d = json_object_get(deps, e->key);
         mock_deployment copy = *(mock_deployment *)e->value;
         if (!d) continue;
-        dep_refill(m, &copy, now);
+        mock_dep_refill(m, &copy, now);
         json_object_set_new(d, "remaining_requests", json_real(copy.req.level));
         if (o->tpm > 0) json_object_set_new(d, "remaining_tokens", json_real(copy.tok.level));
     }

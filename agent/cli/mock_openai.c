@@ -1,0 +1,300 @@
+/* mock_openai: the Azure OpenAI / OpenAI chat-completions routes of the
+ * mock provider: the body checks, the estimate, admission and the answer
+ * (docs/mock.md, "How a chat call is decided"). */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mock_internal.h"
+
+/* Digits worth printing for a configured limit: none when it is whole. */
+static int decimals(double v) {
+    return v == floor(v) ? 0 : 3;
+}
+
+/* Appends the x-ratelimit-* headers describing the buckets as they are now. */
+static void call_ratelimit_headers(mock_call *c) {
+    const mock *m = c->m;
+    const mock_deployment *d = c->dep;
+    char reset[32];
+    mock_fmt_duration(reset, sizeof(reset), mock_ceil_ms(mock_bucket_reset_ms(&d->req)));
+    mock_call_header(c,
+                     "x-ratelimit-limit-requests: %.*f\r\nx-ratelimit-remaining-requests: %.0f\r\n"
+                     "x-ratelimit-reset-requests: %s\r\n",
+                     decimals(m->opt.rpm), m->opt.rpm, mock_bucket_remaining(&d->req), reset);
+    if (m->opt.tpm > 0) {
+        mock_fmt_duration(reset, sizeof(reset), mock_ceil_ms(mock_bucket_reset_ms(&d->tok)));
+        mock_call_header(c,
+                         "x-ratelimit-limit-tokens: %.*f\r\nx-ratelimit-remaining-tokens: %.0f\r\n"
+                         "x-ratelimit-reset-tokens: %s\r\n",
+                         decimals(m->opt.tpm), m->opt.tpm, mock_bucket_remaining(&d->tok), reset);
+    }
+}
+
+static void call_bad_request(mock_call *c, const char *param, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    mock_call_finish(c, 400, MOCK_BAD_REQUEST,
+                     mock_openai_error(msg, "invalid_request_error", param, NULL), 0, 0,
+                     c->dep ? c->m->opt.slow_ms : 0);
+}
+
+/* ---- the chat endpoints ----------------------------------------------- */
+
+/* Counts the code points of the messages' text: string contents and the
+ * "text" of content parts. -1 when messages is not a non-empty array of
+ * objects. */
+static long long messages_chars(json_t *messages) {
+    long long n = 0;
+    size_t i;
+    json_t *msg;
+    if (!json_is_array(messages) || json_array_size(messages) == 0) return -1;
+    json_array_foreach(messages, i, msg) {
+        if (!json_is_object(msg)) return -1;
+        json_t *content = json_object_get(msg, "content");
+        const char *texts[64];
+        size_t nt = 0, j;
+        json_t *part;
+        if (json_is_string(content)) {
+            texts[nt++] = json_string_value(content);
+        } else if (json_is_array(content)) {
+            json_array_foreach(content, j, part) {
+                const char *t = json_string_value(json_object_get(part, "text"));
+                if (t && nt < sizeof(texts) / sizeof(texts[0])) texts[nt++] = t;
+            }
+        }
+        for (size_t k = 0; k < nt; k++)
+            for (const unsigned char *p = (const unsigned char *)texts[k]; *p; p++)
+                if ((*p & 0xC0) != 0x80) n++;
+    }
+    return n;
+}
+
+static json_t *completion_body(mock *m, const char *model, uint64_t prompt, uint64_t completion,
+                               uint64_t max_tokens) {
+    static const char *words[] = {"The", "mock", "says", "ok", "and", "counts", "every",
+                                  "token", "it", "sees"};
+    size_t nwords = completion < 2048 ? (size_t)completion : 2048;
+    char *text = malloc(nwords * 8 + 1);
+    size_t len = 0;
+    if (!text) return NULL;
+    for (size_t i = 0; i < nwords; i++) {
+        const char *w = words[i % (sizeof(words) / sizeof(words[0]))];
+        if (i) text[len++] = ' ';
+        memcpy(text + len, w, strlen(w));
+        len += strlen(w);
+    }
+    text[len] = '\0';
+    json_t *body = json_pack(
+        "{sssssIss s[{sis{ssss}ss}] s{sIsIsI}}", "id", "chatcmpl-mock", "object",
+        "chat.completion", "created", (json_int_t)time(NULL), "model", model, "choices", "index", 0,
+        "message", "role", "assistant", "content", text, "finish_reason",
+        completion >= max_tokens ? "length" : "stop", "usage", "prompt_tokens",
+        (json_int_t)prompt, "completion_tokens", (json_int_t)completion, "total_tokens",
+        (json_int_t)(prompt + completion));
+    free(text);
+    if (body) {
+        char id[48];
+        snprintf(id, sizeof(id), "chatcmpl-mock-%llu", (unsigned long long)m->next_id + 1);
+        json_object_set_new(body, "id", json_string(id));
+    }
+    return body;
+}
+
+static void call_rate_limited(mock_call *c, double wait_ms, int by_tokens, double tokens) {
+    const mock *m = c->m;
+    uint64_t ms = mock_ceil_ms(wait_ms), secs = (ms + 999) / 1000;
+    char msg[512], dur[32];
+    if (ms < 1) ms = 1;
+    if (secs < 1) secs = 1;
+    mock_call_header(c, "Retry-After: %llu\r\nretry-after-ms: %llu\r\n", (unsigned long long)secs,
+                     (unsigned long long)ms);
+    json_t *body;
+    if (c->azure) {
+        snprintf(msg, sizeof(msg),
+                 "Requests to the ChatCompletions_Create Operation under Azure OpenAI API version "
+                 "%s have exceeded %s rate limit of your current OpenAI S0 pricing tier. Please "
+                 "retry after %llu second%s. Please go here: https://aka.ms/oai/quotaincrease if "
+                 "you would like to further increase the default rate limit.",
+                 c->api_version, by_tokens ? "token" : "call", (unsigned long long)secs,
+                 secs == 1 ? "" : "s");
+        body = mock_azure_error("429", msg);
+    } else {
+        mock_fmt_duration(dur, sizeof(dur), ms);
+        snprintf(msg, sizeof(msg),
+                 "Rate limit reached for %s in organization org-mock on %s per min (%s): "
+                 "Limit %.0f, Requested %.0f. Please try again in %s.",
+                 c->deployment, by_tokens ? "tokens" : "requests", by_tokens ? "TPM" : "RPM",
+                 by_tokens ? m->opt.tpm : m->opt.rpm, by_tokens ? tokens : 1.0, dur);
+        body = mock_openai_error(msg, by_tokens ? "tokens" : "requests", NULL,
+                                 "rate_limit_exceeded");
+    }
+    mock_call_finish(c, 429, MOCK_RATE_LIMITED, body, 0, 0, m->opt.slow_ms);
+}
+
+/* Resolves the deployment called name into c->dep and c->deployment
+ * (copied to buf). Answers 404 and returns -1 when it does not exist. */
+static int call_resolve(mock_call *c, const char *name, char *buf, size_t n) {
+    char msg[256];
+    if (mock_name_ok(name)) {
+        snprintf(buf, n, "%s", name);
+        c->dep = mock_dep_get(c->m, buf, c->now_ms);
+        if (c->dep) {
+            c->deployment = buf;
+            mock_dep_refill(c->m, c->dep, c->now_ms);
+            return 0;
+        }
+        snprintf(msg, sizeof(msg),
+                 "The API deployment %s does not exist on this mock (see sluice mock "
+                 "--deployment).",
+                 buf);
+    } else {
+        snprintf(msg, sizeof(msg),
+                 "The API deployment for this resource does not exist (invalid name).");
+    }
+    mock_call_not_found(c, c->azure ? mock_azure_error("DeploymentNotFound", msg)
+                                    : mock_openai_error(msg, "invalid_request_error", "model",
+                                                        "model_not_found"));
+    return -1;
+}
+
+/* The body-dependent part of both chat routes. The deployment comes from
+ * the path (Azure), resolved before the body is looked at, or from the
+ * body's "model" (OpenAI). */
+static void chat(mock_call *c, const char *deployment) {
+    mock *m = c->m;
+    size_t len;
+    const char *raw = mock_http_body(c->req, &len);
+    json_error_t jerr;
+    char name[MOCK_NAME_MAX + 1];
+    if (deployment && call_resolve(c, deployment, name, sizeof(name)) != 0) return;
+    json_t *body = json_loadb(raw, len, 0, &jerr);
+    if (!json_is_object(body)) {
+        json_decref(body);
+        if (c->dep) call_ratelimit_headers(c);
+        call_bad_request(c, NULL,
+                         "We could not parse the JSON body of your request. (line %d: %s) "
+                         "The API expects a JSON payload.",
+                         jerr.line, body ? "not an object" : jerr.text);
+        return;
+    }
+    if (!deployment) {
+        deployment = json_string_value(json_object_get(body, "model"));
+        if (!deployment) {
+            json_decref(body);
+            call_bad_request(c, "model", "you must provide a model parameter");
+            return;
+        }
+        if (call_resolve(c, deployment, name, sizeof(name)) != 0) {
+            json_decref(body);
+            return;
+        }
+    }
+
+    /* Validation, in the order the real front door reports it. */
+    json_t *stream = json_object_get(body, "stream");
+    long long chars = messages_chars(json_object_get(body, "messages"));
+    json_t *mt = json_object_get(body, "max_tokens");
+    const char *mt_name = "max_tokens";
+    if (!mt || json_is_null(mt)) {
+        mt = json_object_get(body, "max_completion_tokens");
+        mt_name = "max_completion_tokens";
+    }
+    long long max_tokens = MOCK_DEFAULT_MAX_TOKENS;
+    if (mt && !json_is_null(mt)) max_tokens = json_is_integer(mt) ? json_integer_value(mt) : -1;
+    int streaming = json_is_true(stream);
+    json_decref(body);
+    if (streaming) {
+        call_ratelimit_headers(c);
+        call_bad_request(c, "stream",
+                         "stream=true is not supported by sluice mock: send \"stream\": false "
+                         "or leave it out.");
+        return;
+    }
+    if (chars < 0) {
+        call_ratelimit_headers(c);
+        call_bad_request(c, "messages",
+                         "'messages' must be a non-empty array of message objects.");
+        return;
+    }
+    if (max_tokens < 1 || max_tokens > MOCK_MAX_TOKENS) {
+        call_ratelimit_headers(c);
+        call_bad_request(c, mt_name, "'%s' must be an integer between 1 and %d.", mt_name,
+                         MOCK_MAX_TOKENS);
+        return;
+    }
+    uint64_t prompt = (uint64_t)(chars + 3) / 4;
+    uint64_t estimate = prompt + (uint64_t)max_tokens;
+
+    if (m->opt.quota_exhausted) {
+        call_ratelimit_headers(c);
+        mock_call_finish(c, 429, MOCK_NO_QUOTA,
+                         mock_openai_error("You exceeded your current quota, please check your "
+                                           "plan and billing details. For more information on "
+                                           "this error, read the docs: https://platform.openai."
+                                           "com/docs/guides/error-codes/api-errors.",
+                                           "insufficient_quota", NULL, "insufficient_quota"),
+                         0, 0, m->opt.slow_ms);
+        return;
+    }
+    if (m->opt.fail_503 > 0 && mock_rng_unit(m->rng) < m->opt.fail_503) {
+        call_ratelimit_headers(c);
+        if (m->opt.retry_after_503)
+            mock_call_header(c, "Retry-After: %u\r\n", m->opt.retry_after_503);
+        mock_call_finish(c, 503, MOCK_UNAVAILABLE,
+                         c->azure ? mock_azure_error("ServiceUnavailable",
+                                                     "The service is temporarily unable to "
+                                                     "process your request. Please try again "
+                                                     "later.")
+                                  : mock_openai_error("The server is overloaded or not ready yet.",
+                                                      "server_error", NULL, NULL),
+                         0, 0, m->opt.slow_ms);
+        return;
+    }
+    int by_tokens;
+    double wait = mock_dep_admit(m, c->dep, (double)estimate, &by_tokens);
+    call_ratelimit_headers(c);
+    if (wait > 0) {
+        call_rate_limited(c, wait, by_tokens, (double)estimate);
+        return;
+    }
+    uint64_t completion = m->opt.completion_tokens
+                              ? (m->opt.completion_tokens < (uint64_t)max_tokens
+                                     ? m->opt.completion_tokens
+                                     : (uint64_t)max_tokens)
+                              : mock_rng_range(m->rng, 1, (uint64_t)max_tokens);
+    uint64_t delay = mock_rng_range(m->rng, m->opt.service_ms_min, m->opt.service_ms_max) +
+                     m->opt.slow_ms;
+    mock_call_finish(c, 200, MOCK_ACCEPTED,
+                     completion_body(m, name, prompt, completion, (uint64_t)max_tokens), estimate,
+                     prompt + completion, delay);
+}
+
+/* ---- routes ----------------------------------------------------------- */
+
+void mock_route_azure(mock_call *c, const char *name) {
+    const char *q = mock_http_query(c->req), *v = strstr(q, "api-version=");
+    c->azure = 1;
+    snprintf(c->api_version, sizeof(c->api_version), "unknown");
+    if (v && (v == q || v[-1] == '&')) {
+        size_t n = strcspn(v + 12, "&");
+        if (n > 0 && n < sizeof(c->api_version)) {
+            memcpy(c->api_version, v + 12, n);
+            c->api_version[n] = '\0';
+        }
+    }
+    chat(c, name);
+}
+
+void mock_route_openai(mock_call *c, const char *name) {
+    (void)name;
+    c->azure = 0;
+    chat(c, NULL);
+}
