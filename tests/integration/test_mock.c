@@ -33,6 +33,7 @@
 
 #include <jansson.h>
 
+#include "mock_bucket.h"
 #include "replay.h"
 
 #define IO_TIMEOUT_MS 15000
@@ -995,6 +996,200 @@ static void test_port_file(void **state) {
     assert_int_equal(stat(path, &st), -1); /* removed on exit */
 }
 
+/* ---- the mock's bucket against the replay ----------------------------- */
+
+/* splitmix64: the traces' own random sequence, fixed by the seed. */
+static uint64_t trace_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static double trace_unit(uint64_t *s) {
+    return (double)(trace_next(s) >> 11) * 0x1.0p-53;
+}
+
+typedef struct trace_send {
+    double t, cost;
+    int admitted; /* by mock_bucket */
+} trace_send;
+
+typedef struct trace_refund {
+    double t, amount;
+} trace_refund;
+
+typedef struct trace {
+    trace_send *sends;
+    size_t n_sends;
+    trace_refund *refunds; /* of admitted sends, in time order */
+    size_t n_refunds, cap_refunds;
+    size_t rejected, near_boundary;
+} trace;
+
+/* Replays the admitted sends and refunds before t (and, when with is not
+ * NULL, that one send too) through replay.c. */
+static size_t trace_replay(const trace *tr, double capacity, double rate, double before,
+                           const trace_send *with, int all_sends, double *first) {
+    replay rp;
+    replay_init(&rp);
+    for (size_t i = 0; i < tr->n_sends; i++) {
+        const trace_send *s = &tr->sends[i];
+        if (s->t >= before) break;
+        if (s->admitted || all_sends) assert_int_equal(replay_add(&rp, s->t, s->cost), 0);
+    }
+    for (size_t i = 0; i < tr->n_refunds && tr->refunds[i].t < before; i++)
+        assert_int_equal(replay_add(&rp, tr->refunds[i].t, -tr->refunds[i].amount), 0);
+    if (with) assert_int_equal(replay_add(&rp, with->t, with->cost), 0);
+    size_t n = replay_rejections(&rp, capacity, rate, first);
+    replay_free(&rp);
+    return n;
+}
+
+/* One random trace decided by mock_bucket: sends at random real times
+ * (offered at about 1.3 times the rate, so the bucket is often short),
+ * costs up to 60 % of the capacity and now and then above it, and for
+ * some admitted sends a refund of part of their cost a little later (the
+ * Anthropic output bucket's give-back). */
+static void trace_run(trace *tr, uint64_t seed, double capacity, double rate, size_t n) {
+    mock_bucket b;
+    uint64_t rs = seed;
+    trace_refund *pending = calloc(n, sizeof(*pending));
+    size_t n_pending = 0;
+    double t = 0, mean_cost = capacity * 0.3;
+    memset(tr, 0, sizeof(*tr));
+    tr->sends = calloc(n, sizeof(*tr->sends));
+    tr->refunds = calloc(n, sizeof(*tr->refunds));
+    assert_non_null(pending);
+    assert_non_null(tr->sends);
+    assert_non_null(tr->refunds);
+    mock_bucket_init(&b, capacity, rate, 0);
+    for (size_t i = 0; i < n; i++) {
+        trace_send *s = &tr->sends[i];
+        t += -log(1 - trace_unit(&rs)) * mean_cost / (rate * 1.3);
+        s->t = t;
+        s->cost = trace_unit(&rs) < 0.04 ? capacity * (1 + trace_unit(&rs))
+                                          : 0.5 + trace_unit(&rs) * capacity * 0.6;
+        /* Refunds that fall due first, in time order (pending is sorted). */
+        while (n_pending > 0 && pending[0].t < t) {
+            mock_bucket_refill(&b, pending[0].t);
+            mock_bucket_give(&b, pending[0].amount);
+            tr->refunds[tr->n_refunds++] = pending[0];
+            memmove(pending, pending + 1, --n_pending * sizeof(*pending));
+        }
+        mock_bucket_refill(&b, t);
+        double need = s->cost < capacity ? s->cost : capacity;
+        /* Short by less than the replay forgives: the two would differ. */
+        if (b.level < need && b.level + 2e-6 * (need > 1 ? need : 1) >= need) tr->near_boundary++;
+        s->admitted = mock_bucket_wait_ms(&b, s->cost) == 0;
+        if (!s->admitted) {
+            tr->rejected++;
+            continue;
+        }
+        mock_bucket_take(&b, s->cost);
+        if (trace_unit(&rs) < 0.5) {
+            trace_refund r = {t + trace_unit(&rs) * 3 * mean_cost / rate,
+                              s->cost * trace_unit(&rs)};
+            size_t k = n_pending;
+            while (k > 0 && pending[k - 1].t > r.t) k--;
+            memmove(pending + k + 1, pending + k, (n_pending - k) * sizeof(*pending));
+            pending[k] = r;
+            n_pending++;
+        }
+    }
+    tr->n_sends = n;
+    free(pending);
+}
+
+/* The mock's bucket (agent/cli/mock_bucket.c) and the replay that judges
+ * schedules (tests/support/replay.c) are two implementations of the
+ * provider's rule, not one: on the same random traces of sends, oversize
+ * sends and refunds they must admit exactly the same sends. For every
+ * send the mock refused, replaying what the mock admitted before it plus
+ * that send rejects exactly it; replaying what the mock admitted rejects
+ * nothing; and the whole trace rejects as many, the first at the same
+ * time. */
+static void test_bucket_matches_replay(void **state) {
+    static const struct {
+        double capacity, rate_per_ms;
+    } cfg[] = {
+        {1, 1 / 1000.0},          /* 60 rpm, burst 1 */
+        {10, 60 / 60000.0},       /* the seed article's deployment */
+        {37.5, 0.0123},           /* fractional limits */
+        {1000, 6000 / 60000.0},   /* an output bucket: otpm 6000, burst 1000 */
+        {66666, 400000 / 60000.0} /* an input bucket: itpm 400k */
+    };
+    (void)state;
+    for (size_t k = 0; k < sizeof(cfg) / sizeof(cfg[0]); k++) {
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+            trace tr;
+            double cap = cfg[k].capacity, rate = cfg[k].rate_per_ms, first = -1, mock_first = -1;
+            trace_run(&tr, seed * 7919 + k, cap, rate, 1500);
+            /* The trace must exercise the rule, and never sit so close to a
+             * boundary that the replay's rounding allowance decides. */
+            assert_true(tr.rejected > 100);
+            assert_true(tr.n_refunds > 100);
+            assert_int_equal(tr.near_boundary, 0);
+            for (size_t i = 0; i < tr.n_sends; i++)
+                if (!tr.sends[i].admitted) {
+                    mock_first = tr.sends[i].t;
+                    break;
+                }
+            assert_int_equal(trace_replay(&tr, cap, rate, INFINITY, NULL, 0, NULL), 0);
+            assert_int_equal(trace_replay(&tr, cap, rate, INFINITY, NULL, 1, &first), tr.rejected);
+            assert_true(first == mock_first);
+            for (size_t i = 0; i < tr.n_sends; i++) {
+                const trace_send *s = &tr.sends[i];
+                if (s->admitted) continue;
+                first = -1;
+                assert_int_equal(trace_replay(&tr, cap, rate, s->t, s, 0, &first), 1);
+                assert_true(first == s->t);
+            }
+            free(tr.sends);
+            free(tr.refunds);
+        }
+    }
+}
+
+/* Worked by hand: an output bucket of 1000 tokens refilled at 0.01/ms
+ * (otpm 600). Both implementations must refuse sends 2, 3 and 5. */
+static void test_bucket_and_replay_reject_alike(void **state) {
+    static const struct {
+        double t, amount; /* < 0: a refund */
+        int admit;
+    } ev[] = {
+        {0, 800, 1},        /* 1000 -> 200 */
+        {100, -300, 1},     /* 200 + 1 + 300 = 501 */
+        {150, 600, 0},      /* 501.5 < 600: refused */
+        {1000, 1500, 0},    /* 510 and not full: an oversize send is refused */
+        {60000, 1500, 1},   /* full again: admitted into debt, -500 */
+        {60400, 1, 0},      /* -496 < 1: refused */
+        {60400.5, -2000, 1},/* -495.995 + 2000, capped at 1000 */
+        {60401, 1000, 1},   /* exactly full: admitted, 0 */
+    };
+    mock_bucket b;
+    replay rp;
+    double first = -1;
+    (void)state;
+    mock_bucket_init(&b, 1000, 0.01, 0);
+    replay_init(&rp);
+    for (size_t i = 0; i < sizeof(ev) / sizeof(ev[0]); i++) {
+        mock_bucket_refill(&b, ev[i].t);
+        if (ev[i].amount < 0) {
+            mock_bucket_give(&b, -ev[i].amount);
+        } else {
+            int ok = mock_bucket_wait_ms(&b, ev[i].amount) == 0;
+            assert_int_equal(ok, ev[i].admit);
+            if (ok) mock_bucket_take(&b, ev[i].amount);
+        }
+        assert_int_equal(replay_add(&rp, ev[i].t, ev[i].amount), 0);
+    }
+    assert_true(fabs(b.level) < 1e-9);
+    assert_int_equal(replay_rejections(&rp, 1000, 0.01, &first), 3);
+    assert_true(first == 150);
+    replay_free(&rp);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cli),
@@ -1011,6 +1206,8 @@ int main(void) {
         cmocka_unit_test(test_noisy_neighbour),
         cmocka_unit_test(test_seed_and_sigusr1),
         cmocka_unit_test(test_port_file),
+        cmocka_unit_test(test_bucket_matches_replay),
+        cmocka_unit_test(test_bucket_and_replay_reject_alike),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, NULL, NULL);
