@@ -145,28 +145,123 @@ static const char *outcome_name(mock_outcome o) {
     return names[o];
 }
 
-/* Sends body (a JSON value, consumed) with status, counts the call in the
- * ledger and logs it. */
-void mock_call_finish(mock_call *c, int status, mock_outcome o, json_t *body, uint64_t charged,
-                      uint64_t reported, uint64_t delay_ms) {
+/* Counts the call in the ledger, logs it and adds the request id. An
+ * accepted call gets a mock_pending as its request's udata, so the ledger
+ * hears when it is abandoned. Returns -1 when that cannot be allocated
+ * (the call is counted all the same). */
+static int call_record(mock_call *c, int status, mock_outcome o, uint64_t charged,
+                       uint64_t reported) {
     mock *m = c->m;
     mock_ledger_ref ref;
-    char *text = body ? json_dumps(body, MOCK_JSON_FLAGS) : NULL;
-    json_decref(body);
     mock_ledger_record(m->ledger, c->deployment, c->client, o, c->now_ms, charged, reported, &ref);
-    if (o == MOCK_ACCEPTED) mock_http_set_udata(c->req, ref.deployment, ref.client);
     if (m->opt.log)
         fprintf(m->opt.log, "%.3f %s %s %s %d %s\n", c->now_ms, c->client,
                 c->deployment ? c->deployment : "-", mock_http_path(c->req), status,
                 outcome_name(o));
     mock_call_header(c, "x-request-id: mock-%llu\r\n", (unsigned long long)++m->next_id);
+    if (o != MOCK_ACCEPTED) return 0;
+    mock_pending *p = calloc(1, sizeof(*p));
+    if (!p) return -1;
+    p->m = m;
+    p->ref = ref;
+    mock_http_set_udata(c->req, p);
+    return 0;
+}
+
+static void call_oom(mock_call *c) {
+    static const char oom[] = "{\"error\":{\"code\":\"500\",\"message\":\"out of memory\"}}";
+    mock_http_respond(c->req, 500, c->headers, oom, sizeof(oom) - 1, 0);
+}
+
+/* Sends body (a JSON value, consumed) with status, counts the call in the
+ * ledger and logs it. */
+void mock_call_finish(mock_call *c, int status, mock_outcome o, json_t *body, uint64_t charged,
+                      uint64_t reported, uint64_t delay_ms) {
+    char *text = body ? json_dumps(body, MOCK_JSON_FLAGS) : NULL;
+    json_decref(body);
+    if (call_record(c, status, o, charged, reported) != 0) {
+        free(text);
+        text = NULL;
+    }
     if (!text) {
-        static const char oom[] = "{\"error\":{\"code\":\"500\",\"message\":\"out of memory\"}}";
-        mock_http_respond(c->req, 500, c->headers, oom, sizeof(oom) - 1, 0);
+        call_oom(c);
         return;
     }
     mock_http_respond(c->req, status, c->headers, text, strlen(text), delay_ms);
     free(text);
+}
+
+void mock_call_finish_stream(mock_call *c, mock_events *e, uint64_t charged, uint64_t reported,
+                             uint64_t start_ms, uint64_t service_ms) {
+    mock_http_piece pieces[MOCK_STREAM_MAX_EVENTS];
+    if (call_record(c, 200, MOCK_ACCEPTED, charged, reported) != 0 || e->oom || e->n == 0) {
+        mock_events_free(e);
+        call_oom(c);
+        return;
+    }
+    /* The first event goes out with the headers; the last one when the
+     * service time is over, as the non-streamed answer would. */
+    for (size_t i = 0; i < e->n; i++)
+        pieces[i] = (mock_http_piece){e->text[i], e->len[i],
+                                      start_ms + (e->n > 1 ? service_ms * i / (e->n - 1) : 0)};
+    mock_http_respond_stream(c->req, 200, c->headers, "text/event-stream", pieces, e->n);
+    mock_events_free(e);
+}
+
+void mock_events_add(mock_events *e, const char *name, json_t *data, const char *raw,
+                     uint32_t generated) {
+    char *json = data ? json_dumps(data, MOCK_JSON_FLAGS) : NULL;
+    json_decref(data);
+    if (!raw) raw = json;
+    if (!raw || e->n == MOCK_STREAM_MAX_EVENTS) {
+        e->oom = 1;
+        free(json);
+        return;
+    }
+    size_t n = strlen(raw) + (name ? strlen(name) + 8 : 0) + 9;
+    char *t = malloc(n);
+    if (!t) {
+        e->oom = 1;
+        free(json);
+        return;
+    }
+    int len = name ? snprintf(t, n, "event: %s\ndata: %s\n\n", name, raw)
+                   : snprintf(t, n, "data: %s\n\n", raw);
+    free(json);
+    e->text[e->n] = t;
+    e->len[e->n] = (size_t)len;
+    e->generated[e->n] = generated;
+    e->n++;
+}
+
+void mock_events_free(mock_events *e) {
+    for (size_t i = 0; i < e->n; i++) free(e->text[i]);
+    e->n = 0;
+}
+
+char *mock_words(uint64_t from, uint64_t count) {
+    static const char *words[] = {"The", "mock", "says", "ok", "and", "counts", "every",
+                                  "token", "it", "sees"};
+    const size_t nw = sizeof(words) / sizeof(words[0]);
+    if (from >= MOCK_TEXT_WORDS) count = 0;
+    else if (count > MOCK_TEXT_WORDS - from) count = MOCK_TEXT_WORDS - from;
+    char *text = malloc((size_t)count * 8 + 1);
+    size_t len = 0;
+    if (!text) return NULL;
+    for (uint64_t i = from; i < from + count; i++) {
+        const char *w = words[i % nw];
+        if (i) text[len++] = ' ';
+        memcpy(text + len, w, strlen(w));
+        len += strlen(w);
+    }
+    text[len] = '\0';
+    return text;
+}
+
+void mock_stream_split(uint64_t tokens, uint64_t cum[MOCK_STREAM_DELTAS], size_t *n) {
+    size_t k = tokens < MOCK_STREAM_DELTAS ? (size_t)tokens : MOCK_STREAM_DELTAS;
+    for (size_t i = 0; i < k; i++) cum[i] = tokens * (i + 1) / k;
+    *n = k;
 }
 
 json_t *mock_azure_error(const char *code, const char *message) {
@@ -287,10 +382,12 @@ static void mock_on_request(mock_http_req *req, void *arg) {
     mock_call_not_found(&c, mock_azure_error("404", "Resource not found"));
 }
 
-static void mock_on_abandon(void *udata[2], void *arg) {
-    mock *m = arg;
-    mock_ledger_ref ref = {udata[0], udata[1]};
-    mock_ledger_abandoned(m->ledger, &ref);
+static void mock_on_done(void *udata, int delivered, size_t released, void *arg) {
+    mock_pending *p = udata;
+    (void)released;
+    (void)arg;
+    if (!delivered) mock_ledger_abandoned(p->m->ledger, &p->ref);
+    free(p);
 }
 
 /* ---- the noisy neighbour ---------------------------------------------- */
@@ -401,7 +498,7 @@ int mock_start(uv_loop_t *loop, const mock_options *o, mock **out, char *err, si
             goto oom;
         }
     }
-    mock_http_handlers h = {mock_on_request, mock_on_abandon, m};
+    mock_http_handlers h = {mock_on_request, NULL, mock_on_done, m};
     rc = mock_http_start(loop, m->host, o->port, o->max_body, &h, &m->http);
     if (rc != 0) {
         fail(err, errlen, "cannot listen on %s:%d: %s", o->host, o->port,

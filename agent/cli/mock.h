@@ -10,7 +10,8 @@
  * ceil(chars of the messages' text / 4) + max_tokens (16 when absent), as
  * Azure does. Rejections are 429 with Retry-After and retry-after-ms;
  * every deployment response carries x-ratelimit-* headers. Accepted calls
- * are answered after a service time drawn from a range, on a libuv timer.
+ * are answered after a service time drawn from a range, on a libuv timer,
+ * or with "stream": true as Server-Sent Events spread over that time.
  * docs/mock.md describes the wire behaviour and the ledger JSON.
  *
  * Embedding: mock_start() on any libuv loop, mock_stop() to close every

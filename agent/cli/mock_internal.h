@@ -28,6 +28,13 @@
 #define MOCK_MAX_TOKENS 1000000
 #define MOCK_DEFAULT_MAX_TOKENS 16
 #define MOCK_NEIGHBOUR "(neighbour)"
+/* A streamed answer carries at most this many content deltas (each a
+ * share of the completion), so a million-token answer is not a million
+ * timer ticks. */
+#define MOCK_STREAM_DELTAS 16
+#define MOCK_STREAM_MAX_EVENTS (MOCK_STREAM_DELTAS + 8)
+/* Words of text in an answer, at most (the usage says the rest). */
+#define MOCK_TEXT_WORDS 2048
 
 typedef struct mock_deployment {
     mock_bucket req;
@@ -69,6 +76,23 @@ typedef struct mock_call {
     size_t hlen;
 } mock_call;
 
+/* An accepted call until the server lets go of it (the request's udata):
+ * where it was counted, for the abandoned count. */
+typedef struct mock_pending {
+    mock *m;
+    mock_ledger_ref ref;
+} mock_pending;
+
+/* The events of a streamed answer, each already in its SSE form, with the
+ * output tokens generated once it is sent. */
+typedef struct mock_events {
+    char *text[MOCK_STREAM_MAX_EVENTS];
+    size_t len[MOCK_STREAM_MAX_EVENTS];
+    uint32_t generated[MOCK_STREAM_MAX_EVENTS];
+    size_t n;
+    int oom;
+} mock_events;
+
 /* ---- mock.c ----------------------------------------------------------- */
 
 /* Uniform in [lo, hi], and in [0, 1), from the mock's seeded sequence. */
@@ -104,6 +128,31 @@ void mock_call_header(mock_call *c, const char *fmt, ...);
  * ledger and logs it. */
 void mock_call_finish(mock_call *c, int status, mock_outcome o, json_t *body, uint64_t charged,
                       uint64_t reported, uint64_t delay_ms);
+
+/* Answers an accepted call with a stream of Server-Sent Events (e, whose
+ * texts are freed): the first at start_ms, the others spread evenly over
+ * the next service_ms, one write each. Counted like mock_call_finish(). */
+void mock_call_finish_stream(mock_call *c, mock_events *e, uint64_t charged, uint64_t reported,
+                             uint64_t start_ms, uint64_t service_ms);
+
+/* Appends one event: "event: NAME" when name is not NULL, then "data: "
+ * and data (a JSON value, consumed; or raw when it is NULL). */
+void mock_events_add(mock_events *e, const char *name, json_t *data, const char *raw,
+                     uint32_t generated);
+
+/* Frees what mock_events_add() made (after an error). */
+void mock_events_free(mock_events *e);
+
+/* Writes words [from, from + count) of the mock's answer text into a new
+ * string, each preceded by a space except the very first word of the
+ * answer; the answer stops after MOCK_TEXT_WORDS words. NULL when out of
+ * memory. */
+char *mock_words(uint64_t from, uint64_t count);
+
+/* Splits an answer of `tokens` tokens into the content deltas of a stream:
+ * *n deltas, delta i ending at cum[i] tokens (cum has MOCK_STREAM_DELTAS
+ * entries). */
+void mock_stream_split(uint64_t tokens, uint64_t cum[MOCK_STREAM_DELTAS], size_t *n);
 
 /* Error bodies in Azure's and in OpenAI's shape. */
 json_t *mock_azure_error(const char *code, const char *message);

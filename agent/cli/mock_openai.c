@@ -79,19 +79,8 @@ static long long messages_chars(json_t *messages) {
 
 static json_t *completion_body(mock *m, const char *model, uint64_t prompt, uint64_t completion,
                                uint64_t max_tokens) {
-    static const char *words[] = {"The", "mock", "says", "ok", "and", "counts", "every",
-                                  "token", "it", "sees"};
-    size_t nwords = completion < 2048 ? (size_t)completion : 2048;
-    char *text = malloc(nwords * 8 + 1);
-    size_t len = 0;
+    char *text = mock_words(0, completion);
     if (!text) return NULL;
-    for (size_t i = 0; i < nwords; i++) {
-        const char *w = words[i % (sizeof(words) / sizeof(words[0]))];
-        if (i) text[len++] = ' ';
-        memcpy(text + len, w, strlen(w));
-        len += strlen(w);
-    }
-    text[len] = '\0';
     json_t *body = json_pack(
         "{sssssIss s[{sis{ssss}ss}] s{sIsIsI}}", "id", "chatcmpl-mock", "object",
         "chat.completion", "created", (json_int_t)time(NULL), "model", model, "choices", "index", 0,
@@ -106,6 +95,61 @@ static json_t *completion_body(mock *m, const char *model, uint64_t prompt, uint
         json_object_set_new(body, "id", json_string(id));
     }
     return body;
+}
+
+/* One chat.completion.chunk of a streamed answer; with include_usage every
+ * chunk but the last says "usage": null, as OpenAI's do. */
+static json_t *chunk_new(mock *m, const char *model, json_t *choices, int include_usage) {
+    char id[48];
+    snprintf(id, sizeof(id), "chatcmpl-mock-%llu", (unsigned long long)m->next_id + 1);
+    json_t *j = json_pack("{sssssIssso}", "id", id, "object", "chat.completion.chunk", "created",
+                          (json_int_t)time(NULL), "model", model, "choices", choices);
+    if (j && include_usage) json_object_set_new(j, "usage", json_null());
+    return j;
+}
+
+static json_t *chunk_choice(json_t *delta, const char *finish) {
+    return json_pack("[{siso so}]", "index", 0, "delta", delta, "finish_reason",
+                     finish ? json_string(finish) : json_null());
+}
+
+/* The events of a streamed chat completion: the role, the content in
+ * deltas, the finish reason, the usage (only with include_usage, with
+ * empty choices) and [DONE]. */
+static void completion_events(mock *m, mock_events *e, const char *model, uint64_t prompt,
+                              uint64_t completion, uint64_t max_tokens, int include_usage) {
+    uint64_t cum[MOCK_STREAM_DELTAS], done = 0;
+    size_t k;
+    mock_events_add(e, NULL,
+                    chunk_new(m, model, chunk_choice(json_pack("{ssss}", "role", "assistant",
+                                                               "content", ""), NULL),
+                              include_usage),
+                    NULL, 0);
+    mock_stream_split(completion, cum, &k);
+    for (size_t i = 0; i < k; i++) {
+        char *text = mock_words(done, cum[i] - done);
+        json_t *delta = text ? json_pack("{ss}", "content", text) : NULL;
+        free(text);
+        mock_events_add(e, NULL, chunk_new(m, model, chunk_choice(delta, NULL), include_usage),
+                        NULL, (uint32_t)cum[i]);
+        done = cum[i];
+    }
+    mock_events_add(e, NULL,
+                    chunk_new(m, model,
+                              chunk_choice(json_object(),
+                                           completion >= max_tokens ? "length" : "stop"),
+                              include_usage),
+                    NULL, (uint32_t)completion);
+    if (include_usage) {
+        json_t *u = chunk_new(m, model, json_array(), 0);
+        if (u)
+            json_object_set_new(u, "usage",
+                                json_pack("{sIsIsI}", "prompt_tokens", (json_int_t)prompt,
+                                          "completion_tokens", (json_int_t)completion,
+                                          "total_tokens", (json_int_t)(prompt + completion)));
+        mock_events_add(e, NULL, u, NULL, (uint32_t)completion);
+    }
+    mock_events_add(e, NULL, NULL, "[DONE]", (uint32_t)completion);
 }
 
 static void call_rate_limited(mock_call *c, double wait_ms, int by_tokens, double tokens) {
@@ -200,6 +244,14 @@ static void chat(mock_call *c, const char *deployment) {
 
     /* Validation, in the order the real front door reports it. */
     json_t *stream = json_object_get(body, "stream");
+    json_t *sopt = json_object_get(body, "stream_options");
+    json_t *iu = json_object_get(sopt, "include_usage");
+    int stream_bad = stream && !json_is_null(stream) && !json_is_boolean(stream);
+    int streaming = json_is_true(stream);
+    int sopt_given = sopt && !json_is_null(sopt);
+    int sopt_bad = sopt_given && (!json_is_object(sopt) || (iu && !json_is_null(iu) &&
+                                                             !json_is_boolean(iu)));
+    int include_usage = json_is_true(iu);
     long long chars = messages_chars(json_object_get(body, "messages"));
     json_t *mt = json_object_get(body, "max_tokens");
     const char *mt_name = "max_tokens";
@@ -209,13 +261,24 @@ static void chat(mock_call *c, const char *deployment) {
     }
     long long max_tokens = MOCK_DEFAULT_MAX_TOKENS;
     if (mt && !json_is_null(mt)) max_tokens = json_is_integer(mt) ? json_integer_value(mt) : -1;
-    int streaming = json_is_true(stream);
     json_decref(body);
-    if (streaming) {
+    if (stream_bad) {
         call_ratelimit_headers(c);
-        call_bad_request(c, "stream",
-                         "stream=true is not supported by sluice mock: send \"stream\": false "
-                         "or leave it out.");
+        call_bad_request(c, "stream", "'stream' must be a boolean.");
+        return;
+    }
+    if (sopt_given && !streaming) {
+        call_ratelimit_headers(c);
+        call_bad_request(c, "stream_options",
+                         "The 'stream_options' parameter is only allowed when 'stream' is "
+                         "enabled.");
+        return;
+    }
+    if (sopt_bad) {
+        call_ratelimit_headers(c);
+        call_bad_request(c, "stream_options",
+                         "'stream_options' must be an object whose 'include_usage' is a "
+                         "boolean.");
         return;
     }
     if (chars < 0) {
@@ -270,8 +333,14 @@ static void chat(mock_call *c, const char *deployment) {
                                      ? m->opt.completion_tokens
                                      : (uint64_t)max_tokens)
                               : mock_rng_range(m->rng, 1, (uint64_t)max_tokens);
-    uint64_t delay = mock_rng_range(m->rng, m->opt.service_ms_min, m->opt.service_ms_max) +
-                     m->opt.slow_ms;
+    uint64_t service = mock_rng_range(m->rng, m->opt.service_ms_min, m->opt.service_ms_max);
+    uint64_t delay = service + m->opt.slow_ms;
+    if (streaming) {
+        mock_events e = {0};
+        completion_events(m, &e, name, prompt, completion, (uint64_t)max_tokens, include_usage);
+        mock_call_finish_stream(c, &e, estimate, prompt + completion, m->opt.slow_ms, service);
+        return;
+    }
     mock_call_finish(c, 200, MOCK_ACCEPTED,
                      completion_body(m, name, prompt, completion, (uint64_t)max_tokens), estimate,
                      prompt + completion, delay);

@@ -318,6 +318,155 @@ static json_t *body_json(const response *r) {
     return j;
 }
 
+/* ---- streamed responses (chunked Server-Sent Events) ------------------ */
+
+typedef struct sse_event {
+    char name[64];  /* "event:" line, "" when absent */
+    char *data;     /* "data:" line (malloc'd) */
+    double at_ms;   /* when the test read it, on its own clock */
+} sse_event;
+
+typedef struct stream {
+    int status;
+    char head[8192];
+    char *body;     /* decoded body not yet split into events */
+    size_t len, cap;
+    int chunked, ended;
+    sse_event ev[64];
+    size_t n;
+} stream;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
+}
+
+static void stream_append(stream *s, const char *p, size_t n) {
+    if (s->len + n + 1 > s->cap) {
+        s->cap = (s->len + n + 1) * 2;
+        s->body = realloc(s->body, s->cap);
+        assert_non_null(s->body);
+    }
+    memcpy(s->body + s->len, p, n);
+    s->len += n;
+    s->body[s->len] = '\0';
+}
+
+/* Reads the status line and headers of a streamed answer. */
+static int stream_open(client *cl, stream *s) {
+    char *eoh;
+    memset(s, 0, sizeof(*s));
+    while (!(eoh = strstr(cl->buf, "\r\n\r\n")))
+        if (client_fill(cl) <= 0) return -1;
+    size_t hlen = (size_t)(eoh - cl->buf) + 4;
+    assert_true(hlen < sizeof(s->head));
+    memcpy(s->head, cl->buf, hlen);
+    s->head[hlen] = '\0';
+    assert_int_equal(sscanf(s->head, "HTTP/1.1 %d", &s->status), 1);
+    s->chunked = strcasestr(s->head, "\r\nTransfer-Encoding: chunked") != NULL;
+    memmove(cl->buf, cl->buf + hlen, cl->len - hlen + 1);
+    cl->len -= hlen;
+    return 0;
+}
+
+/* Moves whole chunks from the client's buffer into the body. */
+static void stream_decode(client *cl, stream *s) {
+    if (!s->chunked) {
+        stream_append(s, cl->buf, cl->len);
+        cl->len = 0;
+        cl->buf[0] = '\0';
+        return;
+    }
+    while (!s->ended) {
+        char *crlf = strstr(cl->buf, "\r\n");
+        if (!crlf) return;
+        size_t size = strtoul(cl->buf, NULL, 16), hl = (size_t)(crlf - cl->buf) + 2;
+        if (cl->len < hl + size + 2) return;
+        assert_memory_equal(cl->buf + hl + size, "\r\n", 2);
+        stream_append(s, cl->buf + hl, size);
+        if (size == 0) s->ended = 1;
+        memmove(cl->buf, cl->buf + hl + size + 2, cl->len - hl - size - 2 + 1);
+        cl->len -= hl + size + 2;
+    }
+}
+
+/* The next event: 1, 0 at the end of the body, -1 when the connection
+ * ended or went quiet first. */
+static int stream_next(client *cl, stream *s) {
+    for (;;) {
+        char *end = s->body ? strstr(s->body, "\n\n") : NULL;
+        if (end) {
+            sse_event *e = &s->ev[s->n];
+            assert_true(s->n < sizeof(s->ev) / sizeof(s->ev[0]));
+            *end = '\0';
+            e->name[0] = '\0';
+            e->data = NULL;
+            e->at_ms = now_ms();
+            for (char *line = s->body, *next; line; line = next) {
+                next = strchr(line, '\n');
+                if (next) *next++ = '\0';
+                if (strncmp(line, "event: ", 7) == 0) snprintf(e->name, sizeof(e->name), "%s", line + 7);
+                else if (strncmp(line, "data: ", 6) == 0) e->data = strdup(line + 6);
+                else fail_msg("unexpected SSE line '%s'", line);
+            }
+            assert_non_null(e->data);
+            size_t used = (size_t)(end - s->body) + 2;
+            memmove(s->body, s->body + used, s->len - used + 1);
+            s->len -= used;
+            s->n++;
+            return 1;
+        }
+        if (s->ended) {
+            assert_int_equal(s->len, 0);
+            return 0;
+        }
+        stream_decode(cl, s);
+        if (s->ended || (s->body && strstr(s->body, "\n\n"))) continue;
+        int r = client_fill(cl);
+        if (r == 0 && !s->chunked) {
+            stream_decode(cl, s);
+            s->ended = 1;
+            continue;
+        }
+        if (r <= 0) return -1;
+    }
+}
+
+/* Reads a whole streamed answer. */
+static void stream_read_all(client *cl, stream *s) {
+    assert_int_equal(stream_open(cl, s), 0);
+    int r;
+    while ((r = stream_next(cl, s)) == 1) {
+    }
+    assert_int_equal(r, 0);
+}
+
+static void stream_free(stream *s) {
+    for (size_t i = 0; i < s->n; i++) free(s->ev[i].data);
+    free(s->body);
+    memset(s, 0, sizeof(*s));
+}
+
+static json_t *event_json(const sse_event *e) {
+    json_error_t err;
+    json_t *j = json_loads(e->data, 0, &err);
+    if (!j) fail_msg("event data is not JSON: %s: %s", err.text, e->data);
+    return j;
+}
+
+static const char *stream_header(const stream *s, const char *name, char *val, size_t n) {
+    static response r;
+    snprintf(r.head, sizeof(r.head), "%s", s->head);
+    return header(&r, name, val, n);
+}
+
+static long stream_header_long(const stream *s, const char *name) {
+    char v[64];
+    if (!stream_header(s, name, v, sizeof(v))) fail_msg("missing header %s in:\n%s", name, s->head);
+    return strtol(v, NULL, 10);
+}
+
 /* Formats a POST with a JSON body. client may be NULL (no x-client-id). */
 static size_t post(char *out, size_t n, const char *path, const char *client_id, int close,
                    const char *body) {
@@ -627,7 +776,7 @@ static void test_not_found_and_bad_requests(void **state) {
     assert_int_equal(r.status, 400);
     assert_non_null(strstr(r.body, "invalid_request_error"));
     call(c.port, AZURE_PATH("gpt-4o"), "n",
-         "{\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r);
+         "{\"stream\":\"yes\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r);
     assert_int_equal(r.status, 400);
     assert_non_null(strstr(r.body, "stream"));
     call(c.port, "/v1/chat/completions", "n", simple_body, &r); /* no model */
@@ -996,6 +1145,249 @@ static void test_port_file(void **state) {
     assert_int_equal(stat(path, &st), -1); /* removed on exit */
 }
 
+/* The text of an answer of n tokens: the mock's words, one per token. */
+static char *answer_text(int n) {
+    static const char *w[] = {"The", "mock", "says", "ok", "and", "counts", "every", "token", "it", "sees"};
+    char *t = calloc((size_t)n * 8 + 1, 1);
+    for (int i = 0; i < n; i++) {
+        if (i) strcat(t, " ");
+        strcat(t, w[i % 10]);
+    }
+    return t;
+}
+
+/* Checks the chat.completion.chunk events of a streamed answer: the role
+ * first, then `deltas` content deltas that add up to `tokens` words, the
+ * finish reason, with include_usage the usage chunk (empty choices) and
+ * "usage": null on every other chunk, and [DONE] last. */
+static void check_chunks(const stream *st, int deltas, int tokens, const char *finish,
+                         int include_usage, long prompt) {
+    size_t n = (size_t)deltas + 3 + (include_usage ? 1 : 0);
+    char content[16384] = "";
+    assert_int_equal(st->n, n);
+    assert_string_equal(st->ev[n - 1].data, "[DONE]");
+    json_t *first = event_json(&st->ev[0]);
+    const char *id = json_string_value(json_object_get(first, "id"));
+    assert_non_null(id);
+    for (size_t i = 0; i + 1 < n; i++) {
+        json_t *j = event_json(&st->ev[i]);
+        assert_string_equal(st->ev[i].name, "");
+        assert_string_equal(json_string_value(json_object_get(j, "object")), "chat.completion.chunk");
+        assert_string_equal(json_string_value(json_object_get(j, "id")), id);
+        json_t *choices = json_object_get(j, "choices"), *usage = json_object_get(j, "usage");
+        if (include_usage && i == n - 2) {
+            assert_int_equal(json_array_size(choices), 0);
+            assert_int_equal(json_integer_value(json_object_get(usage, "prompt_tokens")), prompt);
+            assert_int_equal(json_integer_value(json_object_get(usage, "completion_tokens")), tokens);
+            assert_int_equal(json_integer_value(json_object_get(usage, "total_tokens")), prompt + tokens);
+            json_decref(j);
+            continue;
+        }
+        if (include_usage) assert_true(usage && json_is_null(usage));
+        else assert_null(usage);
+        assert_int_equal(json_array_size(choices), 1);
+        json_t *ch = json_array_get(choices, 0), *delta = json_object_get(ch, "delta");
+        json_t *fin = json_object_get(ch, "finish_reason");
+        if (i == 0) {
+            assert_string_equal(json_string_value(json_object_get(delta, "role")), "assistant");
+            assert_true(json_is_null(fin));
+        } else if (i <= (size_t)deltas) {
+            strcat(content, json_string_value(json_object_get(delta, "content")));
+            assert_true(json_is_null(fin));
+        } else {
+            assert_int_equal(json_object_size(delta), 0);
+            assert_string_equal(json_string_value(fin), finish);
+        }
+        json_decref(j);
+    }
+    json_decref(first);
+    char *want = answer_text(tokens);
+    assert_string_equal(content, want);
+    free(want);
+}
+
+/* "stream": true in the Azure and the OpenAI shape: Server-Sent Events in
+ * chunked encoding, written one by one over the service time (the first
+ * at once, [DONE] when the service time is over), the content split into
+ * at most 16 deltas, the usage chunk only with include_usage. A stream is
+ * charged and counted like a plain call, and the connection serves again
+ * after it. Bad stream fields are 400s. */
+static void test_stream_openai(void **state) {
+    enum { SERVICE = 600 };
+    static client cl;
+    static response r;
+    static stream st;
+    char req[4096], v[64];
+    mock_child c;
+    (void)state;
+    child_start(&c, "--rpm", "600", "--burst", "10", "--tpm", "600000", "--token-burst", "100000",
+                "--service-ms", "600", "--completion-tokens", "20", NULL);
+    client_open(&cl, c.port);
+    client_send(&cl, req,
+                post(req, sizeof(req), AZURE_PATH("gpt-4o"), "s", 0,
+                     "{\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"abcdefgh\"}],"
+                     "\"max_tokens\":40}"));
+    stream_read_all(&cl, &st);
+    assert_int_equal(st.status, 200);
+    assert_string_equal(stream_header(&st, "Content-Type", v, sizeof(v)), "text/event-stream");
+    assert_true(st.chunked);
+    assert_null(stream_header(&st, "Content-Length", v, sizeof(v)));
+    assert_int_equal(stream_header_long(&st, "x-ratelimit-remaining-requests"), 9);
+    assert_int_equal(stream_header_long(&st, "x-ratelimit-remaining-tokens"), 100000 - (2 + 40));
+    check_chunks(&st, 16, 20, "stop", 0, 2);
+    /* One write per event, over the service time: never all at once. */
+    double span = st.ev[st.n - 1].at_ms - st.ev[0].at_ms;
+    assert_true(span >= SERVICE - 5);
+    for (size_t i = 1; i < st.n; i++)
+        assert_true(st.ev[i].at_ms - st.ev[i - 1].at_ms >= SERVICE / (double)(st.n - 1) - 5);
+    stream_free(&st);
+    /* The chunked body ended cleanly: the same connection serves again. */
+    client_send(&cl, req, post(req, sizeof(req), AZURE_PATH("gpt-4o"), "s", 1, simple_body));
+    assert_int_equal(client_read(&cl, &r), 0);
+    assert_int_equal(r.status, 200);
+    client_close(&cl);
+
+    /* OpenAI style, include_usage; the completion uses all of max_tokens. */
+    client_open(&cl, c.port);
+    client_send(&cl, req,
+                post(req, sizeof(req), "/v1/chat/completions", "s", 1,
+                     "{\"model\":\"gpt-4o\",\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+                     "\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}],\"max_tokens\":20}"));
+    stream_read_all(&cl, &st);
+    assert_int_equal(st.status, 200);
+    check_chunks(&st, 16, 20, "length", 1, 1);
+    stream_free(&st);
+    client_close(&cl);
+    /* include_usage false: no usage chunk, no "usage" keys. Few tokens:
+     * one delta per token. */
+    client_open(&cl, c.port);
+    client_send(&cl, req,
+                post(req, sizeof(req), "/v1/chat/completions", "s", 1,
+                     "{\"model\":\"gpt-4o\",\"stream\":true,\"stream_options\":{\"include_usage\":false},"
+                     "\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}],\"max_tokens\":3}"));
+    stream_read_all(&cl, &st);
+    check_chunks(&st, 3, 3, "length", 0, 1);
+    stream_free(&st);
+    client_close(&cl);
+
+    /* HTTP/1.0 has no chunked encoding: the body ends with the connection. */
+    client_open(&cl, c.port);
+    const char *b10 = "{\"model\":\"gpt-4o\",\"stream\":true,\"messages\":[{\"role\":\"user\","
+                      "\"content\":\"abcd\"}],\"max_tokens\":2}";
+    int n = snprintf(req, sizeof(req),
+                     "POST /v1/chat/completions HTTP/1.0\r\nConnection: keep-alive\r\n"
+                     "x-client-id: s\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(b10), b10);
+    client_send(&cl, req, (size_t)n);
+    stream_read_all(&cl, &st);
+    assert_false(st.chunked);
+    assert_non_null(strcasestr(st.head, "\r\nConnection: close"));
+    check_chunks(&st, 2, 2, "length", 0, 1);
+    stream_free(&st);
+    client_close(&cl);
+
+    static const char *const bad[] = {
+        "{\"model\":\"gpt-4o\",\"stream\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+        "{\"model\":\"gpt-4o\",\"stream_options\":{\"include_usage\":true},"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+        "{\"model\":\"gpt-4o\",\"stream\":true,\"stream_options\":5,"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+        "{\"model\":\"gpt-4o\",\"stream\":true,\"stream_options\":{\"include_usage\":\"yes\"},"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+    };
+    static const char *const param[] = {"stream", "stream_options", "stream_options", "stream_options"};
+    for (size_t i = 0; i < 4; i++) {
+        call(c.port, "/v1/chat/completions", "s", bad[i], &r);
+        assert_int_equal(r.status, 400);
+        json_t *j = body_json(&r);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "param")),
+                            param[i]);
+        json_decref(j);
+    }
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "deployments/gpt-4o/accepted"), 5);
+    assert_int_equal(jint(fin, "deployments/gpt-4o/status_400"), 4);
+    assert_int_equal(jint(fin, "deployments/gpt-4o/abandoned"), 0);
+    /* 2+40, 1+16 (the plain call), 1+20, 1+3, 1+2; reported: the usage */
+    assert_int_equal(jint(fin, "deployments/gpt-4o/tokens_charged"), 42 + 17 + 21 + 4 + 3);
+    assert_int_equal(jint(fin, "deployments/gpt-4o/tokens_reported"), 22 + 17 + 21 + 4 + 3);
+    json_decref(fin);
+}
+
+/* A stream holds back the answers pipelined behind it, even one that is
+ * ready at once (a 400), and they follow it in order. */
+static void test_stream_pipelined(void **state) {
+    static client cl;
+    static response r;
+    static stream st;
+    char req[8192];
+    size_t n = 0;
+    mock_child c;
+    (void)state;
+    child_start(&c, "--service-ms", "400", "--completion-tokens", "5", NULL);
+    client_open(&cl, c.port);
+    n += post(req + n, sizeof(req) - n, "/v1/chat/completions", "p", 0,
+              "{\"model\":\"m\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}");
+    n += post(req + n, sizeof(req) - n, "/v1/chat/completions", "p", 1, "{\"model\":\"m\"}");
+    client_send(&cl, req, n);
+    stream_read_all(&cl, &st);
+    assert_int_equal(st.status, 200);
+    check_chunks(&st, 5, 5, "stop", 0, 1);
+    stream_free(&st);
+    assert_int_equal(client_read(&cl, &r), 0);
+    assert_int_equal(r.status, 400);
+    assert_int_equal(client_fill(&cl), 0); /* Connection: close on the last */
+    client_close(&cl);
+    json_decref(child_stop(&c));
+}
+
+/* Polls the ledger until path reaches want, for at most 10 s. */
+static void wait_count(int port, const char *path, long long want) {
+    double deadline = now_ms() + 10000;
+    for (;;) {
+        json_t *s = get_stats(port, "");
+        json_t *j = s;
+        char buf[256], *save = NULL;
+        snprintf(buf, sizeof(buf), "%s", path);
+        for (char *k = strtok_r(buf, "/", &save); k && j; k = strtok_r(NULL, "/", &save))
+            j = json_object_get(j, k);
+        long long v = json_is_integer(j) ? json_integer_value(j) : 0;
+        json_decref(s);
+        if (v == want) return;
+        if (now_ms() > deadline) fail_msg("%s stayed %lld, expected %lld", path, v, want);
+        sleep_ms(10);
+    }
+}
+
+/* A client that leaves in the middle of a stream: the answer was admitted
+ * and charged (accepted), and is counted abandoned as soon as the mock
+ * sees the connection go, long before the stream would have ended. */
+static void test_stream_disconnect(void **state) {
+    static client cl;
+    static stream st;
+    char req[4096];
+    mock_child c;
+    (void)state;
+    child_start(&c, "--service-ms", "6000", "--completion-tokens", "4", NULL);
+    client_open(&cl, c.port);
+    client_send(&cl, req,
+                post(req, sizeof(req), "/v1/chat/completions", "gone", 0,
+                     "{\"model\":\"m\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}"));
+    assert_int_equal(stream_open(&cl, &st), 0);
+    assert_int_equal(stream_next(&cl, &st), 1); /* the role */
+    assert_int_equal(stream_next(&cl, &st), 1); /* the first delta, 1 s later */
+    double left = now_ms();
+    client_close(&cl);
+    stream_free(&st);
+    wait_count(c.port, "deployments/m/abandoned", 1);
+    assert_true(now_ms() - left < 4000);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "deployments/m/accepted"), 1);
+    assert_int_equal(jint(fin, "deployments/m/abandoned"), 1);
+    assert_int_equal(jint(fin, "clients/gone/abandoned"), 1);
+    json_decref(fin);
+}
+
 /* ---- the mock's bucket against the replay ----------------------------- */
 
 /* splitmix64: the traces' own random sequence, fixed by the seed. */
@@ -1206,6 +1598,9 @@ int main(void) {
         cmocka_unit_test(test_noisy_neighbour),
         cmocka_unit_test(test_seed_and_sigusr1),
         cmocka_unit_test(test_port_file),
+        cmocka_unit_test(test_stream_openai),
+        cmocka_unit_test(test_stream_pipelined),
+        cmocka_unit_test(test_stream_disconnect),
         cmocka_unit_test(test_bucket_matches_replay),
         cmocka_unit_test(test_bucket_and_replay_reject_alike),
     };
