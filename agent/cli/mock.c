@@ -99,19 +99,31 @@ int mock_name_ok(const char *s) {
     return 1;
 }
 
-static void dep_fill(const mock *m, mock_deployment *d, double now_ms) {
-    mock_bucket_init(&d->req, m->burst, m->opt.rpm / 60000.0, now_ms);
-    if (m->opt.tpm > 0) mock_bucket_init(&d->tok, m->token_burst, m->opt.tpm / 60000.0, now_ms);
+double mock_capacity(const mock *m, mock_dim dim, double per_min) {
+    return m->burst_set[dim] > 0 ? m->burst_set[dim] : fmax(1, floor(per_min / 6));
 }
 
-/* The deployment called name, created on first use unless the set is
- * fixed. NULL when it does not exist (or cannot be created). */
+/* Full buckets at now_ms with the limits d already has. */
+static void dep_fill(const mock *m, mock_deployment *d, double now_ms) {
+    for (int k = 0; k < MOCK_DIMS; k++)
+        if (d->per_min[k] > 0)
+            mock_bucket_init(&d->b[k], mock_capacity(m, (mock_dim)k, d->per_min[k]),
+                             d->per_min[k] / 60000.0, now_ms);
+}
+
+/* A new deployment with the current default limits. */
+static mock_deployment *dep_new(const mock *m, double now_ms) {
+    mock_deployment *d = calloc(1, sizeof(*d));
+    if (!d) return NULL;
+    memcpy(d->per_min, m->per_min, sizeof(d->per_min));
+    dep_fill(m, d, now_ms);
+    return d;
+}
+
 mock_deployment *mock_dep_get(mock *m, const char *name, double now_ms) {
     mock_deployment *d = mock_map_get(&m->deps, name);
     if (d || m->opt.n_deployments > 0 || m->deps.count >= MOCK_MAX_DEPLOYMENTS) return d;
-    d = calloc(1, sizeof(*d));
-    if (!d) return NULL;
-    dep_fill(m, d, now_ms);
+    if (!(d = dep_new(m, now_ms))) return NULL;
     if (mock_map_put(&m->deps, name, d) != 0) {
         free(d);
         return NULL;
@@ -119,29 +131,78 @@ mock_deployment *mock_dep_get(mock *m, const char *name, double now_ms) {
     return d;
 }
 
-void mock_dep_refill(const mock *m, mock_deployment *d, double now_ms) {
-    mock_bucket_refill(&d->req, now_ms);
-    if (m->opt.tpm > 0) mock_bucket_refill(&d->tok, now_ms);
+void mock_dep_refill(mock_deployment *d, double now_ms) {
+    for (int k = 0; k < MOCK_DIMS; k++)
+        if (d->per_min[k] > 0) mock_bucket_refill(&d->b[k], now_ms);
 }
 
-/* Admission of one request of `tokens` estimated tokens. Takes from both
- * buckets and returns 0 when both hold it; otherwise takes nothing and
- * returns the wait in ms until both will, with *by_tokens set when the
- * token limit is the longer wait. */
-double mock_dep_admit(const mock *m, mock_deployment *d, double tokens, int *by_tokens) {
-    double wr = mock_bucket_wait_ms(&d->req, 1);
-    double wt = m->opt.tpm > 0 ? mock_bucket_wait_ms(&d->tok, tokens) : 0;
-    *by_tokens = wt > wr;
-    if (wr > 0 || wt > 0) return wr > wt ? wr : wt;
-    mock_bucket_take(&d->req, 1);
-    if (m->opt.tpm > 0) mock_bucket_take(&d->tok, tokens);
+double mock_dep_admit(mock_deployment *d, const double cost[MOCK_DIMS], mock_dim *longest) {
+    double wait = 0;
+    *longest = MOCK_REQUESTS;
+    for (int k = 0; k < MOCK_DIMS; k++) {
+        if (d->per_min[k] <= 0 || cost[k] < 0) continue;
+        double w = mock_bucket_wait_ms(&d->b[k], cost[k]);
+        if (w > wait) {
+            wait = w;
+            *longest = (mock_dim)k;
+        }
+    }
+    if (wait > 0) return wait;
+    for (int k = 0; k < MOCK_DIMS; k++)
+        if (d->per_min[k] > 0 && cost[k] >= 0) mock_bucket_take(&d->b[k], cost[k]);
     return 0;
+}
+
+void mock_dep_set_limit(const mock *m, mock_deployment *d, mock_dim dim, double per_min,
+                        double now_ms) {
+    if (per_min <= 0) {
+        d->per_min[dim] = 0;
+        return;
+    }
+    double cap = mock_capacity(m, dim, per_min);
+    if (d->per_min[dim] > 0) mock_bucket_set(&d->b[dim], cap, per_min / 60000.0, now_ms);
+    else mock_bucket_init(&d->b[dim], cap, per_min / 60000.0, now_ms);
+    d->per_min[dim] = per_min;
+}
+
+int mock_call_resolve(mock_call *c, const char *name, char *buf, size_t n) {
+    if (!mock_name_ok(name)) return -1;
+    snprintf(buf, n, "%s", name);
+    c->dep = mock_dep_get(c->m, buf, c->now_ms);
+    if (!c->dep) return -2;
+    c->deployment = buf;
+    mock_dep_refill(c->dep, c->now_ms);
+    return 0;
+}
+
+void mock_fmt_rfc3339(char *out, size_t n, double unix_ms) {
+    long long ms = (long long)ceil(unix_ms - 1e-6);
+    time_t secs = (time_t)(ms / 1000);
+    struct tm tm;
+    if (!gmtime_r(&secs, &tm)) {
+        snprintf(out, n, "1970-01-01T00:00:00.000Z");
+        return;
+    }
+    snprintf(out, n, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+}
+
+uint64_t mock_draw_output(mock *m, uint64_t max_tokens) {
+    if (m->opt.completion_tokens)
+        return m->opt.completion_tokens < max_tokens ? m->opt.completion_tokens : max_tokens;
+    return mock_rng_range(m->rng, 1, max_tokens);
+}
+
+uint64_t mock_retry_after_s(uint64_t ms) {
+    uint64_t s = (ms + 999) / 1000;
+    return s < 1 ? 1 : s;
 }
 
 /* ---- responses -------------------------------------------------------- */
 
 static const char *outcome_name(mock_outcome o) {
-    static const char *names[] = {"accepted", "429", "429-quota", "503", "400", "404", "error"};
+    static const char *names[] = {"accepted", "429", "429-quota", "503", "400",
+                                  "404", "error", "400-credit", "429-injected"};
     return names[o];
 }
 
@@ -149,21 +210,31 @@ static const char *outcome_name(mock_outcome o) {
  * accepted call gets a mock_pending as its request's udata, so the ledger
  * hears when it is abandoned. Returns -1 when that cannot be allocated
  * (the call is counted all the same). */
-static int call_record(mock_call *c, int status, mock_outcome o, uint64_t charged,
-                       uint64_t reported) {
+static int call_record(mock_call *c, int status, mock_outcome o, const mock_charge *ch,
+                       const mock_events *e) {
     mock *m = c->m;
     mock_ledger_ref ref;
-    mock_ledger_record(m->ledger, c->deployment, c->client, o, c->now_ms, charged, reported, &ref);
+    mock_ledger_record(m->ledger, c->deployment, c->client, o, c->now_ms, ch, &ref);
     if (m->opt.log)
         fprintf(m->opt.log, "%.3f %s %s %s %d %s\n", c->now_ms, c->client,
                 c->deployment ? c->deployment : "-", mock_http_path(c->req), status,
                 outcome_name(o));
-    mock_call_header(c, "x-request-id: mock-%llu\r\n", (unsigned long long)++m->next_id);
+    ++m->next_id;
+    if (c->style == MOCK_ANTHROPIC)
+        mock_call_header(c, "request-id: req_mock_%llu\r\n", (unsigned long long)m->next_id);
+    else
+        mock_call_header(c, "x-request-id: mock-%llu\r\n", (unsigned long long)m->next_id);
     if (o != MOCK_ACCEPTED) return 0;
     mock_pending *p = calloc(1, sizeof(*p));
     if (!p) return -1;
     p->m = m;
     p->ref = ref;
+    p->dep = c->dep;
+    p->settle = c->settle;
+    if (e) {
+        p->nevents = e->n;
+        memcpy(p->generated, e->generated, sizeof(p->generated));
+    }
     mock_http_set_udata(c->req, p);
     return 0;
 }
@@ -175,11 +246,11 @@ static void call_oom(mock_call *c) {
 
 /* Sends body (a JSON value, consumed) with status, counts the call in the
  * ledger and logs it. */
-void mock_call_finish(mock_call *c, int status, mock_outcome o, json_t *body, uint64_t charged,
-                      uint64_t reported, uint64_t delay_ms) {
+void mock_call_finish(mock_call *c, int status, mock_outcome o, json_t *body,
+                      const mock_charge *ch, uint64_t delay_ms) {
     char *text = body ? json_dumps(body, MOCK_JSON_FLAGS) : NULL;
     json_decref(body);
-    if (call_record(c, status, o, charged, reported) != 0) {
+    if (call_record(c, status, o, ch, NULL) != 0) {
         free(text);
         text = NULL;
     }
@@ -191,10 +262,10 @@ void mock_call_finish(mock_call *c, int status, mock_outcome o, json_t *body, ui
     free(text);
 }
 
-void mock_call_finish_stream(mock_call *c, mock_events *e, uint64_t charged, uint64_t reported,
+void mock_call_finish_stream(mock_call *c, mock_events *e, const mock_charge *ch,
                              uint64_t start_ms, uint64_t service_ms) {
     mock_http_piece pieces[MOCK_STREAM_MAX_EVENTS];
-    if (call_record(c, 200, MOCK_ACCEPTED, charged, reported) != 0 || e->oom || e->n == 0) {
+    if (call_record(c, 200, MOCK_ACCEPTED, ch, e) != 0 || e->oom || e->n == 0) {
         mock_events_free(e);
         call_oom(c);
         return;
@@ -276,7 +347,7 @@ json_t *mock_openai_error(const char *message, const char *type, const char *par
 }
 
 void mock_call_not_found(mock_call *c, json_t *body) {
-    mock_call_finish(c, 404, MOCK_NOT_FOUND, body, 0, 0, 0);
+    mock_call_finish(c, 404, MOCK_NOT_FOUND, body, NULL, 0);
 }
 
 static int query_has(const char *q, const char *kv) {
@@ -318,6 +389,7 @@ static const mock_route mock_routes[] = {
     {"POST", "/openai/deployments/", "/chat/completions", mock_route_azure},
     {"POST", "/v1/chat/completions", NULL, mock_route_openai},
     {"POST", "/openai/v1/chat/completions", NULL, mock_route_openai},
+    {"POST", "/v1/messages", NULL, mock_route_anthropic},
     /* Not provider traffic: never counted in the ledger. */
     {"GET", "/stats", NULL, route_stats},
     {"POST", "/control", NULL, mock_route_control},
@@ -350,7 +422,7 @@ static void client_id(const mock_http_req *req, char *out, size_t n) {
 
 static void mock_on_request(mock_http_req *req, void *arg) {
     mock *m = arg;
-    mock_call c = {.m = m, .req = req, .now_ms = mock_now_ms(m), .azure = 1};
+    mock_call c = {.m = m, .req = req, .now_ms = mock_now_ms(m), .style = MOCK_AZURE};
     char client[MOCK_CLIENT_MAX + 1], name[MOCK_NAME_MAX + 2];
     const char *reason;
     client_id(req, client, sizeof(client));
@@ -361,7 +433,7 @@ static void mock_on_request(mock_http_req *req, void *arg) {
         snprintf(msg, sizeof(msg), "%s: %s",
                  status == 413 ? "request too large" : "malformed HTTP request", reason);
         mock_call_finish(&c, status, status == 400 ? MOCK_BAD_REQUEST : MOCK_OTHER_ERROR,
-                         mock_openai_error(msg, "invalid_request_error", NULL, NULL), 0, 0, 0);
+                         mock_openai_error(msg, "invalid_request_error", NULL, NULL), NULL, 0);
         return;
     }
     const char *path = mock_http_path(req), *method = mock_http_method(req);
@@ -373,7 +445,7 @@ static void mock_on_request(mock_http_req *req, void *arg) {
             snprintf(allow, sizeof(allow), "Allow: %s\r\n", r->method);
             mock_call_header(&c, "%s", allow);
             mock_call_finish(&c, 405, MOCK_OTHER_ERROR,
-                             mock_azure_error("405", "Method not allowed"), 0, 0, 0);
+                             mock_azure_error("405", "Method not allowed"), NULL, 0);
             return;
         }
         r->handler(&c, name);
@@ -382,27 +454,59 @@ static void mock_on_request(mock_http_req *req, void *arg) {
     mock_call_not_found(&c, mock_azure_error("404", "Resource not found"));
 }
 
+/* The end of an accepted Anthropic call: the output bucket gets back what
+ * was charged and not generated, now, and the ledger lists it. */
+static void pending_settle(mock_pending *p, uint64_t generated) {
+    mock *m = p->m;
+    if (!p->settle.output || p->settled) return;
+    p->settled = 1;
+    if (generated >= p->settle.max_tokens) return;
+    uint64_t back = p->settle.max_tokens - generated;
+    double now = mock_now_ms(m);
+    mock_bucket *b = &p->dep->b[MOCK_OUTPUT];
+    if (p->dep->per_min[MOCK_OUTPUT] > 0) {
+        mock_bucket_refill(b, now);
+        mock_bucket_give(b, (double)back);
+    }
+    mock_ledger_refund(m->ledger, &p->ref, now, back);
+}
+
+/* The whole answer is due: generated in full. */
+static void mock_on_ready(void *udata, void *arg) {
+    mock_pending *p = udata;
+    (void)arg;
+    pending_settle(p, p->settle.output_tokens);
+}
+
+/* A stream cut short generated what its events sent so far said; a plain
+ * answer is generated whole (the provider notices the client only when it
+ * writes), so it settles as if delivered, at the moment the client left. */
 static void mock_on_done(void *udata, int delivered, size_t released, void *arg) {
     mock_pending *p = udata;
-    (void)released;
     (void)arg;
     if (!delivered) mock_ledger_abandoned(p->m->ledger, &p->ref);
+    if (p->nevents == 0) pending_settle(p, p->settle.output_tokens);
+    else pending_settle(p, released ? p->generated[released - 1] : 0);
     free(p);
 }
 
 /* ---- the noisy neighbour ---------------------------------------------- */
 
+/* Every neighbour request costs 1 request and neighbour_tokens on each
+ * token bucket the deployment has, never given back. */
 static void neighbour_tick(uv_timer_t *t) {
     mock *m = t->data;
     double now = mock_now_ms(m), interval = 60000.0 / m->opt.neighbour_rpm;
+    uint64_t n = m->opt.neighbour_tokens;
+    const double cost[MOCK_DIMS] = {1, (double)n, (double)n, (double)n};
+    const mock_charge ch = {n, n, n, n, n};
     for (mock_map_entry *e = m->deps.first; e; e = e->next) {
         mock_deployment *d = e->value;
-        int by_tokens;
-        mock_dep_refill(m, d, now);
-        double wait = mock_dep_admit(m, d, (double)m->opt.neighbour_tokens, &by_tokens);
+        mock_dim longest;
+        mock_dep_refill(d, now);
+        double wait = mock_dep_admit(d, cost, &longest);
         mock_ledger_record(m->ledger, e->key, MOCK_NEIGHBOUR,
-                           wait > 0 ? MOCK_RATE_LIMITED : MOCK_ACCEPTED, now,
-                           m->opt.neighbour_tokens, m->opt.neighbour_tokens, NULL);
+                           wait > 0 ? MOCK_RATE_LIMITED : MOCK_ACCEPTED, now, &ch, NULL);
     }
     /* Due times advance by the exact interval, so the long-run rate is exact
      * even when the timer fires late. */
@@ -440,6 +544,12 @@ static int options_check(const mock_options *o, char *err, size_t n) {
     if (o->tpm < 0 || !isfinite(o->tpm)) return fail(err, n, "tpm must be >= 0");
     if (o->token_burst < 0 || !isfinite(o->token_burst))
         return fail(err, n, "token burst must be >= 0");
+    if (o->itpm < 0 || !isfinite(o->itpm)) return fail(err, n, "itpm must be >= 0");
+    if (o->input_burst < 0 || !isfinite(o->input_burst))
+        return fail(err, n, "input burst must be >= 0");
+    if (o->otpm < 0 || !isfinite(o->otpm)) return fail(err, n, "otpm must be >= 0");
+    if (o->output_burst < 0 || !isfinite(o->output_burst))
+        return fail(err, n, "output burst must be >= 0");
     if (o->service_ms_min > o->service_ms_max)
         return fail(err, n, "service time range is empty (%u > %u)", o->service_ms_min,
                     o->service_ms_max);
@@ -484,21 +594,34 @@ int mock_start(uv_loop_t *loop, const mock_options *o, mock **out, char *err, si
     if (!m->host || !m->ledger || (o->n_deployments && !m->fixed)) goto oom;
     m->opt.host = m->host;
     m->opt.deployments = (const char *const *)m->fixed;
-    m->burst = o->burst > 0 ? o->burst : fmax(1, floor(o->rpm / 6));
-    m->token_burst = o->token_burst > 0 ? o->token_burst : fmax(1, floor(o->tpm / 6));
+    m->per_min[MOCK_REQUESTS] = o->rpm;
+    m->per_min[MOCK_TOKENS] = o->tpm;
+    m->per_min[MOCK_INPUT] = o->itpm;
+    m->per_min[MOCK_OUTPUT] = o->otpm;
+    m->burst_set[MOCK_REQUESTS] = o->burst;
+    m->burst_set[MOCK_TOKENS] = o->token_burst;
+    m->burst_set[MOCK_INPUT] = o->input_burst;
+    m->burst_set[MOCK_OUTPUT] = o->output_burst;
+    m->headers = !o->no_headers;
+    {
+        /* The wall clock at t0, for reset times that must be absolute. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        m->wall0_ms = (double)ts.tv_sec * 1000 + ts.tv_nsec / 1e6 -
+                      (double)(uv_hrtime() - m->t0_ns) / 1e6;
+    }
     rng_seed(m->rng, o->seed);
     for (size_t i = 0; i < o->n_deployments; i++) {
         mock_deployment *d;
         if (!(m->fixed[i] = strdup(o->deployments[i]))) goto oom;
         if (mock_map_get(&m->deps, m->fixed[i])) continue;
-        if (!(d = calloc(1, sizeof(*d)))) goto oom;
-        dep_fill(m, d, 0);
+        if (!(d = dep_new(m, 0))) goto oom;
         if (mock_map_put(&m->deps, m->fixed[i], d) != 0) {
             free(d);
             goto oom;
         }
     }
-    mock_http_handlers h = {mock_on_request, NULL, mock_on_done, m};
+    mock_http_handlers h = {mock_on_request, mock_on_ready, mock_on_done, m};
     rc = mock_http_start(loop, m->host, o->port, o->max_body, &h, &m->http);
     if (rc != 0) {
         fail(err, errlen, "cannot listen on %s:%d: %s", o->host, o->port,
@@ -532,37 +655,67 @@ double mock_now_ms(const mock *m) {
     return (double)((uv_hrtime() - m->t0_ns) / 1000) / 1000.0;
 }
 
+static const char *const limit_names[MOCK_DIMS][2] = {
+    {"rpm", "burst"}, {"tpm", "token_burst"}, {"itpm", "input_burst"}, {"otpm", "output_burst"}};
+
+json_t *mock_limits_json(const mock *m, const mock_deployment *d) {
+    json_t *j = json_object();
+    for (int k = 0; j && k < MOCK_DIMS; k++) {
+        double per_min = d ? d->per_min[k] : m->per_min[k];
+        double cap = per_min <= 0 ? 0 : d ? d->b[k].capacity : mock_capacity(m, (mock_dim)k, per_min);
+        if (json_object_set_new(j, limit_names[k][0], json_real(per_min)) != 0 ||
+            json_object_set_new(j, limit_names[k][1], json_real(cap)) != 0) {
+            json_decref(j);
+            return NULL;
+        }
+    }
+    return j;
+}
+
 json_t *mock_stats(const mock *m) {
     const mock_options *o = &m->opt;
     json_t *stats = mock_ledger_json(m->ledger);
     if (!stats) return NULL;
     json_t *fixed = json_array();
-    for (size_t i = 0; i < o->n_deployments; i++) json_array_append_new(fixed, json_string(m->fixed[i]));
-    json_t *cfg = json_pack(
-        "{ss si sf sf sf sf s[ii] si si sf si sf si sb sI so sI}", "host", o->host, "port",
-        mock_port(m), "rpm", o->rpm, "burst", m->burst, "tpm", o->tpm, "token_burst",
-        o->tpm > 0 ? m->token_burst : 0.0, "service_ms", (int)o->service_ms_min,
-        (int)o->service_ms_max, "slow_ms", (int)o->slow_ms, "completion_tokens",
-        (int)o->completion_tokens, "neighbour_rpm", o->neighbour_rpm, "neighbour_tokens",
-        (int)o->neighbour_tokens, "fail_503", o->fail_503, "retry_after_503",
-        (int)o->retry_after_503, "quota_exhausted", o->quota_exhausted, "seed",
-        (json_int_t)o->seed, "deployments", fixed, "max_body", (json_int_t)o->max_body);
+    for (size_t i = 0; i < o->n_deployments; i++)
+        json_array_append_new(fixed, json_string(m->fixed[i]));
+    /* The defaults new deployments get; each deployment says its own. */
+    json_t *cfg = mock_limits_json(m, NULL);
+    json_t *more = json_pack(
+        "{ss si s[ii] si si sf si sf si sb sI so sI si sb sI}", "host", o->host, "port",
+        mock_port(m), "service_ms", (int)o->service_ms_min, (int)o->service_ms_max, "slow_ms",
+        (int)o->slow_ms, "completion_tokens", (int)o->completion_tokens, "neighbour_rpm",
+        o->neighbour_rpm, "neighbour_tokens", (int)o->neighbour_tokens, "fail_503", o->fail_503,
+        "retry_after_503", (int)o->retry_after_503, "quota_exhausted", o->quota_exhausted, "seed",
+        (json_int_t)o->seed, "deployments", fixed, "max_body", (json_int_t)o->max_body,
+        "cache_read_tokens", (int)o->cache_read_tokens, "headers", m->headers, "inject_429",
+        (json_int_t)m->inject_429);
+    if (!cfg || !more || json_object_update(cfg, more) != 0) {
+        json_decref(cfg);
+        cfg = NULL;
+    }
+    json_decref(more);
     if (!cfg || json_object_set_new(stats, "config", cfg) != 0 ||
         json_object_set_new(stats, "now_ms", json_real(mock_now_ms(m))) != 0 ||
         json_object_set_new(stats, "version", json_string(SLUICE_VERSION)) != 0) {
         json_decref(stats);
         return NULL;
     }
-    /* The live bucket levels, next to the counts of each deployment. */
+    /* The limits in force and the live bucket levels, next to the counts
+     * of each deployment. */
+    static const char *const level_names[MOCK_DIMS] = {"remaining_requests", "remaining_tokens",
+                                                       "remaining_input", "remaining_output"};
     json_t *deps = json_object_get(stats, "deployments");
     double now = mock_now_ms(m);
     for (mock_map_entry *e = m->deps.first; e; e = e->next) {
         json_t *d = json_object_get(deps, e->key);
         mock_deployment copy = *(mock_deployment *)e->value;
         if (!d) continue;
-        mock_dep_refill(m, &copy, now);
-        json_object_set_new(d, "remaining_requests", json_real(copy.req.level));
-        if (o->tpm > 0) json_object_set_new(d, "remaining_tokens", json_real(copy.tok.level));
+        mock_dep_refill(&copy, now);
+        json_object_set_new(d, "limits", mock_limits_json(m, &copy));
+        for (int k = 0; k < MOCK_DIMS; k++)
+            if (copy.per_min[k] > 0)
+                json_object_set_new(d, level_names[k], json_real(copy.b[k].level));
     }
     return stats;
 }

@@ -53,6 +53,12 @@ typedef struct mock_options {
     size_t n_deployments;
     size_t max_body;                 /* request body cap in bytes (413 beyond) */
     FILE *log;                       /* one line per request, or NULL */
+    double itpm;                     /* Anthropic input tokens per minute; 0: no limit */
+    double input_burst;              /* input bucket size; 0: max(1, itpm / 6) */
+    double otpm;                     /* Anthropic output tokens per minute; 0: no limit */
+    double output_burst;             /* output bucket size; 0: max(1, otpm / 6) */
+    unsigned cache_read_tokens;      /* Anthropic: input tokens read from the cache per call */
+    int no_headers;                  /* send no rate-limit headers */
 } mock_options;
 
 /* How the mock prints JSON: compact, reals with 15 significant digits. */

@@ -16,23 +16,24 @@ static int decimals(double v) {
     return v == floor(v) ? 0 : 3;
 }
 
-/* Appends the x-ratelimit-* headers describing the buckets as they are now. */
-static void call_ratelimit_headers(mock_call *c) {
-    const mock *m = c->m;
-    const mock_deployment *d = c->dep;
+/* Appends the x-ratelimit-* headers of one bucket as it is now. */
+static void dim_headers(mock_call *c, const char *what, double limit, const mock_bucket *b) {
     char reset[32];
-    mock_fmt_duration(reset, sizeof(reset), mock_ceil_ms(mock_bucket_reset_ms(&d->req)));
+    mock_fmt_duration(reset, sizeof(reset), mock_ceil_ms(mock_bucket_reset_ms(b)));
     mock_call_header(c,
-                     "x-ratelimit-limit-requests: %.*f\r\nx-ratelimit-remaining-requests: %.0f\r\n"
-                     "x-ratelimit-reset-requests: %s\r\n",
-                     decimals(m->opt.rpm), m->opt.rpm, mock_bucket_remaining(&d->req), reset);
-    if (m->opt.tpm > 0) {
-        mock_fmt_duration(reset, sizeof(reset), mock_ceil_ms(mock_bucket_reset_ms(&d->tok)));
-        mock_call_header(c,
-                         "x-ratelimit-limit-tokens: %.*f\r\nx-ratelimit-remaining-tokens: %.0f\r\n"
-                         "x-ratelimit-reset-tokens: %s\r\n",
-                         decimals(m->opt.tpm), m->opt.tpm, mock_bucket_remaining(&d->tok), reset);
-    }
+                     "x-ratelimit-limit-%s: %.*f\r\nx-ratelimit-remaining-%s: %.0f\r\n"
+                     "x-ratelimit-reset-%s: %s\r\n",
+                     what, decimals(limit), limit, what, mock_bucket_remaining(b), what, reset);
+}
+
+/* Appends the x-ratelimit-* headers describing the buckets as they are
+ * now (none while the headers are switched off). */
+static void call_ratelimit_headers(mock_call *c) {
+    const mock_deployment *d = c->dep;
+    if (!c->m->headers) return;
+    dim_headers(c, "requests", d->per_min[MOCK_REQUESTS], &d->b[MOCK_REQUESTS]);
+    if (d->per_min[MOCK_TOKENS] > 0)
+        dim_headers(c, "tokens", d->per_min[MOCK_TOKENS], &d->b[MOCK_TOKENS]);
 }
 
 static void call_bad_request(mock_call *c, const char *param, const char *fmt, ...) {
@@ -42,7 +43,7 @@ static void call_bad_request(mock_call *c, const char *param, const char *fmt, .
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     mock_call_finish(c, 400, MOCK_BAD_REQUEST,
-                     mock_openai_error(msg, "invalid_request_error", param, NULL), 0, 0,
+                     mock_openai_error(msg, "invalid_request_error", param, NULL), NULL,
                      c->dep ? c->m->opt.slow_ms : 0);
 }
 
@@ -152,16 +153,20 @@ static void completion_events(mock *m, mock_events *e, const char *model, uint64
     mock_events_add(e, NULL, NULL, "[DONE]", (uint32_t)completion);
 }
 
-static void call_rate_limited(mock_call *c, double wait_ms, int by_tokens, double tokens) {
+/* Answers 429: the call must wait wait_ms, the longest on the token
+ * bucket when by_tokens. Counted as outcome o (injected or not). */
+static void call_rate_limited(mock_call *c, double wait_ms, int by_tokens, double tokens,
+                              mock_outcome o) {
     const mock *m = c->m;
-    uint64_t ms = mock_ceil_ms(wait_ms), secs = (ms + 999) / 1000;
+    const mock_deployment *d = c->dep;
+    uint64_t ms = mock_ceil_ms(wait_ms), secs;
     char msg[512], dur[32];
     if (ms < 1) ms = 1;
-    if (secs < 1) secs = 1;
+    secs = mock_retry_after_s(ms);
     mock_call_header(c, "Retry-After: %llu\r\nretry-after-ms: %llu\r\n", (unsigned long long)secs,
                      (unsigned long long)ms);
     json_t *body;
-    if (c->azure) {
+    if (c->style == MOCK_AZURE) {
         snprintf(msg, sizeof(msg),
                  "Requests to the ChatCompletions_Create Operation under Azure OpenAI API version "
                  "%s have exceeded %s rate limit of your current OpenAI S0 pricing tier. Please "
@@ -176,25 +181,21 @@ static void call_rate_limited(mock_call *c, double wait_ms, int by_tokens, doubl
                  "Rate limit reached for %s in organization org-mock on %s per min (%s): "
                  "Limit %.0f, Requested %.0f. Please try again in %s.",
                  c->deployment, by_tokens ? "tokens" : "requests", by_tokens ? "TPM" : "RPM",
-                 by_tokens ? m->opt.tpm : m->opt.rpm, by_tokens ? tokens : 1.0, dur);
+                 d->per_min[by_tokens ? MOCK_TOKENS : MOCK_REQUESTS], by_tokens ? tokens : 1.0,
+                 dur);
         body = mock_openai_error(msg, by_tokens ? "tokens" : "requests", NULL,
                                  "rate_limit_exceeded");
     }
-    mock_call_finish(c, 429, MOCK_RATE_LIMITED, body, 0, 0, m->opt.slow_ms);
+    mock_call_finish(c, 429, o, body, NULL, m->opt.slow_ms);
 }
 
 /* Resolves the deployment called name into c->dep and c->deployment
  * (copied to buf). Answers 404 and returns -1 when it does not exist. */
 static int call_resolve(mock_call *c, const char *name, char *buf, size_t n) {
     char msg[256];
-    if (mock_name_ok(name)) {
-        snprintf(buf, n, "%s", name);
-        c->dep = mock_dep_get(c->m, buf, c->now_ms);
-        if (c->dep) {
-            c->deployment = buf;
-            mock_dep_refill(c->m, c->dep, c->now_ms);
-            return 0;
-        }
+    int rc = mock_call_resolve(c, name, buf, n);
+    if (rc == 0) return 0;
+    if (rc == -2) {
         snprintf(msg, sizeof(msg),
                  "The API deployment %s does not exist on this mock (see sluice mock "
                  "--deployment).",
@@ -203,9 +204,10 @@ static int call_resolve(mock_call *c, const char *name, char *buf, size_t n) {
         snprintf(msg, sizeof(msg),
                  "The API deployment for this resource does not exist (invalid name).");
     }
-    mock_call_not_found(c, c->azure ? mock_azure_error("DeploymentNotFound", msg)
-                                    : mock_openai_error(msg, "invalid_request_error", "model",
-                                                        "model_not_found"));
+    mock_call_not_found(c, c->style == MOCK_AZURE
+                               ? mock_azure_error("DeploymentNotFound", msg)
+                               : mock_openai_error(msg, "invalid_request_error", "model",
+                                                   "model_not_found"));
     return -1;
 }
 
@@ -304,7 +306,7 @@ static void chat(mock_call *c, const char *deployment) {
                                            "this error, read the docs: https://platform.openai."
                                            "com/docs/guides/error-codes/api-errors.",
                                            "insufficient_quota", NULL, "insufficient_quota"),
-                         0, 0, m->opt.slow_ms);
+                         NULL, m->opt.slow_ms);
         return;
     }
     if (m->opt.fail_503 > 0 && mock_rng_unit(m->rng) < m->opt.fail_503) {
@@ -312,45 +314,43 @@ static void chat(mock_call *c, const char *deployment) {
         if (m->opt.retry_after_503)
             mock_call_header(c, "Retry-After: %u\r\n", m->opt.retry_after_503);
         mock_call_finish(c, 503, MOCK_UNAVAILABLE,
-                         c->azure ? mock_azure_error("ServiceUnavailable",
-                                                     "The service is temporarily unable to "
-                                                     "process your request. Please try again "
-                                                     "later.")
-                                  : mock_openai_error("The server is overloaded or not ready yet.",
-                                                      "server_error", NULL, NULL),
-                         0, 0, m->opt.slow_ms);
+                         c->style == MOCK_AZURE
+                             ? mock_azure_error("ServiceUnavailable",
+                                                "The service is temporarily unable to process "
+                                                "your request. Please try again later.")
+                             : mock_openai_error("The server is overloaded or not ready yet.",
+                                                 "server_error", NULL, NULL),
+                         NULL, m->opt.slow_ms);
         return;
     }
-    int by_tokens;
-    double wait = mock_dep_admit(m, c->dep, (double)estimate, &by_tokens);
+    const double cost[MOCK_DIMS] = {1, (double)estimate, MOCK_NO_COST, MOCK_NO_COST};
+    mock_dim longest;
+    double wait = mock_dep_admit(c->dep, cost, &longest);
     call_ratelimit_headers(c);
     if (wait > 0) {
-        call_rate_limited(c, wait, by_tokens, (double)estimate);
+        call_rate_limited(c, wait, longest == MOCK_TOKENS, (double)estimate, MOCK_RATE_LIMITED);
         return;
     }
-    uint64_t completion = m->opt.completion_tokens
-                              ? (m->opt.completion_tokens < (uint64_t)max_tokens
-                                     ? m->opt.completion_tokens
-                                     : (uint64_t)max_tokens)
-                              : mock_rng_range(m->rng, 1, (uint64_t)max_tokens);
+    uint64_t completion = mock_draw_output(m, (uint64_t)max_tokens);
     uint64_t service = mock_rng_range(m->rng, m->opt.service_ms_min, m->opt.service_ms_max);
     uint64_t delay = service + m->opt.slow_ms;
+    mock_charge ch = {.tokens = estimate, .charged = estimate, .reported = prompt + completion};
     if (streaming) {
         mock_events e = {0};
         completion_events(m, &e, name, prompt, completion, (uint64_t)max_tokens, include_usage);
-        mock_call_finish_stream(c, &e, estimate, prompt + completion, m->opt.slow_ms, service);
+        mock_call_finish_stream(c, &e, &ch, m->opt.slow_ms, service);
         return;
     }
     mock_call_finish(c, 200, MOCK_ACCEPTED,
-                     completion_body(m, name, prompt, completion, (uint64_t)max_tokens), estimate,
-                     prompt + completion, delay);
+                     completion_body(m, name, prompt, completion, (uint64_t)max_tokens), &ch,
+                     delay);
 }
 
 /* ---- routes ----------------------------------------------------------- */
 
 void mock_route_azure(mock_call *c, const char *name) {
     const char *q = mock_http_query(c->req), *v = strstr(q, "api-version=");
-    c->azure = 1;
+    c->style = MOCK_AZURE;
     snprintf(c->api_version, sizeof(c->api_version), "unknown");
     if (v && (v == q || v[-1] == '&')) {
         size_t n = strcspn(v + 12, "&");
@@ -364,6 +364,6 @@ void mock_route_azure(mock_call *c, const char *name) {
 
 void mock_route_openai(mock_call *c, const char *name) {
     (void)name;
-    c->azure = 0;
+    c->style = MOCK_OPENAI;
     chat(c, NULL);
 }

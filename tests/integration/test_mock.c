@@ -33,7 +33,10 @@
 
 #include <jansson.h>
 
+#include "classify.h"
+#include "httpdate.h"
 #include "mock_bucket.h"
+#include "ratelimit.h"
 #include "replay.h"
 
 #define IO_TIMEOUT_MS 15000
@@ -1388,6 +1391,600 @@ static void test_stream_disconnect(void **state) {
     json_decref(fin);
 }
 
+/* ---- Anthropic style -------------------------------------------------- */
+
+/* A POST /v1/messages the way the Anthropic SDK sends it. */
+static size_t anth_post(char *out, size_t n, const char *client_id, int close, const char *body) {
+    int len = snprintf(out, n,
+                       "POST /v1/messages HTTP/1.1\r\nHost: mock\r\nContent-Type: application/json\r\n"
+                       "x-api-key: sk-ant-test\r\nanthropic-version: 2023-06-01\r\n"
+                       "x-client-id: %s\r\n%sContent-Length: %zu\r\n\r\n%s",
+                       client_id, close ? "Connection: close\r\n" : "", strlen(body), body);
+    assert_true(len > 0 && (size_t)len < n);
+    return (size_t)len;
+}
+
+static void anth_call(int port, const char *client_id, const char *body, response *r) {
+    static client cl;
+    static char req[1 << 14];
+    client_open(&cl, port);
+    client_send(&cl, req, anth_post(req, sizeof(req), client_id, 1, body));
+    assert_int_equal(client_read(&cl, r), 0);
+    client_close(&cl);
+}
+
+static double wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
+}
+
+/* An anthropic-ratelimit-*-reset header as Unix ms, read with sluice's own
+ * RFC 3339 parser. */
+static double anth_reset(const response *r, const char *what) {
+    char name[96], v[64];
+    int64_t ms;
+    snprintf(name, sizeof(name), "anthropic-ratelimit-%s-reset", what);
+    if (!header(r, name, v, sizeof(v))) fail_msg("missing %s in:\n%s", name, r->head);
+    assert_int_equal(strlen(v), 24); /* 2025-01-02T03:04:05.678Z */
+    assert_int_equal(v[23], 'Z');
+    assert_int_equal(httpdate_parse_rfc3339(v, strlen(v), &ms), 0);
+    return (double)ms;
+}
+
+static long anth_header(const response *r, const char *what, const char *field) {
+    char name[96];
+    snprintf(name, sizeof(name), "anthropic-ratelimit-%s-%s", what, field);
+    return header_long(r, name);
+}
+
+/* The reset of a bucket `deficit_ms` short of full at the decision, which
+ * happened between wall times sent and got: full again that much later
+ * (rounded up to the ms). */
+static void assert_reset(const response *r, const char *what, double sent, double got,
+                         double deficit_ms) {
+    double reset = anth_reset(r, what);
+    if (reset < sent + deficit_ms - 2 || reset > got + deficit_ms + 2)
+        fail_msg("%s reset %.0f is not %.0f ms after [%.0f, %.0f]", what, reset, deficit_ms, sent,
+                 got);
+}
+
+static json_t *ledger_list(json_t *ledger, const char *dep, const char *list) {
+    json_t *l = json_object_get(json_object_get(json_object_get(ledger, "deployments"), dep), list);
+    if (!json_is_array(l)) fail_msg("no list %s for %s", list, dep);
+    return l;
+}
+
+static long long list_int(json_t *ledger, const char *dep, const char *list, size_t i) {
+    json_t *l = ledger_list(ledger, dep, list);
+    if (i >= json_array_size(l)) fail_msg("%s of %s has %zu entries", list, dep, json_array_size(l));
+    return json_integer_value(json_array_get(l, i));
+}
+
+static double dep_real(json_t *ledger, const char *dep, const char *field) {
+    json_t *v = json_object_get(json_object_get(json_object_get(ledger, "deployments"), dep), field);
+    if (!json_is_number(v)) fail_msg("no %s for %s", field, dep);
+    return json_number_value(v);
+}
+
+/* Limits that refill 0.0001 a ms (6 a minute): over a test of a few
+ * seconds the buckets gain less than one unit, so every level a header or
+ * the ledger shows is the exact sum of what was charged and given back. */
+#define SLOW_LIMITS "--rpm", "6", "--burst", "10", "--itpm", "6", "--input-burst", "1000", \
+                    "--otpm", "6", "--output-burst", "1000"
+
+/* A plain Messages call and the accounting Anthropic documents: the input
+ * tokens (ceil(chars / 4) over system and messages) charged to the input
+ * bucket and never given back; max_tokens charged to the output bucket and
+ * max_tokens - output_tokens given back when the answer is sent, which the
+ * next answer's headers and the ledger both show. */
+static void test_anthropic_messages(void **state) {
+    static response r;
+    char v[64];
+    mock_child c;
+    (void)state;
+    child_start(&c, SLOW_LIMITS, "--completion-tokens", "30", "--service-ms", "20", NULL);
+    /* 14 + 8 + 4 + 4 code points: 8 input tokens; the image block has no text */
+    const char *b1 = "{\"model\":\"claude-x\",\"max_tokens\":100,\"system\":\"You are terse.\","
+                     "\"messages\":[{\"role\":\"user\",\"content\":\"abcdefgh\"},"
+                     "{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"ijkl\"}]},"
+                     "{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{}},"
+                     "{\"type\":\"text\",\"text\":\"mnop\"}]}]}";
+    double sent = wall_ms();
+    anth_call(c.port, "a", b1, &r);
+    double got = wall_ms();
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    assert_true(strncmp(json_string_value(json_object_get(j, "id")), "msg_mock_", 9) == 0);
+    assert_string_equal(json_string_value(json_object_get(j, "type")), "message");
+    assert_string_equal(json_string_value(json_object_get(j, "role")), "assistant");
+    assert_string_equal(json_string_value(json_object_get(j, "model")), "claude-x");
+    json_t *content = json_object_get(j, "content");
+    assert_int_equal(json_array_size(content), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(content, 0), "type")), "text");
+    char *want = answer_text(30);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(content, 0), "text")), want);
+    free(want);
+    assert_string_equal(json_string_value(json_object_get(j, "stop_reason")), "end_turn");
+    assert_true(json_is_null(json_object_get(j, "stop_sequence")));
+    json_t *u = json_object_get(j, "usage");
+    assert_int_equal(json_integer_value(json_object_get(u, "input_tokens")), 8);
+    assert_int_equal(json_integer_value(json_object_get(u, "output_tokens")), 30);
+    assert_int_equal(json_integer_value(json_object_get(u, "cache_read_input_tokens")), 0);
+    assert_int_equal(json_integer_value(json_object_get(u, "cache_creation_input_tokens")), 0);
+    json_decref(j);
+    assert_true(strncmp(header(&r, "request-id", v, sizeof(v)), "req_mock_", 9) == 0);
+    /* After admission: 1 request, 8 input and 100 output tokens gone. */
+    assert_int_equal(anth_header(&r, "requests", "limit"), 6);
+    assert_int_equal(anth_header(&r, "requests", "remaining"), 9);
+    assert_int_equal(anth_header(&r, "input-tokens", "limit"), 6);
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 992);
+    assert_int_equal(anth_header(&r, "output-tokens", "limit"), 6);
+    assert_int_equal(anth_header(&r, "output-tokens", "remaining"), 900);
+    /* tokens-*: the most restrictive of the two, output here */
+    assert_int_equal(anth_header(&r, "tokens", "remaining"), 900);
+    assert_reset(&r, "requests", sent, got, 1 / 0.0001);
+    assert_reset(&r, "input-tokens", sent, got, 8 / 0.0001);
+    assert_reset(&r, "output-tokens", sent, got, 100 / 0.0001);
+    assert_reset(&r, "tokens", sent, got, 100 / 0.0001);
+    assert_null(header(&r, "x-ratelimit-remaining-requests", v, sizeof(v)));
+
+    /* sluice's own header reader sees the four dimensions. */
+    ratelimit_feedback fb;
+    ratelimit_value rv;
+    ratelimit_init(&fb, -1);
+    for (char *line = strstr(r.head, "\r\n"); line && line[2] != '\r'; line = strstr(line + 2, "\r\n")) {
+        char *colon = strchr(line + 2, ':'), *eol = strstr(line + 2, "\r\n");
+        if (colon && colon < eol)
+            ratelimit_add_header(&fb, line + 2, (size_t)(colon - line - 2), colon + 1,
+                                 (size_t)(eol - colon - 1), (int64_t)got);
+    }
+    assert_int_equal(fb.invalid, 0);
+    assert_int_equal(ratelimit_get(&fb, RATELIMIT_INPUT_TOKENS, &rv), RATELIMIT_SRC_PROVIDER);
+    assert_int_equal(rv.remaining, 992);
+    assert_int_equal(ratelimit_get(&fb, RATELIMIT_OUTPUT_TOKENS, &rv), RATELIMIT_SRC_PROVIDER);
+    assert_int_equal(rv.remaining, 900);
+    assert_true(rv.reset_ms > 1000000 - 100 && rv.reset_ms <= 1000000 + 2);
+
+    /* The answer went out: 70 of the 100 came back. This call uses all of
+     * its max_tokens, so it gives nothing back. */
+    anth_call(c.port, "a",
+              "{\"model\":\"claude-x\",\"max_tokens\":30,\"messages\":[{\"role\":\"user\","
+              "\"content\":\"abcd\"}]}",
+              &r);
+    assert_int_equal(r.status, 200);
+    j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "stop_reason")), "max_tokens");
+    json_decref(j);
+    assert_int_equal(anth_header(&r, "output-tokens", "remaining"), 900 + 70 - 30);
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 992 - 1); /* never refunded */
+    assert_int_equal(anth_header(&r, "tokens", "remaining"), 940);
+    assert_int_equal(anth_header(&r, "requests", "remaining"), 8);
+    /* A system given as text blocks counts too: 4 + 4 code points. */
+    anth_call(c.port, "a",
+              "{\"model\":\"claude-x\",\"max_tokens\":30,\"system\":[{\"type\":\"text\",\"text\":\"wxyz\"}],"
+              "\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}]}",
+              &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 991 - 2);
+
+    json_t *s = get_stats(c.port, "");
+    assert_int_equal(jint(s, "deployments/claude-x/accepted"), 3);
+    assert_int_equal(list_int(s, "claude-x", "accept_input", 0), 8);
+    assert_int_equal(list_int(s, "claude-x", "accept_input", 1), 1);
+    assert_int_equal(list_int(s, "claude-x", "accept_input", 2), 2);
+    assert_int_equal(list_int(s, "claude-x", "accept_output", 0), 100);
+    assert_int_equal(list_int(s, "claude-x", "accept_output", 1), 30);
+    assert_int_equal(list_int(s, "claude-x", "accept_tokens", 0), 0);
+    assert_int_equal(json_array_size(ledger_list(s, "claude-x", "output_refund")), 1);
+    assert_int_equal(list_int(s, "claude-x", "output_refund", 0), 70);
+    double accept0 = json_real_value(json_array_get(ledger_list(s, "claude-x", "accept_ms"), 0));
+    double refund0 = json_real_value(json_array_get(ledger_list(s, "claude-x", "output_refund_ms"), 0));
+    assert_true(refund0 >= accept0 + 20 - 1); /* when the answer was sent */
+    assert_int_equal((long long)floor(dep_real(s, "claude-x", "remaining_input")), 1000 - 8 - 1 - 2);
+    assert_int_equal((long long)floor(dep_real(s, "claude-x", "remaining_output")),
+                     1000 - 100 + 70 - 30 - 30);
+    assert_int_equal(jint(s, "deployments/claude-x/tokens_charged"), 108 + 31 + 32);
+    assert_int_equal(jint(s, "deployments/claude-x/tokens_reported"), 38 + 31 + 32);
+    json_t *lim = json_object_get(json_object_get(json_object_get(s, "deployments"), "claude-x"), "limits");
+    assert_true(json_real_value(json_object_get(lim, "rpm")) == 6);
+    assert_true(json_real_value(json_object_get(lim, "itpm")) == 6);
+    assert_true(json_real_value(json_object_get(lim, "input_burst")) == 1000);
+    assert_true(json_real_value(json_object_get(lim, "otpm")) == 6);
+    assert_true(json_real_value(json_object_get(lim, "output_burst")) == 1000);
+    assert_true(json_real_value(json_object_get(lim, "tpm")) == 0);
+    /* The ledger's own lists replay clean through the same buckets. */
+    replay in, out;
+    replay_init(&in);
+    replay_init(&out);
+    for (size_t i = 0; i < 3; i++) {
+        double t = json_real_value(json_array_get(ledger_list(s, "claude-x", "accept_ms"), i));
+        replay_add(&in, t, (double)list_int(s, "claude-x", "accept_input", i));
+        replay_add(&out, t, (double)list_int(s, "claude-x", "accept_output", i));
+    }
+    replay_add(&out, refund0, -70);
+    assert_int_equal(replay_rejections(&in, 1000, 0.0001, NULL), 0);
+    assert_int_equal(replay_rejections(&out, 1000, 0.0001, NULL), 0);
+    replay_free(&in);
+    replay_free(&out);
+    json_decref(s);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "clients/a/accepted"), 3);
+    json_decref(fin);
+}
+
+/* Cache reads (--cache-read-tokens) are reported and not charged to the
+ * input bucket: input_tokens is the uncached rest. */
+static void test_anthropic_cache_reads(void **state) {
+    static response r;
+    mock_child c;
+    (void)state;
+    child_start(&c, SLOW_LIMITS, "--cache-read-tokens", "5", "--completion-tokens", "1",
+                "--service-ms", "1", NULL);
+    /* 30 code points: 8 input tokens, 5 of them from the cache */
+    anth_call(c.port, "c",
+              "{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":"
+              "\"abcdefghijklmnopqrstuvwxyz0123\"}]}",
+              &r);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r), *u = json_object_get(j, "usage");
+    assert_int_equal(json_integer_value(json_object_get(u, "input_tokens")), 3);
+    assert_int_equal(json_integer_value(json_object_get(u, "cache_read_input_tokens")), 5);
+    json_decref(j);
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 1000 - 3);
+    /* A prompt smaller than the cache read is read whole: nothing charged. */
+    anth_call(c.port, "c",
+              "{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}]}",
+              &r);
+    assert_int_equal(r.status, 200);
+    j = body_json(&r);
+    u = json_object_get(j, "usage");
+    assert_int_equal(json_integer_value(json_object_get(u, "input_tokens")), 0);
+    assert_int_equal(json_integer_value(json_object_get(u, "cache_read_input_tokens")), 1);
+    json_decref(j);
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 997);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(list_int(fin, "m", "accept_input", 0), 3);
+    assert_int_equal(list_int(fin, "m", "accept_input", 1), 0);
+    assert_int_equal(jint(fin, "deployments/m/tokens_reported"), (3 + 5 + 1) + (0 + 1 + 1));
+    json_decref(fin);
+}
+
+/* Refusals on each token bucket: an input cost above the capacity is
+ * admitted only into a full bucket (and leaves it in debt); an output
+ * bucket holding max_tokens of a call in flight refuses the next one until
+ * that answer has given back what it did not use. 429 in Anthropic's
+ * shape, retry-after in whole seconds from the bucket rules. */
+static void test_anthropic_rate_limits(void **state) {
+    static client slow;
+    static response r;
+    char req[4096], v[64];
+    mock_child c;
+    (void)state;
+    child_start(&c, "--rpm", "6000", "--burst", "100", "--itpm", "6", "--input-burst", "10",
+                "--otpm", "6", "--output-burst", "100", "--completion-tokens", "30",
+                "--service-ms", "1500", NULL);
+    /* 44 code points, 11 input tokens > 10: into the full bucket, to -1 */
+    const char *big = "{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":"
+                      "\"abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqr\"}]}";
+    client_open(&slow, c.port);
+    client_send(&slow, req, anth_post(req, sizeof(req), "r", 1, big));
+    assert_int_equal(client_read(&slow, &r), 0);
+    client_close(&slow);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 0);
+    /* 1 more input token, 1.5 s (the service time) after the bucket went
+     * to -1: (1 - (-1 + 1500 * 0.0001)) / 0.0001 ms = 18.5 s, so 19 */
+    anth_call(c.port, "r",
+              "{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+              &r);
+    assert_int_equal(r.status, 429);
+    assert_int_equal(header_long(&r, "retry-after"), 19);
+    assert_null(header(&r, "retry-after-ms", v, sizeof(v)));
+    json_t *j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "type")), "error");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "type")),
+                        "rate_limit_error");
+    assert_non_null(strstr(json_string_value(json_object_get(json_object_get(j, "error"), "message")),
+                           "input tokens per minute"));
+    assert_non_null(json_object_get(j, "request_id"));
+    classify_result cr;
+    assert_int_equal(classify_status_body(r.status, r.body, r.body_len, &cr), CLASSIFY_RATE_LIMITED);
+    assert_true(cr.retryable);
+    json_decref(j);
+    /* nothing was charged by the refusal (the request bucket, 0.1 a ms,
+     * is full again after the first call's 1.5 s) */
+    assert_int_equal(anth_header(&r, "output-tokens", "remaining"), 90);
+    assert_int_equal(anth_header(&r, "requests", "remaining"), 100);
+    json_decref(get_stats(c.port, "?reset=all"));
+
+    /* Output: 80 of 100 held by a call in flight; a call wanting 50 waits
+     * (50 - 20) / 0.0001 ms = 300 s ... */
+    const char *want80 = "{\"model\":\"m\",\"max_tokens\":80,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    const char *want50 = "{\"model\":\"m\",\"max_tokens\":50,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    client_open(&slow, c.port);
+    client_send(&slow, req, anth_post(req, sizeof(req), "r", 1, want80));
+    wait_count(c.port, "deployments/m/accepted", 1);
+    anth_call(c.port, "r", want50, &r);
+    assert_int_equal(r.status, 429);
+    assert_int_equal(header_long(&r, "retry-after"), 300);
+    assert_non_null(strstr(r.body, "output tokens per minute"));
+    assert_int_equal(anth_header(&r, "output-tokens", "remaining"), 20);
+    /* ... until that answer has gone out and given back 80 - 30 = 50. */
+    assert_int_equal(client_read(&slow, &r), 0);
+    client_close(&slow);
+    assert_int_equal(r.status, 200);
+    anth_call(c.port, "r", want50, &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(anth_header(&r, "output-tokens", "remaining"), 20 + 50 - 50);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "deployments/m/status_429"), 1);
+    assert_int_equal(jint(fin, "deployments/m/accepted"), 2);
+    json_decref(fin);
+}
+
+/* Every way a Messages request can be malformed, and an unknown model: the
+ * status and Anthropic's error shape, nothing charged, and the ledger's
+ * counts (a 400 before the model is known counts for no deployment). */
+static void test_anthropic_bad_requests(void **state) {
+    static client cl;
+    static response r;
+    char req[4096], v[64];
+    mock_child c;
+    (void)state;
+    child_start(&c, "--deployment", "claude", "--service-ms", "1", NULL);
+    /* no anthropic-version */
+    call(c.port, "/v1/messages", "b",
+         "{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r);
+    assert_int_equal(r.status, 400);
+    assert_non_null(strstr(r.body, "\"invalid_request_error\""));
+    assert_non_null(strstr(r.body, "anthropic-version"));
+    assert_null(header(&r, "anthropic-ratelimit-requests-remaining", v, sizeof(v)));
+    static const struct {
+        const char *body;
+        int status;
+        const char *prefix; /* of error.message */
+        int resolved;       /* the model was known: counted for it */
+    } cases[] = {
+        {"{\"model\":", 400, "The request body is not a JSON object", 0},
+        {"[1,2]", 400, "The request body is not a JSON object", 0},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "model: Field required", 0},
+        {"{\"model\":7,\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "model: Input should be a valid string", 0},
+        {"{\"model\":\"gpt-9\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 404, "model: gpt-9", 0},
+        {"{\"model\":\"a/b\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 404, "model: a/b", 0},
+        {"{\"model\":\"claude\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "max_tokens: Field required", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":\"5\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "max_tokens: Input should be a valid integer", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":1.5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "max_tokens: Input should be a valid integer", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":0,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "max_tokens: Input should be greater than or equal to 1", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":1000001,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "max_tokens: 1000001 > 1000000", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5}", 400, "messages: Field required", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":{}}", 400, "messages: Input should be a valid list", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[]}", 400, "messages: at least one message is required", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[\"hi\"]}", 400, "messages.0: Input should be a valid dictionary", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"system\",\"content\":\"x\"}]}", 400, "messages.1.role: Input should be 'user' or 'assistant'", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\"}]}", 400, "messages.0.content: Field required", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":3}]}", 400, "messages.0.content: Input should be a valid string or a list of content blocks", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"x\"}]}]}", 400, "messages.0.content.0.type: Field required", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", 400, "messages.0.content.0.text: Field required", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[5]}]}", 400, "messages.0.content.0: Input should be a valid dictionary", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"system\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "system: Input should be a valid string or a list of text blocks", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"system\":[{\"type\":\"image\"}],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "system.0.type: Input should be 'text'", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"stream\":\"yes\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "stream: Input should be a valid boolean", 1},
+    };
+    int n400 = 1, n400_dep = 0, n404 = 0;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        anth_call(c.port, "b", cases[i].body, &r);
+        if (r.status != cases[i].status) fail_msg("case %zu: status %d: %s", i, r.status, r.body);
+        json_t *j = body_json(&r);
+        json_t *e = json_object_get(j, "error");
+        assert_string_equal(json_string_value(json_object_get(j, "type")), "error");
+        assert_string_equal(json_string_value(json_object_get(e, "type")),
+                            cases[i].status == 404 ? "not_found_error" : "invalid_request_error");
+        const char *msg = json_string_value(json_object_get(e, "message"));
+        if (strncmp(msg, cases[i].prefix, strlen(cases[i].prefix)) != 0)
+            fail_msg("case %zu: message '%s', expected '%s...'", i, msg, cases[i].prefix);
+        assert_string_equal(json_string_value(json_object_get(j, "request_id")),
+                            header(&r, "request-id", v, sizeof(v)));
+        json_decref(j);
+        if (cases[i].resolved) {
+            /* the buckets' headers, full: nothing was charged */
+            assert_int_equal(anth_header(&r, "requests", "remaining"), 10);
+            n400_dep++;
+        } else {
+            assert_null(header(&r, "anthropic-ratelimit-requests-remaining", v, sizeof(v)));
+        }
+        if (cases[i].status == 400) n400++;
+        else n404++;
+    }
+    /* x-api-key is accepted and ignored; the same connection serves again */
+    client_open(&cl, c.port);
+    const char *ok = "{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    client_send(&cl, req, anth_post(req, sizeof(req), "b", 0, ok));
+    assert_int_equal(client_read(&cl, &r), 0);
+    assert_int_equal(r.status, 200);
+    client_send(&cl, req, anth_post(req, sizeof(req), "b", 1, ok));
+    assert_int_equal(client_read(&cl, &r), 0);
+    assert_int_equal(r.status, 200);
+    client_close(&cl);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "clients/b/status_400"), n400);
+    assert_int_equal(jint(fin, "clients/b/status_404"), n404);
+    assert_int_equal(jint(fin, "clients/b/accepted"), 2);
+    assert_int_equal(jint(fin, "deployments/claude/status_400"), n400_dep);
+    assert_int_equal(jint(fin, "deployments/claude/requests"), n400_dep + 2);
+    assert_int_equal(jint(fin, "totals/requests"), n400 + n404 + 2);
+    json_decref(fin);
+}
+
+/* --quota-exhausted and --fail-503 in Anthropic style: what a spent credit
+ * balance gets (400 invalid_request_error, no retry-after), and 529
+ * overloaded_error; what sluice's classifier makes of them. */
+static void test_anthropic_faults(void **state) {
+    static response r;
+    char v[64];
+    classify_result cr;
+    mock_child c;
+    const char *ok = "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    (void)state;
+    child_start(&c, "--quota-exhausted", NULL);
+    anth_call(c.port, "q", ok, &r);
+    assert_int_equal(r.status, 400);
+    assert_null(header(&r, "retry-after", v, sizeof(v)));
+    json_t *j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "type")),
+                        "invalid_request_error");
+    assert_true(strncmp(json_string_value(json_object_get(json_object_get(j, "error"), "message")),
+                        "Your credit balance is too low", 30) == 0);
+    json_decref(j);
+    assert_int_equal(anth_header(&r, "requests", "remaining"), 10);
+    assert_int_equal(classify_status_body(r.status, r.body, r.body_len, &cr), CLASSIFY_QUOTA_EXHAUSTED);
+    assert_false(cr.retryable);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "clients/q/insufficient_quota"), 1);
+    assert_int_equal(jint(fin, "clients/q/status_400"), 1);
+    assert_int_equal(jint(fin, "clients/q/status_429"), 0);
+    json_decref(fin);
+
+    child_start(&c, "--fail-503", "1", "--retry-after-503", "3", NULL);
+    anth_call(c.port, "f", ok, &r);
+    assert_int_equal(r.status, 529);
+    assert_int_equal(header_long(&r, "retry-after"), 3);
+    assert_non_null(strstr(r.body, "\"overloaded_error\""));
+    assert_int_equal(anth_header(&r, "requests", "remaining"), 10);
+    assert_int_equal(classify_status_body(r.status, r.body, r.body_len, &cr), CLASSIFY_OVERLOADED);
+    assert_true(cr.retryable);
+    fin = child_stop(&c);
+    assert_int_equal(jint(fin, "clients/f/status_503"), 1);
+    json_decref(fin);
+}
+
+/* "stream": true in Anthropic style: message_start with the input usage and
+ * 1 output token, one text block in deltas, message_delta with the
+ * cumulative output and the stop reason, message_stop; charged like a
+ * plain call, and the output given back when the stream ends. */
+static void test_anthropic_stream(void **state) {
+    static client cl;
+    static response r;
+    static stream st;
+    char req[4096];
+    mock_child c;
+    (void)state;
+    child_start(&c, SLOW_LIMITS, "--cache-read-tokens", "2", "--completion-tokens", "20",
+                "--service-ms", "500", NULL);
+    client_open(&cl, c.port);
+    /* 24 code points: 6 input tokens, 2 cached */
+    client_send(&cl, req,
+                anth_post(req, sizeof(req), "s", 0,
+                          "{\"model\":\"m\",\"max_tokens\":64,\"stream\":true,\"system\":\"abcdefgh\","
+                          "\"messages\":[{\"role\":\"user\",\"content\":\"abcdefghijklmnop\"}]}"));
+    stream_read_all(&cl, &st);
+    assert_int_equal(st.status, 200);
+    assert_true(st.chunked);
+    assert_int_equal(stream_header_long(&st, "anthropic-ratelimit-input-tokens-remaining"), 1000 - 4);
+    assert_int_equal(stream_header_long(&st, "anthropic-ratelimit-output-tokens-remaining"), 1000 - 64);
+    static const char *names[] = {"message_start", "content_block_start"};
+    assert_int_equal(st.n, 16 + 5);
+    char text[4096] = "";
+    for (size_t i = 0; i < st.n; i++) {
+        json_t *j = event_json(&st.ev[i]);
+        const char *want = i < 2 ? names[i]
+                           : i < 18  ? "content_block_delta"
+                           : i == 18 ? "content_block_stop"
+                           : i == 19 ? "message_delta"
+                                     : "message_stop";
+        assert_string_equal(st.ev[i].name, want);
+        assert_string_equal(json_string_value(json_object_get(j, "type")), want);
+        if (i == 0) {
+            json_t *msg = json_object_get(j, "message"), *u = json_object_get(msg, "usage");
+            assert_string_equal(json_string_value(json_object_get(msg, "role")), "assistant");
+            assert_int_equal(json_array_size(json_object_get(msg, "content")), 0);
+            assert_true(json_is_null(json_object_get(msg, "stop_reason")));
+            assert_int_equal(json_integer_value(json_object_get(u, "input_tokens")), 4);
+            assert_int_equal(json_integer_value(json_object_get(u, "cache_read_input_tokens")), 2);
+            assert_int_equal(json_integer_value(json_object_get(u, "output_tokens")), 1);
+        } else if (i >= 2 && i < 18) {
+            json_t *d = json_object_get(j, "delta");
+            assert_string_equal(json_string_value(json_object_get(d, "type")), "text_delta");
+            strcat(text, json_string_value(json_object_get(d, "text")));
+        } else if (i == 19) {
+            assert_string_equal(json_string_value(json_object_get(json_object_get(j, "delta"), "stop_reason")),
+                                "end_turn");
+            assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "output_tokens")), 20);
+        }
+        json_decref(j);
+    }
+    char *want = answer_text(20);
+    assert_string_equal(text, want);
+    free(want);
+    assert_true(st.ev[st.n - 1].at_ms - st.ev[0].at_ms >= 500 - 5);
+    stream_free(&st);
+    /* The stream ended: 64 - 20 came back, which the next answer shows. */
+    client_send(&cl, req,
+                anth_post(req, sizeof(req), "s", 1,
+                          "{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}]}"));
+    assert_int_equal(client_read(&cl, &r), 0);
+    client_close(&cl);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(anth_header(&r, "output-tokens", "remaining"), 1000 - 64 + 44 - 10);
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 1000 - 4 - 0);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "deployments/m/accepted"), 2);
+    assert_int_equal(list_int(fin, "m", "output_refund", 0), 44);
+    /* the second used all of its max_tokens: nothing to give back */
+    assert_int_equal(json_array_size(ledger_list(fin, "m", "output_refund")), 1);
+    json_decref(fin);
+}
+
+/* A client gone in the middle of an Anthropic stream: counted abandoned,
+ * and the output bucket gets back, at that moment, what had not been
+ * generated: max_tokens less the deltas already sent. A plain call cut
+ * short settles as the whole answer would, when the client leaves. */
+static void test_anthropic_disconnect(void **state) {
+    static client cl;
+    static stream st;
+    char req[4096];
+    mock_child c;
+    (void)state;
+    /* 4 tokens, one delta each: 9 events 750 ms apart */
+    child_start(&c, SLOW_LIMITS, "--completion-tokens", "4", "--service-ms", "6000", NULL);
+    client_open(&cl, c.port);
+    client_send(&cl, req,
+                anth_post(req, sizeof(req), "gone", 0,
+                          "{\"model\":\"m\",\"max_tokens\":50,\"stream\":true,\"messages\":"
+                          "[{\"role\":\"user\",\"content\":\"x\"}]}"));
+    assert_int_equal(stream_open(&cl, &st), 0);
+    for (int i = 0; i < 3; i++) assert_int_equal(stream_next(&cl, &st), 1);
+    assert_string_equal(st.ev[2].name, "content_block_delta"); /* 1 token sent, at 1.5 s */
+    client_close(&cl);
+    stream_free(&st);
+    wait_count(c.port, "deployments/m/abandoned", 1);
+    json_t *s1 = get_stats(c.port, "");
+    assert_int_equal(jint(s1, "deployments/m/accepted"), 1);
+    assert_int_equal(json_array_size(ledger_list(s1, "m", "output_refund")), 1);
+    assert_int_equal(list_int(s1, "m", "output_refund", 0), 50 - 1);
+    double at = json_real_value(json_array_get(ledger_list(s1, "m", "accept_ms"), 0));
+    double back = json_real_value(json_array_get(ledger_list(s1, "m", "output_refund_ms"), 0));
+    assert_true(back - at >= 1500 - 1 && back - at < 2250); /* before the next delta was due */
+    assert_int_equal((long long)floor(dep_real(s1, "m", "remaining_output")), 1000 - 50 + 49);
+    json_decref(s1);
+
+    client_open(&cl, c.port);
+    client_send(&cl, req,
+                anth_post(req, sizeof(req), "cut", 0,
+                          "{\"model\":\"m\",\"max_tokens\":50,\"messages\":[{\"role\":\"user\","
+                          "\"content\":\"x\"}]}"));
+    wait_count(c.port, "deployments/m/accepted", 2);
+    client_close(&cl);
+    wait_count(c.port, "deployments/m/abandoned", 2);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(list_int(fin, "m", "output_refund", 1), 50 - 4);
+    assert_int_equal((long long)floor(dep_real(fin, "m", "remaining_output")), 999 - 50 + 46);
+    assert_int_equal(jint(fin, "clients/gone/abandoned"), 1);
+    assert_int_equal(jint(fin, "clients/cut/abandoned"), 1);
+    assert_int_equal((long long)floor(dep_real(fin, "m", "remaining_input")), 1000 - 1 - 1);
+    json_decref(fin);
+}
+
 /* ---- the mock's bucket against the replay ----------------------------- */
 
 /* splitmix64: the traces' own random sequence, fixed by the seed. */
@@ -1601,6 +2198,13 @@ int main(void) {
         cmocka_unit_test(test_stream_openai),
         cmocka_unit_test(test_stream_pipelined),
         cmocka_unit_test(test_stream_disconnect),
+        cmocka_unit_test(test_anthropic_messages),
+        cmocka_unit_test(test_anthropic_cache_reads),
+        cmocka_unit_test(test_anthropic_rate_limits),
+        cmocka_unit_test(test_anthropic_bad_requests),
+        cmocka_unit_test(test_anthropic_faults),
+        cmocka_unit_test(test_anthropic_stream),
+        cmocka_unit_test(test_anthropic_disconnect),
         cmocka_unit_test(test_bucket_matches_replay),
         cmocka_unit_test(test_bucket_and_replay_reject_alike),
     };
