@@ -87,6 +87,9 @@ static const mock_flag mock_flags[] = {
      "Retry-After seconds sent with injected 503s; 0 = none (default 0)"},
     {"--quota-exhausted", NULL, FLAG_BOOL, OPT(o.quota_exhausted), 0, 0,
      "every chat call gets 429 insufficient_quota (Anthropic: 400 credit balance too low)"},
+    {"--no-headers", NULL, FLAG_BOOL, OPT(o.no_headers), 0, 0,
+     "send no rate-limit headers (x-ratelimit-*, anthropic-ratelimit-*), like a provider "
+     "that has none"},
     {"--deployment", "NAME", FLAG_LIST, 0, 0, 0,
      "serve only these deployments (repeatable; default: any name, created on first use)"},
     {"--seed", "S", FLAG_U64, OPT(o.seed), 0, 9007199254740992.0,
@@ -125,7 +128,9 @@ static void mock_usage(FILE *f) {
             "  POST /v1/messages                                                 Anthropic style "
             "(deployment = \"model\")\n"
             "  GET  /stats[?reset=1|reset=all]   the ledger as JSON (reset=all also refills "
-            "buckets)\n\n"
+            "buckets)\n"
+            "  POST /control?KEY=VALUE&...       change faults, the neighbour, injected 429s,\n"
+            "                                    headers and limits while running\n\n"
             "The first line on stdout is \"listening on HOST:PORT\". SIGUSR1 prints the ledger\n"
             "as one JSON line; SIGINT and SIGTERM print it and exit. See docs/mock.md.\n\n"
             "example (the seed article's deployment):\n"

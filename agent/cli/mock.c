@@ -630,13 +630,12 @@ int mock_start(uv_loop_t *loop, const mock_options *o, mock **out, char *err, si
         return rc;
     }
     m->port = mock_http_port(m->http);
-    if (o->neighbour_rpm > 0) {
-        uv_timer_init(loop, &m->neighbour);
-        m->neighbour.data = m;
-        m->neighbour_live = 1;
-        m->neighbour_due_ms = 60000.0 / o->neighbour_rpm;
-        uv_timer_start(&m->neighbour, neighbour_tick, mock_ceil_ms(m->neighbour_due_ms), 0);
-    }
+    /* The neighbour's timer exists from the start: /control may start it. */
+    uv_timer_init(loop, &m->neighbour);
+    m->neighbour.data = m;
+    m->neighbour_live = 1;
+    m->opt.neighbour_rpm = 0;
+    mock_set_neighbour(m, o->neighbour_rpm, o->neighbour_tokens);
     *out = m;
     return 0;
 oom:
@@ -725,6 +724,22 @@ void mock_reset(mock *m, int buckets) {
     mock_ledger_reset(m->ledger, now);
     if (buckets)
         for (mock_map_entry *e = m->deps.first; e; e = e->next) dep_fill(m, e->value, now);
+}
+
+int mock_set_neighbour(mock *m, double rpm, unsigned tokens) {
+    if (!(rpm >= 0 && rpm <= 600000)) return UV_EINVAL;
+    m->opt.neighbour_tokens = tokens;
+    if (rpm == m->opt.neighbour_rpm) return 0;
+    m->opt.neighbour_rpm = rpm;
+    if (rpm == 0) {
+        uv_timer_stop(&m->neighbour);
+        return 0;
+    }
+    /* A new rate starts a new schedule: the first request one interval
+     * from now. */
+    m->neighbour_due_ms = mock_now_ms(m) + 60000.0 / rpm;
+    uv_timer_start(&m->neighbour, neighbour_tick, mock_ceil_ms(60000.0 / rpm), 0);
+    return 0;
 }
 
 int mock_set_faults(mock *m, double fail_503, int quota_exhausted) {

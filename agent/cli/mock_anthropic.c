@@ -319,6 +319,14 @@ void mock_route_anthropic(mock_call *c, const char *unused) {
         anth_fail(c, 529, MOCK_UNAVAILABLE, "overloaded_error", "Overloaded");
         return;
     }
+    if (m->inject_429 > 0) {
+        /* As in mock_openai.c; Anthropic sends no retry-after-ms. */
+        m->inject_429--;
+        anth_ratelimit_headers(c);
+        anth_rate_limited(c, 60000.0 / c->dep->per_min[MOCK_REQUESTS], MOCK_REQUESTS,
+                          MOCK_INJECTED_429);
+        return;
+    }
     const double cost[MOCK_DIMS] = {1, MOCK_NO_COST, (double)uncached, (double)max_tokens};
     mock_dim longest;
     double wait = mock_dep_admit(c->dep, cost, &longest);

@@ -323,6 +323,16 @@ static void chat(mock_call *c, const char *deployment) {
                          NULL, m->opt.slow_ms);
         return;
     }
+    if (m->inject_429 > 0) {
+        /* A release slightly ahead of the bucket: refused with the true
+         * headers and the time one request takes to refill, nothing
+         * charged. */
+        m->inject_429--;
+        call_ratelimit_headers(c);
+        call_rate_limited(c, 60000.0 / c->dep->per_min[MOCK_REQUESTS], 0, (double)estimate,
+                          MOCK_INJECTED_429);
+        return;
+    }
     const double cost[MOCK_DIMS] = {1, (double)estimate, MOCK_NO_COST, MOCK_NO_COST};
     mock_dim longest;
     double wait = mock_dep_admit(c->dep, cost, &longest);

@@ -997,6 +997,14 @@ static int control(int port, const char *query, response *r) {
     return r->status;
 }
 
+/* The answer of POST /control: fail_503 and quota_exhausted as given. */
+static void assert_faults(const response *r, double fail_503, int quota) {
+    json_t *j = body_json(r);
+    assert_true(json_number_value(json_object_get(j, "fail_503")) == fail_503);
+    assert_int_equal(json_is_true(json_object_get(j, "quota_exhausted")), quota);
+    json_decref(j);
+}
+
 /* A running mock starts and stops failing on POST /control, keeping its
  * ledger and buckets: 200, then 503s, then insufficient_quota, then 200
  * again, all counted in one ledger. A bad control changes nothing; a GET
@@ -1010,9 +1018,9 @@ static void test_control_at_run_time(void **state) {
     call(c.port, AZURE_PATH("gpt-4o"), "w", simple_body, &r);
     assert_int_equal(r.status, 200);
     assert_int_equal(control(c.port, "", &r), 200); /* reads the settings */
-    assert_string_equal(r.body, "{\"fail_503\":0,\"quota_exhausted\":false}");
+    assert_faults(&r, 0, 0);
     assert_int_equal(control(c.port, "?fail_503=1", &r), 200);
-    assert_string_equal(r.body, "{\"fail_503\":1,\"quota_exhausted\":false}");
+    assert_faults(&r, 1, 0);
     for (int i = 0; i < 3; i++) {
         call(c.port, AZURE_PATH("gpt-4o"), "w", simple_body, &r);
         assert_int_equal(r.status, 503);
@@ -1033,12 +1041,12 @@ static void test_control_at_run_time(void **state) {
     call(c.port, AZURE_PATH("gpt-4o"), "w", simple_body, &r);
     assert_int_equal(r.status, 429);
     assert_int_equal(control(c.port, "?fail_503=0&quota_exhausted=0", &r), 200);
-    assert_string_equal(r.body, "{\"fail_503\":0,\"quota_exhausted\":false}");
+    assert_faults(&r, 0, 0);
     call(c.port, AZURE_PATH("gpt-4o"), "w", simple_body, &r);
     assert_int_equal(r.status, 200);
     assert_int_equal(header_long(&r, "x-ratelimit-remaining-requests"), 3);
     assert_int_equal(control(c.port, "?fail_503=0.25", &r), 200);
-    assert_string_equal(r.body, "{\"fail_503\":0.25,\"quota_exhausted\":false}");
+    assert_faults(&r, 0.25, 0);
     json_t *s = get_stats(c.port, "");
     assert_true(json_real_value(json_object_get(json_object_get(s, "config"), "fail_503")) == 0.25);
     json_decref(s);
@@ -1985,6 +1993,257 @@ static void test_anthropic_disconnect(void **state) {
     json_decref(fin);
 }
 
+/* ---- changes at run time (POST /control) ------------------------------ */
+
+/* A value of the /control answer. */
+static double answer_num(const response *r, const char *path) {
+    json_t *j = body_json(r), *v = j;
+    char buf[128], *save = NULL;
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (char *k = strtok_r(buf, "/", &save); k && v; k = strtok_r(NULL, "/", &save))
+        v = json_object_get(v, k);
+    if (!v) fail_msg("no %s in %s", path, r->body);
+    double d = json_is_boolean(v) ? json_is_true(v) : json_number_value(v);
+    json_decref(j);
+    return d;
+}
+
+/* The noisy neighbour started, changed and stopped at run time: it takes
+ * from every deployment's buckets on its new schedule, charges its new
+ * token count, and stops taking. */
+static void test_control_neighbour(void **state) {
+    static response r;
+    mock_child c;
+    (void)state;
+    child_start(&c, "--deployment", "shared", "--rpm", "6000", "--burst", "1000", "--tpm",
+                "6000000", NULL);
+    assert_int_equal(control(c.port, "?neighbour_rpm=1200&neighbour_tokens=7", &r), 200);
+    assert_true(answer_num(&r, "neighbour_rpm") == 1200);
+    assert_true(answer_num(&r, "neighbour_tokens") == 7);
+    /* 20 a second from now: 5 take at least 250 ms */
+    double t0 = now_ms();
+    wait_count(c.port, "clients/(neighbour)/accepted", 5);
+    assert_true(now_ms() - t0 >= 250 - 5);
+    json_t *s = get_stats(c.port, "");
+    assert_int_equal(list_int(s, "shared", "accept_tokens", 0), 7);
+    assert_true(json_real_value(json_object_get(json_object_get(s, "config"), "neighbour_rpm")) == 1200);
+    json_decref(s);
+    /* faster, and heavier */
+    assert_int_equal(control(c.port, "?neighbour_rpm=6000&neighbour_tokens=9", &r), 200);
+    json_decref(get_stats(c.port, "?reset=1"));
+    t0 = now_ms();
+    wait_count(c.port, "clients/(neighbour)/accepted", 10); /* 100 a second */
+    assert_true(now_ms() - t0 >= 100 - 5);
+    s = get_stats(c.port, "");
+    assert_int_equal(list_int(s, "shared", "accept_tokens", 0), 9);
+    json_decref(s);
+    /* stopped: nothing more is taken, however long one looks */
+    assert_int_equal(control(c.port, "?neighbour_rpm=0", &r), 200);
+    s = get_stats(c.port, "");
+    long long n = jint(s, "clients/(neighbour)/requests");
+    json_decref(s);
+    sleep_ms(200); /* 20 requests' worth at the old rate */
+    s = get_stats(c.port, "");
+    assert_int_equal(jint(s, "clients/(neighbour)/requests"), n);
+    json_decref(s);
+    /* bad values change nothing */
+    assert_int_equal(control(c.port, "?neighbour_rpm=600001", &r), 400);
+    assert_int_equal(control(c.port, "?neighbour_rpm=60&neighbour_tokens=1.5", &r), 400);
+    assert_int_equal(control(c.port, "?neighbour_tokens=-1", &r), 400);
+    assert_int_equal(control(c.port, "", &r), 200);
+    assert_true(answer_num(&r, "neighbour_rpm") == 0);
+    assert_true(answer_num(&r, "neighbour_tokens") == 9);
+    json_decref(child_stop(&c));
+}
+
+/* inject_429=N: the next N calls (either style) are refused as a release
+ * slightly ahead of the bucket would be: the true headers, retry-after-ms
+ * the time one request takes to refill (Azure / OpenAI), Retry-After its
+ * ceiling in seconds, nothing charged, counted as injected_429. */
+static void test_control_inject_429(void **state) {
+    static response r;
+    char v[64];
+    mock_child c;
+    (void)state;
+    child_start(&c, "--rpm", "40", "--burst", "10", "--itpm", "6", "--input-burst", "1000",
+                "--service-ms", "1", NULL);
+    assert_int_equal(control(c.port, "?inject_429=3", &r), 200);
+    assert_true(answer_num(&r, "inject_429") == 3);
+    for (int i = 0; i < 2; i++) {
+        call(c.port, AZURE_PATH("gpt-4o"), "i", simple_body, &r);
+        assert_int_equal(r.status, 429);
+        assert_int_equal(header_long(&r, "retry-after-ms"), 1500); /* 60000 / 40 */
+        assert_int_equal(header_long(&r, "Retry-After"), 2);
+        assert_int_equal(header_long(&r, "x-ratelimit-remaining-requests"), 10); /* true, untouched */
+        assert_non_null(strstr(r.body, "call rate limit"));
+    }
+    const char *ok = "{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    anth_call(c.port, "i", ok, &r);
+    assert_int_equal(r.status, 429);
+    assert_int_equal(header_long(&r, "retry-after"), 2);
+    assert_null(header(&r, "retry-after-ms", v, sizeof(v)));
+    assert_non_null(strstr(r.body, "\"rate_limit_error\""));
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 1000);
+    /* used up: served again */
+    call(c.port, AZURE_PATH("gpt-4o"), "i", simple_body, &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-requests"), 9);
+    assert_int_equal(control(c.port, "?inject_429=x", &r), 400);
+    assert_int_equal(control(c.port, "?inject_429=1.5", &r), 400);
+    assert_int_equal(control(c.port, "?inject_429=-1", &r), 400);
+    assert_int_equal(control(c.port, "?inject_429=1&fail_503=2", &r), 400);
+    call(c.port, AZURE_PATH("gpt-4o"), "i", simple_body, &r);
+    assert_int_equal(r.status, 200);
+    /* a bad call is not a chat call that reaches admission: not consumed */
+    assert_int_equal(control(c.port, "?inject_429=1", &r), 200);
+    call(c.port, AZURE_PATH("gpt-4o"), "i", "{\"messages\":[]}", &r);
+    assert_int_equal(r.status, 400);
+    json_t *s = get_stats(c.port, "");
+    assert_int_equal(jint(s, "config/inject_429"), 1);
+    json_decref(s);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "clients/i/injected_429"), 3);
+    assert_int_equal(jint(fin, "clients/i/status_429"), 3);
+    assert_int_equal(jint(fin, "deployments/gpt-4o/injected_429"), 2);
+    assert_int_equal(jint(fin, "deployments/claude/injected_429"), 1);
+    assert_int_equal(jint(fin, "deployments/gpt-4o/accepted"), 2);
+    assert_int_equal(jint(fin, "deployments/claude/accepted"), 0);
+    json_decref(fin);
+}
+
+/* headers=0|1 and --no-headers: a provider that sends no rate-limit
+ * headers; Retry-After on a 429 stays. */
+static void test_control_headers(void **state) {
+    static response r;
+    char v[64];
+    mock_child c;
+    const char *ok = "{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    (void)state;
+    child_start(&c, "--tpm", "60000", "--otpm", "600", "--service-ms", "1", NULL);
+    call(c.port, AZURE_PATH("gpt-4o"), "h", simple_body, &r);
+    assert_non_null(header(&r, "x-ratelimit-remaining-tokens", v, sizeof(v)));
+    assert_int_equal(control(c.port, "?headers=0", &r), 200);
+    assert_true(answer_num(&r, "headers") == 0);
+    call(c.port, AZURE_PATH("gpt-4o"), "h", simple_body, &r);
+    assert_int_equal(r.status, 200);
+    assert_null(strcasestr(r.head, "ratelimit"));
+    anth_call(c.port, "h", ok, &r);
+    assert_int_equal(r.status, 200);
+    assert_null(strcasestr(r.head, "ratelimit"));
+    assert_int_equal(control(c.port, "?inject_429=1", &r), 200);
+    call(c.port, AZURE_PATH("gpt-4o"), "h", simple_body, &r);
+    assert_int_equal(r.status, 429);
+    assert_null(strcasestr(r.head, "ratelimit"));
+    assert_int_equal(header_long(&r, "Retry-After"), 1);
+    assert_int_equal(control(c.port, "?headers=2", &r), 400);
+    assert_int_equal(control(c.port, "?headers=", &r), 400);
+    assert_int_equal(control(c.port, "?headers=1", &r), 200);
+    anth_call(c.port, "h", ok, &r);
+    assert_int_equal(anth_header(&r, "output-tokens", "limit"), 600);
+    json_decref(child_stop(&c));
+
+    child_start(&c, "--no-headers", NULL);
+    call(c.port, AZURE_PATH("gpt-4o"), "h", simple_body, &r);
+    assert_int_equal(r.status, 200);
+    assert_null(strcasestr(r.head, "ratelimit"));
+    assert_non_null(header(&r, "x-request-id", v, sizeof(v)));
+    json_t *s = get_stats(c.port, "");
+    assert_false(json_is_true(json_object_get(json_object_get(s, "config"), "headers")));
+    json_decref(s);
+    assert_int_equal(control(c.port, "?headers=1", &r), 200);
+    call(c.port, AZURE_PATH("gpt-4o"), "h", simple_body, &r);
+    assert_int_equal(header_long(&r, "x-ratelimit-limit-requests"), 60);
+    json_decref(child_stop(&c));
+}
+
+/* rpm=, tpm=, itpm=, otpm= change the real limits while running: every
+ * deployment and the defaults, or one deployment=NAME. Buckets keep their
+ * level, capped at the new capacity; a limit switched on starts full; the
+ * headers and the ledger report the new limits. Bad values change
+ * nothing. */
+static void test_control_limits(void **state) {
+    static response r;
+    char v[64];
+    mock_child c;
+    const char *anth = "{\"model\":\"claude\",\"max_tokens\":100,\"messages\":[{\"role\":\"user\","
+                       "\"content\":\"abcd\"}]}";
+    (void)state;
+    /* rpm 60: 0.001 a ms, so the levels below stay put for the test's ~ms */
+    child_start(&c, "--rpm", "60", "--itpm", "6", "--input-burst", "1000", "--otpm", "6",
+                "--output-burst", "1000", "--completion-tokens", "100", "--service-ms", "1", NULL);
+    call(c.port, AZURE_PATH("gpt-4o"), "l", simple_body, &r);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-requests"), 9);
+    /* every deployment: capacity rpm/6 = 5, the level 9 capped at it */
+    assert_int_equal(control(c.port, "?rpm=30", &r), 200);
+    assert_true(answer_num(&r, "limits/rpm") == 30);
+    assert_true(answer_num(&r, "limits/burst") == 5);
+    call(c.port, AZURE_PATH("gpt-4o"), "l", simple_body, &r);
+    assert_int_equal(header_long(&r, "x-ratelimit-limit-requests"), 30);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-requests"), 4);
+    /* a bigger limit keeps the level */
+    assert_int_equal(control(c.port, "?rpm=120", &r), 200);
+    call(c.port, AZURE_PATH("gpt-4o"), "l", simple_body, &r);
+    assert_int_equal(header_long(&r, "x-ratelimit-limit-requests"), 120);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-requests"), 3);
+    /* a deployment created later gets the new defaults */
+    call(c.port, AZURE_PATH("fresh"), "l", simple_body, &r);
+    assert_int_equal(header_long(&r, "x-ratelimit-limit-requests"), 120);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-requests"), 19);
+    /* one deployment: TPM switched on, starting full (100000 / 6) */
+    assert_int_equal(control(c.port, "?deployment=gpt-4o&tpm=100000", &r), 200);
+    assert_true(answer_num(&r, "deployment/limits/tpm") == 100000);
+    assert_true(answer_num(&r, "deployment/limits/token_burst") == 16666);
+    assert_true(answer_num(&r, "limits/tpm") == 0);
+    call(c.port, AZURE_PATH("gpt-4o"), "l", simple_body, &r);
+    assert_int_equal(header_long(&r, "x-ratelimit-limit-tokens"), 100000);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-tokens"), 16666 - 17);
+    call(c.port, AZURE_PATH("fresh"), "l", simple_body, &r);
+    assert_null(header(&r, "x-ratelimit-limit-tokens", v, sizeof(v)));
+
+    /* Anthropic: input and output limits of one deployment */
+    anth_call(c.port, "l", anth, &r);
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 999);
+    assert_int_equal(anth_header(&r, "output-tokens", "remaining"), 900);
+    assert_int_equal(control(c.port, "?deployment=claude&itpm=0&otpm=12", &r), 200);
+    anth_call(c.port, "l", anth, &r);
+    assert_null(header(&r, "anthropic-ratelimit-input-tokens-limit", v, sizeof(v)));
+    assert_int_equal(anth_header(&r, "output-tokens", "limit"), 12);
+    /* --output-burst stays the capacity; the level was kept */
+    assert_int_equal(anth_header(&r, "output-tokens", "remaining"), 800);
+    assert_int_equal(control(c.port, "?deployment=claude&itpm=60", &r), 200);
+    anth_call(c.port, "l", anth, &r);
+    assert_int_equal(anth_header(&r, "input-tokens", "limit"), 60);
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 999); /* started full */
+
+    /* bad values and names: 400, nothing changed */
+    static const char *const bad[] = {"?rpm=0", "?rpm=-5", "?rpm=abc", "?tpm=1e13", "?itpm=",
+                                      "?otpm", "?rpm=45&tpm=x", "?deployment=a/b&rpm=45",
+                                      "?deployment=&rpm=45", "?rpm=45&bogus=1"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (control(c.port, bad[i], &r) != 400) fail_msg("%s: %d %s", bad[i], r.status, r.body);
+    json_t *s = get_stats(c.port, "");
+    assert_true(json_real_value(json_object_get(json_object_get(s, "config"), "rpm")) == 120);
+    json_t *lim = json_object_get(json_object_get(json_object_get(s, "deployments"), "gpt-4o"), "limits");
+    assert_true(json_real_value(json_object_get(lim, "rpm")) == 120);
+    assert_true(json_real_value(json_object_get(lim, "burst")) == 20);
+    assert_true(json_real_value(json_object_get(lim, "tpm")) == 100000);
+    lim = json_object_get(json_object_get(json_object_get(s, "deployments"), "claude"), "limits");
+    assert_true(json_real_value(json_object_get(lim, "itpm")) == 60);
+    assert_true(json_real_value(json_object_get(lim, "otpm")) == 12);
+    assert_true(json_real_value(json_object_get(lim, "output_burst")) == 1000);
+    json_decref(s);
+    json_decref(child_stop(&c));
+
+    /* With a fixed set of deployments an unknown name is a bad value. */
+    child_start(&c, "--deployment", "only", NULL);
+    assert_int_equal(control(c.port, "?deployment=other&rpm=5", &r), 400);
+    assert_int_equal(control(c.port, "?deployment=only&rpm=5", &r), 200);
+    call(c.port, AZURE_PATH("only"), "l", simple_body, &r);
+    assert_int_equal(header_long(&r, "x-ratelimit-limit-requests"), 5);
+    json_decref(child_stop(&c));
+}
+
+
 /* ---- the mock's bucket against the replay ----------------------------- */
 
 /* splitmix64: the traces' own random sequence, fixed by the seed. */
@@ -2193,6 +2452,10 @@ int main(void) {
         cmocka_unit_test(test_injected_503),
         cmocka_unit_test(test_control_at_run_time),
         cmocka_unit_test(test_noisy_neighbour),
+        cmocka_unit_test(test_control_neighbour),
+        cmocka_unit_test(test_control_inject_429),
+        cmocka_unit_test(test_control_headers),
+        cmocka_unit_test(test_control_limits),
         cmocka_unit_test(test_seed_and_sigusr1),
         cmocka_unit_test(test_port_file),
         cmocka_unit_test(test_stream_openai),
