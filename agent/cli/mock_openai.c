@@ -52,28 +52,28 @@ static void call_bad_request(mock_call *c, const char *param, const char *fmt, .
 /* Counts the code points of the messages' text: string contents and the
  * "text" of content parts. -1 when messages is not a non-empty array of
  * objects. */
+static void count_utf8(const char *s, long long *n) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if ((*p & 0xC0) != 0x80) (*n)++;
+}
+
 static long long messages_chars(json_t *messages) {
     long long n = 0;
-    size_t i;
-    json_t *msg;
+    size_t i, j;
+    json_t *msg, *part;
     if (!json_is_array(messages) || json_array_size(messages) == 0) return -1;
     json_array_foreach(messages, i, msg) {
         if (!json_is_object(msg)) return -1;
         json_t *content = json_object_get(msg, "content");
-        const char *texts[64];
-        size_t nt = 0, j;
-        json_t *part;
         if (json_is_string(content)) {
-            texts[nt++] = json_string_value(content);
+            count_utf8(json_string_value(content), &n);
         } else if (json_is_array(content)) {
+            /* Every part counts, however many there are. */
             json_array_foreach(content, j, part) {
                 const char *t = json_string_value(json_object_get(part, "text"));
-                if (t && nt < sizeof(texts) / sizeof(texts[0])) texts[nt++] = t;
+                if (t) count_utf8(t, &n);
             }
         }
-        for (size_t k = 0; k < nt; k++)
-            for (const unsigned char *p = (const unsigned char *)texts[k]; *p; p++)
-                if ((*p & 0xC0) != 0x80) n++;
     }
     return n;
 }

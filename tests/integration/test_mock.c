@@ -723,6 +723,21 @@ static void test_tpm_charges_the_estimate(void **state) {
     assert_non_null(strstr(r.body, "token rate limit"));
     assert_true(header_long(&r, "x-ratelimit-remaining-requests") >= 97);
 
+    /* Every content part counts: 100 parts of 4 code points, 100 tokens
+     * (the mock once stopped at 64 parts). */
+    char *parts = malloc(100 * 32 + 256);
+    strcpy(parts, "{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":[");
+    for (int i = 0; i < 100; i++)
+        strcat(parts, i ? ",{\"type\":\"text\",\"text\":\"abcd\"}" : "{\"type\":\"text\",\"text\":\"abcd\"}");
+    strcat(parts, "]}]}");
+    call(c.port, AZURE_PATH("parts"), "t", parts, &r);
+    free(parts);
+    assert_int_equal(r.status, 200);
+    j = body_json(&r);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")), 100);
+    json_decref(j);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-tokens"), 300 - 101);
+
     json_t *fin = child_stop(&c);
     assert_int_equal(jint(fin, "deployments/tok/accepted"), 2);
     assert_int_equal(jint(fin, "deployments/tok/status_429"), 1);
