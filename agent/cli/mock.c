@@ -660,8 +660,8 @@ static const char *const limit_names[MOCK_DIMS][2] = {
 json_t *mock_limits_json(const mock *m, const mock_deployment *d) {
     json_t *j = json_object();
     for (int k = 0; j && k < MOCK_DIMS; k++) {
-        double per_min = d ? d->per_min[k] : m->per_min[k];
-        double cap = per_min <= 0 ? 0 : d ? d->b[k].capacity : mock_capacity(m, (mock_dim)k, per_min);
+        double per_min = d ? d->per_min[k] : m->per_min[k], cap = 0;
+        if (per_min > 0) cap = d ? d->b[k].capacity : mock_capacity(m, (mock_dim)k, per_min);
         if (json_object_set_new(j, limit_names[k][0], json_real(per_min)) != 0 ||
             json_object_set_new(j, limit_names[k][1], json_real(cap)) != 0) {
             json_decref(j);
