@@ -60,6 +60,17 @@ static const mock_flag mock_flags[] = {
      "tokens per minute per deployment; 0 = no token limit (default 0)"},
     {"--token-burst", "N", FLAG_DOUBLE, OPT(o.token_burst), 1, 1e12,
      "token bucket size (default tpm/6, at least 1)"},
+    {"--itpm", "N", FLAG_DOUBLE, OPT(o.itpm), 0, 1e12,
+     "Anthropic input tokens per minute per deployment; 0 = no limit (default 0)"},
+    {"--input-burst", "N", FLAG_DOUBLE, OPT(o.input_burst), 1, 1e12,
+     "input-token bucket size (default itpm/6, at least 1)"},
+    {"--otpm", "N", FLAG_DOUBLE, OPT(o.otpm), 0, 1e12,
+     "Anthropic output tokens per minute per deployment; 0 = no limit (default 0)"},
+    {"--output-burst", "N", FLAG_DOUBLE, OPT(o.output_burst), 1, 1e12,
+     "output-token bucket size (default otpm/6, at least 1)"},
+    {"--cache-read-tokens", "N", FLAG_UINT, OPT(o.cache_read_tokens), 0, 1000000000,
+     "Anthropic: input tokens of every call read from the prompt cache, not charged to "
+     "ITPM (default 0)"},
     {"--service-ms", "LO-HI", FLAG_RANGE, OPT(o.service_ms_min), 0, 3600000,
      "service time of an accepted call, uniform in [LO, HI] ms, or N (default 300-900)"},
     {"--slow-ms", "N", FLAG_UINT, OPT(o.slow_ms), 0, 3600000,
@@ -75,7 +86,10 @@ static const mock_flag mock_flags[] = {
     {"--retry-after-503", "S", FLAG_UINT, OPT(o.retry_after_503), 0, 86400,
      "Retry-After seconds sent with injected 503s; 0 = none (default 0)"},
     {"--quota-exhausted", NULL, FLAG_BOOL, OPT(o.quota_exhausted), 0, 0,
-     "every chat call gets 429 insufficient_quota (billing, never retry)"},
+     "every chat call gets 429 insufficient_quota (Anthropic: 400 credit balance too low)"},
+    {"--no-headers", NULL, FLAG_BOOL, OPT(o.no_headers), 0, 0,
+     "send no rate-limit headers (x-ratelimit-*, anthropic-ratelimit-*), like a provider "
+     "that has none"},
     {"--deployment", "NAME", FLAG_LIST, 0, 0, 0,
      "serve only these deployments (repeatable; default: any name, created on first use)"},
     {"--seed", "S", FLAG_U64, OPT(o.seed), 0, 9007199254740992.0,
@@ -91,11 +105,13 @@ static const mock_flag mock_flags[] = {
 static void mock_usage(FILE *f) {
     fprintf(f,
             "usage: sluice mock [OPTIONS]\n\n"
-            "Serves a stand-in for an Azure OpenAI / OpenAI chat-completions deployment that\n"
-            "enforces RPM and TPM like the real front door (token buckets with burst, the\n"
-            "estimate ceil(chars/4) + max_tokens charged at admission, 429 with Retry-After),\n"
-            "and keeps a ledger of everything it saw, per deployment and per client\n"
-            "(x-client-id header, else the peer address).\n\n"
+            "Serves a stand-in for Azure OpenAI / OpenAI chat-completions and Anthropic Messages\n"
+            "deployments that enforces their limits like the real front doors (token buckets\n"
+            "with burst; Azure/OpenAI: RPM and TPM, the estimate ceil(chars/4) + max_tokens\n"
+            "charged at admission; Anthropic: RPM, ITPM on the uncached input, OTPM charged\n"
+            "max_tokens and settled to the output), 429 with Retry-After, and keeps a ledger\n"
+            "of everything it saw, per deployment and per client (x-client-id header, else the\n"
+            "peer address).\n\n"
             "options:\n");
     for (size_t i = 0; i < MOCK_NFLAGS; i++) {
         const mock_flag *fl = &mock_flags[i];
@@ -109,8 +125,12 @@ static void mock_usage(FILE *f) {
             "  POST /openai/deployments/NAME/chat/completions[?api-version=V]   Azure style\n"
             "  POST /v1/chat/completions, /openai/v1/chat/completions           OpenAI style "
             "(deployment = \"model\")\n"
+            "  POST /v1/messages                                                 Anthropic style "
+            "(deployment = \"model\")\n"
             "  GET  /stats[?reset=1|reset=all]   the ledger as JSON (reset=all also refills "
-            "buckets)\n\n"
+            "buckets)\n"
+            "  POST /control?KEY=VALUE&...       change faults, the neighbour, injected 429s,\n"
+            "                                    headers and limits while running\n\n"
             "The first line on stdout is \"listening on HOST:PORT\". SIGUSR1 prints the ledger\n"
             "as one JSON line; SIGINT and SIGTERM print it and exit. See docs/mock.md.\n\n"
             "example (the seed article's deployment):\n"

@@ -3,66 +3,16 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "mock_bucket.h"
-#include "mock_http.h"
-#include "mock_map.h"
+#include "mock_internal.h"
 
 #ifndef SLUICE_VERSION
 #define SLUICE_VERSION "dev"
 #endif
-
-#define MOCK_NAME_MAX 64
-#define MOCK_CLIENT_MAX 128
-#define MOCK_MAX_DEPLOYMENTS 1024
-#define MOCK_MAX_CLIENTS 4096
-#define MOCK_MAX_ACCEPTS 4000000
-#define MOCK_MAX_TOKENS 1000000
-#define MOCK_DEFAULT_MAX_TOKENS 16
-#define MOCK_NEIGHBOUR "(neighbour)"
-
-typedef struct mock_deployment {
-    mock_bucket req;
-    mock_bucket tok; /* unused when tpm == 0 */
-} mock_deployment;
-
-struct mock {
-    uv_loop_t *loop;
-    mock_options opt;
-    char *host;
-    char **fixed;          /* copies of opt.deployments */
-    double burst, token_burst;
-    mock_http *http;
-    mock_ledger *ledger;
-    mock_map deps;         /* name -> mock_deployment */
-    uint64_t t0_ns;
-    uint64_t rng[4];
-    uint64_t next_id;
-    uv_timer_t neighbour;
-    int neighbour_live;
-    double neighbour_due_ms;
-    int pending_closes;
-    int port;
-    void (*done)(mock *, void *);
-    void *done_arg;
-};
-
-/* One chat call while it is being decided. */
-typedef struct mock_call {
-    mock *m;
-    mock_http_req *req;
-    double now_ms;
-    int azure;                 /* Azure error shapes, else OpenAI's */
-    const char *client;
-    const char *deployment;    /* NULL until routed */
-    mock_deployment *dep;
-    char api_version[32];
-    char headers[1024];
-    size_t hlen;
-} mock_call;
 
 /* ---- randomness: xoshiro256**, seeded by splitmix64 -------------------- */
 
@@ -91,11 +41,11 @@ static uint64_t rng_next(uint64_t s[4]) {
 }
 
 /* Uniform in [lo, hi]; the modulo bias is below 2^-40 for our ranges. */
-static uint64_t rng_range(uint64_t s[4], uint64_t lo, uint64_t hi) {
+uint64_t mock_rng_range(uint64_t s[4], uint64_t lo, uint64_t hi) {
     return hi <= lo ? lo : lo + rng_next(s) % (hi - lo + 1);
 }
 
-static double rng_unit(uint64_t s[4]) {
+double mock_rng_unit(uint64_t s[4]) {
     return (double)(rng_next(s) >> 11) * 0x1.0p-53;
 }
 
@@ -103,7 +53,7 @@ static double rng_unit(uint64_t s[4]) {
 
 /* A duration the way Go's time.Duration prints it ("250ms", "1s", "1.5s",
  * "1m0s"), which is what OpenAI's x-ratelimit-reset-* headers use. */
-static void fmt_duration(char *out, size_t n, uint64_t ms) {
+void mock_fmt_duration(char *out, size_t n, uint64_t ms) {
     unsigned long long h = ms / 3600000, m = ms / 60000 % 60, s = ms / 1000 % 60, frac = ms % 1000;
     int k = 0, digits = 3;
     if (ms < 1000) {
@@ -125,7 +75,7 @@ static void fmt_duration(char *out, size_t n, uint64_t ms) {
     snprintf(out + k, n - (size_t)k, "%llu.%0*llus", s, digits, frac);
 }
 
-static void call_header(mock_call *c, const char *fmt, ...) {
+void mock_call_header(mock_call *c, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(c->headers + c->hlen, sizeof(c->headers) - c->hlen, fmt, ap);
@@ -133,13 +83,13 @@ static void call_header(mock_call *c, const char *fmt, ...) {
     if (n > 0 && (size_t)n < sizeof(c->headers) - c->hlen) c->hlen += (size_t)n;
 }
 
-static uint64_t ceil_ms(double ms) {
+uint64_t mock_ceil_ms(double ms) {
     return ms <= 0 ? 0 : (uint64_t)ceil(ms - 1e-9);
 }
 
 /* ---- deployments ------------------------------------------------------ */
 
-static int name_ok(const char *s) {
+int mock_name_ok(const char *s) {
     size_t n = strlen(s);
     if (n == 0 || n > MOCK_NAME_MAX) return 0;
     for (; *s; s++)
@@ -149,19 +99,31 @@ static int name_ok(const char *s) {
     return 1;
 }
 
-static void dep_fill(const mock *m, mock_deployment *d, double now_ms) {
-    mock_bucket_init(&d->req, m->burst, m->opt.rpm / 60000.0, now_ms);
-    if (m->opt.tpm > 0) mock_bucket_init(&d->tok, m->token_burst, m->opt.tpm / 60000.0, now_ms);
+double mock_capacity(const mock *m, mock_dim dim, double per_min) {
+    return m->burst_set[dim] > 0 ? m->burst_set[dim] : fmax(1, floor(per_min / 6));
 }
 
-/* The deployment called name, created on first use unless the set is
- * fixed. NULL when it does not exist (or cannot be created). */
-static mock_deployment *dep_get(mock *m, const char *name, double now_ms) {
+/* Full buckets at now_ms with the limits d already has. */
+static void dep_fill(const mock *m, mock_deployment *d, double now_ms) {
+    for (int k = 0; k < MOCK_DIMS; k++)
+        if (d->per_min[k] > 0)
+            mock_bucket_init(&d->b[k], mock_capacity(m, (mock_dim)k, d->per_min[k]),
+                             d->per_min[k] / 60000.0, now_ms);
+}
+
+/* A new deployment with the current default limits. */
+static mock_deployment *dep_new(const mock *m, double now_ms) {
+    mock_deployment *d = calloc(1, sizeof(*d));
+    if (!d) return NULL;
+    memcpy(d->per_min, m->per_min, sizeof(d->per_min));
+    dep_fill(m, d, now_ms);
+    return d;
+}
+
+mock_deployment *mock_dep_get(mock *m, const char *name, double now_ms) {
     mock_deployment *d = mock_map_get(&m->deps, name);
     if (d || m->opt.n_deployments > 0 || m->deps.count >= MOCK_MAX_DEPLOYMENTS) return d;
-    d = calloc(1, sizeof(*d));
-    if (!d) return NULL;
-    dep_fill(m, d, now_ms);
+    if (!(d = dep_new(m, now_ms))) return NULL;
     if (mock_map_put(&m->deps, name, d) != 0) {
         free(d);
         return NULL;
@@ -169,354 +131,223 @@ static mock_deployment *dep_get(mock *m, const char *name, double now_ms) {
     return d;
 }
 
-static void dep_refill(const mock *m, mock_deployment *d, double now_ms) {
-    mock_bucket_refill(&d->req, now_ms);
-    if (m->opt.tpm > 0) mock_bucket_refill(&d->tok, now_ms);
+void mock_dep_refill(mock_deployment *d, double now_ms) {
+    for (int k = 0; k < MOCK_DIMS; k++)
+        if (d->per_min[k] > 0) mock_bucket_refill(&d->b[k], now_ms);
 }
 
-/* Admission of one request of `tokens` estimated tokens. Takes from both
- * buckets and returns 0 when both hold it; otherwise takes nothing and
- * returns the wait in ms until both will, with *by_tokens set when the
- * token limit is the longer wait. */
-static double dep_admit(const mock *m, mock_deployment *d, double tokens, int *by_tokens) {
-    double wr = mock_bucket_wait_ms(&d->req, 1);
-    double wt = m->opt.tpm > 0 ? mock_bucket_wait_ms(&d->tok, tokens) : 0;
-    *by_tokens = wt > wr;
-    if (wr > 0 || wt > 0) return wr > wt ? wr : wt;
-    mock_bucket_take(&d->req, 1);
-    if (m->opt.tpm > 0) mock_bucket_take(&d->tok, tokens);
+double mock_dep_admit(mock_deployment *d, const double cost[MOCK_DIMS], mock_dim *longest) {
+    double wait = 0;
+    *longest = MOCK_REQUESTS;
+    for (int k = 0; k < MOCK_DIMS; k++) {
+        if (d->per_min[k] <= 0 || cost[k] < 0) continue;
+        double w = mock_bucket_wait_ms(&d->b[k], cost[k]);
+        if (w > wait) {
+            wait = w;
+            *longest = (mock_dim)k;
+        }
+    }
+    if (wait > 0) return wait;
+    for (int k = 0; k < MOCK_DIMS; k++)
+        if (d->per_min[k] > 0 && cost[k] >= 0) mock_bucket_take(&d->b[k], cost[k]);
     return 0;
 }
 
-/* Digits worth printing for a configured limit: none when it is whole. */
-static int decimals(double v) {
-    return v == floor(v) ? 0 : 3;
+void mock_dep_set_limit(const mock *m, mock_deployment *d, mock_dim dim, double per_min,
+                        double now_ms) {
+    if (per_min <= 0) {
+        d->per_min[dim] = 0;
+        return;
+    }
+    double cap = mock_capacity(m, dim, per_min);
+    if (d->per_min[dim] > 0) mock_bucket_set(&d->b[dim], cap, per_min / 60000.0, now_ms);
+    else mock_bucket_init(&d->b[dim], cap, per_min / 60000.0, now_ms);
+    d->per_min[dim] = per_min;
 }
 
-/* Appends the x-ratelimit-* headers describing the buckets as they are now. */
-static void call_ratelimit_headers(mock_call *c) {
-    const mock *m = c->m;
-    const mock_deployment *d = c->dep;
-    char reset[32];
-    fmt_duration(reset, sizeof(reset), ceil_ms(mock_bucket_reset_ms(&d->req)));
-    call_header(c,
-                "x-ratelimit-limit-requests: %.*f\r\nx-ratelimit-remaining-requests: %.0f\r\n"
-                "x-ratelimit-reset-requests: %s\r\n",
-                decimals(m->opt.rpm), m->opt.rpm, mock_bucket_remaining(&d->req), reset);
-    if (m->opt.tpm > 0) {
-        fmt_duration(reset, sizeof(reset), ceil_ms(mock_bucket_reset_ms(&d->tok)));
-        call_header(c,
-                    "x-ratelimit-limit-tokens: %.*f\r\nx-ratelimit-remaining-tokens: %.0f\r\n"
-                    "x-ratelimit-reset-tokens: %s\r\n",
-                    decimals(m->opt.tpm), m->opt.tpm, mock_bucket_remaining(&d->tok), reset);
+int mock_call_resolve(mock_call *c, const char *name, char *buf, size_t n) {
+    if (!mock_name_ok(name)) return -1;
+    snprintf(buf, n, "%s", name);
+    c->dep = mock_dep_get(c->m, buf, c->now_ms);
+    if (!c->dep) return -2;
+    c->deployment = buf;
+    mock_dep_refill(c->dep, c->now_ms);
+    return 0;
+}
+
+void mock_fmt_rfc3339(char *out, size_t n, double unix_ms) {
+    long long ms = (long long)ceil(unix_ms - 1e-6);
+    time_t secs = (time_t)(ms / 1000);
+    struct tm tm;
+    if (!gmtime_r(&secs, &tm)) {
+        snprintf(out, n, "1970-01-01T00:00:00.000Z");
+        return;
     }
+    snprintf(out, n, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+}
+
+uint64_t mock_draw_output(mock *m, uint64_t max_tokens) {
+    if (m->opt.completion_tokens)
+        return m->opt.completion_tokens < max_tokens ? m->opt.completion_tokens : max_tokens;
+    return mock_rng_range(m->rng, 1, max_tokens);
+}
+
+uint64_t mock_retry_after_s(uint64_t ms) {
+    uint64_t s = (ms + 999) / 1000;
+    return s < 1 ? 1 : s;
 }
 
 /* ---- responses -------------------------------------------------------- */
 
 static const char *outcome_name(mock_outcome o) {
-    static const char *names[] = {"accepted", "429", "429-quota", "503", "400", "404", "error"};
+    static const char *names[] = {"accepted", "429", "429-quota", "503", "400",
+                                  "404", "error", "400-credit", "429-injected"};
     return names[o];
 }
 
-/* Sends body (a JSON value, consumed) with status, counts the call in the
- * ledger and logs it. */
-static void call_finish(mock_call *c, int status, mock_outcome o, json_t *body, uint64_t charged,
-                        uint64_t reported, uint64_t delay_ms) {
+/* Counts the call in the ledger, logs it and adds the request id. An
+ * accepted call gets a mock_pending as its request's udata, so the ledger
+ * hears when it is abandoned. Returns -1 when that cannot be allocated
+ * (the call is counted all the same). */
+static int call_record(mock_call *c, int status, mock_outcome o, const mock_charge *ch,
+                       const mock_events *e) {
     mock *m = c->m;
     mock_ledger_ref ref;
-    char *text = body ? json_dumps(body, MOCK_JSON_FLAGS) : NULL;
-    json_decref(body);
-    mock_ledger_record(m->ledger, c->deployment, c->client, o, c->now_ms, charged, reported, &ref);
-    if (o == MOCK_ACCEPTED) mock_http_set_udata(c->req, ref.deployment, ref.client);
+    mock_ledger_record(m->ledger, c->deployment, c->client, o, c->now_ms, ch, &ref);
     if (m->opt.log)
         fprintf(m->opt.log, "%.3f %s %s %s %d %s\n", c->now_ms, c->client,
                 c->deployment ? c->deployment : "-", mock_http_path(c->req), status,
                 outcome_name(o));
-    call_header(c, "x-request-id: mock-%llu\r\n", (unsigned long long)++m->next_id);
+    ++m->next_id;
+    if (c->style == MOCK_ANTHROPIC)
+        mock_call_header(c, "request-id: req_mock_%llu\r\n", (unsigned long long)m->next_id);
+    else
+        mock_call_header(c, "x-request-id: mock-%llu\r\n", (unsigned long long)m->next_id);
+    if (o != MOCK_ACCEPTED) return 0;
+    mock_pending *p = calloc(1, sizeof(*p));
+    if (!p) return -1;
+    p->m = m;
+    p->ref = ref;
+    p->dep = c->dep;
+    p->settle = c->settle;
+    if (e) {
+        p->nevents = e->n;
+        memcpy(p->generated, e->generated, sizeof(p->generated));
+    }
+    mock_http_set_udata(c->req, p);
+    return 0;
+}
+
+static void call_oom(mock_call *c) {
+    static const char oom[] = "{\"error\":{\"code\":\"500\",\"message\":\"out of memory\"}}";
+    mock_http_respond(c->req, 500, c->headers, oom, sizeof(oom) - 1, 0);
+}
+
+/* Sends body (a JSON value, consumed) with status, counts the call in the
+ * ledger and logs it. */
+void mock_call_finish(mock_call *c, int status, mock_outcome o, json_t *body,
+                      const mock_charge *ch, uint64_t delay_ms) {
+    char *text = body ? json_dumps(body, MOCK_JSON_FLAGS) : NULL;
+    json_decref(body);
+    if (call_record(c, status, o, ch, NULL) != 0) {
+        free(text);
+        text = NULL;
+    }
     if (!text) {
-        static const char oom[] = "{\"error\":{\"code\":\"500\",\"message\":\"out of memory\"}}";
-        mock_http_respond(c->req, 500, c->headers, oom, sizeof(oom) - 1, 0);
+        call_oom(c);
         return;
     }
     mock_http_respond(c->req, status, c->headers, text, strlen(text), delay_ms);
     free(text);
 }
 
-static json_t *azure_error(const char *code, const char *message) {
-    return json_pack("{s{ssss}}", "error", "code", code, "message", message);
-}
-
-static json_t *openai_error(const char *message, const char *type, const char *param,
-                            const char *code) {
-    return json_pack("{s{sssssoso}}", "error", "message", message, "type", type, "param",
-                     param ? json_string(param) : json_null(), "code",
-                     code ? json_string(code) : json_null());
-}
-
-static void call_bad_request(mock_call *c, const char *param, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    call_finish(c, 400, MOCK_BAD_REQUEST, openai_error(msg, "invalid_request_error", param, NULL),
-                0, 0, c->dep ? c->m->opt.slow_ms : 0);
-}
-
-static void call_not_found(mock_call *c, json_t *body) {
-    call_finish(c, 404, MOCK_NOT_FOUND, body, 0, 0, 0);
-}
-
-/* ---- the chat endpoints ----------------------------------------------- */
-
-/* Counts the code points of the messages' text: string contents and the
- * "text" of content parts. -1 when messages is not a non-empty array of
- * objects. */
-static long long messages_chars(json_t *messages) {
-    long long n = 0;
-    size_t i;
-    json_t *msg;
-    if (!json_is_array(messages) || json_array_size(messages) == 0) return -1;
-    json_array_foreach(messages, i, msg) {
-        if (!json_is_object(msg)) return -1;
-        json_t *content = json_object_get(msg, "content");
-        const char *texts[64];
-        size_t nt = 0, j;
-        json_t *part;
-        if (json_is_string(content)) {
-            texts[nt++] = json_string_value(content);
-        } else if (json_is_array(content)) {
-            json_array_foreach(content, j, part) {
-                const char *t = json_string_value(json_object_get(part, "text"));
-                if (t && nt < sizeof(texts) / sizeof(texts[0])) texts[nt++] = t;
-            }
-        }
-        for (size_t k = 0; k < nt; k++)
-            for (const unsigned char *p = (const unsigned char *)texts[k]; *p; p++)
-                if ((*p & 0xC0) != 0x80) n++;
+void mock_call_finish_stream(mock_call *c, mock_events *e, const mock_charge *ch,
+                             uint64_t start_ms, uint64_t service_ms) {
+    mock_http_piece pieces[MOCK_STREAM_MAX_EVENTS];
+    if (call_record(c, 200, MOCK_ACCEPTED, ch, e) != 0 || e->oom || e->n == 0) {
+        mock_events_free(e);
+        call_oom(c);
+        return;
     }
-    return n;
+    /* The first event goes out with the headers; the last one when the
+     * service time is over, as the non-streamed answer would. */
+    for (size_t i = 0; i < e->n; i++)
+        pieces[i] = (mock_http_piece){e->text[i], e->len[i],
+                                      start_ms + (e->n > 1 ? service_ms * i / (e->n - 1) : 0)};
+    mock_http_respond_stream(c->req, 200, c->headers, "text/event-stream", pieces, e->n);
+    mock_events_free(e);
 }
 
-static json_t *completion_body(mock *m, const char *model, uint64_t prompt, uint64_t completion,
-                               uint64_t max_tokens) {
+void mock_events_add(mock_events *e, const char *name, json_t *data, const char *raw,
+                     uint32_t generated) {
+    char *json = data ? json_dumps(data, MOCK_JSON_FLAGS) : NULL;
+    json_decref(data);
+    if (!raw) raw = json;
+    if (!raw || e->n == MOCK_STREAM_MAX_EVENTS) {
+        e->oom = 1;
+        free(json);
+        return;
+    }
+    size_t n = strlen(raw) + (name ? strlen(name) + 8 : 0) + 9;
+    char *t = malloc(n);
+    if (!t) {
+        e->oom = 1;
+        free(json);
+        return;
+    }
+    int len = name ? snprintf(t, n, "event: %s\ndata: %s\n\n", name, raw)
+                   : snprintf(t, n, "data: %s\n\n", raw);
+    free(json);
+    e->text[e->n] = t;
+    e->len[e->n] = (size_t)len;
+    e->generated[e->n] = generated;
+    e->n++;
+}
+
+void mock_events_free(mock_events *e) {
+    for (size_t i = 0; i < e->n; i++) free(e->text[i]);
+    e->n = 0;
+}
+
+char *mock_words(uint64_t from, uint64_t count) {
     static const char *words[] = {"The", "mock", "says", "ok", "and", "counts", "every",
                                   "token", "it", "sees"};
-    size_t nwords = completion < 2048 ? (size_t)completion : 2048;
-    char *text = malloc(nwords * 8 + 1);
+    const size_t nw = sizeof(words) / sizeof(words[0]);
+    if (from >= MOCK_TEXT_WORDS) count = 0;
+    else if (count > MOCK_TEXT_WORDS - from) count = MOCK_TEXT_WORDS - from;
+    char *text = malloc((size_t)count * 8 + 1);
     size_t len = 0;
     if (!text) return NULL;
-    for (size_t i = 0; i < nwords; i++) {
-        const char *w = words[i % (sizeof(words) / sizeof(words[0]))];
+    for (uint64_t i = from; i < from + count; i++) {
+        const char *w = words[i % nw];
         if (i) text[len++] = ' ';
         memcpy(text + len, w, strlen(w));
         len += strlen(w);
     }
     text[len] = '\0';
-    json_t *body = json_pack(
-        "{sssssIss s[{sis{ssss}ss}] s{sIsIsI}}", "id", "chatcmpl-mock", "object",
-        "chat.completion", "created", (json_int_t)time(NULL), "model", model, "choices", "index", 0,
-        "message", "role", "assistant", "content", text, "finish_reason",
-        completion >= max_tokens ? "length" : "stop", "usage", "prompt_tokens",
-        (json_int_t)prompt, "completion_tokens", (json_int_t)completion, "total_tokens",
-        (json_int_t)(prompt + completion));
-    free(text);
-    if (body) {
-        char id[48];
-        snprintf(id, sizeof(id), "chatcmpl-mock-%llu", (unsigned long long)m->next_id + 1);
-        json_object_set_new(body, "id", json_string(id));
-    }
-    return body;
+    return text;
 }
 
-static void call_rate_limited(mock_call *c, double wait_ms, int by_tokens, double tokens) {
-    const mock *m = c->m;
-    uint64_t ms = ceil_ms(wait_ms), secs = (ms + 999) / 1000;
-    char msg[512], dur[32];
-    if (ms < 1) ms = 1;
-    if (secs < 1) secs = 1;
-    call_header(c, "Retry-After: %llu\r\nretry-after-ms: %llu\r\n", (unsigned long long)secs,
-                (unsigned long long)ms);
-    json_t *body;
-    if (c->azure) {
-        snprintf(msg, sizeof(msg),
-                 "Requests to the ChatCompletions_Create Operation under Azure OpenAI API version "
-                 "%s have exceeded %s rate limit of your current OpenAI S0 pricing tier. Please "
-                 "retry after %llu second%s. Please go here: https://aka.ms/oai/quotaincrease if "
-                 "you would like to further increase the default rate limit.",
-                 c->api_version, by_tokens ? "token" : "call", (unsigned long long)secs,
-                 secs == 1 ? "" : "s");
-        body = azure_error("429", msg);
-    } else {
-        fmt_duration(dur, sizeof(dur), ms);
-        snprintf(msg, sizeof(msg),
-                 "Rate limit reached for %s in organization org-mock on %s per min (%s): "
-                 "Limit %.0f, Requested %.0f. Please try again in %s.",
-                 c->deployment, by_tokens ? "tokens" : "requests", by_tokens ? "TPM" : "RPM",
-                 by_tokens ? m->opt.tpm : m->opt.rpm, by_tokens ? tokens : 1.0, dur);
-        body = openai_error(msg, by_tokens ? "tokens" : "requests", NULL, "rate_limit_exceeded");
-    }
-    call_finish(c, 429, MOCK_RATE_LIMITED, body, 0, 0, m->opt.slow_ms);
+void mock_stream_split(uint64_t tokens, uint64_t cum[MOCK_STREAM_DELTAS], size_t *n) {
+    size_t k = tokens < MOCK_STREAM_DELTAS ? (size_t)tokens : MOCK_STREAM_DELTAS;
+    for (size_t i = 0; i < k; i++) cum[i] = tokens * (i + 1) / k;
+    *n = k;
 }
 
-/* Resolves the deployment called name into c->dep and c->deployment
- * (copied to buf). Answers 404 and returns -1 when it does not exist. */
-static int call_resolve(mock_call *c, const char *name, char *buf, size_t n) {
-    char msg[256];
-    if (name_ok(name)) {
-        snprintf(buf, n, "%s", name);
-        c->dep = dep_get(c->m, buf, c->now_ms);
-        if (c->dep) {
-            c->deployment = buf;
-            dep_refill(c->m, c->dep, c->now_ms);
-            return 0;
-        }
-        snprintf(msg, sizeof(msg),
-                 "The API deployment %s does not exist on this mock (see sluice mock "
-                 "--deployment).",
-                 buf);
-    } else {
-        snprintf(msg, sizeof(msg),
-                 "The API deployment for this resource does not exist (invalid name).");
-    }
-    call_not_found(c, c->azure ? azure_error("DeploymentNotFound", msg)
-                               : openai_error(msg, "invalid_request_error", "model",
-                                              "model_not_found"));
-    return -1;
+json_t *mock_azure_error(const char *code, const char *message) {
+    return json_pack("{s{ssss}}", "error", "code", code, "message", message);
 }
 
-/* The body-dependent part of both chat routes. The deployment comes from
- * the path (Azure), resolved before the body is looked at, or from the
- * body's "model" (OpenAI). */
-static void chat(mock_call *c, const char *deployment) {
-    mock *m = c->m;
-    size_t len;
-    const char *raw = mock_http_body(c->req, &len);
-    json_error_t jerr;
-    char name[MOCK_NAME_MAX + 1];
-    if (deployment && call_resolve(c, deployment, name, sizeof(name)) != 0) return;
-    json_t *body = json_loadb(raw, len, 0, &jerr);
-    if (!json_is_object(body)) {
-        json_decref(body);
-        if (c->dep) call_ratelimit_headers(c);
-        call_bad_request(c, NULL,
-                         "We could not parse the JSON body of your request. (line %d: %s) "
-                         "The API expects a JSON payload.",
-                         jerr.line, body ? "not an object" : jerr.text);
-        return;
-    }
-    if (!deployment) {
-        deployment = json_string_value(json_object_get(body, "model"));
-        if (!deployment) {
-            json_decref(body);
-            call_bad_request(c, "model", "you must provide a model parameter");
-            return;
-        }
-        if (call_resolve(c, deployment, name, sizeof(name)) != 0) {
-            json_decref(body);
-            return;
-        }
-    }
-
-    /* Validation, in the order the real front door reports it. */
-    json_t *stream = json_object_get(body, "stream");
-    long long chars = messages_chars(json_object_get(body, "messages"));
-    json_t *mt = json_object_get(body, "max_tokens");
-    const char *mt_name = "max_tokens";
-    if (!mt || json_is_null(mt)) {
-        mt = json_object_get(body, "max_completion_tokens");
-        mt_name = "max_completion_tokens";
-    }
-    long long max_tokens = MOCK_DEFAULT_MAX_TOKENS;
-    if (mt && !json_is_null(mt)) max_tokens = json_is_integer(mt) ? json_integer_value(mt) : -1;
-    int streaming = json_is_true(stream);
-    json_decref(body);
-    if (streaming) {
-        call_ratelimit_headers(c);
-        call_bad_request(c, "stream",
-                         "stream=true is not supported by sluice mock: send \"stream\": false "
-                         "or leave it out.");
-        return;
-    }
-    if (chars < 0) {
-        call_ratelimit_headers(c);
-        call_bad_request(c, "messages",
-                         "'messages' must be a non-empty array of message objects.");
-        return;
-    }
-    if (max_tokens < 1 || max_tokens > MOCK_MAX_TOKENS) {
-        call_ratelimit_headers(c);
-        call_bad_request(c, mt_name, "'%s' must be an integer between 1 and %d.", mt_name,
-                         MOCK_MAX_TOKENS);
-        return;
-    }
-    uint64_t prompt = (uint64_t)(chars + 3) / 4;
-    uint64_t estimate = prompt + (uint64_t)max_tokens;
-
-    if (m->opt.quota_exhausted) {
-        call_ratelimit_headers(c);
-        call_finish(c, 429, MOCK_NO_QUOTA,
-                    openai_error("You exceeded your current quota, please check your plan and "
-                                 "billing details. For more information on this error, read the "
-                                 "docs: https://platform.openai.com/docs/guides/error-codes/"
-                                 "api-errors.",
-                                 "insufficient_quota", NULL, "insufficient_quota"),
-                    0, 0, m->opt.slow_ms);
-        return;
-    }
-    if (m->opt.fail_503 > 0 && rng_unit(m->rng) < m->opt.fail_503) {
-        call_ratelimit_headers(c);
-        if (m->opt.retry_after_503)
-            call_header(c, "Retry-After: %u\r\n", m->opt.retry_after_503);
-        call_finish(c, 503, MOCK_UNAVAILABLE,
-                    c->azure ? azure_error("ServiceUnavailable",
-                                           "The service is temporarily unable to process your "
-                                           "request. Please try again later.")
-                             : openai_error("The server is overloaded or not ready yet.",
-                                            "server_error", NULL, NULL),
-                    0, 0, m->opt.slow_ms);
-        return;
-    }
-    int by_tokens;
-    double wait = dep_admit(m, c->dep, (double)estimate, &by_tokens);
-    call_ratelimit_headers(c);
-    if (wait > 0) {
-        call_rate_limited(c, wait, by_tokens, (double)estimate);
-        return;
-    }
-    uint64_t completion = m->opt.completion_tokens
-                              ? (m->opt.completion_tokens < (uint64_t)max_tokens
-                                     ? m->opt.completion_tokens
-                                     : (uint64_t)max_tokens)
-                              : rng_range(m->rng, 1, (uint64_t)max_tokens);
-    uint64_t delay = rng_range(m->rng, m->opt.service_ms_min, m->opt.service_ms_max) +
-                     m->opt.slow_ms;
-    call_finish(c, 200, MOCK_ACCEPTED,
-                completion_body(m, name, prompt, completion, (uint64_t)max_tokens), estimate,
-                prompt + completion, delay);
+json_t *mock_openai_error(const char *message, const char *type, const char *param,
+                          const char *code) {
+    return json_pack("{s{sssssoso}}", "error", "message", message, "type", type, "param",
+                     param ? json_string(param) : json_null(), "code",
+                     code ? json_string(code) : json_null());
 }
 
-/* ---- routes ----------------------------------------------------------- */
-
-static void route_azure(mock_call *c, const char *name) {
-    const char *q = mock_http_query(c->req), *v = strstr(q, "api-version=");
-    c->azure = 1;
-    snprintf(c->api_version, sizeof(c->api_version), "unknown");
-    if (v && (v == q || v[-1] == '&')) {
-        size_t n = strcspn(v + 12, "&");
-        if (n > 0 && n < sizeof(c->api_version)) {
-            memcpy(c->api_version, v + 12, n);
-            c->api_version[n] = '\0';
-        }
-    }
-    chat(c, name);
-}
-
-static void route_openai(mock_call *c, const char *name) {
-    (void)name;
-    c->azure = 0;
-    chat(c, NULL);
+void mock_call_not_found(mock_call *c, json_t *body) {
+    mock_call_finish(c, 404, MOCK_NOT_FOUND, body, NULL, 0);
 }
 
 static int query_has(const char *q, const char *kv) {
@@ -544,76 +375,6 @@ static void route_stats(mock_call *c, const char *name) {
     free(text);
 }
 
-/* Parses one control value: fail_503 in [0, 1], quota_exhausted 0 or 1.
- * Returns 0, or -1 when the text is not such a number. */
-static int control_number(const char *v, size_t n, int boolean, double *out) {
-    char buf[32], *end;
-    if (n == 0 || n >= sizeof(buf)) return -1;
-    memcpy(buf, v, n);
-    buf[n] = '\0';
-    double d = strtod(buf, &end);
-    if (*end || !(d >= 0 && d <= 1) || (boolean && d != 0 && d != 1)) return -1;
-    *out = d;
-    return 0;
-}
-
-/* Loopback peers only: the control changes what every client gets. */
-static int peer_is_loopback(const char *peer) {
-    return strncmp(peer, "127.", 4) == 0 || strcmp(peer, "::1") == 0 || strncmp(peer, "::ffff:127.", 11) == 0;
-}
-
-/* POST /control[?fail_503=P][&quota_exhausted=0|1]: changes the injected
- * failures of the running mock, keeping its ledger and buckets. Every pair
- * is checked before any is applied, so a bad request changes nothing.
- * Answers the settings now in force. Not counted in the ledger. */
-static void route_control(mock_call *c, const char *name) {
-    mock *m = c->m;
-    const char *q = mock_http_query(c->req);
-    double fail_503 = m->opt.fail_503, quota = m->opt.quota_exhausted;
-    char msg[160];
-    (void)name;
-    if (!peer_is_loopback(mock_http_peer(c->req))) {
-        static const char denied[] =
-            "{\"error\":{\"code\":\"403\",\"message\":\"/control is served to loopback clients only\"}}";
-        mock_http_respond(c->req, 403, NULL, denied, sizeof(denied) - 1, 0);
-        return;
-    }
-    for (const char *p = q; *p;) {
-        size_t len = strcspn(p, "&"), klen = strcspn(p, "=");
-        const char *v = p + klen + 1;
-        if (len == 0) { /* an empty pair ("a=1&&b=0") */
-            p++;
-            continue;
-        }
-        int bad = klen >= len;
-        if (!bad && klen == 8 && strncmp(p, "fail_503", 8) == 0)
-            bad = control_number(v, len - klen - 1, 0, &fail_503) != 0;
-        else if (!bad && klen == 15 && strncmp(p, "quota_exhausted", 15) == 0)
-            bad = control_number(v, len - klen - 1, 1, &quota) != 0;
-        else
-            bad = 1;
-        if (bad) {
-            snprintf(msg, sizeof(msg), "bad control '%.*s': expected fail_503=P (0..1) or quota_exhausted=0|1",
-                     (int)(len < 64 ? len : 64), p);
-            json_t *err = azure_error("400", msg);
-            char *text = err ? json_dumps(err, MOCK_JSON_FLAGS) : NULL;
-            json_decref(err);
-            mock_http_respond(c->req, 400, NULL, text ? text : "{}", text ? strlen(text) : 2, 0);
-            free(text);
-            return;
-        }
-        p += len;
-        if (*p == '&') p++;
-    }
-    mock_set_faults(m, fail_503, (int)quota);
-    if (m->opt.log)
-        fprintf(m->opt.log, "%.3f %s - /control 200 fail_503=%g quota_exhausted=%d\n", c->now_ms, c->client,
-                m->opt.fail_503, m->opt.quota_exhausted);
-    snprintf(msg, sizeof(msg), "{\"fail_503\":%.15g,\"quota_exhausted\":%s}", m->opt.fail_503,
-             m->opt.quota_exhausted ? "true" : "false");
-    mock_http_respond(c->req, 200, "Cache-Control: no-store\r\n", msg, strlen(msg), 0);
-}
-
 /* A route matches a path equal to prefix, or, with a suffix, any
  * prefix<name>suffix where <name> has no '/'. Methods are checked after the
  * path, so a known path with the wrong method is a 405, not a 404. */
@@ -625,12 +386,13 @@ typedef struct mock_route {
 } mock_route;
 
 static const mock_route mock_routes[] = {
-    {"POST", "/openai/deployments/", "/chat/completions", route_azure},
-    {"POST", "/v1/chat/completions", NULL, route_openai},
-    {"POST", "/openai/v1/chat/completions", NULL, route_openai},
+    {"POST", "/openai/deployments/", "/chat/completions", mock_route_azure},
+    {"POST", "/v1/chat/completions", NULL, mock_route_openai},
+    {"POST", "/openai/v1/chat/completions", NULL, mock_route_openai},
+    {"POST", "/v1/messages", NULL, mock_route_anthropic},
     /* Not provider traffic: never counted in the ledger. */
     {"GET", "/stats", NULL, route_stats},
-    {"POST", "/control", NULL, route_control},
+    {"POST", "/control", NULL, mock_route_control},
 };
 
 /* Matches path against r; the name of a parameterised route goes to name. */
@@ -660,7 +422,7 @@ static void client_id(const mock_http_req *req, char *out, size_t n) {
 
 static void mock_on_request(mock_http_req *req, void *arg) {
     mock *m = arg;
-    mock_call c = {.m = m, .req = req, .now_ms = mock_now_ms(m), .azure = 1};
+    mock_call c = {.m = m, .req = req, .now_ms = mock_now_ms(m), .style = MOCK_AZURE};
     char client[MOCK_CLIENT_MAX + 1], name[MOCK_NAME_MAX + 2];
     const char *reason;
     client_id(req, client, sizeof(client));
@@ -670,8 +432,8 @@ static void mock_on_request(mock_http_req *req, void *arg) {
         char msg[256];
         snprintf(msg, sizeof(msg), "%s: %s",
                  status == 413 ? "request too large" : "malformed HTTP request", reason);
-        call_finish(&c, status, status == 400 ? MOCK_BAD_REQUEST : MOCK_OTHER_ERROR,
-                    openai_error(msg, "invalid_request_error", NULL, NULL), 0, 0, 0);
+        mock_call_finish(&c, status, status == 400 ? MOCK_BAD_REQUEST : MOCK_OTHER_ERROR,
+                         mock_openai_error(msg, "invalid_request_error", NULL, NULL), NULL, 0);
         return;
     }
     const char *path = mock_http_path(req), *method = mock_http_method(req);
@@ -681,42 +443,76 @@ static void mock_on_request(mock_http_req *req, void *arg) {
         if (strcmp(method, r->method) != 0) {
             char allow[64];
             snprintf(allow, sizeof(allow), "Allow: %s\r\n", r->method);
-            call_header(&c, "%s", allow);
-            call_finish(&c, 405, MOCK_OTHER_ERROR, azure_error("405", "Method not allowed"), 0, 0,
-                        0);
+            mock_call_header(&c, "%s", allow);
+            mock_call_finish(&c, 405, MOCK_OTHER_ERROR,
+                             mock_azure_error("405", "Method not allowed"), NULL, 0);
             return;
         }
         r->handler(&c, name);
         return;
     }
-    call_not_found(&c, azure_error("404", "Resource not found"));
+    mock_call_not_found(&c, mock_azure_error("404", "Resource not found"));
 }
 
-static void mock_on_abandon(void *udata[2], void *arg) {
-    mock *m = arg;
-    mock_ledger_ref ref = {udata[0], udata[1]};
-    mock_ledger_abandoned(m->ledger, &ref);
+/* The end of an accepted Anthropic call: the output bucket gets back what
+ * was charged and not generated, now, and the ledger lists it. */
+static void pending_settle(mock_pending *p, uint64_t generated) {
+    mock *m = p->m;
+    if (!p->settle.output || p->settled) return;
+    p->settled = 1;
+    if (generated >= p->settle.max_tokens) return;
+    uint64_t back = p->settle.max_tokens - generated;
+    double now = mock_now_ms(m);
+    mock_bucket *b = &p->dep->b[MOCK_OUTPUT];
+    if (p->dep->per_min[MOCK_OUTPUT] > 0) {
+        mock_bucket_refill(b, now);
+        mock_bucket_give(b, (double)back);
+    }
+    mock_ledger_refund(m->ledger, &p->ref, now, back);
+}
+
+/* The whole answer is due: generated in full. */
+static void mock_on_ready(void *udata, void *arg) {
+    mock_pending *p = udata;
+    (void)arg;
+    pending_settle(p, p->settle.output_tokens);
+}
+
+/* A stream cut short generated what its events sent so far said; a plain
+ * answer is generated whole (the provider notices the client only when it
+ * writes), so it settles as if delivered, at the moment the client left. */
+static void mock_on_done(void *udata, int delivered, size_t released, void *arg) {
+    mock_pending *p = udata;
+    (void)arg;
+    if (!delivered) mock_ledger_abandoned(p->m->ledger, &p->ref);
+    if (p->nevents == 0) pending_settle(p, p->settle.output_tokens);
+    else pending_settle(p, released ? p->generated[released - 1] : 0);
+    free(p);
 }
 
 /* ---- the noisy neighbour ---------------------------------------------- */
 
+/* Every neighbour request costs 1 request and neighbour_tokens on each
+ * token bucket the deployment has, never given back. */
 static void neighbour_tick(uv_timer_t *t) {
     mock *m = t->data;
     double now = mock_now_ms(m), interval = 60000.0 / m->opt.neighbour_rpm;
+    uint64_t n = m->opt.neighbour_tokens;
+    const double cost[MOCK_DIMS] = {1, (double)n, (double)n, (double)n};
+    const mock_charge ch = {n, n, n, n, n};
     for (mock_map_entry *e = m->deps.first; e; e = e->next) {
         mock_deployment *d = e->value;
-        int by_tokens;
-        dep_refill(m, d, now);
-        double wait = dep_admit(m, d, (double)m->opt.neighbour_tokens, &by_tokens);
+        mock_dim longest;
+        mock_dep_refill(d, now);
+        double wait = mock_dep_admit(d, cost, &longest);
         mock_ledger_record(m->ledger, e->key, MOCK_NEIGHBOUR,
-                           wait > 0 ? MOCK_RATE_LIMITED : MOCK_ACCEPTED, now,
-                           m->opt.neighbour_tokens, m->opt.neighbour_tokens, NULL);
+                           wait > 0 ? MOCK_RATE_LIMITED : MOCK_ACCEPTED, now, &ch, NULL);
     }
     /* Due times advance by the exact interval, so the long-run rate is exact
      * even when the timer fires late. */
     m->neighbour_due_ms += interval;
     double delay = m->neighbour_due_ms - mock_now_ms(m);
-    uv_timer_start(&m->neighbour, neighbour_tick, delay > 0 ? ceil_ms(delay) : 0, 0);
+    uv_timer_start(&m->neighbour, neighbour_tick, delay > 0 ? mock_ceil_ms(delay) : 0, 0);
 }
 
 /* ---- public API ------------------------------------------------------- */
@@ -748,6 +544,12 @@ static int options_check(const mock_options *o, char *err, size_t n) {
     if (o->tpm < 0 || !isfinite(o->tpm)) return fail(err, n, "tpm must be >= 0");
     if (o->token_burst < 0 || !isfinite(o->token_burst))
         return fail(err, n, "token burst must be >= 0");
+    if (o->itpm < 0 || !isfinite(o->itpm)) return fail(err, n, "itpm must be >= 0");
+    if (o->input_burst < 0 || !isfinite(o->input_burst))
+        return fail(err, n, "input burst must be >= 0");
+    if (o->otpm < 0 || !isfinite(o->otpm)) return fail(err, n, "otpm must be >= 0");
+    if (o->output_burst < 0 || !isfinite(o->output_burst))
+        return fail(err, n, "output burst must be >= 0");
     if (o->service_ms_min > o->service_ms_max)
         return fail(err, n, "service time range is empty (%u > %u)", o->service_ms_min,
                     o->service_ms_max);
@@ -757,7 +559,7 @@ static int options_check(const mock_options *o, char *err, size_t n) {
         return fail(err, n, "503 probability must be in [0, 1]");
     if (o->max_body < 1) return fail(err, n, "max body must be >= 1");
     for (size_t i = 0; i < o->n_deployments; i++)
-        if (!o->deployments[i] || !name_ok(o->deployments[i]))
+        if (!o->deployments[i] || !mock_name_ok(o->deployments[i]))
             return fail(err, n,
                         "deployment name '%s' is invalid (1-%d of A-Z a-z 0-9 . _ -)",
                         o->deployments[i] ? o->deployments[i] : "", MOCK_NAME_MAX);
@@ -792,21 +594,34 @@ int mock_start(uv_loop_t *loop, const mock_options *o, mock **out, char *err, si
     if (!m->host || !m->ledger || (o->n_deployments && !m->fixed)) goto oom;
     m->opt.host = m->host;
     m->opt.deployments = (const char *const *)m->fixed;
-    m->burst = o->burst > 0 ? o->burst : fmax(1, floor(o->rpm / 6));
-    m->token_burst = o->token_burst > 0 ? o->token_burst : fmax(1, floor(o->tpm / 6));
+    m->per_min[MOCK_REQUESTS] = o->rpm;
+    m->per_min[MOCK_TOKENS] = o->tpm;
+    m->per_min[MOCK_INPUT] = o->itpm;
+    m->per_min[MOCK_OUTPUT] = o->otpm;
+    m->burst_set[MOCK_REQUESTS] = o->burst;
+    m->burst_set[MOCK_TOKENS] = o->token_burst;
+    m->burst_set[MOCK_INPUT] = o->input_burst;
+    m->burst_set[MOCK_OUTPUT] = o->output_burst;
+    m->headers = !o->no_headers;
+    {
+        /* The wall clock at t0, for reset times that must be absolute. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        m->wall0_ms = (double)ts.tv_sec * 1000 + ts.tv_nsec / 1e6 -
+                      (double)(uv_hrtime() - m->t0_ns) / 1e6;
+    }
     rng_seed(m->rng, o->seed);
     for (size_t i = 0; i < o->n_deployments; i++) {
         mock_deployment *d;
         if (!(m->fixed[i] = strdup(o->deployments[i]))) goto oom;
         if (mock_map_get(&m->deps, m->fixed[i])) continue;
-        if (!(d = calloc(1, sizeof(*d)))) goto oom;
-        dep_fill(m, d, 0);
+        if (!(d = dep_new(m, 0))) goto oom;
         if (mock_map_put(&m->deps, m->fixed[i], d) != 0) {
             free(d);
             goto oom;
         }
     }
-    mock_http_handlers h = {mock_on_request, mock_on_abandon, m};
+    mock_http_handlers h = {mock_on_request, mock_on_ready, mock_on_done, m};
     rc = mock_http_start(loop, m->host, o->port, o->max_body, &h, &m->http);
     if (rc != 0) {
         fail(err, errlen, "cannot listen on %s:%d: %s", o->host, o->port,
@@ -815,13 +630,12 @@ int mock_start(uv_loop_t *loop, const mock_options *o, mock **out, char *err, si
         return rc;
     }
     m->port = mock_http_port(m->http);
-    if (o->neighbour_rpm > 0) {
-        uv_timer_init(loop, &m->neighbour);
-        m->neighbour.data = m;
-        m->neighbour_live = 1;
-        m->neighbour_due_ms = 60000.0 / o->neighbour_rpm;
-        uv_timer_start(&m->neighbour, neighbour_tick, ceil_ms(m->neighbour_due_ms), 0);
-    }
+    /* The neighbour's timer exists from the start: /control may start it. */
+    uv_timer_init(loop, &m->neighbour);
+    m->neighbour.data = m;
+    m->neighbour_live = 1;
+    m->opt.neighbour_rpm = 0;
+    mock_set_neighbour(m, o->neighbour_rpm, o->neighbour_tokens);
     *out = m;
     return 0;
 oom:
@@ -840,37 +654,67 @@ double mock_now_ms(const mock *m) {
     return (double)((uv_hrtime() - m->t0_ns) / 1000) / 1000.0;
 }
 
+static const char *const limit_names[MOCK_DIMS][2] = {
+    {"rpm", "burst"}, {"tpm", "token_burst"}, {"itpm", "input_burst"}, {"otpm", "output_burst"}};
+
+json_t *mock_limits_json(const mock *m, const mock_deployment *d) {
+    json_t *j = json_object();
+    for (int k = 0; j && k < MOCK_DIMS; k++) {
+        double per_min = d ? d->per_min[k] : m->per_min[k], cap = 0;
+        if (per_min > 0) cap = d ? d->b[k].capacity : mock_capacity(m, (mock_dim)k, per_min);
+        if (json_object_set_new(j, limit_names[k][0], json_real(per_min)) != 0 ||
+            json_object_set_new(j, limit_names[k][1], json_real(cap)) != 0) {
+            json_decref(j);
+            return NULL;
+        }
+    }
+    return j;
+}
+
 json_t *mock_stats(const mock *m) {
     const mock_options *o = &m->opt;
     json_t *stats = mock_ledger_json(m->ledger);
     if (!stats) return NULL;
     json_t *fixed = json_array();
-    for (size_t i = 0; i < o->n_deployments; i++) json_array_append_new(fixed, json_string(m->fixed[i]));
-    json_t *cfg = json_pack(
-        "{ss si sf sf sf sf s[ii] si si sf si sf si sb sI so sI}", "host", o->host, "port",
-        mock_port(m), "rpm", o->rpm, "burst", m->burst, "tpm", o->tpm, "token_burst",
-        o->tpm > 0 ? m->token_burst : 0.0, "service_ms", (int)o->service_ms_min,
-        (int)o->service_ms_max, "slow_ms", (int)o->slow_ms, "completion_tokens",
-        (int)o->completion_tokens, "neighbour_rpm", o->neighbour_rpm, "neighbour_tokens",
-        (int)o->neighbour_tokens, "fail_503", o->fail_503, "retry_after_503",
-        (int)o->retry_after_503, "quota_exhausted", o->quota_exhausted, "seed",
-        (json_int_t)o->seed, "deployments", fixed, "max_body", (json_int_t)o->max_body);
+    for (size_t i = 0; i < o->n_deployments; i++)
+        json_array_append_new(fixed, json_string(m->fixed[i]));
+    /* The defaults new deployments get; each deployment says its own. */
+    json_t *cfg = mock_limits_json(m, NULL);
+    json_t *more = json_pack(
+        "{ss si s[ii] si si sf si sf si sb sI so sI si sb sI}", "host", o->host, "port",
+        mock_port(m), "service_ms", (int)o->service_ms_min, (int)o->service_ms_max, "slow_ms",
+        (int)o->slow_ms, "completion_tokens", (int)o->completion_tokens, "neighbour_rpm",
+        o->neighbour_rpm, "neighbour_tokens", (int)o->neighbour_tokens, "fail_503", o->fail_503,
+        "retry_after_503", (int)o->retry_after_503, "quota_exhausted", o->quota_exhausted, "seed",
+        (json_int_t)o->seed, "deployments", fixed, "max_body", (json_int_t)o->max_body,
+        "cache_read_tokens", (int)o->cache_read_tokens, "headers", m->headers, "inject_429",
+        (json_int_t)m->inject_429);
+    if (!cfg || !more || json_object_update(cfg, more) != 0) {
+        json_decref(cfg);
+        cfg = NULL;
+    }
+    json_decref(more);
     if (!cfg || json_object_set_new(stats, "config", cfg) != 0 ||
         json_object_set_new(stats, "now_ms", json_real(mock_now_ms(m))) != 0 ||
         json_object_set_new(stats, "version", json_string(SLUICE_VERSION)) != 0) {
         json_decref(stats);
         return NULL;
     }
-    /* The live bucket levels, next to the counts of each deployment. */
+    /* The limits in force and the live bucket levels, next to the counts
+     * of each deployment. */
+    static const char *const level_names[MOCK_DIMS] = {"remaining_requests", "remaining_tokens",
+                                                       "remaining_input", "remaining_output"};
     json_t *deps = json_object_get(stats, "deployments");
     double now = mock_now_ms(m);
     for (mock_map_entry *e = m->deps.first; e; e = e->next) {
         json_t *d = json_object_get(deps, e->key);
         mock_deployment copy = *(mock_deployment *)e->value;
         if (!d) continue;
-        dep_refill(m, &copy, now);
-        json_object_set_new(d, "remaining_requests", json_real(copy.req.level));
-        if (o->tpm > 0) json_object_set_new(d, "remaining_tokens", json_real(copy.tok.level));
+        mock_dep_refill(&copy, now);
+        json_object_set_new(d, "limits", mock_limits_json(m, &copy));
+        for (int k = 0; k < MOCK_DIMS; k++)
+            if (copy.per_min[k] > 0)
+                json_object_set_new(d, level_names[k], json_real(copy.b[k].level));
     }
     return stats;
 }
@@ -880,6 +724,22 @@ void mock_reset(mock *m, int buckets) {
     mock_ledger_reset(m->ledger, now);
     if (buckets)
         for (mock_map_entry *e = m->deps.first; e; e = e->next) dep_fill(m, e->value, now);
+}
+
+int mock_set_neighbour(mock *m, double rpm, unsigned tokens) {
+    if (!(rpm >= 0 && rpm <= 600000)) return UV_EINVAL;
+    m->opt.neighbour_tokens = tokens;
+    if (rpm == m->opt.neighbour_rpm) return 0;
+    m->opt.neighbour_rpm = rpm;
+    if (rpm == 0) {
+        uv_timer_stop(&m->neighbour);
+        return 0;
+    }
+    /* A new rate starts a new schedule: the first request one interval
+     * from now. */
+    m->neighbour_due_ms = mock_now_ms(m) + 60000.0 / rpm;
+    uv_timer_start(&m->neighbour, neighbour_tick, mock_ceil_ms(60000.0 / rpm), 0);
+    return 0;
 }
 
 int mock_set_faults(mock *m, double fail_503, int quota_exhausted) {

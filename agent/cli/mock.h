@@ -3,14 +3,17 @@
  *
  * Serves POST /openai/deployments/<name>/chat/completions (Azure style),
  * POST /v1/chat/completions and /openai/v1/chat/completions (OpenAI style,
- * deployment = "model" from the body), GET /stats (the ledger) and POST
- * /control (injected failures switched on and off at run time). Each
+ * deployment = "model" from the body), POST /v1/messages (Anthropic style,
+ * with its request, input-token and output-token buckets), GET /stats
+ * (the ledger) and POST /control (faults, the neighbour, injected 429s,
+ * headers and limits changed at run time). Each
  * deployment has a request bucket (rpm, burst) and optionally a token
  * bucket (tpm, token_burst); admission charges 1 request and the estimate
  * ceil(chars of the messages' text / 4) + max_tokens (16 when absent), as
  * Azure does. Rejections are 429 with Retry-After and retry-after-ms;
  * every deployment response carries x-ratelimit-* headers. Accepted calls
- * are answered after a service time drawn from a range, on a libuv timer.
+ * are answered after a service time drawn from a range, on a libuv timer,
+ * or with "stream": true as Server-Sent Events spread over that time.
  * docs/mock.md describes the wire behaviour and the ledger JSON.
  *
  * Embedding: mock_start() on any libuv loop, mock_stop() to close every
@@ -52,6 +55,12 @@ typedef struct mock_options {
     size_t n_deployments;
     size_t max_body;                 /* request body cap in bytes (413 beyond) */
     FILE *log;                       /* one line per request, or NULL */
+    double itpm;                     /* Anthropic input tokens per minute; 0: no limit */
+    double input_burst;              /* input bucket size; 0: max(1, itpm / 6) */
+    double otpm;                     /* Anthropic output tokens per minute; 0: no limit */
+    double output_burst;             /* output bucket size; 0: max(1, otpm / 6) */
+    unsigned cache_read_tokens;      /* Anthropic: input tokens read from the cache per call */
+    int no_headers;                  /* send no rate-limit headers */
 } mock_options;
 
 /* How the mock prints JSON: compact, reals with 15 significant digits. */
@@ -86,6 +95,19 @@ void mock_reset(mock *m, int buckets);
  * ledger, the buckets and the random sequence carry on. Returns 0, or
  * UV_EINVAL (nothing changed) when fail_503 is not in [0, 1]. */
 int mock_set_faults(mock *m, double fail_503, int quota_exhausted);
+
+/* Starts, changes or stops (rpm 0) the noisy neighbour of a running mock
+ * (what --neighbour-rpm and --neighbour-tokens set at start). A new rate
+ * sends its first request one interval from now. Returns 0, or UV_EINVAL
+ * (nothing changed) when rpm is not in [0, 600000]. */
+int mock_set_neighbour(mock *m, double rpm, unsigned tokens);
+
+/* Applies a POST /control query ("neighbour_rpm=60&inject_429=2", without
+ * the '?'; see docs/mock.md) to a running mock: every pair is checked
+ * before any applies. Returns the HTTP status (200, 400, or 500 when out
+ * of memory) and in *answer a JSON text (the settings in force, or the
+ * error) for the caller to free(), or NULL. */
+int mock_control(mock *m, const char *query, char **answer);
 
 /* Copies the ledger's totals. */
 void mock_totals(const mock *m, mock_counts *out);

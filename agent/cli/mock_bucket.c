@@ -27,6 +27,18 @@ void mock_bucket_take(mock_bucket *b, double cost) {
     b->level -= cost;
 }
 
+void mock_bucket_give(mock_bucket *b, double amount) {
+    b->level += amount;
+    if (b->level > b->capacity) b->level = b->capacity;
+}
+
+void mock_bucket_set(mock_bucket *b, double capacity, double rate_per_ms, double now_ms) {
+    mock_bucket_refill(b, now_ms);
+    b->capacity = capacity;
+    b->rate_per_ms = rate_per_ms;
+    if (b->level > capacity) b->level = capacity;
+}
+
 double mock_bucket_reset_ms(const mock_bucket *b) {
     if (b->level >= b->capacity) return 0;
     return (b->capacity - b->level) / b->rate_per_ms;

@@ -2,10 +2,17 @@
  *
  * A bucket of `capacity` units refilled continuously at `rate_per_ms`,
  * starting full. A cost fits when the level holds it; a cost larger than
- * the capacity fits only into a full bucket and leaves it in debt. This is
- * exactly the rule of tests/support/replay.c, so replaying the mock's
- * accept times through that replay never finds a rejection. Times are
- * milliseconds on one monotonic clock chosen by the caller. */
+ * the capacity fits only into a full bucket and leaves it in debt. A
+ * refund gives units back, never above the capacity. Times are
+ * milliseconds on one monotonic clock chosen by the caller.
+ *
+ * This is the provider's rule, written here on its own: the schedules a
+ * test judges are replayed through tests/support/replay.c, a separate
+ * implementation, and test_mock feeds the same random traces through both
+ * and checks that they admit the same sends. The one deliberate
+ * difference: the comparison here is exact, while the replay forgives a
+ * millionth of a unit of rounding, so the mock is never the more lenient
+ * of the two. */
 #ifndef SLUICE_MOCK_BUCKET_H
 #define SLUICE_MOCK_BUCKET_H
 
@@ -28,6 +35,14 @@ double mock_bucket_wait_ms(const mock_bucket *b, double cost);
 
 /* Takes cost (after a successful mock_bucket_wait_ms()). */
 void mock_bucket_take(mock_bucket *b, double cost);
+
+/* Gives amount (>= 0) back, up to the capacity (after mock_bucket_refill()). */
+void mock_bucket_give(mock_bucket *b, double amount);
+
+/* Changes the capacity and the rate from now_ms on: what flowed in until
+ * now is added at the old rate, and the level is kept, capped at the new
+ * capacity (a debt stays a debt). Both must be > 0. */
+void mock_bucket_set(mock_bucket *b, double capacity, double rate_per_ms, double now_ms);
 
 /* Time in ms until the bucket is full again (0 when full). */
 double mock_bucket_reset_ms(const mock_bucket *b);

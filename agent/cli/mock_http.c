@@ -2,6 +2,7 @@
 #include "mock_http.h"
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,13 @@ typedef struct mh_buf {
 
 typedef struct mh_conn mh_conn;
 
+/* One scheduled piece of a response (a plain response is a single one). */
+typedef struct mh_piece {
+    char *data;
+    size_t len;
+    uint64_t at_ms;          /* due this long after the response started */
+} mh_piece;
+
 struct mock_http_req {
     mock_http *srv;
     mh_conn *c;              /* NULL once the connection is gone */
@@ -36,13 +44,14 @@ struct mock_http_req {
     int error_status;
     const char *error_reason;
     int keep_alive;
-    int interim;             /* a "100 Continue", not a request */
-    char *resp;
-    size_t resp_len;
-    int ready;
+    int http_1_0;            /* an HTTP/1.0 client: no chunked encoding */
+    mh_piece *pieces;        /* the response, once answered */
+    size_t npieces, released;
+    uint64_t t_base;         /* uv_now() when the response started */
+    mh_buf out;              /* released bytes not yet written */
     int timer_live, timer_closing;
     uv_timer_t timer;
-    void *udata[2];
+    void *udata;
 };
 
 struct mh_conn {
@@ -118,6 +127,7 @@ static const char *mh_reason(int status) {
     case 429: return "Too Many Requests";
     case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
+    case 529: return "Overloaded";
     default: return "Unknown";
     }
 }
@@ -150,8 +160,22 @@ static void req_free(mock_http_req *r) {
         free(r->hname[i].p);
         free(r->hvalue[i].p);
     }
-    free(r->resp);
+    for (size_t i = 0; i < r->npieces; i++) free(r->pieces[i].data);
+    free(r->pieces);
+    free(r->out.p);
     free(r);
+}
+
+static int req_complete(const mock_http_req *r) {
+    return r->npieces > 0 && r->released == r->npieces;
+}
+
+/* The server lets go of r: tells the handler, once. */
+static void req_done(mock_http_req *r, int delivered) {
+    mock_http *s = r->srv;
+    void *udata = r->udata;
+    r->udata = NULL;
+    if (udata && s->h.on_done) s->h.on_done(udata, delivered, r->released, s->h.arg);
 }
 
 static void req_unref(mock_http_req *r) {
@@ -175,12 +199,61 @@ static void req_timer_closed(uv_handle_t *h) {
     srv_maybe_done(s);
 }
 
+/* Moves every piece that is due into the output. Returns -1 when out of
+ * memory. The last one makes the response ready (on_ready). */
+static int req_release_due(mock_http_req *r) {
+    mock_http *s = r->srv;
+    uint64_t now = uv_now(s->loop);
+    while (r->released < r->npieces && r->t_base + r->pieces[r->released].at_ms <= now) {
+        mh_piece *p = &r->pieces[r->released];
+        if (p->len > 0 && buf_append(&r->out, p->data, p->len, SIZE_MAX) != 0) return -1;
+        free(p->data);
+        p->data = NULL;
+        r->released++;
+        if (r->released == r->npieces && r->udata && s->h.on_ready)
+            s->h.on_ready(r->udata, s->h.arg);
+    }
+    return 0;
+}
+
+static void req_timer_fired(uv_timer_t *t);
+
+/* Arms the timer for the next piece, or closes it when none is left.
+ * Returns -1 when no timer could be had. */
+static int req_schedule(mock_http_req *r) {
+    mock_http *s = r->srv;
+    if (r->released == r->npieces) {
+        if (r->timer_live && !r->timer_closing) {
+            r->timer_closing = 1;
+            uv_close((uv_handle_t *)&r->timer, req_timer_closed);
+        }
+        return 0;
+    }
+    if (!r->timer_live) {
+        if (uv_timer_init(s->loop, &r->timer) != 0) return -1;
+        r->timer.data = r;
+        r->timer_live = 1;
+        r->refs++;
+        s->handles++;
+    }
+    uint64_t due = r->t_base + r->pieces[r->released].at_ms, now = uv_now(s->loop);
+    uv_timer_start(&r->timer, req_timer_fired, due > now ? due - now : 0, 0);
+    return 0;
+}
+
 static void req_timer_fired(uv_timer_t *t) {
     mock_http_req *r = t->data;
-    r->ready = 1;
-    r->timer_closing = 1;
-    uv_close((uv_handle_t *)&r->timer, req_timer_closed);
-    if (r->c) conn_flush(r->c);
+    mh_conn *c = r->c;
+    if (!c) return;
+    if (req_release_due(r) != 0) {
+        conn_close(c);
+        return;
+    }
+    if (req_schedule(r) != 0) {
+        conn_close(c);
+        return;
+    }
+    conn_flush(c);
 }
 
 /* ---- connections ------------------------------------------------------ */
@@ -194,7 +267,7 @@ static void conn_handle_closed(uv_handle_t *h) {
 }
 
 /* Closes the connection at once. Responses not yet written are dropped and
- * reported to on_abandon. */
+ * reported to on_done as not delivered. */
 static void conn_close(mh_conn *c) {
     mock_http *s = c->srv;
     if (c->closing) return;
@@ -206,7 +279,7 @@ static void conn_close(mh_conn *c) {
         mock_http_req *r = c->head;
         c->head = r->next;
         r->c = NULL;
-        if (s->h.on_abandon && (r->udata[0] || r->udata[1])) s->h.on_abandon(r->udata, s->h.arg);
+        req_done(r, 0);
         if (r->timer_live && !r->timer_closing) {
             r->timer_closing = 1;
             uv_close((uv_handle_t *)&r->timer, req_timer_closed);
@@ -256,31 +329,39 @@ static void conn_write_done(uv_write_t *w, int status) {
     else conn_maybe_finish(c);
 }
 
-/* Writes every ready response at the head of the queue, in order. */
+/* Writes the bytes in b (taking them over). 0, or -1 when the write could
+ * not even be queued. */
+static int conn_write(mh_conn *c, mh_buf *b) {
+    mh_write *mw = malloc(sizeof(*mw));
+    if (!mw) return -1;
+    mw->data = b->p;
+    uv_buf_t ub = uv_buf_init(mw->data, (unsigned)b->len);
+    memset(b, 0, sizeof(*b));
+    c->writes_pending++;
+    if (uv_write(&mw->w, (uv_stream_t *)&c->tcp, &ub, 1, conn_write_done) != 0) {
+        c->writes_pending--;
+        free(mw->data);
+        free(mw);
+        return -1;
+    }
+    return 0;
+}
+
+/* Writes what is due of the responses at the head of the queue, in order:
+ * a stream in progress holds back the ones behind it. */
 static void conn_flush(mh_conn *c) {
-    while (!c->closing && c->head && c->head->ready) {
+    while (!c->closing && c->head) {
         mock_http_req *r = c->head;
+        if (r->out.len > 0 && conn_write(c, &r->out) != 0) {
+            conn_close(c);
+            return;
+        }
+        if (!req_complete(r)) break;
         c->head = r->next;
         if (!c->head) c->tail = NULL;
-        mh_write *mw = malloc(sizeof(*mw));
-        if (!mw) {
-            req_unref(r);
-            conn_close(c);
-            return;
-        }
-        mw->data = r->resp;
-        r->resp = NULL;
-        uv_buf_t b = uv_buf_init(mw->data, (unsigned)r->resp_len);
         r->c = NULL;
+        req_done(r, 1);
         req_unref(r);
-        c->writes_pending++;
-        if (uv_write(&mw->w, (uv_stream_t *)&c->tcp, &b, 1, conn_write_done) != 0) {
-            c->writes_pending--;
-            free(mw->data);
-            free(mw);
-            conn_close(c);
-            return;
-        }
     }
     conn_maybe_finish(c);
 }
@@ -377,17 +458,21 @@ static int on_headers_complete(http_parser *p) {
     /* Content-Length is known here; refuse an oversize body before it comes. */
     if (p->content_length != ULLONG_MAX && p->content_length > c->srv->max_body)
         return cur_fail(c, -2, 413, "request body too large");
+    r->http_1_0 = p->http_major == 1 && p->http_minor == 0;
     const char *expect = mock_http_header(r, "expect");
     if (expect && strcasecmp(expect, "100-continue") == 0 && p->http_minor >= 1) {
+        /* An interim answer, queued like a response that is due at once. */
         mock_http_req *i = req_new(c);
         static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-        if (!i || !(i->resp = malloc(sizeof(cont)))) {
+        if (!i || !(i->pieces = calloc(1, sizeof(*i->pieces)))) {
             free(i);
             return cur_fail(c, -1, 500, NULL);
         }
-        memcpy(i->resp, cont, sizeof(cont));
-        i->resp_len = sizeof(cont) - 1;
-        i->interim = i->ready = 1;
+        i->npieces = i->released = 1;
+        if (buf_append(&i->out, cont, sizeof(cont) - 1, SIZE_MAX) != 0) {
+            req_free(i);
+            return cur_fail(c, -1, 500, NULL);
+        }
         req_enqueue(c, i);
         conn_flush(c);
     }
@@ -583,42 +668,107 @@ int mock_http_error_status(const mock_http_req *r, const char **reason) {
     return r->error_status;
 }
 
-void mock_http_set_udata(mock_http_req *r, void *a, void *b) {
-    r->udata[0] = a;
-    r->udata[1] = b;
+void mock_http_set_udata(mock_http_req *r, void *udata) {
+    r->udata = udata;
+}
+
+/* Starts the response whose pieces are set: sends what is due now and
+ * arms the timer for the rest. */
+static void req_start(mock_http_req *r) {
+    mh_conn *c = r->c;
+    r->t_base = uv_now(c->srv->loop);
+    if (req_release_due(r) != 0 || req_schedule(r) != 0) {
+        conn_close(c);
+        return;
+    }
+    conn_flush(c);
+}
+
+/* "HTTP/1.1 <status> <reason>\r\n" + fixed + headers + "\r\n" into a new
+ * buffer, or NULL when out of memory. */
+static char *head_new(int status, const char *fixed, const char *headers, size_t *len) {
+    size_t hl = headers ? strlen(headers) : 0, fl = strlen(fixed);
+    char line[64];
+    int n = snprintf(line, sizeof(line), "HTTP/1.1 %d %s\r\n", status, mh_reason(status));
+    char *h = malloc((size_t)n + fl + hl + 3);
+    if (!h) return NULL;
+    memcpy(h, line, (size_t)n);
+    memcpy(h + n, fixed, fl);
+    if (hl) memcpy(h + n + fl, headers, hl);
+    memcpy(h + n + fl + hl, "\r\n", 3);
+    *len = (size_t)n + fl + hl + 2;
+    return h;
 }
 
 void mock_http_respond(mock_http_req *r, int status, const char *headers, const char *body,
                        size_t body_len, uint64_t delay_ms) {
     mh_conn *c = r->c;
-    char head[256];
+    char fixed[160];
+    size_t hlen;
     if (!c) return; /* cannot happen while the handler runs */
-    int n = snprintf(head, sizeof(head),
-                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\nConnection: %s\r\n",
-                     status, mh_reason(status), body_len, r->keep_alive ? "keep-alive" : "close");
-    size_t hl = headers ? strlen(headers) : 0;
-    size_t total = (size_t)n + hl + 2 + body_len;
-    r->resp = malloc(total);
-    if (!r->resp) {
+    snprintf(fixed, sizeof(fixed),
+             "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: %s\r\n",
+             body_len, r->keep_alive ? "keep-alive" : "close");
+    char *head = head_new(status, fixed, headers, &hlen);
+    r->pieces = calloc(1, sizeof(*r->pieces));
+    char *all = head && r->pieces ? realloc(head, hlen + body_len + 1) : NULL;
+    if (!all) {
         /* Without memory the response cannot be kept in order: drop the
          * connection rather than answer out of sequence. */
+        free(head);
         conn_close(c);
         return;
     }
-    memcpy(r->resp, head, (size_t)n);
-    if (hl) memcpy(r->resp + n, headers, hl);
-    memcpy(r->resp + n + hl, "\r\n", 2);
-    if (body_len) memcpy(r->resp + n + hl + 2, body, body_len);
-    r->resp_len = total;
-    if (delay_ms == 0 || uv_timer_init(c->srv->loop, &r->timer) != 0) {
-        r->ready = 1;
-        conn_flush(c);
-        return;
+    if (body_len) memcpy(all + hlen, body, body_len);
+    r->pieces[0] = (mh_piece){all, hlen + body_len, delay_ms};
+    r->npieces = 1;
+    req_start(r);
+}
+
+void mock_http_respond_stream(mock_http_req *r, int status, const char *headers,
+                              const char *content_type, const mock_http_piece *pieces, size_t n) {
+    mh_conn *c = r->c;
+    char fixed[256];
+    size_t hlen;
+    if (!c || n == 0) return;
+    /* HTTP/1.0 has no chunked encoding: the end of the connection ends the
+     * body, so nothing after this request may be read or answered. */
+    int chunked = !r->http_1_0;
+    if (!chunked && r->keep_alive) {
+        r->keep_alive = 0;
+        c->stop_parsing = 1;
+        http_parser_pause(&c->parser, 1);
     }
-    r->timer.data = r;
-    r->timer_live = 1;
-    r->refs++;
-    c->srv->handles++;
-    uv_timer_start(&r->timer, req_timer_fired, delay_ms, 0);
+    snprintf(fixed, sizeof(fixed),
+             "Content-Type: %s\r\nCache-Control: no-cache\r\n%sConnection: %s\r\n", content_type,
+             chunked ? "Transfer-Encoding: chunked\r\n" : "",
+             r->keep_alive ? "keep-alive" : "close");
+    char *head = head_new(status, fixed, headers, &hlen);
+    r->pieces = calloc(n, sizeof(*r->pieces));
+    if (!head || !r->pieces) goto oom;
+    r->npieces = n;
+    for (size_t i = 0; i < n; i++) {
+        mh_buf b = {0};
+        char size[24];
+        int sl = snprintf(size, sizeof(size), "%zx\r\n", pieces[i].len);
+        int rc = i == 0 ? buf_append(&b, head, hlen, SIZE_MAX) : 0;
+        /* An empty piece is only a moment; framed, it would end the body. */
+        if (rc == 0 && chunked && pieces[i].len > 0)
+            rc = buf_append(&b, size, (size_t)sl, SIZE_MAX);
+        if (rc == 0 && pieces[i].len > 0)
+            rc = buf_append(&b, pieces[i].data, pieces[i].len, SIZE_MAX);
+        if (rc == 0 && chunked && pieces[i].len > 0) rc = buf_append(&b, "\r\n", 2, SIZE_MAX);
+        if (rc == 0 && chunked && i == n - 1) rc = buf_append(&b, "0\r\n\r\n", 5, SIZE_MAX);
+        if (rc != 0) {
+            free(b.p);
+            goto oom;
+        }
+        r->pieces[i] = (mh_piece){b.p, b.len, pieces[i].at_ms};
+    }
+    free(head);
+    req_start(r);
+    return;
+oom:
+    free(head);
+    conn_close(c);
 }

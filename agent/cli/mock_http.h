@@ -5,14 +5,19 @@
  * every parsed request is handed to the handler at once (so admission
  * happens in arrival order), and responses are written in request order
  * even when a later one is ready first. A response may be delayed by a
- * libuv timer; nothing here ever blocks the loop. Malformed input and
- * oversize bodies are handed to the handler as a request whose
- * mock_http_error_status() is non-zero, so the handler shapes and counts
- * the error; the connection is closed after that response.
+ * libuv timer, or streamed: a schedule of pieces, each due some time after
+ * the response starts, sent with chunked transfer encoding (Server-Sent
+ * Events), one write per piece. Nothing here ever blocks the loop.
+ * Malformed input and oversize bodies are handed to the handler as a
+ * request whose mock_http_error_status() is non-zero, so the handler
+ * shapes and counts the error; the connection is closed after that
+ * response.
  *
  * Ownership: a mock_http_req belongs to the server. The handler must call
- * mock_http_respond() exactly once before it returns (a delay is the
- * server's business); after that the request must not be touched.
+ * mock_http_respond() or mock_http_respond_stream() exactly once before it
+ * returns (delays are the server's business); after that the request must
+ * not be touched. What the handler needs to know later goes in udata,
+ * which comes back through on_ready and on_done.
  * Depends on libuv and libhttp-parser. Single-threaded (the loop's). */
 #ifndef SLUICE_MOCK_HTTP_H
 #define SLUICE_MOCK_HTTP_H
@@ -26,13 +31,19 @@ typedef struct mock_http mock_http;
 typedef struct mock_http_req mock_http_req;
 
 typedef struct mock_http_handlers {
-    /* A complete request (or an error). Must call mock_http_respond() once
-     * before returning. */
+    /* A complete request (or an error). Must answer it before returning. */
     void (*on_request)(mock_http_req *req, void *arg);
-    /* Optional: a response that was still waiting (delayed, or behind a
-     * delayed one) is dropped because its connection is gone. udata is
-     * what mock_http_set_udata() stored on the request. */
-    void (*on_abandon)(void *udata[2], void *arg);
+    /* Optional, for requests with udata: the whole response is due (its
+     * delay has passed; a stream: its last piece is due), whether or not
+     * the responses before it have gone out yet. Not called when the
+     * connection went first. */
+    void (*on_ready)(void *udata, void *arg);
+    /* Optional, for requests with udata, exactly once: the server lets go
+     * of the request. delivered is 1 when the whole response was handed to
+     * the socket, 0 when the connection went first (the client left, or
+     * the server closed); released is how many pieces were due by then (a
+     * plain response is one piece). udata may be freed here. */
+    void (*on_done)(void *udata, int delivered, size_t released, void *arg);
     void *arg;
 } mock_http_handlers;
 
@@ -63,9 +74,10 @@ const char *mock_http_peer(const mock_http_req *r);
 /* 0 for a well-formed request, else 400 or 413 with a short reason. */
 int mock_http_error_status(const mock_http_req *r, const char **reason);
 
-/* Two pointers of handler data kept with the request until it is answered
- * or abandoned. */
-void mock_http_set_udata(mock_http_req *r, void *a, void *b);
+/* Handler data kept with the request until on_done. Set it before the
+ * response: a response due at once may be ready and done inside
+ * mock_http_respond(). */
+void mock_http_set_udata(mock_http_req *r, void *udata);
 
 /* Answers the request: status, extra header lines (each ending in "\r\n",
  * may be NULL), a JSON body, and a delay in ms before the response may be
@@ -73,5 +85,21 @@ void mock_http_set_udata(mock_http_req *r, void *a, void *b);
  * Content-Length and Connection are added here. The body is copied. */
 void mock_http_respond(mock_http_req *r, int status, const char *headers, const char *body,
                        size_t body_len, uint64_t delay_ms);
+
+/* One piece of a streamed body, due at_ms after the response starts. */
+typedef struct mock_http_piece {
+    const char *data;
+    size_t len;
+    uint64_t at_ms;
+} mock_http_piece;
+
+/* Answers the request with a body sent piece by piece: the status line and
+ * headers go out with the first piece, at pieces[0].at_ms; each later
+ * piece when it is due (at_ms must not decrease; n >= 1). Content-Type is
+ * content_type, the body uses chunked transfer encoding (an HTTP/1.0
+ * client gets it delimited by the end of the connection instead, and no
+ * further request is read), Connection is added. The pieces are copied. */
+void mock_http_respond_stream(mock_http_req *r, int status, const char *headers,
+                              const char *content_type, const mock_http_piece *pieces, size_t n);
 
 #endif

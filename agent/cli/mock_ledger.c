@@ -9,11 +9,16 @@
 
 typedef struct ledger_entry {
     mock_counts c;
-    /* Accept times and charged tokens, deployments only. */
+    /* Deployments only: accept times and what each charged per bucket,
+     * and the output give-backs. */
     double *accept_ms;
-    uint32_t *accept_tokens;
+    uint32_t *accept_tokens, *accept_input, *accept_output;
     size_t n_accepts, cap_accepts;
     int truncated;
+    double *refund_ms;
+    uint32_t *refund;
+    size_t n_refunds, cap_refunds;
+    int refunds_truncated;
 } ledger_entry;
 
 struct mock_ledger {
@@ -34,6 +39,10 @@ static void entry_free(void *p) {
     if (!e) return;
     free(e->accept_ms);
     free(e->accept_tokens);
+    free(e->accept_input);
+    free(e->accept_output);
+    free(e->refund_ms);
+    free(e->refund);
     free(e);
 }
 
@@ -76,14 +85,13 @@ static ledger_entry *client_get(mock_ledger *l, const char *client) {
     return entry_get(&l->clients, client);
 }
 
-static void counts_add(mock_counts *c, mock_outcome o, double t_ms, uint64_t charged,
-                       uint64_t reported) {
+static void counts_add(mock_counts *c, mock_outcome o, double t_ms, const mock_charge *ch) {
     c->requests++;
     switch (o) {
     case MOCK_ACCEPTED:
         c->accepted++;
-        c->tokens_charged += charged;
-        c->tokens_reported += reported;
+        c->tokens_charged += ch->charged;
+        c->tokens_reported += ch->reported;
         if (c->first_accept_ms < 0) c->first_accept_ms = t_ms;
         c->last_accept_ms = t_ms;
         break;
@@ -96,53 +104,97 @@ static void counts_add(mock_counts *c, mock_outcome o, double t_ms, uint64_t cha
     case MOCK_BAD_REQUEST: c->status_400++; break;
     case MOCK_NOT_FOUND: c->status_404++; break;
     case MOCK_OTHER_ERROR: c->other_errors++; break;
+    case MOCK_NO_CREDIT:
+        c->insufficient_quota++;
+        c->status_400++;
+        break;
+    case MOCK_INJECTED_429:
+        c->injected_429++;
+        c->status_429++;
+        break;
     }
 }
 
-static int entry_add_accept(mock_ledger *l, ledger_entry *e, double t_ms, uint64_t charged) {
+static uint32_t u32(uint64_t v) {
+    return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
+
+/* Grows a list to cap elements: 0, or -1 (the list is unchanged). */
+static int grow_ms(double **p, size_t cap) {
+    double *n = realloc(*p, cap * sizeof(*n));
+    if (!n) return -1;
+    *p = n;
+    return 0;
+}
+
+static int grow_u32(uint32_t **p, size_t cap) {
+    uint32_t *n = realloc(*p, cap * sizeof(*n));
+    if (!n) return -1;
+    *p = n;
+    return 0;
+}
+
+static int entry_add_accept(mock_ledger *l, ledger_entry *e, double t_ms, const mock_charge *ch) {
     if (e->n_accepts >= l->max_accepts) {
         e->truncated = 1;
         return 0;
     }
     if (e->n_accepts == e->cap_accepts) {
         size_t cap = e->cap_accepts ? e->cap_accepts * 2 : 64;
-        double *t = realloc(e->accept_ms, cap * sizeof(*t));
-        if (!t) return -1;
-        e->accept_ms = t;
-        uint32_t *k = realloc(e->accept_tokens, cap * sizeof(*k));
-        if (!k) return -1;
-        e->accept_tokens = k;
+        if (grow_ms(&e->accept_ms, cap) || grow_u32(&e->accept_tokens, cap) ||
+            grow_u32(&e->accept_input, cap) || grow_u32(&e->accept_output, cap))
+            return -1;
         e->cap_accepts = cap;
     }
     e->accept_ms[e->n_accepts] = t_ms;
-    e->accept_tokens[e->n_accepts] = charged > UINT32_MAX ? UINT32_MAX : (uint32_t)charged;
+    e->accept_tokens[e->n_accepts] = u32(ch->tokens);
+    e->accept_input[e->n_accepts] = u32(ch->input);
+    e->accept_output[e->n_accepts] = u32(ch->output);
     e->n_accepts++;
     return 0;
 }
 
 int mock_ledger_record(mock_ledger *l, const char *deployment, const char *client,
-                       mock_outcome o, double t_ms, uint64_t charged, uint64_t reported,
-                       mock_ledger_ref *ref) {
+                       mock_outcome o, double t_ms, const mock_charge *ch, mock_ledger_ref *ref) {
+    static const mock_charge none;
     int rc = 0;
     ledger_entry *d = NULL, *c;
-    counts_add(&l->totals, o, t_ms, charged, reported);
+    if (!ch) ch = &none;
+    counts_add(&l->totals, o, t_ms, ch);
     if (deployment) {
         d = entry_get(&l->deployments, deployment);
         if (d) {
-            counts_add(&d->c, o, t_ms, charged, reported);
-            if (o == MOCK_ACCEPTED && entry_add_accept(l, d, t_ms, charged) != 0) rc = -1;
+            counts_add(&d->c, o, t_ms, ch);
+            if (o == MOCK_ACCEPTED && entry_add_accept(l, d, t_ms, ch) != 0) rc = -1;
         } else {
             rc = -1;
         }
     }
     c = client_get(l, client);
-    if (c) counts_add(&c->c, o, t_ms, charged, reported);
+    if (c) counts_add(&c->c, o, t_ms, ch);
     else rc = -1;
     if (ref) {
         ref->deployment = d;
         ref->client = c;
     }
     return rc;
+}
+
+void mock_ledger_refund(mock_ledger *l, const mock_ledger_ref *ref, double t_ms, uint64_t amount) {
+    ledger_entry *e = ref->deployment;
+    if (!e) return;
+    if (e->n_refunds >= l->max_accepts) {
+        e->refunds_truncated = 1;
+        return;
+    }
+    if (e->n_refunds == e->cap_refunds) {
+        size_t cap = e->cap_refunds ? e->cap_refunds * 2 : 64;
+        if (grow_ms(&e->refund_ms, cap) || grow_u32(&e->refund, cap)) return;
+        e->cap_refunds = cap;
+    }
+    e->refund_ms[e->n_refunds] = t_ms;
+    e->refund[e->n_refunds] = u32(amount);
+    e->n_refunds++;
 }
 
 void mock_ledger_abandoned(mock_ledger *l, const mock_ledger_ref *ref) {
@@ -158,6 +210,8 @@ static void map_reset(mock_map *m) {
         counts_zero(&e->c);
         e->n_accepts = 0;
         e->truncated = 0;
+        e->n_refunds = 0;
+        e->refunds_truncated = 0;
     }
 }
 
@@ -184,11 +238,12 @@ static json_t *ms_or_null(double ms) {
 }
 
 static json_t *counts_json(const mock_counts *c) {
-    return json_pack("{sI sI sI sI sI sI sI sI sI sI sI so so}",
+    return json_pack("{sI sI sI sI sI sI sI sI sI sI sI sI so so}",
                      "requests", (json_int_t)c->requests,
                      "accepted", (json_int_t)c->accepted,
                      "status_429", (json_int_t)c->status_429,
                      "insufficient_quota", (json_int_t)c->insufficient_quota,
+                     "injected_429", (json_int_t)c->injected_429,
                      "status_503", (json_int_t)c->status_503,
                      "status_400", (json_int_t)c->status_400,
                      "status_404", (json_int_t)c->status_404,
@@ -200,6 +255,33 @@ static json_t *counts_json(const mock_counts *c) {
                      "last_accept_ms", ms_or_null(c->last_accept_ms));
 }
 
+/* The per-deployment lists: accepts (time and charge per bucket) and the
+ * output give-backs, each in time order. */
+static int entry_lists(json_t *o, const ledger_entry *e) {
+    json_t *t = json_array(), *k = json_array(), *in = json_array(), *out = json_array();
+    json_t *rt = json_array(), *r = json_array();
+    if (json_object_set_new(o, "accept_ms", t) != 0 ||
+        json_object_set_new(o, "accept_tokens", k) != 0 ||
+        json_object_set_new(o, "accept_input", in) != 0 ||
+        json_object_set_new(o, "accept_output", out) != 0 ||
+        json_object_set_new(o, "accepts_truncated", json_boolean(e->truncated)) != 0 ||
+        json_object_set_new(o, "output_refund_ms", rt) != 0 ||
+        json_object_set_new(o, "output_refund", r) != 0 ||
+        json_object_set_new(o, "refunds_truncated", json_boolean(e->refunds_truncated)) != 0)
+        return -1;
+    for (size_t i = 0; i < e->n_accepts; i++)
+        if (json_array_append_new(t, json_real(e->accept_ms[i])) != 0 ||
+            json_array_append_new(k, json_integer(e->accept_tokens[i])) != 0 ||
+            json_array_append_new(in, json_integer(e->accept_input[i])) != 0 ||
+            json_array_append_new(out, json_integer(e->accept_output[i])) != 0)
+            return -1;
+    for (size_t i = 0; i < e->n_refunds; i++)
+        if (json_array_append_new(rt, json_real(e->refund_ms[i])) != 0 ||
+            json_array_append_new(r, json_integer(e->refund[i])) != 0)
+            return -1;
+    return 0;
+}
+
 static json_t *map_json(const mock_map *m, int with_accepts) {
     json_t *obj = json_object();
     if (!obj) return NULL;
@@ -208,21 +290,9 @@ static json_t *map_json(const mock_map *m, int with_accepts) {
         if (e->c.requests == 0 && e->c.abandoned == 0) continue;
         json_t *o = counts_json(&e->c);
         if (!o) goto fail;
-        if (with_accepts) {
-            json_t *t = json_array(), *k = json_array();
-            if (json_object_set_new(o, "accept_ms", t) != 0 ||
-                json_object_set_new(o, "accept_tokens", k) != 0 ||
-                json_object_set_new(o, "accepts_truncated", json_boolean(e->truncated)) != 0) {
-                json_decref(o);
-                goto fail;
-            }
-            for (size_t i = 0; i < e->n_accepts; i++) {
-                if (json_array_append_new(t, json_real(e->accept_ms[i])) != 0 ||
-                    json_array_append_new(k, json_integer(e->accept_tokens[i])) != 0) {
-                    json_decref(o);
-                    goto fail;
-                }
-            }
+        if (with_accepts && entry_lists(o, e) != 0) {
+            json_decref(o);
+            goto fail;
         }
         if (json_object_set_new(obj, me->key, o) != 0) goto fail;
     }

@@ -18,17 +18,20 @@ typedef enum mock_outcome {
     MOCK_ACCEPTED,      /* 200 with a completion */
     MOCK_RATE_LIMITED,  /* 429, request or token rate limit */
     MOCK_NO_QUOTA,      /* 429 insufficient_quota (--quota-exhausted) */
-    MOCK_UNAVAILABLE,   /* 503 injected by --fail-503 */
-    MOCK_BAD_REQUEST,   /* 400: malformed HTTP, bad JSON, stream:true, ... */
+    MOCK_UNAVAILABLE,   /* 503 (Anthropic: 529) injected by --fail-503 */
+    MOCK_BAD_REQUEST,   /* 400: malformed HTTP, bad JSON, bad fields */
     MOCK_NOT_FOUND,     /* 404: unknown path or deployment */
-    MOCK_OTHER_ERROR    /* 405, 413 */
+    MOCK_OTHER_ERROR,   /* 405, 413 */
+    MOCK_NO_CREDIT,     /* 400 credit balance too low (--quota-exhausted, Anthropic) */
+    MOCK_INJECTED_429   /* 429 from POST /control inject_429, nothing charged */
 } mock_outcome;
 
 typedef struct mock_counts {
     uint64_t requests;
     uint64_t accepted;
-    uint64_t status_429;         /* every 429, insufficient_quota included */
-    uint64_t insufficient_quota; /* the part of status_429 that was quota */
+    uint64_t status_429;         /* every 429, insufficient_quota and injected included */
+    uint64_t insufficient_quota; /* --quota-exhausted: part of status_429, or of status_400
+                                    in Anthropic style */
     uint64_t status_503;
     uint64_t status_400;
     uint64_t status_404;
@@ -38,7 +41,17 @@ typedef struct mock_counts {
     uint64_t tokens_reported;    /* usage.total_tokens sent back */
     double first_accept_ms;      /* < 0 until the first accept */
     double last_accept_ms;
+    uint64_t injected_429;       /* the part of status_429 that /control injected */
 } mock_counts;
+
+/* What an accepted call charged at admission, per bucket, and reported. */
+typedef struct mock_charge {
+    uint64_t tokens;   /* the token bucket (TPM): the estimate; accept_tokens */
+    uint64_t input;    /* the input-token bucket (ITPM); accept_input */
+    uint64_t output;   /* the output-token bucket (OTPM): max_tokens; accept_output */
+    uint64_t charged;  /* tokens_charged */
+    uint64_t reported; /* tokens_reported: the usage sent back */
+} mock_charge;
 
 typedef struct mock_ledger mock_ledger;
 
@@ -59,13 +72,16 @@ void mock_ledger_free(mock_ledger *l);
 
 /* Counts one request. deployment is NULL when the request never reached a
  * deployment (bad path, malformed HTTP); client must not be NULL. t_ms is
- * the time of the decision, charged and reported the tokens of an accept
- * (ignored otherwise). ref (optional) receives where it was counted.
+ * the time of the decision, ch what an accept charged (ignored otherwise;
+ * NULL is all zero). ref (optional) receives where it was counted.
  * Returns 0, or -1 when an entry could not be allocated: the totals are
  * counted all the same. */
 int mock_ledger_record(mock_ledger *l, const char *deployment, const char *client,
-                       mock_outcome o, double t_ms, uint64_t charged, uint64_t reported,
-                       mock_ledger_ref *ref);
+                       mock_outcome o, double t_ms, const mock_charge *ch, mock_ledger_ref *ref);
+
+/* Lists a give-back of amount output tokens at t_ms in the deployment of
+ * ref (output_refund_ms, output_refund). */
+void mock_ledger_refund(mock_ledger *l, const mock_ledger_ref *ref, double t_ms, uint64_t amount);
 
 /* Counts an accepted request whose response could not be delivered. */
 void mock_ledger_abandoned(mock_ledger *l, const mock_ledger_ref *ref);

@@ -33,6 +33,10 @@
 
 #include <jansson.h>
 
+#include "classify.h"
+#include "httpdate.h"
+#include "mock_bucket.h"
+#include "ratelimit.h"
 #include "replay.h"
 
 #define IO_TIMEOUT_MS 15000
@@ -317,6 +321,155 @@ static json_t *body_json(const response *r) {
     return j;
 }
 
+/* ---- streamed responses (chunked Server-Sent Events) ------------------ */
+
+typedef struct sse_event {
+    char name[64];  /* "event:" line, "" when absent */
+    char *data;     /* "data:" line (malloc'd) */
+    double at_ms;   /* when the test read it, on its own clock */
+} sse_event;
+
+typedef struct stream {
+    int status;
+    char head[8192];
+    char *body;     /* decoded body not yet split into events */
+    size_t len, cap;
+    int chunked, ended;
+    sse_event ev[64];
+    size_t n;
+} stream;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
+}
+
+static void stream_append(stream *s, const char *p, size_t n) {
+    if (s->len + n + 1 > s->cap) {
+        s->cap = (s->len + n + 1) * 2;
+        s->body = realloc(s->body, s->cap);
+        assert_non_null(s->body);
+    }
+    memcpy(s->body + s->len, p, n);
+    s->len += n;
+    s->body[s->len] = '\0';
+}
+
+/* Reads the status line and headers of a streamed answer. */
+static int stream_open(client *cl, stream *s) {
+    char *eoh;
+    memset(s, 0, sizeof(*s));
+    while (!(eoh = strstr(cl->buf, "\r\n\r\n")))
+        if (client_fill(cl) <= 0) return -1;
+    size_t hlen = (size_t)(eoh - cl->buf) + 4;
+    assert_true(hlen < sizeof(s->head));
+    memcpy(s->head, cl->buf, hlen);
+    s->head[hlen] = '\0';
+    assert_int_equal(sscanf(s->head, "HTTP/1.1 %d", &s->status), 1);
+    s->chunked = strcasestr(s->head, "\r\nTransfer-Encoding: chunked") != NULL;
+    memmove(cl->buf, cl->buf + hlen, cl->len - hlen + 1);
+    cl->len -= hlen;
+    return 0;
+}
+
+/* Moves whole chunks from the client's buffer into the body. */
+static void stream_decode(client *cl, stream *s) {
+    if (!s->chunked) {
+        stream_append(s, cl->buf, cl->len);
+        cl->len = 0;
+        cl->buf[0] = '\0';
+        return;
+    }
+    while (!s->ended) {
+        char *crlf = strstr(cl->buf, "\r\n");
+        if (!crlf) return;
+        size_t size = strtoul(cl->buf, NULL, 16), hl = (size_t)(crlf - cl->buf) + 2;
+        if (cl->len < hl + size + 2) return;
+        assert_memory_equal(cl->buf + hl + size, "\r\n", 2);
+        stream_append(s, cl->buf + hl, size);
+        if (size == 0) s->ended = 1;
+        memmove(cl->buf, cl->buf + hl + size + 2, cl->len - hl - size - 2 + 1);
+        cl->len -= hl + size + 2;
+    }
+}
+
+/* The next event: 1, 0 at the end of the body, -1 when the connection
+ * ended or went quiet first. */
+static int stream_next(client *cl, stream *s) {
+    for (;;) {
+        char *end = s->body ? strstr(s->body, "\n\n") : NULL;
+        if (end) {
+            sse_event *e = &s->ev[s->n];
+            assert_true(s->n < sizeof(s->ev) / sizeof(s->ev[0]));
+            *end = '\0';
+            e->name[0] = '\0';
+            e->data = NULL;
+            e->at_ms = now_ms();
+            for (char *line = s->body, *next; line; line = next) {
+                next = strchr(line, '\n');
+                if (next) *next++ = '\0';
+                if (strncmp(line, "event: ", 7) == 0) snprintf(e->name, sizeof(e->name), "%s", line + 7);
+                else if (strncmp(line, "data: ", 6) == 0) e->data = strdup(line + 6);
+                else fail_msg("unexpected SSE line '%s'", line);
+            }
+            assert_non_null(e->data);
+            size_t used = (size_t)(end - s->body) + 2;
+            memmove(s->body, s->body + used, s->len - used + 1);
+            s->len -= used;
+            s->n++;
+            return 1;
+        }
+        if (s->ended) {
+            assert_int_equal(s->len, 0);
+            return 0;
+        }
+        stream_decode(cl, s);
+        if (s->ended || (s->body && strstr(s->body, "\n\n"))) continue;
+        int r = client_fill(cl);
+        if (r == 0 && !s->chunked) {
+            stream_decode(cl, s);
+            s->ended = 1;
+            continue;
+        }
+        if (r <= 0) return -1;
+    }
+}
+
+/* Reads a whole streamed answer. */
+static void stream_read_all(client *cl, stream *s) {
+    assert_int_equal(stream_open(cl, s), 0);
+    int r;
+    while ((r = stream_next(cl, s)) == 1) {
+    }
+    assert_int_equal(r, 0);
+}
+
+static void stream_free(stream *s) {
+    for (size_t i = 0; i < s->n; i++) free(s->ev[i].data);
+    free(s->body);
+    memset(s, 0, sizeof(*s));
+}
+
+static json_t *event_json(const sse_event *e) {
+    json_error_t err;
+    json_t *j = json_loads(e->data, 0, &err);
+    if (!j) fail_msg("event data is not JSON: %s: %s", err.text, e->data);
+    return j;
+}
+
+static const char *stream_header(const stream *s, const char *name, char *val, size_t n) {
+    static response r;
+    snprintf(r.head, sizeof(r.head), "%s", s->head);
+    return header(&r, name, val, n);
+}
+
+static long stream_header_long(const stream *s, const char *name) {
+    char v[64];
+    if (!stream_header(s, name, v, sizeof(v))) fail_msg("missing header %s in:\n%s", name, s->head);
+    return strtol(v, NULL, 10);
+}
+
 /* Formats a POST with a JSON body. client may be NULL (no x-client-id). */
 static size_t post(char *out, size_t n, const char *path, const char *client_id, int close,
                    const char *body) {
@@ -570,6 +723,21 @@ static void test_tpm_charges_the_estimate(void **state) {
     assert_non_null(strstr(r.body, "token rate limit"));
     assert_true(header_long(&r, "x-ratelimit-remaining-requests") >= 97);
 
+    /* Every content part counts: 100 parts of 4 code points, 100 tokens
+     * (the mock once stopped at 64 parts). */
+    char *parts = malloc(100 * 32 + 256);
+    strcpy(parts, "{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":[");
+    for (int i = 0; i < 100; i++)
+        strcat(parts, i ? ",{\"type\":\"text\",\"text\":\"abcd\"}" : "{\"type\":\"text\",\"text\":\"abcd\"}");
+    strcat(parts, "]}]}");
+    call(c.port, AZURE_PATH("parts"), "t", parts, &r);
+    free(parts);
+    assert_int_equal(r.status, 200);
+    j = body_json(&r);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")), 100);
+    json_decref(j);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-tokens"), 300 - 101);
+
     json_t *fin = child_stop(&c);
     assert_int_equal(jint(fin, "deployments/tok/accepted"), 2);
     assert_int_equal(jint(fin, "deployments/tok/status_429"), 1);
@@ -626,7 +794,7 @@ static void test_not_found_and_bad_requests(void **state) {
     assert_int_equal(r.status, 400);
     assert_non_null(strstr(r.body, "invalid_request_error"));
     call(c.port, AZURE_PATH("gpt-4o"), "n",
-         "{\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r);
+         "{\"stream\":\"yes\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r);
     assert_int_equal(r.status, 400);
     assert_non_null(strstr(r.body, "stream"));
     call(c.port, "/v1/chat/completions", "n", simple_body, &r); /* no model */
@@ -844,6 +1012,14 @@ static int control(int port, const char *query, response *r) {
     return r->status;
 }
 
+/* The answer of POST /control: fail_503 and quota_exhausted as given. */
+static void assert_faults(const response *r, double fail_503, int quota) {
+    json_t *j = body_json(r);
+    assert_true(json_number_value(json_object_get(j, "fail_503")) == fail_503);
+    assert_int_equal(json_is_true(json_object_get(j, "quota_exhausted")), quota);
+    json_decref(j);
+}
+
 /* A running mock starts and stops failing on POST /control, keeping its
  * ledger and buckets: 200, then 503s, then insufficient_quota, then 200
  * again, all counted in one ledger. A bad control changes nothing; a GET
@@ -857,9 +1033,9 @@ static void test_control_at_run_time(void **state) {
     call(c.port, AZURE_PATH("gpt-4o"), "w", simple_body, &r);
     assert_int_equal(r.status, 200);
     assert_int_equal(control(c.port, "", &r), 200); /* reads the settings */
-    assert_string_equal(r.body, "{\"fail_503\":0,\"quota_exhausted\":false}");
+    assert_faults(&r, 0, 0);
     assert_int_equal(control(c.port, "?fail_503=1", &r), 200);
-    assert_string_equal(r.body, "{\"fail_503\":1,\"quota_exhausted\":false}");
+    assert_faults(&r, 1, 0);
     for (int i = 0; i < 3; i++) {
         call(c.port, AZURE_PATH("gpt-4o"), "w", simple_body, &r);
         assert_int_equal(r.status, 503);
@@ -880,12 +1056,12 @@ static void test_control_at_run_time(void **state) {
     call(c.port, AZURE_PATH("gpt-4o"), "w", simple_body, &r);
     assert_int_equal(r.status, 429);
     assert_int_equal(control(c.port, "?fail_503=0&quota_exhausted=0", &r), 200);
-    assert_string_equal(r.body, "{\"fail_503\":0,\"quota_exhausted\":false}");
+    assert_faults(&r, 0, 0);
     call(c.port, AZURE_PATH("gpt-4o"), "w", simple_body, &r);
     assert_int_equal(r.status, 200);
     assert_int_equal(header_long(&r, "x-ratelimit-remaining-requests"), 3);
     assert_int_equal(control(c.port, "?fail_503=0.25", &r), 200);
-    assert_string_equal(r.body, "{\"fail_503\":0.25,\"quota_exhausted\":false}");
+    assert_faults(&r, 0.25, 0);
     json_t *s = get_stats(c.port, "");
     assert_true(json_real_value(json_object_get(json_object_get(s, "config"), "fail_503")) == 0.25);
     json_decref(s);
@@ -995,6 +1171,1293 @@ static void test_port_file(void **state) {
     assert_int_equal(stat(path, &st), -1); /* removed on exit */
 }
 
+/* The text of an answer of n tokens: the mock's words, one per token. */
+static char *answer_text(int n) {
+    static const char *w[] = {"The", "mock", "says", "ok", "and", "counts", "every", "token", "it", "sees"};
+    char *t = calloc((size_t)n * 8 + 1, 1);
+    for (int i = 0; i < n; i++) {
+        if (i) strcat(t, " ");
+        strcat(t, w[i % 10]);
+    }
+    return t;
+}
+
+/* Checks the chat.completion.chunk events of a streamed answer: the role
+ * first, then `deltas` content deltas that add up to `tokens` words, the
+ * finish reason, with include_usage the usage chunk (empty choices) and
+ * "usage": null on every other chunk, and [DONE] last. */
+static void check_chunks(const stream *st, int deltas, int tokens, const char *finish,
+                         int include_usage, long prompt) {
+    size_t n = (size_t)deltas + 3 + (include_usage ? 1 : 0);
+    char content[16384] = "";
+    assert_int_equal(st->n, n);
+    assert_string_equal(st->ev[n - 1].data, "[DONE]");
+    json_t *first = event_json(&st->ev[0]);
+    const char *id = json_string_value(json_object_get(first, "id"));
+    assert_non_null(id);
+    for (size_t i = 0; i + 1 < n; i++) {
+        json_t *j = event_json(&st->ev[i]);
+        assert_string_equal(st->ev[i].name, "");
+        assert_string_equal(json_string_value(json_object_get(j, "object")), "chat.completion.chunk");
+        assert_string_equal(json_string_value(json_object_get(j, "id")), id);
+        json_t *choices = json_object_get(j, "choices"), *usage = json_object_get(j, "usage");
+        if (include_usage && i == n - 2) {
+            assert_int_equal(json_array_size(choices), 0);
+            assert_int_equal(json_integer_value(json_object_get(usage, "prompt_tokens")), prompt);
+            assert_int_equal(json_integer_value(json_object_get(usage, "completion_tokens")), tokens);
+            assert_int_equal(json_integer_value(json_object_get(usage, "total_tokens")), prompt + tokens);
+            json_decref(j);
+            continue;
+        }
+        if (include_usage) assert_true(usage && json_is_null(usage));
+        else assert_null(usage);
+        assert_int_equal(json_array_size(choices), 1);
+        json_t *ch = json_array_get(choices, 0), *delta = json_object_get(ch, "delta");
+        json_t *fin = json_object_get(ch, "finish_reason");
+        if (i == 0) {
+            assert_string_equal(json_string_value(json_object_get(delta, "role")), "assistant");
+            assert_true(json_is_null(fin));
+        } else if (i <= (size_t)deltas) {
+            strcat(content, json_string_value(json_object_get(delta, "content")));
+            assert_true(json_is_null(fin));
+        } else {
+            assert_int_equal(json_object_size(delta), 0);
+            assert_string_equal(json_string_value(fin), finish);
+        }
+        json_decref(j);
+    }
+    json_decref(first);
+    char *want = answer_text(tokens);
+    assert_string_equal(content, want);
+    free(want);
+}
+
+/* "stream": true in the Azure and the OpenAI shape: Server-Sent Events in
+ * chunked encoding, written one by one over the service time (the first
+ * at once, [DONE] when the service time is over), the content split into
+ * at most 16 deltas, the usage chunk only with include_usage. A stream is
+ * charged and counted like a plain call, and the connection serves again
+ * after it. Bad stream fields are 400s. */
+static void test_stream_openai(void **state) {
+    enum { SERVICE = 600 };
+    static client cl;
+    static response r;
+    static stream st;
+    char req[4096], v[64];
+    mock_child c;
+    (void)state;
+    child_start(&c, "--rpm", "600", "--burst", "10", "--tpm", "600000", "--token-burst", "100000",
+                "--service-ms", "600", "--completion-tokens", "20", NULL);
+    client_open(&cl, c.port);
+    client_send(&cl, req,
+                post(req, sizeof(req), AZURE_PATH("gpt-4o"), "s", 0,
+                     "{\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"abcdefgh\"}],"
+                     "\"max_tokens\":40}"));
+    stream_read_all(&cl, &st);
+    assert_int_equal(st.status, 200);
+    assert_string_equal(stream_header(&st, "Content-Type", v, sizeof(v)), "text/event-stream");
+    assert_true(st.chunked);
+    assert_null(stream_header(&st, "Content-Length", v, sizeof(v)));
+    assert_int_equal(stream_header_long(&st, "x-ratelimit-remaining-requests"), 9);
+    assert_int_equal(stream_header_long(&st, "x-ratelimit-remaining-tokens"), 100000 - (2 + 40));
+    check_chunks(&st, 16, 20, "stop", 0, 2);
+    /* One write per event, over the service time: never all at once. */
+    double span = st.ev[st.n - 1].at_ms - st.ev[0].at_ms;
+    assert_true(span >= SERVICE - 5);
+    for (size_t i = 1; i < st.n; i++)
+        assert_true(st.ev[i].at_ms - st.ev[i - 1].at_ms >= SERVICE / (double)(st.n - 1) - 5);
+    stream_free(&st);
+    /* The chunked body ended cleanly: the same connection serves again. */
+    client_send(&cl, req, post(req, sizeof(req), AZURE_PATH("gpt-4o"), "s", 1, simple_body));
+    assert_int_equal(client_read(&cl, &r), 0);
+    assert_int_equal(r.status, 200);
+    client_close(&cl);
+
+    /* OpenAI style, include_usage; the completion uses all of max_tokens. */
+    client_open(&cl, c.port);
+    client_send(&cl, req,
+                post(req, sizeof(req), "/v1/chat/completions", "s", 1,
+                     "{\"model\":\"gpt-4o\",\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+                     "\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}],\"max_tokens\":20}"));
+    stream_read_all(&cl, &st);
+    assert_int_equal(st.status, 200);
+    check_chunks(&st, 16, 20, "length", 1, 1);
+    stream_free(&st);
+    client_close(&cl);
+    /* include_usage false: no usage chunk, no "usage" keys. Few tokens:
+     * one delta per token. */
+    client_open(&cl, c.port);
+    client_send(&cl, req,
+                post(req, sizeof(req), "/v1/chat/completions", "s", 1,
+                     "{\"model\":\"gpt-4o\",\"stream\":true,\"stream_options\":{\"include_usage\":false},"
+                     "\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}],\"max_tokens\":3}"));
+    stream_read_all(&cl, &st);
+    check_chunks(&st, 3, 3, "length", 0, 1);
+    stream_free(&st);
+    client_close(&cl);
+
+    /* HTTP/1.0 has no chunked encoding: the body ends with the connection. */
+    client_open(&cl, c.port);
+    const char *b10 = "{\"model\":\"gpt-4o\",\"stream\":true,\"messages\":[{\"role\":\"user\","
+                      "\"content\":\"abcd\"}],\"max_tokens\":2}";
+    int n = snprintf(req, sizeof(req),
+                     "POST /v1/chat/completions HTTP/1.0\r\nConnection: keep-alive\r\n"
+                     "x-client-id: s\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(b10), b10);
+    client_send(&cl, req, (size_t)n);
+    stream_read_all(&cl, &st);
+    assert_false(st.chunked);
+    assert_non_null(strcasestr(st.head, "\r\nConnection: close"));
+    check_chunks(&st, 2, 2, "length", 0, 1);
+    stream_free(&st);
+    client_close(&cl);
+
+    static const char *const bad[] = {
+        "{\"model\":\"gpt-4o\",\"stream\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+        "{\"model\":\"gpt-4o\",\"stream_options\":{\"include_usage\":true},"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+        "{\"model\":\"gpt-4o\",\"stream\":true,\"stream_options\":5,"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+        "{\"model\":\"gpt-4o\",\"stream\":true,\"stream_options\":{\"include_usage\":\"yes\"},"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+    };
+    static const char *const param[] = {"stream", "stream_options", "stream_options", "stream_options"};
+    for (size_t i = 0; i < 4; i++) {
+        call(c.port, "/v1/chat/completions", "s", bad[i], &r);
+        assert_int_equal(r.status, 400);
+        json_t *j = body_json(&r);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "param")),
+                            param[i]);
+        json_decref(j);
+    }
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "deployments/gpt-4o/accepted"), 5);
+    assert_int_equal(jint(fin, "deployments/gpt-4o/status_400"), 4);
+    assert_int_equal(jint(fin, "deployments/gpt-4o/abandoned"), 0);
+    /* 2+40, 1+16 (the plain call), 1+20, 1+3, 1+2; reported: the usage */
+    assert_int_equal(jint(fin, "deployments/gpt-4o/tokens_charged"), 42 + 17 + 21 + 4 + 3);
+    assert_int_equal(jint(fin, "deployments/gpt-4o/tokens_reported"), 22 + 17 + 21 + 4 + 3);
+    json_decref(fin);
+}
+
+/* A stream holds back the answers pipelined behind it, even one that is
+ * ready at once (a 400), and they follow it in order. */
+static void test_stream_pipelined(void **state) {
+    static client cl;
+    static response r;
+    static stream st;
+    char req[8192];
+    size_t n = 0;
+    mock_child c;
+    (void)state;
+    child_start(&c, "--service-ms", "400", "--completion-tokens", "5", NULL);
+    client_open(&cl, c.port);
+    n += post(req + n, sizeof(req) - n, "/v1/chat/completions", "p", 0,
+              "{\"model\":\"m\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}");
+    n += post(req + n, sizeof(req) - n, "/v1/chat/completions", "p", 1, "{\"model\":\"m\"}");
+    client_send(&cl, req, n);
+    stream_read_all(&cl, &st);
+    assert_int_equal(st.status, 200);
+    check_chunks(&st, 5, 5, "stop", 0, 1);
+    stream_free(&st);
+    assert_int_equal(client_read(&cl, &r), 0);
+    assert_int_equal(r.status, 400);
+    assert_int_equal(client_fill(&cl), 0); /* Connection: close on the last */
+    client_close(&cl);
+    json_decref(child_stop(&c));
+}
+
+/* Polls the ledger until path reaches want (exactly, or with at_least
+ * want or more), for at most 10 s. */
+static void wait_for(int port, const char *path, long long want, int at_least) {
+    double deadline = now_ms() + 10000;
+    for (;;) {
+        json_t *s = get_stats(port, "");
+        json_t *j = s;
+        char buf[256], *save = NULL;
+        snprintf(buf, sizeof(buf), "%s", path);
+        for (char *k = strtok_r(buf, "/", &save); k && j; k = strtok_r(NULL, "/", &save))
+            j = json_object_get(j, k);
+        long long v = json_is_integer(j) ? json_integer_value(j) : 0;
+        json_decref(s);
+        if (v == want || (at_least && v > want)) return;
+        if (now_ms() > deadline) fail_msg("%s stayed %lld, expected %lld", path, v, want);
+        sleep_ms(10);
+    }
+}
+
+static void wait_count(int port, const char *path, long long want) {
+    wait_for(port, path, want, 0);
+}
+
+/* A client that leaves in the middle of a stream: the answer was admitted
+ * and charged (accepted), and is counted abandoned as soon as the mock
+ * sees the connection go, long before the stream would have ended. */
+static void test_stream_disconnect(void **state) {
+    static client cl;
+    static stream st;
+    char req[4096];
+    mock_child c;
+    (void)state;
+    child_start(&c, "--service-ms", "6000", "--completion-tokens", "4", NULL);
+    client_open(&cl, c.port);
+    client_send(&cl, req,
+                post(req, sizeof(req), "/v1/chat/completions", "gone", 0,
+                     "{\"model\":\"m\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}"));
+    assert_int_equal(stream_open(&cl, &st), 0);
+    assert_int_equal(stream_next(&cl, &st), 1); /* the role */
+    assert_int_equal(stream_next(&cl, &st), 1); /* the first delta, 1 s later */
+    double left = now_ms();
+    client_close(&cl);
+    stream_free(&st);
+    wait_count(c.port, "deployments/m/abandoned", 1);
+    assert_true(now_ms() - left < 4000);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "deployments/m/accepted"), 1);
+    assert_int_equal(jint(fin, "deployments/m/abandoned"), 1);
+    assert_int_equal(jint(fin, "clients/gone/abandoned"), 1);
+    json_decref(fin);
+}
+
+/* ---- Anthropic style -------------------------------------------------- */
+
+/* A POST /v1/messages the way the Anthropic SDK sends it. */
+static size_t anth_post(char *out, size_t n, const char *client_id, int close, const char *body) {
+    int len = snprintf(out, n,
+                       "POST /v1/messages HTTP/1.1\r\nHost: mock\r\nContent-Type: application/json\r\n"
+                       "x-api-key: sk-ant-test\r\nanthropic-version: 2023-06-01\r\n"
+                       "x-client-id: %s\r\n%sContent-Length: %zu\r\n\r\n%s",
+                       client_id, close ? "Connection: close\r\n" : "", strlen(body), body);
+    assert_true(len > 0 && (size_t)len < n);
+    return (size_t)len;
+}
+
+static void anth_call(int port, const char *client_id, const char *body, response *r) {
+    static client cl;
+    static char req[1 << 14];
+    client_open(&cl, port);
+    client_send(&cl, req, anth_post(req, sizeof(req), client_id, 1, body));
+    assert_int_equal(client_read(&cl, r), 0);
+    client_close(&cl);
+}
+
+static double wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
+}
+
+/* An anthropic-ratelimit-*-reset header as Unix ms, read with sluice's own
+ * RFC 3339 parser. */
+static double anth_reset(const response *r, const char *what) {
+    char name[96], v[64];
+    int64_t ms;
+    snprintf(name, sizeof(name), "anthropic-ratelimit-%s-reset", what);
+    if (!header(r, name, v, sizeof(v))) fail_msg("missing %s in:\n%s", name, r->head);
+    assert_int_equal(strlen(v), 24); /* 2025-01-02T03:04:05.678Z */
+    assert_int_equal(v[23], 'Z');
+    assert_int_equal(httpdate_parse_rfc3339(v, strlen(v), &ms), 0);
+    return (double)ms;
+}
+
+static long anth_header(const response *r, const char *what, const char *field) {
+    char name[96];
+    snprintf(name, sizeof(name), "anthropic-ratelimit-%s-%s", what, field);
+    return header_long(r, name);
+}
+
+/* The reset of a bucket `deficit_ms` short of full at the decision, which
+ * happened between wall times sent and got: full again that much later
+ * (rounded up to the ms). */
+static void assert_reset(const response *r, const char *what, double sent, double got,
+                         double deficit_ms) {
+    double reset = anth_reset(r, what);
+    if (reset < sent + deficit_ms - 2 || reset > got + deficit_ms + 2)
+        fail_msg("%s reset %.0f is not %.0f ms after [%.0f, %.0f]", what, reset, deficit_ms, sent,
+                 got);
+}
+
+static json_t *ledger_list(json_t *ledger, const char *dep, const char *list) {
+    json_t *l = json_object_get(json_object_get(json_object_get(ledger, "deployments"), dep), list);
+    if (!json_is_array(l)) fail_msg("no list %s for %s", list, dep);
+    return l;
+}
+
+static long long list_int(json_t *ledger, const char *dep, const char *list, size_t i) {
+    json_t *l = ledger_list(ledger, dep, list);
+    if (i >= json_array_size(l)) fail_msg("%s of %s has %zu entries", list, dep, json_array_size(l));
+    return json_integer_value(json_array_get(l, i));
+}
+
+static double dep_real(json_t *ledger, const char *dep, const char *field) {
+    json_t *v = json_object_get(json_object_get(json_object_get(ledger, "deployments"), dep), field);
+    if (!json_is_number(v)) fail_msg("no %s for %s", field, dep);
+    return json_number_value(v);
+}
+
+/* Limits that refill 0.0001 a ms (6 a minute): over a test of a few
+ * seconds the buckets gain less than one unit, so every level a header or
+ * the ledger shows is the exact sum of what was charged and given back. */
+#define SLOW_LIMITS "--rpm", "6", "--burst", "10", "--itpm", "6", "--input-burst", "1000", \
+                    "--otpm", "6", "--output-burst", "1000"
+
+/* A plain Messages call and the accounting Anthropic documents: the input
+ * tokens (ceil(chars / 4) over system and messages) charged to the input
+ * bucket and never given back; max_tokens charged to the output bucket and
+ * max_tokens - output_tokens given back when the answer is sent, which the
+ * next answer's headers and the ledger both show. */
+static void test_anthropic_messages(void **state) {
+    static response r;
+    char v[64];
+    mock_child c;
+    (void)state;
+    child_start(&c, SLOW_LIMITS, "--completion-tokens", "30", "--service-ms", "20", NULL);
+    /* 14 + 8 + 4 + 4 code points: 8 input tokens; the image block has no text */
+    const char *b1 = "{\"model\":\"claude-x\",\"max_tokens\":100,\"system\":\"You are terse.\","
+                     "\"messages\":[{\"role\":\"user\",\"content\":\"abcdefgh\"},"
+                     "{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"ijkl\"}]},"
+                     "{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{}},"
+                     "{\"type\":\"text\",\"text\":\"mnop\"}]}]}";
+    double sent = wall_ms();
+    anth_call(c.port, "a", b1, &r);
+    double got = wall_ms();
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    assert_true(strncmp(json_string_value(json_object_get(j, "id")), "msg_mock_", 9) == 0);
+    assert_string_equal(json_string_value(json_object_get(j, "type")), "message");
+    assert_string_equal(json_string_value(json_object_get(j, "role")), "assistant");
+    assert_string_equal(json_string_value(json_object_get(j, "model")), "claude-x");
+    json_t *content = json_object_get(j, "content");
+    assert_int_equal(json_array_size(content), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(content, 0), "type")), "text");
+    char *want = answer_text(30);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(content, 0), "text")), want);
+    free(want);
+    assert_string_equal(json_string_value(json_object_get(j, "stop_reason")), "end_turn");
+    assert_true(json_is_null(json_object_get(j, "stop_sequence")));
+    json_t *u = json_object_get(j, "usage");
+    assert_int_equal(json_integer_value(json_object_get(u, "input_tokens")), 8);
+    assert_int_equal(json_integer_value(json_object_get(u, "output_tokens")), 30);
+    assert_int_equal(json_integer_value(json_object_get(u, "cache_read_input_tokens")), 0);
+    assert_int_equal(json_integer_value(json_object_get(u, "cache_creation_input_tokens")), 0);
+    json_decref(j);
+    assert_true(strncmp(header(&r, "request-id", v, sizeof(v)), "req_mock_", 9) == 0);
+    /* After admission: 1 request, 8 input and 100 output tokens gone. */
+    assert_int_equal(anth_header(&r, "requests", "limit"), 6);
+    assert_int_equal(anth_header(&r, "requests", "remaining"), 9);
+    assert_int_equal(anth_header(&r, "input-tokens", "limit"), 6);
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 992);
+    assert_int_equal(anth_header(&r, "output-tokens", "limit"), 6);
+    assert_int_equal(anth_header(&r, "output-tokens", "remaining"), 900);
+    /* tokens-*: the most restrictive of the two, output here */
+    assert_int_equal(anth_header(&r, "tokens", "remaining"), 900);
+    assert_reset(&r, "requests", sent, got, 1 / 0.0001);
+    assert_reset(&r, "input-tokens", sent, got, 8 / 0.0001);
+    assert_reset(&r, "output-tokens", sent, got, 100 / 0.0001);
+    assert_reset(&r, "tokens", sent, got, 100 / 0.0001);
+    assert_null(header(&r, "x-ratelimit-remaining-requests", v, sizeof(v)));
+
+    /* sluice's own header reader sees the four dimensions. */
+    ratelimit_feedback fb;
+    ratelimit_value rv;
+    ratelimit_init(&fb, -1);
+    for (char *line = strstr(r.head, "\r\n"); line && line[2] != '\r'; line = strstr(line + 2, "\r\n")) {
+        char *colon = strchr(line + 2, ':'), *eol = strstr(line + 2, "\r\n");
+        if (colon && colon < eol)
+            ratelimit_add_header(&fb, line + 2, (size_t)(colon - line - 2), colon + 1,
+                                 (size_t)(eol - colon - 1), (int64_t)got);
+    }
+    assert_int_equal(fb.invalid, 0);
+    assert_int_equal(ratelimit_get(&fb, RATELIMIT_INPUT_TOKENS, &rv), RATELIMIT_SRC_PROVIDER);
+    assert_int_equal(rv.remaining, 992);
+    assert_int_equal(ratelimit_get(&fb, RATELIMIT_OUTPUT_TOKENS, &rv), RATELIMIT_SRC_PROVIDER);
+    assert_int_equal(rv.remaining, 900);
+    assert_true(rv.reset_ms > 1000000 - 100 && rv.reset_ms <= 1000000 + 2);
+
+    /* The answer went out: 70 of the 100 came back. This call uses all of
+     * its max_tokens, so it gives nothing back. */
+    anth_call(c.port, "a",
+              "{\"model\":\"claude-x\",\"max_tokens\":30,\"messages\":[{\"role\":\"user\","
+              "\"content\":\"abcd\"}]}",
+              &r);
+    assert_int_equal(r.status, 200);
+    j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "stop_reason")), "max_tokens");
+    json_decref(j);
+    assert_int_equal(anth_header(&r, "output-tokens", "remaining"), 900 + 70 - 30);
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 992 - 1); /* never refunded */
+    assert_int_equal(anth_header(&r, "tokens", "remaining"), 940);
+    assert_int_equal(anth_header(&r, "requests", "remaining"), 8);
+    /* A system given as text blocks counts too: 4 + 4 code points. */
+    anth_call(c.port, "a",
+              "{\"model\":\"claude-x\",\"max_tokens\":30,\"system\":[{\"type\":\"text\",\"text\":\"wxyz\"}],"
+              "\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}]}",
+              &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 991 - 2);
+
+    json_t *s = get_stats(c.port, "");
+    assert_int_equal(jint(s, "deployments/claude-x/accepted"), 3);
+    assert_int_equal(list_int(s, "claude-x", "accept_input", 0), 8);
+    assert_int_equal(list_int(s, "claude-x", "accept_input", 1), 1);
+    assert_int_equal(list_int(s, "claude-x", "accept_input", 2), 2);
+    assert_int_equal(list_int(s, "claude-x", "accept_output", 0), 100);
+    assert_int_equal(list_int(s, "claude-x", "accept_output", 1), 30);
+    assert_int_equal(list_int(s, "claude-x", "accept_tokens", 0), 0);
+    assert_int_equal(json_array_size(ledger_list(s, "claude-x", "output_refund")), 1);
+    assert_int_equal(list_int(s, "claude-x", "output_refund", 0), 70);
+    double accept0 = json_real_value(json_array_get(ledger_list(s, "claude-x", "accept_ms"), 0));
+    double refund0 = json_real_value(json_array_get(ledger_list(s, "claude-x", "output_refund_ms"), 0));
+    assert_true(refund0 >= accept0 + 20 - 1); /* when the answer was sent */
+    assert_int_equal((long long)floor(dep_real(s, "claude-x", "remaining_input")), 1000 - 8 - 1 - 2);
+    assert_int_equal((long long)floor(dep_real(s, "claude-x", "remaining_output")),
+                     1000 - 100 + 70 - 30 - 30);
+    assert_int_equal(jint(s, "deployments/claude-x/tokens_charged"), 108 + 31 + 32);
+    assert_int_equal(jint(s, "deployments/claude-x/tokens_reported"), 38 + 31 + 32);
+    json_t *lim = json_object_get(json_object_get(json_object_get(s, "deployments"), "claude-x"), "limits");
+    assert_true(json_real_value(json_object_get(lim, "rpm")) == 6);
+    assert_true(json_real_value(json_object_get(lim, "itpm")) == 6);
+    assert_true(json_real_value(json_object_get(lim, "input_burst")) == 1000);
+    assert_true(json_real_value(json_object_get(lim, "otpm")) == 6);
+    assert_true(json_real_value(json_object_get(lim, "output_burst")) == 1000);
+    assert_true(json_real_value(json_object_get(lim, "tpm")) == 0);
+    /* The ledger's own lists replay clean through the same buckets. */
+    replay in, out;
+    replay_init(&in);
+    replay_init(&out);
+    for (size_t i = 0; i < 3; i++) {
+        double t = json_real_value(json_array_get(ledger_list(s, "claude-x", "accept_ms"), i));
+        replay_add(&in, t, (double)list_int(s, "claude-x", "accept_input", i));
+        replay_add(&out, t, (double)list_int(s, "claude-x", "accept_output", i));
+    }
+    replay_add(&out, refund0, -70);
+    assert_int_equal(replay_rejections(&in, 1000, 0.0001, NULL), 0);
+    assert_int_equal(replay_rejections(&out, 1000, 0.0001, NULL), 0);
+    replay_free(&in);
+    replay_free(&out);
+    json_decref(s);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "clients/a/accepted"), 3);
+    json_decref(fin);
+}
+
+/* Cache reads (--cache-read-tokens) are reported and not charged to the
+ * input bucket: input_tokens is the uncached rest. */
+static void test_anthropic_cache_reads(void **state) {
+    static response r;
+    mock_child c;
+    (void)state;
+    child_start(&c, SLOW_LIMITS, "--cache-read-tokens", "5", "--completion-tokens", "1",
+                "--service-ms", "1", NULL);
+    /* 30 code points: 8 input tokens, 5 of them from the cache */
+    anth_call(c.port, "c",
+              "{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":"
+              "\"abcdefghijklmnopqrstuvwxyz0123\"}]}",
+              &r);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r), *u = json_object_get(j, "usage");
+    assert_int_equal(json_integer_value(json_object_get(u, "input_tokens")), 3);
+    assert_int_equal(json_integer_value(json_object_get(u, "cache_read_input_tokens")), 5);
+    json_decref(j);
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 1000 - 3);
+    /* A prompt smaller than the cache read is read whole: nothing charged. */
+    anth_call(c.port, "c",
+              "{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}]}",
+              &r);
+    assert_int_equal(r.status, 200);
+    j = body_json(&r);
+    u = json_object_get(j, "usage");
+    assert_int_equal(json_integer_value(json_object_get(u, "input_tokens")), 0);
+    assert_int_equal(json_integer_value(json_object_get(u, "cache_read_input_tokens")), 1);
+    json_decref(j);
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 997);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(list_int(fin, "m", "accept_input", 0), 3);
+    assert_int_equal(list_int(fin, "m", "accept_input", 1), 0);
+    assert_int_equal(jint(fin, "deployments/m/tokens_reported"), (3 + 5 + 1) + (0 + 1 + 1));
+    json_decref(fin);
+}
+
+/* Refusals on each token bucket: an input cost above the capacity is
+ * admitted only into a full bucket (and leaves it in debt); an output
+ * bucket holding max_tokens of a call in flight refuses the next one until
+ * that answer has given back what it did not use. 429 in Anthropic's
+ * shape, retry-after in whole seconds from the bucket rules. */
+static void test_anthropic_rate_limits(void **state) {
+    static client slow;
+    static response r;
+    char req[4096], v[64];
+    mock_child c;
+    (void)state;
+    child_start(&c, "--rpm", "6000", "--burst", "100", "--itpm", "6", "--input-burst", "10",
+                "--otpm", "6", "--output-burst", "100", "--completion-tokens", "30",
+                "--service-ms", "1500", NULL);
+    /* 44 code points, 11 input tokens > 10: into the full bucket, to -1 */
+    const char *big = "{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":"
+                      "\"abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqr\"}]}";
+    client_open(&slow, c.port);
+    client_send(&slow, req, anth_post(req, sizeof(req), "r", 1, big));
+    assert_int_equal(client_read(&slow, &r), 0);
+    client_close(&slow);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 0);
+    /* 1 more input token, 1.5 s (the service time) after the bucket went
+     * to -1: (1 - (-1 + 1500 * 0.0001)) / 0.0001 ms = 18.5 s, so 19 */
+    anth_call(c.port, "r",
+              "{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+              &r);
+    assert_int_equal(r.status, 429);
+    assert_int_equal(header_long(&r, "retry-after"), 19);
+    assert_null(header(&r, "retry-after-ms", v, sizeof(v)));
+    json_t *j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "type")), "error");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "type")),
+                        "rate_limit_error");
+    assert_non_null(strstr(json_string_value(json_object_get(json_object_get(j, "error"), "message")),
+                           "input tokens per minute"));
+    assert_non_null(json_object_get(j, "request_id"));
+    classify_result cr;
+    assert_int_equal(classify_status_body(r.status, r.body, r.body_len, &cr), CLASSIFY_RATE_LIMITED);
+    assert_true(cr.retryable);
+    json_decref(j);
+    /* nothing was charged by the refusal (the request bucket, 0.1 a ms,
+     * is full again after the first call's 1.5 s) */
+    assert_int_equal(anth_header(&r, "output-tokens", "remaining"), 90);
+    assert_int_equal(anth_header(&r, "requests", "remaining"), 100);
+    json_decref(get_stats(c.port, "?reset=all"));
+
+    /* Output: 80 of 100 held by a call in flight; a call wanting 50 waits
+     * (50 - 20) / 0.0001 ms = 300 s ... */
+    const char *want80 = "{\"model\":\"m\",\"max_tokens\":80,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    const char *want50 = "{\"model\":\"m\",\"max_tokens\":50,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    client_open(&slow, c.port);
+    client_send(&slow, req, anth_post(req, sizeof(req), "r", 1, want80));
+    wait_count(c.port, "deployments/m/accepted", 1);
+    anth_call(c.port, "r", want50, &r);
+    assert_int_equal(r.status, 429);
+    assert_int_equal(header_long(&r, "retry-after"), 300);
+    assert_non_null(strstr(r.body, "output tokens per minute"));
+    assert_int_equal(anth_header(&r, "output-tokens", "remaining"), 20);
+    /* ... until that answer has gone out and given back 80 - 30 = 50. */
+    assert_int_equal(client_read(&slow, &r), 0);
+    client_close(&slow);
+    assert_int_equal(r.status, 200);
+    anth_call(c.port, "r", want50, &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(anth_header(&r, "output-tokens", "remaining"), 20 + 50 - 50);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "deployments/m/status_429"), 1);
+    assert_int_equal(jint(fin, "deployments/m/accepted"), 2);
+    json_decref(fin);
+}
+
+/* Every way a Messages request can be malformed, and an unknown model: the
+ * status and Anthropic's error shape, nothing charged, and the ledger's
+ * counts (a 400 before the model is known counts for no deployment). */
+static void test_anthropic_bad_requests(void **state) {
+    static client cl;
+    static response r;
+    char req[4096], v[64];
+    mock_child c;
+    (void)state;
+    child_start(&c, "--deployment", "claude", "--service-ms", "1", NULL);
+    /* no anthropic-version */
+    call(c.port, "/v1/messages", "b",
+         "{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r);
+    assert_int_equal(r.status, 400);
+    assert_non_null(strstr(r.body, "\"invalid_request_error\""));
+    assert_non_null(strstr(r.body, "anthropic-version"));
+    assert_null(header(&r, "anthropic-ratelimit-requests-remaining", v, sizeof(v)));
+    static const struct {
+        const char *body;
+        int status;
+        const char *prefix; /* of error.message */
+        int resolved;       /* the model was known: counted for it */
+    } cases[] = {
+        {"{\"model\":", 400, "The request body is not a JSON object", 0},
+        {"[1,2]", 400, "The request body is not a JSON object", 0},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "model: Field required", 0},
+        {"{\"model\":7,\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "model: Input should be a valid string", 0},
+        {"{\"model\":\"gpt-9\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 404, "model: gpt-9", 0},
+        {"{\"model\":\"a/b\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 404, "model: a/b", 0},
+        {"{\"model\":\"claude\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "max_tokens: Field required", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":\"5\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "max_tokens: Input should be a valid integer", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":1.5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "max_tokens: Input should be a valid integer", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":0,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "max_tokens: Input should be greater than or equal to 1", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":1000001,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "max_tokens: 1000001 > 1000000", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5}", 400, "messages: Field required", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":{}}", 400, "messages: Input should be a valid list", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[]}", 400, "messages: at least one message is required", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[\"hi\"]}", 400, "messages.0: Input should be a valid dictionary", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"system\",\"content\":\"x\"}]}", 400, "messages.1.role: Input should be 'user' or 'assistant'", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\"}]}", 400, "messages.0.content: Field required", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":3}]}", 400, "messages.0.content: Input should be a valid string or a list of content blocks", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"x\"}]}]}", 400, "messages.0.content.0.type: Field required", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", 400, "messages.0.content.0.text: Field required", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[5]}]}", 400, "messages.0.content.0: Input should be a valid dictionary", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"system\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "system: Input should be a valid string or a list of text blocks", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"system\":[{\"type\":\"image\"}],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "system.0.type: Input should be 'text'", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"stream\":\"yes\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "stream: Input should be a valid boolean", 1},
+    };
+    int n400 = 1, n400_dep = 0, n404 = 0;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        anth_call(c.port, "b", cases[i].body, &r);
+        if (r.status != cases[i].status) fail_msg("case %zu: status %d: %s", i, r.status, r.body);
+        json_t *j = body_json(&r);
+        json_t *e = json_object_get(j, "error");
+        assert_string_equal(json_string_value(json_object_get(j, "type")), "error");
+        assert_string_equal(json_string_value(json_object_get(e, "type")),
+                            cases[i].status == 404 ? "not_found_error" : "invalid_request_error");
+        const char *msg = json_string_value(json_object_get(e, "message"));
+        if (strncmp(msg, cases[i].prefix, strlen(cases[i].prefix)) != 0)
+            fail_msg("case %zu: message '%s', expected '%s...'", i, msg, cases[i].prefix);
+        assert_string_equal(json_string_value(json_object_get(j, "request_id")),
+                            header(&r, "request-id", v, sizeof(v)));
+        json_decref(j);
+        if (cases[i].resolved) {
+            /* the buckets' headers, full: nothing was charged */
+            assert_int_equal(anth_header(&r, "requests", "remaining"), 10);
+            n400_dep++;
+        } else {
+            assert_null(header(&r, "anthropic-ratelimit-requests-remaining", v, sizeof(v)));
+        }
+        if (cases[i].status == 400) n400++;
+        else n404++;
+    }
+    /* x-api-key is accepted and ignored; the same connection serves again */
+    client_open(&cl, c.port);
+    const char *ok = "{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    client_send(&cl, req, anth_post(req, sizeof(req), "b", 0, ok));
+    assert_int_equal(client_read(&cl, &r), 0);
+    assert_int_equal(r.status, 200);
+    client_send(&cl, req, anth_post(req, sizeof(req), "b", 1, ok));
+    assert_int_equal(client_read(&cl, &r), 0);
+    assert_int_equal(r.status, 200);
+    client_close(&cl);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "clients/b/status_400"), n400);
+    assert_int_equal(jint(fin, "clients/b/status_404"), n404);
+    assert_int_equal(jint(fin, "clients/b/accepted"), 2);
+    assert_int_equal(jint(fin, "deployments/claude/status_400"), n400_dep);
+    assert_int_equal(jint(fin, "deployments/claude/requests"), n400_dep + 2);
+    assert_int_equal(jint(fin, "totals/requests"), n400 + n404 + 2);
+    json_decref(fin);
+}
+
+/* --quota-exhausted and --fail-503 in Anthropic style: what a spent credit
+ * balance gets (400 invalid_request_error, no retry-after), and 529
+ * overloaded_error; what sluice's classifier makes of them. */
+static void test_anthropic_faults(void **state) {
+    static response r;
+    char v[64];
+    classify_result cr;
+    mock_child c;
+    const char *ok = "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    (void)state;
+    child_start(&c, "--quota-exhausted", NULL);
+    anth_call(c.port, "q", ok, &r);
+    assert_int_equal(r.status, 400);
+    assert_null(header(&r, "retry-after", v, sizeof(v)));
+    json_t *j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "type")),
+                        "invalid_request_error");
+    assert_true(strncmp(json_string_value(json_object_get(json_object_get(j, "error"), "message")),
+                        "Your credit balance is too low", 30) == 0);
+    json_decref(j);
+    assert_int_equal(anth_header(&r, "requests", "remaining"), 10);
+    assert_int_equal(classify_status_body(r.status, r.body, r.body_len, &cr), CLASSIFY_QUOTA_EXHAUSTED);
+    assert_false(cr.retryable);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "clients/q/insufficient_quota"), 1);
+    assert_int_equal(jint(fin, "clients/q/status_400"), 1);
+    assert_int_equal(jint(fin, "clients/q/status_429"), 0);
+    json_decref(fin);
+
+    child_start(&c, "--fail-503", "1", "--retry-after-503", "3", NULL);
+    anth_call(c.port, "f", ok, &r);
+    assert_int_equal(r.status, 529);
+    assert_int_equal(header_long(&r, "retry-after"), 3);
+    assert_non_null(strstr(r.body, "\"overloaded_error\""));
+    assert_int_equal(anth_header(&r, "requests", "remaining"), 10);
+    assert_int_equal(classify_status_body(r.status, r.body, r.body_len, &cr), CLASSIFY_OVERLOADED);
+    assert_true(cr.retryable);
+    fin = child_stop(&c);
+    assert_int_equal(jint(fin, "clients/f/status_503"), 1);
+    json_decref(fin);
+}
+
+/* "stream": true in Anthropic style: message_start with the input usage and
+ * 1 output token, one text block in deltas, message_delta with the
+ * cumulative output and the stop reason, message_stop; charged like a
+ * plain call, and the output given back when the stream ends. */
+static void test_anthropic_stream(void **state) {
+    static client cl;
+    static response r;
+    static stream st;
+    char req[4096];
+    mock_child c;
+    (void)state;
+    child_start(&c, SLOW_LIMITS, "--cache-read-tokens", "2", "--completion-tokens", "20",
+                "--service-ms", "500", NULL);
+    client_open(&cl, c.port);
+    /* 24 code points: 6 input tokens, 2 cached */
+    client_send(&cl, req,
+                anth_post(req, sizeof(req), "s", 0,
+                          "{\"model\":\"m\",\"max_tokens\":64,\"stream\":true,\"system\":\"abcdefgh\","
+                          "\"messages\":[{\"role\":\"user\",\"content\":\"abcdefghijklmnop\"}]}"));
+    stream_read_all(&cl, &st);
+    assert_int_equal(st.status, 200);
+    assert_true(st.chunked);
+    assert_int_equal(stream_header_long(&st, "anthropic-ratelimit-input-tokens-remaining"), 1000 - 4);
+    assert_int_equal(stream_header_long(&st, "anthropic-ratelimit-output-tokens-remaining"), 1000 - 64);
+    static const char *names[] = {"message_start", "content_block_start"};
+    assert_int_equal(st.n, 16 + 5);
+    char text[4096] = "";
+    for (size_t i = 0; i < st.n; i++) {
+        json_t *j = event_json(&st.ev[i]);
+        const char *want = i < 2 ? names[i]
+                           : i < 18  ? "content_block_delta"
+                           : i == 18 ? "content_block_stop"
+                           : i == 19 ? "message_delta"
+                                     : "message_stop";
+        assert_string_equal(st.ev[i].name, want);
+        assert_string_equal(json_string_value(json_object_get(j, "type")), want);
+        if (i == 0) {
+            json_t *msg = json_object_get(j, "message"), *u = json_object_get(msg, "usage");
+            assert_string_equal(json_string_value(json_object_get(msg, "role")), "assistant");
+            assert_int_equal(json_array_size(json_object_get(msg, "content")), 0);
+            assert_true(json_is_null(json_object_get(msg, "stop_reason")));
+            assert_int_equal(json_integer_value(json_object_get(u, "input_tokens")), 4);
+            assert_int_equal(json_integer_value(json_object_get(u, "cache_read_input_tokens")), 2);
+            assert_int_equal(json_integer_value(json_object_get(u, "output_tokens")), 1);
+        } else if (i >= 2 && i < 18) {
+            json_t *d = json_object_get(j, "delta");
+            assert_string_equal(json_string_value(json_object_get(d, "type")), "text_delta");
+            strcat(text, json_string_value(json_object_get(d, "text")));
+        } else if (i == 19) {
+            assert_string_equal(json_string_value(json_object_get(json_object_get(j, "delta"), "stop_reason")),
+                                "end_turn");
+            assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "output_tokens")), 20);
+        }
+        json_decref(j);
+    }
+    char *want = answer_text(20);
+    assert_string_equal(text, want);
+    free(want);
+    assert_true(st.ev[st.n - 1].at_ms - st.ev[0].at_ms >= 500 - 5);
+    stream_free(&st);
+    /* The stream ended: 64 - 20 came back, which the next answer shows. */
+    client_send(&cl, req,
+                anth_post(req, sizeof(req), "s", 1,
+                          "{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}]}"));
+    assert_int_equal(client_read(&cl, &r), 0);
+    client_close(&cl);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(anth_header(&r, "output-tokens", "remaining"), 1000 - 64 + 44 - 10);
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 1000 - 4 - 0);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "deployments/m/accepted"), 2);
+    assert_int_equal(list_int(fin, "m", "output_refund", 0), 44);
+    /* the second used all of its max_tokens: nothing to give back */
+    assert_int_equal(json_array_size(ledger_list(fin, "m", "output_refund")), 1);
+    json_decref(fin);
+}
+
+/* A client gone in the middle of an Anthropic stream: counted abandoned,
+ * and the output bucket gets back, at that moment, what had not been
+ * generated: max_tokens less the deltas already sent. A plain call cut
+ * short settles as the whole answer would, when the client leaves. */
+static void test_anthropic_disconnect(void **state) {
+    static client cl;
+    static stream st;
+    char req[4096];
+    mock_child c;
+    (void)state;
+    /* 4 tokens, one delta each: 9 events 750 ms apart */
+    child_start(&c, SLOW_LIMITS, "--completion-tokens", "4", "--service-ms", "6000", NULL);
+    client_open(&cl, c.port);
+    client_send(&cl, req,
+                anth_post(req, sizeof(req), "gone", 0,
+                          "{\"model\":\"m\",\"max_tokens\":50,\"stream\":true,\"messages\":"
+                          "[{\"role\":\"user\",\"content\":\"x\"}]}"));
+    assert_int_equal(stream_open(&cl, &st), 0);
+    for (int i = 0; i < 3; i++) assert_int_equal(stream_next(&cl, &st), 1);
+    assert_string_equal(st.ev[2].name, "content_block_delta"); /* 1 token sent, at 1.5 s */
+    client_close(&cl);
+    stream_free(&st);
+    wait_count(c.port, "deployments/m/abandoned", 1);
+    json_t *s1 = get_stats(c.port, "");
+    assert_int_equal(jint(s1, "deployments/m/accepted"), 1);
+    assert_int_equal(json_array_size(ledger_list(s1, "m", "output_refund")), 1);
+    assert_int_equal(list_int(s1, "m", "output_refund", 0), 50 - 1);
+    double at = json_real_value(json_array_get(ledger_list(s1, "m", "accept_ms"), 0));
+    double back = json_real_value(json_array_get(ledger_list(s1, "m", "output_refund_ms"), 0));
+    assert_true(back - at >= 1500 - 1 && back - at < 2250); /* before the next delta was due */
+    assert_int_equal((long long)floor(dep_real(s1, "m", "remaining_output")), 1000 - 50 + 49);
+    json_decref(s1);
+
+    client_open(&cl, c.port);
+    client_send(&cl, req,
+                anth_post(req, sizeof(req), "cut", 0,
+                          "{\"model\":\"m\",\"max_tokens\":50,\"messages\":[{\"role\":\"user\","
+                          "\"content\":\"x\"}]}"));
+    wait_count(c.port, "deployments/m/accepted", 2);
+    client_close(&cl);
+    wait_count(c.port, "deployments/m/abandoned", 2);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(list_int(fin, "m", "output_refund", 1), 50 - 4);
+    assert_int_equal((long long)floor(dep_real(fin, "m", "remaining_output")), 999 - 50 + 46);
+    assert_int_equal(jint(fin, "clients/gone/abandoned"), 1);
+    assert_int_equal(jint(fin, "clients/cut/abandoned"), 1);
+    assert_int_equal((long long)floor(dep_real(fin, "m", "remaining_input")), 1000 - 1 - 1);
+    json_decref(fin);
+}
+
+/* ---- changes at run time (POST /control) ------------------------------ */
+
+/* A value of the /control answer. */
+static double answer_num(const response *r, const char *path) {
+    json_t *j = body_json(r), *v = j;
+    char buf[128], *save = NULL;
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (char *k = strtok_r(buf, "/", &save); k && v; k = strtok_r(NULL, "/", &save))
+        v = json_object_get(v, k);
+    if (!v) fail_msg("no %s in %s", path, r->body);
+    double d = json_is_boolean(v) ? json_is_true(v) : json_number_value(v);
+    json_decref(j);
+    return d;
+}
+
+/* The noisy neighbour started, changed and stopped at run time: it takes
+ * from every deployment's buckets on its new schedule, charges its new
+ * token count, and stops taking. */
+static void test_control_neighbour(void **state) {
+    static response r;
+    mock_child c;
+    (void)state;
+    child_start(&c, "--deployment", "shared", "--rpm", "6000", "--burst", "1000", "--tpm",
+                "6000000", NULL);
+    assert_int_equal(control(c.port, "?neighbour_rpm=1200&neighbour_tokens=7", &r), 200);
+    assert_true(answer_num(&r, "neighbour_rpm") == 1200);
+    assert_true(answer_num(&r, "neighbour_tokens") == 7);
+    /* 20 a second from now: 5 take at least 250 ms */
+    double t0 = now_ms();
+    wait_for(c.port, "clients/(neighbour)/accepted", 5, 1);
+    assert_true(now_ms() - t0 >= 250 - 5);
+    json_t *s = get_stats(c.port, "");
+    assert_int_equal(list_int(s, "shared", "accept_tokens", 0), 7);
+    assert_true(json_real_value(json_object_get(json_object_get(s, "config"), "neighbour_rpm")) == 1200);
+    json_decref(s);
+    /* faster, and heavier */
+    assert_int_equal(control(c.port, "?neighbour_rpm=6000&neighbour_tokens=9", &r), 200);
+    json_decref(get_stats(c.port, "?reset=1"));
+    t0 = now_ms();
+    wait_for(c.port, "clients/(neighbour)/accepted", 10, 1); /* 100 a second */
+    assert_true(now_ms() - t0 >= 100 - 5);
+    s = get_stats(c.port, "");
+    assert_int_equal(list_int(s, "shared", "accept_tokens", 0), 9);
+    json_decref(s);
+    /* stopped: nothing more is taken, however long one looks */
+    assert_int_equal(control(c.port, "?neighbour_rpm=0", &r), 200);
+    s = get_stats(c.port, "");
+    long long n = jint(s, "clients/(neighbour)/requests");
+    json_decref(s);
+    sleep_ms(200); /* 20 requests' worth at the old rate */
+    s = get_stats(c.port, "");
+    assert_int_equal(jint(s, "clients/(neighbour)/requests"), n);
+    json_decref(s);
+    /* bad values change nothing */
+    assert_int_equal(control(c.port, "?neighbour_rpm=600001", &r), 400);
+    assert_int_equal(control(c.port, "?neighbour_rpm=60&neighbour_tokens=1.5", &r), 400);
+    assert_int_equal(control(c.port, "?neighbour_tokens=-1", &r), 400);
+    assert_int_equal(control(c.port, "", &r), 200);
+    assert_true(answer_num(&r, "neighbour_rpm") == 0);
+    assert_true(answer_num(&r, "neighbour_tokens") == 9);
+    json_decref(child_stop(&c));
+}
+
+/* inject_429=N: the next N calls (either style) are refused as a release
+ * slightly ahead of the bucket would be: the true headers, retry-after-ms
+ * the time one request takes to refill (Azure / OpenAI), Retry-After its
+ * ceiling in seconds, nothing charged, counted as injected_429. */
+static void test_control_inject_429(void **state) {
+    static response r;
+    char v[64];
+    mock_child c;
+    (void)state;
+    child_start(&c, "--rpm", "40", "--burst", "10", "--itpm", "6", "--input-burst", "1000",
+                "--service-ms", "1", NULL);
+    assert_int_equal(control(c.port, "?inject_429=3", &r), 200);
+    assert_true(answer_num(&r, "inject_429") == 3);
+    for (int i = 0; i < 2; i++) {
+        call(c.port, AZURE_PATH("gpt-4o"), "i", simple_body, &r);
+        assert_int_equal(r.status, 429);
+        assert_int_equal(header_long(&r, "retry-after-ms"), 1500); /* 60000 / 40 */
+        assert_int_equal(header_long(&r, "Retry-After"), 2);
+        assert_int_equal(header_long(&r, "x-ratelimit-remaining-requests"), 10); /* true, untouched */
+        assert_non_null(strstr(r.body, "call rate limit"));
+    }
+    const char *ok = "{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    anth_call(c.port, "i", ok, &r);
+    assert_int_equal(r.status, 429);
+    assert_int_equal(header_long(&r, "retry-after"), 2);
+    assert_null(header(&r, "retry-after-ms", v, sizeof(v)));
+    assert_non_null(strstr(r.body, "\"rate_limit_error\""));
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 1000);
+    /* used up: served again */
+    call(c.port, AZURE_PATH("gpt-4o"), "i", simple_body, &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-requests"), 9);
+    assert_int_equal(control(c.port, "?inject_429=x", &r), 400);
+    assert_int_equal(control(c.port, "?inject_429=1.5", &r), 400);
+    assert_int_equal(control(c.port, "?inject_429=-1", &r), 400);
+    assert_int_equal(control(c.port, "?inject_429=1&fail_503=2", &r), 400);
+    call(c.port, AZURE_PATH("gpt-4o"), "i", simple_body, &r);
+    assert_int_equal(r.status, 200);
+    /* a bad call is not a chat call that reaches admission: not consumed */
+    assert_int_equal(control(c.port, "?inject_429=1", &r), 200);
+    call(c.port, AZURE_PATH("gpt-4o"), "i", "{\"messages\":[]}", &r);
+    assert_int_equal(r.status, 400);
+    json_t *s = get_stats(c.port, "");
+    assert_int_equal(jint(s, "config/inject_429"), 1);
+    json_decref(s);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "clients/i/injected_429"), 3);
+    assert_int_equal(jint(fin, "clients/i/status_429"), 3);
+    assert_int_equal(jint(fin, "deployments/gpt-4o/injected_429"), 2);
+    assert_int_equal(jint(fin, "deployments/claude/injected_429"), 1);
+    assert_int_equal(jint(fin, "deployments/gpt-4o/accepted"), 2);
+    assert_int_equal(jint(fin, "deployments/claude/accepted"), 0);
+    json_decref(fin);
+}
+
+/* headers=0|1 and --no-headers: a provider that sends no rate-limit
+ * headers; Retry-After on a 429 stays. */
+static void test_control_headers(void **state) {
+    static response r;
+    char v[64];
+    mock_child c;
+    const char *ok = "{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    (void)state;
+    child_start(&c, "--tpm", "60000", "--otpm", "600", "--service-ms", "1", NULL);
+    call(c.port, AZURE_PATH("gpt-4o"), "h", simple_body, &r);
+    assert_non_null(header(&r, "x-ratelimit-remaining-tokens", v, sizeof(v)));
+    assert_int_equal(control(c.port, "?headers=0", &r), 200);
+    assert_true(answer_num(&r, "headers") == 0);
+    call(c.port, AZURE_PATH("gpt-4o"), "h", simple_body, &r);
+    assert_int_equal(r.status, 200);
+    assert_null(strcasestr(r.head, "ratelimit"));
+    anth_call(c.port, "h", ok, &r);
+    assert_int_equal(r.status, 200);
+    assert_null(strcasestr(r.head, "ratelimit"));
+    assert_int_equal(control(c.port, "?inject_429=1", &r), 200);
+    call(c.port, AZURE_PATH("gpt-4o"), "h", simple_body, &r);
+    assert_int_equal(r.status, 429);
+    assert_null(strcasestr(r.head, "ratelimit"));
+    assert_int_equal(header_long(&r, "Retry-After"), 1);
+    assert_int_equal(control(c.port, "?headers=2", &r), 400);
+    assert_int_equal(control(c.port, "?headers=", &r), 400);
+    assert_int_equal(control(c.port, "?headers=1", &r), 200);
+    anth_call(c.port, "h", ok, &r);
+    assert_int_equal(anth_header(&r, "output-tokens", "limit"), 600);
+    json_decref(child_stop(&c));
+
+    child_start(&c, "--no-headers", NULL);
+    call(c.port, AZURE_PATH("gpt-4o"), "h", simple_body, &r);
+    assert_int_equal(r.status, 200);
+    assert_null(strcasestr(r.head, "ratelimit"));
+    assert_non_null(header(&r, "x-request-id", v, sizeof(v)));
+    json_t *s = get_stats(c.port, "");
+    assert_false(json_is_true(json_object_get(json_object_get(s, "config"), "headers")));
+    json_decref(s);
+    assert_int_equal(control(c.port, "?headers=1", &r), 200);
+    call(c.port, AZURE_PATH("gpt-4o"), "h", simple_body, &r);
+    assert_int_equal(header_long(&r, "x-ratelimit-limit-requests"), 60);
+    json_decref(child_stop(&c));
+}
+
+/* rpm=, tpm=, itpm=, otpm= change the real limits while running: every
+ * deployment and the defaults, or one deployment=NAME. Buckets keep their
+ * level, capped at the new capacity; a limit switched on starts full; the
+ * headers and the ledger report the new limits. Bad values change
+ * nothing. */
+static void test_control_limits(void **state) {
+    static response r;
+    char v[64];
+    mock_child c;
+    const char *anth = "{\"model\":\"claude\",\"max_tokens\":100,\"messages\":[{\"role\":\"user\","
+                       "\"content\":\"abcd\"}]}";
+    (void)state;
+    /* rpm 60: 0.001 a ms, so the levels below stay put for the test's ~ms */
+    child_start(&c, "--rpm", "60", "--itpm", "6", "--input-burst", "1000", "--otpm", "6",
+                "--output-burst", "1000", "--completion-tokens", "100", "--service-ms", "1", NULL);
+    call(c.port, AZURE_PATH("gpt-4o"), "l", simple_body, &r);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-requests"), 9);
+    /* every deployment: capacity rpm/6 = 5, the level 9 capped at it */
+    assert_int_equal(control(c.port, "?rpm=30", &r), 200);
+    assert_true(answer_num(&r, "limits/rpm") == 30);
+    assert_true(answer_num(&r, "limits/burst") == 5);
+    call(c.port, AZURE_PATH("gpt-4o"), "l", simple_body, &r);
+    assert_int_equal(header_long(&r, "x-ratelimit-limit-requests"), 30);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-requests"), 4);
+    /* a bigger limit keeps the level */
+    assert_int_equal(control(c.port, "?rpm=120", &r), 200);
+    call(c.port, AZURE_PATH("gpt-4o"), "l", simple_body, &r);
+    assert_int_equal(header_long(&r, "x-ratelimit-limit-requests"), 120);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-requests"), 3);
+    /* a deployment created later gets the new defaults */
+    call(c.port, AZURE_PATH("fresh"), "l", simple_body, &r);
+    assert_int_equal(header_long(&r, "x-ratelimit-limit-requests"), 120);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-requests"), 19);
+    /* one deployment: TPM switched on, starting full (100000 / 6) */
+    assert_int_equal(control(c.port, "?deployment=gpt-4o&tpm=100000", &r), 200);
+    assert_true(answer_num(&r, "deployment/limits/tpm") == 100000);
+    assert_true(answer_num(&r, "deployment/limits/token_burst") == 16666);
+    assert_true(answer_num(&r, "limits/tpm") == 0);
+    call(c.port, AZURE_PATH("gpt-4o"), "l", simple_body, &r);
+    assert_int_equal(header_long(&r, "x-ratelimit-limit-tokens"), 100000);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-tokens"), 16666 - 17);
+    call(c.port, AZURE_PATH("fresh"), "l", simple_body, &r);
+    assert_null(header(&r, "x-ratelimit-limit-tokens", v, sizeof(v)));
+
+    /* Anthropic: input and output limits of one deployment */
+    anth_call(c.port, "l", anth, &r);
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 999);
+    assert_int_equal(anth_header(&r, "output-tokens", "remaining"), 900);
+    assert_int_equal(control(c.port, "?deployment=claude&itpm=0&otpm=12", &r), 200);
+    anth_call(c.port, "l", anth, &r);
+    assert_null(header(&r, "anthropic-ratelimit-input-tokens-limit", v, sizeof(v)));
+    assert_int_equal(anth_header(&r, "output-tokens", "limit"), 12);
+    /* --output-burst stays the capacity; the level was kept */
+    assert_int_equal(anth_header(&r, "output-tokens", "remaining"), 800);
+    assert_int_equal(control(c.port, "?deployment=claude&itpm=60", &r), 200);
+    anth_call(c.port, "l", anth, &r);
+    assert_int_equal(anth_header(&r, "input-tokens", "limit"), 60);
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 999); /* started full */
+
+    /* bad values and names: 400, nothing changed */
+    static const char *const bad[] = {"?rpm=0", "?rpm=-5", "?rpm=abc", "?tpm=1e13", "?itpm=",
+                                      "?otpm", "?rpm=45&tpm=x", "?deployment=a/b&rpm=45",
+                                      "?deployment=&rpm=45", "?rpm=45&bogus=1"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (control(c.port, bad[i], &r) != 400) fail_msg("%s: %d %s", bad[i], r.status, r.body);
+    json_t *s = get_stats(c.port, "");
+    assert_true(json_real_value(json_object_get(json_object_get(s, "config"), "rpm")) == 120);
+    json_t *lim = json_object_get(json_object_get(json_object_get(s, "deployments"), "gpt-4o"), "limits");
+    assert_true(json_real_value(json_object_get(lim, "rpm")) == 120);
+    assert_true(json_real_value(json_object_get(lim, "burst")) == 20);
+    assert_true(json_real_value(json_object_get(lim, "tpm")) == 100000);
+    lim = json_object_get(json_object_get(json_object_get(s, "deployments"), "claude"), "limits");
+    assert_true(json_real_value(json_object_get(lim, "itpm")) == 60);
+    assert_true(json_real_value(json_object_get(lim, "otpm")) == 12);
+    assert_true(json_real_value(json_object_get(lim, "output_burst")) == 1000);
+    json_decref(s);
+    json_decref(child_stop(&c));
+
+    /* With a fixed set of deployments an unknown name is a bad value. */
+    child_start(&c, "--deployment", "only", NULL);
+    assert_int_equal(control(c.port, "?deployment=other&rpm=5", &r), 400);
+    assert_int_equal(control(c.port, "?deployment=only&rpm=5", &r), 200);
+    call(c.port, AZURE_PATH("only"), "l", simple_body, &r);
+    assert_int_equal(header_long(&r, "x-ratelimit-limit-requests"), 5);
+    json_decref(child_stop(&c));
+}
+
+
+/* ---- the mock's bucket against the replay ----------------------------- */
+
+/* splitmix64: the traces' own random sequence, fixed by the seed. */
+static uint64_t trace_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static double trace_unit(uint64_t *s) {
+    return (double)(trace_next(s) >> 11) * 0x1.0p-53;
+}
+
+typedef struct trace_send {
+    double t, cost;
+    int admitted; /* by mock_bucket */
+} trace_send;
+
+typedef struct trace_refund {
+    double t, amount;
+} trace_refund;
+
+typedef struct trace {
+    trace_send *sends;
+    size_t n_sends;
+    trace_refund *refunds; /* of admitted sends, in time order */
+    size_t n_refunds, cap_refunds;
+    size_t rejected, near_boundary;
+} trace;
+
+/* Replays the admitted sends and refunds before t (and, when with is not
+ * NULL, that one send too) through replay.c. */
+static size_t trace_replay(const trace *tr, double capacity, double rate, double before,
+                           const trace_send *with, int all_sends, double *first) {
+    replay rp;
+    replay_init(&rp);
+    for (size_t i = 0; i < tr->n_sends; i++) {
+        const trace_send *s = &tr->sends[i];
+        if (s->t >= before) break;
+        if (s->admitted || all_sends) assert_int_equal(replay_add(&rp, s->t, s->cost), 0);
+    }
+    for (size_t i = 0; i < tr->n_refunds && tr->refunds[i].t < before; i++)
+        assert_int_equal(replay_add(&rp, tr->refunds[i].t, -tr->refunds[i].amount), 0);
+    if (with) assert_int_equal(replay_add(&rp, with->t, with->cost), 0);
+    size_t n = replay_rejections(&rp, capacity, rate, first);
+    replay_free(&rp);
+    return n;
+}
+
+/* One random trace decided by mock_bucket: sends at random real times
+ * (offered at about 1.3 times the rate, so the bucket is often short),
+ * costs up to 60 % of the capacity and now and then above it, and for
+ * some admitted sends a refund of part of their cost a little later (the
+ * Anthropic output bucket's give-back). */
+static void trace_run(trace *tr, uint64_t seed, double capacity, double rate, size_t n) {
+    mock_bucket b;
+    uint64_t rs = seed;
+    trace_refund *pending = calloc(n, sizeof(*pending));
+    size_t n_pending = 0;
+    double t = 0, mean_cost = capacity * 0.3;
+    memset(tr, 0, sizeof(*tr));
+    tr->sends = calloc(n, sizeof(*tr->sends));
+    tr->refunds = calloc(n, sizeof(*tr->refunds));
+    assert_non_null(pending);
+    assert_non_null(tr->sends);
+    assert_non_null(tr->refunds);
+    mock_bucket_init(&b, capacity, rate, 0);
+    for (size_t i = 0; i < n; i++) {
+        trace_send *s = &tr->sends[i];
+        t += -log(1 - trace_unit(&rs)) * mean_cost / (rate * 1.3);
+        s->t = t;
+        s->cost = trace_unit(&rs) < 0.04 ? capacity * (1 + trace_unit(&rs))
+                                          : 0.5 + trace_unit(&rs) * capacity * 0.6;
+        /* Refunds that fall due first, in time order (pending is sorted). */
+        while (n_pending > 0 && pending[0].t < t) {
+            mock_bucket_refill(&b, pending[0].t);
+            mock_bucket_give(&b, pending[0].amount);
+            tr->refunds[tr->n_refunds++] = pending[0];
+            memmove(pending, pending + 1, --n_pending * sizeof(*pending));
+        }
+        mock_bucket_refill(&b, t);
+        double need = s->cost < capacity ? s->cost : capacity;
+        /* Short by less than the replay forgives: the two would differ. */
+        if (b.level < need && b.level + 2e-6 * (need > 1 ? need : 1) >= need) tr->near_boundary++;
+        s->admitted = mock_bucket_wait_ms(&b, s->cost) == 0;
+        if (!s->admitted) {
+            tr->rejected++;
+            continue;
+        }
+        mock_bucket_take(&b, s->cost);
+        if (trace_unit(&rs) < 0.5) {
+            trace_refund r = {t + trace_unit(&rs) * 3 * mean_cost / rate,
+                              s->cost * trace_unit(&rs)};
+            size_t k = n_pending;
+            while (k > 0 && pending[k - 1].t > r.t) k--;
+            memmove(pending + k + 1, pending + k, (n_pending - k) * sizeof(*pending));
+            pending[k] = r;
+            n_pending++;
+        }
+    }
+    tr->n_sends = n;
+    free(pending);
+}
+
+/* The mock's bucket (agent/cli/mock_bucket.c) and the replay that judges
+ * schedules (tests/support/replay.c) are two implementations of the
+ * provider's rule, not one: on the same random traces of sends, oversize
+ * sends and refunds they must admit exactly the same sends. For every
+ * send the mock refused, replaying what the mock admitted before it plus
+ * that send rejects exactly it; replaying what the mock admitted rejects
+ * nothing; and the whole trace rejects as many, the first at the same
+ * time. */
+static void test_bucket_matches_replay(void **state) {
+    static const struct {
+        double capacity, rate_per_ms;
+    } cfg[] = {
+        {1, 1 / 1000.0},          /* 60 rpm, burst 1 */
+        {10, 60 / 60000.0},       /* the seed article's deployment */
+        {37.5, 0.0123},           /* fractional limits */
+        {1000, 6000 / 60000.0},   /* an output bucket: otpm 6000, burst 1000 */
+        {66666, 400000 / 60000.0} /* an input bucket: itpm 400k */
+    };
+    (void)state;
+    for (size_t k = 0; k < sizeof(cfg) / sizeof(cfg[0]); k++) {
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+            trace tr;
+            double cap = cfg[k].capacity, rate = cfg[k].rate_per_ms, first = -1, mock_first = -1;
+            trace_run(&tr, seed * 7919 + k, cap, rate, 1500);
+            /* The trace must exercise the rule, and never sit so close to a
+             * boundary that the replay's rounding allowance decides. */
+            assert_true(tr.rejected > 100);
+            assert_true(tr.n_refunds > 100);
+            assert_int_equal(tr.near_boundary, 0);
+            for (size_t i = 0; i < tr.n_sends; i++)
+                if (!tr.sends[i].admitted) {
+                    mock_first = tr.sends[i].t;
+                    break;
+                }
+            assert_int_equal(trace_replay(&tr, cap, rate, INFINITY, NULL, 0, NULL), 0);
+            assert_int_equal(trace_replay(&tr, cap, rate, INFINITY, NULL, 1, &first), tr.rejected);
+            assert_true(first == mock_first);
+            for (size_t i = 0; i < tr.n_sends; i++) {
+                const trace_send *s = &tr.sends[i];
+                if (s->admitted) continue;
+                first = -1;
+                assert_int_equal(trace_replay(&tr, cap, rate, s->t, s, 0, &first), 1);
+                assert_true(first == s->t);
+            }
+            free(tr.sends);
+            free(tr.refunds);
+        }
+    }
+}
+
+/* Worked by hand: an output bucket of 1000 tokens refilled at 0.01/ms
+ * (otpm 600). Both implementations must refuse sends 2, 3 and 5. */
+static void test_bucket_and_replay_reject_alike(void **state) {
+    static const struct {
+        double t, amount; /* < 0: a refund */
+        int admit;
+    } ev[] = {
+        {0, 800, 1},        /* 1000 -> 200 */
+        {100, -300, 1},     /* 200 + 1 + 300 = 501 */
+        {150, 600, 0},      /* 501.5 < 600: refused */
+        {1000, 1500, 0},    /* 510 and not full: an oversize send is refused */
+        {60000, 1500, 1},   /* full again: admitted into debt, -500 */
+        {60400, 1, 0},      /* -496 < 1: refused */
+        {60400.5, -2000, 1},/* -495.995 + 2000, capped at 1000 */
+        {60401, 1000, 1},   /* exactly full: admitted, 0 */
+    };
+    mock_bucket b;
+    replay rp;
+    double first = -1;
+    (void)state;
+    mock_bucket_init(&b, 1000, 0.01, 0);
+    replay_init(&rp);
+    for (size_t i = 0; i < sizeof(ev) / sizeof(ev[0]); i++) {
+        mock_bucket_refill(&b, ev[i].t);
+        if (ev[i].amount < 0) {
+            mock_bucket_give(&b, -ev[i].amount);
+        } else {
+            int ok = mock_bucket_wait_ms(&b, ev[i].amount) == 0;
+            assert_int_equal(ok, ev[i].admit);
+            if (ok) mock_bucket_take(&b, ev[i].amount);
+        }
+        assert_int_equal(replay_add(&rp, ev[i].t, ev[i].amount), 0);
+    }
+    assert_true(fabs(b.level) < 1e-9);
+    assert_int_equal(replay_rejections(&rp, 1000, 0.01, &first), 3);
+    assert_true(first == 150);
+    replay_free(&rp);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cli),
@@ -1009,8 +2472,24 @@ int main(void) {
         cmocka_unit_test(test_injected_503),
         cmocka_unit_test(test_control_at_run_time),
         cmocka_unit_test(test_noisy_neighbour),
+        cmocka_unit_test(test_control_neighbour),
+        cmocka_unit_test(test_control_inject_429),
+        cmocka_unit_test(test_control_headers),
+        cmocka_unit_test(test_control_limits),
         cmocka_unit_test(test_seed_and_sigusr1),
         cmocka_unit_test(test_port_file),
+        cmocka_unit_test(test_stream_openai),
+        cmocka_unit_test(test_stream_pipelined),
+        cmocka_unit_test(test_stream_disconnect),
+        cmocka_unit_test(test_anthropic_messages),
+        cmocka_unit_test(test_anthropic_cache_reads),
+        cmocka_unit_test(test_anthropic_rate_limits),
+        cmocka_unit_test(test_anthropic_bad_requests),
+        cmocka_unit_test(test_anthropic_faults),
+        cmocka_unit_test(test_anthropic_stream),
+        cmocka_unit_test(test_anthropic_disconnect),
+        cmocka_unit_test(test_bucket_matches_replay),
+        cmocka_unit_test(test_bucket_and_replay_reject_alike),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, NULL, NULL);

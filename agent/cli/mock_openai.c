@@ -1,0 +1,379 @@
+/* mock_openai: the Azure OpenAI / OpenAI chat-completions routes of the
+ * mock provider: the body checks, the estimate, admission and the answer
+ * (docs/mock.md, "How a chat call is decided"). */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mock_internal.h"
+
+/* Digits worth printing for a configured limit: none when it is whole. */
+static int decimals(double v) {
+    return v == floor(v) ? 0 : 3;
+}
+
+/* Appends the x-ratelimit-* headers of one bucket as it is now. */
+static void dim_headers(mock_call *c, const char *what, double limit, const mock_bucket *b) {
+    char reset[32];
+    mock_fmt_duration(reset, sizeof(reset), mock_ceil_ms(mock_bucket_reset_ms(b)));
+    mock_call_header(c,
+                     "x-ratelimit-limit-%s: %.*f\r\nx-ratelimit-remaining-%s: %.0f\r\n"
+                     "x-ratelimit-reset-%s: %s\r\n",
+                     what, decimals(limit), limit, what, mock_bucket_remaining(b), what, reset);
+}
+
+/* Appends the x-ratelimit-* headers describing the buckets as they are
+ * now (none while the headers are switched off). */
+static void call_ratelimit_headers(mock_call *c) {
+    const mock_deployment *d = c->dep;
+    if (!c->m->headers) return;
+    dim_headers(c, "requests", d->per_min[MOCK_REQUESTS], &d->b[MOCK_REQUESTS]);
+    if (d->per_min[MOCK_TOKENS] > 0)
+        dim_headers(c, "tokens", d->per_min[MOCK_TOKENS], &d->b[MOCK_TOKENS]);
+}
+
+static void call_bad_request(mock_call *c, const char *param, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    mock_call_finish(c, 400, MOCK_BAD_REQUEST,
+                     mock_openai_error(msg, "invalid_request_error", param, NULL), NULL,
+                     c->dep ? c->m->opt.slow_ms : 0);
+}
+
+/* ---- the chat endpoints ----------------------------------------------- */
+
+/* Counts the code points of the messages' text: string contents and the
+ * "text" of content parts. -1 when messages is not a non-empty array of
+ * objects. */
+static void count_utf8(const char *s, long long *n) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if ((*p & 0xC0) != 0x80) (*n)++;
+}
+
+static long long messages_chars(json_t *messages) {
+    long long n = 0;
+    size_t i, j;
+    json_t *msg, *part;
+    if (!json_is_array(messages) || json_array_size(messages) == 0) return -1;
+    json_array_foreach(messages, i, msg) {
+        if (!json_is_object(msg)) return -1;
+        json_t *content = json_object_get(msg, "content");
+        if (json_is_string(content)) {
+            count_utf8(json_string_value(content), &n);
+        } else if (json_is_array(content)) {
+            /* Every part counts, however many there are. */
+            json_array_foreach(content, j, part) {
+                const char *t = json_string_value(json_object_get(part, "text"));
+                if (t) count_utf8(t, &n);
+            }
+        }
+    }
+    return n;
+}
+
+static json_t *completion_body(mock *m, const char *model, uint64_t prompt, uint64_t completion,
+                               uint64_t max_tokens) {
+    char *text = mock_words(0, completion);
+    if (!text) return NULL;
+    json_t *body = json_pack(
+        "{sssssIss s[{sis{ssss}ss}] s{sIsIsI}}", "id", "chatcmpl-mock", "object",
+        "chat.completion", "created", (json_int_t)time(NULL), "model", model, "choices", "index", 0,
+        "message", "role", "assistant", "content", text, "finish_reason",
+        completion >= max_tokens ? "length" : "stop", "usage", "prompt_tokens",
+        (json_int_t)prompt, "completion_tokens", (json_int_t)completion, "total_tokens",
+        (json_int_t)(prompt + completion));
+    free(text);
+    if (body) {
+        char id[48];
+        snprintf(id, sizeof(id), "chatcmpl-mock-%llu", (unsigned long long)m->next_id + 1);
+        json_object_set_new(body, "id", json_string(id));
+    }
+    return body;
+}
+
+/* One chat.completion.chunk of a streamed answer; with include_usage every
+ * chunk but the last says "usage": null, as OpenAI's do. */
+static json_t *chunk_new(mock *m, const char *model, json_t *choices, int include_usage) {
+    char id[48];
+    snprintf(id, sizeof(id), "chatcmpl-mock-%llu", (unsigned long long)m->next_id + 1);
+    json_t *j = json_pack("{sssssIssso}", "id", id, "object", "chat.completion.chunk", "created",
+                          (json_int_t)time(NULL), "model", model, "choices", choices);
+    if (j && include_usage) json_object_set_new(j, "usage", json_null());
+    return j;
+}
+
+static json_t *chunk_choice(json_t *delta, const char *finish) {
+    return json_pack("[{siso so}]", "index", 0, "delta", delta, "finish_reason",
+                     finish ? json_string(finish) : json_null());
+}
+
+/* The events of a streamed chat completion: the role, the content in
+ * deltas, the finish reason, the usage (only with include_usage, with
+ * empty choices) and [DONE]. */
+static void completion_events(mock *m, mock_events *e, const char *model, uint64_t prompt,
+                              uint64_t completion, uint64_t max_tokens, int include_usage) {
+    uint64_t cum[MOCK_STREAM_DELTAS], done = 0;
+    size_t k;
+    mock_events_add(e, NULL,
+                    chunk_new(m, model, chunk_choice(json_pack("{ssss}", "role", "assistant",
+                                                               "content", ""), NULL),
+                              include_usage),
+                    NULL, 0);
+    mock_stream_split(completion, cum, &k);
+    for (size_t i = 0; i < k; i++) {
+        char *text = mock_words(done, cum[i] - done);
+        json_t *delta = text ? json_pack("{ss}", "content", text) : NULL;
+        free(text);
+        mock_events_add(e, NULL, chunk_new(m, model, chunk_choice(delta, NULL), include_usage),
+                        NULL, (uint32_t)cum[i]);
+        done = cum[i];
+    }
+    mock_events_add(e, NULL,
+                    chunk_new(m, model,
+                              chunk_choice(json_object(),
+                                           completion >= max_tokens ? "length" : "stop"),
+                              include_usage),
+                    NULL, (uint32_t)completion);
+    if (include_usage) {
+        json_t *u = chunk_new(m, model, json_array(), 0);
+        if (u)
+            json_object_set_new(u, "usage",
+                                json_pack("{sIsIsI}", "prompt_tokens", (json_int_t)prompt,
+                                          "completion_tokens", (json_int_t)completion,
+                                          "total_tokens", (json_int_t)(prompt + completion)));
+        mock_events_add(e, NULL, u, NULL, (uint32_t)completion);
+    }
+    mock_events_add(e, NULL, NULL, "[DONE]", (uint32_t)completion);
+}
+
+/* Answers 429: the call must wait wait_ms, the longest on the token
+ * bucket when by_tokens. Counted as outcome o (injected or not). */
+static void call_rate_limited(mock_call *c, double wait_ms, int by_tokens, double tokens,
+                              mock_outcome o) {
+    const mock *m = c->m;
+    const mock_deployment *d = c->dep;
+    uint64_t ms = mock_ceil_ms(wait_ms), secs;
+    char msg[512], dur[32];
+    if (ms < 1) ms = 1;
+    secs = mock_retry_after_s(ms);
+    mock_call_header(c, "Retry-After: %llu\r\nretry-after-ms: %llu\r\n", (unsigned long long)secs,
+                     (unsigned long long)ms);
+    json_t *body;
+    if (c->style == MOCK_AZURE) {
+        snprintf(msg, sizeof(msg),
+                 "Requests to the ChatCompletions_Create Operation under Azure OpenAI API version "
+                 "%s have exceeded %s rate limit of your current OpenAI S0 pricing tier. Please "
+                 "retry after %llu second%s. Please go here: https://aka.ms/oai/quotaincrease if "
+                 "you would like to further increase the default rate limit.",
+                 c->api_version, by_tokens ? "token" : "call", (unsigned long long)secs,
+                 secs == 1 ? "" : "s");
+        body = mock_azure_error("429", msg);
+    } else {
+        mock_fmt_duration(dur, sizeof(dur), ms);
+        snprintf(msg, sizeof(msg),
+                 "Rate limit reached for %s in organization org-mock on %s per min (%s): "
+                 "Limit %.0f, Requested %.0f. Please try again in %s.",
+                 c->deployment, by_tokens ? "tokens" : "requests", by_tokens ? "TPM" : "RPM",
+                 d->per_min[by_tokens ? MOCK_TOKENS : MOCK_REQUESTS], by_tokens ? tokens : 1.0,
+                 dur);
+        body = mock_openai_error(msg, by_tokens ? "tokens" : "requests", NULL,
+                                 "rate_limit_exceeded");
+    }
+    mock_call_finish(c, 429, o, body, NULL, m->opt.slow_ms);
+}
+
+/* Resolves the deployment called name into c->dep and c->deployment
+ * (copied to buf). Answers 404 and returns -1 when it does not exist. */
+static int call_resolve(mock_call *c, const char *name, char *buf, size_t n) {
+    char msg[256];
+    int rc = mock_call_resolve(c, name, buf, n);
+    if (rc == 0) return 0;
+    if (rc == -2) {
+        snprintf(msg, sizeof(msg),
+                 "The API deployment %s does not exist on this mock (see sluice mock "
+                 "--deployment).",
+                 buf);
+    } else {
+        snprintf(msg, sizeof(msg),
+                 "The API deployment for this resource does not exist (invalid name).");
+    }
+    mock_call_not_found(c, c->style == MOCK_AZURE
+                               ? mock_azure_error("DeploymentNotFound", msg)
+                               : mock_openai_error(msg, "invalid_request_error", "model",
+                                                   "model_not_found"));
+    return -1;
+}
+
+/* The body-dependent part of both chat routes. The deployment comes from
+ * the path (Azure), resolved before the body is looked at, or from the
+ * body's "model" (OpenAI). */
+static void chat(mock_call *c, const char *deployment) {
+    mock *m = c->m;
+    size_t len;
+    const char *raw = mock_http_body(c->req, &len);
+    json_error_t jerr;
+    char name[MOCK_NAME_MAX + 1];
+    if (deployment && call_resolve(c, deployment, name, sizeof(name)) != 0) return;
+    json_t *body = json_loadb(raw, len, 0, &jerr);
+    if (!json_is_object(body)) {
+        json_decref(body);
+        if (c->dep) call_ratelimit_headers(c);
+        call_bad_request(c, NULL,
+                         "We could not parse the JSON body of your request. (line %d: %s) "
+                         "The API expects a JSON payload.",
+                         jerr.line, body ? "not an object" : jerr.text);
+        return;
+    }
+    if (!deployment) {
+        deployment = json_string_value(json_object_get(body, "model"));
+        if (!deployment) {
+            json_decref(body);
+            call_bad_request(c, "model", "you must provide a model parameter");
+            return;
+        }
+        if (call_resolve(c, deployment, name, sizeof(name)) != 0) {
+            json_decref(body);
+            return;
+        }
+    }
+
+    /* Validation, in the order the real front door reports it. */
+    json_t *stream = json_object_get(body, "stream");
+    json_t *sopt = json_object_get(body, "stream_options");
+    json_t *iu = json_object_get(sopt, "include_usage");
+    int stream_bad = stream && !json_is_null(stream) && !json_is_boolean(stream);
+    int streaming = json_is_true(stream);
+    int sopt_given = sopt && !json_is_null(sopt);
+    int sopt_bad = sopt_given && (!json_is_object(sopt) || (iu && !json_is_null(iu) &&
+                                                             !json_is_boolean(iu)));
+    int include_usage = json_is_true(iu);
+    long long chars = messages_chars(json_object_get(body, "messages"));
+    json_t *mt = json_object_get(body, "max_tokens");
+    const char *mt_name = "max_tokens";
+    if (!mt || json_is_null(mt)) {
+        mt = json_object_get(body, "max_completion_tokens");
+        mt_name = "max_completion_tokens";
+    }
+    long long max_tokens = MOCK_DEFAULT_MAX_TOKENS;
+    if (mt && !json_is_null(mt)) max_tokens = json_is_integer(mt) ? json_integer_value(mt) : -1;
+    json_decref(body);
+    if (stream_bad) {
+        call_ratelimit_headers(c);
+        call_bad_request(c, "stream", "'stream' must be a boolean.");
+        return;
+    }
+    if (sopt_given && !streaming) {
+        call_ratelimit_headers(c);
+        call_bad_request(c, "stream_options",
+                         "The 'stream_options' parameter is only allowed when 'stream' is "
+                         "enabled.");
+        return;
+    }
+    if (sopt_bad) {
+        call_ratelimit_headers(c);
+        call_bad_request(c, "stream_options",
+                         "'stream_options' must be an object whose 'include_usage' is a "
+                         "boolean.");
+        return;
+    }
+    if (chars < 0) {
+        call_ratelimit_headers(c);
+        call_bad_request(c, "messages",
+                         "'messages' must be a non-empty array of message objects.");
+        return;
+    }
+    if (max_tokens < 1 || max_tokens > MOCK_MAX_TOKENS) {
+        call_ratelimit_headers(c);
+        call_bad_request(c, mt_name, "'%s' must be an integer between 1 and %d.", mt_name,
+                         MOCK_MAX_TOKENS);
+        return;
+    }
+    uint64_t prompt = (uint64_t)(chars + 3) / 4;
+    uint64_t estimate = prompt + (uint64_t)max_tokens;
+
+    if (m->opt.quota_exhausted) {
+        call_ratelimit_headers(c);
+        mock_call_finish(c, 429, MOCK_NO_QUOTA,
+                         mock_openai_error("You exceeded your current quota, please check your "
+                                           "plan and billing details. For more information on "
+                                           "this error, read the docs: https://platform.openai."
+                                           "com/docs/guides/error-codes/api-errors.",
+                                           "insufficient_quota", NULL, "insufficient_quota"),
+                         NULL, m->opt.slow_ms);
+        return;
+    }
+    if (m->opt.fail_503 > 0 && mock_rng_unit(m->rng) < m->opt.fail_503) {
+        call_ratelimit_headers(c);
+        if (m->opt.retry_after_503)
+            mock_call_header(c, "Retry-After: %u\r\n", m->opt.retry_after_503);
+        mock_call_finish(c, 503, MOCK_UNAVAILABLE,
+                         c->style == MOCK_AZURE
+                             ? mock_azure_error("ServiceUnavailable",
+                                                "The service is temporarily unable to process "
+                                                "your request. Please try again later.")
+                             : mock_openai_error("The server is overloaded or not ready yet.",
+                                                 "server_error", NULL, NULL),
+                         NULL, m->opt.slow_ms);
+        return;
+    }
+    if (m->inject_429 > 0) {
+        /* A release slightly ahead of the bucket: refused with the true
+         * headers and the time one request takes to refill, nothing
+         * charged. */
+        m->inject_429--;
+        call_ratelimit_headers(c);
+        call_rate_limited(c, 60000.0 / c->dep->per_min[MOCK_REQUESTS], 0, (double)estimate,
+                          MOCK_INJECTED_429);
+        return;
+    }
+    const double cost[MOCK_DIMS] = {1, (double)estimate, MOCK_NO_COST, MOCK_NO_COST};
+    mock_dim longest;
+    double wait = mock_dep_admit(c->dep, cost, &longest);
+    call_ratelimit_headers(c);
+    if (wait > 0) {
+        call_rate_limited(c, wait, longest == MOCK_TOKENS, (double)estimate, MOCK_RATE_LIMITED);
+        return;
+    }
+    uint64_t completion = mock_draw_output(m, (uint64_t)max_tokens);
+    uint64_t service = mock_rng_range(m->rng, m->opt.service_ms_min, m->opt.service_ms_max);
+    uint64_t delay = service + m->opt.slow_ms;
+    mock_charge ch = {.tokens = estimate, .charged = estimate, .reported = prompt + completion};
+    if (streaming) {
+        mock_events e = {0};
+        completion_events(m, &e, name, prompt, completion, (uint64_t)max_tokens, include_usage);
+        mock_call_finish_stream(c, &e, &ch, m->opt.slow_ms, service);
+        return;
+    }
+    mock_call_finish(c, 200, MOCK_ACCEPTED,
+                     completion_body(m, name, prompt, completion, (uint64_t)max_tokens), &ch,
+                     delay);
+}
+
+/* ---- routes ----------------------------------------------------------- */
+
+void mock_route_azure(mock_call *c, const char *name) {
+    const char *q = mock_http_query(c->req), *v = strstr(q, "api-version=");
+    c->style = MOCK_AZURE;
+    snprintf(c->api_version, sizeof(c->api_version), "unknown");
+    if (v && (v == q || v[-1] == '&')) {
+        size_t n = strcspn(v + 12, "&");
+        if (n > 0 && n < sizeof(c->api_version)) {
+            memcpy(c->api_version, v + 12, n);
+            c->api_version[n] = '\0';
+        }
+    }
+    chat(c, name);
+}
+
+void mock_route_openai(mock_call *c, const char *name) {
+    (void)name;
+    c->style = MOCK_OPENAI;
+    chat(c, NULL);
+}
