@@ -314,6 +314,9 @@ static const cfg_row deployment_rows[] = {
             "api-version query parameter (style azure), or the anthropic-version header (style anthropic)."),
     CFG_INT("jitter_ms", cfg_deployment, jitter_ms, "10", 0, 10000, 0,
             "Release jitter in ms the schedule tolerates: callers may start this late without exceeding the burst."),
+    CFG_INT("horizon_ms", cfg_deployment, horizon_ms, NULL, -1, 86400000, CFG_DERIVED,
+            "How far ahead of now a slot may be granted (later: asked again when near); -1 = up to the max wait; "
+            "default 250 when a token dimension is corrected at the end (refund), else -1."),
     CFG_INT("refund_lag_ms", cfg_deployment, refund_lag_ms, "250", 0, 60000, 0,
             "How long after a response ends its settle may reach Redis; a give-back counts the sends of that time."),
     CFG_LIST("lanes", cfg_deployment, lanes, nlanes, &lane_schema, 0,
@@ -449,6 +452,15 @@ static int deployment_finish(cfg_ctx *ctx, cfg_entity *ent) {
         if (!cfg_entity_seen(ent, "refund.tokens")) d->refunds.tokens = d->refund;
         if (!cfg_entity_seen(ent, "refund.input_tokens")) d->refunds.input_tokens = d->refund;
         if (!cfg_entity_seen(ent, "refund.output_tokens")) d->refunds.output_tokens = d->refund;
+    }
+    /* A dimension corrected at the end gives back what a request did not
+     * use when it ends; a slot granted seconds ahead was priced at the
+     * full estimate before that news, and the provider's bucket refills to
+     * its cap meanwhile: grant just in time. */
+    if (!cfg_entity_seen(ent, "horizon_ms")) {
+        int corrected = (d->tpm > 0 && d->refunds.tokens) || (d->itpm > 0 && d->refunds.input_tokens) ||
+                        (d->otpm > 0 && d->refunds.output_tokens);
+        d->horizon_ms = corrected ? 250 : -1;
     }
     for (size_t i = 0; i < d->nlanes; i++) {
         const cfg_lane *l = &d->lanes[i];

@@ -144,6 +144,7 @@ struct config_deployment {
     char *api_version;           /* "" = none */
     long long jitter_ms;         /* release jitter the schedule tolerates (configure's jitter_ms) */
     long long refund_lag_ms;     /* a settle may reach Redis this long after the provider's give-back */
+    long long horizon_ms;        /* how far ahead a slot may be granted; -1 = up to the max wait */
     struct config_lane *lanes;   /* in file order; none = one implicit lane */
     size_t nlanes;
     char *default_lane;          /* "" = the highest-priority lane */

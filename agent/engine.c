@@ -1638,6 +1638,7 @@ static void dep_configure(dep *d) {
     F("aimd_window_ms", "%lld", c->aimd.window_s * 1000);
     F("jitter_ms", "%lld", c->jitter_ms);
     F("refund_lag_ms", "%lld", c->refund_lag_ms);
+    F("horizon_ms", "%lld", c->horizon_ms);
     if (c->nlanes || c->ntenants) {
         F("tenant_idle_ms", "%lld", c->tenant_idle_ms);
         F("lane_step_ms", "%lld", c->lane_step_ms);

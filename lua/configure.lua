@@ -44,6 +44,7 @@ local FIELDS = {
   adapt_outside = {sl_uint, function(v) return v == 0 or v == 1 end, '0 or 1'},
   jitter_ms = {sl_uint, function(v) return v ~= nil and v <= 10000 end, 'an integer in [0, 10000]'},
   refund_lag_ms = {sl_uint, function(v) return v ~= nil and v <= 60000 end, 'an integer in [0, 60000]'},
+  horizon_ms = {sl_int, function(v) return v ~= nil and v >= -1 and v <= 86400000 end, 'an integer in [-1, 86400000] (-1 = up to the max wait)'},
   test_clock_offset_ms = {sl_int, function(v) return v ~= nil end, 'an integer (tests only)'},
   -- Health (see sl_breaker_on): the breaker is off at ratio 0.
   breaker_failure_ratio = {tonumber, function(v) return v ~= nil and v >= 0 and v <= 1 end, 'a number in [0, 1] (0 = breaker off)'},
@@ -161,6 +162,8 @@ if #lanes > 0 then
     local band = ex + g
     local inh = l.horizon
     if inh < 0 and k > 0 then inh = band end
+    -- The top lane reserves up to its max wait, or the deployment's horizon.
+    if inh < 0 and (new.horizon_ms or -1) >= 0 then inh = new.horizon_ms end
     if inh >= 0 and inh < ex then ex = inh end
     if inh >= 0 then band = inh end
     new['plan.' .. l.name] = inh .. ',' .. ex .. ',' .. string.format('%.6f', 1 - above) .. ',' .. band

@@ -53,6 +53,7 @@ local function reserve_items(items, quiet, limits, st)
   local lease_ms = sl_num(limits, 'lease_ms', 120000)
   local maxc = sl_num(limits, 'max_concurrency', 0)
   local rpd, tpd = sl_num(limits, 'rpd', 0), sl_num(limits, 'tpd', 0)
+  local plain_h = sl_num(limits, 'horizon_ms', -1)
   local interval_ms = 1 / req.r
   local jitter = sl_num(limits, 'jitter_ms', 10)
 
@@ -212,6 +213,9 @@ local function reserve_items(items, quiet, limits, st)
       if paused_until > now then reason = 'paused' end
       -- Lanes and tenants: private buckets, the share, and the horizon.
       local horizon, in_share, ldims, tdims, vt, k, tau, lag = w, true, nil, nil, nil, nil, nil, nil
+      -- A deployment's horizon (horizon_ms): slots no further ahead than
+      -- this; beyond, the item is deferred and asks again when it is near.
+      if plain_h >= 0 and plain_h < horizon then horizon = plain_h end
       if L then
         ldims, tdims = lane_dims(L), tenant_dims(T)
         local shared = s

@@ -203,7 +203,8 @@ end
 -- R + cost seen, never above the provider's capacity; near it, the
 -- estimate decays). Others' rate is smoothed over observations at least
 -- OBS_SPAN_MS apart (the remaining counts are whole units, so a short span
--- is all noise) and taken off the effective rate. The fleet may send a
+-- is all noise; a change beyond the noise is taken at once, smaller ones
+-- are smoothed) and taken off the effective rate. The fleet may send a
 -- whole burst B at once, so the provider's bucket must keep B: a remaining
 -- below it is a deficit, repaid over DEFICIT_MS so that the bucket refills
 -- before the next 429 tells. Dimensions the provider corrects
@@ -242,16 +243,26 @@ local function observe(d, seen, slot, u_after, cost, throttled)
   if cap > sl_num(st, f .. '_cap', 0) then sl_set(st, f .. '_cap', cap) end
   local s0, u0, r0 = string.match(st[f .. '_obs'] or '', '^([^:]+):([^:]+):(.+)$')
   s0, u0, r0 = tonumber(s0), tonumber(u0), tonumber(r0)
+  -- A span holds at least 20 units of the fleet's own sends (and a
+  -- second), so that one unit more or less, which the whole-unit counts
+  -- always have, is small against what others take.
+  local min_span = math.max(OBS_SPAN_MS, 20 / d.r0)
   if s0 and slot < s0 then return end                  -- older than the base: another agent's late news
-  if s0 and slot - s0 < OBS_SPAN_MS then return end    -- too close to the base to tell
+  if s0 and slot - s0 < min_span then return end       -- too close to the base to tell
   sl_set(st, f .. '_obs', sl_fmt(slot) .. ':' .. u_after .. ':' .. rem)
   if not s0 then return end
   local full = cap - cost - math.max(1, 0.1 * d.burst)  -- at or above: the bucket may have wasted refill
   local x = sl_num(st, f .. '_outside_ms', 0)
   if rem < full and r0 < full then
     local span = slot - s0
-    local obs = d.r0 - (u_after - u0) / span - (rem - r0) / span
-    x = x + OBS_GAIN * (obs - x)
+    local units = d.r0 * span - (u_after - u0) - (rem - r0)
+    -- Not evidence: two units (the counts are whole, a send may be on
+    -- either side of an observation) or 5 % of the limit over the span.
+    local noise = 2 + 0.05 * d.r0 * span
+    if math.abs(units) < noise then units = 0 end
+    -- A change beyond the noise is followed at once (a neighbour starts
+    -- or stops); within it, smoothed.
+    if math.abs(units - x * span) >= noise then x = units / span else x = x + OBS_GAIN * (units / span - x) end
   else
     -- A (nearly) full bucket: nobody else is taking much of it now.
     x = x * (1 - OBS_GAIN)
@@ -267,8 +278,8 @@ local function observe(d, seen, slot, u_after, cost, throttled)
   if per_min < 0.001 * d.r0 * 60000 then per_min = 0 end
   local old = sl_num(st, f .. '_outside', 0)
   -- Small moves are noise: the schedule is converted only for a change of
-  -- at least 1 % of the limit (or back to nothing).
-  if math.abs(per_min - old) >= 0.01 * d.r0 * 60000 or (per_min == 0 and old ~= 0) then
+  -- at least 2 % of the limit (or back to nothing).
+  if math.abs(per_min - old) >= 0.02 * d.r0 * 60000 or (per_min == 0 and old ~= 0) then
     sl_set(st, f .. '_outside', string.format('%.3f', per_min))
     retarget = true
   end

@@ -51,8 +51,11 @@ static void run_or_skip(const fleet_spec *s, fleet_result *r) {
         skip();
     }
     if (fleet_run(s, r) != 0) fail_msg("fleet %s did not run", s->name);
-    print_message("  %s: %d/%d succeeded, %lld attempts, %lld fleet 429s, makespan %.0f ms; %s\n", s->name,
-                  r->succeeded, r->requests, r->attempts, r->fleet_429, fleet_makespan(r), r->status);
+    print_message("  %s: %d/%d succeeded, %lld attempts, %lld fleet 429s, makespan %.0f ms; effective_rpm %.1f, "
+                  "outside_rpm %.1f, rate_scale %.4f\n",
+                  s->name, r->succeeded, r->requests, r->attempts, r->fleet_429, fleet_makespan(r),
+                  fleet_status_num(r, "effective_rpm"), fleet_status_num(r, "outside_rpm"),
+                  fleet_status_num(r, "rate_scale"));
     assert_int_equal(r->lost, 0);
     assert_int_equal(r->succeeded, r->requests);
 }

@@ -37,26 +37,26 @@ static inline fleet_spec scen_azure_tokens(int old) {
 #define SCEN_AZURE_TOKENS_FLOOR_MS ((500.0 * 400 - 10000) / (600000.0 / 60000))
 
 /* Anthropic, output-bound: input 300, max_tokens 1000, actual output 200;
- * 120 requests at 60 000 OTPM (input and requests plentiful). mode 0: the
- * anthropic profile; 1: one combined tpm of ITPM + OTPM (what a single
- * bucket would be set to); 2: one combined tpm of the OTPM (the safe
- * setting of a single bucket). */
+ * 1500 requests at 600 000 OTPM (a one-second burst holds 10 max_tokens;
+ * input and requests plentiful). mode 0: the anthropic profile; 1: one
+ * combined tpm of ITPM + OTPM (what a single bucket would be set to); 2:
+ * one combined tpm of the OTPM (the safe setting of a single bucket). */
 #define SCEN_PROMPT_300 SCEN_PROMPT_100 SCEN_PROMPT_100 SCEN_PROMPT_100
 static inline fleet_spec scen_anthropic_output(int mode) {
-    static const char *const dep[3] = {"style: anthropic, rpm: 6000, itpm: 600000, otpm: 60000",
-                                       "style: custom, rpm: 6000, tpm: 660000",
-                                       "style: custom, rpm: 6000, tpm: 60000"};
+    static const char *const dep[3] = {"style: anthropic, rpm: 6000, itpm: 6000000, otpm: 600000",
+                                       "style: custom, rpm: 6000, tpm: 6600000",
+                                       "style: custom, rpm: 6000, tpm: 600000"};
     static const char *const name[3] = {"anthropic itpm+otpm", "anthropic as one tpm = itpm+otpm",
                                         "anthropic as one tpm = otpm"};
-    fleet_spec s = {.name = name[mode], .style = FLEET_ANTHROPIC, .agents = 3, .callers = 10, .requests = 120,
-                    .mock_args = {"--rpm", "6000", "--itpm", "600000", "--otpm", "60000", "--completion-tokens",
+    fleet_spec s = {.name = name[mode], .style = FLEET_ANTHROPIC, .agents = 3, .callers = 10, .requests = 1500,
+                    .mock_args = {"--rpm", "6000", "--itpm", "6000000", "--otpm", "600000", "--completion-tokens",
                                   "200", "--service-ms", "20-60", "--seed", "2", NULL},
                     .deployment = dep[mode], .content = SCEN_PROMPT_300, .max_tokens = 1000, .split = 1};
     return s;
 }
 /* What the provider's accounting allows: the output actually used, less
  * one second of OTPM. */
-#define SCEN_ANTHROPIC_FLOOR_MS ((120.0 * 200 - 1000) / (60000.0 / 60000))
+#define SCEN_ANTHROPIC_FLOOR_MS ((1500.0 * 200 - 10000) / (600000.0 / 60000))
 
 /* RPM-bound (600 RPM, 3 agents x 30 callers, 300 requests), one stray 429
  * injected 10 s in (a release a little late: retry-after-ms 100). */
@@ -71,12 +71,15 @@ static inline fleet_spec scen_stray_429(int old, int inject) {
 }
 #define SCEN_STRAY_FLOOR_MS ((300.0 - 10) / (600.0 / 60000))
 
-/* A neighbour takes 180 of 600 RPM from 5 s to 25 s after the start. */
+/* A neighbour takes 180 of 600 RPM from 5 s to 25 s after the start. 30
+ * callers: the slots already granted when the neighbour leaves (about
+ * callers / rate ahead) keep their spacing, so the full rate is back
+ * after them. */
 #define SCEN_NB_FROM_MS 5000.0
 #define SCEN_NB_TO_MS 25000.0
 static inline fleet_spec scen_neighbour(int old) {
     fleet_spec s = {.name = old ? "neighbour 30 % (old)" : "neighbour 30 %", .style = FLEET_AZURE, .agents = 3,
-                    .callers = 30, .requests = 360,
+                    .callers = 10, .requests = 360,
                     .mock_args = {"--rpm", "600", "--service-ms", "20-60", "--seed", "4", NULL},
                     .deployment = old ? "rpm: 600" SCEN_OLD : "rpm: 600",
                     .content = "hello", .max_tokens = 16, .split = 0,
