@@ -270,8 +270,12 @@ local function observe(d, seen, slot, u_after, cost, throttled)
   if x < 0 then x = 0 end
   -- The fleet sends up to its burst at once when its own bucket is full:
   -- the provider's must hold that much, or the next burst meets a 429.
-  -- Below it, the deficit is repaid (by sending less than the refill).
-  local deficit = math.max(0, d.burst + cost - rem - math.max(1, 0.1 * d.burst))
+  -- Below it, the deficit is repaid (by sending less than the refill). A
+  -- provider's bucket no deeper than the fleet's burst is at its floor
+  -- whenever the fleet runs at its rate, which says nothing: the level to
+  -- keep is what the fleet alone leaves there, cap - B, at most a burst.
+  local keep = math.min(d.burst + cost, cap - d.burst)
+  local deficit = math.max(0, keep - rem - math.max(1, 0.1 * d.burst))
   sl_set(st, f .. '_outside_ms', string.format('%.9g', x))
   sl_set(st, f .. '_deficit', string.format('%.1f', deficit))
   local per_min = (x + deficit / DEFICIT_MS) * 60000

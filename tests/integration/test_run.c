@@ -616,6 +616,86 @@ static void test_openai_style_and_bad_lines(void **state) {
     json_decref(l);
 }
 
+static double status_num(const char *field);
+
+/* Anthropic style: the Messages API (/v1/messages, x-api-key,
+ * anthropic-version, max_tokens filled in when a line has none, the system
+ * prompt in the estimate), the estimate split as input and max output, and
+ * the usage settled per dimension: the provider's ledger charged each
+ * request's input and max_tokens and gave back the unused output; sluice
+ * kept the input charged and reconciled the daily figures to the usage.
+ * Through sluiced and embedded. */
+static void test_anthropic_style(void **state) {
+    (void)state;
+    static const char *const args[] = {"--rpm", "1200", "--burst", "10", "--itpm", "600000", "--otpm", "600000",
+                                       "--completion-tokens", "7", "--service-ms", "20-40", NULL};
+    world_up(1200, 10, args, "    style: anthropic\n    itpm: 600000\n    otpm: 600000\n    api_key_env: SLUICE_TEST_KEY\n");
+    setenv("SLUICE_TEST_KEY", "sk-test", 1);
+    char in[300], oa[300], ob[300];
+    path_in(in, sizeof(in), "in.jsonl");
+    path_in(oa, sizeof(oa), "a.jsonl");
+    path_in(ob, sizeof(ob), "b.jsonl");
+    FILE *f = fopen(in, "w");
+    assert_non_null(f);
+    /* 12 characters of prompt: 3 input tokens; 8 with the system prompt. */
+    for (int i = 0; i < 6; i++) {
+        if (i % 3 == 0)
+            fprintf(f, "{\"id\":%d,\"max_tokens\":100,\"messages\":[{\"role\":\"user\",\"content\":\"hello there!\"}]}\n", i);
+        else if (i % 3 == 1)
+            fprintf(f, "{\"id\":%d,\"system\":\"be very brief now\",\"max_tokens\":50,\"messages\":[{\"role\":\"user\","
+                       "\"content\":[{\"type\":\"text\",\"text\":\"hello there!\"}]}]}\n", i);
+        else
+            fprintf(f, "{\"id\":%d,\"messages\":[{\"role\":\"user\",\"content\":\"hello there!\"}]}\n", i);
+    }
+    fclose(f);
+    proc a, b;
+    run_start(&a, "a", "--in", in, "--out", oa, "--shard", "0/2", NULL);
+    run_start(&b, "b", "--in", in, "--out", ob, "--shard", "1/2", "--embedded", NULL);
+    assert_int_equal(run_wait(&a), 0);
+    assert_int_equal(run_wait(&b), 0);
+    assert_int_equal(count_lines("a.jsonl") + count_lines("b.jsonl"), 6);
+    char line[8192];
+    for (int x = 0; x < 2; x++) {
+    f = fopen(x ? ob : oa, "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof(line), f)) {
+        json_t *j = json_loads(line, 0, NULL);
+        assert_non_null(j);
+        assert_int_equal(sint(j, "status"), 200);
+        const json_t *resp = json_object_get(j, "response");
+        assert_string_equal(json_string_value(json_object_get(resp, "type")), "message");
+        assert_string_equal(json_string_value(json_object_get(resp, "model")), "d");
+        json_decref(j);
+    }
+    fclose(f);
+    }
+    json_t *l = ledger();
+    assert_int_equal(totals(l, "accepted"), 6);
+    assert_int_equal(totals(l, "status_429"), 0);
+    assert_int_equal(totals(l, "status_400"), 0);
+    /* What Anthropic charged: the input (3, or 8 with the system prompt)
+     * and max_tokens (100, 50, or the 16 sluice run filled in) at
+     * admission; the unused output given back. */
+    const json_t *d = json_object_get(json_object_get(l, "deployments"), "d");
+    long long in_sum = 0, out_sum = 0, refunded = 0;
+    size_t k;
+    const json_t *v;
+    json_array_foreach(json_object_get(d, "accept_input"), k, v) in_sum += (long long)json_integer_value(v);
+    json_array_foreach(json_object_get(d, "accept_output"), k, v) out_sum += (long long)json_integer_value(v);
+    json_array_foreach(json_object_get(d, "output_refund"), k, v) refunded += (long long)json_integer_value(v);
+    assert_int_equal(in_sum, 2 * (3 + 8 + 3));
+    assert_int_equal(out_sum, 2 * (100 + 50 + 16));
+    assert_int_equal(refunded, 2 * (100 + 50 + 16) - 6 * 7);
+    json_decref(l);
+    /* sluice saw the same split: the input stayed charged, the usage
+     * figures are the actual usage (the prompt and 7 output tokens each). */
+    assert_true(status_num("tokens_estimated") == 2 * (3 + 100 + 8 + 50 + 3 + 16));
+    assert_true(status_num("tokens_actual") == 2 * (3 + 8 + 3) + 6 * 7);
+    assert_true(status_num("input_refunded") == 0);
+    assert_true(status_num("input_charged") == 0);
+    unsetenv("SLUICE_TEST_KEY");
+}
+
 /* A STATUS field of d from the fleet's sluiced (Redis' counters), or -1. */
 static double status_num(const char *field) {
     redisContext *c = sluiced_fixture_connect(&W.agent, 10000);
@@ -867,6 +947,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_sigint_loses_nothing, world_down),
         cmocka_unit_test_teardown(test_quota_exhausted, world_down),
         cmocka_unit_test_teardown(test_openai_style_and_bad_lines, world_down),
+        cmocka_unit_test_teardown(test_anthropic_style, world_down),
         cmocka_unit_test_teardown(test_lanes_and_tenants, world_down),
         cmocka_unit_test_teardown(test_group_target, world_down),
         cmocka_unit_test_teardown(test_usage_errors, world_down),
