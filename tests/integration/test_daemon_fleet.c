@@ -567,7 +567,7 @@ static void test_redis_returns_while_local_grants_are_outstanding(void **state) 
  * takes Redis slots after its own tail while the others still release
  * local grants at their shares, so the fleet can offer more than the quota
  * until the last agent is back (docs/architecture.md, "When Redis is
- * unreachable"; measured: 3 rejections in 1 run of 6). The figure is
+ * unreachable"; measured: 1 to 3 rejections in 2 runs of 10). The figure is
  * printed. */
 static void test_fleet_rejoin_each_agent_hands_over_its_tail(void **state) {
     daemon_proc d[AGENTS];
