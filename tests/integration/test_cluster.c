@@ -1,11 +1,15 @@
 /* test_cluster: the engine on a real 3-master / 3-replica Redis Cluster.
  *
  * Six redis-servers on loopback ports form a cluster (redis-cli --cluster
- * create). Proves: a fleet of agents over deployments on different masters
- * never over-offers and runs at the quota; migrating a deployment's slot to
- * another master while traffic runs shows no caller an error; killing a
- * master lets its replica take over while callers are served in fallback,
- * and the agents follow within seconds. */
+ * create). Proves: the router's hash slot is Redis' own (CLUSTER KEYSLOT);
+ * a fleet of agents over deployments on different masters never
+ * over-offers, runs at the quota and is never redirected; migrating a
+ * deployment's slot to another master while traffic runs shows no caller an
+ * error, serves none locally, redirects only the calls in flight and never
+ * over-offers; killing a master lets its replica take over while callers
+ * are served in fallback, the agent follows within seconds, and the whole
+ * run never over-offers. Deployments are placed, and the migrated slot
+ * chosen, by Redis' slot, never by the function under test. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <setjmp.h>
@@ -42,10 +46,28 @@ static int group_teardown(void **state) {
 
 /* ---- helpers -------------------------------------------------------------- */
 
-/* The port of the master that serves a key's slot, from CLUSTER SLOTS on any
- * live node. */
+/* A key's hash slot as Redis computes it (CLUSTER KEYSLOT on any live
+ * node): the reference rrouter_key_slot() is checked against, never the
+ * function under test. */
+static unsigned redis_key_slot(const char *key) {
+    for (int i = 0; i < NNODES; i++) {
+        if (nodes[i].pid <= 0) continue;
+        redisContext *c = redis_fixture_connect_tcp(&nodes[i]);
+        if (!c) continue;
+        redisReply *r = redisCommand(c, "CLUSTER KEYSLOT %s", key);
+        long long slot = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+        if (r) freeReplyObject(r);
+        redisFree(c);
+        if (slot >= 0) return (unsigned)slot;
+    }
+    fail_msg("no live node answered CLUSTER KEYSLOT %s", key);
+    return 0;
+}
+
+/* The port of the master that serves a key's slot (Redis' slot), from
+ * CLUSTER SLOTS on any live node. */
 static int master_port_for(const char *key) {
-    unsigned slot = rrouter_key_slot(key, strlen(key));
+    unsigned slot = redis_key_slot(key);
     for (int i = 0; i < NNODES; i++) {
         if (nodes[i].pid <= 0) continue;
         redisContext *c = redis_fixture_connect_tcp(&nodes[i]);
@@ -192,6 +214,34 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
 
 /* ---- tests -------------------------------------------------------------------- */
 
+/* The router's CRC16 slot (rrouter_key_slot) is Redis' own, for the keys
+ * sluice uses (one hash tag per deployment) and the hash-tag edge cases of
+ * the cluster spec: no tag, an empty tag ("{}" hashes the whole key), the
+ * first tag only, an unclosed brace. */
+static void test_key_slots_are_redis_slots(void **state) {
+    static const char *const edge[] = {"", "a", "foo", "{user1000}.following", "{user1000}.followers",
+                                       "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "{}", "{", "}", "{a",
+                                       "a}", "sluice:{}:limits", "sluice:{gpt-4o}:state", "\xff{\x01}"};
+    int checked = 0;
+    for (size_t i = 0; i < sizeof(edge) / sizeof(edge[0]); i++, checked++) {
+        unsigned want = redis_key_slot(edge[i]), got = rrouter_key_slot(edge[i], strlen(edge[i]));
+        if (got != want) fail_msg("slot of \"%s\": router %u, Redis %u", edge[i], got, want);
+    }
+    redisContext *c = redis_fixture_connect_tcp(&nodes[0]);
+    assert_non_null(c);
+    for (int k = 0; k < 2000; k++, checked++) {
+        char key[96];
+        snprintf(key, sizeof(key), k % 2 ? "sluice:{d%d}:limits" : "deployment-%d", k);
+        redisReply *r = redisCommand(c, "CLUSTER KEYSLOT %s", key);
+        assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+        unsigned got = rrouter_key_slot(key, strlen(key));
+        if (got != (unsigned)r->integer) fail_msg("slot of \"%s\": router %u, Redis %lld", key, got, r->integer);
+        freeReplyObject(r);
+    }
+    redisFree(c);
+    print_message("  %d keys: the router's slot is CLUSTER KEYSLOT's for each\n", checked);
+}
+
 static void test_fleet_over_three_masters(void **state) {
     find_masters();
     char names[3][32], yaml[2048];
@@ -227,12 +277,27 @@ static void test_fleet_over_three_masters(void **state) {
                 if (a[g][d][i].at > last) last = a[g][d][i].at;
             }
         double floor_ms = (2.0 * PER - 5) / (3000.0 / 60000.0);
-        size_t rej = replay_rejections(&rp, 5, 3000.0 / 60000.0, NULL);
+        double first = 0;
+        size_t rej = replay_rejections(&rp, 5, 3000.0 / 60000.0, &first);
+        if (rej) { /* the release times around the first rejection (sorted by the replay) */
+            print_message("  %s: releases from 200 ms before the first rejection (ms after the start):", names[d]);
+            for (size_t q = 0; q < rp.n; q++)
+                if (rp.ev[q].t_ms > first - 200 && rp.ev[q].t_ms <= first) print_message(" %.0f", rp.ev[q].t_ms - (double)t0);
+            print_message("\n");
+        }
         print_message("  %s on master :%d: %d grants from 2 agents, makespan %llu ms (floor %.0f), rejections %zu\n",
                       names[d], masters[d], 2 * PER, (unsigned long long)(last - t0), floor_ms, rej);
         assert_int_equal(rej, 0);
         assert_true((double)(last - t0) < floor_ms * 1.10);
         replay_free(&rp);
+    }
+    /* Each deployment went straight to the master Redis says serves it:
+     * no call was redirected. */
+    for (int g = 0; g < 2; g++) {
+        engine_stats s;
+        engine_get_stats(w.e[g], &s);
+        assert_int_equal(s.cluster_redirects, 0);
+        assert_int_equal(s.redirect_holds, 0);
     }
     world_close(&w);
 }
@@ -297,7 +362,7 @@ static void test_reshard_while_traffic_runs(void **state) {
         snprintf(a[i].dep, sizeof(a[i].dep), "%.31s", name);
     }
     /* A steady stream: 10 acquires every 200 ms, while the slot moves. */
-    migration m = {rrouter_key_slot(key, strlen(key)), node_by_port(masters[0]), node_by_port(masters[1]), 0};
+    migration m = {redis_key_slot(key), node_by_port(masters[0]), node_by_port(masters[1]), 0};
     uv_timer_t mt;
     uv_timer_init(&w.loop, &mt);
     mt.data = &m;
@@ -329,8 +394,14 @@ static void test_reshard_while_traffic_runs(void **state) {
                   "holds %llu, rejections %zu, %llu ms\n",
                   m.slot, masters[0], masters[1], N, local, s.cluster_redirects, s.redirect_holds, rej,
                   (unsigned long long)(uv_now(&w.loop) - t0));
+    /* The move was seen and followed: the calls in flight when the slot
+     * moved (at most a reserve and a heartbeat) were redirected, every
+     * later one went to the new master. No caller was served locally, and
+     * the release times fit the provider's bucket. */
     assert_true(s.cluster_redirects + s.redirect_holds > 0);
-    assert_true(rej <= 5); /* at most one burst */
+    assert_true(s.cluster_redirects <= 2);
+    assert_int_equal(local, 0);
+    assert_int_equal(rej, 0);
     replay_free(&rp);
     world_close(&w);
 }
@@ -380,8 +451,12 @@ static void test_master_killed_replica_promoted(void **state) {
     assert_true(local > 0);
     assert_true(remote_after > 0);
     assert_true(back_at > 0 && back_at - killed < 10000);
-    /* Documented bound: the local tail plus one burst at the rejoin. */
-    assert_true(rej <= 5);
+    /* One agent: its local schedule starts where its Redis grants end,
+     * and at the rejoin its local tail is handed over to the promoted
+     * replica, so the whole run fits the provider's bucket. (With several
+     * agents the replica may miss the dead master's last writes; see
+     * docs/architecture.md.) */
+    assert_int_equal(rej, 0);
     has_remote_grant_after_failover = remote_after;
     replay_free(&rp);
     world_close(&w);
@@ -389,6 +464,7 @@ static void test_master_killed_replica_promoted(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_key_slots_are_redis_slots),
         cmocka_unit_test(test_fleet_over_three_masters),
         cmocka_unit_test(test_reshard_while_traffic_runs),
         cmocka_unit_test(test_master_killed_replica_promoted),

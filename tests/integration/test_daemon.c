@@ -15,6 +15,8 @@
 #define _GNU_SOURCE
 #include "test_daemon_harness.h"
 
+#include <hiredis/read.h>
+
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -57,6 +59,29 @@ static void assert_contains(const char *hay, const char *needle) {
 
 static void assert_alive(const daemon_proc *d) {
     if (!daemon_pings(d)) fail_msg("sluiced stopped answering PING");
+}
+
+/* INFO's connected_clients:2, asked on the open raw connection *fd. */
+static int two_clients_left(void *fd) {
+    int c = *(int *)fd;
+    if (raw_send(c, "INFO\r\n", 6) != 0) return 0;
+    redisReader *rd = redisReaderCreate();
+    void *reply = NULL;
+    double deadline = now_ms() + 2000;
+    while (!reply && now_ms() < deadline) {
+        struct pollfd p = {c, POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0) continue;
+        char buf[8192];
+        ssize_t r = recv(c, buf, sizeof(buf), 0);
+        if (r <= 0) break;
+        redisReaderFeed(rd, buf, (size_t)r);
+        if (redisReaderGetReply(rd, &reply) != REDIS_OK) break;
+    }
+    redisReaderFree(rd);
+    redisReply *rr = reply;
+    int two = rr && rr->type == REDIS_REPLY_STRING && info_field(rr->str, "connected_clients") == 2;
+    if (rr) freeReplyObject(rr);
+    return two;
 }
 
 /* redis-cli -s SOCK args... into out; returns the exit code. */
@@ -249,9 +274,9 @@ static void test_disconnect_cancels_waiting_acquire(void **state) {
     assert_true(b >= 0);
     const char two[] = "ACQUIRE slow2\r\nACQUIRE slow2\r\n";
     assert_int_equal(raw_send(b, two, sizeof(two) - 1), 0);
-    sleep_ms(200);
+    assert_true(daemon_wait_info(&d, "waiting", 2, 5000)); /* both hold their slots */
     close(b);
-    sleep_ms(100);
+    assert_true(daemon_wait_info(&d, "cancels", 2, 5000)); /* the hang-up gave them back */
     /* The reservations went back: the next caller takes the ~2 s slot, not
      * the ~3 s one behind the abandoned calls. */
     double t0 = now_ms();
@@ -323,12 +348,15 @@ static void test_bad_input_never_hurts_others(void **state) {
     const char part[] = "*2\r\n$4\r\nPING\r\n$5\r\nhel";
     assert_int_equal(raw_send(half, part, sizeof(part) - 1), 0);
     double t0 = now_ms();
-    for (int i = 0; i < 5; i++) {
+    /* Until the stalled client is answered, the other one is served: a
+     * PING every time 20 ms pass without news on the stalled socket. */
+    int pings = 0;
+    for (struct pollfd p = {half, POLLIN, 0}; poll(&p, 1, 20) == 0 && now_ms() - t0 < 5000; pings++) {
         redisReply *r = redisCommand(other, "PING");
         assert_int_equal(r->type, REDIS_REPLY_STATUS);
         freeReplyObject(r);
-        sleep_ms(50);
     }
+    assert_true(pings >= 5);
     char buf[1024];
     int closed;
     raw_read(half, buf, sizeof(buf), 5000, &closed);
@@ -413,8 +441,11 @@ static void test_max_clients(void **state) {
     assert_string_equal(buf, "-ERR max clients reached\r\n");
     assert_true(closed);
     close(fds[0]);
-    sleep_ms(100);
-    assert_alive(&d); /* a slot is free again */
+    /* A slot is free again once the daemon has seen the close: asked over
+     * a connection it already has (a new one would be refused meanwhile
+     * and counted), it says 2 clients. */
+    PROC_POLL_OR_FAIL(two_clients_left, &fds[1], 5000, "the daemon to see the client close");
+    assert_alive(&d);
     for (int i = 1; i < 3; i++) close(fds[i]);
     char *info = daemon_info(&d);
     assert_true(info_field(info, "rejected_connections") == 1);
@@ -563,7 +594,7 @@ static void test_sigterm_answers_waiting_callers(void **state) {
         int done = 0;
         redisBufferWrite(w[i], &done);
     }
-    sleep_ms(200);
+    assert_true(daemon_wait_info(&d, "waiting", 3, 5000)); /* all three hold their slots */
     double t0 = now_ms();
     kill(d.pid, SIGTERM);
     for (int i = 0; i < 3; i++) {
@@ -700,8 +731,10 @@ static void test_valgrind_session(void **state) {
     raw_send(half, "*1\r\n$4\r\nPI", 10);
     int ab = raw_connect(d.sock);
     raw_send(ab, "ACQUIRE vg\r\nACQUIRE vg\r\n", 24);
-    sleep_ms(300);
+    assert_true(daemon_wait_info(&d, "waiting", 2, 30000)); /* both wait for their slots */
+    double cancels = info_num(&d, "cancels");
     close(ab);
+    assert_true(daemon_wait_info(&d, "cancels", cancels + 2, 30000));
     char body[65536];
     http_get(port, "GET /metrics HTTP/1.0\r\n\r\n", body, sizeof(body));
     assert_contains(body, "sluice_grants_total");
@@ -709,7 +742,7 @@ static void test_valgrind_session(void **state) {
     redisAppendCommand(c, "ACQUIRE vg MAXWAIT 60000");
     int done = 0;
     redisBufferWrite(c, &done);
-    sleep_ms(500);
+    assert_true(daemon_wait_info(&d, "waiting", 2, 30000)); /* the drain answers them */
     assert_int_equal(daemon_stop(&d), 0);
     close(half);
     redisFree(c);

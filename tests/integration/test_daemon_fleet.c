@@ -2,12 +2,20 @@
  * with many concurrent callers, judged by a replay of the provider's
  * bucket (replay.h) over the times the ACQUIRE replies arrived.
  *
- *   - fleet: zero over-offer, total rate = quota, Redis calls per grant
- *     (from INFO) well under 1;
+ *   - fleet: zero over-offer, total rate = quota (makespan within the
+ *     floor plus the jitter margin plus 100 ms), Redis calls per grant (from
+ *     INFO) under 0.5;
  *   - Redis killed mid-run: callers keep being served at the fallback share
  *     (total across agents within the quota), STATUS says mode local; after
  *     Redis restarts the agents rejoin by themselves (mode redis); after
- *     FLUSHALL the scripts reload without an error reaching a caller.
+ *     FLUSHALL the scripts reload without an error reaching a caller;
+ *   - Redis restarted while local grants are still to be released: a
+ *     rejoining agent hands its local tail over to the shared schedule
+ *     (heartbeat busy) before its callers get Redis slots. With one agent
+ *     carrying the traffic the whole run replays with zero rejections;
+ *     with three, each agent's Redis grants start after its own local
+ *     ones (the fleet-wide replay is printed, not asserted: see
+ *     test_fleet_rejoin_each_agent_hands_over_its_tail).
  *
  * The callers are one thread polling many sockets, so a reply's arrival
  * is stamped as soon as it is readable (threads would add scheduling
@@ -272,10 +280,14 @@ static void test_fleet_shares_the_quota(void **state) {
                   "%zu rejections on the provider replay\n",
                   AGENTS, CONNS, n, makespan, floor_ms, 100.0 * makespan / floor_ms, rej);
     assert_int_equal(rej, 0);
-    /* Total rate = quota: no faster (that would be over-offer) and within
-     * a few % of it. */
-    assert_true(makespan >= floor_ms * 0.97);
-    assert_true(makespan <= floor_ms * 1.05);
+    /* Total rate = quota: no faster (the replay above already proves it:
+     * a bucket that admits every send needs the floor's time at least) and
+     * no slower than the floor plus the jitter margin (50 ms: the schedule
+     * plans the burst as 5 - 20/s x 50 ms = 4) plus 100 ms for the last
+     * release to reach this test's poll loop, under the sanitizers on a
+     * loaded machine. */
+    assert_true(makespan >= floor_ms);
+    assert_true(makespan <= floor_ms + 50 + 100);
     /* Each agent served its callers (the fleet shares, nobody starves). */
     size_t per_agent[AGENTS] = {0};
     for (size_t i = 0; i < got; i++) per_agent[f.rec[i].agent]++;
@@ -418,10 +430,191 @@ static void test_redis_killed_fallback_rejoin_flush(void **state) {
     stop_agents(d);
 }
 
+/* ---- 5. the hand-over: Redis returns while local grants are outstanding ------------ */
+
+/* Redis is killed, then restarted (empty: the fixture keeps no data) while
+ * agents still hold local grants to release. A rejoining agent pushes its
+ * local tail into the shared schedule (heartbeat "busy") before its callers
+ * get Redis slots, so its Redis grants start where its local tail ends
+ * (docs/architecture.md, "When Redis is unreachable"). The restart does not
+ * wait for Redis to answer (redis_fixture_restart_begin), so the callers'
+ * poll loop, which stamps the release times, never stalls on it. */
+typedef struct outage_plan {
+    double kill_at, restart_at;       /* ms since the run started */
+    int killed, restarted;
+    double t_kill, t_restart;         /* when they happened */
+    /* After the restart, each agent's INFO is read every 50 ms (about a
+     * millisecond each) until it says redis_connected:1. */
+    daemon_proc *const *agents;
+    int nagents;
+    double t_connected[AGENTS];       /* -1 until then */
+    double next_look;
+} outage_plan;
+
+static void outage_tick(fleet *f, double elapsed, void *ud) {
+    outage_plan *o = ud;
+    if (!o->killed && elapsed >= o->kill_at) {
+        o->killed = 1;
+        o->t_kill = elapsed;
+        for (int i = 0; i < AGENTS; i++) o->t_connected[i] = -1;
+        redis_fixture_kill(&fx, 1);
+    } else if (o->killed && !o->restarted && elapsed >= o->restart_at) {
+        o->restarted = 1;
+        o->t_restart = elapsed;
+        o->next_look = elapsed;
+        assert_int_equal(redis_fixture_restart_begin(&fx), 0);
+    } else if (o->restarted && elapsed >= o->next_look) {
+        o->next_look = elapsed + 50;
+        for (int i = 0; i < o->nagents; i++) {
+            if (o->t_connected[i] >= 0) continue;
+            char *info = daemon_info(o->agents[i]);
+            if (info && info_field(info, "redis_connected") == 1) o->t_connected[i] = now_ms() - f->t0;
+            free(info);
+        }
+    }
+}
+
+/* What one agent's callers saw across the outage. */
+typedef struct agent_outage {
+    size_t local, local_after_restart, redis_after_restart;
+    double last_local, first_redis_after_local;  /* -1: none */
+} agent_outage;
+
+static void outage_per_agent(const fleet *f, int agent, double t_restart, agent_outage *a) {
+    memset(a, 0, sizeof(*a));
+    a->last_local = a->first_redis_after_local = -1;
+    double first_local = -1;
+    for (size_t i = 0; i < f->nrec; i++) {
+        const call_rec *r = &f->rec[i];
+        if (r->agent != agent || !r->ok || !r->local) continue;
+        a->local++;
+        if (r->t > t_restart) a->local_after_restart++;
+        if (first_local < 0 || r->t < first_local) first_local = r->t;
+        if (r->t > a->last_local) a->last_local = r->t;
+    }
+    for (size_t i = 0; i < f->nrec; i++) {
+        const call_rec *r = &f->rec[i];
+        if (r->agent != agent || !r->ok || r->local || first_local < 0 || r->t < first_local) continue;
+        if (r->t > t_restart) a->redis_after_restart++;
+        if (a->first_redis_after_local < 0 || r->t < a->first_redis_after_local) a->first_redis_after_local = r->t;
+    }
+}
+
+static const char ho_deps[] = "  ho:\n    rpm: 1200\n    burst: { requests: 6 }\n    max_wait_ms: 120000\n"
+                              "    jitter_ms: 50\n";
+
+/* fallback_share 0.9: were the heartbeats' 3 live agents ignored, an agent
+ * would pace at 0.9 of the rate alone. */
+static const char ho_agent[] = "  heartbeat_ms: 200\n  fallback_share: 0.9\n";
+
+/* One agent of a 3-agent fleet carries the traffic: while Redis is down it
+ * paces at its share, 1/3 of the rate, and when Redis returns it still has
+ * seconds of local grants to release. Replaying every release time of the
+ * run (Redis grants before the kill, the local ones, Redis grants after the
+ * rejoin) through the provider's bucket: zero rejections. */
+static void test_redis_returns_while_local_grants_are_outstanding(void **state) {
+    daemon_proc d[AGENTS];
+    start_agents(d, "ho", ho_agent, ho_deps);
+    for (int i = 0; i < AGENTS; i++) assert_true(daemon_wait_status(&d[i], "ho", "agent_live_agents", "3", 10000));
+    daemon_proc *agents[1] = {&d[0]};
+
+    /* 30 callers in a closed loop, 12 acquires each. Redis dies at 3 s with
+     * ~1.5 s of Redis slots handed out; then 30 callers wait at 20/3 per s,
+     * so the local schedule reaches ~4.5 s ahead when Redis returns at 6 s. */
+    enum { CONNS = 30, PER = 12, N = CONNS * PER };
+    fleet f;
+    fleet_open(&f, agents, 1, CONNS, "ho", PER, 1);
+    outage_plan o = {.kill_at = 3000, .restart_at = 6000, .agents = agents, .nagents = 1};
+    f.tick = outage_tick;
+    f.ud = &o;
+    size_t got = fleet_run(&f, 90000);
+    assert_true(o.restarted);
+    assert_int_equal(redis_fixture_wait_ready(&fx, 10000), 0);
+    assert_int_equal(got, N);
+    for (size_t i = 0; i < got; i++)
+        if (!f.rec[i].ok) fail_msg("ACQUIRE %zu failed across the outage: %s", i, f.rec[i].id);
+    agent_outage a;
+    outage_per_agent(&f, 0, o.t_restart, &a);
+    double local_span;
+    size_t nl;
+    size_t rej_local = replay_grants(&f, 0, got, 2, 1200.0 / 60000.0 / 3.0, 1, &local_span, &nl);
+    double span;
+    size_t rej = replay_grants(&f, 0, got, 6, 1200.0 / 60000.0, 0, &span, NULL);
+    print_message("  Redis killed at %.0f ms, restarted at %.0f ms, the agent connected again at %.0f ms: %zu local "
+                  "grants (%zu released after the restart, the last at %.0f ms; %zu rejections at 1/3 of the rate), "
+                  "first Redis grant after them at %.0f ms, %zu Redis grants after the restart; whole run: %zu grants "
+                  "in %.0f ms, %zu rejections on the replay\n",
+                  o.t_kill, o.t_restart, o.t_connected[0], a.local, a.local_after_restart, a.last_local, rej_local,
+                  a.first_redis_after_local, a.redis_after_restart, got, span, rej);
+    /* The hand-over ran: the agent was connected again while local grants
+     * were still to be released, and Redis served the callers after them. */
+    assert_true(o.t_connected[0] > 0 && o.t_connected[0] < a.last_local);
+    assert_true(a.redis_after_restart > 0);
+    assert_true(a.first_redis_after_local > a.last_local);
+    /* The local schedule kept to the heartbeats' share (1/3, burst 2). */
+    assert_int_equal(rej_local, 0);
+    assert_int_equal(rej, 0);
+    fleet_close(&f);
+    assert_true(daemon_wait_status(&d[0], "ho", "mode", "redis", 10000));
+    stop_agents(d);
+}
+
+/* All three agents carry traffic and rejoin one by one (their reconnects
+ * are jittered): each pushes its own local tail into the shared schedule,
+ * so each agent's Redis grants start after its own local grants end.
+ *
+ * Not asserted here: the fleet-wide replay. An agent that rejoins first
+ * takes Redis slots after its own tail while the others still release
+ * local grants at their shares, so the fleet can offer more than the quota
+ * until the last agent is back (docs/architecture.md, "When Redis is
+ * unreachable"; measured: 1 to 3 rejections in 2 runs of 10). The figure is
+ * printed. */
+static void test_fleet_rejoin_each_agent_hands_over_its_tail(void **state) {
+    daemon_proc d[AGENTS];
+    start_agents(d, "hf", ho_agent, "  hf:\n    rpm: 1200\n    burst: { requests: 6 }\n    max_wait_ms: 120000\n"
+                                    "    jitter_ms: 50\n");
+    for (int i = 0; i < AGENTS; i++) assert_true(daemon_wait_status(&d[i], "hf", "agent_live_agents", "3", 10000));
+    daemon_proc *agents[AGENTS] = {&d[0], &d[1], &d[2]};
+    /* 3 x 20 callers in a closed loop, 8 acquires each: 480 at 20/s; each
+     * agent's local schedule reaches ~3 s ahead when Redis returns. */
+    enum { CONNS = 20, PER = 8, N = AGENTS * CONNS * PER };
+    fleet f;
+    fleet_open(&f, agents, AGENTS, CONNS, "hf", PER, 1);
+    outage_plan o = {.kill_at = 3000, .restart_at = 6000, .agents = agents, .nagents = AGENTS};
+    f.tick = outage_tick;
+    f.ud = &o;
+    size_t got = fleet_run(&f, 90000);
+    assert_true(o.restarted);
+    assert_int_equal(redis_fixture_wait_ready(&fx, 10000), 0);
+    assert_int_equal(got, N);
+    for (size_t i = 0; i < got; i++)
+        if (!f.rec[i].ok) fail_msg("ACQUIRE %zu failed across the outage: %s", i, f.rec[i].id);
+    size_t rej_local = replay_grants(&f, 0, got, 6, 1200.0 / 60000.0, 1, NULL, NULL);
+    size_t rej = replay_grants(&f, 0, got, 6, 1200.0 / 60000.0, 0, NULL, NULL);
+    print_message("  Redis killed at %.0f ms, restarted at %.0f ms; local grants of the 3 agents: %zu rejections; "
+                  "whole run (not asserted, see the comment): %zu rejections\n",
+                  o.t_kill, o.t_restart, rej_local, rej);
+    for (int i = 0; i < AGENTS; i++) {
+        agent_outage a;
+        outage_per_agent(&f, i, o.t_restart, &a);
+        print_message("    agent %d: connected again at %.0f ms; %zu local grants, %zu after the restart, the last "
+                      "at %.0f ms; first Redis grant after them at %.0f ms\n",
+                      i, o.t_connected[i], a.local, a.local_after_restart, a.last_local, a.first_redis_after_local);
+        assert_true(o.t_connected[i] > 0 && o.t_connected[i] < a.last_local);
+        assert_true(a.redis_after_restart > 0);
+        assert_true(a.first_redis_after_local > a.last_local);
+    }
+    assert_int_equal(rej_local, 0);
+    fleet_close(&f);
+    stop_agents(d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_fleet_shares_the_quota, test_teardown),
         cmocka_unit_test_teardown(test_redis_killed_fallback_rejoin_flush, test_teardown),
+        cmocka_unit_test_teardown(test_redis_returns_while_local_grants_are_outstanding, test_teardown),
+        cmocka_unit_test_teardown(test_fleet_rejoin_each_agent_hands_over_its_tail, test_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

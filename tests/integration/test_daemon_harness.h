@@ -291,6 +291,25 @@ HARNESS_FN char *daemon_info(const daemon_proc *d) {
     return s;
 }
 
+/* A field of the daemon's INFO, -1 when absent or unanswered. */
+HARNESS_FN double info_num(const daemon_proc *d, const char *field) {
+    char *info = daemon_info(d);
+    double v = info ? info_field(info, field) : -1;
+    free(info);
+    return v;
+}
+
+/* Polls INFO every 10 ms until field >= min (bounded). Returns 1 when it
+ * got there. */
+HARNESS_FN int daemon_wait_info(const daemon_proc *d, const char *field, double min, int timeout_ms) {
+    double deadline = now_ms() + timeout_ms;
+    for (;;) {
+        if (info_num(d, field) >= min) return 1;
+        if (now_ms() >= deadline) return 0;
+        sleep_ms(10);
+    }
+}
+
 /* The value of a STATUS field for deployment dep, copied into out ("" if
  * absent or on error). */
 HARNESS_FN void daemon_status_field(const daemon_proc *d, const char *dep, const char *field, char *out, size_t n) {

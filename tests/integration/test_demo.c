@@ -270,6 +270,26 @@ static int wait_no_children(int timeout_ms) {
     }
 }
 
+/* Waits (bounded) until pid has at least n child processes running. */
+static int wait_children(pid_t pid, int n, int timeout_ms) {
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    double end = now_ms() + timeout_ms;
+    for (;;) {
+        int count = 0;
+        FILE *f = fopen(path, "r");
+        if (f) {
+            int child;
+            while (fscanf(f, "%d", &child) == 1) count++;
+            fclose(f);
+        }
+        if (count >= n) return 1;
+        if (now_ms() > end) return 0;
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static void interrupted_run(int sig) {
     if (binaries() != 0) skip();
     char tmp[] = "/tmp/test_demo-XXXXXX";
@@ -277,12 +297,13 @@ static void interrupted_run(int sig) {
     assert_int_equal(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
     demo_run r;
     demo_start(&r, tmp, "-P", "2", "-N", "400", "--rpm", "600", "--strategies", "A,sluice", NULL);
-    /* The column header is printed once everything is up; then it is busy. */
+    /* The column header is printed once everything is up (redis-server,
+     * the mock, sluiced); it is busy once the first strategy's 2 worker
+     * processes run too. */
     int rd = demo_read(&r, "strategy", 30000);
     text = r.text;
     assert_int_equal(rd, 0);
-    struct timespec ts = {0, 500 * 1000 * 1000};
-    nanosleep(&ts, NULL);
+    if (!wait_children(r.pid, 5, 10000)) fail_msg("the demo did not start its 2 workers beside its 3 services");
     kill(r.pid, sig);
     int st = demo_wait(&r);
     if (sig == SIGINT) {

@@ -168,6 +168,7 @@ struct fleet {
     size_t njobs;
     atomic_size_t next;
     atomic_int stop;         /* closed loop: start no new request */
+    atomic_int inflight[NMEMBERS]; /* granted on the member, its answer not back yet */
     atomic_int abort;        /* give up at once (teardown after a failure) */
 };
 
@@ -227,7 +228,9 @@ static int worker_request(worker *w, job *jb) {
         if (w->tag && strcmp(members[m].tag, w->tag) != 0) w->not_allowed++;
         if (w->tenant && strcmp(members[m].tag, "eu") != 0) w->not_allowed++;
         attempts++;
+        atomic_fetch_add(&f->inflight[m], 1);
         long status = worker_call_post(c, c->endpoint, c->member, content, 16, HTTP_TIMEOUT_MS);
+        atomic_fetch_sub(&f->inflight[m], 1);
         const char *outcome = status == 200 ? "ok" : status == 429 ? "throttled" : "failed";
         if (status == 200) w->served++, w->by_member[m]++;
         else if (status == 429) w->n429++;
@@ -320,6 +323,8 @@ static int wait_until(int (*pred)(void *), void *arg, int ms) {
         proc_sleep_ms(10);
     }
 }
+
+static int primary_idle(void *arg) { return atomic_load(&((fleet *)arg)->inflight[0]) == 0; }
 
 static int all_finished(void *arg) {
     fleet *f = arg;
@@ -452,7 +457,10 @@ static void test_saturated_fleet_gets_the_sum(void **state) {
         fleet_add(&F, id, NULL, NULL);
     }
     fleet_start(&F);
-    /* The bursts go in the first moments; the window sees the rates. */
+    /* The bursts go in the first moments; the window sees the rates. Both
+     * are fixed spans of load, what is measured: a warm-up cut short would
+     * leave burst in the window, which the bound util <= 1.05 below sees
+     * (each burst is 2 s of quota: 1.17 over the 12 s). */
     proc_sleep_ms(WARMUP_MS);
     long long req = 0, n429 = 0;
     for (int m = 0; m < NMEMBERS; m++) {
@@ -490,7 +498,7 @@ static void test_saturated_fleet_gets_the_sum(void **state) {
     assert_int_equal(s.errors, 0);
     assert_true(req > 0);
     assert_true((double)n429 <= 0.01 * (double)req);
-    for (int m = 0; m < NMEMBERS; m++) assert_true(util[m] >= 0.85);
+    for (int m = 0; m < NMEMBERS; m++) assert_true(util[m] >= 0.85 && util[m] <= 1.05);
     assert_true(got >= 0.93 * quota);
 }
 
@@ -585,7 +593,9 @@ static void test_breaker_moves_traffic_and_probes_back(void **state) {
             t_open - t_fail, WINDOW_S);
     assert_true(opened);
     assert_true(t_open - t_fail <= WINDOW_S * 1000 + 1000);
-    proc_sleep_ms(300); /* calls granted before the opening come back */
+    /* The calls granted on the primary before the opening come back (a
+     * probe is not due before the break ends). */
+    assert_true(wait_until(primary_idle, &F, 5000));
     long long during0 = ledger_count(0, "requests");
     sleep_until(t0 + RECOVER_AT);
     long long during1 = ledger_count(0, "requests");
@@ -665,6 +675,8 @@ static void test_residency_holds_under_load(void **state) {
         fleet_add(&F, id, i < TAGGED ? "eu" : NULL, i >= TAGGED && i < TAGGED + TENANT ? "acme" : NULL);
     }
     fleet_start(&F);
+    /* A fixed span of load: what is measured. Cut short it would fail the
+     * counts below that need traffic on every member, not pass. */
     proc_sleep_ms(RUN_MS);
 
     /* A tag no member carries: shed at once, never routed elsewhere. */

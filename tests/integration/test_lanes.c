@@ -23,6 +23,7 @@
 
 #include "config.h"
 #include "engine.h"
+#include "engine_status.h"
 #include "loop.h"
 #include "redis_fixture.h"
 #include "replay.h"
@@ -86,8 +87,13 @@ static void fleet_init(fleet *f, int n, const char *dep, const char *deployment)
         engine_start(f->e[i]);
     }
     assert_true(loop_run_until(&f->loop, all_up, f, 5000));
-    /* One turn so that every agent has written the limits. */
-    loop_run_for(&f->loop, 100);
+    /* Every agent has written the limits (STATUS says mode redis only
+     * then), so the first requests meet the configured lanes and tenants. */
+    for (int i = 0; i < n; i++) {
+        char v[128];
+        if (!engine_status_wait(&f->loop, f->e[i], dep, "mode", "redis", 5000, v, sizeof(v)))
+            fail_msg("agent-%d: STATUS %s mode is \"%s\" after 5 s, waited for \"redis\"", i, dep, v);
+    }
 }
 
 static void on_stopped(void *arg) { (void)arg; }
@@ -159,6 +165,9 @@ static void test_interactive_through_agents(void **state) {
     uv_timer_init(&f.loop, &k.t);
     k.t.data = &k;
     uv_timer_start(&k.t, on_tick, 250, 500);
+    /* A fixed window of load is what is measured (utilisation over it);
+     * it cannot be cut short unnoticed: 29 of the 30 interactive requests
+     * must be granted, the 29th is asked at 14.25 s. */
     loop_run_for(&f.loop, 15500);
     uv_close((uv_handle_t *)&k.t, NULL);
     uint64_t t1 = uv_now(&f.loop);
@@ -228,6 +237,10 @@ static void test_tenants_through_agents(void **state) {
         acquire(&f, 1, &l[i], 1, NULL, "light");
     }
     uint64_t t0 = uv_now(&f.loop);
+    /* Fixed windows of load are what is measured: 9 s of both tenants
+     * (from 1 s on), then the heavy one alone from 5 s after the light one
+     * goes idle. The counts below must fill them at the rate, so a window
+     * cut short fails. */
     loop_run_for(&f.loop, 10000);
     uint64_t t_idle = uv_now(&f.loop);
     /* The light tenant goes idle: its callers give up. */
@@ -257,6 +270,9 @@ static void test_tenants_through_agents(void **state) {
                   "%zu rejections\n",
                   hv, lt, ratio, 100 * share_after, rej);
     assert_true(ratio >= 2.7 && ratio <= 3.3);
+    /* Both tenants together used the rate over those 9 s (20/s). */
+    assert_true((double)(hv + lt) >= 0.97 * (double)(t_idle - t0 - 1000) / 50.0);
+    assert_true(t_end - t_idle >= 7000);
     assert_true(share_after >= 0.95);
     assert_int_equal(rej, 0);
     for (int a = 0; a < 2; a++)
@@ -266,17 +282,64 @@ static void test_tenants_through_agents(void **state) {
     fleet_close(&f);
 }
 
-/* An unknown lane is refused; an unknown tenant falls in the default class. */
+/* An unknown lane is refused. */
 static void test_unknown_lane_refused(void **state) {
     (void)state;
     fleet f;
     fleet_init(&f, 1, "unknown", "    rpm: 600\n    lanes:\n      only: {}\n");
     req r;
     assert_int_equal(engine_acquire(f.e[0], f.dep, 0, 1000, "other", NULL, on_acquired, &r, NULL), SL_EINVAL);
+    fleet_close(&f);
+}
+
+static int req_called(void *arg) { return ((req *)arg)->called > 0; }
+
+typedef struct class_seen {
+    const char *dep;
+    unsigned long long default_grants, known_grants, other_classes;
+} class_seen;
+
+static void on_class(void *ud, const char *deployment, const char *lane, const char *tenant,
+                     const engine_class_stats *st) {
+    class_seen *c = ud;
+    (void)lane;
+    if (strcmp(deployment, c->dep) != 0) return;
+    if (!strcmp(tenant, "default")) c->default_grants += st->grants;
+    else if (!strcmp(tenant, "known")) c->known_grants += st->grants;
+    else c->other_classes++;
+}
+
+/* A tenant the deployment does not configure falls in its one "default"
+ * class: the agent queues it there, Redis counts its grant there
+ * (tenant.default.* in STATUS), and no state is made for the name. */
+static void test_unknown_tenant_in_default_class(void **state) {
+    (void)state;
+    fleet f;
+    fleet_init(&f, 1, "unknownt", "    rpm: 600\n    tenants:\n      known: { weight: 1 }\n");
+    char v[128];
+    assert_true(engine_status_field(&f.loop, f.e[0], f.dep, "tenant.default.granted_total", v, sizeof(v)));
+    assert_string_equal(v, "0");
+    req r;
     acquire(&f, 0, &r, 0, NULL, "whoever");
-    loop_run_for(&f.loop, 200);
-    assert_int_equal(r.called, 1);
+    assert_true(loop_run_until(&f.loop, req_called, &r, 3000));
     assert_int_equal(r.status, SL_OK);
+    /* The agent's side: the request was held in the default class. */
+    class_seen c = {.dep = f.dep};
+    engine_foreach_class(f.e[0], on_class, &c);
+    print_message("  tenant \"whoever\": agent classes default %llu grants, known %llu, other classes %llu\n",
+                  c.default_grants, c.known_grants, c.other_classes);
+    assert_int_equal(c.default_grants, 1);
+    assert_int_equal(c.known_grants, 0);
+    assert_int_equal(c.other_classes, 0);
+    /* Redis' side: the grant counts for the default class, none for the
+     * configured tenant, and the name has no fields of its own. */
+    assert_true(engine_status_field(&f.loop, f.e[0], f.dep, "tenant.default.granted_total", v, sizeof(v)));
+    print_message("  STATUS: tenant.default.granted_total %s", v);
+    assert_string_equal(v, "1");
+    assert_true(engine_status_field(&f.loop, f.e[0], f.dep, "tenant.known.granted_total", v, sizeof(v)));
+    print_message(", tenant.known.granted_total %s\n", v);
+    assert_string_equal(v, "0");
+    assert_false(engine_status_field(&f.loop, f.e[0], f.dep, "tenant.whoever.granted_total", v, sizeof(v)));
     fleet_close(&f);
 }
 
@@ -285,6 +348,7 @@ int main(void) {
         cmocka_unit_test(test_interactive_through_agents),
         cmocka_unit_test(test_tenants_through_agents),
         cmocka_unit_test(test_unknown_lane_refused),
+        cmocka_unit_test(test_unknown_tenant_in_default_class),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

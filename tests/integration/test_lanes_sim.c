@@ -14,16 +14,19 @@
  * Proven here, each by counting, never by a single happy path:
  *  - lanes: a batch lane saturating from three agents plus an interactive
  *    stream at 10 % of the rate from a fourth: interactive p99 wait within
- *    one emission interval plus lane_step_ms, utilisation >= 97 %, zero
- *    rejections when the sends are replayed through the provider's bucket;
+ *    one emission interval plus lane_step_ms, utilisation >= 99.9 % (all
+ *    the bucket can give but the jitter margin), zero rejections when the
+ *    sends are replayed through the provider's bucket;
  *    the same fleet in one lane sheds the interactive stream (the test can
  *    tell the difference);
- *  - headroom: batch capped at 80 % exactly (bucket replay), and the
- *    interactive request never waits;
- *  - tenants 3:1 within 10 % over every 30 s window; the heavy tenant at
- *    >= 95 % of the rate within 5 s after the light one goes idle;
- *  - a ceiling holds exactly (replay), the rest goes to the others;
- *  - Jain's index over 8 equal tenants >= 0.98;
+ *  - headroom: batch capped at 80 % exactly (bucket replay, and >= 99.7 %
+ *    of that 80 % used), and the interactive request never waits;
+ *  - tenants 3:1 within 2 % (one grant of 300) over every 30 s window; the
+ *    heavy tenant at >= 98 % of the rate within 5 s after the light one
+ *    goes idle;
+ *  - a ceiling holds exactly (replay, and within 2 grants of all it
+ *    allows), the rest goes to the others;
+ *  - Jain's index over 8 equal tenants >= 0.9995;
  *  - unknown tenants share one default class;
  *  - a tenant's daily tokens, corrected by settles. */
 #define _GNU_SOURCE
@@ -383,7 +386,9 @@ static double lanes_check(const char *dep, int poisson, const char *what) {
                   what, n_int, p50, p95, p99, pmax, n_b, total, util, s.calls, s.deferrals, rej);
     assert_true(n_int >= 100);
     assert_int_equal(s.shed_by_lane[0], 0);
-    assert_true(util >= 0.97);
+    /* The bucket gives at most burst + rate x 120 s = 1210 sends; the
+     * jitter margin (10 ms, a tenth of a send) costs one. */
+    assert_true(util >= 0.999);
     assert_int_equal(rej, 0);
     sim_free(&s);
     return p99;
@@ -449,7 +454,8 @@ static void test_headroom_caps_batch_exactly(void **state) {
                   "interactive %zu, longest wait %lld ms; %zu rejections overall\n",
                   batch, (double)batch / (8.0 + 90.0 * 8.0), rej80, n_int, worst, rej);
     assert_int_equal(rej80, 0);
-    assert_true((double)batch >= 0.97 * (90.0 * 8.0));
+    /* All the 80 % bucket allows (8 + 90 s x 8/s) but the jitter margin. */
+    assert_true((double)batch >= 0.997 * (8.0 + 90.0 * 8.0));
     assert_int_equal(n_int, 10);
     assert_int_equal(worst, 0);
     assert_int_equal(rej, 0);
@@ -487,8 +493,12 @@ static void test_tenants_weighted_then_idle(void **state) {
     print_message("  tenants 3:1: worst 30 s window off 3:1 by %.1f %%; light idle from %.1f s; heavy at %.1f %% "
                   "of the rate 5-15 s later; %zu calls, %zu rejections\n",
                   100 * worst_ratio_dev, last_light / 1000, 100 * after, s.calls, rej);
-    assert_true(worst_ratio_dev <= 0.10);
-    assert_true(after >= 0.95);
+    /* 300 grants a window: 226:74 (one grant moved from light to heavy) is
+     * 1.8 % off 3:1, 227:74 is 2.3 %. */
+    assert_true(worst_ratio_dev <= 0.02);
+    /* 100 grants in the 10 s from 5 s after the light tenant's last; the
+     * windows' edges may cut one or two. */
+    assert_true(after >= 0.98);
     assert_int_equal(rej, 0);
     sim_free(&s);
 }
@@ -545,8 +555,10 @@ static void test_ceiling_holds_exactly(void **state) {
                   "%zu rejections overall\n",
                   capped, rej_cap, a, rej);
     assert_int_equal(rej_cap, 0);
-    assert_true(capped >= 115 && capped <= 122); /* 2 + 120 at most */
-    assert_true((double)a >= 0.97 * 480.0);      /* work-conserving: the rest */
+    assert_true(capped >= 120 && capped <= 122); /* 2 + 120 at most */
+    /* Work-conserving: the other tenant takes the rest of the 10 + 600 the
+     * deployment allows in 60 s (less the jitter margin's send). */
+    assert_true(capped + a >= 609);
     assert_int_equal(rej, 0);
     sim_free(&s);
 }
@@ -573,8 +585,10 @@ static void test_jain_eight_tenants(void **state) {
         sq += x * x;
     }
     double jain = sum * sum / (8.0 * sq);
-    print_message("  8 equal tenants: Jain's index %.4f over %.0f grants\n", jain, sum);
-    assert_true(jain >= 0.98);
+    print_message("  8 equal tenants: Jain's index %.6f over %.0f grants\n", jain, sum);
+    /* 1.000 to three decimals: 1100 grants over 8 tenants, each within a
+     * few grants of 137.5. */
+    assert_true(jain >= 0.9995);
     assert_int_equal(replay_sends(&s, -1, -1, 1200, 20), 0);
     sim_free(&s);
 }

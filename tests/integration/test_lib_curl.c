@@ -203,16 +203,16 @@ static void success_and_retries(int mode) {
     assert_string_equal(rep.outcome, "quota_exhausted");
     assert_non_null(strstr(rep.message, "insufficient_quota"));
     assert_non_null(strstr(rep.message, "not retryable"));
-    int shed = 0;
-    for (double end = h_now() + 3000; !shed && h_now() < end;) {
-        o = opts(100, 0);
-        o.max_wait_ms = 0;
-        int rc = call(g, mode, "quota", "/ok", &o, &rep);
-        if (rc == SL_ESHED) shed = 1;
-        else h_sleep(20); /* the settle is on its way */
-    }
+    /* The settle is on its way in the background: the out is the fleet's
+     * once Redis holds it. */
+    char qdep[64];
+    snprintf(qdep, sizeof(qdep), "%s-quota", prefix(mode));
+    h_wait_redis_status(&fx, qdep, "quota_out_ms", 1, 3000);
+    o = opts(100, 0);
+    o.max_wait_ms = 0;
+    int rc = call(g, mode, "quota", "/ok", &o, &rep);
     print_message("  [%s] then: %s (%s)\n", prefix(mode), rep.message, rep.outcome);
-    assert_true(shed);
+    assert_int_equal(rc, SL_ESHED);
     assert_string_equal(rep.outcome, "shed");
     assert_non_null(strstr(rep.message, "(quota)"));
     assert_true(rep.retry_after_ms > 3000000);
@@ -324,6 +324,11 @@ static void *fleet_main(void *arg) {
     return NULL;
 }
 
+static int saw_429(void *arg) {
+    (void)arg;
+    return count_status(429, NULL) > 0;
+}
+
 static void fleet_pause_once(int mode) {
     if (skip_without_daemon(mode)) return;
     sl_gov *g1 = open_gov(mode, 0), *g2 = open_gov(mode, 1);
@@ -335,9 +340,12 @@ static void fleet_pause_once(int mode) {
     w[0] = (fleet_worker){.g = g1, .mode = mode};
     pthread_create(&w[0].t, NULL, fleet_main, &w[0]);
     double t429 = 0;
-    for (int i = 0; i < 400 && count_status(429, &t429) == 0; i++) h_sleep(2);
+    PROC_POLL_OR_FAIL(saw_429, NULL, 2000, "the provider's 429");
     assert_int_equal(count_status(429, &t429), 1);
-    h_sleep(30); /* its settle reaches the fleet */
+    /* Its settle reaches the fleet: Redis holds the pause. */
+    char fdep[64];
+    snprintf(fdep, sizeof(fdep), "%s-fleet", prefix(mode));
+    h_wait_redis_status(&fx, fdep, "paused_ms", 1, 2000);
     /* ... then seven more workers on both agents: none sends before the
      * pause ends, and none meets another 429. */
     for (int i = 1; i < N; i++) {

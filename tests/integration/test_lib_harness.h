@@ -6,7 +6,9 @@
  *     [?code=503], /429?ra=N, /503, /quota, /slow?ms=N, /big?bytes=N), and logs the
  *     arrival time and status of every request;
  *   - lib_daemon: a sluiced (sluiced_fixture) on a private socket with the
- *     config these tests share.
+ *     config these tests share;
+ *   - Redis' own view of a deployment (the status script), to wait on a
+ *     condition (a grant held, a pause applied) instead of a sleep.
  * Header-only, static functions: each test stays one file plus this. */
 #ifndef SLUICE_TEST_LIB_HARNESS_H
 #define SLUICE_TEST_LIB_HARNESS_H
@@ -36,6 +38,7 @@
 
 #include "proc.h"
 #include "redis_fixture.h"
+#include "script_call.h"
 #include "sluiced_fixture.h"
 
 /* The two ways a test opens a governor. */
@@ -263,6 +266,47 @@ H_FN void http_reset(http_server *s, int flaky_left, int flaky_ra_s) {
 
 H_FN void http_url(const http_server *s, const char *path, char *buf, size_t n) {
     snprintf(buf, n, "http://127.0.0.1:%d%s", s->port, path);
+}
+
+/* ---- Redis' view -------------------------------------------------------------- */
+
+/* A numeric field of Redis' own status of dep (the status script, over a
+ * new connection to fx), -1 when absent. */
+H_FN long long h_redis_status(const redis_fixture *fx, const char *dep, const char *field) {
+    redisContext *c = redis_fixture_connect(fx);
+    if (!c) return -1;
+    redisReply *r = script_callv(c, SCRIPT_STATUS, dep, NULL);
+    long long v = -1;
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+        if (strcmp(r->element[i]->str, field) != 0) continue;
+        redisReply *x = r->element[i + 1];
+        v = x->type == REDIS_REPLY_INTEGER ? x->integer : (x->type == REDIS_REPLY_STRING ? atoll(x->str) : -1);
+    }
+    if (r) freeReplyObject(r);
+    redisFree(c);
+    return v;
+}
+
+typedef struct h_status_at_least {
+    const redis_fixture *fx;
+    const char *dep, *field;
+    long long want;
+} h_status_at_least;
+
+H_FN int h_status_reached(void *arg) {
+    h_status_at_least *w = arg;
+    return h_redis_status(w->fx, w->dep, w->field) >= w->want;
+}
+
+/* Waits (bounded) until Redis' status of dep has field >= want: a caller
+ * holds its grant (outstanding_grants), a settle reached the fleet
+ * (paused_ms, quota_out_ms, settled_*). Fails the cmocka test (include
+ * cmocka.h first) when it does not come within ms. */
+H_FN void h_wait_redis_status(const redis_fixture *fx, const char *dep, const char *field, long long want, int ms) {
+    h_status_at_least w = {fx, dep, field, want};
+    char what[160];
+    snprintf(what, sizeof(what), "%s %s >= %lld in Redis' status", dep, field, want);
+    PROC_POLL_OR_FAIL(h_status_reached, &w, ms, what);
 }
 
 /* ---- sluiced -------------------------------------------------------------------- */

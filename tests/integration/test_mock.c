@@ -36,6 +36,7 @@
 #include "classify.h"
 #include "httpdate.h"
 #include "mock_bucket.h"
+#include "proc.h"
 #include "ratelimit.h"
 #include "replay.h"
 
@@ -620,6 +621,8 @@ static void test_burst_then_refill(void **state) {
     limited[0]++;
     long wait = header_long(&r, "retry-after-ms");
     assert_true(wait > 0 && wait <= 1000);
+    /* A fixed wait, and what is tested: exactly the Retry-After given is
+     * enough (a shorter one would be refused again). */
     sleep_ms((double)wait);
     call(c.port, AZURE_PATH("gpt-4o"), "worker-0", simple_body, &r);
     assert_int_equal(r.status, 200);
@@ -915,6 +918,26 @@ static void test_pipelining(void **state) {
 /* A client that leaves before its answer, and an exit with answers still
  * pending: both are counted as abandoned in the final ledger, and the
  * mock still exits cleanly (no leak under ASan). */
+/* A ledger count (GET /stats) at least want. */
+typedef struct ledger_wait {
+    int port;
+    const char *path;
+    long long want;
+} ledger_wait;
+
+static int ledger_reached(void *arg) {
+    ledger_wait *w = arg;
+    json_t *s = get_stats(w->port, "");
+    /* Like jint(), but a count not in the ledger yet is 0. */
+    char buf[256], *save = NULL;
+    snprintf(buf, sizeof(buf), "%s", w->path);
+    json_t *j = s;
+    for (char *k = strtok_r(buf, "/", &save); j && k; k = strtok_r(NULL, "/", &save)) j = json_object_get(j, k);
+    long long v = json_is_integer(j) ? json_integer_value(j) : 0;
+    json_decref(s);
+    return v >= w->want;
+}
+
 static void test_abandoned_and_shutdown(void **state) {
     static client a, b;
     char req[4096];
@@ -926,15 +949,12 @@ static void test_abandoned_and_shutdown(void **state) {
     client_open(&b, c.port);
     client_send(&b, req, post(req, sizeof(req), AZURE_PATH("gpt-4o"), "cut", 0, simple_body));
     /* both admitted (the ledger says so) before a leaves */
-    for (int i = 0; i < 100; i++) {
-        json_t *s = get_stats(c.port, "");
-        long long acc = jint(s, "totals/accepted");
-        json_decref(s);
-        if (acc == 2) break;
-        sleep_ms(20);
-    }
+    ledger_wait w = {c.port, "totals/accepted", 2};
+    PROC_POLL_OR_FAIL(ledger_reached, &w, 5000, "both requests admitted on the ledger");
     client_close(&a);
-    sleep_ms(200);
+    /* a's hang-up is seen while its answer is still being served. */
+    w = (ledger_wait){c.port, "clients/gone/abandoned", 1};
+    PROC_POLL_OR_FAIL(ledger_reached, &w, 5000, "the mock to count the hang-up");
     json_t *fin = child_stop(&c);
     client_close(&b);
     assert_int_equal(jint(fin, "clients/gone/accepted"), 1);
@@ -1091,7 +1111,10 @@ static void test_noisy_neighbour(void **state) {
     (void)state;
     child_start(&c, "--deployment", "shared", "--rpm", "60", "--burst", "5", "--neighbour-rpm",
                 "6000", NULL);
-    sleep_ms(300); /* ~30 neighbour calls at 100/s: the burst of 5 is gone */
+    /* The neighbour (100/s) has taken the burst of 5 and met more than 10
+     * refusals since: the bucket stays empty. */
+    ledger_wait w = {c.port, "clients/(neighbour)/status_429", 11};
+    PROC_POLL_OR_FAIL(ledger_reached, &w, 5000, "the neighbour to drain the bucket");
     call(c.port, AZURE_PATH("shared"), "me", simple_body, &r);
     assert_int_equal(r.status, 429);
     json_t *s = get_stats(c.port, "?reset=1");

@@ -3,8 +3,9 @@
  * A master, one replica and three sentinels on loopback ports. The engine
  * asks the sentinels for the master, serves callers from Redis, keeps
  * serving them in fallback when the master is killed, and returns to Redis
- * on the promoted replica within seconds, without over-offering beyond one
- * burst. */
+ * on the promoted replica within seconds; the release times of the whole
+ * run, across the failover, replay through the provider's bucket with zero
+ * rejections. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -161,7 +162,10 @@ static void test_failover_followed(void **state) {
     assert_true(local > 0);
     assert_true(back_at > 0 && back_at - killed < 15000);
     assert_true(info_has(&replica, "replication", "role:master"));
-    assert_true(rej <= 5);
+    /* One agent: its local schedule starts where its Redis grants end, and
+     * at the rejoin its local tail is handed over to the promoted replica,
+     * so the whole run fits the provider's bucket. */
+    assert_int_equal(rej, 0);
     replay_free(&rp);
     engine_stop(w.e, NULL, NULL);
     uv_run(&w.loop, UV_RUN_DEFAULT);

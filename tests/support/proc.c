@@ -28,6 +28,15 @@ void proc_sleep_ms(int ms) {
     }
 }
 
+int proc_poll(int (*pred)(void *arg), void *arg, int timeout_ms) {
+    double deadline = proc_now_ms() + timeout_ms;
+    while (!pred(arg)) {
+        if (proc_now_ms() >= deadline) return pred(arg) != 0;
+        proc_sleep_ms(PROC_POLL_STEP_MS);
+    }
+    return 1;
+}
+
 pid_t proc_spawn(char *const argv[], const char *out, int also_stderr) {
     pid_t parent = getpid();
     pid_t pid = fork();

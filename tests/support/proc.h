@@ -4,7 +4,8 @@
  * child is killed when the thread that started it dies, even by a crash;
  * its output can go to a file. Readiness is a bounded PING poll
  * (proc_wait_ping), never a fixed sleep; proc_wait() reaps with a bound.
- * Also the clock, sleep and temp-directory helpers the fixtures share.
+ * Also the clock, sleep, poll (wait for a condition, bounded) and
+ * temp-directory helpers the fixtures and tests share.
  *
  * Depends on hiredis and Linux (prctl). Functions return 0 or -1 unless
  * said otherwise and print nothing; the fixtures built on them say what
@@ -20,6 +21,22 @@ double proc_now_ms(void);
 
 /* Sleeps ms milliseconds, resuming after signals. */
 void proc_sleep_ms(int ms);
+
+/* Waiting on a condition instead of a sleep: calls pred(arg) every
+ * PROC_POLL_STEP_MS until it returns nonzero (returns 1) or timeout_ms pass
+ * (returns 0, after one last call). For conditions another thread or
+ * process makes true (a daemon's STATUS, the library's thread, a
+ * provider's log); a test on a libuv loop uses loop_run_until (loop.h). */
+#define PROC_POLL_STEP_MS 5
+int proc_poll(int (*pred)(void *arg), void *arg, int timeout_ms);
+
+/* proc_poll() that fails the running cmocka test (include cmocka.h first)
+ * with "timed out after <ms> ms waiting for <what>". */
+#define PROC_POLL_OR_FAIL(pred, arg, timeout_ms, what)                                          \
+    do {                                                                                        \
+        if (!proc_poll((pred), (arg), (timeout_ms)))                                            \
+            fail_msg("timed out after %d ms waiting for %s", (int)(timeout_ms), (what));        \
+    } while (0)
 
 /* Starts argv[0] (looked up in PATH unless it holds a '/') with argv,
  * killed with the calling thread. With out set, its stdout (and stderr too

@@ -42,7 +42,8 @@ static int free_port(void) {
     return -1;
 }
 
-static int spawn(redis_fixture *f) {
+/* Starts redis-server for f without waiting for it. Returns 0 or -1. */
+static int spawn_nowait(redis_fixture *f) {
     const char *bin = getenv("SLUICE_REDIS_SERVER");
     char port[16], nodes[400], conf[400];
     if (!bin) bin = "redis-server";
@@ -95,15 +96,25 @@ static int spawn(redis_fixture *f) {
     pid_t pid = proc_spawn((char *const *)argv, getenv("SLUICE_TEST_VERBOSE") ? NULL : "/dev/null", 0);
     if (pid < 0) return -1;
     f->pid = pid;
-    /* Readiness: poll with PING (bounded: 10 s), not a fixed sleep. */
-    int rc = proc_wait_ping(pid, f->sock, f->port, 10000, NULL);
+    return 0;
+}
+
+int redis_fixture_wait_ready(redis_fixture *f, int timeout_ms) {
+    if (f->pid <= 0) return -1;
+    /* Readiness: poll with PING (bounded), not a fixed sleep. */
+    int rc = proc_wait_ping(f->pid, f->sock, f->port, timeout_ms, NULL);
     if (rc == -1) {
-        fprintf(stderr, "redis_fixture: %s exited during start\n", bin);
+        fprintf(stderr, "redis_fixture: redis-server exited during start (%s)\n", f->sock);
         f->pid = 0;
     } else if (rc == -2) {
         fprintf(stderr, "redis_fixture: redis-server did not answer PING on %s\n", f->sock);
     }
     return rc == 0 ? 0 : -1;
+}
+
+static int spawn(redis_fixture *f) {
+    if (spawn_nowait(f) != 0) return -1;
+    return redis_fixture_wait_ready(f, 10000);
 }
 
 static int fixture_dir(redis_fixture *f) {
@@ -170,10 +181,15 @@ void redis_fixture_kill(redis_fixture *f, int hard) {
     }
 }
 
-int redis_fixture_restart(redis_fixture *f) {
+int redis_fixture_restart_begin(redis_fixture *f) {
     redis_fixture_kill(f, 1);
     unlink(f->sock);
-    return spawn(f);
+    return spawn_nowait(f);
+}
+
+int redis_fixture_restart(redis_fixture *f) {
+    if (redis_fixture_restart_begin(f) != 0) return -1;
+    return redis_fixture_wait_ready(f, 10000);
 }
 
 void redis_fixture_stop(redis_fixture *f) {

@@ -47,8 +47,16 @@ redisContext *redis_fixture_connect_tcp(const redis_fixture *f);
  * Keeps the directory so redis_fixture_restart() reuses the socket path. */
 void redis_fixture_kill(redis_fixture *f, int hard);
 
-/* Starts the server again on the same socket (after kill). */
+/* Starts the server again on the same socket (after kill) and waits
+ * until it answers PING (bounded: 10 s). */
 int redis_fixture_restart(redis_fixture *f);
+
+/* The same in two steps, for a caller that must not block meanwhile (a
+ * test stamping replies as they arrive): restart_begin kills the server
+ * if it runs and starts it again without waiting; wait_ready polls PING
+ * until it answers (0) or timeout_ms pass (-1). */
+int redis_fixture_restart_begin(redis_fixture *f);
+int redis_fixture_wait_ready(redis_fixture *f, int timeout_ms);
 
 /* Stops the server and removes its directory. Safe to call twice. */
 void redis_fixture_stop(redis_fixture *f);
