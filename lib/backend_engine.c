@@ -1,4 +1,4 @@
-/* backend_engine: embedded mode. The agent engine (agent/engine.c, the
+/* backend_engine: embedded mode. The agent engine (lib/core/engine.c, the
  * same code sluiced runs) on the governor's loop thread; this file only
  * translates between gov operations and engine calls. */
 #define _GNU_SOURCE

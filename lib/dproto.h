@@ -1,7 +1,7 @@
 /* dproto: the client side of sluiced's commands (docs/protocol.md): the
  * requests libsluice sends and the meaning of the replies it gets.
  *
- * Requests are RESP2 multibulk frames appended to a resp_buf (agent/resp.h).
+ * Requests are RESP2 multibulk frames appended to a resp_buf (lib/core/resp.h).
  * Replies arrive as rreply trees (rreply.h) and are turned into SL_E*
  * codes, grants, shed reasons and retry-after hints. Error replies are
  * recognised by their first word (SHED, NORETRY, CLOSING, UNAVAIL,

@@ -1,6 +1,6 @@
 /* options: turns the embedded-mode fields of sl_options (config_path,
  * config_text, or redis_url + deployments) into a validated sluiced
- * configuration (agent/config.h), so an embedded governor reads the same
+ * configuration (lib/core/config.h), so an embedded governor reads the same
  * schema, with the same file/line/key messages, as the daemon.
  * Pure apart from reading config_path; never prints. */
 #ifndef SLUICE_LIB_OPTIONS_H

@@ -2,7 +2,7 @@
  * deployment, and of each member of a group.
  *
  * The numbers come from Redis itself, with the read-only `status` script
- * (lua/status.lua, embedded in the binary: agent/scripts.h), over a
+ * (lua/status.lua, embedded in the binary: lib/core/scripts.h), over a
  * blocking hiredis connection made from the configuration's `redis`
  * section (one Redis, a Redis Cluster, whose MOVED and ASK redirections
  * are followed, or Sentinel, asked for the master). With --socket they

@@ -1,5 +1,5 @@
-/* libFuzzer target for the configuration loader (agent/config.c, the
- * schema, over agent/cfgtab.c, the YAML engine) through
+/* libFuzzer target for the configuration loader (lib/core/config.c, the
+ * schema, over lib/core/cfgtab.c, the YAML engine) through
  * config_load_string(). Checked: no crash, leak or UB; a failure leaves
  * *out NULL and a message that starts with the name; a success yields a
  * config whose invariants hold (at least one deployment, every string

@@ -1,4 +1,4 @@
-/* libFuzzer target for the RESP request parser (agent/resp.c).
+/* libFuzzer target for the RESP request parser (lib/core/resp.c).
  *
  * Input: 2 bytes of seed, then the client's bytes. The seed picks the
  * limits and the schedule of chunk sizes (1..32 bytes, through feed() or

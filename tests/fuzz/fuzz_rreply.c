@@ -1,4 +1,4 @@
-/* libFuzzer target for libsluice's RESP2 reply parser (lib/rreply.c).
+/* libFuzzer target for libsluice's RESP2 reply parser (lib/core/rreply.c).
  *
  * Input: 1 byte of seed (the chunk size schedule), then the bytes a
  * sluiced connection might deliver. Checked properties:
@@ -12,7 +12,7 @@
  *
  * rreply.c is included rather than linked, as fuzz_resp.c does, so that
  * libFuzzer sees its edges. */
-#include "../../lib/rreply.c"
+#include "../../lib/core/rreply.c"
 
 #include <stdint.h>
 #include <stdio.h>

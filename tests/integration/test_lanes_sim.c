@@ -4,7 +4,7 @@
  * A small model of the fleet drives the real reserve script: agents hold
  * requests per lane and tenant in arrival order, send a few of each ready
  * class per call (highest lane first, tenants taking turns), and hold a
- * class Redis deferred until the time it said, exactly as agent/engine.c
+ * class Redis deferred until the time it said, exactly as lib/core/engine.c
  * does. The scripts' clock is the simulation's: before each call the
  * test-only limits field test_clock_offset_ms is set so that Redis' TIME
  * plus the offset is the simulated now, so a 2-minute scenario runs in a

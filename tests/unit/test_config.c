@@ -1,4 +1,4 @@
-/* Unit tests for agent/config: a full file, defaults, every rule's exact
+/* Unit tests for lib/core/config: a full file, defaults, every rule's exact
  * message (file:line and key), secrets, and that the docs and the example
  * configuration stay true to the schema. Temp files live in a private
  * directory that the group teardown removes. */

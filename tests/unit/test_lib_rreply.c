@@ -1,4 +1,4 @@
-/* Unit tests for lib/rreply: the RESP2 reply parser of libsluice's daemon
+/* Unit tests for lib/core/rreply: the RESP2 reply parser of libsluice's daemon
  * client. Every reply type, replies split at every byte, trailing bytes
  * left for the next reply, and malformed or oversized input rejected
  * before allocation. */

@@ -1,4 +1,4 @@
-/* Unit tests for agent/resp: the RESP2 request parser (every split of the
+/* Unit tests for lib/core/resp: the RESP2 request parser (every split of the
  * input, hostile headers, limits) and the reply writer (byte-exact), in
  * RESP2 and RESP3. */
 #include <setjmp.h>

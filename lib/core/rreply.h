@@ -1,4 +1,4 @@
-/* rreply: a RESP2 reply parser, the client half that agent/resp.c (the
+/* rreply: a RESP2 reply parser, the client half that lib/core/resp.c (the
  * request parser of sluiced) does not have.
  *
  * rreply_parse() looks at the bytes received so far on a connection and
