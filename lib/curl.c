@@ -1,7 +1,8 @@
 /* curl: libcurl integration. A capture (header and bounded body
  * recording for one easy handle), settle-from-capture, and
- * sl_curl_perform(), the governed, deadline-bound retry loop around one
- * request. The capture pieces never block, for libcurl-multi workers. */
+ * sl_curl_perform(), the governed call (call.c) run to its end on the
+ * calling thread. The capture pieces never block, for libcurl-multi
+ * workers. */
 #define _GNU_SOURCE
 #include <curl/curl.h>
 #include <errno.h>
@@ -11,12 +12,12 @@
 #include <strings.h>
 #include <time.h>
 
+#include "call.h"
+#include "gov.h"
 #include "sluice.h"
 #include "verdict.h"
 
 #define CAPTURE_MAX_HEADERS 256
-/* An attempt ends this long before the caller's deadline. */
-#define CURL_DEADLINE_MARGIN_MS 10
 
 struct sl_capture {
     size_t max_body;
@@ -170,9 +171,15 @@ int sl_capture_verdict(const sl_capture *c, int curl_code, long long retry_after
     return 0;
 }
 
+static int is_retry_after(const char *name) {
+    return strcasecmp(name, "retry-after") == 0 || strcasecmp(name, "retry-after-ms") == 0 ||
+           strcasecmp(name, "x-ms-retry-after-ms") == 0;
+}
+
 /* Settles g with the verdict's outcome and usage, split where the body
- * said (each dimension is then corrected as its provider counts). */
-static int settle_verdict(sl_grant *g, const sl_verdict *v, const sl_capture *c) {
+ * said (each dimension is then corrected as its provider counts), and the
+ * headers settle_headers lets through. */
+int curl_settle_verdict(sl_grant *g, const sl_verdict *v, const sl_capture *c, int settle_headers) {
     sl_usage u;
     sl_usage_init(&u);
     u.tokens = v->tokens;
@@ -182,14 +189,28 @@ static int settle_verdict(sl_grant *g, const sl_verdict *v, const sl_capture *c)
         u.output_tokens = v->output_tokens;
         u.cache_read_tokens = v->cache_read_tokens;
     }
-    return sl_settle_usage(g, &u, v->outcome, c->hdr, c->nh);
+    if (settle_headers == SL_SETTLE_HEADERS_NONE) return sl_settle_usage(g, &u, v->outcome, NULL, 0);
+    if (settle_headers != SL_SETTLE_HEADERS_RETRY_AFTER) return sl_settle_usage(g, &u, v->outcome, c->hdr, c->nh);
+    sl_header keep[CAPTURE_MAX_HEADERS];
+    size_t k = 0;
+    for (size_t i = 0; i < c->nh; i++)
+        if (is_retry_after(c->hdr[i].name)) keep[k++] = c->hdr[i];
+    return sl_settle_usage(g, &u, v->outcome, k ? keep : NULL, k);
+}
+
+char *curl_capture_take(sl_capture *c, size_t *len) {
+    char *b = c->body;
+    *len = b ? c->blen : 0;
+    c->body = NULL;
+    c->bcap = c->blen = 0;
+    return b;
 }
 
 int sl_settle_capture(sl_grant *g, const sl_capture *c, int curl_code) {
     if (!c) return sl_settle(g, -1, SL_OUTCOME_FAILED, NULL, 0);
     sl_verdict v;
     capture_verdict(c, curl_code, -1, &v);
-    return settle_verdict(g, &v, c);
+    return curl_settle_verdict(g, &v, c, SL_SETTLE_HEADERS_ALL);
 }
 
 /* ---- the report --------------------------------------------------------------- */
@@ -209,165 +230,153 @@ void sl_call_report_free(sl_call_report *r) {
 
 /* ---- sl_curl_perform ------------------------------------------------------------------ */
 
-static void sleep_until(int64_t mono_ms) {
-    struct timespec ts = {(time_t)(mono_ms / 1000), (long)(mono_ms % 1000) * 1000000L};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-    }
-}
-
-static void reset_easy(void *easy) {
+void curl_reset_easy(void *easy) {
     curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, NULL);
     curl_easy_setopt(easy, CURLOPT_HEADERDATA, NULL);
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, NULL);
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, stdout);
 }
 
-static void finish_report(sl_call_report *out, sl_call_report *r, sl_capture *c) {
-    if (out && out->size >= offsetof(sl_call_report, body_len) + sizeof(out->body_len) && c && c->body) {
-        r->body = c->body;
-        r->body_len = c->blen;
-        c->body = NULL;
-        c->bcap = c->blen = 0;
+/* Copies r (the library's) into the caller's report, as far as its size
+ * reaches; the body goes along when the caller's report has room for it,
+ * and is freed otherwise. */
+static void finish_report(sl_call_report *out, sl_call_report *r) {
+    if (!out || out->size < offsetof(sl_call_report, body_len) + sizeof(out->body_len)) {
+        free(r->body);
+        r->body = NULL;
+        r->body_len = 0;
     }
     if (out) verdict_write(out, r, sizeof(*r));
 }
 
-int sl_curl_perform(sl_gov *gov, void *easy, const sl_call_opts *opts_in, sl_call_report *out) {
+/* The private loop of one sl_curl_perform(): the calling thread waits on a
+ * condition variable for a wake-up (an answer from the governor's thread)
+ * or its timer. No sockets: the caller is in blocking mode, its transfers
+ * are curl_easy_perform() on the caller's handle. */
+typedef struct block_loop {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int woken;                   /* under mu */
+    int64_t due;                 /* the timer, loop thread only; -1 none */
+    int done;                    /* the call's completion ran */
+    int status;
+    sl_call_report rep;
+} block_loop;
+
+static int block_watch(void *data, int fd, int events, void **sock) {
+    (void)data, (void)fd, (void)events, (void)sock;
+    return SL_EINVAL; /* a blocking caller has no multi handle */
+}
+
+static void block_timer(void *data, long long ms) {
+    block_loop *bl = data;
+    bl->due = ms < 0 ? -1 : sl_now_ms() + ms;
+}
+
+static void block_wake(void *data) {
+    block_loop *bl = data;
+    pthread_mutex_lock(&bl->mu);
+    bl->woken = 1;
+    pthread_cond_signal(&bl->cv);
+    pthread_mutex_unlock(&bl->mu);
+}
+
+static void block_done(void *arg, sl_call *call, int status, sl_call_report *report) {
+    (void)call;
+    block_loop *bl = arg;
+    bl->status = status;
+    bl->rep = *report;
+    report->body = NULL; /* moved */
+    bl->done = 1;
+}
+
+/* Runs c's dispatches on this thread until the call is done. */
+static void block_run(block_loop *bl, sl_caller *c) {
+    while (!bl->done) {
+        pthread_mutex_lock(&bl->mu);
+        while (!bl->woken && (bl->due < 0 || sl_now_ms() < bl->due)) {
+            if (bl->due < 0) {
+                pthread_cond_wait(&bl->cv, &bl->mu);
+            } else {
+                struct timespec ts = {(time_t)(bl->due / 1000), (long)(bl->due % 1000) * 1000000L};
+                pthread_cond_timedwait(&bl->cv, &bl->mu, &ts);
+            }
+        }
+        int woken = bl->woken;
+        bl->woken = 0;
+        pthread_mutex_unlock(&bl->mu);
+        if (woken) sl_caller_wake(c);
+        if (!bl->done && bl->due >= 0 && sl_now_ms() >= bl->due) {
+            bl->due = -1;
+            sl_caller_timer(c);
+        }
+    }
+}
+
+static int block_init(block_loop *bl) {
+    memset(bl, 0, sizeof(*bl));
+    bl->due = -1;
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0) return -1;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(&bl->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0) return -1;
+    if (pthread_mutex_init(&bl->mu, NULL) != 0) {
+        pthread_cond_destroy(&bl->cv);
+        return -1;
+    }
+    return 0;
+}
+
+/* The report of a call that could not start. */
+static int perform_refused(sl_call_report *out, int rc, const char *msg) {
     sl_call_report r;
-    memset(&r, 0, sizeof(r));
-    r.size = sizeof(r);
-    r.tokens = -1;
+    sl_call_report_init(&r);
+    r.tokens = r.input_tokens = r.output_tokens = r.cache_read_tokens = -1;
     r.retry_after_ms = -1;
+    r.cls = -1;
     r.outcome = "error";
-    int64_t t0 = sl_now_ms();
+    r.within_deadline = 1;
+    snprintf(r.message, sizeof(r.message), "%s", msg);
+    finish_report(out, &r);
+    return rc;
+}
+
+int sl_curl_perform(sl_gov *gov, void *easy, const sl_call_opts *opts, sl_call_report *out) {
     if (out && out->size >= offsetof(sl_call_report, body) + sizeof(out->body)) {
         /* A report reused without sl_call_report_free() would leak. */
         free(out->body);
         out->body = NULL;
     }
-    if (!gov || !easy || !opts_in || opts_in->size < sizeof(size_t) || !opts_in->deployment) {
-        snprintf(r.message, sizeof(r.message), "gov, easy and opts (with a deployment) are required");
-        r.within_deadline = 1;
-        finish_report(out, &r, NULL);
-        return SL_EINVAL;
+    if (!gov || !easy || !opts || opts->size < sizeof(size_t) || !opts->deployment)
+        return perform_refused(out, SL_EINVAL, "gov, easy and opts (with a deployment) are required");
+    /* Waiting here would stop the thread that brings the answers. */
+    if (gov_on_own_thread(gov))
+        return perform_refused(out, SL_EINVAL,
+                               "blocking call from a governor callback (it would deadlock); use sl_call_start");
+    block_loop bl;
+    if (block_init(&bl) != 0) return perform_refused(out, SL_ENOMEM, "out of memory");
+    sl_caller *c = NULL;
+    int rc = caller_create(gov, 1, &c);
+    if (rc == 0) {
+        sl_loop l;
+        sl_loop_init(&l);
+        l.data = &bl;
+        l.watch = block_watch;
+        l.timer = block_timer;
+        l.wake = block_wake;
+        sl_caller_attach(c, &l);
+        sl_call_http h;
+        sl_call_http_init(&h);
+        h.easy = easy;
+        rc = sl_call_start(c, opts, &h, block_done, &bl, NULL);
     }
-    sl_call_opts o;
-    verdict_opts(&o, opts_in);
-    uint64_t rng = o.seed ? o.seed : (uint64_t)t0 * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)&r;
-    sl_capture *c = NULL;
-    int rc = sl_capture_new(o.max_body, &c);
-    if (rc != 0) {
-        snprintf(r.message, sizeof(r.message), "out of memory");
-        finish_report(out, &r, NULL);
-        return rc;
-    }
-    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-    for (int retries = 0;; retries++) {
-        /* Acquire, leaving an attempt's worth of time before the deadline. */
-        sl_request req;
-        sl_request_init(&req);
-        req.deployment = o.deployment;
-        req.tokens = o.tokens;
-        req.input_tokens = o.input_tokens;
-        req.output_tokens = o.output_tokens;
-        req.max_wait_ms = o.max_wait_ms;
-        req.lane = o.lane;
-        req.tenant = o.tenant;
-        req.tag = o.tag;
-        if (o.deadline_ms > 0) {
-            req.deadline_ms = o.deadline_ms - o.min_attempt_ms;
-            if (req.deadline_ms <= sl_now_ms()) {
-                rc = SL_EDEADLINE;
-                r.outcome = "deadline";
-                snprintf(r.message, sizeof(r.message),
-                         "'%s': less than min_attempt_ms (%lld) left before the deadline", o.deployment,
-                         o.min_attempt_ms);
-                break;
-            }
-        }
-        sl_grant *g = NULL;
-        rc = sl_acquire(gov, &req, &g);
-        /* The acquire ran out of the call's time (its deadline is the call's
-         * minus min_attempt_ms): for the call that is the deadline, as when
-         * the backoff finds no time left. */
-        if (rc == SL_ETIMEDOUT && o.deadline_ms > 0) rc = SL_EDEADLINE;
-        if (rc != 0) {
-            r.outcome = rc == SL_ESHED ? "shed" : rc == SL_EDEADLINE ? "deadline" : "error";
-            r.retry_after_ms = sl_retry_after_ms(gov);
-            snprintf(r.message, sizeof(r.message), "%s", sl_errmsg(gov));
-            break;
-        }
-        r.waited_ms += sl_grant_waited_ms(g);
-        /* The deployment the attempt goes to (a group's member): its retry
-         * budget is the one to ask. The grant is gone after the settle. */
-        char member[72];
-        snprintf(member, sizeof(member), "%s", sl_grant_deployment(g));
-
-        /* One attempt, bounded by the time left. */
-        sl_capture_attach(c, easy);
-        if (o.deadline_ms > 0) {
-            /* Cut the attempt a little before the deadline, so that the
-             * settle and the return also happen within it. */
-            int64_t left = o.deadline_ms - sl_now_ms() - CURL_DEADLINE_MARGIN_MS;
-            curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, (long)(left > 1 ? left : 1));
-        }
-        CURLcode cc = curl_easy_perform(easy);
-        r.attempts++;
-        sl_verdict v;
-        capture_verdict(c, (int)cc, o.retry_after_cap_ms, &v);
-        settle_verdict(g, &v, c);
-        r.http_status = v.http_status;
-        r.curl_code = (int)cc;
-        r.outcome = sl_class_name(v.cls);
-        if (v.pause_ms >= 0) r.retry_after_ms = v.pause_ms;
-        if (c->overflow) {
-            rc = SL_ETOOBIG;
-            snprintf(r.message, sizeof(r.message), "'%s': the response is larger than max_body (%zu bytes)",
-                     o.deployment, o.max_body);
-            break;
-        }
-        if (v.cls == SL_CLASS_OK) {
-            rc = 0;
-            r.tokens = v.tokens;
-            r.message[0] = '\0';
-            break;
-        }
-
-        /* Retry only when the class, the deadline and the fleet allow. */
-        int64_t decided = sl_now_ms();
-        long long delay = sl_backoff_ms(&o, retries, &v, decided, &rng);
-        const char *what = cc != CURLE_OK ? curl_easy_strerror(cc) : "";
-        if (delay < 0) {
-            rc = (int)delay;
-            if (rc == SL_EDEADLINE) r.outcome = "deadline";
-            if (rc == SL_EATTEMPTS) r.outcome = "attempts";
-            snprintf(r.message, sizeof(r.message), "'%s': %s (HTTP %d%s%s%s%s); %s", o.deployment,
-                     sl_class_name(v.cls), v.http_status, v.code[0] ? ", " : "", v.code, *what ? ", " : "",
-                     what,
-                     rc == SL_EFATAL      ? "not retryable"
-                     : rc == SL_EATTEMPTS ? "no attempts left"
-                     : v.over_cap         ? "the server's wait is beyond retry_after_cap_ms"
-                                          : "no time left before the deadline for another attempt");
-            break;
-        }
-        long long budget_ra = -1;
-        int allowed = sl_may_retry(gov, member, &budget_ra);
-        if (allowed != 1) {
-            rc = allowed == 0 ? SL_ENORETRY : allowed;
-            r.outcome = allowed == 0 ? "retry_budget" : "error";
-            if (allowed == 0) r.retry_after_ms = budget_ra;
-            snprintf(r.message, sizeof(r.message), "'%s': %s (HTTP %d) and %s", o.deployment,
-                     sl_class_name(v.cls), v.http_status,
-                     allowed == 0 ? "the fleet's retry budget is spent" : sl_errmsg(gov));
-            break;
-        }
-        sleep_until(decided + delay);
-    }
-    reset_easy(easy);
-    int64_t end = sl_now_ms();
-    r.elapsed_ms = end - t0;
-    r.within_deadline = o.deadline_ms <= 0 || end <= o.deadline_ms;
-    finish_report(out, &r, c);
-    sl_capture_free(c);
-    return rc;
+    if (rc == 0) block_run(&bl, c);
+    sl_caller_free(c);
+    pthread_mutex_destroy(&bl.mu);
+    pthread_cond_destroy(&bl.cv);
+    if (rc != 0) return perform_refused(out, rc, rc == SL_ENOMEM ? "out of memory" : sl_strerror(rc));
+    finish_report(out, &bl.rep);
+    return bl.status;
 }

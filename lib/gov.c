@@ -271,6 +271,8 @@ static void cancel_locked(sl_gov *g, gov_op *op) {
 
 static int on_loop_thread(const sl_gov *g) { return pthread_equal(pthread_self(), g->thread); }
 
+int gov_on_own_thread(const sl_gov *g) { return on_loop_thread(g); }
+
 static void on_timer_closed(uv_handle_t *h) { free(h); }
 
 static void op_close_timer(gov_op *op) {

@@ -134,6 +134,9 @@ typedef struct gov_config {
 void gov_op_ref(gov_op *op);
 void gov_op_unref(gov_op *op);
 
+/* 1 on g's own loop thread (a callback), where nothing may wait for g. */
+int gov_on_own_thread(const sl_gov *g);
+
 /* Completions, loop thread only. Each finishes op exactly once.
  * gov_acquired: member is the deployment the slot is on (NULL or "": the
  * one asked for), endpoint a group member's endpoint (NULL or "": none);

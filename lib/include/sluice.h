@@ -11,7 +11,10 @@
  * for its slot in the fleet's schedule), makes the call, and settles the
  * grant with what the provider said. On a failure it asks sl_may_retry()
  * before retrying. sl_curl_perform() does all of that around one libcurl
- * easy handle. The guide with a complete worker is docs/library.md.
+ * easy handle; sl_call_start() does it asynchronously, for any number of
+ * calls at once on an event loop the application owns (<sluice_uv.h>
+ * attaches it to libuv). The guide with a complete worker is
+ * docs/library.md.
  *
  * Two modes, one API:
  *   daemon    socket_path: talk to the local `sluiced` on its UNIX socket;
@@ -33,10 +36,12 @@
  *
  * Threading. Everything taking an sl_gov is thread-safe unless stated:
  * many threads may share one governor, and a slow slot for one caller
- * never blocks another. Asynchronous callbacks run on the governor's
- * internal thread; they must not block and must not call the blocking
- * functions (sl_acquire, sl_may_retry, sl_curl_perform), which return
- * SL_EINVAL there. */
+ * never blocks another. The callbacks of sl_acquire_async() and
+ * sl_may_retry_async() run on the governor's internal thread; they must
+ * not block and must not call the blocking functions (sl_acquire,
+ * sl_may_retry, sl_curl_perform), which return SL_EINVAL there. The
+ * governed calls (sl_caller, sl_call) belong to the thread of the loop
+ * they are attached to, and so do their callbacks. */
 #ifndef SLUICE_H
 #define SLUICE_H
 
@@ -422,29 +427,62 @@ typedef struct sl_call_opts {
     const char *tag;             /* as sl_request */
     long long input_tokens;      /* as sl_request; -1 (init): not split */
     long long output_tokens;
+    /* Both forms (sl_curl_perform and sl_call_start) read the fields
+     * below; zero keeps sl_curl_perform's behaviour. */
+    int settle_headers;          /* which response headers a settle passes on:
+                                    SL_SETTLE_HEADERS_ALL (0: the agent decides
+                                    what they mean), _RETRY_AFTER (only the waits
+                                    the provider asks for), _NONE */
+    long long attempt_timeout_ms;/* limit of one attempt (CURLOPT_TIMEOUT_MS),
+                                    cut to the deadline; 0: the deadline only */
+    int retry_shed;              /* 1: a shed acquire waits its retry-after and
+                                    asks again while the deadline leaves
+                                    min_attempt_ms ("breaker" without a hint: 5 s);
+                                    never for "quota", "too_large" or a hint of -1
+                                    (never fits). 0: a shed ends the call */
+    long long unavailable_ms;    /* the governor unreachable (SL_EUNAVAIL, SL_EIO,
+                                    SL_EPROTO, SL_EREDIS, or SL_ECLOSING answered by
+                                    a sluiced that shuts down): ask again every
+                                    second for up to this long; 0: end the call */
 } sl_call_opts;
+
+/* sl_call_opts.settle_headers */
+enum { SL_SETTLE_HEADERS_ALL = 0, SL_SETTLE_HEADERS_RETRY_AFTER = 1, SL_SETTLE_HEADERS_NONE = 2 };
 
 SL_API void sl_call_opts_init_size(sl_call_opts *o, size_t size);
 #define sl_call_opts_init(o) sl_call_opts_init_size((o), sizeof(*(o)))
 
-/* What sl_curl_perform() did. The body belongs to the report: release it
- * with sl_call_report_free(). */
+/* What sl_curl_perform() (or an asynchronous call, sl_call_start) did.
+ * The body belongs to the report: release it with sl_call_report_free(). */
 typedef struct sl_call_report {
     size_t size;                 /* set by sl_call_report_init() */
     int attempts;                /* HTTP attempts made */
-    long long waited_ms;         /* total time waiting for slots */
+    long long waited_ms;         /* total time waiting for slots (and for a
+                                    shed's retry-after, with retry_shed) */
     long long elapsed_ms;        /* from the call to its return */
     int within_deadline;         /* 1: returned no later than the deadline (or none) */
     int http_status;             /* of the last attempt, 0 none */
     int curl_code;               /* CURLcode of the last attempt */
     const char *outcome;         /* class of the last attempt ("ok", "rate_limited", ...),
                                     or "shed", "deadline", "retry_budget", "attempts",
-                                    "error" when that ended the call. Static */
+                                    "cancelled", "error" when that ended the call. Static */
     long long tokens;            /* usage of the successful attempt, -1 unknown */
     long long retry_after_ms;    /* last hint (shed, retry budget, server), -1 */
     char *body;                  /* last response body, NUL-terminated; may be NULL */
     size_t body_len;
     char message[256];           /* why it ended, "" on success */
+    int retries;                 /* retries the fleet's retry budget allowed */
+    int sheds;                   /* acquires that were shed */
+    int status_429;              /* responses with HTTP status 429 */
+    int cls;                     /* sl_class of the last response; -1 none */
+    char code[64];               /* its error.code ("insufficient_quota"), "" */
+    char shed_reason[24];        /* the reason of the shed that ended the call, "" */
+    char deployment[72];         /* the deployment of the last grant (a group's
+                                    member): where the last attempt went; "" none */
+    long long input_tokens;      /* the successful attempt's usage split as
+                                    sl_usage_of() reads it; -1 unknown */
+    long long output_tokens;
+    long long cache_read_tokens;
 } sl_call_report;
 
 SL_API void sl_call_report_init_size(sl_call_report *r, size_t size);
@@ -511,6 +549,187 @@ SL_API int sl_settle_capture(sl_grant *g, const sl_capture *c, int curl_code);
  * is beyond its cap). rng: caller-owned jitter state (any seed). Pure. */
 SL_API long long sl_backoff_ms(const sl_call_opts *o, int attempt, const sl_verdict *v,
                                int64_t now_ms, uint64_t *rng);
+
+/* ---- governed calls on your event loop ------------------------------------ */
+
+/* The asynchronous form of sl_curl_perform(): any number of governed calls
+ * at once on an event loop the application owns, each going through
+ * acquire (sl_acquire_async) -> send (libcurl multi) -> classify -> settle
+ * (usage per dimension, the response headers) -> backoff -> retry, as
+ * sl_curl_perform() does (it is built on this), and cancellable at every
+ * step. docs/library.md has the guide and an example program.
+ *
+ * Two objects: an sl_caller, one per loop (a libcurl multi handle, the
+ * calls' timers, the hand-over from the governor's thread), and an
+ * sl_call, one governed request. A caller reaches its loop through an
+ * sl_loop, four functions an adapter fills, the way hiredis' adapters
+ * plug its async context into a loop: the libuv adapter is ready in
+ * <sluice_uv.h> (sl_uv_attach); any other loop needs the four functions.
+ *
+ * Threads. Everything here belongs to the loop's thread: call sl_caller_*
+ * and sl_call_* there only, and every callback (completion, hooks) runs
+ * there, from within sl_caller_io(), sl_caller_timer() or sl_caller_wake(),
+ * never from within the function that caused it. The one exception is
+ * sl_loop.wake, which libsluice calls from the governor's internal thread
+ * (where the asynchronous acquire and retry-budget answers arrive) to hand
+ * them to the loop. One caller per loop is enough; callers on different
+ * loops (threads) may share one governor. */
+
+/* Events of sl_loop.watch and sl_caller_io(). */
+#define SL_LOOP_READ 1
+#define SL_LOOP_WRITE 2
+#define SL_LOOP_ERROR 4          /* sl_caller_io() only: the socket failed */
+
+/* What a loop adapter gives a caller. Fill with sl_loop_init(). */
+typedef struct sl_loop {
+    size_t size;                 /* set by sl_loop_init() */
+    void *data;                  /* the adapter's, passed to every function */
+    /* Watch socket fd for events (SL_LOOP_READ | SL_LOOP_WRITE), replacing
+     * what was watched; events 0: stop watching it (it is about to be
+     * closed). *sock is the adapter's slot for this socket: NULL the first
+     * time, then what the adapter stored there, until events 0 (the adapter
+     * frees its state then). When fd is ready, call sl_caller_io(). Returns
+     * 0, or < 0 (the transfer on fd fails). */
+    int (*watch)(void *data, int fd, int events, void **sock);
+    /* Arms the caller's one timer: call sl_caller_timer() once, ms (>= 0)
+     * from now, replacing an earlier arming; ms < 0 disarms it. */
+    void (*timer)(void *data, long long ms);
+    /* From any thread: make the loop call sl_caller_wake() soon, on its
+     * thread. Calls may be merged into one. Must not block. */
+    void (*wake)(void *data);
+    /* The caller is done with the loop (sl_caller_free): release the
+     * watches, the timer and the wake-up. Nothing above is called after
+     * it, and the adapter must not call sl_caller_* again. May be NULL. */
+    void (*close)(void *data);
+} sl_loop;
+
+SL_API void sl_loop_init_size(sl_loop *l, size_t size);
+#define sl_loop_init(l) sl_loop_init_size((l), sizeof(*(l)))
+
+typedef struct sl_caller sl_caller;
+typedef struct sl_call sl_call;
+
+/* Makes a caller for governed calls on gov, which must outlive it (free
+ * the callers before sl_close). It does nothing until attached to a loop.
+ * Returns 0 and *out (the caller's: sl_caller_free it), SL_EINVAL, or
+ * SL_ENOMEM (also when libcurl cannot make a multi handle). */
+SL_API int sl_caller_new(sl_gov *gov, sl_caller **out);
+
+/* Attaches c to the loop l describes (copied; watch, timer and wake are
+ * required). Once per caller. Returns 0 or SL_EINVAL. */
+SL_API int sl_caller_attach(sl_caller *c, const sl_loop *l);
+
+/* Frees c. Calls still in progress end as sl_call_cancel(call,
+ * SL_CANCEL_NOW) ends them (every slot they hold goes back, transfers are
+ * aborted and your easy handles released) but their callbacks do not
+ * run, nor do completions not yet delivered. Then the loop's close runs.
+ * Answers still on their way from the governor's thread are dropped (a
+ * grant among them is given back) when they arrive. Safe from within any
+ * callback of c (the rest is done when it returns). NULL is a no-op. */
+SL_API void sl_caller_free(sl_caller *c);
+
+/* The adapter's entry points, on the loop's thread: fd (watched) is ready
+ * for events (SL_LOOP_*); the timer fired; a wake-up came. Callbacks run
+ * from within them. */
+SL_API void sl_caller_io(sl_caller *c, int fd, int events);
+SL_API void sl_caller_timer(sl_caller *c);
+SL_API void sl_caller_wake(sl_caller *c);
+
+/* What a call sends, and its hooks. Fill with sl_call_http_init(). */
+typedef struct sl_call_http {
+    size_t size;                 /* set by sl_call_http_init() */
+    /* Either a CURL easy handle you set up (URL, headers, body, TLS ...),
+     * which stays yours: every attempt adds it to the caller's multi
+     * handle; the call sets on it what sl_curl_perform() sets (and
+     * CURLOPT_PRIVATE while in flight, restored after) and resets the
+     * callbacks when it ends. Do not use it elsewhere meanwhile. */
+    void *easy;
+    /* Or, with easy NULL, the request the call makes itself: */
+    const char *url;
+    const sl_header *headers;    /* request headers (copied); "Expect:" is added */
+    size_t nheaders;
+    const char *body;            /* POSTed when not NULL (copied); NULL: GET */
+    size_t body_len;
+    /* Optional hooks, with the arg given to sl_call_start(). prepare runs
+     * before each attempt, with its grant (sl_grant_deployment(),
+     * sl_grant_endpoint(): a group's member) and the easy handle about to
+     * go: set what depends on the member (URL, key, the body's "model").
+     * It returns 0 to send, or an SL_E* code that ends the call with it
+     * (the slot goes back, unsent). attempted runs after each attempt, once
+     * it is settled, with its verdict and CURLcode: for counting and
+     * logging. The grant and verdict are borrowed for the hook's duration. */
+    int (*prepare)(void *arg, sl_call *call, const sl_grant *grant, void *easy);
+    void (*attempted)(void *arg, sl_call *call, const sl_verdict *v, int curl_code);
+} sl_call_http;
+
+SL_API void sl_call_http_init_size(sl_call_http *h, size_t size);
+#define sl_call_http_init(h) sl_call_http_init_size((h), sizeof(*(h)))
+
+/* A call ended. status: what sl_curl_perform() would return (0 for a 2xx
+ * response, SL_EFATAL, SL_ENORETRY, SL_EDEADLINE, SL_EATTEMPTS, SL_ESHED,
+ * SL_ETOOBIG, an acquire's error), or SL_ECANCELED after sl_call_cancel().
+ * report is the library's, valid during the callback; to keep the body,
+ * move it out (take report->body and set it to NULL; free() it later).
+ * call is valid until the callback returns. */
+typedef void (*sl_call_cb)(void *arg, sl_call *call, int status, sl_call_report *report);
+
+/* Starts a governed call of opts (policy, deadline, deployment, estimate,
+ * lane, tenant, tag: as sl_curl_perform) sending http, on c's loop. The
+ * strings of opts and http are copied. Returns 0 and *out (optional: the
+ * call's handle, valid until its callback returns); cb then runs exactly
+ * once, later, with the outcome, even one decided at once (no time left).
+ * Returns SL_EINVAL (no deployment, no easy handle nor url, no cb, c not
+ * attached), SL_ENOMEM or SL_ECLOSING (c is being freed): then cb never
+ * runs. */
+SL_API int sl_call_start(sl_caller *c, const sl_call_opts *opts, const sl_call_http *http, sl_call_cb cb,
+                         void *arg, sl_call **out);
+
+/* sl_call_cancel() modes. */
+enum {
+    SL_CANCEL_NOW = 0,           /* end the call now, a transfer in flight aborted */
+    SL_CANCEL_AFTER_SEND = 1     /* let a transfer in flight finish (and settle),
+                                    but take no further step */
+};
+
+/* Ends call, its callback then running with SL_ECANCELED (from the loop,
+ * never from within this function) and the report of what was done. At
+ * each step:
+ *   waiting for a slot   the acquire is cancelled (sl_cancel); a
+ *                        reservation already made goes back to the fleet
+ *                        (settled as cancelled), also when its answer is
+ *                        already on its way;
+ *   sending (NOW)        the transfer is aborted. Its grant is settled
+ *                        SL_OUTCOME_FAILED, usage unknown (the estimate
+ *                        stays charged), once any byte of the request was
+ *                        written: the provider may have admitted and
+ *                        counted it, and giving the slot back would let the
+ *                        fleet offer more than the quota. Settled CANCELLED
+ *                        (the slot goes back) when nothing was written yet
+ *                        (resolving, connecting, TLS);
+ *   sending (AFTER_SEND) the attempt finishes and is settled as usual; an
+ *                        outcome that ends the call anyway (success, not
+ *                        retryable, no attempts or time left) is reported
+ *                        as such, one that would be retried as SL_ECANCELED;
+ *   asking the budget    the call ends; the answer is dropped when it comes
+ *                        (a retry it allowed stays counted: the fleet's
+ *                        budget errs on the side of fewer retries);
+ *   backing off          no slot is held between attempts: the wait stops.
+ * Returns 0, SL_EALREADY (the call has ended: its callback is queued or
+ * running), or SL_EINVAL. */
+SL_API int sl_call_cancel(sl_call *call, int mode);
+
+/* Where a call is. */
+enum {
+    SL_CALL_ACQUIRING = 0,       /* waiting for its slot */
+    SL_CALL_SENDING,             /* an attempt in flight */
+    SL_CALL_ASKING,              /* asking the fleet's retry budget */
+    SL_CALL_BACKOFF,             /* waiting before the next step (a backoff,
+                                    a shed's retry-after, the governor away) */
+    SL_CALL_DONE                 /* ended; the callback is queued or running */
+};
+
+/* SL_CALL_* for call, or SL_EINVAL for NULL. */
+SL_API int sl_call_state(const sl_call *call);
 
 #ifdef __cplusplus
 }

@@ -3,13 +3,16 @@
  *   - a small local HTTP provider on 127.0.0.1 (plain sockets, one thread
  *     per connection) that answers 200 with usage JSON, 429 with
  *     Retry-After, 503, quota errors and slow responses (/ok, /flaky
- *     [?code=503], /429?ra=N, /503, /quota, /slow?ms=N, /big?bytes=N), and logs the
- *     arrival time and status of every request;
+ *     [?code=503 | ?form=date | ?form=ms&wait=MS], /429?ra=N, /503, /quota,
+ *     /slow?ms=N, /big?bytes=N), and logs the arrival time, status and
+ *     the wait a 429 asked for of every request;
  *   - lib_daemon: a sluiced (sluiced_fixture) on a private socket with the
  *     config these tests share;
  *   - Redis' own view of a deployment (the status script), to wait on a
  *     condition (a grant held, a pause applied) instead of a sleep.
- * Header-only, static functions: each test stays one file plus this. */
+ * Requests are logged when their answer is decided: /slow's at arrival,
+ * before its wait. Header-only, static functions: each test stays one
+ * file plus this. */
 #ifndef SLUICE_TEST_LIB_HARNESS_H
 #define SLUICE_TEST_LIB_HARNESS_H
 
@@ -62,6 +65,7 @@ typedef struct http_hit {
     double t_ms;      /* arrival, h_now() */
     int status;
     char path[48];
+    double wait_ms;   /* /flaky's 429: the wait its headers ask for from now, else -1 */
 } http_hit;
 
 typedef struct http_server {
@@ -135,6 +139,8 @@ static void *h_conn_main(void *arg) {
     int status = 200;
     const char *reason = "OK", *body = http_ok_body;
     char extra[160] = "", *big = NULL;
+    double wait_ms = -1;
+    int slow_ms = 0;
     if (strncmp(path, "/ok", 3) == 0) {
         snprintf(extra, sizeof(extra), "x-ratelimit-remaining-requests: 100\r\n");
     } else if (strncmp(path, "/flaky", 6) == 0) {
@@ -148,7 +154,27 @@ static void *h_conn_main(void *arg) {
             body = "{\"error\":{\"message\":\"overloaded\"}}";
         } else if (fail) {
             status = 429;
-            snprintf(extra, sizeof(extra), "Retry-After: %d\r\nx-ratelimit-remaining-requests: 0\r\n", ra);
+            const char *form = strstr(path, "form=");
+            if (form && strncmp(form + 5, "date", 4) == 0) {
+                /* Retry-After as an HTTP-date (IMF-fixdate): ra s after the
+                 * next whole second, so the wait is in (ra, ra + 1] s. */
+                struct timespec w;
+                clock_gettime(CLOCK_REALTIME, &w);
+                time_t at = w.tv_sec + ra + 1;
+                struct tm tm;
+                gmtime_r(&at, &tm);
+                char date[64];
+                strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+                snprintf(extra, sizeof(extra), "Retry-After: %s\r\n", date);
+                wait_ms = (double)at * 1000 - ((double)w.tv_sec * 1000 + (double)w.tv_nsec / 1e6);
+            } else if (form && strncmp(form + 5, "ms", 2) == 0) {
+                long ms = h_query(path, "wait=", 700);
+                snprintf(extra, sizeof(extra), "retry-after-ms: %ld\r\n", ms);
+                wait_ms = (double)ms;
+            } else {
+                snprintf(extra, sizeof(extra), "Retry-After: %d\r\nx-ratelimit-remaining-requests: 0\r\n", ra);
+                wait_ms = ra * 1000.0;
+            }
             body = "{\"error\":{\"code\":\"rate_limit_exceeded\",\"message\":\"Rate limit reached\"}}";
         }
     } else if (strncmp(path, "/429", 4) == 0) {
@@ -163,7 +189,7 @@ static void *h_conn_main(void *arg) {
         body = "{\"error\":{\"code\":\"insufficient_quota\",\"type\":\"insufficient_quota\","
                "\"message\":\"You exceeded your current quota\"}}";
     } else if (strncmp(path, "/slow", 5) == 0) {
-        h_sleep((int)h_query(path, "ms=", 1000));
+        slow_ms = (int)h_query(path, "ms=", 1000);
     } else if (strncmp(path, "/big", 4) == 0) {
         size_t len = (size_t)h_query(path, "bytes=", 100000);
         big = malloc(len + 1);
@@ -182,9 +208,12 @@ static void *h_conn_main(void *arg) {
         http_hit *h = &s->log[s->nlog++];
         h->t_ms = t;
         h->status = status;
+        h->wait_ms = wait_ms;
         snprintf(h->path, sizeof(h->path), "%.47s", path);
     }
     pthread_mutex_unlock(&s->mu);
+    /* /slow is logged on arrival: a test can tell a request in progress. */
+    if (slow_ms) h_sleep(slow_ms);
     h_send(c->fd, status, reason, extra, body);
     free(big);
     pthread_mutex_lock(&s->mu);
