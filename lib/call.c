@@ -134,11 +134,13 @@ void call_wakeup(sl_call *call) {
 /* The governor could not answer (sluiced restarting, Redis gone with
  * fail-closed): worth asking again while unavailable_ms lasts. An error
  * returned by the call itself (sync) with SL_ECLOSING is our own governor
- * closing, which asking again cannot change. */
-static int governor_away(sl_call *call, int status, int sync) {
+ * closing, which asking again cannot change. SL_ETIMEDOUT is the same
+ * silence for the retry-budget question (call_timeout_ms), but the
+ * deadline for an acquire. */
+static int governor_away(sl_call *call, int status, int sync, int asking) {
     if (call->o.unavailable_ms <= 0) return 0;
     if (status != SL_EUNAVAIL && status != SL_EIO && status != SL_EPROTO && status != SL_EREDIS &&
-        !(status == SL_ECLOSING && !sync))
+        !(status == SL_ECLOSING && !sync) && !(status == SL_ETIMEDOUT && asking))
         return 0;
     int64_t now = sl_now_ms();
     if (!call->unavail_since) call->unavail_since = now;
@@ -210,7 +212,7 @@ static void handle_acquired(sl_call *call, int sync) {
         end(call, SL_EDEADLINE, "deadline", "%s", ev->msg);
         return;
     }
-    if (governor_away(call, st, sync)) {
+    if (governor_away(call, st, sync, 0)) {
         pause_until(call, sl_now_ms() + CALL_UNAVAIL_PAUSE_MS, SL_CALL_ACQUIRING);
         return;
     }
@@ -389,7 +391,7 @@ static void handle_retry(sl_call *call, int sync) {
             cls, r->http_status);
         return;
     }
-    if (governor_away(call, ev->status, sync)) {
+    if (governor_away(call, ev->status, sync, 1)) {
         pause_until(call, sl_now_ms() + CALL_UNAVAIL_PAUSE_MS, SL_CALL_ASKING);
         return;
     }

@@ -6,25 +6,23 @@
  * appends one record per request to a results file (or the errors file),
  * so a rerun with the same files does only what is left.
  *
- * Everything happens on one libuv loop on the main thread:
- *   - HTTP: libcurl multi on the loop (run_http.c), any number of transfers
- *     without a thread per request;
- *   - libsluice: sl_acquire_async() and sl_may_retry_async() call back on
- *     the governor's own thread. The callback only copies the result into
- *     the request's preallocated event and queues it (a mutex and
- *     uv_async_send); the loop thread takes it from there. So every
- *     decision, every settle and every write happens on the loop thread,
- *     with no locks beyond that queue.
+ * Each request (an item) is one governed call of libsluice (sl_call_start):
+ * acquire, send, classify, settle, backoff and retry within the fleet's
+ * retry budget and the request's deadline all happen there, the same code
+ * as sl_curl_perform() and the proxy's. A shed acquire is not a failure:
+ * the call waits the retry-after it was given and asks again (retry_shed),
+ * within the deadline; a governor that cannot be reached is asked again
+ * for RUN_UNAVAIL_GIVE_UP_MS. What stays here: the input, the files and
+ * their resumability, sharding, the member's URL and body for each grant
+ * (the call's prepare hook), the records, SIGINT and the progress line.
  *
- * One request (an item) goes through: acquire -> send -> settle ->
- * (success: record) or (failure: backoff + fleet retry budget + deadline
- * say retry: wait, acquire again; or record the failure). A shed acquire
- * (no slot within the max wait) is not a failure: the item waits the
- * retry-after it was given and asks again, within its deadline. */
+ * Everything happens on one libuv loop on the main thread, to which the
+ * libsluice caller is attached (sluice_uv.h): libcurl multi on the loop,
+ * any number of transfers without a thread per request, and every
+ * decision, settle and write on the loop thread. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -44,26 +41,20 @@
 #include "config.h"
 #include "run_args.h"
 #include "run_files.h"
-#include "run_http.h"
 #include "run_input.h"
 #include "run_target.h"
 #include "sluice.h"
+#include "sluice_uv.h"
 
-#define RUN_MAX_HEADERS 64
-/* The governor unreachable for this long stops the run (resumable). */
+/* The governor unreachable for this long ends a call, and so the run
+ * (resumable). */
 #define RUN_UNAVAIL_GIVE_UP_MS 30000
-#define RUN_UNAVAIL_PAUSE_MS 1000
-/* Every member of a group behind an open breaker: ask again after this. */
-#define RUN_BREAKER_WAIT_MS 5000
 /* The progress line: refreshed every tick, the rate over RUN_RATE_TICKS. */
 #define RUN_TICK_MS 500
 #define RUN_RATE_TICKS 20
-/* An attempt is cut this long before the request's deadline. */
-#define RUN_DEADLINE_MARGIN_MS 10
 #define RUN_MIN_ATTEMPT_MS 1000
-
-/* Which response headers a settle passes on (--settle-headers). */
-enum { SETTLE_HDR_ALL = 0, SETTLE_HDR_RETRY_AFTER, SETTLE_HDR_NONE };
+/* A connection that does not come up within this is a transport failure. */
+#define RUN_CONNECT_TIMEOUT_MS 10000L
 
 /* ---- options ------------------------------------------------------------------ */
 
@@ -140,58 +131,22 @@ static void run_usage(FILE *f) {
 typedef struct run run;
 typedef struct item item;
 
-typedef enum ev_kind { EV_ACQUIRED, EV_RETRY } ev_kind;
-
-/* What a governor callback reported; lives in its item (an item waits for
- * at most one callback at a time), so a callback never allocates. */
-typedef struct run_event {
-    struct run_event *next;
-    item *it;
-    ev_kind kind;
-    int status;               /* SL_OK / SL_E*; EV_RETRY: 1, 0 or SL_E* */
-    sl_grant *grant;
-    char reason[24];
-    long long retry_after_ms;
-    char msg[256];
-} run_event;
-
-typedef enum item_state {
-    IT_ACQUIRE,  /* waiting for the governor's answer (a slot) */
-    IT_SEND,     /* HTTP attempt in flight */
-    IT_ASK,      /* asking the fleet's retry budget */
-    IT_SLEEP     /* backoff, or waiting a shed's retry-after */
-} item_state;
-
 struct item {
     run *r;
     item *prev, *next;
     json_t *id;
     char *key, *body;
     size_t body_len;
-    long long tokens;
     long long input_tokens, output_tokens; /* the estimate split (run_estimate_split) */
     int has_max_tokens;
     char lane[RUN_CLASS_NAME_MAX + 1];   /* "" = the deployment's default lane */
     char tenant[RUN_CLASS_NAME_MAX + 1]; /* "" = none */
     char tag[RUN_CLASS_NAME_MAX + 1];    /* "" = none */
     int has_model;            /* the body names its model */
-    char member[RUN_CLASS_NAME_MAX + 1]; /* the deployment of the current (or last) attempt */
-    char *sent;               /* the body sent to it, when not body itself (a group's "model") */
-    item_state state;
-    item_state after_sleep;   /* IT_ACQUIRE or IT_ASK */
-    sl_call_id call;
-    int pending;              /* a governor callback will come */
-    run_event ev;
-    sl_grant *grant;
-    CURL *easy;
-    sl_capture *cap;
-    uv_timer_t timer;
-    int attempts;
-    long long waited_ms, delay_ms;
+    char *sent;               /* the body sent to the member, when not body itself */
+    CURL *easy;               /* the item's handle, reused by every attempt */
+    sl_call *call;            /* its governed call, NULL once ended */
     int64_t deadline_ms;      /* 0 none */
-    sl_verdict last;          /* of the last attempt */
-    int last_curl;
-    int have_last;
 };
 
 struct run {
@@ -205,12 +160,9 @@ struct run {
 
     sl_gov *gov;
     uv_loop_t loop;
-    uv_async_t wake;
+    sl_caller *caller;        /* the governed calls, on loop */
     uv_signal_t sigint, sigterm;
     uv_timer_t tick;
-    run_http *http;
-    pthread_mutex_t mu;
-    run_event *events;        /* pushed by callbacks, newest first */
 
     FILE *in;
     char *line;
@@ -219,12 +171,10 @@ struct run {
     int in_eof;
     run_set seen;             /* ids with a record, and those taken by this run */
     run_file out, err;
-    sl_call_opts policy;
-    uint64_t rng;
+    sl_call_opts policy;      /* every call's, but deadline and classes */
 
     item *live;
     int nlive;
-    int hdr_mode;             /* SETTLE_HDR_* */
     long long total, done_before, ok, failed, attempts, status_429, retries, sheds;
     long long *member_ok;     /* successes per member, in target order */
     int stopping;             /* 1: no new work; 2: cancel calls in flight too */
@@ -232,7 +182,7 @@ struct run {
     int fatal;
     char fatal_msg[512];
     int shut;
-    int64_t t0, unavail_since;
+    int64_t t0;
     int tty;
     int64_t tick_t[RUN_RATE_TICKS];
     long long tick_done[RUN_RATE_TICKS];
@@ -240,10 +190,9 @@ struct run {
 };
 
 static void fill(run *r);
-static void item_acquire(item *it);
-static void item_ask(item *it);
 static void maybe_finish(run *r);
-static void on_item_timer(uv_timer_t *t);
+static int check_classes(const run *r, const char *lane, const char *tag, char *err, size_t errlen);
+static int count_input(run *r, char *err, size_t errlen);
 
 /* ---- small helpers ------------------------------------------------------------------ */
 
@@ -303,435 +252,228 @@ static void record_failure(run *r, json_t *id, const char *classification, const
     r->failed++;
 }
 
-/* ---- the event queue (governor thread -> loop thread) ------------------------------------------ */
-
-static void push_event(run *r, run_event *ev) {
-    pthread_mutex_lock(&r->mu);
-    ev->next = r->events;
-    r->events = ev;
-    pthread_mutex_unlock(&r->mu);
-    uv_async_send(&r->wake);
-}
-
-/* On the governor's thread: copy and hand over, nothing else. */
-static void on_acquired(void *arg, const sl_result *res) {
-    item *it = arg;
-    run_event *ev = &it->ev;
-    ev->it = it;
-    ev->kind = EV_ACQUIRED;
-    ev->status = res->status;
-    ev->grant = res->grant;
-    snprintf(ev->reason, sizeof(ev->reason), "%s", res->shed_reason ? res->shed_reason : "");
-    ev->retry_after_ms = res->retry_after_ms;
-    snprintf(ev->msg, sizeof(ev->msg), "%s", res->message ? res->message : "");
-    push_event(it->r, ev);
-}
-
-static void on_retry_answer(void *arg, int status, long long retry_after_ms) {
-    item *it = arg;
-    run_event *ev = &it->ev;
-    ev->it = it;
-    ev->kind = EV_RETRY;
-    ev->status = status;
-    ev->grant = NULL;
-    ev->reason[0] = '\0';
-    ev->retry_after_ms = retry_after_ms;
-    ev->msg[0] = '\0';
-    push_event(it->r, ev);
-}
-
 /* ---- items ------------------------------------------------------------------ */
 
-static void on_item_closed(uv_handle_t *h) {
-    item *it = h->data;
-    json_decref(it->id);
-    free(it->key);
-    free(it->body);
-    free(it->sent);
-    sl_capture_free(it->cap);
-    free(it);
-}
-
-/* The item leaves: recorded, or dropped to be done by a rerun. */
+/* The item leaves: recorded, or dropped to be done by a rerun. Its call
+ * has ended (or never started). */
 static void item_end(item *it) {
     run *r = it->r;
-    if (it->grant) sl_settle(it->grant, -1, SL_OUTCOME_CANCELLED, NULL, 0);
-    it->grant = NULL;
     if (it->easy) curl_easy_cleanup(it->easy);
-    it->easy = NULL;
     if (it->prev) it->prev->next = it->next;
     else r->live = it->next;
     if (it->next) it->next->prev = it->prev;
     r->nlive--;
-    uv_timer_stop(&it->timer);
-    uv_close((uv_handle_t *)&it->timer, on_item_closed);
+    json_decref(it->id);
+    free(it->key);
+    free(it->body);
+    free(it->sent);
+    free(it);
     fill(r);
     maybe_finish(r);
 }
 
-static void item_fail(item *it, const char *classification, const char *reason, const char *message) {
-    const sl_verdict *v = it->have_last ? &it->last : NULL;
-    record_failure(it->r, it->id, classification, reason, v ? v->http_status : 0, it->attempts, it->waited_ms,
-                   v ? v->code : NULL, message);
-    item_end(it);
-}
-
-static void item_sleep(item *it, long long ms, item_state then) {
-    it->state = IT_SLEEP;
-    it->after_sleep = then;
-    uv_timer_start(&it->timer, on_item_timer, (uint64_t)(ms > 0 ? ms : 0), 0);
-}
-
-static void on_item_timer(uv_timer_t *t) {
-    item *it = t->data;
-    if (it->after_sleep == IT_ASK) item_ask(it);
-    else item_acquire(it);
-}
-
-/* The governor could not be reached (sluiced restarting, say): pause the
- * item and ask again, unless that has lasted too long for the run. */
-static void item_unavailable(item *it, item_state then, const char *msg) {
+/* The call's prepare hook: the grant names the deployment the attempt goes
+ * to (a group's member); send to its URL, with its headers and body. */
+static int item_prepare(void *arg, sl_call *call, const sl_grant *grant, void *easy) {
+    (void)call;
+    item *it = arg;
     run *r = it->r;
-    int64_t now = sl_now_ms();
-    if (r->unavail_since == 0) r->unavail_since = now;
-    if (now - r->unavail_since > RUN_UNAVAIL_GIVE_UP_MS) {
-        set_fatal(r, "the governor is unavailable for %d s: %s", RUN_UNAVAIL_GIVE_UP_MS / 1000, msg);
-        item_end(it);
-        return;
+    const char *dep = sl_grant_deployment(grant);
+    const run_member *m = run_target_member(&r->target, dep);
+    if (!m) {
+        /* The daemon's config and ours disagree. */
+        set_fatal(r, "the governor granted a slot on '%s', which is not a member of '%s' in %s", dep,
+                  r->cli.deployment, r->cli.config);
+        return SL_EINVAL;
     }
-    item_sleep(it, RUN_UNAVAIL_PAUSE_MS, then);
-}
-
-static void item_acquire(item *it) {
-    run *r = it->r;
-    if (r->stopping) {
-        item_end(it);
-        return;
-    }
-    sl_request req;
-    sl_request_init(&req);
-    req.deployment = r->cli.deployment;
-    /* Split: each dimension of the member takes its part (docs/providers.md). */
-    req.input_tokens = it->input_tokens;
-    req.output_tokens = it->output_tokens;
-    req.lane = it->lane[0] ? it->lane : NULL;
-    req.tenant = it->tenant[0] ? it->tenant : NULL;
-    req.tag = it->tag[0] ? it->tag : NULL;
-    if (it->deadline_ms > 0) {
-        /* Leave an attempt's worth of time after the slot. */
-        req.deadline_ms = it->deadline_ms - RUN_MIN_ATTEMPT_MS;
-        if (req.deadline_ms <= sl_now_ms()) {
-            item_fail(it, it->have_last ? sl_class_name(it->last.cls) : "deadline", "deadline",
-                      "no time left before the deadline for an attempt");
-            return;
-        }
-    }
-    it->state = IT_ACQUIRE;
-    it->pending = 1;
-    int rc = sl_acquire_async(r->gov, &req, on_acquired, it, &it->call);
-    if (rc != 0) {
-        /* The callback will not run: queue the same answer ourselves, so
-         * it is handled from the loop like any other (no recursion). */
-        run_event *ev = &it->ev;
-        ev->it = it;
-        ev->kind = EV_ACQUIRED;
-        ev->status = rc;
-        ev->grant = NULL;
-        ev->reason[0] = '\0';
-        ev->retry_after_ms = -1;
-        snprintf(ev->msg, sizeof(ev->msg), "%s", sl_errmsg(r->gov));
-        push_event(r, ev);
-    }
-}
-
-static void item_ask(item *it) {
-    run *r = it->r;
-    if (r->stopping) {
-        item_end(it);
-        return;
-    }
-    it->state = IT_ASK;
-    it->pending = 1;
-    /* The budget of the deployment that failed (a group has none). */
-    int rc = sl_may_retry_async(r->gov, it->member, on_retry_answer, it);
-    if (rc != 0) {
-        run_event *ev = &it->ev;
-        ev->it = it;
-        ev->kind = EV_RETRY;
-        ev->status = rc;
-        ev->grant = NULL;
-        ev->retry_after_ms = -1;
-        snprintf(ev->msg, sizeof(ev->msg), "%s", sl_errmsg(r->gov));
-        push_event(r, ev);
-    }
-}
-
-/* Sends the item to m, the deployment its grant is on. */
-static void item_send(item *it, const run_member *m) {
-    run *r = it->r;
-    CURL *e = curl_easy_init();
     size_t blen = 0;
-    free(it->sent);
-    const char *body = e ? run_target_body(m, it->body, it->body_len, it->has_model,
-                                                  it->has_max_tokens ? 0 : it->output_tokens, &blen, &it->sent) : NULL;
-    if (!body || (!it->cap && sl_capture_new(0, &it->cap) != 0)) {
-        if (e) curl_easy_cleanup(e);
-        set_fatal(r, "out of memory");
-        item_end(it);
-        return;
-    }
-    it->easy = e;
-    curl_easy_setopt(e, CURLOPT_URL, m->url);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, m->hdrs);
-    curl_easy_setopt(e, CURLOPT_POST, 1L);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)blen);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_PRIVATE, it);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
-    long long limit = (long long)(r->cli.timeout_s * 1000);
-    if (it->deadline_ms > 0) {
-        long long left = it->deadline_ms - sl_now_ms() - RUN_DEADLINE_MARGIN_MS;
-        if (left < limit) limit = left > 1 ? left : 1;
-    }
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)limit);
-    sl_capture_attach(it->cap, e);
-    it->state = IT_SEND;
-    if (run_http_add(r->http, e) != 0) {
-        set_fatal(r, "libcurl refused a transfer");
-        item_end(it);
-    }
-}
-
-static int is_retry_after(const char *name) {
-    return strcasecmp(name, "retry-after") == 0 || strcasecmp(name, "retry-after-ms") == 0 ||
-           strcasecmp(name, "x-ms-retry-after-ms") == 0;
-}
-
-/* Settles the item's grant with the response: its usage, its outcome, and
- * the headers --settle-headers lets through (all by default: the agent
- * decides what they mean; retry-after keeps only the waits the provider
- * asks for, none leaves the schedule alone). */
-static void settle(run *r, item *it, const sl_verdict *v) {
-    const sl_header *all = NULL;
-    size_t n = sl_capture_headers(it->cap, &all), k = 0;
-    sl_header keep[64];
-    /* The usage split where the body said: input (cache reads included),
-     * output, cache reads; each dimension is corrected as its provider
-     * counts. */
-    sl_usage u;
-    sl_usage_init(&u);
-    u.tokens = v->tokens;
-    if (v->tokens >= 0 && v->input_tokens >= 0 && v->output_tokens >= 0 &&
-        v->tokens == v->input_tokens + v->output_tokens) {
-        u.input_tokens = v->input_tokens;
-        u.output_tokens = v->output_tokens;
-        u.cache_read_tokens = v->cache_read_tokens;
-    }
-    if (r->hdr_mode == SETTLE_HDR_ALL) {
-        sl_settle_usage(it->grant, &u, v->outcome, all, n);
-    } else {
-        for (size_t i = 0; r->hdr_mode == SETTLE_HDR_RETRY_AFTER && i < n && k < 64; i++)
-            if (is_retry_after(all[i].name)) keep[k++] = all[i];
-        sl_settle_usage(it->grant, &u, v->outcome, k ? keep : NULL, k);
-    }
-    it->grant = NULL;
-}
-
-/* A transfer ended: settle, then record, retry or give up. */
-static void on_http_done(void *ud, CURL *easy, CURLcode cc) {
-    run *r = ud;
-    char *priv = NULL;
-    curl_easy_getinfo(easy, CURLINFO_PRIVATE, &priv);
-    item *it = (item *)(void *)priv;
-    curl_easy_cleanup(easy);
-    it->easy = NULL;
     free(it->sent);
     it->sent = NULL;
-    it->attempts++;
-    r->attempts++;
-    sl_verdict v;
-    sl_verdict_init(&v);
-    sl_capture_verdict(it->cap, (int)cc, 0, &v);
-    settle(r, it, &v);
-    it->last = v;
-    it->last_curl = (int)cc;
-    it->have_last = 1;
-    if (v.http_status == 429) r->status_429++;
-    size_t blen = 0;
-    const char *btext = sl_capture_body(it->cap, &blen);
-    json_t *body = blen ? json_loadb(btext, blen, 0, NULL) : NULL;
-
-    if (sl_capture_overflow(it->cap)) {
-        json_decref(body);
-        item_fail(it, "too_big", "too_big", "the response is larger than 16 MiB");
-        return;
+    const char *body = run_target_body(m, it->body, it->body_len, it->has_model,
+                                       it->has_max_tokens ? 0 : it->output_tokens, &blen, &it->sent);
+    if (!body) {
+        set_fatal(r, "out of memory");
+        return SL_ENOMEM;
     }
-    if (v.cls == SL_CLASS_OK) {
-        json_t *rec = json_pack("{sOsisOsisI}", "id", it->id, "status", v.http_status, "response",
-                                body ? body : json_null(), "attempts", it->attempts, "waited_ms",
-                                (json_int_t)it->waited_ms);
-        if (rec && !body) json_object_set_new(rec, "response_text", blen ? json_stringn(btext, blen) : json_string(""));
-        /* A group's record says which member answered. */
-        if (rec && r->target.group) json_object_set_new(rec, "deployment", json_string(it->member));
-        json_decref(body);
-        write_record(r, &r->out, rec);
-        r->ok++;
-        for (size_t i = 0; i < r->target.n; i++)
-            if (!strcmp(r->target.members[i].dep->name, it->member)) r->member_ok[i]++;
-        item_end(it);
-        return;
-    }
-    char msg[512];
-    const char *pm = body_error_message(body);
-    if (pm) snprintf(msg, sizeof(msg), "%s", pm);
-    else if (cc != CURLE_OK) snprintf(msg, sizeof(msg), "%s", curl_easy_strerror(cc));
-    else snprintf(msg, sizeof(msg), "HTTP %d", v.http_status);
-    json_decref(body);
-
-    sl_call_opts o = r->policy;
-    o.deadline_ms = it->deadline_ms;
-    long long delay = sl_backoff_ms(&o, it->attempts - 1, &v, sl_now_ms(), &r->rng);
-    if (delay < 0) {
-        const char *reason = delay == SL_EFATAL      ? "not_retryable"
-                             : delay == SL_EATTEMPTS ? "attempts"
-                                                     : "deadline";
-        item_fail(it, sl_class_name(v.cls), reason, msg);
-        return;
-    }
-    if (r->stopping) {
-        item_end(it); /* retryable: a rerun does it */
-        return;
-    }
-    it->delay_ms = delay;
-    item_ask(it);
+    curl_easy_setopt(easy, CURLOPT_URL, m->url);
+    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, m->hdrs);
+    curl_easy_setopt(easy, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)blen);
+    return 0;
 }
 
-/* ---- governor answers, on the loop thread ---------------------------------------------------------- */
+/* The call's attempted hook: the live counters of the progress line. */
+static void item_attempted(void *arg, sl_call *call, const sl_verdict *v, int curl_code) {
+    (void)call, (void)curl_code;
+    item *it = arg;
+    it->r->attempts++;
+    if (v->http_status == 429) it->r->status_429++;
+}
 
-static void handle_acquired(item *it, run_event *ev) {
+static void record_success(run *r, item *it, const sl_call_report *rep) {
+    json_t *body = rep->body_len ? json_loadb(rep->body, rep->body_len, 0, NULL) : NULL;
+    json_t *rec = json_pack("{sOsisOsisI}", "id", it->id, "status", rep->http_status, "response",
+                            body ? body : json_null(), "attempts", rep->attempts, "waited_ms",
+                            (json_int_t)rep->waited_ms);
+    if (rec && !body)
+        json_object_set_new(rec, "response_text", rep->body_len ? json_stringn(rep->body, rep->body_len) : json_string(""));
+    /* A group's record says which member answered. */
+    if (rec && r->target.group) json_object_set_new(rec, "deployment", json_string(rep->deployment));
+    json_decref(body);
+    write_record(r, &r->out, rec);
+    r->ok++;
+    for (size_t i = 0; i < r->target.n; i++)
+        if (!strcmp(r->target.members[i].dep->name, rep->deployment)) r->member_ok[i]++;
+}
+
+/* Records the failure that ended a call: its classification (the class of
+ * the last response, or what decided without one), reason, and message
+ * (the provider's, else libcurl's, else sluice's). */
+static void record_call_failure(run *r, item *it, int status, const sl_call_report *rep) {
+    const char *cls = rep->cls >= 0 ? sl_class_name(rep->cls) : NULL, *reason;
+    const char *classification = cls ? cls : "deadline";
+    switch (status) {
+    case SL_EFATAL: reason = "not_retryable"; break;
+    case SL_EATTEMPTS: reason = "attempts"; break;
+    case SL_ENORETRY: reason = "retry_budget"; break;
+    case SL_ETOOBIG:
+        classification = reason = "too_big";
+        break;
+    case SL_ESHED:
+        /* Out of quota until the provider's reset (billing, a monthly
+         * budget): a batch does not wait for that, a rerun does it. Or it
+         * never fits: too large, or no member may serve it (tag). */
+        reason = strcmp(rep->shed_reason, "quota") == 0 ? "quota" : "shed";
+        classification = !strcmp(rep->shed_reason, "quota") ? "quota_exhausted"
+                         : !strcmp(rep->shed_reason, "tag") ? "tag"
+                                                            : "too_large";
+        break;
+    default: reason = "deadline"; break; /* SL_EDEADLINE, SL_ETIMEDOUT */
+    }
+    json_t *body = rep->body_len ? json_loadb(rep->body, rep->body_len, 0, NULL) : NULL;
+    const char *pm = status == SL_ETOOBIG ? "the response is larger than 16 MiB" : body_error_message(body);
+    const char *msg = pm                                      ? pm
+                      : rep->curl_code != 0 && rep->attempts ? curl_easy_strerror((CURLcode)rep->curl_code)
+                                                              : rep->message;
+    record_failure(r, it->id, classification, reason, rep->http_status, rep->attempts, rep->waited_ms,
+                   rep->code, msg);
+    json_decref(body);
+}
+
+/* A call ended: record it, or stop the run, or leave it for a rerun. */
+static void item_done(void *arg, sl_call *call, int status, sl_call_report *rep) {
+    (void)call;
+    item *it = arg;
     run *r = it->r;
-    if (ev->status == SL_OK) {
-        r->unavail_since = 0;
-        it->grant = ev->grant;
-        it->waited_ms += sl_grant_waited_ms(ev->grant);
-        if (r->stopping) {
-            item_end(it); /* gives the slot back */
-            return;
-        }
-        /* The member the grant is on: it must be one of ours, with our
-         * endpoint for it (the daemon's config and ours disagree else). */
-        const char *dep = sl_grant_deployment(ev->grant);
-        const run_member *m = run_target_member(&r->target, dep);
-        if (!m) {
-            set_fatal(r, "the governor granted a slot on '%s', which is not a member of '%s' in %s", dep,
-                      r->cli.deployment, r->cli.config);
-            item_end(it);
-            return;
-        }
-        snprintf(it->member, sizeof(it->member), "%s", dep);
-        item_send(it, m);
-        return;
-    }
-    if (r->stopping) {
-        item_end(it);
-        return;
-    }
-    switch (ev->status) {
-    case SL_ESHED: {
-        r->sheds++;
-        r->unavail_since = 0;
-        long long ra = ev->retry_after_ms;
-        if (strcmp(ev->reason, "quota") == 0) {
-            /* Out of quota until the provider's reset (billing, a monthly
-             * budget): a batch does not wait for that. A rerun does it. */
-            item_fail(it, "quota_exhausted", "quota", ev->msg);
-            return;
-        }
-        /* Every allowed member's breaker is open: their providers fail.
-         * That passes; ask again a little later. */
-        if (ra < 0 && strcmp(ev->reason, "breaker") == 0) ra = RUN_BREAKER_WAIT_MS;
-        if (ra < 0 || strcmp(ev->reason, "too_large") == 0) {
-            /* Never: too large, or no member may serve it (tag). */
-            item_fail(it, strcmp(ev->reason, "tag") == 0 ? "tag" : "too_large", "shed", ev->msg);
-            return;
-        }
-        if (it->deadline_ms > 0 && sl_now_ms() + ra + RUN_MIN_ATTEMPT_MS > it->deadline_ms) {
-            item_fail(it, it->have_last ? sl_class_name(it->last.cls) : "deadline", "deadline", ev->msg);
-            return;
-        }
-        it->waited_ms += ra;
-        item_sleep(it, ra, IT_ACQUIRE);
-        return;
-    }
+    it->call = NULL;
+    r->retries += rep->retries;
+    r->sheds += rep->sheds;
+    switch (status) {
+    case 0:
+        record_success(r, it, rep);
+        break;
+    case SL_ECANCELED: /* stopping: a rerun does it */
+        break;
+    case SL_EFATAL:
+    case SL_EATTEMPTS:
+    case SL_ENORETRY:
+    case SL_ETOOBIG:
+    case SL_ESHED:
+    case SL_EDEADLINE:
     case SL_ETIMEDOUT:
-        item_fail(it, it->have_last ? sl_class_name(it->last.cls) : "deadline", "deadline", ev->msg);
-        return;
-    case SL_ECLOSING: /* sluiced is shutting down (ours closes only when idle) */
+        record_call_failure(r, it, status, rep);
+        break;
     case SL_EUNAVAIL:
     case SL_EIO:
     case SL_EPROTO:
     case SL_EREDIS:
-        item_unavailable(it, IT_ACQUIRE, ev->msg);
-        return;
+    case SL_ECLOSING: /* sluiced is shutting down (ours closes only when idle) */
+        set_fatal(r, "the governor is unavailable for %d s: %s", RUN_UNAVAIL_GIVE_UP_MS / 1000, rep->message);
+        break;
     default:
         /* Unknown deployment, invalid request: no request can succeed. */
-        set_fatal(r, "%s: %s", sl_strerror(ev->status), ev->msg);
-        item_end(it);
-        return;
+        set_fatal(r, "%s: %s", sl_strerror(status), rep->message);
+        break;
     }
+    item_end(it);
 }
 
-static void handle_retry(item *it, run_event *ev) {
+/* Starts the item's governed call. */
+static void item_start(item *it) {
     run *r = it->r;
-    if (r->stopping) {
+    CURL *e = it->easy = curl_easy_init();
+    if (!e) {
+        set_fatal(r, "out of memory");
         item_end(it);
         return;
     }
-    if (ev->status == 1) {
-        r->unavail_since = 0;
-        r->retries++;
-        item_sleep(it, it->delay_ms, IT_ACQUIRE);
-        return;
-    }
-    if (ev->status == 0) {
-        char msg[300];
-        snprintf(msg, sizeof(msg), "%s (HTTP %d); the fleet's retry budget is spent",
-                 sl_class_name(it->last.cls), it->last.http_status);
-        item_fail(it, sl_class_name(it->last.cls), "retry_budget", msg);
-        return;
-    }
-    if (ev->status == SL_EUNKNOWN || ev->status == SL_EINVAL) {
-        set_fatal(r, "%s: %s", sl_strerror(ev->status), ev->msg);
+    curl_easy_setopt(e, CURLOPT_POST, 1L);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, RUN_CONNECT_TIMEOUT_MS);
+    sl_call_opts o = r->policy;
+    o.deadline_ms = it->deadline_ms;
+    /* Split: each dimension of the member takes its part (docs/providers.md). */
+    o.input_tokens = it->input_tokens;
+    o.output_tokens = it->output_tokens;
+    o.lane = it->lane[0] ? it->lane : NULL;
+    o.tenant = it->tenant[0] ? it->tenant : NULL;
+    o.tag = it->tag[0] ? it->tag : NULL;
+    sl_call_http h;
+    sl_call_http_init(&h);
+    h.easy = e;
+    h.prepare = item_prepare;
+    h.attempted = item_attempted;
+    int rc = sl_call_start(r->caller, &o, &h, item_done, it, &it->call);
+    if (rc != 0) {
+        set_fatal(r, "cannot start a call: %s", sl_strerror(rc));
         item_end(it);
-        return;
     }
-    item_unavailable(it, IT_ASK, ev->msg[0] ? ev->msg : sl_strerror(ev->status));
 }
 
-static void on_wake(uv_async_t *a) {
-    run *r = a->data;
-    pthread_mutex_lock(&r->mu);
-    run_event *list = r->events;
-    r->events = NULL;
-    pthread_mutex_unlock(&r->mu);
-    /* Oldest first. */
-    run_event *rev = NULL;
-    while (list) {
-        run_event *n = list->next;
-        list->next = rev;
-        rev = list;
-        list = n;
-    }
-    while (rev) {
-        run_event *ev = rev;
-        rev = ev->next;
-        item *it = ev->it;
-        it->pending = 0;
-        if (ev->kind == EV_ACQUIRED) handle_acquired(it, ev);
-        else handle_retry(it, ev);
-    }
+/* ---- stopping ------------------------------------------------------------------ */
+
+/* level 1: take no new work; cancel waiting calls (their slots go back),
+ * let attempts in flight finish without retrying. level 2: abort those
+ * too (a grant whose request went out is settled as failed: the provider
+ * may have counted it). The calls' callbacks end the items. */
+static void stop_work(run *r, int level) {
+    if (r->stopping >= level) return;
+    r->stopping = level;
+    for (item *it = r->live; it; it = it->next)
+        if (it->call) sl_call_cancel(it->call, level >= 2 ? SL_CANCEL_NOW : SL_CANCEL_AFTER_SEND);
     maybe_finish(r);
+}
+
+static void on_signal(uv_signal_t *s, int sig) {
+    run *r = s->data;
+    if (!r->stop_sig) r->stop_sig = sig;
+    int level = r->stopping + 1;
+    if (level > 2) return;
+    fprintf(stderr, "%ssluice run: %s: %s\n", r->tty ? "\r\033[K" : "", sig == SIGINT ? "SIGINT" : "SIGTERM",
+            level == 1 ? "stopping; calls in flight finish (again to cancel them)"
+                       : "cancelling the calls in flight");
+    stop_work(r, level);
+}
+
+static void on_closed_noop(uv_handle_t *h) { (void)h; }
+
+static void on_tick(uv_timer_t *t);
+
+/* Ends the run once nothing is in progress any more: the handles close,
+ * and uv_run returns. The governor is closed after it (teardown), which
+ * delivers the settles made. */
+static void maybe_finish(run *r) {
+    if (r->shut || r->nlive > 0) return;
+    if (!r->in_eof && !r->stopping && !r->fatal) return;
+    r->shut = 1;
+    if (r->tty && !r->cli.no_progress) {
+        on_tick(&r->tick);
+        fprintf(stderr, "\n");
+    }
+    uv_close((uv_handle_t *)&r->tick, on_closed_noop);
+    uv_close((uv_handle_t *)&r->sigint, on_closed_noop);
+    uv_close((uv_handle_t *)&r->sigterm, on_closed_noop);
+    sl_caller_free(r->caller);
+    r->caller = NULL;
 }
 
 /* ---- input ------------------------------------------------------------------ */
@@ -816,7 +558,6 @@ static void fill(run *r) {
         it->key = req.key;
         it->body = req.body;
         it->body_len = req.body_len;
-        it->tokens = req.tokens;
         it->input_tokens = req.input_tokens;
         it->output_tokens = req.output_tokens;
         it->has_max_tokens = req.has_max_tokens;
@@ -825,13 +566,11 @@ static void fill(run *r) {
         snprintf(it->tag, sizeof(it->tag), "%s", tag);
         it->has_model = req.has_model;
         if (r->cli.deadline_s > 0) it->deadline_ms = sl_now_ms() + (int64_t)(r->cli.deadline_s * 1000);
-        uv_timer_init(&r->loop, &it->timer);
-        it->timer.data = it;
         it->next = r->live;
         if (r->live) r->live->prev = it;
         r->live = it;
         r->nlive++;
-        item_acquire(it);
+        item_start(it);
     }
 }
 
@@ -896,8 +635,9 @@ static double recent_rate(const run *r) {
 static void print_progress(run *r) {
     int waiting = 0, flight = 0;
     for (item *it = r->live; it; it = it->next) {
-        if (it->state == IT_SEND) flight++;
-        else if (it->state == IT_ACQUIRE || (it->state == IT_SLEEP && it->after_sleep == IT_ACQUIRE)) waiting++;
+        int st = it->call ? sl_call_state(it->call) : SL_CALL_DONE;
+        if (st == SL_CALL_SENDING) flight++;
+        else if (st == SL_CALL_ACQUIRING || st == SL_CALL_BACKOFF) waiting++;
     }
     double rate = recent_rate(r), quota = (double)r->target.rpm / 60.0;
     long long left = r->total - done_now(r);
@@ -921,70 +661,6 @@ static void on_tick(uv_timer_t *t) {
     r->tick_done[k] = done_now(r);
     r->tick_n++;
     if (r->tty && !r->cli.no_progress) print_progress(r);
-}
-
-/* ---- stopping ------------------------------------------------------------------ */
-
-/* level 1: take no new work; cancel acquires and backoffs (their slots go
- * back), let calls in flight finish. level 2: abort those too. */
-static void stop_work(run *r, int level) {
-    if (r->stopping >= level) return;
-    r->stopping = level;
-    item *it = r->live;
-    while (it) {
-        item *next = it->next;
-        if (it->state == IT_SLEEP) {
-            item_end(it);
-        } else if (it->state == IT_ACQUIRE && it->pending) {
-            /* 0: the callback will not run (the slot went back). Else the
-             * callback is on its way and gives the grant back. */
-            if (sl_cancel(r->gov, it->call) == 0) {
-                it->pending = 0;
-                item_end(it);
-            }
-        } else if (it->state == IT_SEND && level >= 2 && it->easy) {
-            run_http_abort(r->http, it->easy);
-            /* Sent: the provider may have counted it, so not "cancelled". */
-            sl_settle(it->grant, -1, SL_OUTCOME_FAILED, NULL, 0);
-            it->grant = NULL;
-            item_end(it);
-        }
-        it = next;
-    }
-    maybe_finish(r);
-}
-
-static void on_signal(uv_signal_t *s, int sig) {
-    run *r = s->data;
-    if (!r->stop_sig) r->stop_sig = sig;
-    int level = r->stopping + 1;
-    if (level > 2) return;
-    fprintf(stderr, "%ssluice run: %s: %s\n", r->tty ? "\r\033[K" : "", sig == SIGINT ? "SIGINT" : "SIGTERM",
-            level == 1 ? "stopping; calls in flight finish (again to cancel them)"
-                       : "cancelling the calls in flight");
-    stop_work(r, level);
-}
-
-static void on_closed_noop(uv_handle_t *h) { (void)h; }
-
-/* Ends the run once nothing is in progress any more. */
-static void maybe_finish(run *r) {
-    if (r->shut || r->nlive > 0) return;
-    if (!r->in_eof && !r->stopping && !r->fatal) return;
-    r->shut = 1;
-    if (r->tty && !r->cli.no_progress) {
-        on_tick(&r->tick);
-        fprintf(stderr, "\n");
-    }
-    uv_close((uv_handle_t *)&r->tick, on_closed_noop);
-    uv_close((uv_handle_t *)&r->sigint, on_closed_noop);
-    uv_close((uv_handle_t *)&r->sigterm, on_closed_noop);
-    run_http_close(r->http);
-    r->http = NULL;
-    /* Delivers the settles made; no callback is pending (nothing is live). */
-    sl_close(r->gov);
-    r->gov = NULL;
-    uv_close((uv_handle_t *)&r->wake, on_closed_noop);
 }
 
 /* ---- setup ------------------------------------------------------------------ */
@@ -1027,10 +703,14 @@ static int setup(run *r, int argc, char **argv) {
         fprintf(stderr, "sluice run: give --socket or --embedded, not both\n");
         return 2;
     }
+    /* Which response headers a settle passes on: all (the agent decides
+     * what they mean), retry-after (only the waits the provider asks for),
+     * none (the schedule left alone). */
+    sl_call_opts_init(&r->policy);
     const char *hm = r->cli.settle_headers ? r->cli.settle_headers : "all";
-    if (strcmp(hm, "retry-after") == 0) r->hdr_mode = SETTLE_HDR_RETRY_AFTER;
-    else if (strcmp(hm, "all") == 0) r->hdr_mode = SETTLE_HDR_ALL;
-    else if (strcmp(hm, "none") == 0) r->hdr_mode = SETTLE_HDR_NONE;
+    if (strcmp(hm, "retry-after") == 0) r->policy.settle_headers = SL_SETTLE_HEADERS_RETRY_AFTER;
+    else if (strcmp(hm, "all") == 0) r->policy.settle_headers = SL_SETTLE_HEADERS_ALL;
+    else if (strcmp(hm, "none") == 0) r->policy.settle_headers = SL_SETTLE_HEADERS_NONE;
     else {
         fprintf(stderr, "sluice run: --settle-headers: expected all, retry-after or none, got '%s'\n", hm);
         return 2;
@@ -1122,11 +802,12 @@ static int setup(run *r, int argc, char **argv) {
                 r->cli.embedded ? "" : " (is sluiced running? --embedded runs without it)");
         return 1;
     }
-    sl_call_opts_init(&r->policy);
     r->policy.deployment = r->cli.deployment;
     r->policy.max_attempts = (int)r->cli.max_attempts;
     r->policy.min_attempt_ms = RUN_MIN_ATTEMPT_MS;
-    r->rng = (uint64_t)sl_now_ms() * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid();
+    r->policy.attempt_timeout_ms = (long long)(r->cli.timeout_s * 1000);
+    r->policy.retry_shed = 1;
+    r->policy.unavailable_ms = RUN_UNAVAIL_GIVE_UP_MS;
     return 0;
 }
 
@@ -1172,6 +853,7 @@ static void teardown(run *r) {
         free(it);
         it = next;
     }
+    sl_caller_free(r->caller); /* only after a failed start: maybe_finish frees it */
     if (r->gov) sl_close(r->gov);
     if (r->in) fclose(r->in);
     free(r->line);
@@ -1203,9 +885,6 @@ int cmd_run(int argc, char **argv) {
     }
     signal(SIGPIPE, SIG_IGN);
     uv_loop_init(&r->loop);
-    pthread_mutex_init(&r->mu, NULL);
-    uv_async_init(&r->loop, &r->wake, on_wake);
-    r->wake.data = r;
     uv_signal_init(&r->loop, &r->sigint);
     uv_signal_init(&r->loop, &r->sigterm);
     r->sigint.data = r->sigterm.data = r;
@@ -1214,9 +893,10 @@ int cmd_run(int argc, char **argv) {
     uv_timer_init(&r->loop, &r->tick);
     r->tick.data = r;
     uv_timer_start(&r->tick, on_tick, 0, RUN_TICK_MS);
-    if (run_http_new(&r->loop, on_http_done, r, &r->http) != 0) {
-        fprintf(stderr, "sluice run: cannot start libcurl multi\n");
-        set_fatal(r, "cannot start libcurl multi");
+    int rc = sl_caller_new(r->gov, &r->caller);
+    if (rc == 0) rc = sl_uv_attach(r->caller, &r->loop);
+    if (rc != 0) {
+        set_fatal(r, "cannot start the calls on the loop: %s", sl_strerror(rc));
         r->in_eof = 1;
     } else {
         fill(r);
@@ -1224,7 +904,6 @@ int cmd_run(int argc, char **argv) {
     maybe_finish(r);
     uv_run(&r->loop, UV_RUN_DEFAULT);
     uv_loop_close(&r->loop);
-    pthread_mutex_destroy(&r->mu);
 
     code = r->stop_sig ? 128 + r->stop_sig : (r->fatal || r->failed > 0 || done_now(r) < r->total) ? 1 : 0;
     print_summary(r, code);

@@ -441,9 +441,10 @@ typedef struct sl_call_opts {
                                     never for "quota", "too_large" or a hint of -1
                                     (never fits). 0: a shed ends the call */
     long long unavailable_ms;    /* the governor unreachable (SL_EUNAVAIL, SL_EIO,
-                                    SL_EPROTO, SL_EREDIS, or SL_ECLOSING answered by
-                                    a sluiced that shuts down): ask again every
-                                    second for up to this long; 0: end the call */
+                                    SL_EPROTO, SL_EREDIS, SL_ECLOSING answered by a
+                                    sluiced that shuts down, no answer to the retry
+                                    question within call_timeout_ms): ask again
+                                    every second for up to this long; 0: end the call */
 } sl_call_opts;
 
 /* sl_call_opts.settle_headers */
