@@ -20,7 +20,9 @@
  *   - insufficient_quota is never retried and settles as quota;
  *   - retry_shed waits a shed's hint and asks again;
  *   - sl_caller_free with calls in every state runs no callback and leaves
- *     nothing outstanding. */
+ *     nothing outstanding;
+ *   - the loop interface needs nothing of libuv: a poll(2) loop of the
+ *     test's own runs eight calls whose backoffs overlap on one timer. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -875,6 +877,146 @@ static void test_free_with_calls_in_progress(void **state) {
     sl_close(e.g);
 }
 
+/* ---- another loop: poll(2) ------------------------------------------------------------ */
+
+/* The smallest sl_loop there is: poll(2) over the watched sockets and a
+ * pipe for the wake-up (write(2) is safe from any thread), one deadline
+ * for the timer. It shows the interface asks nothing of libuv. */
+typedef struct psock {
+    int fd, events;
+    struct psock *next;
+} psock;
+
+typedef struct ploop {
+    psock *socks;
+    int64_t due;                 /* -1: disarmed */
+    int pipe[2];
+    int closed;
+} ploop;
+
+static int p_watch(void *data, int fd, int events, void **sock) {
+    ploop *pl = data;
+    psock *s = *sock;
+    if (events == 0) {
+        for (psock **pp = &pl->socks; *pp; pp = &(*pp)->next)
+            if (*pp == s) {
+                *pp = s->next;
+                break;
+            }
+        free(s);
+        *sock = NULL;
+        return 0;
+    }
+    if (!s) {
+        s = calloc(1, sizeof(*s));
+        if (!s) return -1;
+        s->fd = fd;
+        s->next = pl->socks;
+        pl->socks = s;
+        *sock = s;
+    }
+    s->events = events;
+    return 0;
+}
+
+static void p_timer(void *data, long long ms) {
+    ploop *pl = data;
+    pl->due = ms < 0 ? -1 : sl_now_ms() + ms;
+}
+
+static void p_wake(void *data) {
+    ploop *pl = data;
+    char b = 1;
+    ssize_t w = write(pl->pipe[1], &b, 1); /* full: a wake-up is pending anyway */
+    (void)w;
+}
+
+static void p_close(void *data) { ((ploop *)data)->closed = 1; }
+
+/* One turn: wait for a socket, the pipe or the timer, then dispatch. */
+static void p_turn(ploop *pl, sl_caller *c) {
+    struct pollfd fds[65];
+    int n = 0;
+    fds[n++] = (struct pollfd){pl->pipe[0], POLLIN, 0};
+    for (psock *s = pl->socks; s && n < 65; s = s->next)
+        fds[n++] = (struct pollfd){s->fd, (short)((s->events & SL_LOOP_READ ? POLLIN : 0) |
+                                                  (s->events & SL_LOOP_WRITE ? POLLOUT : 0)), 0};
+    int64_t now = sl_now_ms();
+    int timeout = pl->due < 0 ? 50 : pl->due > now ? (int)(pl->due - now) : 0;
+    if (poll(fds, (nfds_t)n, timeout) < 0) return;
+    if (fds[0].revents & POLLIN) {
+        char buf[64];
+        while (read(pl->pipe[0], buf, sizeof(buf)) == (ssize_t)sizeof(buf)) {
+        }
+        sl_caller_wake(c);
+    }
+    for (int i = 1; i < n && !pl->closed; i++) {
+        int ev = (fds[i].revents & POLLIN ? SL_LOOP_READ : 0) | (fds[i].revents & POLLOUT ? SL_LOOP_WRITE : 0) |
+                 (fds[i].revents & (POLLERR | POLLHUP) ? SL_LOOP_ERROR : 0);
+        if (ev) sl_caller_io(c, fds[i].fd, ev);
+    }
+    if (!pl->closed && pl->due >= 0 && sl_now_ms() >= pl->due) {
+        pl->due = -1;
+        sl_caller_timer(c);
+    }
+}
+
+static void test_poll_loop(void **state) {
+    sl_gov *g = open_gov(EMBEDDED, 0);
+    ploop pl = {.due = -1};
+    assert_int_equal(pipe2(pl.pipe, O_NONBLOCK | O_CLOEXEC), 0);
+    sl_caller *c;
+    assert_int_equal(sl_caller_new(g, &c), 0);
+    sl_loop l;
+    sl_loop_init(&l);
+    l.data = &pl;
+    l.watch = p_watch;
+    l.timer = p_timer;
+    l.wake = p_wake;
+    l.close = p_close;
+    assert_int_equal(sl_caller_attach(c, &l), 0);
+    assert_int_equal(sl_caller_attach(c, &l), SL_EINVAL); /* once */
+    /* Eight calls, each failing once (503) and backing off its own full-
+     * jitter delay: the caller's one timer serves all the waits at once. */
+    enum { N = 8 };
+    http_reset(&web, N, 1);
+    result r[N];
+    char url[256];
+    http_url(&web, "/flaky?code=503", url, sizeof(url));
+    for (int i = 0; i < N; i++) {
+        memset(&r[i], 0, sizeof(r[i]));
+        sl_call_opts o = opts(0, 10000);
+        o.deployment = "e-ok";
+        o.seed = (uint64_t)i + 1;
+        o.backoff_base_ms = 400;
+        sl_call_http h;
+        sl_call_http_init(&h);
+        h.url = url;
+        h.attempted = on_attempted;
+        assert_int_equal(sl_call_start(c, &o, &h, on_done, &r[i], &r[i].call), 0);
+    }
+    int64_t end = sl_now_ms() + 10000;
+    for (int done = 0; done < N && sl_now_ms() < end;) {
+        p_turn(&pl, c);
+        done = 0;
+        for (int i = 0; i < N; i++) done += r[i].done;
+    }
+    for (int i = 0; i < N; i++) {
+        if (!r[i].done) fail_msg("call %d did not end", i);
+        if (r[i].status != 0) fail_msg("call %d: %s: %s", i, sl_strerror(r[i].status), r[i].rep.message);
+        assert_int_equal(r[i].rep.attempts, 2);
+        assert_int_equal(r[i].attempted, 2);
+        result_free(&r[i]);
+    }
+    assert_int_equal(count_path("/flaky"), 2 * N);
+    sl_caller_free(c);
+    assert_true(pl.closed);
+    assert_null(pl.socks); /* every watch ended */
+    close(pl.pipe[0]);
+    close(pl.pipe[1]);
+    sl_close(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_many_calls_embedded),
@@ -895,6 +1037,7 @@ int main(void) {
         cmocka_unit_test(test_quota_daemon),
         cmocka_unit_test(test_retry_shed),
         cmocka_unit_test(test_free_with_calls_in_progress),
+        cmocka_unit_test(test_poll_loop),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
