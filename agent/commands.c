@@ -9,16 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/time.h>
 
 #include "config.h"
 #include "info.h"
 #include "ratelimit.h"
 #include "sluice.h"
+#include "timeutil.h"
 
-/* A provider pause longer than this is cut to it: one bad header must not
- * stop a deployment for days. */
-#define SETTLE_MAX_PAUSE_MS 86400000LL
 /* Largest TOKENS / MAXWAIT accepted. */
 #define ARG_INT_MAX 1000000000000000LL
 
@@ -80,12 +77,6 @@ static int arg_uint(const char *s, size_t len, long long *out) {
 /* A deployment argument usable as a C string (no NUL inside, not too long). */
 static int arg_name(const command_req *q, int i) {
     return q->argvlen[i] > 0 && q->argvlen[i] <= CONFIG_NAME_MAX && strlen(q->argv[i]) == q->argvlen[i];
-}
-
-static long long wall_ms(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000;
 }
 
 /* The lower-case form of an upper-case command name. */
@@ -276,7 +267,7 @@ static void cmd_settle(const command_req *q) {
     engine_outcome outcome = ENGINE_OK;
     ratelimit_feedback fb;
     ratelimit_init(&fb, -1);
-    long long now = wall_ms();
+    long long now = wall_clock_ms();
     int headers = 0;
     char p[160];
     for (int i = 2; i < q->argc;) {
@@ -332,7 +323,7 @@ static void cmd_settle(const command_req *q) {
     long long pause =
         headers ? (long long)ratelimit_settle_pause_ms(&fb, outcome == ENGINE_THROTTLED || outcome == ENGINE_QUOTA, NULL)
                 : -1;
-    if (pause > SETTLE_MAX_PAUSE_MS) pause = SETTLE_MAX_PAUSE_MS;
+    if (pause > SLUICE_PAUSE_MAX_MS) pause = SLUICE_PAUSE_MAX_MS;
     if (pause >= 0) st->settle_pauses++;
     if ((in < 0) != (out < 0)) {
         reply_error(q, "syntax error: INPUT and OUTPUT go together (the usage the provider reported)");

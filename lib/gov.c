@@ -2,6 +2,7 @@
  * acquire/settle/retry front end. See gov.h for the design. */
 #define _GNU_SOURCE
 #include "gov.h"
+#include "timeutil.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -19,8 +20,6 @@
 #define SLUICE_VERSION "0.0.0"
 #endif
 
-/* The longest pause a settle applies (agent/commands.c: SETTLE_MAX_PAUSE_MS). */
-#define GOV_MAX_PAUSE_MS 86400000LL
 
 struct sl_grant {
     sl_gov *gov;
@@ -815,19 +814,13 @@ int sl_grant_local(const sl_grant *gr) { return gr ? gr->local : 0; }
 
 /* ---- settle and retry ------------------------------------------------------------------------- */
 
-static int64_t wall_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Keeps the headers the settle needs (those lib/http understands) in one
  * allocation, and the pause they imply (for the embedded engine; the
  * daemon parses the forwarded headers itself). */
 static int settle_headers(gov_op *op, const sl_header *h, size_t n) {
     ratelimit_feedback fb;
     ratelimit_init(&fb, -1);
-    int64_t now = wall_ms();
+    int64_t now = (int64_t)wall_clock_ms();
     size_t keep = 0, bytes = 0;
     for (size_t i = 0; i < n; i++) {
         if (!h[i].name || !h[i].value) continue;
@@ -842,7 +835,7 @@ static int settle_headers(gov_op *op, const sl_header *h, size_t n) {
     op->pause_ms = ratelimit_settle_pause_ms(
         &fb, op->outcome == SL_OUTCOME_THROTTLED || op->outcome == SL_OUTCOME_QUOTA, NULL);
     /* As sluiced does: one bad header must not stop a deployment for days. */
-    if (op->pause_ms > GOV_MAX_PAUSE_MS) op->pause_ms = GOV_MAX_PAUSE_MS;
+    if (op->pause_ms > SLUICE_PAUSE_MAX_MS) op->pause_ms = SLUICE_PAUSE_MAX_MS;
     if (!keep) return 0;
     op->hdrs = malloc(keep * sizeof(sl_header) + bytes);
     if (!op->hdrs) return SL_ENOMEM;
