@@ -97,9 +97,9 @@ static void add_engine_error(resp_buf *b, int status, const char *dep, const cha
                         msg ? " (removed by a configuration reload)" : "");
         break;
     case SL_EUNAVAIL:
-        resp_add_errorf(b, "-UNAVAIL %s", msg ? msg : sl_strerror(status));
+        resp_add_errorf(b, "-%s %s", sluice_error_word(status), msg ? msg : sl_strerror(status));
         break;
-    case SL_ECLOSING: resp_add_error(b, "-CLOSING the agent is shutting down"); break;
+    case SL_ECLOSING: resp_add_error(b, SLUICE_REPLY_CLOSING); break;
     case SL_ENOMEM: resp_add_error(b, "out of memory"); break;
     default: resp_add_errorf(b, "%s", msg ? msg : sl_strerror(status)); break;
     }
@@ -130,7 +130,7 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
         }
         if (g->tokens > 0) server_counters(op->s)->tokens_reserved += (unsigned long long)g->tokens;
     } else if (status == SL_ESHED) {
-        resp_add_errorf(b, "-SHED %s retry-after-ms=%lld", shed->reason, shed->retry_after_ms);
+        resp_add_errorf(b, "-%s %s retry-after-ms=%lld", sluice_error_word(SL_ESHED), shed->reason, shed->retry_after_ms);
     } else {
         add_engine_error(b, status, op->dep, msg);
     }
@@ -259,8 +259,6 @@ static void cmd_acquire(const command_req *q) {
 
 /* ---- SETTLE ------------------------------------------------------------------------- */
 
-static const char *const outcome_names[] = {"ok", "throttled", "failed", "cancelled", "quota"};
-
 static void cmd_settle(const command_req *q) {
     server_stats *st = server_counters(q->s);
     long long actual = -1, in = -1, out = -1, cache_read = -1;
@@ -300,8 +298,8 @@ static void cmd_settle(const command_req *q) {
             }
         } else if (arg_is(q, i, "STATUS")) {
             int found = 0;
-            for (int k = 0; k < 5 && !found; k++) {
-                if (arg_is(q, i + 1, outcome_names[k])) {
+            for (int k = 0; k < ENGINE_OUTCOMES && !found; k++) {
+                if (arg_is(q, i + 1, engine_outcome_names[k])) {
                     outcome = (engine_outcome)k;
                     found = 1;
                 }
@@ -371,7 +369,7 @@ static void on_retry(void *arg, int status, int allowed, long long balance, long
     else if (allowed)
         resp_add_integer(b, 1);
     else
-        resp_add_errorf(b, "-NORETRY retry budget spent, retry-after-ms=%lld", retry_after_ms);
+        resp_add_errorf(b, "-%s retry budget spent, retry-after-ms=%lld", sluice_error_word(SL_ENORETRY), retry_after_ms);
     server_reply_done(r, 0);
 }
 

@@ -857,7 +857,7 @@ void server_close(server *s, const char *why, void (*done)(void *arg), void *arg
     }
     for (client *c = s->clients, *nx; c; c = nx) {
         nx = c->next;
-        client_close(c, s->close_why ? s->close_why : "-CLOSING the agent is shutting down", NULL);
+        client_close(c, s->close_why ? s->close_why : SLUICE_REPLY_CLOSING, NULL);
     }
     /* The cron keeps running until the last client is closed (forcing the
      * slow ones after the grace period), then closes itself. */

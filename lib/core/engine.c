@@ -16,8 +16,22 @@
 const long long engine_wait_bounds_ms[ENGINE_WAIT_BUCKETS] = {0,   1,    5,    10,    50,    100,
                                                               500, 1000, 5000, 10000, 30000, 60000};
 const char *const engine_shed_reasons[ENGINE_SHED_REASONS] = {
-    "rpm",  "tpm",     "paused",       "daily",   "concurrency", "too_large", "lane",
-    "ceiling", "tenant_daily", "breaker", "quota", "tag", "itpm", "otpm", "share", "other"};
+#define ENGINE_SHED_WORD(name, word, source) word,
+    SLUICE_SHED_REASON_MAP(ENGINE_SHED_WORD)
+#undef ENGINE_SHED_WORD
+};
+
+const char *const engine_outcome_names[ENGINE_OUTCOMES] = {
+#define ENGINE_OUTCOME_WORD(name, word) word,
+    SLUICE_OUTCOME_MAP(ENGINE_OUTCOME_WORD)
+#undef ENGINE_OUTCOME_WORD
+};
+
+int engine_outcome_index(const char *word) {
+    for (int i = 0; i < ENGINE_OUTCOMES; i++)
+        if (strcmp(word, engine_outcome_names[i]) == 0) return i;
+    return -1;
+}
 
 const char *const engine_dim_names[ENGINE_DIMS] = {"requests", "tokens", "input", "output"};
 
@@ -42,9 +56,9 @@ void engine_seen_from_feedback(const ratelimit_feedback *fb, engine_seen *s) {
 }
 
 int engine_shed_reason_index(const char *reason) {
-    for (int i = 0; i < ENGINE_SHED_REASONS - 1; i++)
+    for (int i = 0; i < ENGINE_SHED_OTHER; i++)
         if (strcmp(reason, engine_shed_reasons[i]) == 0) return i;
-    return ENGINE_SHED_REASONS - 1;
+    return ENGINE_SHED_OTHER;
 }
 
 #if defined(__GNUC__)
@@ -252,7 +266,7 @@ int engine_settle_usage(engine *e, const char *grant_id, const engine_usage *usa
     if (u.cache_read >= 0 && (u.input < 0 || u.cache_read > u.input)) return SL_EINVAL;
     const char *colon = grant_id ? strrchr(grant_id, ':') : NULL;
     if (!colon || colon == grant_id || (size_t)(colon - grant_id) > CONFIG_NAME_MAX) return SL_EINVAL;
-    if (outcome < ENGINE_OK || outcome > ENGINE_QUOTA) return SL_EINVAL;
+    if (outcome < ENGINE_OK || outcome >= ENGINE_OUTCOMES) return SL_EINVAL;
     const char *num = colon + 1;
     int local = num[0] == 'L';
     const char *digits = local ? num + 1 : num;
@@ -378,17 +392,17 @@ void engine_stop(engine *e, void (*done)(void *arg), void *arg) {
     e->stopping = 1;
     e->stop_done = done;
     e->stop_arg = arg;
-    for (gq *q = e->gqs; q; q = q->next) gq_drain(q, SL_ECLOSING, "the agent is shutting down");
+    for (gq *q = e->gqs; q; q = q->next) gq_drain(q, SL_ECLOSING, SLUICE_MSG_CLOSING);
     for (dep *d = e->deps; d; d = d->next) {
         engine_call *c;
-        while ((c = dep_pop_any(d)) != NULL) call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
+        while ((c = dep_pop_any(d)) != NULL) call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
         while (d->waiting.n) {
             c = list_pop(&d->waiting);
             e->stats.waiting--;
             uv_timer_stop(&c->timer);
             const char *num = grant_number(c->grant.id);
             if (num) queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
-            call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
+            call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
         }
         if (dep_ready(d) && d->cfg) dep_heartbeat(d, 1);
     }

@@ -181,7 +181,7 @@ void call_reply_granted(engine_call *c, dep *d, long long grant, long long wait_
         /* Stopped while this call was in flight: give the slot back. */
         queue_settle(d, grant_number(c->grant.id), NULL, ENGINE_CANCELLED, -1, NULL);
         if (c->canceled) call_free(c);
-        else call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
+        else call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
         return;
     }
     call_granted(c, wait_ms);
@@ -195,7 +195,7 @@ void call_deferred(engine_call *c, const redisReply *reason, long long ask_in, u
     uint64_t at = now + (uint64_t)(ask_in > 0 ? ask_in : 1);
     if (at > k->ask_at) k->ask_at = at;
     c->deferred = 1;
-    snprintf(c->defer_reason, sizeof(c->defer_reason), "%s", reason->type == REDIS_REPLY_STRING ? reason->str : "rpm");
+    snprintf(c->defer_reason, sizeof(c->defer_reason), "%s", reason->type == REDIS_REPLY_STRING ? reason->str : engine_shed_reasons[ENGINE_SHED_RPM]);
     c->e->stats.deferrals++;
     k->st.deferrals++;
     c->state = CALL_PENDING;

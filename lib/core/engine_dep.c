@@ -124,7 +124,8 @@ long long class_priority(const dep *d, const call_class *k) {
 /* A shed for health (breaker open, out of quota) is news once per period:
  * it is logged when it starts, so an operator sees a member leave. */
 void dep_health_seen(dep *d, const char *reason, long long retry_after_ms) {
-    int breaker = !strcmp(reason, "breaker"), quota = !strcmp(reason, "quota");
+    int why = engine_shed_reason_index(reason);
+    int breaker = why == ENGINE_SHED_BREAKER, quota = why == ENGINE_SHED_QUOTA;
     if (!breaker && !quota) return;
     uint64_t now = uv_now(d->e->loop), until = now + (uint64_t)(retry_after_ms > 0 ? retry_after_ms : 0);
     uint64_t *seen = breaker ? &d->breaker_until : &d->quota_until;

@@ -83,10 +83,11 @@ int group_next(engine_call *c, const engine_shed *shed, engine_shed *final) {
     int idx = -1;
     for (size_t i = 0; i < g->nmembers; i++)
         if (!strcmp(g->members[i], c->d->name)) idx = (int)i;
-    const char *r = shed->reason;
-    int never = shed->retry_after_ms < 0 || !strcmp(r, "breaker") || !strcmp(r, "quota") ||
-                !strcmp(r, "too_large") || !strcmp(r, "daily") || !strcmp(r, "tenant_daily");
-    if ((!strcmp(r, "breaker") || !strcmp(r, "quota")) && shed->retry_after_ms >= 0) {
+    int why = engine_shed_reason_index(shed->reason);
+    int health = why == ENGINE_SHED_BREAKER || why == ENGINE_SHED_QUOTA;
+    int never = shed->retry_after_ms < 0 || health || why == ENGINE_SHED_TOO_LARGE || why == ENGINE_SHED_DAILY ||
+                why == ENGINE_SHED_TENANT_DAILY;
+    if (health && shed->retry_after_ms >= 0) {
         uint64_t back = now + (uint64_t)shed->retry_after_ms;
         if (!c->route->health || back < c->route->health) c->route->health = back;
     }
@@ -231,7 +232,7 @@ static void on_group_reserve(void *arg, redisReply *r, const char *err) {
             continue;
         }
         if (e->stopping && kind != 1) {
-            call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
+            call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
             continue;
         }
         if (kind == 1) {
@@ -257,7 +258,7 @@ static void on_group_reserve(void *arg, redisReply *r, const char *err) {
             call_deferred(c, it->element[2], reply_int(it->element[3]), now);
             class_push(d, c);
         } else if (kind == 0) {
-            const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str : "other";
+            const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str : engine_shed_reasons[ENGINE_SHED_OTHER];
             engine_shed sh = {engine_shed_reasons[engine_shed_reason_index(rs)], reply_int(it->element[2])};
             call_complete(c, SL_ESHED, &sh, NULL);
         } else {
@@ -361,7 +362,7 @@ static void on_no_member(uv_timer_t *t) {
     engine_call *c = t->data;
     list_remove(&c->d->waiting, c);
     c->e->stats.waiting--;
-    engine_shed sh = {"tag", -1};
+    engine_shed sh = {engine_shed_reasons[ENGINE_SHED_TAG], -1};
     call_shed(c, &sh);
 }
 
@@ -403,7 +404,7 @@ int group_acquire(engine *e, const struct config_group *g, const engine_req *rq,
             return SL_ENOMEM;
         }
         c->route->next = (int)g->nmembers;
-        c->route->first = (engine_shed){"tag", -1};
+        c->route->first = (engine_shed){engine_shed_reasons[ENGINE_SHED_TAG], -1};
         c->state = CALL_WAITING;
         uv_timer_init(e->loop, &c->timer);
         c->timer.data = c;

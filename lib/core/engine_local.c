@@ -43,7 +43,7 @@ static void call_costs(const engine_call *c, double cost[ENGINE_DIMS]) {
  * limit the provider's headers gave, less others' use), else the
  * configured one. */
 void local_decide(engine_call *c) {
-    static const char *const reasons[ENGINE_DIMS] = {"rpm", "tpm", "itpm", "otpm"};
+    static const int reasons[ENGINE_DIMS] = {ENGINE_SHED_RPM, ENGINE_SHED_TPM, ENGINE_SHED_ITPM, ENGINE_SHED_OTPM};
     dep *d = c->d;
     engine *e = c->e;
     const struct config_deployment *cfg = d->cfg;
@@ -56,13 +56,13 @@ void local_decide(engine_call *c) {
     call_costs(c, cost);
     for (int k = ENGINE_DIM_TOKENS; k < ENGINE_DIMS; k++) {
         if (d->rates[k].configured > 0 && cost[k] > d->rates[k].configured) {
-            engine_shed sh = {"too_large", -1};
+            engine_shed sh = {engine_shed_reasons[ENGINE_SHED_TOO_LARGE], -1};
             call_shed(c, &sh);
             return;
         }
     }
     double share = local_share(d), now = (double)uv_now(e->loop), fence = 0, j;
-    const char *reason = "rpm";
+    const char *reason = engine_shed_reasons[ENGINE_SHED_RPM];
     /* The local bucket is empty where the fleet's schedule ends: grants
      * Redis already made keep being released. Other agents kept extending
      * that schedule after our last look, so assume its reach past now (the
@@ -85,12 +85,12 @@ void local_decide(engine_call *c) {
         fence = fmax(fence, j);
         if (t > s) {
             s = t;
-            reason = reasons[k];
+            reason = engine_shed_reasons[reasons[k]];
         }
     }
     if ((double)d->paused_until > s) {
         s = (double)d->paused_until;
-        reason = "paused";
+        reason = engine_shed_reasons[ENGINE_SHED_PAUSED];
     }
     double wait = s - now;
     if (wait > (double)c->max_wait_ms) {

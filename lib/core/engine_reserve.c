@@ -75,7 +75,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
                 continue;
             }
             if (e->stopping) {
-                call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
+                call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
                 continue;
             }
             if (dep_ready(d) && (lost_limits || redirect ||
@@ -103,7 +103,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
                 continue;
             }
             if (e->stopping) {
-                call_complete(c, SL_ECLOSING, NULL, "the agent is shutting down");
+                call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
                 continue;
             }
             call_deferred(c, it->element[1], reply_int(it->element[2]), now);
@@ -113,7 +113,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
                 call_free(c);
                 continue;
             }
-            const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str : "other";
+            const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str : engine_shed_reasons[ENGINE_SHED_OTHER];
             engine_shed sh = {engine_shed_reasons[engine_shed_reason_index(rs)], reply_int(it->element[2])};
             dep_health_seen(d, sh.reason, sh.retry_after_ms);
             call_shed(c, &sh);

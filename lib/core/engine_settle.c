@@ -128,7 +128,6 @@ void dep_flush_settles(dep *d) {
         free(b);
         return;
     }
-    static const char *const outcomes[] = {"ok", "throttled", "failed", "cancelled", "quota"};
     static const char letters[ENGINE_DIMS] = {'r', 't', 'i', 'o'};
     argv[0] = "feedback";
     snprintf(buf[1], 96, "%zu", n);
@@ -143,7 +142,7 @@ void dep_flush_settles(dep *d) {
         else
             snprintf(buf[k + 1], 96, "%lld", u->tokens < 0 ? -1 : u->tokens);
         argv[k + 1] = buf[k + 1];
-        argv[k + 2] = outcomes[it->outcome];
+        argv[k + 2] = engine_outcome_names[it->outcome];
         snprintf(buf[k + 3], 96, "%lld", it->pause_ms < 0 ? -1 : it->pause_ms);
         argv[k + 3] = buf[k + 3];
         size_t used = 0;
