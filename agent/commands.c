@@ -9,16 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/time.h>
 
 #include "config.h"
 #include "info.h"
 #include "ratelimit.h"
 #include "sluice.h"
+#include "timeutil.h"
 
-/* A provider pause longer than this is cut to it: one bad header must not
- * stop a deployment for days. */
-#define SETTLE_MAX_PAUSE_MS 86400000LL
 /* Largest TOKENS / MAXWAIT accepted. */
 #define ARG_INT_MAX 1000000000000000LL
 
@@ -82,12 +79,6 @@ static int arg_name(const command_req *q, int i) {
     return q->argvlen[i] > 0 && q->argvlen[i] <= CONFIG_NAME_MAX && strlen(q->argv[i]) == q->argvlen[i];
 }
 
-static long long wall_ms(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
-
 /* The lower-case form of an upper-case command name. */
 static const char *lowercase(const char *name, char *out, size_t outlen) {
     size_t i = 0;
@@ -106,9 +97,9 @@ static void add_engine_error(resp_buf *b, int status, const char *dep, const cha
                         msg ? " (removed by a configuration reload)" : "");
         break;
     case SL_EUNAVAIL:
-        resp_add_errorf(b, "-UNAVAIL %s", msg ? msg : sl_strerror(status));
+        resp_add_errorf(b, "-%s %s", sluice_error_word(status), msg ? msg : sl_strerror(status));
         break;
-    case SL_ECLOSING: resp_add_error(b, "-CLOSING the agent is shutting down"); break;
+    case SL_ECLOSING: resp_add_error(b, SLUICE_REPLY_CLOSING); break;
     case SL_ENOMEM: resp_add_error(b, "out of memory"); break;
     default: resp_add_errorf(b, "%s", msg ? msg : sl_strerror(status)); break;
     }
@@ -139,7 +130,7 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
         }
         if (g->tokens > 0) server_counters(op->s)->tokens_reserved += (unsigned long long)g->tokens;
     } else if (status == SL_ESHED) {
-        resp_add_errorf(b, "-SHED %s retry-after-ms=%lld", shed->reason, shed->retry_after_ms);
+        resp_add_errorf(b, "-%s %s retry-after-ms=%lld", sluice_error_word(SL_ESHED), shed->reason, shed->retry_after_ms);
     } else {
         add_engine_error(b, status, op->dep, msg);
     }
@@ -268,15 +259,13 @@ static void cmd_acquire(const command_req *q) {
 
 /* ---- SETTLE ------------------------------------------------------------------------- */
 
-static const char *const outcome_names[] = {"ok", "throttled", "failed", "cancelled", "quota"};
-
 static void cmd_settle(const command_req *q) {
     server_stats *st = server_counters(q->s);
     long long actual = -1, in = -1, out = -1, cache_read = -1;
     engine_outcome outcome = ENGINE_OK;
     ratelimit_feedback fb;
     ratelimit_init(&fb, -1);
-    long long now = wall_ms();
+    long long now = wall_clock_ms();
     int headers = 0;
     char p[160];
     for (int i = 2; i < q->argc;) {
@@ -309,8 +298,8 @@ static void cmd_settle(const command_req *q) {
             }
         } else if (arg_is(q, i, "STATUS")) {
             int found = 0;
-            for (int k = 0; k < 5 && !found; k++) {
-                if (arg_is(q, i + 1, outcome_names[k])) {
+            for (int k = 0; k < ENGINE_OUTCOMES && !found; k++) {
+                if (arg_is(q, i + 1, engine_outcome_names[k])) {
                     outcome = (engine_outcome)k;
                     found = 1;
                 }
@@ -332,7 +321,7 @@ static void cmd_settle(const command_req *q) {
     long long pause =
         headers ? (long long)ratelimit_settle_pause_ms(&fb, outcome == ENGINE_THROTTLED || outcome == ENGINE_QUOTA, NULL)
                 : -1;
-    if (pause > SETTLE_MAX_PAUSE_MS) pause = SETTLE_MAX_PAUSE_MS;
+    if (pause > SLUICE_PAUSE_MAX_MS) pause = SLUICE_PAUSE_MAX_MS;
     if (pause >= 0) st->settle_pauses++;
     if ((in < 0) != (out < 0)) {
         reply_error(q, "syntax error: INPUT and OUTPUT go together (the usage the provider reported)");
@@ -380,7 +369,7 @@ static void on_retry(void *arg, int status, int allowed, long long balance, long
     else if (allowed)
         resp_add_integer(b, 1);
     else
-        resp_add_errorf(b, "-NORETRY retry budget spent, retry-after-ms=%lld", retry_after_ms);
+        resp_add_errorf(b, "-%s retry budget spent, retry-after-ms=%lld", sluice_error_word(SL_ENORETRY), retry_after_ms);
     server_reply_done(r, 0);
 }
 

@@ -3,13 +3,13 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "info.h"
+#include "timeutil.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include "classes.h"
@@ -31,18 +31,12 @@ static void line(info_out *o, const char *fmt, ...) {
     va_end(ap);
 }
 
-static long long wall_ms(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
-
 static double ratio(unsigned long long a, unsigned long long b) { return b ? (double)a / (double)b : 0.0; }
 
 static void section_server(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
     engine *e = server_engine(s);
     const config *cfg = engine_config(e);
-    long long now = wall_ms();
+    long long now = wall_clock_ms();
     line(o, "# Server");
     line(o, "sluice_version:%s", SLUICE_VERSION);
     line(o, "process_id:%ld", (long)getpid());
@@ -125,7 +119,7 @@ static void section_dimensions(info_out *o, server *s, const server_stats *st, c
 
 static void section_redis(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
     const config *cfg = engine_config(server_engine(s));
-    long long now = wall_ms();
+    long long now = wall_clock_ms();
     line(o, "# Redis");
     line(o, "mode:%s", es->mode);
     line(o, "mode_since_seconds_ago:%lld", (now - es->mode_since_ms) / 1000);

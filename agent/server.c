@@ -22,13 +22,13 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "commands.h"
 #include "config.h"
 #include "sluice.h"
+#include "timeutil.h"
 
 #define SERVER_CRON_MAX_MS 100     /* cron period, or a quarter of the idle timeout */
 #define SERVER_CLOSE_GRACE_MS 1000 /* a closing client gets this long to read its replies */
@@ -122,12 +122,6 @@ static void maybe_done(server *s) {
     done(s->done_arg);
 }
 
-static long long wall_ms(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
-
 void server_log(server *s, int level, const char *fmt, ...) {
     if (!s->log) return;
     char msg[1024];
@@ -164,7 +158,7 @@ void server_apply_config(server *s) {
 }
 
 void server_note_reload(server *s, const char *error) {
-    s->st.last_reload_ms = wall_ms();
+    s->st.last_reload_ms = wall_clock_ms();
     if (error && *error) {
         s->st.reloads_failed++;
         snprintf(s->last_reload_error, sizeof(s->last_reload_error), "%s", error);
@@ -197,7 +191,7 @@ int server_new(uv_loop_t *loop, engine *e, const server_options *opt, server **o
     uv_timer_init(loop, &s->cron);
     s->cron.data = s;
     s->handles_open = 1;
-    s->st.started_ms = wall_ms();
+    s->st.started_ms = wall_clock_ms();
     s->rate_at = uv_now(loop);
     *out = s;
     return 0;
@@ -863,7 +857,7 @@ void server_close(server *s, const char *why, void (*done)(void *arg), void *arg
     }
     for (client *c = s->clients, *nx; c; c = nx) {
         nx = c->next;
-        client_close(c, s->close_why ? s->close_why : "-CLOSING the agent is shutting down", NULL);
+        client_close(c, s->close_why ? s->close_why : SLUICE_REPLY_CLOSING, NULL);
     }
     /* The cron keeps running until the last client is closed (forcing the
      * slow ones after the grace period), then closes itself. */

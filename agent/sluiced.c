@@ -201,7 +201,7 @@ static void on_engine_stopped(void *arg) {
     daemon_ctx *d = arg;
     log_at(d, CONFIG_LOG_DEBUG, "engine stopped; closing clients");
     if (d->srv)
-        server_close(d->srv, "-CLOSING the agent is shutting down", on_server_closed, d);
+        server_close(d->srv, SLUICE_REPLY_CLOSING, on_server_closed, d);
     else
         close_own_handles(d);
 }

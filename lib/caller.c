@@ -1,5 +1,5 @@
 /* caller: an sl_caller, the part of the governed call that meets the event
- * loop. See call.h for the split with call.c. The pattern for libcurl is
+ * loop. See gcall.h for the split with gcall.c. The pattern for libcurl is
  * its multi_socket API (as in libcurl's multi-uv example): the multi
  * handle says which sockets to watch (CURLMOPT_SOCKETFUNCTION, passed on
  * to sl_loop.watch) and when to call back without socket activity
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "call.h"
+#include "gcall.h"
 #include "verdict.h"
 
 void sl_loop_init_size(sl_loop *l, size_t size) {
@@ -38,18 +38,18 @@ void caller_unref(sl_caller *c) {
     free(c);
 }
 
-void call_ref(sl_call *call) {
+void gcall_ref(sl_call *call) {
     pthread_mutex_lock(&call->c->mu);
     call->refs++;
     pthread_mutex_unlock(&call->c->mu);
 }
 
-void call_unref(sl_call *call) {
+void gcall_unref(sl_call *call) {
     sl_caller *c = call->c;
     pthread_mutex_lock(&c->mu);
     int left = --call->refs;
     pthread_mutex_unlock(&c->mu);
-    if (!left) call_free(call);
+    if (!left) gcall_free(call);
 }
 
 /* ---- the timer -------------------------------------------------------------------- */
@@ -102,8 +102,8 @@ static void heap_down(sl_caller *c, size_t i) {
 
 static void heap_remove(sl_caller *c, sl_call *call) {
     size_t i = call->heap_i;
-    if (i == CALL_NOT_QUEUED) return;
-    call->heap_i = CALL_NOT_QUEUED;
+    if (i == GCALL_NOT_QUEUED) return;
+    call->heap_i = GCALL_NOT_QUEUED;
     sl_call *last = c->heap[--c->nheap];
     if (i == c->nheap) return;
     heap_set(c, i, last);
@@ -190,7 +190,7 @@ static void check_done(sl_caller *c) {
         sl_call *call = (sl_call *)(void *)priv;
         curl_multi_remove_handle(c->multi, easy);
         curl_easy_setopt(easy, CURLOPT_PRIVATE, call->saved_private);
-        call_transfer_done(call, (int)cc);
+        gcall_transfer_done(call, (int)cc);
     }
 }
 
@@ -258,14 +258,14 @@ void caller_complete(sl_caller *c, sl_call *call) {
 
 /* An answer for a caller being freed: its grant goes back. */
 static void drop_answer(sl_call *call) {
-    if (call->ev.kind == CALL_EV_ACQUIRED && call->ev.grant) {
+    if (call->ev.kind == GCALL_EV_ACQUIRED && call->ev.grant) {
         sl_settle(call->ev.grant, -1, SL_OUTCOME_CANCELLED, NULL, 0);
         call->ev.grant = NULL;
     }
-    call_unref(call);
+    gcall_unref(call);
 }
 
-void call_post(sl_call *call) {
+void gcall_post(sl_call *call) {
     sl_caller *c = call->c;
     pthread_mutex_lock(&c->mu);
     if (c->closed) {
@@ -297,11 +297,11 @@ static void caller_do_free(sl_caller *c) {
         next = call->evnext;
         drop_answer(call);
     }
-    while (c->live) call_discard(c->live);
+    while (c->live) gcall_discard(c->live);
     while (c->done) {
         sl_call *call = c->done;
         c->done = call->donenext;
-        call_unref(call);
+        gcall_unref(call);
     }
     c->done_tail = NULL;
     if (c->multi) curl_multi_cleanup(c->multi);
@@ -334,7 +334,7 @@ void caller_leave(sl_caller *c) {
         c->done = call->donenext;
         if (!c->done) c->done_tail = NULL;
         call->cb(call->arg, call, call->status, &call->rep);
-        call_unref(call);
+        gcall_unref(call);
     }
     if (--c->depth == 0 && c->free_pending) caller_do_free(c);
     else caller_rearm(c);
@@ -372,7 +372,7 @@ void sl_caller_timer(sl_caller *c) {
     while (!c->free_pending && c->nheap && c->heap[0]->due <= now) {
         sl_call *call = c->heap[0];
         heap_remove(c, call);
-        call_wakeup(call);
+        gcall_wakeup(call);
     }
     caller_leave(c);
 }
@@ -383,7 +383,7 @@ void sl_caller_wake(sl_caller *c) {
     for (sl_call *call = take_events(c), *next; call; call = next) {
         next = call->evnext;
         if (c->free_pending) drop_answer(call);
-        else call_answer(call);
+        else gcall_answer(call);
     }
     caller_leave(c);
 }

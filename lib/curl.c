@@ -1,6 +1,6 @@
 /* curl: libcurl integration. A capture (header and bounded body
  * recording for one easy handle), settle-from-capture, and
- * sl_curl_perform(), the governed call (call.c) run to its end on the
+ * sl_curl_perform(), the governed call (gcall.c) run to its end on the
  * calling thread. The capture pieces never block, for libcurl-multi
  * workers. */
 #define _GNU_SOURCE
@@ -12,7 +12,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include "call.h"
+#include "gcall.h"
 #include "gov.h"
 #include "sluice.h"
 #include "verdict.h"

@@ -7,8 +7,14 @@
 #include <string.h>
 #include <strings.h>
 
-/* The wire names of sl_outcome, in its order (agent/commands.c). */
-static const char *const outcome_names[] = {"ok", "throttled", "failed", "cancelled", "quota"};
+#include "vocab.h"
+
+/* The wire names of sl_outcome, in its order (lib/core/vocab.h). */
+static const char *const outcome_names[] = {
+#define DPROTO_OUTCOME_WORD(name, word) word,
+    SLUICE_OUTCOME_MAP(DPROTO_OUTCOME_WORD)
+#undef DPROTO_OUTCOME_WORD
+};
 #define DPROTO_NOUTCOMES (sizeof(outcome_names) / sizeof(outcome_names[0]))
 _Static_assert(DPROTO_NOUTCOMES == (size_t)SL_OUTCOME_QUOTA + 1, "an sl_outcome without a wire name");
 
@@ -127,15 +133,14 @@ static int starts_word(const char *text, const char *word) {
     return strncasecmp(text, word, n) == 0 && (text[n] == ' ' || text[n] == '\0');
 }
 
-/* Error words and codes, in the order they are tried. */
+/* The daemon's error words and their codes (lib/core/vocab.h). */
 static const struct {
     const char *prefix;
     int code;
 } error_words[] = {
-    {"SHED", SL_ESHED},         {"NORETRY", SL_ENORETRY},
-    {"CLOSING", SL_ECLOSING},   {"UNAVAIL", SL_EUNAVAIL},
-    {"UNAVAILABLE", SL_EUNAVAIL}, {"UNKNOWN", SL_EUNKNOWN},
-    {"TIMEOUT", SL_ETIMEDOUT},  {"REDIS", SL_EREDIS},
+#define DPROTO_ERROR_WORD(word, code) {#word, code},
+    SLUICE_ERROR_WORD_MAP(DPROTO_ERROR_WORD)
+#undef DPROTO_ERROR_WORD
 };
 
 int dproto_error(const char *text, char *reason, size_t reason_len, long long *retry_after_ms) {

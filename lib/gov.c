@@ -2,6 +2,8 @@
  * acquire/settle/retry front end. See gov.h for the design. */
 #define _GNU_SOURCE
 #include "gov.h"
+#include "verdict.h"
+#include "timeutil.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -19,8 +21,6 @@
 #define SLUICE_VERSION "0.0.0"
 #endif
 
-/* The longest pause a settle applies (agent/commands.c: SETTLE_MAX_PAUSE_MS). */
-#define GOV_MAX_PAUSE_MS 86400000LL
 
 struct sl_grant {
     sl_gov *gov;
@@ -111,15 +111,6 @@ int64_t sl_now_ms(void) {
 
 const char *sl_mode(const sl_gov *gov) { return gov ? gov->mode : ""; }
 
-/* Copies a caller's versioned struct: defaults first, then the bytes the
- * caller's struct has (its size, at most ours). */
-static void copy_versioned(void *dst, size_t dst_size, const void *src) {
-    size_t n = *(const size_t *)src;
-    if (n > dst_size) n = dst_size;
-    if (n > sizeof(size_t))
-        memcpy((char *)dst + sizeof(size_t), (const char *)src + sizeof(size_t), n - sizeof(size_t));
-}
-
 void sl_options_init_size(sl_options *opt, size_t size) {
     if (!opt || size < sizeof(size_t)) return;
     memset(opt, 0, size);
@@ -133,14 +124,6 @@ void sl_request_init_size(sl_request *req, size_t size) {
     if (size >= offsetof(sl_request, max_wait_ms) + sizeof(req->max_wait_ms)) req->max_wait_ms = -1;
     if (size >= offsetof(sl_request, output_tokens) + sizeof(req->output_tokens))
         req->input_tokens = req->output_tokens = -1;
-}
-
-void sl_usage_init_size(sl_usage *u, size_t size) {
-    if (!u || size < sizeof(size_t)) return;
-    memset(u, 0, size);
-    u->size = size;
-    long long *f = &u->tokens;
-    for (size_t i = 0; i < 4 && offsetof(sl_usage, tokens) + (i + 1) * sizeof(long long) <= size; i++) f[i] = -1;
 }
 
 long long gov_effective_max_wait(long long max_wait_ms, int64_t deadline_ms, int64_t now_ms) {
@@ -535,7 +518,7 @@ int sl_open(const sl_options *opt, sl_gov **out) {
         return set_err(NULL, SL_EINVAL, NULL, -1, "sl_open: options and out are required (sl_options_init)");
     sl_options o;
     memset(&o, 0, sizeof(o));
-    copy_versioned(&o, sizeof(o), opt);
+    verdict_read(&o, sizeof(o), opt);
     int daemon = o.socket_path != NULL;
     if (daemon && (o.config_path || o.config_text || o.redis_url || o.deployments))
         return set_err(NULL, SL_EINVAL, NULL, -1,
@@ -667,7 +650,7 @@ void sl_close(sl_gov *gov) {
 static int fill_acquire(sl_gov *g, gov_op *op, const sl_request *req_in) {
     sl_request req;
     sl_request_init(&req);
-    copy_versioned(&req, sizeof(req), req_in);
+    verdict_read(&req, sizeof(req), req_in);
     if (!valid_name(req.deployment))
         return set_err(g, SL_EINVAL, NULL, -1, "deployment must be 1-64 characters of [A-Za-z0-9._:-]");
     if (req.tokens < 0) return set_err(g, SL_EINVAL, NULL, -1, "tokens must be >= 0");
@@ -817,19 +800,13 @@ int sl_grant_local(const sl_grant *gr) { return gr ? gr->local : 0; }
 
 /* ---- settle and retry ------------------------------------------------------------------------- */
 
-static int64_t wall_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Keeps the headers the settle needs (those lib/http understands) in one
  * allocation, and the pause they imply (for the embedded engine; the
  * daemon parses the forwarded headers itself). */
 static int settle_headers(gov_op *op, const sl_header *h, size_t n) {
     ratelimit_feedback fb;
     ratelimit_init(&fb, -1);
-    int64_t now = wall_ms();
+    int64_t now = (int64_t)wall_clock_ms();
     size_t keep = 0, bytes = 0;
     for (size_t i = 0; i < n; i++) {
         if (!h[i].name || !h[i].value) continue;
@@ -844,7 +821,7 @@ static int settle_headers(gov_op *op, const sl_header *h, size_t n) {
     op->pause_ms = ratelimit_settle_pause_ms(
         &fb, op->outcome == SL_OUTCOME_THROTTLED || op->outcome == SL_OUTCOME_QUOTA, NULL);
     /* As sluiced does: one bad header must not stop a deployment for days. */
-    if (op->pause_ms > GOV_MAX_PAUSE_MS) op->pause_ms = GOV_MAX_PAUSE_MS;
+    if (op->pause_ms > SLUICE_PAUSE_MAX_MS) op->pause_ms = SLUICE_PAUSE_MAX_MS;
     if (!keep) return 0;
     op->hdrs = malloc(keep * sizeof(sl_header) + bytes);
     if (!op->hdrs) return SL_ENOMEM;
@@ -882,7 +859,7 @@ int sl_settle_usage(sl_grant *gr, const sl_usage *usage_in, sl_outcome outcome, 
     gov_op *op = NULL;
     sl_usage u;
     sl_usage_init(&u);
-    if (usage_in && usage_in->size >= sizeof(size_t)) copy_versioned(&u, sizeof(u), usage_in);
+    if (usage_in && usage_in->size >= sizeof(size_t)) verdict_read(&u, sizeof(u), usage_in);
     if ((int)outcome < SL_OUTCOME_OK || (int)outcome > SL_OUTCOME_QUOTA) {
         rc = set_err(g, SL_EINVAL, NULL, -1, "outcome must be one of SL_OUTCOME_*");
         goto out;

@@ -53,6 +53,14 @@ void verdict_read(void *full, size_t full_size, const void *in) {
         memcpy((char *)full + sizeof(size_t), (const char *)in + sizeof(size_t), n - sizeof(size_t));
 }
 
+void sl_usage_init_size(sl_usage *u, size_t size) {
+    if (!u || size < sizeof(size_t)) return;
+    memset(u, 0, size);
+    u->size = size;
+    long long *f = &u->tokens;
+    for (size_t i = 0; i < 4 && offsetof(sl_usage, tokens) + (i + 1) * sizeof(long long) <= size; i++) f[i] = -1;
+}
+
 void sl_verdict_init_size(sl_verdict *v, size_t size) {
     if (!v || size < sizeof(size_t)) return;
     memset(v, 0, size);

@@ -45,6 +45,7 @@
 #include "run_target.h"
 #include "sluice.h"
 #include "sluice_uv.h"
+#include "vocab.h"
 
 /* The governor unreachable for this long ends a call, and so the run
  * (resumable). */
@@ -125,6 +126,19 @@ static void run_usage(FILE *f) {
             "2 usage, 130/143 interrupted (SIGINT/SIGTERM). The last stdout line is a JSON summary.\n"
             "See docs/cli.md.\n");
 }
+
+/* The shed reasons a record tells apart, in lib/core/vocab.h's words. */
+enum {
+#define RUN_SHED_ENUM(name, word, source) RUN_SHED_##name,
+    SLUICE_SHED_REASON_MAP(RUN_SHED_ENUM)
+#undef RUN_SHED_ENUM
+};
+static const char *const run_shed_words[] = {
+#define RUN_SHED_WORD(name, word, source) word,
+    SLUICE_SHED_REASON_MAP(RUN_SHED_WORD)
+#undef RUN_SHED_WORD
+};
+#define SHED_WORD(name) run_shed_words[RUN_SHED_##name]
 
 /* ---- state ------------------------------------------------------------------ */
 
@@ -343,10 +357,10 @@ static void record_call_failure(run *r, item *it, int status, const sl_call_repo
         /* Out of quota until the provider's reset (billing, a monthly
          * budget): a batch does not wait for that, a rerun does it. Or it
          * never fits: too large, or no member may serve it (tag). */
-        reason = strcmp(rep->shed_reason, "quota") == 0 ? "quota" : "shed";
-        classification = !strcmp(rep->shed_reason, "quota") ? "quota_exhausted"
-                         : !strcmp(rep->shed_reason, "tag") ? "tag"
-                                                            : "too_large";
+        reason = strcmp(rep->shed_reason, SHED_WORD(QUOTA)) == 0 ? "quota" : "shed";
+        classification = !strcmp(rep->shed_reason, SHED_WORD(QUOTA)) ? sl_class_name(SL_CLASS_QUOTA_EXHAUSTED)
+                         : !strcmp(rep->shed_reason, SHED_WORD(TAG)) ? "tag"
+                                                                     : "too_large";
         break;
     default: reason = "deadline"; break; /* SL_EDEADLINE, SL_ETIMEDOUT */
     }

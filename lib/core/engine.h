@@ -26,11 +26,19 @@
 #include <uv.h>
 
 #include "config.h"
+#include "vocab.h"
 
 typedef struct engine engine;
 
 #define ENGINE_WAIT_BUCKETS 12
-#define ENGINE_SHED_REASONS 16
+/* The shed reasons (lib/core/vocab.h): ENGINE_SHED_RPM ... ENGINE_SHED_OTHER,
+ * indexes of engine_shed_reasons and engine_stats.shed_by_reason. */
+enum {
+#define ENGINE_SHED_ENUM(name, word, source) ENGINE_SHED_##name,
+    SLUICE_SHED_REASON_MAP(ENGINE_SHED_ENUM)
+#undef ENGINE_SHED_ENUM
+    ENGINE_SHED_REASONS
+};
 
 /* The dimensions of a deployment's budget, in the scripts' order
  * (lua/common.lua, SL_DIMS; docs/providers.md says which provider counts
@@ -65,18 +73,24 @@ struct ratelimit_feedback;
 void engine_seen_from_feedback(const struct ratelimit_feedback *fb, engine_seen *s);
 typedef struct engine_call engine_call;
 
+/* How a call ended (lib/core/vocab.h): ENGINE_OK, ENGINE_THROTTLED,
+ * ENGINE_FAILED, ENGINE_CANCELLED, ENGINE_QUOTA (a hard quota error: the
+ * deployment is out until its reset). */
 typedef enum engine_outcome {
-    ENGINE_OK = 0,
-    ENGINE_THROTTLED,
-    ENGINE_FAILED,
-    ENGINE_CANCELLED,
-    ENGINE_QUOTA                  /* a hard quota error: the deployment is out until its reset */
+#define ENGINE_OUTCOME_ENUM(name, word) ENGINE_##name,
+    SLUICE_OUTCOME_MAP(ENGINE_OUTCOME_ENUM)
+#undef ENGINE_OUTCOME_ENUM
+    ENGINE_OUTCOMES
 } engine_outcome;
+extern const char *const engine_outcome_names[ENGINE_OUTCOMES]; /* "ok", "throttled", ... */
+
+/* The outcome named word (case-sensitive, as the protocol), or -1. */
+int engine_outcome_index(const char *word);
 
 #define ENGINE_GRANT_ID_MAX 96
 
 typedef struct engine_grant {
-    char id[ENGINE_GRANT_ID_MAX]; /* "<deployment>:<n>", or ":L<n>" when local */
+    char id[ENGINE_GRANT_ID_MAX]; /* "<deployment>:<n>", or "<deployment>:L<n>" when local */
     long long waited_ms;          /* from acquire to release */
     long long tokens;             /* the reserved estimate */
     int local;                    /* granted by local fallback pacing */

@@ -3,6 +3,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "classify.h"
 
+#include "lex.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
@@ -34,11 +36,6 @@ bool classify_retryable(classify_class cls)
     if ((int)cls < 0 || (int)cls >= CLASSIFY__COUNT)
         return false;
     return class_info[cls].retryable;
-}
-
-static char lower(char ch)
-{
-    return (ch >= 'A' && ch <= 'Z') ? (char)(ch - 'A' + 'a') : ch;
 }
 
 /* Case-insensitive search for a lowercase needle in a counted haystack. */

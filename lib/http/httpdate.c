@@ -2,6 +2,8 @@
  * formatting. See httpdate.h for the accepted grammar. */
 #include "httpdate.h"
 
+#include "lex.h"
+
 #include <stdbool.h>
 
 static const char *const wkday_short[7] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
@@ -77,16 +79,6 @@ typedef struct cursor {
 static bool at_end(const cursor *c)
 {
     return c->p == c->end;
-}
-
-static char lower(char ch)
-{
-    return (ch >= 'A' && ch <= 'Z') ? (char)(ch - 'A' + 'a') : ch;
-}
-
-static bool is_digit(char ch)
-{
-    return ch >= '0' && ch <= '9';
 }
 
 /* Consumes ch exactly. */

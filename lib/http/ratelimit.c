@@ -3,55 +3,12 @@
 #include "ratelimit.h"
 
 #include "httpdate.h"
+#include "lex.h"
 
 /* RETRY_AFTER_MAX_MS in nanoseconds: 3.16e18, below INT64_MAX. */
 #define MAX_NS (RETRY_AFTER_MAX_MS * INT64_C(1000000))
 
 /* ---- lexical helpers ------------------------------------------------- */
-
-static bool is_ows(char ch)
-{
-    return ch == ' ' || ch == '\t';
-}
-
-static bool is_digit(char ch)
-{
-    return ch >= '0' && ch <= '9';
-}
-
-static bool is_alpha(char ch)
-{
-    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
-}
-
-static char lower(char ch)
-{
-    return (ch >= 'A' && ch <= 'Z') ? (char)(ch - 'A' + 'a') : ch;
-}
-
-static void trim(const char **v, size_t *len)
-{
-    const char *p = *v;
-    size_t n = *len;
-    while (n > 0 && is_ows(p[0])) {
-        p++;
-        n--;
-    }
-    while (n > 0 && is_ows(p[n - 1]))
-        n--;
-    *v = p;
-    *len = n;
-}
-
-/* Case-insensitive comparison of a counted string with a lowercase literal. */
-static bool name_eq(const char *a, size_t alen, const char *lit)
-{
-    size_t i = 0;
-    for (; i < alen; i++)
-        if (lit[i] == '\0' || lower(a[i]) != lit[i])
-            return false;
-    return lit[i] == '\0';
-}
 
 static int64_t min64(int64_t a, int64_t b)
 {

@@ -2,30 +2,7 @@
 #include "retry_after.h"
 
 #include "httpdate.h"
-
-static bool is_ows(char ch)
-{
-    return ch == ' ' || ch == '\t';
-}
-
-static void trim(const char **v, size_t *len)
-{
-    const char *p = *v;
-    size_t n = *len;
-    while (n > 0 && is_ows(p[0])) {
-        p++;
-        n--;
-    }
-    while (n > 0 && is_ows(p[n - 1]))
-        n--;
-    *v = p;
-    *len = n;
-}
-
-static bool is_digit(char ch)
-{
-    return ch >= '0' && ch <= '9';
-}
+#include "lex.h"
 
 /* Reads 1*DIGIT from v[*i..len), saturating at cap. */
 static bool read_uint(const char *v, size_t len, size_t *i, int64_t cap, int64_t *out)
@@ -119,19 +96,6 @@ static int rank_of(retry_after_source src)
         if (family[i].src == src)
             return family[i].rank;
     return 0;
-}
-
-static bool name_eq(const char *a, size_t alen, const char *lit)
-{
-    size_t i = 0;
-    for (; i < alen; i++) {
-        char ch = a[i];
-        if (ch >= 'A' && ch <= 'Z')
-            ch = (char)(ch - 'A' + 'a');
-        if (lit[i] == '\0' || ch != lit[i])
-            return false;
-    }
-    return lit[i] == '\0';
 }
 
 void retry_after_init(retry_after *ra, int64_t cap_ms)

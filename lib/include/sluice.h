@@ -92,7 +92,17 @@ typedef enum sl_errno {
 /* A static message for code; "unknown error" for values not in the table. */
 SL_API const char *sl_strerror(int code);
 
-/* The library version, "MAJOR.MINOR.PATCH". Static. */
+/* The version of this header, for compile-time tests:
+ *   #if SLUICE_VERSION_NUMBER >= 200   (0.2.0 or later)
+ * MAJOR * 10000 + MINOR * 100 + PATCH. CMake reads the project's version
+ * from these three lines: they are its one source. */
+#define SLUICE_VERSION_MAJOR 0
+#define SLUICE_VERSION_MINOR 1
+#define SLUICE_VERSION_PATCH 0
+#define SLUICE_VERSION_NUMBER (SLUICE_VERSION_MAJOR * 10000 + SLUICE_VERSION_MINOR * 100 + SLUICE_VERSION_PATCH)
+
+/* The version of the library loaded at run time, "MAJOR.MINOR.PATCH"
+ * (compare with the header's to catch a stale libsluice.so). Static. */
 SL_API const char *sl_version(void);
 
 /* The clock of every deadline in this API: CLOCK_MONOTONIC in ms. A
@@ -247,7 +257,7 @@ SL_API int sl_acquire_async(sl_gov *gov, const sl_request *req, sl_acquire_cb cb
 SL_API int sl_cancel(sl_gov *gov, sl_call_id id);
 
 /* Borrowed accessors, valid until the grant is settled. */
-SL_API const char *sl_grant_id(const sl_grant *g);         /* "<deployment>:<n>", ":L<n>" local */
+SL_API const char *sl_grant_id(const sl_grant *g);         /* "<deployment>:<n>", or "<deployment>:L<n>" when granted locally */
 /* The deployment the slot is on: the one asked for, or for a group the
  * member chosen. Send the call there, and ask sl_may_retry() about it. */
 SL_API const char *sl_grant_deployment(const sl_grant *g);

@@ -194,6 +194,11 @@ static void test_strings(void **state) {
     assert_string_equal(sl_strerror(SL_ETOOBIG), "the response is larger than the configured limit");
     assert_string_equal(sl_strerror(12345), "unknown error");
     assert_non_null(strchr(sl_version(), '.'));
+    /* The library built from this tree is the header's version. */
+    char hdr[32];
+    snprintf(hdr, sizeof(hdr), "%d.%d.%d", SLUICE_VERSION_MAJOR, SLUICE_VERSION_MINOR, SLUICE_VERSION_PATCH);
+    assert_string_equal(sl_version(), hdr);
+    assert_int_equal(SLUICE_VERSION_NUMBER, SLUICE_VERSION_MAJOR * 10000 + SLUICE_VERSION_MINOR * 100 + SLUICE_VERSION_PATCH);
     int64_t a = sl_now_ms(), b = sl_now_ms();
     assert_true(b >= a && a > 0);
     assert_string_equal(sl_errmsg(NULL), "");

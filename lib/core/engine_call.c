@@ -1,0 +1,210 @@
+/* engine_call: a call once decided: released at its slot (held through
+ * provider pauses, shifted with the fleet), completed exactly once. */
+#define _GNU_SOURCE
+#include "engine_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- calls: completion ------------------------------------------------------ */
+
+static void on_call_timer_closed(uv_handle_t *h) { free(h->data); }
+
+void call_free(engine_call *c) {
+    free(c->route);
+    c->route = NULL;
+    if (c->timer_live) {
+        c->timer_live = 0;
+        uv_close((uv_handle_t *)&c->timer, on_call_timer_closed);
+    } else {
+        free(c);
+    }
+}
+
+static void record_wait(unsigned long long *hist, unsigned long long *sum, long long waited) {
+    int b = 0;
+    while (b < ENGINE_WAIT_BUCKETS && waited > engine_wait_bounds_ms[b]) b++;
+    hist[b]++;
+    *sum += (unsigned long long)(waited > 0 ? waited : 0);
+}
+
+/* The deployment c waited on shed it. A plain call completes with that
+ * shed; a request to a group is asked of the next member (group_next), and
+ * completes with the group's answer when none is left. */
+void call_shed(engine_call *c, const engine_shed *shed) {
+    engine_shed final = *shed;
+    if (c->route && !c->canceled && !c->e->stopping) {
+        if (group_next(c, shed, &final)) return; /* queued on the next member */
+        shed = &final;
+    }
+    call_complete(c, SL_ESHED, shed, NULL);
+}
+
+/* Runs the caller's callback exactly once and frees the call: always the
+ * end of it (rerouting a group's request happens before, in call_shed). */
+void call_complete(engine_call *c, int status, const engine_shed *shed, const char *msg) {
+    engine *e = c->e;
+    if (c->route) {
+        group_stat *gs = group_stats(e, c->route->group);
+        const struct config_group *g = config_group(e->cfg, c->route->group);
+        if (gs && status == SL_OK) {
+            gs->st.grants++;
+            for (size_t i = 0; g && i < g->nmembers && i < CONFIG_GROUP_MAX; i++)
+                if (!strcmp(g->members[i], c->d->name)) {
+                    gs->st.member_grants[i]++;
+                    if (i > 0) gs->st.spilled++;
+                }
+        } else if (gs && status == SL_ESHED) {
+            gs->st.sheds++;
+        }
+    }
+    engine_class_stats *ks = &c->d->classes[c->cls].st;
+    c->state = CALL_DONE;
+    c->grant.deployment = c->d->name;
+    c->grant.endpoint = c->d->cfg ? c->d->cfg->endpoint : "";
+    c->grant.group = c->route != NULL;
+    if (status == SL_OK) {
+        c->grant.waited_ms = (long long)(uv_now(e->loop) - c->start_ms);
+        e->stats.grants++;
+        e->stats.tokens_estimated += (unsigned long long)c->grant.tokens;
+        if (c->grant.local) e->stats.grants_local++;
+        record_wait(e->stats.wait_hist, &e->stats.wait_sum_ms, c->grant.waited_ms);
+        record_wait(ks->wait_hist, &ks->wait_sum_ms, c->grant.waited_ms);
+        ks->grants++;
+        ks->tokens += (unsigned long long)c->grant.tokens;
+    } else if (status == SL_ESHED) {
+        e->stats.sheds++;
+        e->stats.shed_by_reason[engine_shed_reason_index(shed->reason)]++;
+        ks->sheds++;
+    } else {
+        e->stats.errors++;
+    }
+    if (!c->canceled) c->cb(c->arg, status, status == SL_OK ? &c->grant : NULL, shed, msg);
+    call_free(c);
+}
+
+/* The Redis grant number inside "<deployment>:<n>", or NULL for local. */
+const char *grant_number(const char *id) {
+    const char *colon = strrchr(id, ':');
+    if (!colon || colon[1] == 'L' || colon[1] == '\0') return NULL;
+    return colon + 1;
+}
+
+static void on_release(uv_timer_t *t);
+
+/* Moves every held caller `shift` ms later, keeping their spacing: a pause
+ * shifts the schedule instead of piling callers up at its end. */
+static void dep_shift_waiting(dep *d, double shift) {
+    if (shift <= 0) return;
+    uint64_t now = uv_now(d->e->loop);
+    for (engine_call *c = d->waiting.head; c; c = c->next) {
+        c->release_ms += (uint64_t)ceil(shift);
+        uv_timer_start(&c->timer, on_release, c->release_ms > now ? c->release_ms - now : 0, 0);
+    }
+}
+
+/* Follows Redis' running pause shift (pause_shift_ms in replies): held
+ * callers move by its growth, so every agent shifts by the same amount. */
+void dep_follow_shift(dep *d, double total) {
+    if (d->shift_known && total > d->applied_shift) dep_shift_waiting(d, total - d->applied_shift);
+    d->applied_shift = total; /* also resets when Redis lost its state */
+    d->shift_known = 1;
+}
+
+/* A pause learned by this agent. In Redis mode the reply of the settle that
+ * carries it brings the shift; locally the local schedule shifts here. */
+void dep_pause(dep *d, long long pause_ms, int local) {
+    uint64_t now = uv_now(d->e->loop), until = now + (uint64_t)pause_ms;
+    uint64_t base = d->paused_until > now ? d->paused_until : now;
+    if (until <= base) return;
+    if (local) {
+        double shift = (double)(until - base);
+        dep_shift_waiting(d, shift);
+        for (int k = 0; k < ENGINE_DIMS; k++)
+            if (d->local_tat[k] > (double)now) d->local_tat[k] += shift;
+        if (d->local_last_slot > (double)now) d->local_last_slot += shift;
+    }
+    d->paused_until = until;
+}
+
+static void on_release(uv_timer_t *t) {
+    engine_call *c = t->data;
+    dep *d = c->d;
+    uint64_t now = uv_now(c->e->loop);
+    if (d->paused_until > now) {
+        /* The provider paused the deployment after this grant was made:
+         * hold the caller until the pause ends, like every other agent. */
+        uv_timer_start(&c->timer, on_release, d->paused_until - now, 0);
+        return;
+    }
+    list_remove(&d->waiting, c);
+    c->e->stats.waiting--;
+    call_complete(c, SL_OK, NULL, NULL);
+}
+
+/* A grant: release the caller now or at its slot. */
+void call_granted(engine_call *c, long long wait_ms) {
+    engine *e = c->e;
+    dep *d = c->d;
+    if (c->canceled) {
+        const char *num = grant_number(c->grant.id);
+        if (num) queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
+        call_free(c);
+        return;
+    }
+    uint64_t now = uv_now(e->loop);
+    uint64_t at = now + (uint64_t)(wait_ms > 0 ? wait_ms : 0);
+    if (d->paused_until > at) at = d->paused_until;
+    if (at <= now) {
+        call_complete(c, SL_OK, NULL, NULL);
+        return;
+    }
+    c->state = CALL_WAITING;
+    c->release_ms = at;
+    uv_timer_init(e->loop, &c->timer);
+    c->timer.data = c;
+    c->timer_live = 1;
+    uv_timer_start(&c->timer, on_release, at - now, 0);
+    list_push(&d->waiting, c);
+    e->stats.waiting++;
+}
+
+/* A grant from a reserve reply (plain or group): release the caller at its
+ * slot, or give the slot back when the agent is stopping. */
+void call_reply_granted(engine_call *c, dep *d, long long grant, long long wait_ms, long long tokens) {
+    snprintf(c->grant.id, sizeof(c->grant.id), "%s:%lld", d->name, grant);
+    c->grant.tokens = tokens;
+    c->grant.local = 0;
+    if (c->e->stopping) {
+        /* Stopped while this call was in flight: give the slot back. */
+        queue_settle(d, grant_number(c->grant.id), NULL, ENGINE_CANCELLED, -1, NULL);
+        if (c->canceled) call_free(c);
+        else call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
+        return;
+    }
+    call_granted(c, wait_ms);
+}
+
+/* A deferral from a reserve reply (plain or group): c's class on c->d
+ * waits until Redis said capacity opens (ask_in ms); the caller queues c
+ * again. */
+void call_deferred(engine_call *c, const redisReply *reason, long long ask_in, uint64_t now) {
+    call_class *k = &c->d->classes[c->cls];
+    uint64_t at = now + (uint64_t)(ask_in > 0 ? ask_in : 1);
+    if (at > k->ask_at) k->ask_at = at;
+    c->deferred = 1;
+    snprintf(c->defer_reason, sizeof(c->defer_reason), "%s", reason->type == REDIS_REPLY_STRING ? reason->str : engine_shed_reasons[ENGINE_SHED_RPM]);
+    c->e->stats.deferrals++;
+    k->st.deferrals++;
+    c->state = CALL_PENDING;
+}
+
+/* Copies the estimate of rq into c (tokens the sum of a split). */
+void call_estimate(engine_call *c, const engine_req *rq) {
+    c->split = rq->split;
+    c->input = rq->split ? rq->input : -1;
+    c->output = rq->split ? rq->output : -1;
+    c->tokens = rq->split ? rq->input + rq->output : rq->tokens;
+}

@@ -1,0 +1,439 @@
+/* engine_group: requests to a group. With one Redis (or Sentinel) the
+ * group script decides among the members atomically; with Redis Cluster,
+ * or when a member paces locally, the engine routes step by step. */
+#define _GNU_SOURCE
+#include "engine_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- groups ------------------------------------------------------------------ */
+
+group_stat *group_stats(engine *e, const char *name) {
+    for (size_t i = 0; i < e->ngstats; i++)
+        if (!strcmp(e->gstats[i].name, name)) return &e->gstats[i];
+    group_stat *n = realloc(e->gstats, (e->ngstats + 1) * sizeof(*n));
+    if (!n) return NULL;
+    e->gstats = n;
+    memset(&n[e->ngstats], 0, sizeof(n[0]));
+    snprintf(n[e->ngstats].name, sizeof(n[0].name), "%s", name);
+    return &n[e->ngstats++];
+}
+
+static int group_allows(const struct config_group *g, const struct config_deployment *m, const engine_call *c);
+
+/* The weighted policy's turn: smooth weighted round-robin (as nginx does)
+ * over the allowed members, each weighted by its rpm, so that over any
+ * run of requests each member's share is within one request of its
+ * weight's. Returns the member index, or -1 when none is allowed. */
+static int group_turn(engine *e, const struct config_group *g, const engine_call *c) {
+    group_stat *gs = group_stats(e, g->name);
+    if (!gs) return -1;
+    double total = 0;
+    int best = -1;
+    for (size_t i = 0; i < g->nmembers && i < CONFIG_GROUP_MAX; i++) {
+        if (!group_allows(g, g->members_[i], c)) continue;
+        double w = (double)g->members_[i]->rpm;
+        gs->swrr[i] += w;
+        total += w;
+        if (best < 0 || gs->swrr[i] > gs->swrr[best]) best = (int)i;
+    }
+    if (best >= 0) gs->swrr[best] -= total;
+    return best;
+}
+
+/* May member m serve this request (its tag, and the tenant's in g)? */
+static int group_allows(const struct config_group *g, const struct config_deployment *m, const engine_call *c) {
+    return config_has_tag(m, c->route->tag) && config_has_tag(m, config_group_tenant_tag(g, c->route->tenant));
+}
+
+/* Queues c on member m of its group, allowed to wait step_ms there. */
+static int call_target(engine_call *c, const struct config_deployment *m, long long step_ms) {
+    engine *e = c->e;
+    dep *d = dep_find(e, m->name);
+    if (!d || !d->cfg) return -1;
+    const struct config_lane *l = config_lane(d->cfg, c->route->lane);
+    if (!l) l = config_lane(d->cfg, NULL); /* a member without that lane: its default */
+    const struct config_tenant *t = config_tenant(d->cfg, c->route->tenant);
+    int cls = dep_class(d, l ? l->name : "", t ? t->name : "default");
+    if (cls < 0) return -1;
+    c->d = d;
+    c->cls = cls;
+    c->deferred = 0;
+    c->max_wait_ms = (long long)(uv_now(e->loop) - c->start_ms) + (step_ms > 0 ? step_ms : 0);
+    c->state = CALL_PENDING;
+    class_push(d, c);
+    d->classes[cls].st.acquires++;
+    flush_arm(e);
+    return 0;
+}
+
+/* After member c->d shed c: records when that member could serve it and
+ * queues c on the next member to try. Returns 1 when c was queued again, 0
+ * when the group has nobody left (then *final is the answer). Spill phase:
+ * the allowed members in order, each allowed to wait up to spill_ms.
+ * Final phase: the allowed member whose slot (learned from its shed) is
+ * soonest within the request's max wait, allowed to wait for it. */
+int group_next(engine_call *c, const engine_shed *shed, engine_shed *final) {
+    engine *e = c->e;
+    const struct config_group *g = config_group(e->cfg, c->route->group);
+    if (!g) return 0;
+    uint64_t now = uv_now(e->loop);
+    int idx = -1;
+    for (size_t i = 0; i < g->nmembers; i++)
+        if (!strcmp(g->members[i], c->d->name)) idx = (int)i;
+    int why = engine_shed_reason_index(shed->reason);
+    int health = why == ENGINE_SHED_BREAKER || why == ENGINE_SHED_QUOTA;
+    int never = shed->retry_after_ms < 0 || health || why == ENGINE_SHED_TOO_LARGE || why == ENGINE_SHED_DAILY ||
+                why == ENGINE_SHED_TENANT_DAILY;
+    if (health && shed->retry_after_ms >= 0) {
+        uint64_t back = now + (uint64_t)shed->retry_after_ms;
+        if (!c->route->health || back < c->route->health) c->route->health = back;
+    }
+    if (idx >= 0) {
+        long long step_left = c->max_wait_ms - (long long)(now - c->start_ms);
+        c->route->est[idx] = never ? UINT64_MAX : now + (uint64_t)(step_left > 0 ? step_left : 0) + (uint64_t)shed->retry_after_ms;
+    }
+    if (!c->route->first.reason) c->route->first = *shed;
+    long long left = c->route->deadline > now ? (long long)(c->route->deadline - now) : 0;
+    /* Spill phase (priority: the members in order; weighted: only the
+     * member whose turn it was, then the final phase). */
+    while (g->policy == CONFIG_POLICY_PRIORITY && c->route->next < (int)g->nmembers) {
+        const struct config_deployment *m = g->members_[c->route->next++];
+        if (!group_allows(g, m, c)) continue;
+        if (call_target(c, m, left < g->spill_ms ? left : g->spill_ms) == 0) return 1;
+    }
+    /* Final phase: the member that can serve it soonest. Its shed said
+     * when that member's next slot was; this agent's own requests queued
+     * there since will take a slot each first (requests deciding together
+     * from the same figures would otherwise all pick the same member).
+     * The step may wait only a little past that estimate: when others took
+     * the slot meanwhile, the shed brings a newer figure and the choice is
+     * made again. After 3 rounds per member it waits for good. */
+    int best = -1;
+    uint64_t soonest = UINT64_MAX, best_interval = 0;
+    for (size_t i = 0; i < g->nmembers; i++) {
+        const struct config_deployment *m = g->members_[i];
+        if (!group_allows(g, m, c) || !c->route->est[i] || c->route->est[i] == UINT64_MAX) continue;
+        dep *md = dep_find(e, m->name);
+        uint64_t interval = (uint64_t)(60000 / (m->rpm > 0 ? m->rpm : 1)) + 1;
+        uint64_t score = c->route->est[i] + (md ? (uint64_t)md->npending * interval : 0);
+        if (score < soonest) {
+            soonest = score;
+            best = (int)i;
+            best_interval = interval;
+        }
+    }
+    if (best >= 0 && soonest <= c->route->deadline) {
+        long long step = left;
+        if (++c->route->final_steps < 3 * (int)g->nmembers) {
+            long long until = (long long)(soonest > now ? soonest - now : 0) + 2 * (long long)best_interval;
+            if (until < step) step = until;
+        }
+        if (call_target(c, g->members_[best], step) == 0) return 1;
+    }
+    if (best >= 0) soonest = c->route->est[best];
+    final->reason = c->route->first.reason ? c->route->first.reason : shed->reason;
+    /* The hint: when the soonest member could serve it, or when a member
+     * out for health (breaker, quota) comes back; -1 only when none can. */
+    if (c->route->health && c->route->health < soonest) soonest = c->route->health;
+    final->retry_after_ms = soonest == UINT64_MAX ? -1
+                            : soonest > c->route->deadline ? (long long)(soonest - c->route->deadline) + 1
+                                                     : (long long)(soonest > now ? soonest - now : 1);
+    if (final->retry_after_ms == 0) final->retry_after_ms = 1;
+    return 0;
+}
+
+/* ---- groups decided by one script (one Redis or Sentinel) ------------------ */
+
+static int group_atomic(const engine *e) { return strcmp(rrouter_mode(e->redis), "cluster") != 0; }
+
+static gq *gq_get(engine *e, const char *name) {
+    for (gq *q = e->gqs; q; q = q->next)
+        if (!strcmp(q->name, name)) return q;
+    gq *q = calloc(1, sizeof(*q));
+    if (!q) return NULL;
+    snprintf(q->name, sizeof(q->name), "%s", name);
+    q->next = e->gqs;
+    e->gqs = q;
+    return q;
+}
+
+/* c's class on member d (for its figures, and if d holds it later). */
+static int member_class(engine_call *c, dep *d) {
+    const struct config_lane *l = d->cfg ? config_lane(d->cfg, c->route->lane) : NULL;
+    if (!l && d->cfg) l = config_lane(d->cfg, NULL);
+    const struct config_tenant *t = d->cfg ? config_tenant(d->cfg, c->route->tenant) : NULL;
+    return dep_class(d, l ? l->name : "", t ? t->name : "default");
+}
+
+/* Routes c step by step from the member whose turn it is (Redis Cluster,
+ * members not all in Redis mode, or the group script failing). */
+static int group_route_steps(engine_call *c) {
+    const struct config_group *g = config_group(c->e->cfg, c->route->group);
+    if (!g || c->route->turn < 0 || (size_t)c->route->turn >= g->nmembers) return -1;
+    uint64_t now = uv_now(c->e->loop);
+    long long left = c->route->deadline > now ? (long long)(c->route->deadline - now) : 0;
+    c->route->next = c->route->turn + 1;
+    return call_target(c, g->members_[c->route->turn], left < g->spill_ms ? left : g->spill_ms);
+}
+
+/* Answers every request still queued on q with status. */
+void gq_drain(gq *q, int status, const char *msg) {
+    engine_call *c;
+    while ((c = list_pop(&q->q)) != NULL) {
+        c->e->stats.queued--;
+        c->route->gq = NULL;
+        call_complete(c, status, NULL, msg);
+    }
+}
+
+static void gq_fallback(engine_call *c) {
+    if (group_route_steps(c) != 0) {
+        call_complete(c, SL_EUNKNOWN, NULL, "group removed by a configuration reload");
+    }
+}
+
+typedef struct gq_batch {
+    gq *q;
+    size_t n, m;
+    dep *md[CONFIG_GROUP_MAX];
+    engine_call *items[RESERVE_BATCH_MAX];
+} gq_batch;
+
+static void on_group_reserve(void *arg, redisReply *r, const char *err) {
+    (void)err;
+    gq_batch *b = arg;
+    gq *q = b->q;
+    engine *e = b->md[0]->e;
+    e->calls_out--;
+    q->reserving = 0;
+    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 1 + b->n;
+    if (!ok && r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str))
+        elog(e, CONFIG_LOG_WARN, "group %s: the group script failed (%s); routing member by member", q->name, r->str);
+    uint64_t now = uv_now(e->loop);
+    for (size_t i = 0; i < b->n; i++) {
+        engine_call *c = b->items[i];
+        c->route->gq = NULL;
+        redisReply *it = ok ? r->element[1 + i] : NULL;
+        long long kind = it && it->type == REDIS_REPLY_ARRAY && it->elements >= 3 ? reply_int(it->element[0]) : -1;
+        long long j = kind == 1 || kind == 2 ? reply_int(it->element[1]) - 1 : 0;
+        if ((kind == 1 || kind == 2) && (j < 0 || (size_t)j >= b->m || it->elements < 4)) kind = -1;
+        if (kind == 1 && it->elements < 5) kind = -1;
+        dep *d = kind == 1 || kind == 2 ? b->md[j] : NULL;
+        if (c->canceled) {
+            if (kind == 1) {
+                char num[24];
+                snprintf(num, sizeof(num), "%lld", reply_int(it->element[2]));
+                queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
+            }
+            call_free(c);
+            continue;
+        }
+        if (e->stopping && kind != 1) {
+            call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
+            continue;
+        }
+        if (kind == 1) {
+            int cls = member_class(c, d);
+            if (cls >= 0) {
+                c->d = d;
+                c->cls = cls;
+            }
+            call_reply_granted(c, d, reply_int(it->element[2]), reply_int(it->element[3]), reply_int(it->element[4]));
+        } else if (kind == 2) {
+            /* Deferred on that member (its lanes or tenants): held in its
+             * class and asked there again; no more spilling. */
+            int cls = member_class(c, d);
+            if (cls < 0) {
+                gq_fallback(c);
+                continue;
+            }
+            c->d = d;
+            c->cls = cls;
+            const struct config_group *g = config_group(e->cfg, c->route->group);
+            c->route->next = g ? (int)g->nmembers : 0;
+            c->max_wait_ms = (long long)(c->route->deadline > c->start_ms ? c->route->deadline - c->start_ms : 0);
+            call_deferred(c, it->element[2], reply_int(it->element[3]), now);
+            class_push(d, c);
+        } else if (kind == 0) {
+            const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str : engine_shed_reasons[ENGINE_SHED_OTHER];
+            engine_shed sh = {engine_shed_reasons[engine_shed_reason_index(rs)], reply_int(it->element[2])};
+            call_complete(c, SL_ESHED, &sh, NULL);
+        } else {
+            gq_fallback(c);
+        }
+    }
+    free(b);
+    if (q->q.n) flush_arm(e);
+    maybe_finish_stop(e);
+}
+
+void gq_flush(engine *e, gq *q) {
+    if (q->reserving || !q->q.n) return;
+    const struct config_group *g = config_group(e->cfg, q->name);
+    engine_call *c;
+    if (!g) {
+        gq_drain(q, SL_EUNKNOWN, "group removed by a configuration reload");
+        return;
+    }
+    uint64_t now = uv_now(e->loop);
+    gq_batch *b = calloc(1, sizeof(*b));
+    if (!b) return;
+    b->q = q;
+    b->m = g->nmembers;
+    int ready = group_atomic(e);
+    for (size_t i = 0; i < g->nmembers; i++) {
+        b->md[i] = dep_find(e, g->members[i]);
+        if (!b->md[i] || !b->md[i]->cfg || !dep_uses_redis(b->md[i]) || b->md[i]->hold_until > now) ready = 0;
+    }
+    if (!ready) {
+        /* A member paces locally or its limits are being written: each
+         * member decides for itself, step by step. */
+        free(b);
+        while ((c = list_pop(&q->q)) != NULL) {
+            e->stats.queued--;
+            c->route->gq = NULL;
+            gq_fallback(c);
+        }
+        return;
+    }
+    size_t m = g->nmembers, nk = SCRIPTS_NKEYS * m;
+    char(*keys)[SCRIPTS_KEY_MAX] = malloc(nk * sizeof(*keys));
+    const char **argv = malloc(sizeof(*argv) * (5 + 5 * RESERVE_BATCH_MAX));
+    char(*buf)[64] = malloc(sizeof(*buf) * (4 + 3 * RESERVE_BATCH_MAX));
+    if (!keys || !argv || !buf) {
+        free(keys);
+        free(argv);
+        free(buf);
+        free(b);
+        return;
+    }
+    for (size_t i = 0; i < m; i++) memcpy(keys[SCRIPTS_NKEYS * i], b->md[i]->keys, sizeof(b->md[i]->keys));
+    snprintf(buf[0], 64, "%zu", m);
+    snprintf(buf[1], 64, "%lld", g->spill_ms);
+    argv[0] = "group";
+    argv[1] = buf[0];
+    argv[2] = buf[1];
+    argv[3] = g->policy == CONFIG_POLICY_WEIGHTED ? "weighted" : "priority";
+    while (b->n < RESERVE_BATCH_MAX && (c = list_pop(&q->q)) != NULL) {
+        e->stats.queued--;
+        size_t k = b->n;
+        char *tok = buf[4 + 3 * k], *left = buf[5 + 3 * k], *order = buf[6 + 3 * k];
+        long long l = c->route->deadline > now ? (long long)(c->route->deadline - now) : 0;
+        call_tokens_arg(c, tok, 64);
+        snprintf(left, 64, "%lld", l);
+        /* The members it may use, the one whose turn it is first. */
+        size_t used = (size_t)snprintf(order, 64, "%d", c->route->turn + 1);
+        for (size_t i = 0; i < m && used < 60; i++)
+            if ((int)i != c->route->turn && group_allows(g, g->members_[i], c))
+                used += (size_t)snprintf(order + used, 64 - used, ",%zu", i + 1);
+        argv[5 + 5 * k] = tok;
+        argv[6 + 5 * k] = left;
+        argv[7 + 5 * k] = c->route->lane;
+        argv[8 + 5 * k] = c->route->tenant;
+        argv[9 + 5 * k] = order;
+        c->state = CALL_INFLIGHT;
+        b->items[b->n++] = c;
+    }
+    snprintf(buf[2], 64, "%zu", b->n);
+    argv[4] = buf[2];
+    int rc = rrouter_script_n(e->redis, SCRIPT_RESERVE, keys, (int)nk, (int)(5 + 5 * b->n), argv, on_group_reserve, b);
+    free(keys);
+    free(argv);
+    free(buf);
+    if (rc != 0) {
+        for (size_t i = 0; i < b->n; i++) {
+            b->items[i]->route->gq = NULL;
+            if (b->items[i]->canceled) call_free(b->items[i]);
+            else gq_fallback(b->items[i]);
+        }
+        free(b);
+        return;
+    }
+    q->reserving = 1;
+    e->calls_out++;
+    e->stats.reserve_calls++;
+    e->stats.reserve_items += b->n;
+}
+
+static void on_no_member(uv_timer_t *t) {
+    engine_call *c = t->data;
+    list_remove(&c->d->waiting, c);
+    c->e->stats.waiting--;
+    engine_shed sh = {engine_shed_reasons[ENGINE_SHED_TAG], -1};
+    call_shed(c, &sh);
+}
+
+/* A request to a group: routed by group_next() from its first member. */
+int group_acquire(engine *e, const struct config_group *g, const engine_req *rq, engine_acquire_cb cb, void *arg,
+                  engine_call **out) {
+    engine_call *c = calloc(1, sizeof(*c));
+    call_route *rt = calloc(1, sizeof(*rt));
+    if (!c || !rt) {
+        free(c);
+        free(rt);
+        return SL_ENOMEM;
+    }
+    c->e = e;
+    c->cb = cb;
+    c->arg = arg;
+    c->route = rt;
+    call_estimate(c, rq);
+    snprintf(c->route->group, sizeof(c->route->group), "%s", g->name);
+    snprintf(c->route->lane, sizeof(c->route->lane), "%s", rq->lane ? rq->lane : "");
+    snprintf(c->route->tenant, sizeof(c->route->tenant), "%s", rq->tenant ? rq->tenant : "");
+    snprintf(c->route->tag, sizeof(c->route->tag), "%s", rq->tag ? rq->tag : "");
+    c->start_ms = uv_now(e->loop);
+    c->route->deadline = c->start_ms + (uint64_t)(rq->max_wait_ms >= 0 ? rq->max_wait_ms : g->max_wait_ms);
+    e->stats.acquires++;
+    group_stat *gs = group_stats(e, g->name);
+    if (gs) gs->st.acquires++;
+    int first = -1;
+    for (size_t i = 0; i < g->nmembers && first < 0; i++)
+        if (group_allows(g, g->members_[i], c)) first = (int)i;
+    if (first < 0) {
+        /* Nobody may serve it: shed on the next turn (callbacks never run
+         * from the call that registers them). */
+        c->d = dep_find(e, g->members[0]);
+        c->cls = c->d ? dep_class(c->d, "", "default") : -1;
+        if (c->cls < 0) {
+            free(rt);
+            free(c);
+            return SL_ENOMEM;
+        }
+        c->route->next = (int)g->nmembers;
+        c->route->first = (engine_shed){engine_shed_reasons[ENGINE_SHED_TAG], -1};
+        c->state = CALL_WAITING;
+        uv_timer_init(e->loop, &c->timer);
+        c->timer.data = c;
+        c->timer_live = 1;
+        uv_timer_start(&c->timer, on_no_member, 0, 0);
+        list_push(&c->d->waiting, c);
+        e->stats.waiting++;
+    } else {
+        if (g->policy == CONFIG_POLICY_WEIGHTED) first = group_turn(e, g, c);
+        c->route->turn = first;
+        gq *q = group_atomic(e) ? gq_get(e, g->name) : NULL;
+        dep *d = dep_find(e, g->members[first]);
+        int cls = d ? member_class(c, d) : -1;
+        if (q && cls >= 0) {
+            /* One Redis: the group script decides among the members. */
+            c->d = d;
+            c->cls = cls;
+            d->classes[cls].st.acquires++;
+            c->state = CALL_PENDING;
+            c->route->gq = q;
+            list_push(&q->q, c);
+            e->stats.queued++;
+            flush_arm(e);
+        } else if (group_route_steps(c) != 0) {
+            free(rt);
+            free(c);
+            return SL_ENOMEM;
+        }
+    }
+    if (out) *out = c;
+    return 0;
+}

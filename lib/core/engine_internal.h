@@ -1,0 +1,302 @@
+/* engine_internal.h: what the engine's files share (lib/core/engine*.c);
+ * nothing outside them includes it. The public interface is engine.h.
+ *
+ * The files, by concern:
+ *   engine.c         the public API: create, acquire, cancel, settle,
+ *                    feedback, reload, stop, stats; logging
+ *   engine_dep.c     deployments and their lane and tenant classes
+ *   engine_call.c    a call's life after the decision: release timers,
+ *                    pauses, completion (the caller's callback, once)
+ *   engine_reserve.c coalesced reserve calls and deferrals
+ *   engine_group.c   groups: the group script (one Redis) and routing
+ *                    step by step (Redis Cluster, fallbacks)
+ *   engine_settle.c  coalesced settles and what their replies report
+ *   engine_local.c   pacing at this agent's share without Redis, and the
+ *                    hand-over back to Redis after an outage
+ *   engine_redis.c   the flush once per loop turn, configure, heartbeat,
+ *                    Redis up and down
+ *   engine_query.c   questions about one deployment (RETRY, STATUS)
+ */
+#ifndef SLUICE_ENGINE_INTERNAL_H
+#define SLUICE_ENGINE_INTERNAL_H
+
+#include "engine.h"
+
+#include <stdint.h>
+
+#include "rrouter.h"
+#include "scripts.h"
+#include "sluice.h"
+
+#define RESERVE_BATCH_MAX 128
+#define SETTLE_BATCH_MAX 256
+/* How long plain settles wait to share a call. */
+#define ENGINE_SETTLE_DELAY_MS 5
+/* How long a deployment waits after a cluster redirect or TRYAGAIN. */
+#define ENGINE_REDIRECT_HOLD_MS 20
+/* Items of one lane and tenant per reserve call on a deployment with lanes
+ * or tenants: after a deferral the rest of the class would be deferred
+ * too, so sending its whole backlog would only cost Redis time. */
+#define ENGINE_CLASS_BATCH 8
+
+typedef enum call_state { CALL_PENDING, CALL_INFLIGHT, CALL_WAITING, CALL_DONE } call_state;
+
+typedef struct dep dep;
+
+/* A request to a group: the request as given, and the routing so far.
+ * Allocated only for group calls (engine_call.route), freed with the call. */
+typedef struct call_route {
+    char group[CONFIG_NAME_MAX + 1];
+    char lane[CONFIG_NAME_MAX + 1], tenant[CONFIG_NAME_MAX + 1], tag[CONFIG_NAME_MAX + 1];
+    int next;                 /* next member to try in order (spill phase) */
+    int final_steps;          /* steps taken in the final phase */
+    uint64_t deadline;        /* uv_now ms: the request's max wait ends */
+    uint64_t est[CONFIG_GROUP_MAX]; /* member's slot as its shed said (uv ms); 0 unknown, UINT64_MAX never */
+    engine_shed first;        /* the first member's shed, for the final answer */
+    uint64_t health;          /* uv_now ms: the soonest a member out for health comes back, 0 none */
+    int turn;                 /* the first member to try (the weighted policy's turn) */
+    struct gq *gq;            /* waiting in this group queue (one Redis / Sentinel) */
+} call_route;
+
+struct engine_call {
+    engine *e;
+    dep *d;
+    engine_acquire_cb cb;
+    void *arg;
+    long long tokens, max_wait_ms;
+    int split;                /* the estimate came as input and max output */
+    long long input, output;
+    call_state state;
+    int canceled;
+    uint64_t start_ms;        /* uv_now at acquire */
+    uint64_t release_ms;      /* uv_now at the slot */
+    engine_grant grant;
+    int cls;                  /* index into d->classes */
+    call_route *route;        /* a request to a group: its routing; NULL otherwise */
+    int deferred;             /* Redis deferred it at least once */
+    char defer_reason[16];    /* the last deferral's reason */
+    uv_timer_t timer;         /* release timer; memory freed in its close callback */
+    int timer_live;
+    engine_call *prev, *next; /* in a class queue or d->waiting */
+};
+
+typedef struct call_list {
+    engine_call *head, *tail;
+    size_t n;
+} call_list;
+
+/* The requests of one lane and tenant class not yet sent to Redis, in
+ * arrival order. Redis decides each class's head first; a deferral holds
+ * the whole class until ask_at. */
+typedef struct call_class {
+    char lane[CONFIG_NAME_MAX + 1];   /* "" when the deployment has no lanes */
+    char tenant[CONFIG_NAME_MAX + 1]; /* a configured tenant or "default" */
+    call_list q;
+    uint64_t ask_at;                  /* uv_now ms; 0 = ask now */
+    engine_class_stats st;
+} call_class;
+
+typedef struct settle_item {
+    char id[24];              /* the Redis grant number, or "-" */
+    engine_usage usage;
+    long long pause_ms;
+    engine_outcome outcome;
+    engine_seen seen;
+} settle_item;
+
+struct dep {
+    engine *e;
+    char name[CONFIG_NAME_MAX + 1];
+    char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX];
+    const struct config_deployment *cfg; /* NULL when removed by a reload */
+    call_class *classes;      /* not yet sent to Redis, by lane and tenant */
+    size_t nclasses, capclasses;
+    size_t npending;          /* calls in all class queues */
+    call_list waiting;        /* granted, timer armed */
+    int reserving;            /* reserve calls in flight (at most 1) */
+    settle_item *settles;
+    size_t nsettles, capsettles;
+    int settling;
+    int settle_urgent;        /* a cancel, pause or full batch: flush settles now */
+    int configured;           /* limits written on the current connection */
+    int configuring;
+    long long live_agents;    /* from the last heartbeat, 0 = unknown */
+    double rate_scale;        /* last known */
+    uint64_t paused_until;    /* uv_now ms; callers are held until then */
+    double applied_shift;     /* Redis' pause_shift_ms already applied to held callers */
+    int shift_known;          /* applied_shift was read from Redis at least once */
+    uint64_t hold_until;      /* uv_now ms; no reserve before (cluster redirect) */
+    double local_tat[ENGINE_DIMS]; /* local fallback schedule per dimension, uv_now ms */
+    double local_retry_tat;   /* local retry floor bucket, uv_now ms */
+    double local_last_slot;   /* local slots stay monotone, like Redis' */
+    double fleet_tat_req, fleet_tat_tok; /* the fleet's schedule end per dimension, last seen, uv_now ms */
+    double fleet_backlog_req, fleet_backlog_tok; /* how far it reached past now then */
+    double lost_at;           /* uv_now when its Redis node was lost, 0 when not lost */
+    int handing_over, handed_over; /* the local tail was pushed into Redis after an outage */
+    char script_error[256];   /* the last error a script returned, "" after a success */
+    engine_dim_rates rates[ENGINE_DIMS]; /* from the last settle reply */
+    double burst_cfg[ENGINE_DIMS];       /* the configured bursts */
+    uint64_t breaker_until, quota_until; /* uv_now ms: health sheds seen until then (logged once) */
+    unsigned long long local_seq;
+    dep *next;
+};
+
+/* A group's requests waiting for the group script, which decides among the
+ * members atomically (one Redis or Sentinel: every member's keys are on one
+ * server). With Redis Cluster, members live in different slots and the
+ * engine routes step by step instead (group_next). */
+typedef struct gq {
+    char name[CONFIG_NAME_MAX + 1];
+    call_list q;
+    int reserving;
+    struct gq *next;
+} gq;
+
+typedef struct group_stat {
+    char name[CONFIG_NAME_MAX + 1];
+    engine_group_stats st;
+    double swrr[CONFIG_GROUP_MAX]; /* weighted policy: smooth weighted round-robin state */
+} group_stat;
+
+struct engine {
+    uv_loop_t *loop;
+    config *cfg;
+    char agent_id[128];
+    rrouter *redis;
+    uv_timer_t hold_timer;    /* re-flushes after a cluster redirect hold */
+    uv_timer_t settle_timer;  /* flushes delayed settles */
+    uv_timer_t defer_timer;   /* flushes when a deferred class may ask again */
+    uint64_t start_ms;        /* uv_now at engine_start */
+    int ever_ready, ever_down; /* the first connection attempt has resolved */
+    int settle_due;           /* the settle window expired */
+    engine_log_fn log;
+    void *log_ud;
+    dep *deps;
+    uv_check_t flush_check;   /* flushes coalesced work after each poll */
+    uv_idle_t flush_idle;     /* keeps the poll from blocking while work is queued */
+    uv_timer_t heartbeat_timer;
+    int flush_armed;
+    int handles_open;
+    int stopping, stopped;
+    int calls_out;            /* our script calls in flight (any kind) */
+    void (*stop_done)(void *);
+    void *stop_arg;
+    int redis_up;
+    long long mode_since_ms;
+    engine_stats stats;
+    group_stat *gstats;
+    size_t ngstats;
+    gq *gqs;
+};
+
+/* ---- lists ---------------------------------------------------------------- */
+
+static inline void list_push(call_list *l, engine_call *c) {
+    c->prev = l->tail;
+    c->next = NULL;
+    if (l->tail) l->tail->next = c;
+    else l->head = c;
+    l->tail = c;
+    l->n++;
+}
+
+static inline void list_push_front(call_list *l, engine_call *c) {
+    c->prev = NULL;
+    c->next = l->head;
+    if (l->head) l->head->prev = c;
+    else l->tail = c;
+    l->head = c;
+    l->n++;
+}
+
+static inline void list_remove(call_list *l, engine_call *c) {
+    if (c->prev) c->prev->next = c->next;
+    else l->head = c->next;
+    if (c->next) c->next->prev = c->prev;
+    else l->tail = c->prev;
+    c->prev = c->next = NULL;
+    l->n--;
+}
+
+static inline engine_call *list_pop(call_list *l) {
+    engine_call *c = l->head;
+    if (c) list_remove(l, c);
+    return c;
+}
+
+static inline long long reply_int(const redisReply *r) {
+    if (!r) return 0;
+    if (r->type == REDIS_REPLY_INTEGER) return r->integer;
+    if (r->type == REDIS_REPLY_STRING) return atoll(r->str);
+    return 0;
+}
+
+
+/* ---- engine.c ---- */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+void elog(engine *e, int level, const char *fmt, ...);
+void dep_script_error(dep *d, const char *what, const char *err);
+void maybe_finish_stop(engine *e);
+
+/* ---- engine_dep.c ---- */
+dep *dep_find(engine *e, const char *name);
+int dep_ready(const dep *d);
+dep *dep_add(engine *e, const struct config_deployment *cfg);
+void dep_set_cfg(dep *d, const struct config_deployment *cfg);
+int cfg_split(const struct config_deployment *c);
+int dep_class(dep *d, const char *lane, const char *tenant);
+void class_push(dep *d, engine_call *c);
+void class_push_front(dep *d, engine_call *c);
+void class_remove(dep *d, engine_call *c);
+engine_call *dep_pop_any(dep *d);
+long long class_priority(const dep *d, const call_class *k);
+void dep_health_seen(dep *d, const char *reason, long long retry_after_ms);
+
+/* ---- engine_call.c ---- */
+void call_estimate(engine_call *c, const engine_req *rq);
+void call_granted(engine_call *c, long long wait_ms);
+void call_reply_granted(engine_call *c, dep *d, long long grant, long long wait_ms, long long tokens);
+void call_deferred(engine_call *c, const redisReply *reason, long long ask_in, uint64_t now);
+void call_shed(engine_call *c, const engine_shed *shed);
+void call_complete(engine_call *c, int status, const engine_shed *shed, const char *msg);
+void call_free(engine_call *c);
+const char *grant_number(const char *id);
+void dep_follow_shift(dep *d, double total);
+void dep_pause(dep *d, long long pause_ms, int local);
+
+/* ---- engine_reserve.c ---- */
+void call_tokens_arg(const engine_call *c, char *buf, size_t n);
+void dep_flush_reserves(dep *d);
+
+/* ---- engine_group.c ---- */
+int group_acquire(engine *e, const struct config_group *g, const engine_req *rq, engine_acquire_cb cb, void *arg,
+                  engine_call **out);
+int group_next(engine_call *c, const engine_shed *shed, engine_shed *final);
+group_stat *group_stats(engine *e, const char *name);
+void gq_flush(engine *e, gq *q);
+void gq_drain(gq *q, int status, const char *msg);
+
+/* ---- engine_settle.c ---- */
+void queue_settle(dep *d, const char *id, const engine_usage *u, engine_outcome o, long long pause_ms,
+                  const engine_seen *seen);
+void dep_flush_settles(dep *d);
+
+/* ---- engine_local.c ---- */
+double local_share(const dep *d);
+void local_decide(engine_call *c);
+int dep_uses_redis(const dep *d);
+void dep_hand_over(dep *d);
+
+/* ---- engine_redis.c ---- */
+void flush_arm(engine *e);
+void on_hold_timer(uv_timer_t *t);
+void on_settle_timer(uv_timer_t *t);
+void on_heartbeat_timer(uv_timer_t *t);
+void on_redis_up(void *ud);
+void on_redis_down(void *ud, const char *why);
+void dep_configure(dep *d);
+void dep_heartbeat(dep *d, int leave);
+
+#endif

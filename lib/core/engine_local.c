@@ -1,0 +1,149 @@
+/* engine_local: without Redis, each call is decided by a local GCRA at
+ * this agent's share; back with Redis, the local tail is handed over. */
+#define _GNU_SOURCE
+#include "engine_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- local fallback ------------------------------------------------------- */
+
+/* The share of the deployment's rate this agent may use alone. */
+double local_share(const dep *d) {
+    if (d->live_agents > 0) return 1.0 / (double)d->live_agents;
+    return d->e->cfg->agent.fallback_share;
+}
+
+/* The earliest local slot for cost c on one dimension (rate r per ms,
+ * burst b), with the release-jitter margin of the reserve script: plan
+ * against b - r J; a cost above that waits for a full bucket plus J. */
+static double local_earliest(double tat, double r, double b, double c, double jitter_ms,
+                             double *jitter) {
+    double j = fmin(jitter_ms, 0.5 * b / r);
+    double room = b - j * r - c;
+    *jitter = room < 0 ? j : 0;
+    return room < 0 ? tat + j : tat - room / r;
+}
+
+/* The cost of c in each dimension: a request, the combined estimate, and
+ * its input and max output (each the combined estimate when not split:
+ * an upper bound of both, as the reserve script charges). */
+static void call_costs(const engine_call *c, double cost[ENGINE_DIMS]) {
+    cost[ENGINE_DIM_REQUESTS] = 1;
+    cost[ENGINE_DIM_TOKENS] = (double)c->tokens;
+    cost[ENGINE_DIM_INPUT] = (double)(c->split ? c->input : c->tokens);
+    cost[ENGINE_DIM_OUTPUT] = (double)(c->split ? c->output : c->tokens);
+}
+
+/* Decides one call with a local GCRA at this agent's share of the rate.
+ * Same rules as the reserve script, on uv_now; never unlimited. Each
+ * dimension runs at the rate Redis last reported the fleet at (a lower
+ * limit the provider's headers gave, less others' use), else the
+ * configured one. */
+void local_decide(engine_call *c) {
+    static const int reasons[ENGINE_DIMS] = {ENGINE_SHED_RPM, ENGINE_SHED_TPM, ENGINE_SHED_ITPM, ENGINE_SHED_OTPM};
+    dep *d = c->d;
+    engine *e = c->e;
+    const struct config_deployment *cfg = d->cfg;
+    if (e->cfg->agent.fail == CONFIG_FAIL_CLOSED) {
+        call_complete(c, SL_EUNAVAIL, NULL,
+                      "Redis is unreachable and agent.fail is closed: refusing to pace locally");
+        return;
+    }
+    double cost[ENGINE_DIMS], rate[ENGINE_DIMS] = {0}, burst[ENGINE_DIMS] = {0};
+    call_costs(c, cost);
+    for (int k = ENGINE_DIM_TOKENS; k < ENGINE_DIMS; k++) {
+        if (d->rates[k].configured > 0 && cost[k] > d->rates[k].configured) {
+            engine_shed sh = {engine_shed_reasons[ENGINE_SHED_TOO_LARGE], -1};
+            call_shed(c, &sh);
+            return;
+        }
+    }
+    double share = local_share(d), now = (double)uv_now(e->loop), fence = 0, j;
+    const char *reason = engine_shed_reasons[ENGINE_SHED_RPM];
+    /* The local bucket is empty where the fleet's schedule ends: grants
+     * Redis already made keep being released. Other agents kept extending
+     * that schedule after our last look, so assume its reach past now (the
+     * backlog) held until Redis was lost. The token backlog is the longest
+     * of the token dimensions'. */
+    double fleet_req = fmax(d->fleet_tat_req, d->lost_at + d->fleet_backlog_req);
+    double fleet_tok = fmax(d->fleet_tat_tok, d->lost_at + d->fleet_backlog_tok);
+    double s = fmax(now, d->local_last_slot);
+    double jit = (double)cfg->jitter_ms;
+    for (int k = 0; k < ENGINE_DIMS; k++) {
+        const engine_dim_rates *dr = &d->rates[k];
+        if (dr->configured <= 0) continue;
+        double per_min = dr->known && dr->effective > 0 ? fmin(dr->effective, dr->configured) : dr->configured;
+        double limit = dr->known && dr->limit > 0 ? fmin(dr->limit, dr->configured) : dr->configured;
+        rate[k] = per_min * share / 60000.0;
+        burst[k] = fmax(1.0, floor(d->burst_cfg[k] * share * limit / dr->configured));
+        double fleet = k == ENGINE_DIM_REQUESTS ? fleet_req : fleet_tok;
+        d->local_tat[k] = fmax(d->local_tat[k], fleet + burst[k] / rate[k]);
+        double t = local_earliest(d->local_tat[k], rate[k], burst[k], cost[k], jit, &j);
+        fence = fmax(fence, j);
+        if (t > s) {
+            s = t;
+            reason = engine_shed_reasons[reasons[k]];
+        }
+    }
+    if ((double)d->paused_until > s) {
+        s = (double)d->paused_until;
+        reason = engine_shed_reasons[ENGINE_SHED_PAUSED];
+    }
+    double wait = s - now;
+    if (wait > (double)c->max_wait_ms) {
+        engine_shed sh = {reason, (long long)ceil(wait - (double)c->max_wait_ms)};
+        call_shed(c, &sh);
+        return;
+    }
+    for (int k = 0; k < ENGINE_DIMS; k++)
+        if (rate[k] > 0) d->local_tat[k] = fmax(d->local_tat[k], s) + cost[k] / rate[k];
+    d->local_last_slot = s + fence;
+    d->local_seq++;
+    snprintf(c->grant.id, sizeof(c->grant.id), "%s:L%llu", d->name, d->local_seq);
+    c->grant.tokens = c->tokens;
+    c->grant.local = 1;
+    call_granted(c, (long long)ceil(wait));
+}
+
+/* Redis mode is used when connected, the deployment's limits are written,
+ * and the local schedule from an outage has drained (so the fleet's total
+ * stays within the quota when agents rejoin). */
+int dep_uses_redis(const dep *d) {
+    double now = (double)uv_now(d->e->loop);
+    int drained = 1;
+    for (int k = 0; k < ENGINE_DIMS; k++) drained &= d->local_tat[k] <= now;
+    return dep_ready(d) && d->configured && (d->handed_over || drained);
+}
+
+static void on_handover(void *arg, redisReply *r, const char *err) {
+    dep *d = arg;
+    d->e->calls_out--;
+    d->handing_over = 0;
+    if (r && r->type == REDIS_REPLY_INTEGER) d->handed_over = 1;
+    flush_arm(d->e);
+    maybe_finish_stop(d->e);
+}
+
+/* Back from an outage with local grants still to be released: push the
+ * shared schedule past them (heartbeat "busy"), then use Redis at once. */
+void dep_hand_over(dep *d) {
+    engine *e = d->e;
+    if (d->handing_over || d->handed_over) return;
+    double now = (double)uv_now(e->loop);
+    char window[24], breq[24], btok[24];
+    snprintf(window, sizeof(window), "%lld", e->cfg->agent.heartbeat_ms * 3);
+    /* The heartbeat takes one token figure for every token dimension: the
+     * longest local token schedule (the safe side). */
+    double tok = 0;
+    for (int k = ENGINE_DIM_TOKENS; k < ENGINE_DIMS; k++) tok = fmax(tok, d->local_tat[k] - now);
+    snprintf(breq, sizeof(breq), "%.0f", ceil(fmax(0.0, d->local_tat[ENGINE_DIM_REQUESTS] - now)));
+    snprintf(btok, sizeof(btok), "%.0f", ceil(tok));
+    const char *argv[5] = {e->agent_id, window, "busy", breq, btok};
+    if (rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, 5, argv, on_handover, d) == 0) {
+        e->calls_out++;
+        d->handing_over = 1;
+    }
+}

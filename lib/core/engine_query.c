@@ -1,0 +1,185 @@
+/* engine_query: questions about one deployment: the retry budget
+ * (RETRY) and its state (STATUS), asked of Redis or answered locally. */
+#define _GNU_SOURCE
+#include "engine_internal.h"
+#include "timeutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- questions about a deployment (retry, status) ----------------------------- */
+
+/* A question for Redis about one deployment, answered from the script's
+ * reply, or locally on the next loop turn when Redis cannot be asked (so
+ * the caller's callback never runs synchronously). */
+typedef struct dep_query dep_query;
+typedef void (*dep_query_answer)(dep_query *q, redisReply *r, int via_redis);
+
+struct dep_query {
+    engine *e;
+    dep *d;
+    union {
+        engine_retry_cb retry;
+        engine_status_cb status;
+    } cb;
+    void *arg;
+    dep_query_answer answer; /* r: the reply if it is an array, else NULL */
+    uv_timer_t timer;
+};
+
+static void on_query_timer_closed(uv_handle_t *h) { free(h->data); }
+
+static void on_query_reply(void *arg, redisReply *r, const char *err) {
+    dep_query *q = arg;
+    engine *e = q->e;
+    e->calls_out--;
+    q->answer(q, (r && r->type == REDIS_REPLY_ARRAY) ? r : NULL, 1);
+    free(q);
+    maybe_finish_stop(e);
+}
+
+static void on_query_local(uv_timer_t *t) {
+    dep_query *q = t->data;
+    q->answer(q, NULL, 0);
+    uv_close((uv_handle_t *)&q->timer, on_query_timer_closed);
+}
+
+/* Asks script id about deployment, or answers locally. The caller sets
+ * (*out)->cb and ->arg right after: answers never run synchronously. */
+static int dep_query_start(engine *e, const char *deployment, script_id id, int argc,
+                           const char **argv, dep_query_answer answer, dep_query **out) {
+    if (e->stopping) return SL_ECLOSING;
+    dep *d = dep_find(e, deployment);
+    if (!d || !d->cfg) return SL_EUNKNOWN;
+    dep_query *q = calloc(1, sizeof(*q));
+    if (!q) return SL_ENOMEM;
+    q->e = e;
+    q->d = d;
+    q->answer = answer;
+    *out = q;
+    if (dep_ready(d) && d->configured &&
+        rrouter_script(e->redis, id, d->keys, argc, argv, on_query_reply, q) == 0) {
+        e->calls_out++;
+        return 0;
+    }
+    uv_timer_init(e->loop, &q->timer);
+    q->timer.data = q;
+    uv_timer_start(&q->timer, on_query_local, 0, 0);
+    return 0;
+}
+
+static void retry_answer(dep_query *q, redisReply *r, int via_redis) {
+    engine *e = q->e;
+    dep *d = q->d;
+    if (r && r->elements >= 3) {
+        int allowed = (int)reply_int(r->element[0]);
+        if (allowed) e->stats.retries_allowed++;
+        else e->stats.retries_refused++;
+        q->cb.retry(q->arg, SL_OK, allowed, reply_int(r->element[1]), reply_int(r->element[2]));
+        return;
+    }
+    if (via_redis) {
+        /* Redis failed mid-call: refuse (the safe answer for a retry). */
+        e->stats.retries_refused++;
+        q->cb.retry(q->arg, SL_OK, 0, 0, 1000);
+        return;
+    }
+    /* Without Redis the fleet's successes are unknown: allow only the floor
+     * (min_per_s, burst min_per_s x ttl_s), at this agent's share, from a
+     * local GCRA bucket. */
+    double share = local_share(d);
+    double per_ms = (double)d->cfg->retry_budget.min_per_s * share / 1000.0;
+    double burst = fmax(1.0, floor((double)(d->cfg->retry_budget.min_per_s * d->cfg->retry_budget.ttl_s) * share));
+    double now = (double)uv_now(e->loop);
+    int allowed = 0;
+    long long wait_ms = 1000;
+    if (per_ms > 0) {
+        double tat = fmax(d->local_retry_tat, now);
+        if (tat - now <= (burst - 1) / per_ms) {
+            allowed = 1;
+            d->local_retry_tat = tat + 1.0 / per_ms;
+        } else {
+            wait_ms = (long long)ceil(tat - now - (burst - 1) / per_ms);
+        }
+    }
+    if (allowed) e->stats.retries_allowed++;
+    else e->stats.retries_refused++;
+    long long balance = 0;
+    if (per_ms > 0) balance = (long long)floor(burst - fmax(0.0, d->local_retry_tat - now) * per_ms);
+    q->cb.retry(q->arg, SL_OK, allowed, balance > 0 ? balance : 0, allowed ? 0 : wait_ms);
+}
+
+int engine_retry(engine *e, const char *deployment, engine_retry_cb cb, void *arg) {
+    const char *argv[1] = {"withdraw"};
+    dep_query *q;
+    int rc = dep_query_start(e, deployment, SCRIPT_RETRY, 1, argv, retry_answer, &q);
+    if (rc == 0) {
+        q->cb.retry = cb;
+        q->arg = arg;
+    }
+    return rc;
+}
+
+#define STATUS_LOCAL_FIELDS 10
+
+static void status_emit(dep_query *q, redisReply *r) {
+    engine *e = q->e;
+    dep *d = q->d;
+    size_t nr = (r && r->type == REDIS_REPLY_ARRAY) ? r->elements / 2 : 0;
+    size_t n = nr + STATUS_LOCAL_FIELDS;
+    const char **f = calloc(n, sizeof(*f));
+    const char **v = calloc(n, sizeof(*v));
+    char(*buf)[64] = calloc(n, 64); /* formatted values, one slot per field */
+    if (!f || !v || !buf) {
+        free(f);
+        free(v);
+        free(buf);
+        q->cb.status(q->arg, SL_ENOMEM, 0, NULL, NULL);
+        return;
+    }
+    size_t k = 0;
+    uint64_t now = uv_now(e->loop);
+#define FIELD_STR(name, val) (f[k] = (name), v[k] = (val), k++)
+#define FIELD_FMT(name, ...) (f[k] = (name), snprintf(buf[k], 64, __VA_ARGS__), v[k] = buf[k], k++)
+    FIELD_STR("mode", dep_uses_redis(d) ? "redis"
+                      : (e->cfg->agent.fail == CONFIG_FAIL_CLOSED ? "closed" : "local"));
+    FIELD_FMT("mode_since_ms_ago", "%lld", wall_clock_ms() - e->mode_since_ms);
+    FIELD_STR("redis", dep_ready(d) ? "connected" : "unreachable");
+    FIELD_STR("redis_error", d->script_error[0] ? d->script_error : rrouter_last_error(e->redis));
+    FIELD_FMT("queued", "%zu", d->npending);
+    FIELD_FMT("waiting", "%zu", d->waiting.n);
+    FIELD_FMT("agent_live_agents", "%lld", d->live_agents);
+    FIELD_FMT("local_share", "%.4f", local_share(d));
+    FIELD_FMT("agent_paused_ms", "%llu",
+              (unsigned long long)(d->paused_until > now ? d->paused_until - now : 0));
+    FIELD_FMT("agent_rate_scale", "%.4f", d->rate_scale);
+    for (size_t i = 0; i < nr; i++) {
+        redisReply *fr = r->element[2 * i], *vr = r->element[2 * i + 1];
+        if (fr->type != REDIS_REPLY_STRING) continue;
+        if (vr->type == REDIS_REPLY_INTEGER) FIELD_FMT(fr->str, "%lld", vr->integer);
+        else FIELD_STR(fr->str, vr->type == REDIS_REPLY_STRING ? vr->str : "");
+    }
+#undef FIELD_STR
+#undef FIELD_FMT
+    q->cb.status(q->arg, SL_OK, k, f, v);
+    free(f);
+    free(v);
+    free(buf);
+}
+
+static void status_answer(dep_query *q, redisReply *r, int via_redis) { status_emit(q, r); }
+
+int engine_status(engine *e, const char *deployment, engine_status_cb cb, void *arg) {
+    char window[24];
+    snprintf(window, sizeof(window), "%lld", e->cfg->agent.heartbeat_ms * 3);
+    const char *argv[1] = {window};
+    dep_query *q;
+    int rc = dep_query_start(e, deployment, SCRIPT_STATUS, 1, argv, status_answer, &q);
+    if (rc == 0) {
+        q->cb.status = cb;
+        q->arg = arg;
+    }
+    return rc;
+}

@@ -1,0 +1,231 @@
+/* engine_redis: the flush once per loop turn (settles, then reserves),
+ * writing the limits (configure), the heartbeat, and Redis coming and
+ * going. */
+#define _GNU_SOURCE
+#include "engine_internal.h"
+#include "timeutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- flushing (once per loop turn) ------------------------------------------ */
+
+static void on_flush(uv_check_t *h) {
+    engine *e = h->data;
+    e->flush_armed = 0;
+    uv_check_stop(&e->flush_check);
+    uv_idle_stop(&e->flush_idle);
+    /* Settles first: a cancel gives its slot back before the next reserve.
+     * Plain settles wait for their window (settle_due) so that acquires
+     * flushing every turn do not send them one by one. */
+    int due = e->settle_due || e->stopping;
+    e->settle_due = 0;
+    for (dep *d = e->deps; d; d = d->next) {
+        if (due || d->settle_urgent) {
+            d->settle_urgent = 0;
+            dep_flush_settles(d);
+            if (d->nsettles && !uv_is_active((uv_handle_t *)&e->settle_timer))
+                uv_timer_start(&e->settle_timer, on_settle_timer, ENGINE_SETTLE_DELAY_MS, 0);
+        }
+        dep_flush_reserves(d);
+    }
+    for (gq *q = e->gqs; q; q = q->next) gq_flush(e, q);
+    /* Classes Redis deferred ask again when it said capacity opens. */
+    uint64_t now = uv_now(e->loop), next = 0;
+    for (dep *d = e->deps; d; d = d->next)
+        for (size_t i = 0; i < d->nclasses; i++) {
+            call_class *k = &d->classes[i];
+            if (k->q.n && k->ask_at > now && (!next || k->ask_at < next)) next = k->ask_at;
+        }
+    if (next && !e->stopping) uv_timer_start(&e->defer_timer, on_hold_timer, next - now, 0);
+}
+
+static void on_idle(uv_idle_t *h) { (void)h; }
+
+void on_hold_timer(uv_timer_t *t) { flush_arm(t->data); }
+
+void on_settle_timer(uv_timer_t *t) {
+    engine *e = t->data;
+    e->settle_due = 1;
+    flush_arm(e);
+}
+
+void flush_arm(engine *e) {
+    if (e->flush_armed || e->stopped) return;
+    e->flush_armed = 1;
+    uv_check_start(&e->flush_check, on_flush);
+    uv_idle_start(&e->flush_idle, on_idle);
+}
+
+/* ---- configure and heartbeat ------------------------------------------------ */
+
+static void on_configure(void *arg, redisReply *r, const char *err) {
+    dep *d = arg;
+    engine *e = d->e;
+    e->calls_out--;
+    d->configuring = 0;
+    if (r && r->type == REDIS_REPLY_ARRAY) {
+        d->configured = 1;
+        d->script_error[0] = '\0';
+    } else {
+        d->configured = 0;
+        e->stats.errors++;
+        if (r && r->type == REDIS_REPLY_ERROR) dep_script_error(d, "configure", r->str);
+    }
+    flush_arm(e); /* pending callers go to Redis, or local on failure */
+    maybe_finish_stop(e);
+}
+
+void dep_configure(dep *d) {
+    engine *e = d->e;
+    if (!d->cfg || d->configuring || !dep_ready(d) || e->stopping) return;
+    const struct config_deployment *c = d->cfg;
+    /* The configure script's fields (docs/redis-keys.md), from the YAML:
+     * 30 scalars, the lane and tenant settings, one per lane and tenant. */
+    size_t cap = 40 + c->nlanes + c->ntenants;
+    struct kv {
+        char name[CONFIG_NAME_MAX + 16];
+        char val[96];
+    } *kv = calloc(cap, sizeof(*kv));
+    const char **argv = calloc(2 * cap, sizeof(*argv));
+    if (!kv || !argv) {
+        free(kv);
+        free(argv);
+        return;
+    }
+    int n = 0;
+#define F(name_, fmt, ...) \
+    (snprintf(kv[n].name, sizeof(kv[n].name), "%s", (name_)), snprintf(kv[n].val, sizeof(kv[n].val), fmt, __VA_ARGS__), n++)
+    F("rpm", "%lld", c->rpm);
+    F("tpm", "%lld", c->tpm);
+    F("itpm", "%lld", c->itpm);
+    F("otpm", "%lld", c->otpm);
+    F("burst_requests", "%lld", c->burst.requests);
+    F("burst_tokens", "%lld", c->burst.tokens);
+    F("burst_input", "%lld", c->burst.input_tokens);
+    F("burst_output", "%lld", c->burst.output_tokens);
+    F("rpd", "%lld", c->rpd);
+    F("tpd", "%lld", c->tpd);
+    F("max_concurrency", "%lld", c->max_concurrency);
+    F("lease_ms", "%lld", c->lease_s * 1000);
+    F("refund_tokens", "%d", c->refunds.tokens ? 1 : 0);
+    F("refund_input", "%d", c->refunds.input_tokens ? 1 : 0);
+    F("refund_output", "%d", c->refunds.output_tokens ? 1 : 0);
+    F("adapt_limits", "%d", c->adapt.limits ? 1 : 0);
+    F("adapt_outside", "%d", c->adapt.outside ? 1 : 0);
+    F("retry_ttl_ms", "%lld", c->retry_budget.ttl_s * 1000);
+    F("retry_min_per_s", "%lld", c->retry_budget.min_per_s);
+    F("retry_percent", "%.6g", c->retry_budget.percent);
+    F("aimd_decrease", "%.6g", c->aimd.decrease);
+    F("aimd_min_scale", "%.6g", c->aimd.min_scale);
+    F("aimd_increase", "%.6g", c->aimd.increase);
+    F("aimd_interval_ms", "%lld", c->aimd.interval_s * 1000);
+    F("aimd_min_throttles", "%lld", c->aimd.min_throttles);
+    F("aimd_window_ms", "%lld", c->aimd.window_s * 1000);
+    F("jitter_ms", "%lld", c->jitter_ms);
+    F("refund_lag_ms", "%lld", c->refund_lag_ms);
+    F("horizon_ms", "%lld", c->horizon_ms);
+    if (c->nlanes || c->ntenants) {
+        F("tenant_idle_ms", "%lld", c->tenant_idle_ms);
+        F("lane_step_ms", "%lld", c->lane_step_ms);
+    }
+    if (c->default_lane[0]) F("default_lane", "%s", c->default_lane);
+    if (c->group_) {
+        /* A group member: the group's circuit breaker (docs/redis-keys.md). */
+        F("breaker_failure_ratio", "%.6g", c->group_->breaker.failure_ratio);
+        F("breaker_min_requests", "%lld", c->group_->breaker.min_requests);
+        F("breaker_window_ms", "%lld", c->group_->breaker.window_s * 1000);
+        F("breaker_break_ms", "%lld", c->group_->breaker.break_s * 1000);
+    }
+    for (size_t i = 0; i < c->nlanes; i++) {
+        const struct config_lane *l = &c->lanes[i];
+        snprintf(kv[n].name, sizeof(kv[n].name), "lane.%s", l->name);
+        snprintf(kv[n].val, sizeof(kv[n].val), "%lld,%lld,%.6g", l->priority, l->horizon_ms, l->headroom);
+        n++;
+    }
+    for (size_t i = 0; i < c->ntenants; i++) {
+        const struct config_tenant *t = &c->tenants[i];
+        snprintf(kv[n].name, sizeof(kv[n].name), "tenant.%s", t->name);
+        snprintf(kv[n].val, sizeof(kv[n].val), "%.6g,%lld,%lld,%lld", t->weight, t->ceiling_rpm, t->ceiling_tpm,
+                 t->daily_tokens);
+        n++;
+    }
+#undef F
+    for (int i = 0; i < n; i++) {
+        argv[2 * i] = kv[i].name;
+        argv[2 * i + 1] = kv[i].val;
+    }
+    if (rrouter_script(e->redis, SCRIPT_CONFIGURE, d->keys, 2 * n, argv, on_configure, d) == 0) {
+        d->configuring = 1;
+        e->calls_out++;
+    }
+    free(kv);
+    free(argv);
+}
+
+static void on_heartbeat(void *arg, redisReply *r, const char *err) {
+    dep *d = arg;
+    d->e->calls_out--;
+    if (r && r->type == REDIS_REPLY_INTEGER && r->integer > 0) d->live_agents = r->integer;
+    /* The first heartbeat follows the connect: a script that cannot run
+     * (an ACL without a command it calls) shows here, before any caller. */
+    if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str)) dep_script_error(d, "heartbeat", r->str);
+    maybe_finish_stop(d->e);
+}
+
+void dep_heartbeat(dep *d, int leave) {
+    engine *e = d->e;
+    char window[24];
+    snprintf(window, sizeof(window), "%lld", e->cfg->agent.heartbeat_ms * 3);
+    const char *argv[3] = {e->agent_id, window, "leave"};
+    if (rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, leave ? 3 : 2, argv, on_heartbeat, d) == 0)
+        e->calls_out++;
+}
+
+void on_heartbeat_timer(uv_timer_t *t) {
+    engine *e = t->data;
+    for (dep *d = e->deps; d; d = d->next) {
+        if (!d->cfg || !dep_ready(d)) continue;
+        if (!d->configured) dep_configure(d);
+        dep_heartbeat(d, 0);
+    }
+}
+
+void on_redis_up(void *ud) {
+    engine *e = ud;
+    e->ever_ready = 1;
+    int any = rrouter_any_ready(e->redis);
+    if (any && !e->redis_up) elog(e, CONFIG_LOG_INFO, "Redis connected (%s): using the shared budget", rrouter_mode(e->redis));
+    if (any && !e->redis_up) e->mode_since_ms = wall_clock_ms();
+    e->redis_up = any;
+    e->stats.redis_up = any;
+    /* Write limits wherever the serving node is ready and they are not
+     * (a node came up, or the cluster's slot map moved a deployment). */
+    for (dep *d = e->deps; d; d = d->next) {
+        if (d->cfg && dep_ready(d) && !d->configured && !d->configuring) {
+            dep_configure(d);
+            dep_heartbeat(d, 0);
+        }
+    }
+}
+
+void on_redis_down(void *ud, const char *why) {
+    engine *e = ud;
+    e->ever_down = 1;
+    int any = rrouter_any_ready(e->redis);
+    elog(e, any ? CONFIG_LOG_WARN : CONFIG_LOG_ERROR, "Redis unreachable: %s; %s", why ? why : "connection lost",
+         e->cfg->agent.fail == CONFIG_FAIL_CLOSED ? "refusing (agent.fail: closed)" : "pacing locally at this agent's share");
+    if (!any && e->redis_up) e->mode_since_ms = wall_clock_ms();
+    e->redis_up = any;
+    e->stats.redis_up = any;
+    for (dep *d = e->deps; d; d = d->next) {
+        if (!dep_ready(d)) {
+            if (d->configured || d->configuring) d->lost_at = (double)uv_now(e->loop);
+            d->configured = 0;
+            d->configuring = 0;
+            d->handed_over = 0;
+        }
+    }
+    flush_arm(e); /* queued callers are decided locally now */
+}

@@ -1,0 +1,275 @@
+/* engine_reserve: the reserve script, coalesced: every caller waiting on
+ * a deployment rides one call per loop turn; a deferral holds a class
+ * until Redis says capacity opens. */
+#define _GNU_SOURCE
+#include "engine_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- reserve --------------------------------------------------------------- */
+
+/* An item's estimate for the reserve script: "c", or "i+o" when split. */
+void call_tokens_arg(const engine_call *c, char *buf, size_t n) {
+    if (c->split) snprintf(buf, n, "%lld+%lld", c->input, c->output);
+    else snprintf(buf, n, "%lld", c->tokens);
+}
+
+typedef struct reserve_batch {
+    dep *d;
+    size_t n;
+    engine_call *items[RESERVE_BATCH_MAX];
+} reserve_batch;
+
+static void on_reserve(void *arg, redisReply *r, const char *err) {
+    reserve_batch *b = arg;
+    dep *d = b->d;
+    engine *e = d->e;
+    e->calls_out--;
+    d->reserving--;
+    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 5 + b->n;
+    uint64_t now = uv_now(e->loop);
+    if (ok) {
+        long long paused = reply_int(r->element[1]);
+        if (paused > 0 && now + (uint64_t)paused > d->paused_until) d->paused_until = now + (uint64_t)paused;
+        /* Where the fleet's schedule ends: local pacing starts there if
+         * Redis is lost, so grants already made by Redis and local ones do
+         * not stack. */
+        d->fleet_backlog_req = (double)reply_int(r->element[2]);
+        d->fleet_backlog_tok = (double)reply_int(r->element[3]);
+        d->fleet_tat_req = (double)now + d->fleet_backlog_req;
+        d->fleet_tat_tok = (double)now + d->fleet_backlog_tok;
+        /* Before the new grants: they are already behind any new shift. */
+        dep_follow_shift(d, (double)reply_int(r->element[4]));
+    }
+    int lost_limits = r && r->type == REDIS_REPLY_ERROR && strstr(r->str, "unknown deployment");
+    /* A cluster redirection the router could not follow, or a slot being
+     * migrated: hold this deployment briefly and send the batch again. */
+    int redirect = r && r->type == REDIS_REPLY_ERROR && rrouter_is_redirect(r->str);
+    if (ok) d->script_error[0] = '\0';
+    else if (r && r->type == REDIS_REPLY_ERROR && !redirect && !lost_limits) dep_script_error(d, "reserve", r->str);
+    if (redirect) {
+        e->stats.redirect_holds++;
+        d->hold_until = uv_now(e->loop) + ENGINE_REDIRECT_HOLD_MS;
+        uv_timer_start(&e->hold_timer, on_hold_timer, ENGINE_REDIRECT_HOLD_MS, 0);
+    }
+    if (lost_limits) {
+        /* Redis lost our limits (flushed or restarted empty): write them
+         * again; the batch waits for that and goes again, unseen by callers. */
+        d->configured = 0;
+        dep_configure(d);
+    }
+    /* Calls that go back to their class queues, at the head in their
+     * order (they are older than anything queued behind them). */
+    engine_call *back[RESERVE_BATCH_MAX];
+    size_t nback = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        engine_call *c = b->items[i];
+        if (!ok) {
+            /* Timeout, lost connection, or an error: decide locally (the
+             * call may have been applied in Redis; charging it twice is the
+             * safe side). A canceled call just goes away. */
+            if (c->canceled) {
+                call_free(c);
+                continue;
+            }
+            if (e->stopping) {
+                call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
+                continue;
+            }
+            if (dep_ready(d) && (lost_limits || redirect ||
+                                 (d->configured && !(r && r->type == REDIS_REPLY_ERROR)))) {
+                c->state = CALL_PENDING;
+                back[nback++] = c;
+                continue;
+            }
+            local_decide(c);
+            continue;
+        }
+        redisReply *it = r->element[5 + i];
+        if (it->type != REDIS_REPLY_ARRAY || it->elements < 3) {
+            local_decide(c);
+            continue;
+        }
+        long long kind = reply_int(it->element[0]);
+        if (kind == 1 && it->elements >= 4) {
+            call_reply_granted(c, d, reply_int(it->element[1]), reply_int(it->element[2]), reply_int(it->element[3]));
+        } else if (kind == 2) {
+            /* Deferred: beyond its horizon. The class waits until Redis
+             * said capacity opens; the call keeps its place at the head. */
+            if (c->canceled) {
+                call_free(c);
+                continue;
+            }
+            if (e->stopping) {
+                call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
+                continue;
+            }
+            call_deferred(c, it->element[1], reply_int(it->element[2]), now);
+            back[nback++] = c;
+        } else {
+            if (c->canceled) {
+                call_free(c);
+                continue;
+            }
+            const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str : engine_shed_reasons[ENGINE_SHED_OTHER];
+            engine_shed sh = {engine_shed_reasons[engine_shed_reason_index(rs)], reply_int(it->element[2])};
+            dep_health_seen(d, sh.reason, sh.retry_after_ms);
+            call_shed(c, &sh);
+        }
+    }
+    while (nback) class_push_front(d, back[--nback]);
+    free(b);
+    if (d->npending) flush_arm(e);
+    maybe_finish_stop(e);
+}
+
+/* The classes that may ask now, by lane priority (stable). */
+static size_t dep_ready_classes(dep *d, uint64_t now, size_t *order) {
+    size_t n = 0;
+    for (size_t i = 0; i < d->nclasses; i++) {
+        call_class *k = &d->classes[i];
+        if (!k->q.n || k->ask_at > now) continue;
+        size_t j = n++;
+        long long p = class_priority(d, k);
+        while (j > 0 && class_priority(d, &d->classes[order[j - 1]]) > p) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
+    }
+    return n;
+}
+
+/* Sheds a call that Redis deferred past its max wait. */
+static int call_expired(engine_call *c, uint64_t now, long long *left) {
+    *left = c->max_wait_ms - (long long)(now - c->start_ms);
+    if (*left >= 0) return 0;
+    if (!c->deferred) {
+        *left = 0;
+        return 0;
+    }
+    engine_shed sh = {engine_shed_reasons[engine_shed_reason_index(c->defer_reason)], 1};
+    call_shed(c, &sh);
+    return 1;
+}
+
+void dep_flush_reserves(dep *d) {
+    engine *e = d->e;
+    if (!d->npending) return;
+    if (!dep_uses_redis(d)) {
+        /* Before the first connection attempt resolves, hold the callers
+         * (bounded by the connect timeout); after that, pace locally. */
+        if (dep_ready(d) && !d->configured) return; /* configure in flight */
+        if (dep_ready(d)) {
+            dep_hand_over(d); /* callers wait for it (one round trip) */
+            return;
+        }
+        uint64_t grace = (uint64_t)e->cfg->redis.connect_timeout_ms + 500;
+        uint64_t now = uv_now(e->loop);
+        if (!e->ever_ready && !e->ever_down && now - e->start_ms < grace) {
+            uv_timer_start(&e->hold_timer, on_hold_timer, e->start_ms + grace - now, 0);
+            return;
+        }
+        engine_call *c;
+        while ((c = dep_pop_any(d)) != NULL) local_decide(c);
+        return;
+    }
+    if (d->reserving) return; /* what arrives now rides the next call */
+    uint64_t now = uv_now(e->loop);
+    if (d->hold_until > now) return; /* the hold timer flushes again */
+    size_t *order = malloc(d->nclasses * sizeof(*order));
+    if (!order) return;
+    size_t nready = dep_ready_classes(d, now, order);
+    if (!nready) {
+        free(order);
+        return; /* the defer timer flushes again */
+    }
+    reserve_batch *b = calloc(1, sizeof(*b));
+    if (!b) {
+        free(order);
+        return;
+    }
+    b->d = d;
+    /* Lanes and tenants go as quads, highest lane first, tenants of one
+     * lane taking turns, a few per class; otherwise plain pairs. */
+    int quads = d->cfg && (d->cfg->nlanes || d->cfg->ntenants);
+    size_t per_class = quads ? ENGINE_CLASS_BATCH : RESERVE_BATCH_MAX;
+    size_t stride = quads ? 4 : 2;
+    const char **argv = malloc(sizeof(*argv) * (1 + 4 * RESERVE_BATCH_MAX));
+    char(*buf)[48] = malloc(sizeof(*buf) * (1 + 2 * RESERVE_BATCH_MAX));
+    /* Copies: shedding an expired group call below may queue it on another
+     * class and move d->classes. */
+    char(*names)[2][CONFIG_NAME_MAX + 1] = quads ? malloc(sizeof(*names) * RESERVE_BATCH_MAX) : NULL;
+    if (!argv || !buf || (quads && !names)) {
+        free(argv);
+        free(buf);
+        free(names);
+        free(b);
+        free(order);
+        return;
+    }
+    for (size_t i = 0; i < nready && b->n < RESERVE_BATCH_MAX;) {
+        size_t j = i;
+        long long p = class_priority(d, &d->classes[order[i]]);
+        while (j < nready && class_priority(d, &d->classes[order[j]]) == p) j++;
+        for (size_t round = 0; round < per_class && b->n < RESERVE_BATCH_MAX; round++) {
+            int any = 0;
+            for (size_t g = i; g < j && b->n < RESERVE_BATCH_MAX; g++) {
+                call_class *k = &d->classes[order[g]];
+                engine_call *c = k->q.head;
+                if (!c) continue;
+                class_remove(d, c);
+                long long left;
+                if (call_expired(c, now, &left)) {
+                    any = 1;
+                    continue;
+                }
+                any = 1;
+                c->state = CALL_INFLIGHT;
+                size_t at = 1 + stride * b->n;
+                call_tokens_arg(c, buf[1 + 2 * b->n], sizeof(buf[0]));
+                snprintf(buf[2 + 2 * b->n], sizeof(buf[0]), "%lld", left);
+                argv[at] = buf[1 + 2 * b->n];
+                argv[at + 1] = buf[2 + 2 * b->n];
+                if (quads) {
+                    memcpy(names[b->n][0], k->lane, sizeof(names[0][0]));
+                    memcpy(names[b->n][1], k->tenant, sizeof(names[0][1]));
+                    argv[at + 2] = names[b->n][0];
+                    argv[at + 3] = names[b->n][1];
+                }
+                b->items[b->n++] = c;
+            }
+            if (!any) break;
+        }
+        i = j;
+    }
+    free(order);
+    if (!b->n) {
+        free(argv);
+        free(buf);
+        free(names);
+        free(b);
+        if (d->npending) flush_arm(e);
+        return;
+    }
+    snprintf(buf[0], sizeof(buf[0]), "%zu", b->n);
+    argv[0] = buf[0];
+    int rc = rrouter_script(e->redis, SCRIPT_RESERVE, d->keys, (int)(1 + stride * b->n), argv, on_reserve, b);
+    free(argv);
+    free(buf);
+    free(names);
+    if (rc != 0) {
+        for (size_t i = 0; i < b->n; i++) {
+            if (b->items[i]->canceled) call_free(b->items[i]);
+            else local_decide(b->items[i]);
+        }
+        free(b);
+        return;
+    }
+    e->calls_out++;
+    d->reserving++;
+    e->stats.reserve_calls++;
+    e->stats.reserve_items += b->n;
+}

@@ -1,0 +1,647 @@
+/* gcall: one governed HTTP call's steps (see gcall.h). Every decision is
+ * taken on the loop's thread:
+ *
+ *   ACQUIRING  sl_acquire_async() with the call's deadline less
+ *              min_attempt_ms; its answer comes through gcall_post() and
+ *              gcall_answer(). A shed ends the call, or with retry_shed
+ *              waits its hint (BACKOFF) and asks again; a governor that
+ *              cannot be reached is asked again every second for
+ *              unavailable_ms.
+ *   SENDING    the prepare hook, then the transfer (libcurl multi, or
+ *              curl_easy_perform in blocking mode), cut to the deadline.
+ *              Its end: classify (sl_capture_verdict), settle with the
+ *              usage and headers, the attempted hook, then success, or
+ *              sl_backoff_ms() decides whether a retry fits.
+ *   ASKING     sl_may_retry_async() on the member that failed: yes sleeps
+ *              until the backoff ends (BACKOFF) and acquires again, no
+ *              ends the call (SL_ENORETRY).
+ *
+ * A call ends exactly once (gcall_finish): the report is completed, what
+ * the call holds is released, and its completion queued for the loop. */
+#define _GNU_SOURCE
+#include <curl/curl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gcall.h"
+#include "verdict.h"
+#include "vocab.h"
+
+/* An attempt ends this long before the call's deadline, so that the
+ * settle and the completion also happen within it. */
+#define GCALL_DEADLINE_MARGIN_MS 10
+/* Every allowed member behind an open breaker, with no hint: ask again. */
+#define GCALL_BREAKER_WAIT_MS 5000
+/* The governor unreachable: ask again after this. */
+#define GCALL_UNAVAIL_PAUSE_MS 1000
+
+/* The shed reasons, in the words of lib/core/vocab.h's table. */
+enum {
+#define GCALL_SHED_ENUM(name, word, source) GCALL_SHED_##name,
+    SLUICE_SHED_REASON_MAP(GCALL_SHED_ENUM)
+#undef GCALL_SHED_ENUM
+};
+static const char *const gcall_shed_words[] = {
+#define GCALL_SHED_WORD(name, word, source) word,
+    SLUICE_SHED_REASON_MAP(GCALL_SHED_WORD)
+#undef GCALL_SHED_WORD
+};
+#define SHED_WORD(name) gcall_shed_words[GCALL_SHED_##name]
+
+static void step_acquire(sl_call *call);
+static void step_ask(sl_call *call);
+static void end(sl_call *call, int status, const char *outcome, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+void sl_call_http_init_size(sl_call_http *h, size_t size) {
+    if (!h || size < sizeof(size_t)) return;
+    memset(h, 0, size);
+    h->size = size;
+}
+
+/* ---- ending ---------------------------------------------------------------------- */
+
+/* Gives back what the call holds: an own easy handle is cleaned up, the
+ * caller's gets libcurl's default callbacks back. */
+static void gcall_release(sl_call *call) {
+    if (call->easy) {
+        if (call->own_easy) curl_easy_cleanup(call->easy);
+        else curl_reset_easy(call->easy);
+    }
+    call->easy = NULL;
+    curl_slist_free_all(call->hdrs);
+    call->hdrs = NULL;
+    free(call->body);
+    call->body = NULL;
+    sl_capture_free(call->cap);
+    call->cap = NULL;
+}
+
+static void unlink_live(sl_call *call) {
+    sl_caller *c = call->c;
+    if (call->prev) call->prev->next = call->next;
+    else if (c->live == call) c->live = call->next;
+    if (call->next) call->next->prev = call->prev;
+    call->prev = call->next = NULL;
+    c->nlive--;
+}
+
+static void gcall_finish(sl_call *call) {
+    sl_call_report *r = &call->rep;
+    int64_t now = sl_now_ms();
+    r->elapsed_ms = now - call->t0;
+    r->within_deadline = call->o.deadline_ms <= 0 || now <= call->o.deadline_ms;
+    if (call->cap) r->body = curl_capture_take(call->cap, &r->body_len);
+    unlink_live(call);
+    gcall_release(call);
+    call->state = SL_CALL_DONE;
+    caller_complete(call->c, call);
+}
+
+static void end(sl_call *call, int status, const char *outcome, const char *fmt, ...) {
+    if (outcome) call->rep.outcome = outcome;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(call->rep.message, sizeof(call->rep.message), fmt, ap);
+    va_end(ap);
+    call->status = status;
+    gcall_finish(call);
+}
+
+/* The grant of an attempt that will not happen goes back. */
+static void give_back(sl_call *call) {
+    if (!call->grant) return;
+    sl_settle(call->grant, -1, SL_OUTCOME_CANCELLED, NULL, 0);
+    call->grant = NULL;
+}
+
+/* Aborts the transfer in flight and settles its grant: failed (the
+ * estimate stays charged) once any byte of the request went out, since
+ * the provider may have admitted and counted it; cancelled (the slot goes
+ * back) when nothing did. Returns 1 when the request was (partly) sent. */
+static int abort_send(sl_call *call) {
+    sl_caller *c = call->c;
+    if (!c->blocking) caller_abort_transfer(c, call);
+    long sent = 0;
+    curl_easy_getinfo(call->easy, CURLINFO_REQUEST_SIZE, &sent);
+    if (call->grant) sl_settle(call->grant, -1, sent > 0 ? SL_OUTCOME_FAILED : SL_OUTCOME_CANCELLED, NULL, 0);
+    call->grant = NULL;
+    sl_capture_reset(call->cap); /* half a response is no body */
+    return sent > 0;
+}
+
+/* ---- waiting --------------------------------------------------------------------- */
+
+static void pause_until(sl_call *call, int64_t due, int then) {
+    call->state = SL_CALL_BACKOFF;
+    call->after = then;
+    caller_sleep(call->c, call, due);
+}
+
+void gcall_wakeup(sl_call *call) {
+    if (call->after == SL_CALL_ASKING) step_ask(call);
+    else step_acquire(call);
+}
+
+/* The governor could not answer (sluiced restarting, Redis gone with
+ * fail-closed): worth asking again while unavailable_ms lasts. An error
+ * returned by the call itself (sync) with SL_ECLOSING is our own governor
+ * closing, which asking again cannot change. SL_ETIMEDOUT is the same
+ * silence for the retry-budget question (call_timeout_ms), but the
+ * deadline for an acquire. */
+static int governor_away(sl_call *call, int status, int sync, int asking) {
+    if (call->o.unavailable_ms <= 0) return 0;
+    if (status != SL_EUNAVAIL && status != SL_EIO && status != SL_EPROTO && status != SL_EREDIS &&
+        !(status == SL_ECLOSING && !sync) && !(status == SL_ETIMEDOUT && asking))
+        return 0;
+    int64_t now = sl_now_ms();
+    if (!call->unavail_since) call->unavail_since = now;
+    return now - call->unavail_since <= call->o.unavailable_ms;
+}
+
+/* ---- acquire ------------------------------------------------------------------------ */
+
+/* The governor's thread: copy the answer, hand it over. */
+static void on_acquired(void *arg, const sl_result *r) {
+    sl_call *call = arg;
+    gcall_ev *ev = &call->ev;
+    ev->kind = GCALL_EV_ACQUIRED;
+    ev->status = r->status;
+    ev->grant = r->grant;
+    snprintf(ev->reason, sizeof(ev->reason), "%s", r->shed_reason ? r->shed_reason : "");
+    ev->retry_after_ms = r->retry_after_ms;
+    snprintf(ev->msg, sizeof(ev->msg), "%s", r->message ? r->message : "");
+    gcall_post(call);
+}
+
+static void step_send(sl_call *call);
+
+static void handle_acquired(sl_call *call, int sync) {
+    gcall_ev *ev = &call->ev;
+    sl_call_opts *o = &call->o;
+    sl_call_report *r = &call->rep;
+    int st = ev->status;
+    if (st == SL_OK) {
+        call->unavail_since = 0;
+        call->grant = ev->grant;
+        ev->grant = NULL;
+        r->waited_ms += sl_grant_waited_ms(call->grant);
+        /* The deployment the attempt goes to (a group's member): its retry
+         * budget is the one to ask, and the grant is gone after the settle. */
+        snprintf(call->member, sizeof(call->member), "%s", sl_grant_deployment(call->grant));
+        snprintf(r->deployment, sizeof(r->deployment), "%s", call->member);
+        step_send(call);
+        return;
+    }
+    if (st == SL_ESHED) {
+        call->unavail_since = 0;
+        r->sheds++;
+        r->retry_after_ms = ev->retry_after_ms;
+        long long ra = ev->retry_after_ms;
+        /* Out of quota lasts until the provider's reset, and too large
+         * never fits: neither is worth waiting for. */
+        if (o->retry_shed && strcmp(ev->reason, SHED_WORD(QUOTA)) != 0 &&
+            strcmp(ev->reason, SHED_WORD(TOO_LARGE)) != 0) {
+            if (ra < 0 && strcmp(ev->reason, SHED_WORD(BREAKER)) == 0) ra = GCALL_BREAKER_WAIT_MS;
+            if (ra >= 0) {
+                int64_t now = sl_now_ms();
+                if (o->deadline_ms > 0 && now + ra + o->min_attempt_ms > o->deadline_ms) {
+                    end(call, SL_EDEADLINE, "deadline", "%s", ev->msg);
+                    return;
+                }
+                r->waited_ms += ra;
+                pause_until(call, now + ra, SL_CALL_ACQUIRING);
+                return;
+            }
+        }
+        snprintf(r->shed_reason, sizeof(r->shed_reason), "%s", ev->reason);
+        end(call, SL_ESHED, "shed", "%s", ev->msg);
+        return;
+    }
+    /* The acquire ran out of the call's time (its deadline is the call's
+     * minus min_attempt_ms): for the call that is the deadline, as when the
+     * backoff finds no time left. */
+    if (st == SL_ETIMEDOUT && o->deadline_ms > 0) {
+        end(call, SL_EDEADLINE, "deadline", "%s", ev->msg);
+        return;
+    }
+    if (governor_away(call, st, sync, 0)) {
+        pause_until(call, sl_now_ms() + GCALL_UNAVAIL_PAUSE_MS, SL_CALL_ACQUIRING);
+        return;
+    }
+    end(call, st, "error", "%s", ev->msg[0] ? ev->msg : sl_strerror(st));
+}
+
+static void step_acquire(sl_call *call) {
+    sl_caller *c = call->c;
+    sl_call_opts *o = &call->o;
+    sl_request req;
+    sl_request_init(&req);
+    req.deployment = o->deployment;
+    req.tokens = o->tokens;
+    req.input_tokens = o->input_tokens;
+    req.output_tokens = o->output_tokens;
+    req.max_wait_ms = o->max_wait_ms;
+    req.lane = o->lane;
+    req.tenant = o->tenant;
+    req.tag = o->tag;
+    if (o->deadline_ms > 0) {
+        /* Leave an attempt's worth of time after the slot. */
+        req.deadline_ms = o->deadline_ms - o->min_attempt_ms;
+        if (req.deadline_ms <= sl_now_ms()) {
+            end(call, SL_EDEADLINE, "deadline", "'%s': less than min_attempt_ms (%lld) left before the deadline",
+                o->deployment, o->min_attempt_ms);
+            return;
+        }
+    }
+    call->state = SL_CALL_ACQUIRING;
+    call->acq_pending = 1;
+    gcall_ref(call); /* the answer's */
+    int rc = sl_acquire_async(c->gov, &req, on_acquired, call, &call->acq);
+    if (rc != 0) {
+        /* No answer will come: this is it. */
+        call->acq_pending = 0;
+        gcall_unref(call);
+        gcall_ev *ev = &call->ev;
+        ev->kind = GCALL_EV_ACQUIRED;
+        ev->status = rc;
+        ev->grant = NULL;
+        ev->reason[0] = '\0';
+        ev->retry_after_ms = -1;
+        snprintf(ev->msg, sizeof(ev->msg), "%s", sl_errmsg(c->gov));
+        handle_acquired(call, 1);
+    }
+}
+
+/* ---- send ------------------------------------------------------------------------------ */
+
+static void step_send(sl_call *call) {
+    sl_caller *c = call->c;
+    sl_call_opts *o = &call->o;
+    if (call->prepare) {
+        call->in_hook = 1;
+        int rc = call->prepare(call->arg, call, call->grant, call->easy);
+        call->in_hook = 0;
+        if (call->state == SL_CALL_DONE) return; /* cancelled from the hook */
+        if (rc != 0) {
+            give_back(call);
+            end(call, rc, "error", "'%s': the prepare hook refused the attempt: %s", o->deployment, sl_strerror(rc));
+            return;
+        }
+    }
+    sl_capture_attach(call->cap, call->easy);
+    long long limit = o->attempt_timeout_ms > 0 ? o->attempt_timeout_ms : -1;
+    if (o->deadline_ms > 0) {
+        /* Cut the attempt a little before the deadline, so that the settle
+         * and the completion also happen within it. */
+        long long left = o->deadline_ms - sl_now_ms() - GCALL_DEADLINE_MARGIN_MS;
+        if (left < 1) left = 1;
+        if (limit < 0 || left < limit) limit = left;
+    }
+    if (limit >= 0) curl_easy_setopt(call->easy, CURLOPT_TIMEOUT_MS, (long)limit);
+    call->state = SL_CALL_SENDING;
+    if (c->blocking) {
+        CURLcode cc = curl_easy_perform(call->easy);
+        gcall_transfer_done(call, (int)cc);
+        return;
+    }
+    int rc = caller_add_transfer(c, call);
+    if (rc != 0) {
+        give_back(call);
+        end(call, rc, "error", "'%s': libcurl refused the transfer (is the easy handle in use elsewhere?)",
+            o->deployment);
+    }
+}
+
+void gcall_transfer_done(sl_call *call, int cc) {
+    sl_call_opts *o = &call->o;
+    sl_call_report *r = &call->rep;
+    r->attempts++;
+    sl_verdict v;
+    sl_verdict_init(&v);
+    sl_capture_verdict(call->cap, cc, o->retry_after_cap_ms, &v);
+    curl_settle_verdict(call->grant, &v, call->cap, o->settle_headers);
+    call->grant = NULL;
+    r->http_status = v.http_status;
+    r->curl_code = cc;
+    r->cls = v.cls;
+    r->outcome = sl_class_name(v.cls);
+    snprintf(r->code, sizeof(r->code), "%s", v.code);
+    if (v.http_status == 429) r->status_429++;
+    if (v.pause_ms >= 0) r->retry_after_ms = v.pause_ms;
+    if (call->attempted) {
+        call->in_hook = 1;
+        call->attempted(call->arg, call, &v, cc);
+        call->in_hook = 0;
+    }
+    if (sl_capture_overflow(call->cap)) {
+        end(call, SL_ETOOBIG, NULL, "'%s': the response is larger than max_body (%zu bytes)", o->deployment,
+            o->max_body);
+        return;
+    }
+    if (v.cls == SL_CLASS_OK) {
+        r->tokens = v.tokens;
+        r->input_tokens = v.input_tokens;
+        r->output_tokens = v.output_tokens;
+        r->cache_read_tokens = v.cache_read_tokens;
+        end(call, 0, NULL, "%s", "");
+        return;
+    }
+
+    /* Retry only when the class, the deadline and the fleet allow. */
+    int64_t decided = sl_now_ms();
+    long long delay = sl_backoff_ms(o, r->attempts - 1, &v, decided, &call->rng);
+    const char *what = cc != CURLE_OK ? curl_easy_strerror((CURLcode)cc) : "";
+    if (delay < 0) {
+        int rc = (int)delay;
+        end(call, rc, rc == SL_EDEADLINE ? "deadline" : rc == SL_EATTEMPTS ? "attempts" : NULL,
+            "'%s': %s (HTTP %d%s%s%s%s); %s", o->deployment, sl_class_name(v.cls), v.http_status,
+            v.code[0] ? ", " : "", v.code, *what ? ", " : "", what,
+            rc == SL_EFATAL      ? "not retryable"
+            : rc == SL_EATTEMPTS ? "no attempts left"
+            : v.over_cap         ? "the server's wait is beyond retry_after_cap_ms"
+                                 : "no time left before the deadline for another attempt");
+        return;
+    }
+    if (call->stop_after_send) {
+        end(call, SL_ECANCELED, "cancelled", "'%s': %s (HTTP %d); cancelled before the retry", o->deployment,
+            sl_class_name(v.cls), v.http_status);
+        return;
+    }
+    call->decided = decided;
+    call->delay = delay;
+    step_ask(call);
+}
+
+/* ---- the fleet's retry budget ---------------------------------------------------------- */
+
+static void on_retry_answer(void *arg, int status, long long retry_after_ms) {
+    sl_call *call = arg;
+    gcall_ev *ev = &call->ev;
+    ev->kind = GCALL_EV_RETRY;
+    ev->status = status;
+    ev->grant = NULL;
+    ev->reason[0] = '\0';
+    ev->retry_after_ms = retry_after_ms;
+    ev->msg[0] = '\0';
+    gcall_post(call);
+}
+
+static void handle_retry(sl_call *call, int sync) {
+    gcall_ev *ev = &call->ev;
+    sl_call_report *r = &call->rep;
+    const char *dep = call->o.deployment, *cls = sl_class_name(r->cls);
+    if (ev->status == 1) {
+        call->unavail_since = 0;
+        r->retries++;
+        pause_until(call, call->decided + call->delay, SL_CALL_ACQUIRING);
+        return;
+    }
+    if (ev->status == 0) {
+        call->unavail_since = 0;
+        r->retry_after_ms = ev->retry_after_ms;
+        end(call, SL_ENORETRY, "retry_budget", "'%s': %s (HTTP %d) and the fleet's retry budget is spent", dep,
+            cls, r->http_status);
+        return;
+    }
+    if (governor_away(call, ev->status, sync, 1)) {
+        pause_until(call, sl_now_ms() + GCALL_UNAVAIL_PAUSE_MS, SL_CALL_ASKING);
+        return;
+    }
+    end(call, ev->status, "error", "'%s': %s (HTTP %d) and %s", dep, cls, r->http_status,
+        ev->msg[0] ? ev->msg : sl_strerror(ev->status));
+}
+
+static void step_ask(sl_call *call) {
+    sl_caller *c = call->c;
+    call->state = SL_CALL_ASKING;
+    call->ask_pending = 1;
+    gcall_ref(call); /* the answer's */
+    int rc = sl_may_retry_async(c->gov, call->member, on_retry_answer, call);
+    if (rc != 0) {
+        call->ask_pending = 0;
+        gcall_unref(call);
+        gcall_ev *ev = &call->ev;
+        ev->kind = GCALL_EV_RETRY;
+        ev->status = rc;
+        ev->retry_after_ms = -1;
+        snprintf(ev->msg, sizeof(ev->msg), "%s", sl_errmsg(c->gov));
+        handle_retry(call, 1);
+    }
+}
+
+void gcall_answer(sl_call *call) {
+    gcall_ev *ev = &call->ev;
+    if (ev->kind == GCALL_EV_ACQUIRED) call->acq_pending = 0;
+    else call->ask_pending = 0;
+    if (call->state == SL_CALL_DONE) {
+        /* Cancelled while the answer was on its way: a slot goes back. */
+        if (ev->kind == GCALL_EV_ACQUIRED && ev->grant) sl_settle(ev->grant, -1, SL_OUTCOME_CANCELLED, NULL, 0);
+        ev->grant = NULL;
+    } else if (ev->kind == GCALL_EV_ACQUIRED) {
+        handle_acquired(call, 0);
+    } else {
+        handle_retry(call, 0);
+    }
+    gcall_unref(call); /* the answer's; the owner's is still held */
+}
+
+/* ---- start, cancel, state ------------------------------------------------------------------ */
+
+void gcall_free(sl_call *call) {
+    sl_caller *c = call->c;
+    free(call->dep);
+    free(call->lane);
+    free(call->tenant);
+    free(call->tag);
+    free(call->rep.body);
+    free(call);
+    caller_unref(c);
+}
+
+/* NULL stays NULL; else a copy, or -1 in *bad when out of memory. */
+static char *dup_opt(const char *s, int *bad) {
+    if (!s) return NULL;
+    char *d = strdup(s);
+    if (!d) *bad = 1;
+    return d;
+}
+
+/* An easy handle of the call's own, for a request given as url, headers
+ * and body. */
+static int own_easy(sl_call *call, const sl_call_http *h) {
+    CURL *e = curl_easy_init();
+    if (!e) return SL_ENOMEM;
+    call->easy = e;
+    call->own_easy = 1;
+    /* The list lives in call->hdrs from its first line on, so that
+     * gcall_release frees a half-built one too. */
+    for (size_t i = 0; i < h->nheaders; i++) {
+        if (!h->headers[i].name || !h->headers[i].value) continue;
+        size_t n = strlen(h->headers[i].name) + strlen(h->headers[i].value) + 3;
+        char *line = malloc(n);
+        if (!line) return SL_ENOMEM;
+        snprintf(line, n, "%s: %s", h->headers[i].name, h->headers[i].value);
+        struct curl_slist *t = curl_slist_append(call->hdrs, line);
+        free(line);
+        if (!t) return SL_ENOMEM;
+        call->hdrs = t;
+    }
+    /* libcurl's 100-continue handshake costs a round trip (or a second
+     * against servers that ignore it) on bodies over 1 KiB. */
+    struct curl_slist *t = curl_slist_append(call->hdrs, "Expect:");
+    if (!t) return SL_ENOMEM;
+    call->hdrs = t;
+    if (curl_easy_setopt(e, CURLOPT_URL, h->url) != CURLE_OK) return SL_EINVAL;
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, call->hdrs);
+    if (h->body) {
+        call->body = malloc(h->body_len + 1);
+        if (!call->body) return SL_ENOMEM;
+        memcpy(call->body, h->body, h->body_len);
+        call->body[h->body_len] = '\0';
+        curl_easy_setopt(e, CURLOPT_POST, 1L);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, call->body);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)h->body_len);
+    }
+    return 0;
+}
+
+int sl_call_start(sl_caller *c, const sl_call_opts *opts, const sl_call_http *http_in, sl_call_cb cb, void *arg,
+                  sl_call **out) {
+    if (out) *out = NULL;
+    if (!c || !opts || opts->size < sizeof(size_t) || !opts->deployment || !http_in ||
+        http_in->size < sizeof(size_t) || !cb || !c->attached)
+        return SL_EINVAL;
+    if (c->free_pending) return SL_ECLOSING;
+    sl_call_http h;
+    sl_call_http_init(&h);
+    verdict_read(&h, sizeof(h), http_in);
+    if ((!h.easy && !h.url) || (h.nheaders && !h.headers) || (h.body_len && !h.body)) return SL_EINVAL;
+    if (caller_reserve(c) != 0) return SL_ENOMEM;
+    sl_call *call = calloc(1, sizeof(*call));
+    if (!call) return SL_ENOMEM;
+    call->c = c;
+    caller_ref(c);
+    call->refs = 1; /* the owner's, until the completion is delivered */
+    call->heap_i = GCALL_NOT_QUEUED;
+    verdict_opts(&call->o, opts);
+    int bad = 0;
+    call->dep = dup_opt(call->o.deployment, &bad);
+    call->lane = dup_opt(call->o.lane, &bad);
+    call->tenant = dup_opt(call->o.tenant, &bad);
+    call->tag = dup_opt(call->o.tag, &bad);
+    call->o.deployment = call->dep;
+    call->o.lane = call->lane;
+    call->o.tenant = call->tenant;
+    call->o.tag = call->tag;
+    call->cb = cb;
+    call->arg = arg;
+    call->prepare = h.prepare;
+    call->attempted = h.attempted;
+    sl_call_report *r = &call->rep;
+    sl_call_report_init(r);
+    r->tokens = r->input_tokens = r->output_tokens = r->cache_read_tokens = -1;
+    r->retry_after_ms = -1;
+    r->cls = -1;
+    r->outcome = "error";
+    call->t0 = sl_now_ms();
+    call->rng = call->o.seed ? call->o.seed
+                             : (uint64_t)call->t0 * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)call;
+    int rc = bad ? SL_ENOMEM : sl_capture_new(call->o.max_body, &call->cap);
+    if (rc == 0) {
+        if (h.easy) call->easy = h.easy;
+        else rc = own_easy(call, &h);
+    }
+    if (rc != 0) {
+        if (!call->own_easy) call->easy = NULL; /* the caller's stays untouched */
+        gcall_release(call);
+        gcall_free(call);
+        return rc;
+    }
+    curl_easy_setopt(call->easy, CURLOPT_NOSIGNAL, 1L);
+    call->next = c->live;
+    if (c->live) c->live->prev = call;
+    c->live = call;
+    c->nlive++;
+    if (out) *out = call;
+    step_acquire(call);
+    return 0;
+}
+
+void gcall_discard(sl_call *call) {
+    sl_caller *c = call->c;
+    switch (call->state) {
+    case SL_CALL_ACQUIRING:
+        /* 0: the answer will never come. Else it is on its way and is
+         * dropped (its grant given back) when it arrives. */
+        if (call->acq_pending && sl_cancel(c->gov, call->acq) == 0) {
+            call->acq_pending = 0;
+            gcall_unref(call);
+        }
+        break;
+    case SL_CALL_SENDING:
+        abort_send(call);
+        break;
+    case SL_CALL_BACKOFF:
+        caller_unsleep(c, call);
+        break;
+    default: /* ASKING: the answer is dropped when it comes */
+        break;
+    }
+    give_back(call);
+    unlink_live(call);
+    gcall_release(call);
+    call->state = SL_CALL_DONE;
+    gcall_unref(call); /* the owner's: no completion */
+}
+
+int sl_call_cancel(sl_call *call, int mode) {
+    if (!call || (mode != SL_CANCEL_NOW && mode != SL_CANCEL_AFTER_SEND)) return SL_EINVAL;
+    if (call->state == SL_CALL_DONE) return SL_EALREADY;
+    sl_caller *c = call->c;
+    const char *where = "";
+    switch (call->state) {
+    case SL_CALL_ACQUIRING:
+        if (call->acq_pending) {
+            where = "while waiting for a slot (the reservation went back)";
+            if (sl_cancel(c->gov, call->acq) == 0) {
+                call->acq_pending = 0;
+                gcall_unref(call);
+            }
+        } else {
+            where = "before sending (the slot went back)"; /* the prepare hook */
+            give_back(call);
+        }
+        break;
+    case SL_CALL_SENDING:
+        /* From the attempted hook the transfer is over: the same as
+         * letting it finish. */
+        if (mode == SL_CANCEL_AFTER_SEND || call->in_hook) {
+            call->stop_after_send = 1;
+            return 0;
+        }
+        if (abort_send(call)) {
+            call->rep.attempts++;
+            where = "mid-send (aborted; settled as failed: the provider may have counted it)";
+        } else {
+            where = "before the request went out (aborted; the slot went back)";
+        }
+        break;
+    case SL_CALL_ASKING:
+        where = "while asking the fleet's retry budget";
+        break;
+    default:
+        where = "while waiting for the next attempt";
+        caller_unsleep(c, call);
+        break;
+    }
+    call->rep.outcome = "cancelled";
+    snprintf(call->rep.message, sizeof(call->rep.message), "'%s': cancelled %s", call->o.deployment, where);
+    call->status = SL_ECANCELED;
+    gcall_finish(call);
+    return 0;
+}
+
+int sl_call_state(const sl_call *call) { return call ? call->state : SL_EINVAL; }

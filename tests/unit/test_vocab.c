@@ -1,0 +1,200 @@
+/* Unit tests for lib/core/vocab.h: the engine, the daemon and the Lua
+ * scripts speak the same words.
+ *   - the shed and deferral reasons the reserve script can return (its
+ *     verdict literals, the reasons it assigns, the dimensions' reasons in
+ *     common.lua's SL_DIMS) are exactly the table's LUA words, and the
+ *     ENGINE words are never the script's (else they would be LUA);
+ *   - the outcomes the settle script accepts (settle.lua: OUTCOMES) are
+ *     exactly the outcome table, in the order of sl_outcome;
+ *   - the engine's tables and indexes follow the X-macros (an unknown word
+ *     is "other"), and each error word stands for a code of its own whose
+ *     message is known; the daemon's CLOSING reply starts with its word.
+ * The scripts are read from SLUICE_SOURCE_DIR (ctest sets it). */
+#define _POSIX_C_SOURCE 200809L
+#include <regex.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine.h"
+#include "sluice.h"
+#include "vocab.h"
+
+#define MAX_WORDS 64
+
+typedef struct words {
+    char w[MAX_WORDS][32];
+    size_t n;
+} words;
+
+static void words_add(words *s, const char *w, size_t len) {
+    if (len >= sizeof(s->w[0])) fail_msg("word too long: %.*s", (int)len, w);
+    for (size_t i = 0; i < s->n; i++)
+        if (strlen(s->w[i]) == len && !strncmp(s->w[i], w, len)) return;
+    if (s->n == MAX_WORDS) fail_msg("too many words");
+    memcpy(s->w[s->n], w, len);
+    s->w[s->n][len] = '\0';
+    s->n++;
+}
+
+static int words_has(const words *s, const char *w) {
+    for (size_t i = 0; i < s->n; i++)
+        if (!strcmp(s->w[i], w)) return 1;
+    return 0;
+}
+
+static char *slurp_script(const char *name) {
+    const char *src = getenv("SLUICE_SOURCE_DIR");
+    if (!src) fail_msg("SLUICE_SOURCE_DIR is not set (run under ctest)");
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/lua/%s", src, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("cannot read %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* Every match of pattern's first group in text, skipping Lua comments. */
+static void collect(words *out, const char *text, const char *pattern) {
+    regex_t re;
+    assert_int_equal(regcomp(&re, pattern, REG_EXTENDED), 0);
+    const char *line = text;
+    while (*line) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        char buf[1024];
+        if (len >= sizeof(buf)) len = sizeof(buf) - 1;
+        memcpy(buf, line, len);
+        buf[len] = '\0';
+        char *comment = strstr(buf, "--");
+        if (comment) *comment = '\0';
+        const char *p = buf;
+        regmatch_t m[2];
+        while (regexec(&re, p, 2, m, 0) == 0) {
+            words_add(out, p + m[1].rm_so, (size_t)(m[1].rm_eo - m[1].rm_so));
+            p += m[0].rm_eo;
+        }
+        if (!end) break;
+        line = end + 1;
+    }
+    regfree(&re);
+}
+
+static void test_shed_reasons_match_the_scripts(void **state) {
+    (void)state;
+    char *reserve = slurp_script("reserve.lua"), *common = slurp_script("common.lua");
+    words lua = {0};
+    /* Verdicts: {0, 'word', ...} sheds, {2, 'word', ...} deferrals. */
+    collect(&lua, reserve, "\\{[02], '([a-z_]+)'");
+    /* Reasons assigned: reason = 'w', s, reason = x, 'w', why = 'w'. */
+    collect(&lua, reserve, " reason = '([a-z_]+)'");
+    collect(&lua, reserve, "[a-z_0-9]+, reason = [^,]+, '([a-z_]+)'");
+    collect(&lua, reserve, "why = '([a-z_]+)'");
+    /* The dimensions' reasons (SL_DIMS rows). */
+    collect(&lua, common, " reason = '([a-z_]+)'");
+    free(reserve);
+    free(common);
+    assert_true(lua.n >= 10); /* the patterns still find the script's words */
+
+    words lua_table = {0}, engine_table = {0};
+#define ADD_LUA(name, word, source) if (!strcmp(#source, "LUA")) words_add(&lua_table, word, strlen(word));
+#define ADD_ENGINE(name, word, source) if (!strcmp(#source, "ENGINE")) words_add(&engine_table, word, strlen(word));
+    SLUICE_SHED_REASON_MAP(ADD_LUA)
+    SLUICE_SHED_REASON_MAP(ADD_ENGINE)
+#undef ADD_LUA
+#undef ADD_ENGINE
+    for (size_t i = 0; i < lua.n; i++)
+        if (!words_has(&lua_table, lua.w[i]))
+            fail_msg("reserve.lua says '%s', which lib/core/vocab.h does not list as a LUA reason", lua.w[i]);
+    for (size_t i = 0; i < lua_table.n; i++)
+        if (!words_has(&lua, lua_table.w[i]))
+            fail_msg("lib/core/vocab.h lists '%s' as a LUA reason, but no script says it", lua_table.w[i]);
+    for (size_t i = 0; i < engine_table.n; i++)
+        if (words_has(&lua, engine_table.w[i]))
+            fail_msg("'%s' is an ENGINE reason in lib/core/vocab.h, but reserve.lua says it", engine_table.w[i]);
+}
+
+static void test_outcomes_match_the_settle_script(void **state) {
+    (void)state;
+    char *settle = slurp_script("settle.lua");
+    const char *at = strstr(settle, "local OUTCOMES = {");
+    if (!at) fail_msg("settle.lua has no 'local OUTCOMES = {' table");
+    const char *end = strchr(at, '}');
+    assert_non_null(end);
+    char table[512];
+    size_t len = (size_t)(end - at);
+    assert_true(len < sizeof(table));
+    memcpy(table, at, len);
+    table[len] = '\0';
+    words lua = {0};
+    collect(&lua, table, "([a-z_]+) = true");
+    free(settle);
+    assert_int_equal(lua.n, ENGINE_OUTCOMES);
+    for (int i = 0; i < ENGINE_OUTCOMES; i++)
+        if (!words_has(&lua, engine_outcome_names[i]))
+            fail_msg("outcome '%s' of lib/core/vocab.h is not one settle.lua accepts", engine_outcome_names[i]);
+    /* In the order of sluice.h's sl_outcome (the library sends its index's word). */
+    assert_string_equal(engine_outcome_names[SL_OUTCOME_OK], "ok");
+    assert_string_equal(engine_outcome_names[SL_OUTCOME_THROTTLED], "throttled");
+    assert_string_equal(engine_outcome_names[SL_OUTCOME_FAILED], "failed");
+    assert_string_equal(engine_outcome_names[SL_OUTCOME_CANCELLED], "cancelled");
+    assert_string_equal(engine_outcome_names[SL_OUTCOME_QUOTA], "quota");
+    for (int i = 0; i < ENGINE_OUTCOMES; i++) assert_int_equal(engine_outcome_index(engine_outcome_names[i]), i);
+    assert_int_equal(engine_outcome_index("OK"), -1);
+    assert_int_equal(engine_outcome_index("success"), -1);
+}
+
+static void test_engine_tables_follow_the_maps(void **state) {
+    (void)state;
+    int n = 0;
+#define CHECK_WORD(name, word, source)                                       \
+    assert_string_equal(engine_shed_reasons[ENGINE_SHED_##name], word);       \
+    assert_int_equal(engine_shed_reason_index(word), ENGINE_SHED_##name);     \
+    n++;
+    SLUICE_SHED_REASON_MAP(CHECK_WORD)
+#undef CHECK_WORD
+    assert_int_equal(n, ENGINE_SHED_REASONS);
+    assert_int_equal(ENGINE_SHED_OTHER, ENGINE_SHED_REASONS - 1);
+    assert_int_equal(engine_shed_reason_index("no-such-reason"), ENGINE_SHED_OTHER);
+    assert_int_equal(engine_shed_reason_index(""), ENGINE_SHED_OTHER);
+}
+
+static void test_error_words(void **state) {
+    (void)state;
+    int codes[16], n = 0;
+#define CHECK_ERR(word, code)                                                 \
+    assert_string_equal(sluice_error_word(code), #word);                       \
+    assert_string_not_equal(sl_strerror(code), "unknown error");               \
+    for (int i = 0; i < n; i++) assert_int_not_equal(codes[i], code);          \
+    codes[n++] = code;
+    SLUICE_ERROR_WORD_MAP(CHECK_ERR)
+#undef CHECK_ERR
+    assert_true(n >= 4);
+    assert_string_equal(sluice_error_word(SL_EINVAL), "ERR");
+    char want[32];
+    snprintf(want, sizeof(want), "-%s ", sluice_error_word(SL_ECLOSING));
+    assert_memory_equal(SLUICE_REPLY_CLOSING, want, strlen(want));
+    assert_string_equal(SLUICE_REPLY_CLOSING + strlen(want), SLUICE_MSG_CLOSING);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shed_reasons_match_the_scripts),
+        cmocka_unit_test(test_outcomes_match_the_settle_script),
+        cmocka_unit_test(test_engine_tables_follow_the_maps),
+        cmocka_unit_test(test_error_words),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
