@@ -90,6 +90,7 @@ static void unlink_live(sl_call *call) {
 
 static void gcall_finish(sl_call *call) {
     sl_call_report *r = &call->rep;
+    caller_unsleep(call->c, call); /* a backoff, or a deadline guard */
     int64_t now = sl_now_ms();
     r->elapsed_ms = now - call->t0;
     r->within_deadline = call->o.deadline_ms <= 0 || now <= call->o.deadline_ms;
@@ -140,9 +141,24 @@ static void pause_until(sl_call *call, int64_t due, int then) {
     caller_sleep(call->c, call, due);
 }
 
+static void acquire_too_late(sl_call *call);
+static void answer_too_late(sl_call *call);
+
+/* The call's timer fired: the end of a backoff, or, while it waits for
+ * the governor, its deadline guard. */
 void gcall_wakeup(sl_call *call) {
-    if (call->after == SL_CALL_ASKING) step_ask(call);
+    if (call->state == SL_CALL_ACQUIRING) acquire_too_late(call);
+    else if (call->state == SL_CALL_ASKING) answer_too_late(call);
+    else if (call->after == SL_CALL_ASKING) step_ask(call);
     else step_acquire(call);
+}
+
+/* The deadline, kept on the caller's loop whatever the governor's thread
+ * does: an answer it is slow to give (an engine busy connecting on a
+ * loaded machine) must not keep the call past it. The latest moment an
+ * attempt can start is the deadline less min_attempt_ms. */
+static void guard_deadline(sl_call *call) {
+    if (call->o.deadline_ms > 0) caller_sleep(call->c, call, call->o.deadline_ms - call->o.min_attempt_ms);
 }
 
 /* The governor could not answer (sluiced restarting, Redis gone with
@@ -260,6 +276,7 @@ static void step_acquire(sl_call *call) {
     call->acq_pending = 1;
     gcall_ref(call); /* the answer's */
     int rc = sl_acquire_async(c->gov, &req, on_acquired, call, &call->acq);
+    if (rc == 0) guard_deadline(call);
     if (rc != 0) {
         /* No answer will come: this is it. */
         call->acq_pending = 0;
@@ -420,6 +437,7 @@ static void step_ask(sl_call *call) {
     call->ask_pending = 1;
     gcall_ref(call); /* the answer's */
     int rc = sl_may_retry_async(c->gov, call->member, on_retry_answer, call);
+    if (rc == 0) guard_deadline(call);
     if (rc != 0) {
         call->ask_pending = 0;
         gcall_unref(call);
@@ -436,6 +454,7 @@ void gcall_answer(sl_call *call) {
     gcall_ev *ev = &call->ev;
     if (ev->kind == GCALL_EV_ACQUIRED) call->acq_pending = 0;
     else call->ask_pending = 0;
+    if (call->state != SL_CALL_DONE) caller_unsleep(call->c, call); /* the deadline guard */
     if (call->state == SL_CALL_DONE) {
         /* Cancelled while the answer was on its way: a slot goes back. */
         if (ev->kind == GCALL_EV_ACQUIRED && ev->grant) sl_settle(ev->grant, -1, SL_OUTCOME_CANCELLED, NULL, 0);
@@ -446,6 +465,24 @@ void gcall_answer(sl_call *call) {
         handle_retry(call, 0);
     }
     gcall_unref(call); /* the answer's; the owner's is still held */
+}
+
+/* The deadline passed before the slot: the acquire is cancelled (its
+ * reservation goes back, also when the answer is on its way). */
+static void acquire_too_late(sl_call *call) {
+    if (call->acq_pending && sl_cancel(call->c->gov, call->acq) == 0) {
+        call->acq_pending = 0;
+        gcall_unref(call);
+    }
+    end(call, SL_EDEADLINE, "deadline", "'%s': the deadline passed before the slot (reservation given back)",
+        call->o.deployment);
+}
+
+/* The deadline left no time for an attempt before the retry budget
+ * answered; the answer is dropped when it comes. */
+static void answer_too_late(sl_call *call) {
+    end(call, SL_EDEADLINE, "deadline", "'%s': %s (HTTP %d); no answer from the fleet's retry budget in time",
+        call->o.deployment, sl_class_name(call->rep.cls), call->rep.http_status);
 }
 
 /* ---- start, cancel, state ------------------------------------------------------------------ */
@@ -584,12 +621,10 @@ void gcall_discard(sl_call *call) {
     case SL_CALL_SENDING:
         abort_send(call);
         break;
-    case SL_CALL_BACKOFF:
-        caller_unsleep(c, call);
-        break;
-    default: /* ASKING: the answer is dropped when it comes */
+    default: /* ASKING: the answer is dropped when it comes; BACKOFF holds nothing */
         break;
     }
+    caller_unsleep(c, call); /* a backoff, or a deadline guard */
     give_back(call);
     unlink_live(call);
     gcall_release(call);
@@ -633,8 +668,7 @@ int sl_call_cancel(sl_call *call, int mode) {
         where = "while asking the fleet's retry budget";
         break;
     default:
-        where = "while waiting for the next attempt";
-        caller_unsleep(c, call);
+        where = "while waiting for the next attempt"; /* gcall_finish stops the wait */
         break;
     }
     call->rep.outcome = "cancelled";

@@ -75,7 +75,8 @@ struct sl_call {
     int64_t t0, decided;         /* start; when the backoff was decided */
     long long delay;             /* that backoff */
     int64_t unavail_since;       /* the governor unreachable since, 0 */
-    int64_t due;                 /* BACKOFF: when it ends */
+    int64_t due;                 /* its timer: a BACKOFF's end, or the deadline guard
+                                    while it waits for the governor */
     size_t heap_i;               /* in c->heap, or GCALL_NOT_QUEUED */
     gcall_ev ev;                  /* the one governor answer on its way */
 
@@ -103,7 +104,7 @@ struct sl_caller {
     int depth;                   /* dispatches in progress */
     int free_pending;            /* sl_caller_free during a dispatch */
 
-    sl_call **heap;              /* BACKOFF calls by due */
+    sl_call **heap;              /* the calls' timers by due: backoffs, deadline guards */
     size_t nheap, heapcap;
     int64_t curl_due;            /* libcurl's timeout, -1 none */
     int64_t armed_due;           /* what the loop's timer is armed for, -1 none */

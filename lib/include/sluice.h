@@ -686,7 +686,11 @@ typedef void (*sl_call_cb)(void *arg, sl_call *call, int status, sl_call_report 
 
 /* Starts a governed call of opts (policy, deadline, deployment, estimate,
  * lane, tenant, tag: as sl_curl_perform) sending http, on c's loop. The
- * strings of opts and http are copied. Returns 0 and *out (optional: the
+ * deadline is kept on the loop itself: while the call waits for the
+ * governor (a slot, the retry budget's answer), its own timer ends it at
+ * the deadline less min_attempt_ms (SL_EDEADLINE; a reservation goes back)
+ * even if the governor's thread is slow to answer. The strings of opts and
+ * http are copied. Returns 0 and *out (optional: the
  * call's handle, valid until its callback returns); cb then runs exactly
  * once, later, with the outcome, even one decided at once (no time left).
  * Returns SL_EINVAL (no deployment, no easy handle nor url, no cb, c not

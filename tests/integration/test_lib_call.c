@@ -9,7 +9,8 @@
  *     report has the usage split, the hooks run once per attempt, and a
  *     prepare hook that refuses gives the slot back;
  *   - the deadline is kept (a slow provider, a failing one, no time at
- *     all), with other calls on the same loop meanwhile;
+ *     all), with other calls on the same loop meanwhile, and also when the
+ *     governor's thread is stalled and answers nothing, in both forms;
  *   - the fleet's retry budget ends the retries, fleet-wide: once one agent
  *     spent it, the other's first RETRY is refused;
  *   - cancelling while waiting for a slot, mid-send (request written:
@@ -464,6 +465,82 @@ static void deadline_kept(int mode) {
 
 static void test_deadline_embedded(void **state) { deadline_kept(EMBEDDED); }
 static void test_deadline_daemon(void **state) { deadline_kept(DAEMON); }
+
+/* The deadline is kept on the caller's side even when the governor's own
+ * thread does not answer: a callback that (against the rules) sleeps 2.5 s
+ * there stalls its timers and answers, as an engine busy on a loaded
+ * machine would. Both forms still end at the deadline (less
+ * min_attempt_ms, the last moment an attempt could start), nothing is
+ * sent, and once the thread runs again no grant is left outstanding. */
+typedef struct stall {
+    volatile int sleeping;
+} stall;
+
+static void on_stalling_acquire(void *arg, const sl_result *res) {
+    stall *st = arg;
+    st->sleeping = 1;
+    h_sleep(2500);
+    if (res->grant) sl_settle(res->grant, -1, SL_OUTCOME_CANCELLED, NULL, 0);
+    st->sleeping = 2;
+}
+
+static int stall_started(void *arg) { return ((stall *)arg)->sleeping >= 1; }
+static int stall_over(void *arg) { return ((stall *)arg)->sleeping == 2; }
+
+static void deadline_governor_stalled(int mode) {
+    if (skip_without_daemon(mode)) return;
+    env e;
+    env_open(&e, mode, 0);
+    http_reset(&web, 0, 1);
+    char dep[64];
+    snprintf(dep, sizeof(dep), "%s-deadline", prefix(mode));
+    stall st = {0};
+    sl_request sr;
+    sl_request_init(&sr);
+    sr.deployment = dep;
+    assert_int_equal(sl_acquire_async(e.g, &sr, on_stalling_acquire, &st, NULL), 0);
+    PROC_POLL_OR_FAIL(stall_started, &st, 5000, "the governor's thread stalled");
+    result r;
+    sl_call_opts o = opts(0, 1000);
+    start(&e, "deadline", "/ok", &o, &r);
+    int finished = run_until(&e, is_done, &r, 5000);
+    double late = (double)(r.done_at - o.deadline_ms);
+    /* sl_curl_perform: the same call on its private loop. */
+    char url[256];
+    http_url(&web, "/ok", url, sizeof(url));
+    CURL *easy = curl_easy_init();
+    curl_easy_setopt(easy, CURLOPT_URL, url);
+    sl_call_opts b = opts(0, 1000);
+    b.deployment = dep;
+    sl_call_report rep;
+    sl_call_report_init(&rep);
+    int stalled = st.sleeping == 1;
+    int rc = sl_curl_perform(e.g, easy, &b, &rep);
+    double late_b = (double)(sl_now_ms() - b.deadline_ms);
+    print_message("  [%s] governor's thread stalled: sl_call_start %s %.0f ms after the deadline, sl_curl_perform %s "
+                  "%.0f ms: %s\n",
+                  prefix(mode), sl_strerror(r.status), late, sl_strerror(rc), late_b, rep.message);
+    assert_true(finished);
+    assert_int_equal(r.status, SL_EDEADLINE);
+    assert_true(r.rep.within_deadline);
+    assert_true(late <= DEADLINE_SLACK_MS);
+    assert_int_equal(r.rep.attempts, 0);
+    assert_true(stalled); /* the second form too met a stalled thread */
+    assert_int_equal(rc, SL_EDEADLINE);
+    assert_true(rep.within_deadline);
+    assert_true(late_b <= DEADLINE_SLACK_MS);
+    assert_int_equal(rep.attempts, 0);
+    PROC_POLL_OR_FAIL(stall_over, &st, 5000, "the governor's thread running again");
+    assert_int_equal(count_path("/ok"), 0);
+    wait_status(mode, "deadline", "outstanding_grants", 0);
+    curl_easy_cleanup(easy);
+    sl_call_report_free(&rep);
+    result_free(&r);
+    env_close(&e);
+}
+
+static void test_deadline_stalled_embedded(void **state) { deadline_governor_stalled(EMBEDDED); }
+static void test_deadline_stalled_daemon(void **state) { deadline_governor_stalled(DAEMON); }
 
 /* ---- the fleet's retry budget ---------------------------------------------------------------- */
 
@@ -1023,6 +1100,8 @@ int main(void) {
         cmocka_unit_test(test_many_calls_daemon),
         cmocka_unit_test(test_deadline_embedded),
         cmocka_unit_test(test_deadline_daemon),
+        cmocka_unit_test(test_deadline_stalled_embedded),
+        cmocka_unit_test(test_deadline_stalled_daemon),
         cmocka_unit_test(test_retry_budget_embedded),
         cmocka_unit_test(test_retry_budget_daemon),
         cmocka_unit_test(test_cancel_mid_wait_embedded),
