@@ -219,7 +219,7 @@ typedef struct soak {
     long long mem_base, mem_last, mem_max;
     int redis_stopped;
     /* the shared schedule's reach past now (requests_tat - TIME), sampled every second */
-    double reach_t[4096], reach_ms[4096];
+    double reach_t[4096], reach_ms[4096], reach_eff[4096], reach_out[4096];
     int nreach;
 } soak;
 
@@ -352,26 +352,29 @@ static long long redis_used_memory(const soak *s) {
     return v;
 }
 
-/* The shared schedule's reach: how far past Redis' now its requests TAT is
- * (0 when behind). A reach beyond a caller's max wait sheds it. */
-static void sample_reach(soak *s) {
-    if (s->redis_stopped || s->nreach >= 4096) return;
-    struct timeval tv = {1, 0};
-    redisContext *c = redisConnectUnixWithTimeout(s->redis.sock, tv);
-    if (c && !c->err) {
-        redisSetTimeout(c, tv);
-        redisReply *t = redisCommand(c, "TIME");
-        redisReply *h = redisCommand(c, "HGET sluice:{d}:state requests_tat");
-        if (t && t->type == REDIS_REPLY_ARRAY && t->elements == 2 && h) {
-            double now = (double)atoll(t->element[0]->str) * 1000 + (double)atoll(t->element[1]->str) / 1000;
-            double tat = h->type == REDIS_REPLY_STRING ? atof(h->str) : 0;
-            s->reach_t[s->nreach] = proc_now_ms();
-            s->reach_ms[s->nreach++] = tat > now ? tat - now : 0;
-        }
-        if (t) freeReplyObject(t);
-        if (h) freeReplyObject(h);
+/* The shared state as agent 0's STATUS d shows it: the schedule's reach
+ * past now (requests_backlog_ms: a reach beyond a caller's max wait sheds
+ * it), the effective rate and the estimate of others' use of the key
+ * (outside_rpm, from the provider's headers). */
+static void sample_status(soak *s) {
+    if (s->nreach >= 4096 || !s->agent_up[0]) return;
+    redisContext *c = sluiced_fixture_connect(&s->agent[0], 1000);
+    redisReply *r = c ? redisCommand(c, "STATUS d") : NULL;
+    double reach = -1, eff = -1, out = -1;
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+        const char *k = r->element[i]->str, *v = r->element[i + 1]->str;
+        if (!k || !v) continue;
+        if (!strcmp(k, "requests_backlog_ms")) reach = atof(v);
+        else if (!strcmp(k, "effective_rpm")) eff = atof(v);
+        else if (!strcmp(k, "outside_rpm")) out = atof(v);
     }
+    if (r) freeReplyObject(r);
     if (c) redisFree(c);
+    if (reach < 0) return; /* no answer from Redis through agent 0 (cut, stopped) */
+    s->reach_t[s->nreach] = proc_now_ms();
+    s->reach_eff[s->nreach] = eff;
+    s->reach_out[s->nreach] = out;
+    s->reach_ms[s->nreach++] = reach;
 }
 
 static void sample_memory(soak *s) {
@@ -1127,7 +1130,7 @@ int main(int argc, char **argv) {
             next_sample = now + 5000;
         }
         if (now >= next_reach) {
-            sample_reach(s);
+            sample_status(s);
             next_reach = now + 1000;
         }
         if (now >= next_progress) {
@@ -1242,12 +1245,19 @@ int main(int argc, char **argv) {
         char line[8192];
         double worst_reach = 0, worst_at = 0;
         int beyond = 0;
-        size_t used = (size_t)snprintf(line, sizeof(line), "  schedule reach past now, largest per 10 s (s):");
-        for (double a = s->t0; a < t_faults_end && used < sizeof(line) - 16; a += WINDOW_MS) {
-            double m = 0;
+        size_t used = (size_t)snprintf(line, sizeof(line),
+                                       "  per 10 s, from agent0's STATUS d: largest schedule reach past now in s "
+                                       "(lowest effective_rpm, largest outside_rpm):");
+        for (double a = s->t0; a < t_faults_end && used < sizeof(line) - 32; a += WINDOW_MS) {
+            double m = -1, e = 1e18, o = -1;
             for (int i = 0; i < s->nreach; i++)
-                if (s->reach_t[i] >= a && s->reach_t[i] < a + WINDOW_MS && s->reach_ms[i] > m) m = s->reach_ms[i];
-            used += (size_t)snprintf(line + used, sizeof(line) - used, " %.0f", m / 1000);
+                if (s->reach_t[i] >= a && s->reach_t[i] < a + WINDOW_MS) {
+                    m = fmax(m, s->reach_ms[i]);
+                    e = fmin(e, s->reach_eff[i]);
+                    o = fmax(o, s->reach_out[i]);
+                }
+            if (m < 0) used += (size_t)snprintf(line + used, sizeof(line) - used, " -");
+            else used += (size_t)snprintf(line + used, sizeof(line) - used, " %.0f(%.0f,%.0f)", m / 1000, e, o);
         }
         for (int i = 0; i < s->nreach; i++) {
             if (s->reach_ms[i] > worst_reach) {
