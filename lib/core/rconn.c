@@ -1,7 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "rconn.h"
 
-#include <hiredis/adapters/libuv.h>
+#include "redis_uv.h"
 #include <hiredis/async.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -373,7 +373,7 @@ static void rconn_connect(rconn *c) {
         return;
     }
     ac->data = c;
-    if (redisLibuvAttach(ac, c->loop) != REDIS_OK) {
+    if (redis_uv_attach(ac, c->loop) != REDIS_OK) {
         set_error(c, "connect failed", "cannot attach to the event loop");
         redisAsyncFree(ac);
         schedule_reconnect(c);
