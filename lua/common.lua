@@ -47,6 +47,24 @@ local SL_DIMS = {
    refund = 'refund_output'},
 }
 
+-- The defaults configure writes for the fields a deployment's
+-- configuration leaves out (docs/redis-keys.md): the providers' way of
+-- counting (docs/providers.md: the combined and the input tokens are
+-- charged at admission for good, the output tokens are corrected to the
+-- actual output), AIMD, the retry budget, the breaker (off). The packed
+-- limits (sl_limits) leave out every field that has its default here.
+local SL_DEFAULTS = {
+  tpm = 0, itpm = 0, otpm = 0, rpd = 0, tpd = 0, max_concurrency = 0, lease_ms = 120000,
+  retry_ttl_ms = 10000, retry_min_per_s = 1, retry_percent = 10,
+  aimd_decrease = 0.7, aimd_min_scale = 0.1, aimd_increase = 0.05, aimd_interval_ms = 5000,
+  aimd_min_throttles = 3, aimd_window_ms = 10000,
+  refund_tokens = 0, refund_input = 0, refund_output = 1, adapt_limits = 1, adapt_outside = 1,
+  jitter_ms = 10, refund_lag_ms = 250,
+  breaker_failure_ratio = 0, breaker_min_requests = 20, breaker_window_ms = 30000,
+  breaker_break_ms = 30000, quota_hold_ms = 3600000,
+}
+local SL_DEFAULTS_MT = {__index = SL_DEFAULTS}
+
 -- Returns the deployment name after checking that KEYS follow the layout
 -- and share one hash tag; errors otherwise.
 local function sl_deployment()
@@ -353,11 +371,40 @@ local function sl_count(st, counts)
   end
 end
 
--- The deployment's limits and state, or an error for an unknown one.
-local function sl_load()
+-- The deployment's limits as the scripts read them. configure writes
+-- them twice: field by field (what redis-cli HGETALL shows, and what
+-- status reports) and packed into one field, `packed`: a JSON object with
+-- "v": 1, the fields whose value is not their SL_DEFAULTS default, and the
+-- lanes' and tenants' plan ("plan", see sl_plan; absent when there is
+-- none). The packed form is what the other scripts read: one HGET and a
+-- JSON decode in C instead of a hash of 30-odd fields turned into Lua
+-- strings and parsed on every use. The absent fields read as their
+-- defaults (a metatable). test_clock_offset_ms (tests only) is never
+-- packed: it is read from its own field, as tests set it there. A
+-- deployment configured by an older configure has no packed field (or
+-- one of another version): then the hash itself is read, as before.
+-- Returns the limits table (without `rpm` when the deployment is not
+-- configured).
+local function sl_limits()
+  local packed = redis.call('HGET', KEYS[1], 'packed')
+  if packed then
+    local ok, l = pcall(cjson.decode, packed)
+    if ok and type(l) == 'table' and l.v == 1 then
+      l.test_clock_offset_ms = tonumber(redis.call('HGET', KEYS[1], 'test_clock_offset_ms'))
+      l._packed = true
+      return setmetatable(l, SL_DEFAULTS_MT)
+    end
+  end
+  return sl_hash(KEYS[1])
+end
+
+-- The deployment's limits and state, or an error for an unknown one. raw:
+-- the limits hash as stored (strings), for status.
+local function sl_load(raw)
   local name, err = sl_deployment()
   if not name then return nil, nil, nil, err end
-  local limits = sl_hash(KEYS[1])
+  local limits
+  if raw then limits = sl_hash(KEYS[1]) else limits = sl_limits() end
   if limits.rpm == nil then
     return nil, nil, nil, "ERR sluice: unknown deployment '" .. name .. "' (no limits in Redis; configure it first)"
   end
@@ -512,7 +559,9 @@ local function sl_csv(v)
   return t
 end
 
-local function sl_plan(limits)
+-- The plan from the limits' fields (lane.*, plan.*, tenant.*, ...): what
+-- configure packs, and what a deployment without the packed field gives.
+local function sl_plan_scan(limits)
   local p = {lanes = {}, tenants = {}, fair = false}
   local any = false
   for k, v in pairs(limits) do
@@ -548,6 +597,14 @@ local function sl_plan(limits)
   end
   p.idle_ms = sl_num(limits, 'tenant_idle_ms', 2000)
   return p
+end
+
+-- The plan of a deployment (nil: no lanes or tenants): from the packed
+-- limits, where configure derived it (its presence is the marker that the
+-- deployment has one), or scanned from the hash.
+local function sl_plan(limits)
+  if limits._packed then return limits.plan end
+  return sl_plan_scan(limits)
 end
 
 -- The lane and tenant an item names; unknown names fall back to the

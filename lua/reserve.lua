@@ -37,7 +37,7 @@
 -- caller returns is counted by count_shed).
 local function reserve_items(items, quiet, limits, st)
   if not limits then
-    limits, st = sl_hash(KEYS[1]), sl_hash(KEYS[2])
+    limits, st = sl_limits(), sl_hash(KEYS[2])
   end
   local n = #items
   local now, now_us = sl_now(limits)
@@ -375,7 +375,7 @@ end
 -- Counts a shed of an item (lane, tenant as sent) on the deployment KEYS
 -- names, as reserve_items counts one it sheds when not quiet.
 local function count_shed(lane, tenant, reason)
-  local limits, st = sl_hash(KEYS[1]), sl_hash(KEYS[2])
+  local limits, st = sl_limits(), sl_hash(KEYS[2])
   local counts = {shed_total = 1}
   counts['shed_' .. reason] = 1
   local plan = sl_plan(limits)
