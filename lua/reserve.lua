@@ -413,7 +413,7 @@ local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s
         if di or dout then rec = rec .. ',' .. b3 .. ',' .. b4 end
       end
       local grants, leases = x.grants, x.leases
-      local g = #grants
+      local g = 2 * x.granted
       grants[g + 1] = id
       grants[g + 2] = rec
       -- The lease's expiry in whole ms (rounded up: never earlier), as
@@ -698,7 +698,7 @@ if stride == 0 then
   return redis.error_reply('ERR sluice reserve: ARGV must be n followed by n (tokens, max_wait_ms) pairs or n (tokens, max_wait_ms, lane, tenant) quads')
 end
 -- Validated whole before anything is decided: a bad item changes nothing.
-local C, W, COST, IN, OUT, CS = {}, {}, {}, {}, {}, {}
+local C, W, TI, TO, IN, OUT, CS = {}, {}, {}, {}, {}, {}, {}
 for i = 1, n do
   local b = 1 + stride * (i - 1)
   -- sl_tokens and sl_uint, the plain case inlined (this runs per item).
@@ -719,11 +719,14 @@ for i = 1, n do
   if w == nil then
     return redis.error_reply("ERR sluice reserve: item " .. i .. ": max_wait_ms must be a non-negative integer, got '" .. ARGV[b + 2] .. "'")
   end
-  C[i], W[i], COST[i], IN[i], OUT[i] = c, w, {1, c, ti, to}, is, os
+  C[i], W[i], TI[i], TO[i], IN[i], OUT[i] = c, w, ti, to, is, os
 end
 
 local x = reserve_open(limits, st)
 local out = {}
+-- The item's cost by SL_DIMS index, one table refilled per item (reserve_one
+-- only reads it while it decides).
+local cost = {1, 0, 0, 0}
 local plan = x.plan
 if plan then
   -- Lanes and tenants: each item resolved to its lane and tenant class.
@@ -739,11 +742,13 @@ if plan then
   if plan.fair then x.fair = sl_fair_open(plan, st, x.now, names) end
   local blocked = {}
   for i = 1, n do
-    out[5 + i] = reserve_one(x, C[i], W[i], LS[i], TS[i], COST[i], false, blocked, IN[i], OUT[i], CS[i])
+    cost[2], cost[3], cost[4] = C[i], TI[i], TO[i]
+    out[5 + i] = reserve_one(x, C[i], W[i], LS[i], TS[i], cost, false, blocked, IN[i], OUT[i], CS[i])
   end
 else
   for i = 1, n do
-    out[5 + i] = reserve_one(x, C[i], W[i], nil, nil, COST[i], false, nil, IN[i], OUT[i], CS[i])
+    cost[2], cost[3], cost[4] = C[i], TI[i], TO[i]
+    out[5 + i] = reserve_one(x, C[i], W[i], nil, nil, cost, false, nil, IN[i], OUT[i], CS[i])
   end
 end
 reserve_close(x)
