@@ -27,8 +27,11 @@
  * same rows also run the scripts in DIR (common.lua, configure.lua,
  * reserve.lua, e.g. from `git show <rev>:lua/...`), loaded beside the
  * built ones under their own SHA, on deployments of their own: before
- * and after in one run. Rounds alternate every segment, so machine noise
- * hits all alike; the tables give medians over rounds and ratios.
+ * and after in one run. A round runs, per workload and batch size (in an
+ * order that rotates from round to round), the minimal script's segment
+ * and then the built and the old scripts' back to back; the ratios are
+ * taken within such a group (the shared machine drifts less in a second
+ * than over a round) and the tables give medians over rounds.
  * Not a test: nothing is asserted (each reply is checked to be all grants,
  * so a figure is never that of an error or a shed).
  *
@@ -383,13 +386,6 @@ int main(int argc, char **argv) {
         }
     }
 
-    /* The segments of a round, in a rotating order. */
-    typedef struct seg {
-        int v, w, b;
-    } seg;
-    seg segs[NVER * NWORK * NBATCH];
-    int nseg = 0;
-    for (int b = 0; b < NBATCH; b++) segs[nseg++] = (seg){V_NEW, W_MIN, b};
     int run[NWORK] = {1, 1, 1, 1, 1};
     if (o.rows) {
         for (int w = W_PLAIN; w < NWORK; w++) {
@@ -400,23 +396,54 @@ int main(int argc, char **argv) {
             run[w] = strstr(list, pat) != NULL;
         }
     }
-    for (int v = 0; v < NVER; v++)
-        for (int w = W_PLAIN; w < NWORK; w++)
-            for (int b = 0; b < NBATCH; b++)
-                if (ver[v].on && run[w]) segs[nseg++] = (seg){v, w, b};
+    /* A round runs, for each workload and batch size in a rotating order,
+     * a group of segments back to back: the minimal script, the built
+     * scripts and (--old) the old ones, the last two in alternating order.
+     * The ratios are taken within a group and their medians reported, so
+     * the machine's drift (shared cores) cancels out of them. */
+    typedef struct grp {
+        int w, b;
+    } grp;
+    grp grps[NWORK * NBATCH];
+    int ngrp = 0;
+    for (int w = W_PLAIN; w < NWORK; w++)
+        for (int b = 0; b < NBATCH; b++)
+            if (run[w]) grps[ngrp++] = (grp){w, b};
     static double us[NVER][NWORK][NBATCH][MAXROUNDS], cps[NVER][NWORK][NBATCH][MAXROUNDS];
+    static double rmin[NVER][NWORK][NBATCH][MAXROUNDS], rold[NWORK][NBATCH][MAXROUNDS];
+    static double umin[NBATCH][MAXROUNDS * NWORK], cmin[NBATCH][MAXROUNDS * NWORK];
+    int nmin[NBATCH] = {0};
     for (int k = 0; k < rounds; k++) {
-        for (int i = 0; i < nseg; i++) {
-            seg s = segs[(i + k * 7) % nseg];
-            us[s.v][s.w][s.b][k] = segment(s.v, s.w, s.b, o.seconds, &cps[s.v][s.w][s.b][k]);
+        for (int i = 0; i < ngrp; i++) {
+            grp g = grps[(i + k * 5) % ngrp];
+            double cm, mu = segment(V_NEW, W_MIN, g.b, o.seconds, &cm);
+            umin[g.b][nmin[g.b]] = mu;
+            cmin[g.b][nmin[g.b]++] = cm;
+            for (int t = 0; t < NVER; t++) {
+                int v = (t + k) % NVER;
+                if (!ver[v].on) continue;
+                us[v][g.w][g.b][k] = segment(v, g.w, g.b, o.seconds, &cps[v][g.w][g.b][k]);
+                rmin[v][g.w][g.b][k] = us[v][g.w][g.b][k] / mu;
+            }
+            if (o.old) rold[g.w][g.b][k] = us[V_NEW][g.w][g.b][k] / us[V_OLD][g.w][g.b][k];
         }
         fprintf(stderr, "bench_reserve: round %d of %d done\n", k + 1, rounds);
     }
-    double m[NVER][NWORK][NBATCH], mc[NVER][NWORK][NBATCH];
-    for (int i = 0; i < nseg; i++) {
-        seg s = segs[i];
-        m[s.v][s.w][s.b] = median(us[s.v][s.w][s.b], rounds);
-        mc[s.v][s.w][s.b] = median(cps[s.v][s.w][s.b], rounds);
+    double m[NVER][NWORK][NBATCH], mc[NVER][NWORK][NBATCH], mr[NVER][NWORK][NBATCH], mo[NWORK][NBATCH];
+    for (int b = 0; b < NBATCH; b++) {
+        m[V_NEW][W_MIN][b] = median(umin[b], nmin[b]);
+        mc[V_NEW][W_MIN][b] = median(cmin[b], nmin[b]);
+        mr[V_NEW][W_MIN][b] = 1;
+    }
+    for (int i = 0; i < ngrp; i++) {
+        grp g = grps[i];
+        for (int v = 0; v < NVER; v++) {
+            if (!ver[v].on) continue;
+            m[v][g.w][g.b] = median(us[v][g.w][g.b], rounds);
+            mc[v][g.w][g.b] = median(cps[v][g.w][g.b], rounds);
+            mr[v][g.w][g.b] = median(rmin[v][g.w][g.b], rounds);
+        }
+        if (o.old) mo[g.w][g.b] = median(rold[g.w][g.b], rounds);
     }
 
     redisReply *vr = redisCommand(c, "INFO server");
@@ -425,7 +452,8 @@ int main(int argc, char **argv) {
     if (vs) sscanf(vs, "redis_version:%31[^\r\n]", version_s);
     freeReplyObject(vr);
     printf("Redis time per reserve item (cmdstat_evalsha usec / calls / items), redis-server %s,\n"
-           "median of %d rounds of %.2f s per segment, one run; x: the ratio to minimal at the same batch\n\n",
+           "median of %d rounds of %.2f s per segment, one run; x min: the median of the ratios to the\n"
+           "minimal script's segment run just before, at the same batch\n\n",
            version_s, rounds, o.seconds);
     printf("| script | batch 1 µs | batch 10 µs/item | batch 100 µs/item | x min (1 / 10 / 100) |\n");
     printf("|---|---:|---:|---:|---:|\n");
@@ -435,17 +463,23 @@ int main(int argc, char **argv) {
             if ((w == W_MIN && v != V_NEW) || !run[w]) continue;
             const char *tag = w == W_MIN ? "" : v == V_OLD ? ", old" : o.old ? ", new" : "";
             printf("| %s%s | %.2f | %.2f | %.2f | %.2f / %.2f / %.2f |\n", work_name[w], tag, m[v][w][0], m[v][w][1],
-                   m[v][w][2], m[v][w][0] / m[V_NEW][W_MIN][0], m[v][w][1] / m[V_NEW][W_MIN][1],
-                   m[v][w][2] / m[V_NEW][W_MIN][2]);
+                   m[v][w][2], mr[v][w][0], mr[v][w][1], mr[v][w][2]);
         }
     }
+    if (run[W_PLAIN] && (run[W_LT] || run[W_GROUP])) {
+        printf("\nper item against plain (medians):");
+        for (int w = W_LT; w < NWORK; w++)
+            if (run[w])
+                printf(" %s %.2f / %.2f / %.2f;", work_name[w], m[V_NEW][w][0] / m[V_NEW][W_PLAIN][0],
+                       m[V_NEW][w][1] / m[V_NEW][W_PLAIN][1], m[V_NEW][w][2] / m[V_NEW][W_PLAIN][2]);
+        printf("\n");
+    }
     if (o.old) {
-        printf("\nnew / old, Redis time per item:\n\n");
+        printf("\nnew / old, Redis time per item (median of the ratios of segments run back to back):\n\n");
         printf("| script | batch 1 | batch 10 | batch 100 |\n|---|---:|---:|---:|\n");
         for (int w = W_PLAIN; w < NWORK; w++)
             if (run[w])
-                printf("| %s | %.2f | %.2f | %.2f |\n", work_name[w], m[V_NEW][w][0] / m[V_OLD][w][0],
-                   m[V_NEW][w][1] / m[V_OLD][w][1], m[V_NEW][w][2] / m[V_OLD][w][2]);
+                printf("| %s | %.2f | %.2f | %.2f |\n", work_name[w], mo[w][0], mo[w][1], mo[w][2]);
     }
     printf("\nclient side, one blocking client on a UNIX socket (round trip included), decisions/s:\n\n");
     printf("| script | batch 1 | batch 10 | batch 100 |\n|---|---:|---:|---:|\n");
