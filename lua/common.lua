@@ -37,15 +37,40 @@ local SL_NKEYS = #SUFFIX
 -- and OpenAI's tokens, Anthropic's input). `q` is the refund-bound queue's
 -- KEYS index, `reason` the shed reason when the dimension binds, `letter`
 -- its name in settle feedback.
+-- f_*: their state fields' names (<name>_tat, ...), spelled out: a
+-- literal costs nothing per call, a concatenation does.
 local SL_DIMS = {
-  {name = 'requests', per = 'rpm', burst = 'burst_requests', q = 5, reason = 'rpm', letter = 'r'},
+  {name = 'requests', per = 'rpm', burst = 'burst_requests', q = 5, reason = 'rpm', letter = 'r',
+   f_tat = 'requests_tat', f_granted = 'requests_granted', f_rate = 'requests_rate',
+   f_adopted = 'requests_adopted', f_outside = 'requests_outside'},
   {name = 'tokens', per = 'tpm', burst = 'burst_tokens', q = 6, reason = 'tpm', letter = 't',
-   refund = 'refund_tokens'},
+   refund = 'refund_tokens', f_tat = 'tokens_tat', f_granted = 'tokens_granted', f_rate = 'tokens_rate',
+   f_adopted = 'tokens_adopted', f_outside = 'tokens_outside'},
   {name = 'input', per = 'itpm', burst = 'burst_input', q = 10, reason = 'itpm', letter = 'i',
-   refund = 'refund_input'},
+   refund = 'refund_input', f_tat = 'input_tat', f_granted = 'input_granted', f_rate = 'input_rate',
+   f_adopted = 'input_adopted', f_outside = 'input_outside'},
   {name = 'output', per = 'otpm', burst = 'burst_output', q = 11, reason = 'otpm', letter = 'o',
-   refund = 'refund_output'},
+   refund = 'refund_output', f_tat = 'output_tat', f_granted = 'output_granted', f_rate = 'output_rate',
+   f_adopted = 'output_adopted', f_outside = 'output_outside'},
 }
+
+-- The defaults configure writes for the fields a deployment's
+-- configuration leaves out (docs/redis-keys.md): the providers' way of
+-- counting (docs/providers.md: the combined and the input tokens are
+-- charged at admission for good, the output tokens are corrected to the
+-- actual output), AIMD, the retry budget, the breaker (off). The packed
+-- limits (sl_limits) leave out every field that has its default here.
+local SL_DEFAULTS = {
+  tpm = 0, itpm = 0, otpm = 0, rpd = 0, tpd = 0, max_concurrency = 0, lease_ms = 120000,
+  retry_ttl_ms = 10000, retry_min_per_s = 1, retry_percent = 10,
+  aimd_decrease = 0.7, aimd_min_scale = 0.1, aimd_increase = 0.05, aimd_interval_ms = 5000,
+  aimd_min_throttles = 3, aimd_window_ms = 10000,
+  refund_tokens = 0, refund_input = 0, refund_output = 1, adapt_limits = 1, adapt_outside = 1,
+  jitter_ms = 10, refund_lag_ms = 250,
+  breaker_failure_ratio = 0, breaker_min_requests = 20, breaker_window_ms = 30000,
+  breaker_break_ms = 30000, quota_hold_ms = 3600000,
+}
+local SL_DEFAULTS_MT = {__index = SL_DEFAULTS}
 
 -- Returns the deployment name after checking that KEYS follow the layout
 -- and share one hash tag; errors otherwise.
@@ -54,9 +79,10 @@ local function sl_deployment()
   if not name then
     return nil, 'ERR sluice: KEYS[1] must be sluice:{<deployment>}:limits'
   end
-  for i = 1, #SUFFIX do
-    if KEYS[i] ~= 'sluice:{' .. name .. '}:' .. SUFFIX[i] then
-      return nil, 'ERR sluice: KEYS[' .. i .. '] must be sluice:{' .. name .. '}:' .. SUFFIX[i]
+  local prefix = 'sluice:{' .. name .. '}:'
+  for i = 2, SL_NKEYS do
+    if KEYS[i] ~= prefix .. SUFFIX[i] then
+      return nil, 'ERR sluice: KEYS[' .. i .. '] must be ' .. prefix .. SUFFIX[i]
     end
   end
   return name
@@ -64,7 +90,18 @@ end
 
 local function sl_hash(key)
   local flat = redis.call('HGETALL', key)
-  local t = {}
+  local t
+  if #flat > 16 then
+    -- Room for 32 fields at once (Lua sizes a constructor's table for the
+    -- fields it names, nil or not; filled one by one it would grow five
+    -- times on the way): the state hash has 20 to 40.
+    t = {f1 = nil, f2 = nil, f3 = nil, f4 = nil, f5 = nil, f6 = nil, f7 = nil, f8 = nil, f9 = nil, f10 = nil,
+         f11 = nil, f12 = nil, f13 = nil, f14 = nil, f15 = nil, f16 = nil, f17 = nil, f18 = nil, f19 = nil,
+         f20 = nil, f21 = nil, f22 = nil, f23 = nil, f24 = nil, f25 = nil, f26 = nil, f27 = nil, f28 = nil,
+         f29 = nil, f30 = nil, f31 = nil, f32 = nil}
+  else
+    t = {}
+  end
   for i = 1, #flat, 2 do t[flat[i]] = flat[i + 1] end
   return t
 end
@@ -77,7 +114,7 @@ end
 
 -- Strict non-negative integer (as sent by clients): digits only, 15 max.
 local function sl_uint(s)
-  if type(s) ~= 'string' or not string.match(s, '^%d+$') or #s > 15 then return nil end
+  if type(s) ~= 'string' or #s > 15 or not string.find(s, '^%d+$') then return nil end
   return tonumber(s)
 end
 
@@ -130,52 +167,85 @@ end
 -- B - r J, which keeps every send conformant to (B, r) when each is late by
 -- up to J (any window of sends then fits B + r x its length). J is capped
 -- at half the burst's duration so a burst is never planned away entirely.
-local function sl_dim(name, per_minute, burst, scale, state, jitter_ms)
-  local d = {name = name}
-  d.r0 = per_minute / 60000
-  d.r = d.r0 * scale
-  d.burst = burst
-  d.jitter = math.min(jitter_ms or 0, 0.5 * burst / d.r)
-  d.tat = sl_num(state, name .. '_tat', 0)
-  d.granted = sl_num(state, name .. '_granted', 0)
+-- spec: the SL_DIMS row of a shared dimension (its field names); a private
+-- bucket (a lane's, a tenant's) has none and keeps no granted count.
+local function sl_dim(name, per_minute, burst, scale, state, jitter_ms, spec)
+  local r0 = per_minute / 60000
+  local f_tat = spec and spec.f_tat or name .. '_tat'
+  -- One constructor, with room for what sl_dims and reserve add (Lua sizes
+  -- a table for the fields a constructor names).
+  local d = {name = name, r0 = r0, r = r0 * scale, burst = burst,
+             jitter = math.min(jitter_ms or 0, 0.5 * burst / (r0 * scale)), f_tat = f_tat,
+             tat = sl_num(state, f_tat, 0), granted = spec and sl_num(state, spec.f_granted, 0) or 0,
+             spec = spec or false, i = false, q = false, per = false, refund = false, tol = false, qc = false}
   return d
 end
 
 -- Earliest time a send of cost c conforms: TAT minus the tolerance the
--- bucket has left for c. A cost above the (jitter-reduced) burst gets no
--- tolerance: it waits for a full bucket, plus the jitter so that sends
--- before it that start late cannot rob it, and leaves the bucket in debt.
-local function sl_dim_earliest(d, c)
-  local room = d.burst - d.jitter * d.r - c
-  if room < 0 then return d.tat + d.jitter end
-  return d.tat - room / d.r
-end
+-- bucket has left for c, tat - (B - J r - c) / r. A cost above the
+-- (jitter-reduced) burst B - J r is "big": it gets no tolerance, waits for
+-- a full bucket plus the jitter (tat + J) so that sends before it that
+-- start late cannot rob it, leaves the bucket in debt, and fences the slot
+-- after it by J so that nothing can arrive before it. (reserve_one and its
+-- private_scan compute this inline, with d.tol = B - J r, per item.)
 
--- True when a send of cost c is "big" (see sl_dim_earliest): the slot after
--- it is fenced by the jitter so that nothing can arrive before it.
-local function sl_dim_big(d, c)
-  return c > d.burst - d.jitter * d.r
-end
+-- The refund bound's queue (see sl_dim_refund) gets one entry per send
+-- committed on the dimension: "s,K,C" with C the units granted before it
+-- and K = s - C/r0, kept strictly decreasing in K from the front (an entry
+-- whose K a later one reaches is dropped: the later one bounds at least as
+-- much). A reserve call records its sends' slots and C (sl_dim_flush's qs
+-- and d.qc, by send) and writes the queue once, at the end: the entries of
+-- its own sends that a later one dominates are never written, and those
+-- of the queue in Redis that its sends dominate are popped at once. (The
+-- comparisons use the unrounded K, the entries 3 decimals: an entry is
+-- dropped only when dominated exactly, so the queue bounds at least what
+-- it did with rounded comparisons.)
 
--- Commits a send of cost c at slot s: advances TAT and records the refund
--- bound (see sl_dim_refund) in the queue at qkey.
-local function sl_dim_commit(d, c, s, qkey, st)
-  local base = d.tat
-  if s > base then base = s end
-  d.tat = base + c / d.r
-  local k = s - d.granted / d.r0
-  d.granted = d.granted + c
-  while true do
-    local last = redis.call('LINDEX', qkey, -1)
-    if not last then break end
-    local lk = tonumber(string.match(last, '^[^,]+,([^,]+)'))
-    if lk > k then break end
-    redis.call('RPOP', qkey)
+-- The K of the i-th entry from the end of d's queue in Redis (1: the
+-- last), or nil when it has fewer; read in chunks of 8 from the end, as
+-- far as needed.
+local function sl_dim_qk(d, ks, i)
+  if ks[i] == nil and not ks.all then
+    local raw = redis.call('LRANGE', d.q, -(i + 7), -i)
+    local m = #raw
+    for j = m, 1, -1 do ks[i + m - j] = tonumber(string.match(raw[j], '^[^,]+,([^,]+)')) end
+    if m < 8 then ks.all = true end
   end
-  local n = redis.call('RPUSH', qkey, sl_fmt(s) .. ',' .. sl_fmt(k) .. ',' .. (d.granted - c))
-  if n > 4096 then
-    -- A pathological queue: stop refunding until this schedule has passed.
-    redis.call('DEL', qkey)
+  return ks[i]
+end
+
+-- Writes the queue entries of the n sends a call committed on d: slots
+-- qs[1..n] (nondecreasing), the units granted before each d.qc[1..n]. A
+-- queue beyond 4096 entries is pathological: it is dropped and refunds
+-- stop until the schedule granted so far has passed.
+local function sl_dim_flush(d, st, qs, n)
+  if n == 0 then return end
+  local qc, r0 = d.qc, d.r0
+  -- The sends' entries that survive: from the newest back, each whose K
+  -- is above every later one's.
+  local keep, kk, nk, maxk = {}, {}, 0, nil
+  for j = n, 1, -1 do
+    local k = qs[j] - qc[j] / r0
+    if not maxk or k > maxk then
+      nk = nk + 1
+      keep[nk], kk[nk], maxk = j, k, k
+    end
+  end
+  -- The entries in Redis whose K the sends reach: popped.
+  local ks, pop = {}, 0
+  while true do
+    local lk = sl_dim_qk(d, ks, pop + 1)
+    if not lk or lk > maxk then break end
+    pop = pop + 1
+  end
+  if pop > 0 then redis.call('RPOP', d.q, pop) end
+  local args = {}
+  for t = nk, 1, -1 do
+    local j = keep[t]
+    args[#args + 1] = string.format('%.3f,%.3f,%.14g', qs[j], kk[t], qc[j])
+  end
+  if redis.call('RPUSH', d.q, unpack(args)) > 4096 then
+    redis.call('DEL', d.q)
     local ra = sl_num(st, 'refund_after', 0)
     if d.tat > ra then sl_set(st, 'refund_after', sl_fmt(d.tat)) end
   end
@@ -258,8 +328,8 @@ local function sl_dim_charge(d, amount, now)
 end
 
 local function sl_dim_save(d, st)
-  sl_set(st, d.name .. '_tat', sl_fmt(d.tat))
-  sl_set(st, d.name .. '_granted', d.granted)
+  sl_set(st, d.f_tat, sl_fmt(d.tat))
+  sl_set(st, d.spec.f_granted, d.granted)
 end
 
 -- Additive increase of rate_scale: +increase per interval of quiet time
@@ -353,11 +423,40 @@ local function sl_count(st, counts)
   end
 end
 
--- The deployment's limits and state, or an error for an unknown one.
-local function sl_load()
+-- The deployment's limits as the scripts read them. configure writes
+-- them twice: field by field (what redis-cli HGETALL shows, and what
+-- status reports) and packed into one field, `packed`: a JSON object with
+-- "v": 1, the fields whose value is not their SL_DEFAULTS default, and the
+-- lanes' and tenants' plan ("plan", see sl_plan; absent when there is
+-- none). The packed form is what the other scripts read: one HGET and a
+-- JSON decode in C instead of a hash of 30-odd fields turned into Lua
+-- strings and parsed on every use. The absent fields read as their
+-- defaults (a metatable). test_clock_offset_ms (tests only) is never
+-- packed: it is read from its own field, as tests set it there. A
+-- deployment configured by an older configure has no packed field (or
+-- one of another version): then the hash itself is read, as before.
+-- Returns the limits table (without `rpm` when the deployment is not
+-- configured).
+local function sl_limits()
+  local packed = redis.call('HGET', KEYS[1], 'packed')
+  if packed then
+    local ok, l = pcall(cjson.decode, packed)
+    if ok and type(l) == 'table' and l.v == 1 then
+      l.test_clock_offset_ms = tonumber(redis.call('HGET', KEYS[1], 'test_clock_offset_ms'))
+      l._packed = true
+      return setmetatable(l, SL_DEFAULTS_MT)
+    end
+  end
+  return sl_hash(KEYS[1])
+end
+
+-- The deployment's limits and state, or an error for an unknown one. raw:
+-- the limits hash as stored (strings), for status.
+local function sl_load(raw)
   local name, err = sl_deployment()
   if not name then return nil, nil, nil, err end
-  local limits = sl_hash(KEYS[1])
+  local limits
+  if raw then limits = sl_hash(KEYS[1]) else limits = sl_limits() end
   if limits.rpm == nil then
     return nil, nil, nil, "ERR sluice: unknown deployment '" .. name .. "' (no limits in Redis; configure it first)"
   end
@@ -370,7 +469,7 @@ end
 -- (<name>_outside, per minute, see settle's observe()), times the AIMD
 -- scale, and never below aimd_min_scale of the limit.
 local function sl_dim_target(d, limits, st, scale)
-  local outside = sl_num(st, d.name .. '_outside', 0) / 60000
+  local outside = sl_num(st, d.spec.f_outside, 0) / 60000
   local r = (d.r0 - outside) * scale
   local floor = d.r0 * sl_num(limits, 'aimd_min_scale', 0.1)
   if r < floor then r = floor end
@@ -389,12 +488,12 @@ local function sl_dims(limits, st, scale)
     local per = sl_num(limits, spec.per, 0)
     if per > 0 then
       local lim, burst = per, sl_num(limits, spec.burst, 1)
-      local adopted = sl_num(st, spec.name .. '_adopted', 0)
+      local adopted = sl_num(st, spec.f_adopted, 0)
       if adopted > 0 and adopted < per then
         lim = adopted
         burst = math.max(1, burst * adopted / per)
       end
-      local d = sl_dim(spec.name, lim, burst, 1, st, j)
+      local d = sl_dim(spec.name, lim, burst, 1, st, j, spec)
       d.spec, d.i, d.q, d.per = spec, i, KEYS[spec.q], per
       d.refund = spec.refund ~= nil and sl_num(limits, spec.refund, 0) == 1
       d.r = sl_dim_target(d, limits, st, scale)
@@ -419,7 +518,7 @@ end
 local function sl_dims_sync(st, dims, now, keep)
   local old, changed = {}, false
   for i, d in ipairs(dims) do
-    local f = d.name .. '_rate'
+    local f = d.spec.f_rate
     local r0, r = string.match(st[f] or '', '^([^:]+):(.+)$')
     r0, r = tonumber(r0), tonumber(r)
     if not r0 or not r or math.abs(r0 - d.r0) > 1e-9 * d.r0 or math.abs(r - d.r) > 1e-9 * d.r then
@@ -458,21 +557,19 @@ local function sl_schedule(limits, st, now)
 end
 
 -- An item's token estimate as sent: "c" (combined: input plus max output)
--- or "i+o" (input, max output; c = i + o). Returns c, i, o or nil. A plain
--- c charges c to each of input and output too: an upper bound of both, so
--- a caller that does not split its estimate is never under-charged.
+-- or "i+o" (input, max output; c = i + o). Returns c, i, o and the text of
+-- i and o as sent (for the grant record), or nil. A plain c charges c to
+-- each of input and output too: an upper bound of both, so a caller that
+-- does not split its estimate is never under-charged.
 local function sl_tokens(s)
   if type(s) ~= 'string' then return nil end
   local c = sl_uint(s)
-  if c then return c, c, c end
-  local i, o = string.match(s, '^(%d+)%+(%d+)$')
-  i, o = sl_uint(i), sl_uint(o)
+  if c then return c, c, c, s, s end
+  local is, os = string.match(s, '^(%d+)%+(%d+)$')
+  local i, o = sl_uint(is), sl_uint(os)
   if not i or not o then return nil end
-  return i + o, i, o
+  return i + o, i, o, is, os
 end
-
--- The cost of an item in each SL_DIMS dimension, by index.
-local function sl_costs(c, i, o) return {1, c, i, o} end
 
 -- Actual usage as sent to settle: "-1" (unknown), "n" (combined), "i+o"
 -- or "i+o+r" (input, output and the part of the input read from the
@@ -512,7 +609,9 @@ local function sl_csv(v)
   return t
 end
 
-local function sl_plan(limits)
+-- The plan from the limits' fields (lane.*, plan.*, tenant.*, ...): what
+-- configure packs, and what a deployment without the packed field gives.
+local function sl_plan_scan(limits)
   local p = {lanes = {}, tenants = {}, fair = false}
   local any = false
   for k, v in pairs(limits) do
@@ -550,6 +649,14 @@ local function sl_plan(limits)
   return p
 end
 
+-- The plan of a deployment (nil: no lanes or tenants): from the packed
+-- limits, where configure derived it (its presence is the marker that the
+-- deployment has one), or scanned from the hash.
+local function sl_plan(limits)
+  if limits._packed then return limits.plan end
+  return sl_plan_scan(limits)
+end
+
 -- The lane and tenant an item names; unknown names fall back to the
 -- default lane and to the default tenant class (so a typo cannot mint a
 -- new share).
@@ -582,15 +689,8 @@ local function sl_fair_open(p, st, now, names)
   return {v = v, at = now, w = w}
 end
 
-local function sl_fair_v(f, s) return f.v + (s - f.at) / f.w end
-
--- Commits a send on a private bucket: a lane's capped share of the rate or
--- a tenant's ceiling (sl_dim objects named l.<lane>.requests, ...). No
--- refunds: giving back there is never needed for the provider's sake.
-local function sl_cap_commit(d, c, s, st)
-  d.tat = math.max(d.tat, s) + c / d.r
-  sl_set(st, d.name .. '_tat', sl_fmt(d.tat))
-end
+-- V at time s, for the f sl_fair_open returns: f.v + (s - f.at) / f.w
+-- (reserve computes it inline).
 
 -- ---- health: the circuit breaker and hard-quota outs ---------------------
 -- (docs/redis-keys.md, "Health"). Kept in the state hash so every agent

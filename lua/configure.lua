@@ -110,20 +110,8 @@ if new.refund ~= nil then
   end
   new.refund = nil
 end
--- Defaults as the providers count (docs/providers.md): the combined and
--- the input tokens are charged at admission for good, the output tokens
--- are corrected to the actual output at the end of the request.
-local defaults = {
-  tpm = 0, itpm = 0, otpm = 0, rpd = 0, tpd = 0, max_concurrency = 0, lease_ms = 120000,
-  retry_ttl_ms = 10000, retry_min_per_s = 1, retry_percent = 10,
-  aimd_decrease = 0.7, aimd_min_scale = 0.1, aimd_increase = 0.05, aimd_interval_ms = 5000,
-  aimd_min_throttles = 3, aimd_window_ms = 10000,
-  refund_tokens = 0, refund_input = 0, refund_output = 1, adapt_limits = 1, adapt_outside = 1,
-  jitter_ms = 10, refund_lag_ms = 250,
-  breaker_failure_ratio = 0, breaker_min_requests = 20, breaker_window_ms = 30000,
-  breaker_break_ms = 30000, quota_hold_ms = 3600000,
-}
-for k, v in pairs(defaults) do
+-- Defaults (SL_DEFAULTS, common.lua) for what the caller left out.
+for k, v in pairs(SL_DEFAULTS) do
   if new[k] == nil then new[k] = v end
 end
 if new.burst_requests == nil then new.burst_requests = math.max(1, math.floor(new.rpm / 60)) end
@@ -185,6 +173,20 @@ for k, v in pairs(new) do
   args[#args + 1] = k
   args[#args + 1] = tostring(v)
 end
+-- The packed form the other scripts read (see sl_limits): the fields that
+-- differ from their defaults, as numbers, and the plan derived from the
+-- lanes and tenants (sl_plan_scan over exactly what is written above; its
+-- presence marks a deployment with lanes or tenants). Numbers go through
+-- the same 14 significant digits as tostring() above, so the packed and
+-- the hash fields read alike.
+local packed = {v = 1, plan = sl_plan_scan(new)}
+for k, v in pairs(new) do
+  if k ~= 'test_clock_offset_ms' and not string.find(k, '.', 1, true) and SL_DEFAULTS[k] ~= v then
+    packed[k] = v
+  end
+end
+args[#args + 1] = 'packed'
+args[#args + 1] = cjson.encode(packed)
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], unpack(args))
 

@@ -23,7 +23,7 @@ if ARGV[3] == 'busy' then
     return redis.error_reply('ERR sluice heartbeat: busy needs busy_requests_ms and busy_tokens_ms (non-negative integers)')
   end
 end
-local limits = sl_hash(KEYS[1])
+local limits = sl_limits()
 local now = sl_now(limits)
 if busy_req and limits.rpm then
   local st = sl_hash(KEYS[2])

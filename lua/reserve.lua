@@ -29,58 +29,65 @@
 -- (see sl_plan). A shed or deferred item consumes nothing. now_us is the
 -- Redis clock, for tests only: callers use the relative wait.
 
--- The verdicts on items ({tokens, max_wait_ms, lane, tenant, cost}, cost
--- by SL_DIMS index from sl_costs; the tables are changed) for the deployment KEYS names, limits and st its loaded
--- hashes (nil: loaded here, KEYS already checked); returns the reply
--- described above. quiet: a shed is not counted
--- in the deployment's shed counters (group mode's probes; the verdict the
--- caller returns is counted by count_shed).
-local function reserve_items(items, quiet, limits, st)
-  if not limits then
-    limits, st = sl_hash(KEYS[1]), sl_hash(KEYS[2])
-  end
-  local n = #items
+-- A reserve decides on a deployment in three steps, so that what is per
+-- call is paid once per call (and once per member in group mode, however
+-- many items ask it): reserve_open loads and prepares (the schedule, the
+-- health, the plan, the daily and concurrency counts), reserve_one decides
+-- one item in memory, reserve_close writes everything back at once (the
+-- state in one HSET, the grants in one HSET, the leases in one ZADD, each
+-- refund-bound queue in one RPUSH).
+
+-- Opens the deployment KEYS names, limits and st its loaded hashes.
+-- Returns the call's context x.
+local function reserve_open(limits, st)
   local now, now_us = sl_now(limits)
-  local counts = {expired_total = sl_reclaim(now)}
+  local expired = sl_reclaim(now)
   local dims, scale, rescheduled = sl_schedule(limits, st, now)
-  local req = dims[1]
-  local tokd = {}  -- the token dimensions, for the backlog
-  for k = 2, #dims do tokd[#tokd + 1] = dims[k] end
-
-  local paused_until = sl_num(st, 'paused_until', 0)
-  local last_slot = sl_num(st, 'last_slot', 0)
-  local next_id = sl_num(st, 'next_grant', 0)
-  local lease_ms = sl_num(limits, 'lease_ms', 120000)
-  local maxc = sl_num(limits, 'max_concurrency', 0)
-  local rpd, tpd = sl_num(limits, 'rpd', 0), sl_num(limits, 'tpd', 0)
-  local plain_h = sl_num(limits, 'horizon_ms', -1)
-  local interval_ms = 1 / req.r
-  local jitter = sl_num(limits, 'jitter_ms', 10)
-
-  -- Lanes and tenants: each item resolved to its lane and tenant class.
-  local plan = sl_plan(limits)
-  local fair, tenant_daily = nil, false
-  if plan then
-    local names = {}
-    for i = 1, n do
-      local t = sl_plan_tenant(plan, items[i][4])
-      items[i][3] = sl_plan_lane(plan, items[i][3])
-      items[i][4] = t
-      names[t.name] = true
-      if t.daily > 0 then tenant_daily = true end
-    end
-    if plan.fair then fair = sl_fair_open(plan, st, now, names) end
-  else
-    for i = 1, n do items[i][3], items[i][4] = nil, nil end
+  local req, now_s = dims[1], sl_fmt(now)
+  local rpd, tpd, maxc = sl_num(limits, 'rpd', 0), sl_num(limits, 'tpd', 0), sl_num(limits, 'max_concurrency', 0)
+  -- One constructor: Lua sizes a table for the fields it names at once
+  -- (adding them one by one would grow it five times over).
+  local x = {
+    keys = KEYS, limits = limits, st = st, now = now, now_us = now_us, now_s = now_s,
+    counts = {expired_total = expired}, dims = dims, nd = #dims, rescheduled = rescheduled, req = req,
+    dim_of = {},  -- by SL_DIMS index
+    -- The grant records write the units granted so far as integers (%d)
+    -- while they are whole numbers, as they always are (costs are).
+    int_ok = true,
+    qs = {}, nq = 0,  -- the sends committed: their slots (their C per dimension in d.qc)
+    paused_until = sl_num(st, 'paused_until', 0), last_slot = sl_num(st, 'last_slot', 0),
+    next_id = sl_num(st, 'next_grant', 0), lease_ms = sl_num(limits, 'lease_ms', 120000),
+    maxc = maxc, rpd = rpd, tpd = tpd, plain_h = sl_num(limits, 'horizon_ms', -1),
+    interval_ms = 1 / req.r, jitter = sl_num(limits, 'jitter_ms', 10),
+    pause_shift = sl_ceil(sl_num(st, 'pause_shift_ms', 0)),
+    -- Lanes and tenants: only a deployment that has a plan looks for one.
+    plan = sl_plan(limits), fair = false,
+    quota_until = sl_num(st, 'quota_until', 0), bstate = false, bopen_until = false, probe_out = false,
+    probe_hint = math.min(1000, sl_num(limits, 'breaker_break_ms', 30000)),
+    active = 0,
+    -- The day's usage: loaded now when the deployment has daily limits, or
+    -- by the first item whose tenant has daily tokens (reserve_daily).
+    daily_on = rpd > 0 or tpd > 0, daily = false, day_changed = false, daily_dirty = false,
+    to_midnight = sl_ceil(86400000 - (now % 86400000)),
+    private = {},       -- lane and tenant buckets, by their plan object
+    private_used = {},  -- the private dimensions committed to (saved at close)
+    grants = {}, leases = {}, granted = 0, shed = 0, deferred = 0,
+    slot_v = now, slot_s = now_s, lease_v = false, lease_s = false,
+  }
+  for _, d in ipairs(dims) do
+    d.qc = {}
+    x.dim_of[d.i] = d
+    if d.granted ~= math.floor(d.granted) then x.int_ok = false end
+    -- What the (jitter-reduced) burst tolerates (common.lua, "Earliest
+    -- time a send of cost c conforms"): a cost above it is "big", waits for
+    -- a full bucket and fences the next slot.
+    d.tol = d.burst - d.jitter * d.r
   end
 
   -- Health (see common.lua). The open -> half_open transition is written
   -- here, by the first call that finds the break over.
-  local quota_until = sl_num(st, 'quota_until', 0)
-  local bstate, bopen_until = sl_breaker_state(limits, st, now)
-  local probe_out = false
-  local probe_hint = math.min(1000, sl_num(limits, 'breaker_break_ms', 30000))
-  if bstate == 'half_open' then
+  x.bstate, x.bopen_until = sl_breaker_state(limits, st, now)
+  if x.bstate == 'half_open' then
     if st.breaker_state ~= 'half_open' then
       sl_set(st, 'breaker_state', 'half_open')
       sl_set(st, 'breaker_probe', '')
@@ -90,271 +97,391 @@ local function reserve_items(items, quiet, limits, st)
       -- HGET, not HEXISTS: the commands the scripts call are exactly those
       -- deploy/acl.conf grants (docs/security.md).
       if redis.call('HGET', KEYS[3], p) then
-        probe_out = true
+        x.probe_out = true
       else
         sl_set(st, 'breaker_probe', '')
       end
     end
   end
+  if maxc > 0 then x.active = redis.call('ZCARD', KEYS[4]) end
+  return x
+end
 
-  local active = 0
-  if maxc > 0 then active = redis.call('ZCARD', KEYS[4]) end
-
-  local daily, day_changed
-  if rpd > 0 or tpd > 0 or tenant_daily then
-    daily = sl_hash(KEYS[7])
-    local day = math.floor(now / 86400000)
-    if sl_num(daily, 'day', -1) ~= day then
-      daily = {day = day, requests = 0, tokens = 0}
-      day_changed = true
-    end
-    daily.requests, daily.tokens = sl_num(daily, 'requests', 0), sl_num(daily, 'tokens', 0)
+-- The day's usage of x, loaded on first use (replaced at a new UTC day).
+local function reserve_daily(x)
+  local daily = x.daily
+  if daily then return daily end
+  daily = sl_hash(KEYS[7])
+  local day = math.floor(x.now / 86400000)
+  if sl_num(daily, 'day', -1) ~= day then
+    daily = {day = day, requests = 0, tokens = 0}
+    x.day_changed = true
   end
-  local to_midnight = sl_ceil(86400000 - (now % 86400000))
+  daily.requests, daily.tokens = sl_num(daily, 'requests', 0), sl_num(daily, 'tokens', 0)
+  x.daily = daily
+  return daily
+end
 
-  -- The private buckets, made on first use: a lane's capped share of the
-  -- effective rate, a tenant's ceiling (absolute, not scaled by AIMD).
-  local private = {}
-  local function lane_dims(L)
-    if L.cap >= 1 then return nil end
+-- The private buckets, made on first use: a lane's capped share of the
+-- effective rate, a tenant's ceiling (absolute, not scaled by AIMD). A
+-- private dimension's i is the SL_DIMS cost it charges.
+local function lane_dims(x, L)
+  if L.cap >= 1 then return nil end
+  local p = x.private[L]
+  if not p then
+    p = {}
     local k = 'l.' .. L.name
-    if not private[k] then
-      local p = {}
-      for _, d in ipairs(dims) do
-        local pd = sl_dim(k .. '.' .. d.name, d.r * 60000 * L.cap, math.max(1, math.floor(d.burst * L.cap)), 1, st, jitter)
-        pd.i = d.i
-        p[#p + 1] = pd
-      end
-      private[k] = p
+    for _, d in ipairs(x.dims) do
+      local pd = sl_dim(k .. '.' .. d.name, d.r * 60000 * L.cap, math.max(1, math.floor(d.burst * L.cap)), 1, x.st,
+                        x.jitter)
+      pd.i = d.i
+      pd.tol = pd.burst - pd.jitter * pd.r
+      p[#p + 1] = pd
     end
-    return private[k]
+    x.private[L] = p
   end
-  local function tenant_dims(T)
-    if T.crpm <= 0 and T.ctpm <= 0 then return nil end
+  return p
+end
+local function tenant_dims(x, T)
+  if T.crpm <= 0 and T.ctpm <= 0 then return nil end
+  local p = x.private[T]
+  if not p then
+    p = {}
     local k = 't.' .. T.name
-    if not private[k] then
-      local p = {}
-      if T.crpm > 0 then
-        p[#p + 1] = sl_dim(k .. '.requests', T.crpm, math.max(1, math.floor(T.crpm / 60)), 1, st, jitter)
-        p[#p].i = 1
-      end
-      if T.ctpm > 0 then
-        p[#p + 1] = sl_dim(k .. '.tokens', T.ctpm, math.max(1, math.floor(T.ctpm / 60)), 1, st, jitter)
-        p[#p].i = 2
-      end
-      private[k] = p
+    if T.crpm > 0 then
+      p[#p + 1] = sl_dim(k .. '.requests', T.crpm, math.max(1, math.floor(T.crpm / 60)), 1, x.st, x.jitter)
+      p[#p].i = 1
     end
-    return private[k]
-  end
-  -- The earliest slot the private buckets allow for an item of costs cost,
-  -- and the fence a grant at s needs on them (like sl_dim_big for the
-  -- shared ones). A private dimension's i is the SL_DIMS cost it charges.
-  local function private_earliest(p, cost)
-    local s = -1e18
-    for _, d in ipairs(p or {}) do
-      local e = sl_dim_earliest(d, cost[d.i])
-      if e > s then s = e end
+    if T.ctpm > 0 then
+      p[#p + 1] = sl_dim(k .. '.tokens', T.ctpm, math.max(1, math.floor(T.ctpm / 60)), 1, x.st, x.jitter)
+      p[#p].i = 2
     end
-    return s
+    for _, d in ipairs(p) do d.tol = d.burst - d.jitter * d.r end
+    x.private[T] = p
   end
-  local function private_fence(p, cost, s, fence)
-    for _, d in ipairs(p or {}) do
-      if sl_dim_big(d, cost[d.i]) and s + d.jitter > fence then fence = s + d.jitter end
-    end
-    return fence
-  end
-  local function private_commit(p, cost, s)
-    if not p then return end
-    for _, d in ipairs(p) do sl_cap_commit(d, cost[d.i], s, st) end
-  end
-  local function bump(k, v) counts[k] = (counts[k] or 0) + (v or 1) end
-
-  local out = {now_us, 0, 0, 0, sl_ceil(sl_num(st, 'pause_shift_ms', 0))}
-  local grants, leases = {}, {}
-  local granted, shed, deferred = 0, 0, 0
-  local blocked = {}
-  for i = 1, n do
-    local c, w, L, T, cost = items[i][1], items[i][2], items[i][3], items[i][4], items[i][5]
-    local verdict
-    local key = L and (L.name .. '|' .. T.name)
-    local too_large = (tpd > 0 and c > tpd) or (T and T.ctpm > 0 and c > T.ctpm) or (T and T.daily > 0 and c > T.daily)
-    for k = 2, #dims do
-      if cost[dims[k].i] > dims[k].per then too_large = true end
-    end
-    if too_large then
-      verdict = {0, 'too_large', -1}
-    elseif quota_until > now then
-      verdict = {0, 'quota', math.max(1, sl_ceil(quota_until - now))}
-    elseif bstate == 'open' then
-      verdict = {0, 'breaker', math.max(1, sl_ceil(bopen_until - now))}
-    elseif bstate == 'half_open' and probe_out then
-      verdict = {0, 'breaker', probe_hint}
-    elseif key and blocked[key] then
-      -- Items of one lane and tenant stay in order: behind a deferred one.
-      verdict = blocked[key]
-    elseif daily and ((rpd > 0 and daily.requests + 1 > rpd) or (tpd > 0 and daily.tokens + c > tpd)) then
-      verdict = {0, 'daily', to_midnight}
-    elseif T and T.daily > 0 and sl_num(daily, 't.' .. T.name .. '.tokens', 0) + c > T.daily then
-      verdict = {0, 'tenant_daily', to_midnight}
-    elseif maxc > 0 and active >= maxc then
-      verdict = {0, 'concurrency', math.max(1, sl_ceil(interval_ms))}
+  return p
+end
+-- The earliest slot the private buckets p allow for an item of costs
+-- cost, and the fence a grant needs on them: the largest jitter of those
+-- the item is "big" for (the same rule as reserve_one's for the shared
+-- ones).
+local function private_scan(p, cost)
+  local s, maxj = -1e18, 0
+  if not p then return s, maxj end
+  for j = 1, #p do
+    local d = p[j]
+    local room = d.tol - cost[d.i]
+    local e
+    if room < 0 then
+      e = d.tat + d.jitter
+      if d.jitter > maxj then maxj = d.jitter end
     else
-      -- The slot: the latest of now, the previous slot (slots stay monotone,
-      -- which the refund bound relies on), the pause and each dimension.
-      local s, reason = now, 'rpm'
-      if paused_until > s then s, reason = paused_until, 'paused' end
-      if last_slot > s then s, reason = last_slot, 'rpm' end
-      for _, d in ipairs(dims) do
-        local e = sl_dim_earliest(d, cost[d.i])
-        if e > s then s, reason = e, d.spec.reason end
-      end
-      -- While the provider's pause lasts, the pause is the reason: the
-      -- schedule behind it is the backlog the pause shifted.
-      if paused_until > now then reason = 'paused' end
-      -- Lanes and tenants: private buckets, the share, and the horizon.
-      local horizon, in_share, ldims, tdims, vt, k, tau, lag = w, true, nil, nil, nil, nil, nil, nil
-      -- A deployment's horizon (horizon_ms): slots no further ahead than
-      -- this; beyond, the item is deferred and asks again when it is near.
-      if plain_h >= 0 and plain_h < horizon then horizon = plain_h end
-      if L then
-        ldims, tdims = lane_dims(L), tenant_dims(T)
-        local shared = s
-        local e1, e2 = private_earliest(ldims, cost), private_earliest(tdims, cost)
-        if e1 > s then s, reason = e1, 'lane' end
-        if e2 > s then s, reason = e2, 'ceiling' end
-        if fair then
-          -- The deployment time the send occupies: its largest share of a
-          -- dimension (dominant-resource style).
-          k = 0
-          for _, d in ipairs(dims) do
-            if cost[d.i] / d.r > k then k = cost[d.i] / d.r end
-          end
-          tau = req.burst / req.r / fair.w
-          vt = sl_num(st, 't.' .. T.name .. '.vt', -1e18)
-          lag = sl_fair_v(fair, s) + tau - vt
-          in_share = lag >= 0
-        end
-        -- An item held back by its own bucket or beyond its share may only
-        -- take capacity that is free about now (its lane's excess horizon):
-        -- reserving further ahead would fence the shared schedule. Within
-        -- their shares, the tenant further behind sees a slot first: its
-        -- horizon grows with its lag, from the excess horizon at the edge
-        -- of its share to the lane's at a full burst behind (start-time
-        -- fair queueing, with agents asking in lag order).
-        if in_share and s <= shared then
-          horizon = L.in_h
-          if fair and L.in_h > L.ex_h then
-            horizon = L.ex_h + (L.in_h - L.ex_h) * math.min(1, lag / tau)
-          end
-        else
-          horizon = L.ex_h
-        end
-        if horizon < 0 or horizon > w then horizon = w end
-      end
-      local fence = s
-      for _, d in ipairs(dims) do
-        if sl_dim_big(d, cost[d.i]) and s + d.jitter > fence then fence = s + d.jitter end
-      end
-      if L then fence = private_fence(tdims, cost, s, private_fence(ldims, cost, s, fence)) end
-      local wait = s - now
-      if wait > w then
-        verdict = {0, reason, math.max(1, sl_ceil(wait - w))}
-      elseif wait > horizon + 1e-6 then
-        local ask = wait - horizon
-        local why = reason
-        if not in_share then
-          why = 'share'
-          -- The item is within its share for slots from s_in on, which it
-          -- reaches by the time s_in at the latest.
-          local s_in = fair.at + fair.w * (vt - tau - fair.v)
-          if s_in - now < ask then ask = s_in - now end
-        end
-        verdict = {2, why, math.max(1, sl_ceil(ask))}
-        if key then blocked[key] = verdict end
-      else
-        -- The record keeps each dimension's cost and the units granted
-        -- before it (for a cancel's refund bound, see sl_dim_refund):
-        -- tokens,slot,reserved,creq,ctok,tenant,input,output,cin,cout.
-        local before = {0, 0, 0, 0}
-        for _, d in ipairs(dims) do
-          before[d.i] = d.granted
-          sl_dim_commit(d, cost[d.i], s, d.q, st)
-        end
-        last_slot = fence
-        next_id = next_id + 1
-        local id = tostring(next_id)
-        local tname = ''
-        if L then
-          private_commit(ldims, cost, s)
-          private_commit(tdims, cost, s)
-          if fair then
-            if in_share then
-              sl_set(st, 't.' .. T.name .. '.vt', sl_fmt(math.max(vt, sl_fair_v(fair, s)) + k / T.w))
-            else
-              bump('t.' .. T.name .. '.excess_total')
-            end
-          end
-          if T.daily > 0 then
-            local f = 't.' .. T.name .. '.tokens'
-            daily[f] = sl_num(daily, f, 0) + c
-          end
-          tname = T.name
-          if L.name ~= '' then bump('l.' .. L.name .. '.granted_total') end
-          bump('t.' .. T.name .. '.granted_total')
-          bump('t.' .. T.name .. '.tokens_total', c)
-        end
-        local rec = c .. ',' .. sl_fmt(s) .. ',' .. sl_fmt(now) .. ',' .. before[1] .. ',' .. before[2] .. ','
-                    .. tname .. ',' .. cost[3] .. ',' .. cost[4] .. ',' .. before[3] .. ',' .. before[4]
-        grants[#grants + 1] = id
-        grants[#grants + 1] = rec
-        leases[#leases + 1] = sl_fmt(s + lease_ms)
-        leases[#leases + 1] = id
-        active = active + 1
-        if daily then
-          daily.requests = daily.requests + 1
-          daily.tokens = daily.tokens + c
-        end
-        verdict = {1, next_id, sl_ceil(wait), c}
-        if bstate == 'half_open' then
-          probe_out = true
-          sl_set(st, 'breaker_probe', id)
-          bump('breaker_probes_total')
-        end
-      end
+      e = d.tat - room / d.r
     end
-    if verdict[1] == 1 then
-      granted = granted + 1
-    elseif verdict[1] == 2 then
-      deferred = deferred + 1
-      if L and L.name ~= '' then bump('l.' .. L.name .. '.deferred_total') end
-    elseif not quiet then
-      shed = shed + 1
-      bump('shed_' .. verdict[2])
-      if L and L.name ~= '' then bump('l.' .. L.name .. '.shed_total') end
-      if T then bump('t.' .. T.name .. '.shed_total') end
-    end
-    out[#out + 1] = verdict
+    if e > s then s = e end
   end
+  return s, maxj
+end
+-- Commits a send on a private bucket. No refunds: giving back there is
+-- never needed for the provider's sake.
+local function private_commit(x, p, cost, s)
+  if not p then return end
+  for j = 1, #p do
+    local d = p[j]
+    local base = d.tat
+    if s > base then base = s end
+    d.tat = base + cost[d.i] / d.r
+    x.private_used[d] = true
+  end
+end
 
-  if paused_until > now then out[2] = sl_ceil(paused_until - now) end
-  if req.tat > now then out[3] = sl_ceil(req.tat - now) end
-  -- One token backlog for all token dimensions: the longest, so that an
-  -- agent losing Redis starts every local token bucket where the fleet's
-  -- latest one ends (the safe side).
-  for _, d in ipairs(tokd) do
-    if d.tat > now and sl_ceil(d.tat - now) > out[4] then out[4] = sl_ceil(d.tat - now) end
+-- A tenant's virtual finish, read once per call (kept in T, written at close).
+local function tenant_vt(x, T)
+  if T.vt == nil then T.vt = sl_num(x.st, 't.' .. T.name .. '.vt', -1e18) end
+  return T.vt
+end
+
+-- Per-lane and per-tenant counters, kept in the plan's objects for the call
+-- (folded into the counts at close).
+local function lt_bump(o, k, v)
+  local c = o.counts
+  if not c then c = {}; o.counts = c end
+  c[k] = (c[k] or 0) + (v or 1)
+end
+
+-- Decides one item on x: c the combined estimate, w the max wait, L and T
+-- its lane and tenant (plan objects, nil without a plan), cost its cost by
+-- SL_DIMS index, in_s and out_s the text of its input and max output for
+-- the record (as sent: "i+o", or c for both), c_s the text of c when it
+-- was sent as one number (nil: made here). quiet: a shed is not counted
+-- (group mode's asks; the verdict the caller returns is counted by
+-- reserve_count_shed). blocked: the verdicts of the deferred lane and
+-- tenant classes so far (items of a class stay behind a deferred one).
+-- Returns the verdict.
+local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s)
+  local now, dims, nd = x.now, x.dims, x.nd
+  local verdict
+  -- One pass over the dimensions: whether the item can ever fit, its
+  -- earliest slot on each (common.lua, "Earliest time a send of cost c
+  -- conforms", inlined: this is the per-item path), and the fence after
+  -- it (the largest jitter of those it is big for). The slot: the latest
+  -- of now, the previous slot (slots stay monotone, which the refund bound
+  -- relies on), the pause and each dimension.
+  local too_large = (x.tpd > 0 and c > x.tpd) or (T and T.ctpm > 0 and c > T.ctpm) or (T and T.daily > 0 and c > T.daily)
+  local paused_until = x.paused_until
+  local s, reason, maxj = now, 'rpm', 0
+  if paused_until > s then s, reason = paused_until, 'paused' end
+  if x.last_slot > s then s, reason = x.last_slot, 'rpm' end
+  for j = 1, nd do
+    local d = dims[j]
+    local cd = cost[d.i]
+    if cd > d.per and j > 1 then too_large = true end
+    local room = d.tol - cd
+    local e
+    if room < 0 then
+      e = d.tat + d.jitter
+      if d.jitter > maxj then maxj = d.jitter end
+    else
+      e = d.tat - room / d.r
+    end
+    if e > s then s, reason = e, d.spec.reason end
   end
-  if day_changed then redis.call('DEL', KEYS[7]) end
-  if granted > 0 or rescheduled then
+  local bl = L and blocked[L]
+  -- The day's usage counts this item when the deployment has daily limits
+  -- or its tenant daily tokens (or, in one plain call, any item's tenant).
+  local daily = (x.daily_on or (T and T.daily > 0)) and reserve_daily(x) or nil
+  if too_large then
+    verdict = {0, 'too_large', -1}
+  elseif x.quota_until > now then
+    verdict = {0, 'quota', math.max(1, sl_ceil(x.quota_until - now))}
+  elseif x.bstate == 'open' then
+    verdict = {0, 'breaker', math.max(1, sl_ceil(x.bopen_until - now))}
+  elseif x.bstate == 'half_open' and x.probe_out then
+    verdict = {0, 'breaker', x.probe_hint}
+  elseif bl and bl[T] then
+    -- Items of one lane and tenant stay in order: behind a deferred one.
+    verdict = bl[T]
+  elseif daily and ((x.rpd > 0 and daily.requests + 1 > x.rpd) or (x.tpd > 0 and daily.tokens + c > x.tpd)) then
+    verdict = {0, 'daily', x.to_midnight}
+  elseif T and T.daily > 0 and sl_num(daily, 't.' .. T.name .. '.tokens', 0) + c > T.daily then
+    verdict = {0, 'tenant_daily', x.to_midnight}
+  elseif x.maxc > 0 and x.active >= x.maxc then
+    verdict = {0, 'concurrency', math.max(1, sl_ceil(x.interval_ms))}
+  else
+    -- While the provider's pause lasts, the pause is the reason: the
+    -- schedule behind it is the backlog the pause shifted.
+    if paused_until > now then reason = 'paused' end
+    -- Lanes and tenants: private buckets, the share, and the horizon.
+    local horizon, in_share, ldims, tdims, vt, k, tau, lag = w, true, nil, nil, nil, nil, nil, nil
+    local fair = x.fair
+    -- A deployment's horizon (horizon_ms): slots no further ahead than
+    -- this; beyond, the item is deferred and asks again when it is near.
+    if x.plain_h >= 0 and x.plain_h < horizon then horizon = x.plain_h end
+    if L then
+      ldims, tdims = lane_dims(x, L), tenant_dims(x, T)
+      local shared = s
+      local e1, j1 = private_scan(ldims, cost)
+      local e2, j2 = private_scan(tdims, cost)
+      if e1 > s then s, reason = e1, 'lane' end
+      if e2 > s then s, reason = e2, 'ceiling' end
+      if j1 > maxj then maxj = j1 end
+      if j2 > maxj then maxj = j2 end
+      if fair then
+        -- The deployment time the send occupies: its largest share of a
+        -- dimension (dominant-resource style).
+        k = 0
+        for j = 1, nd do
+          local d = dims[j]
+          if cost[d.i] / d.r > k then k = cost[d.i] / d.r end
+        end
+        tau = fair.tau
+        if not tau then
+          tau = x.req.burst / x.req.r / fair.w
+          fair.tau = tau
+        end
+        vt = tenant_vt(x, T)
+        lag = fair.v + (s - fair.at) / fair.w + tau - vt
+        in_share = lag >= 0
+      end
+      -- An item held back by its own bucket or beyond its share may only
+      -- take capacity that is free about now (its lane's excess horizon):
+      -- reserving further ahead would fence the shared schedule. Within
+      -- their shares, the tenant further behind sees a slot first: its
+      -- horizon grows with its lag, from the excess horizon at the edge
+      -- of its share to the lane's at a full burst behind (start-time
+      -- fair queueing, with agents asking in lag order).
+      if in_share and s <= shared then
+        horizon = L.in_h
+        if fair and L.in_h > L.ex_h then
+          horizon = L.ex_h + (L.in_h - L.ex_h) * math.min(1, lag / tau)
+        end
+      else
+        horizon = L.ex_h
+      end
+      if horizon < 0 or horizon > w then horizon = w end
+    end
+    local wait = s - now
+    if wait > w then
+      verdict = {0, reason, math.max(1, sl_ceil(wait - w))}
+    elseif wait > horizon + 1e-6 then
+      local ask = wait - horizon
+      local why = reason
+      if not in_share then
+        why = 'share'
+        -- The item is within its share for slots from s_in on, which it
+        -- reaches by the time s_in at the latest.
+        local s_in = fair.at + fair.w * (vt - tau - fair.v)
+        if s_in - now < ask then ask = s_in - now end
+      end
+      verdict = {2, why, math.max(1, sl_ceil(ask))}
+      if L then
+        if not bl then bl = {}; blocked[L] = bl end
+        bl[T] = verdict
+      end
+    else
+      -- The record keeps each dimension's cost and the units granted
+      -- before it (for a cancel's refund bound, see sl_dim_refund):
+      -- tokens,slot,reserved,creq,ctok,tenant,input,output[,cin,cout]
+      -- (cin and cout only on a deployment with input or output tokens:
+      -- settle reads them as 0 when absent).
+      local dim_of = x.dim_of
+      local b1 = dims[1].granted
+      local dt, di, dout = dim_of[2], dim_of[3], dim_of[4]
+      local b2 = dt and dt.granted or 0
+      local b3 = di and di.granted or 0
+      local b4 = dout and dout.granted or 0
+      -- Commit on each dimension: TAT moves on by the cost at the rate
+      -- (from the slot if it is later); the send is recorded for the
+      -- refund bound's queue (sl_dim_flush, at close).
+      local q = x.nq + 1
+      x.nq = q
+      x.qs[q] = s
+      for j = 1, nd do
+        local d = dims[j]
+        local cd = cost[d.i]
+        local base = d.tat
+        if s > base then base = s end
+        d.tat = base + cd / d.r
+        d.qc[q] = d.granted
+        d.granted = d.granted + cd
+      end
+      x.last_slot = s + maxj
+      local id = x.next_id + 1
+      x.next_id = id
+      local tname = ''
+      if L then
+        private_commit(x, ldims, cost, s)
+        private_commit(x, tdims, cost, s)
+        if fair then
+          if in_share then
+            local v = fair.v + (s - fair.at) / fair.w  -- V(s)
+            if vt > v then v = vt end
+            -- As stored (3 decimals): the next grant of the tenant reads
+            -- what a later call would read.
+            T.vt = tonumber(sl_fmt(v + k / T.w))
+            T.vt_dirty = true
+          else
+            lt_bump(T, 'excess_total')
+          end
+        end
+        if T.daily > 0 then
+          local f = 't.' .. T.name .. '.tokens'
+          daily[f] = sl_num(daily, f, 0) + c
+        end
+        tname = T.name
+        if L.name ~= '' then lt_bump(L, 'granted_total') end
+        local tc = T.counts
+        if not tc then tc = {}; T.counts = tc end
+        tc.granted_total = (tc.granted_total or 0) + 1
+        tc.tokens_total = (tc.tokens_total or 0) + c
+      end
+      -- The numbers take the text tostring() gives them (%.14g: all the
+      -- digits of an integer below 1e14); made with %d (much cheaper than
+      -- tostring's %g) while they are integers below that, as they are
+      -- (costs are whole units). The estimate as sent when it was one
+      -- number; the slot with 3 decimals, made once for the slots that
+      -- repeat (every grant of a call at now while the budget is
+      -- plentiful).
+      if s ~= x.slot_v then x.slot_v, x.slot_s = s, sl_fmt(s) end
+      local rec
+      if x.int_ok and c + b1 + b2 + b3 + b4 < 1e14 then
+        rec = (c_s or string.format('%d', c)) .. ',' .. x.slot_s .. ',' .. x.now_s .. ',' .. string.format('%d,%d', b1, b2)
+              .. ',' .. tname .. ',' .. in_s .. ',' .. out_s
+        if di or dout then rec = rec .. ',' .. string.format('%d,%d', b3, b4) end
+      else
+        rec = c .. ',' .. x.slot_s .. ',' .. x.now_s .. ',' .. b1 .. ',' .. b2 .. ',' .. tname .. ',' .. in_s .. ',' .. out_s
+        if di or dout then rec = rec .. ',' .. b3 .. ',' .. b4 end
+      end
+      local grants, leases = x.grants, x.leases
+      local g = 2 * x.granted
+      grants[g + 1] = id
+      grants[g + 2] = rec
+      -- The lease's expiry in whole ms (rounded up: never earlier), as
+      -- text made in Lua (%d is cheap; a number would be formatted %.17g
+      -- by Redis and parsed back).
+      if s ~= x.lease_v then x.lease_v, x.lease_s = s, string.format('%d', math.ceil(s + x.lease_ms)) end
+      leases[g + 1] = x.lease_s
+      leases[g + 2] = id
+      x.active = x.active + 1
+      if daily then
+        daily.requests = daily.requests + 1
+        daily.tokens = daily.tokens + c
+        x.daily_dirty = true
+      end
+      verdict = {1, id, math.ceil(wait - 1e-6), c}
+      if x.bstate == 'half_open' then
+        x.probe_out = true
+        sl_set(x.st, 'breaker_probe', tostring(id))
+        x.counts.breaker_probes_total = (x.counts.breaker_probes_total or 0) + 1
+      end
+    end
+  end
+  local kind = verdict[1]
+  if kind == 1 then
+    x.granted = x.granted + 1
+  elseif kind == 2 then
+    x.deferred = x.deferred + 1
+    if L and L.name ~= '' then lt_bump(L, 'deferred_total') end
+  elseif not quiet then
+    x.shed = x.shed + 1
+    local f = 'shed_' .. verdict[2]
+    x.counts[f] = (x.counts[f] or 0) + 1
+    if L and L.name ~= '' then lt_bump(L, 'shed_total') end
+    if T then lt_bump(T, 'shed_total') end
+  end
+  return verdict
+end
+
+-- Counts a shed of an item (lane, tenant as sent) on x, as reserve_one
+-- counts one it sheds when not quiet.
+local function reserve_count_shed(x, lane, tenant, reason)
+  local f = 'shed_' .. reason
+  x.counts[f] = (x.counts[f] or 0) + 1
+  x.shed = x.shed + 1
+  if x.plan then
+    local L, T = sl_plan_lane(x.plan, lane), sl_plan_tenant(x.plan, tenant)
+    if L.name ~= '' then lt_bump(L, 'shed_total') end
+    lt_bump(T, 'shed_total')
+  end
+end
+
+-- Writes back everything x decided.
+local function reserve_close(x)
+  local st, now, dims = x.st, x.now, x.dims
+  if x.day_changed then redis.call('DEL', KEYS[7]) end
+  if x.granted > 0 or x.rescheduled then
     for _, d in ipairs(dims) do sl_dim_save(d, st) end
   end
-  if granted > 0 then
-    redis.call('HSET', KEYS[3], unpack(grants))
-    redis.call('ZADD', KEYS[4], unpack(leases))
-    sl_set(st, 'last_slot', sl_fmt(last_slot))
-    sl_set(st, 'next_grant', next_id)
+  for _, d in ipairs(dims) do sl_dim_flush(d, st, x.qs, x.nq) end
+  if x.granted > 0 then
+    redis.call('HSET', KEYS[3], unpack(x.grants))
+    redis.call('ZADD', KEYS[4], unpack(x.leases))
+    sl_set(st, 'last_slot', sl_fmt(x.last_slot))
+    sl_set(st, 'next_grant', x.next_id)
   end
-  if daily and (granted > 0 or day_changed) then
+  for d in pairs(x.private_used) do sl_set(st, d.f_tat, sl_fmt(d.tat)) end
+  local daily = x.daily
+  if daily and (x.daily_dirty or x.day_changed) then
     local args = {'day', daily.day, 'requests', daily.requests, 'tokens', daily.tokens}
     for f, v in pairs(daily) do
       if string.match(f, '^t%.') then
@@ -364,28 +491,43 @@ local function reserve_items(items, quiet, limits, st)
     end
     redis.call('HSET', KEYS[7], unpack(args))
   end
-  counts.granted_total = granted
-  counts.shed_total = shed
-  counts.deferred_total = deferred
-  sl_count(st, counts)
-  sl_save_state(st)
-  return out
-end
-
--- Counts a shed of an item (lane, tenant as sent) on the deployment KEYS
--- names, as reserve_items counts one it sheds when not quiet.
-local function count_shed(lane, tenant, reason)
-  local limits, st = sl_hash(KEYS[1]), sl_hash(KEYS[2])
-  local counts = {shed_total = 1}
-  counts['shed_' .. reason] = 1
-  local plan = sl_plan(limits)
+  local counts = x.counts
+  counts.granted_total = x.granted
+  counts.shed_total = x.shed
+  counts.deferred_total = x.deferred
+  local plan = x.plan
   if plan then
-    local L, T = sl_plan_lane(plan, lane), sl_plan_tenant(plan, tenant)
-    if L.name ~= '' then counts['l.' .. L.name .. '.shed_total'] = 1 end
-    counts['t.' .. T.name .. '.shed_total'] = 1
+    for name, L in pairs(plan.lanes) do
+      if L.counts then
+        for k, v in pairs(L.counts) do counts['l.' .. name .. '.' .. k] = v end
+      end
+    end
+    for name, T in pairs(plan.tenants) do
+      if T.counts then
+        for k, v in pairs(T.counts) do counts['t.' .. name .. '.' .. k] = v end
+      end
+      if T.vt_dirty then sl_set(st, 't.' .. name .. '.vt', sl_fmt(T.vt)) end
+    end
   end
   sl_count(st, counts)
   sl_save_state(st)
+end
+
+-- The reply's head: {now_us, paused_ms, requests_backlog_ms,
+-- tokens_backlog_ms, pause_shift_ms}.
+local function reserve_head(x)
+  local now = x.now
+  local out = {x.now_us, 0, 0, 0, x.pause_shift}
+  if x.paused_until > now then out[2] = sl_ceil(x.paused_until - now) end
+  if x.req.tat > now then out[3] = sl_ceil(x.req.tat - now) end
+  -- One token backlog for all token dimensions: the longest, so that an
+  -- agent losing Redis starts every local token bucket where the fleet's
+  -- latest one ends (the safe side).
+  for k = 2, x.nd do
+    local d = x.dims[k]
+    if d.tat > now and sl_ceil(d.tat - now) > out[4] then out[4] = sl_ceil(d.tat - now) end
+  end
+  return out
 end
 
 -- Group mode: which member of a deployment group serves each item, decided
@@ -427,28 +569,38 @@ local function reserve_group()
   if #KEYS ~= SL_NKEYS * m then
     return bad('KEYS must be the ' .. SL_NKEYS .. ' keys of each of the ' .. m .. ' members (' .. SL_NKEYS * m .. '), got ' .. #KEYS)
   end
-  local items = {}
+  local items, orders = {}, {}
   for i = 1, n do
     local b = 5 + 5 * (i - 1)
-    local c, ti, to = sl_tokens(ARGV[b + 1])
+    local a = ARGV[b + 1]
+    local c, ti, to, is, os = sl_tokens(a)
     local w, o = sl_uint(ARGV[b + 2]), ARGV[b + 5]
     if c == nil then
-      return bad("item " .. i .. ": tokens must be a non-negative integer or input+output, got '" .. ARGV[b + 1] .. "'")
+      return bad("item " .. i .. ": tokens must be a non-negative integer or input+output, got '" .. a .. "'")
     end
     if w == nil then
       return bad("item " .. i .. ": max_wait_ms must be a non-negative integer, got '" .. ARGV[b + 2] .. "'")
     end
-    local order, seen = {}, {}
-    for x in string.gmatch(o .. ',', '([^,]*),') do
-      local j = sl_uint(x)
-      if j == nil or j < 1 or j > m or seen[j] then
-        return bad("item " .. i .. ": order must list distinct members 1.." .. m .. ", got '" .. o .. "'")
+    -- An order is parsed once per call however many items name it (the
+    -- agent's orders repeat: its members' turns).
+    local order = orders[o]
+    if not order then
+      local seen = {}
+      order = {}
+      for x in string.gmatch(o .. ',', '([^,]*),') do
+        local j = sl_uint(x)
+        if j == nil or j < 1 or j > m or seen[j] then
+          return bad("item " .. i .. ": order must list distinct members 1.." .. m .. ", got '" .. o .. "'")
+        end
+        seen[j] = true
+        order[#order + 1] = j
       end
-      seen[j] = true
-      order[#order + 1] = j
+      orders[o] = order
     end
-    items[i] = {c, w, ARGV[b + 3], ARGV[b + 4], order, sl_costs(c, ti, to)}
+    items[i] = {c, w, ARGV[b + 3], ARGV[b + 4], order, {1, c, ti, to}, is, os, is == a and a or nil}
   end
+  -- Every member's keys and limits are checked before anything is
+  -- decided; its state is loaded when an item first asks it, once.
   local ALL, members = KEYS, {}
   for j = 1, m do
     local k = {}
@@ -456,28 +608,48 @@ local function reserve_group()
     KEYS = k
     local name, err = sl_deployment()
     if not name then return bad('member ' .. j .. ': ' .. string.gsub(err, '^ERR sluice: ', '')) end
-    if not redis.call('HGET', k[1], 'rpm') then
+    local limits = sl_limits()
+    if limits.rpm == nil then
       return bad('member ' .. j .. ": unknown deployment '" .. name .. "' (no limits in Redis; configure it first)")
     end
-    members[j] = k
+    members[j] = {keys = k, limits = limits}
+  end
+  local opened = {}
+  local function ctx(j)
+    local mem = members[j]
+    KEYS = mem.keys
+    if not mem.x then
+      mem.x = reserve_open(mem.limits, sl_hash(KEYS[2]))
+      opened[#opened + 1] = mem.x
+    end
+    return mem.x
   end
 
   local now_us
   local reply = {}
-  for i = 1, n do
-    local c, w, lane, tenant, order, cost = items[i][1], items[i][2], items[i][3], items[i][4], items[i][5], items[i][6]
-    local function ask(j, wait)
-      KEYS = members[j]
-      local out = reserve_items({{c, wait, lane, tenant, cost}}, true)
-      if not now_us then now_us = out[1] end
-      return out[6]
+  -- One ask of member j for item it, as a plain reserve of this one item
+  -- would decide it (quiet: its shed is not counted).
+  local function ask(j, it, wait)
+    local x = ctx(j)
+    if not now_us then now_us = x.now_us end
+    local L, T, blocked
+    local plan = x.plan
+    if plan then
+      L, T = sl_plan_lane(plan, it[3]), sl_plan_tenant(plan, it[4])
+      if plan.fair then x.fair = sl_fair_open(plan, x.st, x.now, {[T.name] = true}) end
+      blocked = {}
     end
+    return reserve_one(x, it[1], wait, L, T, it[6], true, blocked, it[7], it[8], it[9])
+  end
+  for i = 1, n do
+    local it = items[i]
+    local w, lane, tenant, order = it[2], it[3], it[4], it[5]
     local ws = math.min(spill, w)
     local tries = policy == 'priority' and #order or 1
     local first, best, best_s, soon, res
     for t = 1, tries do
       local j = order[t]
-      local v = ask(j, ws)
+      local v = ask(j, it, ws)
       if v[1] == 1 then res = {1, j, v[2], v[3], v[4]} break end
       if v[1] == 2 then res = {2, j, v[2], v[3]} break end
       first = first or v
@@ -490,7 +662,7 @@ local function reserve_group()
       end
     end
     if not res and best then
-      local v = ask(best, w)
+      local v = ask(best, it, w)
       if v[1] == 1 then res = {1, best, v[2], v[3], v[4]}
       elseif v[1] == 2 then res = {2, best, v[2], v[3]} end
     end
@@ -500,10 +672,13 @@ local function reserve_group()
         if soon > w then ra = math.max(1, sl_ceil(soon - w)) else ra = math.max(1, sl_ceil(soon)) end
       end
       res = {0, first[2], ra}
-      KEYS = members[order[1]]
-      count_shed(lane, tenant, first[2])
+      reserve_count_shed(ctx(order[1]), lane, tenant, first[2])
     end
     reply[i + 1] = res
+  end
+  for _, x in ipairs(opened) do
+    KEYS = x.keys
+    reserve_close(x)
   end
   reply[1] = now_us
   return reply
@@ -522,18 +697,61 @@ end
 if stride == 0 then
   return redis.error_reply('ERR sluice reserve: ARGV must be n followed by n (tokens, max_wait_ms) pairs or n (tokens, max_wait_ms, lane, tenant) quads')
 end
-local items = {}
+-- Validated whole before anything is decided: a bad item changes nothing.
+local C, W, TI, TO, IN, OUT, CS = {}, {}, {}, {}, {}, {}, {}
 for i = 1, n do
   local b = 1 + stride * (i - 1)
-  local c, ti, to = sl_tokens(ARGV[b + 1])
-  local w = sl_uint(ARGV[b + 2])
+  -- sl_tokens and sl_uint, the plain case inlined (this runs per item).
+  local a, aw = ARGV[b + 1], ARGV[b + 2]
+  local c, ti, to, is, os
+  if #a <= 15 and string.find(a, '^%d+$') then
+    c = tonumber(a)
+    ti, to, is, os = c, c, a, a
+    CS[i] = a
+  else
+    c, ti, to, is, os = sl_tokens(a)
+  end
+  local w
+  if #aw <= 15 and string.find(aw, '^%d+$') then w = tonumber(aw) end
   if c == nil then
     return redis.error_reply("ERR sluice reserve: item " .. i .. ": tokens must be a non-negative integer or input+output, got '" .. ARGV[b + 1] .. "'")
   end
   if w == nil then
     return redis.error_reply("ERR sluice reserve: item " .. i .. ": max_wait_ms must be a non-negative integer, got '" .. ARGV[b + 2] .. "'")
   end
-  items[i] = {c, w, stride == 4 and ARGV[b + 3] or '', stride == 4 and ARGV[b + 4] or '', sl_costs(c, ti, to)}
+  C[i], W[i], TI[i], TO[i], IN[i], OUT[i] = c, w, ti, to, is, os
 end
 
-return reserve_items(items, false, limits, st)
+local x = reserve_open(limits, st)
+local out = {}
+-- The item's cost by SL_DIMS index, one table refilled per item (reserve_one
+-- only reads it while it decides).
+local cost = {1, 0, 0, 0}
+local plan = x.plan
+if plan then
+  -- Lanes and tenants: each item resolved to its lane and tenant class.
+  local LS, TS, names = {}, {}, {}
+  for i = 1, n do
+    local b = 1 + stride * (i - 1)
+    local L = sl_plan_lane(plan, stride == 4 and ARGV[b + 3] or '')
+    local T = sl_plan_tenant(plan, stride == 4 and ARGV[b + 4] or '')
+    LS[i], TS[i] = L, T
+    names[T.name] = true
+    if T.daily > 0 then x.daily_on = true end
+  end
+  if plan.fair then x.fair = sl_fair_open(plan, st, x.now, names) end
+  local blocked = {}
+  for i = 1, n do
+    cost[2], cost[3], cost[4] = C[i], TI[i], TO[i]
+    out[5 + i] = reserve_one(x, C[i], W[i], LS[i], TS[i], cost, false, blocked, IN[i], OUT[i], CS[i])
+  end
+else
+  for i = 1, n do
+    cost[2], cost[3], cost[4] = C[i], TI[i], TO[i]
+    out[5 + i] = reserve_one(x, C[i], W[i], nil, nil, cost, false, nil, IN[i], OUT[i], CS[i])
+  end
+end
+reserve_close(x)
+local head = reserve_head(x)
+for k = 1, 5 do out[k] = head[k] end
+return out

@@ -2,7 +2,8 @@
 -- value pairs (like HGETALL) so redis-cli shows it readably.
 -- ARGV[1]: liveness window for agents in ms (default 3000).
 
-local name, limits, st, err = sl_load()
+-- The limits hash as stored (the reply shows its fields as they are).
+local name, limits, st, err = sl_load(true)
 if not name then return redis.error_reply(err) end
 local window = sl_uint(ARGV[1] or '3000') or 3000
 local now, now_us = sl_now(limits)

@@ -41,12 +41,12 @@ SHA_RESERVE=$(sha reserve)
 SHA_STATUS=$(sha status)
 SHA_HEARTBEAT=$(sha heartbeat)
 KEYS=()
-for k in limits state grants leases refq:requests refq:tokens daily retry agents; do KEYS+=("sluice:{bench}:$k"); done
+for k in limits state grants leases refq:requests refq:tokens daily retry agents refq:input refq:output; do KEYS+=("sluice:{bench}:$k"); done
 # A fresh, plentiful deployment (before every run, so no run pays for the
 # expired grants of the one before).
 reset() {
   "${R[@]}" DEL "${KEYS[@]}" >/dev/null
-  "${R[@]}" EVALSHA "$SHA_CONFIGURE" 9 "${KEYS[@]}" rpm 100000000000 tpm 100000000000000 \
+  "${R[@]}" EVALSHA "$SHA_CONFIGURE" 11 "${KEYS[@]}" rpm 100000000000 tpm 100000000000000 \
     burst_requests 100000000 burst_tokens 1000000000 lease_ms 60000 >/dev/null
 }
 # The agents' user, with the rules of deploy/acl.conf (after the password hash).
@@ -85,15 +85,15 @@ echo
 echo "| configuration | calls/s | decisions/s |"
 echo "|---|---:|---:|"
 run "PING, 50 clients (baseline)" 0 -n "$((N * 2))" -c 50 -- PING
-run "status (read-only), 50 clients" 0 -n "$N" -c 50 -- EVALSHA "$SHA_STATUS" 9 "${KEYS[@]}"
-run "heartbeat, 50 clients, 1000 agent ids" 0 -n "$N" -c 50 -r 1000 -- EVALSHA "$SHA_HEARTBEAT" 9 "${KEYS[@]}" agent-__rand_int__ 3000
-run "reserve 1 item, 1 client" 1 -n "$((N / 4))" -c 1 -- EVALSHA "$SHA_RESERVE" 9 "${KEYS[@]}" "${I1[@]}"
-run "reserve 1 item, 50 clients" 1 -n "$N" -c 50 -- EVALSHA "$SHA_RESERVE" 9 "${KEYS[@]}" "${I1[@]}"
+run "status (read-only), 50 clients" 0 -n "$N" -c 50 -- EVALSHA "$SHA_STATUS" 11 "${KEYS[@]}"
+run "heartbeat, 50 clients, 1000 agent ids" 0 -n "$N" -c 50 -r 1000 -- EVALSHA "$SHA_HEARTBEAT" 11 "${KEYS[@]}" agent-__rand_int__ 3000
+run "reserve 1 item, 1 client" 1 -n "$((N / 4))" -c 1 -- EVALSHA "$SHA_RESERVE" 11 "${KEYS[@]}" "${I1[@]}"
+run "reserve 1 item, 50 clients" 1 -n "$N" -c 50 -- EVALSHA "$SHA_RESERVE" 11 "${KEYS[@]}" "${I1[@]}"
 run "reserve 1 item, 50 clients, ACL user sluice" 1 -n "$N" -c 50 --user sluice -a bench -- \
-  EVALSHA "$SHA_RESERVE" 9 "${KEYS[@]}" "${I1[@]}"
-run "reserve 1 item, 50 clients, pipeline 16" 1 -n "$N" -c 50 -P 16 -- EVALSHA "$SHA_RESERVE" 9 "${KEYS[@]}" "${I1[@]}"
-run "reserve 10 items, 50 clients" 10 -n "$((N / 4))" -c 50 -- EVALSHA "$SHA_RESERVE" 9 "${KEYS[@]}" "${I10[@]}"
-run "reserve 100 items, 50 clients" 100 -n "$((N / 20))" -c 50 -- EVALSHA "$SHA_RESERVE" 9 "${KEYS[@]}" "${I100[@]}"
+  EVALSHA "$SHA_RESERVE" 11 "${KEYS[@]}" "${I1[@]}"
+run "reserve 1 item, 50 clients, pipeline 16" 1 -n "$N" -c 50 -P 16 -- EVALSHA "$SHA_RESERVE" 11 "${KEYS[@]}" "${I1[@]}"
+run "reserve 10 items, 50 clients" 10 -n "$((N / 4))" -c 50 -- EVALSHA "$SHA_RESERVE" 11 "${KEYS[@]}" "${I10[@]}"
+run "reserve 100 items, 50 clients" 100 -n "$((N / 20))" -c 50 -- EVALSHA "$SHA_RESERVE" 11 "${KEYS[@]}" "${I100[@]}"
 echo
 echo "after the last reserve run: $("${R[@]}" HLEN 'sluice:{bench}:grants') grants outstanding (60 s leases)," \
   "used_memory $("${R[@]}" INFO memory | tr -d '\r' | awk -F: '$1=="used_memory_human" {print $2}')"

@@ -739,6 +739,94 @@ static void test_heartbeat_counts_live_agents(void **state) {
     assert_true(status_num(rc, dep, "live_agents") == 1);
 }
 
+/* ---- the packed limits and the grant record ------------------------------ */
+
+/* One reserve item (tokens, max_wait, lane) on dep; its kind (1 granted,
+ * 2 deferred, 0 shed) and, for a grant, its id in *id. */
+static int reserve_lane1(const char *dep, const char *tok, const char *maxwait, const char *lane, long long *id) {
+    redisReply *r = script_callv(rc, SCRIPT_RESERVE, dep, "1", tok, maxwait, lane, "", NULL);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("reserve: %s", r->str);
+    assert_int_equal(r->elements, 6);
+    int kind = (int)r->element[5]->element[0]->integer;
+    if (kind == 1 && id) *id = r->element[5]->element[1]->integer;
+    freeReplyObject(r);
+    return kind;
+}
+
+static char *hget_text(const char *key, const char *field) {
+    redisReply *r = redisCommand(rc, "HGET %s %s", key, field);
+    assert_non_null(r);
+    char *v = strdup(r->type == REDIS_REPLY_STRING ? r->str : "");
+    freeReplyObject(r);
+    return v;
+}
+
+/* configure writes the fields (defaults too) and the packed form the
+ * scripts read, with the plan only when there are lanes or tenants; a
+ * hash without the packed field (an older configure) is read as before;
+ * the grant record leaves out cin,cout without input or output tokens,
+ * and settle still reads a record of the older scripts. */
+static void test_limits_packed_and_records(void **state) {
+    (void)state;
+    configure_on(rc, "pk", "rpm", "60", "tpm", "1000", NULL);
+    char *packed = hget_text("sluice:{pk}:limits", "packed");
+    print_message("  packed: %s\n", packed);
+    assert_non_null(strstr(packed, "\"v\":1"));
+    assert_non_null(strstr(packed, "\"rpm\":60"));
+    assert_null(strstr(packed, "\"plan\""));
+    assert_null(strstr(packed, "jitter_ms")); /* a default: left out */
+    free(packed);
+    char *j = hget_text("sluice:{pk}:limits", "jitter_ms");
+    assert_string_equal(j, "10"); /* the mirror has every field */
+    free(j);
+    /* Lanes: the plan is packed; both forms defer the lower lane alike. */
+    const char *deps[2] = {"pkl", "pkl-old"};
+    for (int k = 0; k < 2; k++) {
+        configure_on(rc, deps[k], "rpm", "60", "burst_requests", "1", "lane.hi", "0,-1,0", "lane.lo", "1,0,0", NULL);
+        char key[64];
+        snprintf(key, sizeof(key), "sluice:{%s}:limits", deps[k]);
+        char *p = hget_text(key, "packed");
+        assert_non_null(strstr(p, "\"plan\""));
+        free(p);
+        if (k == 1) freeReplyObject(redisCommand(rc, "HDEL %s packed", key));
+        assert_int_equal(reserve_lane1(deps[k], "1", "60000", "hi", NULL), 1);
+        /* The next slot is a second away: lo (horizon 0) defers, hi waits. */
+        assert_int_equal(reserve_lane1(deps[k], "1", "60000", "lo", NULL), 2);
+        assert_int_equal(reserve_lane1(deps[k], "1", "60000", "hi", NULL), 1);
+        assert_true(hash_num(rc, deps[k], "state", "l.lo.deferred_total") == 1);
+    }
+    /* Records: 8 fields without input/output tokens, 10 with. */
+    configure_on(rc, "rec-a", "rpm", "60", "tpm", "1000", NULL);
+    configure_on(rc, "rec-b", "rpm", "60", "itpm", "1000", "otpm", "1000", NULL);
+    long long ida = 0, idb = 0;
+    assert_int_equal(reserve_lane1("rec-a", "100", "1000", "", &ida), 1);
+    assert_int_equal(reserve_lane1("rec-b", "60+40", "1000", "", &idb), 1);
+    char ids[24];
+    snprintf(ids, sizeof(ids), "%lld", ida);
+    char *ra = hget_text("sluice:{rec-a}:grants", ids);
+    snprintf(ids, sizeof(ids), "%lld", idb);
+    char *rb = hget_text("sluice:{rec-b}:grants", ids);
+    print_message("  records: %s | %s\n", ra, rb);
+    int na = 1, nb = 1;
+    for (char *c = ra; *c; c++) na += *c == ',';
+    for (char *c = rb; *c; c++) nb += *c == ',';
+    assert_int_equal(na, 8);
+    assert_int_equal(nb, 10);
+    /* An older record (tokens,slot,reserved,creq,ctok) settles. */
+    char *comma = ra;
+    for (int k = 0; k < 5; k++) comma = strchr(comma + 1, ',');
+    *comma = 0;
+    snprintf(ids, sizeof(ids), "%lld", ida);
+    freeReplyObject(redisCommand(rc, "HSET sluice:{rec-a}:grants %s %s", ids, ra));
+    char res[32];
+    settle1(rc, "rec-a", ids, 70, "ok", -1, res, sizeof(res));
+    assert_string_equal(res, "settled");
+    assert_true(hash_num(rc, "rec-a", "state", "tokens_actual") == 70);
+    free(ra);
+    free(rb);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keys_share_one_slot),
@@ -756,6 +844,7 @@ int main(void) {
         cmocka_unit_test(test_bad_arguments_change_nothing),
         cmocka_unit_test(test_heartbeat_counts_live_agents),
         cmocka_unit_test(test_never_over_offer_random),
+        cmocka_unit_test(test_limits_packed_and_records),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
