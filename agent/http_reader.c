@@ -40,7 +40,8 @@ struct http_msg {
 
 struct http_reader {
     http_parser p;
-    http_limits lim;
+    http_limits lim;            /* of the request being read */
+    http_limits next_lim;       /* of the requests that start from now on */
     http_reader_state state;
     http_msg *cur;
     size_t head_bytes;          /* bytes fed while reading the current head */
@@ -116,13 +117,24 @@ const char *http_msg_body(const http_msg *m, size_t *len) {
     return m->body ? m->body : "";
 }
 
-static int name_is(const char *a, const char *b) {
+int http_name_eq(const char *a, const char *b) {
     for (; *a && *b; a++, b++) {
         char x = *a >= 'A' && *a <= 'Z' ? (char)(*a - 'A' + 'a') : *a;
         char y = *b >= 'A' && *b <= 'Z' ? (char)(*b - 'A' + 'a') : *b;
         if (x != y) return 0;
     }
     return *a == *b;
+}
+
+int http_token_ok(const char *s, size_t n) {
+    static const char extra[] = "!#$%&'*+-.^_`|~";
+    if (n == 0) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || (c && strchr(extra, c))))
+            return 0;
+    }
+    return 1;
 }
 
 void http_msg_header_at(const http_msg *m, size_t i, const char **name, const char **value) {
@@ -133,14 +145,14 @@ void http_msg_header_at(const http_msg *m, size_t i, const char **name, const ch
 const char *http_msg_header(const http_msg *m, const char *name) {
     size_t n = http_msg_nheaders(m);
     for (size_t i = 0; i < n; i++)
-        if (name_is(m->arena + m->hdrs[i].name, name)) return m->arena + m->hdrs[i].value;
+        if (http_name_eq(m->arena + m->hdrs[i].name, name)) return m->arena + m->hdrs[i].value;
     return NULL;
 }
 
 size_t http_msg_header_count(const http_msg *m, const char *name) {
     size_t n = http_msg_nheaders(m), k = 0;
     for (size_t i = 0; i < n; i++)
-        if (name_is(m->arena + m->hdrs[i].name, name)) k++;
+        if (http_name_eq(m->arena + m->hdrs[i].name, name)) k++;
     return k;
 }
 
@@ -264,19 +276,6 @@ static int copy_part(http_reader *r, const struct http_parser_url *u, int f, siz
     return 0;
 }
 
-/* A field name is a token (RFC 9110 5.1, 5.6.2): the parser, built
- * without HTTP_PARSER_STRICT, lets spaces through. */
-static int is_token(const char *s, size_t n) {
-    static const char extra[] = "!#$%&'*+-.^_`|~";
-    if (n == 0) return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || strchr(extra, c)))
-            return 0;
-    }
-    return 1;
-}
-
 /* Header values without the whitespace around them (the parser strips
  * what leads, and sometimes not what trails). */
 static void trim_values(http_msg *m) {
@@ -295,7 +294,9 @@ static int on_headers_complete(http_parser *p) {
     if (end_target(r) != 0) return -1;
     if (m->nhdrs > HTTP_READER_MAX_HEADERS) return fail(r, 431, "too many header fields");
     for (size_t i = 0; i < m->nhdrs; i++)
-        if (!is_token(m->arena + m->hdrs[i].name, m->hdrs[i].name_len)) return fail(r, 400, "invalid header field name");
+        /* The parser, built without HTTP_PARSER_STRICT, lets spaces through. */
+        if (!http_token_ok(m->arena + m->hdrs[i].name, m->hdrs[i].name_len))
+            return fail(r, 400, "invalid header field name");
     trim_values(m);
     if (p->http_major != 1) return fail(r, 505, "only HTTP/1.0 and HTTP/1.1 are supported");
     const char *method = http_method_str((enum http_method)p->method);
@@ -308,7 +309,7 @@ static int on_headers_complete(http_parser *p) {
     if (p->content_length != ULLONG_MAX && p->content_length > r->lim.max_body_bytes)
         return fail(r, 413, "request body too large");
     const char *expect = http_msg_header(m, "expect");
-    if (expect && name_is(expect, "100-continue") && !m->http10) m->expect_continue = 1;
+    if (expect && http_name_eq(expect, "100-continue") && !m->http10) m->expect_continue = 1;
     r->state = HTTP_READER_BODY;
     r->wants_continue = m->expect_continue && (p->content_length > 0 || (p->flags & F_CHUNKED));
     return 0;
@@ -361,7 +362,7 @@ static const http_parser_settings settings = {
 http_reader *http_reader_new(const http_limits *lim) {
     http_reader *r = calloc(1, sizeof(*r));
     if (!r) return NULL;
-    r->lim = *lim;
+    r->lim = r->next_lim = *lim;
     http_parser_init(&r->p, HTTP_REQUEST);
     r->p.data = r;
     return r;
@@ -374,6 +375,11 @@ void http_reader_free(http_reader *r) {
 }
 
 http_reader_state http_reader_get_state(const http_reader *r) { return r->state; }
+
+void http_reader_set_limits(http_reader *r, const http_limits *lim) {
+    r->next_lim = *lim;
+    if (r->state == HTTP_READER_IDLE && r->head_bytes == 0) r->lim = *lim;
+}
 
 static void parser_error(http_reader *r) {
     enum http_errno e = HTTP_PARSER_ERRNO(&r->p);
@@ -431,6 +437,7 @@ http_msg *http_reader_take(http_reader *r) {
     http_msg *m = r->cur;
     r->cur = NULL;
     r->head_bytes = 0;
+    r->lim = r->next_lim;
     r->state = m->keep_alive ? HTTP_READER_IDLE : HTTP_READER_END;
     http_parser_pause(&r->p, 0);
     return m;

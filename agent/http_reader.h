@@ -59,6 +59,12 @@ int http_msg_http10(const http_msg *m);        /* HTTP/1.0: no chunked responses
 
 void http_msg_free(http_msg *m);
 
+/* 1 when s[0..n) is a token (RFC 9110 5.6.2), as a field name must be. */
+int http_token_ok(const char *s, size_t n);
+
+/* 1 when a and b are equal ignoring ASCII case (field names). */
+int http_name_eq(const char *a, const char *b);
+
 typedef struct http_reader http_reader;
 
 /* A reader with the given limits (copied). NULL when out of memory. */
@@ -76,6 +82,9 @@ typedef enum http_reader_state {
 } http_reader_state;
 
 http_reader_state http_reader_get_state(const http_reader *r);
+
+/* Sets the limits (copied) for the requests that start from now on. */
+void http_reader_set_limits(http_reader *r, const http_limits *lim);
 
 /* Reads up to len bytes. Returns how many it consumed: less than len when
  * a request is complete (DONE: the rest belongs to the requests after it;

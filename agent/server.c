@@ -84,6 +84,7 @@ struct server {
     uv_timer_t cron;
     uint64_t cron_period;
     unixsock sock;              /* agent.socket's file */
+    struct proxy *proxy;        /* the HTTP proxy beside it, for INFO (borrowed) */
     client *clients;
     size_t nclients;           /* open clients (handle not yet closed) */
     size_t clients_alloc;      /* clients whose memory is not yet freed */
@@ -782,3 +783,7 @@ void server_free(server *s) {
     free(s->config_path);
     free(s);
 }
+
+void server_set_proxy(server *s, struct proxy *p) { s->proxy = p; }
+
+struct proxy *server_proxy(const server *s) { return s->proxy; }
