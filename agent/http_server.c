@@ -88,6 +88,7 @@ struct http_conn {
     size_t writes_out;
     int handles;                /* open handles: the stream and the timer */
     int reading, closing, lingering, shut;
+    int peer_eof;               /* the client shut its side after a whole request */
     int final;                  /* no request is read after the current response */
     int in_process, process_again;
     int gone_counted;
@@ -480,6 +481,16 @@ static void conn_close(http_conn *c) {
 /* The client left (EOF, reset). Counted when it left in the middle of a
  * request or a response. */
 static void conn_gone(http_conn *c, const char *why) {
+    if (!c->req && c->phase == PHASE_WAIT && c->writes_out > 0 && !c->lingering && !c->peer_eof &&
+        !strcmp(why, "disconnected")) {
+        /* A client that shuts its sending side after its request (a
+         * half-close) still gets the answer already on its way. */
+        c->peer_eof = 1;
+        c->final = 1;
+        conn_update_reading(c);
+        conn_arm(c);
+        return;
+    }
     int mid = c->req || c->phase == PHASE_HEAD || c->phase == PHASE_BODY || (c->final && !c->lingering);
     if (mid && !c->lingering && !c->gone_counted) {
         c->gone_counted = 1;
@@ -493,6 +504,10 @@ static void conn_gone(http_conn *c, const char *why) {
  * kernel has no unread input to answer with a reset. */
 static void conn_maybe_shut(http_conn *c) {
     if (c->closing || !c->final || c->req || c->writes_out > 0 || c->shut) return;
+    if (c->peer_eof) {
+        conn_close(c); /* the client sends nothing more: nothing to drain */
+        return;
+    }
     c->shut = 1;
     c->shutdown_req.data = c;
     if (uv_shutdown(&c->shutdown_req, &c->io.s, NULL) != 0) {
@@ -570,7 +585,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
  * after the last response. Frees the input buffer when it is empty. */
 static void conn_update_reading(http_conn *c) {
     if (c->closing) return;
-    int want = c->lingering || c->final || c->in_len < HTTP_PENDING_MAX;
+    int want = !c->peer_eof && (c->lingering || c->final || c->in_len < HTTP_PENDING_MAX);
     if (want && !c->reading) {
         if (uv_read_start(&c->io.s, on_alloc, on_read) == 0) c->reading = 1;
     } else if (!want && c->reading) {

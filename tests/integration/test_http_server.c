@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -511,6 +512,16 @@ static void test_forms(void **state) {
     assert_string_equal(r.body, want);
     assert_null(strstr(r.head, "X-Evil"));
     hc_response_free(&r);
+    hc_close(&c);
+    /* A client that shuts its sending side after its request still gets
+     * the answer. */
+    connect_tcp(&c);
+    assert_int_equal(hc_send_str(&c, "POST /echo HTTP/1.1\r\nContent-Length: 4\r\n\r\nhalf"), 0);
+    shutdown(c.fd, SHUT_WR);
+    assert_int_equal(hc_read_response(&c, &r, 5000), 0);
+    assert_string_equal(r.body, "half");
+    hc_response_free(&r);
+    assert_true(hc_wait_closed(&c, 5000));
     hc_close(&c);
     /* An HTTP/1.0 client gets its stream delimited by the close. */
     connect_tcp(&c);
