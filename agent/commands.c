@@ -145,18 +145,6 @@ static void acquire_abandon(void *arg) {
     free(op);
 }
 
-/* A lane or tenant name: [A-Za-z0-9._:-]{1,64}. */
-static int arg_class_name(const char *s, size_t len) {
-    if (len == 0 || len > CONFIG_NAME_MAX) return 0;
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
-              c == '_' || c == ':' || c == '-'))
-            return 0;
-    }
-    return 1;
-}
-
 static void cmd_acquire(const command_req *q) {
     long long tokens = 0, maxwait = -1, input = -1, output = -1;
     char lane[CONFIG_NAME_MAX + 1] = "", tenant[CONFIG_NAME_MAX + 1] = "", tag[CONFIG_NAME_MAX + 1] = "";
@@ -182,7 +170,8 @@ static void cmd_acquire(const command_req *q) {
         } else if (arg_is(q, i, "LANE") || arg_is(q, i, "TENANT") || arg_is(q, i, "TAG")) {
             const char *what = arg_is(q, i, "LANE") ? "LANE" : arg_is(q, i, "TENANT") ? "TENANT" : "TAG";
             char *dst = what[1] == 'A' ? (what[0] == 'L' ? lane : tag) : tenant;
-            if (!arg_class_name(q->argv[i + 1], q->argvlen[i + 1])) {
+            /* Names as in the configuration (config_name_ok). */
+            if (!config_name_ok(q->argv[i + 1], q->argvlen[i + 1])) {
                 char v1[160];
                 reply_error(q, "%s must be 1 to %d of A-Z a-z 0-9 . _ : -, got '%s'", what, CONFIG_NAME_MAX,
                             printable(q->argv[i + 1], q->argvlen[i + 1], v1, sizeof(v1)));

@@ -15,6 +15,7 @@
 #include "classes.h"
 #include "config.h"
 #include "engine.h"
+#include "proxy.h"
 
 typedef struct info_out {
     resp_buf *b;
@@ -241,6 +242,51 @@ static void section_groups(info_out *o, server *s, const server_stats *st, const
     free(g);
 }
 
+/* The HTTP proxy (agent.http): its listeners, connections and what it
+ * answered. The proxy recognises requests and does not govern them yet
+ * (http_governing:0): a recognised request is answered 501. */
+static void section_http(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
+    const config *cfg = engine_config(server_engine(s));
+    const struct proxy *p = server_proxy(s);
+    proxy_stats ps;
+    http_stats hs;
+    memset(&ps, 0, sizeof(ps));
+    memset(&hs, 0, sizeof(hs));
+    if (p) proxy_get_stats(p, &ps, &hs);
+    line(o, "# Http");
+    line(o, "http_listeners:%llu", hs.listeners);
+    char addrs[512] = "";
+    size_t used = 0;
+    for (size_t i = 0; p && http_server_address(proxy_server(p), i) && used < sizeof(addrs); i++)
+        used += (size_t)snprintf(addrs + used, sizeof(addrs) - used, "%s%s", i ? "," : "",
+                                 http_server_address(proxy_server(p), i));
+    line(o, "http_listen:%s", addrs);
+    line(o, "http_governing:0");
+    line(o, "http_connections:%llu", hs.connections);
+    line(o, "http_max_connections:%lld", cfg->agent.http.max_connections);
+    line(o, "http_max_header_bytes:%lld", cfg->agent.http.max_header_bytes);
+    line(o, "http_max_body_bytes:%lld", cfg->agent.http.max_body_bytes);
+    line(o, "http_connections_total:%llu", hs.connections_total);
+    line(o, "http_rejected_connections:%llu", hs.rejected_max_connections);
+    line(o, "http_requests:%llu", hs.requests);
+    for (int k = 1; k <= 5; k++) line(o, "http_responses_%dxx:%llu", k, hs.responses[k]);
+    line(o, "http_streams:%llu", hs.streams);
+    line(o, "http_paused_streams:%llu", hs.paused_streams);
+    line(o, "http_refused_bad_request:%llu", hs.refused_bad_request);
+    line(o, "http_refused_too_large:%llu", hs.refused_too_large);
+    line(o, "http_closed_header_timeout:%llu", hs.closed_header_timeout);
+    line(o, "http_closed_body_timeout:%llu", hs.closed_body_timeout);
+    line(o, "http_closed_idle_timeout:%llu", hs.closed_idle_timeout);
+    line(o, "http_closed_write_timeout:%llu", hs.closed_write_timeout);
+    line(o, "http_closed_client_gone:%llu", hs.closed_client_gone);
+    line(o, "http_abandoned:%llu", hs.abandoned);
+    for (int a = 0; a < 3; a++) line(o, "http_recognised_%s:%llu", proxy_api_name((proxy_api)a), ps.by_api[a]);
+    line(o, "http_unknown_routes:%llu", ps.errors[PROXY_ERR_NOT_FOUND]);
+    line(o, "http_unknown_models:%llu", ps.errors[PROXY_ERR_MODEL_NOT_FOUND]);
+    line(o, "http_bad_requests:%llu", ps.errors[PROXY_ERR_BAD_REQUEST]);
+    line(o, "http_not_governing:%llu", ps.errors[PROXY_ERR_NOT_GOVERNING]);
+}
+
 typedef void (*section_fn)(info_out *o, server *s, const server_stats *st, const engine_stats *es);
 
 /* The sections, in INFO order. */
@@ -250,11 +296,11 @@ static const struct {
 } sections[] = {
     {"server", section_server}, {"clients", section_clients}, {"deployments", section_deployments},
     {"dimensions", section_dimensions}, {"redis", section_redis}, {"stats", section_stats},
-    {"lanes", section_lanes}, {"tenants", section_tenants}, {"groups", section_groups},
+    {"lanes", section_lanes}, {"tenants", section_tenants}, {"groups", section_groups}, {"http", section_http},
 };
 
 const char *const info_sections[] = {"server", "clients", "deployments", "dimensions", "redis", "stats",
-                                     "lanes",  "tenants", "groups",      NULL};
+                                     "lanes",  "tenants", "groups",      "http",       NULL};
 
 int info_render(server *s, const char *section, resp_buf *out) {
     int all = !section || !*section || !strcasecmp(section, "all") || !strcasecmp(section, "default") ||

@@ -12,6 +12,7 @@
 #include "classes.h"
 #include "config.h"
 #include "engine.h"
+#include "proxy.h"
 #include "sluice.h"
 
 #define METRICS_REQUEST_MAX 8192
@@ -123,6 +124,32 @@ static void row_family(text_out *o, const char *name, const char *type, const ch
         const unsigned long long *v = (const unsigned long long *)((const char *)&rows[i].st + field);
         emit(o, "%s{%s} %llu\n", name, labels, *v);
     }
+}
+
+/* The HTTP proxy's connections and answers (zero when it is off). */
+static void http_metrics(text_out *o, server *s) {
+    const struct proxy *p = server_proxy(s);
+    http_stats hs;
+    memset(&hs, 0, sizeof(hs));
+    if (p) proxy_get_stats(p, NULL, &hs);
+    one(o, "sluice_http_connections", "gauge", "Open HTTP proxy connections.", (double)hs.connections);
+    one(o, "sluice_http_connections_rejected_total", "counter",
+        "HTTP connections refused over agent.http.max_connections.", (double)hs.rejected_max_connections);
+    one(o, "sluice_http_requests_total", "counter", "HTTP requests handed to the proxy.", (double)hs.requests);
+    head(o, "sluice_http_responses_total", "counter", "HTTP responses, by status class.");
+    for (int k = 1; k <= 5; k++) emit(o, "sluice_http_responses_total{code=\"%dxx\"} %llu\n", k, hs.responses[k]);
+    head(o, "sluice_http_closed_total", "counter", "HTTP connections the agent closed or refused, by reason.");
+    const struct {
+        const char *reason;
+        unsigned long long n;
+    } rows[] = {
+        {"bad_request", hs.refused_bad_request},     {"too_large", hs.refused_too_large},
+        {"header_timeout", hs.closed_header_timeout}, {"body_timeout", hs.closed_body_timeout},
+        {"idle_timeout", hs.closed_idle_timeout},     {"write_timeout", hs.closed_write_timeout},
+        {"client_gone", hs.closed_client_gone},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        emit(o, "sluice_http_closed_total{reason=\"%s\"} %llu\n", rows[i].reason, rows[i].n);
 }
 
 #define ROW_FIELD(f) offsetof(engine_class_stats, f)
@@ -314,6 +341,8 @@ int metrics_render(server *s, resp_buf *b) {
     head(&o, "sluice_config_reloads_total", "counter", "SIGHUP reloads, by result.");
     emit(&o, "sluice_config_reloads_total{result=\"ok\"} %llu\n", st.reloads_ok);
     emit(&o, "sluice_config_reloads_total{result=\"failed\"} %llu\n", st.reloads_failed);
+
+    http_metrics(&o, s);
 
     classes c;
     if (classes_collect(e, &c) != 0) return RESP_ENOMEM;

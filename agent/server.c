@@ -14,8 +14,6 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <grp.h>
-#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +27,7 @@
 #include "config.h"
 #include "sluice.h"
 #include "timeutil.h"
+#include "unixsock.h"
 
 #define SERVER_CRON_MAX_MS 100     /* cron period, or a quarter of the idle timeout */
 #define SERVER_CLOSE_GRACE_MS 1000 /* a closing client gets this long to read its replies */
@@ -84,10 +83,8 @@ struct server {
     int listener_open, listening;
     uv_timer_t cron;
     uint64_t cron_period;
-    char sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    dev_t sock_dev;
-    ino_t sock_ino;
-    int sock_created;
+    unixsock sock;              /* agent.socket's file */
+    struct proxy *proxy;        /* the HTTP proxy beside it, for INFO (borrowed) */
     client *clients;
     size_t nclients;           /* open clients (handle not yet closed) */
     size_t clients_alloc;      /* clients whose memory is not yet freed */
@@ -239,12 +236,12 @@ int client_describe(const client *c, resp_buf *out) {
      * A UNIX socket client is the socket's path and port 0, as in Redis.
      * What sluiced has no use for (pub/sub, MULTI, users) is Redis' value
      * for "none". The names were validated (no spaces): the line splits. */
-    char line[sizeof(s->sock_path) * 2 + 3 * CLIENT_ATTR_MAX + 512];
+    char line[sizeof(s->sock.path) * 2 + 3 * CLIENT_ATTR_MAX + 512];
     int n = snprintf(line, sizeof(line),
                      "id=%llu addr=%s:0 laddr=%s:0 fd=%d name=%s age=%llu idle=%llu flags=N db=0 sub=0 psub=0 "
                      "ssub=0 multi=-1 qbuf=%zu qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=%zu "
                      "omem=%zu tot-mem=0 events=%s cmd=%s user=default redir=-1 resp=%d lib-name=%s lib-ver=%s",
-                     c->id, s->sock_path, s->sock_path, (int)fd, c->attrs[CLIENT_ATTR_NAME],
+                     c->id, s->sock.path, s->sock.path, (int)fd, c->attrs[CLIENT_ATTR_NAME],
                      (unsigned long long)(now - c->connected_at) / 1000,
                      (unsigned long long)(now - c->last_command_at) / 1000, resp_parser_pending(c->parser), queued,
                      uv_stream_get_write_queue_size((const uv_stream_t *)&c->pipe), c->reading ? "r" : "", cmd,
@@ -663,80 +660,13 @@ static void on_connection(uv_stream_t *listener, int status) {
     update_reading(c);
 }
 
-/* Is something accepting connections on path? 1 yes, 0 no (stale or
- * absent), -1 unknown (errno set). */
-static int socket_is_live(const char *path) {
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    struct sockaddr_un a;
-    memset(&a, 0, sizeof(a));
-    a.sun_family = AF_UNIX;
-    snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
-    int rc = connect(fd, (struct sockaddr *)&a, sizeof(a));
-    int e = errno;
-    close(fd);
-    if (rc == 0) return 1;
-    if (e == ECONNREFUSED || e == ENOENT) return 0;
-    errno = e;
-    return -1;
-}
-
-/* agent.socket_owner / socket_group: a name or a number; "" leaves it. */
-static int resolve_ids(const config *cfg, uid_t *uid, gid_t *gid, char *err, size_t errlen) {
-    const char *o = cfg->agent.socket_owner, *g = cfg->agent.socket_group;
-    char buf[4096], *end;
-    if (o[0]) {
-        unsigned long n = strtoul(o, &end, 10);
-        struct passwd pw, *res = NULL;
-        if (*end == '\0') {
-            *uid = (uid_t)n;
-        } else if (getpwnam_r(o, &pw, buf, sizeof(buf), &res) == 0 && res) {
-            *uid = res->pw_uid;
-        } else {
-            snprintf(err, errlen, "agent.socket_owner: no such user '%s'", o);
-            return -1;
-        }
-    }
-    if (g[0]) {
-        unsigned long n = strtoul(g, &end, 10);
-        struct group gr, *res = NULL;
-        if (*end == '\0') {
-            *gid = (gid_t)n;
-        } else if (getgrnam_r(g, &gr, buf, sizeof(buf), &res) == 0 && res) {
-            *gid = res->gr_gid;
-        } else {
-            snprintf(err, errlen, "agent.socket_group: no such group '%s'", g);
-            return -1;
-        }
-    }
-    return 0;
-}
-
 int server_listen(server *s, char *err, size_t errlen) {
     const config *cfg = engine_config(s->e);
     const char *path = cfg->agent.socket;
-    struct stat st;
-    snprintf(s->sock_path, sizeof(s->sock_path), "%s", path);
-    if (lstat(path, &st) == 0) {
-        if (!S_ISSOCK(st.st_mode)) {
-            snprintf(err, errlen, "%s exists and is not a socket; refusing to replace it", path);
-            return SL_EIO;
-        }
-        int live = socket_is_live(path);
-        if (live == 1) {
-            snprintf(err, errlen, "another process (a running sluiced?) is listening on %s", path);
-            return SL_EIO;
-        }
-        if (live < 0) {
-            snprintf(err, errlen, "cannot probe the existing socket %s: %s", path, strerror(errno));
-            return SL_EIO;
-        }
-        if (unlink(path) != 0 && errno != ENOENT) {
-            snprintf(err, errlen, "cannot remove the stale socket %s: %s", path, strerror(errno));
-            return SL_EIO;
-        }
-        server_log(s, CONFIG_LOG_INFO, "removed a stale socket file at %s", path);
-    }
+    int removed = 0;
+    snprintf(s->sock.path, sizeof(s->sock.path), "%s", path); /* CLIENT LIST's addr */
+    if (unixsock_clear(path, &removed, err, errlen) != 0) return SL_EIO;
+    if (removed) server_log(s, CONFIG_LOG_INFO, "removed a stale socket file at %s", path);
     uv_pipe_init(s->loop, &s->listener, 0);
     s->listener.data = s;
     s->listener_open = 1;
@@ -746,26 +676,11 @@ int server_listen(server *s, char *err, size_t errlen) {
         snprintf(err, errlen, "cannot bind %s: %s", path, uv_strerror(rc));
         return SL_EIO;
     }
-    s->sock_created = 1;
-    if (stat(path, &st) == 0) {
-        s->sock_dev = st.st_dev;
-        s->sock_ino = st.st_ino;
-    }
     /* Before listen(): nobody can connect while owner, group and mode are
      * still the defaults. Who may open the socket may acquire. */
-    uid_t uid = (uid_t)-1;
-    gid_t gid = (gid_t)-1;
-    if (resolve_ids(cfg, &uid, &gid, err, errlen) != 0) return SL_EINVAL;
-    if ((uid != (uid_t)-1 || gid != (gid_t)-1) && chown(path, uid, gid) != 0) {
-        snprintf(err, errlen, "cannot chown %s to %s:%s: %s", path, cfg->agent.socket_owner,
-                 cfg->agent.socket_group, strerror(errno));
+    if (unixsock_secure(&s->sock, path, cfg->agent.socket_mode, cfg->agent.socket_owner, cfg->agent.socket_group, err,
+                        errlen) != 0)
         return SL_EIO;
-    }
-    if (chmod(path, (mode_t)cfg->agent.socket_mode) != 0) {
-        snprintf(err, errlen, "cannot chmod %s to %04o: %s", path, (unsigned)cfg->agent.socket_mode,
-                 strerror(errno));
-        return SL_EIO;
-    }
     rc = uv_listen((uv_stream_t *)&s->listener, SERVER_BACKLOG, on_connection);
     if (rc < 0) {
         snprintf(err, errlen, "cannot listen on %s: %s", path, uv_strerror(rc));
@@ -784,13 +699,7 @@ void server_stop_accepting(server *s) {
         s->listening = 0;
         uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
     }
-    if (s->sock_created) {
-        s->sock_created = 0;
-        struct stat st;
-        /* Only our own socket: another process may have replaced it. */
-        if (stat(s->sock_path, &st) == 0 && st.st_dev == s->sock_dev && st.st_ino == s->sock_ino)
-            unlink(s->sock_path);
-    }
+    unixsock_remove(&s->sock);
 }
 
 /* ---- cron ----------------------------------------------------------------------------------- */
@@ -874,3 +783,7 @@ void server_free(server *s) {
     free(s->config_path);
     free(s);
 }
+
+void server_set_proxy(server *s, struct proxy *p) { s->proxy = p; }
+
+struct proxy *server_proxy(const server *s) { return s->proxy; }

@@ -104,6 +104,12 @@ void server_close(server *s, const char *why, void (*done)(void *arg), void *arg
 /* Frees a closed server. NULL is a no-op. */
 void server_free(server *s);
 
+/* The HTTP proxy beside the socket (NULL when agent.http.listen is off),
+ * for INFO and metrics; borrowed, it must outlive its use here. */
+struct proxy;
+void server_set_proxy(server *s, struct proxy *p);
+struct proxy *server_proxy(const server *s);
+
 /* Borrowed accessors, for commands, INFO and metrics. */
 engine *server_engine(server *s);
 uv_loop_t *server_loop(server *s);

@@ -25,6 +25,7 @@
 #include "config.h"
 #include "engine.h"
 #include "metrics.h"
+#include "proxy.h"
 #include "server.h"
 #include "sluice.h"
 
@@ -37,6 +38,8 @@ typedef struct daemon_ctx {
     engine *e;
     server *srv;
     metrics *met;
+    proxy *px;           /* the HTTP proxy, NULL when agent.http.listen is off */
+    int closing_parts;   /* the socket server and the proxy still draining */
     uv_signal_t sig_hup, sig_term, sig_int;
     uv_timer_t watch;
     int handles_ready;   /* signals and the watch timer are initialised */
@@ -191,19 +194,29 @@ static void close_own_handles(daemon_ctx *d) {
     uv_close((uv_handle_t *)&d->watch, on_handle_closed);
 }
 
-static void on_server_closed(void *arg) {
+/* The socket server or the proxy has closed; the last one ends the loop's
+ * own handles. */
+static void on_part_closed(void *arg) {
     daemon_ctx *d = arg;
+    if (--d->closing_parts > 0) return;
     close_own_handles(d);
     log_at(d, CONFIG_LOG_INFO, "stopped");
+}
+
+static void close_parts(daemon_ctx *d, const char *why) {
+    d->closing_parts = (d->srv != NULL) + (d->px != NULL);
+    if (!d->closing_parts) {
+        close_own_handles(d);
+        return;
+    }
+    if (d->px) proxy_close(d->px, on_part_closed, d);
+    if (d->srv) server_close(d->srv, why, on_part_closed, d);
 }
 
 static void on_engine_stopped(void *arg) {
     daemon_ctx *d = arg;
     log_at(d, CONFIG_LOG_DEBUG, "engine stopped; closing clients");
-    if (d->srv)
-        server_close(d->srv, SLUICE_REPLY_CLOSING, on_server_closed, d);
-    else
-        close_own_handles(d);
+    close_parts(d, SLUICE_REPLY_CLOSING);
 }
 
 /* Starts the drain; safe in any start-up state. */
@@ -211,14 +224,12 @@ static void begin_shutdown(daemon_ctx *d) {
     if (d->draining) return;
     d->draining = 1;
     if (d->srv) server_stop_accepting(d->srv);
+    if (d->px) proxy_stop_accepting(d->px);
     if (d->met) metrics_close(d->met, NULL, NULL);
-    if (d->e) {
+    if (d->e)
         engine_stop(d->e, on_engine_stopped, d);
-    } else if (d->srv) {
-        server_close(d->srv, NULL, on_server_closed, d);
-    } else {
-        close_own_handles(d);
-    }
+    else
+        close_parts(d, NULL);
 }
 
 static void on_term(uv_signal_t *h, int signum) {
@@ -231,6 +242,13 @@ static void on_term(uv_signal_t *h, int signum) {
     begin_shutdown(d);
 }
 
+static int same_strings(char **a, size_t na, char **b, size_t nb) {
+    if (na != nb) return 0;
+    for (size_t i = 0; i < na; i++)
+        if (strcmp(a[i], b[i]) != 0) return 0;
+    return 1;
+}
+
 /* Settings that only take effect at start: say so when a reload changes them. */
 static void warn_restart_only(daemon_ctx *d, const config *o, const config *n) {
     struct {
@@ -240,6 +258,9 @@ static void warn_restart_only(daemon_ctx *d, const config *o, const config *n) {
         {"agent.socket", strcmp(o->agent.socket, n->agent.socket) != 0},
         {"agent.socket_mode", o->agent.socket_mode != n->agent.socket_mode},
         {"agent.metrics", strcmp(o->agent.metrics, n->agent.metrics) != 0},
+        {"agent.http.listen", !same_strings(o->agent.http.listen, o->agent.http.nlisten, n->agent.http.listen,
+                                            n->agent.http.nlisten)},
+        {"agent.http.allow_remote", o->agent.http.allow_remote != n->agent.http.allow_remote},
         {"agent.id", strcmp(o->agent.id, n->agent.id) != 0},
         {"agent.heartbeat_ms", o->agent.heartbeat_ms != n->agent.heartbeat_ms},
         {"redis.url", strcmp(o->redis.url, n->redis.url) != 0},
@@ -268,6 +289,7 @@ static void on_hup(uv_signal_t *h, int signum) {
     int level = n->agent.log_level;
     engine_reload(d->e, n); /* takes n */
     server_apply_config(d->srv);
+    if (d->px) proxy_apply_config(d->px);
     server_note_reload(d->srv, NULL);
     d->log_level = level;
     log_at(d, CONFIG_LOG_INFO, "configuration reloaded from %s (%zu deployments)", d->config_path, ndep);
@@ -329,6 +351,15 @@ static int run(daemon_ctx *d) {
         else
             snprintf(err, sizeof(err), "cannot create the metrics endpoint: %s", sl_strerror(rc));
     }
+    if (rc == 0 && c->agent.http.nlisten > 0) {
+        rc = proxy_new(&d->loop, d->e, on_server_log, d, &d->px);
+        if (rc == 0) {
+            server_set_proxy(d->srv, d->px);
+            rc = proxy_listen(d->px, err, sizeof(err)) == 0 ? 0 : 1;
+        } else {
+            snprintf(err, sizeof(err), "cannot create the HTTP proxy: %s", sl_strerror(rc));
+        }
+    }
     if (rc != 0) {
         log_at(d, CONFIG_LOG_ERROR, "%s", err);
         d->exit_code = 1;
@@ -339,13 +370,20 @@ static int run(daemon_ctx *d) {
         uv_signal_start(&d->sig_term, on_term, SIGTERM);
         uv_signal_start(&d->sig_int, on_term, SIGINT);
         uv_timer_start(&d->watch, on_watch, WATCH_MS, WATCH_MS);
-        log_at(d, CONFIG_LOG_INFO, "sluiced %s ready: agent %s on %s, %zu deployment%s, metrics %s", SLUICE_VERSION,
-               engine_agent_id(d->e), c->agent.socket, c->ndeployments, c->ndeployments == 1 ? "" : "s",
-               c->agent.metrics[0] ? c->agent.metrics : "off");
+        char http[512] = "off";
+        size_t used = 0;
+        for (size_t i = 0; d->px && http_server_address(proxy_server(d->px), i) && used < sizeof(http); i++)
+            used += (size_t)snprintf(http + used, sizeof(http) - used, "%s%s", i ? ", " : "",
+                                     http_server_address(proxy_server(d->px), i));
+        log_at(d, CONFIG_LOG_INFO, "sluiced %s ready: agent %s on %s, %zu deployment%s, metrics %s, http proxy %s%s",
+               SLUICE_VERSION, engine_agent_id(d->e), c->agent.socket, c->ndeployments,
+               c->ndeployments == 1 ? "" : "s", c->agent.metrics[0] ? c->agent.metrics : "off", http,
+               d->px ? " (recognises requests, does not govern them yet: answers 501)" : "");
     }
     uv_run(&d->loop, UV_RUN_DEFAULT);
     engine_free(d->e);
     server_free(d->srv);
+    proxy_free(d->px);
     metrics_free(d->met);
     if (uv_loop_close(&d->loop) != 0) log_at(d, CONFIG_LOG_WARN, "event loop closed with handles still open");
     return d->exit_code;

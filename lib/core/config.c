@@ -23,6 +23,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #define CFG_SECRET_MAX 4096          /* refuse larger password files */
 
 /* ---- string checkers ---- */
@@ -82,6 +85,67 @@ static int check_hostport(const char *s, char *why, size_t n) {
     return 0;
 }
 
+/* A model name the proxy maps (an alias): 1 to CONFIG_ALIAS_MAX bytes of
+ * printable ASCII without spaces, as model names are ("gpt-4o-2024-08-06",
+ * "claude-sonnet-4-5", "openai/gpt-4o"). */
+static int check_alias(const char *s, char *why, size_t n) {
+    size_t len = strlen(s);
+    int ok = len >= 1 && len <= CONFIG_ALIAS_MAX;
+    for (size_t i = 0; i < len && ok; i++) ok = s[i] > ' ' && s[i] < 0x7f;
+    if (!ok) {
+        snprintf(why, n, "must be 1 to %d bytes of printable ASCII without spaces", CONFIG_ALIAS_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+/* One agent.http.listen entry: "unix:/abs/path", or a numeric IPv4
+ * address or a bracketed IPv6 one with a port ("127.0.0.1:8790",
+ * "[::1]:8790"). Host names are refused: the loopback rule is decided on
+ * the address itself, never on what a resolver says. out may be NULL. */
+static int parse_listen(const char *s, config_listen *out, char *why, size_t n) {
+    config_listen l;
+    memset(&l, 0, sizeof(l));
+    if (!strncmp(s, "unix:", 5)) {
+        const char *path = s + 5;
+        if (path[0] != '/') {
+            snprintf(why, n, "must be unix:/absolute/path for a UNIX socket");
+            return -1;
+        }
+        if (strlen(path) >= sizeof(l.path) || check_socket_path(path, why, n) != 0) {
+            snprintf(why, n, "must be a UNIX socket path of at most %zu bytes", sizeof(l.path) - 1);
+            return -1;
+        }
+        l.kind = CONFIG_LISTEN_UNIX;
+        snprintf(l.path, sizeof(l.path), "%s", path);
+    } else {
+        const char *h;
+        size_t hl;
+        unsigned char addr[16];
+        if (split_hostport(s, &h, &hl, &l.port) != 0 || hl == 0 || hl >= sizeof(l.host)) {
+            snprintf(why, n, "must be ADDRESS:PORT (127.0.0.1:8790, [::1]:8790) or unix:/path, with a port in 1..65535");
+            return -1;
+        }
+        memcpy(l.host, h, hl);
+        l.host[hl] = '\0';
+        int v6 = s[0] == '[';
+        if (inet_pton(v6 ? AF_INET6 : AF_INET, l.host, addr) != 1) {
+            snprintf(why, n, "must be a numeric IPv4 address or a bracketed IPv6 one (no host names), with a port");
+            return -1;
+        }
+        static const unsigned char v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (!v6)
+            l.loopback = addr[0] == 127;
+        else
+            l.loopback = (!memcmp(addr, in6addr_loopback.s6_addr, 16)) || (!memcmp(addr, v4mapped, 12) && addr[12] == 127);
+        l.kind = CONFIG_LISTEN_TCP;
+    }
+    if (out) *out = l;
+    return 0;
+}
+
+static int check_listen(const char *s, char *why, size_t n) { return parse_listen(s, NULL, why, n); }
+
 static int check_env_name(const char *s, char *why, size_t n) {
     int ok = (s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_';
     for (const char *p = s; *p && ok; p++)
@@ -112,15 +176,19 @@ static int check_http_url(const char *s, char *why, size_t n) {
     return 0;
 }
 
-/* [A-Za-z0-9._:-]{1,64}: the name becomes a Redis hash tag, so no braces. */
-static int check_deployment_name(const char *s, size_t len, char *why, size_t n) {
+int config_name_ok(const char *s, size_t len) {
     int ok = len >= 1 && len <= CONFIG_NAME_MAX;
     for (size_t i = 0; i < len && ok; i++) {
         char c = s[i];
         ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
              c == '_' || c == ':' || c == '-';
     }
-    if (!ok) {
+    return ok;
+}
+
+/* [A-Za-z0-9._:-]{1,64}: the name becomes a Redis hash tag, so no braces. */
+static int check_deployment_name(const char *s, size_t len, char *why, size_t n) {
+    if (!config_name_ok(s, len)) {
         snprintf(why, n, "invalid deployment name: use 1 to %d of A-Z a-z 0-9 . _ : -", CONFIG_NAME_MAX);
         return -1;
     }
@@ -235,6 +303,8 @@ static const cfg_row group_rows[] = {
             "How long an open breaker keeps traffic away before one probe is let through."),
     CFG_LIST("tenants", cfg_group, tenants, ntenants, &group_tenant_schema, 0,
              "Per-tenant restrictions within the group (tag)."),
+    CFG_STRS("aliases", cfg_group, aliases, naliases, check_alias,
+             "Other model names the HTTP proxy maps to this group (the request body's model)."),
 };
 
 static const cfg_schema group_schema = {
@@ -331,6 +401,8 @@ static const cfg_row deployment_rows[] = {
             "Width of the horizon bands that order lanes (and over-share requests) across agents."),
     CFG_STRS("tags", cfg_deployment, tags, ntags, check_tag,
              "Labels a group request or tenant may be restricted to (e.g. eu for data residency)."),
+    CFG_STRS("aliases", cfg_deployment, aliases, naliases, check_alias,
+             "Other model names the HTTP proxy maps to this deployment (the request body's model)."),
 };
 _Static_assert(sizeof(deployment_rows) / sizeof(deployment_rows[0]) <= CFG_MAX_ROWS, "too many rows");
 
@@ -387,6 +459,24 @@ static const cfg_row root_rows[] = {
     CFG_ENUM("agent.log_level", config, agent.log_level, "info", level_names, "How much the agent logs."),
     CFG_INT("agent.max_client_pipeline", config, agent.max_client_pipeline, "1024", 1, 1000000, 0,
             "Unfinished commands (waiting ACQUIREs) one client may have before the agent stops reading from it."),
+    CFG_STRS("agent.http.listen", config, agent.http.listen, agent.http.nlisten, check_listen,
+             "Where the HTTP proxy listens: 127.0.0.1:8790, [::1]:8790 or unix:/path; none = off."),
+    CFG_BOOL("agent.http.allow_remote", config, agent.http.allow_remote, "false",
+             "Allow TCP addresses other than loopback in agent.http.listen."),
+    CFG_INT("agent.http.max_connections", config, agent.http.max_connections, "1024", 1, 1000000, 0,
+            "Most HTTP connections open at once; more are refused."),
+    CFG_BYTES("agent.http.max_header_bytes", config, agent.http.max_header_bytes, "32kb", 1024, 65536,
+              "Bytes of a request line and headers; more is answered 431 and the connection closed."),
+    CFG_BYTES("agent.http.max_body_bytes", config, agent.http.max_body_bytes, "8mb", 1024, 1 << 30,
+              "Bytes of a request body; more is answered 413 and the connection closed."),
+    CFG_INT("agent.http.header_timeout_ms", config, agent.http.header_timeout_ms, "10000", 100, 3600000, 0,
+            "A request whose headers are not complete this long after its first byte is answered 408 and closed."),
+    CFG_INT("agent.http.body_timeout_ms", config, agent.http.body_timeout_ms, "30000", 100, 3600000, 0,
+            "A request whose body is not complete this long after its headers is answered 408 and closed."),
+    CFG_INT("agent.http.idle_timeout_ms", config, agent.http.idle_timeout_ms, "60000", 100, 86400000, 0,
+            "A keep-alive connection idle this long between requests, or not reading a response, is closed."),
+    CFG_INT("agent.http.drain_timeout_ms", config, agent.http.drain_timeout_ms, "10000", 0, 3600000, 0,
+            "On SIGTERM, how long responses in progress may take before their connections are closed."),
     CFG_LIST("deployments", config, deployments, ndeployments, &deployment_schema, CFG_REQUIRED,
              "The governed deployments, by name."),
     CFG_LIST("groups", config, groups, ngroups, &group_schema, 0,
@@ -647,6 +737,99 @@ static int by_name_key(const void *key, const void *elem) {
     return strcmp(key, (*d)->name);
 }
 
+/* One entry of the model index: a deployment's or a group's name or alias. */
+struct config_model_entry {
+    const char *name;
+    const struct config_deployment *d;
+    const struct config_group *g;
+    int alias;
+};
+
+static int model_cmp(const void *a, const void *b) {
+    const struct config_model_entry *x = a, *y = b;
+    return strcmp(x->name, y->name);
+}
+
+static int model_key(const void *key, const void *elem) {
+    return strcmp(key, ((const struct config_model_entry *)elem)->name);
+}
+
+static const char *model_owner(const struct config_model_entry *m, char *buf, size_t n) {
+    snprintf(buf, n, "%s '%s'", m->d ? "deployment" : "group", m->d ? m->d->name : m->g->name);
+    return buf;
+}
+
+/* The index config_model() searches: every deployment's and group's name
+ * and aliases, each name at most once (an alias may not repeat a name or
+ * another alias). */
+static int build_models(cfg_ctx *ctx, config *cfg) {
+    size_t n = cfg->ndeployments + cfg->ngroups;
+    for (size_t i = 0; i < cfg->ndeployments; i++) n += cfg->deployments[i].naliases;
+    for (size_t i = 0; i < cfg->ngroups; i++) n += cfg->groups[i].naliases;
+    struct config_model_entry *m = calloc(n, sizeof(*m));
+    if (!m) return cfg_fail_plain(ctx, 1, "out of memory");
+    cfg->models_ = m;
+    size_t k = 0;
+    for (size_t i = 0; i < cfg->ndeployments; i++) {
+        const struct config_deployment *d = &cfg->deployments[i];
+        m[k++] = (struct config_model_entry){d->name, d, NULL, 0};
+        for (size_t j = 0; j < d->naliases; j++) m[k++] = (struct config_model_entry){d->aliases[j], d, NULL, 1};
+    }
+    for (size_t i = 0; i < cfg->ngroups; i++) {
+        const struct config_group *g = &cfg->groups[i];
+        m[k++] = (struct config_model_entry){g->name, NULL, g, 0};
+        for (size_t j = 0; j < g->naliases; j++) m[k++] = (struct config_model_entry){g->aliases[j], NULL, g, 1};
+    }
+    cfg->nmodels_ = k;
+    qsort(m, k, sizeof(*m), model_cmp);
+    for (size_t i = 1; i < k; i++) {
+        if (strcmp(m[i - 1].name, m[i].name)) continue;
+        /* Report it on the alias (a name clash between a deployment and a
+         * group is reported before this), the later one of two aliases. */
+        const struct config_model_entry *a = &m[i], *b = &m[i - 1];
+        int la = a->d ? a->d->line : a->g->line, lb = b->d ? b->d->line : b->g->line;
+        if (!a->alias || (b->alias && lb > la)) {
+            a = &m[i - 1];
+            b = &m[i];
+            la = lb;
+        }
+        char other[CONFIG_NAME_MAX + 32];
+        int line = la;
+        return cfg_fail_plain(ctx, line, "key '%s.%s.aliases': '%s' already names %s", a->d ? "deployments" : "groups",
+                              a->d ? a->d->name : a->g->name, a->name, model_owner(b, other, sizeof(other)));
+    }
+    return 0;
+}
+
+/* Parses agent.http.listen: each entry once, loopback unless allow_remote,
+ * a UNIX socket path not the RESP socket's. */
+static int http_finish(cfg_ctx *ctx, cfg_entity *ent, config *cfg) {
+    config_http *h = &cfg->agent.http;
+    if (!h->nlisten) return 0;
+    h->listeners = calloc(h->nlisten, sizeof(*h->listeners));
+    if (!h->listeners) return cfg_fail_plain(ctx, 1, "out of memory");
+    for (size_t i = 0; i < h->nlisten; i++) {
+        char why[160];
+        config_listen *l = &h->listeners[i];
+        if (parse_listen(h->listen[i], l, why, sizeof(why)) != 0)
+            return cfg_entity_fail(ctx, ent, "agent.http.listen", "item %zu %s", i + 1, why);
+        if (l->kind == CONFIG_LISTEN_TCP && !l->loopback && !h->allow_remote)
+            return cfg_entity_fail(ctx, ent, "agent.http.listen",
+                                   "item %zu (%s) is not a loopback address: any host that can reach it could "
+                                   "spend the quota; set agent.http.allow_remote: true to serve other hosts "
+                                   "(docs/security.md)",
+                                   i + 1, h->listen[i]);
+        if (l->kind == CONFIG_LISTEN_UNIX && !strcmp(l->path, cfg->agent.socket))
+            return cfg_entity_fail(ctx, ent, "agent.http.listen", "item %zu (%s) is agent.socket, the RESP socket",
+                                   i + 1, h->listen[i]);
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(h->listen[j], h->listen[i]))
+                return cfg_entity_fail(ctx, ent, "agent.http.listen", "item %zu (%s) is given twice", i + 1,
+                                       h->listen[i]);
+    }
+    return 0;
+}
+
 static int root_finish(cfg_ctx *ctx, cfg_entity *ent) {
     config *cfg = ent->base;
     config_redis *r = &cfg->redis;
@@ -702,6 +885,7 @@ static int root_finish(cfg_ctx *ctx, cfg_entity *ent) {
             replace_str(&a->metrics_host, mh);
         }
     }
+    if (http_finish(ctx, ent, cfg) != 0) return -1;
     if (cfg->ndeployments == 0) return cfg_entity_fail(ctx, ent, "deployments", "at least one deployment is required");
     /* The index config_deployment() searches. */
     cfg->by_name_ = malloc(cfg->ndeployments * sizeof(*cfg->by_name_));
@@ -738,7 +922,7 @@ static int root_finish(cfg_ctx *ctx, cfg_entity *ent) {
                                       g->tenants[j].name, tag);
         }
     }
-    return 0;
+    return build_models(ctx, cfg);
 }
 
 const struct config_group *config_group(const config *cfg, const char *name) {
@@ -800,6 +984,8 @@ void config_free(config *cfg) {
     free(cfg->redis.host);
     free(cfg->redis.unix_path);
     free(cfg->agent.metrics_host);
+    free(cfg->agent.http.listeners);
+    free(cfg->models_);
     free(cfg->by_name_);
     free(cfg->source);
     free(cfg);
@@ -811,6 +997,18 @@ const struct config_deployment *config_deployment(const config *cfg, const char 
         bsearch(name, cfg->by_name_, cfg->ndeployments, sizeof(*cfg->by_name_), by_name_key);
     return hit ? *hit : NULL;
 }
+
+int config_model(const config *cfg, const char *model, config_target *out) {
+    *out = (config_target){NULL, NULL};
+    if (!cfg || !model || !cfg->nmodels_) return -1;
+    const struct config_model_entry *m = bsearch(model, cfg->models_, cfg->nmodels_, sizeof(*m), model_key);
+    if (!m) return -1;
+    out->deployment = m->d;
+    out->group = m->g;
+    return 0;
+}
+
+int config_counts_apart(const struct config_deployment *d) { return d && (d->itpm > 0 || d->otpm > 0); }
 
 const struct config_lane *config_lane(const struct config_deployment *d, const char *name) {
     if (!d || !d->nlanes) return NULL;

@@ -33,6 +33,8 @@ enum { CONFIG_STYLE_AZURE = 0, CONFIG_STYLE_OPENAI = 1, CONFIG_STYLE_ANTHROPIC =
 
 /* Longest deployment name; names are [A-Za-z0-9._:-]{1,64}. */
 #define CONFIG_NAME_MAX 64
+/* Longest model alias (deployments.NAME.aliases, groups.NAME.aliases). */
+#define CONFIG_ALIAS_MAX 128
 /* Most members a group may have. */
 #define CONFIG_GROUP_MAX 16
 
@@ -55,6 +57,31 @@ typedef struct config_redis {
     size_t nsentinels;
 } config_redis;
 
+/* agent.http.listen entries, parsed: a TCP address or a UNIX socket. */
+enum { CONFIG_LISTEN_TCP = 0, CONFIG_LISTEN_UNIX = 1 };
+typedef struct config_listen {
+    int kind;                    /* CONFIG_LISTEN_* */
+    char host[64];               /* TCP: the numeric address, without brackets */
+    int port;                    /* TCP: 1..65535 */
+    int loopback;                /* TCP: 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104 */
+    char path[108];              /* UNIX: the socket path */
+} config_listen;
+
+/* agent.http: the HTTP proxy's listeners and limits (docs/configuration.md). */
+typedef struct config_http {
+    char **listen;               /* as written; NULL = the proxy is off */
+    size_t nlisten;
+    config_listen *listeners;    /* parsed, nlisten of them */
+    int allow_remote;            /* TCP addresses other than loopback are allowed */
+    long long max_connections;
+    long long max_header_bytes;  /* request line and headers, as sent */
+    long long max_body_bytes;
+    long long header_timeout_ms; /* first byte of a request to the end of its headers */
+    long long body_timeout_ms;   /* end of the headers to the end of the body */
+    long long idle_timeout_ms;   /* keep-alive: between requests; also a client not reading a response */
+    long long drain_timeout_ms;  /* SIGTERM: how long responses in progress may take */
+} config_http;
+
 typedef struct config_agent {
     char *id;                    /* "" = hostname:pid, chosen at runtime */
     char *socket;                /* UNIX socket path served to clients */
@@ -72,6 +99,7 @@ typedef struct config_agent {
     long long heartbeat_ms;
     int log_level;               /* CONFIG_LOG_* */
     long long max_client_pipeline; /* unfinished commands per client before reading pauses */
+    config_http http;
 } config_agent;
 
 /* A lane of a deployment: a latency class with its own priority. */
@@ -154,6 +182,8 @@ struct config_deployment {
     long long lane_step_ms;
     char **tags;                 /* e.g. "eu": which group requests may use it */
     size_t ntags;
+    char **aliases;              /* other model names the proxy maps to it */
+    size_t naliases;
     /* The breaker settings written to Redis: those of the first group (in
      * file order) that has this deployment as a member; off otherwise. */
     const struct config_group *group_;
@@ -187,6 +217,8 @@ struct config_group {
     } breaker;
     struct config_group_tenant *tenants;
     size_t ntenants;
+    char **aliases;              /* other model names the proxy maps to it */
+    size_t naliases;
     const struct config_deployment **members_; /* resolved, nmembers of them */
 };
 
@@ -199,6 +231,8 @@ typedef struct config {
     struct config_group *groups;           /* in file order */
     size_t ngroups;
     const struct config_deployment **by_name_; /* private: sorted index */
+    struct config_model_entry *models_;        /* private: names and aliases, sorted */
+    size_t nmodels_;
 } config;
 
 /* Loads and validates the YAML file at path. Returns 0 and a new config in
@@ -232,6 +266,26 @@ int config_has_tag(const struct config_deployment *d, const char *tag);
 
 /* The tag a tenant of group g is restricted to, "" when none. */
 const char *config_group_tenant_tag(const struct config_group *g, const char *tenant);
+
+/* What a model name maps to: a deployment or a group (exactly one is set). */
+typedef struct config_target {
+    const struct config_deployment *deployment;
+    const struct config_group *group;
+} config_target;
+
+/* The deployment or group that model names, by its name or one of its
+ * aliases (case-sensitive). Returns 0 and fills *out, or -1 when nothing
+ * is called so. O(log n). Borrowed from cfg. */
+int config_model(const config *cfg, const char *model, config_target *out);
+
+/* 1 when s[0..len) is a name as deployments, groups, lanes, tenants and
+ * tags are named, in the file and on the wire: 1 to CONFIG_NAME_MAX of
+ * A-Z a-z 0-9 . _ : - (case-sensitive). */
+int config_name_ok(const char *s, size_t len);
+
+/* 1 when d counts input and output tokens apart (itpm or otpm), so an
+ * acquire must give the estimate split. */
+int config_counts_apart(const struct config_deployment *d);
 
 /* The names of d's lanes, comma-separated, or "none", into buf. */
 void config_lane_names(const struct config_deployment *d, char *buf, size_t n);

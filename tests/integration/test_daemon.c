@@ -660,24 +660,6 @@ static void test_metrics_endpoint(void **state) {
 
 /* ---- valgrind ------------------------------------------------------------------------------ */
 
-/* 1 when the binary was built with AddressSanitizer (valgrind cannot run it). */
-static int binary_is_sanitized(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    static char buf[1 << 16];
-    const char needle[] = "__asan_init";
-    size_t n, keep = 0;
-    int found = 0;
-    while (!found && (n = fread(buf + keep, 1, sizeof(buf) - keep, f)) > 0) {
-        n += keep;
-        found = memmem(buf, n, needle, sizeof(needle) - 1) != NULL;
-        keep = sizeof(needle) - 1;
-        memmove(buf, buf + n - keep, keep);
-    }
-    fclose(f);
-    return found;
-}
-
 static void test_valgrind_session(void **state) {
     char out[4096];
     char *probe[] = {"valgrind", "--version", NULL};

@@ -366,4 +366,22 @@ HARNESS_FN int daemon_wait_redis(const daemon_proc *d, int timeout_ms) {
     return 0;
 }
 
+/* 1 when the binary was built with AddressSanitizer (valgrind cannot run it). */
+HARNESS_FN int binary_is_sanitized(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    static char buf[1 << 16];
+    const char needle[] = "__asan_init";
+    size_t n, keep = 0;
+    int found = 0;
+    while (!found && (n = fread(buf + keep, 1, sizeof(buf) - keep, f)) > 0) {
+        n += keep;
+        found = memmem(buf, n, needle, sizeof(needle) - 1) != NULL;
+        keep = sizeof(needle) - 1;
+        memmove(buf, buf + n - keep, keep);
+    }
+    fclose(f);
+    return found;
+}
+
 #endif

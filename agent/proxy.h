@@ -1,0 +1,65 @@
+/* proxy: sluiced's HTTP proxy, the request handler behind http_server.
+ *
+ * Each request is read and checked by proxy_wire (route, body, model to a
+ * configured deployment or group, stream, the estimate, the x-sluice-*
+ * headers) against the engine's current configuration; what it refuses is
+ * answered in the shape of the request's API (404 for an unknown path or
+ * model, 405, 400), and so are the server's own refusals (400, 408, 413,
+ * 431, 503, 505: the error_body hook).
+ *
+ * NOT GOVERNING YET (issue 16, part 1): a request that maps to a
+ * deployment or group is answered 501 in its provider's error shape, with
+ * what the proxy made of it in x-sluice-* headers (target, estimate,
+ * stream). Nothing is sent upstream and the engine is not asked for a
+ * slot. Part 2 replaces proxy_govern() in proxy.c: acquire on the engine
+ * with the parsed request, forward through the governed call, stream the
+ * answer back (http_stream_*, usage_sse), settle.
+ *
+ * Depends on http_server, proxy_wire and the engine (its configuration).
+ * Never prints: messages go to the log hook. Loop thread only. Errors are
+ * negative SL_E* codes. */
+#ifndef SLUICE_PROXY_H
+#define SLUICE_PROXY_H
+
+#include <stddef.h>
+#include <uv.h>
+
+#include "engine.h"
+#include "http_server.h"
+#include "proxy_wire.h"
+
+typedef struct proxy proxy;
+
+/* What the proxy made of the requests it was handed. */
+typedef struct proxy_stats {
+    unsigned long long by_api[3];               /* recognised requests, by proxy_api */
+    unsigned long long errors[PROXY_ERR_KINDS]; /* answered with an error, by kind (501 included) */
+} proxy_stats;
+
+/* A proxy for engine e (borrowed; it must outlive the proxy), with its
+ * HTTP server on loop. log (optional) gets the server's lines. Returns 0,
+ * SL_EINVAL or SL_ENOMEM. */
+int proxy_new(uv_loop_t *loop, engine *e, void (*log)(void *ud, int level, const char *msg), void *log_ud,
+              proxy **out);
+
+/* Listens on agent.http.listen. Returns 0 or SL_EIO with a message. */
+int proxy_listen(proxy *p, char *err, size_t errlen);
+
+/* After engine_reload: the server takes the new limits (the listeners
+ * stay; the routes read the new deployments and aliases at once). */
+void proxy_apply_config(proxy *p);
+
+void proxy_stop_accepting(proxy *p);
+
+/* Drains the server (see http_server_close); done (optional) runs when
+ * it is closed; then proxy_free(). */
+void proxy_close(proxy *p, void (*done)(void *arg), void *arg);
+
+void proxy_free(proxy *p);
+
+void proxy_get_stats(const proxy *p, proxy_stats *ps, http_stats *hs);
+
+/* The server (for its addresses). */
+const http_server *proxy_server(const proxy *p);
+
+#endif

@@ -1,0 +1,115 @@
+/* estimate: admission estimates from request bodies. See estimate.h. */
+#include "estimate.h"
+
+#include <string.h>
+
+long long estimate_code_points(const char *s, size_t len) {
+    long long n = 0;
+    for (size_t i = 0; i < len; i++)
+        if (((unsigned char)s[i] & 0xC0) != 0x80) n++;
+    return n;
+}
+
+long long estimate_text_tokens(long long code_points) { return code_points > 0 ? (code_points + 3) / 4 : 0; }
+
+static long long string_points(const json_t *v) {
+    return json_is_string(v) ? estimate_code_points(json_string_value(v), json_string_length(v)) : 0;
+}
+
+/* A content value: a string, or an array of parts whose "text" counts
+ * (OpenAI's content parts, Anthropic's blocks, the Responses API's
+ * input_text parts). */
+static long long content_points(const json_t *content) {
+    if (json_is_string(content)) return string_points(content);
+    long long n = 0;
+    size_t i;
+    json_t *part;
+    json_array_foreach(content, i, part) n += string_points(json_object_get(part, "text"));
+    return n;
+}
+
+/* A prompt or embeddings input: a string, an array of strings, an array
+ * of token ids (each a token), or an array of such arrays. Returns code
+ * points in *points and exact tokens in *tokens. */
+static void prompt_size(const json_t *v, long long *points, long long *tokens) {
+    size_t i;
+    json_t *x;
+    if (json_is_string(v)) {
+        *points += string_points(v);
+        return;
+    }
+    json_array_foreach(v, i, x) {
+        if (json_is_string(x)) {
+            *points += string_points(x);
+        } else if (json_is_integer(x)) {
+            (*tokens)++;
+        } else if (json_is_array(x)) {
+            size_t j;
+            json_t *t;
+            json_array_foreach(x, j, t) {
+                if (json_is_integer(t)) (*tokens)++;
+            }
+        }
+    }
+}
+
+/* The maximum output a body asks for: the first of keys that is an
+ * integer (a later key is looked at only when an earlier one is not an
+ * integer at all), when positive; else the default. */
+static long long max_output(const json_t *body, const char *k1, const char *k2) {
+    json_t *mt = json_object_get(body, k1);
+    if (!json_is_integer(mt) && k2) mt = json_object_get(body, k2);
+    if (json_is_integer(mt) && json_integer_value(mt) > 0) return (long long)json_integer_value(mt);
+    return ESTIMATE_DEFAULT_OUTPUT;
+}
+
+/* The completions a body asks for: the larger of n and best_of, 1 to
+ * ESTIMATE_MAX_CHOICES. */
+static long long choices(const json_t *body) {
+    long long c = 1;
+    const char *keys[] = {"n", "best_of"};
+    for (size_t i = 0; i < 2; i++) {
+        json_t *v = json_object_get(body, keys[i]);
+        if (json_is_integer(v) && json_integer_value(v) > c) c = (long long)json_integer_value(v);
+    }
+    return c > ESTIMATE_MAX_CHOICES ? ESTIMATE_MAX_CHOICES : c;
+}
+
+void estimate_request(const json_t *body, estimate_api api, estimate *out) {
+    long long points = 0, tokens = 0;
+    size_t i;
+    json_t *item;
+    out->input = out->output = 0;
+    if (!json_is_object(body)) body = NULL;
+    switch (api) {
+    case ESTIMATE_CHAT:
+    case ESTIMATE_MESSAGES:
+        /* "system": Anthropic's system prompt (a string or text blocks). */
+        points = content_points(json_object_get(body, "system"));
+        json_array_foreach(json_object_get(body, "messages"), i, item) {
+            points += content_points(json_object_get(item, "content"));
+        }
+        out->output = max_output(body, "max_tokens", "max_completion_tokens");
+        if (api == ESTIMATE_CHAT) out->output *= choices(body);
+        break;
+    case ESTIMATE_COMPLETIONS:
+        prompt_size(json_object_get(body, "prompt"), &points, &tokens);
+        points += string_points(json_object_get(body, "suffix"));
+        out->output = max_output(body, "max_tokens", NULL) * choices(body);
+        break;
+    case ESTIMATE_EMBEDDINGS:
+        prompt_size(json_object_get(body, "input"), &points, &tokens);
+        break;
+    case ESTIMATE_RESPONSES: {
+        json_t *input = json_object_get(body, "input");
+        points = string_points(json_object_get(body, "instructions")) + string_points(input);
+        json_array_foreach(input, i, item) {
+            points += content_points(json_object_get(item, "content"));
+            points += string_points(json_object_get(item, "output")); /* a tool's output */
+        }
+        out->output = max_output(body, "max_output_tokens", NULL);
+        break;
+    }
+    }
+    out->input = estimate_text_tokens(points) + tokens;
+}

@@ -1,0 +1,70 @@
+/* estimate: the tokens a provider charges a request at admission, from its
+ * JSON body, before it is sent.
+ *
+ * One rule for every caller (the proxy, and `sluice run` once it is folded
+ * onto it): the prompt is a quarter token per code point of its text,
+ * rounded up, as Azure OpenAI and `sluice mock` count it
+ * (docs/providers.md), which is an upper bound for English text; the output
+ * is the request's maximum output (max_tokens, else max_completion_tokens;
+ * the Responses API's max_output_tokens), 16 when it gives none (OpenAI's
+ * legacy default, and the mock's), times the completions asked for (n,
+ * best_of) when more than one. Embeddings have no output.
+ *
+ * What counts as prompt text, per API:
+ *   chat        the "content" of every message (a string, or the "text"
+ *               of its parts), and a top-level "system" (below)
+ *   messages    the same: Anthropic's "system" (a string or text blocks)
+ *               and the messages' content strings or text blocks
+ *   completions "prompt" (a string, strings, or token arrays: one token a
+ *               number) and "suffix"
+ *   embeddings  "input" (the same forms as prompt)
+ *   responses   "instructions" and "input" (a string, or items whose
+ *               "content" is a string or text parts, and tool outputs'
+ *               "output" strings)
+ * Images, tool definitions and tool-call arguments are not counted: an
+ * estimate below what the provider counted is charged at settle (an
+ * overrun), never refunded.
+ *
+ * On chat and messages bodies the result equals agent/cli's
+ * run_estimate_split() but for strings holding a NUL (\u0000), which this
+ * counts to their end and that stops at, and for n > 1.
+ *
+ * Depends on jansson only. Pure and thread-safe; never allocates. */
+#ifndef SLUICE_ESTIMATE_H
+#define SLUICE_ESTIMATE_H
+
+#include <jansson.h>
+
+/* The max output assumed when a request gives none. */
+#define ESTIMATE_DEFAULT_OUTPUT 16
+/* The most completions (n, best_of) an estimate multiplies by. */
+#define ESTIMATE_MAX_CHOICES 128
+
+/* The API a body is written for. */
+typedef enum estimate_api {
+    ESTIMATE_CHAT = 0,        /* OpenAI / Azure chat completions */
+    ESTIMATE_COMPLETIONS,     /* OpenAI / Azure legacy completions */
+    ESTIMATE_EMBEDDINGS,      /* OpenAI / Azure embeddings */
+    ESTIMATE_RESPONSES,       /* OpenAI / Azure Responses API */
+    ESTIMATE_MESSAGES         /* Anthropic Messages API */
+} estimate_api;
+
+/* The estimate split as the rate limits count it: the prompt's tokens and
+ * the maximum output. A deployment that counts combined tokens is charged
+ * input + output; one that counts them apart (itpm, otpm) each part. */
+typedef struct estimate {
+    long long input, output;
+} estimate;
+
+/* The estimate of body (any JSON value; what is not an object estimates
+ * as an empty request of that API) for api. */
+void estimate_request(const json_t *body, estimate_api api, estimate *out);
+
+/* Tokens of text with this many code points: ceil(points / 4). */
+long long estimate_text_tokens(long long code_points);
+
+/* Code points of the UTF-8 bytes s[0..len) (bytes that are not
+ * continuation bytes; NULs count). */
+long long estimate_code_points(const char *s, size_t len);
+
+#endif

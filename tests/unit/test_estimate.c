@@ -1,0 +1,199 @@
+/* Unit tests for lib/core/estimate: hand-computed estimates for every API
+ * the proxy serves (chat, completions, embeddings, responses, messages),
+ * and the same estimate as `sluice run` (agent/cli/run_input.c's
+ * run_estimate_split, compiled into this test) on chat and Anthropic
+ * bodies: fixed shapes and 2000 random ones with multi-byte text. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "estimate.h"
+#include "run_input.h"
+
+static json_t *parse(const char *text) {
+    json_error_t e;
+    json_t *j = json_loads(text, JSON_ALLOW_NUL | JSON_DECODE_ANY, &e);
+    if (!j) fail_msg("bad JSON in the test (%s): %s", e.text, text);
+    return j;
+}
+
+static const struct {
+    const char *name;
+    estimate_api api;
+    const char *body;
+    long long input, output;
+} vectors[] = {
+    /* 20 code points -> 5 tokens; max_tokens as given. */
+    {"chat string", ESTIMATE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"abcdefghijabcdefghij\"}],\"max_tokens\":100}", 5, 100},
+    {"chat rounds up", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"abcde\"}],\"max_tokens\":1}", 2, 1},
+    {"chat parts", ESTIMATE_CHAT, "{\"messages\":[{\"content\":[{\"type\":\"text\",\"text\":\"abcd\"},{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}},{\"type\":\"text\",\"text\":\"efgh\"}]}]}", 2, 16},
+    {"chat default output", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"abcd\"}]}", 1, 16},
+    {"chat max_completion_tokens", ESTIMATE_CHAT, "{\"messages\":[],\"max_completion_tokens\":50}", 0, 50},
+    {"chat max_tokens wins", ESTIMATE_CHAT, "{\"messages\":[],\"max_tokens\":7,\"max_completion_tokens\":50}", 0, 7},
+    {"chat max_tokens null", ESTIMATE_CHAT, "{\"messages\":[],\"max_tokens\":null,\"max_completion_tokens\":50}", 0, 50},
+    {"chat zero max", ESTIMATE_CHAT, "{\"messages\":[],\"max_tokens\":0,\"max_completion_tokens\":50}", 0, 16},
+    {"chat n", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"abcd\"}],\"max_tokens\":10,\"n\":3}", 1, 30},
+    {"chat n capped", ESTIMATE_CHAT, "{\"messages\":[],\"max_tokens\":1,\"n\":100000}", 0, 128},
+    /* 'é' is one code point in two bytes; '€' three bytes, one point. */
+    {"chat utf-8", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"\\u00e9\\u00e9\\u20ac\\u20ac\\u20ac\"}],\"max_tokens\":2}", 2, 2},
+    {"chat nul counts", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"\\u0000abcdefg\"}],\"max_tokens\":2}", 2, 2},
+    {"messages system string", ESTIMATE_MESSAGES, "{\"system\":\"abcd\",\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}],\"max_tokens\":300}", 2, 300},
+    {"messages system blocks", ESTIMATE_MESSAGES, "{\"system\":[{\"type\":\"text\",\"text\":\"abcdabcd\"}],\"messages\":[{\"content\":[{\"type\":\"text\",\"text\":\"abcd\"}]}],\"max_tokens\":1}", 3, 1},
+    {"messages n ignored", ESTIMATE_MESSAGES, "{\"messages\":[],\"max_tokens\":5,\"n\":4}", 0, 5},
+    {"completions string", ESTIMATE_COMPLETIONS, "{\"prompt\":\"abcdefgh\",\"max_tokens\":9}", 2, 9},
+    {"completions strings", ESTIMATE_COMPLETIONS, "{\"prompt\":[\"abcd\",\"abcd\",\"a\"]}", 3, 16},
+    {"completions tokens", ESTIMATE_COMPLETIONS, "{\"prompt\":[1,2,3,4,5],\"max_tokens\":1}", 5, 1},
+    {"completions token arrays", ESTIMATE_COMPLETIONS, "{\"prompt\":[[1,2],[3]],\"max_tokens\":1}", 3, 1},
+    {"completions suffix", ESTIMATE_COMPLETIONS, "{\"prompt\":\"abcd\",\"suffix\":\"abcd\",\"max_tokens\":1}", 2, 1},
+    {"completions best_of", ESTIMATE_COMPLETIONS, "{\"prompt\":\"\",\"max_tokens\":10,\"n\":2,\"best_of\":3}", 0, 30},
+    {"embeddings string", ESTIMATE_EMBEDDINGS, "{\"input\":\"abcdefghi\",\"model\":\"e\"}", 3, 0},
+    {"embeddings strings", ESTIMATE_EMBEDDINGS, "{\"input\":[\"abcd\",\"efgh\"],\"max_tokens\":100}", 2, 0},
+    {"embeddings tokens", ESTIMATE_EMBEDDINGS, "{\"input\":[[1,2,3],[4]]}", 4, 0},
+    {"responses string", ESTIMATE_RESPONSES, "{\"input\":\"abcdefgh\",\"instructions\":\"abcd\",\"max_output_tokens\":64}", 3, 64},
+    {"responses items", ESTIMATE_RESPONSES, "{\"input\":[{\"role\":\"user\",\"content\":\"abcd\"},{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"abcd\"}]},{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":\"abcd\"}]}", 3, 16},
+    {"responses max_tokens ignored", ESTIMATE_RESPONSES, "{\"input\":\"\",\"max_tokens\":5}", 0, 16},
+    {"not an object", ESTIMATE_CHAT, "[1,2,3]", 0, 16},
+    {"embeddings not an object", ESTIMATE_EMBEDDINGS, "\"text\"", 0, 0},
+    {"content not a string", ESTIMATE_CHAT, "{\"messages\":[{\"content\":42},{\"content\":{\"text\":\"abcd\"}},7],\"max_tokens\":1}", 0, 1},
+};
+
+static void test_vectors(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof(vectors) / sizeof(vectors[0]); i++) {
+        json_t *b = parse(vectors[i].body);
+        estimate e;
+        estimate_request(b, vectors[i].api, &e);
+        if (e.input != vectors[i].input || e.output != vectors[i].output)
+            fail_msg("%s: got input %lld output %lld, want %lld %lld", vectors[i].name, e.input, e.output,
+                     vectors[i].input, vectors[i].output);
+        json_decref(b);
+    }
+}
+
+/* Equal to sluice run's estimate: the bodies it governs (chat completions
+ * and Anthropic messages). */
+static void assert_same_as_run(const json_t *body, estimate_api api, const char *what) {
+    estimate e;
+    long long in = -1, out = -1;
+    estimate_request(body, api, &e);
+    run_estimate_split(body, &in, &out);
+    if (e.input != in || e.output != out) {
+        char *text = json_dumps(body, JSON_COMPACT);
+        fail_msg("%s: estimate %lld/%lld, run_estimate_split %lld/%lld for %s", what, e.input, e.output, in, out,
+                 text ? text : "?");
+    }
+}
+
+static const char *const fixed_bodies[] = {
+    "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"system\",\"content\":\"You are terse.\"},{\"role\":\"user\",\"content\":\"Say hi\"}],\"max_tokens\":64}",
+    "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"describe\"},{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:...\"}}]}]}",
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":4096}",
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":-3}",
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":\"12\"}",
+    "{\"model\":\"claude\",\"system\":\"Be brief.\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello, Claude\"}],\"max_tokens\":1024}",
+    "{\"system\":[{\"type\":\"text\",\"text\":\"S\",\"cache_control\":{\"type\":\"ephemeral\"}}],\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"caf\\u00e9 \\u2603 \\ud83d\\ude00\"}]}],\"max_tokens\":10}",
+    "{\"messages\":[]}",
+    "{}",
+    "{\"messages\":\"not an array\",\"system\":7}",
+};
+
+static void test_same_as_run_fixed(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof(fixed_bodies) / sizeof(fixed_bodies[0]); i++) {
+        json_t *b = parse(fixed_bodies[i]);
+        assert_same_as_run(b, ESTIMATE_CHAT, "chat");
+        assert_same_as_run(b, ESTIMATE_MESSAGES, "messages");
+        json_decref(b);
+    }
+}
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next_rand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+/* Text of random length mixing 1- to 4-byte code points (never NUL: run
+ * stops at a NUL, as its header says). */
+static json_t *random_text(void) {
+    static const char *const pieces[] = {"a", "Z", " ", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\n", "0"};
+    char buf[512];
+    size_t n = 0, want = next_rand() % 120;
+    for (size_t i = 0; i < want; i++) {
+        const char *p = pieces[next_rand() % 8];
+        size_t l = strlen(p);
+        if (n + l >= sizeof(buf)) break;
+        memcpy(buf + n, p, l);
+        n += l;
+    }
+    return json_stringn(buf, n);
+}
+
+static json_t *random_content(void) {
+    if (next_rand() % 2) return random_text();
+    json_t *parts = json_array();
+    for (uint64_t k = next_rand() % 4; k > 0; k--) {
+        if (next_rand() % 4 == 0)
+            json_array_append_new(parts, json_pack("{ss}", "type", "image_url"));
+        else
+            json_array_append_new(parts, json_pack("{ssso}", "type", "text", "text", random_text()));
+    }
+    return parts;
+}
+
+static void test_same_as_run_random(void **state) {
+    (void)state;
+    for (int i = 0; i < 2000; i++) {
+        json_t *b = json_object();
+        json_t *msgs = json_array();
+        for (uint64_t k = next_rand() % 6; k > 0; k--)
+            json_array_append_new(msgs, json_pack("{ssso}", "role", "user", "content", random_content()));
+        json_object_set_new(b, "messages", msgs);
+        if (next_rand() % 3 == 0) json_object_set_new(b, "system", random_content());
+        switch (next_rand() % 5) {
+        case 0: break;
+        case 1: json_object_set_new(b, "max_tokens", json_integer((json_int_t)(next_rand() % 5000))); break;
+        case 2: json_object_set_new(b, "max_completion_tokens", json_integer((json_int_t)(next_rand() % 5000))); break;
+        case 3:
+            json_object_set_new(b, "max_tokens", json_null());
+            json_object_set_new(b, "max_completion_tokens", json_integer((json_int_t)(next_rand() % 9)));
+            break;
+        default: json_object_set_new(b, "max_tokens", json_integer(-(json_int_t)(next_rand() % 3))); break;
+        }
+        assert_same_as_run(b, ESTIMATE_CHAT, "random chat");
+        assert_same_as_run(b, ESTIMATE_MESSAGES, "random messages");
+        json_decref(b);
+    }
+}
+
+static void test_helpers(void **state) {
+    (void)state;
+    assert_int_equal(estimate_text_tokens(0), 0);
+    assert_int_equal(estimate_text_tokens(1), 1);
+    assert_int_equal(estimate_text_tokens(4), 1);
+    assert_int_equal(estimate_text_tokens(5), 2);
+    assert_int_equal(estimate_text_tokens(-3), 0);
+    assert_int_equal(estimate_code_points("\xf0\x9f\x98\x80" "a\0b", 7), 4);
+    estimate e = {-1, -1};
+    estimate_request(NULL, ESTIMATE_MESSAGES, &e);
+    assert_int_equal(e.input, 0);
+    assert_int_equal(e.output, ESTIMATE_DEFAULT_OUTPUT);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_vectors),
+        cmocka_unit_test(test_same_as_run_fixed),
+        cmocka_unit_test(test_same_as_run_random),
+        cmocka_unit_test(test_helpers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
