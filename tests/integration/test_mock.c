@@ -446,6 +446,28 @@ static void stream_read_all(client *cl, stream *s) {
     assert_int_equal(r, 0);
 }
 
+/* Events written one by one over the service time, judged by lower bounds
+ * that a loaded machine cannot break: the mock writes event i no earlier
+ * than service * i / (n - 1) after it read the request (agent/cli/mock.c),
+ * so it reaches the test no earlier than that after the test sent it,
+ * however late the test gets to read it (5 ms for the loop's cached
+ * clock). Spacing measured between two reads of the test instead failed
+ * on CI's loaded machine when the first read came late. Not all written at
+ * the end either: the first event is read half the service time before the
+ * last (only a stall of the test of over half the service time breaks it). */
+static void check_paced(const stream *s, double sent_ms, double service_ms) {
+    assert_true(s->n >= 2);
+    for (size_t i = 0; i < s->n; i++) {
+        double due = service_ms * (double)i / (double)(s->n - 1);
+        if (s->ev[i].at_ms - sent_ms < due - 5)
+            fail_msg("event %zu of %zu read %.0f ms after the request, due no earlier than %.0f ms", i, s->n,
+                     s->ev[i].at_ms - sent_ms, due);
+    }
+    if (s->ev[s->n - 1].at_ms - s->ev[0].at_ms < service_ms / 2)
+        fail_msg("the first event was read %.0f ms before the last (service %.0f ms): written at once?",
+                 s->ev[s->n - 1].at_ms - s->ev[0].at_ms, service_ms);
+}
+
 static void stream_free(stream *s) {
     for (size_t i = 0; i < s->n; i++) free(s->ev[i].data);
     free(s->body);
@@ -1272,6 +1294,7 @@ static void test_stream_openai(void **state) {
     child_start(&c, "--rpm", "600", "--burst", "10", "--tpm", "600000", "--token-burst", "100000",
                 "--service-ms", "600", "--completion-tokens", "20", NULL);
     client_open(&cl, c.port);
+    double sent = now_ms();
     client_send(&cl, req,
                 post(req, sizeof(req), AZURE_PATH("gpt-4o"), "s", 0,
                      "{\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"abcdefgh\"}],"
@@ -1285,10 +1308,7 @@ static void test_stream_openai(void **state) {
     assert_int_equal(stream_header_long(&st, "x-ratelimit-remaining-tokens"), 100000 - (2 + 40));
     check_chunks(&st, 16, 20, "stop", 0, 2);
     /* One write per event, over the service time: never all at once. */
-    double span = st.ev[st.n - 1].at_ms - st.ev[0].at_ms;
-    assert_true(span >= SERVICE - 5);
-    for (size_t i = 1; i < st.n; i++)
-        assert_true(st.ev[i].at_ms - st.ev[i - 1].at_ms >= SERVICE / (double)(st.n - 1) - 5);
+    check_paced(&st, sent, SERVICE);
     stream_free(&st);
     /* The chunked body ended cleanly: the same connection serves again. */
     client_send(&cl, req, post(req, sizeof(req), AZURE_PATH("gpt-4o"), "s", 1, simple_body));
@@ -1924,6 +1944,7 @@ static void test_anthropic_stream(void **state) {
                 "--service-ms", "500", NULL);
     client_open(&cl, c.port);
     /* 24 code points: 6 input tokens, 2 cached */
+    double sent = now_ms();
     client_send(&cl, req,
                 anth_post(req, sizeof(req), "s", 0,
                           "{\"model\":\"m\",\"max_tokens\":64,\"stream\":true,\"system\":\"abcdefgh\","
@@ -1967,7 +1988,7 @@ static void test_anthropic_stream(void **state) {
     char *want = answer_text(20);
     assert_string_equal(text, want);
     free(want);
-    assert_true(st.ev[st.n - 1].at_ms - st.ev[0].at_ms >= 500 - 5);
+    check_paced(&st, sent, 500);
     stream_free(&st);
     /* The stream ended: 64 - 20 came back, which the next answer shows. */
     client_send(&cl, req,
