@@ -56,6 +56,9 @@ static void run_or_skip(const fleet_spec *s, fleet_result *r) {
                   s->name, r->succeeded, r->requests, r->attempts, r->fleet_429, fleet_makespan(r),
                   fleet_status_num(r, "effective_rpm"), fleet_status_num(r, "outside_rpm"),
                   fleet_status_num(r, "rate_scale"));
+    print_message("  agents: %lld Redis timeouts, %lld Redis errors, %lld grants paced locally; longest pause "
+                  "between sends %.0f ms\n",
+                  r->redis_timeouts, r->redis_errors, r->grants_local, fleet_longest_gap(r));
     assert_int_equal(r->lost, 0);
     assert_int_equal(r->succeeded, r->requests);
 }

@@ -169,6 +169,28 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* The agents' INFO counters of Redis trouble and local pacing, summed. */
+static long long info_num(const char *info, const char *field) {
+    char key[64];
+    snprintf(key, sizeof(key), "\n%s:", field);
+    const char *at = strstr(info, key);
+    return at ? strtoll(at + strlen(key), NULL, 10) : 0;
+}
+
+static void read_health(fleet *f, fleet_result *out) {
+    for (int a = 0; a < f->spec->agents; a++) {
+        redisContext *c = sluiced_fixture_connect(&f->agent[a], 5000);
+        redisReply *r = c ? redisCommand(c, "INFO") : NULL;
+        if (r && r->type == REDIS_REPLY_STRING) {
+            out->redis_timeouts += info_num(r->str, "redis_timeouts");
+            out->redis_errors += info_num(r->str, "redis_errors");
+            out->grants_local += info_num(r->str, "grants_local");
+        }
+        if (r) freeReplyObject(r);
+        if (c) redisFree(c);
+    }
+}
+
 /* STATUS d of agent 0 as "field=value " text. */
 static void read_status(fleet *f, fleet_result *out) {
     redisContext *c = sluiced_fixture_connect(&f->agent[0], 5000);
@@ -264,6 +286,7 @@ int fleet_run(const fleet_spec *s, fleet_result *out) {
     }
     out->events_base_ms = f->first_ms;
     read_status(f, out);
+    read_health(f, out);
     out->ledger = mock_fixture_stats(&f->mock, "");
     if (out->ledger) {
         json_t *clients = json_object_get(out->ledger, "clients");
@@ -307,6 +330,13 @@ size_t fleet_sent_between(const fleet_result *r, double from_ms, double to_ms) {
 }
 
 double fleet_makespan(const fleet_result *r) { return r->nsend > 1 ? r->last_send_ms - r->first_send_ms : 0; }
+
+double fleet_longest_gap(const fleet_result *r) {
+    double g = 0;
+    for (size_t i = 1; i < r->nsend; i++)
+        if (r->send_ms[i] - r->send_ms[i - 1] > g) g = r->send_ms[i] - r->send_ms[i - 1];
+    return g;
+}
 
 double fleet_status_num(const fleet_result *r, const char *field) {
     char key[96];

@@ -65,6 +65,10 @@ typedef struct fleet_result {
     size_t nsend;
     json_t *ledger;            /* the mock's final ledger (owned) */
     char status[4096];         /* sluiced's STATUS of d at the end, "field=value " pairs */
+    /* The agents' own view, summed from their INFO at the end: Redis calls
+     * that timed out or failed, and grants paced locally (Redis deemed
+     * lost). Non-zero explains a slow run on an overloaded machine. */
+    long long redis_timeouts, redis_errors, grants_local;
 } fleet_result;
 
 /* Runs the fleet; fills *out (release with fleet_result_free). Returns 0,
@@ -78,6 +82,9 @@ size_t fleet_sent_between(const fleet_result *r, double from_ms, double to_ms);
 
 /* The makespan of the successful calls: last send - first send (ms). */
 double fleet_makespan(const fleet_result *r);
+
+/* The longest pause between two successful sends (ms). */
+double fleet_longest_gap(const fleet_result *r);
 
 /* A number of the final STATUS of d ("effective_rpm"), or -1. */
 double fleet_status_num(const fleet_result *r, const char *field);
