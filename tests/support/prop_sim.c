@@ -331,7 +331,10 @@ int prop_run(redisContext *c, const prop_cfg *cfg, prop_rand_fn rnd, void *ud, p
         }
     }
     out->span_ms = s.now - start;
-    for (int d = 0; d < PM_DIMS; d++) out->rejections[d] = pm_rejections(&m, d, &out->first_rejection[d]);
+    for (int d = 0; d < PM_DIMS; d++) {
+        out->rejections[d] = pm_rejections(&m, d, &out->first_rejection[d]);
+        if (out->rejections[d]) out->first_rejection[d] -= start; /* from the run's start */
+    }
     pm_free(&m);
     return rc;
 }
