@@ -43,10 +43,6 @@
 #include "sluice.h"
 #include "test_lib_harness.h"
 
-static redis_fixture fx;
-static lib_daemon dmn[2];
-static int have_daemon;
-static int next_agent;
 
 /* The deployments of every test, named <prefix>-<name> so that the two
  * modes never share state in Redis. */
@@ -76,27 +72,28 @@ static void deployments(const char *p, char *out, size_t n) {
              p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p);
 }
 
+static lib_suite S = {.name = "test_lib", .tag = "lib", .deps = deployments, .with_web = 0};
+
 static int group_setup(void **state) {
-    if (redis_fixture_start(&fx, 0) != 0) return -1;
-    if (!lib_sluiced_path()) {
-        fprintf(stderr, "test_lib: $SLUICE_BUILD_DIR/agent/sluiced is not built: daemon mode is skipped\n");
-        return 0;
-    }
-    char deps[4096];
-    deployments("d", deps, sizeof(deps));
-    if (lib_daemon_start(&dmn[0], &fx, fx.dir, "agent-d1", deps) != 0 ||
-        lib_daemon_start(&dmn[1], &fx, fx.dir, "agent-d2", deps) != 0)
-        return -1;
-    have_daemon = 1;
-    return 0;
+    return lib_suite_setup(&S);
 }
 
 static int group_teardown(void **state) {
-    lib_daemon_stop(&dmn[0]);
-    lib_daemon_stop(&dmn[1]);
-    redis_fixture_stop(&fx);
+    lib_suite_teardown(&S);
     return 0;
 }
+
+static int skip_without_daemon(int mode) { return lib_suite_skip(&S, mode); }
+
+/* A governor: embedded (its own engine, a new agent) or connected to
+ * daemon `which`. */
+static sl_gov *open_gov(int mode, int which) {
+    sl_gov *g = lib_suite_open(&S, mode, which);
+    assert_string_equal(sl_mode(g), mode == EMBEDDED ? "embedded" : "daemon");
+    return g;
+}
+
+
 
 static const char *prefix(int mode) { return mode == EMBEDDED ? "e" : "d"; }
 
@@ -106,44 +103,14 @@ static void dep_name(int mode, const char *name, char *out, size_t n) {
 
 /* Waits (bounded) until Redis' status of dep has field >= want. */
 static void wait_redis_status(const char *dep, const char *field, long long want, int ms) {
-    h_wait_redis_status(&fx, dep, field, want, ms);
+    h_wait_redis_status(&S.fx, dep, field, want, ms);
 }
 
-static long long redis_status(const char *dep, const char *field) { return h_redis_status(&fx, dep, field); }
+static long long redis_status(const char *dep, const char *field) { return h_redis_status(&S.fx, dep, field); }
 
 /* A governor: embedded (its own engine, a new agent) or connected to
  * daemon `which`. */
-static sl_gov *open_gov(int mode, int which) {
-    sl_options o;
-    sl_options_init(&o);
-    char text[8192], agent[32];
-    if (mode == DAEMON) {
-        o.socket_path = dmn[which].sock;
-    } else {
-        char deps[4096];
-        deployments("e", deps, sizeof(deps));
-        snprintf(text, sizeof(text),
-                 "redis:\n  url: unix://%s\n  timeout_ms: 500\n  connect_timeout_ms: 500\n"
-                 "agent:\n  heartbeat_ms: 200\ndeployments:\n%s",
-                 fx.sock, deps);
-        o.config_text = text;
-        snprintf(agent, sizeof(agent), "lib-agent-%d", ++next_agent);
-        o.agent_id = agent;
-    }
-    sl_gov *g = NULL;
-    int rc = sl_open(&o, &g);
-    if (rc != 0) fail_msg("sl_open: %s: %s", sl_strerror(rc), sl_errmsg(NULL));
-    assert_string_equal(sl_mode(g), mode == EMBEDDED ? "embedded" : "daemon");
-    return g;
-}
 
-static int skip_without_daemon(int mode) {
-    if (mode == DAEMON && !have_daemon) {
-        print_message("  daemon mode skipped: $SLUICE_BUILD_DIR/agent/sluiced is not built\n");
-        return 1;
-    }
-    return 0;
-}
 
 static sl_request request(const char *dep, long long tokens, long long max_wait, double deadline_in) {
     sl_request r;
@@ -831,14 +798,15 @@ static void test_daemon_restart(void **state) {
     assert_int_equal(sl_settle(a, -1, SL_OUTCOME_OK, NULL, 0), 0);
     char deps[4096];
     deployments("d", deps, sizeof(deps));
-    lib_daemon_stop(&dmn[1]);
+    lib_daemon_stop(&S.dmn[1]);
     double t0 = h_now();
     assert_int_equal(sl_acquire(g, &r, &a), SL_EUNAVAIL);
     print_message("  while sluiced is down (%.1f ms): %s\n", h_now() - t0, sl_errmsg(g));
-    assert_non_null(strstr(sl_errmsg(g), dmn[1].sock));
+    assert_non_null(strstr(sl_errmsg(g), S.dmn[1].sock));
     long long ra;
     assert_int_equal(sl_may_retry(g, "d-fast", &ra), SL_EUNAVAIL);
-    assert_int_equal(lib_daemon_start(&dmn[1], &fx, fx.dir, "agent-d2", deps), 0);
+    /* The same name as before (lib_suite_setup): the same socket. */
+    assert_int_equal(lib_daemon_start(&S.dmn[1], &S.fx, S.fx.dir, "lib-d2", deps), 0);
     assert_int_equal(sl_acquire(g, &r, &a), 0);
     assert_int_equal(sl_settle(a, -1, SL_OUTCOME_OK, NULL, 0), 0);
     assert_int_equal(sl_may_retry(g, "d-fast", &ra), 1);
@@ -873,7 +841,7 @@ typedef struct agent_key {
 
 static int agent_listed(void *arg) {
     agent_key *k = arg;
-    redisContext *c = redis_fixture_connect(&fx);
+    redisContext *c = redis_fixture_connect(&S.fx);
     if (!c) return 0;
     redisReply *r = redisCommand(c, "ZSCORE sluice:{%s}:agents %s", k->dep, k->agent);
     int listed = r && r->type == REDIS_REPLY_STRING;
@@ -885,7 +853,7 @@ static int agent_listed(void *arg) {
 static void test_close_from_callback(void **state) {
     self_closing = open_gov(EMBEDDED, 0);
     char agent[32];
-    snprintf(agent, sizeof(agent), "lib-agent-%d", next_agent);
+    snprintf(agent, sizeof(agent), "%s-agent-%d", S.tag, S.next_agent);
     agent_key k = {"e-fast", agent, 1};
     PROC_POLL_OR_FAIL(agent_listed, &k, 3000, "the embedded agent's first heartbeat");
     sl_request r = request("e-fast", 0, -1, 0);
@@ -916,7 +884,7 @@ static void test_open_errors(void **state) {
     /* redis_url + deployments, the shortest embedded form. */
     sl_options_init(&o);
     char url[400];
-    snprintf(url, sizeof(url), "unix://%s", fx.sock);
+    snprintf(url, sizeof(url), "unix://%s", S.fx.sock);
     o.redis_url = url;
     o.deployments = "{quick: {rpm: 6000}}";
     assert_int_equal(sl_open(&o, &g), 0);

@@ -42,11 +42,6 @@
 #include "sluice_uv.h"
 #include "test_lib_harness.h"
 
-static redis_fixture fx;
-static lib_daemon dmn[2];
-static int have_daemon;
-static http_server web;
-static int next_agent;
 
 static void deployments(const char *p, char *out, size_t n) {
     snprintf(out, n,
@@ -66,63 +61,28 @@ static void deployments(const char *p, char *out, size_t n) {
              p, p, p, p, p, p, p, p, p, p, p, p, p);
 }
 
+static lib_suite S = {.name = "test_lib_call", .tag = "call", .deps = deployments, .with_web = 1};
+
 static int group_setup(void **state) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    if (redis_fixture_start(&fx, 0) != 0 || http_start(&web) != 0) return -1;
-    if (!lib_sluiced_path()) {
-        fprintf(stderr, "test_lib_call: $SLUICE_BUILD_DIR/agent/sluiced is not built: daemon mode is skipped\n");
-        return 0;
-    }
-    char deps[4096];
-    deployments("d", deps, sizeof(deps));
-    if (lib_daemon_start(&dmn[0], &fx, fx.dir, "call-d1", deps) != 0 ||
-        lib_daemon_start(&dmn[1], &fx, fx.dir, "call-d2", deps) != 0)
-        return -1;
-    have_daemon = 1;
-    return 0;
+    return lib_suite_setup(&S);
 }
 
 static int group_teardown(void **state) {
-    lib_daemon_stop(&dmn[0]);
-    lib_daemon_stop(&dmn[1]);
-    http_stop(&web);
-    redis_fixture_stop(&fx);
+    lib_suite_teardown(&S);
     curl_global_cleanup();
     return 0;
 }
 
+static int skip_without_daemon(int mode) { return lib_suite_skip(&S, mode); }
+
+static sl_gov *open_gov(int mode, int which) { return lib_suite_open(&S, mode, which); }
+
+
+
 static const char *prefix(int mode) { return mode == EMBEDDED ? "e" : "d"; }
 
-static int skip_without_daemon(int mode) {
-    if (mode == DAEMON && !have_daemon) {
-        print_message("  daemon mode skipped: $SLUICE_BUILD_DIR/agent/sluiced is not built\n");
-        return 1;
-    }
-    return 0;
-}
 
-static sl_gov *open_gov(int mode, int which) {
-    sl_options o;
-    sl_options_init(&o);
-    char text[8192], agent[32];
-    if (mode == DAEMON) {
-        o.socket_path = dmn[which].sock;
-    } else {
-        char deps[4096];
-        deployments("e", deps, sizeof(deps));
-        snprintf(text, sizeof(text),
-                 "redis:\n  url: unix://%s\n  timeout_ms: 500\n  connect_timeout_ms: 500\n"
-                 "agent:\n  heartbeat_ms: 200\ndeployments:\n%s",
-                 fx.sock, deps);
-        o.config_text = text;
-        snprintf(agent, sizeof(agent), "call-agent-%d", ++next_agent);
-        o.agent_id = agent;
-    }
-    sl_gov *g = NULL;
-    int rc = sl_open(&o, &g);
-    if (rc != 0) fail_msg("sl_open: %s: %s", sl_strerror(rc), sl_errmsg(NULL));
-    return g;
-}
 
 /* ---- one loop, one caller --------------------------------------------------------- */
 
@@ -228,7 +188,7 @@ static void start(env *e, const char *suffix, const char *path, sl_call_opts *o,
     memset(r, 0, sizeof(*r));
     char dep[64], url[256];
     snprintf(dep, sizeof(dep), "%s-%s", prefix(e->mode), suffix);
-    http_url(&web, path, url, sizeof(url));
+    http_url(&S.web, path, url, sizeof(url));
     static const sl_header hdrs[] = {{"Content-Type", "application/json"}};
     static const char body[] = "{\"model\":\"gpt-4o\",\"messages\":[]}";
     sl_call_http h;
@@ -257,10 +217,10 @@ typedef struct path_count {
 } path_count;
 
 static int count_path(const char *p) {
-    pthread_mutex_lock(&web.mu);
+    pthread_mutex_lock(&S.web.mu);
     int n = 0;
-    for (size_t i = 0; i < web.nlog; i++) n += strncmp(web.log[i].path, p, strlen(p)) == 0;
-    pthread_mutex_unlock(&web.mu);
+    for (size_t i = 0; i < S.web.nlog; i++) n += strncmp(S.web.log[i].path, p, strlen(p)) == 0;
+    pthread_mutex_unlock(&S.web.mu);
     return n;
 }
 
@@ -272,7 +232,7 @@ static int provider_saw(void *arg) {
 static long long status_of(int mode, const char *suffix, const char *field) {
     char dep[64];
     snprintf(dep, sizeof(dep), "%s-%s", prefix(mode), suffix);
-    return h_redis_status(&fx, dep, field);
+    return h_redis_status(&S.fx, dep, field);
 }
 
 /* Waits until Redis' field of <mode>-<suffix> equals want (a settle on its
@@ -311,12 +271,12 @@ static void many_calls_one_loop(int mode) {
     if (skip_without_daemon(mode)) return;
     env e;
     env_open(&e, mode, 0);
-    http_reset(&web, 0, 1);
+    http_reset(&S.web, 0, 1);
     enum { N = 24 };
     static result r[N];
     static CURL *easy[N / 2];
     char url[256], dep[64];
-    http_url(&web, "/ok", url, sizeof(url));
+    http_url(&S.web, "/ok", url, sizeof(url));
     snprintf(dep, sizeof(dep), "%s-ok", prefix(mode));
     int sentinel = 0;
     for (int i = 0; i < N; i++) {
@@ -371,7 +331,7 @@ static void many_calls_one_loop(int mode) {
     assert_int_equal(count_path("/ok"), N);
 
     /* 503 once: retried, the hooks run per attempt. */
-    http_reset(&web, 1, 1);
+    http_reset(&S.web, 1, 1);
     result f;
     sl_call_opts o = opts(0, 10000);
     start(&e, "ok", "/flaky?code=503", &o, &f);
@@ -385,12 +345,12 @@ static void many_calls_one_loop(int mode) {
 
     /* A prepare hook that refuses: nothing is sent, the slot goes back. */
     long long cancelled = status_of(mode, "ok", "settled_cancelled");
-    http_reset(&web, 0, 1);
+    http_reset(&S.web, 0, 1);
     o = opts(0, 10000);
     memset(&f, 0, sizeof(f));
     f.prepare_rc = SL_EINVAL;
     char u2[256];
-    http_url(&web, "/ok", u2, sizeof(u2));
+    http_url(&S.web, "/ok", u2, sizeof(u2));
     sl_call_http h;
     sl_call_http_init(&h);
     h.url = u2;
@@ -424,7 +384,7 @@ static void deadline_kept(int mode) {
     if (skip_without_daemon(mode)) return;
     env e;
     env_open(&e, mode, 0);
-    http_reset(&web, 0, 1);
+    http_reset(&S.web, 0, 1);
     /* At once on one loop: a provider slower than the deadline, one that
      * keeps failing, and a call with no time for even one attempt. */
     result slow, failing, none;
@@ -491,7 +451,7 @@ static void deadline_governor_stalled(int mode) {
     if (skip_without_daemon(mode)) return;
     env e;
     env_open(&e, mode, 0);
-    http_reset(&web, 0, 1);
+    http_reset(&S.web, 0, 1);
     char dep[64];
     snprintf(dep, sizeof(dep), "%s-deadline", prefix(mode));
     stall st = {0};
@@ -507,7 +467,7 @@ static void deadline_governor_stalled(int mode) {
     double late = (double)(r.done_at - o.deadline_ms);
     /* sl_curl_perform: the same call on its private loop. */
     char url[256];
-    http_url(&web, "/ok", url, sizeof(url));
+    http_url(&S.web, "/ok", url, sizeof(url));
     CURL *easy = curl_easy_init();
     curl_easy_setopt(easy, CURLOPT_URL, url);
     sl_call_opts b = opts(0, 1000);
@@ -549,7 +509,7 @@ static void retry_budget_fleet(int mode) {
     env a, b;
     env_open(&a, mode, 0);
     env_open(&b, mode, 1); /* another agent of the fleet */
-    http_reset(&web, 0, 1);
+    http_reset(&S.web, 0, 1);
     long long refused = status_of(mode, "budget", "retries_refused");
     /* Budget floor: min_per_s 1 x ttl_s 2 = 2 retries, no successes. */
     result ra, rb;
@@ -602,7 +562,7 @@ static void cancel_mid_wait(int mode) {
     if (skip_without_daemon(mode)) return;
     env e;
     env_open(&e, mode, 0);
-    http_reset(&web, 0, 1);
+    http_reset(&S.web, 0, 1);
     /* The burst (1) goes to a first call; the next slot is 10 s away. */
     result first, waiting;
     sl_call_opts o = opts(0, 0);
@@ -670,7 +630,7 @@ static void cancel_mid_send(int mode) {
     if (skip_without_daemon(mode)) return;
     env e;
     env_open(&e, mode, 0);
-    http_reset(&web, 0, 1);
+    http_reset(&S.web, 0, 1);
     long long failed = status_of(mode, "send", "settled_failed");
     long long cancelled = status_of(mode, "send", "settled_cancelled");
     long long ok = status_of(mode, "send", "settled_ok");
@@ -744,7 +704,7 @@ static void cancel_mid_backoff(int mode) {
     if (skip_without_daemon(mode)) return;
     env e;
     env_open(&e, mode, 0);
-    http_reset(&web, 0, 1);
+    http_reset(&S.web, 0, 1);
     long long throttled = status_of(mode, "backoff", "settled_throttled");
     /* A 429 asking for 3 s: the call backs off at least that long. */
     result r;
@@ -778,15 +738,15 @@ static void test_cancel_mid_backoff_daemon(void **state) { cancel_mid_backoff(DA
 /* The time between the 429 and the request after it, and the wait the
  * 429 asked for. */
 static void gap_after_429(double *gap, double *asked) {
-    pthread_mutex_lock(&web.mu);
+    pthread_mutex_lock(&S.web.mu);
     *gap = *asked = -1;
-    for (size_t i = 0; i + 1 < web.nlog; i++) {
-        if (web.log[i].status != 429) continue;
-        *asked = web.log[i].wait_ms;
-        *gap = web.log[i + 1].t_ms - web.log[i].t_ms;
+    for (size_t i = 0; i + 1 < S.web.nlog; i++) {
+        if (S.web.log[i].status != 429) continue;
+        *asked = S.web.log[i].wait_ms;
+        *gap = S.web.log[i + 1].t_ms - S.web.log[i].t_ms;
         break;
     }
-    pthread_mutex_unlock(&web.mu);
+    pthread_mutex_unlock(&S.web.mu);
 }
 
 static void retry_after_forms(int mode) {
@@ -801,7 +761,7 @@ static void retry_after_forms(int mode) {
         {"ra-ms", "/flaky?form=ms&wait=700", "retry-after-ms: 700"},
     };
     for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++) {
-        http_reset(&web, 1, 1);
+        http_reset(&S.web, 1, 1);
         result r;
         sl_call_opts o = opts(0, 10000);
         start(&e, forms[i].suffix, forms[i].path, &o, &r);
@@ -835,7 +795,7 @@ static void quota_never_retried(int mode) {
     if (skip_without_daemon(mode)) return;
     env e;
     env_open(&e, mode, 0);
-    http_reset(&web, 0, 1);
+    http_reset(&S.web, 0, 1);
     long long settled = status_of(mode, "quota", "settled_quota");
     result r;
     sl_call_opts o = opts(0, 10000);
@@ -854,7 +814,7 @@ static void quota_never_retried(int mode) {
     wait_status(mode, "quota", "settled_quota", settled + 1);
     char dep[64];
     snprintf(dep, sizeof(dep), "%s-quota", prefix(mode));
-    h_wait_redis_status(&fx, dep, "quota_out_ms", 1, 3000);
+    h_wait_redis_status(&S.fx, dep, "quota_out_ms", 1, 3000);
     result_free(&r);
     o = opts(0, 10000);
     o.retry_shed = 1;
@@ -876,7 +836,7 @@ static void test_quota_daemon(void **state) { quota_never_retried(DAEMON); }
 static void test_retry_shed(void **state) {
     env e;
     env_open(&e, EMBEDDED, 0);
-    http_reset(&web, 0, 1);
+    http_reset(&S.web, 0, 1);
     /* 120 rpm, burst 1: after the first, a slot every 500 ms; max wait 0
      * sheds with a hint instead of waiting. */
     result a, b, c;
@@ -917,7 +877,7 @@ static void test_retry_shed(void **state) {
 static void test_free_with_calls_in_progress(void **state) {
     env e;
     env_open(&e, EMBEDDED, 0);
-    http_reset(&web, 0, 1);
+    http_reset(&S.web, 0, 1);
     result burst, waiting, sending, backoff;
     sl_call_opts o = opts(0, 0);
     start(&e, "free", "/ok", &o, &burst);
@@ -1056,10 +1016,10 @@ static void test_poll_loop(void **state) {
     /* Eight calls, each failing once (503) and backing off its own full-
      * jitter delay: the caller's one timer serves all the waits at once. */
     enum { N = 8 };
-    http_reset(&web, N, 1);
+    http_reset(&S.web, N, 1);
     result r[N];
     char url[256];
-    http_url(&web, "/flaky?code=503", url, sizeof(url));
+    http_url(&S.web, "/flaky?code=503", url, sizeof(url));
     for (int i = 0; i < N; i++) {
         memset(&r[i], 0, sizeof(r[i]));
         sl_call_opts o = opts(0, 10000);

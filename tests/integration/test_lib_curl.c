@@ -30,11 +30,6 @@
 #include "sluice.h"
 #include "test_lib_harness.h"
 
-static redis_fixture fx;
-static lib_daemon dmn[2];
-static int have_daemon;
-static http_server web;
-static int next_agent;
 
 static void deployments(const char *p, char *out, size_t n) {
     snprintf(out, n,
@@ -50,70 +45,35 @@ static void deployments(const char *p, char *out, size_t n) {
              p, p, p, p, p, p, p, p, p);
 }
 
+static lib_suite S = {.name = "test_lib_curl", .tag = "curl", .deps = deployments, .with_web = 1};
+
 static int group_setup(void **state) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    if (redis_fixture_start(&fx, 0) != 0 || http_start(&web) != 0) return -1;
-    if (!lib_sluiced_path()) {
-        fprintf(stderr, "test_lib_curl: $SLUICE_BUILD_DIR/agent/sluiced is not built: daemon mode is skipped\n");
-        return 0;
-    }
-    char deps[4096];
-    deployments("d", deps, sizeof(deps));
-    if (lib_daemon_start(&dmn[0], &fx, fx.dir, "curl-d1", deps) != 0 ||
-        lib_daemon_start(&dmn[1], &fx, fx.dir, "curl-d2", deps) != 0)
-        return -1;
-    have_daemon = 1;
-    return 0;
+    return lib_suite_setup(&S);
 }
 
 static int group_teardown(void **state) {
-    lib_daemon_stop(&dmn[0]);
-    lib_daemon_stop(&dmn[1]);
-    http_stop(&web);
-    redis_fixture_stop(&fx);
+    lib_suite_teardown(&S);
     curl_global_cleanup();
     return 0;
 }
 
+static int skip_without_daemon(int mode) { return lib_suite_skip(&S, mode); }
+
+static sl_gov *open_gov(int mode, int which) { return lib_suite_open(&S, mode, which); }
+
+
+
 static const char *prefix(int mode) { return mode == EMBEDDED ? "e" : "d"; }
 
-static int skip_without_daemon(int mode) {
-    if (mode == DAEMON && !have_daemon) {
-        print_message("  daemon mode skipped: $SLUICE_BUILD_DIR/agent/sluiced is not built\n");
-        return 1;
-    }
-    return 0;
-}
 
-static sl_gov *open_gov(int mode, int which) {
-    sl_options o;
-    sl_options_init(&o);
-    char text[8192], agent[32];
-    if (mode == DAEMON) {
-        o.socket_path = dmn[which].sock;
-    } else {
-        char deps[4096];
-        deployments("e", deps, sizeof(deps));
-        snprintf(text, sizeof(text),
-                 "redis:\n  url: unix://%s\n  timeout_ms: 500\n  connect_timeout_ms: 500\n"
-                 "agent:\n  heartbeat_ms: 200\ndeployments:\n%s",
-                 fx.sock, deps);
-        o.config_text = text;
-        snprintf(agent, sizeof(agent), "curl-agent-%d", ++next_agent);
-        o.agent_id = agent;
-    }
-    sl_gov *g = NULL;
-    int rc = sl_open(&o, &g);
-    if (rc != 0) fail_msg("sl_open: %s: %s", sl_strerror(rc), sl_errmsg(NULL));
-    return g;
-}
 
 /* One governed POST to path. */
 static int call(sl_gov *g, int mode, const char *dep_suffix, const char *path, sl_call_opts *o,
                 sl_call_report *rep) {
     char dep[64], url[256];
     snprintf(dep, sizeof(dep), "%s-%s", prefix(mode), dep_suffix);
-    http_url(&web, path, url, sizeof(url));
+    http_url(&S.web, path, url, sizeof(url));
     CURL *easy = curl_easy_init();
     curl_easy_setopt(easy, CURLOPT_URL, url);
     curl_easy_setopt(easy, CURLOPT_POSTFIELDS, "{\"model\":\"gpt-4o\",\"messages\":[]}");
@@ -136,14 +96,14 @@ static sl_call_opts opts(long long tokens, double deadline_in) {
 }
 
 static int count_status(int status, double *first_at) {
-    pthread_mutex_lock(&web.mu);
+    pthread_mutex_lock(&S.web.mu);
     int n = 0;
-    for (size_t i = 0; i < web.nlog; i++) {
-        if (web.log[i].status != status) continue;
-        if (n == 0 && first_at) *first_at = web.log[i].t_ms;
+    for (size_t i = 0; i < S.web.nlog; i++) {
+        if (S.web.log[i].status != status) continue;
+        if (n == 0 && first_at) *first_at = S.web.log[i].t_ms;
         n++;
     }
-    pthread_mutex_unlock(&web.mu);
+    pthread_mutex_unlock(&S.web.mu);
     return n;
 }
 
@@ -155,7 +115,7 @@ static void success_and_retries(int mode) {
     sl_call_report rep;
     sl_call_report_init(&rep);
 
-    http_reset(&web, 0, 1);
+    http_reset(&S.web, 0, 1);
     sl_call_opts o = opts(100, 5000);
     assert_int_equal(call(g, mode, "ok", "/ok", &o, &rep), 0);
     assert_int_equal(rep.attempts, 1);
@@ -169,23 +129,23 @@ static void success_and_retries(int mode) {
     assert_string_equal(rep.message, "");
 
     /* 503 once: retried after a full-jitter backoff. */
-    http_reset(&web, 1, 1);
+    http_reset(&S.web, 1, 1);
     o = opts(100, 5000);
     assert_int_equal(call(g, mode, "retry", "/flaky?code=503", &o, &rep), 0);
     assert_int_equal(rep.attempts, 2);
     assert_string_equal(rep.outcome, "ok");
 
     /* 429 with Retry-After: 1, once: the retry waits at least that long. */
-    http_reset(&web, 1, 1);
+    http_reset(&S.web, 1, 1);
     o = opts(100, 5000);
     double t0 = h_now();
     assert_int_equal(call(g, mode, "retry", "/flaky", &o, &rep), 0);
     double took = h_now() - t0;
     double t429 = 0;
     assert_int_equal(count_status(429, &t429), 1);
-    pthread_mutex_lock(&web.mu);
-    double t200 = web.log[web.nlog - 1].t_ms;
-    pthread_mutex_unlock(&web.mu);
+    pthread_mutex_lock(&S.web.mu);
+    double t200 = S.web.log[S.web.nlog - 1].t_ms;
+    pthread_mutex_unlock(&S.web.mu);
     print_message("  [%s] 429 Retry-After 1 s: retried %.0f ms after it, done in %.0f ms, %d attempts\n",
                   prefix(mode), t200 - t429, took, rep.attempts);
     assert_int_equal(rep.attempts, 2);
@@ -195,7 +155,7 @@ static void success_and_retries(int mode) {
     /* A quota error is never retried, and says so. It is settled as
      * quota: the deployment is out for the fleet (an hour by default, as
      * the provider gave no reset), so the next call is shed at once. */
-    http_reset(&web, 0, 1);
+    http_reset(&S.web, 0, 1);
     o = opts(100, 5000);
     assert_int_equal(call(g, mode, "quota", "/quota", &o, &rep), SL_EFATAL);
     print_message("  [%s] quota: %s\n", prefix(mode), rep.message);
@@ -207,7 +167,7 @@ static void success_and_retries(int mode) {
      * once Redis holds it. */
     char qdep[64];
     snprintf(qdep, sizeof(qdep), "%s-quota", prefix(mode));
-    h_wait_redis_status(&fx, qdep, "quota_out_ms", 1, 3000);
+    h_wait_redis_status(&S.fx, qdep, "quota_out_ms", 1, 3000);
     o = opts(100, 0);
     o.max_wait_ms = 0;
     int rc = call(g, mode, "quota", "/ok", &o, &rep);
@@ -219,7 +179,7 @@ static void success_and_retries(int mode) {
 
     /* A group behind one gateway URL: the retry asks the fleet's retry
      * budget of the member (the group has none of its own). */
-    http_reset(&web, 1, 1);
+    http_reset(&S.web, 1, 1);
     o = opts(100, 5000);
     assert_int_equal(call(g, mode, "gw", "/flaky?code=503", &o, &rep), 0);
     assert_int_equal(rep.attempts, 2);
@@ -242,7 +202,7 @@ static void deadlines(int mode) {
     sl_call_report_init(&rep);
     /* A provider slower than the deadline: the attempt is cut, and there
      * is no time for another. */
-    http_reset(&web, 0, 1);
+    http_reset(&S.web, 0, 1);
     sl_call_opts o = opts(0, 1500);
     int64_t deadline = o.deadline_ms;
     double t0 = h_now();
@@ -258,7 +218,7 @@ static void deadlines(int mode) {
 
     /* A provider that keeps failing: retries stop when the next one would
      * not fit before the deadline. */
-    http_reset(&web, 0, 1);
+    http_reset(&S.web, 0, 1);
     o = opts(0, 1200);
     o.max_attempts = 100;
     deadline = o.deadline_ms;
@@ -287,7 +247,7 @@ static void retry_budget(int mode) {
     sl_gov *g = open_gov(mode, 0);
     sl_call_report rep;
     sl_call_report_init(&rep);
-    http_reset(&web, 0, 1);
+    http_reset(&S.web, 0, 1);
     sl_call_opts o = opts(0, 0);
     o.max_attempts = 20;
     o.backoff_base_ms = 20;
@@ -332,7 +292,7 @@ static int saw_429(void *arg) {
 static void fleet_pause_once(int mode) {
     if (skip_without_daemon(mode)) return;
     sl_gov *g1 = open_gov(mode, 0), *g2 = open_gov(mode, 1);
-    http_reset(&web, 1, 1);
+    http_reset(&S.web, 1, 1);
     /* The first call meets the 429 (Retry-After: 1) ... */
     enum { N = 8 };
     static fleet_worker w[N];
@@ -345,7 +305,7 @@ static void fleet_pause_once(int mode) {
     /* Its settle reaches the fleet: Redis holds the pause. */
     char fdep[64];
     snprintf(fdep, sizeof(fdep), "%s-fleet", prefix(mode));
-    h_wait_redis_status(&fx, fdep, "paused_ms", 1, 2000);
+    h_wait_redis_status(&S.fx, fdep, "paused_ms", 1, 2000);
     /* ... then seven more workers on both agents: none sends before the
      * pause ends, and none meets another 429. */
     for (int i = 1; i < N; i++) {
@@ -353,19 +313,19 @@ static void fleet_pause_once(int mode) {
         pthread_create(&w[i].t, NULL, fleet_main, &w[i]);
     }
     for (int i = 0; i < N; i++) pthread_join(w[i].t, NULL);
-    pthread_mutex_lock(&web.mu);
+    pthread_mutex_lock(&S.web.mu);
     double first_after = 1e18, last = 0;
     int after = 0;
     int total = 0;
-    for (size_t i = 0; i < web.nlog; i++) {
-        if (strncmp(web.log[i].path, "/flaky", 6) != 0) continue; /* a slow request of an earlier test */
+    for (size_t i = 0; i < S.web.nlog; i++) {
+        if (strncmp(S.web.log[i].path, "/flaky", 6) != 0) continue; /* a slow request of an earlier test */
         total++;
-        if (web.log[i].t_ms <= t429) continue;
+        if (S.web.log[i].t_ms <= t429) continue;
         after++;
-        if (web.log[i].t_ms < first_after) first_after = web.log[i].t_ms;
-        if (web.log[i].t_ms > last) last = web.log[i].t_ms;
+        if (S.web.log[i].t_ms < first_after) first_after = S.web.log[i].t_ms;
+        if (S.web.log[i].t_ms > last) last = S.web.log[i].t_ms;
     }
-    pthread_mutex_unlock(&web.mu);
+    pthread_mutex_unlock(&S.web.mu);
     print_message("  [%s] one 429 (Retry-After 1 s): the fleet's next %d requests went out from +%.0f to +%.0f ms\n",
                   prefix(mode), after, first_after - t429, last - t429);
     for (int i = 0; i < N; i++)
@@ -395,7 +355,7 @@ static void test_capture_pieces(void **state) {
     sl_capture *c = NULL;
     assert_int_equal(sl_capture_new(0, &c), 0);
     char url[256];
-    http_url(&web, "/429?ra=2", url, sizeof(url));
+    http_url(&S.web, "/429?ra=2", url, sizeof(url));
     CURL *easy = curl_easy_init();
     curl_easy_setopt(easy, CURLOPT_URL, url);
     sl_request r;

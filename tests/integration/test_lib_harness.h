@@ -1,5 +1,5 @@
 /* test_lib_harness: what libsluice's integration tests (test_lib.c,
- * test_lib_curl.c) run against, besides redis_fixture:
+ * test_lib_call.c, test_lib_curl.c) run against, besides redis_fixture:
  *   - a small local HTTP provider on 127.0.0.1 (plain sockets, one thread
  *     per connection) that answers 200 with usage JSON, 429 with
  *     Retry-After, 503, quota errors and slow responses (/ok, /flaky
@@ -9,7 +9,9 @@
  *   - lib_daemon: a sluiced (sluiced_fixture) on a private socket with the
  *     config these tests share;
  *   - Redis' own view of a deployment (the status script), to wait on a
- *     condition (a grant held, a pause applied) instead of a sleep.
+ *     condition (a grant held, a pause applied) instead of a sleep;
+ *   - lib_suite: the fixture the three suites share (Redis, two daemons,
+ *     the HTTP provider, governors in either mode).
  * Requests are logged when their answer is decided: /slow's at arrival,
  * before its wait. Header-only, static functions: each test stays one
  * file plus this. */
@@ -39,8 +41,15 @@
 
 #include <hiredis/hiredis.h>
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
 #include "proc.h"
 #include "redis_fixture.h"
+#include "sluice.h"
 #include "script_call.h"
 #include "sluiced_fixture.h"
 
@@ -366,5 +375,85 @@ H_FN int lib_daemon_start(lib_daemon *d, const redis_fixture *fx, const char *ba
 
 /* SIGTERM, and SIGKILL when it has not exited in time. */
 H_FN void lib_daemon_stop(lib_daemon *d) { sluiced_fixture_stop(d, 0); }
+
+/* ---- the suites' fixture -------------------------------------------------------- */
+
+/* What test_lib, test_lib_call and test_lib_curl each run against: one
+ * private Redis, two sluiced daemons (agents "<tag>-d1" and "<tag>-d2")
+ * serving the suite's deployments under the prefix "d", and, with
+ * with_web, the local HTTP provider. Embedded governors get the same
+ * deployments under the prefix "e", as agents "<tag>-agent-<n>". */
+typedef void (*lib_deps_fn)(const char *prefix, char *out, size_t n);
+
+typedef struct lib_suite {
+    const char *name;   /* the test program, for messages */
+    const char *tag;    /* agent ids */
+    lib_deps_fn deps;
+    int with_web;
+    redis_fixture fx;
+    lib_daemon dmn[2];
+    int have_daemon;    /* sluiced is built and both daemons run */
+    int next_agent;
+    http_server web;
+} lib_suite;
+
+H_FN int lib_suite_setup(lib_suite *s) {
+    if (redis_fixture_start(&s->fx, 0) != 0 || (s->with_web && http_start(&s->web) != 0)) return -1;
+    if (!lib_sluiced_path()) {
+        fprintf(stderr, "%s: $SLUICE_BUILD_DIR/agent/sluiced is not built: daemon mode is skipped\n", s->name);
+        return 0;
+    }
+    char deps[4096], d1[32], d2[32];
+    s->deps("d", deps, sizeof(deps));
+    snprintf(d1, sizeof(d1), "%s-d1", s->tag);
+    snprintf(d2, sizeof(d2), "%s-d2", s->tag);
+    if (lib_daemon_start(&s->dmn[0], &s->fx, s->fx.dir, d1, deps) != 0 ||
+        lib_daemon_start(&s->dmn[1], &s->fx, s->fx.dir, d2, deps) != 0)
+        return -1;
+    s->have_daemon = 1;
+    return 0;
+}
+
+H_FN int lib_suite_teardown(lib_suite *s) {
+    lib_daemon_stop(&s->dmn[0]);
+    lib_daemon_stop(&s->dmn[1]);
+    if (s->with_web) http_stop(&s->web);
+    redis_fixture_stop(&s->fx);
+    return 0;
+}
+
+/* True (and says so) when a daemon-mode test cannot run. */
+H_FN int lib_suite_skip(const lib_suite *s, int mode) {
+    if (mode == DAEMON && !s->have_daemon) {
+        print_message("  daemon mode skipped: $SLUICE_BUILD_DIR/agent/sluiced is not built\n");
+        return 1;
+    }
+    return 0;
+}
+
+/* A governor: embedded (its own engine, a new agent) or connected to
+ * daemon `which`; fails the test when it cannot open. */
+H_FN sl_gov *lib_suite_open(lib_suite *s, int mode, int which) {
+    sl_options o;
+    sl_options_init(&o);
+    char text[8192], agent[48];
+    if (mode == DAEMON) {
+        o.socket_path = s->dmn[which].sock;
+    } else {
+        char deps[4096];
+        s->deps("e", deps, sizeof(deps));
+        snprintf(text, sizeof(text),
+                 "redis:\n  url: unix://%s\n  timeout_ms: 500\n  connect_timeout_ms: 500\n"
+                 "agent:\n  heartbeat_ms: 200\ndeployments:\n%s",
+                 s->fx.sock, deps);
+        o.config_text = text;
+        snprintf(agent, sizeof(agent), "%s-agent-%d", s->tag, ++s->next_agent);
+        o.agent_id = agent;
+    }
+    sl_gov *g = NULL;
+    int rc = sl_open(&o, &g);
+    if (rc != 0) fail_msg("sl_open: %s: %s", sl_strerror(rc), sl_errmsg(NULL));
+    return g;
+}
 
 #endif
