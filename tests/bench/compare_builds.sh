@@ -18,29 +18,35 @@ for r in $(seq 1 "$ROUNDS"); do
   for side in old new; do
     b=$OLD; [ $side = new ] && b=$NEW
     echo "round $r: $side ($b)" >&2
-    SLUICE_BUILD_DIR=$b "$NEW/tests/bench_agent" 2 >"$out/agent.$side.$r" 2>&1
+    if ! SLUICE_BUILD_DIR=$b "$NEW/tests/bench_agent" 2 >"$out/agent.$side.$r" 2>&1; then
+      # a failed round is left out of the medians, and says why
+      echo "round $r: bench_agent against the $side build failed:" >&2
+      tail -5 "$out/agent.$side.$r" >&2
+      : >"$out/agent.$side.$r"
+    fi
     # the demo table of that build (its own mock, Redis and workers)
     (cd "$out" && "$b/sluice" demo --strategies "$DEMO" --sluiced "$b/agent/sluiced" >"$out/demo.$side.$r" 2>&1) || true
   done
 done
 row() { # file pattern, awk column: prints the figure of every round
   local side=$1 pat=$2 col=$3
-  for r in $(seq 1 "$ROUNDS"); do grep -F "$pat" "$out/agent.$side.$r" | head -1 | awk -F'|' -v c="$col" '{gsub(/ /,"",$c); print $c}'; done
+  for r in $(seq 1 "$ROUNDS"); do { grep -F -- "$pat" "$out/agent.$side.$r" || true; } | head -1 | awk -F'|' -v c="$col" '{gsub(/ /,"",$c); print $c}'; done
 }
 printf '\n| figure | old | new | new / old |\n|---|---:|---:|---:|\n'
-for spec in "through sluiced (ACQUIRE + SETTLE on the socket)|3|p50 us" "through sluiced (ACQUIRE + SETTLE on the socket)|4|p99 us" \
-            "| 1 ||3|grants/s, 1 caller" "| 64 ||3|grants/s, 64 callers" "| 1000 ||3|grants/s, 1000 callers" \
-            "| 1000 ||4|script calls per grant, 1000 callers"; do
-  pat=${spec%%|*}; rest=${spec#*|}
-  if [[ $pat == "" ]]; then pat="| ${rest%%||*} |"; rest=${rest#*||}; fi
-  col=${rest%%|*}; name=${rest#*|}
+# pattern@column@name: the first line of bench_agent's output with the
+# pattern, the figure in that |-separated column
+for spec in "through sluiced (ACQUIRE + SETTLE on the socket)@3@p50 us" \
+            "through sluiced (ACQUIRE + SETTLE on the socket)@4@p99 us" \
+            "| 1 |@3@grants/s, 1 caller" "| 64 |@3@grants/s, 64 callers" "| 1000 |@3@grants/s, 1000 callers" \
+            "| 1000 |@4@script calls per grant, 1000 callers"; do
+  pat=${spec%%@*}; rest=${spec#*@}; col=${rest%%@*}; name=${rest#*@}
   o=$(row old "$pat" "$col" | median); n=$(row new "$pat" "$col" | median)
   ratio=$(awk -v o="$o" -v n="$n" 'BEGIN { if (o+0 > 0) printf "%.2f", n/o; else print "-" }')
   printf '| %s | %s | %s | %s |\n' "$name" "$o" "$n" "$ratio"
 done
 demo_fig() { # side, field counted from the end of the sluice row ("%" is 1, util 2, eff RPM 3, wall 5, p50 9)
   for r in $(seq 1 "$ROUNDS"); do
-    grep '^sluice' "$out/demo.$1.$r" | awk -v k="$2" '{ v=$(NF-k+1); gsub(/[^0-9.]/,"",v); print v }'
+    { grep '^sluice' "$out/demo.$1.$r" || true; } | awk -v k="$2" '{ v=$(NF-k+1); gsub(/[^0-9.]/,"",v); print v }'
   done
 }
 for spec in "5|demo sluice wall s" "9|demo sluice p50 s" "3|demo sluice eff RPM"; do
