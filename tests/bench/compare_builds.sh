@@ -46,7 +46,7 @@ for spec in "through sluiced (ACQUIRE + SETTLE on the socket)@3@p50 us" \
 done
 demo_fig() { # side, field counted from the end of the sluice row ("%" is 1, util 2, eff RPM 3, wall 5, p50 9)
   for r in $(seq 1 "$ROUNDS"); do
-    { grep '^sluice' "$out/demo.$1.$r" || true; } | awk -v k="$2" '{ v=$(NF-k+1); gsub(/[^0-9.]/,"",v); print v }'
+    { grep '^sluice (shared budget)' "$out/demo.$1.$r" || true; } | awk -v k="$2" '{ v=$(NF-k+1); gsub(/[^0-9.]/,"",v); print v }'
   done
 }
 for spec in "5|demo sluice wall s" "9|demo sluice p50 s" "3|demo sluice eff RPM"; do
