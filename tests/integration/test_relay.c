@@ -64,6 +64,12 @@ static void send_all(int fd, const char *s) {
 
 /* Reads until want is in the buffer, EOF, or timeout_ms. Returns 1 when
  * want was read, 0 on timeout (*eof 0), 0 with *eof 1 on EOF. */
+static int one_held(void *arg) {
+    relay_counts c;
+    relay_get_counts(arg, &c);
+    return c.held >= 1;
+}
+
 static int read_until(int fd, const char *want, int timeout_ms, int *eof) {
     char buf[4096];
     size_t n = 0;
@@ -151,7 +157,8 @@ static void test_pass_cut_blackhole(void **state) {
     send_all(b, "INCR relay:k\r\n");
     assert_false(read_until(b, ":", 300, &eof));
     assert_false(eof);
-    proc_sleep_ms(150); /* one relay turn: the connect is accepted */
+    /* The relay's thread accepts it on its next turn. */
+    PROC_POLL_OR_FAIL(one_held, r, 2000, "the relay to hold the new connection");
     relay_get_counts(r, &c);
     assert_int_equal(c.held, 1);
     assert_int_equal(c.open, 2);
@@ -194,6 +201,11 @@ static void test_upstream_down(void **state) {
     if (!r) fail_msg("relay_start: %s", err);
     int a = tcp_connect(relay_port(r)), eof;
     assert_true(a >= 0);
+    /* Relayed to Redis before it goes (the connect alone returns once the
+     * kernel accepted it: the relay's thread might take it after the kill,
+     * fail its upstream connect, and count it). */
+    send_all(a, "PING\r\n");
+    assert_true(read_until(a, "+PONG\r\n", 2000, &eof));
     redis_fixture_kill(&fx, 1);
     /* Redis is gone: the relayed connection is closed. */
     assert_false(read_until(a, "x", 2000, &eof));
