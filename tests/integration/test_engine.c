@@ -19,6 +19,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "costmodel.h"
 #include "engine.h"
 #include "engine_status.h"
 #include "redis_fixture.h"
@@ -38,13 +39,15 @@ static int group_teardown(void **state) {
 /* fallback_share 0.9 is the share before any heartbeat was seen; it differs
  * from the share the heartbeats give in the fallback test (1/3), so a
  * fallback that ignored them would show. */
-static config *make_config(const char *deployments) {
+/* max_script_ms: redis.max_script_ms as written, NULL for its default. */
+static config *make_config_bound(const char *max_script_ms, const char *deployments) {
     char text[4096], err[512];
     snprintf(text, sizeof(text),
-             "redis:\n  url: unix://%s\n  timeout_ms: 300\n  connect_timeout_ms: 300\n"
+             "redis:\n  url: unix://%s\n  timeout_ms: 300\n  connect_timeout_ms: 300\n%s%s%s"
              "agent:\n  socket: /tmp/unused.sock\n  heartbeat_ms: 200\n  fallback_share: 0.9\n"
              "deployments:\n%s",
-             fx.sock, deployments);
+             fx.sock, max_script_ms ? "  max_script_ms: " : "", max_script_ms ? max_script_ms : "",
+             max_script_ms ? "\n" : "", deployments);
     config *cfg = NULL;
     if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0)
         fail_msg("config: %s", err);
@@ -60,11 +63,15 @@ typedef struct world {
 
 static void on_stopped(void *arg) { (void)arg; }
 
-static void world_init(world *w, const char *deployments, const char *agent) {
+static void world_init_bound(world *w, const char *max_script_ms, const char *deployments, const char *agent) {
     memset(w, 0, sizeof(*w));
     uv_loop_init(&w->loop);
-    assert_int_equal(engine_new(&w->loop, make_config(deployments), agent, &w->e), 0);
+    assert_int_equal(engine_new(&w->loop, make_config_bound(max_script_ms, deployments), agent, &w->e), 0);
     engine_start(w->e);
+}
+
+static void world_init(world *w, const char *deployments, const char *agent) {
+    world_init_bound(w, NULL, deployments, agent);
 }
 
 static void world_close(world *w) {
@@ -129,9 +136,12 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
     a->w->done_count++;
 }
 
+/* Coalescing as such, without a bound on a call's time (redis.max_script_ms
+ * 0: batches of up to 128 items, whatever they cost in Redis);
+ * test_batches_under_script_bound has the bound. */
 static void test_coalescing_and_release_at_slot(void **state) {
     world w;
-    world_init(&w, "  coal:\n    rpm: 6000\n    burst: { requests: 10 }\n", "agent-a");
+    world_init_bound(&w, "0", "  coal:\n    rpm: 6000\n    burst: { requests: 10 }\n", "agent-a");
     assert_true(run_until(&w, connected, 3000));
     /* Let the limits reach Redis before the burst (one heartbeat turn). */
     uv_update_time(&w.loop);
@@ -172,6 +182,60 @@ static void test_coalescing_and_release_at_slot(void **state) {
      * as 9.9, 10 ms), and the last release may come late by the loop's
      * timer latency (50 ms allowed, under the sanitizers on a loaded
      * machine). */
+    assert_true((double)(last - t0) <= floor_ms + 10 + 50);
+    replay_free(&rp);
+    world_close(&w);
+}
+
+/* redis.max_script_ms under what any reserve call takes (10 µs): once the
+ * engine has seen its first call's time (a call of COSTMODEL_FIRST_CAP
+ * items, before anything is learned), every call carries one item. The
+ * callers of one loop turn are still all granted, in arrival order (grant
+ * numbers follow the acquires), released at their slots (the replay
+ * rejects nothing) and as early as without the bound. */
+static void test_batches_under_script_bound(void **state) {
+    world w;
+    world_init_bound(&w, "0.01", "  bound:\n    rpm: 6000\n    burst: { requests: 10 }\n", "agent-b");
+    assert_true(run_until(&w, connected, 3000));
+    uv_update_time(&w.loop);
+    enum { N = 300, FIRST = 16 };
+    static acq a[N];
+    w.target = N;
+    uint64_t t0 = uv_now(&w.loop);
+    for (int i = 0; i < N; i++) {
+        a[i] = (acq){.w = &w};
+        assert_int_equal(engine_acquire(w.e, "bound", 0, 60000, NULL, NULL, on_acquired, &a[i], NULL), 0);
+    }
+    assert_true(run_until(&w, all_done, 10000));
+    replay rp;
+    replay_init(&rp);
+    uint64_t last = 0;
+    long long prev = -1;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(a[i].status, SL_OK);
+        assert_int_equal(a[i].called, 1);
+        assert_int_equal(a[i].g.local, 0);
+        const char *num = strrchr(a[i].g.id, ':');
+        assert_non_null(num);
+        long long n = atoll(num + 1);
+        if (n <= prev) fail_msg("caller %d got grant %lld after grant %lld: not in arrival order", i, n, prev);
+        prev = n;
+        replay_add(&rp, (double)a[i].at, 1);
+        if (a[i].at > last) last = a[i].at;
+    }
+    engine_stats s;
+    engine_get_stats(w.e, &s);
+    double floor_ms = (N - 10) / (6000.0 / 60000.0);
+    char cap[32];
+    status_field(&w, "bound", "agent_batch_cap", cap, sizeof(cap));
+    print_message("  %d grants, %llu reserve calls, %llu over the bound, cap %s, makespan %llu ms (floor %.0f ms)\n",
+                  N, s.reserve_calls, s.reserve_over_bound, cap, (unsigned long long)(last - t0), floor_ms);
+    assert_int_equal(FIRST, COSTMODEL_FIRST_CAP);
+    assert_int_equal(s.reserve_items, N);
+    assert_int_equal(s.reserve_calls, 1 + (N - FIRST));
+    assert_int_equal(s.reserve_over_bound, s.reserve_calls);
+    assert_string_equal(cap, "1");
+    assert_int_equal(replay_rejections(&rp, 10, 6000.0 / 60000.0, NULL), 0);
     assert_true((double)(last - t0) <= floor_ms + 10 + 50);
     replay_free(&rp);
     world_close(&w);
@@ -505,6 +569,7 @@ static void test_script_permission_error_is_loud(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_coalescing_and_release_at_slot),
+        cmocka_unit_test(test_batches_under_script_bound),
         cmocka_unit_test(test_cancel_gives_the_slot_back),
         cmocka_unit_test(test_shed_when_slot_beyond_max_wait),
         cmocka_unit_test(test_pause_keeps_held_callers_spaced),
