@@ -6,19 +6,23 @@
  * I/O, no allocation, no clock; one model per deployment and per group
  * queue (their items cost differently).
  *
- * A call of n items is modelled as fixed + n x item µs.
- *   - fixed, the per-call part, is half of what a fit of time against
- *     items over the recent calls gives (0 until calls of different sizes
- *     were seen): deliberately low, so that the per-item part errs high.
- *     With any fixed part between 0 and the true one, a cap computed from
- *     a call of n items for a larger size overestimates that size's time,
- *     so growing never overshoots; the batch converges from below to the
- *     size whose time is the budget, without oscillating.
- *   - item, the per-item part, is (time - fixed) / n of each call,
- *     smoothed: it follows a costlier call at once by half the gap and a
- *     cheaper one slowly (an eighth), so one lucky call does not widen the
- *     batch and a mix turning costly (deferrals are cheap, grants are not)
- *     narrows it within a call or two. */
+ * A call of n items is modelled as fixed + n x item µs, from the last
+ * COSTMODEL_WINDOW calls, with medians so that a call stretched by
+ * something else (Redis descheduled on a busy host, a fork) moves
+ * neither figure:
+ *   - fixed, the per-call part, is half the intercept of a Theil-Sen fit
+ *     (the median of the slopes between calls of clearly different sizes,
+ *     the median of the intercepts; at most the window's quickest call)
+ *     when there are enough such pairs, else the last figure (0 at first):
+ *     deliberately low, so that the per-item
+ *     part errs high. With any fixed part between 0 and the true one, the
+ *     time a call of n items predicts for a larger size overestimates
+ *     that size's, so growing never overshoots: the batch converges from
+ *     below to the size whose time is the budget, without oscillating.
+ *   - item, the per-item part, is the median of (time - fixed) / n over
+ *     the last COSTMODEL_MEDIAN calls: a mix turning costly (deferrals
+ *     are cheap, grants are not) narrows the batch after a few calls, and
+ *     one or two stretched calls do not. */
 #ifndef SLUICE_COSTMODEL_H
 #define SLUICE_COSTMODEL_H
 
@@ -28,10 +32,14 @@
  * stay under a 1 ms budget with any of today's scripts on a slow node. */
 #define COSTMODEL_FIRST_CAP 16
 
+#define COSTMODEL_WINDOW 8
+#define COSTMODEL_MEDIAN 5
+
 typedef struct costmodel {
     double fixed_us;          /* per call (a low estimate), µs */
     double item_us;           /* per item, µs; 0 until the first call */
-    double w, sn, snn, st, snt; /* exponentially weighted sums of 1, n, n², t, n t */
+    double t[COSTMODEL_WINDOW]; /* the last calls' times (µs), a ring */
+    size_t n[COSTMODEL_WINDOW]; /* and their items */
     double last_us;           /* the last call's time, µs */
     size_t last_n;            /* and its items */
     unsigned long long calls; /* calls observed */

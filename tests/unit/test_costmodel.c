@@ -8,12 +8,13 @@
  *     oscillation);
  *   - from single-item calls (light load) a burst grows the batch without
  *     a call over the budget;
- *   - costs that triple (a costlier mix) shrink the batch within a few
- *     calls;
- *   - with ±20 % noise on every call (uniform, independent: harsher than
- *     Redis on an idle core) the cap stays within a band of a few items
- *     and the noiseless time of every batch within 10 % of the budget
- *     (the engine's budget is 90 % of redis.max_script_ms for this). */
+ *   - costs that triple (a costlier mix) shrink the batch within five
+ *     calls (the median needs three costly ones);
+ *   - a few percent of jitter and one call in eight stretched tenfold
+ *     (Redis descheduled on a busy host) keep the cap at the best size or
+ *     below it, no batch's undisturbed time over the budget by more than
+ *     the jitter, and 95 % of the batches at least half the best size (a
+ *     run of stretched calls narrows a few). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -105,31 +106,37 @@ static void test_shrinks_when_costlier(void **state) {
         if (cost(150, 15, n) > BUDGET) over++;
         costmodel_observe(&m, n, cost(150, 15, n));
     }
-    assert_true(over <= 3);
+    assert_true(over <= 5);
     assert_true(n <= 50 && n >= 40);
 }
 
-/* ±20 % noise on each call's time (deterministic). */
-static void test_noise_is_stable(void **state) {
+/* What a busy host does to a call's time: a few percent of jitter, and
+ * now and then a call stretched tenfold (Redis descheduled mid-script),
+ * here one in eight (deterministic). */
+static void test_stretched_calls_are_ignored(void **state) {
     (void)state;
     const double a = 150, b = 15;
+    const size_t best = (size_t)((BUDGET - a) / b); /* 50 */
     costmodel m;
     costmodel_init(&m);
     uint32_t x = 12345;
-    size_t lo = SIZE_MAX, hi = 0;
-    for (int i = 0; i < 400; i++) {
+    size_t lo = SIZE_MAX, hi = 0, narrow = 0;
+    for (int i = 0; i < 450; i++) {
         size_t n = costmodel_cap(&m, BUDGET, 128);
         x = x * 1664525u + 1013904223u;
-        double noise = 0.8 + 0.4 * (double)(x >> 8) / (double)(1u << 24);
+        double noise = 0.95 + 0.1 * (double)(x >> 8) / (double)(1u << 24);
+        if ((x >> 5) % 8 == 0) noise *= 10;
         costmodel_observe(&m, n, cost(a, b, n) * noise);
         if (i >= 50) {
-            assert_true(cost(a, b, n) <= 1.1 * BUDGET);
+            assert_true(cost(a, b, n) <= 1.05 * BUDGET);
             if (n < lo) lo = n;
             if (n > hi) hi = n;
+            if (n < best / 2) narrow++;
         }
     }
-    assert_true(lo >= 35);
-    assert_true(hi - lo <= 16);
+    print_message("  cap between %zu and %zu (best %zu), under half of it %zu times in 400\n", lo, hi, best, narrow);
+    assert_true(hi <= best + 2);
+    assert_true(narrow <= 20);
 }
 
 int main(void) {
@@ -138,7 +145,7 @@ int main(void) {
         cmocka_unit_test(test_converges_from_below),
         cmocka_unit_test(test_grows_after_light_load),
         cmocka_unit_test(test_shrinks_when_costlier),
-        cmocka_unit_test(test_noise_is_stable),
+        cmocka_unit_test(test_stretched_calls_are_ignored),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
