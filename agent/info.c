@@ -133,9 +133,9 @@ static void count_batch(void *ud, const char *kind, const char *name, const engi
     (*(size_t *)ud)++;
 }
 
-/* Redis calls; per deployment and group (batch<i>), the items its next
- * reserve call may carry under redis.max_script_ms and the Redis time per
- * item and per call learned from its calls. */
+/* Redis calls; per deployment, its settles and per group (batch<i>), the
+ * items the next call may carry under redis.max_script_ms and the Redis
+ * time per item and per call learned from the calls. */
 static void section_redis(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
     const config *cfg = engine_config(server_engine(s));
     long long now = wall_clock_ms();
@@ -160,7 +160,7 @@ static void section_redis(info_out *o, server *s, const server_stats *st, const 
     line(o, "redis_calls_per_grant:%.4f", ratio(es->redis_calls, es->grants));
     line(o, "reserve_calls_per_grant:%.4f", ratio(es->reserve_calls, es->grants - es->grants_local));
     line(o, "max_script_ms:%g", cfg->redis.max_script_ms);
-    line(o, "reserve_over_bound:%llu", es->reserve_over_bound);
+    line(o, "script_calls_over_bound:%llu", es->script_over_bound);
     size_t n = 0;
     engine_foreach_batch(server_engine(s), count_batch, &n);
     line(o, "batches:%zu", n);

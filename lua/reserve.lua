@@ -28,12 +28,8 @@
 -- Deferrals happen only on deployments with lanes or tenants configured
 -- (see sl_plan). A shed or deferred item consumes nothing. now_us is the
 -- Redis clock, for tests only: callers use the relative wait.
--- A last ARGV '@timed' (in either mode; no name has an @) appends one
--- element to the reply: the call's own time in µs, from TIME read before
--- anything else is done to TIME read after everything is written (TIME is
--- gettimeofday, not frozen during a script). The agent sizes its batches
--- by it (redis.max_script_ms); the script text's own definitions before
--- the first read and the reply's encoding after the last are not in it.
+-- A last ARGV '@timed' (in either mode) appends the call's own time in µs
+-- to the reply (sl_timed in common.lua): the agent sizes its batches by it.
 
 -- A reserve decides on a deployment in three steps, so that what is per
 -- call is paid once per call (and once per member in group mode, however
@@ -690,21 +686,7 @@ local function reserve_group()
   return reply
 end
 
-local SL_T0
-if ARGV[#ARGV] == '@timed' then
-  SL_T0 = redis.call('TIME')
-  ARGV[#ARGV] = nil
-end
--- The reply with the call's time appended when it was asked for.
-local function reserve_reply(out)
-  if SL_T0 and type(out) == 'table' and not out.err then
-    local t = redis.call('TIME')
-    out[#out + 1] = (tonumber(t[1]) - tonumber(SL_T0[1])) * 1000000 + tonumber(t[2]) - tonumber(SL_T0[2])
-  end
-  return out
-end
-
-if ARGV[1] == 'group' then return reserve_reply(reserve_group()) end
+if ARGV[1] == 'group' then return sl_timed(reserve_group()) end
 
 local name, limits, st, err = sl_load()
 if not name then return redis.error_reply(err) end
@@ -774,4 +756,4 @@ end
 reserve_close(x)
 local head = reserve_head(x)
 for k = 1, 5 do out[k] = head[k] end
-return reserve_reply(out)
+return sl_timed(out)

@@ -322,7 +322,7 @@ void gq_flush(engine *e, gq *q) {
     argv[3] = g->policy == CONFIG_POLICY_WEIGHTED ? "weighted" : "priority";
     /* Under redis.max_script_ms, like a deployment's batch; the rest wait
      * for the next call, in order. */
-    size_t cap = batch_cap(e, &q->cost);
+    size_t cap = batch_cap(e, &q->cost, RESERVE_BATCH_MAX);
     while (b->n < cap && (c = list_pop(&q->q)) != NULL) {
         e->stats.queued--;
         size_t k = b->n;

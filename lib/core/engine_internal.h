@@ -16,7 +16,7 @@
  *   engine_redis.c   the flush once per loop turn, configure, heartbeat,
  *                    Redis up and down
  *   engine_query.c   questions about one deployment (RETRY, STATUS)
- *   engine_batch.c   how many items a reserve call may carry
+ *   engine_batch.c   how many items a reserve or settle call may carry
  *                    (redis.max_script_ms), learned from the calls' times
  */
 #ifndef SLUICE_ENGINE_INTERNAL_H
@@ -41,13 +41,13 @@
  * or tenants: after a deferral the rest of the class would be deferred
  * too, so sending its whole backlog would only cost Redis time. */
 #define ENGINE_CLASS_BATCH 8
-/* The share of redis.max_script_ms a reserve call aims at, by the script's
+/* The share of redis.max_script_ms a script call aims at, by the script's
  * own measure: that measure leaves out the script text's definitions, the
  * arguments made Lua strings and the reply's encoding, and covers 0.84 to
  * 0.92 of Redis' own time per call at 10 to 100 items (bench_reserve
  * --timed); the rest is room for Redis' speed varying from call to call. */
 #define ENGINE_SCRIPT_BUDGET_SHARE 0.75
-/* The last ARGV that asks the reserve script for its own time. */
+/* The last ARGV that asks a script for its own time (lua/common.lua). */
 #define ENGINE_TIMED_ARG "@timed"
 
 typedef enum call_state { CALL_PENDING, CALL_INFLIGHT, CALL_WAITING, CALL_DONE } call_state;
@@ -126,6 +126,7 @@ struct dep {
     call_list waiting;        /* granted, timer armed */
     int reserving;            /* reserve calls in flight (at most 1) */
     costmodel cost;           /* its reserve calls' time in Redis, learned */
+    costmodel settle_cost;    /* its settle calls' */
     size_t turn;              /* classes of one lane take turns across full batches */
     settle_item *settles;
     size_t nsettles, capsettles;
@@ -304,7 +305,7 @@ int dep_uses_redis(const dep *d);
 void dep_hand_over(dep *d);
 
 /* ---- engine_batch.c ---- */
-size_t batch_cap(const engine *e, const costmodel *m);
+size_t batch_cap(const engine *e, const costmodel *m, size_t max);
 void batch_seen(engine *e, costmodel *m, size_t n, const redisReply *r, size_t nhead, uint64_t sent_ns);
 
 /* ---- engine_redis.c ---- */

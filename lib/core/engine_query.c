@@ -155,7 +155,7 @@ static void status_emit(dep_query *q, redisReply *r) {
     FIELD_FMT("agent_paused_ms", "%llu",
               (unsigned long long)(d->paused_until > now ? d->paused_until - now : 0));
     FIELD_FMT("agent_rate_scale", "%.4f", d->rate_scale);
-    FIELD_FMT("agent_batch_cap", "%zu", batch_cap(e, &d->cost));
+    FIELD_FMT("agent_batch_cap", "%zu", batch_cap(e, &d->cost, RESERVE_BATCH_MAX));
     FIELD_FMT("agent_script_item_us", "%.1f", d->cost.item_us);
     FIELD_FMT("agent_script_fixed_us", "%.1f", d->cost.fixed_us);
     for (size_t i = 0; i < nr; i++) {

@@ -202,7 +202,7 @@ void dep_flush_reserves(dep *d) {
     size_t stride = quads ? 4 : 2;
     /* The items this call may carry under redis.max_script_ms; the rest
      * ride the next call, in order, once this one is answered. */
-    size_t cap = batch_cap(e, &d->cost);
+    size_t cap = batch_cap(e, &d->cost, RESERVE_BATCH_MAX);
     const char **argv = malloc(sizeof(*argv) * (2 + 4 * RESERVE_BATCH_MAX));
     char(*buf)[48] = malloc(sizeof(*buf) * (1 + 2 * RESERVE_BATCH_MAX));
     /* Copies: shedding an expired group call below may queue it on another

@@ -187,12 +187,19 @@ static void test_coalescing_and_release_at_slot(void **state) {
     world_close(&w);
 }
 
-/* redis.max_script_ms under what any reserve call takes (10 µs): once the
+/* redis.max_script_ms under what any script call takes (10 µs): once the
  * engine has seen its first call's time (a call of COSTMODEL_FIRST_CAP
  * items, before anything is learned), every call carries one item. The
  * callers of one loop turn are still all granted, in arrival order (grant
  * numbers follow the acquires), released at their slots (the replay
- * rejects nothing) and as early as without the bound. */
+ * rejects nothing) and as early as without the bound; their settles, all
+ * queued in one turn, likewise go one per call after the first. */
+static int all_settled(world *w) {
+    engine_stats s;
+    engine_get_stats(w->e, &s);
+    return s.settle_items >= 300;
+}
+
 static void test_batches_under_script_bound(void **state) {
     world w;
     world_init_bound(&w, "0.01", "  bound:\n    rpm: 6000\n    burst: { requests: 10 }\n", "agent-b");
@@ -229,15 +236,21 @@ static void test_batches_under_script_bound(void **state) {
     char cap[32];
     status_field(&w, "bound", "agent_batch_cap", cap, sizeof(cap));
     print_message("  %d grants, %llu reserve calls, %llu over the bound, cap %s, makespan %llu ms (floor %.0f ms)\n",
-                  N, s.reserve_calls, s.reserve_over_bound, cap, (unsigned long long)(last - t0), floor_ms);
+                  N, s.reserve_calls, s.script_over_bound, cap, (unsigned long long)(last - t0), floor_ms);
     assert_int_equal(FIRST, COSTMODEL_FIRST_CAP);
     assert_int_equal(s.reserve_items, N);
     assert_int_equal(s.reserve_calls, 1 + (N - FIRST));
-    assert_int_equal(s.reserve_over_bound, s.reserve_calls);
+    assert_int_equal(s.script_over_bound, s.reserve_calls);
     assert_string_equal(cap, "1");
     assert_int_equal(replay_rejections(&rp, 10, 6000.0 / 60000.0, NULL), 0);
     assert_true((double)(last - t0) <= floor_ms + 10 + 50);
     replay_free(&rp);
+    for (int i = 0; i < N; i++) assert_int_equal(engine_settle(w.e, a[i].g.id, 0, ENGINE_OK, -1), 0);
+    assert_true(run_until(&w, all_settled, 10000));
+    engine_get_stats(w.e, &s);
+    print_message("  %d settles in %llu settle calls\n", N, s.settle_calls);
+    assert_int_equal(s.settle_items, N);
+    assert_int_equal(s.settle_calls, 1 + (N - FIRST));
     world_close(&w);
 }
 
