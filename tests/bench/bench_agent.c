@@ -22,6 +22,8 @@
  * slow log at 1000 µs (every reserve and settle call of 1 ms or more, and
  * the longest), the latency monitor at 1 ms (LATENCY LATEST, the
  * `command` event); from the agents' INFO: reserve items per call.
+ * BENCH_SLOWLOG=1 also prints each slow reserve call (items, µs) and the
+ * agents' batch lines (cap, learned times) on stderr.
  *
  * Needs SLUICE_BUILD_DIR (the build directory) to find sluiced. */
 #define _GNU_SOURCE
@@ -328,6 +330,7 @@ static int rt_once(redis_fixture *rf, redisContext *rc, const char *bound, int g
             if (more && !strncmp(more, "... (", 5)) argc = (long long)args->elements - 1 + atoll(more + 5);
             double items = group ? (double)(argc - 3 - 33 - 5 - 1) / 5 : (double)(argc - 3 - 11 - 1 - 1) / 2;
             if (nslow < sizeof(slow_items) / sizeof(slow_items[0])) slow_items[nslow++] = items;
+            if (getenv("BENCH_SLOWLOG")) fprintf(stderr, "slow reserve: %.0f items, %lld us\n", items, us);
         }
         else if (!strcmp(args->element[1]->str, settle_sha)) out->slow_settle++;
     }
@@ -348,6 +351,9 @@ static int rt_once(redis_fixture *rf, redisContext *rc, const char *bound, int g
         if (ir && ir->type == REDIS_REPLY_STRING) {
             items += info_num(ir->str, "reserve_items:");
             calls += info_num(ir->str, "reserve_calls:");
+            /* BENCH_SLOWLOG: the agent's batch lines too (cap, learned times). */
+            for (const char *p = ir->str; getenv("BENCH_SLOWLOG") && (p = strstr(p, "batch")) != NULL; p++)
+                if (p[5] >= '0' && p[5] <= '9') fprintf(stderr, "agent %d: %.*s\n", i, (int)strcspn(p, "\r\n"), p);
         }
         if (ir) freeReplyObject(ir);
         if (dc) redisFree(dc);
