@@ -247,6 +247,24 @@ static void rt_redis(redisContext *rc, const char *cmd) {
     if (r) freeReplyObject(r);
 }
 
+/* The agents' reserve items and calls so far (INFO); print: their batch
+ * lines (cap, learned times) on stderr too. */
+static void agents_reserves(sluiced_fixture *sf, long long *items, long long *calls, int print) {
+    *items = *calls = 0;
+    for (int i = 0; i < RT_AGENTS; i++) {
+        redisContext *dc = sluiced_fixture_connect(&sf[i], 2000);
+        redisReply *r = dc ? redisCommand(dc, "INFO redis") : NULL;
+        if (r && r->type == REDIS_REPLY_STRING) {
+            *items += info_num(r->str, "reserve_items:");
+            *calls += info_num(r->str, "reserve_calls:");
+            for (const char *p = r->str; print && (p = strstr(p, "batch")) != NULL; p++)
+                if (p[5] >= '0' && p[5] <= '9') fprintf(stderr, "agent %d: %.*s\n", i, (int)strcspn(p, "\r\n"), p);
+        }
+        if (r) freeReplyObject(r);
+        if (dc) redisFree(dc);
+    }
+}
+
 /* One fleet run: 3 agents with max_script_ms bound, RT_CALLERS callers
  * asking deployment or group name. */
 static int rt_once(redis_fixture *rf, redisContext *rc, const char *bound, int group, int wave, double secs,
@@ -282,17 +300,8 @@ static int rt_once(redis_fixture *rf, redisContext *rc, const char *bound, int g
      * then the measured one from reset counters. */
     wave_ms = wave;
     throughput_over(socks, RT_AGENTS, RT_CALLERS, 0.5);
-    long long items0 = 0, calls0 = 0;
-    for (int i = 0; i < RT_AGENTS; i++) {
-        redisContext *dc = sluiced_fixture_connect(&sf[i], 2000);
-        redisReply *r = dc ? redisCommand(dc, "INFO redis") : NULL;
-        if (r && r->type == REDIS_REPLY_STRING) {
-            items0 += info_num(r->str, "reserve_items:");
-            calls0 += info_num(r->str, "reserve_calls:");
-        }
-        if (r) freeReplyObject(r);
-        if (dc) redisFree(dc);
-    }
+    long long items0, calls0;
+    agents_reserves(sf, &items0, &calls0, 0);
     rt_redis(rc, "CONFIG RESETSTAT");
     rt_redis(rc, "SLOWLOG RESET");
     rt_redis(rc, "LATENCY RESET");
@@ -344,20 +353,8 @@ static int rt_once(redis_fixture *rf, redisContext *rc, const char *bound, int g
             out->latency_ms = e->element[3]->integer;
     }
     if (r) freeReplyObject(r);
-    long long items = 0, calls = 0;
-    for (int i = 0; i < RT_AGENTS; i++) {
-        redisContext *dc = sluiced_fixture_connect(&sf[i], 2000);
-        redisReply *ir = dc ? redisCommand(dc, "INFO redis") : NULL;
-        if (ir && ir->type == REDIS_REPLY_STRING) {
-            items += info_num(ir->str, "reserve_items:");
-            calls += info_num(ir->str, "reserve_calls:");
-            /* BENCH_SLOWLOG: the agent's batch lines too (cap, learned times). */
-            for (const char *p = ir->str; getenv("BENCH_SLOWLOG") && (p = strstr(p, "batch")) != NULL; p++)
-                if (p[5] >= '0' && p[5] <= '9') fprintf(stderr, "agent %d: %.*s\n", i, (int)strcspn(p, "\r\n"), p);
-        }
-        if (ir) freeReplyObject(ir);
-        if (dc) redisFree(dc);
-    }
+    long long items, calls;
+    agents_reserves(sf, &items, &calls, getenv("BENCH_SLOWLOG") != NULL);
     out->items_per_call = calls > calls0 ? (double)(items - items0) / (double)(calls - calls0) : 0;
     for (int i = 0; i < RT_AGENTS; i++) sluiced_fixture_stop(&sf[i], 0);
     return 0;

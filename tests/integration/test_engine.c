@@ -136,6 +136,28 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
     a->w->done_count++;
 }
 
+/* n callers of one loop turn acquire dep; returns when all are answered
+ * (10 s at most) with the latest release. Each was granted once; its
+ * release is added to *rp (initialised here); *t0 is when they asked. */
+static uint64_t burst_of(world *w, const char *dep, acq *a, int n, replay *rp, uint64_t *t0) {
+    w->target = n;
+    *t0 = uv_now(&w->loop);
+    for (int i = 0; i < n; i++) {
+        a[i] = (acq){.w = w};
+        assert_int_equal(engine_acquire(w->e, dep, 0, 60000, NULL, NULL, on_acquired, &a[i], NULL), 0);
+    }
+    assert_true(run_until(w, all_done, 10000));
+    replay_init(rp);
+    uint64_t last = 0;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(a[i].status, SL_OK);
+        assert_int_equal(a[i].called, 1);
+        replay_add(rp, (double)a[i].at, 1);
+        if (a[i].at > last) last = a[i].at;
+    }
+    return last;
+}
+
 /* Coalescing as such, without a bound on a call's time (redis.max_script_ms
  * 0: batches of up to 128 items, whatever they cost in Redis);
  * test_batches_under_script_bound has the bound. */
@@ -147,23 +169,10 @@ static void test_coalescing_and_release_at_slot(void **state) {
     uv_update_time(&w.loop);
     enum { N = 300 };
     static acq a[N];
-    w.target = N;
-    uint64_t t0 = uv_now(&w.loop);
-    for (int i = 0; i < N; i++) {
-        a[i] = (acq){.w = &w};
-        assert_int_equal(engine_acquire(w.e, "coal", 0, 60000, NULL, NULL, on_acquired, &a[i], NULL), 0);
-    }
-    /* 300 requests at 100/s after a burst of 10: about 2.9 s. */
-    assert_true(run_until(&w, all_done, 10000));
     replay rp;
-    replay_init(&rp);
-    uint64_t last = 0;
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(a[i].status, SL_OK);
-        assert_int_equal(a[i].called, 1);
-        replay_add(&rp, (double)a[i].at, 1);
-        if (a[i].at > last) last = a[i].at;
-    }
+    uint64_t t0;
+    /* 300 requests at 100/s after a burst of 10: about 2.9 s. */
+    uint64_t last = burst_of(&w, "coal", a, N, &rp, &t0);
     engine_stats s;
     engine_get_stats(w.e, &s);
     double per_grant = (double)s.reserve_calls / N;
@@ -207,28 +216,16 @@ static void test_batches_under_script_bound(void **state) {
     uv_update_time(&w.loop);
     enum { N = 300, FIRST = 16 };
     static acq a[N];
-    w.target = N;
-    uint64_t t0 = uv_now(&w.loop);
-    for (int i = 0; i < N; i++) {
-        a[i] = (acq){.w = &w};
-        assert_int_equal(engine_acquire(w.e, "bound", 0, 60000, NULL, NULL, on_acquired, &a[i], NULL), 0);
-    }
-    assert_true(run_until(&w, all_done, 10000));
     replay rp;
-    replay_init(&rp);
-    uint64_t last = 0;
+    uint64_t t0, last = burst_of(&w, "bound", a, N, &rp, &t0);
     long long prev = -1;
     for (int i = 0; i < N; i++) {
-        assert_int_equal(a[i].status, SL_OK);
-        assert_int_equal(a[i].called, 1);
         assert_int_equal(a[i].g.local, 0);
         const char *num = strrchr(a[i].g.id, ':');
         assert_non_null(num);
         long long n = atoll(num + 1);
         if (n <= prev) fail_msg("caller %d got grant %lld after grant %lld: not in arrival order", i, n, prev);
         prev = n;
-        replay_add(&rp, (double)a[i].at, 1);
-        if (a[i].at > last) last = a[i].at;
     }
     engine_stats s;
     engine_get_stats(w.e, &s);

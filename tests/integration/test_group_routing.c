@@ -163,6 +163,27 @@ static long long granted_total(const char *dep) {
     "    tenants:\n"                                                                                              \
     "      acme: { tag: us }\n"
 
+/* Every one of the n requests granted; on[m] of them on member m (names
+ * "<p>a", "<p>b", "<p>c"), each release added to rp[m] (initialised
+ * here); first: the earliest ask, last: the latest release. */
+static void tally(const req *r, int n, int on[3], replay rp[3], uint64_t *first, uint64_t *last) {
+    *first = UINT64_MAX;
+    *last = 0;
+    for (int m = 0; m < 3; m++) {
+        on[m] = 0;
+        replay_init(&rp[m]);
+    }
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(r[i].status, SL_OK);
+        int m = r[i].member[1] - 'a';
+        assert_true(m >= 0 && m < 3);
+        on[m]++;
+        replay_add(&rp[m], (double)r[i].at, 1);
+        if (r[i].asked < *first) *first = r[i].asked;
+        if (r[i].at > *last) *last = r[i].at;
+    }
+}
+
 static void test_spare_capacity_stays_on_primary(void **state) {
     (void)state;
     world w;
@@ -191,20 +212,12 @@ static void test_spill_in_order_then_soonest(void **state) {
     for (int i = 0; i < N; i++) ask(&w, i % 2, &r[i], "pg", 20000, NULL, NULL);
     all_arg a = {r, N};
     assert_true(loop_run_until(&w.loop, all_called, &a, 20000));
-    int on[3] = {0, 0, 0}, late = 0;
-    uint64_t first = UINT64_MAX, last = 0;
+    int on[3], late = 0;
+    uint64_t first, last;
     replay rp[3];
-    for (int m = 0; m < 3; m++) replay_init(&rp[m]);
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(r[i].status, SL_OK);
-        int m = r[i].member[1] - 'a';
-        assert_true(m >= 0 && m < 3);
-        on[m]++;
-        replay_add(&rp[m], (double)r[i].at, 1);
+    tally(r, N, on, rp, &first, &last);
+    for (int i = 0; i < N; i++)
         if (r[i].at - r[i].asked > 200 + 30) late++;
-        if (r[i].asked < first) first = r[i].asked;
-        if (r[i].at > last) last = r[i].at;
-    }
     long long ga = granted_total("pa"), gb = granted_total("pb"), gc = granted_total("pc");
     print_message("  %d requests at once: %d / %d / %d on the three members, %d waited past spill_ms; "
                   "Redis granted %lld / %lld / %lld; makespan %llu ms (floor 2000)\n",
@@ -249,19 +262,10 @@ static void test_group_calls_split_under_script_bound(void **state) {
     for (int i = 0; i < N; i++) ask(&w, 0, &r[i], "xg", 20000, NULL, NULL);
     all_arg a = {r, N};
     assert_true(loop_run_until(&w.loop, all_called, &a, 20000));
-    int on[3] = {0, 0, 0};
-    uint64_t first = UINT64_MAX, last = 0;
+    int on[3];
+    uint64_t first, last;
     replay rp[3];
-    for (int m = 0; m < 3; m++) replay_init(&rp[m]);
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(r[i].status, SL_OK);
-        int m = r[i].member[1] - 'a';
-        assert_true(m >= 0 && m < 3);
-        on[m]++;
-        replay_add(&rp[m], (double)r[i].at, 1);
-        if (r[i].asked < first) first = r[i].asked;
-        if (r[i].at > last) last = r[i].at;
-    }
+    tally(r, N, on, rp, &first, &last);
     engine_get_stats(w.e[0], &s);
     unsigned long long calls = s.reserve_calls - s0.reserve_calls;
     print_message("  %d requests: %d / %d / %d on the members in %llu reserve calls, makespan %llu ms (floor 2000)\n",
