@@ -12,18 +12,20 @@
  *     reserve + settle + heartbeats all count).
  * Prints figures only. Usage: bench_agent [seconds per throughput run (3)]
  *
- * bench_agent --redis-time [seconds (3)] [rounds (3)]: Redis' own figures
- * for redis.max_script_ms (docs/benchmarks.md). A fleet of 3 sluiced on one
- * private redis-server, 1000 callers spread over them looping ACQUIRE ->
- * SETTLE on a plentiful deployment (Redis is the bottleneck), then the
- * same over a group of 3 members; each with max_script_ms 1 (the default)
- * and 0 (no bound), the four runs in a rotating order per round. Per run,
- * from Redis: INFO commandstats (evalsha calls and usec_per_call), the
- * slow log at 1000 µs (every reserve and settle call of 1 ms or more, and
- * the longest), the latency monitor at 1 ms (LATENCY LATEST, the
- * `command` event); from the agents' INFO: reserve items per call.
- * BENCH_SLOWLOG=1 also prints each slow reserve call (items, µs) and the
- * agents' batch lines (cap, learned times) on stderr.
+ * bench_agent --redis-time [seconds (3)] [rounds (3)] [bounds (1,0)]:
+ * Redis' own figures for redis.max_script_ms (docs/benchmarks.md). A fleet
+ * of 3 sluiced on one private redis-server, 1000 callers spread over them
+ * looping ACQUIRE -> SETTLE on a plentiful deployment (Redis is the
+ * bottleneck), closed loop and in waves, then the same over a group of 3
+ * members; each with every max_script_ms in bounds (by default 1, the
+ * default, and 0, no bound), the rows in a rotating order per round. Per
+ * row, from Redis: INFO commandstats (evalsha calls and usec_per_call),
+ * the main thread's CPU, the slow log at 1000 µs (every reserve and settle
+ * call of 1 ms or more, and the longest), the latency monitor at 1 ms
+ * (LATENCY LATEST, the `command` event); from the agents' INFO: reserve
+ * items per call; from /proc: Redis' involuntary context switches (each
+ * may stretch a call). BENCH_SLOWLOG=1 also prints each slow reserve call
+ * (items, µs) and the agents' batch lines (cap, learned times) on stderr.
  *
  * Needs SLUICE_BUILD_DIR (the build directory) to find sluiced. */
 #define _GNU_SOURCE
@@ -221,6 +223,7 @@ typedef struct rt_run {
     double slow_items;       /* the median items of the slow reserve calls, 0 none */
     double items_per_call;   /* reserve items per reserve call, over the agents */
     double cpu_per_call;     /* Redis main thread CPU µs per evalsha call (INFO cpu) */
+    long long preempted;     /* Redis' involuntary context switches during the run */
 } rt_run;
 
 /* Redis' main thread CPU so far, µs (user + sys). */
@@ -234,6 +237,20 @@ static double main_cpu_us(redisContext *rc) {
     }
     if (r) freeReplyObject(r);
     return us;
+}
+
+/* The times the kernel took the CPU from process pid (all its threads'
+ * main: /proc/<pid>/status), or 0 when unreadable: each may stretch the
+ * script call running then. */
+static long long involuntary_switches(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long long n = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (!strncmp(line, "nonvoluntary_ctxt_switches:", 27)) n = atoll(line + 27);
+    if (f) fclose(f);
+    return n;
 }
 
 static long long info_num(const char *info, const char *key) {
@@ -306,8 +323,10 @@ static int rt_once(redis_fixture *rf, redisContext *rc, const char *bound, int g
     rt_redis(rc, "SLOWLOG RESET");
     rt_redis(rc, "LATENCY RESET");
     double cpu0 = main_cpu_us(rc);
+    long long sw0 = involuntary_switches(rf->pid);
     out->gps = throughput_over(socks, RT_AGENTS, RT_CALLERS, secs);
     double cpu1 = main_cpu_us(rc);
+    out->preempted = involuntary_switches(rf->pid) - sw0;
     redisReply *r = redisCommand(rc, "INFO commandstats");
     if (r && r->type == REDIS_REPLY_STRING) {
         const char *p = strstr(r->str, "cmdstat_evalsha:");
@@ -360,7 +379,7 @@ static int rt_once(redis_fixture *rf, redisContext *rc, const char *bound, int g
     return 0;
 }
 
-static int redis_time(double secs, int rounds) {
+static int redis_time(double secs, int rounds, const char *bounds) {
     if (rounds < 1 || rounds > 64) rounds = 3;
     redis_fixture rf;
     if (redis_fixture_start(&rf, 0) != 0) return 1;
@@ -372,21 +391,34 @@ static int redis_time(double secs, int rounds) {
      * (which inherit it) step back, so that what is measured is Redis'
      * time and not this benchmark's own load preempting it. */
     if (setpriority(PRIO_PROCESS, 0, 10) != 0) fprintf(stderr, "bench_agent: could not lower the priority\n");
-    static const struct {
-        const char *name, *bound;
+    /* The rows: one deployment and a group, closed loop and waves, each
+     * with every bound asked for (default "1,0"). */
+    enum { MAXROWS = 4 * 8 };
+    struct {
+        char name[96], bound[16];
         int group, wave;
-    } rows[] = {
-        {"one deployment, closed loop, max_script_ms 1", "1", 0, 0},
-        {"one deployment, closed loop, max_script_ms 0", "0", 0, 0},
-        {"group of 3, closed loop, max_script_ms 1", "1", 1, 0},
-        {"group of 3, closed loop, max_script_ms 0", "0", 1, 0},
-        {"one deployment, waves of 1000 every 50 ms, max_script_ms 1", "1", 0, 50},
-        {"one deployment, waves of 1000 every 50 ms, max_script_ms 0", "0", 0, 50},
-        {"group of 3, waves of 1000 every 50 ms, max_script_ms 1", "1", 1, 50},
-        {"group of 3, waves of 1000 every 50 ms, max_script_ms 0", "0", 1, 50},
-    };
-    enum { NROWS = sizeof(rows) / sizeof(rows[0]), NF = 9 };
-    static rt_run runs[NROWS][64];
+    } rows[MAXROWS];
+    int nrows = 0;
+    char list[128];
+    snprintf(list, sizeof(list), "%s", bounds);
+    for (int wave = 0; wave <= 50; wave += 50)
+        for (int group = 0; group <= 1; group++) {
+            char copy[128];
+            memcpy(copy, list, sizeof(copy));
+            for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok && nrows < MAXROWS;
+                 tok = strtok_r(NULL, ",", &save)) {
+                snprintf(rows[nrows].bound, sizeof(rows[nrows].bound), "%s", tok);
+                snprintf(rows[nrows].name, sizeof(rows[nrows].name), "%s, %s, max_script_ms %s",
+                         group ? "group of 3" : "one deployment", wave ? "waves of 1000 every 50 ms" : "closed loop",
+                         tok);
+                rows[nrows].group = group;
+                rows[nrows].wave = wave;
+                nrows++;
+            }
+        }
+    enum { NF = 10 };
+    const int NROWS = nrows;
+    static rt_run runs[MAXROWS][64];
     for (int k = 0; k < rounds; k++)
         for (int j = 0; j < NROWS; j++) {
             int i = (j + k) % NROWS;
@@ -398,28 +430,31 @@ static int redis_time(double secs, int rounds) {
                 return 1;
             }
             fprintf(stderr, "round %d: %s: %.0f grants/s, %lld evalsha at %.1f us (cpu %.1f us), items/call %.1f, "
-                    "slow %lld reserve (median %.0f items) %lld settle, max %lld us, latency %lld ms\n",
+                    "slow %lld reserve (median %.0f items) %lld settle, max %lld us, latency %lld ms, "
+                    "Redis preempted %lld times\n",
                     k + 1, rows[i].name, o->gps, o->calls, o->usec_per_call, o->cpu_per_call, o->items_per_call,
-                    o->slow_reserve, o->slow_items, o->slow_settle, o->max_us, o->latency_ms);
+                    o->slow_reserve, o->slow_items, o->slow_settle, o->max_us, o->latency_ms, o->preempted);
         }
     printf("Redis' own figures: 3 agents on one Redis, 1000 callers over them (ACQUIRE -> SETTLE), %d rounds of\n"
            "%.1f s per row, rows in a rotating order; medians. slow = script calls of 1 ms or more in Redis' slow\n"
            "log (their items: the median slow reserve call's); latency = LATENCY LATEST's `command` event, ms\n"
-           "(0 = none at 1 ms):\n\n",
+           "(0 = none at 1 ms); preempted = Redis' involuntary context switches during the row:\n\n",
            rounds, secs);
     printf("| fleet | grants/s | evalsha usec_per_call | Redis CPU µs per call | reserve items/call | slow reserve | "
-           "their items | slow settle | longest µs | latency ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+           "their items | slow settle | longest µs | latency ms | preempted |\n"
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < NROWS; i++) {
         double v[NF][64], med[NF];
         for (int k = 0; k < rounds; k++) {
             const rt_run *o = &runs[i][k];
             double f[NF] = {o->gps, o->usec_per_call, o->cpu_per_call, o->items_per_call, (double)o->slow_reserve,
-                            o->slow_items, (double)o->slow_settle, (double)o->max_us, (double)o->latency_ms};
+                            o->slow_items, (double)o->slow_settle, (double)o->max_us, (double)o->latency_ms,
+                            (double)o->preempted};
             for (int x = 0; x < NF; x++) v[x][k] = f[x];
         }
         for (int x = 0; x < NF; x++) med[x] = pct(v[x], (size_t)rounds, 0.5);
-        printf("| %s | %.0f | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", rows[i].name, med[0], med[1],
-               med[2], med[3], med[4], med[5], med[6], med[7], med[8]);
+        printf("| %s | %.0f | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", rows[i].name, med[0],
+               med[1], med[2], med[3], med[4], med[5], med[6], med[7], med[8], med[9]);
     }
     redisFree(rc);
     redis_fixture_stop(&rf);
@@ -430,7 +465,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--redis-time")) {
         struct rlimit rl = {8192, 8192};
         if (setrlimit(RLIMIT_NOFILE, &rl) != 0) fprintf(stderr, "bench_agent: could not raise the fd limit\n");
-        return redis_time(argc > 2 ? atof(argv[2]) : 3.0, argc > 3 ? atoi(argv[3]) : 3);
+        return redis_time(argc > 2 ? atof(argv[2]) : 3.0, argc > 3 ? atoi(argv[3]) : 3, argc > 4 ? argv[4] : "1,0");
     }
     double secs = argc > 1 ? atof(argv[1]) : 3.0;
     if (secs <= 0) {
