@@ -251,6 +251,48 @@ static void test_batches_under_script_bound(void **state) {
     world_close(&w);
 }
 
+/* Tenants' classes take turns when batches are full: 40 requests of each
+ * of two tenants, arriving alternately in one loop turn, on a deployment
+ * with room for all, under a bound that makes every call after the first
+ * carry one request. The first call takes 8 of each class (as before the
+ * bound); after it the classes alternate, so the first 40 grants hold 20
+ * of each (without the turns: 32 of the first tenant, whose class comes
+ * first, and 8 of the second). */
+static void test_tenants_take_turns_in_small_batches(void **state) {
+    world w;
+    world_init_bound(&w, "0.01",
+                     "  turns:\n    rpm: 600000\n    burst: { requests: 1000 }\n    tenants:\n"
+                     "      a: { weight: 1 }\n      b: { weight: 1 }\n",
+                     "agent-t");
+    assert_true(run_until(&w, connected, 3000));
+    uv_update_time(&w.loop);
+    enum { N = 80 };
+    static acq a[N];
+    w.target = N;
+    for (int i = 0; i < N; i++) {
+        a[i] = (acq){.w = &w};
+        assert_int_equal(engine_acquire(w.e, "turns", 0, 60000, NULL, i % 2 ? "b" : "a", on_acquired, &a[i], NULL),
+                         0);
+    }
+    assert_true(run_until(&w, all_done, 10000));
+    /* By grant number: how many of the first N / 2 are tenant a's. */
+    long long num[N];
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(a[i].status, SL_OK);
+        num[i] = atoll(strrchr(a[i].g.id, ':') + 1);
+    }
+    int first_a = 0, first_b = 0;
+    for (int i = 0; i < N; i++) {
+        int rank = 0;
+        for (int j = 0; j < N; j++) rank += num[j] < num[i];
+        if (rank < N / 2) *(i % 2 ? &first_b : &first_a) += 1;
+    }
+    print_message("  the first %d grants: %d of tenant a, %d of tenant b\n", N / 2, first_a, first_b);
+    assert_true(first_a >= 18 && first_a <= 22);
+    assert_true(first_b >= 18 && first_b <= 22);
+    world_close(&w);
+}
+
 static void test_cancel_gives_the_slot_back(void **state) {
     world w;
     world_init(&w, "  cancel:\n    rpm: 60\n    burst: { requests: 1 }\n", "agent-c");
@@ -580,6 +622,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_coalescing_and_release_at_slot),
         cmocka_unit_test(test_batches_under_script_bound),
+        cmocka_unit_test(test_tenants_take_turns_in_small_batches),
         cmocka_unit_test(test_cancel_gives_the_slot_back),
         cmocka_unit_test(test_shed_when_slot_beyond_max_wait),
         cmocka_unit_test(test_pause_keeps_held_callers_spaced),
