@@ -118,6 +118,24 @@ static void section_dimensions(info_out *o, server *s, const server_stats *st, c
     engine_foreach_dim(server_engine(s), dim_line, &dl);
 }
 
+typedef struct batch_lines {
+    info_out *o;
+    size_t n;
+} batch_lines;
+
+static void batch_line(void *ud, const char *kind, const char *name, const engine_batch *b) {
+    batch_lines *bl = ud;
+    line(bl->o, "batch%zu:%s=%s,cap=%zu,item_us=%.1f,fixed_us=%.1f,last_items=%zu,last_us=%.0f,calls=%llu", bl->n++,
+         kind, name, b->cap, b->item_us, b->fixed_us, b->last_items, b->last_us, b->calls);
+}
+
+static void count_batch(void *ud, const char *kind, const char *name, const engine_batch *b) {
+    (*(size_t *)ud)++;
+}
+
+/* Redis calls; per deployment, its settles and per group (batch<i>), the
+ * items the next call may carry under redis.max_script_ms and the Redis
+ * time per item and per call learned from the calls. */
 static void section_redis(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
     const config *cfg = engine_config(server_engine(s));
     long long now = wall_clock_ms();
@@ -141,6 +159,13 @@ static void section_redis(info_out *o, server *s, const server_stats *st, const 
     line(o, "settle_items:%llu", es->settle_items);
     line(o, "redis_calls_per_grant:%.4f", ratio(es->redis_calls, es->grants));
     line(o, "reserve_calls_per_grant:%.4f", ratio(es->reserve_calls, es->grants - es->grants_local));
+    line(o, "max_script_ms:%g", cfg->redis.max_script_ms);
+    line(o, "script_calls_over_bound:%llu", es->script_over_bound);
+    size_t n = 0;
+    engine_foreach_batch(server_engine(s), count_batch, &n);
+    line(o, "batches:%zu", n);
+    batch_lines bl = {o, 0};
+    engine_foreach_batch(server_engine(s), batch_line, &bl);
 }
 
 static void section_stats(info_out *o, server *s, const server_stats *st, const engine_stats *es) {

@@ -261,6 +261,35 @@ static void dim_metrics(text_out *o, engine *e) {
     }
 }
 
+/* Per deployment and group: the next reserve call's cap and the learned
+ * Redis time per item (engine_foreach_batch). */
+typedef struct batch_out {
+    text_out *o;
+    int what; /* 0 cap, 1 item_us */
+} batch_out;
+
+static void batch_metric(void *ud, const char *kind, const char *name, const engine_batch *b) {
+    batch_out *bo = ud;
+    char nl[2 * CONFIG_NAME_MAX + 1];
+    label_escape(name, nl, sizeof(nl));
+    /* A deployment's settles: the deployment label and call="settle". */
+    int settle = !strcmp(kind, "settle");
+    const char *label = settle ? "deployment" : kind, *call = settle ? "settle" : "reserve";
+    if (bo->what == 0) emit(bo->o, "sluice_batch_cap{%s=\"%s\",call=\"%s\"} %zu\n", label, nl, call, b->cap);
+    else emit(bo->o, "sluice_batch_item_seconds{%s=\"%s\",call=\"%s\"} %.9f\n", label, nl, call, b->item_us / 1e6);
+}
+
+static void batch_metrics(text_out *o, engine *e) {
+    head(o, "sluice_batch_cap", "gauge",
+         "Items the next reserve or settle call may carry under redis.max_script_ms (at most 128 and 256).");
+    batch_out bo = {o, 0};
+    engine_foreach_batch(e, batch_metric, &bo);
+    head(o, "sluice_batch_item_seconds", "gauge",
+         "Redis time per item of a reserve or settle call, learned from the calls' own times (0 before any call).");
+    bo.what = 1;
+    engine_foreach_batch(e, batch_metric, &bo);
+}
+
 int metrics_render(server *s, resp_buf *b) {
     engine *e = server_engine(s);
     const config *cfg = engine_config(e);
@@ -325,6 +354,9 @@ int metrics_render(server *s, resp_buf *b) {
         (double)es.noscript_reloads);
     one(&o, "sluice_reserve_calls_total", "counter", "Coalesced reserve calls.", (double)es.reserve_calls);
     one(&o, "sluice_reserve_items_total", "counter", "Acquires carried by reserve calls.", (double)es.reserve_items);
+    one(&o, "sluice_script_over_bound_total", "counter",
+        "Reserve and settle calls whose own time in Redis reached redis.max_script_ms.", (double)es.script_over_bound);
+    batch_metrics(&o, e);
     one(&o, "sluice_redis_up", "gauge", "1 when connected to Redis.", (double)es.redis_up);
     one(&o, "sluice_fallback_mode", "gauge", "1 while governing locally (Redis unreachable).",
         strcmp(es.mode, "redis") != 0 ? 1.0 : 0.0);

@@ -760,4 +760,23 @@ local function sl_breaker_state(limits, st, now)
   return s, until_ms
 end
 
+-- A call's own time, for the agent's bound on it (redis.max_script_ms): a
+-- script called with a last ARGV '@timed' (no name has an @) reads TIME
+-- here, before its body, and sl_timed(reply) appends the µs since to its
+-- reply, TIME read again after everything was written. TIME is
+-- gettimeofday and runs during a script. The definitions above this line
+-- and the reply's encoding are not in it.
+local SL_T0
+if ARGV[#ARGV] == '@timed' then
+  SL_T0 = redis.call('TIME')
+  ARGV[#ARGV] = nil
+end
+local function sl_timed(out)
+  if SL_T0 and type(out) == 'table' and not out.err then
+    local t = redis.call('TIME')
+    out[#out + 1] = (tonumber(t[1]) - tonumber(SL_T0[1])) * 1000000 + tonumber(t[2]) - tonumber(SL_T0[2])
+  end
+  return out
+end
+
 -- ---- end of common.lua ----

@@ -28,6 +28,8 @@
 -- Deferrals happen only on deployments with lanes or tenants configured
 -- (see sl_plan). A shed or deferred item consumes nothing. now_us is the
 -- Redis clock, for tests only: callers use the relative wait.
+-- A last ARGV '@timed' (in either mode) appends the call's own time in µs
+-- to the reply (sl_timed in common.lua): the agent sizes its batches by it.
 
 -- A reserve decides on a deployment in three steps, so that what is per
 -- call is paid once per call (and once per member in group mode, however
@@ -684,7 +686,7 @@ local function reserve_group()
   return reply
 end
 
-if ARGV[1] == 'group' then return reserve_group() end
+if ARGV[1] == 'group' then return sl_timed(reserve_group()) end
 
 local name, limits, st, err = sl_load()
 if not name then return redis.error_reply(err) end
@@ -754,4 +756,4 @@ end
 reserve_close(x)
 local head = reserve_head(x)
 for k = 1, 5 do out[k] = head[k] end
-return out
+return sl_timed(out)

@@ -23,7 +23,8 @@
 --   feedback  a "-" item: only its pause/throttle was applied
 -- and rates is, per dimension of the deployment, {name, limit per minute
 -- in force (the configured one, or the lower one its headers reported),
--- effective per minute, others' use per minute} flattened.
+-- effective per minute, others' use per minute} flattened. A last ARGV
+-- '@timed' appends the call's own time in µs (sl_timed in common.lua).
 --
 -- Charge rules (docs/providers.md). A grant charged each dimension its
 -- estimate; the settle corrects a dimension to what the provider counts
@@ -492,7 +493,7 @@ sl_save_state(st)
 if paused_until > now then out[2] = sl_ceil(paused_until - now) end
 out[3] = string.format('%.4f', scale)
 out[4] = sl_ceil(sl_num(st, 'pause_shift_ms', 0))
-if not ext then return out end
+if not ext then return sl_timed(out) end
 local rates = {}
 for _, d in ipairs(dims) do
   rates[#rates + 1] = d.name
@@ -501,4 +502,4 @@ for _, d in ipairs(dims) do
   rates[#rates + 1] = string.format('%.2f', sl_num(st, d.name .. '_outside', 0))
 end
 out[#out + 1] = rates
-return out
+return sl_timed(out)

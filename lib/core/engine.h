@@ -240,6 +240,24 @@ typedef void (*engine_dim_fn)(void *ud, const char *deployment, const char *dim,
 /* Calls fn for every dimension every configured deployment has. */
 void engine_foreach_dim(const engine *e, engine_dim_fn fn, void *ud);
 
+/* How many items this agent's next reserve call of a deployment (kind
+ * "deployment"), of a group decided by one script (kind "group") or its
+ * next settle call of a deployment (kind "settle") may carry under
+ * redis.max_script_ms, and the Redis time per call that sizes it, learned
+ * from the calls' own times (lib/core/costmodel.h). */
+typedef struct engine_batch {
+    size_t cap;                   /* items the next call may carry */
+    double item_us, fixed_us;     /* learned: per item, per call (a low estimate); 0 before any call */
+    size_t last_items;            /* the last call's items */
+    double last_us;               /* and its time in Redis */
+    unsigned long long calls;     /* calls observed */
+} engine_batch;
+typedef void (*engine_batch_fn)(void *ud, const char *kind, const char *name, const engine_batch *b);
+/* Calls fn for every configured deployment (twice: "deployment" and
+ * "settle") and every group that has had a group call. Strings are valid
+ * during the call. */
+void engine_foreach_batch(const engine *e, engine_batch_fn fn, void *ud);
+
 /* "May this deployment's fleet retry now?" cb gets status SL_OK with
  * allowed 1/0, the balance left and, when refused, a retry-after hint.
  * Returns 0 or SL_EUNKNOWN / SL_ECLOSING (then cb never runs). */
@@ -287,6 +305,7 @@ typedef struct engine_stats {
     unsigned long long limit_changes;      /* limits adopted from (or dropped after) the headers, as seen here */
     unsigned long long redis_calls, redis_errors, redis_timeouts, noscript_reloads;
     unsigned long long reserve_calls, reserve_items, settle_calls, settle_items;
+    unsigned long long script_over_bound;  /* reserve and settle calls whose own time in Redis reached redis.max_script_ms */
     unsigned long long redirect_holds;     /* cluster redirects/TRYAGAIN that held a batch */
     unsigned long long cluster_redirects;  /* MOVED/ASK followed by the router */
     unsigned long long slot_map_refreshes;

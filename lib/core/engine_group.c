@@ -198,6 +198,7 @@ static void gq_fallback(engine_call *c) {
 typedef struct gq_batch {
     gq *q;
     size_t n, m;
+    uint64_t sent_ns;         /* uv_hrtime at the send */
     dep *md[CONFIG_GROUP_MAX];
     engine_call *items[RESERVE_BATCH_MAX];
 } gq_batch;
@@ -209,7 +210,9 @@ static void on_group_reserve(void *arg, redisReply *r, const char *err) {
     engine *e = b->md[0]->e;
     e->calls_out--;
     q->reserving = 0;
-    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 1 + b->n;
+    /* now_us, the items, and the call's own time (ENGINE_TIMED_ARG). */
+    int ok = r && r->type == REDIS_REPLY_ARRAY && (r->elements == 1 + b->n || r->elements == 2 + b->n);
+    if (ok) batch_seen(e, &q->cost, b->n, r, 1, b->sent_ns);
     if (!ok && r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str))
         elog(e, CONFIG_LOG_WARN, "group %s: the group script failed (%s); routing member by member", q->name, r->str);
     uint64_t now = uv_now(e->loop);
@@ -301,7 +304,7 @@ void gq_flush(engine *e, gq *q) {
     }
     size_t m = g->nmembers, nk = SCRIPTS_NKEYS * m;
     char(*keys)[SCRIPTS_KEY_MAX] = malloc(nk * sizeof(*keys));
-    const char **argv = malloc(sizeof(*argv) * (5 + 5 * RESERVE_BATCH_MAX));
+    const char **argv = malloc(sizeof(*argv) * (6 + 5 * RESERVE_BATCH_MAX));
     char(*buf)[64] = malloc(sizeof(*buf) * (4 + 3 * RESERVE_BATCH_MAX));
     if (!keys || !argv || !buf) {
         free(keys);
@@ -317,7 +320,10 @@ void gq_flush(engine *e, gq *q) {
     argv[1] = buf[0];
     argv[2] = buf[1];
     argv[3] = g->policy == CONFIG_POLICY_WEIGHTED ? "weighted" : "priority";
-    while (b->n < RESERVE_BATCH_MAX && (c = list_pop(&q->q)) != NULL) {
+    /* Under redis.max_script_ms, like a deployment's batch; the rest wait
+     * for the next call, in order. */
+    size_t cap = batch_cap(e, &q->cost, RESERVE_BATCH_MAX);
+    while (b->n < cap && (c = list_pop(&q->q)) != NULL) {
         e->stats.queued--;
         size_t k = b->n;
         char *tok = buf[4 + 3 * k], *left = buf[5 + 3 * k], *order = buf[6 + 3 * k];
@@ -339,7 +345,9 @@ void gq_flush(engine *e, gq *q) {
     }
     snprintf(buf[2], 64, "%zu", b->n);
     argv[4] = buf[2];
-    int rc = rrouter_script_n(e->redis, SCRIPT_RESERVE, keys, (int)nk, (int)(5 + 5 * b->n), argv, on_group_reserve, b);
+    argv[5 + 5 * b->n] = ENGINE_TIMED_ARG;
+    b->sent_ns = uv_hrtime();
+    int rc = rrouter_script_n(e->redis, SCRIPT_RESERVE, keys, (int)nk, (int)(6 + 5 * b->n), argv, on_group_reserve, b);
     free(keys);
     free(argv);
     free(buf);

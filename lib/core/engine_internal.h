@@ -16,6 +16,8 @@
  *   engine_redis.c   the flush once per loop turn, configure, heartbeat,
  *                    Redis up and down
  *   engine_query.c   questions about one deployment (RETRY, STATUS)
+ *   engine_batch.c   how many items a reserve or settle call may carry
+ *                    (redis.max_script_ms), learned from the calls' times
  */
 #ifndef SLUICE_ENGINE_INTERNAL_H
 #define SLUICE_ENGINE_INTERNAL_H
@@ -24,6 +26,7 @@
 
 #include <stdint.h>
 
+#include "costmodel.h"
 #include "rrouter.h"
 #include "scripts.h"
 #include "sluice.h"
@@ -38,6 +41,18 @@
  * or tenants: after a deferral the rest of the class would be deferred
  * too, so sending its whole backlog would only cost Redis time. */
 #define ENGINE_CLASS_BATCH 8
+/* The share of redis.max_script_ms a script call aims at, by the script's
+ * own measure. That measure leaves out the script text's definitions, the
+ * arguments made Lua strings and the reply's encoding (it covers 0.80 to
+ * 0.91 of Redis' own time per call: bench_reserve --timed), and the same
+ * call's time varies widely from one call to the next on a busy host (the
+ * per-item time learned moved between 7 and 35 µs in a fleet run): aiming
+ * at half the bound had a third to a sixth of the calls of 1 ms or more
+ * that aiming at 75 % had, with the same grants per second (bench_agent
+ * --redis-time, docs/benchmarks.md). */
+#define ENGINE_SCRIPT_BUDGET_SHARE 0.5
+/* The last ARGV that asks a script for its own time (lua/common.lua). */
+#define ENGINE_TIMED_ARG "@timed"
 
 typedef enum call_state { CALL_PENDING, CALL_INFLIGHT, CALL_WAITING, CALL_DONE } call_state;
 
@@ -114,6 +129,9 @@ struct dep {
     size_t npending;          /* calls in all class queues */
     call_list waiting;        /* granted, timer armed */
     int reserving;            /* reserve calls in flight (at most 1) */
+    costmodel cost;           /* its reserve calls' time in Redis, learned */
+    costmodel settle_cost;    /* its settle calls' */
+    size_t turn;              /* classes of one lane take turns across full batches */
     settle_item *settles;
     size_t nsettles, capsettles;
     int settling;
@@ -149,6 +167,7 @@ typedef struct gq {
     char name[CONFIG_NAME_MAX + 1];
     call_list q;
     int reserving;
+    costmodel cost;           /* its group calls' time in Redis, learned */
     struct gq *next;
 } gq;
 
@@ -288,6 +307,10 @@ double local_share(const dep *d);
 void local_decide(engine_call *c);
 int dep_uses_redis(const dep *d);
 void dep_hand_over(dep *d);
+
+/* ---- engine_batch.c ---- */
+size_t batch_cap(const engine *e, const costmodel *m, size_t max);
+void batch_seen(engine *e, costmodel *m, size_t n, const redisReply *r, size_t nhead, uint64_t sent_ns);
 
 /* ---- engine_redis.c ---- */
 void flush_arm(engine *e);

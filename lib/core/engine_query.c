@@ -122,7 +122,7 @@ int engine_retry(engine *e, const char *deployment, engine_retry_cb cb, void *ar
     return rc;
 }
 
-#define STATUS_LOCAL_FIELDS 10
+#define STATUS_LOCAL_FIELDS 13
 
 static void status_emit(dep_query *q, redisReply *r) {
     engine *e = q->e;
@@ -155,6 +155,9 @@ static void status_emit(dep_query *q, redisReply *r) {
     FIELD_FMT("agent_paused_ms", "%llu",
               (unsigned long long)(d->paused_until > now ? d->paused_until - now : 0));
     FIELD_FMT("agent_rate_scale", "%.4f", d->rate_scale);
+    FIELD_FMT("agent_batch_cap", "%zu", batch_cap(e, &d->cost, RESERVE_BATCH_MAX));
+    FIELD_FMT("agent_script_item_us", "%.1f", d->cost.item_us);
+    FIELD_FMT("agent_script_fixed_us", "%.1f", d->cost.fixed_us);
     for (size_t i = 0; i < nr; i++) {
         redisReply *fr = r->element[2 * i], *vr = r->element[2 * i + 1];
         if (fr->type != REDIS_REPLY_STRING) continue;

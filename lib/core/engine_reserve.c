@@ -19,6 +19,7 @@ void call_tokens_arg(const engine_call *c, char *buf, size_t n) {
 typedef struct reserve_batch {
     dep *d;
     size_t n;
+    uint64_t sent_ns;         /* uv_hrtime at the send */
     engine_call *items[RESERVE_BATCH_MAX];
 } reserve_batch;
 
@@ -28,9 +29,11 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
     engine *e = d->e;
     e->calls_out--;
     d->reserving--;
-    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 5 + b->n;
+    /* 5 head fields, the items, and the call's own time (ENGINE_TIMED_ARG). */
+    int ok = r && r->type == REDIS_REPLY_ARRAY && (r->elements == 5 + b->n || r->elements == 6 + b->n);
     uint64_t now = uv_now(e->loop);
     if (ok) {
+        batch_seen(e, &d->cost, b->n, r, 5, b->sent_ns);
         long long paused = reply_int(r->element[1]);
         if (paused > 0 && now + (uint64_t)paused > d->paused_until) d->paused_until = now + (uint64_t)paused;
         /* Where the fleet's schedule ends: local pacing starts there if
@@ -197,7 +200,10 @@ void dep_flush_reserves(dep *d) {
     int quads = d->cfg && (d->cfg->nlanes || d->cfg->ntenants);
     size_t per_class = quads ? ENGINE_CLASS_BATCH : RESERVE_BATCH_MAX;
     size_t stride = quads ? 4 : 2;
-    const char **argv = malloc(sizeof(*argv) * (1 + 4 * RESERVE_BATCH_MAX));
+    /* The items this call may carry under redis.max_script_ms; the rest
+     * ride the next call, in order, once this one is answered. */
+    size_t cap = batch_cap(e, &d->cost, RESERVE_BATCH_MAX);
+    const char **argv = malloc(sizeof(*argv) * (2 + 4 * RESERVE_BATCH_MAX));
     char(*buf)[48] = malloc(sizeof(*buf) * (1 + 2 * RESERVE_BATCH_MAX));
     /* Copies: shedding an expired group call below may queue it on another
      * class and move d->classes. */
@@ -210,13 +216,16 @@ void dep_flush_reserves(dep *d) {
         free(order);
         return;
     }
-    for (size_t i = 0; i < nready && b->n < RESERVE_BATCH_MAX;) {
+    for (size_t i = 0; i < nready && b->n < cap;) {
         size_t j = i;
         long long p = class_priority(d, &d->classes[order[i]]);
         while (j < nready && class_priority(d, &d->classes[order[j]]) == p) j++;
-        for (size_t round = 0; round < per_class && b->n < RESERVE_BATCH_MAX; round++) {
+        for (size_t round = 0; round < per_class && b->n < cap; round++) {
             int any = 0;
-            for (size_t g = i; g < j && b->n < RESERVE_BATCH_MAX; g++) {
+            /* The classes of a lane take turns: after a full batch the next
+             * one starts with the class after the last one served. */
+            for (size_t t = 0; t < j - i && b->n < cap; t++) {
+                size_t g = i + (t + d->turn) % (j - i);
                 call_class *k = &d->classes[order[g]];
                 engine_call *c = k->q.head;
                 if (!c) continue;
@@ -254,9 +263,12 @@ void dep_flush_reserves(dep *d) {
         if (d->npending) flush_arm(e);
         return;
     }
+    d->turn = b->n < cap ? 0 : d->turn + 1;
     snprintf(buf[0], sizeof(buf[0]), "%zu", b->n);
     argv[0] = buf[0];
-    int rc = rrouter_script(e->redis, SCRIPT_RESERVE, d->keys, (int)(1 + stride * b->n), argv, on_reserve, b);
+    argv[1 + stride * b->n] = ENGINE_TIMED_ARG;
+    b->sent_ns = uv_hrtime();
+    int rc = rrouter_script(e->redis, SCRIPT_RESERVE, d->keys, (int)(2 + stride * b->n), argv, on_reserve, b);
     free(argv);
     free(buf);
     free(names);

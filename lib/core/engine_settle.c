@@ -44,6 +44,7 @@ void queue_settle(dep *d, const char *id, const engine_usage *u, engine_outcome 
 typedef struct settle_batch {
     dep *d;
     size_t n;
+    uint64_t sent_ns;         /* uv_hrtime at the send */
 } settle_batch;
 
 static int dim_index(const char *name) {
@@ -90,6 +91,8 @@ static void on_settle(void *arg, redisReply *r, const char *err) {
     e->calls_out--;
     d->settling--;
     if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str)) dep_script_error(d, "settle", r->str);
+    /* The head (4), the items, the rates, the call's own time. */
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 5 + b->n) batch_seen(e, &d->settle_cost, b->n, r, 5, b->sent_ns);
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3) {
         long long paused = reply_int(r->element[1]);
         if (paused > 0) {
@@ -98,7 +101,7 @@ static void on_settle(void *arg, redisReply *r, const char *err) {
         }
         if (r->element[2]->type == REDIS_REPLY_STRING) d->rate_scale = atof(r->element[2]->str);
         if (r->elements >= 4) dep_follow_shift(d, (double)reply_int(r->element[3]));
-        if (r->elements == 5 + b->n) dep_follow_rates(d, r->element[4 + b->n]);
+        if (r->elements >= 5 + b->n) dep_follow_rates(d, r->element[4 + b->n]);
     }
     free(b);
     if (d->nsettles) {
@@ -115,11 +118,13 @@ void dep_flush_settles(dep *d) {
         if (!dep_ready(d)) d->nsettles = 0; /* Redis is gone: grants expire there */
         return;
     }
-    size_t n = d->nsettles < SETTLE_BATCH_MAX ? d->nsettles : SETTLE_BATCH_MAX;
+    /* As many as fit under redis.max_script_ms; the rest go next. */
+    size_t cap = batch_cap(e, &d->settle_cost, SETTLE_BATCH_MAX);
+    size_t n = d->nsettles < cap ? d->nsettles : cap;
     /* The feedback form (lua/settle.lua): 'feedback', n, then per item the
      * grant, the usage ("-1", "n", "i+o" or "i+o+r"), the outcome, the
      * pause and what the headers said ("r=L/R,..." or "-"). */
-    const char **argv = malloc(sizeof(*argv) * (2 + 5 * n));
+    const char **argv = malloc(sizeof(*argv) * (3 + 5 * n));
     char(*buf)[96] = malloc(sizeof(*buf) * (2 + 5 * n));
     settle_batch *b = malloc(sizeof(*b));
     if (!argv || !buf || !b) {
@@ -160,7 +165,9 @@ void dep_flush_settles(dep *d) {
     }
     b->d = d;
     b->n = n;
-    int rc = rrouter_script(e->redis, SCRIPT_SETTLE, d->keys, (int)(2 + 5 * n), argv, on_settle, b);
+    argv[2 + 5 * n] = ENGINE_TIMED_ARG;
+    b->sent_ns = uv_hrtime();
+    int rc = rrouter_script(e->redis, SCRIPT_SETTLE, d->keys, (int)(3 + 5 * n), argv, on_settle, b);
     free(argv);
     free(buf);
     if (rc != 0) {

@@ -91,7 +91,7 @@ static const char MINIMAL_LUA[] =
 typedef struct opts {
     double rounds, seconds;
     const char *old, *rows;
-    int help;
+    int help, timed;
 } opts;
 
 static const opt_row rows[] = {
@@ -101,6 +101,8 @@ static const opt_row rows[] = {
      "a directory with common.lua, configure.lua and reserve.lua to run beside the built scripts"},
     {"--rows", OPT_STR, offsetof(opts, rows), 0, 0,
      "comma-separated rows to run beside minimal: plain,split,lt,group (default all)"},
+    {"--timed", OPT_FLAG, offsetof(opts, timed), 0, 0,
+     "ask the built reserve for its own time (@timed, as the agent does) and print it against Redis' usec"},
     {"--help", OPT_FLAG, offsetof(opts, help), 0, 0, "this text"},
 };
 
@@ -124,6 +126,10 @@ typedef struct version {
 static redisContext *c;
 static version ver[NVER];
 static char minimal_sha[41];
+/* --timed: the built reserve's calls end with @timed; segment() sums the
+ * times the script reports and leaves their share of Redis' usec here. */
+static int timed_on;
+static double last_self_share;
 
 static double now_s(void) {
     struct timespec ts;
@@ -241,7 +247,7 @@ typedef struct call {
     int nkeys;
     char keys[KEYS_MAX][SCRIPTS_KEY_MAX];
     int argc;
-    const char *argv[5 + 5 * MAXB];
+    const char *argv[6 + 5 * MAXB];
     char deps[3][64];
     int ndeps;
     int items_at, item_kind_at; /* first item's index in the reply; 1 = grant */
@@ -288,6 +294,7 @@ static void build_call(call *k, int v, int w, int batch) {
             k->argv[k->argc++] = "";
             k->argv[k->argc++] = orders[i % 3];
         }
+        if (timed_on && v == V_NEW) k->argv[k->argc++] = "@timed";
         return;
     }
     k->argv[k->argc++] = nbuf;
@@ -299,6 +306,7 @@ static void build_call(call *k, int v, int w, int batch) {
             k->argv[k->argc++] = i % 2 ? "a" : "b";
         }
     }
+    if (timed_on && v == V_NEW && w != W_MIN) k->argv[k->argc++] = "@timed";
 }
 
 /* cmdstat_evalsha's calls and usec since the last CONFIG RESETSTAT. */
@@ -320,10 +328,12 @@ static double segment(int v, int w, int bi, double secs, double *calls_s) {
     for (int j = 0; j < k->ndeps; j++) reset_dep(k->deps[j]);
     freeReplyObject(redisCommand(c, "CONFIG RESETSTAT"));
     long n = 0;
-    double t0 = now_s(), t;
+    double t0 = now_s(), t, self = 0;
+    int timed = timed_on && v == V_NEW && w != W_MIN;
     do {
         redisReply *r = evalsha(k->sha, k->nkeys, k->keys, k->argc, k->argv);
-        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)(k->items_at + batch)) die("reserve", r);
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)(k->items_at + batch + timed)) die("reserve", r);
+        if (timed) self += (double)r->element[k->items_at + batch]->integer;
         for (int i = 0; i < batch; i++) {
             redisReply *it = r->element[k->items_at + i];
             if (it->type != REDIS_REPLY_ARRAY || it->element[0]->integer != 1) {
@@ -341,6 +351,7 @@ static double segment(int v, int w, int bi, double secs, double *calls_s) {
         exit(1);
     }
     *calls_s = (double)n / (t - t0);
+    last_self_share = usec > 0 ? self / (double)usec : 0;
     free(k);
     return (double)usec / (double)calls / batch;
 }
@@ -354,6 +365,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     int rounds = (int)o.rounds;
+    timed_on = o.timed;
     redis_fixture fx;
     if (redis_fixture_start(&fx, 0) != 0) return 1;
     c = redis_fixture_connect(&fx);
@@ -411,6 +423,7 @@ int main(int argc, char **argv) {
             if (run[w]) grps[ngrp++] = (grp){w, b};
     static double us[NVER][NWORK][NBATCH][MAXROUNDS], cps[NVER][NWORK][NBATCH][MAXROUNDS];
     static double rmin[NVER][NWORK][NBATCH][MAXROUNDS], rold[NWORK][NBATCH][MAXROUNDS];
+    static double share[NWORK][NBATCH][MAXROUNDS];
     static double umin[NBATCH][MAXROUNDS * NWORK], cmin[NBATCH][MAXROUNDS * NWORK];
     int nmin[NBATCH] = {0};
     for (int k = 0; k < rounds; k++) {
@@ -423,6 +436,7 @@ int main(int argc, char **argv) {
                 int v = (t + k) % NVER;
                 if (!ver[v].on) continue;
                 us[v][g.w][g.b][k] = segment(v, g.w, g.b, o.seconds, &cps[v][g.w][g.b][k]);
+                if (v == V_NEW) share[g.w][g.b][k] = last_self_share;
                 rmin[v][g.w][g.b][k] = us[v][g.w][g.b][k] / mu;
             }
             if (o.old) rold[g.w][g.b][k] = us[V_NEW][g.w][g.b][k] / us[V_OLD][g.w][g.b][k];
@@ -491,6 +505,15 @@ int main(int argc, char **argv) {
             printf("| %s%s | %.0f | %.0f | %.0f |\n", work_name[w], tag, mc[v][w][0], mc[v][w][1] * 10,
                    mc[v][w][2] * 100);
         }
+    }
+    if (timed_on) {
+        printf("\n--timed: the reserve's own time (TIME at its start and end, what the agent sizes batches by)\n"
+               "as a share of Redis' usec for the same calls (medians):\n\n");
+        printf("| script | batch 1 | batch 10 | batch 100 |\n|---|---:|---:|---:|\n");
+        for (int w = W_PLAIN; w < NWORK; w++)
+            if (run[w])
+                printf("| %s | %.2f | %.2f | %.2f |\n", work_name[w], median(share[w][0], rounds),
+                       median(share[w][1], rounds), median(share[w][2], rounds));
     }
     redisFree(c);
     redis_fixture_stop(&fx);

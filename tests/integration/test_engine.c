@@ -19,6 +19,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "costmodel.h"
 #include "engine.h"
 #include "engine_status.h"
 #include "redis_fixture.h"
@@ -38,13 +39,15 @@ static int group_teardown(void **state) {
 /* fallback_share 0.9 is the share before any heartbeat was seen; it differs
  * from the share the heartbeats give in the fallback test (1/3), so a
  * fallback that ignored them would show. */
-static config *make_config(const char *deployments) {
+/* max_script_ms: redis.max_script_ms as written, NULL for its default. */
+static config *make_config_bound(const char *max_script_ms, const char *deployments) {
     char text[4096], err[512];
     snprintf(text, sizeof(text),
-             "redis:\n  url: unix://%s\n  timeout_ms: 300\n  connect_timeout_ms: 300\n"
+             "redis:\n  url: unix://%s\n  timeout_ms: 300\n  connect_timeout_ms: 300\n%s%s%s"
              "agent:\n  socket: /tmp/unused.sock\n  heartbeat_ms: 200\n  fallback_share: 0.9\n"
              "deployments:\n%s",
-             fx.sock, deployments);
+             fx.sock, max_script_ms ? "  max_script_ms: " : "", max_script_ms ? max_script_ms : "",
+             max_script_ms ? "\n" : "", deployments);
     config *cfg = NULL;
     if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0)
         fail_msg("config: %s", err);
@@ -60,11 +63,15 @@ typedef struct world {
 
 static void on_stopped(void *arg) { (void)arg; }
 
-static void world_init(world *w, const char *deployments, const char *agent) {
+static void world_init_bound(world *w, const char *max_script_ms, const char *deployments, const char *agent) {
     memset(w, 0, sizeof(*w));
     uv_loop_init(&w->loop);
-    assert_int_equal(engine_new(&w->loop, make_config(deployments), agent, &w->e), 0);
+    assert_int_equal(engine_new(&w->loop, make_config_bound(max_script_ms, deployments), agent, &w->e), 0);
     engine_start(w->e);
+}
+
+static void world_init(world *w, const char *deployments, const char *agent) {
+    world_init_bound(w, NULL, deployments, agent);
 }
 
 static void world_close(world *w) {
@@ -129,31 +136,43 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
     a->w->done_count++;
 }
 
+/* n callers of one loop turn acquire dep; returns when all are answered
+ * (10 s at most) with the latest release. Each was granted once; its
+ * release is added to *rp (initialised here); *t0 is when they asked. */
+static uint64_t burst_of(world *w, const char *dep, acq *a, int n, replay *rp, uint64_t *t0) {
+    w->target = n;
+    *t0 = uv_now(&w->loop);
+    for (int i = 0; i < n; i++) {
+        a[i] = (acq){.w = w};
+        assert_int_equal(engine_acquire(w->e, dep, 0, 60000, NULL, NULL, on_acquired, &a[i], NULL), 0);
+    }
+    assert_true(run_until(w, all_done, 10000));
+    replay_init(rp);
+    uint64_t last = 0;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(a[i].status, SL_OK);
+        assert_int_equal(a[i].called, 1);
+        replay_add(rp, (double)a[i].at, 1);
+        if (a[i].at > last) last = a[i].at;
+    }
+    return last;
+}
+
+/* Coalescing as such, without a bound on a call's time (redis.max_script_ms
+ * 0: batches of up to 128 items, whatever they cost in Redis);
+ * test_batches_under_script_bound has the bound. */
 static void test_coalescing_and_release_at_slot(void **state) {
     world w;
-    world_init(&w, "  coal:\n    rpm: 6000\n    burst: { requests: 10 }\n", "agent-a");
+    world_init_bound(&w, "0", "  coal:\n    rpm: 6000\n    burst: { requests: 10 }\n", "agent-a");
     assert_true(run_until(&w, connected, 3000));
     /* Let the limits reach Redis before the burst (one heartbeat turn). */
     uv_update_time(&w.loop);
     enum { N = 300 };
     static acq a[N];
-    w.target = N;
-    uint64_t t0 = uv_now(&w.loop);
-    for (int i = 0; i < N; i++) {
-        a[i] = (acq){.w = &w};
-        assert_int_equal(engine_acquire(w.e, "coal", 0, 60000, NULL, NULL, on_acquired, &a[i], NULL), 0);
-    }
-    /* 300 requests at 100/s after a burst of 10: about 2.9 s. */
-    assert_true(run_until(&w, all_done, 10000));
     replay rp;
-    replay_init(&rp);
-    uint64_t last = 0;
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(a[i].status, SL_OK);
-        assert_int_equal(a[i].called, 1);
-        replay_add(&rp, (double)a[i].at, 1);
-        if (a[i].at > last) last = a[i].at;
-    }
+    uint64_t t0;
+    /* 300 requests at 100/s after a burst of 10: about 2.9 s. */
+    uint64_t last = burst_of(&w, "coal", a, N, &rp, &t0);
     engine_stats s;
     engine_get_stats(w.e, &s);
     double per_grant = (double)s.reserve_calls / N;
@@ -174,6 +193,103 @@ static void test_coalescing_and_release_at_slot(void **state) {
      * machine). */
     assert_true((double)(last - t0) <= floor_ms + 10 + 50);
     replay_free(&rp);
+    world_close(&w);
+}
+
+/* redis.max_script_ms under what any script call takes (10 µs): once the
+ * engine has seen its first call's time (a call of COSTMODEL_FIRST_CAP
+ * items, before anything is learned), every call carries one item. The
+ * callers of one loop turn are still all granted, in arrival order (grant
+ * numbers follow the acquires), released at their slots (the replay
+ * rejects nothing) and as early as without the bound; their settles, all
+ * queued in one turn, likewise go one per call after the first. */
+static int all_settled(world *w) {
+    engine_stats s;
+    engine_get_stats(w->e, &s);
+    return s.settle_items >= 300;
+}
+
+static void test_batches_under_script_bound(void **state) {
+    world w;
+    world_init_bound(&w, "0.01", "  bound:\n    rpm: 6000\n    burst: { requests: 10 }\n", "agent-b");
+    assert_true(run_until(&w, connected, 3000));
+    uv_update_time(&w.loop);
+    enum { N = 300, FIRST = 16 };
+    static acq a[N];
+    replay rp;
+    uint64_t t0, last = burst_of(&w, "bound", a, N, &rp, &t0);
+    long long prev = -1;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(a[i].g.local, 0);
+        const char *num = strrchr(a[i].g.id, ':');
+        assert_non_null(num);
+        long long n = atoll(num + 1);
+        if (n <= prev) fail_msg("caller %d got grant %lld after grant %lld: not in arrival order", i, n, prev);
+        prev = n;
+    }
+    engine_stats s;
+    engine_get_stats(w.e, &s);
+    double floor_ms = (N - 10) / (6000.0 / 60000.0);
+    char cap[32];
+    status_field(&w, "bound", "agent_batch_cap", cap, sizeof(cap));
+    print_message("  %d grants, %llu reserve calls, %llu over the bound, cap %s, makespan %llu ms (floor %.0f ms)\n",
+                  N, s.reserve_calls, s.script_over_bound, cap, (unsigned long long)(last - t0), floor_ms);
+    assert_int_equal(FIRST, COSTMODEL_FIRST_CAP);
+    assert_int_equal(s.reserve_items, N);
+    assert_int_equal(s.reserve_calls, 1 + (N - FIRST));
+    assert_int_equal(s.script_over_bound, s.reserve_calls);
+    assert_string_equal(cap, "1");
+    assert_int_equal(replay_rejections(&rp, 10, 6000.0 / 60000.0, NULL), 0);
+    assert_true((double)(last - t0) <= floor_ms + 10 + 50);
+    replay_free(&rp);
+    for (int i = 0; i < N; i++) assert_int_equal(engine_settle(w.e, a[i].g.id, 0, ENGINE_OK, -1), 0);
+    assert_true(run_until(&w, all_settled, 10000));
+    engine_get_stats(w.e, &s);
+    print_message("  %d settles in %llu settle calls\n", N, s.settle_calls);
+    assert_int_equal(s.settle_items, N);
+    assert_int_equal(s.settle_calls, 1 + (N - FIRST));
+    world_close(&w);
+}
+
+/* Tenants' classes take turns when batches are full: 40 requests of each
+ * of two tenants, arriving alternately in one loop turn, on a deployment
+ * with room for all, under a bound that makes every call after the first
+ * carry one request. The first call takes 8 of each class (as before the
+ * bound); after it the classes alternate, so the first 40 grants hold 20
+ * of each (without the turns: 32 of the first tenant, whose class comes
+ * first, and 8 of the second). */
+static void test_tenants_take_turns_in_small_batches(void **state) {
+    world w;
+    world_init_bound(&w, "0.01",
+                     "  turns:\n    rpm: 600000\n    burst: { requests: 1000 }\n    tenants:\n"
+                     "      a: { weight: 1 }\n      b: { weight: 1 }\n",
+                     "agent-t");
+    assert_true(run_until(&w, connected, 3000));
+    uv_update_time(&w.loop);
+    enum { N = 80 };
+    static acq a[N];
+    w.target = N;
+    for (int i = 0; i < N; i++) {
+        a[i] = (acq){.w = &w};
+        assert_int_equal(engine_acquire(w.e, "turns", 0, 60000, NULL, i % 2 ? "b" : "a", on_acquired, &a[i], NULL),
+                         0);
+    }
+    assert_true(run_until(&w, all_done, 10000));
+    /* By grant number: how many of the first N / 2 are tenant a's. */
+    long long num[N];
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(a[i].status, SL_OK);
+        num[i] = atoll(strrchr(a[i].g.id, ':') + 1);
+    }
+    int first_a = 0, first_b = 0;
+    for (int i = 0; i < N; i++) {
+        int rank = 0;
+        for (int j = 0; j < N; j++) rank += num[j] < num[i];
+        if (rank < N / 2) *(i % 2 ? &first_b : &first_a) += 1;
+    }
+    print_message("  the first %d grants: %d of tenant a, %d of tenant b\n", N / 2, first_a, first_b);
+    assert_true(first_a >= 18 && first_a <= 22);
+    assert_true(first_b >= 18 && first_b <= 22);
     world_close(&w);
 }
 
@@ -505,6 +621,8 @@ static void test_script_permission_error_is_loud(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_coalescing_and_release_at_slot),
+        cmocka_unit_test(test_batches_under_script_bound),
+        cmocka_unit_test(test_tenants_take_turns_in_small_batches),
         cmocka_unit_test(test_cancel_gives_the_slot_back),
         cmocka_unit_test(test_shed_when_slot_beyond_max_wait),
         cmocka_unit_test(test_pause_keeps_held_callers_spaced),

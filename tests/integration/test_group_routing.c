@@ -57,7 +57,8 @@ typedef struct world {
     int n;
 } world;
 
-static void world_init(world *w, int n, const char *yaml) {
+/* redis_extra: more lines of the redis section ("  key: value\n"). */
+static void world_init_ex(world *w, int n, const char *redis_extra, const char *yaml) {
     char text[4096], err[512];
     memset(w, 0, sizeof(*w));
     uv_loop_init(&w->loop);
@@ -65,14 +66,14 @@ static void world_init(world *w, int n, const char *yaml) {
     for (int i = 0; i < n; i++) {
         if (ROUTING_CLUSTER)
             snprintf(text, sizeof(text),
-                     "redis:\n  cluster: [127.0.0.1:%d]\n  timeout_ms: 1000\n"
+                     "redis:\n  cluster: [127.0.0.1:%d]\n  timeout_ms: 1000\n%s"
                      "agent:\n  socket: /tmp/unused.sock\n  heartbeat_ms: 200\n%s",
-                     fx.port, yaml);
+                     fx.port, redis_extra, yaml);
         else
             snprintf(text, sizeof(text),
-                     "redis:\n  url: unix://%s\n  timeout_ms: 1000\n"
+                     "redis:\n  url: unix://%s\n  timeout_ms: 1000\n%s"
                      "agent:\n  socket: /tmp/unused.sock\n  heartbeat_ms: 200\n%s",
-                     fx.sock, yaml);
+                     fx.sock, redis_extra, yaml);
         config *cfg = NULL;
         if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0) fail_msg("config: %s", err);
         char id[32];
@@ -82,6 +83,8 @@ static void world_init(world *w, int n, const char *yaml) {
     }
     loop_run_for(&w->loop, 300);
 }
+
+static void world_init(world *w, int n, const char *yaml) { world_init_ex(w, n, "", yaml); }
 
 static void on_stopped(void *arg) { (void)arg; }
 
@@ -160,6 +163,27 @@ static long long granted_total(const char *dep) {
     "    tenants:\n"                                                                                              \
     "      acme: { tag: us }\n"
 
+/* Every one of the n requests granted; on[m] of them on member m (names
+ * "<p>a", "<p>b", "<p>c"), each release added to rp[m] (initialised
+ * here); first: the earliest ask, last: the latest release. */
+static void tally(const req *r, int n, int on[3], replay rp[3], uint64_t *first, uint64_t *last) {
+    *first = UINT64_MAX;
+    *last = 0;
+    for (int m = 0; m < 3; m++) {
+        on[m] = 0;
+        replay_init(&rp[m]);
+    }
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(r[i].status, SL_OK);
+        int m = r[i].member[1] - 'a';
+        assert_true(m >= 0 && m < 3);
+        on[m]++;
+        replay_add(&rp[m], (double)r[i].at, 1);
+        if (r[i].asked < *first) *first = r[i].asked;
+        if (r[i].at > *last) *last = r[i].at;
+    }
+}
+
 static void test_spare_capacity_stays_on_primary(void **state) {
     (void)state;
     world w;
@@ -188,20 +212,12 @@ static void test_spill_in_order_then_soonest(void **state) {
     for (int i = 0; i < N; i++) ask(&w, i % 2, &r[i], "pg", 20000, NULL, NULL);
     all_arg a = {r, N};
     assert_true(loop_run_until(&w.loop, all_called, &a, 20000));
-    int on[3] = {0, 0, 0}, late = 0;
-    uint64_t first = UINT64_MAX, last = 0;
+    int on[3], late = 0;
+    uint64_t first, last;
     replay rp[3];
-    for (int m = 0; m < 3; m++) replay_init(&rp[m]);
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(r[i].status, SL_OK);
-        int m = r[i].member[1] - 'a';
-        assert_true(m >= 0 && m < 3);
-        on[m]++;
-        replay_add(&rp[m], (double)r[i].at, 1);
+    tally(r, N, on, rp, &first, &last);
+    for (int i = 0; i < N; i++)
         if (r[i].at - r[i].asked > 200 + 30) late++;
-        if (r[i].asked < first) first = r[i].asked;
-        if (r[i].at > last) last = r[i].at;
-    }
     long long ga = granted_total("pa"), gb = granted_total("pb"), gc = granted_total("pc");
     print_message("  %d requests at once: %d / %d / %d on the three members, %d waited past spill_ms; "
                   "Redis granted %lld / %lld / %lld; makespan %llu ms (floor 2000)\n",
@@ -224,6 +240,47 @@ static void test_spill_in_order_then_soonest(void **state) {
         assert_int_equal(replay_rejections(&rp[m], 10, 600.0 / 60000.0, NULL), 0);
         replay_free(&rp[m]);
     }
+    world_close(&w);
+}
+
+/* redis.max_script_ms under what any call takes (10 µs): the group's calls
+ * are split like a deployment's, one request per call once the first
+ * call's time is known (on one Redis: 1 call of COSTMODEL_FIRST_CAP, then
+ * one each, 16 + 74 for 90), and the routing is what it is without the
+ * bound: every request granted once, the members' counts in Redis adding
+ * up to the requests, no rejection on any member's replay, the group used
+ * as one pool. Under Cluster the engine routes step by step (plain reserves
+ * on the members, bounded the same way). */
+static void test_group_calls_split_under_script_bound(void **state) {
+    (void)state;
+    world w;
+    world_init_ex(&w, 1, "  max_script_ms: 0.01\n", GROUP_YAML("x"));
+    enum { N = 90, FIRST = 16 };
+    static req r[N];
+    engine_stats s0, s;
+    engine_get_stats(w.e[0], &s0);
+    for (int i = 0; i < N; i++) ask(&w, 0, &r[i], "xg", 20000, NULL, NULL);
+    all_arg a = {r, N};
+    assert_true(loop_run_until(&w.loop, all_called, &a, 20000));
+    int on[3];
+    uint64_t first, last;
+    replay rp[3];
+    tally(r, N, on, rp, &first, &last);
+    engine_get_stats(w.e[0], &s);
+    unsigned long long calls = s.reserve_calls - s0.reserve_calls;
+    print_message("  %d requests: %d / %d / %d on the members in %llu reserve calls, makespan %llu ms (floor 2000)\n",
+                  N, on[0], on[1], on[2], calls, (unsigned long long)(last - first));
+    assert_int_equal(granted_total("xa"), on[0]);
+    assert_int_equal(granted_total("xb"), on[1]);
+    assert_int_equal(granted_total("xc"), on[2]);
+    assert_true(on[0] >= 12 && on[1] >= 12 && on[2] >= 12);
+    assert_true(last - first <= 2500);
+    for (int m = 0; m < 3; m++) {
+        assert_int_equal(replay_rejections(&rp[m], 10, 600.0 / 60000.0, NULL), 0);
+        replay_free(&rp[m]);
+    }
+    if (!ROUTING_CLUSTER) assert_int_equal(calls, 1 + (N - FIRST));
+    else assert_true(calls >= N - 3 * FIRST); /* each member's first call may carry FIRST */
     world_close(&w);
 }
 
@@ -329,6 +386,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spare_capacity_stays_on_primary),
         cmocka_unit_test(test_spill_in_order_then_soonest),
+        cmocka_unit_test(test_group_calls_split_under_script_bound),
         cmocka_unit_test(test_tags_restrict_members),
         cmocka_unit_test(test_weighted_shares),
         cmocka_unit_test(test_unknown_group_and_bad_tag),

@@ -182,6 +182,7 @@ static void test_defaults(void **state) {
     assert_string_equal(cfg->redis.password_env, "");
     assert_int_equal(cfg->redis.timeout_ms, 250);
     assert_int_equal(cfg->redis.connect_timeout_ms, 1000);
+    assert_true(cfg->redis.max_script_ms == 1.0);
     assert_string_equal(cfg->agent.id, "");
     assert_string_equal(cfg->agent.socket, "/run/sluice/agent.sock");
     assert_int_equal(cfg->agent.socket_mode, 0660);
@@ -256,6 +257,22 @@ static void test_defaults(void **state) {
 
 /* Provider profiles: the dimensions each has, their bursts, and the charge
  * rule per dimension with the refund override (docs/providers.md). */
+/* redis.max_script_ms: a number of ms, fractions allowed, 0 = no bound. */
+static void test_max_script_ms(void **state) {
+    (void)state;
+    static const struct {
+        const char *v;
+        double want;
+    } ok[] = {{"0.5", 0.5}, {"0", 0}, {"2", 2}, {"1000", 1000}};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        char yaml[256];
+        snprintf(yaml, sizeof(yaml), "redis:\n  max_script_ms: %s\ndeployments:\n  d: { rpm: 1 }\n", ok[i].v);
+        config *cfg = load_ok(yaml);
+        assert_true(cfg->redis.max_script_ms == ok[i].want);
+        config_free(cfg);
+    }
+}
+
 static void test_profiles(void **state) {
     config *cfg = load_ok("deployments:\n"
                           "  claude: {style: anthropic, rpm: 50, itpm: 30000, otpm: 8000}\n"
@@ -385,6 +402,10 @@ static const bad_case bad_cases[] = {
      ":5: key 'deployments.gpt-4o.tenants.t.ceiling': unknown key"},
     {DEP "    rpm: 1\n    lanes:\n      a: { max_wait_ms: -2 }\n",
      ":5: key 'deployments.gpt-4o.lanes.a.max_wait_ms': must be an integer between -1 and 604800000, got \"-2\""},
+    {"redis:\n  max_script_ms: -1\n" DEP "    rpm: 1\n",
+     ":2: key 'redis.max_script_ms': must be a number in [0, 1000], got \"-1\""},
+    {"redis:\n  max_script_ms: 1ms\n" DEP "    rpm: 1\n",
+     ":2: key 'redis.max_script_ms': must be a number in [0, 1000], got \"1ms\""},
     /* beyond one Redis */
     {"redis:\n  cluster: 127.0.0.1:7000\n" DEP "    rpm: 1\n",
      ":2: key 'redis.cluster': must be a list of strings, got a scalar"},
@@ -717,6 +738,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_full),
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_max_script_ms),
         cmocka_unit_test(test_profiles),
         cmocka_unit_test(test_flow_and_order),
         cmocka_unit_test(test_redis_urls),
