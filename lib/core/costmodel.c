@@ -61,6 +61,15 @@ void costmodel_observe(costmodel *m, size_t n, double us) {
     size_t k = m->calls < COSTMODEL_WINDOW ? (size_t)m->calls : COSTMODEL_WINDOW;
     double f = fit_fixed(m, k);
     if (f >= 0) m->fixed_us = f;
+    /* And at most half the window's quickest call on every call, not only
+     * when a fit succeeds: a fit made while Redis was stretched (every
+     * call several times its cost) could otherwise set a per-call part
+     * near the budget, cap the batches at 1, and with only 1-item calls
+     * left in the window no later fit could ever lower it. */
+    double quick = m->t[0];
+    for (size_t i = 1; i < k; i++)
+        if (m->t[i] < quick) quick = m->t[i];
+    if (m->fixed_us > 0.5 * quick) m->fixed_us = 0.5 * quick;
     /* Per item: the median over the newest calls, each after the per-call
      * part (at most half the call, so a cheap call cannot go negative). */
     size_t km = k < COSTMODEL_MEDIAN ? k : COSTMODEL_MEDIAN;

@@ -14,7 +14,9 @@
  *     (Redis descheduled on a busy host) keep the cap at the best size or
  *     below it, no batch's undisturbed time over the budget by more than
  *     the jitter, and 95 % of the batches at least half the best size (a
- *     run of stretched calls narrows a few). */
+ *     run of stretched calls narrows a few);
+ *   - after a long stretch (every call tenfold) the batches come back to
+ *     the best size once calls are normal again. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -139,6 +141,38 @@ static void test_stretched_calls_are_ignored(void **state) {
     assert_true(narrow <= 20);
 }
 
+/* A long stretch (every call ten times its cost, as on a host where Redis
+ * is descheduled for seconds), then normal calls again: the batches come
+ * back to the best size. Before the per-call part was bounded on every
+ * call, a fit made during the stretch set it to the budget, the cap fell
+ * to 1, and with only 1-item calls left in the window no fit could ever
+ * lower it again (found in review: stuck at 1 after 14 stretched calls). */
+static void test_recovers_after_a_long_stretch(void **state) {
+    (void)state;
+    const double a = 100, b = 5, budget = 500;
+    const size_t best = (size_t)((budget - a) / b); /* 80 */
+    costmodel m;
+    costmodel_init(&m);
+    size_t n = 0;
+    for (int i = 0; i < 30; i++) {
+        n = costmodel_cap(&m, budget, 128);
+        costmodel_observe(&m, n, cost(a, b, n));
+    }
+    assert_true(n >= best - 2);
+    for (int i = 0; i < 40; i++) {
+        n = costmodel_cap(&m, budget, 128);
+        costmodel_observe(&m, n, 10 * cost(a, b, n));
+    }
+    size_t during = n;
+    for (int i = 0; i < 200; i++) {
+        n = costmodel_cap(&m, budget, 128);
+        costmodel_observe(&m, n, cost(a, b, n));
+    }
+    print_message("  cap %zu at the end of the stretch, %zu 200 calls after it (best %zu)\n", during, n, best);
+    assert_true(during < best / 4);
+    assert_true(n >= best - 2 && n <= best);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bounds),
@@ -146,6 +180,7 @@ int main(void) {
         cmocka_unit_test(test_grows_after_light_load),
         cmocka_unit_test(test_shrinks_when_costlier),
         cmocka_unit_test(test_stretched_calls_are_ignored),
+        cmocka_unit_test(test_recovers_after_a_long_stretch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
