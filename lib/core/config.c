@@ -430,7 +430,8 @@ static const cfg_row root_rows[] = {
     CFG_INT("redis.connect_timeout_ms", config, redis.connect_timeout_ms, "1000", 1, 60000, 0,
             "Timeout of connecting to Redis."),
     CFG_NUM("redis.max_script_ms", config, redis.max_script_ms, "1", 0, 1000, 0,
-            "Bound on one reserve call's time in Redis: the agent sizes its batches to stay under it; 0 = no bound."),
+            "Bound on one reserve or settle call's time in Redis: the agent sizes its batches to stay under it; 0 = no "
+            "bound."),
     CFG_STRS("redis.cluster", config, redis.cluster, redis.ncluster, check_node_addr,
              "Redis Cluster seed nodes (host:port); the agent routes by hash slot. Replaces redis.url's address."),
     CFG_STR("redis.sentinel.master", config, redis.sentinel_master, NULL, check_token,

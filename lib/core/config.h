@@ -50,7 +50,7 @@ typedef struct config_redis {
     char *password;              /* the resolved secret, "" if none */
     long long timeout_ms;        /* per Redis call */
     long long connect_timeout_ms;
-    double max_script_ms;        /* bound on one reserve call's time in Redis; 0 = none */
+    double max_script_ms;        /* bound on one reserve or settle call's time in Redis; 0 = none */
     char **cluster;              /* Redis Cluster seed nodes "host:port"; NULL = one Redis */
     size_t ncluster;
     char *sentinel_master;       /* Sentinel: the monitored master's name; NULL = no Sentinel */

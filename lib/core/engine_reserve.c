@@ -223,7 +223,7 @@ void dep_flush_reserves(dep *d) {
         for (size_t round = 0; round < per_class && b->n < cap; round++) {
             int any = 0;
             /* The classes of a lane take turns: after a full batch the next
-             * one starts with the class after the last one served. */
+             * one starts one class after where the previous batch started. */
             for (size_t t = 0; t < j - i && b->n < cap; t++) {
                 size_t g = i + (t + d->turn) % (j - i);
                 call_class *k = &d->classes[order[g]];

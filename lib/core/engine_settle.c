@@ -8,6 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Cancels, hard quota errors and provider pauses: they change what the
+ * next reserve may take, so they go at once and first. */
+static int settle_is_urgent(const settle_item *it) {
+    return it->outcome == ENGINE_CANCELLED || it->outcome == ENGINE_QUOTA || it->pause_ms >= 0;
+}
+
 /* Queues one settle item for d's next settle call. u: the usage (NULL:
  * unknown); seen: what the headers said (NULL: nothing). */
 void queue_settle(dep *d, const char *id, const engine_usage *u, engine_outcome o, long long pause_ms,
@@ -31,7 +37,7 @@ void queue_settle(dep *d, const char *id, const engine_usage *u, engine_outcome 
     /* Cancels and provider pauses go at once (a cancel must land before the
      * next reserve); plain settles wait up to ENGINE_SETTLE_DELAY_MS so the
      * settles of callers working one at a time share a call. */
-    if (o == ENGINE_CANCELLED || o == ENGINE_QUOTA || pause_ms >= 0 || d->nsettles >= 64 || e->stopping) {
+    if (settle_is_urgent(it) || d->nsettles >= 64 || e->stopping) {
         d->settle_urgent = 1;
         flush_arm(e);
     } else if (!uv_is_active((uv_handle_t *)&e->settle_timer)) {
@@ -111,6 +117,23 @@ static void on_settle(void *arg, redisReply *r, const char *err) {
     maybe_finish_stop(e);
 }
 
+/* When not every settle fits in this call: the urgent ones first (in
+ * their order, then the others in theirs), so that a cancel or a pause
+ * queued behind a backlog of plain settles still lands before the next
+ * reserve (found in review). Settles of different grants are independent
+ * otherwise. Left as it is when there is no memory for the copy. */
+static void urgent_first(dep *d) {
+    settle_item *tmp = malloc(d->nsettles * sizeof(*tmp));
+    if (!tmp) return;
+    size_t k = 0;
+    for (size_t i = 0; i < d->nsettles; i++)
+        if (settle_is_urgent(&d->settles[i])) tmp[k++] = d->settles[i];
+    for (size_t i = 0; i < d->nsettles; i++)
+        if (!settle_is_urgent(&d->settles[i])) tmp[k++] = d->settles[i];
+    memcpy(d->settles, tmp, d->nsettles * sizeof(*tmp));
+    free(tmp);
+}
+
 void dep_flush_settles(dep *d) {
     engine *e = d->e;
     if (!d->nsettles || d->settling) return;
@@ -121,6 +144,7 @@ void dep_flush_settles(dep *d) {
     /* As many as fit under redis.max_script_ms; the rest go next. */
     size_t cap = batch_cap(e, &d->settle_cost, SETTLE_BATCH_MAX);
     size_t n = d->nsettles < cap ? d->nsettles : cap;
+    if (n < d->nsettles) urgent_first(d);
     /* The feedback form (lua/settle.lua): 'feedback', n, then per item the
      * grant, the usage ("-1", "n", "i+o" or "i+o+r"), the outcome, the
      * pause and what the headers said ("r=L/R,..." or "-"). */

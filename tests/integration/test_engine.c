@@ -251,6 +251,59 @@ static void test_batches_under_script_bound(void **state) {
     world_close(&w);
 }
 
+/* Under the same bound, a cancel queued behind a backlog of plain settles
+ * goes first: it changes what the next reserve may take. 120 granted
+ * callers settle in one loop turn, the last one's settle a cancel; the
+ * first settle call (16 items, nothing learned yet) already carries the
+ * cancel, so its grant is gone from Redis after one or two settle calls,
+ * not after the ~105 one-item calls of the plain settles queued before it
+ * (found in review). */
+typedef struct grant_probe {
+    world *w;
+    const char *id;
+    unsigned long long calls_when_gone;
+} grant_probe;
+
+static grant_probe probe;
+
+static int cancel_landed(world *w) {
+    redisContext *c = redis_fixture_connect(&fx);
+    /* The engine's id is "<deployment>:<grant>"; Redis keeps the grant. */
+    redisReply *r = c ? redisCommand(c, "HEXISTS sluice:{urgent}:grants %s", strrchr(probe.id, ':') + 1) : NULL;
+    int gone = r && r->type == REDIS_REPLY_INTEGER && r->integer == 0;
+    if (r) freeReplyObject(r);
+    if (c) redisFree(c);
+    if (gone) {
+        engine_stats s;
+        engine_get_stats(w->e, &s);
+        probe.calls_when_gone = s.settle_calls;
+    }
+    return gone;
+}
+
+static void test_urgent_settles_first_under_bound(void **state) {
+    world w;
+    world_init_bound(&w, "0.01", "  urgent:\n    rpm: 60000\n", "agent-u");
+    assert_true(run_until(&w, connected, 3000));
+    enum { N = 120 };
+    static acq a[N];
+    replay rp;
+    uint64_t t0;
+    burst_of(&w, "urgent", a, N, &rp, &t0);
+    replay_free(&rp);
+    engine_stats s0;
+    engine_get_stats(w.e, &s0);
+    for (int i = 0; i < N - 1; i++) assert_int_equal(engine_settle(w.e, a[i].g.id, 0, ENGINE_OK, -1), 0);
+    assert_int_equal(engine_settle(w.e, a[N - 1].g.id, 0, ENGINE_CANCELLED, -1), 0);
+    probe = (grant_probe){.w = &w, .id = a[N - 1].g.id};
+    assert_false(cancel_landed(&w)); /* held in Redis until its settle */
+    assert_true(run_until(&w, cancel_landed, 10000));
+    unsigned long long calls = probe.calls_when_gone - s0.settle_calls;
+    print_message("  the cancel queued after %d plain settles landed within %llu settle calls\n", N - 1, calls);
+    assert_true(calls <= 3); /* the first call, and the check may see the next ones sent */
+    world_close(&w);
+}
+
 /* Tenants' classes take turns when batches are full: 40 requests of each
  * of two tenants, arriving alternately in one loop turn, on a deployment
  * with room for all, under a bound that makes every call after the first
@@ -622,6 +675,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_coalescing_and_release_at_slot),
         cmocka_unit_test(test_batches_under_script_bound),
+        cmocka_unit_test(test_urgent_settles_first_under_bound),
         cmocka_unit_test(test_tenants_take_turns_in_small_batches),
         cmocka_unit_test(test_cancel_gives_the_slot_back),
         cmocka_unit_test(test_shed_when_slot_beyond_max_wait),
