@@ -25,9 +25,23 @@ if ARGV[3] == 'busy' then
 end
 local limits = sl_limits()
 local now = sl_now(limits)
+-- The agent is counted (or leaves) first: the shared rate then no longer
+-- holds back its share if it was silent (sl_silent), and the schedule is
+-- converted to that rate before its local tail is handed over, so the
+-- conversion cannot shorten the hand-over.
+if ARGV[3] == 'leave' then
+  redis.call('ZREM', KEYS[9], id)
+else
+  redis.call('ZADD', KEYS[9], sl_fmt(sl_agent_due(limits, now)), id)
+end
+-- Entries are kept as long as a silent agent's share is held back
+-- (silent_hold_ms, sl_silent); the reply counts the live ones.
+local keep = math.max(window, sl_agents_window(limits))
+redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', '(' .. sl_fmt(now - keep))
+redis.call('PEXPIRE', KEYS[9], keep * 10)
 if busy_req and limits.rpm then
   local st = sl_hash(KEYS[2])
-  local dims = sl_dims(limits, st, sl_num(st, 'rate_scale', 1))
+  local dims, _, changed = sl_schedule(limits, st, now)
   local ra = sl_num(st, 'refund_after', 0)
   for i, d in ipairs(dims) do
     -- busy_tokens_ms covers every token dimension: the agent hands over
@@ -36,18 +50,12 @@ if busy_req and limits.rpm then
     local floor_tat = now + busy + d.burst / d.r
     if d.tat < floor_tat then
       d.tat = floor_tat
-      sl_dim_save(d, st)
+      changed = true
     end
+    if changed then sl_dim_save(d, st) end
     if d.tat > ra then ra = d.tat end
   end
   sl_set(st, 'refund_after', sl_fmt(ra))
   sl_save_state(st)
 end
-if ARGV[3] == 'leave' then
-  redis.call('ZREM', KEYS[9], id)
-else
-  redis.call('ZADD', KEYS[9], sl_fmt(now), id)
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', '(' .. sl_fmt(now - window))
-redis.call('PEXPIRE', KEYS[9], window * 10)
-return redis.call('ZCARD', KEYS[9])
+return redis.call('ZCOUNT', KEYS[9], '(' .. sl_fmt(now - window), '+inf')

@@ -5,6 +5,7 @@
 #include "engine_internal.h"
 #include "timeutil.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +127,9 @@ void dep_configure(dep *d) {
     F("jitter_ms", "%lld", c->jitter_ms);
     F("refund_lag_ms", "%lld", c->refund_lag_ms);
     F("horizon_ms", "%lld", c->horizon_ms);
+    F("silent_ms", "%lld", engine_silent_ms(e));
+    F("agent_window_ms", "%lld", engine_agent_window_ms(e));
+    F("silent_hold_ms", "%lld", engine_silent_hold_ms(e));
     if (c->nlanes || c->ntenants) {
         F("tenant_idle_ms", "%lld", c->tenant_idle_ms);
         F("lane_step_ms", "%lld", c->lane_step_ms);
@@ -164,10 +168,48 @@ void dep_configure(dep *d) {
     free(argv);
 }
 
+/* In use now: callers queued or waiting for their slot, or settles queued. */
+static int dep_in_use(const dep *d) { return d->npending || d->waiting.n || d->nsettles; }
+
+/* The first ARGV of every script call of this agent on d: "@<id>/<g>",
+ * its proof of life with the promise of its next call within g ms
+ * (lua/common.lua sl_silent). The promise follows the agent's own pace:
+ * twice the time since its previous call, between a quarter heartbeat and
+ * silent_ms, so an agent that calls Redis often is taken for silent soon
+ * after it is cut off, and one that calls seldom costs nothing more. A
+ * heartbeat sent to keep a promise (keepalive) doubles it, so a pause
+ * costs a few of them before the pace of one a heartbeat. Schedules that
+ * heartbeat if nothing else goes before (on_heartbeat_timer). */
+const char *dep_agent_arg(dep *d, int keepalive) {
+    engine *e = d->e;
+    double now = (double)uv_now(e->loop);
+    double hb = (double)e->cfg->agent.heartbeat_ms;
+    double g = keepalive ? 2 * d->g_sent : 2 * (now - d->sent_at);
+    g = fmin(fmax(g, (double)engine_min_promise_ms(e)), (double)engine_silent_ms(e));
+    snprintf(d->arg, sizeof(d->arg), "%s/%.0f", e->agent_arg, g);
+    d->g_sent = g;
+    d->sent_at = now;
+    if (!keepalive) d->used_at = now;
+    /* Renewed half-way through a short promise, a quarter heartbeat before
+     * the end of a long one: within a tick of that, with what Redis may
+     * have kept of an older call (an eighth of g, sl_silent) to spare. */
+    d->renew_at = now + g - (g < hb ? g / 2 : hb / 4);
+    return d->arg;
+}
+
+/* A reply to a call that named this agent: Redis counts it live until
+ * the promise of that call passes (at the latest). */
+void dep_seen(dep *d) {
+    d->seen_until = fmax(d->seen_until, (double)uv_now(d->e->loop) + d->g_sent);
+}
+
 static void on_heartbeat(void *arg, redisReply *r, const char *err) {
     dep *d = arg;
     d->e->calls_out--;
-    if (r && r->type == REDIS_REPLY_INTEGER && r->integer > 0) d->live_agents = r->integer;
+    if (r && r->type == REDIS_REPLY_INTEGER && r->integer > 0) {
+        d->live_agents = r->integer;
+        dep_seen(d);
+    }
     /* The first heartbeat follows the connect: a script that cannot run
      * (an ACL without a command it calls) shows here, before any caller. */
     if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str)) dep_script_error(d, "heartbeat", r->str);
@@ -177,18 +219,40 @@ static void on_heartbeat(void *arg, redisReply *r, const char *err) {
 void dep_heartbeat(dep *d, int leave) {
     engine *e = d->e;
     char window[24];
-    snprintf(window, sizeof(window), "%lld", e->cfg->agent.heartbeat_ms * 3);
-    const char *argv[3] = {e->agent_id, window, "leave"};
-    if (rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, leave ? 3 : 2, argv, on_heartbeat, d) == 0)
+    snprintf(window, sizeof(window), "%lld", engine_agent_window_ms(e));
+    const char *argv[4] = {dep_agent_arg(d, 1), e->agent_id, window, "leave"};
+    if (rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, leave ? 4 : 3, argv, on_heartbeat, d) == 0) {
         e->calls_out++;
+        d->member = !leave;
+    }
 }
 
+/* Says this agent is alive for d (and joins its agents set). Back from an
+ * outage with local grants still to be released, the heartbeat is the
+ * hand-over of that tail: a plain one first would count the agent live
+ * again (the others stop holding its share back, lua/common.lua
+ * sl_silent) while its tail is not yet behind the shared schedule. */
+void dep_announce(dep *d) {
+    if (!d->handed_over && !dep_local_drained(d)) dep_hand_over(d);
+    else dep_heartbeat(d, 0);
+}
+
+/* Every tick: a deployment in use here gets a heartbeat when its last
+ * call's promise is due to be renewed and nothing else went; one unused
+ * for 30 heartbeats (engine_idle_leave_ms) leaves the agents set, so an idle fleet
+ * makes no calls at all and the fallback share counts the agents that
+ * use the deployment. A reserve or settle in time makes the heartbeat
+ * unnecessary. */
 void on_heartbeat_timer(uv_timer_t *t) {
     engine *e = t->data;
+    double now = (double)uv_now(e->loop);
     for (dep *d = e->deps; d; d = d->next) {
         if (!d->cfg || !dep_ready(d)) continue;
         if (!d->configured) dep_configure(d);
-        dep_heartbeat(d, 0);
+        if (dep_in_use(d)) d->used_at = now;
+        int in_use = now - d->used_at < (double)engine_idle_leave_ms(e);
+        if (in_use && now >= d->renew_at) dep_announce(d);
+        else if (!in_use && d->member) dep_heartbeat(d, 1);
     }
 }
 
@@ -205,7 +269,8 @@ void on_redis_up(void *ud) {
     for (dep *d = e->deps; d; d = d->next) {
         if (d->cfg && dep_ready(d) && !d->configured && !d->configuring) {
             dep_configure(d);
-            dep_heartbeat(d, 0);
+            d->used_at = (double)uv_now(e->loop); /* joins; leaves if unused */
+            dep_announce(d);
         }
     }
 }

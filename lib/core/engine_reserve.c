@@ -40,6 +40,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
         d->fleet_backlog_tok = (double)reply_int(r->element[3]);
         d->fleet_tat_req = (double)now + d->fleet_backlog_req;
         d->fleet_tat_tok = (double)now + d->fleet_backlog_tok;
+        dep_seen(d);
         /* Before the new grants: they are already behind any new shift. */
         dep_follow_shift(d, (double)reply_int(r->element[4]));
     }
@@ -197,13 +198,14 @@ void dep_flush_reserves(dep *d) {
     int quads = d->cfg && (d->cfg->nlanes || d->cfg->ntenants);
     size_t per_class = quads ? ENGINE_CLASS_BATCH : RESERVE_BATCH_MAX;
     size_t stride = quads ? 4 : 2;
-    const char **argv = malloc(sizeof(*argv) * (1 + 4 * RESERVE_BATCH_MAX));
+    /* argv[-1]: who asks ("@<agent id>", a proof of life: lua/common.lua sl_silent). */
+    const char **argv0 = malloc(sizeof(*argv0) * (2 + 4 * RESERVE_BATCH_MAX)), **argv = argv0 ? argv0 + 1 : NULL;
     char(*buf)[48] = malloc(sizeof(*buf) * (1 + 2 * RESERVE_BATCH_MAX));
     /* Copies: shedding an expired group call below may queue it on another
      * class and move d->classes. */
     char(*names)[2][CONFIG_NAME_MAX + 1] = quads ? malloc(sizeof(*names) * RESERVE_BATCH_MAX) : NULL;
     if (!argv || !buf || (quads && !names)) {
-        free(argv);
+        free(argv0);
         free(buf);
         free(names);
         free(b);
@@ -247,7 +249,7 @@ void dep_flush_reserves(dep *d) {
     }
     free(order);
     if (!b->n) {
-        free(argv);
+        free(argv0);
         free(buf);
         free(names);
         free(b);
@@ -256,8 +258,9 @@ void dep_flush_reserves(dep *d) {
     }
     snprintf(buf[0], sizeof(buf[0]), "%zu", b->n);
     argv[0] = buf[0];
-    int rc = rrouter_script(e->redis, SCRIPT_RESERVE, d->keys, (int)(1 + stride * b->n), argv, on_reserve, b);
-    free(argv);
+    argv0[0] = dep_agent_arg(d, 0);
+    int rc = rrouter_script(e->redis, SCRIPT_RESERVE, d->keys, (int)(2 + stride * b->n), argv0, on_reserve, b);
+    free(argv0);
     free(buf);
     free(names);
     if (rc != 0) {

@@ -53,11 +53,12 @@ static int dim_index(const char *name) {
 }
 
 /* The rates a settle reply reports (name, limit in force, effective,
- * others' use, per dimension): kept for INFO and metrics, and a limit the
- * provider's headers lowered (or raised back) is logged once. */
+ * others' use, held back for silent agents, per dimension): kept for INFO
+ * and metrics, and a limit the provider's headers lowered (or raised back)
+ * is logged once. */
 static void dep_follow_rates(dep *d, const redisReply *rates) {
-    if (!rates || rates->type != REDIS_REPLY_ARRAY || rates->elements % 4) return;
-    for (size_t i = 0; i + 3 < rates->elements; i += 4) {
+    if (!rates || rates->type != REDIS_REPLY_ARRAY || rates->elements % 5) return;
+    for (size_t i = 0; i + 4 < rates->elements; i += 5) {
         const redisReply *nm = rates->element[i];
         if (nm->type != REDIS_REPLY_STRING) continue;
         int k = dim_index(nm->str);
@@ -79,6 +80,7 @@ static void dep_follow_rates(dep *d, const redisReply *rates) {
         dr->limit = limit;
         dr->effective = rates->element[i + 2]->type == REDIS_REPLY_STRING ? atof(rates->element[i + 2]->str) : 0;
         dr->outside = rates->element[i + 3]->type == REDIS_REPLY_STRING ? atof(rates->element[i + 3]->str) : 0;
+        dr->held = rates->element[i + 4]->type == REDIS_REPLY_STRING ? atof(rates->element[i + 4]->str) : 0;
         dr->known = 1;
     }
 }
@@ -91,6 +93,7 @@ static void on_settle(void *arg, redisReply *r, const char *err) {
     d->settling--;
     if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str)) dep_script_error(d, "settle", r->str);
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3) {
+        dep_seen(d);
         long long paused = reply_int(r->element[1]);
         if (paused > 0) {
             uint64_t until = uv_now(e->loop) + (uint64_t)paused;
@@ -119,11 +122,11 @@ void dep_flush_settles(dep *d) {
     /* The feedback form (lua/settle.lua): 'feedback', n, then per item the
      * grant, the usage ("-1", "n", "i+o" or "i+o+r"), the outcome, the
      * pause and what the headers said ("r=L/R,..." or "-"). */
-    const char **argv = malloc(sizeof(*argv) * (2 + 5 * n));
+    const char **argv0 = malloc(sizeof(*argv0) * (3 + 5 * n)), **argv = argv0 ? argv0 + 1 : NULL;
     char(*buf)[96] = malloc(sizeof(*buf) * (2 + 5 * n));
     settle_batch *b = malloc(sizeof(*b));
     if (!argv || !buf || !b) {
-        free(argv);
+        free(argv0);
         free(buf);
         free(b);
         return;
@@ -160,8 +163,9 @@ void dep_flush_settles(dep *d) {
     }
     b->d = d;
     b->n = n;
-    int rc = rrouter_script(e->redis, SCRIPT_SETTLE, d->keys, (int)(2 + 5 * n), argv, on_settle, b);
-    free(argv);
+    argv0[0] = dep_agent_arg(d, 0);
+    int rc = rrouter_script(e->redis, SCRIPT_SETTLE, d->keys, (int)(3 + 5 * n), argv0, on_settle, b);
+    free(argv0);
     free(buf);
     if (rc != 0) {
         free(b);
