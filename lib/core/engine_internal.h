@@ -174,6 +174,7 @@ struct engine {
     char agent_id[128];
     char agent_arg[130];      /* "@<agent id>": the group script's first ARGV (no promise: silent_ms) */
     double group_sent_at;     /* uv_now of the last group script call */
+    double refresh_at;        /* uv_now: every deployment in use gets a heartbeat then (the live count) */
     rrouter *redis;
     uv_timer_t hold_timer;    /* re-flushes after a cluster redirect hold */
     uv_timer_t settle_timer;  /* flushes delayed settles */

@@ -179,12 +179,16 @@ static int dep_in_use(const dep *d) { return d->npending || d->waiting.n || d->n
  * after it is cut off, and one that calls seldom costs nothing more. A
  * heartbeat sent to keep a promise (keepalive) doubles it, so a pause
  * costs a few of them before the pace of one a heartbeat. Schedules that
- * heartbeat if nothing else goes before (on_heartbeat_timer). */
+ * heartbeat if nothing else goes before (on_heartbeat_timer). keepalive:
+ * 0 for a reserve or settle, 1 for a heartbeat. */
 const char *dep_agent_arg(dep *d, int keepalive) {
     engine *e = d->e;
     double now = (double)uv_now(e->loop);
     double hb = (double)e->cfg->agent.heartbeat_ms;
-    double g = keepalive ? 2 * d->g_sent : 2 * (now - d->sent_at);
+    /* A heartbeat before the promise is due (the interval's refresh of the
+     * live count) keeps it as it is. */
+    if (keepalive && now < d->renew_at) keepalive = 2;
+    double g = keepalive == 2 ? d->g_sent : keepalive ? 2 * d->g_sent : 2 * (now - d->sent_at);
     g = fmin(fmax(g, (double)engine_min_promise_ms(e)), (double)engine_silent_ms(e));
     snprintf(d->arg, sizeof(d->arg), "%s/%.0f", e->agent_arg, g);
     d->g_sent = g;
@@ -237,22 +241,114 @@ void dep_announce(dep *d) {
     else dep_heartbeat(d, 0);
 }
 
+/* The heartbeats of one tick on one Redis (or Sentinel): one script call
+ * for all the deployments due (lua/heartbeat.lua, several at once). */
+typedef struct hb_batch {
+    engine *e;
+    size_t n;
+    dep *deps[];
+} hb_batch;
+
+static void on_heartbeats(void *arg, redisReply *r, const char *err) {
+    hb_batch *b = arg;
+    engine *e = b->e;
+    e->calls_out--;
+    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == b->n;
+    for (size_t i = 0; i < b->n; i++) {
+        dep *d = b->deps[i];
+        if (ok && r->element[i]->type == REDIS_REPLY_INTEGER && r->element[i]->integer > 0) {
+            d->live_agents = r->element[i]->integer;
+            dep_seen(d);
+        }
+    }
+    if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str) && b->n) dep_script_error(b->deps[0], "heartbeat", r->str);
+    free(b);
+    maybe_finish_stop(e);
+}
+
+/* One heartbeat for the n deployments in deps (n >= 2, all ready and
+ * handed over), or one leave (leave): the promise is the longest any of
+ * them would make. On failure each goes its own way at the next tick. */
+static void heartbeat_many(engine *e, dep **deps, size_t n, int leave) {
+    hb_batch *b = malloc(sizeof(*b) + n * sizeof(dep *));
+    char(*keys)[SCRIPTS_KEY_MAX] = malloc(n * SCRIPTS_NKEYS * sizeof(*keys));
+    if (!b || !keys) {
+        free(b);
+        free(keys);
+        return;
+    }
+    b->e = e;
+    b->n = n;
+    double g = 0;
+    for (size_t i = 0; i < n; i++) {
+        b->deps[i] = deps[i];
+        memcpy(keys[i * SCRIPTS_NKEYS], deps[i]->keys, sizeof(deps[i]->keys));
+        dep_agent_arg(deps[i], 1);
+        g = fmax(g, deps[i]->g_sent);
+    }
+    char window[24], arg[sizeof(deps[0]->arg)];
+    snprintf(window, sizeof(window), "%lld", engine_agent_window_ms(e));
+    snprintf(arg, sizeof(arg), "%s/%.0f", e->agent_arg, g);
+    double now = (double)uv_now(e->loop), hb = (double)e->cfg->agent.heartbeat_ms;
+    for (size_t i = 0; i < n; i++) {
+        deps[i]->g_sent = g;
+        deps[i]->renew_at = now + g - (g < hb ? g / 2 : hb / 4);
+        deps[i]->member = !leave;
+    }
+    const char *argv[4] = {arg, e->agent_id, window, "leave"};
+    if (rrouter_script_n(e->redis, SCRIPT_HEARTBEAT, keys, (int)(n * SCRIPTS_NKEYS), leave ? 4 : 3, argv,
+                         on_heartbeats, b) == 0)
+        e->calls_out++;
+    else
+        free(b);
+    free(keys);
+}
+
+/* Adds d to the list (grown by doubling); 0 when out of memory. */
+static int dep_list_add(dep ***list, size_t *n, size_t *cap, dep *d) {
+    if (*n == *cap) {
+        size_t nc = *cap ? 2 * *cap : 16;
+        dep **g = realloc(*list, nc * sizeof(**list));
+        if (!g) return 0;
+        *list = g;
+        *cap = nc;
+    }
+    (*list)[(*n)++] = d;
+    return 1;
+}
+
 /* Every tick: a deployment in use here gets a heartbeat when its last
- * call's promise is due to be renewed and nothing else went; one unused
- * for 30 heartbeats (engine_idle_leave_ms) leaves the agents set, so an idle fleet
- * makes no calls at all and the fallback share counts the agents that
- * use the deployment. A reserve or settle in time makes the heartbeat
- * unnecessary. */
+ * call's promise is due to be renewed and nothing else went, and every
+ * heartbeat interval in any case (its reply is the live count, the
+ * fallback share); one unused for 30 heartbeats (engine_idle_leave_ms)
+ * leaves the agents set, so an idle fleet makes no calls at all and the
+ * fallback share counts the agents that use the deployment. On one Redis
+ * (or Sentinel) the heartbeats of a tick go in one call whatever the
+ * number of deployments: one call per agent per interval. */
 void on_heartbeat_timer(uv_timer_t *t) {
     engine *e = t->data;
     double now = (double)uv_now(e->loop);
+    int batch = strcmp(rrouter_mode(e->redis), "cluster") != 0;
+    dep **lists[2] = {NULL, NULL}; /* due, leaving */
+    size_t n[2] = {0, 0}, cap[2] = {0, 0};
+    int refresh = now >= e->refresh_at;
+    if (refresh) e->refresh_at = now + (double)e->cfg->agent.heartbeat_ms;
     for (dep *d = e->deps; d; d = d->next) {
         if (!d->cfg || !dep_ready(d)) continue;
         if (!d->configured) dep_configure(d);
         if (dep_in_use(d)) d->used_at = now;
         int in_use = now - d->used_at < (double)engine_idle_leave_ms(e);
-        if (in_use && now >= d->renew_at) dep_announce(d);
-        else if (!in_use && d->member) dep_heartbeat(d, 1);
+        int plain = d->handed_over || dep_local_drained(d);
+        if (in_use && (refresh || now >= d->renew_at)) {
+            if (!batch || !plain || !dep_list_add(&lists[0], &n[0], &cap[0], d)) dep_announce(d);
+        } else if (!in_use && d->member) {
+            if (!batch || !dep_list_add(&lists[1], &n[1], &cap[1], d)) dep_heartbeat(d, 1);
+        }
+    }
+    for (int leave = 0; leave < 2; leave++) {
+        if (n[leave] == 1) dep_heartbeat(lists[leave][0], leave);
+        else if (n[leave] > 1) heartbeat_many(e, lists[leave], n[leave], leave);
+        free(lists[leave]);
     }
 }
 
