@@ -206,7 +206,7 @@ struct engine {
  * the fleet loses Redis"). Each script call of an agent promises its next
  * one within g (dep_agent_arg: from a quarter heartbeat to a heartbeat and
  * a quarter, silent_ms, which is also what Redis assumes without a
- * promise); a heartbeat goes out when nothing else did in time. Once a
+ * promise; the quarter at least 250 ms); a heartbeat goes out when nothing else did in time. Once a
  * promise passes, Redis takes the agent for silent and keeps its share out
  * of the shared schedule until it is back or agent.silent_hold_ms (20
  * heartbeats) have passed. It counts as live (the fallback share) within 3
@@ -216,10 +216,17 @@ struct engine {
  * cut or closed connection answers nothing later. */
 #define ENGINE_ARRIVAL_PAD_MS 50.0
 static inline long long engine_agent_window_ms(const engine *e) { return e->cfg->agent.heartbeat_ms * 3; }
-static inline long long engine_silent_ms(const engine *e) {
-    return e->cfg->agent.heartbeat_ms + e->cfg->agent.heartbeat_ms / 4;
+/* A quarter heartbeat, and never under 250 ms: the margin a promise keeps
+ * against a late timer or a slow reply on a loaded host (a promise broken
+ * by that takes a live agent for silent and holds its share back). */
+static inline long long engine_promise_margin_ms(const engine *e) {
+    long long q = e->cfg->agent.heartbeat_ms / 4;
+    return q < 250 ? 250 : q;
 }
-static inline long long engine_min_promise_ms(const engine *e) { return e->cfg->agent.heartbeat_ms / 4; }
+static inline long long engine_silent_ms(const engine *e) {
+    return e->cfg->agent.heartbeat_ms + engine_promise_margin_ms(e);
+}
+static inline long long engine_min_promise_ms(const engine *e) { return engine_promise_margin_ms(e); }
 static inline long long engine_silent_hold_ms(const engine *e) {
     long long h = e->cfg->agent.silent_hold_ms;
     return h > 0 ? h : e->cfg->agent.heartbeat_ms * 20;

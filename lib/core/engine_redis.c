@@ -184,7 +184,6 @@ static int dep_in_use(const dep *d) { return d->npending || d->waiting.n || d->n
 const char *dep_agent_arg(dep *d, int keepalive) {
     engine *e = d->e;
     double now = (double)uv_now(e->loop);
-    double hb = (double)e->cfg->agent.heartbeat_ms;
     /* A heartbeat before the promise is due (the interval's refresh of the
      * live count) keeps it as it is. */
     if (keepalive && now < d->renew_at) keepalive = 2;
@@ -194,10 +193,10 @@ const char *dep_agent_arg(dep *d, int keepalive) {
     d->g_sent = g;
     d->sent_at = now;
     if (!keepalive) d->used_at = now;
-    /* Renewed half-way through a short promise, a quarter heartbeat before
-     * the end of a long one: within a tick of that, with what Redis may
+    /* Renewed half-way through a short promise, a quarter heartbeat (at
+     * least 250 ms) before the end of a long one (whichever is sooner): within a tick of that, with what Redis may
      * have kept of an older call (an eighth of g, sl_silent) to spare. */
-    d->renew_at = now + g - (g < hb ? g / 2 : hb / 4);
+    d->renew_at = now + g - fmin(g / 2, (double)engine_promise_margin_ms(e));
     return d->arg;
 }
 
@@ -207,13 +206,19 @@ void dep_seen(dep *d) {
     d->seen_until = fmax(d->seen_until, (double)uv_now(d->e->loop) + d->g_sent);
 }
 
+/* A heartbeat's reply: the live agents of d. After a leave this agent is
+ * not among them, but should it have to pace d without Redis it would be
+ * one more: its fallback share counts itself. */
+static void dep_counted(dep *d, long long live) {
+    if (!d->member) live++;
+    else dep_seen(d);
+    if (live > 0) d->live_agents = live;
+}
+
 static void on_heartbeat(void *arg, redisReply *r, const char *err) {
     dep *d = arg;
     d->e->calls_out--;
-    if (r && r->type == REDIS_REPLY_INTEGER && r->integer > 0) {
-        d->live_agents = r->integer;
-        dep_seen(d);
-    }
+    if (r && r->type == REDIS_REPLY_INTEGER) dep_counted(d, r->integer);
     /* The first heartbeat follows the connect: a script that cannot run
      * (an ACL without a command it calls) shows here, before any caller. */
     if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str)) dep_script_error(d, "heartbeat", r->str);
@@ -256,10 +261,7 @@ static void on_heartbeats(void *arg, redisReply *r, const char *err) {
     int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == b->n;
     for (size_t i = 0; i < b->n; i++) {
         dep *d = b->deps[i];
-        if (ok && r->element[i]->type == REDIS_REPLY_INTEGER && r->element[i]->integer > 0) {
-            d->live_agents = r->element[i]->integer;
-            dep_seen(d);
-        }
+        if (ok && r->element[i]->type == REDIS_REPLY_INTEGER) dep_counted(d, r->element[i]->integer);
     }
     if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str) && b->n) dep_script_error(b->deps[0], "heartbeat", r->str);
     free(b);
@@ -289,10 +291,10 @@ static void heartbeat_many(engine *e, dep **deps, size_t n, int leave) {
     char window[24], arg[sizeof(deps[0]->arg)];
     snprintf(window, sizeof(window), "%lld", engine_agent_window_ms(e));
     snprintf(arg, sizeof(arg), "%s/%.0f", e->agent_arg, g);
-    double now = (double)uv_now(e->loop), hb = (double)e->cfg->agent.heartbeat_ms;
+    double now = (double)uv_now(e->loop);
     for (size_t i = 0; i < n; i++) {
         deps[i]->g_sent = g;
-        deps[i]->renew_at = now + g - (g < hb ? g / 2 : hb / 4);
+        deps[i]->renew_at = now + g - fmin(g / 2, (double)engine_promise_margin_ms(e));
         deps[i]->member = !leave;
     }
     const char *argv[4] = {arg, e->agent_id, window, "leave"};
