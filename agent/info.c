@@ -97,8 +97,10 @@ typedef struct dim_lines {
 
 static void dim_line(void *ud, const char *deployment, const char *dim, const engine_dim_rates *r) {
     dim_lines *dl = ud;
-    line(dl->o, "dimension%zu:deployment=%s,dimension=%s,configured=%.0f,limit=%.2f,effective=%.2f,outside=%.2f,known=%d",
-         dl->n++, deployment, dim, r->configured, r->limit, r->effective, r->outside, r->known);
+    line(dl->o,
+         "dimension%zu:deployment=%s,dimension=%s,configured=%.0f,limit=%.2f,effective=%.2f,outside=%.2f,held=%.2f,"
+         "known=%d",
+         dl->n++, deployment, dim, r->configured, r->limit, r->effective, r->outside, r->held, r->known);
 }
 
 static void count_dim(void *ud, const char *deployment, const char *dim, const engine_dim_rates *r) {

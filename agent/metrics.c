@@ -248,11 +248,14 @@ static void dim_metrics(text_out *o, engine *e) {
          "The limit in force: the configured one, or the lower one the provider's headers reported.",
          offsetof(engine_dim_rates, limit)},
         {"sluice_effective_rate_per_minute",
-         "The rate the fleet runs the dimension at: the limit less others' use of the key, and AIMD.",
+         "The rate the fleet runs the dimension at: the limit less others' use of the key (or silent agents' share), and AIMD.",
          offsetof(engine_dim_rates, effective)},
         {"sluice_outside_use_per_minute",
          "Others' use of the same key as estimated from the provider's remaining counts.",
          offsetof(engine_dim_rates, outside)},
+        {"sluice_held_rate_per_minute",
+         "The part of the rate kept out of the shared schedule for agents silent in Redis (cut off from it).",
+         offsetof(engine_dim_rates, held)},
     };
     for (size_t k = 0; k < sizeof(fam) / sizeof(fam[0]); k++) {
         head(o, fam[k].name, "gauge", fam[k].help);

@@ -263,6 +263,7 @@ static void warn_restart_only(daemon_ctx *d, const config *o, const config *n) {
         {"agent.http.allow_remote", o->agent.http.allow_remote != n->agent.http.allow_remote},
         {"agent.id", strcmp(o->agent.id, n->agent.id) != 0},
         {"agent.heartbeat_ms", o->agent.heartbeat_ms != n->agent.heartbeat_ms},
+        {"agent.silent_hold_ms", o->agent.silent_hold_ms != n->agent.silent_hold_ms},
         {"redis.url", strcmp(o->redis.url, n->redis.url) != 0},
         {"redis.username", strcmp(o->redis.username, n->redis.username) != 0},
         {"redis password", strcmp(o->redis.password, n->redis.password) != 0},

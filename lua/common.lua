@@ -69,6 +69,7 @@ local SL_DEFAULTS = {
   jitter_ms = 10, refund_lag_ms = 250,
   breaker_failure_ratio = 0, breaker_min_requests = 20, breaker_window_ms = 30000,
   breaker_break_ms = 30000, quota_hold_ms = 3600000,
+  silent_ms = 0, agent_window_ms = 0,
 }
 local SL_DEFAULTS_MT = {__index = SL_DEFAULTS}
 
@@ -463,16 +464,102 @@ local function sl_load(raw)
   return name, limits, sl_hash(KEYS[2])
 end
 
+-- The agent a script runs for: an agent's calls say who they are with
+-- "@<agent id>/<g>" before their ARGV, taken off here (the scripts then
+-- read ARGV as documented; tests and other callers leave it out): a proof
+-- of life, and the promise of its next call within g ms (without /<g>:
+-- silent_ms). See sl_silent.
+local SL_AGENT, SL_PROMISE = false, nil
+if type(ARGV[1]) == 'string' and string.sub(ARGV[1], 1, 1) == '@' and ARGV[1] ~= '@timed' then
+  local a = table.remove(ARGV, 1)
+  local id, g = string.match(a, '^@(.+)/(%d+)$')
+  if id then SL_AGENT, SL_PROMISE = id, tonumber(g) else SL_AGENT = string.sub(a, 2) end
+end
+
+-- The time until which an agent that calls now is counted live (the score
+-- in the agents set): now plus its promise, at most silent_ms.
+local function sl_agent_due(limits, now)
+  local silent = sl_num(limits, 'silent_ms', 0)
+  local g = SL_PROMISE or silent
+  if g > silent then g = silent end
+  return now + g
+end
+
+-- Partition safety (docs/operations.md, "Part of the fleet loses Redis").
+-- An agent that loses Redis paces locally at its share of the rate (one
+-- over the live agents); the agents still on Redis keep that share out of
+-- the shared schedule while it is silent. The agents set scores each
+-- agent with the time its last call promised the next one by
+-- (sl_agent_due): silent once that has passed, its share held back while
+-- it passed less than silent_hold_ms ago (at least agent_window_ms, within
+-- which an agent counts as live for the fallback share). Then k silent
+-- agents of N take k/N locally and the shared schedule runs at (N - k)/N:
+-- together never more than the rate. Returns the share held back (0 when
+-- silent_ms or agent_window_ms is 0: configured by an older agent), the
+-- agents within the hold and the silent ones, once per call and
+-- deployment.
+--
+-- A reserve or settle of an agent proves it alive as a heartbeat does, but
+-- only while Redis still counts it live: an agent taken for silent comes
+-- back through a heartbeat (after a reconnect, the hand-over of its local
+-- tail), so a call it sent before the partition that arrives late (TCP
+-- delivers what a black hole held) cannot release its share while it
+-- still paces locally. The score is written when it moves by an eighth of
+-- the promise or more.
+local SL_SILENT = {}
+local function sl_agents_window(limits)
+  return math.max(sl_num(limits, 'agent_window_ms', 0), sl_num(limits, 'silent_hold_ms', 0))
+end
+
+local function sl_silent(limits, now)
+  local key = KEYS[9]
+  local m = SL_SILENT[key]
+  if m then return m[1], m[2], m[3] end
+  local window, silent = sl_agents_window(limits), sl_num(limits, 'silent_ms', 0)
+  local share, live, quiet = 0, 0, 0
+  if sl_num(limits, 'agent_window_ms', 0) > 0 and silent > 0 and silent < window then
+    if SL_AGENT and SL_AGENT ~= '' and #SL_AGENT <= 256 then
+      local due, was = sl_agent_due(limits, now), tonumber(redis.call('ZSCORE', key, SL_AGENT))
+      if was and was > now and math.abs(due - was) >= (due - now) / 8 then
+        redis.call('ZADD', key, sl_fmt(due), SL_AGENT)
+        redis.call('PEXPIRE', key, window * 10)
+      end
+    end
+    local since = '(' .. sl_fmt(now - window)
+    live = redis.call('ZCOUNT', key, since, '+inf')
+    if live > 1 then quiet = redis.call('ZCOUNT', key, since, sl_fmt(now)) end
+    -- Never all of it: a status call must not divide by nothing when
+    -- every agent fell silent.
+    if quiet > 0 then share = math.min(quiet / live, 0.99) end
+  end
+  SL_SILENT[key] = {share, live, quiet}
+  return share, live, quiet
+end
+
+-- The part of dimension d's rate held back for silent agents, per ms (0
+-- when none is silent; sl_silent ran in sl_dims).
+local function sl_held(d, scale)
+  local m = SL_SILENT[KEYS[9]]
+  return m and m[1] > 0 and m[1] * d.r0 * scale or 0
+end
+
 -- The rate the fleet runs a shared dimension at (units per ms): its limit
 -- (the configured one, or the lower one a provider's headers reported,
 -- <name>_adopted) less what others are seen to use of the same key
 -- (<name>_outside, per minute, see settle's observe()), times the AIMD
--- scale, and never below aimd_min_scale of the limit.
+-- scale, and never below aimd_min_scale of the limit; then at most the
+-- share silent agents are not holding (sl_silent).
 local function sl_dim_target(d, limits, st, scale)
   local outside = sl_num(st, d.spec.f_outside, 0) / 60000
   local r = (d.r0 - outside) * scale
   local floor = d.r0 * sl_num(limits, 'aimd_min_scale', 0.1)
   if r < floor then r = floor end
+  -- At most the rate less the silent agents' share (sl_held). The two are
+  -- not added: what the provider's headers show of others' use while the
+  -- silent agents pace locally is mostly them, and when their heartbeats
+  -- expire that estimate goes on holding back what they still send.
+  local held = sl_held(d, scale)
+  if held > 0 and r > d.r0 * scale - held then r = d.r0 * scale - held end
   return r
 end
 
@@ -480,9 +567,11 @@ end
 -- tokens, input and output it has), each an sl_dim plus: spec (its SL_DIMS
 -- row), i (its index there), q (its refund-bound queue), refund (settles
 -- correct it to the actual usage), per (the configured per-minute limit).
--- A limit adopted from the provider's headers scales the burst with it.
-local function sl_dims(limits, st, scale)
+-- A limit adopted from the provider's headers scales the burst with it,
+-- and so does the share silent agents take locally (sl_silent: with now).
+local function sl_dims(limits, st, scale, now)
   local j = sl_num(limits, 'jitter_ms', 10)
+  local held = now and sl_silent(limits, now) or 0
   local dims = {}
   for i, spec in ipairs(SL_DIMS) do
     local per = sl_num(limits, spec.per, 0)
@@ -493,6 +582,7 @@ local function sl_dims(limits, st, scale)
         lim = adopted
         burst = math.max(1, burst * adopted / per)
       end
+      if held > 0 then burst = math.max(1, burst * (1 - held)) end
       local d = sl_dim(spec.name, lim, burst, 1, st, j, spec)
       d.spec, d.i, d.q, d.per = spec, i, KEYS[spec.q], per
       d.refund = spec.refund ~= nil and sl_num(limits, spec.refund, 0) == 1
@@ -517,6 +607,10 @@ end
 -- saves every dimension).
 local function sl_dims_sync(st, dims, now, keep)
   local old, changed = {}, false
+  -- The share held back for silent agents (sl_silent), as last converted.
+  local m = SL_SILENT[KEYS[9]]
+  local held, held_was = m and m[1] or 0, sl_num(st, 'silent_share', 0)
+  local by_held = math.abs(held - held_was) > 1e-9
   for i, d in ipairs(dims) do
     local f = d.spec.f_rate
     local r0, r = string.match(st[f] or '', '^([^:]+):(.+)$')
@@ -526,12 +620,22 @@ local function sl_dims_sync(st, dims, now, keep)
         -- keep[name]: the debt stays as it is (a limit adopted from the
         -- provider's headers: its remaining counts tell what its bucket
         -- holds, better than a conversion can).
-        if not (keep and keep[d.name]) then old[i] = r end
+        -- A change of the share held back for silent agents keeps the
+        -- schedule's times both ways: what was granted so far was granted
+        -- at the full rate, and a silent agent's local pacing starts where
+        -- that schedule ends (it waits out its promise first,
+        -- lib/core/engine_local.c), so from there the shared rate and the
+        -- local shares add up to the rate; its burst shrinks with the rate
+        -- (sl_dims), so the tolerance stays the same. When the share comes
+        -- back, what was granted at the held rate stays as granted (see
+        -- sl_rate_changed on an increase).
+        if not by_held and not (keep and keep[d.name]) then old[i] = r end
         changed = true
       end
       sl_set(st, f, string.format('%.12g:%.12g', d.r0, d.r))
     end
   end
+  if by_held then sl_set(st, 'silent_share', string.format('%.6g', held)) end
   if changed then sl_rate_changed(st, dims, now, old) end
   return changed
 end
@@ -551,7 +655,7 @@ end
 -- increase. Returns dims, scale, and whether the schedule was converted.
 local function sl_schedule(limits, st, now)
   local scale = sl_aimd_tick(limits, st, now)
-  local dims = sl_dims(limits, st, scale)
+  local dims = sl_dims(limits, st, scale, now)
   local changed = sl_dims_sync(st, dims, now)
   return dims, scale, changed
 end

@@ -52,6 +52,12 @@ local FIELDS = {
   breaker_window_ms = {sl_uint, function(v) return v ~= nil and v >= 1000 end, 'an integer >= 1000'},
   breaker_break_ms = {sl_uint, function(v) return v ~= nil and v >= 100 end, 'an integer >= 100'},
   quota_hold_ms = {sl_uint, function(v) return v ~= nil and v >= 1000 end, 'an integer >= 1000'},
+  -- Partition safety (see sl_silent): an agent not seen within silent_ms is
+  -- silent, its share held back while seen within silent_hold_ms (at least
+  -- agent_window_ms, within which it is live); 0 = off.
+  silent_ms = {sl_uint, nonneg, 'a non-negative integer (0 = off)'},
+  agent_window_ms = {sl_uint, nonneg, 'a non-negative integer (0 = off)'},
+  silent_hold_ms = {sl_uint, nonneg, 'a non-negative integer'},
 }
 
 FIELDS.default_lane = {function(v) return v end, function(v) return string.match(v, '^[%w._-]+$') ~= nil and #v <= 64 end, 'a lane name'}

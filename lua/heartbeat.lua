@@ -10,44 +10,82 @@
 -- where the local tail ends; busy_tokens_ms for every token dimension) and
 -- refunds wait until after it.
 -- Reply: the number of live agents (including this one unless leaving).
+--
+-- Several deployments at once (one call where each would cost one: an
+-- agent's heartbeats of one interval): KEYS are the 11 keys of each of m
+-- deployments (all on one node, so not with Redis Cluster), ARGV as above
+-- without busy; reply: the live agents of each, in order.
 
-local name, err = sl_deployment()
-if not name then return redis.error_reply(err) end
+local ALL = KEYS
+local m = math.floor(#ALL / SL_NKEYS)
+if m < 1 or #ALL ~= SL_NKEYS * m then
+  return redis.error_reply('ERR sluice heartbeat: KEYS must be the ' .. SL_NKEYS .. ' keys of each deployment, got ' .. #ALL)
+end
 local id, window = ARGV[1], sl_uint(ARGV[2] or '')
 if not id or id == '' or #id > 256 then return redis.error_reply('ERR sluice heartbeat: agent id must be 1..256 bytes') end
 if not window or window < 1 then return redis.error_reply('ERR sluice heartbeat: window_ms must be a positive integer') end
 local busy_req, busy_tok
 if ARGV[3] == 'busy' then
+  if m > 1 then return redis.error_reply('ERR sluice heartbeat: busy takes one deployment') end
   busy_req, busy_tok = sl_uint(ARGV[4] or ''), sl_uint(ARGV[5] or '')
   if not busy_req or not busy_tok then
     return redis.error_reply('ERR sluice heartbeat: busy needs busy_requests_ms and busy_tokens_ms (non-negative integers)')
   end
 end
-local limits = sl_limits()
-local now = sl_now(limits)
-if busy_req and limits.rpm then
-  local st = sl_hash(KEYS[2])
-  local dims = sl_dims(limits, st, sl_num(st, 'rate_scale', 1))
-  local ra = sl_num(st, 'refund_after', 0)
-  for i, d in ipairs(dims) do
-    -- busy_tokens_ms covers every token dimension: the agent hands over
-    -- the longest of its local token schedules (the safe side).
-    local busy = i == 1 and busy_req or busy_tok
-    local floor_tat = now + busy + d.burst / d.r
-    if d.tat < floor_tat then
-      d.tat = floor_tat
-      sl_dim_save(d, st)
-    end
-    if d.tat > ra then ra = d.tat end
+local members = {}
+for j = 1, m do
+  local k = {}
+  for x = 1, SL_NKEYS do k[x] = ALL[SL_NKEYS * (j - 1) + x] end
+  KEYS = k
+  local name, err = sl_deployment()
+  if not name then return redis.error_reply(err) end
+  members[j] = k
+end
+
+-- One deployment (KEYS bound to it): the agent is counted (or leaves)
+-- first: the shared rate then no longer holds back its share if it was
+-- silent (sl_silent), and the schedule is converted to that rate before
+-- its local tail is handed over, so the conversion cannot shorten the
+-- hand-over.
+local function beat()
+  local limits = sl_limits()
+  local now = sl_now(limits)
+  if ARGV[3] == 'leave' then
+    redis.call('ZREM', KEYS[9], id)
+  else
+    redis.call('ZADD', KEYS[9], sl_fmt(sl_agent_due(limits, now)), id)
   end
-  sl_set(st, 'refund_after', sl_fmt(ra))
-  sl_save_state(st)
+  -- Entries are kept as long as a silent agent's share is held back
+  -- (silent_hold_ms, sl_silent); the reply counts the live ones.
+  local keep = math.max(window, sl_agents_window(limits))
+  redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', '(' .. sl_fmt(now - keep))
+  redis.call('PEXPIRE', KEYS[9], keep * 10)
+  if busy_req and limits.rpm then
+    local st = sl_hash(KEYS[2])
+    local dims, _, changed = sl_schedule(limits, st, now)
+    local ra = sl_num(st, 'refund_after', 0)
+    for i, d in ipairs(dims) do
+      -- busy_tokens_ms covers every token dimension: the agent hands over
+      -- the longest of its local token schedules (the safe side).
+      local busy = i == 1 and busy_req or busy_tok
+      local floor_tat = now + busy + d.burst / d.r
+      if d.tat < floor_tat then
+        d.tat = floor_tat
+        changed = true
+      end
+      if changed then sl_dim_save(d, st) end
+      if d.tat > ra then ra = d.tat end
+    end
+    sl_set(st, 'refund_after', sl_fmt(ra))
+    sl_save_state(st)
+  end
+  return redis.call('ZCOUNT', KEYS[9], '(' .. sl_fmt(now - window), '+inf')
 end
-if ARGV[3] == 'leave' then
-  redis.call('ZREM', KEYS[9], id)
-else
-  redis.call('ZADD', KEYS[9], sl_fmt(now), id)
+
+if m == 1 then return beat() end
+local out = {}
+for j = 1, m do
+  KEYS = members[j]
+  out[j] = beat()
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', '(' .. sl_fmt(now - window))
-redis.call('PEXPIRE', KEYS[9], window * 10)
-return redis.call('ZCARD', KEYS[9])
+return out

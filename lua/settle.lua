@@ -23,7 +23,8 @@
 --   feedback  a "-" item: only its pause/throttle was applied
 -- and rates is, per dimension of the deployment, {name, limit per minute
 -- in force (the configured one, or the lower one its headers reported),
--- effective per minute, others' use per minute} flattened. A last ARGV
+-- effective per minute, others' use per minute, the part of the rate held
+-- back for silent agents per minute (sl_silent)} flattened. A last ARGV
 -- '@timed' appends the call's own time in µs (sl_timed in common.lua).
 --
 -- Charge rules (docs/providers.md). A grant charged each dimension its
@@ -462,7 +463,7 @@ end
 if retarget then
   -- A limit adopted or dropped, others' use or the AIMD scale changed:
   -- rebuild the dimensions at their limits in force and convert the debt.
-  local nd = sl_dims(limits, st, scale)
+  local nd = sl_dims(limits, st, scale, now)
   for k, d in ipairs(nd) do
     d.tat, d.granted = dims[k].tat, dims[k].granted
   end
@@ -500,6 +501,7 @@ for _, d in ipairs(dims) do
   rates[#rates + 1] = string.format('%.2f', d.r0 * 60000)
   rates[#rates + 1] = string.format('%.2f', d.r * 60000)
   rates[#rates + 1] = string.format('%.2f', sl_num(st, d.name .. '_outside', 0))
+  rates[#rates + 1] = string.format('%.2f', sl_held(d, scale) * 60000)
 end
 out[#out + 1] = rates
 return sl_timed(out)

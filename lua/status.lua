@@ -42,7 +42,8 @@ local out = {
 -- below the configured one (0: none), others' use per minute as estimated
 -- from the headers, and the backlog. Dimensions the deployment does not
 -- have show 0.
-local dims = sl_dims(limits, st, scale)
+local dims = sl_dims(limits, st, scale, now)
+local held, _, silent_n = sl_silent(limits, now)
 for _, spec in ipairs(SL_DIMS) do
   local d = sl_dim_of(dims, spec.name)
   local p = spec.per
@@ -52,10 +53,13 @@ for _, spec in ipairs(SL_DIMS) do
   out[#out + 1] = (d and d.r0 * 60000 < d.per - 1e-9) and string.format('%.0f', d.r0 * 60000) or '0'
   out[#out + 1] = 'outside_' .. p
   out[#out + 1] = string.format('%.2f', d and sl_num(st, spec.name .. '_outside', 0) or 0)
+  out[#out + 1] = 'held_' .. p
+  out[#out + 1] = string.format('%.2f', d and sl_held(d, scale) * 60000 or 0)
   out[#out + 1] = spec.name .. '_backlog_ms'
   out[#out + 1] = ms(sl_num(st, spec.name .. '_tat', 0) - now)
 end
 for _, kv in ipairs({
+  {'silent_agents', silent_n}, {'silent_share', string.format('%.4f', held)},
   {'paused_ms', ms(sl_num(st, 'paused_until', 0) - now)},
   {'outstanding_grants', redis.call('ZCARD', KEYS[4])},
   {'max_concurrency', limits.max_concurrency},

@@ -459,6 +459,8 @@ static const cfg_row root_rows[] = {
             "Share of each deployment's rate used in fallback before the live agents are known."),
     CFG_INT("agent.heartbeat_ms", config, agent.heartbeat_ms, "1000", 100, 60000, 0,
             "How often the agent announces itself in Redis."),
+    CFG_INT("agent.silent_hold_ms", config, agent.silent_hold_ms, "0", 0, 86400000, 0,
+            "How long the agents on Redis keep a silent agent's share out of the shared schedule; 0 = 20 x heartbeat_ms."),
     CFG_ENUM("agent.log_level", config, agent.log_level, "info", level_names, "How much the agent logs."),
     CFG_INT("agent.max_client_pipeline", config, agent.max_client_pipeline, "1024", 1, 1000000, 0,
             "Unfinished commands (waiting ACQUIREs) one client may have before the agent stops reading from it."),

@@ -98,6 +98,7 @@ typedef struct config_agent {
     int fail;                    /* CONFIG_FAIL_* */
     double fallback_share;       /* (0, 1] */
     long long heartbeat_ms;
+    long long silent_hold_ms;    /* 0 = 20 x heartbeat_ms */
     int log_level;               /* CONFIG_LOG_* */
     long long max_client_pipeline; /* unfinished commands per client before reading pauses */
     config_http http;

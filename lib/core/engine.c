@@ -101,6 +101,7 @@ int engine_new(uv_loop_t *loop, config *cfg, const char *agent_id, engine **out)
         gethostname(host, sizeof(host) - 1);
         snprintf(e->agent_id, sizeof(e->agent_id), "%s:%ld", host, (long)getpid());
     }
+    snprintf(e->agent_arg, sizeof(e->agent_arg), "@%s", e->agent_id);
     for (size_t i = 0; i < cfg->ndeployments; i++) {
         if (!dep_add(e, &cfg->deployments[i])) {
             for (dep *d = e->deps, *nx; d; d = nx) {
@@ -142,8 +143,8 @@ int engine_new(uv_loop_t *loop, config *cfg, const char *agent_id, engine **out)
 void engine_start(engine *e) {
     e->start_ms = uv_now(e->loop);
     rrouter_start(e->redis);
-    uint64_t hb = (uint64_t)e->cfg->agent.heartbeat_ms;
-    uv_timer_start(&e->heartbeat_timer, on_heartbeat_timer, hb, hb);
+    uint64_t tick = (uint64_t)engine_tick_ms(e);
+    uv_timer_start(&e->heartbeat_timer, on_heartbeat_timer, tick, tick);
 }
 
 int engine_acquire(engine *e, const char *deployment, long long tokens, long long max_wait_ms,

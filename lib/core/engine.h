@@ -235,6 +235,7 @@ int engine_feedback_seen(engine *e, const char *deployment, engine_outcome outco
 typedef struct engine_dim_rates {
     double configured, limit, effective, outside;
     int known;
+    double held; /* per minute: the share of silent agents kept out of the shared schedule */
 } engine_dim_rates;
 typedef void (*engine_dim_fn)(void *ud, const char *deployment, const char *dim, const engine_dim_rates *r);
 /* Calls fn for every dimension every configured deployment has. */

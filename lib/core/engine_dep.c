@@ -40,7 +40,7 @@ void dep_set_cfg(dep *d, const struct config_deployment *cfg) {
     for (int k = 0; k < ENGINE_DIMS; k++) {
         double limit, burst;
         cfg_dim(cfg, k, &limit, &burst);
-        d->rates[k] = (engine_dim_rates){limit, limit, limit, 0, 0};
+        d->rates[k] = (engine_dim_rates){limit, limit, limit, 0, 0, 0};
         d->burst_cfg[k] = burst;
     }
 }

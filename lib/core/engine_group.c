@@ -304,11 +304,13 @@ void gq_flush(engine *e, gq *q) {
     }
     size_t m = g->nmembers, nk = SCRIPTS_NKEYS * m;
     char(*keys)[SCRIPTS_KEY_MAX] = malloc(nk * sizeof(*keys));
-    const char **argv = malloc(sizeof(*argv) * (6 + 5 * RESERVE_BATCH_MAX));
+    /* argv0[0]: who asks ("@<agent id>", a proof of life: lua/common.lua
+     * sl_silent); the last: ENGINE_TIMED_ARG (the call's own time). */
+    const char **argv0 = malloc(sizeof(*argv0) * (7 + 5 * RESERVE_BATCH_MAX)), **argv = argv0 ? argv0 + 1 : NULL;
     char(*buf)[64] = malloc(sizeof(*buf) * (4 + 3 * RESERVE_BATCH_MAX));
     if (!keys || !argv || !buf) {
         free(keys);
-        free(argv);
+        free(argv0);
         free(buf);
         free(b);
         return;
@@ -346,10 +348,12 @@ void gq_flush(engine *e, gq *q) {
     snprintf(buf[2], 64, "%zu", b->n);
     argv[4] = buf[2];
     argv[5 + 5 * b->n] = ENGINE_TIMED_ARG;
+    argv0[0] = e->agent_arg;
+    e->group_sent_at = (double)uv_now(e->loop);
     b->sent_ns = uv_hrtime();
-    int rc = rrouter_script_n(e->redis, SCRIPT_RESERVE, keys, (int)nk, (int)(6 + 5 * b->n), argv, on_group_reserve, b);
+    int rc = rrouter_script_n(e->redis, SCRIPT_RESERVE, keys, (int)nk, (int)(7 + 5 * b->n), argv0, on_group_reserve, b);
     free(keys);
-    free(argv);
+    free(argv0);
     free(buf);
     if (rc != 0) {
         for (size_t i = 0; i < b->n; i++) {

@@ -150,6 +150,16 @@ struct dep {
     double fleet_tat_req, fleet_tat_tok; /* the fleet's schedule end per dimension, last seen, uv_now ms */
     double fleet_backlog_req, fleet_backlog_tok; /* how far it reached past now then */
     double lost_at;           /* uv_now when its Redis node was lost, 0 when not lost */
+    /* Proof of life (dep_agent_arg): every script call names this agent
+     * and promises its next call within g ms; Redis takes it for silent
+     * when that passes (lua/common.lua sl_silent). */
+    char arg[160];            /* "@<agent id>/<g>" of the last call */
+    double g_sent;            /* g of the last call sent */
+    double sent_at;           /* uv_now of the last call sent */
+    double renew_at;          /* uv_now: the next call is due (a heartbeat if nothing else goes) */
+    double seen_until;        /* uv_now: what Redis was promised, as of the replies */
+    double used_at;           /* uv_now of the last use (acquire, settle) or of the join */
+    int member;               /* in the agents set (joined, not left) */
     int handing_over, handed_over; /* the local tail was pushed into Redis after an outage */
     char script_error[256];   /* the last error a script returned, "" after a success */
     engine_dim_rates rates[ENGINE_DIMS]; /* from the last settle reply */
@@ -181,6 +191,9 @@ struct engine {
     uv_loop_t *loop;
     config *cfg;
     char agent_id[128];
+    char agent_arg[130];      /* "@<agent id>": the group script's first ARGV (no promise: silent_ms) */
+    double group_sent_at;     /* uv_now of the last group script call */
+    double refresh_at;        /* uv_now: every deployment in use gets a heartbeat then (the live count) */
     rrouter *redis;
     uv_timer_t hold_timer;    /* re-flushes after a cluster redirect hold */
     uv_timer_t settle_timer;  /* flushes delayed settles */
@@ -207,6 +220,42 @@ struct engine {
     size_t ngstats;
     gq *gqs;
 };
+
+/* Partition safety (lua/common.lua sl_silent, docs/operations.md "Part of
+ * the fleet loses Redis"). Each script call of an agent promises its next
+ * one within g (dep_agent_arg: from a quarter heartbeat to a heartbeat and
+ * a quarter, silent_ms, which is also what Redis assumes without a
+ * promise; the quarter at least 250 ms); a heartbeat goes out when nothing else did in time. Once a
+ * promise passes, Redis takes the agent for silent and keeps its share out
+ * of the shared schedule until it is back or agent.silent_hold_ms (20
+ * heartbeats) have passed. It counts as live (the fallback share) within 3
+ * heartbeats (agent_window_ms), and leaves a deployment it has not used
+ * for 30 heartbeats (engine_idle_leave_ms). */
+/* How long after it was sent a call may still reach Redis, at most: a
+ * cut or closed connection answers nothing later. */
+#define ENGINE_ARRIVAL_PAD_MS 50.0
+static inline long long engine_agent_window_ms(const engine *e) { return e->cfg->agent.heartbeat_ms * 3; }
+/* A quarter heartbeat, and never under 250 ms: the margin a promise keeps
+ * against a late timer or a slow reply on a loaded host (a promise broken
+ * by that takes a live agent for silent and holds its share back). */
+static inline long long engine_promise_margin_ms(const engine *e) {
+    long long q = e->cfg->agent.heartbeat_ms / 4;
+    return q < 250 ? 250 : q;
+}
+static inline long long engine_silent_ms(const engine *e) {
+    return e->cfg->agent.heartbeat_ms + engine_promise_margin_ms(e);
+}
+static inline long long engine_min_promise_ms(const engine *e) { return engine_promise_margin_ms(e); }
+static inline long long engine_silent_hold_ms(const engine *e) {
+    long long h = e->cfg->agent.silent_hold_ms;
+    return h > 0 ? h : e->cfg->agent.heartbeat_ms * 20;
+}
+static inline long long engine_idle_leave_ms(const engine *e) { return e->cfg->agent.heartbeat_ms * 30; }
+/* The heartbeat timer's period: fine enough to keep a busy promise. */
+static inline long long engine_tick_ms(const engine *e) {
+    long long t = e->cfg->agent.heartbeat_ms / 16;
+    return t < 5 ? 5 : t;
+}
 
 /* ---- lists ---------------------------------------------------------------- */
 
@@ -306,6 +355,7 @@ void dep_flush_settles(dep *d);
 double local_share(const dep *d);
 void local_decide(engine_call *c);
 int dep_uses_redis(const dep *d);
+int dep_local_drained(const dep *d);
 void dep_hand_over(dep *d);
 
 /* ---- engine_batch.c ---- */
@@ -321,5 +371,8 @@ void on_redis_up(void *ud);
 void on_redis_down(void *ud, const char *why);
 void dep_configure(dep *d);
 void dep_heartbeat(dep *d, int leave);
+void dep_announce(dep *d);
+const char *dep_agent_arg(dep *d, int keepalive);
+void dep_seen(dep *d);
 
 #endif

@@ -64,18 +64,26 @@ void local_decide(engine_call *c) {
     double share = local_share(d), now = (double)uv_now(e->loop), fence = 0, j;
     const char *reason = engine_shed_reasons[ENGINE_SHED_RPM];
     /* The local bucket is empty where the fleet's schedule ends: grants
-     * Redis already made keep being released. Other agents kept extending
-     * that schedule after our last look, so assume its reach past now (the
-     * backlog) held until Redis was lost. The token backlog is the longest
-     * of the token dimensions'. */
-    double fleet_req = fmax(d->fleet_tat_req, d->lost_at + d->fleet_backlog_req);
-    double fleet_tok = fmax(d->fleet_tat_tok, d->lost_at + d->fleet_backlog_tok);
+     * Redis already made keep being released. Other agents keep extending
+     * that schedule at the full rate until Redis takes this agent for
+     * silent and holds its share back, when the promise of its last call
+     * that reached Redis passes (dep_agent_arg): of the last call answered,
+     * or of the last one sent, which may have arrived (and of the last
+     * group call, which promises silent_ms). Assume the schedule's reach
+     * past now (the backlog, as last seen) held until then. The token
+     * backlog is the longest of the token dimensions'. */
+    double held_from = fmax(fmax(d->seen_until, d->sent_at > 0 ? d->sent_at + ENGINE_ARRIVAL_PAD_MS + d->g_sent : 0),
+                            d->cfg->group_ ? e->group_sent_at + (double)engine_silent_ms(e) : 0);
+    double fleet_req = fmax(d->fleet_tat_req, held_from + d->fleet_backlog_req);
+    double fleet_tok = fmax(d->fleet_tat_tok, held_from + d->fleet_backlog_tok);
     double s = fmax(now, d->local_last_slot);
     double jit = (double)cfg->jitter_ms;
     for (int k = 0; k < ENGINE_DIMS; k++) {
         const engine_dim_rates *dr = &d->rates[k];
         if (dr->configured <= 0) continue;
-        double per_min = dr->known && dr->effective > 0 ? fmin(dr->effective, dr->configured) : dr->configured;
+        /* The fleet's rate before silent agents' shares were held back
+         * (one of them is this agent's share now). */
+        double per_min = dr->known && dr->effective > 0 ? fmin(dr->effective + dr->held, dr->configured) : dr->configured;
         double limit = dr->known && dr->limit > 0 ? fmin(dr->limit, dr->configured) : dr->configured;
         rate[k] = per_min * share / 60000.0;
         burst[k] = fmax(1.0, floor(d->burst_cfg[k] * share * limit / dr->configured));
@@ -112,17 +120,27 @@ void local_decide(engine_call *c) {
  * and the local schedule from an outage has drained (so the fleet's total
  * stays within the quota when agents rejoin). */
 int dep_uses_redis(const dep *d) {
+    return dep_ready(d) && d->configured && (d->handed_over || dep_local_drained(d));
+}
+
+/* No local grant is still to be released. */
+int dep_local_drained(const dep *d) {
     double now = (double)uv_now(d->e->loop);
     int drained = 1;
     for (int k = 0; k < ENGINE_DIMS; k++) drained &= d->local_tat[k] <= now;
-    return dep_ready(d) && d->configured && (d->handed_over || drained);
+    return drained;
 }
 
 static void on_handover(void *arg, redisReply *r, const char *err) {
     dep *d = arg;
     d->e->calls_out--;
     d->handing_over = 0;
-    if (r && r->type == REDIS_REPLY_INTEGER) d->handed_over = 1;
+    if (r && r->type == REDIS_REPLY_INTEGER) {
+        d->handed_over = 1;
+        d->member = 1;
+        if (r->integer > 0) d->live_agents = r->integer;
+        dep_seen(d);
+    }
     flush_arm(d->e);
     maybe_finish_stop(d->e);
 }
@@ -134,15 +152,15 @@ void dep_hand_over(dep *d) {
     if (d->handing_over || d->handed_over) return;
     double now = (double)uv_now(e->loop);
     char window[24], breq[24], btok[24];
-    snprintf(window, sizeof(window), "%lld", e->cfg->agent.heartbeat_ms * 3);
+    snprintf(window, sizeof(window), "%lld", engine_agent_window_ms(e));
     /* The heartbeat takes one token figure for every token dimension: the
      * longest local token schedule (the safe side). */
     double tok = 0;
     for (int k = ENGINE_DIM_TOKENS; k < ENGINE_DIMS; k++) tok = fmax(tok, d->local_tat[k] - now);
     snprintf(breq, sizeof(breq), "%.0f", ceil(fmax(0.0, d->local_tat[ENGINE_DIM_REQUESTS] - now)));
     snprintf(btok, sizeof(btok), "%.0f", ceil(tok));
-    const char *argv[5] = {e->agent_id, window, "busy", breq, btok};
-    if (rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, 5, argv, on_handover, d) == 0) {
+    const char *argv[6] = {dep_agent_arg(d, 1), e->agent_id, window, "busy", breq, btok};
+    if (rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, 6, argv, on_handover, d) == 0) {
         e->calls_out++;
         d->handing_over = 1;
     }

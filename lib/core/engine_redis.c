@@ -5,6 +5,7 @@
 #include "engine_internal.h"
 #include "timeutil.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +127,9 @@ void dep_configure(dep *d) {
     F("jitter_ms", "%lld", c->jitter_ms);
     F("refund_lag_ms", "%lld", c->refund_lag_ms);
     F("horizon_ms", "%lld", c->horizon_ms);
+    F("silent_ms", "%lld", engine_silent_ms(e));
+    F("agent_window_ms", "%lld", engine_agent_window_ms(e));
+    F("silent_hold_ms", "%lld", engine_silent_hold_ms(e));
     if (c->nlanes || c->ntenants) {
         F("tenant_idle_ms", "%lld", c->tenant_idle_ms);
         F("lane_step_ms", "%lld", c->lane_step_ms);
@@ -164,10 +168,57 @@ void dep_configure(dep *d) {
     free(argv);
 }
 
+/* In use now: callers queued or waiting for their slot, or settles queued. */
+static int dep_in_use(const dep *d) { return d->npending || d->waiting.n || d->nsettles; }
+
+/* The first ARGV of every script call of this agent on d: "@<id>/<g>",
+ * its proof of life with the promise of its next call within g ms
+ * (lua/common.lua sl_silent). The promise follows the agent's own pace:
+ * twice the time since its previous call, between a quarter heartbeat and
+ * silent_ms, so an agent that calls Redis often is taken for silent soon
+ * after it is cut off, and one that calls seldom costs nothing more. A
+ * heartbeat sent to keep a promise (keepalive) doubles it, so a pause
+ * costs a few of them before the pace of one a heartbeat. Schedules that
+ * heartbeat if nothing else goes before (on_heartbeat_timer). keepalive:
+ * 0 for a reserve or settle, 1 for a heartbeat. */
+const char *dep_agent_arg(dep *d, int keepalive) {
+    engine *e = d->e;
+    double now = (double)uv_now(e->loop);
+    /* A heartbeat before the promise is due (the interval's refresh of the
+     * live count) keeps it as it is. */
+    if (keepalive && now < d->renew_at) keepalive = 2;
+    double g = keepalive == 2 ? d->g_sent : keepalive ? 2 * d->g_sent : 2 * (now - d->sent_at);
+    g = fmin(fmax(g, (double)engine_min_promise_ms(e)), (double)engine_silent_ms(e));
+    snprintf(d->arg, sizeof(d->arg), "%s/%.0f", e->agent_arg, g);
+    d->g_sent = g;
+    d->sent_at = now;
+    if (!keepalive) d->used_at = now;
+    /* Renewed half-way through a short promise, a quarter heartbeat (at
+     * least 250 ms) before the end of a long one (whichever is sooner): within a tick of that, with what Redis may
+     * have kept of an older call (an eighth of g, sl_silent) to spare. */
+    d->renew_at = now + g - fmin(g / 2, (double)engine_promise_margin_ms(e));
+    return d->arg;
+}
+
+/* A reply to a call that named this agent: Redis counts it live until
+ * the promise of that call passes (at the latest). */
+void dep_seen(dep *d) {
+    d->seen_until = fmax(d->seen_until, (double)uv_now(d->e->loop) + d->g_sent);
+}
+
+/* A heartbeat's reply: the live agents of d. After a leave this agent is
+ * not among them, but should it have to pace d without Redis it would be
+ * one more: its fallback share counts itself. */
+static void dep_counted(dep *d, long long live) {
+    if (!d->member) live++;
+    else dep_seen(d);
+    if (live > 0) d->live_agents = live;
+}
+
 static void on_heartbeat(void *arg, redisReply *r, const char *err) {
     dep *d = arg;
     d->e->calls_out--;
-    if (r && r->type == REDIS_REPLY_INTEGER && r->integer > 0) d->live_agents = r->integer;
+    if (r && r->type == REDIS_REPLY_INTEGER) dep_counted(d, r->integer);
     /* The first heartbeat follows the connect: a script that cannot run
      * (an ACL without a command it calls) shows here, before any caller. */
     if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str)) dep_script_error(d, "heartbeat", r->str);
@@ -177,18 +228,129 @@ static void on_heartbeat(void *arg, redisReply *r, const char *err) {
 void dep_heartbeat(dep *d, int leave) {
     engine *e = d->e;
     char window[24];
-    snprintf(window, sizeof(window), "%lld", e->cfg->agent.heartbeat_ms * 3);
-    const char *argv[3] = {e->agent_id, window, "leave"};
-    if (rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, leave ? 3 : 2, argv, on_heartbeat, d) == 0)
+    snprintf(window, sizeof(window), "%lld", engine_agent_window_ms(e));
+    const char *argv[4] = {dep_agent_arg(d, 1), e->agent_id, window, "leave"};
+    if (rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, leave ? 4 : 3, argv, on_heartbeat, d) == 0) {
         e->calls_out++;
+        d->member = !leave;
+    }
 }
 
+/* Says this agent is alive for d (and joins its agents set). Back from an
+ * outage with local grants still to be released, the heartbeat is the
+ * hand-over of that tail: a plain one first would count the agent live
+ * again (the others stop holding its share back, lua/common.lua
+ * sl_silent) while its tail is not yet behind the shared schedule. */
+void dep_announce(dep *d) {
+    if (!d->handed_over && !dep_local_drained(d)) dep_hand_over(d);
+    else dep_heartbeat(d, 0);
+}
+
+/* The heartbeats of one tick on one Redis (or Sentinel): one script call
+ * for all the deployments due (lua/heartbeat.lua, several at once). */
+typedef struct hb_batch {
+    engine *e;
+    size_t n;
+    dep *deps[];
+} hb_batch;
+
+static void on_heartbeats(void *arg, redisReply *r, const char *err) {
+    hb_batch *b = arg;
+    engine *e = b->e;
+    e->calls_out--;
+    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == b->n;
+    for (size_t i = 0; i < b->n; i++) {
+        dep *d = b->deps[i];
+        if (ok && r->element[i]->type == REDIS_REPLY_INTEGER) dep_counted(d, r->element[i]->integer);
+    }
+    if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str) && b->n) dep_script_error(b->deps[0], "heartbeat", r->str);
+    free(b);
+    maybe_finish_stop(e);
+}
+
+/* One heartbeat for the n deployments in deps (n >= 2, all ready and
+ * handed over), or one leave (leave): the promise is the longest any of
+ * them would make. On failure each goes its own way at the next tick. */
+static void heartbeat_many(engine *e, dep **deps, size_t n, int leave) {
+    hb_batch *b = malloc(sizeof(*b) + n * sizeof(dep *));
+    char(*keys)[SCRIPTS_KEY_MAX] = malloc(n * SCRIPTS_NKEYS * sizeof(*keys));
+    if (!b || !keys) {
+        free(b);
+        free(keys);
+        return;
+    }
+    b->e = e;
+    b->n = n;
+    double g = 0;
+    for (size_t i = 0; i < n; i++) {
+        b->deps[i] = deps[i];
+        memcpy(keys[i * SCRIPTS_NKEYS], deps[i]->keys, sizeof(deps[i]->keys));
+        dep_agent_arg(deps[i], 1);
+        g = fmax(g, deps[i]->g_sent);
+    }
+    char window[24], arg[sizeof(deps[0]->arg)];
+    snprintf(window, sizeof(window), "%lld", engine_agent_window_ms(e));
+    snprintf(arg, sizeof(arg), "%s/%.0f", e->agent_arg, g);
+    double now = (double)uv_now(e->loop);
+    for (size_t i = 0; i < n; i++) {
+        deps[i]->g_sent = g;
+        deps[i]->renew_at = now + g - fmin(g / 2, (double)engine_promise_margin_ms(e));
+        deps[i]->member = !leave;
+    }
+    const char *argv[4] = {arg, e->agent_id, window, "leave"};
+    if (rrouter_script_n(e->redis, SCRIPT_HEARTBEAT, keys, (int)(n * SCRIPTS_NKEYS), leave ? 4 : 3, argv,
+                         on_heartbeats, b) == 0)
+        e->calls_out++;
+    else
+        free(b);
+    free(keys);
+}
+
+/* Adds d to the list (grown by doubling); 0 when out of memory. */
+static int dep_list_add(dep ***list, size_t *n, size_t *cap, dep *d) {
+    if (*n == *cap) {
+        size_t nc = *cap ? 2 * *cap : 16;
+        dep **g = realloc(*list, nc * sizeof(**list));
+        if (!g) return 0;
+        *list = g;
+        *cap = nc;
+    }
+    (*list)[(*n)++] = d;
+    return 1;
+}
+
+/* Every tick: a deployment in use here gets a heartbeat when its last
+ * call's promise is due to be renewed and nothing else went, and every
+ * heartbeat interval in any case (its reply is the live count, the
+ * fallback share); one unused for 30 heartbeats (engine_idle_leave_ms)
+ * leaves the agents set, so an idle fleet makes no calls at all and the
+ * fallback share counts the agents that use the deployment. On one Redis
+ * (or Sentinel) the heartbeats of a tick go in one call whatever the
+ * number of deployments: one call per agent per interval. */
 void on_heartbeat_timer(uv_timer_t *t) {
     engine *e = t->data;
+    double now = (double)uv_now(e->loop);
+    int batch = strcmp(rrouter_mode(e->redis), "cluster") != 0;
+    dep **lists[2] = {NULL, NULL}; /* due, leaving */
+    size_t n[2] = {0, 0}, cap[2] = {0, 0};
+    int refresh = now >= e->refresh_at;
+    if (refresh) e->refresh_at = now + (double)e->cfg->agent.heartbeat_ms;
     for (dep *d = e->deps; d; d = d->next) {
         if (!d->cfg || !dep_ready(d)) continue;
         if (!d->configured) dep_configure(d);
-        dep_heartbeat(d, 0);
+        if (dep_in_use(d)) d->used_at = now;
+        int in_use = now - d->used_at < (double)engine_idle_leave_ms(e);
+        int plain = d->handed_over || dep_local_drained(d);
+        if (in_use && (refresh || now >= d->renew_at)) {
+            if (!batch || !plain || !dep_list_add(&lists[0], &n[0], &cap[0], d)) dep_announce(d);
+        } else if (!in_use && d->member) {
+            if (!batch || !dep_list_add(&lists[1], &n[1], &cap[1], d)) dep_heartbeat(d, 1);
+        }
+    }
+    for (int leave = 0; leave < 2; leave++) {
+        if (n[leave] == 1) dep_heartbeat(lists[leave][0], leave);
+        else if (n[leave] > 1) heartbeat_many(e, lists[leave], n[leave], leave);
+        free(lists[leave]);
     }
 }
 
@@ -205,7 +367,8 @@ void on_redis_up(void *ud) {
     for (dep *d = e->deps; d; d = d->next) {
         if (d->cfg && dep_ready(d) && !d->configured && !d->configuring) {
             dep_configure(d);
-            dep_heartbeat(d, 0);
+            d->used_at = (double)uv_now(e->loop); /* joins; leaves if unused */
+            dep_announce(d);
         }
     }
 }

@@ -43,6 +43,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
         d->fleet_backlog_tok = (double)reply_int(r->element[3]);
         d->fleet_tat_req = (double)now + d->fleet_backlog_req;
         d->fleet_tat_tok = (double)now + d->fleet_backlog_tok;
+        dep_seen(d);
         /* Before the new grants: they are already behind any new shift. */
         dep_follow_shift(d, (double)reply_int(r->element[4]));
     }
@@ -203,13 +204,15 @@ void dep_flush_reserves(dep *d) {
     /* The items this call may carry under redis.max_script_ms; the rest
      * ride the next call, in order, once this one is answered. */
     size_t cap = batch_cap(e, &d->cost, RESERVE_BATCH_MAX);
-    const char **argv = malloc(sizeof(*argv) * (2 + 4 * RESERVE_BATCH_MAX));
+    /* argv0[0]: who asks ("@<agent id>", a proof of life: lua/common.lua
+     * sl_silent); the last: ENGINE_TIMED_ARG (the call's own time). */
+    const char **argv0 = malloc(sizeof(*argv0) * (3 + 4 * RESERVE_BATCH_MAX)), **argv = argv0 ? argv0 + 1 : NULL;
     char(*buf)[48] = malloc(sizeof(*buf) * (1 + 2 * RESERVE_BATCH_MAX));
     /* Copies: shedding an expired group call below may queue it on another
      * class and move d->classes. */
     char(*names)[2][CONFIG_NAME_MAX + 1] = quads ? malloc(sizeof(*names) * RESERVE_BATCH_MAX) : NULL;
     if (!argv || !buf || (quads && !names)) {
-        free(argv);
+        free(argv0);
         free(buf);
         free(names);
         free(b);
@@ -256,7 +259,7 @@ void dep_flush_reserves(dep *d) {
     }
     free(order);
     if (!b->n) {
-        free(argv);
+        free(argv0);
         free(buf);
         free(names);
         free(b);
@@ -267,9 +270,10 @@ void dep_flush_reserves(dep *d) {
     snprintf(buf[0], sizeof(buf[0]), "%zu", b->n);
     argv[0] = buf[0];
     argv[1 + stride * b->n] = ENGINE_TIMED_ARG;
+    argv0[0] = dep_agent_arg(d, 0);
     b->sent_ns = uv_hrtime();
-    int rc = rrouter_script(e->redis, SCRIPT_RESERVE, d->keys, (int)(2 + stride * b->n), argv, on_reserve, b);
-    free(argv);
+    int rc = rrouter_script(e->redis, SCRIPT_RESERVE, d->keys, (int)(3 + stride * b->n), argv0, on_reserve, b);
+    free(argv0);
     free(buf);
     free(names);
     if (rc != 0) {

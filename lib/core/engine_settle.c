@@ -60,11 +60,12 @@ static int dim_index(const char *name) {
 }
 
 /* The rates a settle reply reports (name, limit in force, effective,
- * others' use, per dimension): kept for INFO and metrics, and a limit the
- * provider's headers lowered (or raised back) is logged once. */
+ * others' use, held back for silent agents, per dimension): kept for INFO
+ * and metrics, and a limit the provider's headers lowered (or raised back)
+ * is logged once. */
 static void dep_follow_rates(dep *d, const redisReply *rates) {
-    if (!rates || rates->type != REDIS_REPLY_ARRAY || rates->elements % 4) return;
-    for (size_t i = 0; i + 3 < rates->elements; i += 4) {
+    if (!rates || rates->type != REDIS_REPLY_ARRAY || rates->elements % 5) return;
+    for (size_t i = 0; i + 4 < rates->elements; i += 5) {
         const redisReply *nm = rates->element[i];
         if (nm->type != REDIS_REPLY_STRING) continue;
         int k = dim_index(nm->str);
@@ -86,6 +87,7 @@ static void dep_follow_rates(dep *d, const redisReply *rates) {
         dr->limit = limit;
         dr->effective = rates->element[i + 2]->type == REDIS_REPLY_STRING ? atof(rates->element[i + 2]->str) : 0;
         dr->outside = rates->element[i + 3]->type == REDIS_REPLY_STRING ? atof(rates->element[i + 3]->str) : 0;
+        dr->held = rates->element[i + 4]->type == REDIS_REPLY_STRING ? atof(rates->element[i + 4]->str) : 0;
         dr->known = 1;
     }
 }
@@ -100,6 +102,7 @@ static void on_settle(void *arg, redisReply *r, const char *err) {
     /* The head (4), the items, the rates, the call's own time. */
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 5 + b->n) batch_seen(e, &d->settle_cost, b->n, r, 5, b->sent_ns);
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3) {
+        dep_seen(d);
         long long paused = reply_int(r->element[1]);
         if (paused > 0) {
             uint64_t until = uv_now(e->loop) + (uint64_t)paused;
@@ -148,11 +151,13 @@ void dep_flush_settles(dep *d) {
     /* The feedback form (lua/settle.lua): 'feedback', n, then per item the
      * grant, the usage ("-1", "n", "i+o" or "i+o+r"), the outcome, the
      * pause and what the headers said ("r=L/R,..." or "-"). */
-    const char **argv = malloc(sizeof(*argv) * (3 + 5 * n));
+    /* argv0[0]: who asks ("@<agent id>", lua/common.lua sl_silent); the
+     * last: ENGINE_TIMED_ARG (the call's own time). */
+    const char **argv0 = malloc(sizeof(*argv0) * (4 + 5 * n)), **argv = argv0 ? argv0 + 1 : NULL;
     char(*buf)[96] = malloc(sizeof(*buf) * (2 + 5 * n));
     settle_batch *b = malloc(sizeof(*b));
     if (!argv || !buf || !b) {
-        free(argv);
+        free(argv0);
         free(buf);
         free(b);
         return;
@@ -190,9 +195,10 @@ void dep_flush_settles(dep *d) {
     b->d = d;
     b->n = n;
     argv[2 + 5 * n] = ENGINE_TIMED_ARG;
+    argv0[0] = dep_agent_arg(d, 0);
     b->sent_ns = uv_hrtime();
-    int rc = rrouter_script(e->redis, SCRIPT_SETTLE, d->keys, (int)(3 + 5 * n), argv, on_settle, b);
-    free(argv);
+    int rc = rrouter_script(e->redis, SCRIPT_SETTLE, d->keys, (int)(4 + 5 * n), argv0, on_settle, b);
+    free(argv0);
     free(buf);
     if (rc != 0) {
         free(b);

@@ -17,6 +17,11 @@
  *     ones (the fleet-wide replay is printed, not asserted: see
  *     test_fleet_rejoin_each_agent_hands_over_its_tail).
  *
+ *   - idle (issue 14): 3 agents x 201 deployments cost one script call per
+ *     agent per heartbeat interval, then nothing once they left the
+ *     deployments they do not use; the fallback share counts the agents
+ *     that use a deployment.
+ *
  * The callers are one thread polling many sockets, so a reply's arrival
  * is stamped as soon as it is readable (threads would add scheduling
  * delay to the measurement). */
@@ -609,12 +614,104 @@ static void test_fleet_rejoin_each_agent_hands_over_its_tail(void **state) {
     stop_agents(d);
 }
 
+/* ---- issue 14: what an idle fleet costs ---------------------------------------- */
+
+/* evalsha calls Redis has run so far (INFO commandstats). */
+static long long evalsha_calls(redisContext *rc) {
+    redisReply *r = redisCommand(rc, "INFO commandstats");
+    assert_non_null(r);
+    const char *p = r->type == REDIS_REPLY_STRING ? strstr(r->str, "cmdstat_evalsha:calls=") : NULL;
+    long long n = p ? atoll(p + strlen("cmdstat_evalsha:calls=")) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+static long long zcard(redisContext *rc, const char *key) {
+    redisReply *r = redisCommand(rc, "ZCARD %s", key);
+    assert_non_null(r);
+    long long n = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    freeReplyObject(r);
+    return n;
+}
+
+/* One ACQUIRE and its SETTLE on dep through agent d. */
+static void use_once(const daemon_proc *d, const char *dep) {
+    redisContext *c = daemon_connect(d);
+    assert_non_null(c);
+    redisReply *r = redisCommand(c, "ACQUIRE %s MAXWAIT 5000", dep);
+    assert_non_null(r);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) fail_msg("ACQUIRE %s: %s", dep, r->str ? r->str : "?");
+    char id[128];
+    snprintf(id, sizeof(id), "%s", r->element[0]->type == REDIS_REPLY_STRING ? r->element[0]->str : "");
+    freeReplyObject(r);
+    r = redisCommand(c, "SETTLE %s STATUS ok", id);
+    assert_non_null(r);
+    freeReplyObject(r);
+    redisFree(c);
+}
+
+/* 3 agents x 201 deployments, idle: the heartbeats of an interval go in
+ * one script call per agent (counted by Redis), and after 30 intervals
+ * unused each agent has left every deployment and costs nothing. Then two
+ * agents use one deployment: they alone are its live agents, so their
+ * fallback share after Redis is lost is 1/2 (the third agent, which never
+ * uses it, is not counted and holds nothing back). */
+static void test_idle_fleet_costs_one_call_per_agent(void **state) {
+    enum { DEPS = 200, HB = 200 };
+    static char deps[8000];
+    size_t used = (size_t)snprintf(deps, sizeof(deps), "  used:\n    rpm: 1200\n    max_wait_ms: 5000\n");
+    for (int i = 0; i < DEPS; i++) used += (size_t)snprintf(deps + used, sizeof(deps) - used, "  i%03d: {rpm: 600}\n", i);
+    assert_true(used < sizeof(deps) - 1);
+    daemon_proc d[AGENTS];
+    start_agents(d, "idle", "  heartbeat_ms: 200\n", deps);
+    for (int i = 0; i < AGENTS; i++) assert_true(daemon_wait_status(&d[i], "i199", "agent_live_agents", "3", 10000));
+    redisContext *rc = redis_fixture_connect(&fx);
+    assert_non_null(rc);
+    /* 10 s of idle fleet, measured (30 intervals joined, then none). */
+    long long c0 = evalsha_calls(rc);
+    double t0 = now_ms();
+    sleep_ms(10000);
+    long long c1 = evalsha_calls(rc);
+    double intervals = (now_ms() - t0) / HB;
+    print_message("  idle: %lld script calls in %.0f heartbeat intervals, 3 agents x %d deployments (%.2f per "
+                  "interval); agents left on i000: %lld, on used: %lld\n",
+                  c1 - c0, intervals, DEPS + 1, (double)(c1 - c0) / intervals, zcard(rc, "sluice:{i000}:agents"),
+                  zcard(rc, "sluice:{used}:agents"));
+    assert_true((double)(c1 - c0) <= 3 * (intervals + 1));
+    assert_int_equal(zcard(rc, "sluice:{i000}:agents"), 0);
+    assert_int_equal(zcard(rc, "sluice:{used}:agents"), 0);
+    /* Agents 1 and 2 use "used"; agent 3 does not. */
+    double deadline = now_ms() + 10000;
+    int ok = 0;
+    while (!ok && now_ms() < deadline) {
+        use_once(&d[0], "used");
+        use_once(&d[1], "used");
+        char a[32], b[32];
+        daemon_status_field(&d[0], "used", "local_share", a, sizeof(a));
+        daemon_status_field(&d[1], "used", "local_share", b, sizeof(b));
+        ok = !strcmp(a, "0.5000") && !strcmp(b, "0.5000") && zcard(rc, "sluice:{used}:agents") == 2;
+        sleep_ms(HB / 2);
+    }
+    assert_true(ok);
+    /* Redis lost: the fallback share is 1/2 of the users. */
+    redisFree(rc);
+    redis_fixture_kill(&fx, 1);
+    for (int i = 0; i < 2; i++) {
+        assert_true(daemon_wait_status(&d[i], "used", "mode", "local", 10000));
+        assert_true(daemon_wait_status(&d[i], "used", "local_share", "0.5000", 1000));
+    }
+    print_message("  after Redis was lost, agents 1 and 2 pace \"used\" at 1/2 of its rate each\n");
+    assert_int_equal(redis_fixture_restart(&fx), 0);
+    stop_agents(d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_fleet_shares_the_quota, test_teardown),
         cmocka_unit_test_teardown(test_redis_killed_fallback_rejoin_flush, test_teardown),
         cmocka_unit_test_teardown(test_redis_returns_while_local_grants_are_outstanding, test_teardown),
         cmocka_unit_test_teardown(test_fleet_rejoin_each_agent_hands_over_its_tail, test_teardown),
+        cmocka_unit_test_teardown(test_idle_fleet_costs_one_call_per_agent, test_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -739,6 +739,88 @@ static void test_heartbeat_counts_live_agents(void **state) {
     assert_true(status_num(rc, dep, "live_agents") == 1);
 }
 
+/* Partition safety (lua/common.lua sl_silent): an agent whose promise
+ * passed is silent and its share is held back from the shared rate (and
+ * shown); a late call of a silent agent does not bring it back, its
+ * heartbeat does; a silent agent's share is held until silent_hold_ms, and
+ * an agent that left holds nothing. */
+static long long reserve_as(const char *dep, const char *who, double *slot) {
+    redisReply *r = script_callv(rc, SCRIPT_RESERVE, dep, who, "1", "0", "600000", NULL);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("reserve: %s", r->str);
+    assert_int_equal(r->elements, 6);
+    assert_int_equal(r->element[5]->element[0]->integer, 1);
+    if (slot) *slot = (double)r->element[0]->integer / 1000.0 + (double)r->element[5]->element[2]->integer;
+    long long id = r->element[5]->element[1]->integer;
+    freeReplyObject(r);
+    return id;
+}
+
+static void heartbeat_as(const char *dep, const char *id, const char *extra) {
+    redisReply *r = script_callv(rc, SCRIPT_HEARTBEAT, dep, id, "3000", extra, NULL);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("heartbeat: %s", r->str);
+    freeReplyObject(r);
+}
+
+/* The status of dep shows n silent agents and runs at rpm. */
+static void expect_silent(const char *dep, double n, double rpm) {
+    assert_true(status_num(rc, dep, "silent_agents") == n);
+    assert_true(fabs(status_num(rc, dep, "effective_rpm") - rpm) < 1);
+}
+
+static void test_silent_share_held(void **state) {
+    const char *dep = "silent";
+    configure_on(rc, dep, "rpm", "6000", "burst_requests", "1", "jitter_ms", "0", "silent_ms", "1250",
+                 "agent_window_ms", "3000", "silent_hold_ms", "10000", NULL);
+    heartbeat_as(dep, "a1", NULL);
+    heartbeat_as(dep, "a2", NULL);
+    heartbeat_as(dep, "a3", NULL);
+    reserve_as(dep, "@a1/250", NULL);
+    expect_silent(dep, 0, 6000);
+    /* a1 and a2 go on, a3 says nothing for 1.5 s: silent. */
+    advance_on(rc, dep, 1000);
+    heartbeat_as(dep, "a1", NULL);
+    heartbeat_as(dep, "a2", NULL);
+    advance_on(rc, dep, 500);
+    double s1, s2;
+    reserve_as(dep, "@a1/250", &s1);
+    reserve_as(dep, "@a1/250", &s2);
+    expect_silent(dep, 1, 4000);
+    assert_true(fabs(status_num(rc, dep, "held_rpm") - 2000) < 1);
+    /* 4000 RPM: 15 ms apart. */
+    print_message("  held: slots %.1f ms apart\n", s2 - s1);
+    assert_true(s2 - s1 > 14 && s2 - s1 < 16); /* waits are whole ms */
+    /* A late call of a3 (sent before it fell silent) changes nothing. */
+    reserve_as(dep, "@a3/250", NULL);
+    expect_silent(dep, 1, 4000);
+    /* Its heartbeat (the hand-over after a reconnect) brings it back. */
+    heartbeat_as(dep, "a3", NULL);
+    expect_silent(dep, 0, 6000);
+    /* A busy promise (250 ms) runs out sooner than a heartbeat's. */
+    reserve_as(dep, "@a2/250", NULL);
+    advance_on(rc, dep, 400);
+    heartbeat_as(dep, "a1", NULL);
+    expect_silent(dep, 1, 4000);
+    /* a2 stays away: held until silent_hold_ms after its promise passed,
+     * though its heartbeat expired (3 s) long before. */
+    for (int i = 0; i < 9; i++) {
+        advance_on(rc, dep, 1000);
+        heartbeat_as(dep, "a1", NULL);
+        heartbeat_as(dep, "a3", NULL);
+    }
+    expect_silent(dep, 1, 4000);
+    assert_true(status_num(rc, dep, "live_agents") == 2);
+    advance_on(rc, dep, 1000);
+    heartbeat_as(dep, "a1", NULL);
+    expect_silent(dep, 0, 6000);
+    /* An agent that leaves holds nothing back. */
+    heartbeat_as(dep, "a3", "leave");
+    advance_on(rc, dep, 2000);
+    heartbeat_as(dep, "a1", NULL);
+    expect_silent(dep, 0, 6000);
+}
+
 /* ---- the packed limits and the grant record ------------------------------ */
 
 /* One reserve item (tokens, max_wait, lane) on dep; its kind (1 granted,
@@ -843,6 +925,7 @@ int main(void) {
         cmocka_unit_test(test_daily_resets_at_utc_midnight),
         cmocka_unit_test(test_bad_arguments_change_nothing),
         cmocka_unit_test(test_heartbeat_counts_live_agents),
+        cmocka_unit_test(test_silent_share_held),
         cmocka_unit_test(test_never_over_offer_random),
         cmocka_unit_test(test_limits_packed_and_records),
     };
