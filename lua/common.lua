@@ -547,19 +547,18 @@ end
 -- (the configured one, or the lower one a provider's headers reported,
 -- <name>_adopted) less what others are seen to use of the same key
 -- (<name>_outside, per minute, see settle's observe()), times the AIMD
--- scale, and never below aimd_min_scale of the limit; then at most the
--- share silent agents are not holding (sl_silent).
+-- scale, and never below aimd_min_scale of the limit; then less the share
+-- held back for silent agents (sl_silent).
 local function sl_dim_target(d, limits, st, scale)
   local outside = sl_num(st, d.spec.f_outside, 0) / 60000
   local r = (d.r0 - outside) * scale
   local floor = d.r0 * sl_num(limits, 'aimd_min_scale', 0.1)
   if r < floor then r = floor end
-  -- At most the rate less the silent agents' share (sl_held). The two are
-  -- not added: what the provider's headers show of others' use while the
-  -- silent agents pace locally is mostly them, and when their heartbeats
-  -- expire that estimate goes on holding back what they still send.
+  -- Less the silent agents' share (sl_held; the estimate of others' use
+  -- leaves out what that share lets them send, settle's observe()), and
+  -- never quite nothing.
   local held = sl_held(d, scale)
-  if held > 0 and r > d.r0 * scale - held then r = d.r0 * scale - held end
+  if held > 0 then r = math.max(r - held, 0.01 * d.r0) end
   return r
 end
 

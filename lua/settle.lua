@@ -257,7 +257,10 @@ local function observe(d, seen, slot, u_after, cost, throttled)
   local x = sl_num(st, f .. '_outside_ms', 0)
   if rem < full and r0 < full then
     local span = slot - s0
-    local units = d.r0 * span - (u_after - u0) - (rem - r0)
+    -- Less what the silent agents' held share lets them send locally
+    -- (sl_held): that is not someone else's use of the key, and counted
+    -- here it would outlive their return.
+    local units = d.r0 * span - (u_after - u0) - (rem - r0) - sl_held(d, scale) * span
     -- Not evidence: two units (the counts are whole, a send may be on
     -- either side of an observation) or 5 % of the limit over the span.
     local noise = 2 + 0.05 * d.r0 * span
