@@ -28,8 +28,8 @@
 
 typedef struct classes_row {
     char deployment[CONFIG_NAME_MAX + 1];
-    char name[CONFIG_NAME_MAX + 1];   /* the lane's or the tenant's */
-    engine_class_stats st;            /* summed, the queued gauge too */
+    char name[CONFIG_NAME_MAX + 1]; /* the lane's or the tenant's */
+    engine_class_stats st;          /* summed, the queued gauge too */
 } classes_row;
 
 typedef struct classes {
@@ -50,7 +50,7 @@ void classes_free(classes *c);
  * order: member_grants[i] is the grants on members[i]. */
 typedef struct classes_group {
     char name[CONFIG_NAME_MAX + 1];
-    size_t nmembers;                  /* 0 for a group a reload removed */
+    size_t nmembers; /* 0 for a group a reload removed */
     char members[CONFIG_GROUP_MAX][CONFIG_NAME_MAX + 1];
     engine_group_stats st;
 } classes_group;

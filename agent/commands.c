@@ -48,10 +48,8 @@ static const char *printable(const char *s, size_t len, char *out, size_t outlen
             n += 3;
             break;
         }
-        if (ch >= 0x20 && ch < 0x7f && ch != '\'')
-            out[n++] = (char)ch;
-        else
-            n += (size_t)snprintf(out + n, outlen - n, "\\x%02x", ch);
+        if (ch >= 0x20 && ch < 0x7f && ch != '\'') out[n++] = (char)ch;
+        else n += (size_t)snprintf(out + n, outlen - n, "\\x%02x", ch);
     }
     out[n] = '\0';
     return out;
@@ -96,9 +94,7 @@ static void add_engine_error(resp_buf *b, int status, const char *dep, const cha
         resp_add_errorf(b, "unknown deployment '%s'%s", printable(dep, strlen(dep), p, sizeof(p)),
                         msg ? " (removed by a configuration reload)" : "");
         break;
-    case SL_EUNAVAIL:
-        resp_add_errorf(b, "-%s %s", sluice_error_word(status), msg ? msg : sl_strerror(status));
-        break;
+    case SL_EUNAVAIL: resp_add_errorf(b, "-%s %s", sluice_error_word(status), msg ? msg : sl_strerror(status)); break;
     case SL_ECLOSING: resp_add_error(b, SLUICE_REPLY_CLOSING); break;
     case SL_ENOMEM: resp_add_error(b, "out of memory"); break;
     default: resp_add_errorf(b, "%s", msg ? msg : sl_strerror(status)); break;
@@ -114,8 +110,7 @@ typedef struct acquire_op {
     char dep[CONFIG_NAME_MAX + 1];
 } acquire_op;
 
-static void on_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed,
-                        const char *msg) {
+static void on_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed, const char *msg) {
     acquire_op *op = arg;
     resp_buf *b = server_reply_buf(op->r);
     if (status == SL_OK) {
@@ -130,7 +125,8 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
         }
         if (g->tokens > 0) server_counters(op->s)->tokens_reserved += (unsigned long long)g->tokens;
     } else if (status == SL_ESHED) {
-        resp_add_errorf(b, "-%s %s retry-after-ms=%lld", sluice_error_word(SL_ESHED), shed->reason, shed->retry_after_ms);
+        resp_add_errorf(b, "-%s %s retry-after-ms=%lld", sluice_error_word(SL_ESHED), shed->reason,
+                        shed->retry_after_ms);
     } else {
         add_engine_error(b, status, op->dep, msg);
     }
@@ -180,8 +176,9 @@ static void cmd_acquire(const command_req *q) {
             memcpy(dst, q->argv[i + 1], q->argvlen[i + 1]);
             dst[q->argvlen[i + 1]] = '\0';
         } else {
-            reply_error(q, "syntax error: unknown option '%s' (expected TOKENS, INPUT, OUTPUT, MAXWAIT, LANE, TENANT or TAG)",
-                        printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
+            reply_error(
+                q, "syntax error: unknown option '%s' (expected TOKENS, INPUT, OUTPUT, MAXWAIT, LANE, TENANT or TAG)",
+                printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
             return;
         }
     }
@@ -203,8 +200,15 @@ static void cmd_acquire(const command_req *q) {
         free(op);
         return;
     }
-    engine_req rq = {.name = op->dep, .tokens = tokens, .max_wait_ms = maxwait, .lane = lane, .tenant = tenant,
-                     .tag = tag, .split = input >= 0, .input = input, .output = output};
+    engine_req rq = {.name = op->dep,
+                     .tokens = tokens,
+                     .max_wait_ms = maxwait,
+                     .lane = lane,
+                     .tenant = tenant,
+                     .tag = tag,
+                     .split = input >= 0,
+                     .input = input,
+                     .output = output};
     const char *why = engine_acquire_req_error(server_engine(q->s), &rq);
     if (why) {
         reply_error(q, "%s (deployment '%s')", why, op->dep);
@@ -214,7 +218,8 @@ static void cmd_acquire(const command_req *q) {
     int rc = engine_acquire_req(server_engine(q->s), &rq, on_acquired, op, &op->call);
     const config *cfg = engine_config(server_engine(q->s));
     if (rc == SL_EINVAL && tag[0]) {
-        resp_add_errorf(server_reply_buf(q->r), "deployment '%s' does not carry tag '%s' (TAG applies to groups and tagged deployments)",
+        resp_add_errorf(server_reply_buf(q->r),
+                        "deployment '%s' does not carry tag '%s' (TAG applies to groups and tagged deployments)",
                         op->dep, tag);
         server_reply_done(q->r, 0);
         free(op);
@@ -265,8 +270,7 @@ static void cmd_settle(const command_req *q) {
             }
             headers++;
             st->settle_headers++;
-            if (ratelimit_add_header(&fb, q->argv[i + 1], q->argvlen[i + 1], q->argv[i + 2], q->argvlen[i + 2],
-                                     now))
+            if (ratelimit_add_header(&fb, q->argv[i + 1], q->argvlen[i + 1], q->argv[i + 2], q->argvlen[i + 2], now))
                 st->settle_headers_recognised++;
             i += 3;
             continue;
@@ -299,8 +303,9 @@ static void cmd_settle(const command_req *q) {
                 return;
             }
         } else {
-            reply_error(q, "syntax error: unknown option '%s' (expected TOKENS, INPUT, OUTPUT, CACHE_READ, STATUS or HEADER)",
-                        printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
+            reply_error(
+                q, "syntax error: unknown option '%s' (expected TOKENS, INPUT, OUTPUT, CACHE_READ, STATUS or HEADER)",
+                printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
             return;
         }
         i += 2;
@@ -308,8 +313,9 @@ static void cmd_settle(const command_req *q) {
     /* A quota error's reset, like a 429's, says when the deployment may be
      * used again (the settle script holds it out until then). */
     long long pause =
-        headers ? (long long)ratelimit_settle_pause_ms(&fb, outcome == ENGINE_THROTTLED || outcome == ENGINE_QUOTA, NULL)
-                : -1;
+        headers
+            ? (long long)ratelimit_settle_pause_ms(&fb, outcome == ENGINE_THROTTLED || outcome == ENGINE_QUOTA, NULL)
+            : -1;
     if (pause > SLUICE_PAUSE_MAX_MS) pause = SLUICE_PAUSE_MAX_MS;
     if (pause >= 0) st->settle_pauses++;
     if ((in < 0) != (out < 0)) {
@@ -353,12 +359,11 @@ static void cmd_settle(const command_req *q) {
 static void on_retry(void *arg, int status, int allowed, long long balance, long long retry_after_ms) {
     server_reply *r = arg;
     resp_buf *b = server_reply_buf(r);
-    if (status != SL_OK)
-        add_engine_error(b, status, "", NULL);
-    else if (allowed)
-        resp_add_integer(b, 1);
+    if (status != SL_OK) add_engine_error(b, status, "", NULL);
+    else if (allowed) resp_add_integer(b, 1);
     else
-        resp_add_errorf(b, "-%s retry budget spent, retry-after-ms=%lld", sluice_error_word(SL_ENORETRY), retry_after_ms);
+        resp_add_errorf(b, "-%s retry budget spent, retry-after-ms=%lld", sluice_error_word(SL_ENORETRY),
+                        retry_after_ms);
     server_reply_done(r, 0);
 }
 
@@ -382,13 +387,13 @@ static void cmd_retry(const command_req *q) {
 typedef struct status_op {
     server_reply *r;
     size_t n, left;
-    resp_buf *parts;          /* one per deployment */
+    resp_buf *parts; /* one per deployment */
     struct status_part {
         struct status_op *op;
         size_t idx;
         char dep[CONFIG_NAME_MAX + 1];
-    } *args;
-    int all;                  /* STATUS without a deployment: an array of arrays */
+    } * args;
+    int all; /* STATUS without a deployment: an array of arrays */
 } status_op;
 
 static void status_free(status_op *op) {
@@ -482,7 +487,8 @@ static void cmd_info(const command_req *q) {
     resp_buf text;
     resp_buf_init(&text);
     char section[32] = "";
-    if (q->argc == 2) snprintf(section, sizeof(section), "%.*s", (int)(q->argvlen[1] < 31 ? q->argvlen[1] : 31), q->argv[1]);
+    if (q->argc == 2)
+        snprintf(section, sizeof(section), "%.*s", (int)(q->argvlen[1] < 31 ? q->argvlen[1] : 31), q->argv[1]);
     if (info_render(q->s, section, &text) != 0) {
         resp_buf_free(&text);
         reply_error(q, "out of memory");

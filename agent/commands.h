@@ -25,19 +25,19 @@
 typedef struct command_req {
     server *s;
     client *c;
-    server_reply *r;          /* this command's reply slot */
+    server_reply *r; /* this command's reply slot */
     int argc;
-    const char *const *argv;  /* borrowed from the parser: copy what outlives the call */
+    const char *const *argv; /* borrowed from the parser: copy what outlives the call */
     const size_t *argvlen;
 } command_req;
 
 typedef struct command {
-    const char *name;         /* upper case */
+    const char *name; /* upper case */
     int arity;
     void (*handler)(const command_req *req);
     unsigned flags;
-    const char *syntax;       /* "ACQUIRE <deployment> [TOKENS n] ..." */
-    const char *help;         /* one sentence */
+    const char *syntax; /* "ACQUIRE <deployment> [TOKENS n] ..." */
+    const char *help;   /* one sentence */
 } command;
 
 /* Runs one complete command from client c: finds it in the table, checks

@@ -26,12 +26,12 @@ typedef struct hdr {
 struct http_msg {
     char *arena;
     size_t len, cap, limit;
-    size_t target, target_len;  /* the request target, as sent */
-    size_t path, query;         /* NUL-terminated copies, 0 = none (the arena starts with a NUL) */
-    int target_done;            /* the target is complete and NUL-terminated */
+    size_t target, target_len; /* the request target, as sent */
+    size_t path, query;        /* NUL-terminated copies, 0 = none (the arena starts with a NUL) */
+    int target_done;           /* the target is complete and NUL-terminated */
     hdr *hdrs;
     size_t nhdrs, hdr_cap;
-    int in_value;               /* the last header callback was a value */
+    int in_value; /* the last header callback was a value */
     char *body;
     size_t body_len, body_cap;
     char method[16];
@@ -40,11 +40,11 @@ struct http_msg {
 
 struct http_reader {
     http_parser p;
-    http_limits lim;            /* of the request being read */
-    http_limits next_lim;       /* of the requests that start from now on */
+    http_limits lim;      /* of the request being read */
+    http_limits next_lim; /* of the requests that start from now on */
     http_reader_state state;
     http_msg *cur;
-    size_t head_bytes;          /* bytes fed while reading the current head */
+    size_t head_bytes; /* bytes fed while reading the current head */
     size_t trailer_bytes;
     int error_status;
     const char *error_reason;
@@ -282,8 +282,8 @@ static void trim_values(http_msg *m) {
     for (size_t i = 0; i < m->nhdrs; i++) {
         hdr *h = &m->hdrs[i];
         if (!h->value) continue; /* a field without a value: "" */
-        while (h->value_len && (m->arena[h->value + h->value_len - 1] == ' ' ||
-                                m->arena[h->value + h->value_len - 1] == '\t'))
+        while (h->value_len &&
+               (m->arena[h->value + h->value_len - 1] == ' ' || m->arena[h->value + h->value_len - 1] == '\t'))
             m->arena[h->value + --h->value_len] = '\0';
     }
 }
@@ -293,8 +293,7 @@ static int on_headers_complete(http_parser *p) {
     http_msg *m = r->cur;
     if (end_target(r) != 0) return -1;
     if (m->nhdrs > HTTP_READER_MAX_HEADERS) return fail(r, 431, "too many header fields");
-    for (size_t i = 0; i < m->nhdrs; i++)
-        /* The parser, built without HTTP_PARSER_STRICT, lets spaces through. */
+    for (size_t i = 0; i < m->nhdrs; i++) /* The parser, built without HTTP_PARSER_STRICT, lets spaces through. */
         if (!http_token_ok(m->arena + m->hdrs[i].name, m->hdrs[i].name_len))
             return fail(r, 400, "invalid header field name");
     trim_values(m);
@@ -388,15 +387,13 @@ static void parser_error(http_reader *r) {
         fail(r, in_head ? 431 : 400, in_head ? "request header fields too large" : "malformed chunked body");
     else if (e >= HPE_CB_message_begin && e <= HPE_CB_chunk_complete)
         fail(r, 500, "out of memory"); /* a callback failed without saying why */
-    else
-        fail(r, 400, http_errno_description(e));
+    else fail(r, 400, http_errno_description(e));
     r->state = HTTP_READER_ERROR;
 }
 
 size_t http_reader_feed(http_reader *r, const char *data, size_t len) {
     size_t done = 0;
-    while (done < len && r->state != HTTP_READER_DONE && r->state != HTTP_READER_ERROR &&
-           r->state != HTTP_READER_END) {
+    while (done < len && r->state != HTTP_READER_DONE && r->state != HTTP_READER_ERROR && r->state != HTTP_READER_END) {
         int in_head = r->state == HTTP_READER_IDLE || r->state == HTTP_READER_HEAD;
         size_t n = len - done;
         if (in_head) {

@@ -38,10 +38,10 @@ typedef struct http_limits {
 /* One request. Strings are NUL-terminated and borrowed from the message. */
 typedef struct http_msg http_msg;
 
-const char *http_msg_method(const http_msg *m);  /* "POST", "GET", ... */
-const char *http_msg_target(const http_msg *m);  /* as sent: "/v1/chat/completions?x=1" */
-const char *http_msg_path(const http_msg *m);    /* the target's path, "" when it has none */
-const char *http_msg_query(const http_msg *m);   /* the query without '?', "" when none */
+const char *http_msg_method(const http_msg *m); /* "POST", "GET", ... */
+const char *http_msg_target(const http_msg *m); /* as sent: "/v1/chat/completions?x=1" */
+const char *http_msg_path(const http_msg *m);   /* the target's path, "" when it has none */
+const char *http_msg_query(const http_msg *m);  /* the query without '?', "" when none */
 /* The value of the first header with this name (ASCII case-insensitive),
  * without surrounding whitespace, or NULL. */
 const char *http_msg_header(const http_msg *m, const char *name);
@@ -53,9 +53,9 @@ void http_msg_header_at(const http_msg *m, size_t i, const char **name, const ch
 /* The body (with chunked framing removed), followed by a NUL that len
  * does not count; never NULL. */
 const char *http_msg_body(const http_msg *m, size_t *len);
-int http_msg_is_head(const http_msg *m);       /* HEAD: a response has no body */
-int http_msg_keep_alive(const http_msg *m);    /* the connection may carry another request */
-int http_msg_http10(const http_msg *m);        /* HTTP/1.0: no chunked responses */
+int http_msg_is_head(const http_msg *m);    /* HEAD: a response has no body */
+int http_msg_keep_alive(const http_msg *m); /* the connection may carry another request */
+int http_msg_http10(const http_msg *m);     /* HTTP/1.0: no chunked responses */
 
 void http_msg_free(http_msg *m);
 

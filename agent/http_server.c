@@ -27,10 +27,10 @@
 #include "unixsock.h"
 
 #define HTTP_BACKLOG 511
-#define HTTP_PENDING_MAX (64 * 1024)  /* bytes buffered while a request is with the handler */
+#define HTTP_PENDING_MAX (64 * 1024) /* bytes buffered while a request is with the handler */
 #define HTTP_READ_CHUNK (64 * 1024)
-#define HTTP_LINGER_MS 2000           /* after a last response: input drained this long at most */
-#define HTTP_LINGER_BYTES (1 << 20)   /* ... and this much */
+#define HTTP_LINGER_MS 2000         /* after a last response: input drained this long at most */
+#define HTTP_LINGER_BYTES (1 << 20) /* ... and this much */
 
 typedef struct http_conn http_conn;
 
@@ -57,11 +57,11 @@ typedef struct listener {
 } listener;
 
 struct http_request {
-    http_conn *c;               /* NULL once the connection is gone (orphaned) */
+    http_conn *c; /* NULL once the connection is gone (orphaned) */
     http_msg *msg;
     int streaming, head_only, chunked, close_after;
-    int want_writable;          /* a stream write said pause: call on_writable at the low mark */
-    int in_call;                /* inside the handler's own call: a close orphans r, no hook */
+    int want_writable; /* a stream write said pause: call on_writable at the low mark */
+    int in_call;       /* inside the handler's own call: a close orphans r, no hook */
     void (*abandon)(void *ud);
     void *abandon_ud;
     void (*writable)(void *ud);
@@ -74,7 +74,7 @@ struct http_conn {
         uv_stream_t s;
         uv_tcp_t tcp;
         uv_pipe_t pipe;
-    } io;                       /* first: the stream's data points at the conn */
+    } io; /* first: the stream's data points at the conn */
     uv_timer_t timer;
     uv_shutdown_t shutdown_req;
     http_server *srv;
@@ -82,21 +82,21 @@ struct http_conn {
     unsigned long long id;
     char peer[64];
     http_reader *rd;
-    http_request *req;          /* with the handler, NULL when none */
-    char *in;                   /* unparsed input */
+    http_request *req; /* with the handler, NULL when none */
+    char *in;          /* unparsed input */
     size_t in_len, in_cap;
     size_t writes_out;
-    int handles;                /* open handles: the stream and the timer */
+    int handles; /* open handles: the stream and the timer */
     int reading, closing, lingering, shut;
-    int peer_eof;               /* the client shut its side after a whole request */
-    int final;                  /* no request is read after the current response */
+    int peer_eof; /* the client shut its side after a whole request */
+    int final;    /* no request is read after the current response */
     int in_process, process_again;
     int gone_counted;
     size_t lingered;
-    int phase;                  /* PHASE_* */
+    int phase; /* PHASE_* */
     unsigned long long nrequests;
-    uint64_t since;             /* start of the phase */
-    uint64_t write_progress;    /* last time a write completed, or was queued onto an empty queue */
+    uint64_t since;          /* start of the phase */
+    uint64_t write_progress; /* last time a write completed, or was queued onto an empty queue */
     uint64_t linger_since;
     http_conn *prev, *next;
 };
@@ -118,12 +118,12 @@ struct http_server {
     size_t max_connections;
     uint64_t header_ms, body_ms, idle_ms, drain_ms;
     http_conn *conns;
-    size_t nconns;              /* connections whose memory is not yet freed */
+    size_t nconns; /* connections whose memory is not yet freed */
     unsigned long long next_id;
     http_stats st;
-    int closing, handles_open;  /* listeners + the drain timer */
+    int closing, handles_open; /* listeners + the drain timer */
     uv_timer_t drain;
-    int drain_active;           /* the drain timer runs (closed with the last connection) */
+    int drain_active; /* the drain timer runs (closed with the last connection) */
     void (*done)(void *);
     void *done_arg;
 };
@@ -164,13 +164,31 @@ const char *http_status_text(int status) {
         int code;
         const char *text;
     } t[] = {
-        {100, "Continue"}, {200, "OK"}, {201, "Created"}, {202, "Accepted"}, {204, "No Content"},
-        {400, "Bad Request"}, {401, "Unauthorized"}, {402, "Payment Required"}, {403, "Forbidden"},
-        {404, "Not Found"}, {405, "Method Not Allowed"}, {408, "Request Timeout"}, {409, "Conflict"},
-        {413, "Content Too Large"}, {415, "Unsupported Media Type"}, {422, "Unprocessable Content"},
-        {429, "Too Many Requests"}, {431, "Request Header Fields Too Large"}, {500, "Internal Server Error"},
-        {501, "Not Implemented"}, {502, "Bad Gateway"}, {503, "Service Unavailable"}, {504, "Gateway Timeout"},
-        {505, "HTTP Version Not Supported"}, {529, "Site Overloaded"},
+        {100, "Continue"},
+        {200, "OK"},
+        {201, "Created"},
+        {202, "Accepted"},
+        {204, "No Content"},
+        {400, "Bad Request"},
+        {401, "Unauthorized"},
+        {402, "Payment Required"},
+        {403, "Forbidden"},
+        {404, "Not Found"},
+        {405, "Method Not Allowed"},
+        {408, "Request Timeout"},
+        {409, "Conflict"},
+        {413, "Content Too Large"},
+        {415, "Unsupported Media Type"},
+        {422, "Unprocessable Content"},
+        {429, "Too Many Requests"},
+        {431, "Request Header Fields Too Large"},
+        {500, "Internal Server Error"},
+        {501, "Not Implemented"},
+        {502, "Bad Gateway"},
+        {503, "Service Unavailable"},
+        {504, "Gateway Timeout"},
+        {505, "HTTP Version Not Supported"},
+        {529, "Site Overloaded"},
     };
     for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
         if (t[i].code == status) return t[i].text;
@@ -178,10 +196,12 @@ const char *http_status_text(int status) {
 }
 
 static int headers_ok(const http_header *h, size_t nh, const char *content_type) {
-    static const char *const reserved[] = {"content-length", "transfer-encoding", "connection", "keep-alive", "upgrade"};
+    static const char *const reserved[] = {"content-length", "transfer-encoding", "connection", "keep-alive",
+                                           "upgrade"};
     if (content_type && strpbrk(content_type, "\r\n")) return 0;
     for (size_t i = 0; i < nh; i++) {
-        if (!h[i].name || !http_token_ok(h[i].name, strlen(h[i].name)) || !h[i].value || strpbrk(h[i].value, "\r\n")) return 0;
+        if (!h[i].name || !http_token_ok(h[i].name, strlen(h[i].name)) || !h[i].value || strpbrk(h[i].value, "\r\n"))
+            return 0;
         for (size_t k = 0; k < sizeof(reserved) / sizeof(reserved[0]); k++)
             if (http_name_eq(h[i].name, reserved[k])) return 0;
     }
@@ -211,8 +231,9 @@ static int build_head(resp_buf *b, int status, const http_header *h, size_t nh, 
         rc = resp_buf_append(b, line, (size_t)n);
     }
     if (!rc && chunked) rc = resp_buf_append(b, "Transfer-Encoding: chunked\r\n", 28);
-    if (!rc) rc = keep_alive ? resp_buf_append(b, "Connection: keep-alive\r\n\r\n", 26)
-                             : resp_buf_append(b, "Connection: close\r\n\r\n", 21);
+    if (!rc)
+        rc = keep_alive ? resp_buf_append(b, "Connection: keep-alive\r\n\r\n", 26)
+                        : resp_buf_append(b, "Connection: close\r\n\r\n", 21);
     return rc ? SL_ENOMEM : 0;
 }
 
@@ -250,7 +271,8 @@ static void on_write(uv_write_t *w, int status) {
 
 /* Queues bytes (copied) on the connection. 0, SL_ENOMEM, or SL_EIO (the
  * connection is closed then). */
-static int conn_write(http_conn *c, const void *a, size_t alen, const void *b, size_t blen, const void *d, size_t dlen) {
+static int conn_write(http_conn *c, const void *a, size_t alen, const void *b, size_t blen, const void *d,
+                      size_t dlen) {
     size_t len = alen + blen + dlen;
     if (len == 0) return 0;
     write_req *wr = malloc(sizeof(*wr) + len);
@@ -900,7 +922,8 @@ static int listen_one(http_server *s, listener *l, const config_listen *cl, cons
         if (rc == 0) {
             int len = sizeof(ss);
             rc = uv_tcp_getsockname(&l->io.tcp, (struct sockaddr *)&ss, &len);
-            int port = v6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+            int port =
+                v6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) : ntohs(((struct sockaddr_in *)&ss)->sin_port);
             snprintf(l->name, sizeof(l->name), v6 ? "[%s]:%d" : "%s:%d", cl->host, port);
         } else {
             snprintf(l->name, sizeof(l->name), v6 ? "[%s]:%d" : "%s:%d", cl->host, cl->port);

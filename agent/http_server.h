@@ -95,20 +95,20 @@ typedef struct http_server_hooks {
 
 /* Counters for INFO and metrics; the hot path only increments them. */
 typedef struct http_stats {
-    unsigned long long listeners;            /* gauge: listening sockets */
-    unsigned long long connections;          /* gauge: open connections */
+    unsigned long long listeners;   /* gauge: listening sockets */
+    unsigned long long connections; /* gauge: open connections */
     unsigned long long connections_total, rejected_max_connections;
-    unsigned long long requests;             /* handed to the handler */
-    unsigned long long responses[6];         /* by class: [1] 1xx ... [5] 5xx; [0] unused */
-    unsigned long long streams;              /* streamed responses begun */
-    unsigned long long refused_bad_request;  /* 400 and 505 answered by the server */
-    unsigned long long refused_too_large;    /* 413 and 431 */
+    unsigned long long requests;                                   /* handed to the handler */
+    unsigned long long responses[6];                               /* by class: [1] 1xx ... [5] 5xx; [0] unused */
+    unsigned long long streams;                                    /* streamed responses begun */
+    unsigned long long refused_bad_request;                        /* 400 and 505 answered by the server */
+    unsigned long long refused_too_large;                          /* 413 and 431 */
     unsigned long long closed_header_timeout, closed_body_timeout; /* 408 */
-    unsigned long long closed_idle_timeout;  /* keep-alive connections idle too long */
-    unsigned long long closed_write_timeout; /* clients not reading their response */
-    unsigned long long closed_client_gone;   /* the client left mid-request or mid-response */
-    unsigned long long abandoned;            /* requests whose client left before the response was complete */
-    unsigned long long paused_streams;       /* gauge: streams told to pause */
+    unsigned long long closed_idle_timeout;                        /* keep-alive connections idle too long */
+    unsigned long long closed_write_timeout;                       /* clients not reading their response */
+    unsigned long long closed_client_gone;                         /* the client left mid-request or mid-response */
+    unsigned long long abandoned;      /* requests whose client left before the response was complete */
+    unsigned long long paused_streams; /* gauge: streams told to pause */
 } http_stats;
 
 /* Creates a server on loop taking its limits from cfg (agent.http; copied).

@@ -25,7 +25,8 @@ typedef struct info_out {
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
-static void line(info_out *o, const char *fmt, ...) {
+static void
+line(info_out *o, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     if (resp_buf_vprintf(o->b, RESP_PRINTF_LINE, fmt, ap) != 0) o->err = 1;
@@ -50,8 +51,7 @@ static void section_server(info_out *o, server *s, const server_stats *st, const
     line(o, "uptime_in_seconds:%lld", (now - st->started_ms) / 1000);
     line(o, "config_reloads_ok:%llu", st->reloads_ok);
     line(o, "config_reloads_failed:%llu", st->reloads_failed);
-    if (st->last_reload_ms)
-        line(o, "last_reload_seconds_ago:%lld", (now - st->last_reload_ms) / 1000);
+    if (st->last_reload_ms) line(o, "last_reload_seconds_ago:%lld", (now - st->last_reload_ms) / 1000);
     line(o, "last_reload_error:%s", st->last_reload_error);
 }
 
@@ -131,9 +131,7 @@ static void batch_line(void *ud, const char *kind, const char *name, const engin
          kind, name, b->cap, b->item_us, b->fixed_us, b->last_items, b->last_us, b->calls);
 }
 
-static void count_batch(void *ud, const char *kind, const char *name, const engine_batch *b) {
-    (*(size_t *)ud)++;
-}
+static void count_batch(void *ud, const char *kind, const char *name, const engine_batch *b) { (*(size_t *)ud)++; }
 
 /* Redis calls; per deployment, its settles and per group (batch<i>), the
  * items the next call may carry under redis.max_script_ms and the Redis
@@ -146,10 +144,8 @@ static void section_redis(info_out *o, server *s, const server_stats *st, const 
     line(o, "mode_since_seconds_ago:%lld", (now - es->mode_since_ms) / 1000);
     line(o, "fail:%s", config_fail_name(cfg->agent.fail));
     line(o, "redis_connected:%d", es->redis_up);
-    if (cfg->redis.unix_path[0])
-        line(o, "redis_endpoint:unix:%s", cfg->redis.unix_path);
-    else
-        line(o, "redis_endpoint:%s:%d/%d", cfg->redis.host, cfg->redis.port, cfg->redis.db);
+    if (cfg->redis.unix_path[0]) line(o, "redis_endpoint:unix:%s", cfg->redis.unix_path);
+    else line(o, "redis_endpoint:%s:%d/%d", cfg->redis.host, cfg->redis.port, cfg->redis.db);
     line(o, "redis_last_error:%s", es->redis_error ? es->redis_error : "");
     line(o, "redis_calls:%llu", es->redis_calls);
     line(o, "redis_errors:%llu", es->redis_errors);
@@ -178,7 +174,8 @@ static void section_stats(info_out *o, server *s, const server_stats *st, const 
     line(o, "grants_per_sec:%.2f", st->grants_per_sec);
     line(o, "sheds:%llu", es->sheds);
     line(o, "sheds_per_sec:%.2f", st->sheds_per_sec);
-    for (int i = 0; i < ENGINE_SHED_REASONS; i++) line(o, "sheds_%s:%llu", engine_shed_reasons[i], es->shed_by_reason[i]);
+    for (int i = 0; i < ENGINE_SHED_REASONS; i++)
+        line(o, "sheds_%s:%llu", engine_shed_reasons[i], es->shed_by_reason[i]);
     line(o, "deferrals:%llu", es->deferrals);
     line(o, "acquire_errors:%llu", es->errors);
     line(o, "queued:%llu", es->queued);
@@ -321,9 +318,16 @@ static const struct {
     const char *name;
     section_fn fn;
 } sections[] = {
-    {"server", section_server}, {"clients", section_clients}, {"deployments", section_deployments},
-    {"dimensions", section_dimensions}, {"redis", section_redis}, {"stats", section_stats},
-    {"lanes", section_lanes}, {"tenants", section_tenants}, {"groups", section_groups}, {"http", section_http},
+    {"server", section_server},
+    {"clients", section_clients},
+    {"deployments", section_deployments},
+    {"dimensions", section_dimensions},
+    {"redis", section_redis},
+    {"stats", section_stats},
+    {"lanes", section_lanes},
+    {"tenants", section_tenants},
+    {"groups", section_groups},
+    {"http", section_http},
 };
 
 const char *const info_sections[] = {"server", "clients", "deployments", "dimensions", "redis", "stats",

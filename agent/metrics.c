@@ -20,7 +20,7 @@
 #define METRICS_SWEEP_MS 1000
 
 typedef struct mconn {
-    uv_tcp_t tcp;             /* first: the handle's memory is the connection's */
+    uv_tcp_t tcp; /* first: the handle's memory is the connection's */
     struct metrics *m;
     char req[METRICS_REQUEST_MAX];
     size_t len;
@@ -37,8 +37,8 @@ struct metrics {
     uv_tcp_t listener;
     int listener_open;
     uv_timer_t sweep;
-    int handles_open;         /* listener, sweep timer */
-    size_t nconns;            /* connections whose memory is not yet freed */
+    int handles_open; /* listener, sweep timer */
+    size_t nconns;    /* connections whose memory is not yet freed */
     mconn *conns;
     int closing;
     void (*done)(void *);
@@ -55,7 +55,8 @@ typedef struct text_out {
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
-static void emit(text_out *o, const char *fmt, ...) {
+static void
+emit(text_out *o, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     if (resp_buf_vprintf(o->b, 0, fmt, ap) != 0) o->err = 1;
@@ -96,8 +97,7 @@ static void wait_histogram(text_out *o, const char *name, const char *labels, co
     unsigned long long cum = 0;
     for (int i = 0; i < ENGINE_WAIT_BUCKETS; i++) {
         cum += hist[i];
-        emit(o, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, (double)engine_wait_bounds_ms[i] / 1000.0,
-             cum);
+        emit(o, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, (double)engine_wait_bounds_ms[i] / 1000.0, cum);
     }
     cum += hist[ENGINE_WAIT_BUCKETS];
     emit(o, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep, cum);
@@ -143,7 +143,7 @@ static void http_metrics(text_out *o, server *s) {
         const char *reason;
         unsigned long long n;
     } rows[] = {
-        {"bad_request", hs.refused_bad_request},     {"too_large", hs.refused_too_large},
+        {"bad_request", hs.refused_bad_request},      {"too_large", hs.refused_too_large},
         {"header_timeout", hs.closed_header_timeout}, {"body_timeout", hs.closed_body_timeout},
         {"idle_timeout", hs.closed_idle_timeout},     {"write_timeout", hs.closed_write_timeout},
         {"client_gone", hs.closed_client_gone},
@@ -157,18 +157,17 @@ static void http_metrics(text_out *o, server *s) {
 static void class_metrics(text_out *o, const classes *c) {
     const classes_row *l = c->lanes, *t = c->tenants;
     size_t nl = c->nlanes, nt = c->ntenants;
-    row_family(o, "sluice_lane_acquires_total", "counter", "ACQUIREs of the lane.", "lane", l, nl,
-               ROW_FIELD(acquires));
+    row_family(o, "sluice_lane_acquires_total", "counter", "ACQUIREs of the lane.", "lane", l, nl, ROW_FIELD(acquires));
     row_family(o, "sluice_lane_grants_total", "counter", "Slots granted to the lane.", "lane", l, nl,
                ROW_FIELD(grants));
     row_family(o, "sluice_lane_sheds_total", "counter", "Acquires of the lane shed.", "lane", l, nl, ROW_FIELD(sheds));
     row_family(o, "sluice_lane_deferrals_total", "counter",
                "Times Redis deferred a request of the lane (its slot beyond the lane's horizon).", "lane", l, nl,
                ROW_FIELD(deferrals));
-    row_family(o, "sluice_lane_tokens_reserved_total", "counter", "Estimated tokens of the lane's grants.", "lane",
-               l, nl, ROW_FIELD(tokens));
-    row_family(o, "sluice_lane_queued", "gauge", "Acquires of the lane held by this agent, not yet decided.", "lane",
-               l, nl, ROW_FIELD(queued));
+    row_family(o, "sluice_lane_tokens_reserved_total", "counter", "Estimated tokens of the lane's grants.", "lane", l,
+               nl, ROW_FIELD(tokens));
+    row_family(o, "sluice_lane_queued", "gauge", "Acquires of the lane held by this agent, not yet decided.", "lane", l,
+               nl, ROW_FIELD(queued));
     head(o, "sluice_lane_wait_seconds", "histogram", "Time from ACQUIRE to the release of its slot, by lane.");
     char labels[6 * CONFIG_NAME_MAX + 64];
     for (size_t i = 0; i < nl; i++) {
@@ -183,8 +182,8 @@ static void class_metrics(text_out *o, const classes *c) {
                "tenant", t, nt, ROW_FIELD(tokens));
     row_family(o, "sluice_tenant_sheds_total", "counter", "Acquires of the tenant shed.", "tenant", t, nt,
                ROW_FIELD(sheds));
-    row_family(o, "sluice_tenant_deferrals_total", "counter", "Times Redis deferred a request of the tenant.",
-               "tenant", t, nt, ROW_FIELD(deferrals));
+    row_family(o, "sluice_tenant_deferrals_total", "counter", "Times Redis deferred a request of the tenant.", "tenant",
+               t, nt, ROW_FIELD(deferrals));
     row_family(o, "sluice_tenant_queued", "gauge", "Acquires of the tenant held by this agent, not yet decided.",
                "tenant", t, nt, ROW_FIELD(queued));
 }
@@ -248,7 +247,8 @@ static void dim_metrics(text_out *o, engine *e) {
          "The limit in force: the configured one, or the lower one the provider's headers reported.",
          offsetof(engine_dim_rates, limit)},
         {"sluice_effective_rate_per_minute",
-         "The rate the fleet runs the dimension at: the limit less others' use of the key (or silent agents' share), and AIMD.",
+         "The rate the fleet runs the dimension at: the limit less others' use of the key (or silent agents' share), "
+         "and AIMD.",
          offsetof(engine_dim_rates, effective)},
         {"sluice_outside_use_per_minute",
          "Others' use of the same key as estimated from the provider's remaining counts.",

@@ -96,7 +96,11 @@ int proxy_new(uv_loop_t *loop, engine *e, void (*log)(void *ud, int level, const
     p->loop = loop;
     p->e = e;
     http_server_hooks hooks = {
-        .on_request = on_request, .error_body = error_body, .arg = p, .log = log, .log_ud = log_ud,
+        .on_request = on_request,
+        .error_body = error_body,
+        .arg = p,
+        .log = log,
+        .log_ud = log_ud,
     };
     int rc = http_server_new(loop, engine_config(e), &hooks, &p->srv);
     if (rc != 0) {
@@ -107,7 +111,9 @@ int proxy_new(uv_loop_t *loop, engine *e, void (*log)(void *ud, int level, const
     return 0;
 }
 
-int proxy_listen(proxy *p, char *err, size_t errlen) { return http_server_listen(p->srv, engine_config(p->e), err, errlen); }
+int proxy_listen(proxy *p, char *err, size_t errlen) {
+    return http_server_listen(p->srv, engine_config(p->e), err, errlen);
+}
 
 void proxy_apply_config(proxy *p) { http_server_configure(p->srv, engine_config(p->e)); }
 

@@ -39,8 +39,7 @@ typedef struct proxy_stats {
 /* A proxy for engine e (borrowed; it must outlive the proxy), with its
  * HTTP server on loop. log (optional) gets the server's lines. Returns 0,
  * SL_EINVAL or SL_ENOMEM. */
-int proxy_new(uv_loop_t *loop, engine *e, void (*log)(void *ud, int level, const char *msg), void *log_ud,
-              proxy **out);
+int proxy_new(uv_loop_t *loop, engine *e, void (*log)(void *ud, int level, const char *msg), void *log_ud, proxy **out);
 
 /* Listens on agent.http.listen. Returns 0 or SL_EIO with a message. */
 int proxy_listen(proxy *p, char *err, size_t errlen);

@@ -34,7 +34,9 @@ static const error_row error_rows[PROXY_ERR_KINDS] = {
 #undef PROXY_ERROR_ROW
 };
 
-int proxy_error_status(proxy_error_kind kind) { return (unsigned)kind < PROXY_ERR_KINDS ? error_rows[kind].status : 500; }
+int proxy_error_status(proxy_error_kind kind) {
+    return (unsigned)kind < PROXY_ERR_KINDS ? error_rows[kind].status : 500;
+}
 
 proxy_error_kind proxy_error_kind_of(int status) {
     /* The first kind of that status: BAD_REQUEST before the others of 400,
@@ -47,7 +49,8 @@ proxy_error_kind proxy_error_kind_of(int status) {
 #if defined(__GNUC__)
 __attribute__((format(printf, 4, 5)))
 #endif
-static int fail(proxy_error *err, proxy_error_kind kind, const char *param, const char *fmt, ...) {
+static int
+fail(proxy_error *err, proxy_error_kind kind, const char *param, const char *fmt, ...) {
     err->kind = kind;
     err->param = param;
     va_list ap;
@@ -121,8 +124,7 @@ int proxy_shed_answer(proxy_api api, const char *reason, long long retry_after_m
                  "sluice: the fleet's budget has no slot within this request's max wait (limit: %s); "
                  "retry after %lld ms",
                  r, retry_after_ms);
-    else
-        snprintf(msg, sizeof(msg), "sluice: this request can never fit the fleet's budget (limit: %s)", r);
+    else snprintf(msg, sizeof(msg), "sluice: this request can never fit the fleet's budget (limit: %s)", r);
     if (error_body_typed(api, PROXY_ERR_RATE_LIMITED, otype, msg, NULL, body) != 0) return -1;
     if (retry_after_ms < 0) return 0;
     snprintf(storage->seconds, sizeof(storage->seconds), "%lld", (retry_after_ms + 999) / 1000);
@@ -320,8 +322,9 @@ static int ms_header(const http_msg *m, const char *name, long long min, long lo
         x = x * 10 + (v[i] - '0');
     }
     if (!ok || x < min || x > PROXY_WAIT_MAX_MS)
-        return fail(err, PROXY_ERR_BAD_REQUEST, name, "%s must be an integer from %lld to %lld (milliseconds), got '%s'",
-                    name, min, PROXY_WAIT_MAX_MS, shown(v, shownv, sizeof(shownv)));
+        return fail(err, PROXY_ERR_BAD_REQUEST, name,
+                    "%s must be an integer from %lld to %lld (milliseconds), got '%s'", name, min, PROXY_WAIT_MAX_MS,
+                    shown(v, shownv, sizeof(shownv)));
     *dst = x;
     return 0;
 }
@@ -419,8 +422,8 @@ int proxy_parse(const config *cfg, const http_msg *m, proxy_request *out, proxy_
     if (d && out->lane[0] && !config_lane(d, out->lane)) {
         char lanes[256];
         config_lane_names(d, lanes, sizeof(lanes));
-        return fail(err, PROXY_ERR_BAD_REQUEST, "x-sluice-lane", "unknown lane '%s' for deployment '%s' (its lanes: %s)",
-                    out->lane, d->name, lanes);
+        return fail(err, PROXY_ERR_BAD_REQUEST, "x-sluice-lane",
+                    "unknown lane '%s' for deployment '%s' (its lanes: %s)", out->lane, d->name, lanes);
     }
     if (d && out->tag[0] && !config_has_tag(d, out->tag))
         return fail(err, PROXY_ERR_BAD_REQUEST, "x-sluice-tag",

@@ -67,28 +67,27 @@ const char *proxy_op_name(proxy_op op);
 
 /* The error kinds: X(NAME, status, OpenAI type, OpenAI code, Azure code,
  * Anthropic type). NULL codes are JSON null. */
-#define PROXY_ERROR_MAP(X)                                                                                 \
-    X(BAD_REQUEST, 400, "invalid_request_error", NULL, "BadRequest", "invalid_request_error")              \
-    X(UNAUTHORIZED, 401, "invalid_request_error", "invalid_api_key", "401", "authentication_error")        \
-    X(NOT_FOUND, 404, "invalid_request_error", NULL, "404", "not_found_error")                             \
-    X(MODEL_NOT_FOUND, 404, "invalid_request_error", "model_not_found", "DeploymentNotFound",             \
-      "not_found_error")                                                                                   \
-    X(METHOD, 405, "invalid_request_error", NULL, "405", "invalid_request_error")                          \
-    X(TIMEOUT, 408, "invalid_request_error", "timeout", "408", "invalid_request_error")                     \
-    X(TOO_LARGE, 413, "invalid_request_error", "request_too_large", "413", "request_too_large")            \
-    X(HEADERS_TOO_LARGE, 431, "invalid_request_error", "request_header_fields_too_large", "431",          \
-      "invalid_request_error")                                                                             \
-    X(RATE_LIMITED, 429, "requests", "rate_limit_exceeded", "429", "rate_limit_error")                      \
-    X(INTERNAL, 500, "server_error", NULL, "InternalServerError", "api_error")                             \
-    X(NOT_GOVERNING, 501, "server_error", "not_implemented", "NotImplemented", "api_error")                \
-    X(UNAVAILABLE, 503, "server_error", "service_unavailable", "ServiceUnavailable", "overloaded_error")   \
+#define PROXY_ERROR_MAP(X)                                                                                             \
+    X(BAD_REQUEST, 400, "invalid_request_error", NULL, "BadRequest", "invalid_request_error")                          \
+    X(UNAUTHORIZED, 401, "invalid_request_error", "invalid_api_key", "401", "authentication_error")                    \
+    X(NOT_FOUND, 404, "invalid_request_error", NULL, "404", "not_found_error")                                         \
+    X(MODEL_NOT_FOUND, 404, "invalid_request_error", "model_not_found", "DeploymentNotFound", "not_found_error")       \
+    X(METHOD, 405, "invalid_request_error", NULL, "405", "invalid_request_error")                                      \
+    X(TIMEOUT, 408, "invalid_request_error", "timeout", "408", "invalid_request_error")                                \
+    X(TOO_LARGE, 413, "invalid_request_error", "request_too_large", "413", "request_too_large")                        \
+    X(HEADERS_TOO_LARGE, 431, "invalid_request_error", "request_header_fields_too_large", "431",                       \
+      "invalid_request_error")                                                                                         \
+    X(RATE_LIMITED, 429, "requests", "rate_limit_exceeded", "429", "rate_limit_error")                                 \
+    X(INTERNAL, 500, "server_error", NULL, "InternalServerError", "api_error")                                         \
+    X(NOT_GOVERNING, 501, "server_error", "not_implemented", "NotImplemented", "api_error")                            \
+    X(UNAVAILABLE, 503, "server_error", "service_unavailable", "ServiceUnavailable", "overloaded_error")               \
     X(VERSION, 505, "invalid_request_error", NULL, "505", "invalid_request_error")
 
 typedef enum proxy_error_kind {
 #define PROXY_ERROR_ENUM(name, status, otype, ocode, acode, antype) PROXY_ERR_##name,
     PROXY_ERROR_MAP(PROXY_ERROR_ENUM)
 #undef PROXY_ERROR_ENUM
-    PROXY_ERR_KINDS
+        PROXY_ERR_KINDS
 } proxy_error_kind;
 
 /* The HTTP status of a kind. */
@@ -115,9 +114,9 @@ proxy_api proxy_api_of(const char *path, int has_anthropic_version);
 typedef struct proxy_route {
     proxy_api api;
     proxy_op op;
-    int model_in_path;                      /* Azure deployments: the model is the path's name */
-    char deployment[PROXY_MODEL_MAX + 1];   /* ... percent-decoded */
-    char api_version[64];                   /* Azure: api-version, "" when absent */
+    int model_in_path;                    /* Azure deployments: the model is the path's name */
+    char deployment[PROXY_MODEL_MAX + 1]; /* ... percent-decoded */
+    char api_version[64];                 /* Azure: api-version, "" when absent */
 } proxy_route;
 
 /* Matches a request line. Returns 0 with *out filled, or -1 with *err
@@ -129,17 +128,17 @@ int proxy_route_match(const char *method, const char *path, const char *query, p
 /* A request as the proxy will govern it. */
 typedef struct proxy_request {
     proxy_route route;
-    config_target target;                   /* borrowed from the config given to proxy_parse */
-    const char *name;                       /* the target's name (borrowed, as target) */
-    char model[PROXY_MODEL_MAX + 1];        /* as the request named it */
-    int stream;                             /* "stream": true */
-    int include_usage;                      /* "stream_options": {"include_usage": true} */
-    estimate est;                           /* the prompt and the max output */
-    int split;                              /* the target counts input and output apart */
+    config_target target;            /* borrowed from the config given to proxy_parse */
+    const char *name;                /* the target's name (borrowed, as target) */
+    char model[PROXY_MODEL_MAX + 1]; /* as the request named it */
+    int stream;                      /* "stream": true */
+    int include_usage;               /* "stream_options": {"include_usage": true} */
+    estimate est;                    /* the prompt and the max output */
+    int split;                       /* the target counts input and output apart */
     char lane[CONFIG_NAME_MAX + 1], tenant[CONFIG_NAME_MAX + 1], tag[CONFIG_NAME_MAX + 1]; /* "" when not given */
-    long long max_wait_ms;                  /* x-sluice-max-wait-ms, -1 when not given */
-    long long deadline_ms;                  /* x-sluice-deadline-ms, -1 when not given */
-    json_t *body;                           /* the parsed body (the request's reference) */
+    long long max_wait_ms; /* x-sluice-max-wait-ms, -1 when not given */
+    long long deadline_ms; /* x-sluice-deadline-ms, -1 when not given */
+    json_t *body;          /* the parsed body (the request's reference) */
 } proxy_request;
 
 /* Reads and checks request m against cfg (see above). Returns 0 with *out

@@ -34,7 +34,7 @@
 #define SERVER_BACKLOG 511
 
 struct server_reply {
-    client *c;                 /* NULL once the client is gone */
+    client *c; /* NULL once the client is gone */
     server_reply *next;
     resp_buf buf;
     int done, close_after;
@@ -43,7 +43,7 @@ struct server_reply {
 };
 
 struct client {
-    uv_pipe_t pipe;            /* first: the handle's memory is the client's */
+    uv_pipe_t pipe; /* first: the handle's memory is the client's */
     server *s;
     unsigned long long id;
     resp_parser *parser;
@@ -59,12 +59,12 @@ struct client {
     int has_partial;           /* a half-written command is buffered */
     uint64_t partial_since;    /* uv_now when it started */
     uint64_t closing_since;
-    uint64_t connected_at;     /* uv_now at accept (CLIENT LIST age) */
-    uint64_t last_command_at;  /* uv_now of the last command (idle) */
-    int proto;                 /* RESP_PROTO_2, or _3 after HELLO 3 */
-    const char *last_command;  /* its name in the command table, NULL before the first */
+    uint64_t connected_at;                          /* uv_now at accept (CLIENT LIST age) */
+    uint64_t last_command_at;                       /* uv_now of the last command (idle) */
+    int proto;                                      /* RESP_PROTO_2, or _3 after HELLO 3 */
+    const char *last_command;                       /* its name in the command table, NULL before the first */
     char attrs[CLIENT_NATTRS][CLIENT_ATTR_MAX + 1]; /* name, lib-name, lib-ver */
-    client *prev, *next;       /* in s->clients */
+    client *prev, *next;                            /* in s->clients */
 };
 
 typedef struct write_req {
@@ -83,11 +83,11 @@ struct server {
     int listener_open, listening;
     uv_timer_t cron;
     uint64_t cron_period;
-    unixsock sock;              /* agent.socket's file */
-    struct proxy *proxy;        /* the HTTP proxy beside it, for INFO (borrowed) */
+    unixsock sock;       /* agent.socket's file */
+    struct proxy *proxy; /* the HTTP proxy beside it, for INFO (borrowed) */
     client *clients;
-    size_t nclients;           /* open clients (handle not yet closed) */
-    size_t clients_alloc;      /* clients whose memory is not yet freed */
+    size_t nclients;      /* open clients (handle not yet closed) */
+    size_t clients_alloc; /* clients whose memory is not yet freed */
     unsigned long long next_id;
     /* limits from the configuration */
     size_t max_clients, max_buffer, max_pipeline;
@@ -228,7 +228,8 @@ int client_describe(const client *c, resp_buf *out) {
     char cmd[32] = "NULL"; /* Redis' cmd= before the first command */
     if (c->last_command) {
         size_t i = 0;
-        for (; c->last_command[i] && i + 1 < sizeof(cmd); i++) cmd[i] = (char)tolower((unsigned char)c->last_command[i]);
+        for (; c->last_command[i] && i + 1 < sizeof(cmd); i++)
+            cmd[i] = (char)tolower((unsigned char)c->last_command[i]);
         cmd[i] = '\0';
     }
     /* Redis 7.2's fields in its order, so that libraries which parse the
@@ -786,4 +787,6 @@ void server_free(server *s) {
 
 void server_set_proxy(server *s, struct proxy *p) { s->proxy = p; }
 
-struct proxy *server_proxy(const server *s) { return s->proxy; }
+struct proxy *server_proxy(const server *s) {
+    return s->proxy;
+}

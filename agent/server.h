@@ -58,15 +58,15 @@ typedef struct server_stats {
     unsigned long long closed_buffer_limit;   /* ... of which a limit (size, count) was exceeded */
     unsigned long long closed_idle_timeout;
     unsigned long long commands, unknown_commands, arity_errors;
-    unsigned long long tokens_reserved;   /* sum of the estimates of grants handed out */
+    unsigned long long tokens_reserved; /* sum of the estimates of grants handed out */
     unsigned long long settle_headers, settle_headers_recognised, settle_pauses;
     unsigned long long reloads_ok, reloads_failed;
     unsigned long long connected, paused_clients; /* gauges */
-    unsigned long long pending_replies;  /* gauge: commands not answered yet (the caller's own included) */
-    double grants_per_sec, commands_per_sec, sheds_per_sec;        /* over the last second */
-    long long started_ms;                /* wall clock, ms */
-    long long last_reload_ms;            /* wall clock, 0 = never */
-    const char *last_reload_error;       /* "" after a good reload or none */
+    unsigned long long pending_replies;           /* gauge: commands not answered yet (the caller's own included) */
+    double grants_per_sec, commands_per_sec, sheds_per_sec; /* over the last second */
+    long long started_ms;                                   /* wall clock, ms */
+    long long last_reload_ms;                               /* wall clock, 0 = never */
+    const char *last_reload_error;                          /* "" after a good reload or none */
     const char *config_path;
 } server_stats;
 

@@ -38,13 +38,13 @@ typedef struct daemon_ctx {
     engine *e;
     server *srv;
     metrics *met;
-    proxy *px;           /* the HTTP proxy, NULL when agent.http.listen is off */
-    int closing_parts;   /* the socket server and the proxy still draining */
+    proxy *px;         /* the HTTP proxy, NULL when agent.http.listen is off */
+    int closing_parts; /* the socket server and the proxy still draining */
     uv_signal_t sig_hup, sig_term, sig_int;
     uv_timer_t watch;
-    int handles_ready;   /* signals and the watch timer are initialised */
+    int handles_ready; /* signals and the watch timer are initialised */
     int draining;
-    int redis_up_seen;   /* last logged Redis state */
+    int redis_up_seen; /* last logged Redis state */
     int exit_code;
 } daemon_ctx;
 
@@ -64,14 +64,18 @@ static void vlog_at(int log_level, int level, const char *fmt, va_list ap) {
     char msg[2048];
     vsnprintf(msg, sizeof(msg), fmt, ap);
     fprintf(stderr, "%s.%03ldZ sluiced[%ld] %s: %s\n", ts, (long)(tv.tv_usec / 1000), (long)getpid(),
-            level_tags[level < 0 ? 0 : level > 3 ? 3 : level], msg);
+            level_tags[level < 0   ? 0
+                       : level > 3 ? 3
+                                   : level],
+            msg);
     fflush(stderr);
 }
 
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-static void log_at(daemon_ctx *d, int level, const char *fmt, ...) {
+static void
+log_at(daemon_ctx *d, int level, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vlog_at(d ? d->log_level : CONFIG_LOG_INFO, level, fmt, ap);
@@ -84,7 +88,7 @@ static void on_server_log(void *ud, int level, const char *msg) { log_at(ud, lev
 
 typedef struct options {
     const char *config;
-    const char *check;   /* --check-config FILE (or "" to check --config) */
+    const char *check; /* --check-config FILE (or "" to check --config) */
     int help, version;
 } options;
 
@@ -112,32 +116,30 @@ static const flag flags[] = {
 };
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: sluiced --config FILE\n"
-            "       sluiced --check-config FILE\n"
-            "\n"
-            "sluiced is the sluice agent: it governs LLM API calls against a quota shared by\n"
-            "a fleet through Redis, and serves callers on a UNIX socket that speaks the Redis\n"
-            "protocol (try: redis-cli -s /run/sluice/agent.sock HELP).\n"
-            "\n"
-            "flags:\n");
+    fprintf(f, "usage: sluiced --config FILE\n"
+               "       sluiced --check-config FILE\n"
+               "\n"
+               "sluiced is the sluice agent: it governs LLM API calls against a quota shared by\n"
+               "a fleet through Redis, and serves callers on a UNIX socket that speaks the Redis\n"
+               "protocol (try: redis-cli -s /run/sluice/agent.sock HELP).\n"
+               "\n"
+               "flags:\n");
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
         char left[64];
         snprintf(left, sizeof(left), "%s%s%s %s", flags[i].alias ? flags[i].alias : "", flags[i].alias ? ", " : "",
                  flags[i].name, flags[i].metavar);
         fprintf(f, "  %-28s %s\n", left, flags[i].help);
     }
-    fprintf(f,
-            "\n"
-            "signals:\n"
-            "  SIGHUP           reload the configuration file; an invalid file is logged and\n"
-            "                   the running configuration is kept\n"
-            "  SIGTERM, SIGINT  drain and exit 0: stop accepting, answer waiting callers with\n"
-            "                   -CLOSING, close clients, remove the socket (a second signal\n"
-            "                   exits 1 at once)\n"
-            "\n"
-            "logs go to stderr (level: agent.log_level). Documentation: docs/configuration.md\n"
-            "(every key), docs/protocol.md (the commands), deploy/sluiced.example.yaml.\n");
+    fprintf(f, "\n"
+               "signals:\n"
+               "  SIGHUP           reload the configuration file; an invalid file is logged and\n"
+               "                   the running configuration is kept\n"
+               "  SIGTERM, SIGINT  drain and exit 0: stop accepting, answer waiting callers with\n"
+               "                   -CLOSING, close clients, remove the socket (a second signal\n"
+               "                   exits 1 at once)\n"
+               "\n"
+               "logs go to stderr (level: agent.log_level). Documentation: docs/configuration.md\n"
+               "(every key), docs/protocol.md (the commands), deploy/sluiced.example.yaml.\n");
 }
 
 /* Returns 0, or 2 after printing a usage error. */
@@ -226,10 +228,8 @@ static void begin_shutdown(daemon_ctx *d) {
     if (d->srv) server_stop_accepting(d->srv);
     if (d->px) proxy_stop_accepting(d->px);
     if (d->met) metrics_close(d->met, NULL, NULL);
-    if (d->e)
-        engine_stop(d->e, on_engine_stopped, d);
-    else
-        close_parts(d, NULL);
+    if (d->e) engine_stop(d->e, on_engine_stopped, d);
+    else close_parts(d, NULL);
 }
 
 static void on_term(uv_signal_t *h, int signum) {
@@ -258,8 +258,8 @@ static void warn_restart_only(daemon_ctx *d, const config *o, const config *n) {
         {"agent.socket", strcmp(o->agent.socket, n->agent.socket) != 0},
         {"agent.socket_mode", o->agent.socket_mode != n->agent.socket_mode},
         {"agent.metrics", strcmp(o->agent.metrics, n->agent.metrics) != 0},
-        {"agent.http.listen", !same_strings(o->agent.http.listen, o->agent.http.nlisten, n->agent.http.listen,
-                                            n->agent.http.nlisten)},
+        {"agent.http.listen",
+         !same_strings(o->agent.http.listen, o->agent.http.nlisten, n->agent.http.listen, n->agent.http.nlisten)},
         {"agent.http.allow_remote", o->agent.http.allow_remote != n->agent.http.allow_remote},
         {"agent.id", strcmp(o->agent.id, n->agent.id) != 0},
         {"agent.heartbeat_ms", o->agent.heartbeat_ms != n->agent.heartbeat_ms},
@@ -303,12 +303,11 @@ static void on_watch(uv_timer_t *t) {
     engine_get_stats(d->e, &st);
     if (st.redis_up == d->redis_up_seen) return;
     d->redis_up_seen = st.redis_up;
-    if (st.redis_up)
-        log_at(d, CONFIG_LOG_INFO, "Redis connected: governing with the fleet");
+    if (st.redis_up) log_at(d, CONFIG_LOG_INFO, "Redis connected: governing with the fleet");
     else
         log_at(d, CONFIG_LOG_WARN, "Redis unreachable (%s): %s", st.redis_error[0] ? st.redis_error : "not connected",
                engine_config(d->e)->agent.fail == CONFIG_FAIL_CLOSED ? "refusing acquires (agent.fail: closed)"
-                                                                      : "governing locally at this agent's share");
+                                                                     : "governing locally at this agent's share");
 }
 
 static int run(daemon_ctx *d) {
@@ -349,8 +348,7 @@ static int run(daemon_ctx *d) {
         rc = metrics_new(&d->loop, d->srv, &d->met);
         if (rc == 0)
             rc = metrics_listen(d->met, c->agent.metrics_host, c->agent.metrics_port, err, sizeof(err)) == 0 ? 0 : 1;
-        else
-            snprintf(err, sizeof(err), "cannot create the metrics endpoint: %s", sl_strerror(rc));
+        else snprintf(err, sizeof(err), "cannot create the metrics endpoint: %s", sl_strerror(rc));
     }
     if (rc == 0 && c->agent.http.nlisten > 0) {
         rc = proxy_new(&d->loop, d->e, on_server_log, d, &d->px);
@@ -377,8 +375,8 @@ static int run(daemon_ctx *d) {
             used += (size_t)snprintf(http + used, sizeof(http) - used, "%s%s", i ? ", " : "",
                                      http_server_address(proxy_server(d->px), i));
         log_at(d, CONFIG_LOG_INFO, "sluiced %s ready: agent %s on %s, %zu deployment%s, metrics %s, http proxy %s%s",
-               SLUICE_VERSION, engine_agent_id(d->e), c->agent.socket, c->ndeployments,
-               c->ndeployments == 1 ? "" : "s", c->agent.metrics[0] ? c->agent.metrics : "off", http,
+               SLUICE_VERSION, engine_agent_id(d->e), c->agent.socket, c->ndeployments, c->ndeployments == 1 ? "" : "s",
+               c->agent.metrics[0] ? c->agent.metrics : "off", http,
                d->px ? " (recognises requests, does not govern them yet: answers 501)" : "");
     }
     uv_run(&d->loop, UV_RUN_DEFAULT);

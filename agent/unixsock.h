@@ -23,7 +23,7 @@ typedef struct unixsock {
     char path[108];
     dev_t dev;
     ino_t ino;
-    int created;   /* bound by us: unixsock_remove() may unlink it */
+    int created; /* bound by us: unixsock_remove() may unlink it */
 } unixsock;
 
 /* Makes path free to bind: nothing there, or a stale socket file (then

@@ -33,10 +33,10 @@ typedef struct dmn dmn;
 typedef struct dreq {
     dreq_kind kind;
     gov_op *op;
-    dconn *c;           /* NULL while deferred */
-    int feedback;       /* a settle with headers */
-    int retried;        /* an acquire re-sent after a stale pooled connection */
-    struct dreq *next;  /* in c's FIFO or d->deferred */
+    dconn *c;          /* NULL while deferred */
+    int feedback;      /* a settle with headers */
+    int retried;       /* an acquire re-sent after a stale pooled connection */
+    struct dreq *next; /* in c's FIFO or d->deferred */
 } dreq;
 
 struct dconn {
@@ -46,10 +46,10 @@ struct dconn {
     int connected, closing, is_ctl, reused, got_bytes;
     char *rbuf;
     size_t rlen, rcap;
-    resp_buf pend;            /* written once connected */
-    dreq *head, *tail;        /* replies expected, in order */
-    dconn *prev, *next;       /* d->conns */
-    dconn *idle_next;         /* d->idle */
+    resp_buf pend;      /* written once connected */
+    dreq *head, *tail;  /* replies expected, in order */
+    dconn *prev, *next; /* d->conns */
+    dconn *idle_next;   /* d->idle */
     int in_idle;
 };
 
@@ -57,7 +57,7 @@ struct dmn {
     backend base;
     char path[108];
     gov_config gc;
-    dconn *conns;             /* every open connection */
+    dconn *conns; /* every open connection */
     dconn *idle;
     int nidle;
     dconn *ctl;
@@ -202,8 +202,7 @@ static void handle_reply(dmn *d, dconn *c, dreq *r, const rreply *rep) {
         }
         break;
     }
-    case DREQ_SETTLE:
-        break; /* fire and forget: an unknown grant has nobody to tell */
+    case DREQ_SETTLE: break; /* fire and forget: an unknown grant has nobody to tell */
     case DREQ_RETRY: {
         int allowed;
         long long ra;
@@ -284,8 +283,7 @@ static void on_connect(uv_connect_t *req, int status) {
     if (c->closing) return;
     if (status < 0) {
         char msg[GOV_MSG_MAX];
-        snprintf(msg, sizeof(msg), "cannot connect to sluiced at '%s': %s", c->d->path,
-                 uv_strerror(status));
+        snprintf(msg, sizeof(msg), "cannot connect to sluiced at '%s': %s", c->d->path, uv_strerror(status));
         dconn_close(c, SL_EUNAVAIL, msg);
         return;
     }
@@ -341,8 +339,7 @@ static void dconn_close(dconn *c, int status, const char *msg) {
         list = r->next;
         r->next = NULL;
         r->c = NULL;
-        if (r->kind == DREQ_ACQUIRE && r->op && stale && !r->retried && !d->stopping &&
-            status == SL_EIO) {
+        if (r->kind == DREQ_ACQUIRE && r->op && stale && !r->retried && !d->stopping && status == SL_EIO) {
             r->retried = 1;
             dispatch_acquire(d, r);
             continue;
@@ -480,8 +477,8 @@ static void be_give_back(backend *b, const char *grant_id) {
 }
 
 static void be_settle(backend *b, gov_op *op) {
-    settle_args a = {op->grant_id, {op->actual, op->actual_in, op->actual_out, op->actual_cache}, op->outcome,
-                     op->hdrs, op->nhdrs};
+    settle_args a = {
+        op->grant_id, {op->actual, op->actual_in, op->actual_out, op->actual_cache}, op->outcome, op->hdrs, op->nhdrs};
     /* The settle op is freed by the caller right after: nothing refers to it. */
     send_ctl((dmn *)b, DREQ_SETTLE, NULL, op->nhdrs > 0, build_settle, &a);
 }
@@ -544,8 +541,8 @@ static const backend_vt daemon_vt = {
     "daemon", be_acquire, be_cancel, be_give_back, be_settle, be_retry, be_ping, be_stop, be_free,
 };
 
-int backend_daemon_new(sl_gov *gov, uv_loop_t *loop, const char *socket_path, const gov_config *gc,
-                       backend **out, char *err, size_t errlen) {
+int backend_daemon_new(sl_gov *gov, uv_loop_t *loop, const char *socket_path, const gov_config *gc, backend **out,
+                       char *err, size_t errlen) {
     *out = NULL;
     if (!*socket_path || strlen(socket_path) >= sizeof(((dmn *)0)->path)) {
         snprintf(err, errlen, "socket_path must be 1-107 bytes");

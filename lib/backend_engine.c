@@ -11,8 +11,8 @@
 #include "ratelimit.h"
 
 _Static_assert((int)SL_OUTCOME_OK == (int)ENGINE_OK && (int)SL_OUTCOME_THROTTLED == (int)ENGINE_THROTTLED &&
-                   (int)SL_OUTCOME_FAILED == (int)ENGINE_FAILED &&
-                   (int)SL_OUTCOME_CANCELLED == (int)ENGINE_CANCELLED && (int)SL_OUTCOME_QUOTA == (int)ENGINE_QUOTA,
+                   (int)SL_OUTCOME_FAILED == (int)ENGINE_FAILED && (int)SL_OUTCOME_CANCELLED == (int)ENGINE_CANCELLED &&
+                   (int)SL_OUTCOME_QUOTA == (int)ENGINE_QUOTA,
                "sl_outcome and engine_outcome must agree");
 
 typedef struct eng_backend {
@@ -22,8 +22,7 @@ typedef struct eng_backend {
 
 static engine *eng(backend *b) { return ((eng_backend *)b)->e; }
 
-static void on_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed,
-                        const char *msg) {
+static void on_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed, const char *msg) {
     gov_op *op = arg;
     op->be = NULL;
     if (status == SL_OK)
@@ -35,8 +34,14 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
 static int be_acquire(backend *b, gov_op *op) {
     engine_call *call = NULL;
     const config *cfg = engine_config(eng(b));
-    engine_req rq = {.name = op->dep, .tokens = op->tokens, .max_wait_ms = op->eff_wait_ms, .lane = op->lane,
-                     .tenant = op->tenant, .tag = op->tag, .split = op->split, .input = op->input,
+    engine_req rq = {.name = op->dep,
+                     .tokens = op->tokens,
+                     .max_wait_ms = op->eff_wait_ms,
+                     .lane = op->lane,
+                     .tenant = op->tenant,
+                     .tag = op->tag,
+                     .split = op->split,
+                     .input = op->input,
                      .output = op->output};
     const char *why = engine_acquire_req_error(eng(b), &rq);
     if (why) {
@@ -57,8 +62,7 @@ static int be_acquire(backend *b, gov_op *op) {
         int n = snprintf(op->msg, sizeof(op->msg), "unknown lane '%s' for deployment '%s'", op->lane, op->dep);
         if (n > 0 && (size_t)n < sizeof(op->msg))
             snprintf(op->msg + n, sizeof(op->msg) - (size_t)n, " (its lanes: %.*s)", 120, lanes);
-    }
-    else if (rc != 0) snprintf(op->msg, sizeof(op->msg), "%s", sl_strerror(rc));
+    } else if (rc != 0) snprintf(op->msg, sizeof(op->msg), "%s", sl_strerror(rc));
     op->be = call;
     return rc;
 }
@@ -87,8 +91,7 @@ static void be_settle(backend *b, gov_op *op) {
         ratelimit_add_header(&fb, op->hdrs[i].name, strlen(op->hdrs[i].name), op->hdrs[i].value,
                              strlen(op->hdrs[i].value), 0);
     engine_seen_from_feedback(&fb, &seen);
-    engine_settle_usage(eng(b), op->grant_id, &u, (engine_outcome)op->outcome, op->pause_ms,
-                        op->nhdrs ? &seen : NULL);
+    engine_settle_usage(eng(b), op->grant_id, &u, (engine_outcome)op->outcome, op->pause_ms, op->nhdrs ? &seen : NULL);
 }
 
 static void on_retry(void *arg, int status, int allowed, long long balance, long long retry_after_ms) {
@@ -120,8 +123,8 @@ typedef struct first_connect {
     engine *e;
     gov_op *op;
     uint64_t until;
-    int asking;        /* status replies outstanding */
-    int not_ready;     /* deployments not in "redis" mode this round */
+    int asking;    /* status replies outstanding */
+    int not_ready; /* deployments not in "redis" mode this round */
     int closing;
 } first_connect;
 
@@ -141,8 +144,7 @@ static void round_done(first_connect *fc) {
     else uv_timer_start(&fc->timer, on_first_connect_poll, 5, 5);
 }
 
-static void on_ready_status(void *arg, int status, size_t n, const char *const *fields,
-                            const char *const *values) {
+static void on_ready_status(void *arg, int status, size_t n, const char *const *fields, const char *const *values) {
     first_connect *fc = arg;
     int redis = 0;
     for (size_t i = 0; status == SL_OK && i < n; i++)
@@ -204,8 +206,8 @@ static const backend_vt engine_vt = {
     "embedded", be_acquire, be_cancel, be_give_back, be_settle, be_retry, be_ping, be_stop, be_free,
 };
 
-int backend_engine_new(sl_gov *gov, uv_loop_t *loop, struct config *cfg, const char *agent_id,
-                       backend **out, char *err, size_t errlen) {
+int backend_engine_new(sl_gov *gov, uv_loop_t *loop, struct config *cfg, const char *agent_id, backend **out, char *err,
+                       size_t errlen) {
     *out = NULL;
     eng_backend *b = calloc(1, sizeof(*b));
     if (!b) {

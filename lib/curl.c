@@ -256,9 +256,9 @@ static void finish_report(sl_call_report *out, sl_call_report *r) {
 typedef struct block_loop {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int woken;                   /* under mu */
-    int64_t due;                 /* the timer, loop thread only; -1 none */
-    int done;                    /* the call's completion ran */
+    int woken;   /* under mu */
+    int64_t due; /* the timer, loop thread only; -1 none */
+    int done;    /* the call's completion ran */
     int status;
     sl_call_report rep;
 } block_loop;

@@ -18,8 +18,8 @@ static const char *const outcome_names[] = {
 #define DPROTO_NOUTCOMES (sizeof(outcome_names) / sizeof(outcome_names[0]))
 _Static_assert(DPROTO_NOUTCOMES == (size_t)SL_OUTCOME_QUOTA + 1, "an sl_outcome without a wire name");
 
-int dproto_acquire(resp_buf *b, const char *dep, long long tokens, long long max_wait_ms,
-                   const char *lane, const char *tenant, const char *tag) {
+int dproto_acquire(resp_buf *b, const char *dep, long long tokens, long long max_wait_ms, const char *lane,
+                   const char *tenant, const char *tag) {
     return dproto_acquire_split(b, dep, tokens, -1, -1, max_wait_ms, lane, tenant, tag);
 }
 
@@ -62,8 +62,8 @@ int dproto_acquire_split(resp_buf *b, const char *dep, long long tokens, long lo
     return resp_add_bulk_array(b, argv, NULL, n);
 }
 
-int dproto_settle(resp_buf *b, const char *grant_id, long long actual, sl_outcome outcome,
-                  const sl_header *h, size_t nh) {
+int dproto_settle(resp_buf *b, const char *grant_id, long long actual, sl_outcome outcome, const sl_header *h,
+                  size_t nh) {
     dproto_usage u = {actual, -1, -1, -1};
     return dproto_settle_usage(b, grant_id, &u, outcome, h, nh);
 }
@@ -166,8 +166,7 @@ int dproto_error(const char *text, char *reason, size_t reason_len, long long *r
     return SL_EPROTO;
 }
 
-static int error_reply(const rreply *r, char *reason, size_t reason_len, long long *ra, char *msg,
-                       size_t msglen) {
+static int error_reply(const rreply *r, char *reason, size_t reason_len, long long *ra, char *msg, size_t msglen) {
     snprintf(msg, msglen, "sluiced: %s", r->str);
     return dproto_error(r->str, reason, reason_len, ra);
 }
@@ -193,8 +192,8 @@ static int int_of(const rreply *r, long long *v) {
     return -1;
 }
 
-int dproto_acquire_reply(const rreply *r, dproto_grant *g, char *reason, size_t reason_len,
-                         long long *retry_after_ms, char *msg, size_t msglen) {
+int dproto_acquire_reply(const rreply *r, dproto_grant *g, char *reason, size_t reason_len, long long *retry_after_ms,
+                         char *msg, size_t msglen) {
     *retry_after_ms = -1;
     if (reason_len) reason[0] = '\0';
     msg[0] = '\0';
@@ -219,8 +218,7 @@ int dproto_acquire_reply(const rreply *r, dproto_grant *g, char *reason, size_t 
     return SL_EPROTO;
 }
 
-int dproto_retry_reply(const rreply *r, int *allowed, long long *retry_after_ms, char *msg,
-                       size_t msglen) {
+int dproto_retry_reply(const rreply *r, int *allowed, long long *retry_after_ms, char *msg, size_t msglen) {
     *allowed = 0;
     *retry_after_ms = -1;
     msg[0] = '\0';

@@ -21,16 +21,16 @@ typedef struct dproto_grant {
     long long waited_ms;
     long long tokens;
     int local;
-    char member[65];             /* a group's grant: the member, else "" */
-    const char *endpoint;        /* a group's grant: the member's endpoint,
+    char member[65];      /* a group's grant: the member, else "" */
+    const char *endpoint; /* a group's grant: the member's endpoint,
                                     borrowed from the reply; else "" */
 } dproto_grant;
 
 /* ACQUIRE <dep> TOKENS <n> [MAXWAIT <ms>] [LANE <l>] [TENANT <t>] [TAG <t>].
  * dep may be a group. max_wait_ms < 0 omits MAXWAIT; empty lane, tenant
  * and tag are omitted. */
-int dproto_acquire(resp_buf *b, const char *dep, long long tokens, long long max_wait_ms,
-                   const char *lane, const char *tenant, const char *tag);
+int dproto_acquire(resp_buf *b, const char *dep, long long tokens, long long max_wait_ms, const char *lane,
+                   const char *tenant, const char *tag);
 
 /* ACQUIRE with the estimate split: INPUT <i> OUTPUT <o> instead of TOKENS
  * when both are >= 0. */
@@ -39,8 +39,8 @@ int dproto_acquire_split(resp_buf *b, const char *dep, long long tokens, long lo
 
 /* SETTLE <id> [TOKENS <n>] STATUS <outcome> [HEADER <name> <value>]...
  * actual < 0 omits TOKENS. */
-int dproto_settle(resp_buf *b, const char *grant_id, long long actual, sl_outcome outcome,
-                  const sl_header *h, size_t nh);
+int dproto_settle(resp_buf *b, const char *grant_id, long long actual, sl_outcome outcome, const sl_header *h,
+                  size_t nh);
 
 /* The usage of a settle; -1 where unknown. */
 typedef struct dproto_usage {
@@ -65,12 +65,11 @@ int dproto_error(const char *text, char *reason, size_t reason_len, long long *r
  * SL_ESHED with reason and hint; or another SL_E* with a message. An
  * array that is not a grant is SL_EPROTO; g->id is then set when it held
  * a grant id, so the caller can give that reservation back. */
-int dproto_acquire_reply(const rreply *r, dproto_grant *g, char *reason, size_t reason_len,
-                         long long *retry_after_ms, char *msg, size_t msglen);
+int dproto_acquire_reply(const rreply *r, dproto_grant *g, char *reason, size_t reason_len, long long *retry_after_ms,
+                         char *msg, size_t msglen);
 
 /* A RETRY reply: SL_OK with *allowed 1/0 (and a hint when 0), or SL_E*. */
-int dproto_retry_reply(const rreply *r, int *allowed, long long *retry_after_ms, char *msg,
-                       size_t msglen);
+int dproto_retry_reply(const rreply *r, int *allowed, long long *retry_after_ms, char *msg, size_t msglen);
 
 /* Any reply that should be +OK / +PONG: SL_OK or the error's SL_E*. */
 int dproto_ok_reply(const rreply *r, char *msg, size_t msglen);

@@ -373,9 +373,12 @@ void gcall_transfer_done(sl_call *call, int cc) {
     const char *what = cc != CURLE_OK ? curl_easy_strerror((CURLcode)cc) : "";
     if (delay < 0) {
         int rc = (int)delay;
-        end(call, rc, rc == SL_EDEADLINE ? "deadline" : rc == SL_EATTEMPTS ? "attempts" : NULL,
-            "'%s': %s (HTTP %d%s%s%s%s); %s", o->deployment, sl_class_name(v.cls), v.http_status,
-            v.code[0] ? ", " : "", v.code, *what ? ", " : "", what,
+        end(call, rc,
+            rc == SL_EDEADLINE   ? "deadline"
+            : rc == SL_EATTEMPTS ? "attempts"
+                                 : NULL,
+            "'%s': %s (HTTP %d%s%s%s%s); %s", o->deployment, sl_class_name(v.cls), v.http_status, v.code[0] ? ", " : "",
+            v.code, *what ? ", " : "", what,
             rc == SL_EFATAL      ? "not retryable"
             : rc == SL_EATTEMPTS ? "no attempts left"
             : v.over_cap         ? "the server's wait is beyond retry_after_cap_ms"
@@ -419,8 +422,8 @@ static void handle_retry(sl_call *call, int sync) {
     if (ev->status == 0) {
         call->unavail_since = 0;
         r->retry_after_ms = ev->retry_after_ms;
-        end(call, SL_ENORETRY, "retry_budget", "'%s': %s (HTTP %d) and the fleet's retry budget is spent", dep,
-            cls, r->http_status);
+        end(call, SL_ENORETRY, "retry_budget", "'%s': %s (HTTP %d) and the fleet's retry budget is spent", dep, cls,
+            r->http_status);
         return;
     }
     if (governor_away(call, ev->status, sync, 1)) {
@@ -548,8 +551,8 @@ static int own_easy(sl_call *call, const sl_call_http *h) {
 int sl_call_start(sl_caller *c, const sl_call_opts *opts, const sl_call_http *http_in, sl_call_cb cb, void *arg,
                   sl_call **out) {
     if (out) *out = NULL;
-    if (!c || !opts || opts->size < sizeof(size_t) || !opts->deployment || !http_in ||
-        http_in->size < sizeof(size_t) || !cb || !c->attached)
+    if (!c || !opts || opts->size < sizeof(size_t) || !opts->deployment || !http_in || http_in->size < sizeof(size_t) ||
+        !cb || !c->attached)
         return SL_EINVAL;
     if (c->free_pending) return SL_ECLOSING;
     sl_call_http h;
@@ -584,8 +587,7 @@ int sl_call_start(sl_caller *c, const sl_call_opts *opts, const sl_call_http *ht
     r->cls = -1;
     r->outcome = "error";
     call->t0 = sl_now_ms();
-    call->rng = call->o.seed ? call->o.seed
-                             : (uint64_t)call->t0 * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)call;
+    call->rng = call->o.seed ? call->o.seed : (uint64_t)call->t0 * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)call;
     int rc = bad ? SL_ENOMEM : sl_capture_new(call->o.max_body, &call->cap);
     if (rc == 0) {
         if (h.easy) call->easy = h.easy;
@@ -618,11 +620,8 @@ void gcall_discard(sl_call *call) {
             gcall_unref(call);
         }
         break;
-    case SL_CALL_SENDING:
-        abort_send(call);
-        break;
-    default: /* ASKING: the answer is dropped when it comes; BACKOFF holds nothing */
-        break;
+    case SL_CALL_SENDING: abort_send(call); break;
+    default: /* ASKING: the answer is dropped when it comes; BACKOFF holds nothing */ break;
     }
     caller_unsleep(c, call); /* a backoff, or a deadline guard */
     give_back(call);
@@ -664,9 +663,7 @@ int sl_call_cancel(sl_call *call, int mode) {
             where = "before the request went out (aborted; the slot went back)";
         }
         break;
-    case SL_CALL_ASKING:
-        where = "while asking the fleet's retry budget";
-        break;
+    case SL_CALL_ASKING: where = "while asking the fleet's retry budget"; break;
     default:
         where = "while waiting for the next attempt"; /* gcall_finish stops the wait */
         break;

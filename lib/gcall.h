@@ -33,7 +33,7 @@ typedef enum gcall_ev_kind { GCALL_EV_ACQUIRED, GCALL_EV_RETRY } gcall_ev_kind;
 
 typedef struct gcall_ev {
     gcall_ev_kind kind;
-    int status;                  /* acquire: SL_OK / SL_E*; retry: 1, 0, SL_E* */
+    int status; /* acquire: SL_OK / SL_E*; retry: 1, 0, SL_E* */
     sl_grant *grant;
     char reason[24];
     long long retry_after_ms;
@@ -42,45 +42,45 @@ typedef struct gcall_ev {
 
 struct sl_call {
     sl_caller *c;
-    sl_call *prev, *next;        /* c->live, until the call ends */
-    sl_call *evnext;             /* c->events */
-    sl_call *donenext;           /* c->done */
-    int refs;                    /* under c->mu */
-    int state;                   /* SL_CALL_* */
-    int after;                   /* what a BACKOFF leads to: ACQUIRING or ASKING */
-    int stop_after_send;         /* SL_CANCEL_AFTER_SEND during a transfer */
-    int cancelled;               /* sl_call_cancel() ended it */
-    int in_hook;                 /* a hook of this call is running */
-    int acq_pending;             /* an acquire's answer is on its way */
-    int ask_pending;             /* a retry-budget answer is on its way */
+    sl_call *prev, *next; /* c->live, until the call ends */
+    sl_call *evnext;      /* c->events */
+    sl_call *donenext;    /* c->done */
+    int refs;             /* under c->mu */
+    int state;            /* SL_CALL_* */
+    int after;            /* what a BACKOFF leads to: ACQUIRING or ASKING */
+    int stop_after_send;  /* SL_CANCEL_AFTER_SEND during a transfer */
+    int cancelled;        /* sl_call_cancel() ended it */
+    int in_hook;          /* a hook of this call is running */
+    int acq_pending;      /* an acquire's answer is on its way */
+    int ask_pending;      /* a retry-budget answer is on its way */
 
-    sl_call_opts o;              /* defaults applied; the strings below */
+    sl_call_opts o; /* defaults applied; the strings below */
     char *dep, *lane, *tenant, *tag;
     sl_call_cb cb;
     int (*prepare)(void *arg, sl_call *call, const sl_grant *grant, void *easy);
     void (*attempted)(void *arg, sl_call *call, const sl_verdict *v, int curl_code);
     void *arg;
 
-    void *easy;                  /* the caller's, or own_easy */
+    void *easy; /* the caller's, or own_easy */
     int own_easy;
-    void *saved_private;         /* the caller's CURLOPT_PRIVATE while in flight */
-    struct curl_slist *hdrs;     /* own_easy's headers */
-    char *body;                  /* own_easy's body */
+    void *saved_private;     /* the caller's CURLOPT_PRIVATE while in flight */
+    struct curl_slist *hdrs; /* own_easy's headers */
+    char *body;              /* own_easy's body */
     sl_capture *cap;
 
-    sl_call_id acq;              /* the pending acquire, for sl_cancel */
-    sl_grant *grant;             /* held from the slot to the settle */
-    char member[72];             /* the deployment of the grant */
+    sl_call_id acq;  /* the pending acquire, for sl_cancel */
+    sl_grant *grant; /* held from the slot to the settle */
+    char member[72]; /* the deployment of the grant */
     uint64_t rng;
-    int64_t t0, decided;         /* start; when the backoff was decided */
-    long long delay;             /* that backoff */
-    int64_t unavail_since;       /* the governor unreachable since, 0 */
-    int64_t due;                 /* its timer: a BACKOFF's end, or the deadline guard
+    int64_t t0, decided;   /* start; when the backoff was decided */
+    long long delay;       /* that backoff */
+    int64_t unavail_since; /* the governor unreachable since, 0 */
+    int64_t due;           /* its timer: a BACKOFF's end, or the deadline guard
                                     while it waits for the governor */
-    size_t heap_i;               /* in c->heap, or GCALL_NOT_QUEUED */
-    gcall_ev ev;                  /* the one governor answer on its way */
+    size_t heap_i;         /* in c->heap, or GCALL_NOT_QUEUED */
+    gcall_ev ev;           /* the one governor answer on its way */
 
-    int status;                  /* the outcome, once ended */
+    int status; /* the outcome, once ended */
     sl_call_report rep;
 };
 
@@ -90,24 +90,24 @@ struct sl_caller {
     sl_gov *gov;
     sl_loop loop;
     int attached;
-    int blocking;                /* sl_curl_perform: transfers block, no multi */
-    void *multi;                 /* CURLM * */
+    int blocking; /* sl_curl_perform: transfers block, no multi */
+    void *multi;  /* CURLM * */
 
     pthread_mutex_t mu;
-    int refs;                    /* under mu */
-    int closed;                  /* under mu: sl_caller_free ran; no wake-ups */
+    int refs;                      /* under mu */
+    int closed;                    /* under mu: sl_caller_free ran; no wake-ups */
     sl_call *events, *events_tail; /* answers from the governor's thread, under mu */
 
-    sl_call *live;               /* calls in progress (loop thread) */
+    sl_call *live; /* calls in progress (loop thread) */
     size_t nlive;
-    sl_call *done, *done_tail;   /* ended, to be delivered */
-    int depth;                   /* dispatches in progress */
-    int free_pending;            /* sl_caller_free during a dispatch */
+    sl_call *done, *done_tail; /* ended, to be delivered */
+    int depth;                 /* dispatches in progress */
+    int free_pending;          /* sl_caller_free during a dispatch */
 
-    sl_call **heap;              /* the calls' timers by due: backoffs, deadline guards */
+    sl_call **heap; /* the calls' timers by due: backoffs, deadline guards */
     size_t nheap, heapcap;
-    int64_t curl_due;            /* libcurl's timeout, -1 none */
-    int64_t armed_due;           /* what the loop's timer is armed for, -1 none */
+    int64_t curl_due;  /* libcurl's timeout, -1 none */
+    int64_t armed_due; /* what the loop's timer is armed for, -1 none */
 };
 
 /* caller.c */
@@ -120,7 +120,7 @@ void gcall_unref(sl_call *call);
  * its grant back), and drops the answer's reference. */
 void gcall_post(sl_call *call);
 /* Loop thread. */
-int caller_reserve(sl_caller *c);                 /* room for one more call's wait */
+int caller_reserve(sl_caller *c); /* room for one more call's wait */
 int caller_add_transfer(sl_caller *c, sl_call *call);
 void caller_abort_transfer(sl_caller *c, sl_call *call);
 void caller_sleep(sl_caller *c, sl_call *call, int64_t due);
@@ -130,9 +130,9 @@ void caller_enter(sl_caller *c);
 void caller_leave(sl_caller *c);
 
 /* gcall.c: the steps the caller drives. */
-void gcall_answer(sl_call *call);                  /* call->ev arrived */
+void gcall_answer(sl_call *call); /* call->ev arrived */
 void gcall_transfer_done(sl_call *call, int curl_code);
-void gcall_wakeup(sl_call *call);                  /* its BACKOFF ended */
+void gcall_wakeup(sl_call *call); /* its BACKOFF ended */
 /* Ends a call because its caller is freed: no callback. */
 void gcall_discard(sl_call *call);
 /* The last reference went: frees the struct, its strings and report. */

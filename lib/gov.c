@@ -21,31 +21,30 @@
 #define SLUICE_VERSION "0.0.0"
 #endif
 
-
 struct sl_grant {
     sl_gov *gov;
     char id[GOV_ID_MAX];
-    char dep[GOV_NAME_MAX + 1];  /* the deployment the slot is on */
-    char *endpoint;              /* a group member's endpoint, NULL: "" */
+    char dep[GOV_NAME_MAX + 1]; /* the deployment the slot is on */
+    char *endpoint;             /* a group member's endpoint, NULL: "" */
     long long waited_ms, tokens;
     int local;
 };
 
 struct sl_gov {
-    atomic_int refs;             /* 1 while open + public calls in progress + grants held */
+    atomic_int refs; /* 1 while open + public calls in progress + grants held */
     pthread_mutex_t mu;
-    gov_op *qhead, *qtail;       /* operations for the loop, FIFO */
-    gov_op *cancels;             /* acquires to cancel */
-    gov_op *live;                /* async acquires that can still be cancelled */
-    gov_op *stop_op;             /* allocated at open, so close never fails */
-    int closing;                 /* refuse new operations */
-    int wake_open;               /* uv_async_send() allowed */
-    int self_close;              /* sl_close() ran on the loop thread */
+    gov_op *qhead, *qtail; /* operations for the loop, FIFO */
+    gov_op *cancels;       /* acquires to cancel */
+    gov_op *live;          /* async acquires that can still be cancelled */
+    gov_op *stop_op;       /* allocated at open, so close never fails */
+    int closing;           /* refuse new operations */
+    int wake_open;         /* uv_async_send() allowed */
+    int self_close;        /* sl_close() ran on the loop thread */
     sl_call_id next_id;
     uv_loop_t loop;
     uv_async_t wake;
     pthread_t thread;
-    int loop_stopping;           /* loop thread only */
+    int loop_stopping; /* loop thread only */
     backend *be;
     gov_config gc;
     const char *mode;
@@ -63,11 +62,10 @@ typedef struct tls_error {
 
 static _Thread_local tls_error tls_err;
 
-static int set_err(const sl_gov *gov, int code, const char *reason, long long retry_after_ms,
-                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static int set_err(const sl_gov *gov, int code, const char *reason, long long retry_after_ms, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
-static int set_err(const sl_gov *gov, int code, const char *reason, long long retry_after_ms,
-                   const char *fmt, ...) {
+static int set_err(const sl_gov *gov, int code, const char *reason, long long retry_after_ms, const char *fmt, ...) {
     tls_err.gov = gov;
     tls_err.code = code;
     snprintf(tls_err.reason, sizeof(tls_err.reason), "%s", reason ? reason : "");
@@ -87,9 +85,7 @@ static void clear_err(const sl_gov *gov) {
     if (tls_err.gov == gov) tls_err.code = 0;
 }
 
-const char *sl_errmsg(const sl_gov *gov) {
-    return (tls_err.gov == gov && tls_err.code != 0) ? tls_err.msg : "";
-}
+const char *sl_errmsg(const sl_gov *gov) { return (tls_err.gov == gov && tls_err.code != 0) ? tls_err.msg : ""; }
 
 const char *sl_shed_reason(const sl_gov *gov) {
     return (tls_err.gov == gov && tls_err.code != 0) ? tls_err.reason : "";
@@ -137,8 +133,8 @@ long long gov_effective_max_wait(long long max_wait_ms, int64_t deadline_ms, int
 static int valid_name(const char *s) {
     if (!s || !*s || strlen(s) > GOV_NAME_MAX) return 0;
     for (const char *p = s; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-              *p == '.' || *p == '_' || *p == ':' || *p == '-'))
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '.' ||
+              *p == '_' || *p == ':' || *p == '-'))
             return 0;
     return 1;
 }
@@ -345,10 +341,9 @@ void gov_shed(gov_op *op, const char *reason, long long retry_after_ms, const ch
     op->retry_after_ms = retry_after_ms;
     if (msg && *msg) set_msg(op, msg, SL_ESHED);
     else if (retry_after_ms >= 0)
-        snprintf(op->msg, sizeof(op->msg), "shed on '%s' (%s): retry after %lld ms", op->dep,
-                 op->reason, retry_after_ms);
-    else
-        snprintf(op->msg, sizeof(op->msg), "shed on '%s' (%s): will never fit", op->dep, op->reason);
+        snprintf(op->msg, sizeof(op->msg), "shed on '%s' (%s): retry after %lld ms", op->dep, op->reason,
+                 retry_after_ms);
+    else snprintf(op->msg, sizeof(op->msg), "shed on '%s' (%s): will never fit", op->dep, op->reason);
     finish(op);
 }
 
@@ -373,8 +368,7 @@ static void on_op_timer(uv_timer_t *t) {
     g->be->vt->cancel(g->be, op);
     if (op->kind == OP_ACQUIRE)
         gov_failed(op, SL_ETIMEDOUT, "the deadline passed before the slot (reservation given back)");
-    else
-        gov_retried(op, SL_ETIMEDOUT, 0, -1, "no answer within call_timeout_ms");
+    else gov_retried(op, SL_ETIMEDOUT, 0, -1, "no answer within call_timeout_ms");
 }
 
 static void op_arm_timer(sl_gov *g, gov_op *op, int64_t ms) {
@@ -424,8 +418,7 @@ static void dispatch(sl_gov *g, gov_op *op) {
     case OP_RETRY:
     case OP_PING:
         gov_op_ref(op);
-        rc = op->kind == OP_RETRY ? be->vt->retry(be, op)
-                                  : (be->vt->ping ? be->vt->ping(be, op) : SL_EINVAL);
+        rc = op->kind == OP_RETRY ? be->vt->retry(be, op) : (be->vt->ping ? be->vt->ping(be, op) : SL_EINVAL);
         if (rc != 0) gov_retried(op, rc, 0, -1, op->msg);
         else if (op->timeout_ms > 0 && !op->loop_done) op_arm_timer(g, op, op->timeout_ms);
         gov_op_unref(op);
@@ -524,16 +517,16 @@ int sl_open(const sl_options *opt, sl_gov **out) {
         return set_err(NULL, SL_EINVAL, NULL, -1,
                        "give either socket_path (daemon mode) or a configuration (embedded mode), not both");
     if (!daemon && !o.config_path && !o.config_text && !o.redis_url)
-        return set_err(NULL, SL_EINVAL, NULL, -1,
-                       "no mode: set socket_path, or config_path / config_text / redis_url");
+        return set_err(NULL, SL_EINVAL, NULL, -1, "no mode: set socket_path, or config_path / config_text / redis_url");
 
     sl_gov *g = calloc(1, sizeof(*g));
     if (!g) return set_err(NULL, SL_ENOMEM, NULL, -1, "out of memory");
     atomic_init(&g->refs, 1);
     g->gc.connect_timeout_ms = o.connect_timeout_ms > 0 ? o.connect_timeout_ms : 1000;
     g->gc.call_timeout_ms = o.call_timeout_ms > 0 ? o.call_timeout_ms : 5000;
-    g->gc.max_idle_connections = o.max_idle_connections == 0 ? 8
-                                 : o.max_idle_connections < 0 ? 0 : o.max_idle_connections;
+    g->gc.max_idle_connections = o.max_idle_connections == 0  ? 8
+                                 : o.max_idle_connections < 0 ? 0
+                                                              : o.max_idle_connections;
     g->stop_op = op_new(g, OP_STOP, 0);
     if (!g->stop_op || pthread_mutex_init(&g->mu, NULL) != 0) {
         free(g->stop_op);
@@ -656,13 +649,13 @@ static int fill_acquire(sl_gov *g, gov_op *op, const sl_request *req_in) {
     if (req.tokens < 0) return set_err(g, SL_EINVAL, NULL, -1, "tokens must be >= 0");
     if ((req.lane && !valid_name(req.lane)) || (req.tenant && !valid_name(req.tenant)) ||
         (req.tag && !valid_name(req.tag)))
-        return set_err(g, SL_EINVAL, NULL, -1,
-                       "lane, tenant and tag must be 1-64 characters of [A-Za-z0-9._:-]");
+        return set_err(g, SL_EINVAL, NULL, -1, "lane, tenant and tag must be 1-64 characters of [A-Za-z0-9._:-]");
     if (req.deadline_ms < 0) return set_err(g, SL_EINVAL, NULL, -1, "deadline_ms must be >= 0");
     if ((req.input_tokens < 0) != (req.output_tokens < 0))
         return set_err(g, SL_EINVAL, NULL, -1, "input_tokens and output_tokens go together (both >= 0, or both -1)");
     if (req.input_tokens >= 0 && req.tokens != 0 && req.tokens != req.input_tokens + req.output_tokens)
-        return set_err(g, SL_EINVAL, NULL, -1, "tokens must be input_tokens + output_tokens (or 0) when they are given");
+        return set_err(g, SL_EINVAL, NULL, -1,
+                       "tokens must be input_tokens + output_tokens (or 0) when they are given");
     snprintf(op->dep, sizeof(op->dep), "%s", req.deployment);
     snprintf(op->lane, sizeof(op->lane), "%s", req.lane ? req.lane : "");
     snprintf(op->tenant, sizeof(op->tenant), "%s", req.tenant ? req.tenant : "");
@@ -693,8 +686,7 @@ static void timespec_at(int64_t mono_ms, struct timespec *ts) {
 
 /* The part both acquires share: check the governor and the request, make
  * the op and fill it. what names the missing argument for the message. */
-static int acquire_op(sl_gov *g, const sl_request *req, int ok, int blocking, const char *what,
-                      gov_op **out) {
+static int acquire_op(sl_gov *g, const sl_request *req, int ok, int blocking, const char *what, gov_op **out) {
     *out = NULL;
     int rc = check_gov(g, blocking);
     if (rc) return rc;
@@ -740,8 +732,8 @@ int sl_acquire(sl_gov *g, const sl_request *req, sl_grant **out) {
     }
     pthread_mutex_unlock(&g->mu);
     if (timed_out) {
-        rc = set_err(g, SL_ETIMEDOUT, NULL, -1,
-                     "the deadline passed before the slot on '%s' (reservation given back)", op->dep);
+        rc = set_err(g, SL_ETIMEDOUT, NULL, -1, "the deadline passed before the slot on '%s' (reservation given back)",
+                     op->dep);
     } else if (op->status == SL_OK) {
         sl_grant *gr = op->pregrant;
         op->pregrant = NULL;
@@ -818,8 +810,8 @@ static int settle_headers(gov_op *op, const sl_header *h, size_t n) {
     }
     /* A quota error's reset counts like a 429's: it says when the
      * deployment may be used again. */
-    op->pause_ms = ratelimit_settle_pause_ms(
-        &fb, op->outcome == SL_OUTCOME_THROTTLED || op->outcome == SL_OUTCOME_QUOTA, NULL);
+    op->pause_ms =
+        ratelimit_settle_pause_ms(&fb, op->outcome == SL_OUTCOME_THROTTLED || op->outcome == SL_OUTCOME_QUOTA, NULL);
     /* As sluiced does: one bad header must not stop a deployment for days. */
     if (op->pause_ms > SLUICE_PAUSE_MAX_MS) op->pause_ms = SLUICE_PAUSE_MAX_MS;
     if (!keep) return 0;
@@ -843,8 +835,7 @@ static int settle_headers(gov_op *op, const sl_header *h, size_t n) {
     return 0;
 }
 
-int sl_settle(sl_grant *gr, long long actual_tokens, sl_outcome outcome, const sl_header *headers,
-              size_t nheaders) {
+int sl_settle(sl_grant *gr, long long actual_tokens, sl_outcome outcome, const sl_header *headers, size_t nheaders) {
     sl_usage u;
     sl_usage_init(&u);
     u.tokens = actual_tokens < 0 ? -1 : actual_tokens;
@@ -944,8 +935,7 @@ int sl_may_retry(sl_gov *g, const char *deployment, long long *retry_after_ms) {
     } else {
         if (retry_after_ms) *retry_after_ms = op->retry_after_ms;
         set_err(g, SL_ENORETRY, "retry_budget", op->retry_after_ms,
-                "the fleet's retry budget for '%s' is spent; it refills in %lld ms", op->dep,
-                op->retry_after_ms);
+                "the fleet's retry budget for '%s' is spent; it refills in %lld ms", op->dep, op->retry_after_ms);
         rc = 0;
     }
     gov_op_unref(op);

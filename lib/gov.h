@@ -26,8 +26,8 @@
 
 #include "sluice.h"
 
-#define GOV_NAME_MAX 64   /* deployment, lane, tenant names (config.h: CONFIG_NAME_MAX) */
-#define GOV_ID_MAX 96     /* grant ids (engine.h: ENGINE_GRANT_ID_MAX) */
+#define GOV_NAME_MAX 64 /* deployment, lane, tenant names (config.h: CONFIG_NAME_MAX) */
+#define GOV_ID_MAX 96   /* grant ids (engine.h: ENGINE_GRANT_ID_MAX) */
 #define GOV_MSG_MAX 256
 
 typedef enum gov_op_kind { OP_ACQUIRE, OP_SETTLE, OP_RETRY, OP_PING, OP_STOP } gov_op_kind;
@@ -39,30 +39,30 @@ typedef struct backend backend;
 struct gov_op {
     gov_op_kind kind;
     sl_gov *gov;
-    int refs;                    /* under gov->mu */
-    gov_op_state state;          /* under gov->mu */
-    gov_op *qnext;               /* gov->queue, under gov->mu */
-    gov_op *lprev, *lnext;       /* gov->live (cancellable async acquires), under gov->mu */
+    int refs;              /* under gov->mu */
+    gov_op_state state;    /* under gov->mu */
+    gov_op *qnext;         /* gov->queue, under gov->mu */
+    gov_op *lprev, *lnext; /* gov->live (cancellable async acquires), under gov->mu */
 
     /* The request (read-only once queued). */
-    char dep[GOV_NAME_MAX + 1];  /* a deployment or a group */
+    char dep[GOV_NAME_MAX + 1]; /* a deployment or a group */
     char lane[GOV_NAME_MAX + 1], tenant[GOV_NAME_MAX + 1], tag[GOV_NAME_MAX + 1];
     long long tokens, max_wait_ms;
-    int split;                   /* input and output given (docs/providers.md) */
+    int split; /* input and output given (docs/providers.md) */
     long long input, output;
-    long long eff_wait_ms;       /* max wait at dispatch (deadline applied), < 0 default */
-    int64_t deadline_ms;         /* sl_now_ms() clock, 0 none */
-    int64_t timeout_ms;          /* RETRY/PING: answer within this, 0 none */
+    long long eff_wait_ms; /* max wait at dispatch (deadline applied), < 0 default */
+    int64_t deadline_ms;   /* sl_now_ms() clock, 0 none */
+    int64_t timeout_ms;    /* RETRY/PING: answer within this, 0 none */
     /* OP_SETTLE */
     char grant_id[GOV_ID_MAX];
-    long long actual;            /* combined */
+    long long actual;                              /* combined */
     long long actual_in, actual_out, actual_cache; /* -1 unknown */
     sl_outcome outcome;
-    long long pause_ms;          /* from the headers, -1 none */
-    sl_header *hdrs;             /* the recognised headers, one allocation */
+    long long pause_ms; /* from the headers, -1 none */
+    sl_header *hdrs;    /* the recognised headers, one allocation */
     size_t nhdrs;
-    gov_op *cnext;               /* gov->cancels: cancel requests, under gov->mu */
-    sl_grant *pregrant;          /* allocated up front, so a grant is never lost to OOM */
+    gov_op *cnext;      /* gov->cancels: cancel requests, under gov->mu */
+    sl_grant *pregrant; /* allocated up front, so a grant is never lost to OOM */
 
     /* Completion. */
     int async;
@@ -70,14 +70,14 @@ struct gov_op {
     sl_retry_cb rcb;
     void *arg;
     sl_call_id id;
-    pthread_cond_t cv;           /* blocking callers */
+    pthread_cond_t cv; /* blocking callers */
     int has_cv;
 
     /* The result, written on the loop thread before state = OPS_DONE. */
     int status;
     char gid[GOV_ID_MAX];
     char member[GOV_NAME_MAX + 1]; /* the deployment granted (a group's member) */
-    char *endpoint;              /* a group member's endpoint (malloc'd), NULL: "" */
+    char *endpoint;                /* a group member's endpoint (malloc'd), NULL: "" */
     long long waited_ms, granted_tokens;
     int local;
     char reason[24];
@@ -86,9 +86,9 @@ struct gov_op {
     char msg[GOV_MSG_MAX];
 
     /* Loop-thread state. */
-    void *be;                    /* the backend's per-call state */
-    uv_timer_t *timer;           /* deadline or reply timeout, NULL none */
-    int loop_done;               /* answered, timed out or cancelled */
+    void *be;          /* the backend's per-call state */
+    uv_timer_t *timer; /* deadline or reply timeout, NULL none */
+    int loop_done;     /* answered, timed out or cancelled */
 };
 
 /* A backend runs on the loop thread only. */
@@ -149,10 +149,10 @@ void gov_retried(gov_op *op, int status, int allowed, long long retry_after_ms, 
 
 /* Backend constructors (caller thread, before the loop thread starts). */
 struct config;
-int backend_engine_new(sl_gov *gov, uv_loop_t *loop, struct config *cfg, const char *agent_id,
-                       backend **out, char *err, size_t errlen);
-int backend_daemon_new(sl_gov *gov, uv_loop_t *loop, const char *socket_path,
-                       const gov_config *gc, backend **out, char *err, size_t errlen);
+int backend_engine_new(sl_gov *gov, uv_loop_t *loop, struct config *cfg, const char *agent_id, backend **out, char *err,
+                       size_t errlen);
+int backend_daemon_new(sl_gov *gov, uv_loop_t *loop, const char *socket_path, const gov_config *gc, backend **out,
+                       char *err, size_t errlen);
 
 /* The effective max wait of a request at now: max_wait < 0 stays "the
  * deployment's" unless a deadline gives the time left; otherwise the

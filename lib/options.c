@@ -73,8 +73,7 @@ int options_load_config(const sl_options *o, config **cfg, char *err, size_t err
     if (o->config_path) {
         rc = config_load(o->config_path, cfg, err, errlen);
     } else if (o->config_text) {
-        rc = config_load_string("<config_text>", o->config_text, strlen(o->config_text), cfg, err,
-                                errlen);
+        rc = config_load_string("<config_text>", o->config_text, strlen(o->config_text), cfg, err, errlen);
     } else {
         char *text = options_compose_config(o->redis_url, o->deployments);
         if (!text) {
@@ -86,4 +85,3 @@ int options_load_config(const sl_options *o, config **cfg, char *err, size_t err
     }
     return rc == 0 ? 0 : SL_EINVAL;
 }
-

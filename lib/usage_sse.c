@@ -16,26 +16,26 @@
 enum { TARGET_NONE = 0, TARGET_DATA, TARGET_EVENT };
 
 struct usage_sse {
-    int bom;                  /* BOM bytes matched at the start; 3 once past it */
-    int after_cr;             /* the last byte was CR: an LF next ends nothing more */
+    int bom;      /* BOM bytes matched at the start; 3 once past it */
+    int after_cr; /* the last byte was CR: an LF next ends nothing more */
     /* the line being read */
-    size_t line_len;          /* bytes of it so far */
+    size_t line_len; /* bytes of it so far */
     char field[FIELD_MAX];
     size_t flen;
-    int field_long;           /* longer than FIELD_MAX: no field we know */
-    int in_value;             /* past the ':' */
-    int skip_space;           /* the next byte is the value's first: a space there is dropped */
-    int target;               /* where value bytes go */
+    int field_long; /* longer than FIELD_MAX: no field we know */
+    int in_value;   /* past the ':' */
+    int skip_space; /* the next byte is the value's first: a space there is dropped */
+    int target;     /* where value bytes go */
     /* the event being read */
     char *data;
     size_t dlen, dcap;
     int data_lines;
-    int data_long;            /* its data exceeded USAGE_SSE_MAX_EVENT */
+    int data_long; /* its data exceeded USAGE_SSE_MAX_EVENT */
     char event[EVENT_MAX];
     size_t elen;
     int event_long;
     /* what the stream said */
-    usage_counts most;        /* per field, the largest seen; -1 unseen */
+    usage_counts most; /* per field, the largest seen; -1 unseen */
     usage_sse_state st;
 };
 

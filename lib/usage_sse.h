@@ -58,12 +58,12 @@ int usage_sse_result(const usage_sse *r, usage_counts *out);
 
 /* What the stream has shown so far. */
 typedef struct usage_sse_state {
-    unsigned long long events;  /* events dispatched */
-    int usage_events;           /* events that reported usage */
-    int final_usage;            /* OpenAI's usage chunk, response.completed, or Anthropic's message_delta */
-    int done;                   /* the end marker: [DONE], message_stop, response.completed / incomplete / failed */
-    int error;                  /* an `event: error`, or data whose top level has "error" */
-    int oversized;              /* events whose data exceeded USAGE_SSE_MAX_EVENT */
+    unsigned long long events; /* events dispatched */
+    int usage_events;          /* events that reported usage */
+    int final_usage;           /* OpenAI's usage chunk, response.completed, or Anthropic's message_delta */
+    int done;                  /* the end marker: [DONE], message_stop, response.completed / incomplete / failed */
+    int error;                 /* an `event: error`, or data whose top level has "error" */
+    int oversized;             /* events whose data exceeded USAGE_SSE_MAX_EVENT */
 } usage_sse_state;
 
 void usage_sse_get_state(const usage_sse *r, usage_sse_state *out);

@@ -13,7 +13,7 @@
 #include "usage.h"
 #include "verdict.h"
 
-#define SL_CLASS_CHECK(name, text)                                                        \
+#define SL_CLASS_CHECK(name, text)                                                                                     \
     _Static_assert((int)SL_CLASS_##name == (int)CLASSIFY_##name, "sl_class " #name " drifted");
 SL_CLASS_MAP(SL_CLASS_CHECK)
 #undef SL_CLASS_CHECK
@@ -94,8 +94,8 @@ static int64_t wall_now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void verdict_compute(int status, int timed_out, const char *body, size_t body_len,
-                     const sl_header *h, size_t nh, long long cap_ms, sl_verdict *v) {
+void verdict_compute(int status, int timed_out, const char *body, size_t body_len, const sl_header *h, size_t nh,
+                     long long cap_ms, sl_verdict *v) {
     memset(v, 0, sizeof(*v));
     v->size = sizeof(*v);
     v->input_tokens = v->output_tokens = v->cache_read_tokens = -1;
@@ -124,8 +124,8 @@ void verdict_compute(int status, int timed_out, const char *body, size_t body_le
     v->http_status = status;
     /* A quota stop's reset, like a 429's, says when the deployment may be
      * used again: the settle takes it out (or pauses it) until then. */
-    v->pause_ms = ratelimit_settle_pause_ms(
-        &fb, cr.cls == CLASSIFY_RATE_LIMITED || cr.cls == CLASSIFY_QUOTA_EXHAUSTED, &over);
+    v->pause_ms =
+        ratelimit_settle_pause_ms(&fb, cr.cls == CLASSIFY_RATE_LIMITED || cr.cls == CLASSIFY_QUOTA_EXHAUSTED, &over);
     v->over_cap = over;
     snprintf(v->code, sizeof(v->code), "%s", cr.code);
     switch (cr.cls) {
@@ -170,10 +170,8 @@ int sl_verdict_of(int status, int timed_out, const char *body, size_t body_len, 
     return 0;
 }
 
-long long sl_backoff_ms(const sl_call_opts *o_in, int attempt, const sl_verdict *v_in, int64_t now_ms,
-                        uint64_t *rng) {
-    if (!o_in || !v_in || o_in->size < sizeof(size_t) || v_in->size < sizeof(size_t) || attempt < 0)
-        return SL_EINVAL;
+long long sl_backoff_ms(const sl_call_opts *o_in, int attempt, const sl_verdict *v_in, int64_t now_ms, uint64_t *rng) {
+    if (!o_in || !v_in || o_in->size < sizeof(size_t) || v_in->size < sizeof(size_t) || attempt < 0) return SL_EINVAL;
     sl_call_opts o;
     verdict_opts(&o, o_in);
     sl_verdict v;

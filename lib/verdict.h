@@ -17,7 +17,7 @@ void verdict_write(void *out, const void *full, size_t full_size);
 void verdict_opts(sl_call_opts *full, const sl_call_opts *in);
 
 /* The verdict for one response into a full struct. */
-void verdict_compute(int status, int timed_out, const char *body, size_t body_len,
-                     const sl_header *h, size_t nh, long long cap_ms, sl_verdict *v);
+void verdict_compute(int status, int timed_out, const char *body, size_t body_len, const sl_header *h, size_t nh,
+                     long long cap_ms, sl_verdict *v);
 
 #endif

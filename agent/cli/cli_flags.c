@@ -7,8 +7,8 @@
 #include <string.h>
 
 static int bad(const char *cmd, const char *flag, const char *why, const char *value) {
-    fprintf(stderr, "sluice %s: %s: %s%s%s%s (see sluice %s --help)\n", cmd, flag, why,
-            value ? " '" : "", value ? value : "", value ? "'" : "", cmd);
+    fprintf(stderr, "sluice %s: %s: %s%s%s%s (see sluice %s --help)\n", cmd, flag, why, value ? " '" : "",
+            value ? value : "", value ? "'" : "", cmd);
     return -1;
 }
 
@@ -68,8 +68,7 @@ static int apply(const char *cmd, const cli_flag *fl, void *base, const char *v)
     return -1;
 }
 
-int cli_parse(const char *cmd, const cli_flag *flags, size_t nflags, void *base, int argc,
-              char **argv) {
+int cli_parse(const char *cmd, const cli_flag *flags, size_t nflags, void *base, int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *eq = arg[0] == '-' && arg[1] == '-' ? strchr(arg, '=') : NULL;
         size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
@@ -103,8 +102,8 @@ void cli_print_flags(FILE *f, const cli_flag *flags, size_t nflags) {
         const cli_flag *fl = &flags[i];
         if (!fl->help) continue;
         char left[48];
-        snprintf(left, sizeof(left), "%s%s%s%s%s", fl->alias ? fl->alias : "", fl->alias ? ", " : "",
-                 fl->name, fl->metavar ? " " : "", fl->metavar ? fl->metavar : "");
+        snprintf(left, sizeof(left), "%s%s%s%s%s", fl->alias ? fl->alias : "", fl->alias ? ", " : "", fl->name,
+                 fl->metavar ? " " : "", fl->metavar ? fl->metavar : "");
         fprintf(f, "  %-26s %s\n", left, fl->help);
     }
 }

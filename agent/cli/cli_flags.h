@@ -26,15 +26,14 @@ typedef struct cli_flag {
     const char *alias;   /* "-N", or NULL */
     const char *metavar; /* "N"; NULL for CLI_BOOL */
     cli_kind kind;
-    size_t off;          /* offsetof the field in the options struct */
+    size_t off; /* offsetof the field in the options struct */
     double min, max;
-    const char *help;    /* one line; NULL hides the flag from the usage text */
+    const char *help; /* one line; NULL hides the flag from the usage text */
 } cli_flag;
 
 /* Parses argv[1..argc-1] into the struct at base. "-h" means "--help" when
  * the table has a "--help" row. Returns 0, or -1 after printing why. */
-int cli_parse(const char *cmd, const cli_flag *flags, size_t nflags, void *base, int argc,
-              char **argv);
+int cli_parse(const char *cmd, const cli_flag *flags, size_t nflags, void *base, int argc, char **argv);
 
 /* Prints one line per visible flag: "  -N, --requests N    help". */
 void cli_print_flags(FILE *f, const cli_flag *flags, size_t nflags);

@@ -45,8 +45,8 @@
 
 typedef struct demo_opts {
     long long processes, requests, rpm, burst, attempts, seed, jitter_ms;
-    double service[2];    /* < 0: derived from the time scale */
-    double time_scale;    /* 0: rpm / 60 */
+    double service[2]; /* < 0: derived from the time scale */
+    double time_scale; /* 0: rpm / 60 */
     const char *strategies;
     const char *redis_url;
     const char *redis_password_env;
@@ -59,8 +59,7 @@ typedef struct demo_opts {
 #define DOPT(f) offsetof(demo_opts, f)
 
 static const cli_flag demo_flags[] = {
-    {"--processes", "-P", "N", CLI_INT, DOPT(processes), 1, MAX_PROCESSES,
-     "worker processes in the fleet (default 3)"},
+    {"--processes", "-P", "N", CLI_INT, DOPT(processes), 1, MAX_PROCESSES, "worker processes in the fleet (default 3)"},
     {"--requests", "-N", "N", CLI_INT, DOPT(requests), 1, 100000, "requests, all arriving at once (default 300)"},
     {"--rpm", NULL, "N", CLI_INT, DOPT(rpm), 1, 1000000,
      "the deployment's quota, requests per minute (default 60 x time scale = 600)"},
@@ -94,8 +93,8 @@ static const cli_flag demo_flags[] = {
 
 typedef struct worker_proc {
     pid_t pid;
-    int in, out;     /* our ends of its stdin and stdout */
-    char *buf;       /* unparsed stdout */
+    int in, out; /* our ends of its stdin and stdout */
+    char *buf;   /* unparsed stdout */
     size_t len, cap;
     int ready, eof, got_result;
 } worker_proc;
@@ -110,32 +109,30 @@ typedef struct demo_ctx {
     char deployments[DEMO_NSTRATEGIES][80];
     pid_t redis_pid, mock_pid, sluiced_pid;
     int mock_port;
-    int progress;    /* stderr is a terminal */
+    int progress; /* stderr is a terminal */
     long long max_wait_ms;
     worker_proc w[MAX_PROCESSES];
 } demo_ctx;
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: sluice demo [OPTIONS]\n\n"
-            "Measures the seed article's client strategies against a rate-limited provider, next to\n"
-            "sluice, on this machine, and prints one table. With no options it starts everything it\n"
-            "needs (an ephemeral redis-server on a private socket, `sluice mock`, and a sluiced),\n"
-            "runs each strategy as the same fleet of P worker processes against a fresh deployment\n"
-            "of the mock, and stops it all on exit or Ctrl-C.\n\n"
-            "strategies (each process of the fleet runs it on its own):\n");
+    fprintf(f, "usage: sluice demo [OPTIONS]\n\n"
+               "Measures the seed article's client strategies against a rate-limited provider, next to\n"
+               "sluice, on this machine, and prints one table. With no options it starts everything it\n"
+               "needs (an ephemeral redis-server on a private socket, `sluice mock`, and a sluiced),\n"
+               "runs each strategy as the same fleet of P worker processes against a fresh deployment\n"
+               "of the mock, and stops it all on exit or Ctrl-C.\n\n"
+               "strategies (each process of the fleet runs it on its own):\n");
     for (int i = 0; i < DEMO_NSTRATEGIES; i++)
         fprintf(f, "  %-7s %s\n", demo_strategies[i].id, demo_strategies[i].describe);
     fprintf(f, "\noptions:\n");
     cli_print_flags(f, demo_flags, DEMO_NFLAGS);
-    fprintf(f,
-            "\nThe default is the seed's scenario 10 times faster (600 RPM, burst 10, 30-90 ms, 300\n"
-            "requests, 3 processes): a few minutes for the whole table. The seed's own parameters,\n"
-            "in real time:  sluice demo --rpm 60 -N 90\n\n"
-            "Reading the table: completed, 429s and attempts come from the provider's own ledger;\n"
-            "util is the share of the deployment's rate used beyond the first burst (100 %% = all of\n"
-            "it). Exit status: 0, 1 if a run failed, 2 for a usage error, 130 when interrupted.\n"
-            "See docs/demo.md.\n");
+    fprintf(f, "\nThe default is the seed's scenario 10 times faster (600 RPM, burst 10, 30-90 ms, 300\n"
+               "requests, 3 processes): a few minutes for the whole table. The seed's own parameters,\n"
+               "in real time:  sluice demo --rpm 60 -N 90\n\n"
+               "Reading the table: completed, 429s and attempts come from the provider's own ledger;\n"
+               "util is the share of the deployment's rate used beyond the first burst (100 %% = all of\n"
+               "it). Exit status: 0, 1 if a run failed, 2 for a usage error, 130 when interrupted.\n"
+               "See docs/demo.md.\n");
 }
 
 /* ---- options ------------------------------------------------------------------ */
@@ -146,8 +143,7 @@ static int parse_strategies(demo_ctx *d) {
     while (*list) {
         size_t n = strcspn(list, ",");
         if (n == 0 || n >= sizeof(id)) {
-            fprintf(stderr, "sluice demo: --strategies: expected a list like A,E,sluice, got '%s'\n",
-                    d->o.strategies);
+            fprintf(stderr, "sluice demo: --strategies: expected a list like A,E,sluice, got '%s'\n", d->o.strategies);
             return -1;
         }
         memcpy(id, list, n);
@@ -300,15 +296,18 @@ static int start_redis(demo_ctx *d) {
                 "sluice demo: redis-server not found%s%s; install it (apt-get install redis-server), pass "
                 "--redis-server PATH, or use an existing Redis with --redis-url\n",
                 d->o.redis_server || env ? " at " : " in PATH",
-                d->o.redis_server ? d->o.redis_server : env ? env : "");
+                d->o.redis_server ? d->o.redis_server
+                : env             ? env
+                                  : "");
         return -1;
     }
     char logfile[400];
     snprintf(d->redis_sock, sizeof(d->redis_sock), "%s/redis.sock", d->dir);
     snprintf(logfile, sizeof(logfile), "%s/redis.log", d->dir);
-    char *argv[] = {d->redis_bin, "--port", "0", "--unixsocket", d->redis_sock, "--unixsocketperm", "700",
-                    "--save", "", "--appendonly", "no", "--dir", d->dir, "--daemonize", "no",
-                    "--loglevel", "warning", "--logfile", logfile, NULL};
+    char *argv[] = {d->redis_bin, "--port",      "0",  "--unixsocket", d->redis_sock, "--unixsocketperm",
+                    "700",        "--save",      "",   "--appendonly", "no",          "--dir",
+                    d->dir,       "--daemonize", "no", "--loglevel",   "warning",     "--logfile",
+                    logfile,      NULL};
     d->redis_pid = demo_proc_spawn(argv, -1, -1, 2);
     if (d->redis_pid < 0) {
         fprintf(stderr, "sluice demo: cannot start redis-server: %s\n", strerror(errno));
@@ -329,8 +328,8 @@ static int start_mock(demo_ctx *d) {
     snprintf(burst, sizeof(burst), "%lld", d->o.burst);
     snprintf(service, sizeof(service), "%.0f-%.0f", d->o.service[0], d->o.service[1]);
     snprintf(seed, sizeof(seed), "%lld", d->o.seed);
-    char *argv[] = {d->self, "mock", "--host", "127.0.0.1", "--port", "0", "--port-file", portfile, "--rpm", rpm,
-                    "--burst", burst, "--service-ms", service, "--seed", seed, NULL};
+    char *argv[] = {d->self, "mock",    "--host", "127.0.0.1",    "--port", "0",      "--port-file", portfile, "--rpm",
+                    rpm,     "--burst", burst,    "--service-ms", service,  "--seed", seed,          NULL};
     int log = open_log(d, "mock.log");
     d->mock_pid = demo_proc_spawn(argv, -1, -1, log);
     if (log >= 0) close(log);
@@ -360,8 +359,7 @@ static int find_sluiced(demo_ctx *d) {
     snprintf(c3, sizeof(c3), "%s/../agent/sluiced", dir);
     const char *cands[] = {c1, c2, c3, NULL};
     if (demo_proc_find_exe(d->o.sluiced, cands, "sluiced", d->sluiced_bin, sizeof(d->sluiced_bin)) == 0) return 0;
-    if (d->o.sluiced)
-        fprintf(stderr, "sluice demo: --sluiced %s is not an executable file\n", d->o.sluiced);
+    if (d->o.sluiced) fprintf(stderr, "sluice demo: --sluiced %s is not an executable file\n", d->o.sluiced);
     else
         fprintf(stderr,
                 "sluice demo: sluiced not found (looked in %s, %s and PATH). Build it (cmake --build BUILD "
@@ -455,8 +453,7 @@ static void cleanup_redis_keys(demo_ctx *d) {
     }
     if (!c || c->err) {
         if (c) redisFree(c);
-        fprintf(stderr, "sluice demo: could not remove the demo's keys (sluice:{%s*}:*) from %s\n", d->dep_prefix,
-                u);
+        fprintf(stderr, "sluice demo: could not remove the demo's keys (sluice:{%s*}:*) from %s\n", d->dep_prefix, u);
         return;
     }
     redisSetTimeout(c, tv);
@@ -467,8 +464,8 @@ static void cleanup_redis_keys(demo_ctx *d) {
     if (r) freeReplyObject(r);
     r = db ? redisCommand(c, "SELECT %d", db) : NULL;
     if (r) freeReplyObject(r);
-    static const char *const what[] = {"limits", "state", "grants", "leases", "refq:requests",
-                                       "refq:tokens", "daily", "retry", "agents"};
+    static const char *const what[] = {"limits",      "state", "grants", "leases", "refq:requests",
+                                       "refq:tokens", "daily", "retry",  "agents"};
     for (int i = 0; i < d->nrun; i++) {
         if (d->run[i]->wait != DEMO_WAIT_SLUICE) continue;
         for (size_t k = 0; k < sizeof(what) / sizeof(what[0]); k++) {
@@ -567,11 +564,35 @@ static int spawn_workers(demo_ctx *d, int idx, demo_row *row) {
         snprintf(first_s, sizeof(first_s), "%lld", first);
         snprintf(seed, sizeof(seed), "%lld", d->o.seed * 1000 + i);
         first += n;
-        char *argv[] = {d->self, "demo-worker", "--strategy", (char *)st->id, "--worker-id", id, "--url", url,
-                        "--deployment", d->deployments[idx], "--socket", d->agent_sock[0] ? d->agent_sock : "-",
-                        "--requests", nreq, "--first", first_s, "--attempts", attempts, "--time-scale", scale,
-                        "--rpm", rpm, "--max-wait-ms", maxwait, "--seed", seed, "--settle-headers",
-                        (char *)d->o.settle_headers, NULL};
+        char *argv[] = {d->self,
+                        "demo-worker",
+                        "--strategy",
+                        (char *)st->id,
+                        "--worker-id",
+                        id,
+                        "--url",
+                        url,
+                        "--deployment",
+                        d->deployments[idx],
+                        "--socket",
+                        d->agent_sock[0] ? d->agent_sock : "-",
+                        "--requests",
+                        nreq,
+                        "--first",
+                        first_s,
+                        "--attempts",
+                        attempts,
+                        "--time-scale",
+                        scale,
+                        "--rpm",
+                        rpm,
+                        "--max-wait-ms",
+                        maxwait,
+                        "--seed",
+                        seed,
+                        "--settle-headers",
+                        (char *)d->o.settle_headers,
+                        NULL};
         int pin[2], pout[2];
         if (pipe2(pin, O_CLOEXEC) != 0) goto fail;
         if (pipe2(pout, O_CLOEXEC) != 0) {
@@ -781,8 +802,14 @@ int cmd_demo(int argc, char **argv) {
     static demo_ctx ctx; /* large (paths); one per process */
     demo_ctx *d = &ctx;
     memset(d, 0, sizeof(*d));
-    d->o = (demo_opts){.processes = 3, .requests = 300, .burst = 10, .attempts = 10, .seed = 1, .jitter_ms = 25,
-                       .service = {-1, -1}, .settle_headers = "all"};
+    d->o = (demo_opts){.processes = 3,
+                       .requests = 300,
+                       .burst = 10,
+                       .attempts = 10,
+                       .seed = 1,
+                       .jitter_ms = 25,
+                       .service = {-1, -1},
+                       .settle_headers = "all"};
     for (int i = 0; i < MAX_PROCESSES; i++) d->w[i].in = d->w[i].out = -1;
     if (cli_parse("demo", demo_flags, DEMO_NFLAGS, &d->o, argc, argv) != 0) return 2;
     if (d->o.help) {
@@ -801,7 +828,9 @@ int cmd_demo(int argc, char **argv) {
     raise_nofile();
     d->progress = isatty(2);
     /* Fresh deployments per run: plain names in a private Redis, a run id in a shared one. */
-    if (d->o.redis_url) snprintf(d->dep_prefix, sizeof(d->dep_prefix), "demo-%lx-", (unsigned long)getpid() ^ (unsigned long)time(NULL));
+    if (d->o.redis_url)
+        snprintf(d->dep_prefix, sizeof(d->dep_prefix), "demo-%lx-",
+                 (unsigned long)getpid() ^ (unsigned long)time(NULL));
     else snprintf(d->dep_prefix, sizeof(d->dep_prefix), "demo-");
     for (int i = 0; i < d->nrun; i++)
         snprintf(d->deployments[i], sizeof(d->deployments[i]), "%.40s%.16s", d->dep_prefix, d->run[i]->id);
@@ -820,7 +849,8 @@ int cmd_demo(int argc, char **argv) {
     demo_row rows[DEMO_NSTRATEGIES];
     memset(rows, 0, sizeof(rows));
     int nrows = 0;
-    if (d->progress) fprintf(stderr, "  starting %s...", d->uses_sluice ? "redis-server, the mock and sluiced" : "the mock");
+    if (d->progress)
+        fprintf(stderr, "  starting %s...", d->uses_sluice ? "redis-server, the mock and sluiced" : "the mock");
     if (start_services(d) != 0) {
         rc = demo_proc_interrupted() ? 128 + demo_proc_interrupted() : 1;
         goto out;

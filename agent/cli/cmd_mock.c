@@ -48,18 +48,14 @@ typedef struct mock_flag {
 
 static const mock_flag mock_flags[] = {
     {"--host", "ADDR", FLAG_STR, OPT(o.host), 0, 0, "address to bind (default 127.0.0.1)"},
-    {"--port", "N", FLAG_INT, OPT(o.port), 0, 65535,
-     "port to listen on; 0 picks a free one (default 8089)"},
-    {"--port-file", "FILE", FLAG_STR, OPT(port_file), 0, 0,
-     "write the port to FILE once listening (removed on exit)"},
-    {"--rpm", "N", FLAG_DOUBLE, OPT(o.rpm), 1e-6, 1e9,
-     "requests per minute per deployment (default 60)"},
+    {"--port", "N", FLAG_INT, OPT(o.port), 0, 65535, "port to listen on; 0 picks a free one (default 8089)"},
+    {"--port-file", "FILE", FLAG_STR, OPT(port_file), 0, 0, "write the port to FILE once listening (removed on exit)"},
+    {"--rpm", "N", FLAG_DOUBLE, OPT(o.rpm), 1e-6, 1e9, "requests per minute per deployment (default 60)"},
     {"--burst", "N", FLAG_DOUBLE, OPT(o.burst), 1, 1e9,
      "request bucket size (default rpm/6, at least 1: 10 s of quota)"},
     {"--tpm", "N", FLAG_DOUBLE, OPT(o.tpm), 0, 1e12,
      "tokens per minute per deployment; 0 = no token limit (default 0)"},
-    {"--token-burst", "N", FLAG_DOUBLE, OPT(o.token_burst), 1, 1e12,
-     "token bucket size (default tpm/6, at least 1)"},
+    {"--token-burst", "N", FLAG_DOUBLE, OPT(o.token_burst), 1, 1e12, "token bucket size (default tpm/6, at least 1)"},
     {"--itpm", "N", FLAG_DOUBLE, OPT(o.itpm), 0, 1e12,
      "Anthropic input tokens per minute per deployment; 0 = no limit (default 0)"},
     {"--input-burst", "N", FLAG_DOUBLE, OPT(o.input_burst), 1, 1e12,
@@ -103,41 +99,38 @@ static const mock_flag mock_flags[] = {
 #define MOCK_NFLAGS (sizeof(mock_flags) / sizeof(mock_flags[0]))
 
 static void mock_usage(FILE *f) {
-    fprintf(f,
-            "usage: sluice mock [OPTIONS]\n\n"
-            "Serves a stand-in for Azure OpenAI / OpenAI chat-completions and Anthropic Messages\n"
-            "deployments that enforces their limits like the real front doors (token buckets\n"
-            "with burst; Azure/OpenAI: RPM and TPM, the estimate ceil(chars/4) + max_tokens\n"
-            "charged at admission; Anthropic: RPM, ITPM on the uncached input, OTPM charged\n"
-            "max_tokens and settled to the output), 429 with Retry-After, and keeps a ledger\n"
-            "of everything it saw, per deployment and per client (x-client-id header, else the\n"
-            "peer address).\n\n"
-            "options:\n");
+    fprintf(f, "usage: sluice mock [OPTIONS]\n\n"
+               "Serves a stand-in for Azure OpenAI / OpenAI chat-completions and Anthropic Messages\n"
+               "deployments that enforces their limits like the real front doors (token buckets\n"
+               "with burst; Azure/OpenAI: RPM and TPM, the estimate ceil(chars/4) + max_tokens\n"
+               "charged at admission; Anthropic: RPM, ITPM on the uncached input, OTPM charged\n"
+               "max_tokens and settled to the output), 429 with Retry-After, and keeps a ledger\n"
+               "of everything it saw, per deployment and per client (x-client-id header, else the\n"
+               "peer address).\n\n"
+               "options:\n");
     for (size_t i = 0; i < MOCK_NFLAGS; i++) {
         const mock_flag *fl = &mock_flags[i];
         char left[40];
-        snprintf(left, sizeof(left), "%s%s%s", fl->name, fl->metavar ? " " : "",
-                 fl->metavar ? fl->metavar : "");
+        snprintf(left, sizeof(left), "%s%s%s", fl->name, fl->metavar ? " " : "", fl->metavar ? fl->metavar : "");
         fprintf(f, "  %-24s %s\n", left, fl->help);
     }
-    fprintf(f,
-            "\nendpoints:\n"
-            "  POST /openai/deployments/NAME/chat/completions[?api-version=V]   Azure style\n"
-            "  POST /v1/chat/completions, /openai/v1/chat/completions           OpenAI style "
-            "(deployment = \"model\")\n"
-            "  POST /v1/messages                                                 Anthropic style "
-            "(deployment = \"model\")\n"
-            "  GET  /stats[?reset=1|reset=all]   the ledger as JSON (reset=all also refills "
-            "buckets)\n"
-            "  POST /control?KEY=VALUE&...       change faults, the neighbour, injected 429s,\n"
-            "                                    headers and limits while running\n\n"
-            "The first line on stdout is \"listening on HOST:PORT\". SIGUSR1 prints the ledger\n"
-            "as one JSON line; SIGINT and SIGTERM print it and exit. See docs/mock.md.\n\n"
-            "example (the seed article's deployment):\n"
-            "  sluice mock --port 8089 --rpm 60 --burst 10 --service-ms 300-900\n"
-            "  curl -s localhost:8089/openai/deployments/gpt-4o/chat/completions \\\n"
-            "       -H 'content-type: application/json' -d '{\"messages\":[{\"role\":\"user\","
-            "\"content\":\"hi\"}]}'\n");
+    fprintf(f, "\nendpoints:\n"
+               "  POST /openai/deployments/NAME/chat/completions[?api-version=V]   Azure style\n"
+               "  POST /v1/chat/completions, /openai/v1/chat/completions           OpenAI style "
+               "(deployment = \"model\")\n"
+               "  POST /v1/messages                                                 Anthropic style "
+               "(deployment = \"model\")\n"
+               "  GET  /stats[?reset=1|reset=all]   the ledger as JSON (reset=all also refills "
+               "buckets)\n"
+               "  POST /control?KEY=VALUE&...       change faults, the neighbour, injected 429s,\n"
+               "                                    headers and limits while running\n\n"
+               "The first line on stdout is \"listening on HOST:PORT\". SIGUSR1 prints the ledger\n"
+               "as one JSON line; SIGINT and SIGTERM print it and exit. See docs/mock.md.\n\n"
+               "example (the seed article's deployment):\n"
+               "  sluice mock --port 8089 --rpm 60 --burst 10 --service-ms 300-900\n"
+               "  curl -s localhost:8089/openai/deployments/gpt-4o/chat/completions \\\n"
+               "       -H 'content-type: application/json' -d '{\"messages\":[{\"role\":\"user\","
+               "\"content\":\"hi\"}]}'\n");
 }
 
 static int bad_flag(const char *flag, const char *fmt, const char *value) {
@@ -157,8 +150,7 @@ static int parse_number(const mock_flag *fl, const char *v, double *out) {
         snprintf(msg, sizeof(msg), "%%s is out of range [%g, %g]", fl->min, fl->max);
         return bad_flag(fl->name, msg, v);
     }
-    if (fl->kind != FLAG_DOUBLE && d != floor(d))
-        return bad_flag(fl->name, "expected a whole number, got '%s'", v);
+    if (fl->kind != FLAG_DOUBLE && d != floor(d)) return bad_flag(fl->name, "expected a whole number, got '%s'", v);
     *out = d;
     return 0;
 }
@@ -221,8 +213,7 @@ static int mock_parse(mock_cli *cli, int argc, char **argv) {
         const mock_flag *fl = NULL;
         if (strcmp(arg, "-h") == 0) arg = "--help", nlen = 6;
         for (size_t k = 0; k < MOCK_NFLAGS; k++)
-            if (strlen(mock_flags[k].name) == nlen && strncmp(mock_flags[k].name, arg, nlen) == 0)
-                fl = &mock_flags[k];
+            if (strlen(mock_flags[k].name) == nlen && strncmp(mock_flags[k].name, arg, nlen) == 0) fl = &mock_flags[k];
         if (!fl) {
             fprintf(stderr, "sluice mock: unknown option '%s' (see sluice mock --help)\n", argv[i]);
             return -1;

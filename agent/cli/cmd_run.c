@@ -88,8 +88,7 @@ static const cli_flag run_flags[] = {
      "HTTP attempts per request, the first included (default 5)"},
     {"--deadline-s", NULL, "S", CLI_DOUBLE, OPT(deadline_s), 0, 1e7,
      "patience per request, from when it is taken: slots, attempts and backoffs (0 = none, the default)"},
-    {"--timeout-s", NULL, "S", CLI_DOUBLE, OPT(timeout_s), 0.001, 1e6,
-     "limit of one HTTP attempt (default 600)"},
+    {"--timeout-s", NULL, "S", CLI_DOUBLE, OPT(timeout_s), 0.001, 1e6, "limit of one HTTP attempt (default 600)"},
     {"--socket", NULL, "PATH", CLI_STR, OPT(socket), 0, 0, "sluiced socket (default: agent.socket of the config)"},
     {"--embedded", NULL, NULL, CLI_BOOL, OPT(embedded), 0, 0,
      "run the governor in this process (no sluiced needed), with the config's redis"},
@@ -107,24 +106,22 @@ static const cli_flag run_flags[] = {
 #define RUN_NFLAGS (sizeof(run_flags) / sizeof(run_flags[0]))
 
 static void run_usage(FILE *f) {
-    fprintf(f,
-            "usage: sluice run --deployment NAME --in REQUESTS.jsonl --out RESULTS.jsonl [OPTIONS]\n\n"
-            "Sends each request to the deployment's endpoint (from the config: endpoint,\n"
-            "api_key_env, style, api_version), paced by the fleet's shared budget, retrying\n"
-            "only when the response class, the fleet's retry budget and the deadline allow.\n"
-            "NAME may be a group: each request then goes to the member its grant names,\n"
-            "with that member's endpoint, style, api_version and key.\n"
-            "Any number of runs on any number of hosts share the quota through Redis.\n"
-            "Results are appended one JSON line per id; a rerun skips the ids already done.\n"
-            "A line may name its \"id\", \"lane\", \"tenant\" and \"tag\"; they are taken out before sending.\n"
-            "Ctrl-C stops taking work and lets calls in flight finish; twice cancels them.\n\n"
-            "options:\n");
+    fprintf(f, "usage: sluice run --deployment NAME --in REQUESTS.jsonl --out RESULTS.jsonl [OPTIONS]\n\n"
+               "Sends each request to the deployment's endpoint (from the config: endpoint,\n"
+               "api_key_env, style, api_version), paced by the fleet's shared budget, retrying\n"
+               "only when the response class, the fleet's retry budget and the deadline allow.\n"
+               "NAME may be a group: each request then goes to the member its grant names,\n"
+               "with that member's endpoint, style, api_version and key.\n"
+               "Any number of runs on any number of hosts share the quota through Redis.\n"
+               "Results are appended one JSON line per id; a rerun skips the ids already done.\n"
+               "A line may name its \"id\", \"lane\", \"tenant\" and \"tag\"; they are taken out before sending.\n"
+               "Ctrl-C stops taking work and lets calls in flight finish; twice cancels them.\n\n"
+               "options:\n");
     cli_print_flags(f, run_flags, RUN_NFLAGS);
-    fprintf(f,
-            "  --header 'NAME: VALUE'     extra request header (repeatable), e.g. 'x-client-id: batch-7'\n\n"
-            "exit: 0 all done, 1 some requests failed (see the errors file) or a runtime error,\n"
-            "2 usage, 130/143 interrupted (SIGINT/SIGTERM). The last stdout line is a JSON summary.\n"
-            "See docs/cli.md.\n");
+    fprintf(f, "  --header 'NAME: VALUE'     extra request header (repeatable), e.g. 'x-client-id: batch-7'\n\n"
+               "exit: 0 all done, 1 some requests failed (see the errors file) or a runtime error,\n"
+               "2 usage, 130/143 interrupted (SIGINT/SIGTERM). The last stdout line is a JSON summary.\n"
+               "See docs/cli.md.\n");
 }
 
 /* The shed reasons a record tells apart, in lib/core/vocab.h's words. */
@@ -156,11 +153,11 @@ struct item {
     char lane[RUN_CLASS_NAME_MAX + 1];   /* "" = the deployment's default lane */
     char tenant[RUN_CLASS_NAME_MAX + 1]; /* "" = none */
     char tag[RUN_CLASS_NAME_MAX + 1];    /* "" = none */
-    int has_model;            /* the body names its model */
-    char *sent;               /* the body sent to the member, when not body itself */
-    CURL *easy;               /* the item's handle, reused by every attempt */
-    sl_call *call;            /* its governed call, NULL once ended */
-    int64_t deadline_ms;      /* 0 none */
+    int has_model;                       /* the body names its model */
+    char *sent;                          /* the body sent to the member, when not body itself */
+    CURL *easy;                          /* the item's handle, reused by every attempt */
+    sl_call *call;                       /* its governed call, NULL once ended */
+    int64_t deadline_ms;                 /* 0 none */
 };
 
 struct run {
@@ -168,13 +165,13 @@ struct run {
     char **headers;
     int nheaders;
     config *cfg;
-    run_target target;        /* the deployment, or the group's members */
+    run_target target; /* the deployment, or the group's members */
     char socket[512];
     long long shard_i, shard_n;
 
     sl_gov *gov;
     uv_loop_t loop;
-    sl_caller *caller;        /* the governed calls, on loop */
+    sl_caller *caller; /* the governed calls, on loop */
     uv_signal_t sigint, sigterm;
     uv_timer_t tick;
 
@@ -183,15 +180,15 @@ struct run {
     size_t linecap;
     long long lineno;
     int in_eof;
-    run_set seen;             /* ids with a record, and those taken by this run */
+    run_set seen; /* ids with a record, and those taken by this run */
     run_file out, err;
-    sl_call_opts policy;      /* every call's, but deadline and classes */
+    sl_call_opts policy; /* every call's, but deadline and classes */
 
     item *live;
     int nlive;
     long long total, done_before, ok, failed, attempts, status_429, retries, sheds;
-    long long *member_ok;     /* successes per member, in target order */
-    int stopping;             /* 1: no new work; 2: cancel calls in flight too */
+    long long *member_ok; /* successes per member, in target order */
+    int stopping;         /* 1: no new work; 2: cancel calls in flight too */
     int stop_sig;
     int fatal;
     char fatal_msg[512];
@@ -254,12 +251,11 @@ static const char *body_error_message(json_t *body) {
 
 /* Records a failure. classification: the class of the last response, or
  * what ended the request before any (bad_input, deadline, too_large...). */
-static void record_failure(run *r, json_t *id, const char *classification, const char *reason,
-                           int http_status, int attempts, long long waited_ms, const char *code,
-                           const char *message) {
-    json_t *rec = json_pack("{sOsssssisisIss}", "id", id, "classification", classification, "reason", reason,
-                            "status", http_status, "attempts", attempts, "waited_ms", (json_int_t)waited_ms,
-                            "message", message ? message : "");
+static void record_failure(run *r, json_t *id, const char *classification, const char *reason, int http_status,
+                           int attempts, long long waited_ms, const char *code, const char *message) {
+    json_t *rec = json_pack("{sOsssssisisIss}", "id", id, "classification", classification, "reason", reason, "status",
+                            http_status, "attempts", attempts, "waited_ms", (json_int_t)waited_ms, "message",
+                            message ? message : "");
     if (rec && http_status == 0) json_object_set_new(rec, "status", json_null());
     if (rec && code && *code) json_object_set_new(rec, "code", json_string(code));
     write_record(r, &r->err, rec);
@@ -296,8 +292,8 @@ static int item_prepare(void *arg, sl_call *call, const sl_grant *grant, void *e
     const run_member *m = run_target_member(&r->target, dep);
     if (!m) {
         /* The daemon's config and ours disagree. */
-        set_fatal(r, "the governor granted a slot on '%s', which is not a member of '%s' in %s", dep,
-                  r->cli.deployment, r->cli.config);
+        set_fatal(r, "the governor granted a slot on '%s', which is not a member of '%s' in %s", dep, r->cli.deployment,
+                  r->cli.config);
         return SL_EINVAL;
     }
     size_t blen = 0;
@@ -326,11 +322,12 @@ static void item_attempted(void *arg, sl_call *call, const sl_verdict *v, int cu
 
 static void record_success(run *r, item *it, const sl_call_report *rep) {
     json_t *body = rep->body_len ? json_loadb(rep->body, rep->body_len, 0, NULL) : NULL;
-    json_t *rec = json_pack("{sOsisOsisI}", "id", it->id, "status", rep->http_status, "response",
-                            body ? body : json_null(), "attempts", rep->attempts, "waited_ms",
-                            (json_int_t)rep->waited_ms);
+    json_t *rec =
+        json_pack("{sOsisOsisI}", "id", it->id, "status", rep->http_status, "response", body ? body : json_null(),
+                  "attempts", rep->attempts, "waited_ms", (json_int_t)rep->waited_ms);
     if (rec && !body)
-        json_object_set_new(rec, "response_text", rep->body_len ? json_stringn(rep->body, rep->body_len) : json_string(""));
+        json_object_set_new(rec, "response_text",
+                            rep->body_len ? json_stringn(rep->body, rep->body_len) : json_string(""));
     /* A group's record says which member answered. */
     if (rec && r->target.group) json_object_set_new(rec, "deployment", json_string(rep->deployment));
     json_decref(body);
@@ -350,9 +347,7 @@ static void record_call_failure(run *r, item *it, int status, const sl_call_repo
     case SL_EFATAL: reason = "not_retryable"; break;
     case SL_EATTEMPTS: reason = "attempts"; break;
     case SL_ENORETRY: reason = "retry_budget"; break;
-    case SL_ETOOBIG:
-        classification = reason = "too_big";
-        break;
+    case SL_ETOOBIG: classification = reason = "too_big"; break;
     case SL_ESHED:
         /* Out of quota until the provider's reset (billing, a monthly
          * budget): a batch does not wait for that, a rerun does it. Or it
@@ -366,11 +361,10 @@ static void record_call_failure(run *r, item *it, int status, const sl_call_repo
     }
     json_t *body = rep->body_len ? json_loadb(rep->body, rep->body_len, 0, NULL) : NULL;
     const char *pm = status == SL_ETOOBIG ? "the response is larger than 16 MiB" : body_error_message(body);
-    const char *msg = pm                                      ? pm
+    const char *msg = pm                                     ? pm
                       : rep->curl_code != 0 && rep->attempts ? curl_easy_strerror((CURLcode)rep->curl_code)
-                                                              : rep->message;
-    record_failure(r, it->id, classification, reason, rep->http_status, rep->attempts, rep->waited_ms,
-                   rep->code, msg);
+                                                             : rep->message;
+    record_failure(r, it->id, classification, reason, rep->http_status, rep->attempts, rep->waited_ms, rep->code, msg);
     json_decref(body);
 }
 
@@ -383,20 +377,15 @@ static void item_done(void *arg, sl_call *call, int status, sl_call_report *rep)
     r->retries += rep->retries;
     r->sheds += rep->sheds;
     switch (status) {
-    case 0:
-        record_success(r, it, rep);
-        break;
-    case SL_ECANCELED: /* stopping: a rerun does it */
-        break;
+    case 0: record_success(r, it, rep); break;
+    case SL_ECANCELED: /* stopping: a rerun does it */ break;
     case SL_EFATAL:
     case SL_EATTEMPTS:
     case SL_ENORETRY:
     case SL_ETOOBIG:
     case SL_ESHED:
     case SL_EDEADLINE:
-    case SL_ETIMEDOUT:
-        record_call_failure(r, it, status, rep);
-        break;
+    case SL_ETIMEDOUT: record_call_failure(r, it, status, rep); break;
     case SL_EUNAVAIL:
     case SL_EIO:
     case SL_EPROTO:
@@ -463,8 +452,7 @@ static void on_signal(uv_signal_t *s, int sig) {
     int level = r->stopping + 1;
     if (level > 2) return;
     fprintf(stderr, "%ssluice run: %s: %s\n", r->tty ? "\r\033[K" : "", sig == SIGINT ? "SIGINT" : "SIGTERM",
-            level == 1 ? "stopping; calls in flight finish (again to cancel them)"
-                       : "cancelling the calls in flight");
+            level == 1 ? "stopping; calls in flight finish (again to cancel them)" : "cancelling the calls in flight");
     stop_work(r, level);
 }
 
@@ -505,10 +493,8 @@ static int check_classes(const run *r, const char *lane, const char *tag, char *
         return -1;
     }
     if (tag[0] && !run_target_has_tag(&r->target, tag)) {
-        if (r->target.group)
-            snprintf(err, errlen, "no member of group '%s' carries tag '%s'", r->cli.deployment, tag);
-        else
-            snprintf(err, errlen, "deployment '%s' does not carry tag '%s'", r->cli.deployment, tag);
+        if (r->target.group) snprintf(err, errlen, "no member of group '%s' carries tag '%s'", r->cli.deployment, tag);
+        else snprintf(err, errlen, "deployment '%s' does not carry tag '%s'", r->cli.deployment, tag);
         return -1;
     }
     return 0;
@@ -707,8 +693,11 @@ static int setup(run *r, int argc, char **argv) {
         return -1;
     }
     if (!r->cli.config) r->cli.config = default_config();
-    const char *missing = !r->cli.deployment ? "--deployment" : !r->cli.in ? "--in" : !r->cli.out ? "--out"
-                          : !r->cli.config ? "--config (or SLUICE_CONFIG)" : NULL;
+    const char *missing = !r->cli.deployment ? "--deployment"
+                          : !r->cli.in       ? "--in"
+                          : !r->cli.out      ? "--out"
+                          : !r->cli.config   ? "--config (or SLUICE_CONFIG)"
+                                             : NULL;
     if (missing) {
         fprintf(stderr, "sluice run: %s is required (see sluice run --help)\n", missing);
         return 2;
@@ -763,9 +752,9 @@ static int setup(run *r, int argc, char **argv) {
         return 1;
     }
     /* A flag's mistake stops the run before anything is sent. */
-    const char *flag = check_classes(r, r->cli.lane ? r->cli.lane : "", "", err, sizeof(err)) != 0  ? "--lane"
+    const char *flag = check_classes(r, r->cli.lane ? r->cli.lane : "", "", err, sizeof(err)) != 0 ? "--lane"
                        : check_classes(r, "", r->cli.tag ? r->cli.tag : "", err, sizeof(err)) != 0 ? "--tag"
-                                                                                                     : NULL;
+                                                                                                   : NULL;
     if (flag) {
         fprintf(stderr, "sluice run: %s: %s in %s\n", flag, err, r->cli.config);
         return 1;
@@ -779,8 +768,8 @@ static int setup(run *r, int argc, char **argv) {
     }
     size_t recs, bad, erecs, ebad;
     if (run_file_open(&r->out, r->cli.out, r->cli.fsync, &r->seen, &recs, &bad, err, sizeof(err)) != 0 ||
-        run_file_open(&r->err, r->cli.errors, r->cli.fsync, r->cli.retry_errors ? NULL : &r->seen, &erecs, &ebad,
-                      err, sizeof(err)) != 0) {
+        run_file_open(&r->err, r->cli.errors, r->cli.fsync, r->cli.retry_errors ? NULL : &r->seen, &erecs, &ebad, err,
+                      sizeof(err)) != 0) {
         fprintf(stderr, "sluice run: %s\n", err);
         return 1;
     }
@@ -833,13 +822,14 @@ static void print_summary(run *r, int code) {
                           r->cli.embedded ? "embedded" : "daemon", "total", (json_int_t)r->total, "done_before",
                           (json_int_t)r->done_before, "ok", (json_int_t)r->ok, "failed", (json_int_t)r->failed,
                           "remaining", (json_int_t)remaining, "attempts", (json_int_t)r->attempts, "status_429",
-                          (json_int_t)r->status_429, "retries", (json_int_t)r->retries, "sheds",
-                          (json_int_t)r->sheds, "elapsed_ms", (json_int_t)(secs * 1000), "rate_per_s",
-                          secs > 0 ? (double)r->ok / secs : 0.0, "out", r->cli.out, "errors", r->cli.errors);
+                          (json_int_t)r->status_429, "retries", (json_int_t)r->retries, "sheds", (json_int_t)r->sheds,
+                          "elapsed_ms", (json_int_t)(secs * 1000), "rate_per_s", secs > 0 ? (double)r->ok / secs : 0.0,
+                          "out", r->cli.out, "errors", r->cli.errors);
     if (s) {
-        json_object_set_new(s, "interrupted", r->stop_sig == SIGINT    ? json_string("SIGINT")
-                                              : r->stop_sig == SIGTERM ? json_string("SIGTERM")
-                                                                       : json_null());
+        json_object_set_new(s, "interrupted",
+                            r->stop_sig == SIGINT    ? json_string("SIGINT")
+                            : r->stop_sig == SIGTERM ? json_string("SIGTERM")
+                                                     : json_null());
         json_object_set_new(s, "error", r->fatal ? json_string(r->fatal_msg) : json_null());
         json_object_set_new(s, "exit", json_integer(code));
         /* A group: the successes of each member. */

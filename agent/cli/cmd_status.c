@@ -83,10 +83,10 @@ static void status_usage(FILE *f, const char *cmd) {
 /* ---- where the numbers come from ------------------------------------------------------------ */
 
 typedef struct status_src {
-    const config *cfg;        /* NULL with --socket and no --config */
-    const char *sock;         /* sluiced socket, or NULL: Redis */
+    const config *cfg; /* NULL with --socket and no --config */
+    const char *sock;  /* sluiced socket, or NULL: Redis */
     redisContext *c;
-    char window[24];          /* the liveness window of agents (3 heartbeats) */
+    char window[24]; /* the liveness window of agents (3 heartbeats) */
 } status_src;
 
 static struct timeval ms_tv(long long ms) {
@@ -98,10 +98,11 @@ static struct timeval ms_tv(long long ms) {
 static redisContext *node_connect(const config_redis *rc, const char *host, int port, const char *unix_path,
                                   int data_node, char *err, size_t errlen) {
     struct timeval ct = ms_tv(rc->connect_timeout_ms);
-    redisContext *c = unix_path && *unix_path ? redisConnectUnixWithTimeout(unix_path, ct)
-                                              : redisConnectWithTimeout(host, port, ct);
+    redisContext *c =
+        unix_path && *unix_path ? redisConnectUnixWithTimeout(unix_path, ct) : redisConnectWithTimeout(host, port, ct);
     if (!c || c->err) {
-        if (unix_path && *unix_path) snprintf(err, errlen, "Redis at %s: %s", unix_path, c ? c->errstr : "out of memory");
+        if (unix_path && *unix_path)
+            snprintf(err, errlen, "Redis at %s: %s", unix_path, c ? c->errstr : "out of memory");
         else snprintf(err, errlen, "Redis at %s:%d: %s", host, port, c ? c->errstr : "out of memory");
         if (c) redisFree(c);
         return NULL;
@@ -248,8 +249,8 @@ static json_t *pairs_json(const redisReply *r) {
     for (size_t i = 0; o && i + 1 < r->elements; i += 2) {
         const redisReply *k = r->element[i];
         if (k->type != REDIS_REPLY_STRING && k->type != REDIS_REPLY_STATUS) continue;
-        int text = strcmp(k->str, "deployment") == 0 || strcmp(k->str, "mode") == 0 ||
-                   strcmp(k->str, "redis") == 0 || strcmp(k->str, "redis_error") == 0;
+        int text = strcmp(k->str, "deployment") == 0 || strcmp(k->str, "mode") == 0 || strcmp(k->str, "redis") == 0 ||
+                   strcmp(k->str, "redis_error") == 0;
         json_object_set_new(o, k->str, value_json(r->element[i + 1], text));
     }
     return o;
@@ -412,7 +413,8 @@ static int daemon_groups(status_src *s, status_group **out, int *n, char *err, s
                 memset(g, 0, sizeof(*g));
                 snprintf(g->name, sizeof(g->name), "%s", gname);
             }
-            if (g->nmembers < CONFIG_GROUP_MAX) snprintf(g->members[g->nmembers++], sizeof(g->members[0]), "%s", member);
+            if (g->nmembers < CONFIG_GROUP_MAX)
+                snprintf(g->members[g->nmembers++], sizeof(g->members[0]), "%s", member);
         }
         p += len;
         while (*p == '\r' || *p == '\n') p++;
@@ -494,14 +496,13 @@ static void fmt_pct(char *b, size_t n, double f) {
 static void fmt_limit(char *b, size_t n, double v) { fmt_num(b, n, v > 0 ? v : NAN); }
 
 typedef struct class_print {
-    const json_t *prev;       /* the previous sample of this deployment (top), or NULL */
+    const json_t *prev; /* the previous sample of this deployment (top), or NULL */
     double dt;
     int top;
     int count;
 } class_print;
 
-static void class_rate(char *b, size_t n, const class_print *cp, const json_t *o, const char *kind,
-                       const char *name) {
+static void class_rate(char *b, size_t n, const class_print *cp, const json_t *o, const char *kind, const char *name) {
     double a = class_num(o, kind, name, "granted_total");
     double p = cp->prev ? class_num(cp->prev, kind, name, "granted_total") : NAN;
     if (cp->dt > 0 && isfinite(a) && isfinite(p)) snprintf(b, n, "%.1f", (a - p) / cp->dt);
@@ -537,8 +538,7 @@ static void print_lane(const json_t *o, const char *name, void *ud) {
 
 static void print_tenant(const json_t *o, const char *name, void *ud) {
     const class_print *cp = ud;
-    char weight[24], share[24], crpm[24], ctpm[24], daily[24], today[24], granted[24], tokens[24], excess[24],
-        shed[24];
+    char weight[24], share[24], crpm[24], ctpm[24], daily[24], today[24], granted[24], tokens[24], excess[24], shed[24];
     fmt_num(weight, sizeof(weight), class_num(o, "tenant", name, "weight"));
     double active = class_num(o, "tenant", name, "active");
     fmt_pct(share, sizeof(share), class_num(o, "tenant", name, "share"));
@@ -562,8 +562,7 @@ static void print_tenant(const json_t *o, const char *name, void *ud) {
 
 /* The lanes and tenants tables, each only when some deployment shown has
  * them. */
-static void print_classes(json_t *const *rows, json_t *const *prev, const int *show, int n, double local_dt,
-                          int top) {
+static void print_classes(json_t *const *rows, json_t *const *prev, const int *show, int n, double local_dt, int top) {
     static const struct {
         const char *kind, *first;
         void (*fn)(const json_t *o, const char *name, void *ud);
@@ -617,8 +616,8 @@ static void print_groups(const status_plan *pl, json_t *const *rows, json_t *con
                          double local_dt, int top, int below) {
     if (pl->ngroups == 0) return;
     if (below) printf("\n");
-    printf("%-20s %-20s %2s %-10s %9s %8s %-12s %8s %9s %6s %6s", "GROUP", "MEMBER", "#", "TAGS", "EFF.RPM",
-           "BACKLOG", "BREAKER", "QUOTA.OUT", "GRANTED", "SHED", "429s");
+    printf("%-20s %-20s %2s %-10s %9s %8s %-12s %8s %9s %6s %6s", "GROUP", "MEMBER", "#", "TAGS", "EFF.RPM", "BACKLOG",
+           "BREAKER", "QUOTA.OUT", "GRANTED", "SHED", "429s");
     if (top) printf(" %8s", "GRANTS/S");
     printf("\n");
     for (int g = 0; g < pl->ngroups; g++) {
@@ -662,8 +661,8 @@ static void print_groups(const status_plan *pl, json_t *const *rows, json_t *con
 
 /* The deployments table (rows shown only), then their lanes and tenants.
  * Returns 1 when it printed anything. */
-static int print_table(json_t *const *rows, json_t *const *prev, const int *show, int n, double local_dt,
-                       int daemon, int top) {
+static int print_table(json_t *const *rows, json_t *const *prev, const int *show, int n, double local_dt, int daemon,
+                       int top) {
     int any = 0, health = 0;
     for (int i = 0; i < n; i++) {
         any |= rows[i] != NULL && show[i];
@@ -671,16 +670,16 @@ static int print_table(json_t *const *rows, json_t *const *prev, const int *show
     }
     if (!any) return 0;
     if (daemon) printf("%-7s ", "MODE");
-    printf("%-20s %8s %9s %9s %7s %8s %5s %5s %6s %10s %9s %6s %6s", "DEPLOYMENT", "RPM", "EFF.RPM", "TPM",
-           "PAUSED", "BACKLOG", "OUT", "RETRY", "AGENTS", "TODAY.REQ", "GRANTED", "SHED", "429s");
+    printf("%-20s %8s %9s %9s %7s %8s %5s %5s %6s %10s %9s %6s %6s", "DEPLOYMENT", "RPM", "EFF.RPM", "TPM", "PAUSED",
+           "BACKLOG", "OUT", "RETRY", "AGENTS", "TODAY.REQ", "GRANTED", "SHED", "429s");
     if (health) printf(" %-12s %9s", "BREAKER", "QUOTA.OUT");
     if (top) printf(" %14s %8s %7s", "GRANTS/S:QUOTA", "SHEDS/S", "429s/S");
     printf("\n");
     for (int i = 0; i < n; i++) {
         const json_t *o = rows[i];
         if (!o || !show[i]) continue;
-        char rpm[24], eff[24], tpm[24], paused[24], backlog[24], out[24], retry[24], agents[24], today[24],
-            granted[24], shed[24], thr[24];
+        char rpm[24], eff[24], tpm[24], paused[24], backlog[24], out[24], retry[24], agents[24], today[24], granted[24],
+            shed[24], thr[24];
         fmt_num(rpm, sizeof(rpm), num(o, "rpm"));
         fmt_num(eff, sizeof(eff), num(o, "effective_rpm"));
         double t = num(o, "tpm");
@@ -695,9 +694,12 @@ static int print_table(json_t *const *rows, json_t *const *prev, const int *show
         fmt_num(granted, sizeof(granted), num(o, "granted_total"));
         fmt_num(shed, sizeof(shed), num(o, "shed_total"));
         fmt_num(thr, sizeof(thr), num(o, "settled_throttled"));
-        if (daemon) printf("%-7s ", json_string_value(json_object_get(o, "mode")) ? json_string_value(json_object_get(o, "mode")) : "?");
+        if (daemon)
+            printf("%-7s ",
+                   json_string_value(json_object_get(o, "mode")) ? json_string_value(json_object_get(o, "mode")) : "?");
         printf("%-20s %8s %9s %9s %7s %8s %5s %5s %6s %10s %9s %6s %6s",
-               json_string_value(json_object_get(o, "deployment")) ? json_string_value(json_object_get(o, "deployment")) : "?",
+               json_string_value(json_object_get(o, "deployment")) ? json_string_value(json_object_get(o, "deployment"))
+                                                                   : "?",
                rpm, eff, tpm, paused, backlog, out, retry, agents, today, granted, shed, thr);
         if (health) {
             char breaker[32], qout[24];
@@ -719,7 +721,8 @@ static int print_table(json_t *const *rows, json_t *const *prev, const int *show
             else snprintf(tr, sizeof(tr), "-");
             printf(" %14s %8s %7s", gq, sr, tr);
         }
-        if (daemon && json_object_get(o, "redis") && strcmp(json_string_value(json_object_get(o, "redis")), "connected") != 0)
+        if (daemon && json_object_get(o, "redis") &&
+            strcmp(json_string_value(json_object_get(o, "redis")), "connected") != 0)
             printf("  (Redis unreachable: %s)", json_string_value(json_object_get(o, "redis_error")));
         printf("\n");
     }
@@ -736,8 +739,10 @@ static void print_json(const status_plan *pl, json_t *const *rows, json_t *const
     json_t *groups = doc && pl->ngroups ? json_array() : NULL;
     for (int g = 0; groups && g < pl->ngroups; g++) {
         json_t *ms = json_array();
-        for (int m = 0; ms && m < pl->groups[g].nmembers; m++) json_array_append_new(ms, json_string(pl->groups[g].members[m]));
-        json_array_append_new(groups, json_pack("{ssso}", "group", pl->groups[g].name, "members", ms ? ms : json_null()));
+        for (int m = 0; ms && m < pl->groups[g].nmembers; m++)
+            json_array_append_new(ms, json_string(pl->groups[g].members[m]));
+        json_array_append_new(groups,
+                              json_pack("{ssso}", "group", pl->groups[g].name, "members", ms ? ms : json_null()));
     }
     if (groups) json_object_set_new(doc, "groups", groups);
     for (int i = 0; doc && i < n; i++) {
@@ -746,8 +751,10 @@ static void print_json(const status_plan *pl, json_t *const *rows, json_t *const
             const json_t *p = prev ? prev[i] : NULL;
             double dt = sample_dt(rows[i], p, local_dt);
             json_t *rates = json_object();
-            const char *ks[][2] = {{"granted_total", "grants_per_s"}, {"shed_total", "sheds_per_s"},
-                                   {"settled_throttled", "throttled_per_s"}, {"settled_ok", "ok_per_s"}};
+            const char *ks[][2] = {{"granted_total", "grants_per_s"},
+                                   {"shed_total", "sheds_per_s"},
+                                   {"settled_throttled", "throttled_per_s"},
+                                   {"settled_ok", "ok_per_s"}};
             for (size_t k = 0; rates && k < sizeof(ks) / sizeof(ks[0]); k++) {
                 double v = rate(rows[i], p, ks[k][0], dt);
                 json_object_set_new(rates, ks[k][1], isfinite(v) ? json_real(v) : json_null());
@@ -784,7 +791,7 @@ static int sample(status_src *s, const char *cmd, char **names, int n, json_t **
         if (r == 1) {
             int in_cfg = s->cfg && config_deployment(s->cfg, names[i]);
             fprintf(stderr, "sluice %s: unknown deployment '%s' (%s)\n", cmd, names[i],
-                    s->sock ? "sluiced does not have it"
+                    s->sock  ? "sluiced does not have it"
                     : in_cfg ? "in the config, but no limits in Redis yet: start sluiced or a run with it"
                              : "not a deployment or group of the config, and no limits in Redis");
             rc = 1;
@@ -814,8 +821,9 @@ static int status_main(const char *cmd, int top, int argc, char **argv) {
     }
     if (!cli.config && !cli.socket) {
         const char *env = getenv("SLUICE_CONFIG");
-        cli.config = env && *env ? env
-                     : access("/etc/sluice/sluiced.yaml", R_OK) == 0 ? "/etc/sluice/sluiced.yaml" : NULL;
+        cli.config = env && *env                                     ? env
+                     : access("/etc/sluice/sluiced.yaml", R_OK) == 0 ? "/etc/sluice/sluiced.yaml"
+                                                                     : NULL;
         if (!cli.config) {
             fprintf(stderr, "sluice %s: --config FILE (or SLUICE_CONFIG) or --socket PATH is required\n", cmd);
             run_args_free(&a);
@@ -918,8 +926,7 @@ static int status_main(const char *cmd, int top, int argc, char **argv) {
     double t_prev = mono_s();
     for (long long frame = 0; !fatal && (cli.iterations == 0 || frame < cli.iterations); frame++) {
         struct timespec ts = {(time_t)(cli.interval_ms / 1000), (long)(cli.interval_ms % 1000) * 1000000L};
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-        }
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
         code = sample(&s, cmd, names, n, rows, &fatal);
         if (fatal) break;
         double t_now = mono_s();
@@ -933,8 +940,8 @@ static int status_main(const char *cmd, int top, int argc, char **argv) {
             strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
             if (tty) printf("\033[H\033[2J");
             else if (frame > 0) printf("\n");
-            printf("sluice top  %s  from %s%s%s  every %lld ms  (Ctrl-C to quit)\n\n", when, source,
-                   s.sock ? " " : "", s.sock ? s.sock : "", cli.interval_ms);
+            printf("sluice top  %s  from %s%s%s  every %lld ms  (Ctrl-C to quit)\n\n", when, source, s.sock ? " " : "",
+                   s.sock ? s.sock : "", cli.interval_ms);
             int below = print_table(rows, prev, pl.show, n, t_now - t_prev, s.sock != NULL, 1);
             print_groups(&pl, rows, prev, cfg, t_now - t_prev, 1, below);
         }

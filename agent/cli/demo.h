@@ -30,12 +30,12 @@ typedef enum demo_wait {
 } demo_wait;
 
 typedef struct demo_strategy {
-    const char *id;        /* "A".."E", "sluice": what --strategies takes */
-    const char *name;      /* the table's label */
-    int in_flight;         /* per process; 0 = all of its requests (N/P) */
+    const char *id;   /* "A".."E", "sluice": what --strategies takes */
+    const char *name; /* the table's label */
+    int in_flight;    /* per process; 0 = all of its requests (N/P) */
     demo_wait wait;
-    int paced;             /* a client-side token bucket at the full quota, per process */
-    const char *describe;  /* one line for --help and docs */
+    int paced;            /* a client-side token bucket at the full quota, per process */
+    const char *describe; /* one line for --help and docs */
 } demo_strategy;
 
 #define DEMO_NSTRATEGIES 6

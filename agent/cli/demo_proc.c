@@ -35,8 +35,7 @@ int demo_proc_signals_install(void) {
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0 ||
-        sigaction(SIGHUP, &sa, NULL) != 0)
+    if (sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGHUP, &sa, NULL) != 0)
         return -1;
     signal(SIGPIPE, SIG_IGN);
     return 0;
@@ -111,8 +110,7 @@ int demo_proc_stop(pid_t pid, int sig, int timeout_ms) {
         nanosleep(&ts, NULL);
     }
     kill(pid, SIGKILL);
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
     return st;
 }
 
@@ -128,8 +126,8 @@ static int executable(const char *path) {
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && access(path, X_OK) == 0;
 }
 
-int demo_proc_find_exe(const char *explicit_path, const char *const *candidates, const char *name,
-                       char *out, size_t n) {
+int demo_proc_find_exe(const char *explicit_path, const char *const *candidates, const char *name, char *out,
+                       size_t n) {
     if (explicit_path) {
         if (!executable(explicit_path)) return -1;
         snprintf(out, n, "%s", explicit_path);

@@ -46,8 +46,7 @@ int demo_proc_self_exe(char *out, size_t n);
 /* Finds an executable: explicit (when non-NULL, must be executable), else
  * each of candidates[] (NULL-terminated, may be empty), else name in PATH.
  * Returns 0 with the path in out, or -1. */
-int demo_proc_find_exe(const char *explicit_path, const char *const *candidates, const char *name,
-                       char *out, size_t n);
+int demo_proc_find_exe(const char *explicit_path, const char *const *candidates, const char *name, char *out, size_t n);
 
 /* Removes a directory tree (best effort). */
 void demo_proc_rmtree(const char *dir);

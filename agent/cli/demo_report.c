@@ -52,8 +52,8 @@ int demo_row_add_ledger(demo_row *row, const json_t *stats) {
     row->p_accepted = get_int(d, "accepted");
     row->p_429 = get_int(d, "status_429");
     row->p_abandoned = get_int(d, "abandoned");
-    row->p_other = get_int(d, "status_503") + get_int(d, "status_400") + get_int(d, "status_404") +
-                   get_int(d, "other_errors");
+    row->p_other =
+        get_int(d, "status_503") + get_int(d, "status_400") + get_int(d, "status_404") + get_int(d, "other_errors");
     row->p_first_accept_ms = get_num(d, "first_accept_ms", -1);
     row->p_last_accept_ms = get_num(d, "last_accept_ms", -1);
     return 0;
@@ -113,8 +113,8 @@ void demo_report_header(FILE *f, const demo_setup *s) {
 }
 
 void demo_report_columns(FILE *f) {
-    fprintf(f, "%-24s %13s %7s %6s %8s %8s %8s %8s %8s %6s\n", "strategy", "completed", "gave up", "429s",
-            "attempts", "p50", "p99", "wall", "eff RPM", "util");
+    fprintf(f, "%-24s %13s %7s %6s %8s %8s %8s %8s %8s %6s\n", "strategy", "completed", "gave up", "429s", "attempts",
+            "p50", "p99", "wall", "eff RPM", "util");
 }
 
 void demo_report_row(FILE *f, const demo_row *r) {
@@ -128,17 +128,15 @@ void demo_report_row(FILE *f, const demo_row *r) {
     else snprintf(util, sizeof(util), "-");
     fprintf(f, "%-24s %13s %7lld %6lld %8lld %8s %8s %8s %8.1f %6s\n", r->st->name, done, r->c_gave_up, r->p_429,
             r->p_requests, r->nlat ? secs(r->p50_ms, p50, sizeof(p50)) : "-",
-            r->nlat ? secs(r->p99_ms, p99, sizeof(p99)) : "-", secs(r->wall_ms, wall, sizeof(wall)), r->eff_rpm,
-            util);
+            r->nlat ? secs(r->p99_ms, p99, sizeof(p99)) : "-", secs(r->wall_ms, wall, sizeof(wall)), r->eff_rpm, util);
 }
 
 void demo_report_footer(FILE *f, const demo_setup *s) {
     (void)s;
-    fprintf(f,
-            "\ncompleted, 429s, attempts: the provider's own ledger (sluice mock). gave up, p50, p99, wall:\n"
-            "the clients'. eff RPM: completed per minute of wall. util: ((completed - burst) / rate) over the\n"
-            "time between the provider's first and last accept; 100 %% is the deployment's full rate.\n"
-            "Each strategy starts from a fresh deployment (full bucket). See docs/demo.md.\n");
+    fprintf(f, "\ncompleted, 429s, attempts: the provider's own ledger (sluice mock). gave up, p50, p99, wall:\n"
+               "the clients'. eff RPM: completed per minute of wall. util: ((completed - burst) / rate) over the\n"
+               "time between the provider's first and last accept; 100 %% is the deployment's full rate.\n"
+               "Each strategy starts from a fresh deployment (full bucket). See docs/demo.md.\n");
 }
 
 /* ---- JSON ----------------------------------------------------------------------- */
@@ -173,10 +171,10 @@ static json_t *row_json(const demo_row *r) {
                         json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "completed",
                                   (json_int_t)r->c_completed, "gave_up", (json_int_t)r->c_gave_up, "attempts",
                                   (json_int_t)r->c_attempts, "status_429", (json_int_t)r->c_429, "http_errors",
-                                  (json_int_t)r->c_http_errors, "transport_errors",
-                                  (json_int_t)r->c_transport_errors, "sheds", (json_int_t)r->c_sheds,
-                                  "retry_denied", (json_int_t)r->c_retry_denied, "sluice_errors",
-                                  (json_int_t)r->c_sluice_errors, "settle_errors", (json_int_t)r->c_settle_errors));
+                                  (json_int_t)r->c_http_errors, "transport_errors", (json_int_t)r->c_transport_errors,
+                                  "sheds", (json_int_t)r->c_sheds, "retry_denied", (json_int_t)r->c_retry_denied,
+                                  "sluice_errors", (json_int_t)r->c_sluice_errors, "settle_errors",
+                                  (json_int_t)r->c_settle_errors));
     return o;
 }
 
@@ -191,8 +189,8 @@ json_t *demo_report_json(const demo_setup *s, const demo_row *rows, int nrows) {
     }
     if (!arr) return NULL;
     return json_pack("{s:{s:i, s:I, s:f, s:f, s:[f,f], s:i, s:f, s:I, s:s}, s:f, s:o}", "setup", "processes",
-                     s->processes, "requests", (json_int_t)s->requests, "rpm", s->rpm, "burst", s->burst,
-                     "service_ms", s->service_min_ms, s->service_max_ms, "attempts", s->attempts, "time_scale",
-                     s->time_scale, "jitter_ms", (json_int_t)s->jitter_ms, "redis", s->redis, "floor_ms",
-                     demo_floor_ms(s), "strategies", arr);
+                     s->processes, "requests", (json_int_t)s->requests, "rpm", s->rpm, "burst", s->burst, "service_ms",
+                     s->service_min_ms, s->service_max_ms, "attempts", s->attempts, "time_scale", s->time_scale,
+                     "jitter_ms", (json_int_t)s->jitter_ms, "redis", s->redis, "floor_ms", demo_floor_ms(s),
+                     "strategies", arr);
 }

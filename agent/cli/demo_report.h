@@ -29,26 +29,26 @@ typedef struct demo_setup {
     double service_min_ms, service_max_ms;
     int attempts;
     double time_scale;
-    long long jitter_ms;      /* sluiced's jitter_ms */
-    const char *redis;        /* "ephemeral" or the URL given */
+    long long jitter_ms; /* sluiced's jitter_ms */
+    const char *redis;   /* "ephemeral" or the URL given */
 } demo_setup;
 
 typedef struct demo_row {
     const demo_strategy *st;
     const char *deployment;
-    int ok;                   /* the run finished and its ledger was read */
-    char error[160];          /* why not */
+    int ok;          /* the run finished and its ledger was read */
+    char error[160]; /* why not */
     /* the provider's ledger for the run's deployment */
     long long p_requests, p_accepted, p_429, p_other, p_abandoned;
     double p_first_accept_ms, p_last_accept_ms; /* < 0: none */
     /* the clients' totals, summed over the processes */
     long long c_completed, c_gave_up, c_attempts, c_429, c_http_errors, c_transport_errors;
     long long c_sheds, c_retry_denied, c_sluice_errors, c_settle_errors;
-    double wall_ms;           /* go until the last request finished (any outcome) */
-    double *latency_ms;       /* completed requests, sorted after demo_row_finish */
+    double wall_ms;     /* go until the last request finished (any outcome) */
+    double *latency_ms; /* completed requests, sorted after demo_row_finish */
     size_t nlat, caplat;
     /* derived by demo_row_finish */
-    double p50_ms, p99_ms, eff_rpm, util;  /* util < 0: not defined */
+    double p50_ms, p99_ms, eff_rpm, util; /* util < 0: not defined */
 } demo_row;
 
 /* Adds one worker's "result" document. Returns 0, or -1 if malformed or

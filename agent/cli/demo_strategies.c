@@ -8,8 +8,7 @@
 const demo_strategy demo_strategies[DEMO_NSTRATEGIES] = {
     {"A", "A exp backoff", 0, DEMO_WAIT_BACKOFF, 0,
      "all requests in flight, exponential backoff with full jitter (base 200 ms), ignores Retry-After"},
-    {"B", "B Retry-After", 0, DEMO_WAIT_RETRY_AFTER, 0,
-     "all requests in flight, sleeps Retry-After"},
+    {"B", "B Retry-After", 0, DEMO_WAIT_RETRY_AFTER, 0, "all requests in flight, sleeps Retry-After"},
     {"C", "C sem(4) + Retry-After", 4, DEMO_WAIT_RETRY_AFTER, 0,
      "semaphore of 4 in flight per process, sleeps Retry-After"},
     {"D", "D sem(1) + Retry-After", 1, DEMO_WAIT_RETRY_AFTER, 0,

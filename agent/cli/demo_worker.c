@@ -38,9 +38,9 @@
 #include "cli_flags.h"
 #include "demo.h"
 
-#define MAX_TOKENS 64              /* max_tokens of every request */
-#define MAX_HEADERS 48             /* response headers kept per response */
-#define MAX_BODY (256 * 1024)      /* response body kept */
+#define MAX_TOKENS 64         /* max_tokens of every request */
+#define MAX_HEADERS 48        /* response headers kept per response */
+#define MAX_BODY (256 * 1024) /* response body kept */
 #define HTTP_TIMEOUT_MS 120000L
 #define MAX_SHEDS_PER_REQUEST 1000 /* a request shed this often gives up */
 #define THREAD_STACK (512 * 1024)
@@ -89,7 +89,7 @@ typedef struct worker {
     const worker_opts *o;
     const demo_strategy *st;
     int threads;
-    atomic_llong next;          /* next request index to take */
+    atomic_llong next; /* next request index to take */
     /* start barrier */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -145,8 +145,7 @@ static double now_ms(void) { return (double)now_ns() / 1e6; }
 static void sleep_ms(double ms) {
     if (!(ms > 0)) return;
     struct timespec ts = {(time_t)(ms / 1000), (long)(fmod(ms, 1000.0) * 1e6)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 /* splitmix64 */
@@ -318,8 +317,7 @@ static void sluice_settle(thread_ctx *t, const char *grant, long long tokens, co
     }
     redisReply *r = redisCommandArgv(t->rc, argc, argv, NULL);
     if (!r || r->type == REDIS_REPLY_ERROR) {
-        fprintf(stderr, "sluice demo-worker %s: SETTLE %s: %s\n", w->o->worker_id, grant,
-                r ? r->str : t->rc->errstr);
+        fprintf(stderr, "sluice demo-worker %s: SETTLE %s: %s\n", w->o->worker_id, grant, r ? r->str : t->rc->errstr);
         pthread_mutex_lock(&w->mu);
         w->settle_errors++;
         pthread_mutex_unlock(&w->mu);
@@ -369,8 +367,8 @@ static req_end run_request(thread_ctx *t, long long idx) {
     const demo_strategy *st = w->st;
     char content[128], body[256];
     snprintf(content, sizeof(content), "Summarise document %lld of the nightly import in one line.", idx);
-    snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d}",
-             content, MAX_TOKENS);
+    snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d}", content,
+             MAX_TOKENS);
     long long estimate = (long long)((strlen(content) + 3) / 4) + MAX_TOKENS; /* as the mock charges */
     int sheds = 0;
     for (long long a = 0; a < o->attempts; a++) {
@@ -390,8 +388,7 @@ static req_end run_request(thread_ctx *t, long long idx) {
         }
         if (st->paced) pace(w);
         if (st->in_flight > 0)
-            while (sem_wait(&w->gate) != 0 && errno == EINTR) {
-            }
+            while (sem_wait(&w->gate) != 0 && errno == EINTR) {}
         count(w, &w->attempts);
         http_post(t, body);
         if (st->in_flight > 0) sem_post(&w->gate);
@@ -523,17 +520,14 @@ static void thread_cleanup(thread_ctx *t) {
 static void print_result(worker *w) {
     json_t *lat = json_array();
     for (size_t i = 0; i < w->nlat; i++) json_array_append_new(lat, json_real(w->latency_ms[i]));
-    json_t *doc = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:o}",
-                            "worker", w->o->worker_id, "strategy", w->st->id, "requests", (json_int_t)w->o->requests,
-                            "completed", (json_int_t)w->completed, "gave_up", (json_int_t)w->gave_up,
-                            "attempts", (json_int_t)w->attempts, "status_429", (json_int_t)w->status_429,
-                            "http_errors", (json_int_t)w->http_errors,
-                            "transport_errors", (json_int_t)w->transport_errors, "sheds", (json_int_t)w->sheds,
-                            "retry_denied", (json_int_t)w->retry_denied,
-                            "sluice_errors", (json_int_t)w->sluice_errors,
-                            "settle_errors", (json_int_t)w->settle_errors,
-                            "end_ms", w->end_ns > 0 ? (double)(w->end_ns - w->t0_ns) / 1e6 : 0.0, "latency_ms",
-                            lat);
+    json_t *doc = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:o}", "worker",
+                            w->o->worker_id, "strategy", w->st->id, "requests", (json_int_t)w->o->requests, "completed",
+                            (json_int_t)w->completed, "gave_up", (json_int_t)w->gave_up, "attempts",
+                            (json_int_t)w->attempts, "status_429", (json_int_t)w->status_429, "http_errors",
+                            (json_int_t)w->http_errors, "transport_errors", (json_int_t)w->transport_errors, "sheds",
+                            (json_int_t)w->sheds, "retry_denied", (json_int_t)w->retry_denied, "sluice_errors",
+                            (json_int_t)w->sluice_errors, "settle_errors", (json_int_t)w->settle_errors, "end_ms",
+                            w->end_ns > 0 ? (double)(w->end_ns - w->t0_ns) / 1e6 : 0.0, "latency_ms", lat);
     char *s = doc ? json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
     if (s) {
         write_all(1, "result ", 7);
@@ -562,8 +556,13 @@ static int read_go(long long *t0) {
 }
 
 int cmd_demo_worker(int argc, char **argv) {
-    worker_opts o = {.settle_headers = "all", .requests = 1, .attempts = 10, .max_wait_ms = 60000,
-                     .seed = 1, .time_scale = 1, .rpm = 60};
+    worker_opts o = {.settle_headers = "all",
+                     .requests = 1,
+                     .attempts = 10,
+                     .max_wait_ms = 60000,
+                     .seed = 1,
+                     .time_scale = 1,
+                     .rpm = 60};
     if (cli_parse("demo-worker", worker_flags, WORKER_NFLAGS, &o, argc, argv) != 0) return 2;
     if (o.help) {
         printf("usage: sluice demo-worker [OPTIONS]\n\n"

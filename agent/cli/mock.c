@@ -16,9 +16,7 @@
 
 /* ---- randomness: xoshiro256**, seeded by splitmix64 -------------------- */
 
-static uint64_t rotl(uint64_t x, int k) {
-    return (x << k) | (x >> (64 - k));
-}
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 static void rng_seed(uint64_t s[4], uint64_t seed) {
     for (int i = 0; i < 4; i++) {
@@ -45,9 +43,7 @@ uint64_t mock_rng_range(uint64_t s[4], uint64_t lo, uint64_t hi) {
     return hi <= lo ? lo : lo + rng_next(s) % (hi - lo + 1);
 }
 
-double mock_rng_unit(uint64_t s[4]) {
-    return (double)(rng_next(s) >> 11) * 0x1.0p-53;
-}
+double mock_rng_unit(uint64_t s[4]) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
 
 /* ---- formatting helpers ----------------------------------------------- */
 
@@ -83,9 +79,7 @@ void mock_call_header(mock_call *c, const char *fmt, ...) {
     if (n > 0 && (size_t)n < sizeof(c->headers) - c->hlen) c->hlen += (size_t)n;
 }
 
-uint64_t mock_ceil_ms(double ms) {
-    return ms <= 0 ? 0 : (uint64_t)ceil(ms - 1e-9);
-}
+uint64_t mock_ceil_ms(double ms) { return ms <= 0 ? 0 : (uint64_t)ceil(ms - 1e-9); }
 
 /* ---- deployments ------------------------------------------------------ */
 
@@ -93,8 +87,8 @@ int mock_name_ok(const char *s) {
     size_t n = strlen(s);
     if (n == 0 || n > MOCK_NAME_MAX) return 0;
     for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-              *s == '-' || *s == '_' || *s == '.'))
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '-' ||
+              *s == '_' || *s == '.'))
             return 0;
     return 1;
 }
@@ -107,8 +101,7 @@ double mock_capacity(const mock *m, mock_dim dim, double per_min) {
 static void dep_fill(const mock *m, mock_deployment *d, double now_ms) {
     for (int k = 0; k < MOCK_DIMS; k++)
         if (d->per_min[k] > 0)
-            mock_bucket_init(&d->b[k], mock_capacity(m, (mock_dim)k, d->per_min[k]),
-                             d->per_min[k] / 60000.0, now_ms);
+            mock_bucket_init(&d->b[k], mock_capacity(m, (mock_dim)k, d->per_min[k]), d->per_min[k] / 60000.0, now_ms);
 }
 
 /* A new deployment with the current default limits. */
@@ -153,8 +146,7 @@ double mock_dep_admit(mock_deployment *d, const double cost[MOCK_DIMS], mock_dim
     return 0;
 }
 
-void mock_dep_set_limit(const mock *m, mock_deployment *d, mock_dim dim, double per_min,
-                        double now_ms) {
+void mock_dep_set_limit(const mock *m, mock_deployment *d, mock_dim dim, double per_min, double now_ms) {
     if (per_min <= 0) {
         d->per_min[dim] = 0;
         return;
@@ -183,13 +175,12 @@ void mock_fmt_rfc3339(char *out, size_t n, double unix_ms) {
         snprintf(out, n, "1970-01-01T00:00:00.000Z");
         return;
     }
-    snprintf(out, n, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+    snprintf(out, n, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+             tm.tm_min, tm.tm_sec, (int)(ms % 1000));
 }
 
 uint64_t mock_draw_output(mock *m, uint64_t max_tokens) {
-    if (m->opt.completion_tokens)
-        return m->opt.completion_tokens < max_tokens ? m->opt.completion_tokens : max_tokens;
+    if (m->opt.completion_tokens) return m->opt.completion_tokens < max_tokens ? m->opt.completion_tokens : max_tokens;
     return mock_rng_range(m->rng, 1, max_tokens);
 }
 
@@ -201,8 +192,8 @@ uint64_t mock_retry_after_s(uint64_t ms) {
 /* ---- responses -------------------------------------------------------- */
 
 static const char *outcome_name(mock_outcome o) {
-    static const char *names[] = {"accepted", "429", "429-quota", "503", "400",
-                                  "404", "error", "400-credit", "429-injected"};
+    static const char *names[] = {"accepted", "429",   "429-quota",  "503",         "400",
+                                  "404",      "error", "400-credit", "429-injected"};
     return names[o];
 }
 
@@ -210,20 +201,17 @@ static const char *outcome_name(mock_outcome o) {
  * accepted call gets a mock_pending as its request's udata, so the ledger
  * hears when it is abandoned. Returns -1 when that cannot be allocated
  * (the call is counted all the same). */
-static int call_record(mock_call *c, int status, mock_outcome o, const mock_charge *ch,
-                       const mock_events *e) {
+static int call_record(mock_call *c, int status, mock_outcome o, const mock_charge *ch, const mock_events *e) {
     mock *m = c->m;
     mock_ledger_ref ref;
     mock_ledger_record(m->ledger, c->deployment, c->client, o, c->now_ms, ch, &ref);
     if (m->opt.log)
-        fprintf(m->opt.log, "%.3f %s %s %s %d %s\n", c->now_ms, c->client,
-                c->deployment ? c->deployment : "-", mock_http_path(c->req), status,
-                outcome_name(o));
+        fprintf(m->opt.log, "%.3f %s %s %s %d %s\n", c->now_ms, c->client, c->deployment ? c->deployment : "-",
+                mock_http_path(c->req), status, outcome_name(o));
     ++m->next_id;
     if (c->style == MOCK_ANTHROPIC)
         mock_call_header(c, "request-id: req_mock_%llu\r\n", (unsigned long long)m->next_id);
-    else
-        mock_call_header(c, "x-request-id: mock-%llu\r\n", (unsigned long long)m->next_id);
+    else mock_call_header(c, "x-request-id: mock-%llu\r\n", (unsigned long long)m->next_id);
     if (o != MOCK_ACCEPTED) return 0;
     mock_pending *p = calloc(1, sizeof(*p));
     if (!p) return -1;
@@ -246,8 +234,8 @@ static void call_oom(mock_call *c) {
 
 /* Sends body (a JSON value, consumed) with status, counts the call in the
  * ledger and logs it. */
-void mock_call_finish(mock_call *c, int status, mock_outcome o, json_t *body,
-                      const mock_charge *ch, uint64_t delay_ms) {
+void mock_call_finish(mock_call *c, int status, mock_outcome o, json_t *body, const mock_charge *ch,
+                      uint64_t delay_ms) {
     char *text = body ? json_dumps(body, MOCK_JSON_FLAGS) : NULL;
     json_decref(body);
     if (call_record(c, status, o, ch, NULL) != 0) {
@@ -262,8 +250,8 @@ void mock_call_finish(mock_call *c, int status, mock_outcome o, json_t *body,
     free(text);
 }
 
-void mock_call_finish_stream(mock_call *c, mock_events *e, const mock_charge *ch,
-                             uint64_t start_ms, uint64_t service_ms) {
+void mock_call_finish_stream(mock_call *c, mock_events *e, const mock_charge *ch, uint64_t start_ms,
+                             uint64_t service_ms) {
     mock_http_piece pieces[MOCK_STREAM_MAX_EVENTS];
     if (call_record(c, 200, MOCK_ACCEPTED, ch, e) != 0 || e->oom || e->n == 0) {
         mock_events_free(e);
@@ -273,14 +261,12 @@ void mock_call_finish_stream(mock_call *c, mock_events *e, const mock_charge *ch
     /* The first event goes out with the headers; the last one when the
      * service time is over, as the non-streamed answer would. */
     for (size_t i = 0; i < e->n; i++)
-        pieces[i] = (mock_http_piece){e->text[i], e->len[i],
-                                      start_ms + (e->n > 1 ? service_ms * i / (e->n - 1) : 0)};
+        pieces[i] = (mock_http_piece){e->text[i], e->len[i], start_ms + (e->n > 1 ? service_ms * i / (e->n - 1) : 0)};
     mock_http_respond_stream(c->req, 200, c->headers, "text/event-stream", pieces, e->n);
     mock_events_free(e);
 }
 
-void mock_events_add(mock_events *e, const char *name, json_t *data, const char *raw,
-                     uint32_t generated) {
+void mock_events_add(mock_events *e, const char *name, json_t *data, const char *raw, uint32_t generated) {
     char *json = data ? json_dumps(data, MOCK_JSON_FLAGS) : NULL;
     json_decref(data);
     if (!raw) raw = json;
@@ -296,8 +282,7 @@ void mock_events_add(mock_events *e, const char *name, json_t *data, const char 
         free(json);
         return;
     }
-    int len = name ? snprintf(t, n, "event: %s\ndata: %s\n\n", name, raw)
-                   : snprintf(t, n, "data: %s\n\n", raw);
+    int len = name ? snprintf(t, n, "event: %s\ndata: %s\n\n", name, raw) : snprintf(t, n, "data: %s\n\n", raw);
     free(json);
     e->text[e->n] = t;
     e->len[e->n] = (size_t)len;
@@ -311,8 +296,7 @@ void mock_events_free(mock_events *e) {
 }
 
 char *mock_words(uint64_t from, uint64_t count) {
-    static const char *words[] = {"The", "mock", "says", "ok", "and", "counts", "every",
-                                  "token", "it", "sees"};
+    static const char *words[] = {"The", "mock", "says", "ok", "and", "counts", "every", "token", "it", "sees"};
     const size_t nw = sizeof(words) / sizeof(words[0]);
     if (from >= MOCK_TEXT_WORDS) count = 0;
     else if (count > MOCK_TEXT_WORDS - from) count = MOCK_TEXT_WORDS - from;
@@ -339,16 +323,12 @@ json_t *mock_azure_error(const char *code, const char *message) {
     return json_pack("{s{ssss}}", "error", "code", code, "message", message);
 }
 
-json_t *mock_openai_error(const char *message, const char *type, const char *param,
-                          const char *code) {
+json_t *mock_openai_error(const char *message, const char *type, const char *param, const char *code) {
     return json_pack("{s{sssssoso}}", "error", "message", message, "type", type, "param",
-                     param ? json_string(param) : json_null(), "code",
-                     code ? json_string(code) : json_null());
+                     param ? json_string(param) : json_null(), "code", code ? json_string(code) : json_null());
 }
 
-void mock_call_not_found(mock_call *c, json_t *body) {
-    mock_call_finish(c, 404, MOCK_NOT_FOUND, body, NULL, 0);
-}
+void mock_call_not_found(mock_call *c, json_t *body) { mock_call_finish(c, 404, MOCK_NOT_FOUND, body, NULL, 0); }
 
 static int query_has(const char *q, const char *kv) {
     size_t n = strlen(kv);
@@ -400,8 +380,7 @@ static int route_match(const mock_route *r, const char *path, char *name, size_t
     size_t pl = strlen(r->prefix);
     if (!r->suffix) return strcmp(path, r->prefix) == 0;
     size_t len = strlen(path), sl = strlen(r->suffix);
-    if (len <= pl + sl || strncmp(path, r->prefix, pl) != 0 || strcmp(path + len - sl, r->suffix))
-        return 0;
+    if (len <= pl + sl || strncmp(path, r->prefix, pl) != 0 || strcmp(path + len - sl, r->suffix)) return 0;
     size_t nl = len - pl - sl;
     if (memchr(path + pl, '/', nl) || nl >= n) return 0;
     memcpy(name, path + pl, nl);
@@ -430,8 +409,7 @@ static void mock_on_request(mock_http_req *req, void *arg) {
     int status = mock_http_error_status(req, &reason);
     if (status) {
         char msg[256];
-        snprintf(msg, sizeof(msg), "%s: %s",
-                 status == 413 ? "request too large" : "malformed HTTP request", reason);
+        snprintf(msg, sizeof(msg), "%s: %s", status == 413 ? "request too large" : "malformed HTTP request", reason);
         mock_call_finish(&c, status, status == 400 ? MOCK_BAD_REQUEST : MOCK_OTHER_ERROR,
                          mock_openai_error(msg, "invalid_request_error", NULL, NULL), NULL, 0);
         return;
@@ -444,8 +422,7 @@ static void mock_on_request(mock_http_req *req, void *arg) {
             char allow[64];
             snprintf(allow, sizeof(allow), "Allow: %s\r\n", r->method);
             mock_call_header(&c, "%s", allow);
-            mock_call_finish(&c, 405, MOCK_OTHER_ERROR,
-                             mock_azure_error("405", "Method not allowed"), NULL, 0);
+            mock_call_finish(&c, 405, MOCK_OTHER_ERROR, mock_azure_error("405", "Method not allowed"), NULL, 0);
             return;
         }
         r->handler(&c, name);
@@ -505,8 +482,8 @@ static void neighbour_tick(uv_timer_t *t) {
         mock_dim longest;
         mock_dep_refill(d, now);
         double wait = mock_dep_admit(d, cost, &longest);
-        mock_ledger_record(m->ledger, e->key, MOCK_NEIGHBOUR,
-                           wait > 0 ? MOCK_RATE_LIMITED : MOCK_ACCEPTED, now, &ch, NULL);
+        mock_ledger_record(m->ledger, e->key, MOCK_NEIGHBOUR, wait > 0 ? MOCK_RATE_LIMITED : MOCK_ACCEPTED, now, &ch,
+                           NULL);
     }
     /* Due times advance by the exact interval, so the long-run rate is exact
      * even when the timer fires late. */
@@ -542,29 +519,22 @@ static int options_check(const mock_options *o, char *err, size_t n) {
     if (!(o->rpm > 0) || !isfinite(o->rpm)) return fail(err, n, "rpm must be > 0");
     if (o->burst < 0 || !isfinite(o->burst)) return fail(err, n, "burst must be >= 0");
     if (o->tpm < 0 || !isfinite(o->tpm)) return fail(err, n, "tpm must be >= 0");
-    if (o->token_burst < 0 || !isfinite(o->token_burst))
-        return fail(err, n, "token burst must be >= 0");
+    if (o->token_burst < 0 || !isfinite(o->token_burst)) return fail(err, n, "token burst must be >= 0");
     if (o->itpm < 0 || !isfinite(o->itpm)) return fail(err, n, "itpm must be >= 0");
-    if (o->input_burst < 0 || !isfinite(o->input_burst))
-        return fail(err, n, "input burst must be >= 0");
+    if (o->input_burst < 0 || !isfinite(o->input_burst)) return fail(err, n, "input burst must be >= 0");
     if (o->otpm < 0 || !isfinite(o->otpm)) return fail(err, n, "otpm must be >= 0");
-    if (o->output_burst < 0 || !isfinite(o->output_burst))
-        return fail(err, n, "output burst must be >= 0");
+    if (o->output_burst < 0 || !isfinite(o->output_burst)) return fail(err, n, "output burst must be >= 0");
     if (o->service_ms_min > o->service_ms_max)
-        return fail(err, n, "service time range is empty (%u > %u)", o->service_ms_min,
-                    o->service_ms_max);
+        return fail(err, n, "service time range is empty (%u > %u)", o->service_ms_min, o->service_ms_max);
     if (o->neighbour_rpm < 0 || !isfinite(o->neighbour_rpm) || o->neighbour_rpm > 600000)
         return fail(err, n, "neighbour rpm must be in 0..600000");
-    if (!(o->fail_503 >= 0 && o->fail_503 <= 1))
-        return fail(err, n, "503 probability must be in [0, 1]");
+    if (!(o->fail_503 >= 0 && o->fail_503 <= 1)) return fail(err, n, "503 probability must be in [0, 1]");
     if (o->max_body < 1) return fail(err, n, "max body must be >= 1");
     for (size_t i = 0; i < o->n_deployments; i++)
         if (!o->deployments[i] || !mock_name_ok(o->deployments[i]))
-            return fail(err, n,
-                        "deployment name '%s' is invalid (1-%d of A-Z a-z 0-9 . _ -)",
+            return fail(err, n, "deployment name '%s' is invalid (1-%d of A-Z a-z 0-9 . _ -)",
                         o->deployments[i] ? o->deployments[i] : "", MOCK_NAME_MAX);
-    if (o->n_deployments > MOCK_MAX_DEPLOYMENTS)
-        return fail(err, n, "at most %d deployments", MOCK_MAX_DEPLOYMENTS);
+    if (o->n_deployments > MOCK_MAX_DEPLOYMENTS) return fail(err, n, "at most %d deployments", MOCK_MAX_DEPLOYMENTS);
     return 0;
 }
 
@@ -607,8 +577,7 @@ int mock_start(uv_loop_t *loop, const mock_options *o, mock **out, char *err, si
         /* The wall clock at t0, for reset times that must be absolute. */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        m->wall0_ms = (double)ts.tv_sec * 1000 + ts.tv_nsec / 1e6 -
-                      (double)(uv_hrtime() - m->t0_ns) / 1e6;
+        m->wall0_ms = (double)ts.tv_sec * 1000 + ts.tv_nsec / 1e6 - (double)(uv_hrtime() - m->t0_ns) / 1e6;
     }
     rng_seed(m->rng, o->seed);
     for (size_t i = 0; i < o->n_deployments; i++) {
@@ -643,9 +612,7 @@ oom:
     return fail(err, errlen, "out of memory"), UV_ENOMEM;
 }
 
-int mock_port(const mock *m) {
-    return m->port;
-}
+int mock_port(const mock *m) { return m->port; }
 
 double mock_now_ms(const mock *m) {
     /* Whole microseconds: printed with 15 significant digits (the ledger's
@@ -676,19 +643,16 @@ json_t *mock_stats(const mock *m) {
     json_t *stats = mock_ledger_json(m->ledger);
     if (!stats) return NULL;
     json_t *fixed = json_array();
-    for (size_t i = 0; i < o->n_deployments; i++)
-        json_array_append_new(fixed, json_string(m->fixed[i]));
+    for (size_t i = 0; i < o->n_deployments; i++) json_array_append_new(fixed, json_string(m->fixed[i]));
     /* The defaults new deployments get; each deployment says its own. */
     json_t *cfg = mock_limits_json(m, NULL);
     json_t *more = json_pack(
-        "{ss si s[ii] si si sf si sf si sb sI so sI si sb sI}", "host", o->host, "port",
-        mock_port(m), "service_ms", (int)o->service_ms_min, (int)o->service_ms_max, "slow_ms",
-        (int)o->slow_ms, "completion_tokens", (int)o->completion_tokens, "neighbour_rpm",
-        o->neighbour_rpm, "neighbour_tokens", (int)o->neighbour_tokens, "fail_503", o->fail_503,
-        "retry_after_503", (int)o->retry_after_503, "quota_exhausted", o->quota_exhausted, "seed",
-        (json_int_t)o->seed, "deployments", fixed, "max_body", (json_int_t)o->max_body,
-        "cache_read_tokens", (int)o->cache_read_tokens, "headers", m->headers, "inject_429",
-        (json_int_t)m->inject_429);
+        "{ss si s[ii] si si sf si sf si sb sI so sI si sb sI}", "host", o->host, "port", mock_port(m), "service_ms",
+        (int)o->service_ms_min, (int)o->service_ms_max, "slow_ms", (int)o->slow_ms, "completion_tokens",
+        (int)o->completion_tokens, "neighbour_rpm", o->neighbour_rpm, "neighbour_tokens", (int)o->neighbour_tokens,
+        "fail_503", o->fail_503, "retry_after_503", (int)o->retry_after_503, "quota_exhausted", o->quota_exhausted,
+        "seed", (json_int_t)o->seed, "deployments", fixed, "max_body", (json_int_t)o->max_body, "cache_read_tokens",
+        (int)o->cache_read_tokens, "headers", m->headers, "inject_429", (json_int_t)m->inject_429);
     if (!cfg || !more || json_object_update(cfg, more) != 0) {
         json_decref(cfg);
         cfg = NULL;
@@ -702,8 +666,8 @@ json_t *mock_stats(const mock *m) {
     }
     /* The limits in force and the live bucket levels, next to the counts
      * of each deployment. */
-    static const char *const level_names[MOCK_DIMS] = {"remaining_requests", "remaining_tokens",
-                                                       "remaining_input", "remaining_output"};
+    static const char *const level_names[MOCK_DIMS] = {"remaining_requests", "remaining_tokens", "remaining_input",
+                                                       "remaining_output"};
     json_t *deps = json_object_get(stats, "deployments");
     double now = mock_now_ms(m);
     for (mock_map_entry *e = m->deps.first; e; e = e->next) {
@@ -713,8 +677,7 @@ json_t *mock_stats(const mock *m) {
         mock_dep_refill(&copy, now);
         json_object_set_new(d, "limits", mock_limits_json(m, &copy));
         for (int k = 0; k < MOCK_DIMS; k++)
-            if (copy.per_min[k] > 0)
-                json_object_set_new(d, level_names[k], json_real(copy.b[k].level));
+            if (copy.per_min[k] > 0) json_object_set_new(d, level_names[k], json_real(copy.b[k].level));
     }
     return stats;
 }
@@ -749,9 +712,7 @@ int mock_set_faults(mock *m, double fail_503, int quota_exhausted) {
     return 0;
 }
 
-void mock_totals(const mock *m, mock_counts *out) {
-    mock_ledger_totals(m->ledger, out);
-}
+void mock_totals(const mock *m, mock_counts *out) { mock_ledger_totals(m->ledger, out); }
 
 static void mock_closed_one(mock *m) {
     if (--m->pending_closes > 0) return;
@@ -759,13 +720,9 @@ static void mock_closed_one(mock *m) {
     mock_free(m);
 }
 
-static void mock_http_closed(void *arg) {
-    mock_closed_one(arg);
-}
+static void mock_http_closed(void *arg) { mock_closed_one(arg); }
 
-static void mock_neighbour_closed(uv_handle_t *h) {
-    mock_closed_one(h->data);
-}
+static void mock_neighbour_closed(uv_handle_t *h) { mock_closed_one(h->data); }
 
 void mock_stop(mock *m, void (*done)(mock *, void *), void *arg) {
     m->done = done;

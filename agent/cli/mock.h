@@ -35,32 +35,32 @@ typedef struct mock mock;
 
 /* Filled by mock_options_init(); new fields are only ever added at the end. */
 typedef struct mock_options {
-    const char *host;                /* bind address, default "127.0.0.1" */
-    int port;                        /* 0: any free port (see mock_port()) */
-    double rpm;                      /* requests per minute per deployment, > 0 */
-    double burst;                    /* request bucket size; 0: max(1, rpm / 6) */
-    double tpm;                      /* tokens per minute; 0: no token limit */
-    double token_burst;              /* token bucket size; 0: max(1, tpm / 6) */
-    unsigned service_ms_min;         /* service time of an accepted call, drawn */
-    unsigned service_ms_max;         /* uniformly in [min, max] */
-    unsigned slow_ms;                /* added to every chat response */
-    unsigned completion_tokens;      /* 0: uniform in [1, max_tokens]; else min(this, max_tokens) */
-    double neighbour_rpm;            /* requests/min another tenant takes from every deployment */
-    unsigned neighbour_tokens;       /* tokens each neighbour request charges */
-    double fail_503;                 /* probability of an injected 503, in [0, 1] */
-    unsigned retry_after_503;        /* Retry-After (s) on injected 503s; 0: none */
-    int quota_exhausted;             /* every chat call: 429 insufficient_quota */
-    uint64_t seed;                   /* PRNG seed (service time, tokens, 503s) */
-    const char *const *deployments;  /* if n_deployments > 0: only these exist */
+    const char *host;               /* bind address, default "127.0.0.1" */
+    int port;                       /* 0: any free port (see mock_port()) */
+    double rpm;                     /* requests per minute per deployment, > 0 */
+    double burst;                   /* request bucket size; 0: max(1, rpm / 6) */
+    double tpm;                     /* tokens per minute; 0: no token limit */
+    double token_burst;             /* token bucket size; 0: max(1, tpm / 6) */
+    unsigned service_ms_min;        /* service time of an accepted call, drawn */
+    unsigned service_ms_max;        /* uniformly in [min, max] */
+    unsigned slow_ms;               /* added to every chat response */
+    unsigned completion_tokens;     /* 0: uniform in [1, max_tokens]; else min(this, max_tokens) */
+    double neighbour_rpm;           /* requests/min another tenant takes from every deployment */
+    unsigned neighbour_tokens;      /* tokens each neighbour request charges */
+    double fail_503;                /* probability of an injected 503, in [0, 1] */
+    unsigned retry_after_503;       /* Retry-After (s) on injected 503s; 0: none */
+    int quota_exhausted;            /* every chat call: 429 insufficient_quota */
+    uint64_t seed;                  /* PRNG seed (service time, tokens, 503s) */
+    const char *const *deployments; /* if n_deployments > 0: only these exist */
     size_t n_deployments;
-    size_t max_body;                 /* request body cap in bytes (413 beyond) */
-    FILE *log;                       /* one line per request, or NULL */
-    double itpm;                     /* Anthropic input tokens per minute; 0: no limit */
-    double input_burst;              /* input bucket size; 0: max(1, itpm / 6) */
-    double otpm;                     /* Anthropic output tokens per minute; 0: no limit */
-    double output_burst;             /* output bucket size; 0: max(1, otpm / 6) */
-    unsigned cache_read_tokens;      /* Anthropic: input tokens read from the cache per call */
-    int no_headers;                  /* send no rate-limit headers */
+    size_t max_body;            /* request body cap in bytes (413 beyond) */
+    FILE *log;                  /* one line per request, or NULL */
+    double itpm;                /* Anthropic input tokens per minute; 0: no limit */
+    double input_burst;         /* input bucket size; 0: max(1, itpm / 6) */
+    double otpm;                /* Anthropic output tokens per minute; 0: no limit */
+    double output_burst;        /* output bucket size; 0: max(1, otpm / 6) */
+    unsigned cache_read_tokens; /* Anthropic: input tokens read from the cache per call */
+    int no_headers;             /* send no rate-limit headers */
 } mock_options;
 
 /* How the mock prints JSON: compact, reals with 15 significant digits. */

@@ -23,24 +23,19 @@
 static json_t *anth_error(const mock *m, const char *type, const char *message) {
     char rid[48];
     snprintf(rid, sizeof(rid), "req_mock_%llu", (unsigned long long)m->next_id + 1);
-    return json_pack("{sss{ssss}ss}", "type", "error", "error", "type", type, "message", message,
-                     "request_id", rid);
+    return json_pack("{sss{ssss}ss}", "type", "error", "error", "type", type, "message", message, "request_id", rid);
 }
 
-static void anth_fail(mock_call *c, int status, mock_outcome o, const char *type,
-                      const char *fmt, ...) {
+static void anth_fail(mock_call *c, int status, mock_outcome o, const char *type, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    mock_call_finish(c, status, o, anth_error(c->m, type, msg), NULL,
-                     c->dep ? c->m->opt.slow_ms : 0);
+    mock_call_finish(c, status, o, anth_error(c->m, type, msg), NULL, c->dep ? c->m->opt.slow_ms : 0);
 }
 
-static int decimals(double v) {
-    return v == floor(v) ? 0 : 3;
-}
+static int decimals(double v) { return v == floor(v) ? 0 : 3; }
 
 /* anthropic-ratelimit-<what>-{limit,remaining,reset} of one bucket now; the
  * reset is the moment it is full again, as an absolute RFC 3339 time. */
@@ -91,8 +86,7 @@ static void count_utf8(const char *s, long long *n) {
  * with a string "type"; text blocks need a string "text") and adds the
  * code points of its text to *n. With text_only (system) every block must
  * be a text block. 0, or -1 with the problem, "<where>...: ...", in why. */
-static int content_chars(json_t *v, int text_only, const char *where, long long *n, char *why,
-                         size_t wn) {
+static int content_chars(json_t *v, int text_only, const char *where, long long *n, char *why, size_t wn) {
     size_t i;
     json_t *block;
     if (json_is_string(v)) {
@@ -136,18 +130,14 @@ static int messages_chars(json_t *msgs, long long *n, char *why, size_t wn) {
     size_t i;
     json_t *msg;
     if (!msgs || json_is_null(msgs)) return snprintf(why, wn, "messages: Field required"), -1;
-    if (!json_is_array(msgs))
-        return snprintf(why, wn, "messages: Input should be a valid list"), -1;
-    if (json_array_size(msgs) == 0)
-        return snprintf(why, wn, "messages: at least one message is required"), -1;
+    if (!json_is_array(msgs)) return snprintf(why, wn, "messages: Input should be a valid list"), -1;
+    if (json_array_size(msgs) == 0) return snprintf(why, wn, "messages: at least one message is required"), -1;
     json_array_foreach(msgs, i, msg) {
         char where[48];
-        if (!json_is_object(msg))
-            return snprintf(why, wn, "messages.%zu: Input should be a valid dictionary", i), -1;
+        if (!json_is_object(msg)) return snprintf(why, wn, "messages.%zu: Input should be a valid dictionary", i), -1;
         const char *role = json_string_value(json_object_get(msg, "role"));
         if (!role || (strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0))
-            return snprintf(why, wn, "messages.%zu.role: Input should be 'user' or 'assistant'", i),
-                   -1;
+            return snprintf(why, wn, "messages.%zu.role: Input should be 'user' or 'assistant'", i), -1;
         json_t *content = json_object_get(msg, "content");
         if (!content) return snprintf(why, wn, "messages.%zu.content: Field required", i), -1;
         snprintf(where, sizeof(where), "messages.%zu.content", i);
@@ -159,28 +149,25 @@ static int messages_chars(json_t *msgs, long long *n, char *why, size_t wn) {
 /* ---- the answer ------------------------------------------------------- */
 
 static json_t *usage_json(uint64_t uncached, uint64_t cached, uint64_t output) {
-    return json_pack("{sIsIsIsI}", "input_tokens", (json_int_t)uncached, "output_tokens",
-                     (json_int_t)output, "cache_read_input_tokens", (json_int_t)cached,
-                     "cache_creation_input_tokens", (json_int_t)0);
+    return json_pack("{sIsIsIsI}", "input_tokens", (json_int_t)uncached, "output_tokens", (json_int_t)output,
+                     "cache_read_input_tokens", (json_int_t)cached, "cache_creation_input_tokens", (json_int_t)0);
 }
 
 /* The Message: content (text, or none yet), stop reason (or null) and
  * usage (consumed). */
-static json_t *message_json(const mock *m, const char *model, const char *text,
-                            const char *stop, json_t *usage) {
+static json_t *message_json(const mock *m, const char *model, const char *text, const char *stop, json_t *usage) {
     char id[48];
     snprintf(id, sizeof(id), "msg_mock_%llu", (unsigned long long)m->next_id + 1);
     json_t *content = text ? json_pack("[{ssss}]", "type", "text", "text", text) : json_array();
-    return json_pack("{sssssssssososnso}", "id", id, "type", "message", "role", "assistant",
-                     "model", model, "content", content, "stop_reason",
-                     stop ? json_string(stop) : json_null(), "stop_sequence", "usage", usage);
+    return json_pack("{sssssssssososnso}", "id", id, "type", "message", "role", "assistant", "model", model, "content",
+                     content, "stop_reason", stop ? json_string(stop) : json_null(), "stop_sequence", "usage", usage);
 }
 
 /* The events of a streamed Message: message_start (the input usage, 1
  * output token so far), one text block in deltas, message_delta with the
  * stop reason and the cumulative output, message_stop. */
-static void message_events(const mock *m, mock_events *e, const char *model, uint64_t uncached,
-                           uint64_t cached, uint64_t output, const char *stop) {
+static void message_events(const mock *m, mock_events *e, const char *model, uint64_t uncached, uint64_t cached,
+                           uint64_t output, const char *stop) {
     uint64_t cum[MOCK_STREAM_DELTAS], done = 0;
     size_t k;
     mock_events_add(e, "message_start",
@@ -188,30 +175,27 @@ static void message_events(const mock *m, mock_events *e, const char *model, uin
                               message_json(m, model, NULL, NULL, usage_json(uncached, cached, 1))),
                     NULL, 0);
     mock_events_add(e, "content_block_start",
-                    json_pack("{sssis{ssss}}", "type", "content_block_start", "index", 0,
-                              "content_block", "type", "text", "text", ""),
+                    json_pack("{sssis{ssss}}", "type", "content_block_start", "index", 0, "content_block", "type",
+                              "text", "text", ""),
                     NULL, 0);
     mock_stream_split(output, cum, &k);
     for (size_t i = 0; i < k; i++) {
         char *text = mock_words(done, cum[i] - done);
         mock_events_add(e, "content_block_delta",
-                        text ? json_pack("{sssis{ssss}}", "type", "content_block_delta", "index",
-                                         0, "delta", "type", "text_delta", "text", text)
+                        text ? json_pack("{sssis{ssss}}", "type", "content_block_delta", "index", 0, "delta", "type",
+                                         "text_delta", "text", text)
                              : NULL,
                         NULL, (uint32_t)cum[i]);
         free(text);
         done = cum[i];
     }
-    mock_events_add(e, "content_block_stop",
-                    json_pack("{sssi}", "type", "content_block_stop", "index", 0), NULL,
+    mock_events_add(e, "content_block_stop", json_pack("{sssi}", "type", "content_block_stop", "index", 0), NULL,
                     (uint32_t)output);
     mock_events_add(e, "message_delta",
-                    json_pack("{sss{sssn}s{sI}}", "type", "message_delta", "delta",
-                              "stop_reason", stop, "stop_sequence", "usage", "output_tokens",
-                              (json_int_t)output),
+                    json_pack("{sss{sssn}s{sI}}", "type", "message_delta", "delta", "stop_reason", stop,
+                              "stop_sequence", "usage", "output_tokens", (json_int_t)output),
                     NULL, (uint32_t)output);
-    mock_events_add(e, "message_stop", json_pack("{ss}", "type", "message_stop"), NULL,
-                    (uint32_t)output);
+    mock_events_add(e, "message_stop", json_pack("{ss}", "type", "message_stop"), NULL, (uint32_t)output);
 }
 
 /* A 429 in Anthropic's shape: retry-after in whole seconds (at least 1),
@@ -240,8 +224,7 @@ void mock_route_anthropic(mock_call *c, const char *unused) {
     c->style = MOCK_ANTHROPIC;
     const char *version = mock_http_header(c->req, "anthropic-version");
     if (!version || !*version) {
-        anth_fail(c, 400, MOCK_BAD_REQUEST, "invalid_request_error",
-                  "anthropic-version: header is required");
+        anth_fail(c, 400, MOCK_BAD_REQUEST, "invalid_request_error", "anthropic-version: header is required");
         return;
     }
     json_t *body = json_loadb(raw, len, 0, &jerr);
@@ -261,8 +244,7 @@ void mock_route_anthropic(mock_call *c, const char *unused) {
         return;
     }
     if (mock_call_resolve(c, model, name, sizeof(name)) != 0) {
-        anth_fail(c, 404, MOCK_NOT_FOUND, "not_found_error", "model: %.*s", MOCK_NAME_MAX + 8,
-                  model);
+        anth_fail(c, 404, MOCK_NOT_FOUND, "not_found_error", "model: %.*s", MOCK_NAME_MAX + 8, model);
         json_decref(body);
         return;
     }
@@ -272,12 +254,9 @@ void mock_route_anthropic(mock_call *c, const char *unused) {
     json_t *system = json_object_get(body, "system");
     long long chars = 0, max_tokens = json_is_integer(mt) ? json_integer_value(mt) : 0;
     int bad = 1;
-    if (!mt || json_is_null(mt))
-        snprintf(why, sizeof(why), "max_tokens: Field required");
-    else if (!json_is_integer(mt))
-        snprintf(why, sizeof(why), "max_tokens: Input should be a valid integer");
-    else if (max_tokens < 1)
-        snprintf(why, sizeof(why), "max_tokens: Input should be greater than or equal to 1");
+    if (!mt || json_is_null(mt)) snprintf(why, sizeof(why), "max_tokens: Field required");
+    else if (!json_is_integer(mt)) snprintf(why, sizeof(why), "max_tokens: Input should be a valid integer");
+    else if (max_tokens < 1) snprintf(why, sizeof(why), "max_tokens: Input should be greater than or equal to 1");
     else if (max_tokens > MOCK_MAX_TOKENS)
         snprintf(why, sizeof(why),
                  "max_tokens: %lld > %d, which is the maximum allowed number of output tokens "
@@ -285,13 +264,11 @@ void mock_route_anthropic(mock_call *c, const char *unused) {
                  max_tokens, MOCK_MAX_TOKENS, name);
     else if (messages_chars(json_object_get(body, "messages"), &chars, why, sizeof(why)) != 0)
         ;
-    else if (system && !json_is_null(system) &&
-             content_chars(system, 1, "system", &chars, why, sizeof(why)) != 0)
+    else if (system && !json_is_null(system) && content_chars(system, 1, "system", &chars, why, sizeof(why)) != 0)
         ;
     else if (stream && !json_is_null(stream) && !json_is_boolean(stream))
         snprintf(why, sizeof(why), "stream: Input should be a valid boolean");
-    else
-        bad = 0;
+    else bad = 0;
     int streaming = json_is_true(stream);
     json_decref(body);
     if (bad) {
@@ -314,8 +291,7 @@ void mock_route_anthropic(mock_call *c, const char *unused) {
     }
     if (m->opt.fail_503 > 0 && mock_rng_unit(m->rng) < m->opt.fail_503) {
         anth_ratelimit_headers(c);
-        if (m->opt.retry_after_503)
-            mock_call_header(c, "retry-after: %u\r\n", m->opt.retry_after_503);
+        if (m->opt.retry_after_503) mock_call_header(c, "retry-after: %u\r\n", m->opt.retry_after_503);
         anth_fail(c, 529, MOCK_UNAVAILABLE, "overloaded_error", "Overloaded");
         return;
     }
@@ -323,8 +299,7 @@ void mock_route_anthropic(mock_call *c, const char *unused) {
         /* As in mock_openai.c; Anthropic sends no retry-after-ms. */
         m->inject_429--;
         anth_ratelimit_headers(c);
-        anth_rate_limited(c, 60000.0 / c->dep->per_min[MOCK_REQUESTS], MOCK_REQUESTS,
-                          MOCK_INJECTED_429);
+        anth_rate_limited(c, 60000.0 / c->dep->per_min[MOCK_REQUESTS], MOCK_REQUESTS, MOCK_INJECTED_429);
         return;
     }
     const double cost[MOCK_DIMS] = {1, MOCK_NO_COST, (double)uncached, (double)max_tokens};
@@ -350,8 +325,7 @@ void mock_route_anthropic(mock_call *c, const char *unused) {
         return;
     }
     char *text = mock_words(0, output);
-    json_t *msg = text ? message_json(m, name, text, stop, usage_json(uncached, cached, output))
-                       : NULL;
+    json_t *msg = text ? message_json(m, name, text, stop, usage_json(uncached, cached, output)) : NULL;
     free(text);
     mock_call_finish(c, 200, MOCK_ACCEPTED, msg, &ch, service + m->opt.slow_ms);
 }

@@ -23,9 +23,7 @@ double mock_bucket_wait_ms(const mock_bucket *b, double cost) {
     return (need - b->level) / b->rate_per_ms;
 }
 
-void mock_bucket_take(mock_bucket *b, double cost) {
-    b->level -= cost;
-}
+void mock_bucket_take(mock_bucket *b, double cost) { b->level -= cost; }
 
 void mock_bucket_give(mock_bucket *b, double amount) {
     b->level += amount;
@@ -44,6 +42,4 @@ double mock_bucket_reset_ms(const mock_bucket *b) {
     return (b->capacity - b->level) / b->rate_per_ms;
 }
 
-double mock_bucket_remaining(const mock_bucket *b) {
-    return b->level > 0 ? floor(b->level) : 0;
-}
+double mock_bucket_remaining(const mock_bucket *b) { return b->level > 0 ? floor(b->level) : 0; }

@@ -110,8 +110,7 @@ static int control_parse(mock *m, const char *q, control_req *r, char **answer) 
                 (m->opt.n_deployments > 0 || m->deps.count >= MOCK_MAX_DEPLOYMENTS))
                 return fail_msg(answer, "bad control '%.*s': no such deployment", p, len);
         } else if (parse_value((control_key)k, v, len - klen - 1, &r->v[k]) != 0) {
-            return fail_msg(answer, "bad control '%.*s': value out of range or malformed", p,
-                            len);
+            return fail_msg(answer, "bad control '%.*s': value out of range or malformed", p, len);
         }
         r->has[k] = 1;
         p += len;
@@ -122,14 +121,12 @@ static int control_parse(mock *m, const char *q, control_req *r, char **answer) 
 
 /* The settings in force, with the limits of deployment d when given. */
 static char *control_answer(const mock *m, const char *name, const mock_deployment *d) {
-    json_t *j = json_pack("{sfsbsfsIsIsbso}", "fail_503", m->opt.fail_503, "quota_exhausted",
-                          m->opt.quota_exhausted, "neighbour_rpm", m->opt.neighbour_rpm,
-                          "neighbour_tokens", (json_int_t)m->opt.neighbour_tokens, "inject_429",
-                          (json_int_t)m->inject_429, "headers", m->headers, "limits",
-                          mock_limits_json(m, NULL));
+    json_t *j =
+        json_pack("{sfsbsfsIsIsbso}", "fail_503", m->opt.fail_503, "quota_exhausted", m->opt.quota_exhausted,
+                  "neighbour_rpm", m->opt.neighbour_rpm, "neighbour_tokens", (json_int_t)m->opt.neighbour_tokens,
+                  "inject_429", (json_int_t)m->inject_429, "headers", m->headers, "limits", mock_limits_json(m, NULL));
     if (j && d)
-        json_object_set_new(j, "deployment",
-                            json_pack("{ssso}", "name", name, "limits", mock_limits_json(m, d)));
+        json_object_set_new(j, "deployment", json_pack("{ssso}", "name", name, "limits", mock_limits_json(m, d)));
     char *text = j ? json_dumps(j, MOCK_JSON_FLAGS) : NULL;
     json_decref(j);
     return text;
@@ -150,8 +147,7 @@ int mock_control(mock *m, const char *query, char **answer) {
                         r.has[K_QUOTA] ? (int)r.v[K_QUOTA] : m->opt.quota_exhausted);
     if (r.has[K_NEIGHBOUR_RPM] || r.has[K_NEIGHBOUR_TOKENS])
         mock_set_neighbour(m, r.has[K_NEIGHBOUR_RPM] ? r.v[K_NEIGHBOUR_RPM] : m->opt.neighbour_rpm,
-                           r.has[K_NEIGHBOUR_TOKENS] ? (unsigned)r.v[K_NEIGHBOUR_TOKENS]
-                                                     : m->opt.neighbour_tokens);
+                           r.has[K_NEIGHBOUR_TOKENS] ? (unsigned)r.v[K_NEIGHBOUR_TOKENS] : m->opt.neighbour_tokens);
     if (r.has[K_INJECT_429]) m->inject_429 = (uint64_t)r.v[K_INJECT_429];
     if (r.has[K_HEADERS]) m->headers = r.v[K_HEADERS] != 0;
     for (int k = K_RPM; k <= K_OTPM; k++) {
@@ -163,8 +159,7 @@ int mock_control(mock *m, const char *query, char **answer) {
         }
         /* No deployment named: every deployment, and those to come. */
         m->per_min[dim] = r.v[k];
-        for (mock_map_entry *e = m->deps.first; e; e = e->next)
-            mock_dep_set_limit(m, e->value, dim, r.v[k], now);
+        for (mock_map_entry *e = m->deps.first; e; e = e->next) mock_dep_set_limit(m, e->value, dim, r.v[k], now);
     }
     *answer = control_answer(m, r.deployment, d);
     return *answer ? 200 : 500;
@@ -172,8 +167,7 @@ int mock_control(mock *m, const char *query, char **answer) {
 
 /* Loopback peers only: the control changes what every client gets. */
 static int peer_is_loopback(const char *peer) {
-    return strncmp(peer, "127.", 4) == 0 || strcmp(peer, "::1") == 0 ||
-           strncmp(peer, "::ffff:127.", 11) == 0;
+    return strncmp(peer, "127.", 4) == 0 || strcmp(peer, "::1") == 0 || strncmp(peer, "::ffff:127.", 11) == 0;
 }
 
 /* POST /control?KEY=VALUE&...: answers what mock_control() says. Not
@@ -190,14 +184,12 @@ void mock_route_control(mock_call *c, const char *name) {
     }
     int status = mock_control(m, mock_http_query(c->req), &answer);
     if (m->opt.log)
-        fprintf(m->opt.log, "%.3f %s - /control?%s %d\n", c->now_ms, c->client,
-                mock_http_query(c->req), status);
+        fprintf(m->opt.log, "%.3f %s - /control?%s %d\n", c->now_ms, c->client, mock_http_query(c->req), status);
     if (!answer) {
         static const char oom[] = "{\"error\":{\"code\":\"500\",\"message\":\"out of memory\"}}";
         mock_http_respond(c->req, 500, NULL, oom, sizeof(oom) - 1, 0);
         return;
     }
-    mock_http_respond(c->req, status, status == 200 ? "Cache-Control: no-store\r\n" : NULL, answer,
-                      strlen(answer), 0);
+    mock_http_respond(c->req, status, status == 200 ? "Cache-Control: no-store\r\n" : NULL, answer, strlen(answer), 0);
     free(answer);
 }

@@ -29,14 +29,14 @@ typedef struct mh_conn mh_conn;
 typedef struct mh_piece {
     char *data;
     size_t len;
-    uint64_t at_ms;          /* due this long after the response started */
+    uint64_t at_ms; /* due this long after the response started */
 } mh_piece;
 
 struct mock_http_req {
     mock_http *srv;
-    mh_conn *c;              /* NULL once the connection is gone */
-    mock_http_req *next;     /* response queue order */
-    int refs;                /* queue membership + a live timer */
+    mh_conn *c;          /* NULL once the connection is gone */
+    mock_http_req *next; /* response queue order */
+    int refs;            /* queue membership + a live timer */
     char method[16];
     mh_buf url, path, query, body;
     mh_buf hname[MH_MAX_HEADERS], hvalue[MH_MAX_HEADERS];
@@ -44,11 +44,11 @@ struct mock_http_req {
     int error_status;
     const char *error_reason;
     int keep_alive;
-    int http_1_0;            /* an HTTP/1.0 client: no chunked encoding */
-    mh_piece *pieces;        /* the response, once answered */
+    int http_1_0;     /* an HTTP/1.0 client: no chunked encoding */
+    mh_piece *pieces; /* the response, once answered */
     size_t npieces, released;
-    uint64_t t_base;         /* uv_now() when the response started */
-    mh_buf out;              /* released bytes not yet written */
+    uint64_t t_base; /* uv_now() when the response started */
+    mh_buf out;      /* released bytes not yet written */
     int timer_live, timer_closing;
     uv_timer_t timer;
     void *udata;
@@ -61,11 +61,11 @@ struct mh_conn {
     mock_http *srv;
     mh_conn *prev, *next;
     http_parser parser;
-    mock_http_req *cur;          /* the request being parsed */
-    int in_value;                /* header parser state: last callback was a value */
-    mock_http_req *head, *tail;  /* answered or pending, in request order */
+    mock_http_req *cur;         /* the request being parsed */
+    int in_value;               /* header parser state: last callback was a value */
+    mock_http_req *head, *tail; /* answered or pending, in request order */
     size_t writes_pending;
-    int handles;                 /* tcp + linger while open */
+    int handles; /* tcp + linger while open */
     int closing, stop_parsing, shutting;
     char peer[64];
     char rbuf[65536];
@@ -78,7 +78,7 @@ struct mock_http {
     size_t max_body;
     int port;
     mh_conn *conns;
-    int handles;                 /* every open handle of ours */
+    int handles; /* every open handle of ours */
     int closing;
     void (*done)(void *);
     void *done_arg;
@@ -112,9 +112,7 @@ static int buf_append(mh_buf *b, const char *s, size_t n, size_t limit) {
     return 0;
 }
 
-static const char *buf_str(const mh_buf *b) {
-    return b->p ? b->p : "";
-}
+static const char *buf_str(const mh_buf *b) { return b->p ? b->p : ""; }
 
 static const char *mh_reason(int status) {
     switch (status) {
@@ -166,9 +164,7 @@ static void req_free(mock_http_req *r) {
     free(r);
 }
 
-static int req_complete(const mock_http_req *r) {
-    return r->npieces > 0 && r->released == r->npieces;
-}
+static int req_complete(const mock_http_req *r) { return r->npieces > 0 && r->released == r->npieces; }
 
 /* The server lets go of r: tells the handler, once. */
 static void req_done(mock_http_req *r, int delivered) {
@@ -210,8 +206,7 @@ static int req_release_due(mock_http_req *r) {
         free(p->data);
         p->data = NULL;
         r->released++;
-        if (r->released == r->npieces && r->udata && s->h.on_ready)
-            s->h.on_ready(r->udata, s->h.arg);
+        if (r->released == r->npieces && r->udata && s->h.on_ready) s->h.on_ready(r->udata, s->h.arg);
     }
     return 0;
 }
@@ -295,9 +290,7 @@ static void conn_close(mh_conn *c) {
     uv_close((uv_handle_t *)&c->linger, conn_handle_closed);
 }
 
-static void conn_linger_expired(uv_timer_t *t) {
-    conn_close(t->data);
-}
+static void conn_linger_expired(uv_timer_t *t) { conn_close(t->data); }
 
 static void conn_shutdown_done(uv_shutdown_t *req, int status) {
     mh_conn *c = req->data;
@@ -449,11 +442,9 @@ static int on_headers_complete(http_parser *p) {
     if (r->url.len == 0 || http_parser_parse_url(r->url.p, r->url.len, 0, &u) != 0)
         return cur_fail(c, -2, 400, "malformed request target");
     if (u.field_set & (1 << UF_PATH))
-        rc = buf_append(&r->path, r->url.p + u.field_data[UF_PATH].off,
-                        u.field_data[UF_PATH].len, MH_MAX_URL);
+        rc = buf_append(&r->path, r->url.p + u.field_data[UF_PATH].off, u.field_data[UF_PATH].len, MH_MAX_URL);
     if (rc == 0 && (u.field_set & (1 << UF_QUERY)))
-        rc = buf_append(&r->query, r->url.p + u.field_data[UF_QUERY].off,
-                        u.field_data[UF_QUERY].len, MH_MAX_URL);
+        rc = buf_append(&r->query, r->url.p + u.field_data[UF_QUERY].off, u.field_data[UF_QUERY].len, MH_MAX_URL);
     if (rc) return cur_fail(c, rc, 400, "malformed request target");
     /* Content-Length is known here; refuse an oversize body before it comes. */
     if (p->content_length != ULLONG_MAX && p->content_length > c->srv->max_body)
@@ -565,10 +556,8 @@ static void srv_on_connection(uv_stream_t *server, int status) {
     int len = sizeof(ss);
     snprintf(c->peer, sizeof(c->peer), "unknown");
     if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
-        if (ss.ss_family == AF_INET)
-            uv_ip4_name((struct sockaddr_in *)&ss, c->peer, sizeof(c->peer));
-        else if (ss.ss_family == AF_INET6)
-            uv_ip6_name((struct sockaddr_in6 *)&ss, c->peer, sizeof(c->peer));
+        if (ss.ss_family == AF_INET) uv_ip4_name((struct sockaddr_in *)&ss, c->peer, sizeof(c->peer));
+        else if (ss.ss_family == AF_INET6) uv_ip6_name((struct sockaddr_in6 *)&ss, c->peer, sizeof(c->peer));
     }
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
@@ -583,12 +572,10 @@ static void srv_listener_closed(uv_handle_t *h) {
     srv_maybe_done(s);
 }
 
-static void srv_free_after_failed_start(uv_handle_t *h) {
-    free(h->data);
-}
+static void srv_free_after_failed_start(uv_handle_t *h) { free(h->data); }
 
-int mock_http_start(uv_loop_t *loop, const char *host, int port, size_t max_body,
-                    const mock_http_handlers *h, mock_http **out) {
+int mock_http_start(uv_loop_t *loop, const char *host, int port, size_t max_body, const mock_http_handlers *h,
+                    mock_http **out) {
     struct sockaddr_storage ss;
     int rc;
     if (!h || !h->on_request || port < 0 || port > 65535) return UV_EINVAL;
@@ -624,9 +611,7 @@ int mock_http_start(uv_loop_t *loop, const char *host, int port, size_t max_body
     return 0;
 }
 
-int mock_http_port(const mock_http *s) {
-    return s->port;
-}
+int mock_http_port(const mock_http *s) { return s->port; }
 
 void mock_http_close(mock_http *s, void (*done)(void *), void *arg) {
     s->closing = 1;
@@ -636,17 +621,11 @@ void mock_http_close(mock_http *s, void (*done)(void *), void *arg) {
     while (s->conns) conn_close(s->conns);
 }
 
-const char *mock_http_method(const mock_http_req *r) {
-    return r->method;
-}
+const char *mock_http_method(const mock_http_req *r) { return r->method; }
 
-const char *mock_http_path(const mock_http_req *r) {
-    return buf_str(&r->path);
-}
+const char *mock_http_path(const mock_http_req *r) { return buf_str(&r->path); }
 
-const char *mock_http_query(const mock_http_req *r) {
-    return buf_str(&r->query);
-}
+const char *mock_http_query(const mock_http_req *r) { return buf_str(&r->query); }
 
 const char *mock_http_body(const mock_http_req *r, size_t *len) {
     if (len) *len = r->body.len;
@@ -659,18 +638,14 @@ const char *mock_http_header(const mock_http_req *r, const char *name) {
     return NULL;
 }
 
-const char *mock_http_peer(const mock_http_req *r) {
-    return r->c ? r->c->peer : "unknown";
-}
+const char *mock_http_peer(const mock_http_req *r) { return r->c ? r->c->peer : "unknown"; }
 
 int mock_http_error_status(const mock_http_req *r, const char **reason) {
     if (reason) *reason = r->error_reason ? r->error_reason : "";
     return r->error_status;
 }
 
-void mock_http_set_udata(mock_http_req *r, void *udata) {
-    r->udata = udata;
-}
+void mock_http_set_udata(mock_http_req *r, void *udata) { r->udata = udata; }
 
 /* Starts the response whose pieces are set: sends what is due now and
  * arms the timer for the rest. */
@@ -700,14 +675,13 @@ static char *head_new(int status, const char *fixed, const char *headers, size_t
     return h;
 }
 
-void mock_http_respond(mock_http_req *r, int status, const char *headers, const char *body,
-                       size_t body_len, uint64_t delay_ms) {
+void mock_http_respond(mock_http_req *r, int status, const char *headers, const char *body, size_t body_len,
+                       uint64_t delay_ms) {
     mh_conn *c = r->c;
     char fixed[160];
     size_t hlen;
     if (!c) return; /* cannot happen while the handler runs */
-    snprintf(fixed, sizeof(fixed),
-             "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: %s\r\n",
+    snprintf(fixed, sizeof(fixed), "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: %s\r\n",
              body_len, r->keep_alive ? "keep-alive" : "close");
     char *head = head_new(status, fixed, headers, &hlen);
     r->pieces = calloc(1, sizeof(*r->pieces));
@@ -725,8 +699,8 @@ void mock_http_respond(mock_http_req *r, int status, const char *headers, const 
     req_start(r);
 }
 
-void mock_http_respond_stream(mock_http_req *r, int status, const char *headers,
-                              const char *content_type, const mock_http_piece *pieces, size_t n) {
+void mock_http_respond_stream(mock_http_req *r, int status, const char *headers, const char *content_type,
+                              const mock_http_piece *pieces, size_t n) {
     mh_conn *c = r->c;
     char fixed[256];
     size_t hlen;
@@ -739,10 +713,8 @@ void mock_http_respond_stream(mock_http_req *r, int status, const char *headers,
         c->stop_parsing = 1;
         http_parser_pause(&c->parser, 1);
     }
-    snprintf(fixed, sizeof(fixed),
-             "Content-Type: %s\r\nCache-Control: no-cache\r\n%sConnection: %s\r\n", content_type,
-             chunked ? "Transfer-Encoding: chunked\r\n" : "",
-             r->keep_alive ? "keep-alive" : "close");
+    snprintf(fixed, sizeof(fixed), "Content-Type: %s\r\nCache-Control: no-cache\r\n%sConnection: %s\r\n", content_type,
+             chunked ? "Transfer-Encoding: chunked\r\n" : "", r->keep_alive ? "keep-alive" : "close");
     char *head = head_new(status, fixed, headers, &hlen);
     r->pieces = calloc(n, sizeof(*r->pieces));
     if (!head || !r->pieces) goto oom;
@@ -753,10 +725,8 @@ void mock_http_respond_stream(mock_http_req *r, int status, const char *headers,
         int sl = snprintf(size, sizeof(size), "%zx\r\n", pieces[i].len);
         int rc = i == 0 ? buf_append(&b, head, hlen, SIZE_MAX) : 0;
         /* An empty piece is only a moment; framed, it would end the body. */
-        if (rc == 0 && chunked && pieces[i].len > 0)
-            rc = buf_append(&b, size, (size_t)sl, SIZE_MAX);
-        if (rc == 0 && pieces[i].len > 0)
-            rc = buf_append(&b, pieces[i].data, pieces[i].len, SIZE_MAX);
+        if (rc == 0 && chunked && pieces[i].len > 0) rc = buf_append(&b, size, (size_t)sl, SIZE_MAX);
+        if (rc == 0 && pieces[i].len > 0) rc = buf_append(&b, pieces[i].data, pieces[i].len, SIZE_MAX);
         if (rc == 0 && chunked && pieces[i].len > 0) rc = buf_append(&b, "\r\n", 2, SIZE_MAX);
         if (rc == 0 && chunked && i == n - 1) rc = buf_append(&b, "0\r\n\r\n", 5, SIZE_MAX);
         if (rc != 0) {

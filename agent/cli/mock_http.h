@@ -50,8 +50,8 @@ typedef struct mock_http_handlers {
 /* Binds host:port (port 0 picks a free port) and starts accepting.
  * max_body caps a request body (413 beyond). Returns 0 or a negative libuv
  * error code; on error nothing is left open and *out is untouched. */
-int mock_http_start(uv_loop_t *loop, const char *host, int port, size_t max_body,
-                    const mock_http_handlers *h, mock_http **out);
+int mock_http_start(uv_loop_t *loop, const char *host, int port, size_t max_body, const mock_http_handlers *h,
+                    mock_http **out);
 
 /* The bound port. */
 int mock_http_port(const mock_http *s);
@@ -83,8 +83,8 @@ void mock_http_set_udata(mock_http_req *r, void *udata);
  * may be NULL), a JSON body, and a delay in ms before the response may be
  * sent (0: as soon as the responses before it are). Content-Type,
  * Content-Length and Connection are added here. The body is copied. */
-void mock_http_respond(mock_http_req *r, int status, const char *headers, const char *body,
-                       size_t body_len, uint64_t delay_ms);
+void mock_http_respond(mock_http_req *r, int status, const char *headers, const char *body, size_t body_len,
+                       uint64_t delay_ms);
 
 /* One piece of a streamed body, due at_ms after the response starts. */
 typedef struct mock_http_piece {
@@ -99,7 +99,7 @@ typedef struct mock_http_piece {
  * content_type, the body uses chunked transfer encoding (an HTTP/1.0
  * client gets it delimited by the end of the connection instead, and no
  * further request is read), Connection is added. The pieces are copied. */
-void mock_http_respond_stream(mock_http_req *r, int status, const char *headers,
-                              const char *content_type, const mock_http_piece *pieces, size_t n);
+void mock_http_respond_stream(mock_http_req *r, int status, const char *headers, const char *content_type,
+                              const mock_http_piece *pieces, size_t n);
 
 #endif

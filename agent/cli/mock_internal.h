@@ -61,15 +61,15 @@ struct mock {
     uv_loop_t *loop;
     mock_options opt;
     char *host;
-    char **fixed;          /* copies of opt.deployments */
-    double per_min[MOCK_DIMS]; /* the limits new deployments get */
+    char **fixed;                /* copies of opt.deployments */
+    double per_min[MOCK_DIMS];   /* the limits new deployments get */
     double burst_set[MOCK_DIMS]; /* capacities given by flag; 0: per_min / 6 */
-    double wall0_ms;       /* Unix time in ms at t0: the clock of RFC 3339 resets */
-    int headers;           /* send the rate-limit headers */
-    uint64_t inject_429;   /* chat calls still to be answered 429 (/control) */
+    double wall0_ms;             /* Unix time in ms at t0: the clock of RFC 3339 resets */
+    int headers;                 /* send the rate-limit headers */
+    uint64_t inject_429;         /* chat calls still to be answered 429 (/control) */
     mock_http *http;
     mock_ledger *ledger;
-    mock_map deps;         /* name -> mock_deployment */
+    mock_map deps; /* name -> mock_deployment */
     uint64_t t0_ns;
     uint64_t rng[4];
     uint64_t next_id;
@@ -88,9 +88,9 @@ typedef enum mock_style { MOCK_AZURE, MOCK_OPENAI, MOCK_ANTHROPIC } mock_style;
  * charged, max_tokens - generated is given back when the answer is done
  * (or the client gone). */
 typedef struct mock_settle {
-    int output;                /* 1: settle the output bucket */
+    int output; /* 1: settle the output bucket */
     uint64_t max_tokens;
-    uint64_t output_tokens;    /* what the whole answer generates */
+    uint64_t output_tokens; /* what the whole answer generates */
 } mock_settle;
 
 /* One chat call while it is being decided. */
@@ -98,11 +98,11 @@ typedef struct mock_call {
     mock *m;
     mock_http_req *req;
     double now_ms;
-    mock_style style;          /* the error shapes and headers */
+    mock_style style; /* the error shapes and headers */
     const char *client;
-    const char *deployment;    /* NULL until routed */
+    const char *deployment; /* NULL until routed */
     mock_deployment *dep;
-    mock_settle settle;        /* set by the route before an accept */
+    mock_settle settle; /* set by the route before an accept */
     char api_version[32];
     char headers[2048];
     size_t hlen;
@@ -117,7 +117,7 @@ typedef struct mock_pending {
     mock_deployment *dep;
     mock_settle settle;
     int settled;
-    size_t nevents;            /* a stream: its events, and the output */
+    size_t nevents;                             /* a stream: its events, and the output */
     uint32_t generated[MOCK_STREAM_MAX_EVENTS]; /* generated once each is sent */
 } mock_pending;
 
@@ -167,8 +167,7 @@ double mock_dep_admit(mock_deployment *d, const double cost[MOCK_DIMS], mock_dim
 
 /* Changes the limit of one dimension of d from now_ms on (see
  * mock_bucket_set(); a limit switched on starts with a full bucket). */
-void mock_dep_set_limit(const mock *m, mock_deployment *d, mock_dim dim, double per_min,
-                        double now_ms);
+void mock_dep_set_limit(const mock *m, mock_deployment *d, mock_dim dim, double per_min, double now_ms);
 
 /* Resolves the deployment called name into c->dep and c->deployment
  * (copied to buf of n >= MOCK_NAME_MAX + 1 bytes) and refills it. 0, -1
@@ -186,14 +185,13 @@ void mock_call_header(mock_call *c, const char *fmt, ...);
 
 /* Sends body (a JSON value, consumed) with status after delay_ms, counts
  * the call in the ledger (ch: what an accept charged) and logs it. */
-void mock_call_finish(mock_call *c, int status, mock_outcome o, json_t *body,
-                      const mock_charge *ch, uint64_t delay_ms);
+void mock_call_finish(mock_call *c, int status, mock_outcome o, json_t *body, const mock_charge *ch, uint64_t delay_ms);
 
 /* Answers an accepted call with a stream of Server-Sent Events (e, whose
  * texts are freed): the first at start_ms, the others spread evenly over
  * the next service_ms, one write each. Counted like mock_call_finish(). */
-void mock_call_finish_stream(mock_call *c, mock_events *e, const mock_charge *ch,
-                             uint64_t start_ms, uint64_t service_ms);
+void mock_call_finish_stream(mock_call *c, mock_events *e, const mock_charge *ch, uint64_t start_ms,
+                             uint64_t service_ms);
 
 /* The output tokens of an accepted answer: --completion-tokens capped by
  * max_tokens, else uniform in [1, max_tokens]. */
@@ -204,8 +202,7 @@ uint64_t mock_retry_after_s(uint64_t ms);
 
 /* Appends one event: "event: NAME" when name is not NULL, then "data: "
  * and data (a JSON value, consumed; or raw when it is NULL). */
-void mock_events_add(mock_events *e, const char *name, json_t *data, const char *raw,
-                     uint32_t generated);
+void mock_events_add(mock_events *e, const char *name, json_t *data, const char *raw, uint32_t generated);
 
 /* Frees what mock_events_add() made (after an error). */
 void mock_events_free(mock_events *e);
@@ -223,8 +220,7 @@ void mock_stream_split(uint64_t tokens, uint64_t cum[MOCK_STREAM_DELTAS], size_t
 
 /* Error bodies in Azure's and in OpenAI's shape. */
 json_t *mock_azure_error(const char *code, const char *message);
-json_t *mock_openai_error(const char *message, const char *type, const char *param,
-                          const char *code);
+json_t *mock_openai_error(const char *message, const char *type, const char *param, const char *code);
 
 /* Answers 404 with body (consumed). */
 void mock_call_not_found(mock_call *c, json_t *body);

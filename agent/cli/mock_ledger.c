@@ -115,9 +115,7 @@ static void counts_add(mock_counts *c, mock_outcome o, double t_ms, const mock_c
     }
 }
 
-static uint32_t u32(uint64_t v) {
-    return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
-}
+static uint32_t u32(uint64_t v) { return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v; }
 
 /* Grows a list to cap elements: 0, or -1 (the list is unchanged). */
 static int grow_ms(double **p, size_t cap) {
@@ -141,8 +139,8 @@ static int entry_add_accept(mock_ledger *l, ledger_entry *e, double t_ms, const 
     }
     if (e->n_accepts == e->cap_accepts) {
         size_t cap = e->cap_accepts ? e->cap_accepts * 2 : 64;
-        if (grow_ms(&e->accept_ms, cap) || grow_u32(&e->accept_tokens, cap) ||
-            grow_u32(&e->accept_input, cap) || grow_u32(&e->accept_output, cap))
+        if (grow_ms(&e->accept_ms, cap) || grow_u32(&e->accept_tokens, cap) || grow_u32(&e->accept_input, cap) ||
+            grow_u32(&e->accept_output, cap))
             return -1;
         e->cap_accepts = cap;
     }
@@ -154,8 +152,8 @@ static int entry_add_accept(mock_ledger *l, ledger_entry *e, double t_ms, const 
     return 0;
 }
 
-int mock_ledger_record(mock_ledger *l, const char *deployment, const char *client,
-                       mock_outcome o, double t_ms, const mock_charge *ch, mock_ledger_ref *ref) {
+int mock_ledger_record(mock_ledger *l, const char *deployment, const char *client, mock_outcome o, double t_ms,
+                       const mock_charge *ch, mock_ledger_ref *ref) {
     static const mock_charge none;
     int rc = 0;
     ledger_entry *d = NULL, *c;
@@ -222,9 +220,7 @@ void mock_ledger_reset(mock_ledger *l, double now_ms) {
     l->since_ms = now_ms;
 }
 
-void mock_ledger_totals(const mock_ledger *l, mock_counts *out) {
-    *out = l->totals;
-}
+void mock_ledger_totals(const mock_ledger *l, mock_counts *out) { *out = l->totals; }
 
 int mock_ledger_deployment(const mock_ledger *l, const char *deployment, mock_counts *out) {
     const ledger_entry *e = mock_map_get(&l->deployments, deployment);
@@ -233,25 +229,16 @@ int mock_ledger_deployment(const mock_ledger *l, const char *deployment, mock_co
     return 0;
 }
 
-static json_t *ms_or_null(double ms) {
-    return ms < 0 ? json_null() : json_real(ms);
-}
+static json_t *ms_or_null(double ms) { return ms < 0 ? json_null() : json_real(ms); }
 
 static json_t *counts_json(const mock_counts *c) {
-    return json_pack("{sI sI sI sI sI sI sI sI sI sI sI sI so so}",
-                     "requests", (json_int_t)c->requests,
-                     "accepted", (json_int_t)c->accepted,
-                     "status_429", (json_int_t)c->status_429,
-                     "insufficient_quota", (json_int_t)c->insufficient_quota,
-                     "injected_429", (json_int_t)c->injected_429,
-                     "status_503", (json_int_t)c->status_503,
-                     "status_400", (json_int_t)c->status_400,
-                     "status_404", (json_int_t)c->status_404,
-                     "other_errors", (json_int_t)c->other_errors,
-                     "abandoned", (json_int_t)c->abandoned,
-                     "tokens_charged", (json_int_t)c->tokens_charged,
-                     "tokens_reported", (json_int_t)c->tokens_reported,
-                     "first_accept_ms", ms_or_null(c->first_accept_ms),
+    return json_pack("{sI sI sI sI sI sI sI sI sI sI sI sI so so}", "requests", (json_int_t)c->requests, "accepted",
+                     (json_int_t)c->accepted, "status_429", (json_int_t)c->status_429, "insufficient_quota",
+                     (json_int_t)c->insufficient_quota, "injected_429", (json_int_t)c->injected_429, "status_503",
+                     (json_int_t)c->status_503, "status_400", (json_int_t)c->status_400, "status_404",
+                     (json_int_t)c->status_404, "other_errors", (json_int_t)c->other_errors, "abandoned",
+                     (json_int_t)c->abandoned, "tokens_charged", (json_int_t)c->tokens_charged, "tokens_reported",
+                     (json_int_t)c->tokens_reported, "first_accept_ms", ms_or_null(c->first_accept_ms),
                      "last_accept_ms", ms_or_null(c->last_accept_ms));
 }
 
@@ -260,13 +247,10 @@ static json_t *counts_json(const mock_counts *c) {
 static int entry_lists(json_t *o, const ledger_entry *e) {
     json_t *t = json_array(), *k = json_array(), *in = json_array(), *out = json_array();
     json_t *rt = json_array(), *r = json_array();
-    if (json_object_set_new(o, "accept_ms", t) != 0 ||
-        json_object_set_new(o, "accept_tokens", k) != 0 ||
-        json_object_set_new(o, "accept_input", in) != 0 ||
-        json_object_set_new(o, "accept_output", out) != 0 ||
+    if (json_object_set_new(o, "accept_ms", t) != 0 || json_object_set_new(o, "accept_tokens", k) != 0 ||
+        json_object_set_new(o, "accept_input", in) != 0 || json_object_set_new(o, "accept_output", out) != 0 ||
         json_object_set_new(o, "accepts_truncated", json_boolean(e->truncated)) != 0 ||
-        json_object_set_new(o, "output_refund_ms", rt) != 0 ||
-        json_object_set_new(o, "output_refund", r) != 0 ||
+        json_object_set_new(o, "output_refund_ms", rt) != 0 || json_object_set_new(o, "output_refund", r) != 0 ||
         json_object_set_new(o, "refunds_truncated", json_boolean(e->refunds_truncated)) != 0)
         return -1;
     for (size_t i = 0; i < e->n_accepts; i++)
@@ -303,8 +287,6 @@ fail:
 }
 
 json_t *mock_ledger_json(const mock_ledger *l) {
-    return json_pack("{sf so so so}", "since_ms", l->since_ms,
-                     "totals", counts_json(&l->totals),
-                     "deployments", map_json(&l->deployments, 1),
-                     "clients", map_json(&l->clients, 0));
+    return json_pack("{sf so so so}", "since_ms", l->since_ms, "totals", counts_json(&l->totals), "deployments",
+                     map_json(&l->deployments, 1), "clients", map_json(&l->clients, 0));
 }

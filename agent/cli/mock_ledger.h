@@ -15,15 +15,15 @@
 #include <jansson.h>
 
 typedef enum mock_outcome {
-    MOCK_ACCEPTED,      /* 200 with a completion */
-    MOCK_RATE_LIMITED,  /* 429, request or token rate limit */
-    MOCK_NO_QUOTA,      /* 429 insufficient_quota (--quota-exhausted) */
-    MOCK_UNAVAILABLE,   /* 503 (Anthropic: 529) injected by --fail-503 */
-    MOCK_BAD_REQUEST,   /* 400: malformed HTTP, bad JSON, bad fields */
-    MOCK_NOT_FOUND,     /* 404: unknown path or deployment */
-    MOCK_OTHER_ERROR,   /* 405, 413 */
-    MOCK_NO_CREDIT,     /* 400 credit balance too low (--quota-exhausted, Anthropic) */
-    MOCK_INJECTED_429   /* 429 from POST /control inject_429, nothing charged */
+    MOCK_ACCEPTED,     /* 200 with a completion */
+    MOCK_RATE_LIMITED, /* 429, request or token rate limit */
+    MOCK_NO_QUOTA,     /* 429 insufficient_quota (--quota-exhausted) */
+    MOCK_UNAVAILABLE,  /* 503 (Anthropic: 529) injected by --fail-503 */
+    MOCK_BAD_REQUEST,  /* 400: malformed HTTP, bad JSON, bad fields */
+    MOCK_NOT_FOUND,    /* 404: unknown path or deployment */
+    MOCK_OTHER_ERROR,  /* 405, 413 */
+    MOCK_NO_CREDIT,    /* 400 credit balance too low (--quota-exhausted, Anthropic) */
+    MOCK_INJECTED_429  /* 429 from POST /control inject_429, nothing charged */
 } mock_outcome;
 
 typedef struct mock_counts {
@@ -36,12 +36,12 @@ typedef struct mock_counts {
     uint64_t status_400;
     uint64_t status_404;
     uint64_t other_errors;
-    uint64_t abandoned;          /* accepted, but the client left first */
-    uint64_t tokens_charged;     /* estimates charged at admission */
-    uint64_t tokens_reported;    /* usage.total_tokens sent back */
-    double first_accept_ms;      /* < 0 until the first accept */
+    uint64_t abandoned;       /* accepted, but the client left first */
+    uint64_t tokens_charged;  /* estimates charged at admission */
+    uint64_t tokens_reported; /* usage.total_tokens sent back */
+    double first_accept_ms;   /* < 0 until the first accept */
     double last_accept_ms;
-    uint64_t injected_429;       /* the part of status_429 that /control injected */
+    uint64_t injected_429; /* the part of status_429 that /control injected */
 } mock_counts;
 
 /* What an accepted call charged at admission, per bucket, and reported. */
@@ -76,8 +76,8 @@ void mock_ledger_free(mock_ledger *l);
  * NULL is all zero). ref (optional) receives where it was counted.
  * Returns 0, or -1 when an entry could not be allocated: the totals are
  * counted all the same. */
-int mock_ledger_record(mock_ledger *l, const char *deployment, const char *client,
-                       mock_outcome o, double t_ms, const mock_charge *ch, mock_ledger_ref *ref);
+int mock_ledger_record(mock_ledger *l, const char *deployment, const char *client, mock_outcome o, double t_ms,
+                       const mock_charge *ch, mock_ledger_ref *ref);
 
 /* Lists a give-back of amount output tokens at t_ms in the deployment of
  * ref (output_refund_ms, output_refund). */

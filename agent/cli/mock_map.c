@@ -14,9 +14,7 @@ static uint64_t mock_map_hash(const char *s) {
     return h;
 }
 
-void mock_map_init(mock_map *m) {
-    memset(m, 0, sizeof(*m));
-}
+void mock_map_init(mock_map *m) { memset(m, 0, sizeof(*m)); }
 
 void mock_map_free(mock_map *m, void (*free_value)(void *)) {
     mock_map_entry *e = m->first;

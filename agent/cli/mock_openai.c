@@ -12,9 +12,7 @@
 #include "mock_internal.h"
 
 /* Digits worth printing for a configured limit: none when it is whole. */
-static int decimals(double v) {
-    return v == floor(v) ? 0 : 3;
-}
+static int decimals(double v) { return v == floor(v) ? 0 : 3; }
 
 /* Appends the x-ratelimit-* headers of one bucket as it is now. */
 static void dim_headers(mock_call *c, const char *what, double limit, const mock_bucket *b) {
@@ -32,8 +30,7 @@ static void call_ratelimit_headers(mock_call *c) {
     const mock_deployment *d = c->dep;
     if (!c->m->headers) return;
     dim_headers(c, "requests", d->per_min[MOCK_REQUESTS], &d->b[MOCK_REQUESTS]);
-    if (d->per_min[MOCK_TOKENS] > 0)
-        dim_headers(c, "tokens", d->per_min[MOCK_TOKENS], &d->b[MOCK_TOKENS]);
+    if (d->per_min[MOCK_TOKENS] > 0) dim_headers(c, "tokens", d->per_min[MOCK_TOKENS], &d->b[MOCK_TOKENS]);
 }
 
 static void call_bad_request(mock_call *c, const char *param, const char *fmt, ...) {
@@ -42,8 +39,7 @@ static void call_bad_request(mock_call *c, const char *param, const char *fmt, .
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    mock_call_finish(c, 400, MOCK_BAD_REQUEST,
-                     mock_openai_error(msg, "invalid_request_error", param, NULL), NULL,
+    mock_call_finish(c, 400, MOCK_BAD_REQUEST, mock_openai_error(msg, "invalid_request_error", param, NULL), NULL,
                      c->dep ? c->m->opt.slow_ms : 0);
 }
 
@@ -78,17 +74,14 @@ static long long messages_chars(json_t *messages) {
     return n;
 }
 
-static json_t *completion_body(mock *m, const char *model, uint64_t prompt, uint64_t completion,
-                               uint64_t max_tokens) {
+static json_t *completion_body(mock *m, const char *model, uint64_t prompt, uint64_t completion, uint64_t max_tokens) {
     char *text = mock_words(0, completion);
     if (!text) return NULL;
     json_t *body = json_pack(
-        "{sssssIss s[{sis{ssss}ss}] s{sIsIsI}}", "id", "chatcmpl-mock", "object",
-        "chat.completion", "created", (json_int_t)time(NULL), "model", model, "choices", "index", 0,
-        "message", "role", "assistant", "content", text, "finish_reason",
-        completion >= max_tokens ? "length" : "stop", "usage", "prompt_tokens",
-        (json_int_t)prompt, "completion_tokens", (json_int_t)completion, "total_tokens",
-        (json_int_t)(prompt + completion));
+        "{sssssIss s[{sis{ssss}ss}] s{sIsIsI}}", "id", "chatcmpl-mock", "object", "chat.completion", "created",
+        (json_int_t)time(NULL), "model", model, "choices", "index", 0, "message", "role", "assistant", "content", text,
+        "finish_reason", completion >= max_tokens ? "length" : "stop", "usage", "prompt_tokens", (json_int_t)prompt,
+        "completion_tokens", (json_int_t)completion, "total_tokens", (json_int_t)(prompt + completion));
     free(text);
     if (body) {
         char id[48];
@@ -117,37 +110,32 @@ static json_t *chunk_choice(json_t *delta, const char *finish) {
 /* The events of a streamed chat completion: the role, the content in
  * deltas, the finish reason, the usage (only with include_usage, with
  * empty choices) and [DONE]. */
-static void completion_events(mock *m, mock_events *e, const char *model, uint64_t prompt,
-                              uint64_t completion, uint64_t max_tokens, int include_usage) {
+static void completion_events(mock *m, mock_events *e, const char *model, uint64_t prompt, uint64_t completion,
+                              uint64_t max_tokens, int include_usage) {
     uint64_t cum[MOCK_STREAM_DELTAS], done = 0;
     size_t k;
-    mock_events_add(e, NULL,
-                    chunk_new(m, model, chunk_choice(json_pack("{ssss}", "role", "assistant",
-                                                               "content", ""), NULL),
-                              include_usage),
-                    NULL, 0);
+    mock_events_add(
+        e, NULL,
+        chunk_new(m, model, chunk_choice(json_pack("{ssss}", "role", "assistant", "content", ""), NULL), include_usage),
+        NULL, 0);
     mock_stream_split(completion, cum, &k);
     for (size_t i = 0; i < k; i++) {
         char *text = mock_words(done, cum[i] - done);
         json_t *delta = text ? json_pack("{ss}", "content", text) : NULL;
         free(text);
-        mock_events_add(e, NULL, chunk_new(m, model, chunk_choice(delta, NULL), include_usage),
-                        NULL, (uint32_t)cum[i]);
+        mock_events_add(e, NULL, chunk_new(m, model, chunk_choice(delta, NULL), include_usage), NULL, (uint32_t)cum[i]);
         done = cum[i];
     }
-    mock_events_add(e, NULL,
-                    chunk_new(m, model,
-                              chunk_choice(json_object(),
-                                           completion >= max_tokens ? "length" : "stop"),
-                              include_usage),
-                    NULL, (uint32_t)completion);
+    mock_events_add(
+        e, NULL,
+        chunk_new(m, model, chunk_choice(json_object(), completion >= max_tokens ? "length" : "stop"), include_usage),
+        NULL, (uint32_t)completion);
     if (include_usage) {
         json_t *u = chunk_new(m, model, json_array(), 0);
         if (u)
             json_object_set_new(u, "usage",
-                                json_pack("{sIsIsI}", "prompt_tokens", (json_int_t)prompt,
-                                          "completion_tokens", (json_int_t)completion,
-                                          "total_tokens", (json_int_t)(prompt + completion)));
+                                json_pack("{sIsIsI}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
+                                          (json_int_t)completion, "total_tokens", (json_int_t)(prompt + completion)));
         mock_events_add(e, NULL, u, NULL, (uint32_t)completion);
     }
     mock_events_add(e, NULL, NULL, "[DONE]", (uint32_t)completion);
@@ -155,8 +143,7 @@ static void completion_events(mock *m, mock_events *e, const char *model, uint64
 
 /* Answers 429: the call must wait wait_ms, the longest on the token
  * bucket when by_tokens. Counted as outcome o (injected or not). */
-static void call_rate_limited(mock_call *c, double wait_ms, int by_tokens, double tokens,
-                              mock_outcome o) {
+static void call_rate_limited(mock_call *c, double wait_ms, int by_tokens, double tokens, mock_outcome o) {
     const mock *m = c->m;
     const mock_deployment *d = c->dep;
     uint64_t ms = mock_ceil_ms(wait_ms), secs;
@@ -172,8 +159,7 @@ static void call_rate_limited(mock_call *c, double wait_ms, int by_tokens, doubl
                  "%s have exceeded %s rate limit of your current OpenAI S0 pricing tier. Please "
                  "retry after %llu second%s. Please go here: https://aka.ms/oai/quotaincrease if "
                  "you would like to further increase the default rate limit.",
-                 c->api_version, by_tokens ? "token" : "call", (unsigned long long)secs,
-                 secs == 1 ? "" : "s");
+                 c->api_version, by_tokens ? "token" : "call", (unsigned long long)secs, secs == 1 ? "" : "s");
         body = mock_azure_error("429", msg);
     } else {
         mock_fmt_duration(dur, sizeof(dur), ms);
@@ -181,10 +167,8 @@ static void call_rate_limited(mock_call *c, double wait_ms, int by_tokens, doubl
                  "Rate limit reached for %s in organization org-mock on %s per min (%s): "
                  "Limit %.0f, Requested %.0f. Please try again in %s.",
                  c->deployment, by_tokens ? "tokens" : "requests", by_tokens ? "TPM" : "RPM",
-                 d->per_min[by_tokens ? MOCK_TOKENS : MOCK_REQUESTS], by_tokens ? tokens : 1.0,
-                 dur);
-        body = mock_openai_error(msg, by_tokens ? "tokens" : "requests", NULL,
-                                 "rate_limit_exceeded");
+                 d->per_min[by_tokens ? MOCK_TOKENS : MOCK_REQUESTS], by_tokens ? tokens : 1.0, dur);
+        body = mock_openai_error(msg, by_tokens ? "tokens" : "requests", NULL, "rate_limit_exceeded");
     }
     mock_call_finish(c, 429, o, body, NULL, m->opt.slow_ms);
 }
@@ -201,13 +185,11 @@ static int call_resolve(mock_call *c, const char *name, char *buf, size_t n) {
                  "--deployment).",
                  buf);
     } else {
-        snprintf(msg, sizeof(msg),
-                 "The API deployment for this resource does not exist (invalid name).");
+        snprintf(msg, sizeof(msg), "The API deployment for this resource does not exist (invalid name).");
     }
     mock_call_not_found(c, c->style == MOCK_AZURE
                                ? mock_azure_error("DeploymentNotFound", msg)
-                               : mock_openai_error(msg, "invalid_request_error", "model",
-                                                   "model_not_found"));
+                               : mock_openai_error(msg, "invalid_request_error", "model", "model_not_found"));
     return -1;
 }
 
@@ -251,8 +233,7 @@ static void chat(mock_call *c, const char *deployment) {
     int stream_bad = stream && !json_is_null(stream) && !json_is_boolean(stream);
     int streaming = json_is_true(stream);
     int sopt_given = sopt && !json_is_null(sopt);
-    int sopt_bad = sopt_given && (!json_is_object(sopt) || (iu && !json_is_null(iu) &&
-                                                             !json_is_boolean(iu)));
+    int sopt_bad = sopt_given && (!json_is_object(sopt) || (iu && !json_is_null(iu) && !json_is_boolean(iu)));
     int include_usage = json_is_true(iu);
     long long chars = messages_chars(json_object_get(body, "messages"));
     json_t *mt = json_object_get(body, "max_tokens");
@@ -285,14 +266,12 @@ static void chat(mock_call *c, const char *deployment) {
     }
     if (chars < 0) {
         call_ratelimit_headers(c);
-        call_bad_request(c, "messages",
-                         "'messages' must be a non-empty array of message objects.");
+        call_bad_request(c, "messages", "'messages' must be a non-empty array of message objects.");
         return;
     }
     if (max_tokens < 1 || max_tokens > MOCK_MAX_TOKENS) {
         call_ratelimit_headers(c);
-        call_bad_request(c, mt_name, "'%s' must be an integer between 1 and %d.", mt_name,
-                         MOCK_MAX_TOKENS);
+        call_bad_request(c, mt_name, "'%s' must be an integer between 1 and %d.", mt_name, MOCK_MAX_TOKENS);
         return;
     }
     uint64_t prompt = (uint64_t)(chars + 3) / 4;
@@ -311,16 +290,14 @@ static void chat(mock_call *c, const char *deployment) {
     }
     if (m->opt.fail_503 > 0 && mock_rng_unit(m->rng) < m->opt.fail_503) {
         call_ratelimit_headers(c);
-        if (m->opt.retry_after_503)
-            mock_call_header(c, "Retry-After: %u\r\n", m->opt.retry_after_503);
-        mock_call_finish(c, 503, MOCK_UNAVAILABLE,
-                         c->style == MOCK_AZURE
-                             ? mock_azure_error("ServiceUnavailable",
-                                                "The service is temporarily unable to process "
-                                                "your request. Please try again later.")
-                             : mock_openai_error("The server is overloaded or not ready yet.",
-                                                 "server_error", NULL, NULL),
-                         NULL, m->opt.slow_ms);
+        if (m->opt.retry_after_503) mock_call_header(c, "Retry-After: %u\r\n", m->opt.retry_after_503);
+        mock_call_finish(
+            c, 503, MOCK_UNAVAILABLE,
+            c->style == MOCK_AZURE
+                ? mock_azure_error("ServiceUnavailable", "The service is temporarily unable to process "
+                                                         "your request. Please try again later.")
+                : mock_openai_error("The server is overloaded or not ready yet.", "server_error", NULL, NULL),
+            NULL, m->opt.slow_ms);
         return;
     }
     if (m->inject_429 > 0) {
@@ -329,8 +306,7 @@ static void chat(mock_call *c, const char *deployment) {
          * charged. */
         m->inject_429--;
         call_ratelimit_headers(c);
-        call_rate_limited(c, 60000.0 / c->dep->per_min[MOCK_REQUESTS], 0, (double)estimate,
-                          MOCK_INJECTED_429);
+        call_rate_limited(c, 60000.0 / c->dep->per_min[MOCK_REQUESTS], 0, (double)estimate, MOCK_INJECTED_429);
         return;
     }
     const double cost[MOCK_DIMS] = {1, (double)estimate, MOCK_NO_COST, MOCK_NO_COST};
@@ -351,8 +327,7 @@ static void chat(mock_call *c, const char *deployment) {
         mock_call_finish_stream(c, &e, &ch, m->opt.slow_ms, service);
         return;
     }
-    mock_call_finish(c, 200, MOCK_ACCEPTED,
-                     completion_body(m, name, prompt, completion, (uint64_t)max_tokens), &ch,
+    mock_call_finish(c, 200, MOCK_ACCEPTED, completion_body(m, name, prompt, completion, (uint64_t)max_tokens), &ch,
                      delay);
 }
 

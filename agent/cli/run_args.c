@@ -8,15 +8,14 @@
 static const cli_flag *lookup(const cli_flag *flags, size_t nflags, const char *arg, size_t nlen) {
     for (size_t k = 0; k < nflags; k++) {
         const cli_flag *c = &flags[k];
-        if ((strlen(c->name) == nlen && strncmp(c->name, arg, nlen) == 0) ||
-            (c->alias && strcmp(c->alias, arg) == 0))
+        if ((strlen(c->name) == nlen && strncmp(c->name, arg, nlen) == 0) || (c->alias && strcmp(c->alias, arg) == 0))
             return c;
     }
     return NULL;
 }
 
-int run_args_split(const char *cmd, const cli_flag *flags, size_t nflags, const char *multi,
-                   int argc, char **argv, run_args *out) {
+int run_args_split(const char *cmd, const cli_flag *flags, size_t nflags, const char *multi, int argc, char **argv,
+                   run_args *out) {
     memset(out, 0, sizeof(*out));
     size_t n = (size_t)argc + 1;
     out->flags = calloc(n, sizeof(char *));

@@ -11,19 +11,19 @@
 #include "cli_flags.h"
 
 typedef struct run_args {
-    char **flags;      /* argv[0] and the table's flags, for cli_parse */
+    char **flags; /* argv[0] and the table's flags, for cli_parse */
     int nflags;
-    char **pos;        /* arguments that are not flags */
+    char **pos; /* arguments that are not flags */
     int npos;
-    char **multi;      /* values of the repeatable flag */
+    char **multi; /* values of the repeatable flag */
     int nmulti;
 } run_args;
 
 /* multi: the repeatable flag's name ("--header"), or NULL. Returns 0, or
  * -1 after printing why (a repeatable flag without its value, OOM). Free
  * with run_args_free. An unknown flag is left for cli_parse to report. */
-int run_args_split(const char *cmd, const cli_flag *flags, size_t nflags, const char *multi,
-                   int argc, char **argv, run_args *out);
+int run_args_split(const char *cmd, const cli_flag *flags, size_t nflags, const char *multi, int argc, char **argv,
+                   run_args *out);
 void run_args_free(run_args *a);
 
 #endif

@@ -39,8 +39,8 @@ cut:
     return 0;
 }
 
-int run_file_open(run_file *f, const char *path, int fsync_each, run_set *ids, size_t *records,
-                  size_t *bad, char *err, size_t errlen) {
+int run_file_open(run_file *f, const char *path, int fsync_each, run_set *ids, size_t *records, size_t *bad, char *err,
+                  size_t errlen) {
     f->fd = -1;
     f->fsync = fsync_each;
     *records = *bad = 0;

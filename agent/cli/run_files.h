@@ -20,8 +20,8 @@
 #include "run_input.h"
 
 typedef struct run_file {
-    int fd;            /* -1 when closed */
-    int fsync;         /* fdatasync after every record */
+    int fd;    /* -1 when closed */
+    int fsync; /* fdatasync after every record */
     char path[4096];
 } run_file;
 
@@ -29,8 +29,8 @@ typedef struct run_file {
  * and adds the key of every record's "id" to ids (when not NULL).
  * *records gets the number of records read, *bad the lines that are not a
  * record with an id (skipped). Returns 0, or -1 with a message in err. */
-int run_file_open(run_file *f, const char *path, int fsync, run_set *ids, size_t *records,
-                  size_t *bad, char *err, size_t errlen);
+int run_file_open(run_file *f, const char *path, int fsync, run_set *ids, size_t *records, size_t *bad, char *err,
+                  size_t errlen);
 
 /* Appends record as one line. Returns 0, or -1 with a message in err. */
 int run_file_append(run_file *f, const json_t *record, char *err, size_t errlen);

@@ -92,7 +92,8 @@ void run_estimate_split(const json_t *body, long long *input, long long *output)
     long long chars = content_points(json_object_get(body, "system")); /* Anthropic's system prompt */
     size_t i;
     json_t *msg;
-    json_array_foreach(json_object_get(body, "messages"), i, msg) chars += content_points(json_object_get(msg, "content"));
+    json_array_foreach(json_object_get(body, "messages"), i, msg) chars +=
+        content_points(json_object_get(msg, "content"));
     json_t *mt = json_object_get(body, "max_tokens");
     if (!json_is_integer(mt)) mt = json_object_get(body, "max_completion_tokens");
     *input = (chars + 3) / 4;
@@ -137,8 +138,8 @@ static int take_class_name(json_t *body, const char *k, char *dst, size_t n, cha
     return 0;
 }
 
-int run_request_parse(const char *line, size_t len, long long lineno, const char *model,
-                      run_request *out, char *err, size_t errlen) {
+int run_request_parse(const char *line, size_t len, long long lineno, const char *model, run_request *out, char *err,
+                      size_t errlen) {
     memset(out, 0, sizeof(*out));
     json_error_t je;
     json_t *body = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je);

@@ -24,8 +24,8 @@
 /* ---- a set of id keys ---------------------------------------------------- */
 
 typedef struct run_set {
-    char **slots;   /* open addressing; NULL = empty */
-    size_t cap;     /* a power of two, or 0 */
+    char **slots; /* open addressing; NULL = empty */
+    size_t cap;   /* a power of two, or 0 */
     size_t n;
 } run_set;
 
@@ -41,18 +41,18 @@ void run_set_free(run_set *s);
 #define RUN_CLASS_NAME_MAX 64
 
 typedef struct run_request {
-    json_t *id;        /* the id as it goes into the result (a new reference) */
-    char *key;         /* its key (malloc'd) */
-    char *body;        /* the request without "id", compact JSON (malloc'd) */
+    json_t *id; /* the id as it goes into the result (a new reference) */
+    char *key;  /* its key (malloc'd) */
+    char *body; /* the request without "id", compact JSON (malloc'd) */
     size_t body_len;
-    long long tokens;  /* the admission estimate: input_tokens + output_tokens */
-    long long input_tokens;  /* the prompt's: a quarter token per code point of its text */
-    long long output_tokens; /* max_tokens (else max_completion_tokens, else 16) */
-    int has_max_tokens;      /* the body gives max_tokens */
+    long long tokens;                    /* the admission estimate: input_tokens + output_tokens */
+    long long input_tokens;              /* the prompt's: a quarter token per code point of its text */
+    long long output_tokens;             /* max_tokens (else max_completion_tokens, else 16) */
+    int has_max_tokens;                  /* the body gives max_tokens */
     char lane[RUN_CLASS_NAME_MAX + 1];   /* the line's "lane", "" when none */
     char tenant[RUN_CLASS_NAME_MAX + 1]; /* the line's "tenant", "" when none */
     char tag[RUN_CLASS_NAME_MAX + 1];    /* the line's "tag", "" when none */
-    int has_model;     /* the body names its "model" (its own, or the one filled in) */
+    int has_model;                       /* the body names its "model" (its own, or the one filled in) */
 } run_request;
 
 /* The key of an id value (malloc'd), or NULL when id is not a string or an
@@ -68,8 +68,8 @@ void run_estimate_split(const json_t *body, long long *input, long long *output)
  * with run_request_free), or -1 with a message in err; then out->id and
  * out->key are still set when an id could be read (line number otherwise),
  * so the failure can be recorded against it. */
-int run_request_parse(const char *line, size_t len, long long lineno, const char *model,
-                      run_request *out, char *err, size_t errlen);
+int run_request_parse(const char *line, size_t len, long long lineno, const char *model, run_request *out, char *err,
+                      size_t errlen);
 void run_request_free(run_request *r);
 
 /* The admission estimate of a chat-completions body (see above). */

@@ -84,8 +84,8 @@ static int member_build(run_member *m, const config *cfg, const struct config_de
     return 0;
 }
 
-int run_target_open(run_target *t, const config *cfg, const char *name, char *const *headers, int nheaders,
-                    char *err, size_t errlen) {
+int run_target_open(run_target *t, const config *cfg, const char *name, char *const *headers, int nheaders, char *err,
+                    size_t errlen) {
     memset(t, 0, sizeof(*t));
     t->name = name;
     const struct config_deployment *d = config_deployment(cfg, name);
@@ -149,8 +149,8 @@ void run_target_lane_names(const run_target *t, char *buf, size_t n) {
     if (!used) snprintf(buf, n, "none");
 }
 
-const char *run_target_body(const run_member *m, const char *body, size_t len, int has_model,
-                            long long max_tokens, size_t *out_len, char **owned) {
+const char *run_target_body(const run_member *m, const char *body, size_t len, int has_model, long long max_tokens,
+                            size_t *out_len, char **owned) {
     *owned = NULL;
     *out_len = len;
     int azure = m->dep->style == CONFIG_STYLE_AZURE;

@@ -29,16 +29,16 @@
 
 typedef struct run_member {
     const struct config_deployment *dep;
-    char *url;                       /* malloc'd */
-    struct curl_slist *hdrs;         /* Content-Type, the API key, the --header lines */
+    char *url;               /* malloc'd */
+    struct curl_slist *hdrs; /* Content-Type, the API key, the --header lines */
 } run_member;
 
 typedef struct run_target {
-    const char *name;                /* as given: the deployment or the group */
+    const char *name;                 /* as given: the deployment or the group */
     const struct config_group *group; /* NULL: a deployment */
-    run_member *members;             /* a deployment: one; a group: its members in order */
+    run_member *members;              /* a deployment: one; a group: its members in order */
     size_t n;
-    long long rpm;                   /* the quota the progress line compares with (a group: the sum) */
+    long long rpm; /* the quota the progress line compares with (a group: the sum) */
 } run_target;
 
 /* Resolves name in cfg and builds every member's URL and headers, adding
@@ -46,8 +46,8 @@ typedef struct run_target {
  * message in err naming what is missing (an unknown name; a member
  * without endpoint; an unset API key variable; a malformed header); t is
  * then safe to close. */
-int run_target_open(run_target *t, const config *cfg, const char *name, char *const *headers, int nheaders,
-                    char *err, size_t errlen);
+int run_target_open(run_target *t, const config *cfg, const char *name, char *const *headers, int nheaders, char *err,
+                    size_t errlen);
 
 /* The member called deployment (the grant's), or NULL. */
 const run_member *run_target_member(const run_target *t, const char *deployment);
@@ -70,8 +70,8 @@ void run_target_lane_names(const run_target *t, char *buf, size_t n);
  * Messages API requires it; 0: the body has one) (*owned: the copy, the
  * caller frees it). Returns NULL when out of memory. body is a compact
  * JSON object. */
-const char *run_target_body(const run_member *m, const char *body, size_t len, int has_model,
-                            long long max_tokens, size_t *out_len, char **owned);
+const char *run_target_body(const run_member *m, const char *body, size_t len, int has_model, long long max_tokens,
+                            size_t *out_len, char **owned);
 
 /* Frees the members. NULL or a target that failed to open is fine. */
 void run_target_close(run_target *t);

@@ -34,12 +34,11 @@ int cmd_not_implemented(int argc, char **argv) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: sluice COMMAND [OPTIONS]\n"
-            "       sluice COMMAND --help\n"
-            "       sluice --version\n\n"
-            "sluice paces a fleet's LLM API calls from one shared quota.\n\n"
-            "commands:\n");
+    fprintf(f, "usage: sluice COMMAND [OPTIONS]\n"
+               "       sluice COMMAND --help\n"
+               "       sluice --version\n\n"
+               "sluice paces a fleet's LLM API calls from one shared quota.\n\n"
+               "commands:\n");
     for (size_t i = 0; i < SLUICE_NCOMMANDS; i++)
         if (sluice_commands[i].help) fprintf(f, "  %-8s %s\n", sluice_commands[i].name, sluice_commands[i].help);
 }

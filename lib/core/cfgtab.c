@@ -22,17 +22,17 @@
 
 #include <yaml.h>
 
-#define CFG_PATH_MAX 512             /* longest key path in messages */
-#define CFG_FILE_MAX (16 << 20)      /* refuse larger config files */
-#define CFG_INT_SANE 1e9             /* maxima at or above this are sanity caps */
+#define CFG_PATH_MAX 512        /* longest key path in messages */
+#define CFG_FILE_MAX (16 << 20) /* refuse larger config files */
+#define CFG_INT_SANE 1e9        /* maxima at or above this are sanity caps */
 
 struct cfg_ctx {
-    const char *name;         /* file name for messages */
-    const char *basedir;      /* for relative paths, NULL: cwd */
+    const char *name;    /* file name for messages */
+    const char *basedir; /* for relative paths, NULL: cwd */
     yaml_document_t *doc;
     char *err;
     size_t errlen;
-    char path[CFG_PATH_MAX];  /* key path of the current position */
+    char path[CFG_PATH_MAX]; /* key path of the current position */
     size_t pathlen;
 };
 
@@ -41,12 +41,9 @@ struct cfg_ctx {
 static void cfg_vfail(cfg_ctx *ctx, int line, const char *key, const char *fmt, va_list ap) {
     if (!ctx->err || ctx->errlen == 0) return;
     int n;
-    if (line <= 0)
-        n = snprintf(ctx->err, ctx->errlen, "%s: ", ctx->name);
-    else if (key)
-        n = snprintf(ctx->err, ctx->errlen, "%s:%d: key '%s': ", ctx->name, line, key);
-    else
-        n = snprintf(ctx->err, ctx->errlen, "%s:%d: ", ctx->name, line);
+    if (line <= 0) n = snprintf(ctx->err, ctx->errlen, "%s: ", ctx->name);
+    else if (key) n = snprintf(ctx->err, ctx->errlen, "%s:%d: key '%s': ", ctx->name, line, key);
+    else n = snprintf(ctx->err, ctx->errlen, "%s:%d: ", ctx->name, line);
     if (n < 0) n = 0;
     if ((size_t)n < ctx->errlen) vsnprintf(ctx->err + n, ctx->errlen - (size_t)n, fmt, ap);
 }
@@ -137,8 +134,8 @@ static int node_is_null(const yaml_node_t *n) {
     if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return 0;
     const char *s = (const char *)n->data.scalar.value;
     size_t len = n->data.scalar.length;
-    return len == 0 || (len == 1 && s[0] == '~') || (len == 4 && (!strcmp(s, "null") || !strcmp(s, "Null") ||
-                                                                   !strcmp(s, "NULL")));
+    return len == 0 || (len == 1 && s[0] == '~') ||
+           (len == 4 && (!strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL")));
 }
 
 /* ---- value parsers ---- */
@@ -146,10 +143,8 @@ static int node_is_null(const yaml_node_t *n) {
 #define FIELD(base, off, type) ((type *)(void *)((char *)(base) + (off)))
 
 static void fmt_num(char *out, size_t n, double v) {
-    if (fabs(v) < 1e17 && v == floor(v))
-        snprintf(out, n, "%.0f", v);
-    else
-        snprintf(out, n, "%g", v);
+    if (fabs(v) < 1e17 && v == floor(v)) snprintf(out, n, "%.0f", v);
+    else snprintf(out, n, "%g", v);
 }
 
 /* "a positive integer", "an integer between 1 and 60000", ... */
@@ -159,12 +154,9 @@ static void describe_int(const cfg_row *r, char *out, size_t n) {
     fmt_num(hi, sizeof(hi), r->max);
     const char *what = r->type == CFG_T_BYTES ? "a size in bytes" : "an integer";
     if (r->max >= CFG_INT_SANE && r->type == CFG_T_INT) {
-        if (r->min == 1)
-            snprintf(out, n, "a positive integer");
-        else if (r->min == 0)
-            snprintf(out, n, "a non-negative integer");
-        else
-            snprintf(out, n, "%s >= %s", what, lo);
+        if (r->min == 1) snprintf(out, n, "a positive integer");
+        else if (r->min == 0) snprintf(out, n, "a non-negative integer");
+        else snprintf(out, n, "%s >= %s", what, lo);
     } else {
         snprintf(out, n, "%s between %s and %s", what, lo, hi);
     }
@@ -175,8 +167,7 @@ static void describe_range(const cfg_row *r, char *out, size_t n) {
     char lo[32], hi[32];
     fmt_num(lo, sizeof(lo), r->min);
     fmt_num(hi, sizeof(hi), r->max);
-    if (isinf(r->max))
-        snprintf(out, n, "%s %s", (r->flags & CFG_MIN_OPEN) ? ">" : ">=", lo);
+    if (isinf(r->max)) snprintf(out, n, "%s %s", (r->flags & CFG_MIN_OPEN) ? ">" : ">=", lo);
     else
         snprintf(out, n, "%c%s, %s%c", (r->flags & CFG_MIN_OPEN) ? '(' : '[', lo, hi,
                  (r->flags & CFG_MAX_OPEN) ? ')' : ']');
@@ -219,10 +210,8 @@ int cfg_parse_decimal(const char *s, size_t len, long long *out) {
     for (; i < len; i++) {
         if (s[i] < '0' || s[i] > '9') return 0;
         unsigned d = (unsigned)(s[i] - '0');
-        if (v > ((unsigned long long)LLONG_MAX - d) / 10)
-            overflow = 1;
-        else
-            v = v * 10 + d;
+        if (v > ((unsigned long long)LLONG_MAX - d) / 10) overflow = 1;
+        else v = v * 10 + d;
     }
     if (overflow) return -1;
     *out = neg ? -(long long)v : (long long)v;
@@ -248,7 +237,10 @@ static int set_int(const cfg_row *r, void *base, const char *s, size_t len, cons
     describe_int(r, desc, sizeof(desc));
     size_t digits = len;
     if (r->type == CFG_T_BYTES) {
-        static const struct { const char *sfx; long long mult; } units[] = {
+        static const struct {
+            const char *sfx;
+            long long mult;
+        } units[] = {
             {"gb", 1LL << 30}, {"g", 1LL << 30}, {"mb", 1LL << 20}, {"m", 1LL << 20},
             {"kb", 1LL << 10}, {"k", 1LL << 10}, {"b", 1},
         };
@@ -276,8 +268,7 @@ static int set_int(const cfg_row *r, void *base, const char *s, size_t len, cons
         fmt_num(hi, sizeof(hi), r->max);
         if (r->max >= CFG_INT_SANE && r->type == CFG_T_INT && (double)v > r->max)
             snprintf(why, whylen, "must be at most %s, got %s", hi, gotq);
-        else
-            snprintf(why, whylen, "must be %s, got %s", desc, gotq);
+        else snprintf(why, whylen, "must be %s, got %s", desc, gotq);
         return -1;
     }
     *FIELD(base, r->off, long long) = v;
@@ -350,10 +341,8 @@ static int set_mode(const cfg_row *r, void *base, const char *s, size_t len, con
     unsigned v = 0;
     int bad = len == 0;
     for (size_t i = 0; i < len && !bad; i++) {
-        if (s[i] < '0' || s[i] > '7' || v > 0777)
-            bad = 1;
-        else
-            v = v * 8 + (unsigned)(s[i] - '0');
+        if (s[i] < '0' || s[i] > '7' || v > 0777) bad = 1;
+        else v = v * 8 + (unsigned)(s[i] - '0');
     }
     if (bad || v > 0777) {
         char desc[96];
@@ -454,10 +443,8 @@ static int apply_defaults(cfg_ctx *ctx, const cfg_schema *sc, void *base) {
         char why[256];
         int rc = 0;
         if (r->type == CFG_T_LIST || r->type == CFG_T_STRS) continue;
-        if (r->def)
-            rc = set_value(r, base, r->def, strlen(r->def), why, sizeof(why));
-        else if (r->type == CFG_T_STR)
-            rc = set_value(r, base, "", 0, why, sizeof(why));
+        if (r->def) rc = set_value(r, base, r->def, strlen(r->def), why, sizeof(why));
+        else if (r->type == CFG_T_STR) rc = set_value(r, base, "", 0, why, sizeof(why));
         if (rc) return cfg_fail_plain(ctx, 0, "internal error: default of '%s': %s", r->key, why);
     }
     return 0;
@@ -503,8 +490,7 @@ static size_t edit_distance(const char *a, size_t la, const char *b, size_t lb) 
 }
 
 /* The key under prefix closest to key, if it is close (a typo). */
-static void suggest(const cfg_schema *sc, const char *prefix, const char *key, size_t klen, char *out,
-                    size_t outlen) {
+static void suggest(const cfg_schema *sc, const char *prefix, const char *key, size_t klen, char *out, size_t outlen) {
     size_t plen = strlen(prefix), best = 3;
     out[0] = '\0';
     for (size_t i = 0; i < sc->nrows; i++) {
@@ -535,8 +521,7 @@ static int set_row(cfg_ctx *ctx, cfg_entity *ent, const cfg_row *r, size_t idx, 
     if (node_is_null(val) && !(r->flags & CFG_REQUIRED)) return 0; /* keep the default */
     if (node_is_null(val) || val->type != YAML_SCALAR_NODE) {
         describe_row(r, why, sizeof(why));
-        return cfg_fail(ctx, node_line(val), "must be %s, got %s", why,
-                        node_is_null(val) ? "nothing" : node_kind(val));
+        return cfg_fail(ctx, node_line(val), "must be %s, got %s", why, node_is_null(val) ? "nothing" : node_kind(val));
     }
     const char *s = (const char *)val->data.scalar.value;
     size_t len = val->data.scalar.length;
@@ -663,7 +648,8 @@ static int walk_map(cfg_ctx *ctx, cfg_entity *ent, yaml_node_t *map, const char 
         yaml_node_t *k = yaml_document_get_node(ctx->doc, pr->key);
         yaml_node_t *v = yaml_document_get_node(ctx->doc, pr->value);
         if (!k || !v) return cfg_fail(ctx, node_line(map), "internal error: dangling YAML node");
-        if (k->type != YAML_SCALAR_NODE) return cfg_fail(ctx, node_line(k), "keys must be strings, got %s", node_kind(k));
+        if (k->type != YAML_SCALAR_NODE)
+            return cfg_fail(ctx, node_line(k), "keys must be strings, got %s", node_kind(k));
         const char *key = (const char *)k->data.scalar.value;
         size_t klen = k->data.scalar.length;
         size_t old = cfg_path_push(ctx, key, klen);
@@ -704,22 +690,18 @@ static int walk_map(cfg_ctx *ctx, cfg_entity *ent, yaml_node_t *map, const char 
         } else if (r) {
             rc = set_row(ctx, ent, r, idx, v);
         } else if (nested) {
-            if (node_is_null(v))
-                rc = 0;
+            if (node_is_null(v)) rc = 0;
             else if (v->type != YAML_MAPPING_NODE)
                 rc = cfg_fail(ctx, node_line(v), "must be a mapping, got %s", node_kind(v));
-            else
-                rc = walk_map(ctx, ent, v, full);
+            else rc = walk_map(ctx, ent, v, full);
         } else {
             char hint[72];
             const char *known;
             suggest(sc, prefix, key, klen, hint, sizeof(hint));
-            if (hint[0])
-                rc = cfg_fail(ctx, node_line(k), "unknown key (did you mean '%s'?)", hint);
+            if (hint[0]) rc = cfg_fail(ctx, node_line(k), "unknown key (did you mean '%s'?)", hint);
             else if ((known = known_mistake(sc, prefix, key, klen)) != NULL)
                 rc = cfg_fail(ctx, node_line(k), "%s", known);
-            else
-                rc = cfg_fail(ctx, node_line(k), "unknown key");
+            else rc = cfg_fail(ctx, node_line(k), "unknown key");
         }
         if (rc) return -1;
         cfg_path_pop(ctx, old);
@@ -781,8 +763,8 @@ static int yaml_error(cfg_ctx *ctx, const yaml_parser_t *ps, const char *text, s
     return cfg_fail_plain(ctx, (int)ps->problem_mark.line + 1, "YAML syntax error: %s", problem);
 }
 
-int cfg_load(const cfg_schema *root, const char *name, const char *basedir, const char *text, size_t len,
-             void **out, char *err, size_t errlen) {
+int cfg_load(const cfg_schema *root, const char *name, const char *basedir, const char *text, size_t len, void **out,
+             char *err, size_t errlen) {
     cfg_ctx ctx = {.name = name, .basedir = basedir, .err = err, .errlen = errlen};
     yaml_parser_t ps;
     yaml_document_t doc;
@@ -834,8 +816,7 @@ int cfg_load(const cfg_schema *root, const char *name, const char *basedir, cons
     rc = 0;
 done:
     if (base) {
-        if (root->destroy)
-            root->destroy(base);
+        if (root->destroy) root->destroy(base);
         else {
             cfg_free_rows(root, base);
             free(base);
@@ -905,10 +886,8 @@ int cfg_load_file(const cfg_schema *root, const char *path, void **out, char *er
     const char *slash = strrchr(path, '/');
     char *dir = slash ? cfg_strndup(path, slash == path ? 1 : (size_t)(slash - path)) : NULL;
     int rc;
-    if (slash && !dir)
-        rc = cfg_fail_plain(&ctx, 0, "out of memory");
-    else
-        rc = cfg_load(root, path, dir ? dir : ".", text ? text : "", len, out, err, errlen);
+    if (slash && !dir) rc = cfg_fail_plain(&ctx, 0, "out of memory");
+    else rc = cfg_load(root, path, dir ? dir : ".", text ? text : "", len, out, err, errlen);
     free(dir);
     free(text);
     return rc;
@@ -916,8 +895,7 @@ int cfg_load_file(const cfg_schema *root, const char *path, void **out, char *er
 
 /* ---- schema listing ---- */
 
-static void foreach_rows(const cfg_schema *sc, const char *prefix, void (*fn)(const cfg_key_info *, void *),
-                         void *ud) {
+static void foreach_rows(const cfg_schema *sc, const char *prefix, void (*fn)(const cfg_key_info *, void *), void *ud) {
     for (size_t i = 0; i < sc->nrows; i++) {
         const cfg_row *r = &sc->rows[i];
         char path[256], range[96] = "", type[96];
@@ -949,8 +927,12 @@ static void foreach_rows(const cfg_schema *sc, const char *prefix, void (*fn)(co
             snprintf(range, sizeof(range), "0000..0777");
         }
         cfg_key_info info = {
-            .path = path, .type = type, .def = r->def ? r->def : "", .range = range,
-            .required = (r->flags & CFG_REQUIRED) != 0, .doc = r->doc,
+            .path = path,
+            .type = type,
+            .def = r->def ? r->def : "",
+            .range = range,
+            .required = (r->flags & CFG_REQUIRED) != 0,
+            .doc = r->doc,
         };
         fn(&info, ud);
         if (r->type == CFG_T_LIST) {

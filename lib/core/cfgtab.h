@@ -45,7 +45,7 @@ typedef enum cfg_type {
 } cfg_type;
 
 #define CFG_REQUIRED 1u  /* must be given */
-#define CFG_DERIVED  2u  /* no static default: the finish hook computes it */
+#define CFG_DERIVED 2u   /* no static default: the finish hook computes it */
 #define CFG_MIN_OPEN 4u  /* min is exclusive (numbers) */
 #define CFG_MAX_OPEN 8u  /* max is exclusive (numbers) */
 #define CFG_NONEMPTY 16u /* strings: "" is not allowed */
@@ -58,7 +58,7 @@ typedef struct cfg_schema cfg_schema;
 typedef int (*cfg_check_fn)(const char *s, char *why, size_t whylen);
 
 typedef struct cfg_row {
-    const char *key;          /* dotted path within the schema's struct */
+    const char *key; /* dotted path within the schema's struct */
     cfg_type type;
     size_t off;               /* field offset */
     const char *def;          /* default as YAML text, NULL: zero / "" */
@@ -84,25 +84,25 @@ typedef struct cfg_hint {
 typedef struct cfg_entity {
     const cfg_schema *schema;
     void *base;
-    int line;                 /* where the entity starts */
-    uint64_t seen;            /* rows given in the file */
-    int lines[CFG_MAX_ROWS];  /* the line of each given row's value */
+    int line;                /* where the entity starts */
+    uint64_t seen;           /* rows given in the file */
+    int lines[CFG_MAX_ROWS]; /* the line of each given row's value */
 } cfg_entity;
 
 struct cfg_schema {
-    const char *what;         /* "deployment", for messages */
+    const char *what; /* "deployment", for messages */
     const cfg_row *rows;
-    size_t nrows;             /* <= CFG_MAX_ROWS */
-    size_t size;              /* size of the struct (list elements and the root) */
-    size_t name_off;          /* list entries: char *name (owned by the entry) */
-    size_t line_off;          /* list entries: int line */
+    size_t nrows;    /* <= CFG_MAX_ROWS */
+    size_t size;     /* size of the struct (list elements and the root) */
+    size_t name_off; /* list entries: char *name (owned by the entry) */
+    size_t line_off; /* list entries: int line */
     int (*check_name)(const char *name, size_t len, char *why, size_t whylen); /* list entries */
     /* Cross-field rules and derived defaults, after the rows are filled
      * and the required ones checked; fails through cfg_entity_fail(). */
     int (*finish)(cfg_ctx *ctx, cfg_entity *ent);
-    const cfg_hint *hints;    /* optional, ends with a NULL key */
+    const cfg_hint *hints; /* optional, ends with a NULL key */
     /* The root schema only: */
-    const char *if_empty;     /* the message for a document with nothing in it */
+    const char *if_empty;                      /* the message for a document with nothing in it */
     int (*init)(void *base, const char *name); /* after zeroing, before defaults; -1: out of memory */
     void (*destroy)(void *base);               /* frees a root struct in any state of filling */
 };
@@ -120,8 +120,8 @@ struct cfg_schema {
  * directory; see cfg_basedir()). Returns 0 and the struct in *out (to be
  * freed by root->destroy), or -1 with *out = NULL and one message in err
  * (always NUL-terminated when errlen > 0; err may be NULL). */
-int cfg_load(const cfg_schema *root, const char *name, const char *basedir, const char *text, size_t len,
-             void **out, char *err, size_t errlen);
+int cfg_load(const cfg_schema *root, const char *name, const char *basedir, const char *text, size_t len, void **out,
+             char *err, size_t errlen);
 
 /* cfg_load() on the file at path (at most 16 MiB), with path as the name
  * and the file's directory as basedir. */
@@ -176,29 +176,37 @@ void cfg_foreach_key(const cfg_schema *sc, void (*fn)(const cfg_key_info *info, 
 
 /* Row initialisers: CFG_INT("rpm", struct_type, field, "default", min, max,
  * flags, "doc."), and so on. */
-#define CFG_INT(k, st, f, d, lo, hi, fl, dc)                                                             \
-    {.key = (k), .type = CFG_T_INT, .off = offsetof(st, f), .def = (d), .min = (lo), .max = (hi),      \
-     .flags = (fl), .doc = (dc)}
-#define CFG_BYTES(k, st, f, d, lo, hi, dc)                                                               \
-    {.key = (k), .type = CFG_T_BYTES, .off = offsetof(st, f), .def = (d), .min = (lo), .max = (hi),    \
-     .doc = (dc)}
-#define CFG_NUM(k, st, f, d, lo, hi, fl, dc)                                                             \
-    {.key = (k), .type = CFG_T_DOUBLE, .off = offsetof(st, f), .def = (d), .min = (lo), .max = (hi),   \
-     .flags = (fl), .doc = (dc)}
-#define CFG_BOOL(k, st, f, d, dc) {.key = (k), .type = CFG_T_BOOL, .off = offsetof(st, f), .def = (d), .doc = (dc)}
-#define CFG_ENUM(k, st, f, d, nm, dc)                                                                    \
-    {.key = (k), .type = CFG_T_ENUM, .off = offsetof(st, f), .def = (d), .names = (nm), .doc = (dc)}
-#define CFG_MODE(k, st, f, d, dc) {.key = (k), .type = CFG_T_MODE, .off = offsetof(st, f), .def = (d), .doc = (dc)}
-#define CFG_STR(k, st, f, d, chk, dc)                                                                    \
-    {.key = (k), .type = CFG_T_STR, .off = offsetof(st, f), .def = (d), .check = (chk), .doc = (dc)}
-#define CFG_STRF(k, st, f, d, chk, fl, dc)                                                               \
-    {.key = (k), .type = CFG_T_STR, .off = offsetof(st, f), .def = (d), .check = (chk), .flags = (fl), \
-     .doc = (dc)}
-#define CFG_STRS(k, st, f, cnt, chk, dc)                                                                 \
-    {.key = (k), .type = CFG_T_STRS, .off = offsetof(st, f), .count_off = offsetof(st, cnt),           \
-     .check = (chk), .doc = (dc)}
-#define CFG_LIST(k, st, f, cnt, sb, fl, dc)                                                              \
-    {.key = (k), .type = CFG_T_LIST, .off = offsetof(st, f), .count_off = offsetof(st, cnt),           \
-     .sub = (sb), .flags = (fl), .doc = (dc)}
+#define CFG_INT(k, st, f, d, lo, hi, fl, dc)                                                                           \
+    {                                                                                                                  \
+        .key = (k), .type = CFG_T_INT, .off = offsetof(st, f), .def = (d), .min = (lo), .max = (hi), .flags = (fl),    \
+        .doc = (dc)                                                                                                    \
+    }
+#define CFG_BYTES(k, st, f, d, lo, hi, dc)                                                                             \
+    { .key = (k), .type = CFG_T_BYTES, .off = offsetof(st, f), .def = (d), .min = (lo), .max = (hi), .doc = (dc) }
+#define CFG_NUM(k, st, f, d, lo, hi, fl, dc)                                                                           \
+    {                                                                                                                  \
+        .key = (k), .type = CFG_T_DOUBLE, .off = offsetof(st, f), .def = (d), .min = (lo), .max = (hi), .flags = (fl), \
+        .doc = (dc)                                                                                                    \
+    }
+#define CFG_BOOL(k, st, f, d, dc)                                                                                      \
+    { .key = (k), .type = CFG_T_BOOL, .off = offsetof(st, f), .def = (d), .doc = (dc) }
+#define CFG_ENUM(k, st, f, d, nm, dc)                                                                                  \
+    { .key = (k), .type = CFG_T_ENUM, .off = offsetof(st, f), .def = (d), .names = (nm), .doc = (dc) }
+#define CFG_MODE(k, st, f, d, dc)                                                                                      \
+    { .key = (k), .type = CFG_T_MODE, .off = offsetof(st, f), .def = (d), .doc = (dc) }
+#define CFG_STR(k, st, f, d, chk, dc)                                                                                  \
+    { .key = (k), .type = CFG_T_STR, .off = offsetof(st, f), .def = (d), .check = (chk), .doc = (dc) }
+#define CFG_STRF(k, st, f, d, chk, fl, dc)                                                                             \
+    { .key = (k), .type = CFG_T_STR, .off = offsetof(st, f), .def = (d), .check = (chk), .flags = (fl), .doc = (dc) }
+#define CFG_STRS(k, st, f, cnt, chk, dc)                                                                               \
+    {                                                                                                                  \
+        .key = (k), .type = CFG_T_STRS, .off = offsetof(st, f), .count_off = offsetof(st, cnt), .check = (chk),        \
+        .doc = (dc)                                                                                                    \
+    }
+#define CFG_LIST(k, st, f, cnt, sb, fl, dc)                                                                            \
+    {                                                                                                                  \
+        .key = (k), .type = CFG_T_LIST, .off = offsetof(st, f), .count_off = offsetof(st, cnt), .sub = (sb),           \
+        .flags = (fl), .doc = (dc)                                                                                     \
+    }
 
 #endif

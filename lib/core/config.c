@@ -26,7 +26,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
-#define CFG_SECRET_MAX 4096          /* refuse larger password files */
+#define CFG_SECRET_MAX 4096 /* refuse larger password files */
 
 /* ---- string checkers ---- */
 
@@ -123,7 +123,8 @@ static int parse_listen(const char *s, config_listen *out, char *why, size_t n) 
         size_t hl;
         unsigned char addr[16];
         if (split_hostport(s, &h, &hl, &l.port) != 0 || hl == 0 || hl >= sizeof(l.host)) {
-            snprintf(why, n, "must be ADDRESS:PORT (127.0.0.1:8790, [::1]:8790) or unix:/path, with a port in 1..65535");
+            snprintf(why, n,
+                     "must be ADDRESS:PORT (127.0.0.1:8790, [::1]:8790) or unix:/path, with a port in 1..65535");
             return -1;
         }
         memcpy(l.host, h, hl);
@@ -134,10 +135,10 @@ static int parse_listen(const char *s, config_listen *out, char *why, size_t n) 
             return -1;
         }
         static const unsigned char v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-        if (!v6)
-            l.loopback = addr[0] == 127;
+        if (!v6) l.loopback = addr[0] == 127;
         else
-            l.loopback = (!memcmp(addr, in6addr_loopback.s6_addr, 16)) || (!memcmp(addr, v4mapped, 12) && addr[12] == 127);
+            l.loopback =
+                (!memcmp(addr, in6addr_loopback.s6_addr, 16)) || (!memcmp(addr, v4mapped, 12) && addr[12] == 127);
         l.kind = CONFIG_LISTEN_TCP;
     }
     if (out) *out = l;
@@ -180,8 +181,8 @@ int config_name_ok(const char *s, size_t len) {
     int ok = len >= 1 && len <= CONFIG_NAME_MAX;
     for (size_t i = 0; i < len && ok; i++) {
         char c = s[i];
-        ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
-             c == '_' || c == ':' || c == '-';
+        ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+             c == ':' || c == '-';
     }
     return ok;
 }
@@ -227,7 +228,8 @@ static const cfg_row lane_rows[] = {
     CFG_INT("max_wait_ms", cfg_lane, max_wait_ms, "-1", -1, 604800000, 0,
             "Longest wait of the lane's requests without MAXWAIT; -1 = the deployment's max_wait_ms (up to a week)."),
     CFG_INT("horizon_ms", cfg_lane, horizon_ms, "-1", -1, 86400000, 0,
-            "How far ahead of now the lane may reserve; -1 = derived (the top lane: its max wait; others: lane_step_ms bands)."),
+            "How far ahead of now the lane may reserve; -1 = derived (the top lane: its max wait; others: lane_step_ms "
+            "bands)."),
     CFG_NUM("headroom", cfg_lane, headroom, "0", 0, 1, CFG_MAX_OPEN,
             "Share of the rate kept for this lane (and those above it) that lower lanes cannot take."),
 };
@@ -280,16 +282,14 @@ static const cfg_schema group_tenant_schema = {
     .check_name = check_class_name,
 };
 
-static int check_member(const char *s, char *why, size_t n) {
-    return check_deployment_name(s, strlen(s), why, n);
-}
+static int check_member(const char *s, char *why, size_t n) { return check_deployment_name(s, strlen(s), why, n); }
 
 static const cfg_row group_rows[] = {
     CFG_STRS("members", cfg_group, members, nmembers, check_member,
              "Deployments of the group, in priority order (the first is the primary)."),
     CFG_ENUM("policy", cfg_group, policy, "priority", policy_names,
              "How a member is chosen: priority = the first member whose slot is within spill_ms, else the soonest; "
-            "weighted = members take turns in proportion to their rpm, then the same spill."),
+             "weighted = members take turns in proportion to their rpm, then the same spill."),
     CFG_INT("spill_ms", cfg_group, spill_ms, "1000", 0, 3600000, 0,
             "A member is used while its slot is at most this far away; beyond it requests spill to the next member."),
     CFG_INT("max_wait_ms", cfg_group, max_wait_ms, "60000", 0, 86400000, 0,
@@ -317,9 +317,7 @@ static const cfg_schema group_schema = {
     .check_name = check_deployment_name,
 };
 
-static int check_tag(const char *s, char *why, size_t n) {
-    return check_class_name(s, strlen(s), why, n);
-}
+static int check_tag(const char *s, char *why, size_t n) { return check_class_name(s, strlen(s), why, n); }
 
 static const cfg_row deployment_rows[] = {
     CFG_INT("rpm", cfg_deployment, rpm, NULL, 1, 1e9, CFG_REQUIRED, "Requests per minute the provider allows."),
@@ -328,7 +326,8 @@ static const cfg_row deployment_rows[] = {
     CFG_INT("itpm", cfg_deployment, itpm, "0", 0, 1e12, 0,
             "Input tokens per minute (styles anthropic, custom); 0 = no limit."),
     CFG_INT("otpm", cfg_deployment, otpm, "0", 0, 1e12, 0,
-            "Output tokens per minute, charged as max output and corrected to the actual (anthropic, custom); 0 = no limit."),
+            "Output tokens per minute, charged as max output and corrected to the actual (anthropic, custom); 0 = no "
+            "limit."),
     CFG_INT("burst.requests", cfg_deployment, burst.requests, NULL, 1, 1e9, CFG_DERIVED,
             "Requests that may go at once on a full bucket; default max(1, rpm/60), one second of rate."),
     CFG_INT("burst.tokens", cfg_deployment, burst.tokens, NULL, 1, 1e12, CFG_DERIVED,
@@ -459,8 +458,9 @@ static const cfg_row root_rows[] = {
             "Share of each deployment's rate used in fallback before the live agents are known."),
     CFG_INT("agent.heartbeat_ms", config, agent.heartbeat_ms, "1000", 100, 60000, 0,
             "How often the agent announces itself in Redis."),
-    CFG_INT("agent.silent_hold_ms", config, agent.silent_hold_ms, "0", 0, 86400000, 0,
-            "How long the agents on Redis keep a silent agent's share out of the shared schedule; 0 = 20 x heartbeat_ms."),
+    CFG_INT(
+        "agent.silent_hold_ms", config, agent.silent_hold_ms, "0", 0, 86400000, 0,
+        "How long the agents on Redis keep a silent agent's share out of the shared schedule; 0 = 20 x heartbeat_ms."),
     CFG_ENUM("agent.log_level", config, agent.log_level, "info", level_names, "How much the agent logs."),
     CFG_INT("agent.max_client_pipeline", config, agent.max_client_pipeline, "1024", 1, 1000000, 0,
             "Unfinished commands (waiting ACQUIREs) one client may have before the agent stops reading from it."),
@@ -513,8 +513,9 @@ static const cfg_schema root_schema = {
  * dimension the profile does not have is an error at that key. */
 static int profile_check(cfg_ctx *ctx, cfg_entity *ent, const cfg_deployment *d) {
     static const char *const combined[] = {"tpm", "burst.tokens", "refund.tokens", NULL};
-    static const char *const split[] = {"itpm", "otpm", "burst.input_tokens", "burst.output_tokens",
-                                        "refund.input_tokens", "refund.output_tokens", NULL};
+    static const char *const split[] = {
+        "itpm", "otpm", "burst.input_tokens", "burst.output_tokens", "refund.input_tokens", "refund.output_tokens",
+        NULL};
     const char *const *bad = NULL;
     const char *has = "";
     if (d->style == CONFIG_STYLE_AZURE || d->style == CONFIG_STYLE_OPENAI) {
@@ -537,10 +538,8 @@ static int deployment_finish(cfg_ctx *ctx, cfg_entity *ent) {
     if (profile_check(ctx, ent, d) != 0) return -1;
     if (!cfg_entity_seen(ent, "burst.requests")) d->burst.requests = d->rpm / 60 > 1 ? d->rpm / 60 : 1;
     if (!cfg_entity_seen(ent, "burst.tokens")) d->burst.tokens = d->tpm / 60 > 1 ? d->tpm / 60 : 1;
-    if (!cfg_entity_seen(ent, "burst.input_tokens"))
-        d->burst.input_tokens = d->itpm / 60 > 1 ? d->itpm / 60 : 1;
-    if (!cfg_entity_seen(ent, "burst.output_tokens"))
-        d->burst.output_tokens = d->otpm / 60 > 1 ? d->otpm / 60 : 1;
+    if (!cfg_entity_seen(ent, "burst.input_tokens")) d->burst.input_tokens = d->itpm / 60 > 1 ? d->itpm / 60 : 1;
+    if (!cfg_entity_seen(ent, "burst.output_tokens")) d->burst.output_tokens = d->otpm / 60 > 1 ? d->otpm / 60 : 1;
     /* refund: true|false overrides every token dimension; refund.<dim> wins
      * over it. */
     if (cfg_entity_seen(ent, "refund")) {
@@ -569,8 +568,9 @@ static int deployment_finish(cfg_ctx *ctx, cfg_entity *ent) {
                                   d->name, l->name, sum);
     }
     if (d->default_lane[0] && !config_lane(d, d->default_lane))
-        return cfg_entity_fail(ctx, ent, "default_lane", d->nlanes ? "names no lane of this deployment: '%s'"
-                                                                   : "'%s' given but the deployment has no lanes",
+        return cfg_entity_fail(ctx, ent, "default_lane",
+                               d->nlanes ? "names no lane of this deployment: '%s'"
+                                         : "'%s' given but the deployment has no lanes",
                                d->default_lane);
     if (d->api_version[0] && d->style != CONFIG_STYLE_AZURE && d->style != CONFIG_STYLE_ANTHROPIC)
         return cfg_entity_fail(ctx, ent, "api_version", "applies to styles azure and anthropic only (style is %s)",
@@ -622,8 +622,9 @@ static int parse_redis_url(cfg_ctx *ctx, cfg_entity *ent, config *cfg, char **us
     const char *hostport = auth;
     if (at) {
         if (memchr(auth, ':', (size_t)(at - auth)))
-            return cfg_entity_fail(ctx, ent, "redis.url",
-                                   "a password in the URL is not allowed: use redis.password_file or redis.password_env");
+            return cfg_entity_fail(
+                ctx, ent, "redis.url",
+                "a password in the URL is not allowed: use redis.password_file or redis.password_env");
         if (at == auth) return cfg_entity_fail(ctx, ent, "redis.url", "the user name before '@' is empty");
         *user = cfg_strndup(auth, (size_t)(at - auth));
         if (!*user) return cfg_entity_fail(ctx, ent, "redis.url", "out of memory");
@@ -643,17 +644,14 @@ static int parse_redis_url(cfg_ctx *ctx, cfg_entity *ent, config *cfg, char **us
     } else {
         hs = hostport;
         he = memchr(hostport, ':', (size_t)(end - hostport));
-        if (he)
-            portp = he + 1;
-        else
-            he = end;
+        if (he) portp = he + 1;
+        else he = end;
     }
     if (he == hs) return cfg_entity_fail(ctx, ent, "redis.url", "the host is empty");
     long long port = 6379, db = 0;
     if (portp && (cfg_parse_decimal(portp, (size_t)(end - portp), &port) != 1 || port < 1 || port > 65535))
         return cfg_entity_fail(ctx, ent, "redis.url", "the port must be a number in 1..65535");
-    if (slash && slash[1] &&
-        (cfg_parse_decimal(slash + 1, strlen(slash + 1), &db) != 1 || db < 0 || db > INT_MAX))
+    if (slash && slash[1] && (cfg_parse_decimal(slash + 1, strlen(slash + 1), &db) != 1 || db < 0 || db > INT_MAX))
         return cfg_entity_fail(ctx, ent, "redis.url", "the database after '/' must be a non-negative integer");
     char *h = cfg_strndup(hs, (size_t)(he - hs)), *u = cfg_strndup("", 0);
     if (!h || !u) {
@@ -867,8 +865,7 @@ static int root_finish(cfg_ctx *ctx, cfg_entity *ent) {
             return cfg_entity_fail(ctx, ent, "redis.password_env", "environment variable %s is not set",
                                    r->password_env);
         if (!v[0])
-            return cfg_entity_fail(ctx, ent, "redis.password_env", "environment variable %s is empty",
-                                   r->password_env);
+            return cfg_entity_fail(ctx, ent, "redis.password_env", "environment variable %s is empty", r->password_env);
         secret = cfg_strndup(v, strlen(v));
         if (!secret) return cfg_entity_fail(ctx, ent, "redis.password_env", "out of memory");
     }
@@ -948,7 +945,6 @@ const char *config_group_tenant_tag(const struct config_group *g, const char *te
         if (!strcmp(g->tenants[i].name, tenant)) return g->tenants[i].tag;
     return "";
 }
-
 
 /* Allocates empty strings for the fields that are not rows, so that every
  * char * of a config is non-NULL, and names the source. */
@@ -1068,7 +1064,12 @@ struct key_visit {
 static void visit_key(const cfg_key_info *k, void *ud) {
     const struct key_visit *v = ud;
     config_key_info info = {
-        .path = k->path, .type = k->type, .def = k->def, .range = k->range, .required = k->required, .doc = k->doc,
+        .path = k->path,
+        .type = k->type,
+        .def = k->def,
+        .range = k->range,
+        .required = k->required,
+        .doc = k->doc,
     };
     v->fn(&info, v->ud);
 }

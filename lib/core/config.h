@@ -39,43 +39,43 @@ enum { CONFIG_STYLE_AZURE = 0, CONFIG_STYLE_OPENAI = 1, CONFIG_STYLE_ANTHROPIC =
 #define CONFIG_GROUP_MAX 16
 
 typedef struct config_redis {
-    char *url;                   /* as written; never log it whole */
-    char *host;                  /* TCP host, "" for a UNIX socket */
-    int port;                    /* TCP port, 0 for a UNIX socket */
-    char *unix_path;             /* socket path, "" for TCP */
-    int db;                      /* database index (SELECT) */
-    char *username;              /* ACL user from the URL or username key */
-    char *password_file;         /* as configured */
-    char *password_env;          /* as configured */
-    char *password;              /* the resolved secret, "" if none */
-    long long timeout_ms;        /* per Redis call */
+    char *url;            /* as written; never log it whole */
+    char *host;           /* TCP host, "" for a UNIX socket */
+    int port;             /* TCP port, 0 for a UNIX socket */
+    char *unix_path;      /* socket path, "" for TCP */
+    int db;               /* database index (SELECT) */
+    char *username;       /* ACL user from the URL or username key */
+    char *password_file;  /* as configured */
+    char *password_env;   /* as configured */
+    char *password;       /* the resolved secret, "" if none */
+    long long timeout_ms; /* per Redis call */
     long long connect_timeout_ms;
-    double max_script_ms;        /* bound on one reserve or settle call's time in Redis; 0 = none */
-    char **cluster;              /* Redis Cluster seed nodes "host:port"; NULL = one Redis */
+    double max_script_ms; /* bound on one reserve or settle call's time in Redis; 0 = none */
+    char **cluster;       /* Redis Cluster seed nodes "host:port"; NULL = one Redis */
     size_t ncluster;
-    char *sentinel_master;       /* Sentinel: the monitored master's name; NULL = no Sentinel */
-    char **sentinels;            /* Sentinel nodes "host:port" */
+    char *sentinel_master; /* Sentinel: the monitored master's name; NULL = no Sentinel */
+    char **sentinels;      /* Sentinel nodes "host:port" */
     size_t nsentinels;
 } config_redis;
 
 /* agent.http.listen entries, parsed: a TCP address or a UNIX socket. */
 enum { CONFIG_LISTEN_TCP = 0, CONFIG_LISTEN_UNIX = 1 };
 typedef struct config_listen {
-    int kind;                    /* CONFIG_LISTEN_* */
-    char host[64];               /* TCP: the numeric address, without brackets */
-    int port;                    /* TCP: 1..65535 */
-    int loopback;                /* TCP: 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104 */
-    char path[108];              /* UNIX: the socket path */
+    int kind;       /* CONFIG_LISTEN_* */
+    char host[64];  /* TCP: the numeric address, without brackets */
+    int port;       /* TCP: 1..65535 */
+    int loopback;   /* TCP: 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104 */
+    char path[108]; /* UNIX: the socket path */
 } config_listen;
 
 /* agent.http: the HTTP proxy's listeners and limits (docs/configuration.md). */
 typedef struct config_http {
-    char **listen;               /* as written; NULL = the proxy is off */
+    char **listen; /* as written; NULL = the proxy is off */
     size_t nlisten;
-    config_listen *listeners;    /* parsed, nlisten of them */
-    int allow_remote;            /* TCP addresses other than loopback are allowed */
+    config_listen *listeners; /* parsed, nlisten of them */
+    int allow_remote;         /* TCP addresses other than loopback are allowed */
     long long max_connections;
-    long long max_header_bytes;  /* request line and headers, as sent */
+    long long max_header_bytes; /* request line and headers, as sent */
     long long max_body_bytes;
     long long header_timeout_ms; /* first byte of a request to the end of its headers */
     long long body_timeout_ms;   /* end of the headers to the end of the body */
@@ -84,67 +84,67 @@ typedef struct config_http {
 } config_http;
 
 typedef struct config_agent {
-    char *id;                    /* "" = hostname:pid, chosen at runtime */
-    char *socket;                /* UNIX socket path served to clients */
-    int socket_mode;             /* permission bits, <= 0777 */
-    char *socket_owner;          /* user name or uid to chown the socket to, "" = unchanged */
-    char *socket_group;          /* group name or gid, "" = unchanged */
-    char *metrics;               /* "host:port" of the Prometheus endpoint, "" = off */
-    char *metrics_host;          /* parsed from metrics (brackets removed) */
-    int metrics_port;            /* parsed from metrics, 0 = off */
+    char *id;           /* "" = hostname:pid, chosen at runtime */
+    char *socket;       /* UNIX socket path served to clients */
+    int socket_mode;    /* permission bits, <= 0777 */
+    char *socket_owner; /* user name or uid to chown the socket to, "" = unchanged */
+    char *socket_group; /* group name or gid, "" = unchanged */
+    char *metrics;      /* "host:port" of the Prometheus endpoint, "" = off */
+    char *metrics_host; /* parsed from metrics (brackets removed) */
+    int metrics_port;   /* parsed from metrics, 0 = off */
     long long max_clients;
     long long max_client_buffer; /* bytes buffered per client */
     long long client_idle_timeout_ms;
-    int fail;                    /* CONFIG_FAIL_* */
-    double fallback_share;       /* (0, 1] */
+    int fail;              /* CONFIG_FAIL_* */
+    double fallback_share; /* (0, 1] */
     long long heartbeat_ms;
-    long long silent_hold_ms;    /* 0 = 20 x heartbeat_ms */
-    int log_level;               /* CONFIG_LOG_* */
+    long long silent_hold_ms;      /* 0 = 20 x heartbeat_ms */
+    int log_level;                 /* CONFIG_LOG_* */
     long long max_client_pipeline; /* unfinished commands per client before reading pauses */
     config_http http;
 } config_agent;
 
 /* A lane of a deployment: a latency class with its own priority. */
 struct config_lane {
-    char *name;                  /* the YAML key */
+    char *name; /* the YAML key */
     int line;
-    long long priority;          /* 0 = served first; equal priorities share a band */
-    long long max_wait_ms;       /* -1 = the deployment's max_wait_ms */
-    long long horizon_ms;        /* how far ahead it may reserve; -1 = derived */
-    double headroom;             /* [0, 1): share of the rate lower lanes cannot use */
+    long long priority;    /* 0 = served first; equal priorities share a band */
+    long long max_wait_ms; /* -1 = the deployment's max_wait_ms */
+    long long horizon_ms;  /* how far ahead it may reserve; -1 = derived */
+    double headroom;       /* [0, 1): share of the rate lower lanes cannot use */
 };
 
 /* A tenant of a deployment ("default" is the class of unknown tenants). */
 struct config_tenant {
     char *name;
     int line;
-    double weight;               /* > 0 */
-    long long ceiling_rpm;       /* 0 = none */
-    long long ceiling_tpm;       /* 0 = none */
-    long long daily_tokens;      /* 0 = none */
+    double weight;          /* > 0 */
+    long long ceiling_rpm;  /* 0 = none */
+    long long ceiling_tpm;  /* 0 = none */
+    long long daily_tokens; /* 0 = none */
 };
 
 /* One deployment. A struct tag without a typedef, because the lookup
  * function below has the name `config_deployment`. */
 struct config_deployment {
-    char *name;                  /* the YAML key */
-    int line;                    /* where it is defined (1-based) */
-    long long rpm;               /* > 0 */
-    long long tpm;               /* combined tokens; 0 = none */
-    long long itpm;              /* input tokens (anthropic, custom); 0 = none */
-    long long otpm;              /* output tokens (anthropic, custom); 0 = none */
+    char *name;     /* the YAML key */
+    int line;       /* where it is defined (1-based) */
+    long long rpm;  /* > 0 */
+    long long tpm;  /* combined tokens; 0 = none */
+    long long itpm; /* input tokens (anthropic, custom); 0 = none */
+    long long otpm; /* output tokens (anthropic, custom); 0 = none */
     struct {
         long long requests;      /* default max(1, rpm / 60) */
         long long tokens;        /* default max(1, tpm / 60) */
         long long input_tokens;  /* default max(1, itpm / 60) */
         long long output_tokens; /* default max(1, otpm / 60) */
     } burst;
-    long long max_concurrency;   /* 0 = no cap */
+    long long max_concurrency; /* 0 = no cap */
     long long lease_s;
-    long long rpd;               /* 0 = unlimited */
-    long long tpd;               /* 0 = unlimited */
+    long long rpd; /* 0 = unlimited */
+    long long tpd; /* 0 = unlimited */
     long long max_wait_ms;
-    int refund;                  /* the `refund: bool` override of every token dimension, as given */
+    int refund; /* the `refund: bool` override of every token dimension, as given */
     /* Whether a settle corrects each token dimension to the actual usage:
      * from refund.<dim>, else `refund`, else the profile's default (only
      * Anthropic's output tokens). */
@@ -157,34 +157,34 @@ struct config_deployment {
         double percent;
     } retry_budget;
     struct {
-        double decrease;         /* (0, 1) */
-        double min_scale;        /* (0, 1] */
-        double increase;         /* (0, 1] */
+        double decrease;  /* (0, 1) */
+        double min_scale; /* (0, 1] */
+        double increase;  /* (0, 1] */
         long long interval_s;
         long long min_throttles; /* 429s without header evidence before a decrease */
         long long window_s;      /* ... within this window */
     } aimd;
     struct {
-        int limits;              /* adopt a lower limit the headers report */
-        int outside;             /* follow others' use of the key seen in the headers */
+        int limits;  /* adopt a lower limit the headers report */
+        int outside; /* follow others' use of the key seen in the headers */
     } adapt;
-    char *endpoint;              /* "" = none */
-    char *api_key_env;           /* "" = none */
-    int style;                   /* CONFIG_STYLE_* */
-    char *api_version;           /* "" = none */
-    long long jitter_ms;         /* release jitter the schedule tolerates (configure's jitter_ms) */
-    long long refund_lag_ms;     /* a settle may reach Redis this long after the provider's give-back */
-    long long horizon_ms;        /* how far ahead a slot may be granted; -1 = up to the max wait */
-    struct config_lane *lanes;   /* in file order; none = one implicit lane */
+    char *endpoint;            /* "" = none */
+    char *api_key_env;         /* "" = none */
+    int style;                 /* CONFIG_STYLE_* */
+    char *api_version;         /* "" = none */
+    long long jitter_ms;       /* release jitter the schedule tolerates (configure's jitter_ms) */
+    long long refund_lag_ms;   /* a settle may reach Redis this long after the provider's give-back */
+    long long horizon_ms;      /* how far ahead a slot may be granted; -1 = up to the max wait */
+    struct config_lane *lanes; /* in file order; none = one implicit lane */
     size_t nlanes;
-    char *default_lane;          /* "" = the highest-priority lane */
+    char *default_lane;            /* "" = the highest-priority lane */
     struct config_tenant *tenants; /* in file order */
     size_t ntenants;
     long long tenant_idle_ms;
     long long lane_step_ms;
-    char **tags;                 /* e.g. "eu": which group requests may use it */
+    char **tags; /* e.g. "eu": which group requests may use it */
     size_t ntags;
-    char **aliases;              /* other model names the proxy maps to it */
+    char **aliases; /* other model names the proxy maps to it */
     size_t naliases;
     /* The breaker settings written to Redis: those of the first group (in
      * file order) that has this deployment as a member; off otherwise. */
@@ -198,7 +198,7 @@ enum { CONFIG_POLICY_PRIORITY = 0, CONFIG_POLICY_WEIGHTED = 1 };
 struct config_group_tenant {
     char *name;
     int line;
-    char *tag;                   /* only members with this tag; "" = any */
+    char *tag; /* only members with this tag; "" = any */
 };
 
 /* A group of deployments that serve the same model (regions, PTU and
@@ -206,26 +206,26 @@ struct config_group_tenant {
 struct config_group {
     char *name;
     int line;
-    char **members;              /* deployment names, in priority order */
+    char **members; /* deployment names, in priority order */
     size_t nmembers;
-    int policy;                  /* CONFIG_POLICY_* */
-    long long spill_ms;          /* the primary is used while its slot is this close */
-    long long max_wait_ms;       /* ACQUIRE without MAXWAIT */
+    int policy;            /* CONFIG_POLICY_* */
+    long long spill_ms;    /* the primary is used while its slot is this close */
+    long long max_wait_ms; /* ACQUIRE without MAXWAIT */
     struct {
-        double failure_ratio;    /* 0 = no breaker */
+        double failure_ratio; /* 0 = no breaker */
         long long min_requests;
         long long window_s;
         long long break_s;
     } breaker;
     struct config_group_tenant *tenants;
     size_t ntenants;
-    char **aliases;              /* other model names the proxy maps to it */
+    char **aliases; /* other model names the proxy maps to it */
     size_t naliases;
     const struct config_deployment **members_; /* resolved, nmembers of them */
 };
 
 typedef struct config {
-    char *source;                /* the name used in messages (file path) */
+    char *source; /* the name used in messages (file path) */
     config_redis redis;
     config_agent agent;
     struct config_deployment *deployments; /* in file order */
@@ -246,8 +246,7 @@ int config_load(const char *path, config **out, char *err, size_t errlen);
 /* config_load() on text in memory (len bytes, need not be NUL-terminated);
  * name stands for the file in messages (NULL: "<string>"). A relative
  * redis.password_file is resolved against the working directory. */
-int config_load_string(const char *name, const char *text, size_t len, config **out, char *err,
-                       size_t errlen);
+int config_load_string(const char *name, const char *text, size_t len, config **out, char *err, size_t errlen);
 
 /* Frees cfg and everything it owns, wiping the password first. NULL is a
  * no-op. */
@@ -308,7 +307,7 @@ typedef struct config_key_info {
     const char *def;   /* default as YAML text; "" when none or derived */
     const char *range; /* e.g. "1..60000", "(0, 1]", "" when free */
     int required;
-    const char *doc;   /* one sentence */
+    const char *doc; /* one sentence */
 } config_key_info;
 
 /* Calls fn for every key of the schema, in table order. The info and its

@@ -36,13 +36,13 @@
 #define COSTMODEL_MEDIAN 5
 
 typedef struct costmodel {
-    double fixed_us;          /* per call (a low estimate), µs */
-    double item_us;           /* per item, µs; 0 until the first call */
+    double fixed_us;            /* per call (a low estimate), µs */
+    double item_us;             /* per item, µs; 0 until the first call */
     double t[COSTMODEL_WINDOW]; /* the last calls' times (µs), a ring */
     size_t n[COSTMODEL_WINDOW]; /* and their items */
-    double last_us;           /* the last call's time, µs */
-    size_t last_n;            /* and its items */
-    unsigned long long calls; /* calls observed */
+    double last_us;             /* the last call's time, µs */
+    size_t last_n;              /* and its items */
+    unsigned long long calls;   /* calls observed */
 } costmodel;
 
 /* Nothing learned yet (all zero, as calloc leaves it). */

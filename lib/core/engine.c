@@ -147,9 +147,8 @@ void engine_start(engine *e) {
     uv_timer_start(&e->heartbeat_timer, on_heartbeat_timer, tick, tick);
 }
 
-int engine_acquire(engine *e, const char *deployment, long long tokens, long long max_wait_ms,
-                   const char *lane, const char *tenant, engine_acquire_cb cb, void *arg,
-                   engine_call **out) {
+int engine_acquire(engine *e, const char *deployment, long long tokens, long long max_wait_ms, const char *lane,
+                   const char *tenant, engine_acquire_cb cb, void *arg, engine_call **out) {
     engine_req rq = {.name = deployment, .tokens = tokens, .max_wait_ms = max_wait_ms, .lane = lane, .tenant = tenant};
     return engine_acquire_req(e, &rq, cb, arg, out);
 }
@@ -158,8 +157,7 @@ static int name_ok(const char *s) { return !s || strlen(s) <= CONFIG_NAME_MAX; }
 
 const char *engine_acquire_req_error(const engine *e, const engine_req *rq) {
     if (!rq || !rq->name) return NULL;
-    if (rq->split && (rq->input < 0 || rq->output < 0))
-        return "INPUT and OUTPUT must be non-negative integers";
+    if (rq->split && (rq->input < 0 || rq->output < 0)) return "INPUT and OUTPUT must be non-negative integers";
     if (rq->split && rq->tokens != 0 && rq->tokens != rq->input + rq->output)
         return "TOKENS must be INPUT + OUTPUT when all three are given";
     if (rq->split || rq->tokens <= 0) return NULL;
@@ -174,7 +172,6 @@ const char *engine_acquire_req_error(const engine *e, const engine_req *rq) {
                    "OUTPUT, not TOKENS";
     return NULL;
 }
-
 
 int engine_acquire_req(engine *e, const engine_req *rq, engine_acquire_cb cb, void *arg, engine_call **out) {
     if (out) *out = NULL;
@@ -233,8 +230,7 @@ void engine_cancel(engine_call *c) {
         }
         call_free(c);
         break;
-    case CALL_INFLIGHT:
-        break; /* on_reserve gives a grant back and frees the call */
+    case CALL_INFLIGHT: break; /* on_reserve gives a grant back and frees the call */
     case CALL_WAITING: {
         const char *num = grant_number(c->grant.id);
         if (num) queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
@@ -245,8 +241,7 @@ void engine_cancel(engine_call *c) {
         call_free(c);
         break;
     }
-    case CALL_DONE:
-        break;
+    case CALL_DONE: break;
     }
 }
 
@@ -271,8 +266,7 @@ int engine_settle_usage(engine *e, const char *grant_id, const engine_usage *usa
     const char *num = colon + 1;
     int local = num[0] == 'L';
     const char *digits = local ? num + 1 : num;
-    if (!*digits || strlen(digits) > 15 || strspn(digits, "0123456789") != strlen(digits))
-        return SL_EINVAL;
+    if (!*digits || strlen(digits) > 15 || strspn(digits, "0123456789") != strlen(digits)) return SL_EINVAL;
     char name[CONFIG_NAME_MAX + 1];
     memcpy(name, grant_id, (size_t)(colon - grant_id));
     name[colon - grant_id] = '\0';
@@ -282,9 +276,8 @@ int engine_settle_usage(engine *e, const char *grant_id, const engine_usage *usa
     if (outcome == ENGINE_THROTTLED) e->stats.throttled++;
     if (outcome == ENGINE_QUOTA) {
         e->stats.quota_events++;
-        elog(e, CONFIG_LOG_WARN,
-             "deployment %s: the provider reported a hard quota error: it is out until its reset%s", d->name,
-             d->cfg->group_ ? " (its group routes to the other members)" : "");
+        elog(e, CONFIG_LOG_WARN, "deployment %s: the provider reported a hard quota error: it is out until its reset%s",
+             d->name, d->cfg->group_ ? " (its group routes to the other members)" : "");
     }
     if (u.tokens >= 0) e->stats.tokens_actual += (unsigned long long)u.tokens;
     /* With Redis, the settle's reply brings the pause and its shift for the
@@ -431,8 +424,7 @@ void engine_get_stats(const engine *e, engine_stats *out) {
     *out = e->stats;
     if (e->redis) {
         rconn_stats rs;
-        rrouter_get_stats(e->redis, &rs, &out->cluster_redirects, &out->slot_map_refreshes,
-                          &out->redis_nodes);
+        rrouter_get_stats(e->redis, &rs, &out->cluster_redirects, &out->slot_map_refreshes, &out->redis_nodes);
         out->redis_calls = rs.calls;
         out->redis_errors = rs.errors;
         out->redis_timeouts = rs.timeouts;

@@ -37,7 +37,7 @@ enum {
 #define ENGINE_SHED_ENUM(name, word, source) ENGINE_SHED_##name,
     SLUICE_SHED_REASON_MAP(ENGINE_SHED_ENUM)
 #undef ENGINE_SHED_ENUM
-    ENGINE_SHED_REASONS
+        ENGINE_SHED_REASONS
 };
 
 /* The dimensions of a deployment's budget, in the scripts' order
@@ -80,7 +80,7 @@ typedef enum engine_outcome {
 #define ENGINE_OUTCOME_ENUM(name, word) ENGINE_##name,
     SLUICE_OUTCOME_MAP(ENGINE_OUTCOME_ENUM)
 #undef ENGINE_OUTCOME_ENUM
-    ENGINE_OUTCOMES
+        ENGINE_OUTCOMES
 } engine_outcome;
 extern const char *const engine_outcome_names[ENGINE_OUTCOMES]; /* "ok", "throttled", ... */
 
@@ -100,17 +100,17 @@ typedef struct engine_grant {
 } engine_grant;
 
 typedef struct engine_shed {
-    const char *reason;           /* rpm tpm itpm otpm paused daily concurrency too_large lane
+    const char *reason;       /* rpm tpm itpm otpm paused daily concurrency too_large lane
                                      ceiling tenant_daily breaker quota tag */
-    long long retry_after_ms;     /* -1: never (too_large) */
+    long long retry_after_ms; /* -1: never (too_large) */
 } engine_shed;
 
 /* Outcome of an acquire: status SL_OK with g, SL_ESHED with shed, or
  * another SL_E* code with msg (SL_EUNAVAIL, SL_ECLOSING, SL_EUNKNOWN when
  * the deployment was removed by a reload). Pointers are valid during the
  * call only. */
-typedef void (*engine_acquire_cb)(void *arg, int status, const engine_grant *g,
-                                  const engine_shed *shed, const char *msg);
+typedef void (*engine_acquire_cb)(void *arg, int status, const engine_grant *g, const engine_shed *shed,
+                                  const char *msg);
 
 /* Creates an engine on loop for cfg. The engine takes ownership of cfg
  * (freed by engine_free or replaced by engine_reload). agent_id names this
@@ -142,17 +142,16 @@ void engine_start(engine *e);
  * slot lies beyond its horizon (docs/architecture.md, "Lanes and
  * tenants"): the engine holds it, per lane and tenant in order, and asks
  * again when Redis said capacity opens. */
-int engine_acquire(engine *e, const char *deployment, long long tokens, long long max_wait_ms,
-                   const char *lane, const char *tenant, engine_acquire_cb cb, void *arg,
-                   engine_call **call);
+int engine_acquire(engine *e, const char *deployment, long long tokens, long long max_wait_ms, const char *lane,
+                   const char *tenant, engine_acquire_cb cb, void *arg, engine_call **call);
 
 /* A request to a deployment or a group (ACQUIRE <name> ...). tag: only
  * group members carrying it may serve the request (NULL or "": any; a
  * tenant restricted in the group adds its own). */
 typedef struct engine_req {
-    const char *name;             /* a deployment or a group */
-    long long tokens;             /* the combined estimate: input + max output */
-    long long max_wait_ms;        /* < 0: the lane's, the group's or the deployment's */
+    const char *name;      /* a deployment or a group */
+    long long tokens;      /* the combined estimate: input + max output */
+    long long max_wait_ms; /* < 0: the lane's, the group's or the deployment's */
     const char *lane, *tenant, *tag;
     /* split: the estimate is given as input and max output (then tokens is
      * their sum, or 0). A deployment that counts input and output tokens
@@ -193,13 +192,13 @@ typedef struct engine_class_stats {
     unsigned long long acquires, grants, sheds, deferrals, tokens;
     unsigned long long wait_hist[ENGINE_WAIT_BUCKETS + 1];
     unsigned long long wait_sum_ms;
-    unsigned long long queued;      /* gauge: held (not yet granted) */
+    unsigned long long queued; /* gauge: held (not yet granted) */
 } engine_class_stats;
 
 /* Calls fn for every (deployment, lane, tenant) class that has seen a
  * request, in no particular order. Strings are valid during the call. */
-typedef void (*engine_class_fn)(void *ud, const char *deployment, const char *lane,
-                                const char *tenant, const engine_class_stats *st);
+typedef void (*engine_class_fn)(void *ud, const char *deployment, const char *lane, const char *tenant,
+                                const engine_class_stats *st);
 void engine_foreach_class(const engine *e, engine_class_fn fn, void *ud);
 
 /* Cancels a call whose callback has not run: the callback will not run,
@@ -211,8 +210,7 @@ void engine_cancel(engine_call *call);
  * (Retry-After, or remaining 0 with a reset), applied fleet-wide once.
  * Fire and forget: coalesced with other settles. Returns 0, SL_EINVAL (a
  * malformed grant id) or SL_EUNKNOWN (its deployment is not configured). */
-int engine_settle(engine *e, const char *grant_id, long long actual_tokens, engine_outcome outcome,
-                  long long pause_ms);
+int engine_settle(engine *e, const char *grant_id, long long actual_tokens, engine_outcome outcome, long long pause_ms);
 
 /* engine_settle() with the usage per dimension and what the response's
  * rate-limit headers said (seen may be NULL). Each dimension is corrected
@@ -247,11 +245,11 @@ void engine_foreach_dim(const engine *e, engine_dim_fn fn, void *ud);
  * redis.max_script_ms, and the Redis time per call that sizes it, learned
  * from the calls' own times (lib/core/costmodel.h). */
 typedef struct engine_batch {
-    size_t cap;                   /* items the next call may carry */
-    double item_us, fixed_us;     /* learned: per item, per call (a low estimate); 0 before any call */
-    size_t last_items;            /* the last call's items */
-    double last_us;               /* and its time in Redis */
-    unsigned long long calls;     /* calls observed */
+    size_t cap;               /* items the next call may carry */
+    double item_us, fixed_us; /* learned: per item, per call (a low estimate); 0 before any call */
+    size_t last_items;        /* the last call's items */
+    double last_us;           /* and its time in Redis */
+    unsigned long long calls; /* calls observed */
 } engine_batch;
 typedef void (*engine_batch_fn)(void *ud, const char *kind, const char *name, const engine_batch *b);
 /* Calls fn for every configured deployment (twice: "deployment" and
@@ -262,15 +260,13 @@ void engine_foreach_batch(const engine *e, engine_batch_fn fn, void *ud);
 /* "May this deployment's fleet retry now?" cb gets status SL_OK with
  * allowed 1/0, the balance left and, when refused, a retry-after hint.
  * Returns 0 or SL_EUNKNOWN / SL_ECLOSING (then cb never runs). */
-typedef void (*engine_retry_cb)(void *arg, int status, int allowed, long long balance,
-                                long long retry_after_ms);
+typedef void (*engine_retry_cb)(void *arg, int status, int allowed, long long balance, long long retry_after_ms);
 int engine_retry(engine *e, const char *deployment, engine_retry_cb cb, void *arg);
 
 /* The live budget of one deployment as field/value string pairs: Redis'
  * view (the status script) merged with this agent's (mode, queues). fields
  * and values are valid during the callback only. */
-typedef void (*engine_status_cb)(void *arg, int status, size_t n, const char *const *fields,
-                                 const char *const *values);
+typedef void (*engine_status_cb)(void *arg, int status, size_t n, const char *const *fields, const char *const *values);
 int engine_status(engine *e, const char *deployment, engine_status_cb cb, void *arg);
 
 /* Swaps in a new configuration (taking ownership; the old one is freed).
@@ -295,27 +291,28 @@ extern const long long engine_wait_bounds_ms[ENGINE_WAIT_BUCKETS]; /* upper boun
 typedef struct engine_stats {
     unsigned long long acquires, grants, grants_local, sheds, errors;
     unsigned long long shed_by_reason[ENGINE_SHED_REASONS]; /* index: engine_shed_reason_index() */
-    unsigned long long deferrals;          /* items Redis deferred (lanes, tenants) */
-    unsigned long long quota_events;       /* settles reporting a hard quota error */
-    unsigned long long breaker_sheds;      /* requests shed by an open circuit breaker */
+    unsigned long long deferrals;                           /* items Redis deferred (lanes, tenants) */
+    unsigned long long quota_events;                        /* settles reporting a hard quota error */
+    unsigned long long breaker_sheds;                       /* requests shed by an open circuit breaker */
     unsigned long long wait_hist[ENGINE_WAIT_BUCKETS + 1];
     unsigned long long wait_sum_ms;
     unsigned long long settles, throttled, cancels;
     unsigned long long retries_allowed, retries_refused;
     unsigned long long tokens_estimated, tokens_actual;
-    unsigned long long limit_changes;      /* limits adopted from (or dropped after) the headers, as seen here */
+    unsigned long long limit_changes; /* limits adopted from (or dropped after) the headers, as seen here */
     unsigned long long redis_calls, redis_errors, redis_timeouts, noscript_reloads;
     unsigned long long reserve_calls, reserve_items, settle_calls, settle_items;
-    unsigned long long script_over_bound;  /* reserve and settle calls whose own time in Redis reached redis.max_script_ms */
-    unsigned long long redirect_holds;     /* cluster redirects/TRYAGAIN that held a batch */
-    unsigned long long cluster_redirects;  /* MOVED/ASK followed by the router */
+    unsigned long long
+        script_over_bound; /* reserve and settle calls whose own time in Redis reached redis.max_script_ms */
+    unsigned long long redirect_holds;    /* cluster redirects/TRYAGAIN that held a batch */
+    unsigned long long cluster_redirects; /* MOVED/ASK followed by the router */
     unsigned long long slot_map_refreshes;
     size_t redis_nodes;
-    unsigned long long queued, waiting;   /* gauges: pending acquires, timers armed */
-    int redis_up;                          /* gauge */
-    long long mode_since_ms;               /* wall-clock ms when the mode last changed */
-    const char *mode;                      /* "redis" or "local" */
-    const char *redis_error;               /* last connection error, "" if none */
+    unsigned long long queued, waiting; /* gauges: pending acquires, timers armed */
+    int redis_up;                       /* gauge */
+    long long mode_since_ms;            /* wall-clock ms when the mode last changed */
+    const char *mode;                   /* "redis" or "local" */
+    const char *redis_error;            /* last connection error, "" if none */
 } engine_stats;
 
 void engine_get_stats(const engine *e, engine_stats *out);

@@ -195,7 +195,8 @@ void call_deferred(engine_call *c, const redisReply *reason, long long ask_in, u
     uint64_t at = now + (uint64_t)(ask_in > 0 ? ask_in : 1);
     if (at > k->ask_at) k->ask_at = at;
     c->deferred = 1;
-    snprintf(c->defer_reason, sizeof(c->defer_reason), "%s", reason->type == REDIS_REPLY_STRING ? reason->str : engine_shed_reasons[ENGINE_SHED_RPM]);
+    snprintf(c->defer_reason, sizeof(c->defer_reason), "%s",
+             reason->type == REDIS_REPLY_STRING ? reason->str : engine_shed_reasons[ENGINE_SHED_RPM]);
     c->e->stats.deferrals++;
     k->st.deferrals++;
     c->state = CALL_PENDING;

@@ -25,9 +25,10 @@ static void cfg_dim(const struct config_deployment *c, int k, double *limit, dou
     static const size_t lim_off[ENGINE_DIMS] = {
         offsetof(struct config_deployment, rpm), offsetof(struct config_deployment, tpm),
         offsetof(struct config_deployment, itpm), offsetof(struct config_deployment, otpm)};
-    static const size_t burst_off[ENGINE_DIMS] = {
-        offsetof(struct config_deployment, burst.requests), offsetof(struct config_deployment, burst.tokens),
-        offsetof(struct config_deployment, burst.input_tokens), offsetof(struct config_deployment, burst.output_tokens)};
+    static const size_t burst_off[ENGINE_DIMS] = {offsetof(struct config_deployment, burst.requests),
+                                                  offsetof(struct config_deployment, burst.tokens),
+                                                  offsetof(struct config_deployment, burst.input_tokens),
+                                                  offsetof(struct config_deployment, burst.output_tokens)};
     *limit = (double)*(const long long *)((const char *)c + lim_off[k]);
     *burst = (double)*(const long long *)((const char *)c + burst_off[k]);
 }

@@ -93,7 +93,8 @@ int group_next(engine_call *c, const engine_shed *shed, engine_shed *final) {
     }
     if (idx >= 0) {
         long long step_left = c->max_wait_ms - (long long)(now - c->start_ms);
-        c->route->est[idx] = never ? UINT64_MAX : now + (uint64_t)(step_left > 0 ? step_left : 0) + (uint64_t)shed->retry_after_ms;
+        c->route->est[idx] =
+            never ? UINT64_MAX : now + (uint64_t)(step_left > 0 ? step_left : 0) + (uint64_t)shed->retry_after_ms;
     }
     if (!c->route->first.reason) c->route->first = *shed;
     long long left = c->route->deadline > now ? (long long)(c->route->deadline - now) : 0;
@@ -138,9 +139,9 @@ int group_next(engine_call *c, const engine_shed *shed, engine_shed *final) {
     /* The hint: when the soonest member could serve it, or when a member
      * out for health (breaker, quota) comes back; -1 only when none can. */
     if (c->route->health && c->route->health < soonest) soonest = c->route->health;
-    final->retry_after_ms = soonest == UINT64_MAX ? -1
+    final->retry_after_ms = soonest == UINT64_MAX          ? -1
                             : soonest > c->route->deadline ? (long long)(soonest - c->route->deadline) + 1
-                                                     : (long long)(soonest > now ? soonest - now : 1);
+                                                           : (long long)(soonest > now ? soonest - now : 1);
     if (final->retry_after_ms == 0) final->retry_after_ms = 1;
     return 0;
 }
@@ -198,7 +199,7 @@ static void gq_fallback(engine_call *c) {
 typedef struct gq_batch {
     gq *q;
     size_t n, m;
-    uint64_t sent_ns;         /* uv_hrtime at the send */
+    uint64_t sent_ns; /* uv_hrtime at the send */
     dep *md[CONFIG_GROUP_MAX];
     engine_call *items[RESERVE_BATCH_MAX];
 } gq_batch;
@@ -261,7 +262,8 @@ static void on_group_reserve(void *arg, redisReply *r, const char *err) {
             call_deferred(c, it->element[2], reply_int(it->element[3]), now);
             class_push(d, c);
         } else if (kind == 0) {
-            const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str : engine_shed_reasons[ENGINE_SHED_OTHER];
+            const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str
+                                                                        : engine_shed_reasons[ENGINE_SHED_OTHER];
             engine_shed sh = {engine_shed_reasons[engine_shed_reason_index(rs)], reply_int(it->element[2])};
             call_complete(c, SL_ESHED, &sh, NULL);
         } else {

@@ -63,14 +63,14 @@ typedef struct dep dep;
 typedef struct call_route {
     char group[CONFIG_NAME_MAX + 1];
     char lane[CONFIG_NAME_MAX + 1], tenant[CONFIG_NAME_MAX + 1], tag[CONFIG_NAME_MAX + 1];
-    int next;                 /* next member to try in order (spill phase) */
-    int final_steps;          /* steps taken in the final phase */
-    uint64_t deadline;        /* uv_now ms: the request's max wait ends */
+    int next;                       /* next member to try in order (spill phase) */
+    int final_steps;                /* steps taken in the final phase */
+    uint64_t deadline;              /* uv_now ms: the request's max wait ends */
     uint64_t est[CONFIG_GROUP_MAX]; /* member's slot as its shed said (uv ms); 0 unknown, UINT64_MAX never */
-    engine_shed first;        /* the first member's shed, for the final answer */
-    uint64_t health;          /* uv_now ms: the soonest a member out for health comes back, 0 none */
-    int turn;                 /* the first member to try (the weighted policy's turn) */
-    struct gq *gq;            /* waiting in this group queue (one Redis / Sentinel) */
+    engine_shed first;              /* the first member's shed, for the final answer */
+    uint64_t health;                /* uv_now ms: the soonest a member out for health comes back, 0 none */
+    int turn;                       /* the first member to try (the weighted policy's turn) */
+    struct gq *gq;                  /* waiting in this group queue (one Redis / Sentinel) */
 } call_route;
 
 struct engine_call {
@@ -79,18 +79,18 @@ struct engine_call {
     engine_acquire_cb cb;
     void *arg;
     long long tokens, max_wait_ms;
-    int split;                /* the estimate came as input and max output */
+    int split; /* the estimate came as input and max output */
     long long input, output;
     call_state state;
     int canceled;
-    uint64_t start_ms;        /* uv_now at acquire */
-    uint64_t release_ms;      /* uv_now at the slot */
+    uint64_t start_ms;   /* uv_now at acquire */
+    uint64_t release_ms; /* uv_now at the slot */
     engine_grant grant;
-    int cls;                  /* index into d->classes */
-    call_route *route;        /* a request to a group: its routing; NULL otherwise */
-    int deferred;             /* Redis deferred it at least once */
-    char defer_reason[16];    /* the last deferral's reason */
-    uv_timer_t timer;         /* release timer; memory freed in its close callback */
+    int cls;               /* index into d->classes */
+    call_route *route;     /* a request to a group: its routing; NULL otherwise */
+    int deferred;          /* Redis deferred it at least once */
+    char defer_reason[16]; /* the last deferral's reason */
+    uv_timer_t timer;      /* release timer; memory freed in its close callback */
     int timer_live;
     engine_call *prev, *next; /* in a class queue or d->waiting */
 };
@@ -107,12 +107,12 @@ typedef struct call_class {
     char lane[CONFIG_NAME_MAX + 1];   /* "" when the deployment has no lanes */
     char tenant[CONFIG_NAME_MAX + 1]; /* a configured tenant or "default" */
     call_list q;
-    uint64_t ask_at;                  /* uv_now ms; 0 = ask now */
+    uint64_t ask_at; /* uv_now ms; 0 = ask now */
     engine_class_stats st;
 } call_class;
 
 typedef struct settle_item {
-    char id[24];              /* the Redis grant number, or "-" */
+    char id[24]; /* the Redis grant number, or "-" */
     engine_usage usage;
     long long pause_ms;
     engine_outcome outcome;
@@ -124,44 +124,44 @@ struct dep {
     char name[CONFIG_NAME_MAX + 1];
     char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX];
     const struct config_deployment *cfg; /* NULL when removed by a reload */
-    call_class *classes;      /* not yet sent to Redis, by lane and tenant */
+    call_class *classes;                 /* not yet sent to Redis, by lane and tenant */
     size_t nclasses, capclasses;
-    size_t npending;          /* calls in all class queues */
-    call_list waiting;        /* granted, timer armed */
-    int reserving;            /* reserve calls in flight (at most 1) */
-    costmodel cost;           /* its reserve calls' time in Redis, learned */
-    costmodel settle_cost;    /* its settle calls' */
-    size_t turn;              /* classes of one lane take turns across full batches */
+    size_t npending;       /* calls in all class queues */
+    call_list waiting;     /* granted, timer armed */
+    int reserving;         /* reserve calls in flight (at most 1) */
+    costmodel cost;        /* its reserve calls' time in Redis, learned */
+    costmodel settle_cost; /* its settle calls' */
+    size_t turn;           /* classes of one lane take turns across full batches */
     settle_item *settles;
     size_t nsettles, capsettles;
     int settling;
-    int settle_urgent;        /* a cancel, pause or full batch: flush settles now */
-    int configured;           /* limits written on the current connection */
+    int settle_urgent; /* a cancel, pause or full batch: flush settles now */
+    int configured;    /* limits written on the current connection */
     int configuring;
-    long long live_agents;    /* from the last heartbeat, 0 = unknown */
-    double rate_scale;        /* last known */
-    uint64_t paused_until;    /* uv_now ms; callers are held until then */
-    double applied_shift;     /* Redis' pause_shift_ms already applied to held callers */
-    int shift_known;          /* applied_shift was read from Redis at least once */
-    uint64_t hold_until;      /* uv_now ms; no reserve before (cluster redirect) */
-    double local_tat[ENGINE_DIMS]; /* local fallback schedule per dimension, uv_now ms */
-    double local_retry_tat;   /* local retry floor bucket, uv_now ms */
-    double local_last_slot;   /* local slots stay monotone, like Redis' */
-    double fleet_tat_req, fleet_tat_tok; /* the fleet's schedule end per dimension, last seen, uv_now ms */
+    long long live_agents;                       /* from the last heartbeat, 0 = unknown */
+    double rate_scale;                           /* last known */
+    uint64_t paused_until;                       /* uv_now ms; callers are held until then */
+    double applied_shift;                        /* Redis' pause_shift_ms already applied to held callers */
+    int shift_known;                             /* applied_shift was read from Redis at least once */
+    uint64_t hold_until;                         /* uv_now ms; no reserve before (cluster redirect) */
+    double local_tat[ENGINE_DIMS];               /* local fallback schedule per dimension, uv_now ms */
+    double local_retry_tat;                      /* local retry floor bucket, uv_now ms */
+    double local_last_slot;                      /* local slots stay monotone, like Redis' */
+    double fleet_tat_req, fleet_tat_tok;         /* the fleet's schedule end per dimension, last seen, uv_now ms */
     double fleet_backlog_req, fleet_backlog_tok; /* how far it reached past now then */
-    double lost_at;           /* uv_now when its Redis node was lost, 0 when not lost */
+    double lost_at;                              /* uv_now when its Redis node was lost, 0 when not lost */
     /* Proof of life (dep_agent_arg): every script call names this agent
      * and promises its next call within g ms; Redis takes it for silent
      * when that passes (lua/common.lua sl_silent). */
-    char arg[160];            /* "@<agent id>/<g>" of the last call */
-    double g_sent;            /* g of the last call sent */
-    double sent_at;           /* uv_now of the last call sent */
-    double renew_at;          /* uv_now: the next call is due (a heartbeat if nothing else goes) */
-    double seen_until;        /* uv_now: what Redis was promised, as of the replies */
-    double used_at;           /* uv_now of the last use (acquire, settle) or of the join */
-    int member;               /* in the agents set (joined, not left) */
-    int handing_over, handed_over; /* the local tail was pushed into Redis after an outage */
-    char script_error[256];   /* the last error a script returned, "" after a success */
+    char arg[160];                       /* "@<agent id>/<g>" of the last call */
+    double g_sent;                       /* g of the last call sent */
+    double sent_at;                      /* uv_now of the last call sent */
+    double renew_at;                     /* uv_now: the next call is due (a heartbeat if nothing else goes) */
+    double seen_until;                   /* uv_now: what Redis was promised, as of the replies */
+    double used_at;                      /* uv_now of the last use (acquire, settle) or of the join */
+    int member;                          /* in the agents set (joined, not left) */
+    int handing_over, handed_over;       /* the local tail was pushed into Redis after an outage */
+    char script_error[256];              /* the last error a script returned, "" after a success */
     engine_dim_rates rates[ENGINE_DIMS]; /* from the last settle reply */
     double burst_cfg[ENGINE_DIMS];       /* the configured bursts */
     uint64_t breaker_until, quota_until; /* uv_now ms: health sheds seen until then (logged once) */
@@ -177,7 +177,7 @@ typedef struct gq {
     char name[CONFIG_NAME_MAX + 1];
     call_list q;
     int reserving;
-    costmodel cost;           /* its group calls' time in Redis, learned */
+    costmodel cost; /* its group calls' time in Redis, learned */
     struct gq *next;
 } gq;
 
@@ -191,26 +191,26 @@ struct engine {
     uv_loop_t *loop;
     config *cfg;
     char agent_id[128];
-    char agent_arg[130];      /* "@<agent id>": the group script's first ARGV (no promise: silent_ms) */
-    double group_sent_at;     /* uv_now of the last group script call */
-    double refresh_at;        /* uv_now: every deployment in use gets a heartbeat then (the live count) */
+    char agent_arg[130];  /* "@<agent id>": the group script's first ARGV (no promise: silent_ms) */
+    double group_sent_at; /* uv_now of the last group script call */
+    double refresh_at;    /* uv_now: every deployment in use gets a heartbeat then (the live count) */
     rrouter *redis;
-    uv_timer_t hold_timer;    /* re-flushes after a cluster redirect hold */
-    uv_timer_t settle_timer;  /* flushes delayed settles */
-    uv_timer_t defer_timer;   /* flushes when a deferred class may ask again */
-    uint64_t start_ms;        /* uv_now at engine_start */
+    uv_timer_t hold_timer;     /* re-flushes after a cluster redirect hold */
+    uv_timer_t settle_timer;   /* flushes delayed settles */
+    uv_timer_t defer_timer;    /* flushes when a deferred class may ask again */
+    uint64_t start_ms;         /* uv_now at engine_start */
     int ever_ready, ever_down; /* the first connection attempt has resolved */
-    int settle_due;           /* the settle window expired */
+    int settle_due;            /* the settle window expired */
     engine_log_fn log;
     void *log_ud;
     dep *deps;
-    uv_check_t flush_check;   /* flushes coalesced work after each poll */
-    uv_idle_t flush_idle;     /* keeps the poll from blocking while work is queued */
+    uv_check_t flush_check; /* flushes coalesced work after each poll */
+    uv_idle_t flush_idle;   /* keeps the poll from blocking while work is queued */
     uv_timer_t heartbeat_timer;
     int flush_armed;
     int handles_open;
     int stopping, stopped;
-    int calls_out;            /* our script calls in flight (any kind) */
+    int calls_out; /* our script calls in flight (any kind) */
     void (*stop_done)(void *);
     void *stop_arg;
     int redis_up;
@@ -298,7 +298,6 @@ static inline long long reply_int(const redisReply *r) {
     if (r->type == REDIS_REPLY_STRING) return atoll(r->str);
     return 0;
 }
-
 
 /* ---- engine.c ---- */
 #if defined(__GNUC__)

@@ -19,8 +19,7 @@ double local_share(const dep *d) {
 /* The earliest local slot for cost c on one dimension (rate r per ms,
  * burst b), with the release-jitter margin of the reserve script: plan
  * against b - r J; a cost above that waits for a full bucket plus J. */
-static double local_earliest(double tat, double r, double b, double c, double jitter_ms,
-                             double *jitter) {
+static double local_earliest(double tat, double r, double b, double c, double jitter_ms, double *jitter) {
     double j = fmin(jitter_ms, 0.5 * b / r);
     double room = b - j * r - c;
     *jitter = room < 0 ? j : 0;
@@ -48,8 +47,7 @@ void local_decide(engine_call *c) {
     engine *e = c->e;
     const struct config_deployment *cfg = d->cfg;
     if (e->cfg->agent.fail == CONFIG_FAIL_CLOSED) {
-        call_complete(c, SL_EUNAVAIL, NULL,
-                      "Redis is unreachable and agent.fail is closed: refusing to pace locally");
+        call_complete(c, SL_EUNAVAIL, NULL, "Redis is unreachable and agent.fail is closed: refusing to pace locally");
         return;
     }
     double cost[ENGINE_DIMS], rate[ENGINE_DIMS] = {0}, burst[ENGINE_DIMS] = {0};
@@ -83,7 +81,8 @@ void local_decide(engine_call *c) {
         if (dr->configured <= 0) continue;
         /* The fleet's rate before silent agents' shares were held back
          * (one of them is this agent's share now). */
-        double per_min = dr->known && dr->effective > 0 ? fmin(dr->effective + dr->held, dr->configured) : dr->configured;
+        double per_min =
+            dr->known && dr->effective > 0 ? fmin(dr->effective + dr->held, dr->configured) : dr->configured;
         double limit = dr->known && dr->limit > 0 ? fmin(dr->limit, dr->configured) : dr->configured;
         rate[k] = per_min * share / 60000.0;
         burst[k] = fmax(1.0, floor(d->burst_cfg[k] * share * limit / dr->configured));
@@ -119,9 +118,7 @@ void local_decide(engine_call *c) {
 /* Redis mode is used when connected, the deployment's limits are written,
  * and the local schedule from an outage has drained (so the fleet's total
  * stays within the quota when agents rejoin). */
-int dep_uses_redis(const dep *d) {
-    return dep_ready(d) && d->configured && (d->handed_over || dep_local_drained(d));
-}
+int dep_uses_redis(const dep *d) { return dep_ready(d) && d->configured && (d->handed_over || dep_local_drained(d)); }
 
 /* No local grant is still to be released. */
 int dep_local_drained(const dep *d) {

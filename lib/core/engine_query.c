@@ -48,8 +48,8 @@ static void on_query_local(uv_timer_t *t) {
 
 /* Asks script id about deployment, or answers locally. The caller sets
  * (*out)->cb and ->arg right after: answers never run synchronously. */
-static int dep_query_start(engine *e, const char *deployment, script_id id, int argc,
-                           const char **argv, dep_query_answer answer, dep_query **out) {
+static int dep_query_start(engine *e, const char *deployment, script_id id, int argc, const char **argv,
+                           dep_query_answer answer, dep_query **out) {
     if (e->stopping) return SL_ECLOSING;
     dep *d = dep_find(e, deployment);
     if (!d || !d->cfg) return SL_EUNKNOWN;
@@ -59,8 +59,7 @@ static int dep_query_start(engine *e, const char *deployment, script_id id, int 
     q->d = d;
     q->answer = answer;
     *out = q;
-    if (dep_ready(d) && d->configured &&
-        rrouter_script(e->redis, id, d->keys, argc, argv, on_query_reply, q) == 0) {
+    if (dep_ready(d) && d->configured && rrouter_script(e->redis, id, d->keys, argc, argv, on_query_reply, q) == 0) {
         e->calls_out++;
         return 0;
     }
@@ -143,8 +142,7 @@ static void status_emit(dep_query *q, redisReply *r) {
     uint64_t now = uv_now(e->loop);
 #define FIELD_STR(name, val) (f[k] = (name), v[k] = (val), k++)
 #define FIELD_FMT(name, ...) (f[k] = (name), snprintf(buf[k], 64, __VA_ARGS__), v[k] = buf[k], k++)
-    FIELD_STR("mode", dep_uses_redis(d) ? "redis"
-                      : (e->cfg->agent.fail == CONFIG_FAIL_CLOSED ? "closed" : "local"));
+    FIELD_STR("mode", dep_uses_redis(d) ? "redis" : (e->cfg->agent.fail == CONFIG_FAIL_CLOSED ? "closed" : "local"));
     FIELD_FMT("mode_since_ms_ago", "%lld", wall_clock_ms() - e->mode_since_ms);
     FIELD_STR("redis", dep_ready(d) ? "connected" : "unreachable");
     FIELD_STR("redis_error", d->script_error[0] ? d->script_error : rrouter_last_error(e->redis));
@@ -152,8 +150,7 @@ static void status_emit(dep_query *q, redisReply *r) {
     FIELD_FMT("waiting", "%zu", d->waiting.n);
     FIELD_FMT("agent_live_agents", "%lld", d->live_agents);
     FIELD_FMT("local_share", "%.4f", local_share(d));
-    FIELD_FMT("agent_paused_ms", "%llu",
-              (unsigned long long)(d->paused_until > now ? d->paused_until - now : 0));
+    FIELD_FMT("agent_paused_ms", "%llu", (unsigned long long)(d->paused_until > now ? d->paused_until - now : 0));
     FIELD_FMT("agent_rate_scale", "%.4f", d->rate_scale);
     FIELD_FMT("agent_batch_cap", "%zu", batch_cap(e, &d->cost, RESERVE_BATCH_MAX));
     FIELD_FMT("agent_script_item_us", "%.1f", d->cost.item_us);

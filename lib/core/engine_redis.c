@@ -96,8 +96,9 @@ void dep_configure(dep *d) {
         return;
     }
     int n = 0;
-#define F(name_, fmt, ...) \
-    (snprintf(kv[n].name, sizeof(kv[n].name), "%s", (name_)), snprintf(kv[n].val, sizeof(kv[n].val), fmt, __VA_ARGS__), n++)
+#define F(name_, fmt, ...)                                                                                             \
+    (snprintf(kv[n].name, sizeof(kv[n].name), "%s", (name_)),                                                          \
+     snprintf(kv[n].val, sizeof(kv[n].val), fmt, __VA_ARGS__), n++)
     F("rpm", "%lld", c->rpm);
     F("tpm", "%lld", c->tpm);
     F("itpm", "%lld", c->itpm);
@@ -202,9 +203,7 @@ const char *dep_agent_arg(dep *d, int keepalive) {
 
 /* A reply to a call that named this agent: Redis counts it live until
  * the promise of that call passes (at the latest). */
-void dep_seen(dep *d) {
-    d->seen_until = fmax(d->seen_until, (double)uv_now(d->e->loop) + d->g_sent);
-}
+void dep_seen(dep *d) { d->seen_until = fmax(d->seen_until, (double)uv_now(d->e->loop) + d->g_sent); }
 
 /* A heartbeat's reply: the live agents of d. After a leave this agent is
  * not among them, but should it have to pace d without Redis it would be
@@ -263,7 +262,8 @@ static void on_heartbeats(void *arg, redisReply *r, const char *err) {
         dep *d = b->deps[i];
         if (ok && r->element[i]->type == REDIS_REPLY_INTEGER) dep_counted(d, r->element[i]->integer);
     }
-    if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str) && b->n) dep_script_error(b->deps[0], "heartbeat", r->str);
+    if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str) && b->n)
+        dep_script_error(b->deps[0], "heartbeat", r->str);
     free(b);
     maybe_finish_stop(e);
 }
@@ -298,11 +298,10 @@ static void heartbeat_many(engine *e, dep **deps, size_t n, int leave) {
         deps[i]->member = !leave;
     }
     const char *argv[4] = {arg, e->agent_id, window, "leave"};
-    if (rrouter_script_n(e->redis, SCRIPT_HEARTBEAT, keys, (int)(n * SCRIPTS_NKEYS), leave ? 4 : 3, argv,
-                         on_heartbeats, b) == 0)
+    if (rrouter_script_n(e->redis, SCRIPT_HEARTBEAT, keys, (int)(n * SCRIPTS_NKEYS), leave ? 4 : 3, argv, on_heartbeats,
+                         b) == 0)
         e->calls_out++;
-    else
-        free(b);
+    else free(b);
     free(keys);
 }
 
@@ -358,7 +357,8 @@ void on_redis_up(void *ud) {
     engine *e = ud;
     e->ever_ready = 1;
     int any = rrouter_any_ready(e->redis);
-    if (any && !e->redis_up) elog(e, CONFIG_LOG_INFO, "Redis connected (%s): using the shared budget", rrouter_mode(e->redis));
+    if (any && !e->redis_up)
+        elog(e, CONFIG_LOG_INFO, "Redis connected (%s): using the shared budget", rrouter_mode(e->redis));
     if (any && !e->redis_up) e->mode_since_ms = wall_clock_ms();
     e->redis_up = any;
     e->stats.redis_up = any;
@@ -378,7 +378,8 @@ void on_redis_down(void *ud, const char *why) {
     e->ever_down = 1;
     int any = rrouter_any_ready(e->redis);
     elog(e, any ? CONFIG_LOG_WARN : CONFIG_LOG_ERROR, "Redis unreachable: %s; %s", why ? why : "connection lost",
-         e->cfg->agent.fail == CONFIG_FAIL_CLOSED ? "refusing (agent.fail: closed)" : "pacing locally at this agent's share");
+         e->cfg->agent.fail == CONFIG_FAIL_CLOSED ? "refusing (agent.fail: closed)"
+                                                  : "pacing locally at this agent's share");
     if (!any && e->redis_up) e->mode_since_ms = wall_clock_ms();
     e->redis_up = any;
     e->stats.redis_up = any;

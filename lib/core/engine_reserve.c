@@ -19,7 +19,7 @@ void call_tokens_arg(const engine_call *c, char *buf, size_t n) {
 typedef struct reserve_batch {
     dep *d;
     size_t n;
-    uint64_t sent_ns;         /* uv_hrtime at the send */
+    uint64_t sent_ns; /* uv_hrtime at the send */
     engine_call *items[RESERVE_BATCH_MAX];
 } reserve_batch;
 
@@ -82,8 +82,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
                 call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
                 continue;
             }
-            if (dep_ready(d) && (lost_limits || redirect ||
-                                 (d->configured && !(r && r->type == REDIS_REPLY_ERROR)))) {
+            if (dep_ready(d) && (lost_limits || redirect || (d->configured && !(r && r->type == REDIS_REPLY_ERROR)))) {
                 c->state = CALL_PENDING;
                 back[nback++] = c;
                 continue;
@@ -117,7 +116,8 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
                 call_free(c);
                 continue;
             }
-            const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str : engine_shed_reasons[ENGINE_SHED_OTHER];
+            const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str
+                                                                        : engine_shed_reasons[ENGINE_SHED_OTHER];
             engine_shed sh = {engine_shed_reasons[engine_shed_reason_index(rs)], reply_int(it->element[2])};
             dep_health_seen(d, sh.reason, sh.retry_after_ms);
             call_shed(c, &sh);

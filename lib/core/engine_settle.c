@@ -17,7 +17,7 @@ static int settle_is_urgent(const settle_item *it) {
 /* Queues one settle item for d's next settle call. u: the usage (NULL:
  * unknown); seen: what the headers said (NULL: nothing). */
 void queue_settle(dep *d, const char *id, const engine_usage *u, engine_outcome o, long long pause_ms,
-                         const engine_seen *seen) {
+                  const engine_seen *seen) {
     if (d->nsettles == d->capsettles) {
         size_t cap = d->capsettles ? d->capsettles * 2 : 64;
         settle_item *s = realloc(d->settles, cap * sizeof(*s));
@@ -50,7 +50,7 @@ void queue_settle(dep *d, const char *id, const engine_usage *u, engine_outcome 
 typedef struct settle_batch {
     dep *d;
     size_t n;
-    uint64_t sent_ns;         /* uv_hrtime at the send */
+    uint64_t sent_ns; /* uv_hrtime at the send */
 } settle_batch;
 
 static int dim_index(const char *name) {
@@ -81,8 +81,9 @@ static void dep_follow_rates(dep *d, const redisReply *rates) {
                      "the fleet runs at %.0f",
                      d->name, engine_dim_names[k], limit, dr->configured, limit);
             else
-                elog(d->e, CONFIG_LOG_INFO, "deployment %s: the provider reports the configured %s limit again (%.0f per minute)",
-                     d->name, engine_dim_names[k], limit);
+                elog(d->e, CONFIG_LOG_INFO,
+                     "deployment %s: the provider reports the configured %s limit again (%.0f per minute)", d->name,
+                     engine_dim_names[k], limit);
         }
         dr->limit = limit;
         dr->effective = rates->element[i + 2]->type == REDIS_REPLY_STRING ? atof(rates->element[i + 2]->str) : 0;
@@ -100,7 +101,8 @@ static void on_settle(void *arg, redisReply *r, const char *err) {
     d->settling--;
     if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str)) dep_script_error(d, "settle", r->str);
     /* The head (4), the items, the rates, the call's own time. */
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 5 + b->n) batch_seen(e, &d->settle_cost, b->n, r, 5, b->sent_ns);
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 5 + b->n)
+        batch_seen(e, &d->settle_cost, b->n, r, 5, b->sent_ns);
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3) {
         dep_seen(d);
         long long paused = reply_int(r->element[1]);
@@ -173,8 +175,7 @@ void dep_flush_settles(dep *d) {
         argv[k] = it->id;
         if (u->input >= 0 && u->output >= 0)
             snprintf(buf[k + 1], 96, "%lld+%lld+%lld", u->input, u->output, u->cache_read > 0 ? u->cache_read : 0);
-        else
-            snprintf(buf[k + 1], 96, "%lld", u->tokens < 0 ? -1 : u->tokens);
+        else snprintf(buf[k + 1], 96, "%lld", u->tokens < 0 ? -1 : u->tokens);
         argv[k + 1] = buf[k + 1];
         argv[k + 2] = engine_outcome_names[it->outcome];
         snprintf(buf[k + 3], 96, "%lld", it->pause_ms < 0 ? -1 : it->pause_ms);

@@ -97,9 +97,7 @@ void estimate_request(const json_t *body, estimate_api api, estimate *out) {
         points += string_points(json_object_get(body, "suffix"));
         out->output = max_output(body, "max_tokens", NULL) * choices(body);
         break;
-    case ESTIMATE_EMBEDDINGS:
-        prompt_size(json_object_get(body, "input"), &points, &tokens);
-        break;
+    case ESTIMATE_EMBEDDINGS: prompt_size(json_object_get(body, "input"), &points, &tokens); break;
     case ESTIMATE_RESPONSES: {
         json_t *input = json_object_get(body, "input");
         points = string_points(json_object_get(body, "instructions")) + string_points(input);

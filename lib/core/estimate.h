@@ -42,11 +42,11 @@
 
 /* The API a body is written for. */
 typedef enum estimate_api {
-    ESTIMATE_CHAT = 0,        /* OpenAI / Azure chat completions */
-    ESTIMATE_COMPLETIONS,     /* OpenAI / Azure legacy completions */
-    ESTIMATE_EMBEDDINGS,      /* OpenAI / Azure embeddings */
-    ESTIMATE_RESPONSES,       /* OpenAI / Azure Responses API */
-    ESTIMATE_MESSAGES         /* Anthropic Messages API */
+    ESTIMATE_CHAT = 0,    /* OpenAI / Azure chat completions */
+    ESTIMATE_COMPLETIONS, /* OpenAI / Azure legacy completions */
+    ESTIMATE_EMBEDDINGS,  /* OpenAI / Azure embeddings */
+    ESTIMATE_RESPONSES,   /* OpenAI / Azure Responses API */
+    ESTIMATE_MESSAGES     /* Anthropic Messages API */
 } estimate_api;
 
 /* The estimate split as the rate limits count it: the prompt's tokens and

@@ -30,7 +30,7 @@ struct rconn {
     uv_timer_t connect_timer; /* connect + handshake timeout */
     int attempts;
     int started, closing, handles_open;
-    int plain;                /* RCONN_PLAIN: no AUTH/SELECT/SCRIPT LOAD */
+    int plain;            /* RCONN_PLAIN: no AUTH/SELECT/SCRIPT LOAD */
     unsigned long ncalls; /* calls not yet freed */
     void (*done)(void *);
     void *done_arg;
@@ -44,12 +44,12 @@ typedef struct rcall {
     rconn_reply_cb cb;
     void *arg;
     uv_timer_t timer;
-    int refs;     /* the pending hiredis callback + the timer handle */
-    int done;     /* cb has run */
-    int retried;  /* NOSCRIPT already handled once */
-    int asking;   /* send ASKING first (Redis Cluster slot migration) */
-    int id;       /* script_id, or -1 for a plain command */
-    char *cmd;    /* the formatted EVALSHA, kept to resend after NOSCRIPT */
+    int refs;    /* the pending hiredis callback + the timer handle */
+    int done;    /* cb has run */
+    int retried; /* NOSCRIPT already handled once */
+    int asking;  /* send ASKING first (Redis Cluster slot migration) */
+    int id;      /* script_id, or -1 for a plain command */
+    char *cmd;   /* the formatted EVALSHA, kept to resend after NOSCRIPT */
     long long cmdlen;
 } rcall;
 
@@ -124,8 +124,8 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
     rcall *k = privdata;
     rconn *c = k->c;
     redisReply *r = reply;
-    if (!k->done && k->id >= 0 && r && r->type == REDIS_REPLY_ERROR &&
-        strncmp(r->str, "NOSCRIPT", 8) == 0 && !k->retried && c->ac == ac && c->state == RC_READY) {
+    if (!k->done && k->id >= 0 && r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 &&
+        !k->retried && c->ac == ac && c->state == RC_READY) {
         /* Redis lost the script (restart, flush): load it and send the call
          * again on the same pipeline; the caller never sees NOSCRIPT. */
         const script *s = scripts_get((script_id)k->id);
@@ -153,8 +153,7 @@ static void on_call_timeout(uv_timer_t *t) {
 }
 
 /* Sends a formatted command (taking ownership of cmd) with a timeout. */
-static int rconn_send(rconn *c, char *cmd, long long cmdlen, int id, int asking, rconn_reply_cb cb,
-                      void *arg) {
+static int rconn_send(rconn *c, char *cmd, long long cmdlen, int id, int asking, rconn_reply_cb cb, void *arg) {
     rcall *k = calloc(1, sizeof(*k));
     if (!k) {
         free(cmd);
@@ -205,9 +204,8 @@ static int script_send(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], in
     return rconn_send(c, cmd, len, (int)id, (flags & RCONN_ASKING) != 0, cb, arg);
 }
 
-int rconn_script_ex(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc,
-                    const char **argv, const size_t *argvlen, int flags, rconn_reply_cb cb,
-                    void *arg) {
+int rconn_script_ex(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc, const char **argv,
+                    const size_t *argvlen, int flags, rconn_reply_cb cb, void *arg) {
     return script_send(c, id, keys, SCRIPTS_NKEYS, argc, argv, argvlen, flags, cb, arg);
 }
 
@@ -216,8 +214,8 @@ int rconn_script_n(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int nk
     return script_send(c, id, keys, nkeys, argc, argv, argvlen, 0, cb, arg);
 }
 
-int rconn_script(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc,
-                 const char **argv, const size_t *argvlen, rconn_reply_cb cb, void *arg) {
+int rconn_script(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc, const char **argv,
+                 const size_t *argvlen, rconn_reply_cb cb, void *arg) {
     return rconn_script_ex(c, id, keys, argc, argv, argvlen, 0, cb, arg);
 }
 
@@ -331,10 +329,8 @@ static void on_connect(const redisAsyncContext *cac, int status) {
         return;
     }
     if (c->password[0]) {
-        if (c->username[0])
-            redisAsyncCommand(ac, on_handshake, "AUTH", "AUTH %s %s", c->username, c->password);
-        else
-            redisAsyncCommand(ac, on_handshake, "AUTH", "AUTH %s", c->password);
+        if (c->username[0]) redisAsyncCommand(ac, on_handshake, "AUTH", "AUTH %s %s", c->username, c->password);
+        else redisAsyncCommand(ac, on_handshake, "AUTH", "AUTH %s", c->password);
     }
     if (c->db != 0) redisAsyncCommand(ac, on_handshake, "SELECT", "SELECT %d", c->db);
     /* Load every script now, so the first use of each is not a NOSCRIPT
@@ -358,8 +354,7 @@ static void on_connect_timeout(uv_timer_t *t) {
 
 static void rconn_connect(rconn *c) {
     if (c->closing || c->state != RC_DOWN) return;
-    redisAsyncContext *ac = c->unix_path[0] ? redisAsyncConnectUnix(c->unix_path)
-                                            : redisAsyncConnect(c->host, c->port);
+    redisAsyncContext *ac = c->unix_path[0] ? redisAsyncConnectUnix(c->unix_path) : redisAsyncConnect(c->host, c->port);
     if (!ac) {
         set_error(c, "connect failed", "out of memory");
         schedule_reconnect(c);
@@ -390,8 +385,7 @@ int rconn_new(uv_loop_t *loop, const config_redis *cfg, rconn_events ev, void *u
     return rconn_new_ex(loop, cfg, 0, ev, ud, out);
 }
 
-int rconn_new_ex(uv_loop_t *loop, const config_redis *cfg, int flags, rconn_events ev, void *ud,
-                 rconn **out) {
+int rconn_new_ex(uv_loop_t *loop, const config_redis *cfg, int flags, rconn_events ev, void *ud, rconn **out) {
     *out = NULL;
     rconn *c = calloc(1, sizeof(*c));
     if (!c) return SL_ENOMEM;

@@ -29,7 +29,7 @@ typedef struct rconn rconn;
 typedef void (*rconn_reply_cb)(void *arg, redisReply *reply, const char *err);
 
 typedef struct rconn_events {
-    void (*up)(void *ud);                   /* connected, authenticated, ready */
+    void (*up)(void *ud);                    /* connected, authenticated, ready */
     void (*down)(void *ud, const char *why); /* lost, or a connect attempt failed */
 } rconn_events;
 
@@ -40,8 +40,7 @@ int rconn_new(uv_loop_t *loop, const config_redis *cfg, rconn_events ev, void *u
 /* rconn_new with flags: RCONN_PLAIN connects without AUTH, SELECT or
  * script loading (for Sentinel connections). */
 #define RCONN_PLAIN 1
-int rconn_new_ex(uv_loop_t *loop, const config_redis *cfg, int flags, rconn_events ev, void *ud,
-                 rconn **out);
+int rconn_new_ex(uv_loop_t *loop, const config_redis *cfg, int flags, rconn_events ev, void *ud, rconn **out);
 
 /* Starts connecting (and reconnecting whenever the connection is lost). */
 void rconn_start(rconn *c);
@@ -49,8 +48,8 @@ void rconn_start(rconn *c);
 /* Runs script id with the deployment's KEYS and argv. Returns 0 and calls
  * cb later, or a negative SL_E* (not connected: SL_EUNAVAIL) without
  * calling cb. argvlen may be NULL for NUL-terminated arguments. */
-int rconn_script(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc,
-                 const char **argv, const size_t *argvlen, rconn_reply_cb cb, void *arg);
+int rconn_script(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc, const char **argv,
+                 const size_t *argvlen, rconn_reply_cb cb, void *arg);
 
 /* rconn_script with flags: RCONN_ASKING sends ASKING first on the same
  * pipeline (following a Redis Cluster ASK redirection). */
@@ -60,9 +59,8 @@ int rconn_script(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc
 int rconn_script_n(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int nkeys, int argc, const char **argv,
                    const size_t *argvlen, rconn_reply_cb cb, void *arg);
 
-int rconn_script_ex(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc,
-                    const char **argv, const size_t *argvlen, int flags, rconn_reply_cb cb,
-                    void *arg);
+int rconn_script_ex(rconn *c, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc, const char **argv,
+                    const size_t *argvlen, int flags, rconn_reply_cb cb, void *arg);
 
 /* A plain command (NUL-terminated arguments), e.g. CLUSTER SLOTS, with the
  * same timeout and callback rules. */

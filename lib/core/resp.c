@@ -42,10 +42,10 @@ struct resp_parser {
     long long mb_left;  /* multibulk: arguments still to read, -1 before *N */
     long long bulk_len; /* multibulk: length of the next argument, -1 before $N */
     size_t argc, argcap;
-    size_t *argoff;     /* argument offsets, relative to start */
+    size_t *argoff; /* argument offsets, relative to start */
     size_t *arglen;
     const char **argv;
-    int err;            /* sticky error code, 0 when fine */
+    int err; /* sticky error code, 0 when fine */
     char errmsg[160];
 };
 
@@ -85,7 +85,8 @@ void resp_parser_free(resp_parser *p) {
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-static int parser_fail(resp_parser *p, int code, const char *fmt, ...) {
+static int
+parser_fail(resp_parser *p, int code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(p->errmsg, sizeof(p->errmsg), fmt, ap);
@@ -123,9 +124,7 @@ static void parser_consume(resp_parser *p) {
     }
 }
 
-size_t resp_parser_pending(const resp_parser *p) {
-    return p->have_cmd ? p->len - p->pos : p->len - p->start;
-}
+size_t resp_parser_pending(const resp_parser *p) { return p->have_cmd ? p->len - p->pos : p->len - p->start; }
 
 /* Makes room for `want` more bytes after len. Moves the buffered bytes to
  * the front first when that is enough. */
@@ -238,8 +237,7 @@ static int parser_header_line(resp_parser *p, size_t from, size_t *cr, const cha
     size_t at = (size_t)(hit - p->buf);
     if (at + 1 >= p->len) return 0;
     if (p->buf[at + 1] != '\n')
-        return parser_fail(p, RESP_EPROTO, "Protocol error: invalid %s length",
-                           what[0] == 'm' ? "multibulk" : "bulk");
+        return parser_fail(p, RESP_EPROTO, "Protocol error: invalid %s length", what[0] == 'm' ? "multibulk" : "bulk");
     *cr = at;
     return 1;
 }
@@ -292,8 +290,7 @@ static int parse_multibulk(resp_parser *p) {
         p->pos = cr + 2;
         if (n <= 0) return STEP_EMPTY; /* Redis ignores *0 and *-1 */
         if ((unsigned long long)n > p->lim.max_args)
-            return parser_fail(p, RESP_ETOOBIG,
-                               "Protocol error: invalid multibulk length %lld (limit %zu)", n,
+            return parser_fail(p, RESP_ETOOBIG, "Protocol error: invalid multibulk length %lld (limit %zu)", n,
                                p->lim.max_args);
         p->mb_left = n;
         p->argc = 0;
@@ -312,16 +309,15 @@ static int parse_multibulk(resp_parser *p) {
             if (!parse_ll(p->buf + p->pos + 1, cr - p->pos - 1, &n) || n < 0)
                 return parser_fail(p, RESP_EPROTO, "Protocol error: invalid bulk length");
             if ((unsigned long long)n > p->lim.max_bulk)
-                return parser_fail(p, RESP_ETOOBIG,
-                                   "Protocol error: invalid bulk length %lld (limit %zu)", n,
+                return parser_fail(p, RESP_ETOOBIG, "Protocol error: invalid bulk length %lld (limit %zu)", n,
                                    p->lim.max_bulk);
             /* The whole command has to fit in the buffer: say so now rather
              * than after the client has sent megabytes. */
             size_t sofar = cr + 2 - p->start;
             if ((size_t)n + 2 > p->lim.max_buffer || sofar > p->lim.max_buffer - ((size_t)n + 2))
                 return parser_fail(p, RESP_ETOOBIG,
-                                   "Protocol error: invalid bulk length %lld (request buffer limit %zu)",
-                                   n, p->lim.max_buffer);
+                                   "Protocol error: invalid bulk length %lld (request buffer limit %zu)", n,
+                                   p->lim.max_buffer);
             rc = parser_arg_room(p);
             if (rc) return rc;
             p->pos = cr + 2;
@@ -341,9 +337,7 @@ static int parse_multibulk(resp_parser *p) {
     return STEP_COMMAND;
 }
 
-static int is_space(char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
 static int hex_val(char c) {
     if (c >= '0' && c <= '9') return c - '0';
@@ -368,8 +362,7 @@ static int split_inline(resp_parser *p, size_t s, size_t e) {
         while (r < e && is_space(b[r])) r++;
         if (r >= e) return 0;
         if (p->argc >= p->lim.max_args)
-            return parser_fail(p, RESP_ETOOBIG,
-                               "Protocol error: too many arguments in inline request (limit %zu)",
+            return parser_fail(p, RESP_ETOOBIG, "Protocol error: too many arguments in inline request (limit %zu)",
                                p->lim.max_args);
         int rc = parser_arg_room(p);
         if (rc) return rc;
@@ -378,8 +371,7 @@ static int split_inline(resp_parser *p, size_t s, size_t e) {
         while (!done) {
             if (inq) {
                 if (r >= e) return parser_unbalanced(p);
-                if (b[r] == '\\' && r + 3 < e && b[r + 1] == 'x' && hex_val(b[r + 2]) >= 0 &&
-                    hex_val(b[r + 3]) >= 0) {
+                if (b[r] == '\\' && r + 3 < e && b[r + 1] == 'x' && hex_val(b[r + 2]) >= 0 && hex_val(b[r + 3]) >= 0) {
                     b[w++] = (char)(hex_val(b[r + 2]) * 16 + hex_val(b[r + 3]));
                     r += 4;
                 } else if (b[r] == '\\' && r + 1 < e) {
@@ -417,12 +409,22 @@ static int split_inline(resp_parser *p, size_t s, size_t e) {
                 done = 1;
             } else {
                 switch (b[r]) {
-                case ' ': case '\n': case '\r': case '\t': case '\0':
+                case ' ':
+                case '\n':
+                case '\r':
+                case '\t':
+                case '\0':
                     r++; /* consume the separator before the NUL goes in */
                     done = 1;
                     break;
-                case '"': inq = 1; r++; break;
-                case '\'': insq = 1; r++; break;
+                case '"':
+                    inq = 1;
+                    r++;
+                    break;
+                case '\'':
+                    insq = 1;
+                    r++;
+                    break;
                 default: b[w++] = b[r++]; break;
                 }
             }
@@ -665,9 +667,7 @@ int resp_add_bulk(resp_buf *b, const void *data, size_t len) {
     return 0;
 }
 
-int resp_add_bulk_str(resp_buf *b, const char *s) {
-    return s ? resp_add_bulk(b, s, strlen(s)) : resp_add_null(b);
-}
+int resp_add_bulk_str(resp_buf *b, const char *s) { return s ? resp_add_bulk(b, s, strlen(s)) : resp_add_null(b); }
 
 int resp_add_bulkf(resp_buf *b, const char *fmt, ...) {
     va_list ap;

@@ -29,15 +29,15 @@
 
 /* Error codes: negative errno values, as libuv uses, so uv_strerror() and
  * friends understand them. */
-#define RESP_ENOMEM   (-ENOMEM)   /* allocation failed */
-#define RESP_EPROTO   (-EPROTO)   /* malformed request */
-#define RESP_ETOOBIG  (-EMSGSIZE) /* a configured limit was exceeded */
+#define RESP_ENOMEM (-ENOMEM)    /* allocation failed */
+#define RESP_EPROTO (-EPROTO)    /* malformed request */
+#define RESP_ETOOBIG (-EMSGSIZE) /* a configured limit was exceeded */
 
 /* Default limits (resp_limits_init()). */
-#define RESP_DEFAULT_MAX_ARGS    1024
-#define RESP_DEFAULT_MAX_BULK    (1024 * 1024)
-#define RESP_DEFAULT_MAX_INLINE  (64 * 1024)
-#define RESP_DEFAULT_MAX_BUFFER  (1024 * 1024 + 64 * 1024)
+#define RESP_DEFAULT_MAX_ARGS 1024
+#define RESP_DEFAULT_MAX_BULK (1024 * 1024)
+#define RESP_DEFAULT_MAX_INLINE (64 * 1024)
+#define RESP_DEFAULT_MAX_BUFFER (1024 * 1024 + 64 * 1024)
 
 /* Limits applied to one client's input. Fill with resp_limits_init(), then
  * override; the struct may grow at the end. A zero field means the default. */

@@ -141,13 +141,11 @@ static int parse_one(cursor *c, int depth, rreply **out) {
         }
         return R_OK;
     }
-    default:
-        return bad(c, "unexpected reply type byte 0x%02x", (unsigned char)type);
+    default: return bad(c, "unexpected reply type byte 0x%02x", (unsigned char)type);
     }
 }
 
-int rreply_parse(const char *buf, size_t len, rreply **out, size_t *consumed, char *err,
-                 size_t errlen) {
+int rreply_parse(const char *buf, size_t len, rreply **out, size_t *consumed, char *err, size_t errlen) {
     *out = NULL;
     *consumed = 0;
     if (err && errlen) err[0] = '\0';

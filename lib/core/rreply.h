@@ -29,10 +29,10 @@ typedef enum rreply_type {
 
 typedef struct rreply {
     rreply_type type;
-    long long integer;        /* RREPLY_INTEGER */
-    char *str;                /* STATUS, ERROR, BULK: NUL-terminated (bulk may hold NULs) */
+    long long integer; /* RREPLY_INTEGER */
+    char *str;         /* STATUS, ERROR, BULK: NUL-terminated (bulk may hold NULs) */
     size_t len;
-    size_t elements;          /* ARRAY */
+    size_t elements; /* ARRAY */
     struct rreply **element;
 } rreply;
 
@@ -40,8 +40,7 @@ typedef struct rreply {
  * *consumed (bytes it took), 0 when the reply is not complete yet (nothing
  * is consumed), -1 on malformed input or an exceeded limit (message in err,
  * when errlen > 0), or -2 when out of memory. */
-int rreply_parse(const char *buf, size_t len, rreply **out, size_t *consumed, char *err,
-                 size_t errlen);
+int rreply_parse(const char *buf, size_t len, rreply **out, size_t *consumed, char *err, size_t errlen);
 
 void rreply_free(rreply *r);
 

@@ -19,24 +19,24 @@ typedef struct rnode {
     int port;
     rconn *conn;
     int ready;
-    int sentinel;            /* a Sentinel, not a data node */
+    int sentinel; /* a Sentinel, not a data node */
 } rnode;
 
 struct rrouter {
     uv_loop_t *loop;
-    config_redis cfg;        /* a shallow copy; strings owned by the caller's config */
+    config_redis cfg; /* a shallow copy; strings owned by the caller's config */
     rconn_events ev;
     void *ud;
     int cluster;
-    int sentinel;            /* Sentinel mode */
+    int sentinel; /* Sentinel mode */
     char master_name[128];
-    int master;              /* Sentinel mode: index of the current master, -1 none */
-    int asking_sentinels;    /* a get-master-addr call is in flight */
+    int master;           /* Sentinel mode: index of the current master, -1 none */
+    int asking_sentinels; /* a get-master-addr call is in flight */
     rnode nodes[MAX_NODES];
     size_t nnodes;
-    short slots[NSLOTS];     /* node index per slot, -1 unknown */
+    short slots[NSLOTS]; /* node index per slot, -1 unknown */
     uv_timer_t refresh;
-    int refreshing;          /* a CLUSTER SLOTS call is in flight */
+    int refreshing; /* a CLUSTER SLOTS call is in flight */
     int closing, open, started;
     void (*done)(void *);
     void *done_arg;
@@ -69,9 +69,8 @@ unsigned rrouter_key_slot(const char *key, size_t len) {
 }
 
 int rrouter_is_redirect(const char *err) {
-    return err && (strncmp(err, "MOVED ", 6) == 0 || strncmp(err, "ASK ", 4) == 0 ||
-                   strncmp(err, "TRYAGAIN", 8) == 0 || strncmp(err, "CLUSTERDOWN", 11) == 0 ||
-                   strncmp(err, "READONLY", 8) == 0);
+    return err && (strncmp(err, "MOVED ", 6) == 0 || strncmp(err, "ASK ", 4) == 0 || strncmp(err, "TRYAGAIN", 8) == 0 ||
+                   strncmp(err, "CLUSTERDOWN", 11) == 0 || strncmp(err, "READONLY", 8) == 0);
 }
 
 /* ---- nodes ------------------------------------------------------------------ */
@@ -96,8 +95,8 @@ static void on_node_down(void *ud, const char *why) {
     n->ready = 0;
     if (n->sentinel) return;
     if (r->sentinel) refresh_soon(r, 0); /* ask the sentinels where the master went */
-    snprintf(r->last_error, sizeof(r->last_error), "%.100s:%d: %.120s", n->host[0] ? n->host : "redis",
-             n->port, why ? why : "down");
+    snprintf(r->last_error, sizeof(r->last_error), "%.100s:%d: %.120s", n->host[0] ? n->host : "redis", n->port,
+             why ? why : "down");
     if (r->cluster) refresh_soon(r, REFRESH_FAST_MS);
     if (r->ev.down) r->ev.down(r->ud, r->last_error);
 }
@@ -167,8 +166,7 @@ static void on_slots(void *arg, redisReply *reply, const char *err) {
         redisReply *e = reply->element[i];
         if (e->type != REDIS_REPLY_ARRAY || e->elements < 3) continue;
         redisReply *m = e->element[2];
-        if (m->type != REDIS_REPLY_ARRAY || m->elements < 2 || m->element[0]->type != REDIS_REPLY_STRING)
-            continue;
+        if (m->type != REDIS_REPLY_ARRAY || m->elements < 2 || m->element[0]->type != REDIS_REPLY_STRING) continue;
         const char *host = m->element[0]->str[0] ? m->element[0]->str : r->nodes[0].host;
         int idx = node_get(r, host, (int)m->element[1]->integer);
         if (idx < 0) continue;
@@ -268,8 +266,8 @@ static void on_routed_reply(void *arg, redisReply *reply, const char *err);
 static int route_send(rcall_route *c, int node, int flags) {
     rrouter *r = c->r;
     if (node < 0 || !r->nodes[node].ready) return SL_EUNAVAIL;
-    return rconn_script_ex(r->nodes[node].conn, c->id, c->keys, c->argc, (const char **)c->argv,
-                           NULL, flags, on_routed_reply, c);
+    return rconn_script_ex(r->nodes[node].conn, c->id, c->keys, c->argc, (const char **)c->argv, NULL, flags,
+                           on_routed_reply, c);
 }
 
 static void on_routed_reply(void *arg, redisReply *reply, const char *err) {
@@ -308,8 +306,8 @@ static int node_for(const rrouter *r, const char *key) {
     return r->slots[rrouter_key_slot(key, strlen(key))];
 }
 
-int rrouter_script(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc,
-                   const char **argv, rconn_reply_cb cb, void *arg) {
+int rrouter_script(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc, const char **argv,
+                   rconn_reply_cb cb, void *arg) {
     if (r->closing) return SL_EUNAVAIL;
     if (!r->cluster) {
         int node = node_for(r, keys[0]);
@@ -343,8 +341,8 @@ int rrouter_script(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int 
     return rc;
 }
 
-int rrouter_script_n(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int nkeys, int argc,
-                     const char **argv, rconn_reply_cb cb, void *arg) {
+int rrouter_script_n(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int nkeys, int argc, const char **argv,
+                     rconn_reply_cb cb, void *arg) {
     if (r->closing) return SL_EUNAVAIL;
     if (r->cluster) return SL_EINVAL;
     int node = node_for(r, keys[0]);
@@ -364,9 +362,7 @@ int rrouter_any_ready(const rrouter *r) {
     return 0;
 }
 
-const char *rrouter_mode(const rrouter *r) {
-    return r->cluster ? "cluster" : r->sentinel ? "sentinel" : "single";
-}
+const char *rrouter_mode(const rrouter *r) { return r->cluster ? "cluster" : r->sentinel ? "sentinel" : "single"; }
 
 const char *rrouter_last_error(const rrouter *r) {
     if (!r->cluster && !r->sentinel && r->nodes[0].conn) return rconn_last_error(r->nodes[0].conn);
@@ -428,8 +424,7 @@ int rrouter_new(uv_loop_t *loop, const config_redis *cfg, rconn_events ev, void 
     for (size_t i = 0; i < naddrs; i++) {
         char host[256];
         int port;
-        if (parse_hostport(addrs[i], host, sizeof(host), &port) != 0 ||
-            node_add(r, host, port, r->sentinel) < 0)
+        if (parse_hostport(addrs[i], host, sizeof(host), &port) != 0 || node_add(r, host, port, r->sentinel) < 0)
             snprintf(r->last_error, sizeof(r->last_error), "bad %s address '%.100s'",
                      r->cluster ? "cluster seed" : "sentinel", addrs[i]);
     }

@@ -39,14 +39,14 @@ void rrouter_start(rrouter *r);
  * calling cb) when no connected node serves the slot. A redirection the
  * router cannot follow reaches cb as an error reply starting with MOVED,
  * ASK, TRYAGAIN or CLUSTERDOWN: the caller should retry shortly. */
-int rrouter_script(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc,
-                   const char **argv, rconn_reply_cb cb, void *arg);
+int rrouter_script(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc, const char **argv,
+                   rconn_reply_cb cb, void *arg);
 
 /* A script over nkeys keys of several deployments (a group's members):
  * one Redis or Sentinel only, where every key lives on one server;
  * SL_EINVAL with Redis Cluster, where they live in different slots. */
-int rrouter_script_n(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int nkeys, int argc,
-                     const char **argv, rconn_reply_cb cb, void *arg);
+int rrouter_script_n(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int nkeys, int argc, const char **argv,
+                     rconn_reply_cb cb, void *arg);
 
 /* 1 when the node serving key is connected and ready. */
 int rrouter_ready(const rrouter *r, const char *key);

@@ -21,20 +21,36 @@ static uint32_t rol(uint32_t v, int n) { return (v << n) | (v >> (32 - n)); }
 static void sha1_block(uint32_t h[5], const unsigned char *p) {
     uint32_t w[80];
     for (int i = 0; i < 16; i++)
-        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
-               (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
     for (int i = 16; i < 80; i++) w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
     uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
     for (int i = 0; i < 80; i++) {
         uint32_t f, k;
-        if (i < 20) { f = (b & c) | (~b & d); k = 0x5A827999; }
-        else if (i < 40) { f = b ^ c ^ d; k = 0x6ED9EBA1; }
-        else if (i < 60) { f = (b & c) | (b & d) | (c & d); k = 0x8F1BBCDC; }
-        else { f = b ^ c ^ d; k = 0xCA62C1D6; }
+        if (i < 20) {
+            f = (b & c) | (~b & d);
+            k = 0x5A827999;
+        } else if (i < 40) {
+            f = b ^ c ^ d;
+            k = 0x6ED9EBA1;
+        } else if (i < 60) {
+            f = (b & c) | (b & d) | (c & d);
+            k = 0x8F1BBCDC;
+        } else {
+            f = b ^ c ^ d;
+            k = 0xCA62C1D6;
+        }
         uint32_t t = rol(a, 5) + f + e + k + w[i];
-        e = d; d = c; c = rol(b, 30); b = a; a = t;
+        e = d;
+        d = c;
+        c = rol(b, 30);
+        b = a;
+        a = t;
     }
-    h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e;
+    h[0] += a;
+    h[1] += b;
+    h[2] += c;
+    h[3] += d;
+    h[4] += e;
 }
 
 void scripts_sha1_hex(const void *buf, size_t len, char out[41]) {
@@ -88,8 +104,8 @@ const script *scripts_find(const char *name) {
 
 int scripts_keys(const char *deployment, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX]) {
     static const char *const suffix[SCRIPTS_NKEYS] = {
-        "limits", "state", "grants", "leases", "refq:requests",
-        "refq:tokens", "daily", "retry", "agents", "refq:input", "refq:output",
+        "limits", "state", "grants", "leases",     "refq:requests", "refq:tokens",
+        "daily",  "retry", "agents", "refq:input", "refq:output",
     };
     size_t len = strlen(deployment);
     if (len == 0 || len > SCRIPTS_NAME_MAX) return -1;
@@ -97,8 +113,7 @@ int scripts_keys(const char *deployment, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MA
         unsigned char ch = (unsigned char)deployment[i];
         if (ch == '{' || ch == '}' || ch < 0x21 || ch == 0x7f) return -1;
     }
-    for (int i = 0; i < SCRIPTS_NKEYS; i++)
-        snprintf(keys[i], SCRIPTS_KEY_MAX, "sluice:{%s}:%s", deployment, suffix[i]);
+    for (int i = 0; i < SCRIPTS_NKEYS; i++) snprintf(keys[i], SCRIPTS_KEY_MAX, "sluice:{%s}:%s", deployment, suffix[i]);
     return 0;
 }
 

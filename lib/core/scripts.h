@@ -24,7 +24,7 @@ typedef struct script {
     const char *name;   /* "reserve", ... */
     const char *source; /* full text sent with SCRIPT LOAD */
     size_t len;
-    char sha[41];       /* lowercase hex SHA1 of source */
+    char sha[41]; /* lowercase hex SHA1 of source */
 } script;
 
 /* Every script takes the same KEYS for one deployment (lua/common.lua

@@ -12,48 +12,47 @@
  * LUA when the reserve script says it, ENGINE when only the engine does
  * (it paces locally with the same words, minus the fleet-only ones).
  * "other" stands for a word this table does not know; it stays last. */
-#define SLUICE_SHED_REASON_MAP(X)   \
-    X(RPM, "rpm", LUA)              \
-    X(TPM, "tpm", LUA)              \
-    X(PAUSED, "paused", LUA)        \
-    X(DAILY, "daily", LUA)          \
-    X(CONCURRENCY, "concurrency", LUA) \
-    X(TOO_LARGE, "too_large", LUA)  \
-    X(LANE, "lane", LUA)            \
-    X(CEILING, "ceiling", LUA)      \
-    X(TENANT_DAILY, "tenant_daily", LUA) \
-    X(BREAKER, "breaker", LUA)      \
-    X(QUOTA, "quota", LUA)          \
-    X(TAG, "tag", ENGINE)           \
-    X(ITPM, "itpm", LUA)            \
-    X(OTPM, "otpm", LUA)            \
-    X(SHARE, "share", LUA)          \
+#define SLUICE_SHED_REASON_MAP(X)                                                                                      \
+    X(RPM, "rpm", LUA)                                                                                                 \
+    X(TPM, "tpm", LUA)                                                                                                 \
+    X(PAUSED, "paused", LUA)                                                                                           \
+    X(DAILY, "daily", LUA)                                                                                             \
+    X(CONCURRENCY, "concurrency", LUA)                                                                                 \
+    X(TOO_LARGE, "too_large", LUA)                                                                                     \
+    X(LANE, "lane", LUA)                                                                                               \
+    X(CEILING, "ceiling", LUA)                                                                                         \
+    X(TENANT_DAILY, "tenant_daily", LUA)                                                                               \
+    X(BREAKER, "breaker", LUA)                                                                                         \
+    X(QUOTA, "quota", LUA)                                                                                             \
+    X(TAG, "tag", ENGINE)                                                                                              \
+    X(ITPM, "itpm", LUA)                                                                                               \
+    X(OTPM, "otpm", LUA)                                                                                               \
+    X(SHARE, "share", LUA)                                                                                             \
     X(OTHER, "other", ENGINE)
 
 /* How a call ended, as SETTLE and the settle script take it: X(NAME,
  * "word"), in the order of engine_outcome and of sluice.h's sl_outcome. */
-#define SLUICE_OUTCOME_MAP(X)     \
-    X(OK, "ok")                   \
-    X(THROTTLED, "throttled")     \
-    X(FAILED, "failed")           \
-    X(CANCELLED, "cancelled")     \
+#define SLUICE_OUTCOME_MAP(X)                                                                                          \
+    X(OK, "ok")                                                                                                        \
+    X(THROTTLED, "throttled")                                                                                          \
+    X(FAILED, "failed")                                                                                                \
+    X(CANCELLED, "cancelled")                                                                                          \
     X(QUOTA, "quota")
 
 /* The first word of the daemon's error replies that are not plain ERR:
  * X(WORD, sl_errno), as the daemon writes them and the library reads
  * them back (docs/protocol.md, "Errors"). */
-#define SLUICE_ERROR_WORD_MAP(X) \
-    X(SHED, SL_ESHED)            \
-    X(NORETRY, SL_ENORETRY)      \
-    X(CLOSING, SL_ECLOSING)      \
+#define SLUICE_ERROR_WORD_MAP(X)                                                                                       \
+    X(SHED, SL_ESHED)                                                                                                  \
+    X(NORETRY, SL_ENORETRY)                                                                                            \
+    X(CLOSING, SL_ECLOSING)                                                                                            \
     X(UNAVAIL, SL_EUNAVAIL)
 
 /* The word for code, or "ERR" when it has none. */
 static inline const char *sluice_error_word(int code) {
     switch (code) {
-#define SLUICE_ERROR_WORD_CASE(word, value) \
-    case value:                            \
-        return #word;
+#define SLUICE_ERROR_WORD_CASE(word, value)                                                                            \
+    case value: return #word;
         SLUICE_ERROR_WORD_MAP(SLUICE_ERROR_WORD_CASE)
 #undef SLUICE_ERROR_WORD_CASE
     }

@@ -22,8 +22,8 @@
 #define MAX_PROMPTS 64
 
 typedef struct job {
-    int n;                 /* its prompt's position */
-    sl_call *call;         /* NULL once it ended */
+    int n;         /* its prompt's position */
+    sl_call *call; /* NULL once it ended */
     char body[4096];
 } job;
 
@@ -34,8 +34,9 @@ static int left, failed;
 
 /* The prompt as a JSON string body (quotes, backslashes, controls escaped). */
 static void make_body(const char *prompt, char *out, size_t n) {
-    size_t k = (size_t)snprintf(out, n, "{\"model\":\"gpt-4o\",\"max_tokens\":64,"
-                                        "\"messages\":[{\"role\":\"user\",\"content\":\"");
+    size_t k = (size_t)snprintf(out, n,
+                                "{\"model\":\"gpt-4o\",\"max_tokens\":64,"
+                                "\"messages\":[{\"role\":\"user\",\"content\":\"");
     for (const char *p = prompt; *p && k + 8 < n; p++) {
         if (*p == '"' || *p == '\\') out[k++] = '\\', out[k++] = *p;
         else if ((unsigned char)*p < 0x20) k += (size_t)snprintf(out + k, n - k, "\\u%04x", *p);
@@ -50,11 +51,9 @@ static void on_done(void *arg, sl_call *call, int status, sl_call_report *rep) {
     job *j = arg;
     j->call = NULL;
     if (status == 0)
-        printf("%d ok: %d attempt(s), waited %lld ms, %lld tokens (%lld in, %lld out): %.60s\n", j->n,
-               rep->attempts, rep->waited_ms, rep->tokens, rep->input_tokens, rep->output_tokens,
-               rep->body ? rep->body : "");
-    else
-        printf("%d failed (%s, %s): %s\n", j->n, sl_strerror(status), rep->outcome, rep->message);
+        printf("%d ok: %d attempt(s), waited %lld ms, %lld tokens (%lld in, %lld out): %.60s\n", j->n, rep->attempts,
+               rep->waited_ms, rep->tokens, rep->input_tokens, rep->output_tokens, rep->body ? rep->body : "");
+    else printf("%d failed (%s, %s): %s\n", j->n, sl_strerror(status), rep->outcome, rep->message);
     failed += status != 0;
     if (--left == 0) {
         /* The last one: let the loop end (sl_caller_free is fine from here). */
@@ -74,8 +73,7 @@ static void on_sigint(uv_signal_t *s, int sig) {
 int main(int argc, char **argv) {
     const char *url = getenv("LLM_URL"), *key = getenv("LLM_API_KEY"), *dep = getenv("SLUICE_DEPLOYMENT");
     if (!url || !dep || argc < 2 || argc - 1 > MAX_PROMPTS) {
-        fprintf(stderr, "usage: LLM_URL=... SLUICE_DEPLOYMENT=... governed_call PROMPT... (at most %d)\n",
-                MAX_PROMPTS);
+        fprintf(stderr, "usage: LLM_URL=... SLUICE_DEPLOYMENT=... governed_call PROMPT... (at most %d)\n", MAX_PROMPTS);
         return 2;
     }
     sl_options opt;
@@ -111,7 +109,7 @@ int main(int argc, char **argv) {
         sl_call_opts_init(&o);
         o.deployment = dep;
         o.input_tokens = (long long)strlen(argv[i]) / 3 + 8; /* the prompt's estimate */
-        o.output_tokens = 64;                                 /* max_tokens */
+        o.output_tokens = 64;                                /* max_tokens */
         o.deadline_ms = deadline;
         o.retry_shed = 1; /* no slot within the max wait: wait the hint, within the deadline */
         sl_call_http h;

@@ -24,18 +24,18 @@
 #include <stdint.h>
 
 /* X(enum suffix, name) */
-#define BACKOFF_VERDICT_MAP(X)                                                                     \
-    X(RETRY, "retry")                   /* wait delay_ms, then try again */                        \
-    X(GIVE_UP_NOT_RETRYABLE, "not_retryable")                                                      \
-    X(GIVE_UP_ATTEMPTS, "attempts_exhausted")                                                      \
-    X(GIVE_UP_SERVER_WAIT, "server_wait_beyond_cap")                                               \
+#define BACKOFF_VERDICT_MAP(X)                                                                                         \
+    X(RETRY, "retry") /* wait delay_ms, then try again */                                                              \
+    X(GIVE_UP_NOT_RETRYABLE, "not_retryable")                                                                          \
+    X(GIVE_UP_ATTEMPTS, "attempts_exhausted")                                                                          \
+    X(GIVE_UP_SERVER_WAIT, "server_wait_beyond_cap")                                                                   \
     X(GIVE_UP_DEADLINE, "deadline")
 
 typedef enum backoff_verdict {
 #define BACKOFF_ENUM_(sym, name) BACKOFF_##sym,
     BACKOFF_VERDICT_MAP(BACKOFF_ENUM_)
 #undef BACKOFF_ENUM_
-    BACKOFF__COUNT
+        BACKOFF__COUNT
 } backoff_verdict;
 
 /* Fill with backoff_policy_init(); fields may then be changed. Negative
@@ -72,9 +72,8 @@ typedef struct backoff_decision {
  * Checks in this order: not retryable, attempts exhausted, server wait
  * beyond cap, deadline. A RETRY delay d satisfies now + d + min_attempt_ms
  * <= deadline. Fills *out (non-NULL) and returns out->verdict. */
-backoff_verdict backoff_next(const backoff_policy *p, int attempt, bool retryable,
-                             int64_t server_wait_ms, int64_t now_ms, int64_t deadline_ms,
-                             uint64_t *rng, backoff_decision *out);
+backoff_verdict backoff_next(const backoff_policy *p, int attempt, bool retryable, int64_t server_wait_ms,
+                             int64_t now_ms, int64_t deadline_ms, uint64_t *rng, backoff_decision *out);
 
 /* The full-jitter ceiling min(cap_ms, base_ms * 2^attempt), overflow-safe
  * for every attempt (negative attempts count as 0). */

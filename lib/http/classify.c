@@ -24,52 +24,42 @@ static const struct {
 #undef CLASSIFY_INFO_
 };
 
-const char *classify_name(classify_class cls)
-{
-    if ((int)cls < 0 || (int)cls >= CLASSIFY__COUNT)
-        return "unknown";
+const char *classify_name(classify_class cls) {
+    if ((int)cls < 0 || (int)cls >= CLASSIFY__COUNT) return "unknown";
     return class_info[cls].name;
 }
 
-bool classify_retryable(classify_class cls)
-{
-    if ((int)cls < 0 || (int)cls >= CLASSIFY__COUNT)
-        return false;
+bool classify_retryable(classify_class cls) {
+    if ((int)cls < 0 || (int)cls >= CLASSIFY__COUNT) return false;
     return class_info[cls].retryable;
 }
 
 /* Case-insensitive search for a lowercase needle in a counted haystack. */
-static bool contains(const char *hay, size_t hlen, const char *needle)
-{
+static bool contains(const char *hay, size_t hlen, const char *needle) {
     size_t n = strlen(needle);
-    if (hay == NULL || n == 0 || hlen < n)
-        return false;
+    if (hay == NULL || n == 0 || hlen < n) return false;
     for (size_t i = 0; i + n <= hlen; i++) {
         size_t k = 0;
-        while (k < n && lower(hay[i + k]) == needle[k])
-            k++;
-        if (k == n)
-            return true;
+        while (k < n && lower(hay[i + k]) == needle[k]) k++;
+        if (k == n) return true;
     }
     return false;
 }
 
 /* What the body says, whether or not it was JSON. */
 typedef struct facts {
-    const char *code;    /* error.code, "" when absent (borrowed from out) */
-    const char *type;    /* error.type, "" when absent */
-    const char *text;    /* where wording is searched: the message, else the raw body */
+    const char *code; /* error.code, "" when absent (borrowed from out) */
+    const char *type; /* error.type, "" when absent */
+    const char *text; /* where wording is searched: the message, else the raw body */
     size_t text_len;
 } facts;
 
-static void copy_field(char dst[CLASSIFY_FIELD_SZ], json_t *v)
-{
+static void copy_field(char dst[CLASSIFY_FIELD_SZ], json_t *v) {
     dst[0] = '\0';
     if (json_is_string(v)) {
         const char *s = json_string_value(v);
         size_t n = strlen(s);
-        if (n >= CLASSIFY_FIELD_SZ)
-            n = CLASSIFY_FIELD_SZ - 1;
+        if (n >= CLASSIFY_FIELD_SZ) n = CLASSIFY_FIELD_SZ - 1;
         memcpy(dst, s, n);
         dst[n] = '\0';
     } else if (json_is_integer(v)) {
@@ -82,18 +72,14 @@ static void copy_field(char dst[CLASSIFY_FIELD_SZ], json_t *v)
  *   {"type": "error", "error": {"type": .., "message": ..}}      Anthropic
  *   {"error": "message"}, {"code": .., "message": ..}            others
  *   [ {...} ]                                                    first element */
-static void read_json(json_t *root, classify_result *out, facts *f)
-{
-    if (json_is_array(root))
-        root = json_array_get(root, 0);
-    if (!json_is_object(root))
-        return;
+static void read_json(json_t *root, classify_result *out, facts *f) {
+    if (json_is_array(root)) root = json_array_get(root, 0);
+    if (!json_is_object(root)) return;
     json_t *err = json_object_get(root, "error");
     json_t *holder = json_is_object(err) ? err : root;
     copy_field(out->code, json_object_get(holder, "code"));
     copy_field(out->type, json_object_get(holder, "type"));
-    if (holder == root && strcmp(out->type, "error") == 0)
-        out->type[0] = '\0';
+    if (holder == root && strcmp(out->type, "error") == 0) out->type[0] = '\0';
     /* Without a message string the raw body stays the text searched. */
     json_t *msg = json_is_string(err) ? err : json_object_get(holder, "message");
     if (json_is_string(msg)) {
@@ -103,117 +89,85 @@ static void read_json(json_t *root, classify_result *out, facts *f)
 }
 
 /* A marker named by the body: equal to code or type, or inside the text. */
-static bool says(const facts *f, const char *marker)
-{
-    return strcmp(f->code, marker) == 0 || strcmp(f->type, marker) == 0 ||
-           contains(f->text, f->text_len, marker);
+static bool says(const facts *f, const char *marker) {
+    return strcmp(f->code, marker) == 0 || strcmp(f->type, marker) == 0 || contains(f->text, f->text_len, marker);
 }
 
-static bool says_quota(const facts *f, int status)
-{
-    if (says(f, "insufficient_quota") || says(f, "billing_error") ||
-        says(f, "billing_hard_limit_reached") || contains(f->text, f->text_len, "exceeded your current quota"))
+static bool says_quota(const facts *f, int status) {
+    if (says(f, "insufficient_quota") || says(f, "billing_error") || says(f, "billing_hard_limit_reached") ||
+        contains(f->text, f->text_len, "exceeded your current quota"))
         return true;
     /* Anthropic: a permission or invalid-request error about credit. */
     if ((strcmp(f->type, "permission_error") == 0 || status == 400 || status == 403) &&
-        (contains(f->text, f->text_len, "credit balance") ||
-         contains(f->text, f->text_len, "purchase credits")))
+        (contains(f->text, f->text_len, "credit balance") || contains(f->text, f->text_len, "purchase credits")))
         return true;
     /* A 403 that talks about quota, billing or credit is a quota stop, not
      * an auth problem. (429 bodies are not searched for "quota": Azure's
      * rate-limit messages link to a quota-increase page.) */
-    if (status == 403 && (contains(f->text, f->text_len, "quota") ||
-                          contains(f->text, f->text_len, "billing") ||
+    if (status == 403 && (contains(f->text, f->text_len, "quota") || contains(f->text, f->text_len, "billing") ||
                           contains(f->text, f->text_len, "credit")))
         return true;
     return false;
 }
 
-static classify_class by_status(int status)
-{
+static classify_class by_status(int status) {
     switch (status) {
     case 401:
-    case 403:
-        return CLASSIFY_AUTH;
-    case 402:
-        return CLASSIFY_QUOTA_EXHAUSTED;
-    case 408:
-        return CLASSIFY_TIMEOUT;
-    case 429:
-        return CLASSIFY_RATE_LIMITED;
+    case 403: return CLASSIFY_AUTH;
+    case 402: return CLASSIFY_QUOTA_EXHAUSTED;
+    case 408: return CLASSIFY_TIMEOUT;
+    case 429: return CLASSIFY_RATE_LIMITED;
     case 503:
-    case 529:
-        return CLASSIFY_OVERLOADED;
-    default:
-        break;
+    case 529: return CLASSIFY_OVERLOADED;
+    default: break;
     }
-    if (status >= 500)
-        return CLASSIFY_SERVER_ERROR;
+    if (status >= 500) return CLASSIFY_SERVER_ERROR;
     return CLASSIFY_BAD_REQUEST; /* 3xx, other 4xx */
 }
 
 /* x-should-retry: 1 true, 0 false, -1 absent or unrecognised. */
-static int should_retry(const char *v, size_t len)
-{
-    if (v == NULL)
-        return -1;
+static int should_retry(const char *v, size_t len) {
+    if (v == NULL) return -1;
     while (len > 0 && (*v == ' ' || *v == '\t')) {
         v++;
         len--;
     }
-    while (len > 0 && (v[len - 1] == ' ' || v[len - 1] == '\t'))
-        len--;
-    if (len == 4 && contains(v, len, "true"))
-        return 1;
-    if (len == 5 && contains(v, len, "false"))
-        return 0;
+    while (len > 0 && (v[len - 1] == ' ' || v[len - 1] == '\t')) len--;
+    if (len == 4 && contains(v, len, "true")) return 1;
+    if (len == 5 && contains(v, len, "false")) return 0;
     return -1;
 }
 
-static classify_class decide(const classify_input *in, classify_result *out)
-{
-    if (in->transport == CLASSIFY_NET_TIMEOUT)
-        return CLASSIFY_TIMEOUT;
-    if (in->transport != CLASSIFY_NET_NONE)
-        return CLASSIFY_TRANSPORT;
+static classify_class decide(const classify_input *in, classify_result *out) {
+    if (in->transport == CLASSIFY_NET_TIMEOUT) return CLASSIFY_TIMEOUT;
+    if (in->transport != CLASSIFY_NET_NONE) return CLASSIFY_TRANSPORT;
     int status = in->status;
-    if (status < 200 || status > 599)
-        return CLASSIFY_TRANSPORT; /* no response, or no valid final status */
-    if (status < 300)
-        return CLASSIFY_OK;
+    if (status < 200 || status > 599) return CLASSIFY_TRANSPORT; /* no response, or no valid final status */
+    if (status < 300) return CLASSIFY_OK;
 
     facts f = {out->code, out->type, in->body, in->body_len};
-    if (in->body == NULL)
-        f.text_len = 0;
+    if (in->body == NULL) f.text_len = 0;
     json_t *root = NULL;
     if (in->body != NULL && in->body_len > 0 && in->body_len <= CLASSIFY_MAX_JSON_BODY) {
         json_error_t jerr;
         root = json_loadb(in->body, in->body_len, JSON_ALLOW_NUL, &jerr);
-        if (root != NULL)
-            read_json(root, out, &f);
+        if (root != NULL) read_json(root, out, &f);
     }
 
     classify_class cls;
-    if (says_quota(&f, status))
-        cls = CLASSIFY_QUOTA_EXHAUSTED;
-    else if (says(&f, "context_length_exceeded"))
-        cls = CLASSIFY_BAD_REQUEST;
-    else if (says(&f, "overloaded_error"))
-        cls = CLASSIFY_OVERLOADED;
-    else
-        cls = by_status(status);
+    if (says_quota(&f, status)) cls = CLASSIFY_QUOTA_EXHAUSTED;
+    else if (says(&f, "context_length_exceeded")) cls = CLASSIFY_BAD_REQUEST;
+    else if (says(&f, "overloaded_error")) cls = CLASSIFY_OVERLOADED;
+    else cls = by_status(status);
     json_decref(root);
     return cls;
 }
 
-classify_class classify_response(const classify_input *in, classify_result *out)
-{
+classify_class classify_response(const classify_input *in, classify_result *out) {
     static const classify_input none = {0, CLASSIFY_NET_NONE, NULL, 0, NULL, 0};
     classify_result scratch;
-    if (out == NULL)
-        out = &scratch;
-    if (in == NULL)
-        in = &none;
+    if (out == NULL) out = &scratch;
+    if (in == NULL) in = &none;
     out->code[0] = '\0';
     out->type[0] = '\0';
     out->overridden = false;
@@ -231,9 +185,7 @@ classify_class classify_response(const classify_input *in, classify_result *out)
     return out->cls;
 }
 
-classify_class classify_status_body(int status, const char *body, size_t body_len,
-                                    classify_result *out)
-{
+classify_class classify_status_body(int status, const char *body, size_t body_len, classify_result *out) {
     classify_input in = {status, CLASSIFY_NET_NONE, body, body_len, NULL, 0};
     return classify_response(&in, out);
 }

@@ -31,22 +31,22 @@
 #define CLASSIFY_FIELD_SZ 64
 
 /* X(enum suffix, name, retryable by default) */
-#define CLASSIFY_CLASS_MAP(X)                                                                      \
-    X(OK, "ok", false)                                                                             \
-    X(RATE_LIMITED, "rate_limited", true)                                                          \
-    X(QUOTA_EXHAUSTED, "quota_exhausted", false)                                                   \
-    X(OVERLOADED, "overloaded", true)                                                              \
-    X(BAD_REQUEST, "bad_request", false)                                                           \
-    X(AUTH, "auth", false)                                                                         \
-    X(SERVER_ERROR, "server_error", true)                                                          \
-    X(TIMEOUT, "timeout", true)                                                                    \
+#define CLASSIFY_CLASS_MAP(X)                                                                                          \
+    X(OK, "ok", false)                                                                                                 \
+    X(RATE_LIMITED, "rate_limited", true)                                                                              \
+    X(QUOTA_EXHAUSTED, "quota_exhausted", false)                                                                       \
+    X(OVERLOADED, "overloaded", true)                                                                                  \
+    X(BAD_REQUEST, "bad_request", false)                                                                               \
+    X(AUTH, "auth", false)                                                                                             \
+    X(SERVER_ERROR, "server_error", true)                                                                              \
+    X(TIMEOUT, "timeout", true)                                                                                        \
     X(TRANSPORT, "transport", true)
 
 typedef enum classify_class {
 #define CLASSIFY_ENUM_(sym, name, retry) CLASSIFY_##sym,
     CLASSIFY_CLASS_MAP(CLASSIFY_ENUM_)
 #undef CLASSIFY_ENUM_
-    CLASSIFY__COUNT
+        CLASSIFY__COUNT
 } classify_class;
 
 /* What went wrong below HTTP, when nothing (or nothing complete) came back. */
@@ -63,14 +63,14 @@ typedef struct classify_input {
     classify_transport transport; /* wins over status when not NONE */
     const char *body;             /* response body, need not be NUL-terminated; may be NULL */
     size_t body_len;
-    const char *should_retry;     /* x-should-retry value or NULL */
+    const char *should_retry; /* x-should-retry value or NULL */
     size_t should_retry_len;
 } classify_input;
 
 typedef struct classify_result {
     classify_class cls;
-    bool retryable;            /* after x-should-retry */
-    bool overridden;           /* x-should-retry changed retryable */
+    bool retryable;               /* after x-should-retry */
+    bool overridden;              /* x-should-retry changed retryable */
     char code[CLASSIFY_FIELD_SZ]; /* error.code from a JSON body, "" when absent, truncated */
     char type[CLASSIFY_FIELD_SZ]; /* error.type (or Anthropic's error.type), "" when absent */
 } classify_result;
@@ -81,8 +81,7 @@ typedef struct classify_result {
 classify_class classify_response(const classify_input *in, classify_result *out);
 
 /* Shorthand for status and body only. */
-classify_class classify_status_body(int status, const char *body, size_t body_len,
-                                    classify_result *out);
+classify_class classify_status_body(int status, const char *body, size_t body_len, classify_result *out);
 
 /* "ok", "rate_limited", ...; "unknown" for a value out of range. Static. */
 const char *classify_name(classify_class cls);

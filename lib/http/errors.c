@@ -3,9 +3,8 @@
 
 const char *sl_strerror(int code) {
     switch (code) {
-#define SL_ERRNO_CASE(name, value, msg) \
-    case value:                         \
-        return msg;
+#define SL_ERRNO_CASE(name, value, msg)                                                                                \
+    case value: return msg;
         SL_ERRNO_MAP(SL_ERRNO_CASE)
 #undef SL_ERRNO_CASE
     }

@@ -74,9 +74,9 @@ typedef struct ratelimit_value {
  * private to ratelimit.c (read it through ratelimit_get()). */
 typedef struct ratelimit_feedback {
     /* public */
-    retry_after retry; /* Retry-After family; retry.over_cap is the cap flag */
-    int recognised;    /* headers whose name this module knows */
-    int invalid;       /* ... of which the value was rejected (and ignored) */
+    retry_after retry;     /* Retry-After family; retry.over_cap is the cap flag */
+    int recognised;        /* headers whose name this module knows */
+    int invalid;           /* ... of which the value was rejected (and ignored) */
     bool policies_dropped; /* more than RATELIMIT_IETF_MAX_POLICIES policies */
 
     /* private */
@@ -105,8 +105,8 @@ void ratelimit_init(ratelimit_feedback *fb, int64_t cap_ms);
  * smallest remaining, the largest reset; among several RateLimit items the
  * most restrictive one (lowest remaining, then latest reset) is kept whole.
  * A field that fails to parse is ignored as a whole. */
-bool ratelimit_add_header(ratelimit_feedback *fb, const char *name, size_t name_len,
-                          const char *value, size_t value_len, int64_t now_ms);
+bool ratelimit_add_header(ratelimit_feedback *fb, const char *name, size_t name_len, const char *value,
+                          size_t value_len, int64_t now_ms);
 
 /* Fills *out with what is known about dim, taken whole from the
  * highest-ranked family that reported on it, and returns that family
@@ -116,13 +116,11 @@ bool ratelimit_add_header(ratelimit_feedback *fb, const char *name, size_t name_
  * first, the later reset among exhausted ones, else the lower fraction
  * remaining). For an IETF item without its own limit, the limit is the
  * quota (q) of the RateLimit-Policy entry with the same name. */
-ratelimit_source ratelimit_get(const ratelimit_feedback *fb, ratelimit_dim dim,
-                               ratelimit_value *out);
+ratelimit_source ratelimit_get(const ratelimit_feedback *fb, ratelimit_dim dim, ratelimit_value *out);
 
 /* ratelimit_get() without the stand-in: only what headers about dim itself
  * said (RATELIMIT_TOKENS is then never the input or output dimension's). */
-ratelimit_source ratelimit_get_own(const ratelimit_feedback *fb, ratelimit_dim dim,
-                                   ratelimit_value *out);
+ratelimit_source ratelimit_get_own(const ratelimit_feedback *fb, ratelimit_dim dim, ratelimit_value *out);
 
 /* The pause this feedback implies, in ms from now_ms: the Retry-After
  * family's delay when present (it wins over any reset); otherwise the

@@ -28,9 +28,9 @@
  * millisecond headers share a rank (see retry_after_add_header()). */
 typedef enum retry_after_source {
     RETRY_AFTER_SRC_NONE = 0,
-    RETRY_AFTER_SRC_RETRY_AFTER,    /* Retry-After (seconds or HTTP-date) */
-    RETRY_AFTER_SRC_X_MS_RETRY_MS,  /* x-ms-retry-after-ms */
-    RETRY_AFTER_SRC_RETRY_AFTER_MS  /* retry-after-ms */
+    RETRY_AFTER_SRC_RETRY_AFTER,   /* Retry-After (seconds or HTTP-date) */
+    RETRY_AFTER_SRC_X_MS_RETRY_MS, /* x-ms-retry-after-ms */
+    RETRY_AFTER_SRC_RETRY_AFTER_MS /* retry-after-ms */
 } retry_after_source;
 
 /* Accumulates the Retry-After family of one response. Initialise with
@@ -69,8 +69,8 @@ void retry_after_init(retry_after *ra, int64_t cap_ms);
  * from a lower rank and is never replaced by it; within one rank the
  * larger delay wins (on a tie the higher source enum), so the result does
  * not depend on header order. An unusable value changes nothing. */
-bool retry_after_add_header(retry_after *ra, const char *name, size_t name_len, const char *value,
-                            size_t value_len, int64_t now_ms);
+bool retry_after_add_header(retry_after *ra, const char *name, size_t name_len, const char *value, size_t value_len,
+                            int64_t now_ms);
 
 /* "retry-after", "retry-after-ms", ... for logs; "none" for NONE. */
 const char *retry_after_source_name(retry_after_source src);

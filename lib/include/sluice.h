@@ -63,24 +63,24 @@ extern "C" {
 /* Error codes: X(name, value, message). One table generates the enum and
  * sl_strerror(), as libuv's UV_ERRNO_MAP does. New codes are added at the
  * end; values never change. */
-#define SL_ERRNO_MAP(X)                                                                    \
-    X(OK, 0, "success")                                                                    \
-    X(EINVAL, -1, "invalid argument")                                                      \
-    X(ENOMEM, -2, "out of memory")                                                         \
-    X(ESHED, -3, "shed: no slot within the max wait (see the retry-after and reason)")    \
-    X(EUNKNOWN, -4, "unknown deployment")                                                  \
-    X(ETIMEDOUT, -5, "timed out")                                                          \
-    X(EUNAVAIL, -6, "governor unavailable (sluiced unreachable, or no Redis and fail-closed)") \
-    X(ECANCELED, -7, "canceled")                                                           \
-    X(ECLOSING, -8, "the governor is shutting down")                                       \
-    X(EREDIS, -9, "Redis error")                                                           \
-    X(EPROTO, -10, "protocol error")                                                       \
-    X(EIO, -11, "I/O error")                                                               \
-    X(ENORETRY, -12, "the fleet's retry budget is spent")                                  \
-    X(EDEADLINE, -13, "the deadline would pass before the next attempt")                   \
-    X(EFATAL, -14, "not retryable: the provider refused for good (quota, auth, request)")  \
-    X(EALREADY, -15, "the call already completed or was canceled")                        \
-    X(EATTEMPTS, -16, "the attempts allowed are used up")                                  \
+#define SL_ERRNO_MAP(X)                                                                                                \
+    X(OK, 0, "success")                                                                                                \
+    X(EINVAL, -1, "invalid argument")                                                                                  \
+    X(ENOMEM, -2, "out of memory")                                                                                     \
+    X(ESHED, -3, "shed: no slot within the max wait (see the retry-after and reason)")                                 \
+    X(EUNKNOWN, -4, "unknown deployment")                                                                              \
+    X(ETIMEDOUT, -5, "timed out")                                                                                      \
+    X(EUNAVAIL, -6, "governor unavailable (sluiced unreachable, or no Redis and fail-closed)")                         \
+    X(ECANCELED, -7, "canceled")                                                                                       \
+    X(ECLOSING, -8, "the governor is shutting down")                                                                   \
+    X(EREDIS, -9, "Redis error")                                                                                       \
+    X(EPROTO, -10, "protocol error")                                                                                   \
+    X(EIO, -11, "I/O error")                                                                                           \
+    X(ENORETRY, -12, "the fleet's retry budget is spent")                                                              \
+    X(EDEADLINE, -13, "the deadline would pass before the next attempt")                                               \
+    X(EFATAL, -14, "not retryable: the provider refused for good (quota, auth, request)")                              \
+    X(EALREADY, -15, "the call already completed or was canceled")                                                     \
+    X(EATTEMPTS, -16, "the attempts allowed are used up")                                                              \
     X(ETOOBIG, -17, "the response is larger than the configured limit")
 
 typedef enum sl_errno {
@@ -114,7 +114,7 @@ SL_API int64_t sl_now_ms(void);
 typedef struct sl_gov sl_gov;
 
 typedef struct sl_options {
-    size_t size;                 /* set by sl_options_init() */
+    size_t size; /* set by sl_options_init() */
 
     /* Daemon mode: the UNIX socket of the local sluiced. */
     const char *socket_path;
@@ -129,7 +129,7 @@ typedef struct sl_options {
     const char *config_text;
     const char *redis_url;
     const char *deployments;
-    const char *agent_id;        /* embedded: name in the fleet's heartbeats;
+    const char *agent_id; /* embedded: name in the fleet's heartbeats;
                                     NULL: agent.id of the config, else host:pid */
 
     long long connect_timeout_ms; /* daemon: connecting (and the PING at open); 0: 1000 */
@@ -181,20 +181,20 @@ SL_API const char *sl_mode(const sl_gov *gov);
 typedef struct sl_grant sl_grant;
 
 typedef struct sl_request {
-    size_t size;                 /* set by sl_request_init() */
-    const char *deployment;      /* required: a deployment, or a group of
+    size_t size;            /* set by sl_request_init() */
+    const char *deployment; /* required: a deployment, or a group of
                                     them (the grant names the member) */
-    long long tokens;            /* estimate: prompt + max output (0: requests only);
+    long long tokens;       /* estimate: prompt + max output (0: requests only);
                                     see input_tokens below */
-    long long max_wait_ms;       /* longest wait for the slot; < 0 (the default
+    long long max_wait_ms;  /* longest wait for the slot; < 0 (the default
                                     set by init): the deployment's max_wait_ms,
                                     or with a deadline, the time left */
-    int64_t deadline_ms;         /* absolute, on sl_now_ms(); 0: none */
-    const char *lane;            /* NULL: the deployment's default lane; a
+    int64_t deadline_ms;    /* absolute, on sl_now_ms(); 0: none */
+    const char *lane;       /* NULL: the deployment's default lane; a
                                     lane it does not have is SL_EINVAL */
-    const char *tenant;          /* NULL: none; an unconfigured tenant
+    const char *tenant;     /* NULL: none; an unconfigured tenant
                                     falls in the "default" class */
-    const char *tag;             /* NULL: any. With a group, only members
+    const char *tag;        /* NULL: any. With a group, only members
                                     carrying this tag may serve (none may:
                                     SL_ESHED "tag", never); with a
                                     deployment, one without it is SL_EINVAL */
@@ -229,11 +229,11 @@ SL_API int sl_acquire(sl_gov *gov, const sl_request *req, sl_grant **out);
 /* What an asynchronous acquire produced. Valid during the callback only,
  * except `grant`, which becomes the callback's to settle. */
 typedef struct sl_result {
-    int status;                  /* SL_OK or SL_E*, as sl_acquire() returns */
-    sl_grant *grant;             /* SL_OK: the grant (settle it), else NULL */
-    const char *shed_reason;     /* SL_ESHED: as sl_shed_reason(), else "" */
-    long long retry_after_ms;    /* SL_ESHED: the hint, -1 never/none */
-    const char *message;         /* detail, "" when none; never NULL */
+    int status;               /* SL_OK or SL_E*, as sl_acquire() returns */
+    sl_grant *grant;          /* SL_OK: the grant (settle it), else NULL */
+    const char *shed_reason;  /* SL_ESHED: as sl_shed_reason(), else "" */
+    long long retry_after_ms; /* SL_ESHED: the hint, -1 never/none */
+    const char *message;      /* detail, "" when none; never NULL */
 } sl_result;
 
 typedef void (*sl_acquire_cb)(void *arg, const sl_result *r);
@@ -246,8 +246,7 @@ typedef uint64_t sl_call_id;
  * with the same outcomes; a deadline is enforced by a timer. *id
  * (optional) names the call for sl_cancel(). On an error return cb never
  * runs. req is copied. */
-SL_API int sl_acquire_async(sl_gov *gov, const sl_request *req, sl_acquire_cb cb, void *arg,
-                            sl_call_id *id);
+SL_API int sl_acquire_async(sl_gov *gov, const sl_request *req, sl_acquire_cb cb, void *arg, sl_call_id *id);
 
 /* Cancels an asynchronous acquire whose callback has not started: returns
  * 0 and the callback will never run; a reservation already made is given
@@ -257,7 +256,7 @@ SL_API int sl_acquire_async(sl_gov *gov, const sl_request *req, sl_acquire_cb cb
 SL_API int sl_cancel(sl_gov *gov, sl_call_id id);
 
 /* Borrowed accessors, valid until the grant is settled. */
-SL_API const char *sl_grant_id(const sl_grant *g);         /* "<deployment>:<n>", or "<deployment>:L<n>" when granted locally */
+SL_API const char *sl_grant_id(const sl_grant *g); /* "<deployment>:<n>", or "<deployment>:L<n>" when granted locally */
 /* The deployment the slot is on: the one asked for, or for a group the
  * member chosen. Send the call there, and ask sl_may_retry() about it. */
 SL_API const char *sl_grant_deployment(const sl_grant *g);
@@ -265,18 +264,18 @@ SL_API const char *sl_grant_deployment(const sl_grant *g);
  * (deployments.<name>.endpoint); "" when it has none or when the request
  * named a deployment. */
 SL_API const char *sl_grant_endpoint(const sl_grant *g);
-SL_API long long sl_grant_waited_ms(const sl_grant *g);    /* from acquire to the slot */
-SL_API long long sl_grant_tokens(const sl_grant *g);       /* the reserved estimate */
-SL_API int sl_grant_local(const sl_grant *g);              /* 1: paced locally (Redis down) */
+SL_API long long sl_grant_waited_ms(const sl_grant *g); /* from acquire to the slot */
+SL_API long long sl_grant_tokens(const sl_grant *g);    /* the reserved estimate */
+SL_API int sl_grant_local(const sl_grant *g);           /* 1: paced locally (Redis down) */
 
 /* ---- settle and retry ---------------------------------------------------- */
 
 typedef enum sl_outcome {
-    SL_OUTCOME_OK = 0,           /* the provider served the call */
-    SL_OUTCOME_THROTTLED,        /* 429 rate limited: feeds the fleet's AIMD */
-    SL_OUTCOME_FAILED,           /* any other failure */
-    SL_OUTCOME_CANCELLED,        /* not sent: gives the reservation back */
-    SL_OUTCOME_QUOTA             /* a hard quota error (insufficient_quota,
+    SL_OUTCOME_OK = 0,    /* the provider served the call */
+    SL_OUTCOME_THROTTLED, /* 429 rate limited: feeds the fleet's AIMD */
+    SL_OUTCOME_FAILED,    /* any other failure */
+    SL_OUTCOME_CANCELLED, /* not sent: gives the reservation back */
+    SL_OUTCOME_QUOTA      /* a hard quota error (insufficient_quota,
                                     billing): takes the deployment out for
                                     the whole fleet until the reset the
                                     headers give (else the agent's hold) */
@@ -290,9 +289,9 @@ typedef struct sl_header {
 
 /* What the provider reported a call used; -1 (init) where unknown. */
 typedef struct sl_usage {
-    size_t size;                 /* set by sl_usage_init() */
-    long long tokens;            /* combined: input + output */
-    long long input_tokens;      /* all of the prompt, cache reads and writes included */
+    size_t size;            /* set by sl_usage_init() */
+    long long tokens;       /* combined: input + output */
+    long long input_tokens; /* all of the prompt, cache reads and writes included */
     long long output_tokens;
     long long cache_read_tokens; /* the part of input_tokens read from the
                                     provider's prompt cache (Anthropic does
@@ -312,8 +311,8 @@ SL_API void sl_usage_init_size(sl_usage *u, size_t size);
  * Redis: settles are coalesced and sent in the background (sl_close()
  * delivers those still queued). Returns 0, SL_EINVAL (bad outcome, or a
  * malformed grant), SL_ECLOSING, SL_ENOMEM. Safe from callbacks. */
-SL_API int sl_settle(sl_grant *g, long long actual_tokens, sl_outcome outcome,
-                     const sl_header *headers, size_t nheaders);
+SL_API int sl_settle(sl_grant *g, long long actual_tokens, sl_outcome outcome, const sl_header *headers,
+                     size_t nheaders);
 
 /* sl_settle() with the usage per dimension (usage may be NULL: unknown).
  * Each dimension of the deployment is corrected as its provider counts
@@ -345,22 +344,22 @@ SL_API int sl_may_retry_async(sl_gov *gov, const char *deployment, sl_retry_cb c
 /* ---- provider responses -------------------------------------------------- */
 
 /* Response classes: X(name, text). Same order as lib/http/classify.h. */
-#define SL_CLASS_MAP(X)                                                                    \
-    X(OK, "ok")                                                                            \
-    X(RATE_LIMITED, "rate_limited")       /* 429: retry after the wait */                 \
-    X(QUOTA_EXHAUSTED, "quota_exhausted") /* billing/quota: never retry */                \
-    X(OVERLOADED, "overloaded")           /* 503/529: retry with backoff */               \
-    X(BAD_REQUEST, "bad_request")         /* 4xx, context too long: never retry */        \
-    X(AUTH, "auth")                       /* 401/403: never retry */                      \
-    X(SERVER_ERROR, "server_error")       /* 5xx: retry within budget */                  \
-    X(TIMEOUT, "timeout")                 /* the attempt timed out */                     \
+#define SL_CLASS_MAP(X)                                                                                                \
+    X(OK, "ok")                                                                                                        \
+    X(RATE_LIMITED, "rate_limited")       /* 429: retry after the wait */                                              \
+    X(QUOTA_EXHAUSTED, "quota_exhausted") /* billing/quota: never retry */                                             \
+    X(OVERLOADED, "overloaded")           /* 503/529: retry with backoff */                                            \
+    X(BAD_REQUEST, "bad_request")         /* 4xx, context too long: never retry */                                     \
+    X(AUTH, "auth")                       /* 401/403: never retry */                                                   \
+    X(SERVER_ERROR, "server_error")       /* 5xx: retry within budget */                                               \
+    X(TIMEOUT, "timeout")                 /* the attempt timed out */                                                  \
     X(TRANSPORT, "transport")             /* connect/TLS/reset */
 
 typedef enum sl_class {
 #define SL_CLASS_ENUM(name, text) SL_CLASS_##name,
     SL_CLASS_MAP(SL_CLASS_ENUM)
 #undef SL_CLASS_ENUM
-    SL_CLASS__COUNT
+        SL_CLASS__COUNT
 } sl_class;
 
 /* "ok", "rate_limited", ...; "unknown" out of range. Static. */
@@ -369,19 +368,19 @@ SL_API const char *sl_class_name(int cls);
 /* What one provider response means. Filled by sl_verdict_of() or
  * sl_capture_verdict(). */
 typedef struct sl_verdict {
-    size_t size;                 /* set by sl_verdict_init() */
-    int cls;                     /* sl_class */
-    int retryable;               /* after x-should-retry */
-    int http_status;             /* 0: no response */
-    sl_outcome outcome;          /* for sl_settle(): SL_OUTCOME_QUOTA for
+    size_t size;        /* set by sl_verdict_init() */
+    int cls;            /* sl_class */
+    int retryable;      /* after x-should-retry */
+    int http_status;    /* 0: no response */
+    sl_outcome outcome; /* for sl_settle(): SL_OUTCOME_QUOTA for
                                     quota_exhausted, THROTTLED for
                                     rate_limited, FAILED for other errors */
-    long long tokens;            /* usage reported by the provider, -1 unknown */
-    long long pause_ms;          /* wait the headers ask for (Retry-After, or,
+    long long tokens;   /* usage reported by the provider, -1 unknown */
+    long long pause_ms; /* wait the headers ask for (Retry-After, or,
                                     when rate limited or out of quota,
                                     remaining 0 with a reset), -1 none */
-    int over_cap;                /* pause_ms beyond the cap: do not retry now */
-    char code[64];               /* error.code of a JSON error body, "" */
+    int over_cap;       /* pause_ms beyond the cap: do not retry now */
+    char code[64];      /* error.code of a JSON error body, "" */
     /* The usage split as sl_usage_of() reads it; -1 unknown. */
     long long input_tokens, output_tokens, cache_read_tokens;
 } sl_verdict;
@@ -393,9 +392,8 @@ SL_API void sl_verdict_init_size(sl_verdict *v, size_t size);
  * (transport: timed_out says whether it was a timeout). body may be NULL;
  * headers are the response's. retry_after_cap_ms <= 0: 120000. Fills *out
  * (its size set by sl_verdict_init()). Pure; returns 0 or SL_EINVAL. */
-SL_API int sl_verdict_of(int status, int timed_out, const char *body, size_t body_len,
-                         const sl_header *headers, size_t nheaders, long long retry_after_cap_ms,
-                         sl_verdict *out);
+SL_API int sl_verdict_of(int status, int timed_out, const char *body, size_t body_len, const sl_header *headers,
+                         size_t nheaders, long long retry_after_cap_ms, sl_verdict *out);
 
 /* The tokens a provider response body reports: usage.total_tokens, else
  * prompt_tokens + completion_tokens (OpenAI, Azure), else input_tokens +
@@ -419,38 +417,38 @@ SL_API int sl_usage_of(const char *body, size_t len, sl_usage *out);
  * header does not need curl.h; curl codes are CURLcode values. */
 
 typedef struct sl_call_opts {
-    size_t size;                 /* set by sl_call_opts_init() */
-    const char *deployment;      /* required */
-    long long tokens;            /* estimate for the acquire */
-    long long max_wait_ms;       /* per acquire; < 0 (init): as sl_request */
-    int64_t deadline_ms;         /* absolute, sl_now_ms(); 0: none. Covers
+    size_t size;                  /* set by sl_call_opts_init() */
+    const char *deployment;       /* required */
+    long long tokens;             /* estimate for the acquire */
+    long long max_wait_ms;        /* per acquire; < 0 (init): as sl_request */
+    int64_t deadline_ms;          /* absolute, sl_now_ms(); 0: none. Covers
                                     every wait, attempt and backoff */
-    const char *lane;            /* as sl_request */
-    const char *tenant;          /* as sl_request */
-    int max_attempts;            /* attempts in all, first included; 0: 5 */
-    long long backoff_base_ms;   /* full jitter base; 0: 500 */
-    long long backoff_cap_ms;    /* full jitter cap; 0: 30000 */
-    long long retry_after_cap_ms;/* a server wait above this is not waited; 0: 120000 */
-    long long min_attempt_ms;    /* an attempt needs this much time left; 0: 1000 */
-    size_t max_body;             /* response bytes kept; 0: 16 MiB */
-    uint64_t seed;               /* jitter seed; 0: from the clock */
-    const char *tag;             /* as sl_request */
-    long long input_tokens;      /* as sl_request; -1 (init): not split */
+    const char *lane;             /* as sl_request */
+    const char *tenant;           /* as sl_request */
+    int max_attempts;             /* attempts in all, first included; 0: 5 */
+    long long backoff_base_ms;    /* full jitter base; 0: 500 */
+    long long backoff_cap_ms;     /* full jitter cap; 0: 30000 */
+    long long retry_after_cap_ms; /* a server wait above this is not waited; 0: 120000 */
+    long long min_attempt_ms;     /* an attempt needs this much time left; 0: 1000 */
+    size_t max_body;              /* response bytes kept; 0: 16 MiB */
+    uint64_t seed;                /* jitter seed; 0: from the clock */
+    const char *tag;              /* as sl_request */
+    long long input_tokens;       /* as sl_request; -1 (init): not split */
     long long output_tokens;
     /* Both forms (sl_curl_perform and sl_call_start) read the fields
      * below; zero keeps sl_curl_perform's behaviour. */
-    int settle_headers;          /* which response headers a settle passes on:
+    int settle_headers;           /* which response headers a settle passes on:
                                     SL_SETTLE_HEADERS_ALL (0: the agent decides
                                     what they mean), _RETRY_AFTER (only the waits
                                     the provider asks for), _NONE */
-    long long attempt_timeout_ms;/* limit of one attempt (CURLOPT_TIMEOUT_MS),
+    long long attempt_timeout_ms; /* limit of one attempt (CURLOPT_TIMEOUT_MS),
                                     cut to the deadline; 0: the deadline only */
-    int retry_shed;              /* 1: a shed acquire waits its retry-after and
+    int retry_shed;               /* 1: a shed acquire waits its retry-after and
                                     asks again while the deadline leaves
                                     min_attempt_ms ("breaker" without a hint: 5 s);
                                     never for "quota", "too_large" or a hint of -1
                                     (never fits). 0: a shed ends the call */
-    long long unavailable_ms;    /* the governor unreachable (SL_EUNAVAIL, SL_EIO,
+    long long unavailable_ms;     /* the governor unreachable (SL_EUNAVAIL, SL_EIO,
                                     SL_EPROTO, SL_EREDIS, SL_ECLOSING answered by a
                                     sluiced that shuts down, no answer to the retry
                                     question within call_timeout_ms): ask again
@@ -466,31 +464,31 @@ SL_API void sl_call_opts_init_size(sl_call_opts *o, size_t size);
 /* What sl_curl_perform() (or an asynchronous call, sl_call_start) did.
  * The body belongs to the report: release it with sl_call_report_free(). */
 typedef struct sl_call_report {
-    size_t size;                 /* set by sl_call_report_init() */
-    int attempts;                /* HTTP attempts made */
-    long long waited_ms;         /* total time waiting for slots (and for a
+    size_t size;              /* set by sl_call_report_init() */
+    int attempts;             /* HTTP attempts made */
+    long long waited_ms;      /* total time waiting for slots (and for a
                                     shed's retry-after, with retry_shed) */
-    long long elapsed_ms;        /* from the call to its return */
-    int within_deadline;         /* 1: returned no later than the deadline (or none) */
-    int http_status;             /* of the last attempt, 0 none */
-    int curl_code;               /* CURLcode of the last attempt */
-    const char *outcome;         /* class of the last attempt ("ok", "rate_limited", ...),
+    long long elapsed_ms;     /* from the call to its return */
+    int within_deadline;      /* 1: returned no later than the deadline (or none) */
+    int http_status;          /* of the last attempt, 0 none */
+    int curl_code;            /* CURLcode of the last attempt */
+    const char *outcome;      /* class of the last attempt ("ok", "rate_limited", ...),
                                     or "shed", "deadline", "retry_budget", "attempts",
                                     "cancelled", "error" when that ended the call. Static */
-    long long tokens;            /* usage of the successful attempt, -1 unknown */
-    long long retry_after_ms;    /* last hint (shed, retry budget, server), -1 */
-    char *body;                  /* last response body, NUL-terminated; may be NULL */
+    long long tokens;         /* usage of the successful attempt, -1 unknown */
+    long long retry_after_ms; /* last hint (shed, retry budget, server), -1 */
+    char *body;               /* last response body, NUL-terminated; may be NULL */
     size_t body_len;
-    char message[256];           /* why it ended, "" on success */
-    int retries;                 /* retries the fleet's retry budget allowed */
-    int sheds;                   /* acquires that were shed */
-    int status_429;              /* responses with HTTP status 429 */
-    int cls;                     /* sl_class of the last response; -1 none */
-    char code[64];               /* its error.code ("insufficient_quota"), "" */
-    char shed_reason[24];        /* the reason of the shed that ended the call, "" */
-    char deployment[72];         /* the deployment of the last grant (a group's
+    char message[256];      /* why it ended, "" on success */
+    int retries;            /* retries the fleet's retry budget allowed */
+    int sheds;              /* acquires that were shed */
+    int status_429;         /* responses with HTTP status 429 */
+    int cls;                /* sl_class of the last response; -1 none */
+    char code[64];          /* its error.code ("insufficient_quota"), "" */
+    char shed_reason[24];   /* the reason of the shed that ended the call, "" */
+    char deployment[72];    /* the deployment of the last grant (a group's
                                     member): where the last attempt went; "" none */
-    long long input_tokens;      /* the successful attempt's usage split as
+    long long input_tokens; /* the successful attempt's usage split as
                                     sl_usage_of() reads it; -1 unknown */
     long long output_tokens;
     long long cache_read_tokens;
@@ -522,8 +520,7 @@ SL_API void sl_call_report_free(sl_call_report *r);
  * for another attempt), SL_EATTEMPTS, SL_ESHED, SL_ETIMEDOUT, SL_ETOOBIG,
  * or another error of sl_acquire(). Blocking; thread-safe with one easy
  * handle per thread. */
-SL_API int sl_curl_perform(sl_gov *gov, void *easy, const sl_call_opts *opts,
-                           sl_call_report *report);
+SL_API int sl_curl_perform(sl_gov *gov, void *easy, const sl_call_opts *opts, sl_call_report *report);
 
 /* Pieces for libcurl-multi and event-loop workers, none of which block.
  * A capture records the headers of the final response (interim 1xx and
@@ -547,8 +544,7 @@ SL_API const char *sl_capture_header(const sl_capture *c, const char *name);
 /* All headers in arrival order; *out borrowed likewise. */
 SL_API size_t sl_capture_headers(const sl_capture *c, const sl_header **out);
 /* The verdict for the captured response and the transfer's CURLcode. */
-SL_API int sl_capture_verdict(const sl_capture *c, int curl_code, long long retry_after_cap_ms,
-                              sl_verdict *out);
+SL_API int sl_capture_verdict(const sl_capture *c, int curl_code, long long retry_after_cap_ms, sl_verdict *out);
 /* Settles g with the captured response (outcome, usage, headers); frees g.
  * Returns as sl_settle(). */
 SL_API int sl_settle_capture(sl_grant *g, const sl_capture *c, int curl_code);
@@ -558,8 +554,7 @@ SL_API int sl_settle_capture(sl_grant *g, const sl_capture *c, int curl_code);
  * (>= 0) or SL_EFATAL (not retryable), SL_EATTEMPTS, SL_EDEADLINE (the
  * delay plus min_attempt_ms would pass the deadline, or the server's wait
  * is beyond its cap). rng: caller-owned jitter state (any seed). Pure. */
-SL_API long long sl_backoff_ms(const sl_call_opts *o, int attempt, const sl_verdict *v,
-                               int64_t now_ms, uint64_t *rng);
+SL_API long long sl_backoff_ms(const sl_call_opts *o, int attempt, const sl_verdict *v, int64_t now_ms, uint64_t *rng);
 
 /* ---- governed calls on your event loop ------------------------------------ */
 
@@ -589,12 +584,12 @@ SL_API long long sl_backoff_ms(const sl_call_opts *o, int attempt, const sl_verd
 /* Events of sl_loop.watch and sl_caller_io(). */
 #define SL_LOOP_READ 1
 #define SL_LOOP_WRITE 2
-#define SL_LOOP_ERROR 4          /* sl_caller_io() only: the socket failed */
+#define SL_LOOP_ERROR 4 /* sl_caller_io() only: the socket failed */
 
 /* What a loop adapter gives a caller. Fill with sl_loop_init(). */
 typedef struct sl_loop {
-    size_t size;                 /* set by sl_loop_init() */
-    void *data;                  /* the adapter's, passed to every function */
+    size_t size; /* set by sl_loop_init() */
+    void *data;  /* the adapter's, passed to every function */
     /* Watch socket fd for events (SL_LOOP_READ | SL_LOOP_WRITE), replacing
      * what was watched; events 0: stop watching it (it is about to be
      * closed). *sock is the adapter's slot for this socket: NULL the first
@@ -648,7 +643,7 @@ SL_API void sl_caller_wake(sl_caller *c);
 
 /* What a call sends, and its hooks. Fill with sl_call_http_init(). */
 typedef struct sl_call_http {
-    size_t size;                 /* set by sl_call_http_init() */
+    size_t size; /* set by sl_call_http_init() */
     /* Either a CURL easy handle you set up (URL, headers, body, TLS ...),
      * which stays yours: every attempt adds it to the caller's multi
      * handle; the call sets on it what sl_curl_perform() sets (and
@@ -657,9 +652,9 @@ typedef struct sl_call_http {
     void *easy;
     /* Or, with easy NULL, the request the call makes itself: */
     const char *url;
-    const sl_header *headers;    /* request headers (copied); "Expect:" is added */
+    const sl_header *headers; /* request headers (copied); "Expect:" is added */
     size_t nheaders;
-    const char *body;            /* POSTed when not NULL (copied); NULL: GET */
+    const char *body; /* POSTed when not NULL (copied); NULL: GET */
     size_t body_len;
     /* Optional hooks, with the arg given to sl_call_start(). prepare runs
      * before each attempt, with its grant (sl_grant_deployment(),
@@ -696,13 +691,13 @@ typedef void (*sl_call_cb)(void *arg, sl_call *call, int status, sl_call_report 
  * Returns SL_EINVAL (no deployment, no easy handle nor url, no cb, c not
  * attached), SL_ENOMEM or SL_ECLOSING (c is being freed): then cb never
  * runs. */
-SL_API int sl_call_start(sl_caller *c, const sl_call_opts *opts, const sl_call_http *http, sl_call_cb cb,
-                         void *arg, sl_call **out);
+SL_API int sl_call_start(sl_caller *c, const sl_call_opts *opts, const sl_call_http *http, sl_call_cb cb, void *arg,
+                         sl_call **out);
 
 /* sl_call_cancel() modes. */
 enum {
-    SL_CANCEL_NOW = 0,           /* end the call now, a transfer in flight aborted */
-    SL_CANCEL_AFTER_SEND = 1     /* let a transfer in flight finish (and settle),
+    SL_CANCEL_NOW = 0,       /* end the call now, a transfer in flight aborted */
+    SL_CANCEL_AFTER_SEND = 1 /* let a transfer in flight finish (and settle),
                                     but take no further step */
 };
 
@@ -735,12 +730,12 @@ SL_API int sl_call_cancel(sl_call *call, int mode);
 
 /* Where a call is. */
 enum {
-    SL_CALL_ACQUIRING = 0,       /* waiting for its slot */
-    SL_CALL_SENDING,             /* an attempt in flight */
-    SL_CALL_ASKING,              /* asking the fleet's retry budget */
-    SL_CALL_BACKOFF,             /* waiting before the next step (a backoff,
+    SL_CALL_ACQUIRING = 0, /* waiting for its slot */
+    SL_CALL_SENDING,       /* an attempt in flight */
+    SL_CALL_ASKING,        /* asking the fleet's retry budget */
+    SL_CALL_BACKOFF,       /* waiting before the next step (a backoff,
                                     a shed's retry-after, the governor away) */
-    SL_CALL_DONE                 /* ended; the callback is queued or running */
+    SL_CALL_DONE           /* ended; the callback is queued or running */
 };
 
 /* SL_CALL_* for call, or SL_EINVAL for NULL. */

@@ -45,8 +45,8 @@ struct sl_uv__adapter {
     sl_caller *caller;
     uv_timer_t timer;
     uv_async_t async;
-    sl_uv__sock *socks;          /* every socket with an open poll handle */
-    int open;                    /* handles whose close callback has not run */
+    sl_uv__sock *socks; /* every socket with an open poll handle */
+    int open;           /* handles whose close callback has not run */
 };
 
 static inline void sl_uv__closed(sl_uv__adapter *a) {

@@ -120,7 +120,7 @@ static double direct_reserve_only(redisContext *rc) {
 
 typedef struct caller {
     redisAsyncContext *ac;
-    int idle;                /* waves: done, waiting for the next wave */
+    int idle; /* waves: done, waiting for the next wave */
 } caller;
 
 static long long grants_done;
@@ -184,8 +184,7 @@ static double throughput_over(const char *const *socks, int nsocks, int ncallers
     grants_done = 0;
     running = 1;
     double t0 = now_us();
-    for (int i = 0; i < ncallers; i++)
-        redisAsyncCommand(cs[i].ac, on_acquired, &cs[i], acquire_cmd);
+    for (int i = 0; i < ncallers; i++) redisAsyncCommand(cs[i].ac, on_acquired, &cs[i], acquire_cmd);
     uv_timer_t stop, wave;
     uv_timer_init(&loop, &stop);
     uv_timer_init(&loop, &wave);
@@ -214,16 +213,16 @@ static double throughput(const char *sock, int ncallers, double seconds) {
 enum { RT_AGENTS = 3, RT_CALLERS = 1000 };
 
 typedef struct rt_run {
-    double gps;              /* grants per second */
-    long long calls;         /* evalsha calls */
-    double usec_per_call;    /* evalsha, INFO commandstats */
+    double gps;                          /* grants per second */
+    long long calls;                     /* evalsha calls */
+    double usec_per_call;                /* evalsha, INFO commandstats */
     long long slow_reserve, slow_settle; /* calls of 1 ms or more (slow log) */
-    long long max_us;        /* the longest script call in the slow log, 0 none */
-    long long latency_ms;    /* LATENCY LATEST: the `command` event's max, 0 none */
-    double slow_items;       /* the median items of the slow reserve calls, 0 none */
-    double items_per_call;   /* reserve items per reserve call, over the agents */
-    double cpu_per_call;     /* Redis main thread CPU µs per evalsha call (INFO cpu) */
-    long long preempted;     /* Redis' involuntary context switches during the run */
+    long long max_us;                    /* the longest script call in the slow log, 0 none */
+    long long latency_ms;                /* LATENCY LATEST: the `command` event's max, 0 none */
+    double slow_items;                   /* the median items of the slow reserve calls, 0 none */
+    double items_per_call;               /* reserve items per reserve call, over the agents */
+    double cpu_per_call;                 /* Redis main thread CPU µs per evalsha call (INFO cpu) */
+    long long preempted;                 /* Redis' involuntary context switches during the run */
 } rt_run;
 
 /* Redis' main thread CPU so far, µs (user + sys). */
@@ -359,8 +358,7 @@ static int rt_once(redis_fixture *rf, redisContext *rc, const char *bound, int g
             double items = group ? (double)(argc - 3 - 33 - 5 - 1) / 5 : (double)(argc - 3 - 11 - 1 - 1) / 2;
             if (nslow < sizeof(slow_items) / sizeof(slow_items[0])) slow_items[nslow++] = items;
             if (getenv("BENCH_SLOWLOG")) fprintf(stderr, "slow reserve: %.0f items, %lld us\n", items, us);
-        }
-        else if (!strcmp(args->element[1]->str, settle_sha)) out->slow_settle++;
+        } else if (!strcmp(args->element[1]->str, settle_sha)) out->slow_settle++;
     }
     if (r) freeReplyObject(r);
     out->slow_items = nslow ? pct(slow_items, nslow, 0.5) : 0;
@@ -429,7 +427,8 @@ static int redis_time(double secs, int rounds, const char *bounds) {
                 redis_fixture_stop(&rf);
                 return 1;
             }
-            fprintf(stderr, "round %d: %s: %.0f grants/s, %lld evalsha at %.1f us (cpu %.1f us), items/call %.1f, "
+            fprintf(stderr,
+                    "round %d: %s: %.0f grants/s, %lld evalsha at %.1f us (cpu %.1f us), items/call %.1f, "
                     "slow %lld reserve (median %.0f items) %lld settle, max %lld us, latency %lld ms, "
                     "Redis preempted %lld times\n",
                     k + 1, rows[i].name, o->gps, o->calls, o->usec_per_call, o->cpu_per_call, o->items_per_call,
@@ -447,8 +446,15 @@ static int redis_time(double secs, int rounds, const char *bounds) {
         double v[NF][64], med[NF];
         for (int k = 0; k < rounds; k++) {
             const rt_run *o = &runs[i][k];
-            double f[NF] = {o->gps, o->usec_per_call, o->cpu_per_call, o->items_per_call, (double)o->slow_reserve,
-                            o->slow_items, (double)o->slow_settle, (double)o->max_us, (double)o->latency_ms,
+            double f[NF] = {o->gps,
+                            o->usec_per_call,
+                            o->cpu_per_call,
+                            o->items_per_call,
+                            (double)o->slow_reserve,
+                            o->slow_items,
+                            (double)o->slow_settle,
+                            (double)o->max_us,
+                            (double)o->latency_ms,
                             (double)o->preempted};
             for (int x = 0; x < NF; x++) v[x][k] = f[x];
         }
@@ -508,7 +514,8 @@ int main(int argc, char **argv) {
     double o50 = pct(o_lat, no, 0.5), o99 = pct(o_lat, no, 0.99);
     printf("ACQUIRE + SETTLE overhead, one blocking client, %d samples each, alternating rounds\n"
            "(SETTLE is answered at once and coalesced, so the daemon path costs about one\n"
-           "reserve round trip plus the socket hop):\n\n", ROUNDS * PER);
+           "reserve round trip plus the socket hop):\n\n",
+           ROUNDS * PER);
     printf("| path | p50 us | p99 us |\n|---|---:|---:|\n");
     printf("| through sluiced (ACQUIRE + SETTLE on the socket) | %.0f | %.0f |\n", d50, d99);
     printf("| direct to Redis (EVALSHA reserve + EVALSHA settle) | %.0f | %.0f |\n", r50, r99);

@@ -59,8 +59,8 @@
 #define MAX_WORKERS 256
 #define MAX_SCENARIOS 8
 #define MAX_ROUNDS 20
-#define MAX_ATTEMPTS 10000        /* per request: a bound, never reached in a sane run */
-#define SLUICE_MAXWAIT_MS 600000  /* the batch waits as long as it takes */
+#define MAX_ATTEMPTS 10000       /* per request: a bound, never reached in a sane run */
+#define SLUICE_MAXWAIT_MS 600000 /* the batch waits as long as it takes */
 #define HTTP_TIMEOUT_MS 60000L
 
 /* ---- options --------------------------------------------------------------------- */
@@ -278,8 +278,9 @@ static int do_request(bworker *b, size_t i) {
         }
         atomic_fetch_add(&r->sends, 1);
         long status = worker_call_post(c, endpoint, r->dep[m], content, 16, HTTP_TIMEOUT_MS);
-        if (r->sc->kind == SC_SLUICE &&
-            worker_call_settle(c, status == 200 ? "ok" : status == 429 ? "throttled" : "failed") != 0)
+        if (r->sc->kind == SC_SLUICE && worker_call_settle(c, status == 200   ? "ok"
+                                                              : status == 429 ? "throttled"
+                                                                              : "failed") != 0)
             worker_error(b);
         if (status == 200) return 1;
         if (status == 429 && r->sc->kind != SC_SLUICE) router_cool(r, m, proc_now_ms());
@@ -291,8 +292,8 @@ static int do_request(bworker *b, size_t i) {
 static void *bworker_main(void *arg) {
     bworker *b = arg;
     run *r = b->r;
-    int ok = worker_call_open(&b->call, r->sc->kind == SC_SLUICE ? r->sv->agent.sock : NULL,
-                              SLUICE_MAXWAIT_MS + 10000, b->client) == 0;
+    int ok = worker_call_open(&b->call, r->sc->kind == SC_SLUICE ? r->sv->agent.sock : NULL, SLUICE_MAXWAIT_MS + 10000,
+                              b->client) == 0;
     if (!ok) snprintf(b->error, sizeof(b->error), "%s", b->call.error);
     pthread_mutex_lock(&r->mu);
     r->ready++;
@@ -357,8 +358,7 @@ static int run_once(const opts *o, const services *sv, const scenario *sc, int s
     pthread_mutex_unlock(&r.mu);
     for (int i = 0; i < started; i++) {
         pthread_join(workers[i].tid, NULL);
-        if (workers[i].error[0])
-            fprintf(stderr, "bench_groups: %s: %s\n", workers[i].client, workers[i].error);
+        if (workers[i].error[0]) fprintf(stderr, "bench_groups: %s: %s\n", workers[i].client, workers[i].error);
         worker_call_close(&workers[i].call);
     }
     res->ok = go && r.served == r.n;
@@ -407,9 +407,9 @@ static int services_start(services *sv, const opts *o, const scenario *scs, int 
     size_t cap = 4096 + (size_t)nsc * MAX_ROUNDS * 1024, len = 0;
     char *yaml = malloc(cap);
     if (!yaml) return -1;
-    len += (size_t)snprintf(yaml + len, cap - len,
-                            "redis: {url: \"unix://%s\"}\nagent: {socket: \"%%SOCK%%\"}\ndeployments:\n",
-                            sv->redis.sock);
+    len +=
+        (size_t)snprintf(yaml + len, cap - len,
+                         "redis: {url: \"unix://%s\"}\nagent: {socket: \"%%SOCK%%\"}\ndeployments:\n", sv->redis.sock);
     for (int k = 0; k < nsc; k++)
         for (int rd = 0; scs[k].kind == SC_SLUICE && rd < (int)o->rounds; rd++) {
             char dep[NMEMBERS][48], group[48];
@@ -464,8 +464,17 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
-    opts o = {.requests = 1000, .rounds = 3, .workers = 64, .burst_s = 2, .service_lo = 50, .service_hi = 150,
-              .spill_ms = 500, .jitter_ms = 20, .seed = 1, .rpm = {3000, 1500, 750}, .scenarios = DEFAULT_SCENARIOS};
+    opts o = {.requests = 1000,
+              .rounds = 3,
+              .workers = 64,
+              .burst_s = 2,
+              .service_lo = 50,
+              .service_hi = 150,
+              .spill_ms = 500,
+              .jitter_ms = 20,
+              .seed = 1,
+              .rpm = {3000, 1500, 750},
+              .scenarios = DEFAULT_SCENARIOS};
     scenario scs[MAX_SCENARIOS];
     int nsc = 0;
     if (opts_parse(&o, argc, argv) != 0) return 2;
@@ -518,8 +527,9 @@ int main(int argc, char **argv) {
         for (int rd = 0; rd < rounds; rd++) mk[rd] = res[k][rd].makespan_ms;
         if (scs[k].kind == SC_SLUICE) base = median(mk, rounds);
     }
-    printf("\n| routing | makespan (median) | vs sluice | 429s %s / %s / %s | share %s / %s / %s | sends per request |\n",
-           "m1", "m2", "m3", "m1", "m2", "m3");
+    printf(
+        "\n| routing | makespan (median) | vs sluice | 429s %s / %s / %s | share %s / %s / %s | sends per request |\n",
+        "m1", "m2", "m3", "m1", "m2", "m3");
     printf("|---|---:|---:|---:|---:|---:|\n");
     for (int k = 0; k < nsc; k++) {
         double mk[MAX_ROUNDS], q[NMEMBERS][MAX_ROUNDS], sh[NMEMBERS][MAX_ROUNDS], sends[MAX_ROUNDS];

@@ -77,13 +77,13 @@
 #define MAX_PROCS (MAX_BATCH_PROCS + 1)
 #define MAX_CONCURRENCY 256
 #define ASSISTANT_THREADS 128
-#define ATTEMPTS 10              /* per request, as in the seed's harness */
-#define BACKOFF_BASE_MS 200.0    /* the seed's strategy A */
+#define ATTEMPTS 10           /* per request, as in the seed's harness */
+#define BACKOFF_BASE_MS 200.0 /* the seed's strategy A */
 #define MAX_TOKENS 64
 #define HTTP_TIMEOUT_MS 60000L
-#define RESP_TIMEOUT_MS 600000   /* longer than any wait for a slot here */
-#define MAX_SHEDS 1000           /* a request shed this often gives up */
-#define DRAIN_MS 120000          /* longest wait for the window's requests to finish */
+#define RESP_TIMEOUT_MS 600000 /* longer than any wait for a slot here */
+#define MAX_SHEDS 1000         /* a request shed this often gives up */
+#define DRAIN_MS 120000        /* longest wait for the window's requests to finish */
 #define THREAD_STACK (512 * 1024)
 #define DEFAULT_SCENARIOS "lanes,onelane,bucket,split,headroom,storm"
 
@@ -126,25 +126,25 @@ static int opts_parse(opts *o, int argc, char **argv) {
 /* ---- scenarios ------------------------------------------------------------------ */
 
 typedef enum client_kind {
-    CLIENT_SLUICE,  /* ACQUIRE, send, SETTLE with the headers, RETRY before another attempt */
-    CLIENT_BUCKET,  /* own pacer (strict spacing), sleeps Retry-After after a 429 */
-    CLIENT_BACKOFF  /* no pacing, exponential backoff with full jitter, ignores Retry-After */
+    CLIENT_SLUICE, /* ACQUIRE, send, SETTLE with the headers, RETRY before another attempt */
+    CLIENT_BUCKET, /* own pacer (strict spacing), sleeps Retry-After after a 429 */
+    CLIENT_BACKOFF /* no pacing, exponential backoff with full jitter, ignores Retry-After */
 } client_kind;
 
 typedef struct scenario {
     const char *id;
     const char *label;
-    const char *deployment;      /* at the mock and in sluiced */
+    const char *deployment; /* at the mock and in sluiced */
     client_kind import, assistant;
-    const char *import_lane;     /* LANE on ACQUIRE; NULL: none */
+    const char *import_lane; /* LANE on ACQUIRE; NULL: none */
     const char *assistant_lane;
-    int split;                   /* buckets: the quota over every process, not the import's only */
+    int split; /* buckets: the quota over every process, not the import's only */
 } scenario;
 
 static const scenario scenarios[] = {
     {"lanes", "sluice, lanes", "inc-lanes", CLIENT_SLUICE, CLIENT_SLUICE, "batch", "interactive", 0},
-    {"headroom", "sluice, lanes + headroom 0.2", "inc-headroom", CLIENT_SLUICE, CLIENT_SLUICE, "batch",
-     "interactive", 0},
+    {"headroom", "sluice, lanes + headroom 0.2", "inc-headroom", CLIENT_SLUICE, CLIENT_SLUICE, "batch", "interactive",
+     0},
     {"onelane", "sluice, one lane", "inc-onelane", CLIENT_SLUICE, CLIENT_SLUICE, NULL, NULL, 0},
     {"bucket", "per-process bucket", "inc-bucket", CLIENT_BUCKET, CLIENT_BUCKET, NULL, NULL, 0},
     {"split", "per-process bucket, split P+1", "inc-split", CLIENT_BUCKET, CLIENT_BUCKET, NULL, NULL, 1},
@@ -180,10 +180,10 @@ static double quantile(const double *v, size_t n, double p) {
 /* One request of the assistant: when it arrived and what happened to it. */
 typedef struct ireq {
     double arrive_ms;
-    double first_send_ms;        /* first attempt sent, < 0: never */
-    double send_ms;              /* the accepted attempt sent, < 0: none */
-    double done_ms;              /* the response of the accepted attempt */
-    double agent_wait_ms;        /* sluice: the waits its agent reported, summed over ACQUIREs */
+    double first_send_ms; /* first attempt sent, < 0: never */
+    double send_ms;       /* the accepted attempt sent, < 0: none */
+    double done_ms;       /* the response of the accepted attempt */
+    double agent_wait_ms; /* sluice: the waits its agent reported, summed over ACQUIREs */
     int n429, sheds, ok;
     _Atomic int finished;
 } ireq;
@@ -193,12 +193,12 @@ typedef struct run run;
 /* One process of the fleet. */
 typedef struct fleet_proc {
     run *r;
-    int assistant;               /* 1: the assistant, 0: an import replica */
+    int assistant; /* 1: the assistant, 0: an import replica */
     client_kind kind;
     const char *lane;
     char client_id[32];
     const char *agent_sock;
-    double pace_ms;              /* CLIENT_BUCKET: spacing of its sends */
+    double pace_ms; /* CLIENT_BUCKET: spacing of its sends */
     pthread_mutex_t pace_mu;
     double pace_next_ms;
     atomic_llong gave_up, errors;
@@ -207,7 +207,7 @@ typedef struct fleet_proc {
 typedef struct thread_ctx {
     fleet_proc *p;
     pthread_t tid;
-    worker_call wc;              /* HTTP to the mock; RESP to the process's agent for sluice */
+    worker_call wc; /* HTTP to the mock; RESP to the process's agent for sluice */
     int opened;
     uint64_t rng;
     long long seq;
@@ -216,16 +216,16 @@ typedef struct thread_ctx {
 struct run {
     const opts *o;
     const scenario *sc;
-    char endpoint[64];           /* the mock: http://127.0.0.1:PORT */
+    char endpoint[64]; /* the mock: http://127.0.0.1:PORT */
     fleet_proc procs[MAX_PROCS];
     int nprocs;
     thread_ctx *threads;
     int nthreads;
-    ireq *reqs;                  /* the assistant's arrivals, in time order */
+    ireq *reqs; /* the assistant's arrivals, in time order */
     size_t nreqs;
     atomic_size_t next_req;
     pthread_mutex_t mu;
-    pthread_cond_t cv;           /* CLOCK_MONOTONIC: start barrier, stop, sleeps */
+    pthread_cond_t cv; /* CLOCK_MONOTONIC: start barrier, stop, sleeps */
     int ready, failed, go, stop;
 };
 
@@ -299,8 +299,7 @@ static int do_request(thread_ctx *t, ireq *rec) {
     run *r = p->r;
     worker_call *w = &t->wc;
     char content[128];
-    snprintf(content, sizeof(content), "%s request %lld: summarise this document in one line.", p->client_id,
-             t->seq++);
+    snprintf(content, sizeof(content), "%s request %lld: summarise this document in one line.", p->client_id, t->seq++);
     long long estimate = (long long)((strlen(content) + 3) / 4) + MAX_TOKENS; /* as the mock charges */
     int sheds = 0;
     for (int a = 0; a < ATTEMPTS; a++) {
@@ -351,8 +350,7 @@ static int do_request(thread_ctx *t, ireq *rec) {
             if (run_sleep_until(r, proc_now_ms() + retry_after_s(w) * 1000.0)) return 0;
             break;
         case CLIENT_BACKOFF:
-            if (run_sleep_until(r, proc_now_ms() + rng_uniform(&t->rng) * BACKOFF_BASE_MS * ldexp(1.0, a)))
-                return 0;
+            if (run_sleep_until(r, proc_now_ms() + rng_uniform(&t->rng) * BACKOFF_BASE_MS * ldexp(1.0, a))) return 0;
             break;
         }
     }
@@ -364,8 +362,7 @@ static int do_request(thread_ctx *t, ireq *rec) {
 static int thread_setup(thread_ctx *t) {
     fleet_proc *p = t->p;
     t->opened = 1;
-    if (worker_call_open(&t->wc, p->kind == CLIENT_SLUICE ? p->agent_sock : NULL, RESP_TIMEOUT_MS, p->client_id) !=
-        0) {
+    if (worker_call_open(&t->wc, p->kind == CLIENT_SLUICE ? p->agent_sock : NULL, RESP_TIMEOUT_MS, p->client_id) != 0) {
         fprintf(stderr, "bench_incident: %s: %s\n", p->client_id, t->wc.error);
         return -1;
     }
@@ -410,7 +407,7 @@ static void thread_cleanup(thread_ctx *t) {
 
 /* What the ledger counted for the scenario's deployment and its clients. */
 typedef struct snap {
-    long long accepted, n429;                        /* the deployment */
+    long long accepted, n429; /* the deployment */
     long long cl_accepted[MAX_PROCS];
 } snap;
 
@@ -435,15 +432,15 @@ static int ledger_snap(const mock_fixture *m, const run *r, snap *s) {
 
 typedef struct result {
     int ok;
-    size_t n;                          /* the assistant's requests arriving in the window */
+    size_t n;                           /* the assistant's requests arriving in the window */
     double p50, p95, p99, max, e2e_p95; /* ms; INFINITY when a request never got through */
-    double first_p99;                  /* arrival to the first send */
-    double agent_p99;                  /* sluice: the wait the assistant's agent reported */
-    size_t over_bound;                 /* waits above the lane bound (see result_compute) */
-    double worst_excess;               /* the largest wait minus its bound, ms */
+    double first_p99;                   /* arrival to the first send */
+    double agent_p99;                   /* sluice: the wait the assistant's agent reported */
+    size_t over_bound;                  /* waits above the lane bound (see result_compute) */
+    double worst_excess;                /* the largest wait minus its bound, ms */
     long long i429, isheds, igave_up, iunfinished;
-    double import_share, assistant_share, util;   /* of the quota, in the window (ledger) */
-    long long win_429, all_429;                   /* ledger */
+    double import_share, assistant_share, util; /* of the quota, in the window (ledger) */
+    long long win_429, all_429;                 /* ledger */
     long long import_gave_up, errors;
 } result;
 
@@ -458,8 +455,7 @@ static double lane_bound(const run *r, size_t i) {
     size_t ahead = 0;
     for (size_t j = 0; j < i; j++) {
         const ireq *p = &r->reqs[j];
-        if (p->arrive_ms < r->reqs[i].arrive_ms &&
-            (p->first_send_ms < 0 || p->first_send_ms > r->reqs[i].arrive_ms))
+        if (p->arrive_ms < r->reqs[i].arrive_ms && (p->first_send_ms < 0 || p->first_send_ms > r->reqs[i].arrive_ms))
             ahead++;
     }
     return interval * (double)(1 + ahead) + o->lane_step_ms + o->jitter_ms;
@@ -544,8 +540,10 @@ static int start_mock(services *sv, const opts *o) {
 
 /* The YAML of a sluice deployment of the benchmark; lanes when lanes != 0. */
 static void deployment_yaml(char *buf, size_t n, const opts *o, const char *name, int lanes, const char *headroom) {
-    int k = snprintf(buf, n, "  %s:\n    rpm: %.0f\n    burst: { requests: %.0f }\n    max_wait_ms: 600000\n"
-                     "    jitter_ms: %.0f\n", name, o->rpm, o->burst, o->jitter_ms);
+    int k = snprintf(buf, n,
+                     "  %s:\n    rpm: %.0f\n    burst: { requests: %.0f }\n    max_wait_ms: 600000\n"
+                     "    jitter_ms: %.0f\n",
+                     name, o->rpm, o->burst, o->jitter_ms);
     if (lanes && k > 0 && (size_t)k < n)
         snprintf(buf + k, n - (size_t)k,
                  "    lane_step_ms: %.0f\n    lanes:\n"
@@ -722,12 +720,12 @@ static void print_header(const opts *o) {
            "warm-up %.0f s, window %.0f s per scenario.\n"
            "lane bound: interval %.1f ms + lane_step_ms %.0f + jitter_ms %.0f = %.1f ms, plus one interval per "
            "earlier assistant request still waiting\n\n",
-           o->rpm, o->burst, o->service_lo, o->service_hi, o->batch_procs, o->concurrency, o->arrivals,
-           o->share * 100, o->share * o->rpm, o->warmup, o->seconds, interval, o->lane_step_ms, o->jitter_ms,
+           o->rpm, o->burst, o->service_lo, o->service_hi, o->batch_procs, o->concurrency, o->arrivals, o->share * 100,
+           o->share * o->rpm, o->warmup, o->seconds, interval, o->lane_step_ms, o->jitter_ms,
            interval + o->lane_step_ms + o->jitter_ms);
     printf("%-30s %4s %7s %7s %7s %7s %6s %7s %7s %7s %7s %5s %5s %6s %6s %5s %9s\n", "scenario", "n", "p50 ms",
-           "p95 ms", "p99 ms", "max ms", ">bound", "excess", "1st p99", "agt p99", "e2e p95", "i429", "ished",
-           "import", "assist", "util", "429s w/all");
+           "p95 ms", "p99 ms", "max ms", ">bound", "excess", "1st p99", "agt p99", "e2e p95", "i429", "ished", "import",
+           "assist", "util", "429s w/all");
 }
 
 static void print_row(const scenario *sc, const result *r) {
@@ -747,9 +745,9 @@ static void print_row(const scenario *sc, const result *r) {
     snprintf(all, sizeof(all), "%lld/%lld", r->win_429, r->all_429);
     char over[16];
     snprintf(over, sizeof(over), "%zu", r->over_bound);
-    printf("%-30s %4zu %7s %7s %7s %7s %6s %7s %7s %7s %7s %5lld %5lld %5.1f%% %5.1f%% %4.0f%% %9s\n",
-           sc->label, r->n, p50, p95, p99, mx, sc->assistant == CLIENT_SLUICE ? over : "-", exc, f99, a99, e95, r->i429, r->isheds, r->import_share * 100,
-           r->assistant_share * 100, r->util * 100, all);
+    printf("%-30s %4zu %7s %7s %7s %7s %6s %7s %7s %7s %7s %5lld %5lld %5.1f%% %5.1f%% %4.0f%% %9s\n", sc->label, r->n,
+           p50, p95, p99, mx, sc->assistant == CLIENT_SLUICE ? over : "-", exc, f99, a99, e95, r->i429, r->isheds,
+           r->import_share * 100, r->assistant_share * 100, r->util * 100, all);
     if (r->igave_up || r->iunfinished || r->import_gave_up || r->errors)
         printf("%-30s   assistant gave up %lld, unfinished %lld; import gave up %lld; client errors %lld\n", "",
                r->igave_up, r->iunfinished, r->import_gave_up, r->errors);
@@ -774,9 +772,20 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
-    opts o = {.rpm = 1200, .burst = -1, .seconds = 20, .warmup = 8, .share = 0.10, .service_lo = 300,
-              .service_hi = 900, .batch_procs = 3, .concurrency = 32, .lane_step_ms = 10, .jitter_ms = 10,
-              .seed = 1, .scenarios = DEFAULT_SCENARIOS, .arrivals = "poisson"};
+    opts o = {.rpm = 1200,
+              .burst = -1,
+              .seconds = 20,
+              .warmup = 8,
+              .share = 0.10,
+              .service_lo = 300,
+              .service_hi = 900,
+              .batch_procs = 3,
+              .concurrency = 32,
+              .lane_step_ms = 10,
+              .jitter_ms = 10,
+              .seed = 1,
+              .scenarios = DEFAULT_SCENARIOS,
+              .arrivals = "poisson"};
     if (opts_parse(&o, argc, argv) != 0) return 2;
     if (o.help) {
         usage();

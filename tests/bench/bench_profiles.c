@@ -45,10 +45,10 @@ static const opt_row rows[] = {
 };
 
 typedef struct run_def {
-    const char *key;      /* the scenario family */
+    const char *key; /* the scenario family */
     fleet_spec spec;
-    double floor_ms;      /* 0: none */
-    int kind;             /* 0 makespan vs floor, 1 neighbour, 2 lower limit */
+    double floor_ms; /* 0: none */
+    int kind;        /* 0 makespan vs floor, 1 neighbour, 2 lower limit */
 } run_def;
 
 #define MAX_RUNS 16
@@ -96,7 +96,9 @@ static int run_one(const run_def *d, figures *f) {
     }
     printf("  %-36s %4d req %5lld attempts %4lld 429s (%5.2f %%) makespan %7.0f ms  %s %6.1f %%", d->spec.name,
            r.requests, r.attempts, r.fleet_429, f->r429, f->makespan,
-           d->kind == 1 ? "of what the neighbour leaves" : d->kind == 2 ? "of 480 RPM from 12 s" : "of the floor",
+           d->kind == 1   ? "of what the neighbour leaves"
+           : d->kind == 2 ? "of 480 RPM from 12 s"
+                          : "of the floor",
            f->share);
     if (d->kind == 1) {
         if (f->extra >= 0) printf("  full rate %.1f s after it stops", f->extra);
@@ -126,7 +128,8 @@ int main(int argc, char **argv) {
         runs[n++] = (run_def){"azure", scen_azure_tokens(1), SCEN_AZURE_TOKENS_FLOOR_MS, 0};
     }
     if (WANT("anthropic")) {
-        for (int m = 0; m < 3; m++) runs[n++] = (run_def){"anthropic", scen_anthropic_output(m), SCEN_ANTHROPIC_FLOOR_MS, 0};
+        for (int m = 0; m < 3; m++)
+            runs[n++] = (run_def){"anthropic", scen_anthropic_output(m), SCEN_ANTHROPIC_FLOOR_MS, 0};
     }
     if (WANT("stray")) {
         runs[n++] = (run_def){"stray", scen_stray_429(0, 0), SCEN_STRAY_FLOOR_MS, 0};

@@ -110,8 +110,7 @@ enum { V_NEW, V_OLD, NVER };
 enum { W_MIN, W_PLAIN, W_SPLIT, W_LT, W_GROUP, NWORK };
 static const char *const work_key[NWORK] = {"minimal", "plain", "split", "lt", "group"};
 static const char *const work_name[NWORK] = {"minimal (floor)", "plain (requests + tokens)",
-                                            "split (requests + input + output)", "lanes + tenants",
-                                            "group of 3"};
+                                             "split (requests + input + output)", "lanes + tenants", "group of 3"};
 static const int batches[] = {1, 10, 100};
 #define NBATCH 3
 #define MAXB 100
@@ -221,16 +220,17 @@ static void configure(int v, const char *dep, const char *const *fv) {
 
 #define PLENTY "rpm", "100000000000", "burst_requests", "100000000", "lease_ms", "600000"
 static const char *const cfg_plain[] = {PLENTY, "tpm", "100000000000000", "burst_tokens", "1000000000", NULL};
-static const char *const cfg_split[] = {PLENTY,         "itpm", "100000000000000", "burst_input", "1000000000",
-                                        "otpm",         "100000000000000", "burst_output", "1000000000", NULL};
-static const char *const cfg_lt[] = {PLENTY, "tpm", "100000000000000", "burst_tokens", "1000000000",
-                                     "lane.interactive", "0,-1,0.2", "lane.batch", "1,-1,0", "tenant.a", "3,0,0,0",
-                                     "tenant.b", "1,0,0,0", NULL};
+static const char *const cfg_split[] = {PLENTY,       "itpm", "100000000000000", "burst_input",
+                                        "1000000000", "otpm", "100000000000000", "burst_output",
+                                        "1000000000", NULL};
+static const char *const cfg_lt[] = {
+    PLENTY,       "tpm",    "100000000000000", "burst_tokens", "1000000000", "lane.interactive", "0,-1,0.2",
+    "lane.batch", "1,-1,0", "tenant.a",        "3,0,0,0",      "tenant.b",   "1,0,0,0",          NULL};
 
 /* Everything but the limits, so each segment starts from an empty ledger. */
 static void reset_dep(const char *dep) {
-    static const char *const what[] = {"state", "grants", "leases", "refq:requests", "refq:tokens",
-                                       "daily", "retry", "refq:input", "refq:output"};
+    static const char *const what[] = {"state", "grants", "leases",     "refq:requests", "refq:tokens",
+                                       "daily", "retry",  "refq:input", "refq:output"};
     const char *av[1 + 9];
     char k[9][SCRIPTS_KEY_MAX];
     av[0] = "DEL";
@@ -332,7 +332,8 @@ static double segment(int v, int w, int bi, double secs, double *calls_s) {
     int timed = timed_on && v == V_NEW && w != W_MIN;
     do {
         redisReply *r = evalsha(k->sha, k->nkeys, k->keys, k->argc, k->argv);
-        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)(k->items_at + batch + timed)) die("reserve", r);
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)(k->items_at + batch + timed))
+            die("reserve", r);
         if (timed) self += (double)r->element[k->items_at + batch]->integer;
         for (int i = 0; i < batch; i++) {
             redisReply *it = r->element[k->items_at + i];
@@ -492,8 +493,7 @@ int main(int argc, char **argv) {
         printf("\nnew / old, Redis time per item (median of the ratios of segments run back to back):\n\n");
         printf("| script | batch 1 | batch 10 | batch 100 |\n|---|---:|---:|---:|\n");
         for (int w = W_PLAIN; w < NWORK; w++)
-            if (run[w])
-                printf("| %s | %.2f | %.2f | %.2f |\n", work_name[w], mo[w][0], mo[w][1], mo[w][2]);
+            if (run[w]) printf("| %s | %.2f | %.2f | %.2f |\n", work_name[w], mo[w][0], mo[w][1], mo[w][2]);
     }
     printf("\nclient side, one blocking client on a UNIX socket (round trip included), decisions/s:\n\n");
     printf("| script | batch 1 | batch 10 | batch 100 |\n|---|---:|---:|---:|\n");

@@ -14,11 +14,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const char *const xsr[] = {NULL, "true", "false", " TRUE ", "maybe", ""};
-    if (size < 3)
-        return 0;
+    if (size < 3) return 0;
     classify_input in;
     memset(&in, 0, sizeof in);
     in.status = (int)(((unsigned)data[0] << 8 | data[1]) % 1000) - 50;
@@ -31,21 +29,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     classify_result out;
     classify_class c = classify_response(&in, &out);
-    if (c != out.cls || (int)c < 0 || (int)c >= CLASSIFY__COUNT)
-        abort();
-    if (strcmp(classify_name(c), "unknown") == 0)
-        abort();
-    if (memchr(out.code, '\0', sizeof out.code) == NULL || memchr(out.type, '\0', sizeof out.type) == NULL)
-        abort();
-    if ((c == CLASSIFY_QUOTA_EXHAUSTED || c == CLASSIFY_OK) && out.retryable)
-        abort();
-    if (out.overridden != (out.retryable != classify_retryable(c)))
-        abort();
-    if (sr == NULL && out.overridden)
-        abort();
-    if (in.transport == CLASSIFY_NET_TIMEOUT && c != CLASSIFY_TIMEOUT)
-        abort();
-    if (in.status >= 200 && in.status < 300 && in.transport == CLASSIFY_NET_NONE && c != CLASSIFY_OK)
-        abort();
+    if (c != out.cls || (int)c < 0 || (int)c >= CLASSIFY__COUNT) abort();
+    if (strcmp(classify_name(c), "unknown") == 0) abort();
+    if (memchr(out.code, '\0', sizeof out.code) == NULL || memchr(out.type, '\0', sizeof out.type) == NULL) abort();
+    if ((c == CLASSIFY_QUOTA_EXHAUSTED || c == CLASSIFY_OK) && out.retryable) abort();
+    if (out.overridden != (out.retryable != classify_retryable(c))) abort();
+    if (sr == NULL && out.overridden) abort();
+    if (in.transport == CLASSIFY_NET_TIMEOUT && c != CLASSIFY_TIMEOUT) abort();
+    if (in.status >= 200 && in.status < 300 && in.transport == CLASSIFY_NET_NONE && c != CLASSIFY_OK) abort();
     return 0;
 }

@@ -60,9 +60,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 2) return 0;
     char dep[48];
     snprintf(dep, sizeof(dep), "fz%llu", runs++);
-    prop_cfg cfg = {.dep = dep, .profile = data[0] & 1 ? PM_ANTHROPIC : PM_AZURE,
-                    .callers = 1 + data[1] % 8, .events = 300, .refund_tokens = -1, .refund_input = -1,
-                    .refund_output = -1, .jitter_ms = -1, .late_ms = -1};
+    prop_cfg cfg = {.dep = dep,
+                    .profile = data[0] & 1 ? PM_ANTHROPIC : PM_AZURE,
+                    .callers = 1 + data[1] % 8,
+                    .events = 300,
+                    .refund_tokens = -1,
+                    .refund_input = -1,
+                    .refund_output = -1,
+                    .jitter_ms = -1,
+                    .late_ms = -1};
     bytes b = {data + 2, size - 2, 0};
     prop_stats st;
     char err[256];

@@ -129,7 +129,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             int status = http_reader_error(rd, &reason);
             if (status != 400 && status != 413 && status != 431 && status != 500 && status != 505) abort();
             const http_msg *partial = http_reader_current(rd);
-            if (partial) (void)proxy_api_of(http_msg_path(partial), http_msg_header(partial, "anthropic-version") != NULL);
+            if (partial)
+                (void)proxy_api_of(http_msg_path(partial), http_msg_header(partial, "anthropic-version") != NULL);
             error_bodies(proxy_error_kind_of(status), reason, NULL);
             break;
         }

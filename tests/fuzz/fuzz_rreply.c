@@ -58,9 +58,7 @@ static void write_reply(out *o, const rreply *r) {
         put(o, r->str, r->len);
         put(o, "\r\n", 2);
         break;
-    case RREPLY_NIL:
-        put(o, "$-1\r\n", 5);
-        break;
+    case RREPLY_NIL: put(o, "$-1\r\n", 5); break;
     case RREPLY_ARRAY:
         n = snprintf(head, sizeof(head), "*%zu\r\n", r->elements);
         put(o, head, (size_t)n);

@@ -21,7 +21,6 @@
 
 #define MAXN 256
 
-
 typedef struct verdict {
     int kind; /* 1 granted, 2 deferred, 0 shed */
     long long id, wait_ms, retry_after_ms;
@@ -31,8 +30,8 @@ typedef struct verdict {
 /* Reserves n items of `tokens` each with max wait `maxwait`; with lanes
  * (lane != NULL) the quad form with that lane and tenant. Returns the
  * server time in ms. */
-static double reserve_lane(const char *dep, int n, long long tokens, long long maxwait,
-                           const char *lane, const char *tenant, verdict *out) {
+static double reserve_lane(const char *dep, int n, long long tokens, long long maxwait, const char *lane,
+                           const char *tenant, verdict *out) {
     static char buf[1 + 4 * MAXN][24];
     const char *argv[1 + 4 * MAXN];
     int stride = lane ? 4 : 2, argc = 1;
@@ -90,8 +89,8 @@ static int count_kind(const verdict *v, int n, int kind, const char *reason) {
 /* Settles n items with one outcome and pause; ids[i] < 0 means "-"
  * (feedback without a grant). Results go to res (may be NULL). Returns the
  * server time in ms. */
-static double settle_n(const char *dep, int n, const long long *ids, const char *outcome,
-                       long long pause_ms, char (*res)[16]) {
+static double settle_n(const char *dep, int n, const long long *ids, const char *outcome, long long pause_ms,
+                       char (*res)[16]) {
     static char buf[1 + 4 * MAXN][24];
     const char *argv[1 + 4 * MAXN];
     assert_true(n >= 1 && n <= MAXN);
@@ -117,8 +116,7 @@ static double settle_n(const char *dep, int n, const long long *ids, const char 
     return now;
 }
 
-static double settle1(const char *dep, long long id, const char *outcome, long long pause_ms,
-                      char *res) {
+static double settle1(const char *dep, long long id, const char *outcome, long long pause_ms, char *res) {
     char r1[1][16];
     double now = settle_n(dep, 1, &id, outcome, pause_ms, r1);
     if (res) snprintf(res, 16, "%s", r1[0]);
@@ -169,8 +167,7 @@ static char *dump_rest(const char *dep) {
  * breaker on at `ratio` with a minimum of 20 and a 10 s window. */
 static void configure_breaker(const char *dep, const char *ratio) {
     configure_on(rc, dep, "rpm", "600000", "burst_requests", "10000", "breaker_failure_ratio", ratio,
-              "breaker_min_requests", "20", "breaker_window_ms", "10000", "breaker_break_ms", "5000",
-              NULL);
+                 "breaker_min_requests", "20", "breaker_window_ms", "10000", "breaker_break_ms", "5000", NULL);
 }
 
 /* ---- off by default ----------------------------------------------------- */
@@ -413,8 +410,8 @@ static void test_probe_without_verdict_reprobes(void **state) {
     (void)state;
     const char *dep = "probe_lost";
     configure_on(rc, dep, "rpm", "600000", "burst_requests", "10000", "breaker_failure_ratio", "0.5",
-              "breaker_min_requests", "20", "breaker_window_ms", "10000", "breaker_break_ms", "5000",
-              "lease_ms", "2000", NULL);
+                 "breaker_min_requests", "20", "breaker_window_ms", "10000", "breaker_break_ms", "5000", "lease_ms",
+                 "2000", NULL);
     trip(dep);
     long long probe = one_probe(dep);
     /* The probe's worker goes silent: its lease expires and the next call
@@ -480,7 +477,7 @@ static void test_quota_out_until_reset(void **state) {
     const char *dep = "quota";
     /* The breaker on with a minimum of 1: a quota error must not trip it. */
     configure_on(rc, dep, "rpm", "600000", "burst_requests", "10000", "breaker_failure_ratio", "0.5",
-              "breaker_min_requests", "1", "quota_hold_ms", "7000", NULL);
+                 "breaker_min_requests", "1", "quota_hold_ms", "7000", NULL);
     verdict v[20];
     reserve_n(dep, 20, v);
     double tat = hget(dep, "requests_tat");
@@ -543,8 +540,7 @@ static void test_health_before_lanes(void **state) {
     (void)state;
     const char *dep = "lanes";
     configure_on(rc, dep, "rpm", "60", "burst_requests", "1", "lane.hi", "0,-1,0", "lane.lo", "1,0,0",
-              "breaker_failure_ratio", "0.5", "breaker_min_requests", "1", "breaker_break_ms", "5000",
-              NULL);
+                 "breaker_failure_ratio", "0.5", "breaker_min_requests", "1", "breaker_break_ms", "5000", NULL);
     /* The bucket is empty after one grant: the low lane's next items are
      * deferred (its horizon is 0), as without a breaker. */
     verdict v[4];
@@ -606,19 +602,19 @@ static void test_bad_configuration(void **state) {
     const char *dep = "badcfg";
     configure_on(rc, dep, "rpm", "60", "breaker_failure_ratio", "0.25", NULL);
     static const char *bad[][2] = {
-        {"breaker_failure_ratio", "1.5"}, {"breaker_failure_ratio", "-0.1"},
-        {"breaker_failure_ratio", "nan"}, {"breaker_failure_ratio", "half"},
-        {"breaker_failure_ratio", "inf"}, {"breaker_min_requests", "0"},
-        {"breaker_min_requests", "2.5"}, {"breaker_min_requests", "-3"},
-        {"breaker_window_ms", "999"}, {"breaker_window_ms", "10s"},
-        {"breaker_break_ms", "99"}, {"breaker_break_ms", ""},
-        {"quota_hold_ms", "999"}, {"quota_hold_ms", "-1"},
+        {"breaker_failure_ratio", "1.5"},  {"breaker_failure_ratio", "-0.1"}, {"breaker_failure_ratio", "nan"},
+        {"breaker_failure_ratio", "half"}, {"breaker_failure_ratio", "inf"},  {"breaker_min_requests", "0"},
+        {"breaker_min_requests", "2.5"},   {"breaker_min_requests", "-3"},    {"breaker_window_ms", "999"},
+        {"breaker_window_ms", "10s"},      {"breaker_break_ms", "99"},        {"breaker_break_ms", ""},
+        {"quota_hold_ms", "999"},          {"quota_hold_ms", "-1"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) expect_configure_error(dep, bad[i][0], bad[i][1]);
     /* The edges are accepted, and the defaults written for redis-cli. */
     configure_on(rc, dep, "rpm", "60", NULL);
-    redisReply *r = redisCommand(rc, "HMGET sluice:{%s}:limits breaker_failure_ratio breaker_min_requests "
-                                     "breaker_window_ms breaker_break_ms quota_hold_ms", dep);
+    redisReply *r = redisCommand(rc,
+                                 "HMGET sluice:{%s}:limits breaker_failure_ratio breaker_min_requests "
+                                 "breaker_window_ms breaker_break_ms quota_hold_ms",
+                                 dep);
     assert_non_null(r);
     assert_int_equal(r->elements, 5);
     assert_string_equal(r->element[0]->str, "0");
@@ -627,8 +623,8 @@ static void test_bad_configuration(void **state) {
     assert_string_equal(r->element[3]->str, "30000");
     assert_string_equal(r->element[4]->str, "3600000");
     freeReplyObject(r);
-    configure_on(rc, dep, "rpm", "60", "breaker_failure_ratio", "1", "breaker_min_requests", "1",
-              "breaker_window_ms", "1000", "breaker_break_ms", "100", "quota_hold_ms", "1000", NULL);
+    configure_on(rc, dep, "rpm", "60", "breaker_failure_ratio", "1", "breaker_min_requests", "1", "breaker_window_ms",
+                 "1000", "breaker_break_ms", "100", "quota_hold_ms", "1000", NULL);
     /* An unknown settle outcome names the new one in its message. */
     r = script_callv(rc, SCRIPT_SETTLE, dep, "1", "-", "-1", "quotas", "-1", NULL);
     assert_non_null(r);

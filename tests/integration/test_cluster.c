@@ -139,8 +139,7 @@ static config *make_config(const char *deployments) {
              "deployments:\n%s",
              seeds, deployments);
     config *cfg = NULL;
-    if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0)
-        fail_msg("config: %s", err);
+    if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0) fail_msg("config: %s", err);
     assert_int_equal(cfg->redis.ncluster, NNODES);
     return cfg;
 }
@@ -202,13 +201,13 @@ typedef struct acq {
     char dep[32];
 } acq;
 
-static void on_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed,
-                        const char *msg) {
+static void on_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed, const char *msg) {
     acq *a = arg;
     a->status = status;
     a->at = uv_now(&a->w->loop);
     a->local = g ? g->local : 0;
-    if (status != SL_OK) print_message("    acquire %s: status %d %s\n", a->dep, status, msg ? msg : (shed ? shed->reason : ""));
+    if (status != SL_OK)
+        print_message("    acquire %s: status %d %s\n", a->dep, status, msg ? msg : (shed ? shed->reason : ""));
     a->w->done++;
 }
 
@@ -219,9 +218,22 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
  * the cluster spec: no tag, an empty tag ("{}" hashes the whole key), the
  * first tag only, an unclosed brace. */
 static void test_key_slots_are_redis_slots(void **state) {
-    static const char *const edge[] = {"", "a", "foo", "{user1000}.following", "{user1000}.followers",
-                                       "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "{}", "{", "}", "{a",
-                                       "a}", "sluice:{}:limits", "sluice:{gpt-4o}:state", "\xff{\x01}"};
+    static const char *const edge[] = {"",
+                                       "a",
+                                       "foo",
+                                       "{user1000}.following",
+                                       "{user1000}.followers",
+                                       "foo{}{bar}",
+                                       "foo{{bar}}zap",
+                                       "foo{bar}{zap}",
+                                       "{}",
+                                       "{",
+                                       "}",
+                                       "{a",
+                                       "a}",
+                                       "sluice:{}:limits",
+                                       "sluice:{gpt-4o}:state",
+                                       "\xff{\x01}"};
     int checked = 0;
     for (size_t i = 0; i < sizeof(edge) / sizeof(edge[0]); i++, checked++) {
         unsigned want = redis_key_slot(edge[i]), got = rrouter_key_slot(edge[i], strlen(edge[i]));
@@ -248,8 +260,8 @@ static void test_fleet_over_three_masters(void **state) {
     size_t len = 0;
     for (int i = 0; i < 3; i++) {
         name_on_master(masters[i], names[i], sizeof(names[i]));
-        len += (size_t)snprintf(yaml + len, sizeof(yaml) - len,
-                                "  %s:\n    rpm: 3000\n    burst: { requests: 5 }\n", names[i]);
+        len += (size_t)snprintf(yaml + len, sizeof(yaml) - len, "  %s:\n    rpm: 3000\n    burst: { requests: 5 }\n",
+                                names[i]);
     }
     world w;
     world_init(&w, yaml, 2);
@@ -262,7 +274,8 @@ static void test_fleet_over_three_masters(void **state) {
             for (int i = 0; i < PER; i++) {
                 a[g][d][i] = (acq){.w = &w};
                 snprintf(a[g][d][i].dep, sizeof(a[g][d][i].dep), "%.31s", names[d]);
-                assert_int_equal(engine_acquire(w.e[g], names[d], 0, 60000, NULL, NULL, on_acquired, &a[g][d][i], NULL), 0);
+                assert_int_equal(engine_acquire(w.e[g], names[d], 0, 60000, NULL, NULL, on_acquired, &a[g][d][i], NULL),
+                                 0);
             }
     assert_true(run_until(&w, all_done, 20000));
     for (int d = 0; d < 3; d++) {
@@ -282,7 +295,8 @@ static void test_fleet_over_three_masters(void **state) {
         if (rej) { /* the release times around the first rejection (sorted by the replay) */
             print_message("  %s: releases from 200 ms before the first rejection (ms after the start):", names[d]);
             for (size_t q = 0; q < rp.n; q++)
-                if (rp.ev[q].t_ms > first - 200 && rp.ev[q].t_ms <= first) print_message(" %.0f", rp.ev[q].t_ms - (double)t0);
+                if (rp.ev[q].t_ms > first - 200 && rp.ev[q].t_ms <= first)
+                    print_message(" %.0f", rp.ev[q].t_ms - (double)t0);
             print_message("\n");
         }
         print_message("  %s on master :%d: %d grants from 2 agents, makespan %llu ms (floor %.0f), rejections %zu\n",
@@ -446,8 +460,7 @@ static void test_master_killed_replica_promoted(void **state) {
     size_t rej = replay_rejections(&rp, 5, 3000.0 / 60000.0, NULL);
     print_message("  master :%d killed: %d grants, %d local (fallback), %d from the promoted replica; "
                   "back on Redis %llu ms after the kill; rejections %zu\n",
-                  masters[2], N, local, remote_after,
-                  (unsigned long long)(back_at ? back_at - killed : 0), rej);
+                  masters[2], N, local, remote_after, (unsigned long long)(back_at ? back_at - killed : 0), rej);
     assert_true(local > 0);
     assert_true(remote_after > 0);
     assert_true(back_at > 0 && back_at - killed < 10000);

@@ -103,8 +103,7 @@ static int cli(const daemon_proc *d, char *out, size_t outlen, ...) {
 
 static void test_redis_cli_session(void **state) {
     daemon_proc d;
-    start_daemon(&d, "cli", NULL,
-                 "  d:\n    rpm: 600\n    tpm: 60000\n    burst: { requests: 5, tokens: 10000 }\n");
+    start_daemon(&d, "cli", NULL, "  d:\n    rpm: 600\n    tpm: 60000\n    burst: { requests: 5, tokens: 10000 }\n");
     char out[65536], cmd[256];
 
     assert_int_equal(cli(&d, out, sizeof(out), "PING", NULL), 0);
@@ -122,9 +121,8 @@ static void test_redis_cli_session(void **state) {
 
     /* SETTLE with a forwarded Retry-After (delay-seconds): +OK, and the
      * deployment is paused for about a second, fleet-wide. */
-    assert_int_equal(cli(&d, out, sizeof(out), "SETTLE", id, "TOKENS", "5", "STATUS", "ok", "HEADER", "retry-after",
-                         "1", NULL),
-                     0);
+    assert_int_equal(
+        cli(&d, out, sizeof(out), "SETTLE", id, "TOKENS", "5", "STATUS", "ok", "HEADER", "retry-after", "1", NULL), 0);
     assert_string_equal(out, "OK\n");
     assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "d", "MAXWAIT", "0", NULL), 0);
     assert_contains(out, "SHED paused retry-after-ms=");
@@ -169,7 +167,9 @@ static void test_redis_cli_session(void **state) {
     redisContext *c = daemon_connect(&d);
     redisReply *r = redisCommand(c, "HELP");
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    assert_string_equal(r->element[1]->str, "ACQUIRE <deployment|group> [TOKENS n | INPUT n OUTPUT m] [MAXWAIT ms] [LANE name] [TENANT name] [TAG tag]");
+    assert_string_equal(
+        r->element[1]->str,
+        "ACQUIRE <deployment|group> [TOKENS n | INPUT n OUTPUT m] [MAXWAIT ms] [LANE name] [TENANT name] [TAG tag]");
     freeReplyObject(r);
     redisFree(c);
     /* Interactive-style use through stdin (redis-cli probes COMMAND). */
@@ -315,8 +315,7 @@ static void bad_bytes(const daemon_proc *d, const char *what, const void *bytes,
 
 static void test_bad_input_never_hurts_others(void **state) {
     daemon_proc d;
-    start_daemon(&d, "bad", "  client_idle_timeout_ms: 500\n  max_client_buffer: 1mb\n",
-                 "  bad:\n    rpm: 600\n");
+    start_daemon(&d, "bad", "  client_idle_timeout_ms: 500\n  max_client_buffer: 1mb\n", "  bad:\n    rpm: 600\n");
     /* A client that stays connected throughout, served between each. */
     redisContext *other = daemon_connect(&d);
     assert_non_null(other);
@@ -326,16 +325,14 @@ static void test_bad_input_never_hurts_others(void **state) {
     const char bad_frame[] = "*2\r\n+PING\r\n";
     bad_bytes(&d, "malformed frame", bad_frame, sizeof(bad_frame) - 1, "-ERR Protocol error", 1);
     const char huge_array[] = "*999999999\r\n";
-    bad_bytes(&d, "*999999999", huge_array, sizeof(huge_array) - 1, "-ERR Protocol error: invalid multibulk length",
-              1);
+    bad_bytes(&d, "*999999999", huge_array, sizeof(huge_array) - 1, "-ERR Protocol error: invalid multibulk length", 1);
     const char huge_bulk[] = "*1\r\n$536870912\r\n";
     bad_bytes(&d, "$536870912 bulk length", huge_bulk, sizeof(huge_bulk) - 1,
               "-ERR Protocol error: invalid bulk length", 1);
     const char unknown[] = "*1\r\n$5\r\nFROBS\r\n";
     bad_bytes(&d, "unknown command", unknown, sizeof(unknown) - 1, "-ERR unknown command 'FROBS'", 0);
     const char arity[] = "*1\r\n$7\r\nACQUIRE\r\n";
-    bad_bytes(&d, "wrong arity", arity, sizeof(arity) - 1,
-              "-ERR wrong number of arguments for 'acquire' command", 0);
+    bad_bytes(&d, "wrong arity", arity, sizeof(arity) - 1, "-ERR wrong number of arguments for 'acquire' command", 0);
     const char badopt[] = "ACQUIRE bad TOKENS -5\r\n";
     bad_bytes(&d, "bad option value", badopt, sizeof(badopt) - 1, "-ERR TOKENS must be a non-negative integer", 0);
 
@@ -618,8 +615,6 @@ static void test_sigterm_answers_waiting_callers(void **state) {
 
 /* ---- metrics ------------------------------------------------------------------------------ */
 
-
-
 static void test_metrics_endpoint(void **state) {
     int port = free_tcp_port();
     assert_true(port > 0);
@@ -691,8 +686,9 @@ static void test_valgrind_session(void **state) {
     freeReplyObject(r);
     const char *cmds[] = {"RETRY vg", "STATUS", "STATUS vg", "INFO", "COMMAND", "HELP", "PING", "NOPE"};
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) freeReplyObject(redisCommand(c, cmds[i]));
-    freeReplyObject(redisCommand(c, "SETTLE %s TOKENS 2 HEADER x-ratelimit-remaining-requests 0 "
-                                    "HEADER x-ratelimit-reset-requests 1ms",
+    freeReplyObject(redisCommand(c,
+                                 "SETTLE %s TOKENS 2 HEADER x-ratelimit-remaining-requests 0 "
+                                 "HEADER x-ratelimit-reset-requests 1ms",
                                  id));
     /* RESP3 and the connection commands (hiredis 0.14 cannot read RESP3:
      * raw bytes), with a reply answered after the HELLO 2 behind it. */

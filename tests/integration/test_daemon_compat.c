@@ -99,7 +99,11 @@ static int parse_reply(const char *b, size_t n, size_t *pos, out_text *o) {
     char type = line[0];
     long long v = ll > 1 ? strtoll(line + 1, NULL, 10) : 0;
     switch (type) {
-    case '+': case '-': case ':': case '#': case ',':
+    case '+':
+    case '-':
+    case ':':
+    case '#':
+    case ',':
         put(o, line, ll);
         *pos = next;
         return 1;
@@ -107,7 +111,8 @@ static int parse_reply(const char *b, size_t n, size_t *pos, out_text *o) {
         put_str(o, "_");
         *pos = next;
         return 1;
-    case '$': case '=':
+    case '$':
+    case '=':
         if (v < 0) {
             put_str(o, "(nil)");
             *pos = next;
@@ -125,7 +130,9 @@ static int parse_reply(const char *b, size_t n, size_t *pos, out_text *o) {
         }
         *pos = next + (size_t)v + 2;
         return 1;
-    case '*': case '~': case '%': {
+    case '*':
+    case '~':
+    case '%': {
         if (v < 0) {
             if (type != '*') return -1;
             put_str(o, "(nil-array)");
@@ -148,8 +155,7 @@ static int parse_reply(const char *b, size_t n, size_t *pos, out_text *o) {
         *pos = p;
         return 1;
     }
-    default:
-        return -1;
+    default: return -1;
     }
 }
 
@@ -350,8 +356,10 @@ static void test_hello_malformed(void **state) {
         {{"HELLO", "3", "SETNAME"}, "-ERR syntax error in HELLO option 'SETNAME'"},
         {{"HELLO", "3", "FROB"}, "-ERR syntax error in HELLO option 'FROB'"},
         {{"HELLO", "3", "SETNAME", "ok", "FROB"}, "-ERR syntax error in HELLO option 'FROB'"},
-        {{"HELLO", "3", "SETNAME", "bad name"}, "-ERR client names cannot contain spaces, newlines or special characters"},
-        {{"HELLO", "3", "SETNAME", "bad\nname"}, "-ERR client names cannot contain spaces, newlines or special characters"},
+        {{"HELLO", "3", "SETNAME", "bad name"},
+         "-ERR client names cannot contain spaces, newlines or special characters"},
+        {{"HELLO", "3", "SETNAME", "bad\nname"},
+         "-ERR client names cannot contain spaces, newlines or special characters"},
         {{"AUTH", "secret"}, noauth},
         {{"AUTH", "default", "secret"}, noauth},
         {{"AUTH"}, "-ERR wrong number of arguments for 'auth' command"},
@@ -365,7 +373,8 @@ static void test_hello_malformed(void **state) {
         if (strcmp(out, cases[i].want) != 0)
             fail_msg("case %zu (%s %s ...): expected\n  %s\ngot\n  %s", i, cases[i].argv[0],
                      cases[i].argv[1] ? cases[i].argv[1] : "", cases[i].want, out);
-        if (i < 3 || i == 6 || i == 12) print_message("  %s %s ... -> %.70s\n", cases[i].argv[0], cases[i].argv[1] ? cases[i].argv[1] : "", out);
+        if (i < 3 || i == 6 || i == 12)
+            print_message("  %s %s ... -> %.70s\n", cases[i].argv[0], cases[i].argv[1] ? cases[i].argv[1] : "", out);
         /* Nothing changed: still RESP2, still no name; others served. */
         expect(c, "(nil)", "CLIENT", "GETNAME", NULL);
         expect(other, "+PONG", "PING", NULL);
@@ -488,14 +497,22 @@ static void test_client_commands(void **state) {
         {{"CLIENT", "SETINFO", "lib-name"}, "-ERR wrong number of arguments for 'client|setinfo' command"},
         {{"CLIENT", "SETNAME", "a b"}, "-ERR client names cannot contain spaces, newlines or special characters"},
         {{"CLIENT", "SETNAME", "a\r\nid=1"}, "-ERR client names cannot contain spaces, newlines or special characters"},
-        {{"CLIENT", "SETNAME", "caf\xc3\xa9"}, "-ERR client names cannot contain spaces, newlines or special characters"},
-        {{"CLIENT", "SETINFO", "lib-name", "x y"}, "-ERR lib-name cannot contain spaces, newlines or special characters"},
-        {{"CLIENT", "SETINFO", "lib-ver", "1\n2"}, "-ERR lib-ver cannot contain spaces, newlines or special characters"},
-        {{"CLIENT", "SETINFO", "lib-foo", "x"}, "-ERR unknown attribute 'lib-foo' for CLIENT SETINFO (expected LIB-NAME or LIB-VER)"},
-        {{"CLIENT", "LIST", "TYPE", "normal"}, "-ERR syntax error: sluiced's CLIENT LIST takes no options (no TYPE or ID filter)"},
-        {{"CLIENT", "KILL", "ID", "1"}, "-ERR unknown subcommand 'KILL' of CLIENT (sluiced has ID, GETNAME, SETNAME, SETINFO, LIST and INFO)"},
-        {{"CLIENT", "PAUSE", "1000"}, "-ERR unknown subcommand 'PAUSE' of CLIENT (sluiced has ID, GETNAME, SETNAME, SETINFO, LIST and INFO)"},
-        {{"CLIENT", "REPLY", "OFF"}, "-ERR unknown subcommand 'REPLY' of CLIENT (sluiced has ID, GETNAME, SETNAME, SETINFO, LIST and INFO)"},
+        {{"CLIENT", "SETNAME", "caf\xc3\xa9"},
+         "-ERR client names cannot contain spaces, newlines or special characters"},
+        {{"CLIENT", "SETINFO", "lib-name", "x y"},
+         "-ERR lib-name cannot contain spaces, newlines or special characters"},
+        {{"CLIENT", "SETINFO", "lib-ver", "1\n2"},
+         "-ERR lib-ver cannot contain spaces, newlines or special characters"},
+        {{"CLIENT", "SETINFO", "lib-foo", "x"},
+         "-ERR unknown attribute 'lib-foo' for CLIENT SETINFO (expected LIB-NAME or LIB-VER)"},
+        {{"CLIENT", "LIST", "TYPE", "normal"},
+         "-ERR syntax error: sluiced's CLIENT LIST takes no options (no TYPE or ID filter)"},
+        {{"CLIENT", "KILL", "ID", "1"},
+         "-ERR unknown subcommand 'KILL' of CLIENT (sluiced has ID, GETNAME, SETNAME, SETINFO, LIST and INFO)"},
+        {{"CLIENT", "PAUSE", "1000"},
+         "-ERR unknown subcommand 'PAUSE' of CLIENT (sluiced has ID, GETNAME, SETNAME, SETINFO, LIST and INFO)"},
+        {{"CLIENT", "REPLY", "OFF"},
+         "-ERR unknown subcommand 'REPLY' of CLIENT (sluiced has ID, GETNAME, SETNAME, SETINFO, LIST and INFO)"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         int argc = 0;
@@ -604,8 +621,7 @@ static int have_python_redis(char *why, size_t whylen) {
                        NULL};
     int rc = run_capture(install, NULL, out, sizeof(out));
     if (run_capture(probe, NULL, out + strlen(out), sizeof(out) - strlen(out)) == 0) return 1;
-    snprintf(why, whylen, "python3-redis is not installed and apt-get could not install it (exit %d): %.300s", rc,
-             out);
+    snprintf(why, whylen, "python3-redis is not installed and apt-get could not install it (exit %d): %.300s", rc, out);
     return 0;
 }
 
@@ -666,7 +682,7 @@ static void test_ioredis(void **state) {
     static const struct {
         const char *pkg, *protocol, *resp, *status;
     } runs[] = {
-        {"ioredis", "", "resp=3", "status=array"},  /* 6: HELLO 3 by default, maps flattened */
+        {"ioredis", "", "resp=3", "status=array"}, /* 6: HELLO 3 by default, maps flattened */
         {"ioredis", "2", "resp=2", "status=array"},
         {"ioredis", "3", "resp=3", "status=object"}, /* replyMapping resp3: the map as an object */
         {"ioredis5", "", "resp=2", "status=array"},  /* 5: RESP2 only */
@@ -674,8 +690,14 @@ static void test_ioredis(void **state) {
     int ran = 0;
     for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
         if (!strcmp(runs[i].pkg, "ioredis") && !have6) continue;
-        char *argv[] = {"node", script, modules, (char *)runs[i].pkg, d.sock, "js",
-                        runs[i].protocol[0] ? (char *)runs[i].protocol : NULL, NULL};
+        char *argv[] = {"node",
+                        script,
+                        modules,
+                        (char *)runs[i].pkg,
+                        d.sock,
+                        "js",
+                        runs[i].protocol[0] ? (char *)runs[i].protocol : NULL,
+                        NULL};
         rc = run_capture(argv, NULL, out, sizeof(out));
         print_message("  %s", out);
         assert_int_equal(rc, 0);

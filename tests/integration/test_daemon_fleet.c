@@ -59,19 +59,19 @@ static int test_teardown(void **state) {
 /* ---- the callers ------------------------------------------------------------------ */
 
 typedef struct call_rec {
-    double t;                 /* ms since the run started */
+    double t; /* ms since the run started */
     int agent;
-    int ok;                   /* a grant */
-    int local;                /* its id is "<dep>:L<n>" */
-    char id[64];              /* grant id, or the error */
+    int ok;      /* a grant */
+    int local;   /* its id is "<dep>:L<n>" */
+    char id[64]; /* grant id, or the error */
 } call_rec;
 
 typedef struct fleet_conn {
     int fd;
     int agent;
     redisReader *rd;
-    int to_send;              /* acquires not sent yet */
-    int outstanding;          /* sent, not answered */
+    int to_send;     /* acquires not sent yet */
+    int outstanding; /* sent, not answered */
 } fleet_conn;
 
 typedef struct fleet {
@@ -79,8 +79,8 @@ typedef struct fleet {
     size_t n;
     call_rec *rec;
     size_t nrec, cap;
-    char cmd[128];            /* the ACQUIRE, inline */
-    int closed_loop;          /* one ACQUIRE at a time per connection */
+    char cmd[128];   /* the ACQUIRE, inline */
+    int closed_loop; /* one ACQUIRE at a time per connection */
     double t0;
     /* Called about every 5 ms with the elapsed ms (e.g. to kill Redis). */
     void (*tick)(struct fleet *f, double elapsed, void *ud);
@@ -381,8 +381,8 @@ static void test_redis_killed_fallback_rejoin_flush(void **state) {
      * the whole run replays without a rejection. */
     double all_span;
     size_t rej_all = replay_grants(&f, 0, got, 6, 1200.0 / 60000.0, 0, &all_span, NULL);
-    print_message("  whole run across the kill: %zu grants in %.0f ms, %zu rejections on the replay\n", got,
-                  all_span, rej_all);
+    print_message("  whole run across the kill: %zu grants in %.0f ms, %zu rejections on the replay\n", got, all_span,
+                  rej_all);
     assert_int_equal(rej_all, 0);
     fleet_close(&f);
 
@@ -445,14 +445,14 @@ static void test_redis_killed_fallback_rejoin_flush(void **state) {
  * wait for Redis to answer (redis_fixture_restart_begin), so the callers'
  * poll loop, which stamps the release times, never stalls on it. */
 typedef struct outage_plan {
-    double kill_at, restart_at;       /* ms since the run started */
+    double kill_at, restart_at; /* ms since the run started */
     int killed, restarted;
-    double t_kill, t_restart;         /* when they happened */
+    double t_kill, t_restart; /* when they happened */
     /* After the restart, each agent's INFO is read every 50 ms (about a
      * millisecond each) until it says redis_connected:1. */
     daemon_proc *const *agents;
     int nagents;
-    double t_connected[AGENTS];       /* -1 until then */
+    double t_connected[AGENTS]; /* -1 until then */
     double next_look;
 } outage_plan;
 
@@ -482,7 +482,7 @@ static void outage_tick(fleet *f, double elapsed, void *ud) {
 /* What one agent's callers saw across the outage. */
 typedef struct agent_outage {
     size_t local, local_after_restart, redis_after_restart;
-    double last_local, first_redis_after_local;  /* -1: none */
+    double last_local, first_redis_after_local; /* -1: none */
 } agent_outage;
 
 static void outage_per_agent(const fleet *f, int agent, double t_restart, agent_outage *a) {
@@ -576,8 +576,9 @@ static void test_redis_returns_while_local_grants_are_outstanding(void **state) 
  * printed. */
 static void test_fleet_rejoin_each_agent_hands_over_its_tail(void **state) {
     daemon_proc d[AGENTS];
-    start_agents(d, "hf", ho_agent, "  hf:\n    rpm: 1200\n    burst: { requests: 6 }\n    max_wait_ms: 120000\n"
-                                    "    jitter_ms: 50\n");
+    start_agents(d, "hf", ho_agent,
+                 "  hf:\n    rpm: 1200\n    burst: { requests: 6 }\n    max_wait_ms: 120000\n"
+                 "    jitter_ms: 50\n");
     for (int i = 0; i < AGENTS; i++) assert_true(daemon_wait_status(&d[i], "hf", "agent_live_agents", "3", 10000));
     daemon_proc *agents[AGENTS] = {&d[0], &d[1], &d[2]};
     /* 3 x 20 callers in a closed loop, 8 acquires each: 480 at 20/s; each
@@ -660,7 +661,8 @@ static void test_idle_fleet_costs_one_call_per_agent(void **state) {
     enum { DEPS = 200, HB = 200 };
     static char deps[8000];
     size_t used = (size_t)snprintf(deps, sizeof(deps), "  used:\n    rpm: 1200\n    max_wait_ms: 5000\n");
-    for (int i = 0; i < DEPS; i++) used += (size_t)snprintf(deps + used, sizeof(deps) - used, "  i%03d: {rpm: 600}\n", i);
+    for (int i = 0; i < DEPS; i++)
+        used += (size_t)snprintf(deps + used, sizeof(deps) - used, "  i%03d: {rpm: 600}\n", i);
     assert_true(used < sizeof(deps) - 1);
     daemon_proc d[AGENTS];
     start_agents(d, "idle", "  heartbeat_ms: 200\n", deps);

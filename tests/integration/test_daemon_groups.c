@@ -63,7 +63,6 @@ static const char *const deployments =
     "    tenants: { acme: { tag: eu } }\n"
     "  g3: { members: [q1, q2], spill_ms: 100 }\n";
 
-
 static int group_setup(void **state) {
     if (!sluiced_path() || redis_fixture_start(&fx, 0) != 0) return -1;
     metrics_port = free_tcp_port();
@@ -91,7 +90,6 @@ static void scrape(char *buf, size_t cap) {
         fail_msg("no answer on the metrics port %d", metrics_port);
     assert_contains(buf, "HTTP/1.0 200 OK");
 }
-
 
 /* The INFO line of group g ("group<i>:group=g,...") or of its member m
  * ("group_member<k>:group=g,member=m,..."), without its key; "" if none. */

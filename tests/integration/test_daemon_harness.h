@@ -85,14 +85,12 @@ HARNESS_FN char *read_file_all(const char *path) {
 }
 
 /* Prepares a daemon in base/name: its socket and config paths. */
-HARNESS_FN void daemon_init(daemon_proc *d, const char *base, const char *name) {
-    sluiced_fixture_init(d, base, name);
-}
+HARNESS_FN void daemon_init(daemon_proc *d, const char *base, const char *name) { sluiced_fixture_init(d, base, name); }
 
 /* Writes d's config: the agent section (socket, plus extra agent lines)
  * and the deployments text, against the Redis of fx. */
 HARNESS_FN int daemon_configure(daemon_proc *d, const redis_fixture *fx, const char *agent_extra,
-                            const char *deployments) {
+                                const char *deployments) {
     char text[8192];
     snprintf(text, sizeof(text),
              "redis:\n  url: unix://%s\n  timeout_ms: 500\n  connect_timeout_ms: 500\n"
@@ -111,9 +109,7 @@ HARNESS_FN int daemon_pings(const daemon_proc *d) { return sluiced_fixture_ping(
 /* Starts sluiced on d->config, under valgrind when d->valgrind, and waits
  * until it answers PING (bounded by timeout_ms). Returns 0, or -1 (the
  * daemon exited or never answered; its log is on stderr). */
-HARNESS_FN int daemon_start_args(daemon_proc *d, int timeout_ms) {
-    return sluiced_fixture_launch(d, NULL, timeout_ms);
-}
+HARNESS_FN int daemon_start_args(daemon_proc *d, int timeout_ms) { return sluiced_fixture_launch(d, NULL, timeout_ms); }
 
 HARNESS_FN int daemon_start(daemon_proc *d) { return daemon_start_args(d, 10000); }
 
@@ -332,7 +328,7 @@ HARNESS_FN void daemon_status_field(const daemon_proc *d, const char *dep, const
 
 /* Polls STATUS until field equals want (bounded). Returns 1 when it did. */
 HARNESS_FN int daemon_wait_status(const daemon_proc *d, const char *dep, const char *field, const char *want,
-                              int timeout_ms) {
+                                  int timeout_ms) {
     double deadline = now_ms() + timeout_ms;
     char v[128];
     while (now_ms() < deadline) {

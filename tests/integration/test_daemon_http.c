@@ -48,9 +48,8 @@ static int test_teardown(void **state) {
     return 0;
 }
 
-static const char deployments[] =
-    "  gpt-4o:\n    rpm: 600\n    tpm: 100000\n    aliases: [gpt-4o-2024-08-06]\n"
-    "  claude:\n    rpm: 60\n    style: anthropic\n    itpm: 10000\n    otpm: 2000\n";
+static const char deployments[] = "  gpt-4o:\n    rpm: 600\n    tpm: 100000\n    aliases: [gpt-4o-2024-08-06]\n"
+                                  "  claude:\n    rpm: 60\n    style: anthropic\n    itpm: 10000\n    otpm: 2000\n";
 
 typedef struct proxyd {
     daemon_proc d;
@@ -75,7 +74,8 @@ static void assert_contains(const char *hay, const char *needle) {
     if (!hay || !strstr(hay, needle)) fail_msg("expected to find \"%s\" in:\n%s", needle, hay ? hay : "(null)");
 }
 
-static const char chat[] = "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"abcdefgh\"}],\"max_tokens\":32}";
+static const char chat[] =
+    "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"abcdefgh\"}],\"max_tokens\":32}";
 
 /* The daemon serves both sockets: PING on RESP, and a good request on a
  * new HTTP connection is recognised (501, the target and estimate). */
@@ -108,14 +108,16 @@ static void test_routes_on_the_wire(void **state) {
          "{\"error\":{\"message\":\"sluice's HTTP proxy recognised this request (openai chat/completions, deployment "
          "'gpt-4o', estimate 2 input + 32 output tokens) but does not govern or forward requests yet (issue 16, part "
          "2): nothing was sent upstream\",\"type\":\"server_error\",\"param\":null,\"code\":\"not_implemented\"}}"},
-        {"/v1/embeddings", NULL, "{\"model\":\"gpt-4o-2024-08-06\",\"input\":\"abcd\"}", 501, "estimate 1 input + 0 output"},
+        {"/v1/embeddings", NULL, "{\"model\":\"gpt-4o-2024-08-06\",\"input\":\"abcd\"}", 501,
+         "estimate 1 input + 0 output"},
         {"/v1/completions", NULL, "{\"model\":\"gpt-4o\",\"prompt\":\"abcd\",\"max_tokens\":2}", 501, "completions"},
         {"/v1/responses", NULL, "{\"model\":\"gpt-4o\",\"input\":\"abcd\",\"stream\":true}", 501, "streamed"},
         {"/v1/messages", "anthropic-version: 2023-06-01\r\n",
          "{\"model\":\"claude\",\"max_tokens\":100,\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}]}", 501,
          "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"sluice's HTTP proxy recognised this "
          "request (anthropic messages, deployment 'claude', estimate 1 input + 100 output tokens)"},
-        {"/openai/deployments/gpt-4o/chat/completions?api-version=2024-06-01", "api-key: k\r\n", "{\"messages\":[]}", 501,
+        {"/openai/deployments/gpt-4o/chat/completions?api-version=2024-06-01", "api-key: k\r\n", "{\"messages\":[]}",
+         501,
          "{\"error\":{\"code\":\"NotImplemented\",\"message\":\"sluice's HTTP proxy recognised this request (azure "
          "chat/completions, deployment 'gpt-4o'"},
         {"/v1/chat/completions", NULL, "{\"model\":\"gpt-9\"}", 404,
@@ -140,11 +142,12 @@ static void test_routes_on_the_wire(void **state) {
     }
     /* The estimate and the target, in headers. */
     hc_response r;
-    assert_int_equal(hc_post(&c, "/v1/messages", NULL,
-                             "{\"model\":\"claude\",\"system\":\"abcd\",\"max_tokens\":7,\"messages\":[{\"role\":\"user\","
-                             "\"content\":\"abcdabcd\"}],\"stream\":true}",
-                             &r, 10000),
-                     0);
+    assert_int_equal(
+        hc_post(&c, "/v1/messages", NULL,
+                "{\"model\":\"claude\",\"system\":\"abcd\",\"max_tokens\":7,\"messages\":[{\"role\":\"user\","
+                "\"content\":\"abcdabcd\"}],\"stream\":true}",
+                &r, 10000),
+        0);
     char v[64];
     assert_string_equal(hc_header(&r, "x-sluice-target", v, sizeof(v)), "claude");
     assert_string_equal(hc_header(&r, "x-sluice-estimate-input", v, sizeof(v)), "3");
@@ -234,8 +237,9 @@ static void test_hostile_requests(void **state) {
     int b = snprintf(big_body, sizeof(big_body), "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 5000\r\n\r\n");
     memset(big_body + b, 'x', 5000);
     b += 5000;
-    int k = snprintf(chunked, sizeof(chunked), "POST /openai/deployments/gpt-4o/chat/completions?api-version=1 HTTP/1.1\r\n"
-                                               "Transfer-Encoding: chunked\r\n\r\n");
+    int k = snprintf(chunked, sizeof(chunked),
+                     "POST /openai/deployments/gpt-4o/chat/completions?api-version=1 HTTP/1.1\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n");
     for (int i = 0; i < 5; i++) {
         k += snprintf(chunked + k, sizeof(chunked) - (size_t)k, "400\r\n");
         memset(chunked + k, 'y', 1024);
@@ -259,7 +263,8 @@ static void test_hostile_requests(void **state) {
         const char *has;
     } cases[] = {
         {"431 huge header", big_header, 0, 431,
-         "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"sluice: request header fields too large\"}}"},
+         "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"sluice: request header "
+         "fields too large\"}}"},
         {"431 too many fields", many, 0, 431, "\"code\":\"request_header_fields_too_large\""},
         {"413 announced", announce, sizeof(announce) - 1, 413, "\"code\":\"request_too_large\""},
         {"413 body", big_body, 0, 413, "request body too large"},
@@ -278,7 +283,8 @@ static void test_hostile_requests(void **state) {
         int closed;
         int status = one_shot(&p, cases[i].bytes, len, &closed, body, sizeof(body));
         print_message("  %-28s -> %d, %s\n", cases[i].name, status, closed ? "closed" : "NOT CLOSED");
-        if (status != cases[i].status) fail_msg("%s: status %d, want %d (%s)", cases[i].name, status, cases[i].status, body);
+        if (status != cases[i].status)
+            fail_msg("%s: status %d, want %d (%s)", cases[i].name, status, cases[i].status, body);
         assert_contains(body, cases[i].has);
         assert_true(closed);
         assert_alive(&p, cases[i].name);
@@ -298,8 +304,9 @@ static void test_slow_and_idle_clients(void **state) {
      * byte, however long the trickle would go on. */
     hc_conn c;
     assert_int_equal(hc_connect_tcp(&c, p.port), 0);
-    const char *head = "POST /v1/chat/completions HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-                       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const char *head =
+        "POST /v1/chat/completions HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     double t0 = now_ms();
     size_t sent = 0;
     while (!c.closed && head[sent] && now_ms() - t0 < 10000) {
@@ -322,7 +329,8 @@ static void test_slow_and_idle_clients(void **state) {
     /* A body that stalls: 408 after body_timeout_ms. */
     assert_int_equal(hc_connect_tcp(&c, p.port), 0);
     t0 = now_ms();
-    assert_int_equal(hc_send_str(&c, "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"model\":"), 0);
+    assert_int_equal(hc_send_str(&c, "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"model\":"),
+                     0);
     hc_response r;
     assert_int_equal(hc_read_response(&c, &r, 10000), 0);
     double took = now_ms() - t0;
@@ -415,9 +423,9 @@ static void test_clients_disconnecting(void **state) {
     proxyd p;
     start_proxyd(&p, "gone", NULL);
     static const char *const partial[] = {
-        "POST /v1/chat/co",                                                            /* mid request line */
-        "POST /v1/chat/completions HTTP/1.1\r\nContent-Le",                            /* mid header */
-        "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 50\r\n\r\n{\"model\"", /* mid body */
+        "POST /v1/chat/co",                                                                /* mid request line */
+        "POST /v1/chat/completions HTTP/1.1\r\nContent-Le",                                /* mid header */
+        "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 50\r\n\r\n{\"model\"",      /* mid body */
         "POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab", /* mid chunk */
     };
     double want = 0;
@@ -459,9 +467,8 @@ static void test_clients_disconnecting(void **state) {
 static void test_config_rules(void **state) {
     daemon_proc d;
     daemon_init(&d, fx.dir, "cfg");
-    assert_int_equal(daemon_configure(&d, &fx, "  http:\n    listen:\n      - 127.0.0.1:1\n      - 0.0.0.0:8790\n",
-                                      deployments),
-                     0);
+    assert_int_equal(
+        daemon_configure(&d, &fx, "  http:\n    listen:\n      - 127.0.0.1:1\n      - 0.0.0.0:8790\n", deployments), 0);
     char out[2048];
     char *argv[] = {(char *)sluiced_path(), "--check-config", d.config, NULL};
     assert_int_equal(run_capture(argv, NULL, out, sizeof(out)), 1);
@@ -522,7 +529,8 @@ static void test_reload(void **state) {
     snprintf(deps2, sizeof(deps2), "%s    aliases: [claude-sonnet-4-5]\n", deployments);
     reload_with(&p, "    max_body_bytes: 1kb\n", deps2, 1);
     assert_true(info_num(&p.d, "config_reloads_ok") == 1);
-    assert_int_equal(hc_post(&c, "/v1/messages", NULL, "{\"model\":\"claude-sonnet-4-5\",\"max_tokens\":3}", &r, 10000), 0);
+    assert_int_equal(hc_post(&c, "/v1/messages", NULL, "{\"model\":\"claude-sonnet-4-5\",\"max_tokens\":3}", &r, 10000),
+                     0);
     assert_int_equal(r.status, 501);
     char v[64];
     assert_string_equal(hc_header(&r, "x-sluice-target", v, sizeof(v)), "claude");
@@ -541,7 +549,8 @@ static void test_reload(void **state) {
     PROC_POLL_OR_FAIL(reloads_at_least, arg, 10000, "the bad reload");
     assert_true(info_num(&p.d, "config_reloads_failed") == 1);
     assert_int_equal(hc_connect_tcp(&c, p.port), 0);
-    assert_int_equal(hc_post(&c, "/v1/messages", NULL, "{\"model\":\"claude-sonnet-4-5\",\"max_tokens\":3}", &r, 10000), 0);
+    assert_int_equal(hc_post(&c, "/v1/messages", NULL, "{\"model\":\"claude-sonnet-4-5\",\"max_tokens\":3}", &r, 10000),
+                     0);
     assert_int_equal(r.status, 501); /* the alias of the running configuration */
     hc_response_free(&r);
     hc_close(&c);
@@ -622,7 +631,8 @@ static void test_valgrind_http(void **state) {
     assert_int_equal(hc_connect_tcp(&c, p.port), 0);
     const char *targets[] = {"/v1/chat/completions", "/v1/messages", "/v1/models", "/v1/embeddings"};
     for (int i = 0; i < 4; i++) {
-        assert_int_equal(hc_post(&c, targets[i], NULL, i == 1 ? "{\"model\":\"claude\",\"max_tokens\":1}" : chat, &r, 30000), 0);
+        assert_int_equal(
+            hc_post(&c, targets[i], NULL, i == 1 ? "{\"model\":\"claude\",\"max_tokens\":1}" : chat, &r, 30000), 0);
         hc_response_free(&r);
     }
     hc_close(&c);

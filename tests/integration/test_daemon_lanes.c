@@ -49,13 +49,11 @@ static void assert_lacks(const char *hay, const char *needle) {
     if (strstr(hay, needle)) fail_msg("did not expect \"%s\" in:\n%s", needle, hay);
 }
 
-
 /* GET /metrics into buf (headers included). */
 static void scrape(int port, char *buf, size_t cap) {
     if (!http_get(port, "GET /metrics HTTP/1.0\r\n\r\n", buf, cap)) fail_msg("no answer on the metrics port %d", port);
     assert_contains(buf, "HTTP/1.0 200 OK");
 }
-
 
 /* The INFO line of a lane or tenant (kind "lane"/"tenant") of dep, copied
  * into out without its "<kind><i>:" key; "" when there is none. */

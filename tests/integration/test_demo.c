@@ -70,8 +70,7 @@ static int binaries(void) {
         return -1;
     }
     if (access(sluiced_path, X_OK) != 0) {
-        fprintf(stderr, "test_demo: SKIPPED: %s is not built (cmake --build BUILD --target sluiced)\n",
-                sluiced_path);
+        fprintf(stderr, "test_demo: SKIPPED: %s is not built (cmake --build BUILD --target sluiced)\n", sluiced_path);
         return -1;
     }
     return 0;

@@ -49,8 +49,7 @@ static config *make_config_bound(const char *max_script_ms, const char *deployme
              fx.sock, max_script_ms ? "  max_script_ms: " : "", max_script_ms ? max_script_ms : "",
              max_script_ms ? "\n" : "", deployments);
     config *cfg = NULL;
-    if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0)
-        fail_msg("config: %s", err);
+    if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0) fail_msg("config: %s", err);
     return cfg;
 }
 
@@ -121,12 +120,11 @@ typedef struct acq {
     int status;
     engine_grant g;
     char reason[16];
-    uint64_t at;  /* uv_now at the callback */
+    uint64_t at; /* uv_now at the callback */
     int called;
 } acq;
 
-static void on_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed,
-                        const char *msg) {
+static void on_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed, const char *msg) {
     acq *a = arg;
     a->status = status;
     a->called++;
@@ -232,8 +230,8 @@ static void test_batches_under_script_bound(void **state) {
     double floor_ms = (N - 10) / (6000.0 / 60000.0);
     char cap[32];
     status_field(&w, "bound", "agent_batch_cap", cap, sizeof(cap));
-    print_message("  %d grants, %llu reserve calls, %llu over the bound, cap %s, makespan %llu ms (floor %.0f ms)\n",
-                  N, s.reserve_calls, s.script_over_bound, cap, (unsigned long long)(last - t0), floor_ms);
+    print_message("  %d grants, %llu reserve calls, %llu over the bound, cap %s, makespan %llu ms (floor %.0f ms)\n", N,
+                  s.reserve_calls, s.script_over_bound, cap, (unsigned long long)(last - t0), floor_ms);
     assert_int_equal(FIRST, COSTMODEL_FIRST_CAP);
     assert_int_equal(s.reserve_items, N);
     assert_int_equal(s.reserve_calls, 1 + (N - FIRST));
@@ -324,8 +322,7 @@ static void test_tenants_take_turns_in_small_batches(void **state) {
     w.target = N;
     for (int i = 0; i < N; i++) {
         a[i] = (acq){.w = &w};
-        assert_int_equal(engine_acquire(w.e, "turns", 0, 60000, NULL, i % 2 ? "b" : "a", on_acquired, &a[i], NULL),
-                         0);
+        assert_int_equal(engine_acquire(w.e, "turns", 0, 60000, NULL, i % 2 ? "b" : "a", on_acquired, &a[i], NULL), 0);
     }
     assert_true(run_until(&w, all_done, 10000));
     /* By grant number: how many of the first N / 2 are tenant a's. */
@@ -573,8 +570,8 @@ static void test_flushall_reloads_scripts_transparently(void **state) {
     assert_int_equal(b.status, SL_OK);
     engine_stats s;
     engine_get_stats(w.e, &s);
-    print_message("  after FLUSHALL: grant %s (local=%d), noscript reloads %llu\n", b.g.id,
-                  b.g.local, s.noscript_reloads);
+    print_message("  after FLUSHALL: grant %s (local=%d), noscript reloads %llu\n", b.g.id, b.g.local,
+                  s.noscript_reloads);
     assert_true(s.noscript_reloads >= 1);
     world_close(&w);
 }

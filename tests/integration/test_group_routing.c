@@ -151,16 +151,16 @@ static long long granted_total(const char *dep) {
     return v;
 }
 
-#define GROUP_YAML(p)                                                                                             \
-    "deployments:\n"                                                                                              \
-    "  " p "a: { rpm: 600, burst: { requests: 10 }, endpoint: \"http://a.example\", tags: [eu] }\n"               \
-    "  " p "b: { rpm: 600, burst: { requests: 10 }, endpoint: \"http://b.example\", tags: [eu] }\n"               \
-    "  " p "c: { rpm: 600, burst: { requests: 10 }, endpoint: \"http://c.example\", tags: [us] }\n"               \
-    "groups:\n"                                                                                                   \
-    "  " p "g:\n"                                                                                                 \
-    "    members: [" p "a, " p "b, " p "c]\n"                                                                     \
-    "    spill_ms: 200\n"                                                                                         \
-    "    tenants:\n"                                                                                              \
+#define GROUP_YAML(p)                                                                                                  \
+    "deployments:\n"                                                                                                   \
+    "  " p "a: { rpm: 600, burst: { requests: 10 }, endpoint: \"http://a.example\", tags: [eu] }\n"                    \
+    "  " p "b: { rpm: 600, burst: { requests: 10 }, endpoint: \"http://b.example\", tags: [eu] }\n"                    \
+    "  " p "c: { rpm: 600, burst: { requests: 10 }, endpoint: \"http://c.example\", tags: [us] }\n"                    \
+    "groups:\n"                                                                                                        \
+    "  " p "g:\n"                                                                                                      \
+    "    members: [" p "a, " p "b, " p "c]\n"                                                                          \
+    "    spill_ms: 200\n"                                                                                              \
+    "    tenants:\n"                                                                                                   \
     "      acme: { tag: us }\n"
 
 /* Every one of the n requests granted; on[m] of them on member m (names

@@ -34,8 +34,8 @@ static int group_keys(int m, const char **members, char (*keys)[SCRIPTS_KEY_MAX]
 }
 
 typedef struct gverdict {
-    int kind;   /* 1 granted, 2 deferred, 0 shed */
-    int member; /* 1-based; 0 for a shed */
+    int kind;                                /* 1 granted, 2 deferred, 0 shed */
+    int member;                              /* 1-based; 0 for a shed */
     long long id, wait_ms, tokens, after_ms; /* after_ms: ask_in or retry_after */
     char reason[32];
 } gverdict;
@@ -54,9 +54,8 @@ static redisReply *group_raw(int m, const char **members, int argc, const char *
 }
 
 /* n items (tokens, max_wait, order each; lanes and tenants empty). */
-static void group_call(int m, const char **members, long long spill, const char *policy, int n,
-                       const long long *tokens, const long long *maxwait, const char **order,
-                       gverdict *out) {
+static void group_call(int m, const char **members, long long spill, const char *policy, int n, const long long *tokens,
+                       const long long *maxwait, const char **order, gverdict *out) {
     static char buf[4 + 5 * MAXN][24];
     const char *argv[4 + 5 * MAXN];
     assert_true(n <= MAXN);
@@ -327,7 +326,7 @@ static void test_health_skipped(void **state) {
     const char *mem[3] = {"he-a", "he-b", "he-c"};
     for (int j = 0; j < 3; j++)
         configure_on(rc, mem[j], "rpm", "600", "burst_requests", "10", "breaker_failure_ratio", "0.5",
-                  "breaker_min_requests", "20", "breaker_window_ms", "10000", "breaker_break_ms", "5000", NULL);
+                     "breaker_min_requests", "20", "breaker_window_ms", "10000", "breaker_break_ms", "5000", NULL);
     /* Member 1 out for quota for 8 s. */
     redisReply *r = script_callv(rc, SCRIPT_SETTLE, mem[0], "1", "-", "-1", "quota", "8000", NULL);
     assert_non_null(r);
@@ -421,8 +420,8 @@ static void test_weighted_head_only(void **state) {
 static void test_deferral_on_member(void **state) {
     (void)state;
     const char *mem[2] = {"df-a", "df-b"};
-    configure_on(rc, mem[0], "rpm", "600", "burst_requests", "10", "lane.interactive", "0,-1,0", "lane.batch",
-              "1,0,0", "default_lane", "interactive", NULL);
+    configure_on(rc, mem[0], "rpm", "600", "burst_requests", "10", "lane.interactive", "0,-1,0", "lane.batch", "1,0,0",
+                 "default_lane", "interactive", NULL);
     configure_std(mem[1]);
     enum { N = 10 };
     long long tok[N], mw[N];
@@ -521,14 +520,10 @@ static void test_bad_argv(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spare_first_of_order),
-        cmocka_unit_test(test_spill_balance),
-        cmocka_unit_test(test_order_restricts),
-        cmocka_unit_test(test_shed_consumes_nothing),
-        cmocka_unit_test(test_health_skipped),
-        cmocka_unit_test(test_weighted_head_only),
-        cmocka_unit_test(test_deferral_on_member),
-        cmocka_unit_test(test_bad_argv),
+        cmocka_unit_test(test_spare_first_of_order), cmocka_unit_test(test_spill_balance),
+        cmocka_unit_test(test_order_restricts),      cmocka_unit_test(test_shed_consumes_nothing),
+        cmocka_unit_test(test_health_skipped),       cmocka_unit_test(test_weighted_head_only),
+        cmocka_unit_test(test_deferral_on_member),   cmocka_unit_test(test_bad_argv),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

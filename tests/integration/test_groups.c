@@ -55,16 +55,16 @@
 #define GROUP "gpt-4o"
 #define NMEMBERS 3
 #define MAX_WORKERS 48
-#define MAX_ATTEMPTS 20      /* provider calls per request before it counts as lost */
-#define MAX_SHEDS 200        /* sheds per request before it counts as lost */
-#define MAX_WAIT_MS 10000    /* MAXWAIT of every ACQUIRE */
+#define MAX_ATTEMPTS 20   /* provider calls per request before it counts as lost */
+#define MAX_SHEDS 200     /* sheds per request before it counts as lost */
+#define MAX_WAIT_MS 10000 /* MAXWAIT of every ACQUIRE */
 #define HTTP_TIMEOUT_MS 15000L
-#define JOIN_MS 30000        /* bound on the workers' stop: MAXWAIT plus a call */
+#define JOIN_MS 30000 /* bound on the workers' stop: MAXWAIT plus a call */
 
 typedef struct member_def {
     const char *name;
     int rpm;
-    int burst;               /* two seconds of quota, at the mock and in sluiced */
+    int burst; /* two seconds of quota, at the mock and in sluiced */
     const char *tag;
 } member_def;
 
@@ -105,8 +105,8 @@ static void world_up(const char *group_extra) {
         snprintf(rpm, sizeof(rpm), "%d", members[i].rpm);
         snprintf(burst, sizeof(burst), "%d", members[i].burst);
         snprintf(seed, sizeof(seed), "%d", i + 1);
-        const char *args[] = {"--deployment", members[i].name, "--rpm", rpm, "--burst", burst,
-                              "--service-ms", "20-60", "--seed", seed, NULL};
+        const char *args[] = {"--deployment", members[i].name, "--rpm",  rpm,  "--burst", burst,
+                              "--service-ms", "20-60",         "--seed", seed, NULL};
         assert_int_equal(mock_fixture_start(&W.mock[i], args, 10000), 0);
     }
     char yaml[4096];
@@ -115,8 +115,7 @@ static void world_up(const char *group_extra) {
                      "agent: {socket: \"%%SOCK%%\", heartbeat_ms: 200}\n"
                      "deployments:\n",
                      W.redis.sock);
-    for (int i = 0; i < NMEMBERS; i++)
-        /* jitter_ms: ASan-built workers on a small machine send late. */
+    for (int i = 0; i < NMEMBERS; i++) /* jitter_ms: ASan-built workers on a small machine send late. */
         n += snprintf(yaml + n, sizeof(yaml) - (size_t)n,
                       "  %s: {rpm: %d, burst: {requests: %d}, jitter_ms: 100, endpoint: \"http://127.0.0.1:%d\", "
                       "tags: [%s]}\n",
@@ -136,11 +135,11 @@ static void world_up(const char *group_extra) {
 
 /* One request of an open-loop run: when it arrives and who served it. */
 typedef struct job {
-    double arrive_ms;        /* proc_now_ms() */
-    int member;              /* index of the member that answered 200, -1 */
+    double arrive_ms; /* proc_now_ms() */
+    int member;       /* index of the member that answered 200, -1 */
     int attempts, sheds;
     double done_ms;
-    atomic_int state;        /* 0 pending, 1 served, -1 lost */
+    atomic_int state; /* 0 pending, 1 served, -1 lost */
 } job;
 
 typedef struct fleet fleet;
@@ -157,19 +156,19 @@ typedef struct worker {
     /* Counts, read once the thread is joined. */
     long long served, n429, n503, other, sheds, lost, errors;
     long long by_member[NMEMBERS];
-    long long not_allowed;   /* grants on a member outside the worker's tag */
+    long long not_allowed; /* grants on a member outside the worker's tag */
     char error[256];
 } worker;
 
 struct fleet {
     worker w[MAX_WORKERS];
     int n;
-    job *jobs;               /* open loop when set: each job once, at its arrival */
+    job *jobs; /* open loop when set: each job once, at its arrival */
     size_t njobs;
     atomic_size_t next;
-    atomic_int stop;         /* closed loop: start no new request */
+    atomic_int stop;               /* closed loop: start no new request */
     atomic_int inflight[NMEMBERS]; /* granted on the member, its answer not back yet */
-    atomic_int abort;        /* give up at once (teardown after a failure) */
+    atomic_int abort;              /* give up at once (teardown after a failure) */
 };
 
 static fleet F;
@@ -491,8 +490,8 @@ static void test_saturated_fleet_gets_the_sum(void **state) {
     fprintf(stderr,
             "test_groups: saturated, %d ms window: %s %lld (%.1f %% of its quota), %s %lld (%.1f %%), %s %lld "
             "(%.1f %%); group %.1f %% of the sum; 429s %lld of %lld requests (%.2f %%)\n",
-            WINDOW_MS, members[0].name, acc[0], 100 * util[0], members[1].name, acc[1], 100 * util[1],
-            members[2].name, acc[2], 100 * util[2], 100 * got / quota, n429, req, req ? 100.0 * (double)n429 / (double)req : 0);
+            WINDOW_MS, members[0].name, acc[0], 100 * util[0], members[1].name, acc[1], 100 * util[1], members[2].name,
+            acc[2], 100 * util[2], 100 * got / quota, n429, req, req ? 100.0 * (double)n429 / (double)req : 0);
     assert_true(finished);
     fleet_sum s = fleet_total(&F);
     assert_int_equal(s.errors, 0);
@@ -563,9 +562,8 @@ static void test_breaker_moves_traffic_and_probes_back(void **state) {
     const char *primary = members[0].name;
     char extra[256];
     (void)state;
-    snprintf(extra, sizeof(extra),
-             "    breaker: {failure_ratio: 0.5, min_requests: %d, window_s: %d, break_s: %d}\n", MIN_REQUESTS,
-             WINDOW_S, BREAK_S);
+    snprintf(extra, sizeof(extra), "    breaker: {failure_ratio: 0.5, min_requests: %d, window_s: %d, break_s: %d}\n",
+             MIN_REQUESTS, WINDOW_S, BREAK_S);
     world_up(extra);
     fleet_jobs(&F, JOBS, INTERVAL, 100);
     double t0 = F.jobs[0].arrive_ms;
@@ -603,8 +601,9 @@ static void test_breaker_moves_traffic_and_probes_back(void **state) {
     /* While open, only the half-open probes reach the primary: one per
      * break at most, each failing and re-opening the breaker. */
     long long probes_max = (long long)ceil(outage_ms / (BREAK_S * 1000.0)) + 1;
-    fprintf(stderr, "test_groups: %lld requests reached the failing primary in %.0f ms while its breaker was open "
-                    "(probes allowed: %lld)\n",
+    fprintf(stderr,
+            "test_groups: %lld requests reached the failing primary in %.0f ms while its breaker was open "
+            "(probes allowed: %lld)\n",
             during1 - during0, outage_ms, probes_max);
     assert_true(during1 - during0 <= probes_max);
     assert_true(ledger_count(1, "accepted") + ledger_count(2, "accepted") > 0);

@@ -172,9 +172,7 @@ static void flood_more(void *ud) {
     free(h);
 }
 
-static void flood_abandoned(void *ud) {
-    held_abandoned(ud);
-}
+static void flood_abandoned(void *ud) { held_abandoned(ud); }
 
 static held *held_new(http_request *r) {
     held *h = calloc(1, sizeof(*h));

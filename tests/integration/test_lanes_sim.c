@@ -86,7 +86,7 @@ typedef struct item {
 } item;
 
 typedef struct sclass {
-    size_t *q;        /* item indexes; [head, head + n) are queued */
+    size_t *q; /* item indexes; [head, head + n) are queued */
     size_t head, n, cap;
     double ask_at;
 } sclass;
@@ -99,15 +99,15 @@ typedef struct sgrant {
 
 typedef struct sim {
     const char *dep;
-    const char *lanes[MAXL];  /* "" = send no lane; index = priority order */
+    const char *lanes[MAXL]; /* "" = send no lane; index = priority order */
     int nlanes;
     const char *tenants[MAXT];
     int ntenants;
     int nagents;
-    double stop_at[MAXA];     /* an agent drops its queue then (0 = never) */
+    double stop_at[MAXA]; /* an agent drops its queue then (0 = never) */
     sclass cls[MAXA][MAXL][MAXT];
     item *items;
-    size_t nitems, capitems, next;  /* items sorted by arrival; next to admit */
+    size_t nitems, capitems, next; /* items sorted by arrival; next to admit */
     sgrant *g;
     size_t ng, capg;
     size_t sheds, deferrals, calls, shed_by_lane[MAXL];
@@ -163,8 +163,8 @@ static void sim_stream(sim *s, uint64_t seed, double t0, double t1, double per_s
 
 /* A steady stream of one class: one arrival per period from t0 to t1, each
  * moved by up to +-jitter ms (seeded), so arrivals never bunch. */
-static void sim_ticks(sim *s, uint64_t seed, double t0, double t1, double period, double jitter, int agent,
-                      int lane, int tenant, long long maxwait) {
+static void sim_ticks(sim *s, uint64_t seed, double t0, double t1, double period, double jitter, int agent, int lane,
+                      int tenant, long long maxwait) {
     uint64_t x = seed;
     for (double t = t0; t < t1; t += period) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
@@ -315,8 +315,8 @@ static size_t replay_sends(const sim *s, int lane, int tenant, double rpm, doubl
 static size_t count_grants(const sim *s, int lane, int tenant, double t0, double t1) {
     size_t n = 0;
     for (size_t i = 0; i < s->ng; i++)
-        if ((lane < 0 || s->g[i].lane == lane) && (tenant < 0 || s->g[i].tenant == tenant) &&
-            s->g[i].release >= t0 && s->g[i].release < t1)
+        if ((lane < 0 || s->g[i].lane == lane) && (tenant < 0 || s->g[i].tenant == tenant) && s->g[i].release >= t0 &&
+            s->g[i].release < t1)
             n++;
     return n;
 }
@@ -418,8 +418,8 @@ static void test_one_lane_starves_interactive(void **state) {
     lanes_fleet(&s, "lanes2", 0, 0);
     size_t n_int = 0;
     (void)lane_wait_pct(&s, 0, 50, &n_int);
-    print_message("  one lane: interactive %zu granted, %zu shed (behind %zu batch grants)\n", n_int,
-                  s.shed_by_lane[0], count_grants(&s, 1, -1, 0, 1e12));
+    print_message("  one lane: interactive %zu granted, %zu shed (behind %zu batch grants)\n", n_int, s.shed_by_lane[0],
+                  count_grants(&s, 1, -1, 0, 1e12));
     /* Behind minutes of batch reservations the interactive stream cannot
      * get a slot within its 5 s: the lanes test above measures something. */
     assert_true(s.shed_by_lane[0] >= 100);
@@ -517,8 +517,8 @@ static void test_tenants_from_drained_bucket(void **state) {
         assert_int_equal(q->element[5]->element[0]->integer, 1);
         freeReplyObject(q);
     }
-    configure_on(rc, "drain", "rpm", "1200", "tenant_idle_ms", "1000", "tenant.heavy", "3,0,0,0", "tenant.light", "1,0,0,0",
-              NULL);
+    configure_on(rc, "drain", "rpm", "1200", "tenant_idle_ms", "1000", "tenant.heavy", "3,0,0,0", "tenant.light",
+                 "1,0,0,0", NULL);
     s.ntenants = 2;
     s.tenants[0] = "heavy";
     s.tenants[1] = "light";
@@ -529,8 +529,8 @@ static void test_tenants_from_drained_bucket(void **state) {
     sim_run(&s, 18000);
     double h = (double)count_grants(&s, -1, 0, 1000, 10000), l = (double)count_grants(&s, -1, 1, 1000, 10000);
     double after = (double)count_grants(&s, -1, 0, 15000, 18000) / 60.0;
-    print_message("  drained start, shared agent: heavy:light %.0f:%.0f = %.2f; heavy alone 5-8 s later %.1f %%\n", h, l,
-                  h / l, 100 * after);
+    print_message("  drained start, shared agent: heavy:light %.0f:%.0f = %.2f; heavy alone 5-8 s later %.1f %%\n", h,
+                  l, h / l, 100 * after);
     assert_true(h / l >= 2.7 && h / l <= 3.3);
     assert_true(after >= 0.95);
     assert_int_equal(replay_sends(&s, -1, -1, 1200, 20), 0);
@@ -568,8 +568,8 @@ static void test_jain_eight_tenants(void **state) {
     sim s;
     sim_init(&s, "jain", 4);
     configure_on(rc, "jain", "rpm", "1200", "tenant.t0", "1,0,0,0", "tenant.t1", "1,0,0,0", "tenant.t2", "1,0,0,0",
-              "tenant.t3", "1,0,0,0", "tenant.t4", "1,0,0,0", "tenant.t5", "1,0,0,0", "tenant.t6", "1,0,0,0",
-              "tenant.t7", "1,0,0,0", NULL);
+                 "tenant.t3", "1,0,0,0", "tenant.t4", "1,0,0,0", "tenant.t5", "1,0,0,0", "tenant.t6", "1,0,0,0",
+                 "tenant.t7", "1,0,0,0", NULL);
     static const char *names[8] = {"t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"};
     s.ntenants = 8;
     for (int t = 0; t < 8; t++) {
@@ -622,8 +622,8 @@ static void test_tenant_daily_tokens(void **state) {
     (void)state;
     configure_on(rc, "daily", "rpm", "6000", "tpm", "1000000", "tenant.cb", "1,0,0,1000", NULL);
     /* 600 + 400 fill the day; 1 more token is shed until midnight. */
-    redisReply *r = script_callv(rc, SCRIPT_RESERVE, "daily", "3", "600", "60000", "", "cb", "400", "60000", "",
-                                 "cb", "1", "60000", "", "cb", NULL);
+    redisReply *r = script_callv(rc, SCRIPT_RESERVE, "daily", "3", "600", "60000", "", "cb", "400", "60000", "", "cb",
+                                 "1", "60000", "", "cb", NULL);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->element[5]->element[0]->integer, 1);
     assert_int_equal(r->element[6]->element[0]->integer, 1);
@@ -693,8 +693,8 @@ static void test_configure_rejects_bad_lanes(void **state) {
     char err[256];
     configure_err("bad", err, sizeof(err), "rpm", "60", "lane.a", "0,-1", NULL);
     assert_non_null(strstr(err, "lane.a"));
-    configure_err("bad", err, sizeof(err), "rpm", "60", "lane.a", "0,-1,0.6", "lane.b", "1,-1,0.5", "lane.c",
-                  "2,-1,0", NULL);
+    configure_err("bad", err, sizeof(err), "rpm", "60", "lane.a", "0,-1,0.6", "lane.b", "1,-1,0.5", "lane.c", "2,-1,0",
+                  NULL);
     assert_non_null(strstr(err, "lane 'c'"));
     configure_err("bad", err, sizeof(err), "rpm", "60", "lane.a", "0,-1,0", "default_lane", "z", NULL);
     assert_non_null(strstr(err, "default_lane"));

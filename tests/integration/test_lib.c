@@ -43,7 +43,6 @@
 #include "sluice.h"
 #include "test_lib_harness.h"
 
-
 /* The deployments of every test, named <prefix>-<name> so that the two
  * modes never share state in Redis. */
 static void deployments(const char *p, char *out, size_t n) {
@@ -74,9 +73,7 @@ static void deployments(const char *p, char *out, size_t n) {
 
 static lib_suite S = {.name = "test_lib", .tag = "lib", .deps = deployments, .with_web = 0};
 
-static int group_setup(void **state) {
-    return lib_suite_setup(&S);
-}
+static int group_setup(void **state) { return lib_suite_setup(&S); }
 
 static int group_teardown(void **state) {
     lib_suite_teardown(&S);
@@ -93,13 +90,9 @@ static sl_gov *open_gov(int mode, int which) {
     return g;
 }
 
-
-
 static const char *prefix(int mode) { return mode == EMBEDDED ? "e" : "d"; }
 
-static void dep_name(int mode, const char *name, char *out, size_t n) {
-    snprintf(out, n, "%s-%s", prefix(mode), name);
-}
+static void dep_name(int mode, const char *name, char *out, size_t n) { snprintf(out, n, "%s-%s", prefix(mode), name); }
 
 /* Waits (bounded) until Redis' status of dep has field >= want. */
 static void wait_redis_status(const char *dep, const char *field, long long want, int ms) {
@@ -110,7 +103,6 @@ static long long redis_status(const char *dep, const char *field) { return h_red
 
 /* A governor: embedded (its own engine, a new agent) or connected to
  * daemon `which`. */
-
 
 static sl_request request(const char *dep, long long tokens, long long max_wait, double deadline_in) {
     sl_request r;
@@ -142,8 +134,8 @@ static void basic(int mode) {
     double t0 = h_now();
     assert_int_equal(sl_acquire(g, &r, &b), 0);
     double took = h_now() - t0;
-    print_message("  [%s] second grant %s waited %lld ms (returned after %.1f ms)\n", prefix(mode),
-                  sl_grant_id(b), sl_grant_waited_ms(b), took);
+    print_message("  [%s] second grant %s waited %lld ms (returned after %.1f ms)\n", prefix(mode), sl_grant_id(b),
+                  sl_grant_waited_ms(b), took);
     assert_true(took >= 60 && took < 400);
     assert_true(sl_grant_waited_ms(b) >= 50);
     sl_header h[] = {{"x-ratelimit-remaining-requests", "5"}, {"content-type", "application/json"}};
@@ -220,8 +212,8 @@ static void group_grant(sl_gov *g, const char *name, const char *tag, const char
     int rc = sl_acquire(g, &r, &a);
     if (rc != 0) fail_msg("acquire %s tag %s: %s: %s", name, tag ? tag : "-", sl_strerror(rc), sl_errmsg(g));
     if (strcmp(sl_grant_deployment(a), member) != 0 || strcmp(sl_grant_endpoint(a), endpoint) != 0)
-        fail_msg("acquire %s tag %s: got %s at '%s', wanted %s at '%s'", name, tag ? tag : "-",
-                 sl_grant_deployment(a), sl_grant_endpoint(a), member, endpoint);
+        fail_msg("acquire %s tag %s: got %s at '%s', wanted %s at '%s'", name, tag ? tag : "-", sl_grant_deployment(a),
+                 sl_grant_endpoint(a), member, endpoint);
     /* The grant id is the member's: settles and retries go to it. */
     assert_int_equal(strncmp(sl_grant_id(a), member, strlen(member)), 0);
     assert_int_equal(sl_grant_id(a)[strlen(member)], ':');
@@ -330,8 +322,8 @@ static void shed_and_deadline(int mode) {
     int64_t deadline = r.deadline_ms;
     assert_int_equal(sl_acquire(g, &r, &d), 0);
     took = h_now() - t0;
-    print_message("  [%s] slot waited %lld ms, returned %.1f ms after the call (deadline 1800)\n",
-                  prefix(mode), sl_grant_waited_ms(d), took);
+    print_message("  [%s] slot waited %lld ms, returned %.1f ms after the call (deadline 1800)\n", prefix(mode),
+                  sl_grant_waited_ms(d), took);
     assert_true(sl_now_ms() <= deadline);
     assert_true(took > 500);
     /* Success clears the thread's error. */
@@ -382,8 +374,8 @@ static void deadline_with_pause(int mode) {
     assert_int_equal(sl_settle(a, 0, SL_OUTCOME_THROTTLED, h, 1), 0);
     pthread_join(b.t, NULL);
     double late = (double)(sl_now_ms() - deadline);
-    print_message("  [%s] paused past its deadline: %s after %.1f ms (%.1f ms after the deadline): %s\n",
-                  prefix(mode), sl_strerror(b.rc), b.took, late, sl_errmsg(g));
+    print_message("  [%s] paused past its deadline: %s after %.1f ms (%.1f ms after the deadline): %s\n", prefix(mode),
+                  sl_strerror(b.rc), b.took, late, sl_errmsg(g));
     assert_int_equal(b.rc, SL_ETIMEDOUT);
     assert_null(b.grant);
     assert_true(b.took >= 1400);
@@ -568,8 +560,8 @@ static void cancel_gives_back(int mode) {
     double t0 = h_now();
     assert_int_equal(sl_acquire(g, &r, &d), 0);
     double took = h_now() - t0;
-    print_message("  [%s] after cancelling two waiters the next caller waited %.0f ms (not ~2750)\n",
-                  prefix(mode), took);
+    print_message("  [%s] after cancelling two waiters the next caller waited %.0f ms (not ~2750)\n", prefix(mode),
+                  took);
     assert_true(took < 2250);
     /* No wait needed: b's slot (~1 s) and c's (~2 s) are no later than
      * d's, so had either callback been due it would have run first. */
@@ -676,8 +668,8 @@ static void fleet_pause(int mode) {
     /* And the first agent's too, once: the pause is not extended per caller. */
     assert_int_equal(sl_acquire(g1, &r, &c), 0);
     double at_c = h_now() - t429;
-    print_message("  [%s] pause 1000 ms: other agent released at +%.0f ms, same agent at +%.0f ms\n",
-                  prefix(mode), at_b, at_c);
+    print_message("  [%s] pause 1000 ms: other agent released at +%.0f ms, same agent at +%.0f ms\n", prefix(mode),
+                  at_b, at_c);
     assert_true(at_b >= 950 && at_b < 1300);
     assert_true(at_c >= 950 && at_c < 1300);
     sl_settle(b, -1, SL_OUTCOME_OK, NULL, 0);
@@ -713,8 +705,8 @@ static void close_wakes_waiters(int mode) {
     sl_close(g);
     double took = h_now() - t0;
     pthread_join(b.t, NULL);
-    print_message("  [%s] sl_close with two waiters took %.1f ms: blocking %s, async %s\n", prefix(mode),
-                  took, sl_strerror(b.rc), sl_strerror(c.status));
+    print_message("  [%s] sl_close with two waiters took %.1f ms: blocking %s, async %s\n", prefix(mode), took,
+                  sl_strerror(b.rc), sl_strerror(c.status));
     assert_int_equal(b.rc, SL_ECLOSING);
     assert_int_equal(async_called(&c), 1);
     assert_int_equal(c.status, SL_ECLOSING);
@@ -836,7 +828,7 @@ static int self_closed(void *arg) {
 /* Whether agent is in the heartbeat set of dep (Redis' agents zset). */
 typedef struct agent_key {
     const char *dep, *agent;
-    int present;   /* the answer wanted */
+    int present; /* the answer wanted */
 } agent_key;
 
 static int agent_listed(void *arg) {

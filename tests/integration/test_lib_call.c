@@ -42,7 +42,6 @@
 #include "sluice_uv.h"
 #include "test_lib_harness.h"
 
-
 static void deployments(const char *p, char *out, size_t n) {
     snprintf(out, n,
              "  %s-ok:\n    rpm: 60000\n"
@@ -78,11 +77,7 @@ static int skip_without_daemon(int mode) { return lib_suite_skip(&S, mode); }
 
 static sl_gov *open_gov(int mode, int which) { return lib_suite_open(&S, mode, which); }
 
-
-
 static const char *prefix(int mode) { return mode == EMBEDDED ? "e" : "d"; }
-
-
 
 /* ---- one loop, one caller --------------------------------------------------------- */
 
@@ -126,9 +121,9 @@ static int run_until(env *e, int (*pred)(void *), void *arg, int ms) {
     return ok;
 }
 
-#define RUN_UNTIL_OR_FAIL(e, pred, arg, ms, what)                                                     \
-    do {                                                                                              \
-        if (!run_until((e), (pred), (arg), (ms))) fail_msg("timed out after %d ms waiting for %s", (ms), (what)); \
+#define RUN_UNTIL_OR_FAIL(e, pred, arg, ms, what)                                                                      \
+    do {                                                                                                               \
+        if (!run_until((e), (pred), (arg), (ms))) fail_msg("timed out after %d ms waiting for %s", (ms), (what));      \
     } while (0)
 
 /* What one call did, as its callbacks saw it. */
@@ -137,7 +132,7 @@ typedef struct result {
     int64_t done_at;
     sl_call_report rep;
     sl_call *call;
-    int prepare_rc;              /* what the prepare hook returns */
+    int prepare_rc; /* what the prepare hook returns */
     int cancel_in_prepare;
 } result;
 
@@ -886,11 +881,11 @@ static void test_free_with_calls_in_progress(void **state) {
     long long cancelled = status_of(EMBEDDED, "free", "settled_cancelled");
     long long failed = status_of(EMBEDDED, "free", "settled_failed");
     o = opts(0, 0);
-    start(&e, "free", "/ok", &o, &waiting);           /* 10 s from its slot */
+    start(&e, "free", "/ok", &o, &waiting); /* 10 s from its slot */
     o = opts(0, 0);
-    start(&e, "send", "/slow?ms=2000", &o, &sending);  /* at the provider */
+    start(&e, "send", "/slow?ms=2000", &o, &sending); /* at the provider */
     o = opts(0, 0);
-    start(&e, "free429", "/429?ra=3", &o, &backoff);   /* backing off */
+    start(&e, "free429", "/429?ra=3", &o, &backoff); /* backing off */
     state_is s1 = {&sending, SL_CALL_SENDING}, s2 = {&backoff, SL_CALL_BACKOFF};
     path_count pc = {"/slow", 1};
     RUN_UNTIL_OR_FAIL(&e, provider_saw, &pc, 5000, "the slow request at the provider");
@@ -926,7 +921,7 @@ typedef struct psock {
 
 typedef struct ploop {
     psock *socks;
-    int64_t due;                 /* -1: disarmed */
+    int64_t due; /* -1: disarmed */
     int pipe[2];
     int closed;
 } ploop;
@@ -976,15 +971,14 @@ static void p_turn(ploop *pl, sl_caller *c) {
     int n = 0;
     fds[n++] = (struct pollfd){pl->pipe[0], POLLIN, 0};
     for (psock *s = pl->socks; s && n < 65; s = s->next)
-        fds[n++] = (struct pollfd){s->fd, (short)((s->events & SL_LOOP_READ ? POLLIN : 0) |
-                                                  (s->events & SL_LOOP_WRITE ? POLLOUT : 0)), 0};
+        fds[n++] = (struct pollfd){
+            s->fd, (short)((s->events & SL_LOOP_READ ? POLLIN : 0) | (s->events & SL_LOOP_WRITE ? POLLOUT : 0)), 0};
     int64_t now = sl_now_ms();
     int timeout = pl->due < 0 ? 50 : pl->due > now ? (int)(pl->due - now) : 0;
     if (poll(fds, (nfds_t)n, timeout) < 0) return;
     if (fds[0].revents & POLLIN) {
         char buf[64];
-        while (read(pl->pipe[0], buf, sizeof(buf)) == (ssize_t)sizeof(buf)) {
-        }
+        while (read(pl->pipe[0], buf, sizeof(buf)) == (ssize_t)sizeof(buf)) {}
         sl_caller_wake(c);
     }
     for (int i = 1; i < n && !pl->closed; i++) {

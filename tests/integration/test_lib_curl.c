@@ -30,7 +30,6 @@
 #include "sluice.h"
 #include "test_lib_harness.h"
 
-
 static void deployments(const char *p, char *out, size_t n) {
     snprintf(out, n,
              "  %s-ok:\n    rpm: 60000\n"
@@ -62,15 +61,10 @@ static int skip_without_daemon(int mode) { return lib_suite_skip(&S, mode); }
 
 static sl_gov *open_gov(int mode, int which) { return lib_suite_open(&S, mode, which); }
 
-
-
 static const char *prefix(int mode) { return mode == EMBEDDED ? "e" : "d"; }
 
-
-
 /* One governed POST to path. */
-static int call(sl_gov *g, int mode, const char *dep_suffix, const char *path, sl_call_opts *o,
-                sl_call_report *rep) {
+static int call(sl_gov *g, int mode, const char *dep_suffix, const char *path, sl_call_opts *o, sl_call_report *rep) {
     char dep[64], url[256];
     snprintf(dep, sizeof(dep), "%s-%s", prefix(mode), dep_suffix);
     http_url(&S.web, path, url, sizeof(url));
@@ -146,8 +140,8 @@ static void success_and_retries(int mode) {
     pthread_mutex_lock(&S.web.mu);
     double t200 = S.web.log[S.web.nlog - 1].t_ms;
     pthread_mutex_unlock(&S.web.mu);
-    print_message("  [%s] 429 Retry-After 1 s: retried %.0f ms after it, done in %.0f ms, %d attempts\n",
-                  prefix(mode), t200 - t429, took, rep.attempts);
+    print_message("  [%s] 429 Retry-After 1 s: retried %.0f ms after it, done in %.0f ms, %d attempts\n", prefix(mode),
+                  t200 - t429, took, rep.attempts);
     assert_int_equal(rep.attempts, 2);
     assert_true(t200 - t429 >= 1000);
     assert_true(took < 2500);
@@ -209,8 +203,8 @@ static void deadlines(int mode) {
     int rc = call(g, mode, "deadline", "/slow?ms=4000", &o, &rep);
     double took = h_now() - t0;
     double late = (double)(sl_now_ms() - deadline);
-    print_message("  [%s] slow provider: %s after %.0f ms (%.1f ms after the deadline), outcome %s: %s\n",
-                  prefix(mode), sl_strerror(rc), took, late, rep.outcome, rep.message);
+    print_message("  [%s] slow provider: %s after %.0f ms (%.1f ms after the deadline), outcome %s: %s\n", prefix(mode),
+                  sl_strerror(rc), took, late, rep.outcome, rep.message);
     assert_int_equal(rc, SL_EDEADLINE);
     assert_true(rep.within_deadline);
     assert_true(late <= DEADLINE_SLACK_MS);

@@ -71,10 +71,10 @@ H_FN void h_sleep(int ms) { proc_sleep_ms(ms); }
 #define HTTP_LOG_MAX 8192
 
 typedef struct http_hit {
-    double t_ms;      /* arrival, h_now() */
+    double t_ms; /* arrival, h_now() */
     int status;
     char path[48];
-    double wait_ms;   /* /flaky's 429: the wait its headers ask for from now, else -1 */
+    double wait_ms; /* /flaky's 429: the wait its headers ask for from now, else -1 */
 } http_hit;
 
 typedef struct http_server {
@@ -82,11 +82,11 @@ typedef struct http_server {
     pthread_t thread;
     volatile int stop;
     pthread_mutex_t mu;
-    int active;              /* connection threads running */
+    int active; /* connection threads running */
     http_hit log[HTTP_LOG_MAX];
     size_t nlog;
-    int flaky_left;          /* /flaky answers 429 while > 0 */
-    int flaky_ra_s;          /* its Retry-After */
+    int flaky_left; /* /flaky answers 429 while > 0 */
+    int flaky_ra_s; /* its Retry-After */
 } http_server;
 
 typedef struct http_conn {
@@ -94,10 +94,9 @@ typedef struct http_conn {
     int fd;
 } http_conn;
 
-static const char http_ok_body[] =
-    "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"choices\":[{\"index\":0,"
-    "\"message\":{\"role\":\"assistant\",\"content\":\"hi\"}}],"
-    "\"usage\":{\"prompt_tokens\":30,\"completion_tokens\":12,\"total_tokens\":42}}";
+static const char http_ok_body[] = "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"choices\":[{\"index\":0,"
+                                   "\"message\":{\"role\":\"assistant\",\"content\":\"hi\"}}],"
+                                   "\"usage\":{\"prompt_tokens\":30,\"completion_tokens\":12,\"total_tokens\":42}}";
 
 static long h_query(const char *path, const char *key, long def) {
     const char *q = strchr(path, '?');
@@ -386,13 +385,13 @@ H_FN void lib_daemon_stop(lib_daemon *d) { sluiced_fixture_stop(d, 0); }
 typedef void (*lib_deps_fn)(const char *prefix, char *out, size_t n);
 
 typedef struct lib_suite {
-    const char *name;   /* the test program, for messages */
-    const char *tag;    /* agent ids */
+    const char *name; /* the test program, for messages */
+    const char *tag;  /* agent ids */
     lib_deps_fn deps;
     int with_web;
     redis_fixture fx;
     lib_daemon dmn[2];
-    int have_daemon;    /* sluiced is built and both daemons run */
+    int have_daemon; /* sluiced is built and both daemons run */
     int next_agent;
     http_server web;
 } lib_suite;

@@ -47,17 +47,16 @@
 
 typedef struct mock_child {
     pid_t pid;
-    int out;       /* the child's stdout */
+    int out; /* the child's stdout */
     int port;
-    char *rest;    /* stdout after the "listening" line, read at stop */
+    char *rest; /* stdout after the "listening" line, read at stop */
     size_t rest_len;
 } mock_child;
 
 static void sleep_ms(double ms) {
     if (ms <= 0) return;
     struct timespec ts = {(time_t)(ms / 1000), (long)(fmod(ms, 1000) * 1e6)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 static const char *sluice_bin(void) {
@@ -325,15 +324,15 @@ static json_t *body_json(const response *r) {
 /* ---- streamed responses (chunked Server-Sent Events) ------------------ */
 
 typedef struct sse_event {
-    char name[64];  /* "event:" line, "" when absent */
-    char *data;     /* "data:" line (malloc'd) */
-    double at_ms;   /* when the test read it, on its own clock */
+    char name[64]; /* "event:" line, "" when absent */
+    char *data;    /* "data:" line (malloc'd) */
+    double at_ms;  /* when the test read it, on its own clock */
 } sse_event;
 
 typedef struct stream {
     int status;
     char head[8192];
-    char *body;     /* decoded body not yet split into events */
+    char *body; /* decoded body not yet split into events */
     size_t len, cap;
     int chunked, ended;
     sse_event ev[64];
@@ -441,8 +440,7 @@ static int stream_next(client *cl, stream *s) {
 static void stream_read_all(client *cl, stream *s) {
     assert_int_equal(stream_open(cl, s), 0);
     int r;
-    while ((r = stream_next(cl, s)) == 1) {
-    }
+    while ((r = stream_next(cl, s)) == 1) {}
     assert_int_equal(r, 0);
 }
 
@@ -494,8 +492,7 @@ static long stream_header_long(const stream *s, const char *name) {
 }
 
 /* Formats a POST with a JSON body. client may be NULL (no x-client-id). */
-static size_t post(char *out, size_t n, const char *path, const char *client_id, int close,
-                   const char *body) {
+static size_t post(char *out, size_t n, const char *path, const char *client_id, int close, const char *body) {
     char idh[160] = "";
     if (client_id) snprintf(idh, sizeof(idh), "x-client-id: %s\r\n", client_id);
     int len = snprintf(out, n,
@@ -509,8 +506,7 @@ static size_t post(char *out, size_t n, const char *path, const char *client_id,
 static const char *simple_body = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
 
 /* One request on a fresh connection. */
-static void call(int port, const char *path, const char *client_id, const char *body,
-                 response *r) {
+static void call(int port, const char *path, const char *client_id, const char *body, response *r) {
     static client cl;
     char req[1 << 14];
     client_open(&cl, port);
@@ -553,8 +549,7 @@ static void test_cli(void **state) {
     char out[8192];
     (void)state;
     assert_int_equal(run_cli(out, sizeof(out), "--help", NULL), 0);
-    for (const char *const *c = (const char *const[]){"mock", "demo", "run", "status", "top", NULL};
-         *c; c++)
+    for (const char *const *c = (const char *const[]){"mock", "demo", "run", "status", "top", NULL}; *c; c++)
         assert_non_null(strstr(out, *c));
     assert_int_equal(run_cli(out, sizeof(out), "--version", NULL), 0);
     assert_true(strncmp(out, "sluice ", 7) == 0);
@@ -628,8 +623,7 @@ static void test_burst_then_refill(void **state) {
         assert_string_equal(json_string_value(json_object_get(e, "code")), "429");
         assert_non_null(strstr(json_string_value(json_object_get(e, "message")),
                                "Requests to the ChatCompletions_Create Operation"));
-        assert_non_null(strstr(json_string_value(json_object_get(e, "message")),
-                               "call rate limit"));
+        assert_non_null(strstr(json_string_value(json_object_get(e, "message")), "call rate limit"));
         json_decref(j);
     }
     assert_int_equal(accepted[0] + accepted[1] + accepted[2], BURST);
@@ -663,8 +657,7 @@ static void test_burst_then_refill(void **state) {
         snprintf(p, sizeof(p), "clients/worker-%d/status_429", i);
         assert_int_equal(jint(s, p), limited[i]);
     }
-    json_t *times = json_object_get(json_object_get(json_object_get(s, "deployments"), "gpt-4o"),
-                                    "accept_ms");
+    json_t *times = json_object_get(json_object_get(json_object_get(s, "deployments"), "gpt-4o"), "accept_ms");
     assert_int_equal(json_array_size(times), BURST + 1);
     replay rp;
     replay_init(&rp);
@@ -699,12 +692,11 @@ static void test_tpm_charges_the_estimate(void **state) {
     char body[8192];
     mock_child c;
     (void)state;
-    child_start(&c, "--rpm", "6000", "--burst", "100", "--tpm", "600", "--token-burst", "300",
-                "--completion-tokens", "100000", "--service-ms", "1-5", NULL);
+    child_start(&c, "--rpm", "6000", "--burst", "100", "--tpm", "600", "--token-burst", "300", "--completion-tokens",
+                "100000", "--service-ms", "1-5", NULL);
 
     char *text = content_of("abcd", 100); /* 400 chars: 100 tokens */
-    snprintf(body, sizeof(body),
-             "{\"messages\":[{\"role\":\"system\",\"content\":\"%s\"}],\"max_tokens\":50}", text);
+    snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"system\",\"content\":\"%s\"}],\"max_tokens\":50}", text);
     free(text);
     call(c.port, AZURE_PATH("tok"), "t", body, &r);
     assert_int_equal(r.status, 200);
@@ -714,9 +706,9 @@ static void test_tpm_charges_the_estimate(void **state) {
     assert_int_equal(json_integer_value(json_object_get(u, "prompt_tokens")), 100);
     assert_int_equal(json_integer_value(json_object_get(u, "completion_tokens")), 50);
     assert_int_equal(json_integer_value(json_object_get(u, "total_tokens")), 150);
-    assert_string_equal(json_string_value(json_object_get(
-                            json_array_get(json_object_get(j, "choices"), 0), "finish_reason")),
-                        "length");
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "finish_reason")),
+        "length");
     json_decref(j);
 
     /* Four code points in eight bytes are one token; no max_tokens is 16.
@@ -736,8 +728,7 @@ static void test_tpm_charges_the_estimate(void **state) {
 
     /* 200 estimated tokens do not fit in the ~133 left: 429 on tokens. */
     text = content_of("abcd", 150);
-    snprintf(body, sizeof(body),
-             "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":50}", text);
+    snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":50}", text);
     free(text);
     call(c.port, AZURE_PATH("tok"), "t", body, &r);
     assert_int_equal(r.status, 429);
@@ -768,8 +759,7 @@ static void test_tpm_charges_the_estimate(void **state) {
     assert_int_equal(jint(fin, "deployments/tok/status_429"), 1);
     assert_int_equal(jint(fin, "deployments/tok/tokens_charged"), 150 + 17);
     assert_int_equal(jint(fin, "deployments/tok/tokens_reported"), 150 + 17);
-    json_t *toks = json_object_get(json_object_get(json_object_get(fin, "deployments"), "tok"),
-                                   "accept_tokens");
+    json_t *toks = json_object_get(json_object_get(json_object_get(fin, "deployments"), "tok"), "accept_tokens");
     assert_int_equal(json_integer_value(json_array_get(toks, 0)), 150);
     assert_int_equal(json_integer_value(json_array_get(toks, 1)), 17);
     json_decref(fin);
@@ -788,8 +778,7 @@ static void test_quota_exhausted(void **state) {
     json_t *j = body_json(&r), *e = json_object_get(j, "error");
     assert_string_equal(json_string_value(json_object_get(e, "type")), "insufficient_quota");
     assert_string_equal(json_string_value(json_object_get(e, "code")), "insufficient_quota");
-    assert_true(strncmp(json_string_value(json_object_get(e, "message")),
-                        "You exceeded your current quota", 31) == 0);
+    assert_true(strncmp(json_string_value(json_object_get(e, "message")), "You exceeded your current quota", 31) == 0);
     json_decref(j);
     call(c.port, AZURE_PATH("gpt-4o"), "q", simple_body, &r);
     assert_int_equal(r.status, 429);
@@ -809,8 +798,7 @@ static void test_not_found_and_bad_requests(void **state) {
     call(c.port, "/openai/deployments/gpt-4o/embeddings", "n", simple_body, &r);
     assert_int_equal(r.status, 404);
     json_t *j = body_json(&r);
-    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "code")),
-                        "404");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "code")), "404");
     json_decref(j);
     call(c.port, AZURE_PATH("other"), "n", simple_body, &r);
     assert_int_equal(r.status, 404);
@@ -918,8 +906,7 @@ static void test_pipelining(void **state) {
     child_start(&c, "--service-ms", "1-300", "--completion-tokens", "1000", "--seed", "3", NULL);
     client_open(&a, c.port);
     for (int i = 1; i <= 6; i++) {
-        snprintf(body, sizeof(body),
-                 "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":%d}", i);
+        snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":%d}", i);
         n += post(req + n, sizeof(req) - n, AZURE_PATH("pipe"), "p", i == 6, body);
     }
     client_send(&a, req, n);
@@ -927,9 +914,7 @@ static void test_pipelining(void **state) {
         assert_int_equal(client_read(&a, &r), 0);
         assert_int_equal(r.status, 200);
         json_t *j = body_json(&r);
-        assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"),
-                                                            "completion_tokens")),
-                         i);
+        assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")), i);
         json_decref(j);
     }
     assert_int_equal(client_fill(&a), 0);
@@ -997,21 +982,19 @@ static void test_http10_and_expect(void **state) {
     (void)state;
     child_start(&c, "--service-ms", "1", NULL);
     client_open(&a, c.port);
-    int n = snprintf(req, sizeof(req),
-                     "POST " AZURE_PATH("old") " HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s",
+    int n = snprintf(req, sizeof(req), "POST " AZURE_PATH("old") " HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s",
                      strlen(simple_body), simple_body);
     client_send(&a, req, (size_t)n);
     assert_true(client_fill(&a) > 0);
     while (!strstr(a.buf, "}}")) assert_true(client_fill(&a) > 0);
     assert_true(strncmp(a.buf, "HTTP/1.1 200", 12) == 0);
-    while (client_fill(&a) > 0) {
-    }
+    while (client_fill(&a) > 0) {}
     client_close(&a);
 
     client_open(&a, c.port);
     n = snprintf(req, sizeof(req),
                  "POST " AZURE_PATH("new") " HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-                 "Content-Length: %zu\r\n\r\n",
+                                           "Content-Length: %zu\r\n\r\n",
                  strlen(simple_body));
     client_send(&a, req, (size_t)n);
     while (!strstr(a.buf, "\r\n\r\n")) assert_true(client_fill(&a) > 0);
@@ -1046,8 +1029,7 @@ static int control(int port, const char *query, response *r) {
     static client cl;
     char req[512];
     client_open(&cl, port);
-    int n = snprintf(req, sizeof(req),
-                     "POST /control%s HTTP/1.1\r\nHost: mock\r\nContent-Length: 0\r\n\r\n", query);
+    int n = snprintf(req, sizeof(req), "POST /control%s HTTP/1.1\r\nHost: mock\r\nContent-Length: 0\r\n\r\n", query);
     client_send(&cl, req, (size_t)n);
     assert_int_equal(client_read(&cl, r), 0);
     client_close(&cl);
@@ -1131,8 +1113,7 @@ static void test_noisy_neighbour(void **state) {
     static response r;
     mock_child c;
     (void)state;
-    child_start(&c, "--deployment", "shared", "--rpm", "60", "--burst", "5", "--neighbour-rpm",
-                "6000", NULL);
+    child_start(&c, "--deployment", "shared", "--rpm", "60", "--burst", "5", "--neighbour-rpm", "6000", NULL);
     /* The neighbour (100/s) has taken the burst of 5 and met more than 10
      * refusals since: the bucket stays empty. */
     ledger_wait w = {c.port, "clients/(neighbour)/status_429", 11};
@@ -1145,8 +1126,7 @@ static void test_noisy_neighbour(void **state) {
     long long acc = json_integer_value(json_object_get(nb, "accepted"));
     assert_true(acc >= 5 && acc <= 6);
     assert_true(json_integer_value(json_object_get(nb, "status_429")) > 10);
-    json_t *times = json_object_get(json_object_get(json_object_get(s, "deployments"), "shared"),
-                                    "accept_ms");
+    json_t *times = json_object_get(json_object_get(json_object_get(s, "deployments"), "shared"), "accept_ms");
     replay rp;
     replay_init(&rp);
     size_t i;
@@ -1174,12 +1154,10 @@ static void test_seed_and_sigusr1(void **state) {
         child_start(&c, "--seed", seeds[k], "--service-ms", "1-3", "--rpm", "6000", NULL);
         for (int i = 0; i < 6; i++) {
             call(c.port, AZURE_PATH("s"), "s",
-                 "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":100000}",
-                 &r);
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":100000}", &r);
             assert_int_equal(r.status, 200);
             json_t *j = body_json(&r);
-            seq[k][i] = json_integer_value(
-                json_object_get(json_object_get(j, "usage"), "completion_tokens"));
+            seq[k][i] = json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens"));
             json_decref(j);
         }
         if (k == 0) {
@@ -1231,8 +1209,7 @@ static char *answer_text(int n) {
  * first, then `deltas` content deltas that add up to `tokens` words, the
  * finish reason, with include_usage the usage chunk (empty choices) and
  * "usage": null on every other chunk, and [DONE] last. */
-static void check_chunks(const stream *st, int deltas, int tokens, const char *finish,
-                         int include_usage, long prompt) {
+static void check_chunks(const stream *st, int deltas, int tokens, const char *finish, int include_usage, long prompt) {
     size_t n = (size_t)deltas + 3 + (include_usage ? 1 : 0);
     char content[16384] = "";
     assert_int_equal(st->n, n);
@@ -1291,8 +1268,8 @@ static void test_stream_openai(void **state) {
     char req[4096], v[64];
     mock_child c;
     (void)state;
-    child_start(&c, "--rpm", "600", "--burst", "10", "--tpm", "600000", "--token-burst", "100000",
-                "--service-ms", "600", "--completion-tokens", "20", NULL);
+    child_start(&c, "--rpm", "600", "--burst", "10", "--tpm", "600000", "--token-burst", "100000", "--service-ms",
+                "600", "--completion-tokens", "20", NULL);
     client_open(&cl, c.port);
     double sent = now_ms();
     client_send(&cl, req,
@@ -1369,8 +1346,7 @@ static void test_stream_openai(void **state) {
         call(c.port, "/v1/chat/completions", "s", bad[i], &r);
         assert_int_equal(r.status, 400);
         json_t *j = body_json(&r);
-        assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "param")),
-                            param[i]);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "param")), param[i]);
         json_decref(j);
     }
     json_t *fin = child_stop(&c);
@@ -1419,8 +1395,7 @@ static void wait_for(int port, const char *path, long long want, int at_least) {
         json_t *j = s;
         char buf[256], *save = NULL;
         snprintf(buf, sizeof(buf), "%s", path);
-        for (char *k = strtok_r(buf, "/", &save); k && j; k = strtok_r(NULL, "/", &save))
-            j = json_object_get(j, k);
+        for (char *k = strtok_r(buf, "/", &save); k && j; k = strtok_r(NULL, "/", &save)) j = json_object_get(j, k);
         long long v = json_is_integer(j) ? json_integer_value(j) : 0;
         json_decref(s);
         if (v == want || (at_least && v > want)) return;
@@ -1429,9 +1404,7 @@ static void wait_for(int port, const char *path, long long want, int at_least) {
     }
 }
 
-static void wait_count(int port, const char *path, long long want) {
-    wait_for(port, path, want, 0);
-}
+static void wait_count(int port, const char *path, long long want) { wait_for(port, path, want, 0); }
 
 /* A client that leaves in the middle of a stream: the answer was admitted
  * and charged (accepted), and is counted abandoned as soon as the mock
@@ -1512,12 +1485,10 @@ static long anth_header(const response *r, const char *what, const char *field) 
 /* The reset of a bucket `deficit_ms` short of full at the decision, which
  * happened between wall times sent and got: full again that much later
  * (rounded up to the ms). */
-static void assert_reset(const response *r, const char *what, double sent, double got,
-                         double deficit_ms) {
+static void assert_reset(const response *r, const char *what, double sent, double got, double deficit_ms) {
     double reset = anth_reset(r, what);
     if (reset < sent + deficit_ms - 2 || reset > got + deficit_ms + 2)
-        fail_msg("%s reset %.0f is not %.0f ms after [%.0f, %.0f]", what, reset, deficit_ms, sent,
-                 got);
+        fail_msg("%s reset %.0f is not %.0f ms after [%.0f, %.0f]", what, reset, deficit_ms, sent, got);
 }
 
 static json_t *ledger_list(json_t *ledger, const char *dep, const char *list) {
@@ -1541,8 +1512,8 @@ static double dep_real(json_t *ledger, const char *dep, const char *field) {
 /* Limits that refill 0.0001 a ms (6 a minute): over a test of a few
  * seconds the buckets gain less than one unit, so every level a header or
  * the ledger shows is the exact sum of what was charged and given back. */
-#define SLOW_LIMITS "--rpm", "6", "--burst", "10", "--itpm", "6", "--input-burst", "1000", \
-                    "--otpm", "6", "--output-burst", "1000"
+#define SLOW_LIMITS                                                                                                    \
+    "--rpm", "6", "--burst", "10", "--itpm", "6", "--input-burst", "1000", "--otpm", "6", "--output-burst", "1000"
 
 /* A plain Messages call and the accounting Anthropic documents: the input
  * tokens (ceil(chars / 4) over system and messages) charged to the input
@@ -1607,8 +1578,8 @@ static void test_anthropic_messages(void **state) {
     for (char *line = strstr(r.head, "\r\n"); line && line[2] != '\r'; line = strstr(line + 2, "\r\n")) {
         char *colon = strchr(line + 2, ':'), *eol = strstr(line + 2, "\r\n");
         if (colon && colon < eol)
-            ratelimit_add_header(&fb, line + 2, (size_t)(colon - line - 2), colon + 1,
-                                 (size_t)(eol - colon - 1), (int64_t)got);
+            ratelimit_add_header(&fb, line + 2, (size_t)(colon - line - 2), colon + 1, (size_t)(eol - colon - 1),
+                                 (int64_t)got);
     }
     assert_int_equal(fb.invalid, 0);
     assert_int_equal(ratelimit_get(&fb, RATELIMIT_INPUT_TOKENS, &rv), RATELIMIT_SRC_PROVIDER);
@@ -1653,8 +1624,7 @@ static void test_anthropic_messages(void **state) {
     double refund0 = json_real_value(json_array_get(ledger_list(s, "claude-x", "output_refund_ms"), 0));
     assert_true(refund0 >= accept0 + 20 - 1); /* when the answer was sent */
     assert_int_equal((long long)floor(dep_real(s, "claude-x", "remaining_input")), 1000 - 8 - 1 - 2);
-    assert_int_equal((long long)floor(dep_real(s, "claude-x", "remaining_output")),
-                     1000 - 100 + 70 - 30 - 30);
+    assert_int_equal((long long)floor(dep_real(s, "claude-x", "remaining_output")), 1000 - 100 + 70 - 30 - 30);
     assert_int_equal(jint(s, "deployments/claude-x/tokens_charged"), 108 + 31 + 32);
     assert_int_equal(jint(s, "deployments/claude-x/tokens_reported"), 38 + 31 + 32);
     json_t *lim = json_object_get(json_object_get(json_object_get(s, "deployments"), "claude-x"), "limits");
@@ -1690,8 +1660,7 @@ static void test_anthropic_cache_reads(void **state) {
     static response r;
     mock_child c;
     (void)state;
-    child_start(&c, SLOW_LIMITS, "--cache-read-tokens", "5", "--completion-tokens", "1",
-                "--service-ms", "1", NULL);
+    child_start(&c, SLOW_LIMITS, "--cache-read-tokens", "5", "--completion-tokens", "1", "--service-ms", "1", NULL);
     /* 30 code points: 8 input tokens, 5 of them from the cache */
     anth_call(c.port, "c",
               "{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":"
@@ -1704,8 +1673,7 @@ static void test_anthropic_cache_reads(void **state) {
     json_decref(j);
     assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 1000 - 3);
     /* A prompt smaller than the cache read is read whole: nothing charged. */
-    anth_call(c.port, "c",
-              "{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}]}",
+    anth_call(c.port, "c", "{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}]}",
               &r);
     assert_int_equal(r.status, 200);
     j = body_json(&r);
@@ -1732,9 +1700,8 @@ static void test_anthropic_rate_limits(void **state) {
     char req[4096], v[64];
     mock_child c;
     (void)state;
-    child_start(&c, "--rpm", "6000", "--burst", "100", "--itpm", "6", "--input-burst", "10",
-                "--otpm", "6", "--output-burst", "100", "--completion-tokens", "30",
-                "--service-ms", "1500", NULL);
+    child_start(&c, "--rpm", "6000", "--burst", "100", "--itpm", "6", "--input-burst", "10", "--otpm", "6",
+                "--output-burst", "100", "--completion-tokens", "30", "--service-ms", "1500", NULL);
     /* 44 code points, 11 input tokens > 10: into the full bucket, to -1 */
     const char *big = "{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":"
                       "\"abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqr\"}]}";
@@ -1746,18 +1713,16 @@ static void test_anthropic_rate_limits(void **state) {
     assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 0);
     /* 1 more input token, 1.5 s (the service time) after the bucket went
      * to -1: (1 - (-1 + 1500 * 0.0001)) / 0.0001 ms = 18.5 s, so 19 */
-    anth_call(c.port, "r",
-              "{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+    anth_call(c.port, "r", "{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
               &r);
     assert_int_equal(r.status, 429);
     assert_int_equal(header_long(&r, "retry-after"), 19);
     assert_null(header(&r, "retry-after-ms", v, sizeof(v)));
     json_t *j = body_json(&r);
     assert_string_equal(json_string_value(json_object_get(j, "type")), "error");
-    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "type")),
-                        "rate_limit_error");
-    assert_non_null(strstr(json_string_value(json_object_get(json_object_get(j, "error"), "message")),
-                           "input tokens per minute"));
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "type")), "rate_limit_error");
+    assert_non_null(
+        strstr(json_string_value(json_object_get(json_object_get(j, "error"), "message")), "input tokens per minute"));
     assert_non_null(json_object_get(j, "request_id"));
     classify_result cr;
     assert_int_equal(classify_status_body(r.status, r.body, r.body_len, &cr), CLASSIFY_RATE_LIMITED);
@@ -1820,27 +1785,49 @@ static void test_anthropic_bad_requests(void **state) {
         {"{\"model\":", 400, "The request body is not a JSON object", 0},
         {"[1,2]", 400, "The request body is not a JSON object", 0},
         {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "model: Field required", 0},
-        {"{\"model\":7,\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "model: Input should be a valid string", 0},
-        {"{\"model\":\"gpt-9\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 404, "model: gpt-9", 0},
-        {"{\"model\":\"a/b\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 404, "model: a/b", 0},
-        {"{\"model\":\"claude\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "max_tokens: Field required", 1},
-        {"{\"model\":\"claude\",\"max_tokens\":\"5\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "max_tokens: Input should be a valid integer", 1},
-        {"{\"model\":\"claude\",\"max_tokens\":1.5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "max_tokens: Input should be a valid integer", 1},
-        {"{\"model\":\"claude\",\"max_tokens\":0,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "max_tokens: Input should be greater than or equal to 1", 1},
-        {"{\"model\":\"claude\",\"max_tokens\":1000001,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "max_tokens: 1000001 > 1000000", 1},
+        {"{\"model\":7,\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400,
+         "model: Input should be a valid string", 0},
+        {"{\"model\":\"gpt-9\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 404,
+         "model: gpt-9", 0},
+        {"{\"model\":\"a/b\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 404, "model: a/b",
+         0},
+        {"{\"model\":\"claude\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400,
+         "max_tokens: Field required", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":\"5\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400,
+         "max_tokens: Input should be a valid integer", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":1.5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400,
+         "max_tokens: Input should be a valid integer", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":0,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400,
+         "max_tokens: Input should be greater than or equal to 1", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":1000001,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400,
+         "max_tokens: 1000001 > 1000000", 1},
         {"{\"model\":\"claude\",\"max_tokens\":5}", 400, "messages: Field required", 1},
         {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":{}}", 400, "messages: Input should be a valid list", 1},
-        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[]}", 400, "messages: at least one message is required", 1},
-        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[\"hi\"]}", 400, "messages.0: Input should be a valid dictionary", 1},
-        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"system\",\"content\":\"x\"}]}", 400, "messages.1.role: Input should be 'user' or 'assistant'", 1},
-        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\"}]}", 400, "messages.0.content: Field required", 1},
-        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":3}]}", 400, "messages.0.content: Input should be a valid string or a list of content blocks", 1},
-        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"x\"}]}]}", 400, "messages.0.content.0.type: Field required", 1},
-        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", 400, "messages.0.content.0.text: Field required", 1},
-        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[5]}]}", 400, "messages.0.content.0: Input should be a valid dictionary", 1},
-        {"{\"model\":\"claude\",\"max_tokens\":5,\"system\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "system: Input should be a valid string or a list of text blocks", 1},
-        {"{\"model\":\"claude\",\"max_tokens\":5,\"system\":[{\"type\":\"image\"}],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "system.0.type: Input should be 'text'", 1},
-        {"{\"model\":\"claude\",\"max_tokens\":5,\"stream\":\"yes\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "stream: Input should be a valid boolean", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[]}", 400, "messages: at least one message is required",
+         1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[\"hi\"]}", 400,
+         "messages.0: Input should be a valid dictionary", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":"
+         "\"system\",\"content\":\"x\"}]}",
+         400, "messages.1.role: Input should be 'user' or 'assistant'", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\"}]}", 400,
+         "messages.0.content: Field required", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":3}]}", 400,
+         "messages.0.content: Input should be a valid string or a list of content blocks", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"x\"}]}]}",
+         400, "messages.0.content.0.type: Field required", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}",
+         400, "messages.0.content.0.text: Field required", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[5]}]}", 400,
+         "messages.0.content.0: Input should be a valid dictionary", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"system\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+         400, "system: Input should be a valid string or a list of text blocks", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"system\":[{\"type\":\"image\"}],\"messages\":[{\"role\":\"user\","
+         "\"content\":\"x\"}]}",
+         400, "system.0.type: Input should be 'text'", 1},
+        {"{\"model\":\"claude\",\"max_tokens\":5,\"stream\":\"yes\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}"
+         "]}",
+         400, "stream: Input should be a valid boolean", 1},
     };
     int n400 = 1, n400_dep = 0, n404 = 0;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -1940,8 +1927,7 @@ static void test_anthropic_stream(void **state) {
     char req[4096];
     mock_child c;
     (void)state;
-    child_start(&c, SLOW_LIMITS, "--cache-read-tokens", "2", "--completion-tokens", "20",
-                "--service-ms", "500", NULL);
+    child_start(&c, SLOW_LIMITS, "--cache-read-tokens", "2", "--completion-tokens", "20", "--service-ms", "500", NULL);
     client_open(&cl, c.port);
     /* 24 code points: 6 input tokens, 2 cached */
     double sent = now_ms();
@@ -1959,7 +1945,7 @@ static void test_anthropic_stream(void **state) {
     char text[4096] = "";
     for (size_t i = 0; i < st.n; i++) {
         json_t *j = event_json(&st.ev[i]);
-        const char *want = i < 2 ? names[i]
+        const char *want = i < 2     ? names[i]
                            : i < 18  ? "content_block_delta"
                            : i == 18 ? "content_block_stop"
                            : i == 19 ? "message_delta"
@@ -1991,9 +1977,10 @@ static void test_anthropic_stream(void **state) {
     check_paced(&st, sent, 500);
     stream_free(&st);
     /* The stream ended: 64 - 20 came back, which the next answer shows. */
-    client_send(&cl, req,
-                anth_post(req, sizeof(req), "s", 1,
-                          "{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}]}"));
+    client_send(
+        &cl, req,
+        anth_post(req, sizeof(req), "s", 1,
+                  "{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}]}"));
     assert_int_equal(client_read(&cl, &r), 0);
     client_close(&cl);
     assert_int_equal(r.status, 200);
@@ -2064,8 +2051,7 @@ static double answer_num(const response *r, const char *path) {
     json_t *j = body_json(r), *v = j;
     char buf[128], *save = NULL;
     snprintf(buf, sizeof(buf), "%s", path);
-    for (char *k = strtok_r(buf, "/", &save); k && v; k = strtok_r(NULL, "/", &save))
-        v = json_object_get(v, k);
+    for (char *k = strtok_r(buf, "/", &save); k && v; k = strtok_r(NULL, "/", &save)) v = json_object_get(v, k);
     if (!v) fail_msg("no %s in %s", path, r->body);
     double d = json_is_boolean(v) ? json_is_true(v) : json_number_value(v);
     json_decref(j);
@@ -2079,8 +2065,7 @@ static void test_control_neighbour(void **state) {
     static response r;
     mock_child c;
     (void)state;
-    child_start(&c, "--deployment", "shared", "--rpm", "6000", "--burst", "1000", "--tpm",
-                "6000000", NULL);
+    child_start(&c, "--deployment", "shared", "--rpm", "6000", "--burst", "1000", "--tpm", "6000000", NULL);
     /* The clock starts before the request that starts the neighbour: a test
      * descheduled after the answer would otherwise start it late and see
      * the neighbour faster than it is (CI, a loaded machine). */
@@ -2134,8 +2119,7 @@ static void test_control_inject_429(void **state) {
     char v[64];
     mock_child c;
     (void)state;
-    child_start(&c, "--rpm", "40", "--burst", "10", "--itpm", "6", "--input-burst", "1000",
-                "--service-ms", "1", NULL);
+    child_start(&c, "--rpm", "40", "--burst", "10", "--itpm", "6", "--input-burst", "1000", "--service-ms", "1", NULL);
     assert_int_equal(control(c.port, "?inject_429=3", &r), 200);
     assert_true(answer_num(&r, "inject_429") == 3);
     for (int i = 0; i < 2; i++) {
@@ -2238,8 +2222,8 @@ static void test_control_limits(void **state) {
                        "\"content\":\"abcd\"}]}";
     (void)state;
     /* rpm 60: 0.001 a ms, so the levels below stay put for the test's ~ms */
-    child_start(&c, "--rpm", "60", "--itpm", "6", "--input-burst", "1000", "--otpm", "6",
-                "--output-burst", "1000", "--completion-tokens", "100", "--service-ms", "1", NULL);
+    child_start(&c, "--rpm", "60", "--itpm", "6", "--input-burst", "1000", "--otpm", "6", "--output-burst", "1000",
+                "--completion-tokens", "100", "--service-ms", "1", NULL);
     call(c.port, AZURE_PATH("gpt-4o"), "l", simple_body, &r);
     assert_int_equal(header_long(&r, "x-ratelimit-remaining-requests"), 9);
     /* every deployment: capacity rpm/6 = 5, the level 9 capped at it */
@@ -2285,9 +2269,16 @@ static void test_control_limits(void **state) {
     assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 999); /* started full */
 
     /* bad values and names: 400, nothing changed */
-    static const char *const bad[] = {"?rpm=0", "?rpm=-5", "?rpm=abc", "?tpm=1e13", "?itpm=",
-                                      "?otpm", "?rpm=45&tpm=x", "?deployment=a/b&rpm=45",
-                                      "?deployment=&rpm=45", "?rpm=45&bogus=1"};
+    static const char *const bad[] = {"?rpm=0",
+                                      "?rpm=-5",
+                                      "?rpm=abc",
+                                      "?tpm=1e13",
+                                      "?itpm=",
+                                      "?otpm",
+                                      "?rpm=45&tpm=x",
+                                      "?deployment=a/b&rpm=45",
+                                      "?deployment=&rpm=45",
+                                      "?rpm=45&bogus=1"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         if (control(c.port, bad[i], &r) != 400) fail_msg("%s: %d %s", bad[i], r.status, r.body);
     json_t *s = get_stats(c.port, "");
@@ -2312,7 +2303,6 @@ static void test_control_limits(void **state) {
     json_decref(child_stop(&c));
 }
 
-
 /* ---- the mock's bucket against the replay ----------------------------- */
 
 /* splitmix64: the traces' own random sequence, fixed by the seed. */
@@ -2323,9 +2313,7 @@ static uint64_t trace_next(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-static double trace_unit(uint64_t *s) {
-    return (double)(trace_next(s) >> 11) * 0x1.0p-53;
-}
+static double trace_unit(uint64_t *s) { return (double)(trace_next(s) >> 11) * 0x1.0p-53; }
 
 typedef struct trace_send {
     double t, cost;
@@ -2346,8 +2334,8 @@ typedef struct trace {
 
 /* Replays the admitted sends and refunds before t (and, when with is not
  * NULL, that one send too) through replay.c. */
-static size_t trace_replay(const trace *tr, double capacity, double rate, double before,
-                           const trace_send *with, int all_sends, double *first) {
+static size_t trace_replay(const trace *tr, double capacity, double rate, double before, const trace_send *with,
+                           int all_sends, double *first) {
     replay rp;
     replay_init(&rp);
     for (size_t i = 0; i < tr->n_sends; i++) {
@@ -2385,8 +2373,7 @@ static void trace_run(trace *tr, uint64_t seed, double capacity, double rate, si
         trace_send *s = &tr->sends[i];
         t += -log(1 - trace_unit(&rs)) * mean_cost / (rate * 1.3);
         s->t = t;
-        s->cost = trace_unit(&rs) < 0.04 ? capacity * (1 + trace_unit(&rs))
-                                          : 0.5 + trace_unit(&rs) * capacity * 0.6;
+        s->cost = trace_unit(&rs) < 0.04 ? capacity * (1 + trace_unit(&rs)) : 0.5 + trace_unit(&rs) * capacity * 0.6;
         /* Refunds that fall due first, in time order (pending is sorted). */
         while (n_pending > 0 && pending[0].t < t) {
             mock_bucket_refill(&b, pending[0].t);
@@ -2405,8 +2392,7 @@ static void trace_run(trace *tr, uint64_t seed, double capacity, double rate, si
         }
         mock_bucket_take(&b, s->cost);
         if (trace_unit(&rs) < 0.5) {
-            trace_refund r = {t + trace_unit(&rs) * 3 * mean_cost / rate,
-                              s->cost * trace_unit(&rs)};
+            trace_refund r = {t + trace_unit(&rs) * 3 * mean_cost / rate, s->cost * trace_unit(&rs)};
             size_t k = n_pending;
             while (k > 0 && pending[k - 1].t > r.t) k--;
             memmove(pending + k + 1, pending + k, (n_pending - k) * sizeof(*pending));
@@ -2475,14 +2461,14 @@ static void test_bucket_and_replay_reject_alike(void **state) {
         double t, amount; /* < 0: a refund */
         int admit;
     } ev[] = {
-        {0, 800, 1},        /* 1000 -> 200 */
-        {100, -300, 1},     /* 200 + 1 + 300 = 501 */
-        {150, 600, 0},      /* 501.5 < 600: refused */
-        {1000, 1500, 0},    /* 510 and not full: an oversize send is refused */
-        {60000, 1500, 1},   /* full again: admitted into debt, -500 */
-        {60400, 1, 0},      /* -496 < 1: refused */
-        {60400.5, -2000, 1},/* -495.995 + 2000, capped at 1000 */
-        {60401, 1000, 1},   /* exactly full: admitted, 0 */
+        {0, 800, 1},         /* 1000 -> 200 */
+        {100, -300, 1},      /* 200 + 1 + 300 = 501 */
+        {150, 600, 0},       /* 501.5 < 600: refused */
+        {1000, 1500, 0},     /* 510 and not full: an oversize send is refused */
+        {60000, 1500, 1},    /* full again: admitted into debt, -500 */
+        {60400, 1, 0},       /* -496 < 1: refused */
+        {60400.5, -2000, 1}, /* -495.995 + 2000, capped at 1000 */
+        {60401, 1000, 1},    /* exactly full: admitted, 0 */
     };
     mock_bucket b;
     replay rp;

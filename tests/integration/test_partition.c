@@ -86,13 +86,13 @@
 
 typedef struct scenario {
     const char *name;
-    int ncut;        /* agents 1..ncut are cut (0: none) */
-    relay_mode how;  /* RELAY_CUT or RELAY_BLACKHOLE */
-    int kill;        /* kill -9 agent 1 instead */
+    int ncut;       /* agents 1..ncut are cut (0: none) */
+    relay_mode how; /* RELAY_CUT or RELAY_BLACKHOLE */
+    int kill;       /* kill -9 agent 1 instead */
 } scenario;
 
 typedef struct send_rec {
-    double t;        /* local ms (proc_now_ms) when the call went out */
+    double t; /* local ms (proc_now_ms) when the call went out */
     long status;
 } send_rec;
 
@@ -120,9 +120,9 @@ typedef struct pfleet {
     relay *relay[AGENTS];
     sluiced_fixture agent[AGENTS];
     char endpoint[64];
-    double offset;            /* local = ledger + offset */
+    double offset; /* local = ledger + offset */
     atomic_int stop;
-    atomic_int dead[AGENTS];  /* killed on purpose: its workers stop */
+    atomic_int dead[AGENTS]; /* killed on purpose: its workers stop */
     pworker w[AGENTS * CALLERS];
     pthread_t sampler;
     int have_sampler;
@@ -144,14 +144,14 @@ static void harness_fail(const char *fmt, ...) {
 }
 
 /* A bound of the issue: printed PASS or FAIL, counted. */
-#define BOUND(cond, ...)                                                                                    \
-    do {                                                                                                    \
-        int ok_ = (cond);                                                                                   \
-        if (!ok_) nfail++;                                                                                  \
-        printf("  %s ", ok_ ? "PASS" : "FAIL");                                                             \
-        printf(__VA_ARGS__);                                                                                \
-        printf("\n");                                                                                       \
-        fflush(stdout);                                                                                     \
+#define BOUND(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        int ok_ = (cond);                                                                                              \
+        if (!ok_) nfail++;                                                                                             \
+        printf("  %s ", ok_ ? "PASS" : "FAIL");                                                                        \
+        printf(__VA_ARGS__);                                                                                           \
+        printf("\n");                                                                                                  \
+        fflush(stdout);                                                                                                \
     } while (0)
 
 /* ---- workers ---------------------------------------------------------------------- */
@@ -198,7 +198,9 @@ static void *worker_main(void *arg) {
         double t = proc_now_ms();
         long st = worker_call_post(&w, f->endpoint, "d", "hello from a partition test", 20, 15000);
         rec_add(k, t, st);
-        if (worker_call_settle(&w, st == 200 ? "ok" : st == 429 ? "throttled" : "failed") != 0 &&
+        if (worker_call_settle(&w, st == 200   ? "ok"
+                                   : st == 429 ? "throttled"
+                                               : "failed") != 0 &&
             !atomic_load(&f->dead[k->agent]))
             k->errors++;
     }
@@ -364,7 +366,9 @@ static void print_per_second(const double *acc, size_t n, double from, int secs,
     size_t used = (size_t)snprintf(line, sizeof(line), "  accepts per second from %.0f s:", (from - fault_at) / 1000);
     for (int s = 0; s < secs && used < sizeof(line) - 32; s++) {
         double a = from + s * 1000.0;
-        const char *mark = fabs(a - fault_at) < 500 ? " |fault|" : fault_end > 0 && fabs(a - fault_end) < 500 ? " |end|" : "";
+        const char *mark = fabs(a - fault_at) < 500                     ? " |fault|"
+                           : fault_end > 0 && fabs(a - fault_end) < 500 ? " |end|"
+                                                                        : "";
         used += (size_t)snprintf(line + used, sizeof(line) - used, "%s %zu", mark, ledger_count(acc, n, a, a + 1000));
     }
     printf("%s\n", line);
@@ -440,14 +444,14 @@ static void run_scenario(const scenario *s) {
     long long errors = 0;
     for (int i = 0; i < AGENTS * CALLERS; i++) {
         errors += f.w[i].errors;
-        if (f.w[i].errors) printf("  worker %d-%d: %lld errors, last: %s\n", f.w[i].agent, f.w[i].index,
-                                  f.w[i].errors, f.w[i].error);
+        if (f.w[i].errors)
+            printf("  worker %d-%d: %lld errors, last: %s\n", f.w[i].agent, f.w[i].index, f.w[i].errors, f.w[i].error);
     }
 
     printf("  scenario %s: %s; %lld requests at the mock, %zu accepted, %lld 429s; %lld worker errors\n", s->name,
-           s->kill ? "agent 1 killed with SIGKILL"
-                   : s->ncut == 1 ? (s->how == RELAY_CUT ? "agent 1 cut (closed, refused)" : "agent 1 black-holed")
-                                  : (s->how == RELAY_CUT ? "agents 1, 2 cut (closed, refused)" : "agents 1, 2 black-holed"),
+           s->kill        ? "agent 1 killed with SIGKILL"
+           : s->ncut == 1 ? (s->how == RELAY_CUT ? "agent 1 cut (closed, refused)" : "agent 1 black-holed")
+                          : (s->how == RELAY_CUT ? "agents 1, 2 cut (closed, refused)" : "agents 1, 2 black-holed"),
            requests, n, n429, errors);
     print_per_second(acc, n, lf - WARM_MS, (int)((lend - lf + WARM_MS) / 1000), lf, lh);
     double at;
@@ -468,8 +472,8 @@ static void run_scenario(const scenario *s) {
     for (int a = 0; a < AGENTS; a++) {
         double sends = (double)sends_between(&f, a, t_fault, t_fault + fault_len) / (fault_len / 1000);
         double before = (double)sends_between(&f, a, t_fault - 5000, t_fault) / 5;
-        printf("  agent%d: %.2f sends/s in the 5 s before the fault, %.2f/s during it (rate/3 = %.2f/s)%s\n", a,
-               before, sends, RATE_PER_MS * 1000 / 3,
+        printf("  agent%d: %.2f sends/s in the 5 s before the fault, %.2f/s during it (rate/3 = %.2f/s)%s\n", a, before,
+               sends, RATE_PER_MS * 1000 / 3,
                s->kill && a == 1 ? " [killed]" : (a >= 1 && a <= s->ncut ? " [cut]" : ""));
     }
     for (int a = 0; a < AGENTS; a++) {
@@ -557,8 +561,8 @@ int main(void) {
     signal(SIGPIPE, SIG_IGN); /* a worker writing to a killed agent gets EPIPE */
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_cut1, teardown),      cmocka_unit_test_teardown(test_cut1_hole, teardown),
-        cmocka_unit_test_teardown(test_cut2, teardown),      cmocka_unit_test_teardown(test_cut2_hole, teardown),
+        cmocka_unit_test_teardown(test_cut1, teardown),  cmocka_unit_test_teardown(test_cut1_hole, teardown),
+        cmocka_unit_test_teardown(test_cut2, teardown),  cmocka_unit_test_teardown(test_cut2_hole, teardown),
         cmocka_unit_test_teardown(test_kill9, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

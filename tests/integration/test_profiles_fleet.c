@@ -93,8 +93,8 @@ static void test_anthropic_output_bound(void **state) {
     run_or_skip(&s, &r);
     double ratio = SCEN_ANTHROPIC_FLOOR_MS / fleet_makespan(&r);
     print_message("  output floor %.0f ms: %.1f %% of it; 429s %.2f %% of %lld attempts; output refunded %.0f\n",
-                  SCEN_ANTHROPIC_FLOOR_MS, 100 * ratio, 100.0 * (double)r.fleet_429 / (double)r.attempts,
-                  r.attempts, fleet_status_num(&r, "output_refunded"));
+                  SCEN_ANTHROPIC_FLOOR_MS, 100 * ratio, 100.0 * (double)r.fleet_429 / (double)r.attempts, r.attempts,
+                  fleet_status_num(&r, "output_refunded"));
     assert_true(r.fleet_429 * 100 <= r.attempts);
     assert_true(ratio >= 0.95);
     /* The input stayed charged; the output was corrected. */
@@ -150,9 +150,8 @@ static void test_lower_limit_adopted(void **state) {
     double from = r.first_send_ms + 12000;
     size_t n = fleet_sent_between(&r, from, r.last_send_ms + 1);
     double rate = (double)(n - 1) / (r.last_send_ms - from) * 60000;
-    print_message("  %.1f RPM from 12 s on (%.1f %% of 480); adopted_rpm %.0f; 429s %.2f %%\n", rate,
-                  100 * rate / 480, fleet_status_num(&r, "adopted_rpm"),
-                  100.0 * (double)r.fleet_429 / (double)r.attempts);
+    print_message("  %.1f RPM from 12 s on (%.1f %% of 480); adopted_rpm %.0f; 429s %.2f %%\n", rate, 100 * rate / 480,
+                  fleet_status_num(&r, "adopted_rpm"), 100.0 * (double)r.fleet_429 / (double)r.attempts);
     assert_true(fleet_status_num(&r, "adopted_rpm") == 480);
     assert_true(fabs(rate / 480 - 1) <= 0.03);
     assert_true(r.fleet_429 * 100 <= r.attempts);
@@ -162,7 +161,7 @@ static void test_lower_limit_adopted(void **state) {
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_azure_token_bound),  cmocka_unit_test(test_anthropic_output_bound),
+        cmocka_unit_test(test_azure_token_bound),      cmocka_unit_test(test_anthropic_output_bound),
         cmocka_unit_test(test_stray_429_costs_little), cmocka_unit_test(test_neighbour_followed),
         cmocka_unit_test(test_lower_limit_adopted),
     };

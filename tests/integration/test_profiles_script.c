@@ -88,8 +88,8 @@ static void test_combined_tokens_never_refunded(void **state) {
     const char *dep = "azure";
     /* 60000 TPM = 1 token per ms; requests plentiful; a daily budget so the
      * daily counter shows. */
-    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "10000",
-                 "tpd", "100000000", NULL);
+    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "10000", "tpd",
+                 "100000000", NULL);
     grant g = reserve_tok(dep, "300+1000", 0);
     assert_true(g.granted);
     double tat0 = state_num(dep, "tokens_tat");
@@ -139,8 +139,8 @@ static void test_combined_tokens_never_refunded(void **state) {
  * charged as max_tokens and corrected to the actual output. */
 static void test_anthropic_input_and_output(void **state) {
     const char *dep = "claude";
-    configure_on(rc, dep, "rpm", "600000", "itpm", "60000", "otpm", "60000", "burst_requests", "1000",
-                 "burst_input", "10000", "burst_output", "10000", NULL);
+    configure_on(rc, dep, "rpm", "600000", "itpm", "60000", "otpm", "60000", "burst_requests", "1000", "burst_input",
+                 "10000", "burst_output", "10000", NULL);
     grant g = reserve_tok(dep, "300+1000", 0);
     assert_true(g.granted);
     double in0 = state_num(dep, "input_tat"), out0 = state_num(dep, "output_tat");
@@ -186,8 +186,8 @@ static void test_anthropic_input_and_output(void **state) {
 static void test_split_dimensions_bind(void **state) {
     const char *dep = "bind";
     /* 6000 ITPM / OTPM: 100 per second each, bursts of 100. */
-    configure_on(rc, dep, "rpm", "600000", "itpm", "6000", "otpm", "6000", "burst_requests", "1000",
-                 "burst_input", "100", "burst_output", "100", "jitter_ms", "0", NULL);
+    configure_on(rc, dep, "rpm", "600000", "itpm", "6000", "otpm", "6000", "burst_requests", "1000", "burst_input",
+                 "100", "burst_output", "100", "jitter_ms", "0", NULL);
     grant g = reserve_tok(dep, "10+100", 0);
     assert_true(g.granted);
     g = reserve_tok(dep, "10+50", 0);
@@ -344,8 +344,8 @@ static void test_outside_use_followed(void **state) {
     /* A neighbour takes 180 RPM (30 %): within 20 s it is seen, and the
      * fleet leaves it room: few 429s, at least 85 % of what it leaves. */
     sim_result b = simulate(dep, &p, 180, 20000);
-    print_message("  neighbour 180 RPM: %d sent, %d rejected, outside %.1f RPM, effective %.1f\n", b.sent,
-                  b.rejected, b.outside_rpm, b.effective_rpm);
+    print_message("  neighbour 180 RPM: %d sent, %d rejected, outside %.1f RPM, effective %.1f\n", b.sent, b.rejected,
+                  b.outside_rpm, b.effective_rpm);
     assert_true(b.rejected <= b.sent / 10);
     assert_true(b.outside_rpm > 180 * 0.7 && b.outside_rpm < 180 * 1.5);
     sim_result c = simulate(dep, &p, 180, 20000);
@@ -393,12 +393,9 @@ static void test_feedback_form_checked(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_combined_tokens_never_refunded),
-        cmocka_unit_test(test_anthropic_input_and_output),
-        cmocka_unit_test(test_split_dimensions_bind),
-        cmocka_unit_test(test_isolated_429_only_pauses),
-        cmocka_unit_test(test_reported_limit_adopted),
-        cmocka_unit_test(test_outside_use_followed),
+        cmocka_unit_test(test_combined_tokens_never_refunded), cmocka_unit_test(test_anthropic_input_and_output),
+        cmocka_unit_test(test_split_dimensions_bind),          cmocka_unit_test(test_isolated_429_only_pauses),
+        cmocka_unit_test(test_reported_limit_adopted),         cmocka_unit_test(test_outside_use_followed),
         cmocka_unit_test(test_feedback_form_checked),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

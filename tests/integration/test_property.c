@@ -37,8 +37,15 @@ static const char *profile_name(pm_profile p) {
 }
 
 static prop_cfg base_cfg(const char *dep, pm_profile p) {
-    prop_cfg c = {.dep = dep, .profile = p, .callers = 8, .events = 2500, .refund_tokens = -1,
-                  .refund_input = -1, .refund_output = -1, .jitter_ms = -1, .late_ms = -1};
+    prop_cfg c = {.dep = dep,
+                  .profile = p,
+                  .callers = 8,
+                  .events = 2500,
+                  .refund_tokens = -1,
+                  .refund_input = -1,
+                  .refund_output = -1,
+                  .jitter_ms = -1,
+                  .late_ms = -1};
     return c;
 }
 
@@ -53,12 +60,13 @@ static void run_seed(prop_cfg cfg, uint64_t seed, prop_stats *st) {
     snprintf(dep, sizeof(dep), "%s-%s-%llu", cfg.dep, profile_name(cfg.profile), (unsigned long long)seed);
     cfg.dep = dep;
     uint64_t state = seed;
-    if (prop_run(rc, &cfg, prop_splitmix, &state, st, err, sizeof(err)) != 0) fail_msg("seed %llu: %s", (unsigned long long)seed, err);
+    if (prop_run(rc, &cfg, prop_splitmix, &state, st, err, sizeof(err)) != 0)
+        fail_msg("seed %llu: %s", (unsigned long long)seed, err);
     print_message("  %s seed %llu: %zu reserves, %zu grants, %zu sheds, %zu cancels, %zu sends (%zu ok, %zu failed, "
                   "%zu 429, %zu quota) over %.0f s; rejections: requests %zu tokens %zu input %zu output %zu; "
                   "sheds that moved the schedule %zu\n",
-                  profile_name(cfg.profile), (unsigned long long)seed, st->reserves, st->grants, st->sheds,
-                  st->cancels, st->sends, st->oks, st->failures, st->throttles, st->quotas, st->span_ms / 1000,
+                  profile_name(cfg.profile), (unsigned long long)seed, st->reserves, st->grants, st->sheds, st->cancels,
+                  st->sends, st->oks, st->failures, st->throttles, st->quotas, st->span_ms / 1000,
                   st->rejections[PM_REQUESTS], st->rejections[PM_TOKENS], st->rejections[PM_INPUT],
                   st->rejections[PM_OUTPUT], st->shed_changed);
 }

@@ -61,7 +61,7 @@ typedef struct world {
     pid_t mock;
     int mock_out;
     int port;
-    char dir[256];   /* inputs and outputs */
+    char dir[256]; /* inputs and outputs */
     int up;
 } world;
 
@@ -76,8 +76,7 @@ static double now_ms(void) {
 
 static void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 static int have_binaries(void) {
@@ -224,7 +223,7 @@ static long long totals(const json_t *l, const char *field) {
 
 typedef struct proc {
     pid_t pid;
-    char out[300];   /* its stdout, in the dir */
+    char out[300]; /* its stdout, in the dir */
 } proc;
 
 /* Starts `sluice run --config C --deployment TARGET ARGS...` (args
@@ -451,8 +450,8 @@ static void test_kill_and_resume(void **state) {
     assert_int_equal(sint(s, "remaining"), 0);
     json_decref(s);
     json_t *l = ledger();
-    fprintf(stderr, "ledger: requests %lld accepted %lld 429 %lld (killed with %d results)\n",
-            totals(l, "requests"), totals(l, "accepted"), totals(l, "status_429"), before);
+    fprintf(stderr, "ledger: requests %lld accepted %lld 429 %lld (killed with %d results)\n", totals(l, "requests"),
+            totals(l, "accepted"), totals(l, "status_429"), before);
     /* Calls in flight when the process died were served but never
      * recorded: they are done again, so accepted >= N. */
     assert_true(totals(l, "accepted") >= N);
@@ -627,9 +626,11 @@ static double status_num(const char *field);
  * Through sluiced and embedded. */
 static void test_anthropic_style(void **state) {
     (void)state;
-    static const char *const args[] = {"--rpm", "1200", "--burst", "10", "--itpm", "600000", "--otpm", "600000",
-                                       "--completion-tokens", "7", "--service-ms", "20-40", NULL};
-    world_up(1200, 10, args, "    style: anthropic\n    itpm: 600000\n    otpm: 600000\n    api_key_env: SLUICE_TEST_KEY\n");
+    static const char *const args[] = {
+        "--rpm", "1200",         "--burst", "10", "--itpm", "600000", "--otpm", "600000", "--completion-tokens",
+        "7",     "--service-ms", "20-40",   NULL};
+    world_up(1200, 10, args,
+             "    style: anthropic\n    itpm: 600000\n    otpm: 600000\n    api_key_env: SLUICE_TEST_KEY\n");
     setenv("SLUICE_TEST_KEY", "sk-test", 1);
     char in[300], oa[300], ob[300];
     path_in(in, sizeof(in), "in.jsonl");
@@ -640,12 +641,15 @@ static void test_anthropic_style(void **state) {
     /* 12 characters of prompt: 3 input tokens; 8 with the system prompt. */
     for (int i = 0; i < 6; i++) {
         if (i % 3 == 0)
-            fprintf(f, "{\"id\":%d,\"max_tokens\":100,\"messages\":[{\"role\":\"user\",\"content\":\"hello there!\"}]}\n", i);
+            fprintf(f,
+                    "{\"id\":%d,\"max_tokens\":100,\"messages\":[{\"role\":\"user\",\"content\":\"hello there!\"}]}\n",
+                    i);
         else if (i % 3 == 1)
-            fprintf(f, "{\"id\":%d,\"system\":\"be very brief now\",\"max_tokens\":50,\"messages\":[{\"role\":\"user\","
-                       "\"content\":[{\"type\":\"text\",\"text\":\"hello there!\"}]}]}\n", i);
-        else
-            fprintf(f, "{\"id\":%d,\"messages\":[{\"role\":\"user\",\"content\":\"hello there!\"}]}\n", i);
+            fprintf(f,
+                    "{\"id\":%d,\"system\":\"be very brief now\",\"max_tokens\":50,\"messages\":[{\"role\":\"user\","
+                    "\"content\":[{\"type\":\"text\",\"text\":\"hello there!\"}]}]}\n",
+                    i);
+        else fprintf(f, "{\"id\":%d,\"messages\":[{\"role\":\"user\",\"content\":\"hello there!\"}]}\n", i);
     }
     fclose(f);
     proc a, b;
@@ -656,18 +660,18 @@ static void test_anthropic_style(void **state) {
     assert_int_equal(count_lines("a.jsonl") + count_lines("b.jsonl"), 6);
     char line[8192];
     for (int x = 0; x < 2; x++) {
-    f = fopen(x ? ob : oa, "r");
-    assert_non_null(f);
-    while (fgets(line, sizeof(line), f)) {
-        json_t *j = json_loads(line, 0, NULL);
-        assert_non_null(j);
-        assert_int_equal(sint(j, "status"), 200);
-        const json_t *resp = json_object_get(j, "response");
-        assert_string_equal(json_string_value(json_object_get(resp, "type")), "message");
-        assert_string_equal(json_string_value(json_object_get(resp, "model")), "d");
-        json_decref(j);
-    }
-    fclose(f);
+        f = fopen(x ? ob : oa, "r");
+        assert_non_null(f);
+        while (fgets(line, sizeof(line), f)) {
+            json_t *j = json_loads(line, 0, NULL);
+            assert_non_null(j);
+            assert_int_equal(sint(j, "status"), 200);
+            const json_t *resp = json_object_get(j, "response");
+            assert_string_equal(json_string_value(json_object_get(resp, "type")), "message");
+            assert_string_equal(json_string_value(json_object_get(resp, "model")), "d");
+            json_decref(j);
+        }
+        fclose(f);
     }
     json_t *l = ledger();
     assert_int_equal(totals(l, "accepted"), 6);

@@ -29,8 +29,8 @@ typedef struct verdict {
 } verdict;
 
 /* Reserves n items; returns the server time in ms (from now_us). */
-static double reserve(redisContext *c, const char *dep, int n, const long long *tokens,
-                      const long long *maxwait, verdict *out, long long *paused_ms) {
+static double reserve(redisContext *c, const char *dep, int n, const long long *tokens, const long long *maxwait,
+                      verdict *out, long long *paused_ms) {
     const char *argv[1 + 2 * 256];
     char buf[1 + 2 * 256][24];
     assert_true(n <= 256);
@@ -70,8 +70,7 @@ static double reserve(redisContext *c, const char *dep, int n, const long long *
     return now_ms;
 }
 
-static verdict reserve1(redisContext *c, const char *dep, long long tokens, long long maxwait,
-                        double *now_ms) {
+static verdict reserve1(redisContext *c, const char *dep, long long tokens, long long maxwait, double *now_ms) {
     verdict v;
     double now = reserve(c, dep, 1, &tokens, &maxwait, &v, NULL);
     if (now_ms) *now_ms = now;
@@ -79,8 +78,8 @@ static verdict reserve1(redisContext *c, const char *dep, long long tokens, long
 }
 
 /* Settles one item; returns the result string ("settled", ...) in res. */
-static double settle1(redisContext *c, const char *dep, const char *id, long long actual,
-                      const char *outcome, long long pause_ms, char *res, size_t reslen) {
+static double settle1(redisContext *c, const char *dep, const char *id, long long actual, const char *outcome,
+                      long long pause_ms, char *res, size_t reslen) {
     char a[24], p[24];
     snprintf(a, sizeof(a), "%lld", actual);
     snprintf(p, sizeof(p), "%lld", pause_ms);
@@ -97,8 +96,8 @@ static double settle1(redisContext *c, const char *dep, const char *id, long lon
 
 /* A dump of every key of a deployment, to prove a call changed nothing. */
 static char *dump_state(redisContext *c, const char *dep) {
-    static const char *const what[] = {"limits", "state", "grants", "leases", "refq:requests",
-                                       "refq:tokens", "daily", "retry", "agents", "refq:input", "refq:output"};
+    static const char *const what[] = {"limits", "state", "grants", "leases",     "refq:requests", "refq:tokens",
+                                       "daily",  "retry", "agents", "refq:input", "refq:output"};
     return dump_keys(c, dep, what, sizeof(what) / sizeof(*what));
 }
 static uint64_t rng_next(uint64_t *s) {
@@ -218,8 +217,8 @@ static double run_workload(const workload *w, int ncallers) {
     snprintf(tpm, sizeof(tpm), "%lld", w->tpm);
     snprintf(br, sizeof(br), "%lld", w->burst_r);
     snprintf(bt, sizeof(bt), "%lld", w->burst_t);
-    configure_on(rc, w->dep, "rpm", rpm, "tpm", tpm, "burst_requests", br, "burst_tokens", bt,
-              "aimd_interval_ms", "300", NULL);
+    configure_on(rc, w->dep, "rpm", rpm, "tpm", tpm, "burst_requests", br, "burst_tokens", bt, "aimd_interval_ms",
+                 "300", NULL);
     replay req, tok;
     replay_init(&req);
     replay_init(&tok);
@@ -253,9 +252,8 @@ static double run_workload(const workload *w, int ncallers) {
     }
     print_message("  %s: %lld grants, %lld sheds, %lld cancels, refunds asked %lld / given %.0f "
                   "tokens, scale %.3f, decreases %.0f; rejections: requests %zu, tokens %zu\n",
-                  w->dep, grants, sheds, cancels, refunded, given_back,
-                  status_num(rc, w->dep, "rate_scale"), hash_num(rc, w->dep, "state", "decreases"),
-                  rej_r, rej_t);
+                  w->dep, grants, sheds, cancels, refunded, given_back, status_num(rc, w->dep, "rate_scale"),
+                  hash_num(rc, w->dep, "state", "decreases"), rej_r, rej_t);
     /* The workload must have exercised what it claims to. */
     assert_true(grants > 150);
     assert_true(sheds > 0);
@@ -303,8 +301,8 @@ static void test_use_all_of_it(void **state) {
     }
     double span = replay_makespan(&req);
     double floor_ms = (double)(n - 10) / (600.0 / 60000.0);
-    print_message("  makespan %.0f ms, floor (N - burst) / rate = %.0f ms, ratio %.5f\n", span,
-                  floor_ms, span / floor_ms);
+    print_message("  makespan %.0f ms, floor (N - burst) / rate = %.0f ms, ratio %.5f\n", span, floor_ms,
+                  span / floor_ms);
     /* The floor plus the jitter margin (10 ms: one send fenced late), to
      * the millisecond: 0.001 % of the floor. */
     assert_true(span >= floor_ms - 1e-6);
@@ -317,8 +315,8 @@ static void test_use_all_of_it(void **state) {
 
 static void test_shed_consumes_nothing(void **state) {
     const char *dep = "shed";
-    configure_on(rc, dep, "rpm", "60", "tpm", "6000", "burst_requests", "1", "burst_tokens", "100",
-              "jitter_ms", "0", NULL);
+    configure_on(rc, dep, "rpm", "60", "tpm", "6000", "burst_requests", "1", "burst_tokens", "100", "jitter_ms", "0",
+                 NULL);
     verdict v = reserve1(rc, dep, 100, 0, NULL);
     assert_true(v.granted);
     assert_int_equal(v.wait_ms, 0);
@@ -359,8 +357,8 @@ static void test_settle_refund_and_charge_exact(void **state) {
     /* 60000 TPM = 1 token per ms; requests plentiful. The refund is the
      * opt-in of a provider that corrects its bucket to the actual usage
      * (test_profiles_script proves the defaults, which do not refund). */
-    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens",
-              "10000", "refund_tokens", "1", NULL);
+    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "10000",
+                 "refund_tokens", "1", NULL);
     char res[32], id[24];
     verdict v = reserve1(rc, dep, 5000, 0, NULL);
     assert_true(v.granted);
@@ -385,8 +383,8 @@ static void test_settle_refund_and_charge_exact(void **state) {
     assert_true(hash_num(rc, dep, "state", "tokens_charged") == 500);
 
     /* With refund off, unused tokens stay charged. */
-    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens",
-              "10000", "refund", "0", NULL);
+    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "10000", "refund",
+                 "0", NULL);
     v = reserve1(rc, dep, 1000, 60000, NULL);
     double tat3 = hash_num(rc, dep, "state", "tokens_tat");
     snprintf(id, sizeof(id), "%lld", v.id);
@@ -399,8 +397,8 @@ static void test_refund_never_exceeds_bucket(void **state) {
      * all of A while B is still scheduled must give nothing back: the
      * provider's bucket fills to its cap before B either way. */
     const char *dep = "refund-bound";
-    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens",
-              "1000", "jitter_ms", "0", NULL);
+    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "1000",
+                 "jitter_ms", "0", NULL);
     char res[32], id[24];
     verdict a = reserve1(rc, dep, 1000, 60000, NULL);
     verdict b = reserve1(rc, dep, 1000, 60000, NULL);
@@ -423,8 +421,7 @@ static void test_refund_never_exceeds_bucket(void **state) {
 
 static void test_expired_grant_is_charged_and_reclaimed(void **state) {
     const char *dep = "expiry";
-    configure_on(rc, dep, "rpm", "60000", "tpm", "60000", "burst_tokens", "10000", "lease_ms", "1000",
-              NULL);
+    configure_on(rc, dep, "rpm", "60000", "tpm", "60000", "burst_tokens", "10000", "lease_ms", "1000", NULL);
     verdict v = reserve1(rc, dep, 4000, 0, NULL);
     assert_true(v.granted);
     double tat = hash_num(rc, dep, "state", "tokens_tat");
@@ -457,8 +454,8 @@ static int retry(redisContext *c, const char *dep, const char *mode, long long *
 
 static void test_retry_budget_boundaries(void **state) {
     const char *dep = "retry";
-    configure_on(rc, dep, "rpm", "600000", "retry_ttl_ms", "10000", "retry_min_per_s", "1",
-              "retry_percent", "10", NULL);
+    configure_on(rc, dep, "rpm", "600000", "retry_ttl_ms", "10000", "retry_min_per_s", "1", "retry_percent", "10",
+                 NULL);
     long long bal;
     /* The floor: min 1/s x 10 s = exactly 10 retries with no successes. */
     assert_true(retry(rc, dep, "peek", &bal) && bal == 10);
@@ -548,8 +545,9 @@ static void test_aimd_lowers_and_restores(void **state) {
     const char *dep = "aimd";
     /* aimd_min_throttles 1: every unexplained 429 is evidence here (the
      * default of 3 is proven in test_profiles_script). */
-    configure_on(rc, dep, "rpm", "6000", "burst_requests", "1", "jitter_ms", "0", "aimd_decrease", "0.5", "aimd_min_scale", "0.2",
-              "aimd_increase", "0.1", "aimd_interval_ms", "1000", "aimd_min_throttles", "1", NULL);
+    configure_on(rc, dep, "rpm", "6000", "burst_requests", "1", "jitter_ms", "0", "aimd_decrease", "0.5",
+                 "aimd_min_scale", "0.2", "aimd_increase", "0.1", "aimd_interval_ms", "1000", "aimd_min_throttles", "1",
+                 NULL);
     char res[32], id[24];
     verdict a = reserve1(rc, dep, 0, 600000, NULL);
     verdict b = reserve1(rc, dep, 0, 600000, NULL);
@@ -614,8 +612,7 @@ static void test_concurrency_cap_and_reclaim(void **state) {
 
 static void test_daily_resets_at_utc_midnight(void **state) {
     const char *dep = "daily";
-    configure_on(rc, dep, "rpm", "600000", "tpm", "600000", "burst_tokens", "100000", "rpd", "3",
-              "tpd", "1000", NULL);
+    configure_on(rc, dep, "rpm", "600000", "tpm", "600000", "burst_tokens", "100000", "rpd", "3", "tpd", "1000", NULL);
     /* Move the clock to 2 s before the next UTC midnight. */
     double now;
     reserve1(rc, dep, 0, 0, &now);
@@ -658,8 +655,7 @@ static void test_keys_share_one_slot(void **state) {
     /* A call whose keys span two slots is refused by the cluster node, and a
      * call with keys of another layout is refused by the script. */
     const script *s = scripts_get(SCRIPT_STATUS);
-    redisReply *r = redisCommand(rc, "EVAL %s 9 sluice:{a}:limits sluice:{b}:state k3 k4 k5 k6 k7 k8 k9",
-                                 s->source);
+    redisReply *r = redisCommand(rc, "EVAL %s 9 sluice:{a}:limits sluice:{b}:state k3 k4 k5 k6 k7 k8 k9", s->source);
     assert_int_equal(r->type, REDIS_REPLY_ERROR);
     assert_non_null(strstr(r->str, "CROSSSLOT"));
     freeReplyObject(r);

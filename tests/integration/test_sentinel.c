@@ -99,8 +99,7 @@ typedef struct acq {
     uint64_t at;
 } acq;
 
-static void on_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed,
-                        const char *msg) {
+static void on_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed, const char *msg) {
     acq *a = arg;
     a->status = status;
     a->local = g ? g->local : 0;

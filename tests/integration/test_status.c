@@ -457,8 +457,8 @@ static void test_status_group(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_status_json),       cmocka_unit_test(test_status_socket),
-        cmocka_unit_test(test_status_table),      cmocka_unit_test(test_top_frames),
+        cmocka_unit_test(test_status_json),        cmocka_unit_test(test_status_socket),
+        cmocka_unit_test(test_status_table),       cmocka_unit_test(test_top_frames),
         cmocka_unit_test(test_unknown_deployment), cmocka_unit_test(test_status_lanes_and_tenants),
         cmocka_unit_test(test_status_group),
     };

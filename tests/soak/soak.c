@@ -118,9 +118,9 @@
 typedef struct options {
     double minutes;
     unsigned long long seed;
-    double gap_lo, gap_hi;   /* seconds between faults */
+    double gap_lo, gap_hi; /* seconds between faults */
     int keep, quiet;
-    unsigned kinds;          /* bit per fault_kind allowed (--faults) */
+    unsigned kinds; /* bit per fault_kind allowed (--faults) */
 } options;
 
 static unsigned long long rng_state;
@@ -133,7 +133,9 @@ static unsigned long long rng_next(void) {
     return z ^ (z >> 31);
 }
 
-static double rng_uniform(double lo, double hi) { return lo + (hi - lo) * ((double)(rng_next() >> 11) / 9007199254740992.0); }
+static double rng_uniform(double lo, double hi) {
+    return lo + (hi - lo) * ((double)(rng_next() >> 11) / 9007199254740992.0);
+}
 
 static int rng_int(int n) { return (int)(rng_next() % (unsigned long long)n); }
 
@@ -144,8 +146,8 @@ static const char *const fault_names[F__COUNT] = {"kill", "stop", "restart", "cu
 
 typedef struct fault {
     fault_kind kind;
-    int target;              /* agent, runner, or the number of clients kicked */
-    double t0, t1;           /* local ms: when it began and ended */
+    int target;    /* agent, runner, or the number of clients kicked */
+    double t0, t1; /* local ms: when it began and ended */
     char detail[96];
 } fault;
 
@@ -154,22 +156,22 @@ typedef struct incarnation {
     pid_t pid;
     double start, base_t, last_t;
     long base_kb, last_kb;
-    int killed;              /* ended by an injected kill */
+    int killed; /* ended by an injected kill */
 } incarnation;
 
 typedef struct batch {
     int runner, index, lines;
-    int runs;                /* sluice run processes started on it */
+    int runs; /* sluice run processes started on it */
     char in[400], out[400], errors[450];
 } batch;
 
 typedef struct runner {
     int agent;
     pid_t pid;
-    int batch;               /* index into batches, -1 when none */
+    int batch; /* index into batches, -1 when none */
     double started;
-    double rerun_at;         /* local ms: the batch is run again from then (0: now) */
-    long long exits[8];      /* how runs ended: 0, 1, signalled, other */
+    double rerun_at;    /* local ms: the batch is run again from then (0: now) */
+    long long exits[8]; /* how runs ended: 0, 1, signalled, other */
 } runner;
 
 typedef struct rawc {
@@ -177,10 +179,10 @@ typedef struct rawc {
     int agent, index;
     pthread_t tid;
     int started;
-    atomic_int kick;         /* set by a kick fault: drop the connection where you are */
-    atomic_int state;        /* 0 idle, 1 waiting for a slot, 2 in a call */
-    long long grants, local_grants, sheds, calls, ok, http429, errors, kicked_waiting, kicked_calling,
-        settle_errors, reconnects;
+    atomic_int kick;  /* set by a kick fault: drop the connection where you are */
+    atomic_int state; /* 0 idle, 1 waiting for a slot, 2 in a call */
+    long long grants, local_grants, sheds, calls, ok, http429, errors, kicked_waiting, kicked_calling, settle_errors,
+        reconnects;
     long long shed_rpm, shed_other;
     char last_shed[160];
     char last_error[300];
@@ -195,7 +197,7 @@ typedef struct soak {
     sluiced_fixture agent[AGENTS];
     int agent_up[AGENTS];
     char endpoint[64];
-    double offset;           /* local = ledger + offset */
+    double offset; /* local = ledger + offset */
     double t0, t_end;
     int rpm;
     /* the mock's limit over time, on the ledger's clock */
@@ -226,21 +228,21 @@ typedef struct soak {
 static int nfail, nskip;
 
 /* An invariant that cannot be checked in this run (too short): SKIP. */
-#define SKIPPED(...)                                                                                         \
-    do {                                                                                                     \
-        nskip++;                                                                                             \
-        printf("  SKIP ");                                                                                   \
-        printf(__VA_ARGS__);                                                                                 \
-        printf("\n");                                                                                        \
+#define SKIPPED(...)                                                                                                   \
+    do {                                                                                                               \
+        nskip++;                                                                                                       \
+        printf("  SKIP ");                                                                                             \
+        printf(__VA_ARGS__);                                                                                           \
+        printf("\n");                                                                                                  \
     } while (0)
 
-#define INVARIANT(cond, ...)                                                                                 \
-    do {                                                                                                     \
-        int ok_ = (cond);                                                                                    \
-        if (!ok_) nfail++;                                                                                   \
-        printf("  %s ", ok_ ? "PASS" : "FAIL");                                                              \
-        printf(__VA_ARGS__);                                                                                 \
-        printf("\n");                                                                                        \
+#define INVARIANT(cond, ...)                                                                                           \
+    do {                                                                                                               \
+        int ok_ = (cond);                                                                                              \
+        if (!ok_) nfail++;                                                                                             \
+        printf("  %s ", ok_ ? "PASS" : "FAIL");                                                                        \
+        printf(__VA_ARGS__);                                                                                           \
+        printf("\n");                                                                                                  \
     } while (0)
 
 static double rel_s(const soak *s, double t) { return (t - s->t0) / 1000; }
@@ -265,8 +267,7 @@ static int write_agent_config(soak *s, int a, int rpm) {
              "agent: {socket: \"%s\", id: agent%d, heartbeat_ms: %d, max_clients: 512, log_level: info}\n"
              "deployments:\n"
              "  d: {rpm: %d, burst: {requests: %d}, endpoint: \"%s\", max_wait_ms: %d, lease_s: %d}\n",
-             relay_port(s->relay[a]), s->agent[a].sock, a, HEARTBEAT_MS, rpm, BURST, s->endpoint, MAX_WAIT_MS,
-             LEASE_S);
+             relay_port(s->relay[a]), s->agent[a].sock, a, HEARTBEAT_MS, rpm, BURST, s->endpoint, MAX_WAIT_MS, LEASE_S);
     snprintf(tmp, sizeof(tmp), "%s.tmp", s->agent[a].config);
     FILE *f = fopen(tmp, "w");
     if (!f) return -1;
@@ -564,8 +565,20 @@ static int start_run(soak *s, int r) {
     const char *bin = mock_fixture_binary();
     char log[450];
     snprintf(log, sizeof(log), "%s/runs/r%d-b%d.log", s->dir, r, b->index);
-    char *argv[] = {(char *)bin, "run", "-c", s->agent[rn->agent].config, "-d", "d", "--in", b->in, "--out", b->out,
-                    "-j", RUN_CONCURRENCY, "--no-progress", NULL};
+    char *argv[] = {(char *)bin,
+                    "run",
+                    "-c",
+                    s->agent[rn->agent].config,
+                    "-d",
+                    "d",
+                    "--in",
+                    b->in,
+                    "--out",
+                    b->out,
+                    "-j",
+                    RUN_CONCURRENCY,
+                    "--no-progress",
+                    NULL};
     rn->pid = proc_spawn(argv, log, 1);
     if (rn->pid < 0) {
         rn->pid = 0;
@@ -652,7 +665,7 @@ static void check_runners(soak *s) {
 typedef struct active {
     int on;
     fault *f;
-    double until;            /* local ms: when to end it */
+    double until; /* local ms: when to end it */
 } active;
 
 static void note_rate(soak *s, int rpm) {
@@ -771,8 +784,7 @@ static void fault_begin(soak *s, active *act) {
         act->until = proc_now_ms();
         break;
     }
-    default:
-        return;
+    default: return;
     }
     act->on = 1;
     act->f = f;
@@ -792,8 +804,7 @@ static void fault_end(soak *s, active *act) {
     case F_CUT:
         if (relay_set_mode(s->relay[f->target], RELAY_PASS) != 0) say(s, "relay %d did not reopen", f->target);
         break;
-    default:
-        break;
+    default: break;
     }
     f->t1 = proc_now_ms();
     act->on = 0;
@@ -1090,8 +1101,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         snprintf(name, sizeof(name), "agent%d", a);
-        if (sluiced_fixture_init(&s->agent[a], s->dir, name) != 0 || write_agent_config(s, a, RPM_HIGH) != 0)
-            return 1;
+        if (sluiced_fixture_init(&s->agent[a], s->dir, name) != 0 || write_agent_config(s, a, RPM_HIGH) != 0) return 1;
         s->cur_inc[a] = -1;
     }
     s->t0 = proc_now_ms();
@@ -1139,8 +1149,9 @@ int main(int argc, char **argv) {
                 g += s->raw[i].grants;
                 l += s->raw[i].local_grants;
             }
-            say(s, "progress: %d faults, %d batches, raw grants %lld (%lld local), Redis used_memory %lld, schedule reach "
-                   "%.1f s",
+            say(s,
+                "progress: %d faults, %d batches, raw grants %lld (%lld local), Redis used_memory %lld, schedule reach "
+                "%.1f s",
                 s->nfaults, s->nbatches, g, l, s->mem_last, s->nreach ? s->reach_ms[s->nreach - 1] / 1000 : -1.0);
             next_progress = now + 30000;
         }
@@ -1236,8 +1247,8 @@ int main(int argc, char **argv) {
         char line[8192];
         size_t used = (size_t)snprintf(line, sizeof(line), "  accepts / quota per 10 s:");
         for (double a = s->t0 - s->offset; a < t_faults_end - s->offset && used < sizeof(line) - 32; a += WINDOW_MS)
-            used += (size_t)snprintf(line + used, sizeof(line) - used, " %zu/%.0f", ledger_count(acc, n, a, a + WINDOW_MS),
-                                     quota_of(a, a + WINDOW_MS, s));
+            used += (size_t)snprintf(line + used, sizeof(line) - used, " %zu/%.0f",
+                                     ledger_count(acc, n, a, a + WINDOW_MS), quota_of(a, a + WINDOW_MS, s));
         printf("%s\n", line);
     }
     {
@@ -1388,8 +1399,8 @@ int main(int argc, char **argv) {
         describe_status(term_status[a], d, sizeof(d));
         term_bad |= !(term_status[a] >= 0 && WIFEXITED(term_status[a]) && WEXITSTATUS(term_status[a]) == 0);
         crashes += c;
-        printf("    agent%d: SIGTERM at the end: %s; log: %ld ERROR, %ld WARN lines, %ld crash lines%s%s", a, d, e, w, c,
-               c ? ": " : "", c ? first : "\n");
+        printf("    agent%d: SIGTERM at the end: %s; log: %ld ERROR, %ld WARN lines, %ld crash lines%s%s", a, d, e, w,
+               c, c ? ": " : "", c ? first : "\n");
         top_errors(s->agent[a].log, " ERROR: ");
     }
     char md[64];

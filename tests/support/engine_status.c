@@ -39,8 +39,8 @@ int engine_status_field(uv_loop_t *loop, engine *e, const char *dep, const char 
     return q.found;
 }
 
-int engine_status_wait(uv_loop_t *loop, engine *e, const char *dep, const char *field, const char *want,
-                       uint64_t ms, char *last, size_t n) {
+int engine_status_wait(uv_loop_t *loop, engine *e, const char *dep, const char *field, const char *want, uint64_t ms,
+                       char *last, size_t n) {
     char v[128] = "";
     uv_update_time(loop);
     uint64_t end = uv_now(loop) + ms;

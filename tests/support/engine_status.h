@@ -21,7 +21,7 @@ int engine_status_field(uv_loop_t *loop, engine *e, const char *dep, const char 
 
 /* Reads field every 10 ms until it equals want (returns 1) or ms pass
  * (returns 0; the last value read is in last, when given). */
-int engine_status_wait(uv_loop_t *loop, engine *e, const char *dep, const char *field, const char *want,
-                       uint64_t ms, char *last, size_t n);
+int engine_status_wait(uv_loop_t *loop, engine *e, const char *dep, const char *field, const char *want, uint64_t ms,
+                       char *last, size_t n);
 
 #endif

@@ -29,7 +29,7 @@ typedef struct worker {
     int agent, index;
     pthread_t tid;
     int started;
-    double *sent;             /* send times of the successful calls */
+    double *sent; /* send times of the successful calls */
     size_t nsent, cap;
     long long attempts;
     int lost;
@@ -42,11 +42,11 @@ struct fleet {
     mock_fixture mock;
     sluiced_fixture agent[FLEET_MAX_AGENTS];
     char endpoint[64];
-    long long input;          /* the input estimate of the prompt */
-    atomic_int next;          /* the next request to take */
-    atomic_int first_sent;    /* 1 once a call went out */
-    double t0;                /* proc_now_ms() at the start */
-    double first_ms;          /* when the first call went out (from t0) */
+    long long input;       /* the input estimate of the prompt */
+    atomic_int next;       /* the next request to take */
+    atomic_int first_sent; /* 1 once a call went out */
+    double t0;             /* proc_now_ms() at the start */
+    double first_ms;       /* when the first call went out (from t0) */
     pthread_mutex_t mu;
     worker w[FLEET_MAX_AGENTS * FLEET_MAX_CALLERS];
     int nw;
@@ -71,10 +71,9 @@ static void *worker_main(void *arg) {
         if (req >= s->requests) break;
         int done = 0, attempts = 0;
         while (!done && attempts < FLEET_MAX_ATTEMPTS) {
-            worker_acquire a = s->split ? worker_call_acquire_split(&w, "d", f->input, s->max_tokens, FLEET_MAX_WAIT_MS,
-                                                                    NULL, NULL)
-                                        : worker_call_acquire(&w, "d", f->input + s->max_tokens, FLEET_MAX_WAIT_MS,
-                                                              NULL, NULL);
+            worker_acquire a =
+                s->split ? worker_call_acquire_split(&w, "d", f->input, s->max_tokens, FLEET_MAX_WAIT_MS, NULL, NULL)
+                         : worker_call_acquire(&w, "d", f->input + s->max_tokens, FLEET_MAX_WAIT_MS, NULL, NULL);
             if (a == WORKER_SHED) {
                 long long ra = w.retry_after_ms;
                 proc_sleep_ms((int)(ra > 0 && ra < 2000 ? ra : 100));
@@ -91,9 +90,10 @@ static void *worker_main(void *arg) {
                 f->first_ms = t;
                 pthread_mutex_unlock(&f->mu);
             }
-            long st = s->style == FLEET_ANTHROPIC
-                          ? worker_call_post_messages(&w, f->endpoint, "d", s->content, s->max_tokens, FLEET_HTTP_TIMEOUT_MS)
-                          : worker_call_post(&w, f->endpoint, "d", s->content, s->max_tokens, FLEET_HTTP_TIMEOUT_MS);
+            long st =
+                s->style == FLEET_ANTHROPIC
+                    ? worker_call_post_messages(&w, f->endpoint, "d", s->content, s->max_tokens, FLEET_HTTP_TIMEOUT_MS)
+                    : worker_call_post(&w, f->endpoint, "d", s->content, s->max_tokens, FLEET_HTTP_TIMEOUT_MS);
             attempts++;
             k->attempts++;
             worker_call_settle(&w, st == 200 ? "ok" : st == 429 ? "throttled" : "failed");
@@ -152,8 +152,7 @@ static void *trace_main(void *arg) {
             const redisReply *v = r->element[i + 1];
             if (v->type == REDIS_REPLY_INTEGER)
                 used += (size_t)snprintf(line + used, sizeof(line) - used, " %s=%lld", k, v->integer);
-            else
-                used += (size_t)snprintf(line + used, sizeof(line) - used, " %s=%s", k, v->str);
+            else used += (size_t)snprintf(line + used, sizeof(line) - used, " %s=%s", k, v->str);
             if (used >= sizeof(line)) break;
         }
         if (r) freeReplyObject(r);

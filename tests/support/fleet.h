@@ -32,39 +32,39 @@
 typedef enum fleet_style { FLEET_AZURE = 0, FLEET_ANTHROPIC } fleet_style;
 
 typedef struct fleet_event {
-    double at_ms;         /* after the first request is sent */
-    const char *control;  /* the query of POST /control, e.g. "inject_429=1" */
+    double at_ms;        /* after the first request is sent */
+    const char *control; /* the query of POST /control, e.g. "inject_429=1" */
 } fleet_event;
 
 typedef struct fleet_spec {
-    const char *name;          /* for messages */
+    const char *name; /* for messages */
     fleet_style style;
-    int agents;                /* 1..4 */
-    int callers;               /* worker threads per agent, 1..64 */
-    int requests;              /* in all */
+    int agents;                            /* 1..4 */
+    int callers;                           /* worker threads per agent, 1..64 */
+    int requests;                          /* in all */
     const char *mock_args[FLEET_MAX_ARGS]; /* `sluice mock` flags, NULL-terminated */
     /* The deployment "d" in sluiced.yaml, flow style without endpoint,
      * e.g. "rpm: 600, tpm: 600000". */
     const char *deployment;
-    const char *content;       /* the prompt: plain text, no quotes */
+    const char *content; /* the prompt: plain text, no quotes */
     int max_tokens;
-    int split;                 /* ACQUIRE INPUT/OUTPUT, else TOKENS */
+    int split; /* ACQUIRE INPUT/OUTPUT, else TOKENS */
     fleet_event events[FLEET_MAX_EVENTS];
     int nevents;
 } fleet_spec;
 
 typedef struct fleet_result {
     int requests, succeeded, lost;
-    long long attempts;        /* provider calls by the workers */
-    long long fleet_429;       /* 429s the workers got (from the ledger) */
+    long long attempts;  /* provider calls by the workers */
+    long long fleet_429; /* 429s the workers got (from the ledger) */
     long long neighbour_accepted, neighbour_429;
     long long injected_429;
     double first_send_ms, last_send_ms; /* of the successful calls, from the run's start */
-    double events_base_ms;     /* when the first call went out: the events' zero */
-    double *send_ms;           /* each successful call's send time, sorted (malloc'd) */
+    double events_base_ms;              /* when the first call went out: the events' zero */
+    double *send_ms;                    /* each successful call's send time, sorted (malloc'd) */
     size_t nsend;
-    json_t *ledger;            /* the mock's final ledger (owned) */
-    char status[4096];         /* sluiced's STATUS of d at the end, "field=value " pairs */
+    json_t *ledger;    /* the mock's final ledger (owned) */
+    char status[4096]; /* sluiced's STATUS of d at the end, "field=value " pairs */
     /* The agents' own view, summed from their INFO at the end: Redis calls
      * that timed out or failed, and grants paced locally (Redis deemed
      * lost). Non-zero explains a slow run on an overloaded machine. */

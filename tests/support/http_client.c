@@ -250,8 +250,9 @@ int hc_post(hc_conn *c, const char *target, const char *headers, const char *bod
     size_t n = strlen(target) + (headers ? strlen(headers) : 0) + strlen(body) + 128;
     char *req = malloc(n);
     if (!req) return -1;
-    int k = snprintf(req, n, "POST %s HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\n%sContent-Length: %zu\r\n\r\n%s",
-                     target, headers ? headers : "", strlen(body), body);
+    int k = snprintf(
+        req, n, "POST %s HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\n%sContent-Length: %zu\r\n\r\n%s",
+        target, headers ? headers : "", strlen(body), body);
     int rc = hc_send(c, req, (size_t)k);
     free(req);
     return rc ? -1 : hc_read_response(c, r, timeout_ms);

@@ -16,18 +16,18 @@
 
 typedef struct hc_conn {
     int fd;
-    char *buf;        /* bytes read and not yet taken */
+    char *buf; /* bytes read and not yet taken */
     size_t len, cap;
-    int closed;       /* the peer closed (EOF or reset) */
+    int closed; /* the peer closed (EOF or reset) */
 } hc_conn;
 
 typedef struct hc_response {
     int status;
-    char *head;       /* the status line and headers, NUL-terminated */
-    char *body;       /* de-chunked, NUL-terminated */
+    char *head; /* the status line and headers, NUL-terminated */
+    char *body; /* de-chunked, NUL-terminated */
     size_t body_len;
-    int chunked;      /* it came with Transfer-Encoding: chunked */
-    int chunks;       /* how many chunks */
+    int chunked; /* it came with Transfer-Encoding: chunked */
+    int chunks;  /* how many chunks */
 } hc_response;
 
 int hc_connect_tcp(hc_conn *c, int port);

@@ -18,9 +18,9 @@
 #include <jansson.h>
 
 typedef struct mock_fixture {
-    pid_t pid;         /* 0 when not running */
+    pid_t pid; /* 0 when not running */
     int port;
-    char dir[256];     /* port file and output (out.log) */
+    char dir[256]; /* port file and output (out.log) */
     char log[300];
 } mock_fixture;
 

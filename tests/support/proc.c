@@ -24,8 +24,7 @@ double proc_now_ms(void) {
 
 void proc_sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
-    }
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {}
 }
 
 int proc_poll(int (*pred)(void *arg), void *arg, int timeout_ms) {
@@ -57,8 +56,8 @@ pid_t proc_spawn(char *const argv[], const char *out, int also_stderr) {
 
 int proc_ping(const char *unix_path, int port, int timeout_ms) {
     struct timeval tv = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000L};
-    redisContext *c = port > 0 ? redisConnectWithTimeout("127.0.0.1", port, tv)
-                               : redisConnectUnixWithTimeout(unix_path, tv);
+    redisContext *c =
+        port > 0 ? redisConnectWithTimeout("127.0.0.1", port, tv) : redisConnectUnixWithTimeout(unix_path, tv);
     if (!c || c->err) {
         if (c) redisFree(c);
         return 0;
@@ -86,8 +85,7 @@ int proc_wait(pid_t pid, int timeout_ms, int *status) {
     int st = 0;
     if (timeout_ms < 0) {
         pid_t r;
-        while ((r = waitpid(pid, &st, 0)) < 0 && errno == EINTR) {
-        }
+        while ((r = waitpid(pid, &st, 0)) < 0 && errno == EINTR) {}
         if (r != pid) return 0;
         if (status) *status = st;
         return 1;

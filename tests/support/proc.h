@@ -32,10 +32,10 @@ int proc_poll(int (*pred)(void *arg), void *arg, int timeout_ms);
 
 /* proc_poll() that fails the running cmocka test (include cmocka.h first)
  * with "timed out after <ms> ms waiting for <what>". */
-#define PROC_POLL_OR_FAIL(pred, arg, timeout_ms, what)                                          \
-    do {                                                                                        \
-        if (!proc_poll((pred), (arg), (timeout_ms)))                                            \
-            fail_msg("timed out after %d ms waiting for %s", (int)(timeout_ms), (what));        \
+#define PROC_POLL_OR_FAIL(pred, arg, timeout_ms, what)                                                                 \
+    do {                                                                                                               \
+        if (!proc_poll((pred), (arg), (timeout_ms)))                                                                   \
+            fail_msg("timed out after %d ms waiting for %s", (int)(timeout_ms), (what));                               \
     } while (0)
 
 /* Starts argv[0] (looked up in PATH unless it holds a '/') with argv,

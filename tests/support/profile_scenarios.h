@@ -16,21 +16,26 @@
 #define SCEN_OLD ", refund: true, aimd: {min_throttles: 1}, adapt: {limits: false, outside: false}"
 
 /* 400 characters: 100 input tokens as the mock counts them. */
-#define SCEN_PROMPT_100                                                                                       \
-    "the quick brown fox jumps over the lazy dog while the governor paces the fleet exactly at its quota "   \
-    "the quick brown fox jumps over the lazy dog while the governor paces the fleet exactly at its quota "   \
-    "the quick brown fox jumps over the lazy dog while the governor paces the fleet exactly at its quota "   \
+#define SCEN_PROMPT_100                                                                                                \
+    "the quick brown fox jumps over the lazy dog while the governor paces the fleet exactly at its quota "             \
+    "the quick brown fox jumps over the lazy dog while the governor paces the fleet exactly at its quota "             \
+    "the quick brown fox jumps over the lazy dog while the governor paces the fleet exactly at its quota "             \
     "the quick brown fox jumps over the lazy dog while the governor paces the fleet exactly at its quota "
 
 /* Azure, token-bound: the estimate (100 + 300) is twice the usage (100 +
  * 100); 500 requests at 600 000 TPM, the request rate far above. */
 static inline fleet_spec scen_azure_tokens(int old) {
-    fleet_spec s = {.name = old ? "azure tokens (old)" : "azure tokens", .style = FLEET_AZURE, .agents = 3,
-                    .callers = 10, .requests = 500,
+    fleet_spec s = {.name = old ? "azure tokens (old)" : "azure tokens",
+                    .style = FLEET_AZURE,
+                    .agents = 3,
+                    .callers = 10,
+                    .requests = 500,
                     .mock_args = {"--rpm", "6000", "--tpm", "600000", "--completion-tokens", "100", "--service-ms",
                                   "20-60", "--seed", "1", NULL},
                     .deployment = old ? "rpm: 6000, tpm: 600000" SCEN_OLD : "rpm: 6000, tpm: 600000",
-                    .content = SCEN_PROMPT_100, .max_tokens = 300, .split = 1};
+                    .content = SCEN_PROMPT_100,
+                    .max_tokens = 300,
+                    .split = 1};
     return s;
 }
 /* (N x estimate - burst) / rate */
@@ -48,10 +53,17 @@ static inline fleet_spec scen_anthropic_output(int mode) {
                                        "style: custom, rpm: 6000, tpm: 600000"};
     static const char *const name[3] = {"anthropic itpm+otpm", "anthropic as one tpm = itpm+otpm",
                                         "anthropic as one tpm = otpm"};
-    fleet_spec s = {.name = name[mode], .style = FLEET_ANTHROPIC, .agents = 3, .callers = 10, .requests = 1500,
+    fleet_spec s = {.name = name[mode],
+                    .style = FLEET_ANTHROPIC,
+                    .agents = 3,
+                    .callers = 10,
+                    .requests = 1500,
                     .mock_args = {"--rpm", "6000", "--itpm", "6000000", "--otpm", "600000", "--completion-tokens",
                                   "200", "--service-ms", "20-60", "--seed", "2", NULL},
-                    .deployment = dep[mode], .content = SCEN_PROMPT_300, .max_tokens = 1000, .split = 1};
+                    .deployment = dep[mode],
+                    .content = SCEN_PROMPT_300,
+                    .max_tokens = 1000,
+                    .split = 1};
     return s;
 }
 /* What the provider's accounting allows: the output actually used, less
@@ -62,11 +74,17 @@ static inline fleet_spec scen_anthropic_output(int mode) {
  * injected 10 s in (a release a little late: retry-after-ms 100). */
 static inline fleet_spec scen_stray_429(int old, int inject) {
     fleet_spec s = {.name = inject ? (old ? "one stray 429 (old)" : "one stray 429") : "no 429",
-                    .style = FLEET_AZURE, .agents = 3, .callers = 30, .requests = 300,
+                    .style = FLEET_AZURE,
+                    .agents = 3,
+                    .callers = 30,
+                    .requests = 300,
                     .mock_args = {"--rpm", "600", "--service-ms", "20-60", "--seed", "3", NULL},
                     .deployment = old ? "rpm: 600" SCEN_OLD : "rpm: 600",
-                    .content = "hello", .max_tokens = 16, .split = 0,
-                    .events = {{10000, "inject_429=1"}}, .nevents = inject ? 1 : 0};
+                    .content = "hello",
+                    .max_tokens = 16,
+                    .split = 0,
+                    .events = {{10000, "inject_429=1"}},
+                    .nevents = inject ? 1 : 0};
     return s;
 }
 #define SCEN_STRAY_FLOOR_MS ((300.0 - 10) / (600.0 / 60000))
@@ -78,11 +96,16 @@ static inline fleet_spec scen_stray_429(int old, int inject) {
 #define SCEN_NB_FROM_MS 5000.0
 #define SCEN_NB_TO_MS 25000.0
 static inline fleet_spec scen_neighbour(int old) {
-    fleet_spec s = {.name = old ? "neighbour 30 % (old)" : "neighbour 30 %", .style = FLEET_AZURE, .agents = 3,
-                    .callers = 10, .requests = 360,
+    fleet_spec s = {.name = old ? "neighbour 30 % (old)" : "neighbour 30 %",
+                    .style = FLEET_AZURE,
+                    .agents = 3,
+                    .callers = 10,
+                    .requests = 360,
                     .mock_args = {"--rpm", "600", "--service-ms", "20-60", "--seed", "4", NULL},
                     .deployment = old ? "rpm: 600" SCEN_OLD : "rpm: 600",
-                    .content = "hello", .max_tokens = 16, .split = 0,
+                    .content = "hello",
+                    .max_tokens = 16,
+                    .split = 0,
                     .events = {{SCEN_NB_FROM_MS, "neighbour_rpm=180"}, {SCEN_NB_TO_MS, "neighbour_rpm=0"}},
                     .nevents = 2};
     return s;
@@ -91,11 +114,16 @@ static inline fleet_spec scen_neighbour(int old) {
 /* The provider's real limit is 480 RPM (and its headers say so); the
  * fleet is configured at 600. */
 static inline fleet_spec scen_lower_limit(int old) {
-    fleet_spec s = {.name = old ? "limit 20 % lower (old)" : "limit 20 % lower", .style = FLEET_AZURE,
-                    .agents = 3, .callers = 30, .requests = 240,
+    fleet_spec s = {.name = old ? "limit 20 % lower (old)" : "limit 20 % lower",
+                    .style = FLEET_AZURE,
+                    .agents = 3,
+                    .callers = 30,
+                    .requests = 240,
                     .mock_args = {"--rpm", "480", "--service-ms", "20-60", "--seed", "5", NULL},
                     .deployment = old ? "rpm: 600" SCEN_OLD : "rpm: 600",
-                    .content = "hello", .max_tokens = 16, .split = 0};
+                    .content = "hello",
+                    .max_tokens = 16,
+                    .split = 0};
     return s;
 }
 

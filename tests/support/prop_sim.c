@@ -22,7 +22,7 @@ typedef struct sim {
     const prop_cfg *cfg;
     prop_rand_fn rnd;
     void *ud;
-    double now;      /* the scripts' clock as last seen (ms) */
+    double now; /* the scripts' clock as last seen (ms) */
     char *err;
     size_t errlen;
 } sim;
@@ -45,8 +45,8 @@ static int fail(sim *s, const char *fmt, ...) {
 /* Moves the scripts' clock to t (never back). */
 static int clock_to(sim *s, double t) {
     if (t <= s->now + 1e-3) return 0;
-    redisReply *r = redisCommand(s->c, "HINCRBYFLOAT sluice:{%s}:limits test_clock_offset_ms %f", s->cfg->dep,
-                                 t - s->now);
+    redisReply *r =
+        redisCommand(s->c, "HINCRBYFLOAT sluice:{%s}:limits test_clock_offset_ms %f", s->cfg->dep, t - s->now);
     if (!r || r->type != REDIS_REPLY_STRING) {
         if (r) freeReplyObject(r);
         return fail(s, "moving the test clock failed");
@@ -59,13 +59,13 @@ static int clock_to(sim *s, double t) {
 /* The schedule's fields of the state hash, as one string (for "a shed
  * consumes nothing"). */
 static char *schedule_of(sim *s) {
-    static const char *const fields[] = {"requests_tat", "tokens_tat", "input_tat", "output_tat",
-                                         "requests_granted", "tokens_granted", "input_granted",
-                                         "output_granted", "last_slot", "next_grant"};
+    static const char *const fields[] = {"requests_tat",     "tokens_tat",     "input_tat",     "output_tat",
+                                         "requests_granted", "tokens_granted", "input_granted", "output_granted",
+                                         "last_slot",        "next_grant"};
     size_t n = sizeof(fields) / sizeof(*fields);
-    redisReply *r = redisCommand(s->c, "HMGET sluice:{%s}:state %s %s %s %s %s %s %s %s %s %s", s->cfg->dep,
-                                 fields[0], fields[1], fields[2], fields[3], fields[4], fields[5], fields[6],
-                                 fields[7], fields[8], fields[9]);
+    redisReply *r =
+        redisCommand(s->c, "HMGET sluice:{%s}:state %s %s %s %s %s %s %s %s %s %s", s->cfg->dep, fields[0], fields[1],
+                     fields[2], fields[3], fields[4], fields[5], fields[6], fields[7], fields[8], fields[9]);
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != n) {
         if (r) freeReplyObject(r);
         return NULL;
@@ -73,7 +73,8 @@ static char *schedule_of(sim *s) {
     size_t cap = 1024, len = 0;
     char *out = calloc(1, cap);
     for (size_t i = 0; out && i < n; i++)
-        len += (size_t)snprintf(out + len, cap - len, "%s;", r->element[i]->type == REDIS_REPLY_STRING ? r->element[i]->str : "");
+        len += (size_t)snprintf(out + len, cap - len, "%s;",
+                                r->element[i]->type == REDIS_REPLY_STRING ? r->element[i]->str : "");
     freeReplyObject(r);
     return out;
 }
@@ -82,10 +83,10 @@ typedef enum { C_IDLE, C_GRANTED, C_SENT } cstate;
 
 typedef struct caller {
     cstate st;
-    double t;                 /* its next event */
+    double t; /* its next event */
     long long id, est_in, max_out, prompt, cache_read, output;
     double slot, sent_at;
-    int cancel;               /* it gives the slot back before it comes */
+    int cancel; /* it gives the slot back before it comes */
 } caller;
 
 static void configure(sim *s, prop_stats *out) {
@@ -210,8 +211,8 @@ static int do_reserve(sim *s, caller *k, prop_stats *out) {
         if (!before || !after || strcmp(before, after) != 0) {
             out->shed_changed++;
             if (getenv("SLUICE_PROP_DEBUG")) {
-                fprintf(stderr, "shed %s: before %s\n           after  %s\n", it->element[1]->str, before ? before : "?",
-                        after ? after : "?");
+                fprintf(stderr, "shed %s: before %s\n           after  %s\n", it->element[1]->str,
+                        before ? before : "?", after ? after : "?");
                 redisReply *h = redisCommand(s->c, "HGETALL sluice:{%s}:state", cfg->dep);
                 for (size_t x = 0; h && x + 1 < h->elements; x += 2)
                     if (strstr(h->element[x]->str, "rate") || strstr(h->element[x]->str, "scale") ||
@@ -278,9 +279,7 @@ int prop_run(redisContext *c, const prop_cfg *cfg, prop_rand_fn rnd, void *ud, p
         if ((rc = clock_to(&s, q->t)) != 0) break;
         char usage[64];
         switch (q->st) {
-        case C_IDLE:
-            rc = do_reserve(&s, q, out);
-            break;
+        case C_IDLE: rc = do_reserve(&s, q, out); break;
         case C_GRANTED:
             if (q->cancel) {
                 /* Given back before its slot: the provider never sees it. */

@@ -24,15 +24,15 @@
 typedef uint64_t (*prop_rand_fn)(void *ud);
 
 typedef struct prop_cfg {
-    const char *dep;          /* the deployment (configured here) */
+    const char *dep; /* the deployment (configured here) */
     pm_profile profile;
-    int callers;              /* 1..16 */
-    int events;               /* steps to run */
+    int callers; /* 1..16 */
+    int events;  /* steps to run */
     /* Overrides of the deployment's defaults, for showing that the model
      * catches a wrong rule: -1 keeps the default. */
     int refund_tokens, refund_input, refund_output;
-    long long jitter_ms;      /* < 0: the default (10) */
-    long long late_ms;        /* sends start up to this late; < 0: jitter_ms */
+    long long jitter_ms; /* < 0: the default (10) */
+    long long late_ms;   /* sends start up to this late; < 0: jitter_ms */
     /* Speak the scripts' older forms (one combined token figure per item,
      * settle quads): to run this target against the scripts before
      * provider profiles (azure only). */
@@ -43,8 +43,8 @@ typedef struct prop_stats {
     size_t reserves, grants, sheds, cancels, sends, oks, throttles, failures, quotas;
     size_t rejections[PM_DIMS];
     double first_rejection[PM_DIMS]; /* ms from the run's start, where rejections[d] > 0 */
-    size_t shed_changed;      /* sheds that changed the schedule (must be 0) */
-    double span_ms;           /* simulated time covered */
+    size_t shed_changed;             /* sheds that changed the schedule (must be 0) */
+    double span_ms;                  /* simulated time covered */
     long long rpm, tpm, itpm, otpm;
 } prop_stats;
 

@@ -89,8 +89,7 @@ static int spawn_nowait(redis_fixture *f) {
     }
     char extra[256];
     snprintf(extra, sizeof(extra), "%s", f->extra);
-    for (char *save = NULL, *tok = strtok_r(extra, " ", &save); tok && n < 62;
-         tok = strtok_r(NULL, " ", &save))
+    for (char *save = NULL, *tok = strtok_r(extra, " ", &save); tok && n < 62; tok = strtok_r(NULL, " ", &save))
         argv[n++] = tok;
     argv[n] = NULL;
     pid_t pid = proc_spawn((char *const *)argv, getenv("SLUICE_TEST_VERBOSE") ? NULL : "/dev/null", 0);
@@ -135,9 +134,10 @@ int redis_fixture_start_ex(redis_fixture *f, const char *extra, int sentinel_of)
         snprintf(conf, sizeof(conf), "%s/sentinel.conf", f->dir);
         FILE *c = fopen(conf, "w");
         if (!c) return -1;
-        fprintf(c, "sentinel monitor mymaster 127.0.0.1 %d 2\n"
-                   "sentinel down-after-milliseconds mymaster 1000\n"
-                   "sentinel failover-timeout mymaster 3000\n",
+        fprintf(c,
+                "sentinel monitor mymaster 127.0.0.1 %d 2\n"
+                "sentinel down-after-milliseconds mymaster 1000\n"
+                "sentinel failover-timeout mymaster 3000\n",
                 sentinel_of);
         fclose(c);
         f->sentinel = 1;
@@ -221,10 +221,9 @@ redisContext *redis_fixture_connect_tcp(const redis_fixture *f) {
 int redis_cluster_create(redis_fixture *nodes, int n, int replicas) {
     char cmd[2048];
     int len = snprintf(cmd, sizeof(cmd), "redis-cli --cluster create");
-    for (int i = 0; i < n; i++)
-        len += snprintf(cmd + len, sizeof(cmd) - (size_t)len, " 127.0.0.1:%d", nodes[i].port);
-    snprintf(cmd + len, sizeof(cmd) - (size_t)len, " --cluster-replicas %d --cluster-yes >%s 2>&1",
-             replicas, getenv("SLUICE_TEST_VERBOSE") ? "/dev/stderr" : "/dev/null");
+    for (int i = 0; i < n; i++) len += snprintf(cmd + len, sizeof(cmd) - (size_t)len, " 127.0.0.1:%d", nodes[i].port);
+    snprintf(cmd + len, sizeof(cmd) - (size_t)len, " --cluster-replicas %d --cluster-yes >%s 2>&1", replicas,
+             getenv("SLUICE_TEST_VERBOSE") ? "/dev/stderr" : "/dev/null");
     if (system(cmd) != 0) {
         fprintf(stderr, "redis_fixture: %s failed\n", cmd);
         return -1;

@@ -13,10 +13,10 @@
 
 typedef struct redis_fixture {
     pid_t pid;
-    int port;          /* TCP port on 127.0.0.1, 0 when only the socket */
+    int port; /* TCP port on 127.0.0.1, 0 when only the socket */
     int cluster;
-    int sentinel;      /* a Sentinel (config file in dir) */
-    char extra[256];   /* extra arguments, space-separated (start_ex) */
+    int sentinel;    /* a Sentinel (config file in dir) */
+    char extra[256]; /* extra arguments, space-separated (start_ex) */
     char dir[256];
     char sock[300];
 } redis_fixture;

@@ -24,7 +24,7 @@
 typedef enum rlink_state { LINK_CONNECTING, LINK_OPEN, LINK_HELD } rlink_state;
 
 typedef struct rlink {
-    int cfd, ufd;            /* client side, upstream side (-1 while held) */
+    int cfd, ufd; /* client side, upstream side (-1 while held) */
     rlink_state state;
     int c_eof, u_eof;        /* that side closed (or failed) */
     size_t up_len, down_len; /* pending bytes: client -> upstream, upstream -> client */
@@ -35,9 +35,9 @@ struct relay {
     pthread_t tid;
     int started;
     int upstream_port, port;
-    int lfd;                 /* listening socket, -1 while cut */
+    int lfd; /* listening socket, -1 while cut */
     int wake[2];
-    pthread_mutex_t mu;      /* held by the thread except while it polls */
+    pthread_mutex_t mu; /* held by the thread except while it polls */
     pthread_cond_t cv;
     relay_mode want, mode;
     unsigned long long want_seq, applied_seq;
@@ -146,8 +146,8 @@ static void accept_all(relay *r) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         rlink *l = calloc(1, sizeof(*l));
-        if (!l || (r->nlinks == r->cap && !(r->links = realloc(r->links, (r->cap = r->cap ? 2 * r->cap : 16) *
-                                                                             sizeof(*r->links))))) {
+        if (!l || (r->nlinks == r->cap &&
+                   !(r->links = realloc(r->links, (r->cap = r->cap ? 2 * r->cap : 16) * sizeof(*r->links))))) {
             free(l);
             close(fd);
             set_err(r, "out of memory");
@@ -257,8 +257,7 @@ static void *relay_main(void *arg) {
         poll(p, n, RELAY_TURN_MS);
         pthread_mutex_lock(&r->mu);
         char drain[64];
-        while (read(r->wake[0], drain, sizeof(drain)) > 0) {
-        }
+        while (read(r->wake[0], drain, sizeof(drain)) > 0) {}
         if (r->stop) break;
         if (r->lfd >= 0) accept_all(r);
         /* The black hole neither reads nor writes: bytes wait in the kernel. */
@@ -316,7 +315,8 @@ int relay_set_mode(relay *r, relay_mode m) {
     int rc = 0;
     while (r->applied_seq < seq && rc == 0) rc = pthread_cond_timedwait(&r->cv, &r->mu, &until);
     int ok = r->applied_seq >= seq;
-    if (!ok && !r->err[0]) set_err(r, "the relay did not apply mode %s within %d ms", relay_mode_name(m), RELAY_APPLY_MS);
+    if (!ok && !r->err[0])
+        set_err(r, "the relay did not apply mode %s within %d ms", relay_mode_name(m), RELAY_APPLY_MS);
     pthread_mutex_unlock(&r->mu);
     return ok ? 0 : -1;
 }

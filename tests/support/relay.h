@@ -44,13 +44,13 @@
 typedef enum relay_mode { RELAY_PASS = 0, RELAY_CUT, RELAY_BLACKHOLE } relay_mode;
 
 typedef struct relay_counts {
-    long long accepted;        /* client connections accepted */
-    long long upstream_failed; /* of them, closed because the upstream connect failed */
-    long long closed_by_cut;   /* connections closed by RELAY_CUT */
-    long long held;            /* accepted while in RELAY_BLACKHOLE */
-    long long open;            /* client connections open now (forwarding or held) */
-    long long bytes_up;        /* forwarded client -> Redis */
-    long long bytes_down;      /* forwarded Redis -> client */
+    long long accepted;                 /* client connections accepted */
+    long long upstream_failed;          /* of them, closed because the upstream connect failed */
+    long long closed_by_cut;            /* connections closed by RELAY_CUT */
+    long long held;                     /* accepted while in RELAY_BLACKHOLE */
+    long long open;                     /* client connections open now (forwarding or held) */
+    long long bytes_up;                 /* forwarded client -> Redis */
+    long long bytes_down;               /* forwarded Redis -> client */
     long long cuts, blackholes, passes; /* mode changes applied */
 } relay_counts;
 

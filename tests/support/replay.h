@@ -13,9 +13,9 @@
 #include <stddef.h>
 
 typedef struct replay_event {
-    double t_ms;     /* send (or refund) time, ms on the server's clock */
-    double amount;   /* > 0: a send of this cost; < 0: a refund */
-    size_t seq;      /* insertion order, breaks ties (set by replay_add) */
+    double t_ms;   /* send (or refund) time, ms on the server's clock */
+    double amount; /* > 0: a send of this cost; < 0: a refund */
+    size_t seq;    /* insertion order, breaks ties (set by replay_add) */
 } replay_event;
 
 typedef struct replay {

@@ -4,8 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-redisReply *script_call(redisContext *c, script_id id, const char *deployment,
-                        int argc, const char **argv) {
+redisReply *script_call(redisContext *c, script_id id, const char *deployment, int argc, const char **argv) {
     char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX];
     if (scripts_keys(deployment, keys) != 0) return NULL;
     return script_call_keys(c, id, SCRIPTS_NKEYS, keys, argc, argv);

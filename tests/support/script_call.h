@@ -9,8 +9,7 @@
 #include "scripts.h"
 
 /* Returns the reply (caller frees) or NULL on a connection error. */
-redisReply *script_call(redisContext *c, script_id id, const char *deployment,
-                        int argc, const char **argv);
+redisReply *script_call(redisContext *c, script_id id, const char *deployment, int argc, const char **argv);
 
 /* Same with explicit KEYS (nkeys of them: several deployments' keys for a
  * group call, which only a single Redis allows). */

@@ -147,9 +147,13 @@ int sluiced_fixture_launch(sluiced_fixture *f, const char *const *args, int time
     const char *argv[48];
     size_t n = 0;
     if (f->valgrind) {
-        const char *vg[] = {"valgrind", "--leak-check=full", "--show-leak-kinds=definite,indirect",
-                            "--errors-for-leak-kinds=definite,indirect", "--error-exitcode=99",
-                            "--track-fds=no", logopt};
+        const char *vg[] = {"valgrind",
+                            "--leak-check=full",
+                            "--show-leak-kinds=definite,indirect",
+                            "--errors-for-leak-kinds=definite,indirect",
+                            "--error-exitcode=99",
+                            "--track-fds=no",
+                            logopt};
         for (size_t i = 0; i < sizeof(vg) / sizeof(vg[0]); i++) argv[n++] = vg[i];
     }
     argv[n++] = bin;
@@ -237,8 +241,7 @@ int sluiced_fixture_stop(sluiced_fixture *f, int hard) {
     int st = -1;
     if (sluiced_fixture_signal(f, hard ? SIGKILL : SIGTERM) == 0)
         st = sluiced_fixture_wait(f, f->valgrind ? 60000 : 15000);
-    else
-        f->pid = 0;
+    else f->pid = 0;
     if (f->own_dir && f->dir[0]) {
         remove_dir(f->dir);
         f->dir[0] = '\0';

@@ -24,9 +24,9 @@
 #include <sys/types.h>
 
 typedef struct sluiced_fixture {
-    pid_t pid;        /* the running daemon, 0 when none */
-    int valgrind;     /* set before launch: run it under valgrind, logging to vglog */
-    int own_dir;      /* dir was made by init and is removed by stop */
+    pid_t pid;    /* the running daemon, 0 when none */
+    int valgrind; /* set before launch: run it under valgrind, logging to vglog */
+    int own_dir;  /* dir was made by init and is removed by stop */
     char dir[300];
     char sock[400];
     char config[400];

@@ -115,8 +115,8 @@ static void copy_str(char *dst, size_t n, const redisReply *r) {
     snprintf(dst, n, "%s", r && r->type == REDIS_REPLY_STRING ? r->str : "");
 }
 
-static worker_acquire acquire(worker_call *w, const char *name, long long tokens, long long input,
-                              long long output, long long max_wait_ms, const char *tag, const char *tenant);
+static worker_acquire acquire(worker_call *w, const char *name, long long tokens, long long input, long long output,
+                              long long max_wait_ms, const char *tag, const char *tenant);
 
 worker_acquire worker_call_acquire(worker_call *w, const char *name, long long tokens, long long max_wait_ms,
                                    const char *tag, const char *tenant) {
@@ -128,8 +128,8 @@ worker_acquire worker_call_acquire_split(worker_call *w, const char *name, long 
     return acquire(w, name, 0, input, output, max_wait_ms, tag, tenant);
 }
 
-static worker_acquire acquire(worker_call *w, const char *name, long long tokens, long long input,
-                              long long output, long long max_wait_ms, const char *tag, const char *tenant) {
+static worker_acquire acquire(worker_call *w, const char *name, long long tokens, long long input, long long output,
+                              long long max_wait_ms, const char *tag, const char *tenant) {
     const char *argv[16];
     char tok[32], in[32], out[32], mw[32];
     int argc = 0;
@@ -247,14 +247,14 @@ static long post(worker_call *w, const char *url, const char *body, struct curl_
     return w->status;
 }
 
-long worker_call_post(worker_call *w, const char *endpoint, const char *deployment, const char *content,
-                      int max_tokens, long timeout_ms) {
+long worker_call_post(worker_call *w, const char *endpoint, const char *deployment, const char *content, int max_tokens,
+                      long timeout_ms) {
     char url[512], body[8192];
     snprintf(url, sizeof(url), "%s/openai/deployments/%s/chat/completions?api-version=2024-06-01", endpoint,
              deployment);
     /* content is the caller's plain text: no quotes or backslashes in it. */
-    snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d}",
-             content, max_tokens);
+    snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d}", content,
+             max_tokens);
     return post(w, url, body, w->hdrs, timeout_ms);
 }
 

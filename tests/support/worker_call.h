@@ -26,31 +26,31 @@
 
 typedef enum worker_acquire {
     WORKER_GRANTED,
-    WORKER_SHED,     /* shed_reason and retry_after_ms say why and when */
-    WORKER_ERROR     /* error says what */
+    WORKER_SHED, /* shed_reason and retry_after_ms say why and when */
+    WORKER_ERROR /* error says what */
 } worker_acquire;
 
 typedef struct worker_header {
-    char name[64];   /* lower case */
+    char name[64]; /* lower case */
     char value[256];
 } worker_header;
 
 typedef struct worker_call {
-    redisContext *rc;              /* sluiced, NULL when none */
-    const char *lane;              /* LANE on every ACQUIRE, NULL for none (set after open; borrowed) */
+    redisContext *rc; /* sluiced, NULL when none */
+    const char *lane; /* LANE on every ACQUIRE, NULL for none (set after open; borrowed) */
     CURL *curl;
     struct curl_slist *hdrs;
     struct curl_slist *hdrs_anthropic; /* the same plus anthropic-version */
     /* The last ACQUIRE. */
-    char grant[128];               /* "<member>:<n>" */
-    char member[65];               /* the deployment the slot is on */
-    char endpoint[256];            /* its endpoint; "" for a plain deployment */
+    char grant[128];    /* "<member>:<n>" */
+    char member[65];    /* the deployment the slot is on */
+    char endpoint[256]; /* its endpoint; "" for a plain deployment */
     long long waited_ms;
     char shed_reason[32];
     long long retry_after_ms;
     /* The last response: status 0 when the transport failed. */
     long status;
-    long long usage_tokens;        /* usage.total_tokens of a 200, -1 when absent */
+    long long usage_tokens;                                /* usage.total_tokens of a 200, -1 when absent */
     long long usage_input, usage_output, usage_cache_read; /* the usage split, -1 when absent */
     worker_header h[WORKER_CALL_MAX_HEADERS];
     int nh;
@@ -81,8 +81,8 @@ worker_acquire worker_call_acquire_split(worker_call *w, const char *name, long 
 /* POST endpoint/openai/deployments/<deployment>/chat/completions with one
  * user message and max_tokens; at most timeout_ms. Returns the status (0:
  * no answer, error set). */
-long worker_call_post(worker_call *w, const char *endpoint, const char *deployment, const char *content,
-                      int max_tokens, long timeout_ms);
+long worker_call_post(worker_call *w, const char *endpoint, const char *deployment, const char *content, int max_tokens,
+                      long timeout_ms);
 
 /* POST endpoint/v1/messages (Anthropic's Messages API: model, max_tokens,
  * one user message; anthropic-version set), otherwise as above. */

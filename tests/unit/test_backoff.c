@@ -12,8 +12,7 @@
 
 #define NOW INT64_C(1700000000000)
 
-static void test_policy_defaults(void **state)
-{
+static void test_policy_defaults(void **state) {
     (void)state;
     backoff_policy p;
     memset(&p, 0x77, sizeof p);
@@ -28,8 +27,7 @@ static void test_policy_defaults(void **state)
     backoff_policy_init(NULL); /* no crash */
 }
 
-static void test_ceiling(void **state)
-{
+static void test_ceiling(void **state) {
     (void)state;
     backoff_policy p;
     backoff_policy_init(&p);
@@ -37,14 +35,13 @@ static void test_ceiling(void **state)
         int attempt;
         int64_t want;
     } v[] = {
-        {0, 500},  {1, 1000},  {2, 2000},  {5, 16000}, {6, 30000}, {7, 30000}, {61, 30000},
-        {62, 30000}, {63, 30000}, {64, 30000}, {1000, 30000}, {INT32_MAX, 30000}, {-1, 500},
-        {INT32_MIN, 500},
+        {0, 500},    {1, 1000},   {2, 2000},   {5, 16000},    {6, 30000},         {7, 30000}, {61, 30000},
+        {62, 30000}, {63, 30000}, {64, 30000}, {1000, 30000}, {INT32_MAX, 30000}, {-1, 500},  {INT32_MIN, 500},
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         if (backoff_ceiling_ms(&p, v[i].attempt) != v[i].want)
-            fail_msg("attempt %d: got %lld want %lld", v[i].attempt,
-                     (long long)backoff_ceiling_ms(&p, v[i].attempt), (long long)v[i].want);
+            fail_msg("attempt %d: got %lld want %lld", v[i].attempt, (long long)backoff_ceiling_ms(&p, v[i].attempt),
+                     (long long)v[i].want);
 
     /* No cap to speak of: exact powers of two until the int64 edge. */
     p.base_ms = 1;
@@ -71,8 +68,7 @@ static void test_ceiling(void **state)
     assert_int_equal(backoff_ceiling_ms(NULL, 5), 0);
 }
 
-static void test_rng(void **state)
-{
+static void test_rng(void **state) {
     (void)state;
     /* splitmix64 reference outputs for seed 0. */
     uint64_t s = 0;
@@ -93,14 +89,12 @@ static void test_rng(void **state)
         assert_in_range(r, 0, 3);
         seen[r]++;
     }
-    for (int i = 0; i < 4; i++)
-        assert_in_range(seen[i], 2200, 2800);
+    for (int i = 0; i < 4; i++) assert_in_range(seen[i], 2200, 2800);
     /* Unbiased for a huge range: with hi + 1 = 3 * 2^61, 2/3 of uniform
      * draws fall below 2^62; a plain modulo would put 3/4 there (sd 37). */
     int below = 0;
     for (int i = 0; i < 6000; i++)
-        if (backoff_rand_upto(&s, INT64_C(3) * (INT64_C(1) << 61) - 1) < (INT64_C(1) << 62))
-            below++;
+        if (backoff_rand_upto(&s, INT64_C(3) * (INT64_C(1) << 61) - 1) < (INT64_C(1) << 62)) below++;
     assert_in_range(below, 3800, 4200);
     /* full range */
     for (int i = 0; i < 1000; i++) {
@@ -109,8 +103,7 @@ static void test_rng(void **state)
     }
 }
 
-static void test_verdicts(void **state)
-{
+static void test_verdicts(void **state) {
     (void)state;
     backoff_policy p;
     backoff_policy_init(&p);
@@ -121,8 +114,7 @@ static void test_verdicts(void **state)
     assert_int_equal(d.delay_ms, -1);
     assert_int_equal(d.attempt_timeout_ms, -1);
     /* not retryable wins over everything else */
-    assert_int_equal(backoff_next(&p, 0, false, 999999, NOW, NOW - 5, &rng, &d),
-                     BACKOFF_GIVE_UP_NOT_RETRYABLE);
+    assert_int_equal(backoff_next(&p, 0, false, 999999, NOW, NOW - 5, &rng, &d), BACKOFF_GIVE_UP_NOT_RETRYABLE);
 
     p.max_attempts = 3;
     assert_int_equal(backoff_next(&p, 2, true, -1, NOW, -1, &rng, &d), BACKOFF_RETRY);
@@ -138,8 +130,7 @@ static void test_verdicts(void **state)
     assert_int_equal(backoff_next(&p, 0, true, 120000, NOW, -1, NULL, &d), BACKOFF_RETRY);
     assert_int_equal(d.delay_ms, 121000); /* 120000 + min(1000, 30000) */
     /* ... checked before the deadline */
-    assert_int_equal(backoff_next(&p, 0, true, 500000, NOW, NOW + 10, &rng, &d),
-                     BACKOFF_GIVE_UP_SERVER_WAIT);
+    assert_int_equal(backoff_next(&p, 0, true, 500000, NOW, NOW + 10, &rng, &d), BACKOFF_GIVE_UP_SERVER_WAIT);
 
     /* deadline already passed, or too close for an attempt */
     assert_int_equal(backoff_next(&p, 0, true, -1, NOW, NOW - 1, &rng, &d), BACKOFF_GIVE_UP_DEADLINE);
@@ -159,8 +150,7 @@ static void test_verdicts(void **state)
     assert_string_equal(backoff_verdict_name(BACKOFF__COUNT), "unknown");
 }
 
-static void test_exact_delays(void **state)
-{
+static void test_exact_delays(void **state) {
     (void)state;
     backoff_policy p;
     backoff_policy_init(&p);
@@ -197,13 +187,11 @@ static void test_exact_delays(void **state)
     assert_int_equal(d.attempt_timeout_ms, 1000);
     assert_int_equal(backoff_next(&p, 0, true, 10000, NOW, NOW + 11000, NULL, &d), BACKOFF_RETRY);
     assert_int_equal(d.delay_ms, 10000);
-    assert_int_equal(backoff_next(&p, 0, true, 10000, NOW, NOW + 10999, NULL, &d),
-                     BACKOFF_GIVE_UP_DEADLINE);
+    assert_int_equal(backoff_next(&p, 0, true, 10000, NOW, NOW + 10999, NULL, &d), BACKOFF_GIVE_UP_DEADLINE);
 
     /* Policy edge values are sanitised. */
     p.min_attempt_ms = 0; /* treated as 1: a delay still ends before the deadline */
-    assert_int_equal(backoff_next(&p, 0, true, 5000, NOW, NOW + 5000, NULL, &d),
-                     BACKOFF_GIVE_UP_DEADLINE);
+    assert_int_equal(backoff_next(&p, 0, true, 5000, NOW, NOW + 5000, NULL, &d), BACKOFF_GIVE_UP_DEADLINE);
     assert_int_equal(backoff_next(&p, 0, true, 5000, NOW, NOW + 5001, NULL, &d), BACKOFF_RETRY);
     assert_int_equal(d.delay_ms, 5000);
     assert_int_equal(d.attempt_timeout_ms, 1);
@@ -219,8 +207,7 @@ static void test_exact_delays(void **state)
     assert_int_equal(d.delay_ms, 1000);
 }
 
-static void test_attempt_timeout(void **state)
-{
+static void test_attempt_timeout(void **state) {
     (void)state;
     assert_int_equal(backoff_attempt_timeout_ms(1000, 5000, 1500), 2500);
     assert_int_equal(backoff_attempt_timeout_ms(1000, 5000, 0), 4000);
@@ -236,17 +223,14 @@ static void test_attempt_timeout(void **state)
     assert_int_equal(backoff_next(&p, 70, true, -1, INT64_MIN, INT64_MAX, NULL, &d), BACKOFF_RETRY);
     assert_int_equal(d.delay_ms, 30000);
     assert_int_equal(d.attempt_timeout_ms, INT64_MAX - 30000);
-    assert_int_equal(backoff_next(&p, 70, true, -1, INT64_MAX - 5, INT64_MAX, NULL, &d),
-                     BACKOFF_GIVE_UP_DEADLINE);
-    assert_int_equal(backoff_next(&p, 0, true, 120000, INT64_MAX - 200000, INT64_MAX, NULL, &d),
-                     BACKOFF_RETRY);
+    assert_int_equal(backoff_next(&p, 70, true, -1, INT64_MAX - 5, INT64_MAX, NULL, &d), BACKOFF_GIVE_UP_DEADLINE);
+    assert_int_equal(backoff_next(&p, 0, true, 120000, INT64_MAX - 200000, INT64_MAX, NULL, &d), BACKOFF_RETRY);
     assert_int_equal(d.delay_ms, 121000);
 }
 
 /* Properties over 10,000 seeds: never past the deadline, floor respected,
  * jitter within its bounds, verdicts justified. */
-static void test_properties(void **state)
-{
+static void test_properties(void **state) {
     (void)state;
     backoff_policy p;
     backoff_policy_init(&p);
@@ -255,12 +239,8 @@ static void test_properties(void **state)
     for (int seed = 0; seed < 10000; seed++) {
         uint64_t rng = (uint64_t)seed;
         int attempt = (int)(backoff_rand_next(&meta) % 80);
-        int64_t wait = (backoff_rand_next(&meta) % 3 == 0)
-                           ? -1
-                           : (int64_t)(backoff_rand_next(&meta) % 130000);
-        int64_t deadline = (backoff_rand_next(&meta) % 5 == 0)
-                               ? -1
-                               : NOW + (int64_t)(backoff_rand_next(&meta) % 60000);
+        int64_t wait = (backoff_rand_next(&meta) % 3 == 0) ? -1 : (int64_t)(backoff_rand_next(&meta) % 130000);
+        int64_t deadline = (backoff_rand_next(&meta) % 5 == 0) ? -1 : NOW + (int64_t)(backoff_rand_next(&meta) % 60000);
         backoff_decision d;
         backoff_verdict v = backoff_next(&p, attempt, true, wait, NOW, deadline, &rng, &d);
         int64_t latest = deadline < 0 ? INT64_MAX : deadline - NOW - p.min_attempt_ms;
@@ -291,8 +271,7 @@ static void test_properties(void **state)
             assert_true(deadline >= 0);
             assert_true(latest < 0 || wait > latest);
             break;
-        default:
-            fail_msg("unexpected verdict %s", backoff_verdict_name(v));
+        default: fail_msg("unexpected verdict %s", backoff_verdict_name(v));
         }
     }
     /* the mix exercised both branches */
@@ -315,8 +294,7 @@ static void test_properties(void **state)
     assert_true(hi > 29700);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_policy_defaults),
         cmocka_unit_test(test_ceiling),

@@ -61,13 +61,17 @@ static const vec vectors[] = {
      "{\"error\":{\"message\":\"Incorrect API key provided.\",\"type\":\"invalid_request_error\","
      "\"code\":\"invalid_api_key\"}}",
      NULL, CLASSIFY_AUTH, false, "invalid_api_key", "invalid_request_error"},
-    {404, NONE, "{\"error\":{\"message\":\"The model `x` does not exist\",\"type\":\"invalid_request_error\",\"code\":\"model_not_found\"}}",
+    {404, NONE,
+     "{\"error\":{\"message\":\"The model `x` does not "
+     "exist\",\"type\":\"invalid_request_error\",\"code\":\"model_not_found\"}}",
      NULL, CLASSIFY_BAD_REQUEST, false, "model_not_found", "invalid_request_error"},
     {500, NONE, "{\"error\":{\"message\":\"The server had an error\",\"type\":\"server_error\"}}", NULL,
      CLASSIFY_SERVER_ERROR, true, "", "server_error"},
-    {503, NONE, "{\"error\":{\"message\":\"The engine is currently overloaded\",\"type\":\"server_error\"}}",
-     NULL, CLASSIFY_OVERLOADED, true, "", "server_error"},
-    {403, NONE, "{\"error\":{\"message\":\"Billing hard limit has been reached\",\"type\":\"invalid_request_error\",\"code\":\"billing_hard_limit_reached\"}}",
+    {503, NONE, "{\"error\":{\"message\":\"The engine is currently overloaded\",\"type\":\"server_error\"}}", NULL,
+     CLASSIFY_OVERLOADED, true, "", "server_error"},
+    {403, NONE,
+     "{\"error\":{\"message\":\"Billing hard limit has been "
+     "reached\",\"type\":\"invalid_request_error\",\"code\":\"billing_hard_limit_reached\"}}",
      NULL, CLASSIFY_QUOTA_EXHAUSTED, false, "billing_hard_limit_reached", "invalid_request_error"},
 
     /* Azure OpenAI: a rate-limit body that mentions "quota" is still a rate limit */
@@ -81,19 +85,20 @@ static const vec vectors[] = {
      "{\"error\":{\"code\":\"PermissionDenied\",\"message\":\"Principal does not have access to API/Operation.\"}}",
      NULL, CLASSIFY_AUTH, false, "PermissionDenied", ""},
     {403, NONE,
-     "{\"error\":{\"code\":\"QuotaExceeded\",\"message\":\"Out of call volume quota for this subscription.\"}}",
-     NULL, CLASSIFY_QUOTA_EXHAUSTED, false, "QuotaExceeded", ""},
+     "{\"error\":{\"code\":\"QuotaExceeded\",\"message\":\"Out of call volume quota for this subscription.\"}}", NULL,
+     CLASSIFY_QUOTA_EXHAUSTED, false, "QuotaExceeded", ""},
     {400, NONE,
-     "{\"error\":{\"code\":\"content_filter\",\"message\":\"The response was filtered\",\"param\":\"prompt\",\"status\":400}}",
+     "{\"error\":{\"code\":\"content_filter\",\"message\":\"The response was "
+     "filtered\",\"param\":\"prompt\",\"status\":400}}",
      NULL, CLASSIFY_BAD_REQUEST, false, "content_filter", ""},
 
     /* Anthropic */
-    {529, NONE, "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}",
-     NULL, CLASSIFY_OVERLOADED, true, "", "overloaded_error"},
-    {500, NONE, "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}",
-     NULL, CLASSIFY_OVERLOADED, true, "", "overloaded_error"},
-    {500, NONE, "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"Internal server error\"}}",
-     NULL, CLASSIFY_SERVER_ERROR, true, "", "api_error"},
+    {529, NONE, "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}", NULL,
+     CLASSIFY_OVERLOADED, true, "", "overloaded_error"},
+    {500, NONE, "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}", NULL,
+     CLASSIFY_OVERLOADED, true, "", "overloaded_error"},
+    {500, NONE, "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"Internal server error\"}}", NULL,
+     CLASSIFY_SERVER_ERROR, true, "", "api_error"},
     {429, NONE,
      "{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"Number of request tokens "
      "has exceeded your per-minute rate limit\"}}",
@@ -103,8 +108,8 @@ static const vec vectors[] = {
      "is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase "
      "credits.\"}}",
      NULL, CLASSIFY_QUOTA_EXHAUSTED, false, "", "invalid_request_error"},
-    {400, NONE, "{\"type\":\"error\",\"error\":{\"type\":\"billing_error\",\"message\":\"Payment required\"}}",
-     NULL, CLASSIFY_QUOTA_EXHAUSTED, false, "", "billing_error"},
+    {400, NONE, "{\"type\":\"error\",\"error\":{\"type\":\"billing_error\",\"message\":\"Payment required\"}}", NULL,
+     CLASSIFY_QUOTA_EXHAUSTED, false, "", "billing_error"},
     {403, NONE,
      "{\"type\":\"error\",\"error\":{\"type\":\"permission_error\",\"message\":\"Your credit balance is too low\"}}",
      NULL, CLASSIFY_QUOTA_EXHAUSTED, false, "", "permission_error"},
@@ -114,21 +119,24 @@ static const vec vectors[] = {
      NULL, CLASSIFY_AUTH, false, "", "permission_error"},
     {401, NONE, "{\"type\":\"error\",\"error\":{\"type\":\"authentication_error\",\"message\":\"invalid x-api-key\"}}",
      NULL, CLASSIFY_AUTH, false, "", "authentication_error"},
-    {413, NONE, "{\"type\":\"error\",\"error\":{\"type\":\"request_too_large\",\"message\":\"Request exceeds the maximum allowed number of bytes.\"}}",
+    {413, NONE,
+     "{\"type\":\"error\",\"error\":{\"type\":\"request_too_large\",\"message\":\"Request exceeds the maximum allowed "
+     "number of bytes.\"}}",
      NULL, CLASSIFY_BAD_REQUEST, false, "", "request_too_large"},
     {400, NONE,
-     "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 210000 tokens > 200000 maximum\"}}",
+     "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 210000 "
+     "tokens > 200000 maximum\"}}",
      NULL, CLASSIFY_BAD_REQUEST, false, "", "invalid_request_error"},
 
     /* other shapes */
     {429, NONE,
-     "[{\"error\":{\"code\":429,\"message\":\"Resource has been exhausted\",\"status\":\"RESOURCE_EXHAUSTED\"}}]",
-     NULL, CLASSIFY_RATE_LIMITED, true, "429", ""},
+     "[{\"error\":{\"code\":429,\"message\":\"Resource has been exhausted\",\"status\":\"RESOURCE_EXHAUSTED\"}}]", NULL,
+     CLASSIFY_RATE_LIMITED, true, "429", ""},
     {429, NONE, "{\"error\":\"Too many requests\"}", NULL, CLASSIFY_RATE_LIMITED, true, "", ""},
-    {429, NONE, "{\"code\":\"insufficient_quota\",\"message\":\"no\"}", NULL, CLASSIFY_QUOTA_EXHAUSTED,
-     false, "insufficient_quota", ""},
-    {422, NONE, "{\"detail\":[{\"loc\":[\"body\"],\"msg\":\"field required\"}]}", NULL,
-     CLASSIFY_BAD_REQUEST, false, "", ""},
+    {429, NONE, "{\"code\":\"insufficient_quota\",\"message\":\"no\"}", NULL, CLASSIFY_QUOTA_EXHAUSTED, false,
+     "insufficient_quota", ""},
+    {422, NONE, "{\"detail\":[{\"loc\":[\"body\"],\"msg\":\"field required\"}]}", NULL, CLASSIFY_BAD_REQUEST, false, "",
+     ""},
     {402, NONE, "", NULL, CLASSIFY_QUOTA_EXHAUSTED, false, "", ""},
     /* JSON without a message: the raw body is searched */
     {403, NONE, "{\"detail\":\"Monthly quota used up\"}", NULL, CLASSIFY_QUOTA_EXHAUSTED, false, "", ""},
@@ -140,8 +148,8 @@ static const vec vectors[] = {
     {429, NONE, "Too Many Requests", NULL, CLASSIFY_RATE_LIMITED, true, "", ""},
     {429, NONE, "error: INSUFFICIENT_QUOTA for project", NULL, CLASSIFY_QUOTA_EXHAUSTED, false, "", ""},
     {429, NONE, "{\"error\":{\"code\":\"insufficient_quota\"", NULL, CLASSIFY_QUOTA_EXHAUSTED, false, "", ""},
-    {529, NONE, "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"", NULL, CLASSIFY_OVERLOADED,
-     true, "", ""},
+    {529, NONE, "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"", NULL, CLASSIFY_OVERLOADED, true, "",
+     ""},
     {400, NONE, "context_length_exceeded", NULL, CLASSIFY_BAD_REQUEST, false, "", ""},
     {403, NONE, "<html>Billing account suspended</html>", NULL, CLASSIFY_QUOTA_EXHAUSTED, false, "", ""},
     {403, NONE, "<html>Forbidden</html>", NULL, CLASSIFY_AUTH, false, "", ""},
@@ -181,29 +189,27 @@ static const vec vectors[] = {
     {500, NONE, "", "1", CLASSIFY_SERVER_ERROR, true, "", ""},
 };
 
-static void test_vectors(void **state)
-{
+static void test_vectors(void **state) {
     (void)state;
     for (size_t i = 0; i < sizeof vectors / sizeof vectors[0]; i++) {
         const vec *v = &vectors[i];
-        classify_input in = {v->status, v->transport, v->body, v->body ? strlen(v->body) : 0, v->xsr,
-                             v->xsr ? strlen(v->xsr) : 0};
+        classify_input in = {
+            v->status, v->transport, v->body, v->body ? strlen(v->body) : 0, v->xsr, v->xsr ? strlen(v->xsr) : 0};
         classify_result out;
         memset(&out, 0x5a, sizeof out);
         classify_class got = classify_response(&in, &out);
-        if (got != v->want || out.cls != v->want || out.retryable != v->retryable ||
-            strcmp(out.code, v->code) != 0 || strcmp(out.type, v->type) != 0)
+        if (got != v->want || out.cls != v->want || out.retryable != v->retryable || strcmp(out.code, v->code) != 0 ||
+            strcmp(out.type, v->type) != 0)
             fail_msg("vector %zu (status %d, body \"%.40s\"): got %s retryable=%d code=\"%s\" "
                      "type=\"%s\"; want %s retryable=%d code=\"%s\" type=\"%s\"",
-                     i, v->status, v->body ? v->body : "(null)", classify_name(got), out.retryable,
-                     out.code, out.type, classify_name(v->want), v->retryable, v->code, v->type);
+                     i, v->status, v->body ? v->body : "(null)", classify_name(got), out.retryable, out.code, out.type,
+                     classify_name(v->want), v->retryable, v->code, v->type);
         bool changed = out.retryable != classify_retryable(out.cls);
         assert_int_equal(out.overridden, changed);
     }
 }
 
-static void test_names_and_retryability(void **state)
-{
+static void test_names_and_retryability(void **state) {
     (void)state;
     static const struct {
         classify_class c;
@@ -230,8 +236,7 @@ static void test_names_and_retryability(void **state)
     assert_false(classify_retryable(CLASSIFY__COUNT));
 }
 
-static void test_edges(void **state)
-{
+static void test_edges(void **state) {
     (void)state;
     classify_result out;
     /* NULL input is "no response". */
@@ -272,8 +277,7 @@ static void test_edges(void **state)
     assert_string_equal(out.code, "c");
     /* Deeply nested JSON is just "not understood". */
     static char deep[40000];
-    for (size_t i = 0; i < sizeof deep; i++)
-        deep[i] = i < sizeof deep / 2 ? '[' : ']';
+    for (size_t i = 0; i < sizeof deep; i++) deep[i] = i < sizeof deep / 2 ? '[' : ']';
     assert_int_equal(classify_status_body(429, deep, sizeof deep, &out), CLASSIFY_RATE_LIMITED);
     /* Non-string code/type values are ignored (integers stringified). */
     const char *odd = "{\"error\":{\"code\":{\"x\":1},\"type\":[1],\"message\":7}}";
@@ -285,8 +289,7 @@ static void test_edges(void **state)
     assert_string_equal(out.code, "-42");
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vectors),
         cmocka_unit_test(test_names_and_retryability),

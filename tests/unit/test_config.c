@@ -63,45 +63,44 @@ static config *load_ok(const char *yaml) {
     return cfg;
 }
 
-static const char full_yaml[] =
-    "# A full configuration, every key given.\n"
-    "redis:\n"
-    "  url: redis://sluice@10.0.0.5:6380/2\n"
-    "  password_file: pass.txt\n"
-    "  timeout_ms: 300\n"
-    "  connect_timeout_ms: 2000\n"
-    "agent:\n"
-    "  id: host-a\n"
-    "  socket: /tmp/sluice.sock\n"
-    "  socket_mode: \"0600\"\n"
-    "  metrics: \"[::1]:9464\"\n"
-    "  max_clients: 64\n"
-    "  max_client_buffer: 2mb\n"
-    "  client_idle_timeout_ms: 5000\n"
-    "  fail: closed\n"
-    "  fallback_share: 0.5\n"
-    "  heartbeat_ms: 500\n"
-    "  log_level: debug\n"
-    "deployments:\n"
-    "  gpt-4o:\n"
-    "    rpm: 60\n"
-    "    tpm: 150000\n"
-    "    burst: { requests: 10, tokens: 25000 }\n"
-    "    max_concurrency: 16\n"
-    "    lease_s: 90\n"
-    "    rpd: 10000\n"
-    "    tpd: 5000000\n"
-    "    max_wait_ms: 30000\n"
-    "    refund: false\n"
-    "    retry_budget: { ttl_s: 20, min_per_s: 2, percent: 12.5 }\n"
-    "    aimd: { decrease: 0.5, min_scale: 0.2, increase: 0.1, interval_s: 10 }\n"
-    "    endpoint: https://example.openai.azure.com\n"
-    "    api_key_env: AZURE_OPENAI_API_KEY\n"
-    "    style: azure\n"
-    "    api_version: 2024-06-01\n"
-    "  claude.sonnet:v1:\n"
-    "    rpm: 50\n"
-    "    style: openai\n";
+static const char full_yaml[] = "# A full configuration, every key given.\n"
+                                "redis:\n"
+                                "  url: redis://sluice@10.0.0.5:6380/2\n"
+                                "  password_file: pass.txt\n"
+                                "  timeout_ms: 300\n"
+                                "  connect_timeout_ms: 2000\n"
+                                "agent:\n"
+                                "  id: host-a\n"
+                                "  socket: /tmp/sluice.sock\n"
+                                "  socket_mode: \"0600\"\n"
+                                "  metrics: \"[::1]:9464\"\n"
+                                "  max_clients: 64\n"
+                                "  max_client_buffer: 2mb\n"
+                                "  client_idle_timeout_ms: 5000\n"
+                                "  fail: closed\n"
+                                "  fallback_share: 0.5\n"
+                                "  heartbeat_ms: 500\n"
+                                "  log_level: debug\n"
+                                "deployments:\n"
+                                "  gpt-4o:\n"
+                                "    rpm: 60\n"
+                                "    tpm: 150000\n"
+                                "    burst: { requests: 10, tokens: 25000 }\n"
+                                "    max_concurrency: 16\n"
+                                "    lease_s: 90\n"
+                                "    rpd: 10000\n"
+                                "    tpd: 5000000\n"
+                                "    max_wait_ms: 30000\n"
+                                "    refund: false\n"
+                                "    retry_budget: { ttl_s: 20, min_per_s: 2, percent: 12.5 }\n"
+                                "    aimd: { decrease: 0.5, min_scale: 0.2, increase: 0.1, interval_s: 10 }\n"
+                                "    endpoint: https://example.openai.azure.com\n"
+                                "    api_key_env: AZURE_OPENAI_API_KEY\n"
+                                "    style: azure\n"
+                                "    api_version: 2024-06-01\n"
+                                "  claude.sonnet:v1:\n"
+                                "    rpm: 50\n"
+                                "    style: openai\n";
 
 static void test_full(void **state) {
     (void)state;
@@ -286,10 +285,10 @@ static void test_profiles(void **state) {
     assert_int_equal(c->itpm, 30000);
     assert_int_equal(c->otpm, 8000);
     assert_int_equal(c->tpm, 0);
-    assert_int_equal(c->burst.input_tokens, 500);   /* one second of itpm */
+    assert_int_equal(c->burst.input_tokens, 500); /* one second of itpm */
     assert_int_equal(c->burst.output_tokens, 133);
-    assert_int_equal(c->refunds.input_tokens, 0);   /* charged at admission */
-    assert_int_equal(c->refunds.output_tokens, 1);  /* corrected to the actual output */
+    assert_int_equal(c->refunds.input_tokens, 0);  /* charged at admission */
+    assert_int_equal(c->refunds.output_tokens, 1); /* corrected to the actual output */
     c = config_deployment(cfg, "gemini");
     assert_int_equal(c->style, CONFIG_STYLE_CUSTOM);
     assert_int_equal(c->burst.input_tokens, 500);
@@ -300,7 +299,7 @@ static void test_profiles(void **state) {
     c = config_deployment(cfg, "on");
     assert_int_equal(c->refunds.tokens, 1);
     assert_int_equal(c->refunds.input_tokens, 1);
-    assert_int_equal(c->refunds.output_tokens, 0);  /* refund.<dim> wins over refund */
+    assert_int_equal(c->refunds.output_tokens, 0); /* refund.<dim> wins over refund */
     c = config_deployment(cfg, "mixed");
     assert_int_equal(c->refunds.tokens, 1);
     assert_int_equal(c->refunds.output_tokens, 1);
@@ -360,8 +359,10 @@ static void test_redis_urls(void **state) {
     setenv("SLUICE_TEST_PW2", "pw", 1);
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         char yaml[256];
-        snprintf(yaml, sizeof(yaml), "redis:\n  url: %s\n  password_env: SLUICE_TEST_PW2\n"
-                 "deployments: {a: {rpm: 1}}\n", ok[i].url);
+        snprintf(yaml, sizeof(yaml),
+                 "redis:\n  url: %s\n  password_env: SLUICE_TEST_PW2\n"
+                 "deployments: {a: {rpm: 1}}\n",
+                 ok[i].url);
         config *cfg = load_ok(yaml);
         assert_string_equal(cfg->redis.host, ok[i].host);
         assert_string_equal(cfg->redis.unix_path, ok[i].unix_path);
@@ -454,7 +455,8 @@ static const bad_case bad_cases[] = {
     {DEP "    rpm: 1\n    burst: {requests: 0}\n",
      ":4: key 'deployments.gpt-4o.burst.requests': must be a positive integer, got \"0\""},
     /* other types */
-    {DEP "    rpm: 1\n    refund: maybe\n", ":4: key 'deployments.gpt-4o.refund': must be true or false, got \"maybe\""},
+    {DEP "    rpm: 1\n    refund: maybe\n",
+     ":4: key 'deployments.gpt-4o.refund': must be true or false, got \"maybe\""},
     {DEP "    rpm: 1\n    style: Azure\n",
      ":4: key 'deployments.gpt-4o.style': must be one of azure, openai, anthropic, custom, got \"Azure\""},
     /* provider profiles: a dimension the profile does not have, at its key */
@@ -472,12 +474,10 @@ static const bad_case bad_cases[] = {
      "no combined tpm; use style custom to configure any dimension (docs/providers.md)"},
     {DEP "    rpm: 1\n    style: anthropic\n    itpm: -1\n",
      ":5: key 'deployments.gpt-4o.itpm': must be a non-negative integer, got \"-1\""},
-    {DEP "    rpm: 1\n    refund: {output: true}\n",
-     ":4: key 'deployments.gpt-4o.refund.output': unknown key"},
+    {DEP "    rpm: 1\n    refund: {output: true}\n", ":4: key 'deployments.gpt-4o.refund.output': unknown key"},
     {DEP "    rpm: 1\n    aimd: {min_throttles: 0}\n",
      ":4: key 'deployments.gpt-4o.aimd.min_throttles': must be an integer between 1 and 1000, got \"0\""},
-    {"agent:\n  fail: maybe\n" DEP "    rpm: 1\n",
-     ":2: key 'agent.fail': must be one of open, closed, got \"maybe\""},
+    {"agent:\n  fail: maybe\n" DEP "    rpm: 1\n", ":2: key 'agent.fail': must be one of open, closed, got \"maybe\""},
     {"agent:\n  log_level: trace\n" DEP "    rpm: 1\n",
      ":2: key 'agent.log_level': must be one of error, warn, info, debug, got \"trace\""},
     {"agent:\n  socket_mode: \"0999\"\n" DEP "    rpm: 1\n",
@@ -531,8 +531,7 @@ static const bad_case bad_cases[] = {
     {"deployments:\n  aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa: {rpm: 1}\n",
      ":2: key 'deployments.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa': invalid deployment "
      "name: use 1 to 64 of A-Z a-z 0-9 . _ : -"},
-    {"deployments: [gpt-4o]\n",
-     ":1: key 'deployments': must be a mapping of deployment names to settings, got a list"},
+    {"deployments: [gpt-4o]\n", ":1: key 'deployments': must be a mapping of deployment names to settings, got a list"},
     {"deployments: {}\n", ":1: key 'deployments': at least one deployment is required"},
     {"deployments:\n", ":1: key 'deployments': at least one deployment is required"},
     {"redis:\n  timeout_ms: 10\n", ":1: key 'deployments': at least one deployment is required"},
@@ -543,16 +542,20 @@ static const bad_case bad_cases[] = {
     {"", ":1: the configuration is empty (at least one deployment is required)"},
     {"# only a comment\n", ":1: the configuration is empty (at least one deployment is required)"},
     {DEP "    rpm: 1\n---\nredis: {}\n", ":5: only one YAML document is allowed"},
-    {DEP "    rpm: [1\n", ":4: YAML syntax error: did not find expected ',' or ']' (while parsing a flow sequence at line 3)"},
-    {DEP "\trpm: 1\n", ":3: YAML syntax error: found character that cannot start any token (while scanning for the next token at line 3)"},
+    {DEP "    rpm: [1\n",
+     ":4: YAML syntax error: did not find expected ',' or ']' (while parsing a flow sequence at line 3)"},
+    {DEP "\trpm: 1\n", ":3: YAML syntax error: found character that cannot start any token (while scanning for the "
+                       "next token at line 3)"},
     /* redis */
     {"redis:\n  url: redis://user:hunter2@h:6379\n" DEP "    rpm: 1\n",
      ":2: key 'redis.url': a password in the URL is not allowed: use redis.password_file or redis.password_env"},
     {"redis:\n  url: \"redis://:hunter2@h\"\n" DEP "    rpm: 1\n",
      ":2: key 'redis.url': a password in the URL is not allowed: use redis.password_file or redis.password_env"},
-    {"redis:\n  url: rediss://h\n" DEP "    rpm: 1\n", ":2: key 'redis.url': TLS (rediss://) is not supported by this build"},
+    {"redis:\n  url: rediss://h\n" DEP "    rpm: 1\n",
+     ":2: key 'redis.url': TLS (rediss://) is not supported by this build"},
     {"redis:\n  url: http://h\n" DEP "    rpm: 1\n", ":2: key 'redis.url': must start with redis:// or unix://"},
-    {"redis:\n  url: redis://h:70000\n" DEP "    rpm: 1\n", ":2: key 'redis.url': the port must be a number in 1..65535"},
+    {"redis:\n  url: redis://h:70000\n" DEP "    rpm: 1\n",
+     ":2: key 'redis.url': the port must be a number in 1..65535"},
     {"redis:\n  url: redis://:6379\n" DEP "    rpm: 1\n", ":2: key 'redis.url': the host is empty"},
     {"redis:\n  url: redis://h/x\n" DEP "    rpm: 1\n",
      ":2: key 'redis.url': the database after '/' must be a non-negative integer"},
@@ -736,16 +739,11 @@ static void test_example_loads(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_full),
-        cmocka_unit_test(test_defaults),
-        cmocka_unit_test(test_max_script_ms),
-        cmocka_unit_test(test_profiles),
-        cmocka_unit_test(test_flow_and_order),
-        cmocka_unit_test(test_redis_urls),
-        cmocka_unit_test(test_bad_configs),
-        cmocka_unit_test(test_password_sources),
-        cmocka_unit_test(test_api_edges),
-        cmocka_unit_test(test_docs_cover_schema),
+        cmocka_unit_test(test_full),           cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_max_script_ms),  cmocka_unit_test(test_profiles),
+        cmocka_unit_test(test_flow_and_order), cmocka_unit_test(test_redis_urls),
+        cmocka_unit_test(test_bad_configs),    cmocka_unit_test(test_password_sources),
+        cmocka_unit_test(test_api_edges),      cmocka_unit_test(test_docs_cover_schema),
         cmocka_unit_test(test_example_loads),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -128,10 +128,11 @@ static void test_listeners(void **state) {
 
 static void test_aliases(void **state) {
     (void)state;
-    config *cfg = load_ok("deployments:\n"
-                          "  gpt-4o:\n    rpm: 60\n    aliases: [gpt-4o-2024-08-06, openai/gpt-4o]\n"
-                          "  claude:\n    rpm: 60\n    style: anthropic\n    itpm: 100\n    aliases: [claude-sonnet-4-5]\n"
-                          "groups:\n  eu:\n    members: [gpt-4o]\n    aliases: [gpt-4o-eu]\n");
+    config *cfg =
+        load_ok("deployments:\n"
+                "  gpt-4o:\n    rpm: 60\n    aliases: [gpt-4o-2024-08-06, openai/gpt-4o]\n"
+                "  claude:\n    rpm: 60\n    style: anthropic\n    itpm: 100\n    aliases: [claude-sonnet-4-5]\n"
+                "groups:\n  eu:\n    members: [gpt-4o]\n    aliases: [gpt-4o-eu]\n");
     config_target t;
     assert_int_equal(config_model(cfg, "gpt-4o", &t), 0);
     assert_string_equal(t.deployment->name, "gpt-4o");

@@ -30,21 +30,31 @@ static const struct {
     long long input, output;
 } vectors[] = {
     /* 20 code points -> 5 tokens; max_tokens as given. */
-    {"chat string", ESTIMATE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"abcdefghijabcdefghij\"}],\"max_tokens\":100}", 5, 100},
+    {"chat string", ESTIMATE_CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"abcdefghijabcdefghij\"}],\"max_tokens\":100}", 5, 100},
     {"chat rounds up", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"abcde\"}],\"max_tokens\":1}", 2, 1},
-    {"chat parts", ESTIMATE_CHAT, "{\"messages\":[{\"content\":[{\"type\":\"text\",\"text\":\"abcd\"},{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}},{\"type\":\"text\",\"text\":\"efgh\"}]}]}", 2, 16},
+    {"chat parts", ESTIMATE_CHAT,
+     "{\"messages\":[{\"content\":[{\"type\":\"text\",\"text\":\"abcd\"},{\"type\":\"image_url\",\"image_url\":{"
+     "\"url\":\"x\"}},{\"type\":\"text\",\"text\":\"efgh\"}]}]}",
+     2, 16},
     {"chat default output", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"abcd\"}]}", 1, 16},
     {"chat max_completion_tokens", ESTIMATE_CHAT, "{\"messages\":[],\"max_completion_tokens\":50}", 0, 50},
     {"chat max_tokens wins", ESTIMATE_CHAT, "{\"messages\":[],\"max_tokens\":7,\"max_completion_tokens\":50}", 0, 7},
-    {"chat max_tokens null", ESTIMATE_CHAT, "{\"messages\":[],\"max_tokens\":null,\"max_completion_tokens\":50}", 0, 50},
+    {"chat max_tokens null", ESTIMATE_CHAT, "{\"messages\":[],\"max_tokens\":null,\"max_completion_tokens\":50}", 0,
+     50},
     {"chat zero max", ESTIMATE_CHAT, "{\"messages\":[],\"max_tokens\":0,\"max_completion_tokens\":50}", 0, 16},
     {"chat n", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"abcd\"}],\"max_tokens\":10,\"n\":3}", 1, 30},
     {"chat n capped", ESTIMATE_CHAT, "{\"messages\":[],\"max_tokens\":1,\"n\":100000}", 0, 128},
     /* 'é' is one code point in two bytes; '€' three bytes, one point. */
-    {"chat utf-8", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"\\u00e9\\u00e9\\u20ac\\u20ac\\u20ac\"}],\"max_tokens\":2}", 2, 2},
+    {"chat utf-8", ESTIMATE_CHAT,
+     "{\"messages\":[{\"content\":\"\\u00e9\\u00e9\\u20ac\\u20ac\\u20ac\"}],\"max_tokens\":2}", 2, 2},
     {"chat nul counts", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"\\u0000abcdefg\"}],\"max_tokens\":2}", 2, 2},
-    {"messages system string", ESTIMATE_MESSAGES, "{\"system\":\"abcd\",\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}],\"max_tokens\":300}", 2, 300},
-    {"messages system blocks", ESTIMATE_MESSAGES, "{\"system\":[{\"type\":\"text\",\"text\":\"abcdabcd\"}],\"messages\":[{\"content\":[{\"type\":\"text\",\"text\":\"abcd\"}]}],\"max_tokens\":1}", 3, 1},
+    {"messages system string", ESTIMATE_MESSAGES,
+     "{\"system\":\"abcd\",\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}],\"max_tokens\":300}", 2, 300},
+    {"messages system blocks", ESTIMATE_MESSAGES,
+     "{\"system\":[{\"type\":\"text\",\"text\":\"abcdabcd\"}],\"messages\":[{\"content\":[{\"type\":\"text\",\"text\":"
+     "\"abcd\"}]}],\"max_tokens\":1}",
+     3, 1},
     {"messages n ignored", ESTIMATE_MESSAGES, "{\"messages\":[],\"max_tokens\":5,\"n\":4}", 0, 5},
     {"completions string", ESTIMATE_COMPLETIONS, "{\"prompt\":\"abcdefgh\",\"max_tokens\":9}", 2, 9},
     {"completions strings", ESTIMATE_COMPLETIONS, "{\"prompt\":[\"abcd\",\"abcd\",\"a\"]}", 3, 16},
@@ -55,12 +65,17 @@ static const struct {
     {"embeddings string", ESTIMATE_EMBEDDINGS, "{\"input\":\"abcdefghi\",\"model\":\"e\"}", 3, 0},
     {"embeddings strings", ESTIMATE_EMBEDDINGS, "{\"input\":[\"abcd\",\"efgh\"],\"max_tokens\":100}", 2, 0},
     {"embeddings tokens", ESTIMATE_EMBEDDINGS, "{\"input\":[[1,2,3],[4]]}", 4, 0},
-    {"responses string", ESTIMATE_RESPONSES, "{\"input\":\"abcdefgh\",\"instructions\":\"abcd\",\"max_output_tokens\":64}", 3, 64},
-    {"responses items", ESTIMATE_RESPONSES, "{\"input\":[{\"role\":\"user\",\"content\":\"abcd\"},{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"abcd\"}]},{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":\"abcd\"}]}", 3, 16},
+    {"responses string", ESTIMATE_RESPONSES,
+     "{\"input\":\"abcdefgh\",\"instructions\":\"abcd\",\"max_output_tokens\":64}", 3, 64},
+    {"responses items", ESTIMATE_RESPONSES,
+     "{\"input\":[{\"role\":\"user\",\"content\":\"abcd\"},{\"role\":\"user\",\"content\":[{\"type\":\"input_text\","
+     "\"text\":\"abcd\"}]},{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":\"abcd\"}]}",
+     3, 16},
     {"responses max_tokens ignored", ESTIMATE_RESPONSES, "{\"input\":\"\",\"max_tokens\":5}", 0, 16},
     {"not an object", ESTIMATE_CHAT, "[1,2,3]", 0, 16},
     {"embeddings not an object", ESTIMATE_EMBEDDINGS, "\"text\"", 0, 0},
-    {"content not a string", ESTIMATE_CHAT, "{\"messages\":[{\"content\":42},{\"content\":{\"text\":\"abcd\"}},7],\"max_tokens\":1}", 0, 1},
+    {"content not a string", ESTIMATE_CHAT,
+     "{\"messages\":[{\"content\":42},{\"content\":{\"text\":\"abcd\"}},7],\"max_tokens\":1}", 0, 1},
 };
 
 static void test_vectors(void **state) {
@@ -91,13 +106,18 @@ static void assert_same_as_run(const json_t *body, estimate_api api, const char 
 }
 
 static const char *const fixed_bodies[] = {
-    "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"system\",\"content\":\"You are terse.\"},{\"role\":\"user\",\"content\":\"Say hi\"}],\"max_tokens\":64}",
-    "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"describe\"},{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:...\"}}]}]}",
+    "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"system\",\"content\":\"You are "
+    "terse.\"},{\"role\":\"user\",\"content\":\"Say hi\"}],\"max_tokens\":64}",
+    "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"describe\"},{"
+    "\"type\":\"image_url\",\"image_url\":{\"url\":\"data:...\"}}]}]}",
     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":4096}",
     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":-3}",
     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":\"12\"}",
-    "{\"model\":\"claude\",\"system\":\"Be brief.\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello, Claude\"}],\"max_tokens\":1024}",
-    "{\"system\":[{\"type\":\"text\",\"text\":\"S\",\"cache_control\":{\"type\":\"ephemeral\"}}],\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"caf\\u00e9 \\u2603 \\ud83d\\ude00\"}]}],\"max_tokens\":10}",
+    "{\"model\":\"claude\",\"system\":\"Be brief.\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello, "
+    "Claude\"}],\"max_tokens\":1024}",
+    "{\"system\":[{\"type\":\"text\",\"text\":\"S\",\"cache_control\":{\"type\":\"ephemeral\"}}],\"messages\":[{"
+    "\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"caf\\u00e9 \\u2603 "
+    "\\ud83d\\ude00\"}]}],\"max_tokens\":10}",
     "{\"messages\":[]}",
     "{}",
     "{\"messages\":\"not an array\",\"system\":7}",
@@ -141,10 +161,8 @@ static json_t *random_content(void) {
     if (next_rand() % 2) return random_text();
     json_t *parts = json_array();
     for (uint64_t k = next_rand() % 4; k > 0; k--) {
-        if (next_rand() % 4 == 0)
-            json_array_append_new(parts, json_pack("{ss}", "type", "image_url"));
-        else
-            json_array_append_new(parts, json_pack("{ssso}", "type", "text", "text", random_text()));
+        if (next_rand() % 4 == 0) json_array_append_new(parts, json_pack("{ss}", "type", "image_url"));
+        else json_array_append_new(parts, json_pack("{ssso}", "type", "text", "text", random_text()));
     }
     return parts;
 }
@@ -181,7 +199,10 @@ static void test_helpers(void **state) {
     assert_int_equal(estimate_text_tokens(4), 1);
     assert_int_equal(estimate_text_tokens(5), 2);
     assert_int_equal(estimate_text_tokens(-3), 0);
-    assert_int_equal(estimate_code_points("\xf0\x9f\x98\x80" "a\0b", 7), 4);
+    assert_int_equal(estimate_code_points("\xf0\x9f\x98\x80"
+                                          "a\0b",
+                                          7),
+                     4);
     estimate e = {-1, -1};
     estimate_request(NULL, ESTIMATE_MESSAGES, &e);
     assert_int_equal(e.input, 0);

@@ -44,17 +44,16 @@ static http_msg *read_one(http_reader *r, const char *text, size_t len, size_t s
     return http_reader_take(r);
 }
 
-static const char post[] =
-    "POST /v1/chat/completions?api-version=2024-06-01&x=1 HTTP/1.1\r\n"
-    "Host: 127.0.0.1:8790\r\n"
-    "Content-Type: application/json\r\n"
-    "X-Sluice-Lane:   batch  \r\n"
-    "x-sluice-tag: eu\r\n"
-    "X-Sluice-Tag: us\r\n"
-    "Empty:\r\n"
-    "Content-Length: 17\r\n"
-    "\r\n"
-    "{\"model\":\"gpt-4\"}";
+static const char post[] = "POST /v1/chat/completions?api-version=2024-06-01&x=1 HTTP/1.1\r\n"
+                           "Host: 127.0.0.1:8790\r\n"
+                           "Content-Type: application/json\r\n"
+                           "X-Sluice-Lane:   batch  \r\n"
+                           "x-sluice-tag: eu\r\n"
+                           "X-Sluice-Tag: us\r\n"
+                           "Empty:\r\n"
+                           "Content-Length: 17\r\n"
+                           "\r\n"
+                           "{\"model\":\"gpt-4\"}";
 
 static void check_post(const http_msg *m) {
     assert_non_null(m);
@@ -199,7 +198,7 @@ static void test_malformed(void **state) {
         {"POST /x HTTP/2.0\r\n\r\n", 505},
         {"POST /x HTTP/1.1\r\nContent-Length: 4097\r\n\r\n", 413},
         {"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400}, /* a TLS ClientHello */
-        {"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 400}, /* HTTP/2 with prior knowledge */
+        {"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 400},             /* HTTP/2 with prior knowledge */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char what[64];
@@ -269,7 +268,8 @@ static void test_header_count(void **state) {
     for (int extra = 0; extra <= 1; extra++) {
         char req[8192];
         int n = snprintf(req, sizeof(req), "GET / HTTP/1.1\r\n");
-        for (int i = 0; i < HTTP_READER_MAX_HEADERS + extra; i++) n += snprintf(req + n, sizeof(req) - (size_t)n, "h%d: v\r\n", i);
+        for (int i = 0; i < HTTP_READER_MAX_HEADERS + extra; i++)
+            n += snprintf(req + n, sizeof(req) - (size_t)n, "h%d: v\r\n", i);
         n += snprintf(req + n, sizeof(req) - (size_t)n, "\r\n");
         http_reader *r = http_reader_new(&big);
         http_reader_feed(r, req, (size_t)n);

@@ -16,18 +16,14 @@
 /* 2023-11-14T22:13:20Z, a Tuesday. */
 #define NOW_S INT64_C(1700000000)
 
-static int parse(const char *s, int64_t now_s, int64_t *out)
-{
-    return httpdate_parse(s, strlen(s), now_s, out);
-}
+static int parse(const char *s, int64_t now_s, int64_t *out) { return httpdate_parse(s, strlen(s), now_s, out); }
 
 typedef struct date_vec {
     const char *in;
     int64_t want; /* epoch seconds */
 } date_vec;
 
-static void test_valid_forms(void **state)
-{
+static void test_valid_forms(void **state) {
     (void)state;
     static const date_vec v[] = {
         /* The RFC 9110 example in its three forms. */
@@ -54,13 +50,11 @@ static void test_valid_forms(void **state)
         int64_t got = 12345;
         int rc = parse(v[i].in, NOW_S, &got);
         if (rc != 0 || got != v[i].want)
-            fail_msg("\"%s\": rc %d got %lld want %lld", v[i].in, rc, (long long)got,
-                     (long long)v[i].want);
+            fail_msg("\"%s\": rc %d got %lld want %lld", v[i].in, rc, (long long)got, (long long)v[i].want);
     }
 }
 
-static void test_invalid_forms(void **state)
-{
+static void test_invalid_forms(void **state) {
     (void)state;
     static const char *const bad[] = {
         "",
@@ -121,8 +115,7 @@ static void test_invalid_forms(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int64_t got = 777;
         int rc = parse(bad[i], NOW_S, &got);
-        if (rc != -1 || got != 777)
-            fail_msg("\"%s\" accepted: rc %d got %lld", bad[i], rc, (long long)got);
+        if (rc != -1 || got != 777) fail_msg("\"%s\" accepted: rc %d got %lld", bad[i], rc, (long long)got);
     }
     int64_t got = 777;
     /* An embedded NUL and a length that cuts the string short. */
@@ -134,11 +127,9 @@ static void test_invalid_forms(void **state)
 }
 
 /* RFC 850's two-digit year: the RFC 9110 rule relative to now. */
-static void test_rfc850_two_digit_year(void **state)
-{
+static void test_rfc850_two_digit_year(void **state) {
     (void)state;
-    static const char *const wk[7] = {"Sunday",   "Monday", "Tuesday", "Wednesday",
-                                      "Thursday", "Friday", "Saturday"};
+    static const char *const wk[7] = {"Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"};
     static const struct {
         int now_year;
         int yy;
@@ -146,18 +137,9 @@ static void test_rfc850_two_digit_year(void **state)
     } v[] = {
         {2023, 94, 1994}, /* 2094 is > 50 years ahead */
         {2023, 73, 2073}, /* exactly 50 years ahead stays */
-        {2023, 74, 1974},
-        {2023, 23, 2023},
-        {2023, 30, 2030},
-        {2023, 0, 2000},
-        {2023, 99, 1999},
-        {2080, 31, 2031},
-        {2080, 30, 2130}, /* 2030 is 50 years behind: the window moves up */
-        {2080, 10, 2110},
-        {1999, 49, 2049},
-        {1999, 50, 1950},
-        {1970, 20, 2020},
-        {1970, 21, 1921},
+        {2023, 74, 1974}, {2023, 23, 2023}, {2023, 30, 2030}, {2023, 0, 2000},  {2023, 99, 1999},
+        {2080, 31, 2031}, {2080, 30, 2130}, /* 2030 is 50 years behind: the window moves up */
+        {2080, 10, 2110}, {1999, 49, 2049}, {1999, 50, 1950}, {1970, 20, 2020}, {1970, 21, 1921},
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         int64_t now_s = httpdate_days_from_civil(v[i].now_year, 6, 15) * 86400;
@@ -167,18 +149,16 @@ static void test_rfc850_two_digit_year(void **state)
         int64_t got = 0;
         int rc = parse(buf, now_s, &got);
         if (rc != 0 || got != days * 86400)
-            fail_msg("now %d \"%s\": rc %d got %lld want %lld", v[i].now_year, buf, rc,
-                     (long long)got, (long long)(days * 86400));
+            fail_msg("now %d \"%s\": rc %d got %lld want %lld", v[i].now_year, buf, rc, (long long)got,
+                     (long long)(days * 86400));
     }
     /* Near year 0 or 9999 the window would leave 0000..9999: rejected
      * (found by fuzz_retry_after). The weekdays are those of the years the
      * window would produce (-6 and 10040), so only the range rejects them. */
     int64_t got = 5;
     char lo[64], hi[64];
-    snprintf(lo, sizeof lo, "%s, 06-Nov-94 08:49:37 GMT",
-             wk[httpdate_weekday(httpdate_days_from_civil(-6, 11, 6))]);
-    snprintf(hi, sizeof hi, "%s, 01-Jan-40 00:00:00 GMT",
-             wk[httpdate_weekday(httpdate_days_from_civil(10040, 1, 1))]);
+    snprintf(lo, sizeof lo, "%s, 06-Nov-94 08:49:37 GMT", wk[httpdate_weekday(httpdate_days_from_civil(-6, 11, 6))]);
+    snprintf(hi, sizeof hi, "%s, 01-Jan-40 00:00:00 GMT", wk[httpdate_weekday(httpdate_days_from_civil(10040, 1, 1))]);
     int64_t year0 = httpdate_days_from_civil(0, 1, 1) * 86400;
     int64_t year9990 = httpdate_days_from_civil(9990, 1, 1) * 86400;
     assert_int_equal(parse(lo, year0, &got), -1);
@@ -193,8 +173,7 @@ static void test_rfc850_two_digit_year(void **state)
     assert_int_equal(got, httpdate_days_from_civil(2045, 1, 1) * 86400);
 }
 
-static void test_rfc3339(void **state)
-{
+static void test_rfc3339(void **state) {
     (void)state;
     static const struct {
         const char *in;
@@ -241,13 +220,11 @@ static void test_rfc3339(void **state)
         int rc = httpdate_parse_rfc3339(v[i].in, strlen(v[i].in), &got);
         int64_t res = rc == 0 ? got : -1;
         if (res != v[i].want || (rc != 0 && got != -7))
-            fail_msg("\"%s\": rc %d got %lld want %lld", v[i].in, rc, (long long)got,
-                     (long long)v[i].want);
+            fail_msg("\"%s\": rc %d got %lld want %lld", v[i].in, rc, (long long)got, (long long)v[i].want);
     }
 }
 
-static void test_format(void **state)
-{
+static void test_format(void **state) {
     (void)state;
     char buf[HTTPDATE_BUFSZ];
     assert_int_equal(httpdate_format(784111777, buf, sizeof buf), HTTPDATE_IMF_LEN);
@@ -271,8 +248,7 @@ static void test_format(void **state)
     assert_string_equal(buf, "untouched");
 }
 
-static uint64_t splitmix(uint64_t *s)
-{
+static uint64_t splitmix(uint64_t *s) {
     uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
     z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
     z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
@@ -280,8 +256,7 @@ static uint64_t splitmix(uint64_t *s)
 }
 
 /* Format and parse agree with each other and with libc's gmtime_r. */
-static void test_roundtrip_against_libc(void **state)
-{
+static void test_roundtrip_against_libc(void **state) {
     (void)state;
     static const char *const mon[12] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                         "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
@@ -295,8 +270,8 @@ static void test_roundtrip_against_libc(void **state)
         time_t tt = (time_t)t;
         struct tm tm;
         assert_non_null(gmtime_r(&tt, &tm));
-        snprintf(want, sizeof want, "%s, %02d %s %04d %02d:%02d:%02d GMT", wk[tm.tm_wday],
-                 tm.tm_mday, mon[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        snprintf(want, sizeof want, "%s, %02d %s %04d %02d:%02d:%02d GMT", wk[tm.tm_wday], tm.tm_mday, mon[tm.tm_mon],
+                 tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
         assert_string_equal(buf, want);
         int64_t back = 0;
         assert_int_equal(parse(buf, NOW_S, &back), 0);
@@ -309,8 +284,7 @@ static void test_roundtrip_against_libc(void **state)
     }
 }
 
-static void test_calendar_helpers(void **state)
-{
+static void test_calendar_helpers(void **state) {
     (void)state;
     assert_int_equal(httpdate_days_from_civil(1970, 1, 1), 0);
     assert_int_equal(httpdate_days_from_civil(2000, 3, 1), 11017);
@@ -329,8 +303,7 @@ static void test_calendar_helpers(void **state)
     assert_int_equal(httpdate_days_in_month(2023, 13), 0);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_forms),
         cmocka_unit_test(test_invalid_forms),

@@ -31,7 +31,8 @@ static void test_commands(void **state) {
     expect_bytes(&b, "*6\r\n$7\r\nACQUIRE\r\n$1\r\ng\r\n$6\r\nTOKENS\r\n$1\r\n5\r\n$3\r\nTAG\r\n$2\r\neu\r\n");
     /* The estimate split as the provider counts it. */
     assert_int_equal(dproto_acquire_split(&b, "claude", 0, 300, 1000, -1, NULL, NULL, NULL), 0);
-    expect_bytes(&b, "*6\r\n$7\r\nACQUIRE\r\n$6\r\nclaude\r\n$5\r\nINPUT\r\n$3\r\n300\r\n$6\r\nOUTPUT\r\n$4\r\n1000\r\n");
+    expect_bytes(&b,
+                 "*6\r\n$7\r\nACQUIRE\r\n$6\r\nclaude\r\n$5\r\nINPUT\r\n$3\r\n300\r\n$6\r\nOUTPUT\r\n$4\r\n1000\r\n");
     dproto_usage u = {487, 300, 187, 120};
     assert_int_equal(dproto_settle_usage(&b, "claude:7", &u, SL_OUTCOME_OK, NULL, 0), 0);
     expect_bytes(&b, "*10\r\n$6\r\nSETTLE\r\n$8\r\nclaude:7\r\n$5\r\nINPUT\r\n$3\r\n300\r\n$6\r\nOUTPUT\r\n"
@@ -70,8 +71,7 @@ static const struct {
     {"ERR unknown deployment 'x' (removed by a configuration reload)", SL_EUNKNOWN, "", -1},
     {"ERR unknown lane 'x' for deployment 'd' (its lanes: interactive, batch)", SL_EINVAL, "", -1},
     {"ERR unknown deployment or group 'x'", SL_EUNKNOWN, "", -1},
-    {"ERR deployment 'd' does not carry tag 'eu' (TAG applies to groups and tagged deployments)", SL_EINVAL, "",
-     -1},
+    {"ERR deployment 'd' does not carry tag 'eu' (TAG applies to groups and tagged deployments)", SL_EINVAL, "", -1},
     {"SHED tag retry-after-ms=-1", SL_ESHED, "tag", -1},
     {"SHED quota retry-after-ms=3600000", SL_ESHED, "quota", 3600000},
     {"SHED breaker retry-after-ms=30000", SL_ESHED, "breaker", 30000},

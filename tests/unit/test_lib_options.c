@@ -39,8 +39,8 @@ static void test_compose(void **state) {
 
 static void test_load(void **state) {
     char err[512];
-    config *cfg = load("redis://127.0.0.1:6390/1", "{gpt-4o: {rpm: 60, tpm: 150000}, small: {rpm: 6}}", err,
-                       sizeof(err));
+    config *cfg =
+        load("redis://127.0.0.1:6390/1", "{gpt-4o: {rpm: 60, tpm: 150000}, small: {rpm: 6}}", err, sizeof(err));
     if (!cfg) fail_msg("%s", err);
     assert_int_equal(cfg->ndeployments, 2);
     assert_int_equal(cfg->redis.port, 6390);

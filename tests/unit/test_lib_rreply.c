@@ -127,8 +127,8 @@ static void test_malformed(void **state) {
     expect_bad("$-2\r\n", 5);
     expect_bad("$3\r\nabcXY", 9);
     expect_bad("*-5\r\n", 5);
-    expect_bad("$2000000\r\n", 10);               /* over RREPLY_MAX_BULK, before any data */
-    expect_bad("*100000\r\n", 9);                 /* over RREPLY_MAX_ELEMENTS */
+    expect_bad("$2000000\r\n", 10); /* over RREPLY_MAX_BULK, before any data */
+    expect_bad("*100000\r\n", 9);   /* over RREPLY_MAX_ELEMENTS */
     expect_bad("*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n", 40); /* depth */
     /* A bad element inside an array is found even after good ones. */
     expect_bad("*2\r\n:1\r\n!\r\n", 11);
@@ -136,9 +136,8 @@ static void test_malformed(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_types),       cmocka_unit_test(test_array_and_split),
-        cmocka_unit_test(test_pipelined),   cmocka_unit_test(test_nested),
-        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_types),  cmocka_unit_test(test_array_and_split), cmocka_unit_test(test_pipelined),
+        cmocka_unit_test(test_nested), cmocka_unit_test(test_malformed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,8 +24,10 @@ static const struct {
     {"prompt only", "{\"usage\":{\"prompt_tokens\":8}}", 8},
     {"responses api", "{\"usage\":{\"input_tokens\":36,\"output_tokens\":87,\"total_tokens\":123}}", 123},
     {"anthropic", "{\"type\":\"message\",\"usage\":{\"input_tokens\":25,\"output_tokens\":30}}", 55},
-    {"anthropic cache", "{\"usage\":{\"input_tokens\":10,\"cache_creation_input_tokens\":100,"
-                        "\"cache_read_input_tokens\":500,\"output_tokens\":5}}", 615},
+    {"anthropic cache",
+     "{\"usage\":{\"input_tokens\":10,\"cache_creation_input_tokens\":100,"
+     "\"cache_read_input_tokens\":500,\"output_tokens\":5}}",
+     615},
     {"leading space", "  \n{\"usage\":{\"total_tokens\":3}}", 3},
     {"zero", "{\"usage\":{\"total_tokens\":0}}", 0},
     {"no usage", "{\"id\":\"x\",\"choices\":[]}", -1},
@@ -37,13 +39,22 @@ static const struct {
     {"not json", "Too Many Requests", -1},
     {"truncated json", "{\"usage\":{\"total_tokens\":3", -1},
     {"empty", "", -1},
-    {"openai stream", "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\n"
-                      "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":7,\"total_tokens\":12}}\n\n"
-                      "data: [DONE]\n\n", 12},
-    {"anthropic stream", "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n"
-                         "event: content_block_delta\ndata: {\"type\":\"content_block_delta\"}\n\n"
-                         "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\r\n\r\n", 40},
-    {"responses stream", "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":4,\"total_tokens\":7}}}\n", 7},
+    {"openai stream",
+     "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\n"
+     "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":7,\"total_tokens\":12}}\n\n"
+     "data: [DONE]\n\n",
+     12},
+    {"anthropic stream",
+     "event: message_start\ndata: "
+     "{\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n"
+     "event: content_block_delta\ndata: {\"type\":\"content_block_delta\"}\n\n"
+     "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\r\n\r\n",
+     40},
+    {"responses stream",
+     "event: response.completed\ndata: "
+     "{\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":4,\"total_"
+     "tokens\":7}}}\n",
+     7},
     {"stream without usage", "data: {\"choices\":[]}\n\ndata: [DONE]\n", -1},
     {"stream garbage lines", "data: {oops\ndata:\n: comment\ndata: {\"usage\":{\"total_tokens\":2}}", 2},
 };
@@ -62,16 +73,24 @@ static const struct {
     long long tokens, input, output, cache_read;
 } splits[] = {
     {"openai chat", "{\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":12,\"total_tokens\":21}}", 21, 9, 12, 0},
-    {"openai cached", "{\"usage\":{\"prompt_tokens\":900,\"completion_tokens\":12,\"total_tokens\":912,"
-                      "\"prompt_tokens_details\":{\"cached_tokens\":768}}}", 912, 900, 12, 768},
-    {"responses cached", "{\"usage\":{\"input_tokens\":300,\"output_tokens\":20,\"total_tokens\":320,"
-                         "\"input_tokens_details\":{\"cached_tokens\":256}}}", 320, 300, 20, 256},
+    {"openai cached",
+     "{\"usage\":{\"prompt_tokens\":900,\"completion_tokens\":12,\"total_tokens\":912,"
+     "\"prompt_tokens_details\":{\"cached_tokens\":768}}}",
+     912, 900, 12, 768},
+    {"responses cached",
+     "{\"usage\":{\"input_tokens\":300,\"output_tokens\":20,\"total_tokens\":320,"
+     "\"input_tokens_details\":{\"cached_tokens\":256}}}",
+     320, 300, 20, 256},
     {"anthropic", "{\"usage\":{\"input_tokens\":25,\"output_tokens\":30}}", 55, 25, 30, 0},
-    {"anthropic cache", "{\"usage\":{\"input_tokens\":10,\"cache_creation_input_tokens\":100,"
-                        "\"cache_read_input_tokens\":500,\"output_tokens\":5}}", 615, 610, 5, 500},
-    {"anthropic stream", "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":25,"
-                         "\"cache_read_input_tokens\":5,\"output_tokens\":1}}}\n\n"
-                         "data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n", 45, 30, 15, 5},
+    {"anthropic cache",
+     "{\"usage\":{\"input_tokens\":10,\"cache_creation_input_tokens\":100,"
+     "\"cache_read_input_tokens\":500,\"output_tokens\":5}}",
+     615, 610, 5, 500},
+    {"anthropic stream",
+     "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":25,"
+     "\"cache_read_input_tokens\":5,\"output_tokens\":1}}}\n\n"
+     "data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n",
+     45, 30, 15, 5},
     {"embeddings", "{\"usage\":{\"prompt_tokens\":8,\"total_tokens\":8}}", 8, 8, 0, 0},
     {"total only", "{\"usage\":{\"total_tokens\":8}}", 8, -1, -1, -1},
     {"none", "{\"id\":\"x\"}", -1, -1, -1, -1},
@@ -85,8 +104,8 @@ static void test_split(void **state) {
         if (u.tokens != splits[i].tokens || u.input_tokens != splits[i].input || u.output_tokens != splits[i].output ||
             u.cache_read_tokens != splits[i].cache_read)
             fail_msg("%s: got %lld = %lld + %lld (cache %lld), want %lld = %lld + %lld (cache %lld)", splits[i].name,
-                     u.tokens, u.input_tokens, u.output_tokens, u.cache_read_tokens, splits[i].tokens,
-                     splits[i].input, splits[i].output, splits[i].cache_read);
+                     u.tokens, u.input_tokens, u.output_tokens, u.cache_read_tokens, splits[i].tokens, splits[i].input,
+                     splits[i].output, splits[i].cache_read);
         assert_int_equal(rc, splits[i].tokens >= 0 ? 0 : SL_EUNKNOWN);
     }
     sl_usage u;

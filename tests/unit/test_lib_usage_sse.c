@@ -21,21 +21,38 @@
 
 /* `sluice mock`: POST /v1/chat/completions, stream with include_usage. */
 static const char openai_stream[] =
-    "data: {\"id\":\"chatcmpl-mock-1\",\"object\":\"chat.completion.chunk\",\"created\":1796159268,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}],\"usage\":null}\n"
+    "data: "
+    "{\"id\":\"chatcmpl-mock-1\",\"object\":\"chat.completion.chunk\",\"created\":1796159268,\"model\":\"m\","
+    "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}],\"usage\":"
+    "null}\n"
     "\n"
-    "data: {\"id\":\"chatcmpl-mock-1\",\"object\":\"chat.completion.chunk\",\"created\":1796159268,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"The\"},\"finish_reason\":null}],\"usage\":null}\n"
+    "data: "
+    "{\"id\":\"chatcmpl-mock-1\",\"object\":\"chat.completion.chunk\",\"created\":1796159268,\"model\":\"m\","
+    "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"The\"},\"finish_reason\":null}],\"usage\":null}\n"
     "\n"
-    "data: {\"id\":\"chatcmpl-mock-1\",\"object\":\"chat.completion.chunk\",\"created\":1796159268,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" mock\"},\"finish_reason\":null}],\"usage\":null}\n"
+    "data: "
+    "{\"id\":\"chatcmpl-mock-1\",\"object\":\"chat.completion.chunk\",\"created\":1796159268,\"model\":\"m\","
+    "\"choices\":[{\"index\":0,\"delta\":{\"content\":\" mock\"},\"finish_reason\":null}],\"usage\":null}\n"
     "\n"
-    "data: {\"id\":\"chatcmpl-mock-1\",\"object\":\"chat.completion.chunk\",\"created\":1796159268,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" says\"},\"finish_reason\":null}],\"usage\":null}\n"
+    "data: "
+    "{\"id\":\"chatcmpl-mock-1\",\"object\":\"chat.completion.chunk\",\"created\":1796159268,\"model\":\"m\","
+    "\"choices\":[{\"index\":0,\"delta\":{\"content\":\" says\"},\"finish_reason\":null}],\"usage\":null}\n"
     "\n"
-    "data: {\"id\":\"chatcmpl-mock-1\",\"object\":\"chat.completion.chunk\",\"created\":1796159268,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" ok\"},\"finish_reason\":null}],\"usage\":null}\n"
+    "data: "
+    "{\"id\":\"chatcmpl-mock-1\",\"object\":\"chat.completion.chunk\",\"created\":1796159268,\"model\":\"m\","
+    "\"choices\":[{\"index\":0,\"delta\":{\"content\":\" ok\"},\"finish_reason\":null}],\"usage\":null}\n"
     "\n"
-    "data: {\"id\":\"chatcmpl-mock-1\",\"object\":\"chat.completion.chunk\",\"created\":1796159268,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" and\"},\"finish_reason\":null}],\"usage\":null}\n"
+    "data: "
+    "{\"id\":\"chatcmpl-mock-1\",\"object\":\"chat.completion.chunk\",\"created\":1796159268,\"model\":\"m\","
+    "\"choices\":[{\"index\":0,\"delta\":{\"content\":\" and\"},\"finish_reason\":null}],\"usage\":null}\n"
     "\n"
-    "data: {\"id\":\"chatcmpl-mock-1\",\"object\":\"chat.completion.chunk\",\"created\":1796159268,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":null}\n"
+    "data: "
+    "{\"id\":\"chatcmpl-mock-1\",\"object\":\"chat.completion.chunk\",\"created\":1796159268,\"model\":\"m\","
+    "\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":null}\n"
     "\n"
-    "data: {\"id\":\"chatcmpl-mock-1\",\"object\":\"chat.completion.chunk\",\"created\":1796159268,\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":5,\"total_tokens\":8}}\n"
+    "data: "
+    "{\"id\":\"chatcmpl-mock-1\",\"object\":\"chat.completion.chunk\",\"created\":1796159268,\"model\":\"m\","
+    "\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":5,\"total_tokens\":8}}\n"
     "\n"
     "data: [DONE]\n"
     "\n";
@@ -43,7 +60,10 @@ static const char openai_stream[] =
 /* `sluice mock --cache-read-tokens 3`: POST /v1/messages, stream. */
 static const char anthropic_stream[] =
     "event: message_start\n"
-    "data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_mock_2\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"c\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":2,\"output_tokens\":1,\"cache_read_input_tokens\":3,\"cache_creation_input_tokens\":0}}}\n"
+    "data: "
+    "{\"type\":\"message_start\",\"message\":{\"id\":\"msg_mock_2\",\"type\":\"message\",\"role\":\"assistant\","
+    "\"model\":\"c\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":2,\"output_"
+    "tokens\":1,\"cache_read_input_tokens\":3,\"cache_creation_input_tokens\":0}}}\n"
     "\n"
     "event: content_block_start\n"
     "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n"
@@ -67,7 +87,9 @@ static const char anthropic_stream[] =
     "data: {\"type\":\"content_block_stop\",\"index\":0}\n"
     "\n"
     "event: message_delta\n"
-    "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":5}}\n"
+    "data: "
+    "{\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_"
+    "tokens\":5}}\n"
     "\n"
     "event: message_stop\n"
     "data: {\"type\":\"message_stop\"}\n"
@@ -76,22 +98,35 @@ static const char anthropic_stream[] =
 /* The Responses API (OpenAI's documented events, shortened). */
 static const char responses_stream[] =
     "event: response.created\n"
-    "data: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"in_progress\",\"usage\":null}}\n"
+    "data: "
+    "{\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\","
+    "\"status\":\"in_progress\",\"usage\":null}}\n"
     "\n"
     "event: response.output_text.delta\n"
-    "data: {\"type\":\"response.output_text.delta\",\"sequence_number\":4,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"Hi\"}\n"
+    "data: "
+    "{\"type\":\"response.output_text.delta\",\"sequence_number\":4,\"item_id\":\"msg_1\",\"output_index\":0,\"content_"
+    "index\":0,\"delta\":\"Hi\"}\n"
     "\n"
     "event: response.completed\n"
-    "data: {\"type\":\"response.completed\",\"sequence_number\":9,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"completed\",\"usage\":{\"input_tokens\":36,\"input_tokens_details\":{\"cached_tokens\":6},\"output_tokens\":87,\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":123}}}\n"
+    "data: "
+    "{\"type\":\"response.completed\",\"sequence_number\":9,\"response\":{\"id\":\"resp_1\",\"object\":\"response\","
+    "\"status\":\"completed\",\"usage\":{\"input_tokens\":36,\"input_tokens_details\":{\"cached_tokens\":6},\"output_"
+    "tokens\":87,\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":123}}}\n"
     "\n";
 
 /* Azure OpenAI: a first chunk of prompt filter results, CRLF line ends. */
 static const char azure_stream[] =
-    "data: {\"choices\":[],\"created\":0,\"id\":\"\",\"model\":\"\",\"object\":\"\",\"prompt_filter_results\":[{\"prompt_index\":0,\"content_filter_results\":{}}]}\r\n"
+    "data: "
+    "{\"choices\":[],\"created\":0,\"id\":\"\",\"model\":\"\",\"object\":\"\",\"prompt_filter_results\":[{\"prompt_"
+    "index\":0,\"content_filter_results\":{}}]}\r\n"
     "\r\n"
-    "data: {\"choices\":[{\"content_filter_results\":{},\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null,\"index\":0}],\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"usage\":null}\r\n"
+    "data: "
+    "{\"choices\":[{\"content_filter_results\":{},\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null,\"index\":0}],"
+    "\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"usage\":null}\r\n"
     "\r\n"
-    "data: {\"choices\":[],\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"usage\":{\"completion_tokens\":9,\"prompt_tokens\":40,\"prompt_tokens_details\":{\"cached_tokens\":32},\"total_tokens\":49}}\r\n"
+    "data: "
+    "{\"choices\":[],\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"usage\":{\"completion_tokens\":9,\"prompt_"
+    "tokens\":40,\"prompt_tokens_details\":{\"cached_tokens\":32},\"total_tokens\":49}}\r\n"
     "\r\n"
     "data: [DONE]\r\n"
     "\r\n";
@@ -250,8 +285,11 @@ static void test_streams_without_usage(void **state) {
 
 static void test_errors(void **state) {
     (void)state;
-    seen s = feed_all("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":7,\"output_tokens\":1}}}\n\n"
-                      "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n");
+    seen s =
+        feed_all("event: message_start\ndata: "
+                 "{\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":7,\"output_tokens\":1}}}\n\n"
+                 "event: error\ndata: "
+                 "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n");
     assert_int_equal(s.st.error, 1);
     assert_int_equal(s.u.input, 7);
     assert_int_equal(s.st.done, 0);
@@ -277,7 +315,8 @@ static void test_framing(void **state) {
     assert_int_equal(s.u.tokens, 9);
     assert_int_equal(s.u.input, 2);
     /* Not a BOM: the bytes are the field's own, so no known field. */
-    s = feed_all("\xEF\xBB" "data: {\"usage\":{\"total_tokens\":3}}\n\n");
+    s = feed_all("\xEF\xBB"
+                 "data: {\"usage\":{\"total_tokens\":3}}\n\n");
     assert_int_equal(s.rc, -1);
     /* A later event name wins; an unknown long field is ignored. */
     s = feed_all("event: x\nevent: message_stop\nabcdefghijklmnopqrstuvwxyz: 1\ndata: {}\n\n");
@@ -296,8 +335,9 @@ static void test_oversized_event(void **state) {
     char chunk[65536];
     memset(chunk, 'x', sizeof(chunk));
     for (int i = 0; i < 20; i++) assert_int_equal(usage_sse_feed(r, chunk, sizeof(chunk)), 0); /* 1.25 MiB */
-    const char *tail = "\"}}],\"usage\":{\"total_tokens\":1}}\n\n"
-                       "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":22,\"total_tokens\":33}}\n\n";
+    const char *tail =
+        "\"}}],\"usage\":{\"total_tokens\":1}}\n\n"
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":22,\"total_tokens\":33}}\n\n";
     assert_int_equal(usage_sse_feed(r, tail, strlen(tail)), 0);
     usage_counts u;
     usage_sse_state st;

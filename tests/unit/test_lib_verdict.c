@@ -180,7 +180,7 @@ static void test_versioned_structs(void **state) {
 }
 
 static void test_effective_max_wait(void **state) {
-    assert_int_equal(gov_effective_max_wait(-1, 0, 1000), -1);   /* the deployment's */
+    assert_int_equal(gov_effective_max_wait(-1, 0, 1000), -1); /* the deployment's */
     assert_int_equal(gov_effective_max_wait(500, 0, 1000), 500);
     assert_int_equal(gov_effective_max_wait(-1, 3000, 1000), 2000); /* the time left */
     assert_int_equal(gov_effective_max_wait(500, 3000, 1000), 500);
@@ -198,7 +198,8 @@ static void test_strings(void **state) {
     char hdr[32];
     snprintf(hdr, sizeof(hdr), "%d.%d.%d", SLUICE_VERSION_MAJOR, SLUICE_VERSION_MINOR, SLUICE_VERSION_PATCH);
     assert_string_equal(sl_version(), hdr);
-    assert_int_equal(SLUICE_VERSION_NUMBER, SLUICE_VERSION_MAJOR * 10000 + SLUICE_VERSION_MINOR * 100 + SLUICE_VERSION_PATCH);
+    assert_int_equal(SLUICE_VERSION_NUMBER,
+                     SLUICE_VERSION_MAJOR * 10000 + SLUICE_VERSION_MINOR * 100 + SLUICE_VERSION_PATCH);
     int64_t a = sl_now_ms(), b = sl_now_ms();
     assert_true(b >= a && a > 0);
     assert_string_equal(sl_errmsg(NULL), "");

@@ -120,16 +120,18 @@ static void test_routes(void **state) {
         const char *name;
         long long in, out;
     } ok[] = {
-        {"/v1/chat/completions", NULL, "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"12345678\"}],\"max_tokens\":40}",
+        {"/v1/chat/completions", NULL,
+         "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"12345678\"}],\"max_tokens\":40}",
          PROXY_API_OPENAI, PROXY_OP_CHAT, "gpt-4o", 2, 40},
         {"/v1/completions", NULL, "{\"model\":\"mini\",\"prompt\":\"abcd\",\"max_tokens\":3}", PROXY_API_OPENAI,
          PROXY_OP_COMPLETIONS, "mini", 1, 3},
-        {"/v1/embeddings", NULL, "{\"model\":\"text-embedding-3-small\",\"input\":[\"abcd\",\"abcd\"]}", PROXY_API_OPENAI,
-         PROXY_OP_EMBEDDINGS, "embed", 2, 0},
+        {"/v1/embeddings", NULL, "{\"model\":\"text-embedding-3-small\",\"input\":[\"abcd\",\"abcd\"]}",
+         PROXY_API_OPENAI, PROXY_OP_EMBEDDINGS, "embed", 2, 0},
         {"/v1/responses", NULL, "{\"model\":\"openai/gpt-4o\",\"input\":\"abcdabcd\",\"max_output_tokens\":9}",
          PROXY_API_OPENAI, PROXY_OP_RESPONSES, "gpt-4o", 2, 9},
         {"/v1/messages", "anthropic-version: 2023-06-01\r\n",
-         "{\"model\":\"claude-sonnet-4-5\",\"system\":\"abcd\",\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}],\"max_tokens\":100}",
+         "{\"model\":\"claude-sonnet-4-5\",\"system\":\"abcd\",\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}],"
+         "\"max_tokens\":100}",
          PROXY_API_ANTHROPIC, PROXY_OP_MESSAGES, "claude", 2, 100},
         {"/openai/deployments/gpt-4o/chat/completions?api-version=2024-06-01", NULL, "{\"messages\":[]}",
          PROXY_API_AZURE, PROXY_OP_CHAT, "gpt-4o", 0, 16},
@@ -199,8 +201,8 @@ static void test_unknown_paths(void **state) {
                       PROXY_ERR_NOT_FOUND, NULL);
     assert_json_field(b, "error.code", "404");
     free(b);
-    b = parse_refused("POST", "/openai/deployments/a/b/chat/completions?api-version=1", NULL, "{}",
-                      PROXY_ERR_NOT_FOUND, NULL);
+    b = parse_refused("POST", "/openai/deployments/a/b/chat/completions?api-version=1", NULL, "{}", PROXY_ERR_NOT_FOUND,
+                      NULL);
     free(b);
     b = parse_refused("POST", "/v1/chat/completions/", NULL, "{}", PROXY_ERR_NOT_FOUND, NULL);
     free(b);
@@ -242,14 +244,16 @@ static void test_models(void **state) {
     free(b);
     b = parse_refused("POST", "/v1/messages", NULL, "{\"model\":\"claude-9\",\"messages\":[],\"max_tokens\":1}",
                       PROXY_ERR_MODEL_NOT_FOUND, "model");
-    assert_string_equal(b, "{\"type\":\"error\",\"error\":{\"type\":\"not_found_error\",\"message\":\"model: claude-9\"}}");
+    assert_string_equal(
+        b, "{\"type\":\"error\",\"error\":{\"type\":\"not_found_error\",\"message\":\"model: claude-9\"}}");
     free(b);
     b = parse_refused("POST", "/openai/deployments/nope/chat/completions?api-version=1", NULL, "{}",
                       PROXY_ERR_MODEL_NOT_FOUND, NULL);
     assert_json_field(b, "error.code", "DeploymentNotFound");
     free(b);
     /* Names are case-sensitive. */
-    free(parse_refused("POST", "/v1/chat/completions", NULL, "{\"model\":\"GPT-4o\"}", PROXY_ERR_MODEL_NOT_FOUND, "model"));
+    free(parse_refused("POST", "/v1/chat/completions", NULL, "{\"model\":\"GPT-4o\"}", PROXY_ERR_MODEL_NOT_FOUND,
+                       "model"));
     /* A model longer than any name. */
     char body[600];
     snprintf(body, sizeof(body), "{\"model\":\"%0300d\"}", 0);
@@ -296,7 +300,8 @@ static void test_bodies(void **state) {
     assert_true(r.stream);
     assert_true(r.include_usage);
     proxy_request_free(&r);
-    parse_ok("POST", "/v1/chat/completions", NULL, "{\"model\":\"gpt-4o\",\"stream\":null,\"stream_options\":null}", &r);
+    parse_ok("POST", "/v1/chat/completions", NULL, "{\"model\":\"gpt-4o\",\"stream\":null,\"stream_options\":null}",
+             &r);
     assert_false(r.stream);
     assert_false(r.include_usage);
     proxy_request_free(&r);
@@ -321,7 +326,8 @@ static void test_sluice_headers(void **state) {
     assert_int_equal(r.deadline_ms, 604800000);
     proxy_request_free(&r);
     /* On a group any lane and tag may go (members that have them). */
-    parse_ok("POST", "/v1/chat/completions", "x-sluice-lane: bulk\r\nx-sluice-tag: us\r\n", "{\"model\":\"gpt-4o-any\"}", &r);
+    parse_ok("POST", "/v1/chat/completions", "x-sluice-lane: bulk\r\nx-sluice-tag: us\r\n",
+             "{\"model\":\"gpt-4o-any\"}", &r);
     proxy_request_free(&r);
     static const struct {
         const char *headers, *param;
@@ -341,11 +347,12 @@ static void test_sluice_headers(void **state) {
         {"x-sluice-tag: us\r\n", "x-sluice-tag"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        free(parse_refused("POST", "/v1/chat/completions", bad[i].headers, "{\"model\":\"gpt-4o\"}", PROXY_ERR_BAD_REQUEST,
-                           bad[i].param));
+        free(parse_refused("POST", "/v1/chat/completions", bad[i].headers, "{\"model\":\"gpt-4o\"}",
+                           PROXY_ERR_BAD_REQUEST, bad[i].param));
     char *b = parse_refused("POST", "/v1/chat/completions", "x-sluice-lane: bulk\r\n", "{\"model\":\"gpt-4o\"}",
                             PROXY_ERR_BAD_REQUEST, "x-sluice-lane");
-    assert_json_field(b, "error.message", "unknown lane 'bulk' for deployment 'gpt-4o' (its lanes: interactive, batch)");
+    assert_json_field(b, "error.message",
+                      "unknown lane 'bulk' for deployment 'gpt-4o' (its lanes: interactive, batch)");
     assert_json_field(b, "error.param", "x-sluice-lane");
     free(b);
     /* A lane on a deployment without lanes is an error, as on the socket. */
@@ -375,7 +382,8 @@ static void test_error_builders(void **state) {
         for (int api = 0; api < 3; api++) {
             resp_buf b;
             resp_buf_init(&b);
-            assert_int_equal(proxy_error_body((proxy_api)api, rows[i].kind, "why \"quoted\"\n", api == 2 ? NULL : "p", &b), 0);
+            assert_int_equal(
+                proxy_error_body((proxy_api)api, rows[i].kind, "why \"quoted\"\n", api == 2 ? NULL : "p", &b), 0);
             resp_buf_append(&b, "", 1);
             if (api == PROXY_API_OPENAI) {
                 assert_json_field(b.data, "error.type", rows[i].otype);

@@ -25,27 +25,22 @@ typedef struct header {
     const char *value;
 } header;
 
-static void feed(ratelimit_feedback *fb, const header *h, size_t n)
-{
+static void feed(ratelimit_feedback *fb, const header *h, size_t n) {
     for (size_t i = 0; i < n; i++)
-        ratelimit_add_header(fb, h[i].name, strlen(h[i].name), h[i].value, strlen(h[i].value),
-                             NOW_MS);
+        ratelimit_add_header(fb, h[i].name, strlen(h[i].name), h[i].value, strlen(h[i].value), NOW_MS);
 }
 
-static void expect_dim(const ratelimit_feedback *fb, ratelimit_dim d, ratelimit_source src,
-                       int64_t limit, int64_t remaining, int64_t reset_ms)
-{
+static void expect_dim(const ratelimit_feedback *fb, ratelimit_dim d, ratelimit_source src, int64_t limit,
+                       int64_t remaining, int64_t reset_ms) {
     ratelimit_value v;
     ratelimit_source got = ratelimit_get(fb, d, &v);
     if (got != src || v.limit != limit || v.remaining != remaining || v.reset_ms != reset_ms)
         fail_msg("%s: got %s {%lld, %lld, %lld} want %s {%lld, %lld, %lld}", ratelimit_dim_name(d),
-                 ratelimit_source_name(got), (long long)v.limit, (long long)v.remaining,
-                 (long long)v.reset_ms, ratelimit_source_name(src), (long long)limit,
-                 (long long)remaining, (long long)reset_ms);
+                 ratelimit_source_name(got), (long long)v.limit, (long long)v.remaining, (long long)v.reset_ms,
+                 ratelimit_source_name(src), (long long)limit, (long long)remaining, (long long)reset_ms);
 }
 
-static void test_parse_duration(void **state)
-{
+static void test_parse_duration(void **state) {
     (void)state;
     static const vec v[] = {
         {"1s", 1000},
@@ -56,7 +51,7 @@ static void test_parse_duration(void **state)
         {"0.5s", 500},
         {".5s", 500},
         {"1.s", 1000},
-        {"100us", 1},  /* rounded up to a whole ms */
+        {"100us", 1}, /* rounded up to a whole ms */
         {"1500us", 2},
         {"1000us", 1},
         {"2\xc2\xb5s", 1}, /* µs, MICRO SIGN */
@@ -81,7 +76,7 @@ static void test_parse_duration(void **state)
         {"9999999999h", MAXMS},
         {"99999999999999999999s", MAXMS},
         {"99999999999999999999", MAXMS},
-        {"876600h", MAXMS},       /* exactly 100 years of 365.25 days */
+        {"876600h", MAXMS}, /* exactly 100 years of 365.25 days */
         {"876599h", INT64_C(3155756400000)},
         {"1h99999999999999999999ns", MAXMS},
         /* invalid */
@@ -110,65 +105,71 @@ static void test_parse_duration(void **state)
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         int64_t got = ratelimit_parse_duration_ms(v[i].in, strlen(v[i].in));
-        if (got != v[i].want)
-            fail_msg("\"%s\": got %lld want %lld", v[i].in, (long long)got, (long long)v[i].want);
+        if (got != v[i].want) fail_msg("\"%s\": got %lld want %lld", v[i].in, (long long)got, (long long)v[i].want);
     }
     assert_int_equal(ratelimit_parse_duration_ms(NULL, 2), -1);
 }
 
-static void test_parse_count_and_epoch(void **state)
-{
+static void test_parse_count_and_epoch(void **state) {
     (void)state;
     static const vec counts[] = {
-        {"100", 100}, {" 5 ", 5}, {"0", 0}, {"007", 7},
+        {"100", 100},
+        {" 5 ", 5},
+        {"0", 0},
+        {"007", 7},
         {"9007199254740992", RATELIMIT_COUNT_MAX},
         {"9007199254740993", RATELIMIT_COUNT_MAX},
         {"99999999999999999999999", RATELIMIT_COUNT_MAX},
-        {"", -1}, {"-1", -1}, {"+1", -1}, {"1.5", -1}, {"1.", -1}, {"abc", -1},
-        {"1e3", -1}, {"10, 20", -1}, {"nan", -1},
+        {"", -1},
+        {"-1", -1},
+        {"+1", -1},
+        {"1.5", -1},
+        {"1.", -1},
+        {"abc", -1},
+        {"1e3", -1},
+        {"10, 20", -1},
+        {"nan", -1},
     };
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
         int64_t got = ratelimit_parse_count(counts[i].in, strlen(counts[i].in));
         if (got != counts[i].want)
-            fail_msg("count \"%s\": got %lld want %lld", counts[i].in, (long long)got,
-                     (long long)counts[i].want);
+            fail_msg("count \"%s\": got %lld want %lld", counts[i].in, (long long)got, (long long)counts[i].want);
     }
     static const vec epochs[] = {
-        {"1700000030", 30000},     /* Unix seconds */
+        {"1700000030", 30000}, /* Unix seconds */
         {"1700000030.5", 30500},
-        {"1700000030500", 30500},  /* Unix milliseconds */
+        {"1700000030500", 30500}, /* Unix milliseconds */
         {"1700000030500.2", 30501},
-        {"1699999999", 0},         /* past */
-        {"1000000000", 0},         /* 2001: past */
-        {"30", 30000},             /* small: delta-seconds */
+        {"1699999999", 0}, /* past */
+        {"1000000000", 0}, /* 2001: past */
+        {"30", 30000},     /* small: delta-seconds */
         {"0", 0},
         {"0.25", 250},
         {"999999999", INT64_C(999999999000)},
         {"99999999999999999999999", MAXMS},
-        {"", -1}, {"-5", -1}, {"soon", -1}, {"30s", -1}, {"1e9", -1},
+        {"", -1},
+        {"-5", -1},
+        {"soon", -1},
+        {"30s", -1},
+        {"1e9", -1},
         {"Tue, 14 Nov 2023 22:13:50 GMT", -1},
     };
     for (size_t i = 0; i < sizeof epochs / sizeof epochs[0]; i++) {
         int64_t got = ratelimit_parse_epoch_reset_ms(epochs[i].in, strlen(epochs[i].in), NOW_MS);
         if (got != epochs[i].want)
-            fail_msg("epoch \"%s\": got %lld want %lld", epochs[i].in, (long long)got,
-                     (long long)epochs[i].want);
+            fail_msg("epoch \"%s\": got %lld want %lld", epochs[i].in, (long long)got, (long long)epochs[i].want);
     }
     /* extreme now */
     assert_int_equal(ratelimit_parse_epoch_reset_ms("1700000030", 10, INT64_MIN), MAXMS);
     assert_int_equal(ratelimit_parse_epoch_reset_ms("1700000030", 10, INT64_MAX), 0);
 }
 
-static void test_openai(void **state)
-{
+static void test_openai(void **state) {
     (void)state;
     static const header h[] = {
-        {"x-ratelimit-limit-requests", "60"},
-        {"x-ratelimit-remaining-requests", "0"},
-        {"x-ratelimit-reset-requests", "1s"},
-        {"x-ratelimit-limit-tokens", "150000"},
-        {"x-ratelimit-remaining-tokens", "149000"},
-        {"x-ratelimit-reset-tokens", "6m0s"},
+        {"x-ratelimit-limit-requests", "60"},       {"x-ratelimit-remaining-requests", "0"},
+        {"x-ratelimit-reset-requests", "1s"},       {"x-ratelimit-limit-tokens", "150000"},
+        {"x-ratelimit-remaining-tokens", "149000"}, {"x-ratelimit-reset-tokens", "6m0s"},
         {"content-type", "application/json"},
     };
     ratelimit_feedback fb;
@@ -198,8 +199,7 @@ static void test_openai(void **state)
     assert_int_equal(ratelimit_pause_ms(&fb, NULL), 360000);
 }
 
-static void test_azure(void **state)
-{
+static void test_azure(void **state) {
     (void)state;
     static const header h[] = {
         {"x-ratelimit-remaining-requests", "0"},
@@ -225,8 +225,7 @@ static void test_azure(void **state)
     assert_int_equal(ratelimit_pause_ms(&fb, NULL), -1);
 }
 
-static void test_anthropic(void **state)
-{
+static void test_anthropic(void **state) {
     (void)state;
     static const header h[] = {
         {"anthropic-ratelimit-requests-limit", "50"},
@@ -274,8 +273,7 @@ static void test_anthropic(void **state)
 }
 
 /* Without combined tokens headers, TOKENS is the tighter of input/output. */
-static void test_tokens_fold(void **state)
-{
+static void test_tokens_fold(void **state) {
     (void)state;
     ratelimit_feedback fb;
     static const header lower_fraction[] = {
@@ -327,8 +325,7 @@ static void test_tokens_fold(void **state)
     expect_dim(&fb, RATELIMIT_TOKENS, RATELIMIT_SRC_PROVIDER, -1, 50, -1);
 }
 
-static void test_ietf_new_style(void **state)
-{
+static void test_ietf_new_style(void **state) {
     (void)state;
     ratelimit_feedback fb;
     static const header h[] = {
@@ -382,8 +379,7 @@ static void test_ietf_new_style(void **state)
     expect_dim(&fb, RATELIMIT_REQUESTS, RATELIMIT_SRC_IETF, -1, 0, 20000);
 }
 
-static void test_ietf_old_styles(void **state)
-{
+static void test_ietf_old_styles(void **state) {
     (void)state;
     ratelimit_feedback fb;
     static const header dict[] = {{"RateLimit", "limit=10, remaining=0, reset=5"}};
@@ -408,8 +404,7 @@ static void test_ietf_old_styles(void **state)
     assert_int_equal(ratelimit_pause_ms(&fb, NULL), 7000);
 }
 
-static void test_ietf_malformed(void **state)
-{
+static void test_ietf_malformed(void **state) {
     (void)state;
     static const char *const bad[] = {
         "",
@@ -450,8 +445,7 @@ static void test_ietf_malformed(void **state)
     expect_dim(&fb, RATELIMIT_REQUESTS, RATELIMIT_SRC_IETF, -1, 0, 30000);
 }
 
-static void test_x_ratelimit_generic(void **state)
-{
+static void test_x_ratelimit_generic(void **state) {
     (void)state;
     ratelimit_feedback fb;
     static const header h[] = {
@@ -475,17 +469,12 @@ static void test_x_ratelimit_generic(void **state)
 
 /* A more specific family replaces a generic one for the whole dimension,
  * whichever came first. */
-static void test_precedence(void **state)
-{
+static void test_precedence(void **state) {
     (void)state;
     ratelimit_feedback fb;
     static const header h[] = {
-        {"X-RateLimit-Remaining", "0"},
-        {"X-RateLimit-Reset", "60"},
-        {"RateLimit-Remaining", "0"},
-        {"RateLimit-Reset", "50"},
-        {"RateLimit", "\"d\";r=0;t=40"},
-        {"x-ratelimit-remaining-requests", "10"},
+        {"X-RateLimit-Remaining", "0"}, {"X-RateLimit-Reset", "60"},     {"RateLimit-Remaining", "0"},
+        {"RateLimit-Reset", "50"},      {"RateLimit", "\"d\";r=0;t=40"}, {"x-ratelimit-remaining-requests", "10"},
     };
     ratelimit_init(&fb, -1);
     feed(&fb, h, 6);
@@ -511,12 +500,9 @@ static void test_precedence(void **state)
 
     /* Repeats within a family merge conservatively. */
     static const header rep[] = {
-        {"x-ratelimit-limit-requests", "100"},
-        {"x-ratelimit-limit-requests", "60"},
-        {"x-ratelimit-remaining-requests", "5"},
-        {"x-ratelimit-remaining-requests", "3"},
-        {"x-ratelimit-remaining-requests", "4"},
-        {"x-ratelimit-reset-requests", "2s"},
+        {"x-ratelimit-limit-requests", "100"},   {"x-ratelimit-limit-requests", "60"},
+        {"x-ratelimit-remaining-requests", "5"}, {"x-ratelimit-remaining-requests", "3"},
+        {"x-ratelimit-remaining-requests", "4"}, {"x-ratelimit-reset-requests", "2s"},
         {"x-ratelimit-reset-requests", "1s"},
     };
     ratelimit_init(&fb, -1);
@@ -524,8 +510,7 @@ static void test_precedence(void **state)
     expect_dim(&fb, RATELIMIT_REQUESTS, RATELIMIT_SRC_PROVIDER, 60, 3, 2000);
 }
 
-static void test_recognition(void **state)
-{
+static void test_recognition(void **state) {
     (void)state;
     ratelimit_feedback fb;
     ratelimit_init(&fb, -1);
@@ -561,8 +546,7 @@ static void test_recognition(void **state)
     assert_string_equal(ratelimit_source_name(RATELIMIT_SRC_PROVIDER), "provider");
 }
 
-static void test_policy_overflow(void **state)
-{
+static void test_policy_overflow(void **state) {
     (void)state;
     ratelimit_feedback fb;
     ratelimit_init(&fb, -1);
@@ -579,8 +563,7 @@ static void test_policy_overflow(void **state)
     expect_dim(&fb, RATELIMIT_REQUESTS, RATELIMIT_SRC_IETF, 0, 0, 1000);
 }
 
-static uint64_t splitmix(uint64_t *s)
-{
+static uint64_t splitmix(uint64_t *s) {
     uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
     z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
     z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
@@ -588,8 +571,7 @@ static uint64_t splitmix(uint64_t *s)
 }
 
 /* The outcome does not depend on the order the headers arrive in. */
-static void test_order_independence(void **state)
-{
+static void test_order_independence(void **state) {
     (void)state;
     static const header h[] = {
         {"x-ratelimit-remaining-requests", "5"},
@@ -619,8 +601,7 @@ static void test_order_independence(void **state)
     feed(&ref, h, N);
     ratelimit_value want[RATELIMIT_DIMS];
     ratelimit_source wsrc[RATELIMIT_DIMS];
-    for (int d = 0; d < RATELIMIT_DIMS; d++)
-        wsrc[d] = ratelimit_get(&ref, (ratelimit_dim)d, &want[d]);
+    for (int d = 0; d < RATELIMIT_DIMS; d++) wsrc[d] = ratelimit_get(&ref, (ratelimit_dim)d, &want[d]);
     /* spot-check the reference itself */
     assert_int_equal(want[RATELIMIT_REQUESTS].remaining, 3);
     assert_int_equal(want[RATELIMIT_REQUESTS].reset_ms, 60000);
@@ -632,8 +613,7 @@ static void test_order_independence(void **state)
     uint64_t rng = 7;
     for (int round = 0; round < 2000; round++) {
         size_t idx[N];
-        for (size_t i = 0; i < N; i++)
-            idx[i] = i;
+        for (size_t i = 0; i < N; i++) idx[i] = i;
         for (size_t i = N - 1; i > 0; i--) {
             size_t j = (size_t)(splitmix(&rng) % (i + 1));
             size_t t = idx[i];
@@ -643,8 +623,8 @@ static void test_order_independence(void **state)
         ratelimit_feedback fb;
         ratelimit_init(&fb, -1);
         for (size_t i = 0; i < N; i++)
-            ratelimit_add_header(&fb, h[idx[i]].name, strlen(h[idx[i]].name), h[idx[i]].value,
-                                 strlen(h[idx[i]].value), NOW_MS);
+            ratelimit_add_header(&fb, h[idx[i]].name, strlen(h[idx[i]].name), h[idx[i]].value, strlen(h[idx[i]].value),
+                                 NOW_MS);
         for (int d = 0; d < RATELIMIT_DIMS; d++) {
             ratelimit_value v;
             assert_int_equal(ratelimit_get(&fb, (ratelimit_dim)d, &v), wsrc[d]);
@@ -676,23 +656,15 @@ static void test_order_independence(void **state)
     }
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_duration),
-        cmocka_unit_test(test_parse_count_and_epoch),
-        cmocka_unit_test(test_openai),
-        cmocka_unit_test(test_azure),
-        cmocka_unit_test(test_anthropic),
-        cmocka_unit_test(test_tokens_fold),
-        cmocka_unit_test(test_ietf_new_style),
-        cmocka_unit_test(test_ietf_old_styles),
-        cmocka_unit_test(test_ietf_malformed),
-        cmocka_unit_test(test_x_ratelimit_generic),
-        cmocka_unit_test(test_precedence),
-        cmocka_unit_test(test_recognition),
-        cmocka_unit_test(test_policy_overflow),
-        cmocka_unit_test(test_order_independence),
+        cmocka_unit_test(test_parse_duration),  cmocka_unit_test(test_parse_count_and_epoch),
+        cmocka_unit_test(test_openai),          cmocka_unit_test(test_azure),
+        cmocka_unit_test(test_anthropic),       cmocka_unit_test(test_tokens_fold),
+        cmocka_unit_test(test_ietf_new_style),  cmocka_unit_test(test_ietf_old_styles),
+        cmocka_unit_test(test_ietf_malformed),  cmocka_unit_test(test_x_ratelimit_generic),
+        cmocka_unit_test(test_precedence),      cmocka_unit_test(test_recognition),
+        cmocka_unit_test(test_policy_overflow), cmocka_unit_test(test_order_independence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,9 +25,8 @@ static void render(char *out, size_t cap, const resp_command *c) {
         assert_int_equal(c->argv[i][c->argvlen[i]], '\0'); /* NUL-terminated */
         for (size_t j = 0; j < c->argvlen[i]; j++) {
             unsigned char u = (unsigned char)c->argv[i][j];
-            int w = (u >= 0x20 && u < 0x7f && u != '|' && u != '\\')
-                        ? snprintf(out + n, cap - n, "%c", u)
-                        : snprintf(out + n, cap - n, "\\x%02x", u);
+            int w = (u >= 0x20 && u < 0x7f && u != '|' && u != '\\') ? snprintf(out + n, cap - n, "%c", u)
+                                                                     : snprintf(out + n, cap - n, "\\x%02x", u);
             n += (size_t)w;
             assert_true(n < cap);
         }
@@ -47,25 +46,23 @@ static int drain(resp_parser *p, char *out, size_t cap) {
 }
 
 /* A stream mixing every form the parser accepts. */
-static const char stream[] =
-    "*1\r\n$4\r\nPING\r\n"
-    "*3\r\n$7\r\nACQUIRE\r\n$6\r\ngpt-4o\r\n$0\r\n\r\n"
-    "*0\r\n"                                 /* empty: skipped */
-    "*-1\r\n"                                /* null: skipped */
-    "PING\r\n"                               /* inline */
-    "\r\n"                                   /* blank line: skipped */
-    "  SETTLE   g1  TOKENS\t12 \n"           /* inline, LF only, extra spaces */
-    "SET \"a b\\x41\\n\" 'it\\'s' \"\"\r\n"  /* inline quoting */
-    "*2\r\n$3\r\nGET\r\n$5\r\na\0\r\nb\r\n"  /* binary-safe bulk with NUL, CR, LF */
-    "*1\r\n$4\r\nQUIT\r\n";
-static const char stream_expect[] =
-    "PING\n"
-    "ACQUIRE|gpt-4o|\n"
-    "PING\n"
-    "SETTLE|g1|TOKENS|12\n"
-    "SET|a bA\\x0a|it's|\n"
-    "GET|a\\x00\\x0d\\x0ab\n"
-    "QUIT\n";
+static const char stream[] = "*1\r\n$4\r\nPING\r\n"
+                             "*3\r\n$7\r\nACQUIRE\r\n$6\r\ngpt-4o\r\n$0\r\n\r\n"
+                             "*0\r\n"                                /* empty: skipped */
+                             "*-1\r\n"                               /* null: skipped */
+                             "PING\r\n"                              /* inline */
+                             "\r\n"                                  /* blank line: skipped */
+                             "  SETTLE   g1  TOKENS\t12 \n"          /* inline, LF only, extra spaces */
+                             "SET \"a b\\x41\\n\" 'it\\'s' \"\"\r\n" /* inline quoting */
+                             "*2\r\n$3\r\nGET\r\n$5\r\na\0\r\nb\r\n" /* binary-safe bulk with NUL, CR, LF */
+                             "*1\r\n$4\r\nQUIT\r\n";
+static const char stream_expect[] = "PING\n"
+                                    "ACQUIRE|gpt-4o|\n"
+                                    "PING\n"
+                                    "SETTLE|g1|TOKENS|12\n"
+                                    "SET|a bA\\x0a|it's|\n"
+                                    "GET|a\\x00\\x0d\\x0ab\n"
+                                    "QUIT\n";
 #define STREAM_LEN (sizeof(stream) - 1)
 
 static resp_parser *new_parser(void) {
@@ -230,8 +227,7 @@ typedef struct bad_case {
 static const bad_case bad_cases[] = {
     {"*999999999\r\n", 0, RESP_ETOOBIG, "Protocol error: invalid multibulk length 999999999 (limit 1024)"},
     {"*1025\r\n", 0, RESP_ETOOBIG, "Protocol error: invalid multibulk length 1025 (limit 1024)"},
-    {"*1\r\n$536870912\r\n", 0, RESP_ETOOBIG,
-     "Protocol error: invalid bulk length 536870912 (limit 1048576)"},
+    {"*1\r\n$536870912\r\n", 0, RESP_ETOOBIG, "Protocol error: invalid bulk length 536870912 (limit 1048576)"},
     {"*99999999999999999999\r\n", 0, RESP_EPROTO, "Protocol error: invalid multibulk length"},
     {"*abc\r\n", 0, RESP_EPROTO, "Protocol error: invalid multibulk length"},
     {"*\r\n", 0, RESP_EPROTO, "Protocol error: invalid multibulk length"},
@@ -341,8 +337,7 @@ static void test_limits(void **state) {
     p = resp_parser_new(&lim);
     assert_int_equal(resp_parser_feed(p, "*1\r\n$60\r\n", 9), 0);
     assert_int_equal(resp_parser_next(p, &c), RESP_ETOOBIG);
-    assert_string_equal(resp_parser_error(p),
-                        "Protocol error: invalid bulk length 60 (request buffer limit 64)");
+    assert_string_equal(resp_parser_error(p), "Protocol error: invalid bulk length 60 (request buffer limit 64)");
     resp_parser_free(p);
 
     /* More unparsed bytes than max_buffer: feed refuses. */
@@ -351,8 +346,7 @@ static void test_limits(void **state) {
     memset(junk, '*', sizeof(junk));
     assert_int_equal(resp_parser_feed(p, junk, 64), 0);
     assert_int_equal(resp_parser_feed(p, junk, 1), RESP_ETOOBIG);
-    assert_string_equal(resp_parser_error(p),
-                        "Protocol error: request buffer exceeds the limit of 64 bytes");
+    assert_string_equal(resp_parser_error(p), "Protocol error: request buffer exceeds the limit of 64 bytes");
     resp_parser_free(p);
 
     /* And so does commit, prepare never offering more than limit + 1. */
@@ -385,10 +379,10 @@ static void test_free_null(void **state) {
 
 /* ---- writer ---- */
 
-#define ASSERT_BUF(b, lit)                                  \
-    do {                                                    \
-        assert_int_equal((b)->len, sizeof(lit) - 1);        \
-        assert_memory_equal((b)->data, lit, sizeof(lit) - 1); \
+#define ASSERT_BUF(b, lit)                                                                                             \
+    do {                                                                                                               \
+        assert_int_equal((b)->len, sizeof(lit) - 1);                                                                   \
+        assert_memory_equal((b)->data, lit, sizeof(lit) - 1);                                                          \
     } while (0)
 
 static void test_writer_scalars(void **state) {

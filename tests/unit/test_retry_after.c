@@ -20,18 +20,15 @@ typedef struct vec {
     int64_t want;
 } vec;
 
-static void check_table(const vec *v, size_t n, int64_t now_ms, bool ms_form)
-{
+static void check_table(const vec *v, size_t n, int64_t now_ms, bool ms_form) {
     for (size_t i = 0; i < n; i++) {
         int64_t got = ms_form ? retry_after_parse_ms(v[i].in, strlen(v[i].in))
                               : retry_after_parse(v[i].in, strlen(v[i].in), now_ms);
-        if (got != v[i].want)
-            fail_msg("\"%s\": got %lld want %lld", v[i].in, (long long)got, (long long)v[i].want);
+        if (got != v[i].want) fail_msg("\"%s\": got %lld want %lld", v[i].in, (long long)got, (long long)v[i].want);
     }
 }
 
-static void test_delay_seconds(void **state)
-{
+static void test_delay_seconds(void **state) {
     (void)state;
     static const vec v[] = {
         {"120", 120000},
@@ -76,8 +73,7 @@ static void test_delay_seconds(void **state)
     assert_int_equal(retry_after_parse("123", 2, NOW_MS), 12000);
 }
 
-static void test_http_dates(void **state)
-{
+static void test_http_dates(void **state) {
     (void)state;
     static const vec v[] = {
         /* 30 s after now in each form */
@@ -119,15 +115,13 @@ static void test_http_dates(void **state)
         assert_int_equal(retry_after_parse(buf, HTTPDATE_IMF_LEN, NOW_MS), d * 1000);
     }
     /* Extreme now values do not overflow. */
-    assert_int_equal(retry_after_parse("Tue, 14 Nov 2023 22:13:50 GMT", 29, INT64_MIN),
-                     RETRY_AFTER_MAX_MS);
+    assert_int_equal(retry_after_parse("Tue, 14 Nov 2023 22:13:50 GMT", 29, INT64_MIN), RETRY_AFTER_MAX_MS);
     assert_int_equal(retry_after_parse("Tue, 14 Nov 2023 22:13:50 GMT", 29, INT64_MAX), 0);
     assert_int_equal(retry_after_parse("Tue, 14 Nov 2023 22:13:50 GMT", 29, -1), INT64_C(1700000030001));
 }
 
 /* The RFC 850 two-digit year is judged against now, not a fixed pivot. */
-static void test_rfc850_year_relative_to_now(void **state)
-{
+static void test_rfc850_year_relative_to_now(void **state) {
     (void)state;
     /* "Friday, 01-Jan-66 00:00:00 GMT": 2066 if it is within 50 years of
      * now, else 1966 (which is past: 0). */
@@ -144,8 +138,7 @@ static void test_rfc850_year_relative_to_now(void **state)
     assert_int_equal(retry_after_parse(s66, strlen(s66), NOW_MS), -1);
 }
 
-static void test_ms_headers(void **state)
-{
+static void test_ms_headers(void **state) {
     (void)state;
     static const vec v[] = {
         {"1500", 1500},
@@ -176,13 +169,11 @@ static void test_ms_headers(void **state)
     assert_int_equal(retry_after_parse_ms(NULL, 0), -1);
 }
 
-static bool add(retry_after *ra, const char *name, const char *value)
-{
+static bool add(retry_after *ra, const char *name, const char *value) {
     return retry_after_add_header(ra, name, strlen(name), value, strlen(value), NOW_MS);
 }
 
-static void test_accumulator_precedence(void **state)
-{
+static void test_accumulator_precedence(void **state) {
     (void)state;
     retry_after ra;
     retry_after_init(&ra, -1);
@@ -264,8 +255,7 @@ static void test_accumulator_precedence(void **state)
     assert_string_equal(retry_after_source_name(RETRY_AFTER_SRC_X_MS_RETRY_MS), "x-ms-retry-after-ms");
 }
 
-static void test_cap_flag(void **state)
-{
+static void test_cap_flag(void **state) {
     (void)state;
     retry_after ra;
     retry_after_init(&ra, -1);
@@ -301,8 +291,7 @@ static void test_cap_flag(void **state)
     assert_true(ra.over_cap);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_delay_seconds),
         cmocka_unit_test(test_http_dates),

@@ -109,8 +109,10 @@ static void test_shed_reasons_match_the_scripts(void **state) {
     assert_true(lua.n >= 10); /* the patterns still find the script's words */
 
     words lua_table = {0}, engine_table = {0};
-#define ADD_LUA(name, word, source) if (!strcmp(#source, "LUA")) words_add(&lua_table, word, strlen(word));
-#define ADD_ENGINE(name, word, source) if (!strcmp(#source, "ENGINE")) words_add(&engine_table, word, strlen(word));
+#define ADD_LUA(name, word, source)                                                                                    \
+    if (!strcmp(#source, "LUA")) words_add(&lua_table, word, strlen(word));
+#define ADD_ENGINE(name, word, source)                                                                                 \
+    if (!strcmp(#source, "ENGINE")) words_add(&engine_table, word, strlen(word));
     SLUICE_SHED_REASON_MAP(ADD_LUA)
     SLUICE_SHED_REASON_MAP(ADD_ENGINE)
 #undef ADD_LUA
@@ -159,9 +161,9 @@ static void test_outcomes_match_the_settle_script(void **state) {
 static void test_engine_tables_follow_the_maps(void **state) {
     (void)state;
     int n = 0;
-#define CHECK_WORD(name, word, source)                                       \
-    assert_string_equal(engine_shed_reasons[ENGINE_SHED_##name], word);       \
-    assert_int_equal(engine_shed_reason_index(word), ENGINE_SHED_##name);     \
+#define CHECK_WORD(name, word, source)                                                                                 \
+    assert_string_equal(engine_shed_reasons[ENGINE_SHED_##name], word);                                                \
+    assert_int_equal(engine_shed_reason_index(word), ENGINE_SHED_##name);                                              \
     n++;
     SLUICE_SHED_REASON_MAP(CHECK_WORD)
 #undef CHECK_WORD
@@ -174,10 +176,10 @@ static void test_engine_tables_follow_the_maps(void **state) {
 static void test_error_words(void **state) {
     (void)state;
     int codes[16], n = 0;
-#define CHECK_ERR(word, code)                                                 \
-    assert_string_equal(sluice_error_word(code), #word);                       \
-    assert_string_not_equal(sl_strerror(code), "unknown error");               \
-    for (int i = 0; i < n; i++) assert_int_not_equal(codes[i], code);          \
+#define CHECK_ERR(word, code)                                                                                          \
+    assert_string_equal(sluice_error_word(code), #word);                                                               \
+    assert_string_not_equal(sl_strerror(code), "unknown error");                                                       \
+    for (int i = 0; i < n; i++) assert_int_not_equal(codes[i], code);                                                  \
     codes[n++] = code;
     SLUICE_ERROR_WORD_MAP(CHECK_ERR)
 #undef CHECK_ERR
