@@ -53,13 +53,13 @@ static int member_build(run_member *m, const config *cfg, const struct config_de
                      d->api_key_env, d->name, why);
             return -1;
         }
+        const char *hname, *prefix;
+        config_key_header(d->style, &hname, &prefix);
         size_t kn = strlen(key) + 32;
         char *line = malloc(kn);
         t = NULL;
         if (line) {
-            if (d->style == CONFIG_STYLE_AZURE) snprintf(line, kn, "api-key: %s", key);
-            else if (d->style == CONFIG_STYLE_ANTHROPIC) snprintf(line, kn, "x-api-key: %s", key);
-            else snprintf(line, kn, "Authorization: Bearer %s", key);
+            snprintf(line, kn, "%s: %s%s", hname, prefix, key);
             t = curl_slist_append(h, line);
             explicit_bzero(line, kn);
             free(line);

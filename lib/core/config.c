@@ -209,6 +209,10 @@ typedef struct config_group cfg_group;
 typedef struct config_group_tenant cfg_group_tenant;
 
 static int deployment_finish(cfg_ctx *ctx, cfg_entity *ent);
+static int client_finish(cfg_ctx *ctx, cfg_entity *ent);
+static int read_secret(cfg_ctx *ctx, cfg_entity *ent, const char *env_key, const char *env, const char *file_key,
+                       const char *file, char **out);
+static void wipe_free(char *s);
 static int root_finish(cfg_ctx *ctx, cfg_entity *ent);
 static int root_init(void *base, const char *name);
 static void root_destroy(void *base);
@@ -376,7 +380,10 @@ static const cfg_row deployment_rows[] = {
              "Take others' use of the key, seen in the provider's remaining counts, off the effective rate."),
     CFG_STR("endpoint", cfg_deployment, endpoint, NULL, check_http_url, "Provider base URL, for `sluice run`."),
     CFG_STR("api_key_env", cfg_deployment, api_key_env, NULL, check_env_name,
-            "Environment variable holding the provider API key, for `sluice run`."),
+            "Environment variable holding the provider API key, for `sluice run` (and the HTTP proxy with inject_key)."),
+    CFG_BOOL("inject_key", cfg_deployment, inject_key, "false",
+             "The HTTP proxy sends the key of api_key_env upstream instead of the caller's credentials; TCP callers "
+             "must then present a client key (agent.http.clients)."),
     CFG_ENUM("style", cfg_deployment, style, "azure", style_names,
              "Provider profile: azure, openai, anthropic or custom; the API style and how tokens are counted."),
     CFG_STR("api_version", cfg_deployment, api_version, NULL, check_token,
@@ -415,6 +422,32 @@ static const cfg_schema deployment_schema = {
     .check_name = check_deployment_name,
     .finish = deployment_finish,
 };
+
+typedef struct config_http_client cfg_http_client;
+
+static const cfg_row http_client_rows[] = {
+    CFG_STR("key_env", cfg_http_client, key_env, NULL, check_env_name,
+            "Environment variable holding the client's key (give this or key_file)."),
+    CFG_STR("key_file", cfg_http_client, key_file, NULL, NULL,
+            "File holding the client's key on one line, read at load and on reload (give this or key_env)."),
+    CFG_STR("tenant", cfg_http_client, tenant, NULL, check_tag,
+            "Tenant the client's requests count as, whatever x-sluice-tenant says; empty = as the request says."),
+    CFG_STR("lane", cfg_http_client, lane, NULL, check_tag,
+            "Lane the client's requests take, whatever x-sluice-lane says; empty = as the request says."),
+};
+
+static const cfg_schema http_client_schema = {
+    .what = "client",
+    .rows = http_client_rows,
+    .nrows = sizeof(http_client_rows) / sizeof(http_client_rows[0]),
+    .size = sizeof(cfg_http_client),
+    .name_off = offsetof(cfg_http_client, name),
+    .line_off = offsetof(cfg_http_client, line),
+    .check_name = check_class_name,
+    .finish = client_finish,
+};
+
+static const char *const http_mode_names[] = {"govern", "observe", NULL};
 
 static const cfg_row root_rows[] = {
     CFG_STRF("redis.url", config, redis.url, "redis://127.0.0.1:6379", NULL, CFG_NONEMPTY,
@@ -482,6 +515,12 @@ static const cfg_row root_rows[] = {
             "A keep-alive connection idle this long between requests, or not reading a response, is closed."),
     CFG_INT("agent.http.drain_timeout_ms", config, agent.http.drain_timeout_ms, "10000", 0, 3600000, 0,
             "On SIGTERM, how long responses in progress may take before their connections are closed."),
+    CFG_ENUM("agent.http.mode", config, agent.http.mode, "govern", http_mode_names,
+             "govern = every request waits for its slot; observe = forward at once and record what governing would "
+             "have done."),
+    CFG_LIST("agent.http.clients", config, agent.http.clients, agent.http.nclients, &http_client_schema, 0,
+             "Client keys by name, each bound to a tenant and a lane: what a TCP caller presents to spend a key the "
+             "proxy injects (deployments.<name>.inject_key)."),
     CFG_LIST("deployments", config, deployments, ndeployments, &deployment_schema, CFG_REQUIRED,
              "The governed deployments, by name."),
     CFG_LIST("groups", config, groups, ngroups, &group_schema, 0,
@@ -536,6 +575,11 @@ static int profile_check(cfg_ctx *ctx, cfg_entity *ent, const cfg_deployment *d)
 static int deployment_finish(cfg_ctx *ctx, cfg_entity *ent) {
     cfg_deployment *d = ent->base;
     if (profile_check(ctx, ent, d) != 0) return -1;
+    if (d->inject_key) {
+        if (!d->api_key_env[0])
+            return cfg_entity_fail(ctx, ent, "inject_key", "needs api_key_env: the variable holding the key to inject");
+        if (read_secret(ctx, ent, "api_key_env", d->api_key_env, NULL, "", &d->api_key_) != 0) return -1;
+    }
     if (!cfg_entity_seen(ent, "burst.requests")) d->burst.requests = d->rpm / 60 > 1 ? d->rpm / 60 : 1;
     if (!cfg_entity_seen(ent, "burst.tokens")) d->burst.tokens = d->tpm / 60 > 1 ? d->tpm / 60 : 1;
     if (!cfg_entity_seen(ent, "burst.input_tokens")) d->burst.input_tokens = d->itpm / 60 > 1 ? d->itpm / 60 : 1;
@@ -668,29 +712,29 @@ static int parse_redis_url(cfg_ctx *ctx, cfg_entity *ent, config *cfg, char **us
 
 /* Reads the password file: a regular file of at most CFG_SECRET_MAX bytes,
  * opened without blocking so that a FIFO or device cannot hang a load. */
-static int read_secret_file(cfg_ctx *ctx, cfg_entity *ent, const char *file, char **out) {
+static int read_secret_file(cfg_ctx *ctx, cfg_entity *ent, const char *key, const char *file, char **out) {
     char full[PATH_MAX];
     *out = NULL;
     if (file[0] != '/' && cfg_basedir(ctx)) {
         if ((size_t)snprintf(full, sizeof(full), "%s/%s", cfg_basedir(ctx), file) >= sizeof(full))
-            return cfg_entity_fail(ctx, ent, "redis.password_file", "the path is too long");
+            return cfg_entity_fail(ctx, ent, key, "the path is too long");
         file = full;
     }
     char msg[128];
     int fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) {
         cfg_errno_text(errno, msg, sizeof(msg));
-        return cfg_entity_fail(ctx, ent, "redis.password_file", "cannot read \"%s\": %s", file, msg);
+        return cfg_entity_fail(ctx, ent, key, "cannot read \"%s\": %s", file, msg);
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return cfg_entity_fail(ctx, ent, "redis.password_file", "\"%s\" is not a regular file", file);
+        return cfg_entity_fail(ctx, ent, key, "\"%s\" is not a regular file", file);
     }
     char *buf = malloc(CFG_SECRET_MAX + 1);
     if (!buf) {
         close(fd);
-        return cfg_entity_fail(ctx, ent, "redis.password_file", "out of memory");
+        return cfg_entity_fail(ctx, ent, key, "out of memory");
     }
     size_t len = 0;
     for (;;) {
@@ -700,7 +744,7 @@ static int read_secret_file(cfg_ctx *ctx, cfg_entity *ent, const char *file, cha
             cfg_errno_text(errno, msg, sizeof(msg));
             close(fd);
             free(buf);
-            return cfg_entity_fail(ctx, ent, "redis.password_file", "cannot read \"%s\": %s", file, msg);
+            return cfg_entity_fail(ctx, ent, key, "cannot read \"%s\": %s", file, msg);
         }
         if (n == 0) break;
         len += (size_t)n;
@@ -712,11 +756,11 @@ static int read_secret_file(cfg_ctx *ctx, cfg_entity *ent, const char *file, cha
     while (!problem && len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r')) len--;
     if (!problem && len == 0) problem = "is empty";
     if (!problem && (memchr(buf, '\n', len) || memchr(buf, '\r', len) || memchr(buf, '\0', len)))
-        problem = "must hold the password on one line";
+        problem = "must hold the secret on one line";
     if (problem) {
         memset(buf, 0, CFG_SECRET_MAX + 1);
         free(buf);
-        return cfg_entity_fail(ctx, ent, "redis.password_file", "\"%s\" %s", file, problem);
+        return cfg_entity_fail(ctx, ent, key, "\"%s\" %s", file, problem);
     }
     buf[len] = '\0';
     *out = buf;
@@ -728,6 +772,38 @@ static void wipe_free(char *s) {
     volatile char *v = s;
     while (*v) *v++ = '\0';
     free(s);
+}
+
+/* A secret from the environment variable env or the file file (exactly
+ * one is non-empty), failing at env_key or file_key. */
+static int read_secret(cfg_ctx *ctx, cfg_entity *ent, const char *env_key, const char *env, const char *file_key,
+                       const char *file, char **out) {
+    *out = NULL;
+    if (file && file[0]) return read_secret_file(ctx, ent, file_key, file, out);
+    const char *v = getenv(env);
+    if (!v) return cfg_entity_fail(ctx, ent, env_key, "environment variable %s is not set", env);
+    if (!v[0]) return cfg_entity_fail(ctx, ent, env_key, "environment variable %s is empty", env);
+    if (strchr(v, '\n') || strchr(v, '\r'))
+        return cfg_entity_fail(ctx, ent, env_key, "environment variable %s must hold the secret on one line", env);
+    *out = cfg_strndup(v, strlen(v));
+    return *out ? 0 : cfg_entity_fail(ctx, ent, env_key, "out of memory");
+}
+
+/* The shortest client key: a key anyone could guess gates nothing. */
+#define CONFIG_CLIENT_KEY_MIN 16
+
+static int client_finish(cfg_ctx *ctx, cfg_entity *ent) {
+    cfg_http_client *c = ent->base;
+    if (!c->key_env[0] == !c->key_file[0])
+        return cfg_entity_fail(ctx, ent, c->key_env[0] ? "key_file" : "key_env",
+                               "give either key_env or key_file (exactly one)");
+    if (read_secret(ctx, ent, "key_env", c->key_env, "key_file", c->key_file, &c->key_) != 0) return -1;
+    c->keylen_ = strlen(c->key_);
+    if (c->keylen_ < CONFIG_CLIENT_KEY_MIN)
+        return cfg_entity_fail(ctx, ent, c->key_env[0] ? "key_env" : "key_file",
+                               "the key has %zu bytes; a client key needs at least %d", c->keylen_,
+                               CONFIG_CLIENT_KEY_MIN);
+    return 0;
 }
 
 static int by_name_cmp(const void *a, const void *b) {
@@ -858,7 +934,7 @@ static int root_finish(cfg_ctx *ctx, cfg_entity *ent) {
                                "give either redis.password_file or redis.password_env, not both");
     char *secret = NULL;
     if (r->password_file[0]) {
-        if (read_secret_file(ctx, ent, r->password_file, &secret) != 0) return -1;
+        if (read_secret_file(ctx, ent, "redis.password_file", r->password_file, &secret) != 0) return -1;
     } else if (r->password_env[0]) {
         const char *v = getenv(r->password_env);
         if (!v)
@@ -888,6 +964,14 @@ static int root_finish(cfg_ctx *ctx, cfg_entity *ent) {
         }
     }
     if (http_finish(ctx, ent, cfg) != 0) return -1;
+    for (size_t i = 0; i < a->http.nclients; i++)
+        for (size_t j = 0; j < i; j++)
+            if (a->http.clients[i].keylen_ == a->http.clients[j].keylen_ &&
+                !memcmp(a->http.clients[i].key_, a->http.clients[j].key_, a->http.clients[i].keylen_))
+                return cfg_fail_plain(ctx, a->http.clients[i].line,
+                                      "key 'agent.http.clients.%s': the same key as client '%s' (each client needs "
+                                      "its own key, or the tenant it counts as is ambiguous)",
+                                      a->http.clients[i].name, a->http.clients[j].name);
     if (cfg->ndeployments == 0) return cfg_entity_fail(ctx, ent, "deployments", "at least one deployment is required");
     /* The index config_deployment() searches. */
     cfg->by_name_ = malloc(cfg->ndeployments * sizeof(*cfg->by_name_));
@@ -913,6 +997,12 @@ static int root_finish(cfg_ctx *ctx, cfg_entity *ent) {
                     return cfg_fail_plain(ctx, g->line, "key '%s': '%s' is listed twice", key, g->members[j]);
             g->members_[j] = m;
             if (!m->group_) ((struct config_deployment *)m)->group_ = g;
+            if (m->inject_key != g->members_[0]->inject_key)
+                return cfg_fail_plain(ctx, g->line,
+                                      "key '%s': '%s' has inject_key %s but '%s' has %s: the HTTP proxy must treat "
+                                      "a caller's credentials alike for every member",
+                                      key, m->name, m->inject_key ? "true" : "false", g->members_[0]->name,
+                                      g->members_[0]->inject_key ? "true" : "false");
         }
         for (size_t j = 0; j < g->ntenants; j++) {
             const char *tag = g->tenants[j].tag;
@@ -980,6 +1070,8 @@ int config_load(const char *path, config **out, char *err, size_t errlen) {
 void config_free(config *cfg) {
     if (!cfg) return;
     for (size_t i = 0; i < cfg->ngroups; i++) free(cfg->groups[i].members_);
+    for (size_t i = 0; i < cfg->ndeployments; i++) wipe_free(cfg->deployments[i].api_key_);
+    for (size_t i = 0; i < cfg->agent.http.nclients; i++) wipe_free(cfg->agent.http.clients[i].key_);
     cfg_free_rows(&root_schema, cfg);
     wipe_free(cfg->redis.password);
     free(cfg->redis.host);
@@ -990,6 +1082,28 @@ void config_free(config *cfg) {
     free(cfg->by_name_);
     free(cfg->source);
     free(cfg);
+}
+
+const struct config_http_client *config_http_client_by_key(const config *cfg, const char *key, size_t len) {
+    const struct config_http_client *hit = NULL;
+    for (size_t i = 0; cfg && key && i < cfg->agent.http.nclients; i++) {
+        const struct config_http_client *c = &cfg->agent.http.clients[i];
+        /* Every byte of every key is compared, whatever matched. */
+        unsigned char diff = (unsigned char)(c->keylen_ != len);
+        for (size_t k = 0; k < c->keylen_; k++) diff |= (unsigned char)(c->key_[k] ^ (k < len ? key[k] : 0));
+        if (!diff && !hit) hit = c;
+    }
+    return hit;
+}
+
+void config_key_header(int style, const char **name, const char **prefix) {
+    *prefix = "";
+    if (style == CONFIG_STYLE_AZURE) *name = "api-key";
+    else if (style == CONFIG_STYLE_ANTHROPIC) *name = "x-api-key";
+    else {
+        *name = "Authorization";
+        *prefix = "Bearer ";
+    }
 }
 
 const struct config_deployment *config_deployment(const config *cfg, const char *name) {

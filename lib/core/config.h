@@ -68,6 +68,23 @@ typedef struct config_listen {
     char path[108]; /* UNIX: the socket path */
 } config_listen;
 
+/* agent.http.mode */
+enum { CONFIG_HTTP_GOVERN = 0, CONFIG_HTTP_OBSERVE = 1 };
+
+/* agent.http.clients.NAME: a client key of the HTTP proxy, which a caller
+ * presents as its API key to spend a deployment's injected key
+ * (deployments.NAME.inject_key), bound to a tenant and a lane. */
+struct config_http_client {
+    char *name; /* the YAML key: names the client in logs and STATUS */
+    int line;
+    char *key_env;  /* the environment variable holding the key, or "" */
+    char *key_file; /* the file holding it, or "" (exactly one is given) */
+    char *tenant;   /* the tenant its requests count as; "" = as the request says */
+    char *lane;     /* the lane they take; "" = as the request says */
+    char *key_;     /* private: the key, read at load; never logged */
+    size_t keylen_;
+};
+
 /* agent.http: the HTTP proxy's listeners and limits (docs/configuration.md). */
 typedef struct config_http {
     char **listen; /* as written; NULL = the proxy is off */
@@ -81,6 +98,9 @@ typedef struct config_http {
     long long body_timeout_ms;   /* end of the headers to the end of the body */
     long long idle_timeout_ms;   /* keep-alive: between requests; also a client not reading a response */
     long long drain_timeout_ms;  /* SIGTERM: how long responses in progress may take */
+    int mode;                    /* CONFIG_HTTP_*: govern, or observe (forward at once, record) */
+    struct config_http_client *clients; /* in file order */
+    size_t nclients;
 } config_http;
 
 typedef struct config_agent {
@@ -170,6 +190,8 @@ struct config_deployment {
     } adapt;
     char *endpoint;            /* "" = none */
     char *api_key_env;         /* "" = none */
+    int inject_key;            /* the HTTP proxy sends this deployment's key, not the caller's */
+    char *api_key_;            /* private: the key of api_key_env, read at load when inject_key; never logged */
     int style;                 /* CONFIG_STYLE_* */
     char *api_version;         /* "" = none */
     long long jitter_ms;       /* release jitter the schedule tolerates (configure's jitter_ms) */
@@ -294,6 +316,16 @@ void config_lane_names(const struct config_deployment *d, char *buf, size_t n);
 /* The tenant class a request of tenant `name` falls in: the configured
  * tenant of that name, else "default" (configured or not: NULL then). */
 const struct config_tenant *config_tenant(const struct config_deployment *d, const char *name);
+
+/* The client of agent.http.clients whose key is key[0..len), or NULL.
+ * Compares against every client's key in time independent of where they
+ * differ. */
+const struct config_http_client *config_http_client_by_key(const config *cfg, const char *key, size_t len);
+
+/* The request header a provider of style takes its API key in, and what
+ * precedes the key in its value: "api-key" (azure), "x-api-key"
+ * (anthropic), "Authorization" with "Bearer " (openai, custom). */
+void config_key_header(int style, const char **name, const char **prefix);
 
 /* Names of enum values ("open", "debug", "azure"); "?" when out of range. */
 const char *config_fail_name(int fail);

@@ -633,7 +633,7 @@ static void test_password_sources(void **state) {
     } bad[] = {
         {"missing.pass", NULL, "cannot read \"%s/missing.pass\": No such file or directory"},
         {"empty.pass", "\n", "\"%s/empty.pass\" is empty"},
-        {"two.pass", "a\nb\n", "\"%s/two.pass\" must hold the password on one line"},
+        {"two.pass", "a\nb\n", "\"%s/two.pass\" must hold the secret on one line"},
         {".", NULL, "\"%s/.\" is not a regular file"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

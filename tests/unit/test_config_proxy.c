@@ -183,12 +183,82 @@ static void test_name_rule(void **state) {
     assert_false(config_name_ok(longname, 65));
 }
 
+/* agent.http.mode, agent.http.clients and deployments.<name>.inject_key:
+ * keys read at load, never quoted in a message. */
+static void test_client_keys_and_injection(void **state) {
+    (void)state;
+    setenv("TCP_CLIENT_KEY", "a-client-key-of-20-b", 1);
+    setenv("TCP_SHORT_KEY", "short", 1);
+    setenv("TCP_PROVIDER_KEY", "sk-provider-0000", 1);
+    unsetenv("TCP_UNSET_KEY");
+    config *cfg = load_ok(DEPS);
+    assert_int_equal(cfg->agent.http.mode, CONFIG_HTTP_GOVERN);
+    assert_int_equal(cfg->agent.http.nclients, 0);
+    assert_false(cfg->deployments[0].inject_key);
+    assert_null(cfg->deployments[0].api_key_);
+    config_free(cfg);
+
+    cfg = load_ok("agent:\n  http:\n    mode: observe\n    clients:\n"
+                  "      web: { key_env: TCP_CLIENT_KEY, tenant: web, lane: fast }\n"
+                  "deployments:\n  d:\n    rpm: 60\n    api_key_env: TCP_PROVIDER_KEY\n    inject_key: true\n");
+    assert_int_equal(cfg->agent.http.mode, CONFIG_HTTP_OBSERVE);
+    assert_int_equal(cfg->agent.http.nclients, 1);
+    assert_string_equal(cfg->agent.http.clients[0].name, "web");
+    assert_string_equal(cfg->agent.http.clients[0].tenant, "web");
+    assert_string_equal(cfg->agent.http.clients[0].lane, "fast");
+    assert_string_equal(cfg->deployments[0].api_key_, "sk-provider-0000");
+    assert_ptr_equal(config_http_client_by_key(cfg, "a-client-key-of-20-b", 20), &cfg->agent.http.clients[0]);
+    assert_null(config_http_client_by_key(cfg, "a-client-key-of-20-b", 19));
+    assert_null(config_http_client_by_key(cfg, "a-client-key-of-20-bb", 21));
+    assert_null(config_http_client_by_key(cfg, "b-client-key-of-20-b", 20));
+    assert_null(config_http_client_by_key(cfg, "", 0));
+    config_free(cfg);
+
+    assert_load_error("agent:\n  http:\n    mode: shadow\n" DEPS,
+                      "t.yaml:3: key 'agent.http.mode': must be one of govern, observe, got \"shadow\"");
+    assert_load_error("agent:\n  http:\n    clients:\n      web:\n        tenant: web\n" DEPS,
+                      "t.yaml:4: key 'agent.http.clients.web.key_env': give either key_env or key_file (exactly one)");
+    assert_load_error("agent:\n  http:\n    clients:\n      web:\n        key_env: TCP_CLIENT_KEY\n"
+                      "        key_file: /nonexistent\n" DEPS,
+                      "t.yaml:6: key 'agent.http.clients.web.key_file': give either key_env or key_file (exactly one)");
+    assert_load_error("agent:\n  http:\n    clients:\n      web:\n        key_env: TCP_UNSET_KEY\n" DEPS,
+                      "t.yaml:5: key 'agent.http.clients.web.key_env': environment variable TCP_UNSET_KEY is not set");
+    /* Too short: the message says so without the key. */
+    assert_load_error("agent:\n  http:\n    clients:\n      web:\n        key_env: TCP_SHORT_KEY\n" DEPS,
+                      "t.yaml:5: key 'agent.http.clients.web.key_env': the key has 5 bytes; a client key needs at "
+                      "least 16");
+    assert_load_error("agent:\n  http:\n    clients:\n      web:\n        key_file: /nonexistent/k\n" DEPS,
+                      "t.yaml:5: key 'agent.http.clients.web.key_file': cannot read \"/nonexistent/k\": No such file or "
+                      "directory");
+    assert_load_error("agent:\n  http:\n    clients:\n      a: { key_env: TCP_CLIENT_KEY }\n"
+                      "      b: { key_env: TCP_CLIENT_KEY }\n" DEPS,
+                      "t.yaml:5: key 'agent.http.clients.b': the same key as client 'a' (each client needs its own "
+                      "key, or the tenant it counts as is ambiguous)");
+    assert_load_error("agent:\n  http:\n    clients:\n      web: { key_env: TCP_CLIENT_KEY, tenant: \"a b\" }\n" DEPS,
+                      "t.yaml:4: key 'agent.http.clients.web.tenant': invalid name: use 1 to 64 of A-Z a-z 0-9 . _ : "
+                      "-, got \"a b\"");
+    assert_load_error("deployments:\n  d:\n    rpm: 60\n    inject_key: true\n",
+                      "t.yaml:4: key 'deployments.d.inject_key': needs api_key_env: the variable holding the key to "
+                      "inject");
+    assert_load_error("deployments:\n  d:\n    rpm: 60\n    api_key_env: TCP_UNSET_KEY\n    inject_key: true\n",
+                      "t.yaml:4: key 'deployments.d.api_key_env': environment variable TCP_UNSET_KEY is not set");
+    /* api_key_env alone (for sluice run) is read later, by sluice run. */
+    cfg = load_ok("deployments:\n  d:\n    rpm: 60\n    api_key_env: TCP_UNSET_KEY\n");
+    assert_null(cfg->deployments[0].api_key_);
+    config_free(cfg);
+    assert_load_error("deployments:\n  a: { rpm: 60, api_key_env: TCP_PROVIDER_KEY, inject_key: true }\n"
+                      "  b: { rpm: 60 }\ngroups:\n  g:\n    members: [a, b]\n",
+                      "t.yaml:5: key 'groups.g.members': 'b' has inject_key false but 'a' has true: the HTTP proxy "
+                      "must treat a caller's credentials alike for every member");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_off),
         cmocka_unit_test(test_listeners),
         cmocka_unit_test(test_aliases),
         cmocka_unit_test(test_name_rule),
+        cmocka_unit_test(test_client_keys_and_injection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
