@@ -379,8 +379,9 @@ static const cfg_row deployment_rows[] = {
     CFG_BOOL("adapt.outside", cfg_deployment, adapt.outside, "true",
              "Take others' use of the key, seen in the provider's remaining counts, off the effective rate."),
     CFG_STR("endpoint", cfg_deployment, endpoint, NULL, check_http_url, "Provider base URL, for `sluice run`."),
-    CFG_STR("api_key_env", cfg_deployment, api_key_env, NULL, check_env_name,
-            "Environment variable holding the provider API key, for `sluice run` (and the HTTP proxy with inject_key)."),
+    CFG_STR(
+        "api_key_env", cfg_deployment, api_key_env, NULL, check_env_name,
+        "Environment variable holding the provider API key, for `sluice run` (and the HTTP proxy with inject_key)."),
     CFG_BOOL("inject_key", cfg_deployment, inject_key, "false",
              "The HTTP proxy sends the key of api_key_env upstream instead of the caller's credentials; TCP callers "
              "must then present a client key (agent.http.clients)."),

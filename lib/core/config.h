@@ -94,11 +94,11 @@ typedef struct config_http {
     long long max_connections;
     long long max_header_bytes; /* request line and headers, as sent */
     long long max_body_bytes;
-    long long header_timeout_ms; /* first byte of a request to the end of its headers */
-    long long body_timeout_ms;   /* end of the headers to the end of the body */
-    long long idle_timeout_ms;   /* keep-alive: between requests; also a client not reading a response */
-    long long drain_timeout_ms;  /* SIGTERM: how long responses in progress may take */
-    int mode;                    /* CONFIG_HTTP_*: govern, or observe (forward at once, record) */
+    long long header_timeout_ms;        /* first byte of a request to the end of its headers */
+    long long body_timeout_ms;          /* end of the headers to the end of the body */
+    long long idle_timeout_ms;          /* keep-alive: between requests; also a client not reading a response */
+    long long drain_timeout_ms;         /* SIGTERM: how long responses in progress may take */
+    int mode;                           /* CONFIG_HTTP_*: govern, or observe (forward at once, record) */
     struct config_http_client *clients; /* in file order */
     size_t nclients;
 } config_http;

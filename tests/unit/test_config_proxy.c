@@ -227,9 +227,10 @@ static void test_client_keys_and_injection(void **state) {
     assert_load_error("agent:\n  http:\n    clients:\n      web:\n        key_env: TCP_SHORT_KEY\n" DEPS,
                       "t.yaml:5: key 'agent.http.clients.web.key_env': the key has 5 bytes; a client key needs at "
                       "least 16");
-    assert_load_error("agent:\n  http:\n    clients:\n      web:\n        key_file: /nonexistent/k\n" DEPS,
-                      "t.yaml:5: key 'agent.http.clients.web.key_file': cannot read \"/nonexistent/k\": No such file or "
-                      "directory");
+    assert_load_error(
+        "agent:\n  http:\n    clients:\n      web:\n        key_file: /nonexistent/k\n" DEPS,
+        "t.yaml:5: key 'agent.http.clients.web.key_file': cannot read \"/nonexistent/k\": No such file or "
+        "directory");
     assert_load_error("agent:\n  http:\n    clients:\n      a: { key_env: TCP_CLIENT_KEY }\n"
                       "      b: { key_env: TCP_CLIENT_KEY }\n" DEPS,
                       "t.yaml:5: key 'agent.http.clients.b': the same key as client 'a' (each client needs its own "

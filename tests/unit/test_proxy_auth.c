@@ -33,18 +33,19 @@ static int setup(void **state) {
     if (!f) return -1;
     fputs(BATCH_KEY "\n", f);
     fclose(f);
-    static const char yaml[] = "agent:\n"
-                               "  http:\n"
-                               "    clients:\n"
-                               "      chat: { key_env: T_CHAT_KEY, tenant: web, lane: interactive }\n"
-                               "      batch: { key_file: test_proxy_auth.key }\n"
-                               "deployments:\n"
-                               "  passthru: { rpm: 60, style: openai }\n"
-                               "  injected: { rpm: 60, style: azure, api_key_env: T_PROVIDER_KEY, inject_key: true }\n"
-                               "  claude: { rpm: 60, style: anthropic, api_key_env: T_PROVIDER_KEY, inject_key: true }\n"
-                               "  oai: { rpm: 60, style: openai, api_key_env: T_PROVIDER_KEY, inject_key: true }\n"
-                               "groups:\n"
-                               "  both: { members: [injected, oai] }\n";
+    static const char yaml[] =
+        "agent:\n"
+        "  http:\n"
+        "    clients:\n"
+        "      chat: { key_env: T_CHAT_KEY, tenant: web, lane: interactive }\n"
+        "      batch: { key_file: test_proxy_auth.key }\n"
+        "deployments:\n"
+        "  passthru: { rpm: 60, style: openai }\n"
+        "  injected: { rpm: 60, style: azure, api_key_env: T_PROVIDER_KEY, inject_key: true }\n"
+        "  claude: { rpm: 60, style: anthropic, api_key_env: T_PROVIDER_KEY, inject_key: true }\n"
+        "  oai: { rpm: 60, style: openai, api_key_env: T_PROVIDER_KEY, inject_key: true }\n"
+        "groups:\n"
+        "  both: { members: [injected, oai] }\n";
     char err[512];
     if (config_load_string("t.yaml", yaml, strlen(yaml), &cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "%s\n", err);
@@ -63,8 +64,8 @@ static int teardown(void **state) {
 static http_msg *msg(const char *headers) {
     static const http_limits lim = {.max_header_bytes = 32768, .max_body_bytes = 1 << 20};
     char text[4096];
-    int n = snprintf(text, sizeof(text), "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n%sContent-Length: 2\r\n\r\n{}",
-                     headers);
+    int n = snprintf(text, sizeof(text),
+                     "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n%sContent-Length: 2\r\n\r\n{}", headers);
     http_reader *r = http_reader_new(&lim);
     assert_int_equal(http_reader_feed(r, text, (size_t)n), (size_t)n);
     http_msg *m = http_reader_take(r);
