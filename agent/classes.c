@@ -47,6 +47,8 @@ static void add_stats(engine_class_stats *to, const engine_class_stats *st) {
     for (int b = 0; b <= ENGINE_WAIT_BUCKETS; b++) to->wait_hist[b] += st->wait_hist[b];
     to->wait_sum_ms += st->wait_sum_ms;
     to->queued += st->queued;
+    to->answered += st->answered;
+    to->within += st->within;
 }
 
 typedef struct collect_ctx {

@@ -108,11 +108,18 @@ typedef struct acquire_op {
     server_reply *r;
     engine_call *call;
     char dep[CONFIG_NAME_MAX + 1];
+    char lane[CONFIG_NAME_MAX + 1], tenant[CONFIG_NAME_MAX + 1];
+    long long max_wait_ms; /* the deadline its patience is judged by (engine_max_wait) */
 } acquire_op;
 
 static void on_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed, const char *msg) {
     acquire_op *op = arg;
     resp_buf *b = server_reply_buf(op->r);
+    /* Patience: every ACQUIRE answered counts; within its deadline when
+     * granted no later than its max wait (a provider's pause can hold a
+     * grant past it). A group's grant counts on the member. */
+    engine_note_patience(server_engine(op->s), status == SL_OK ? g->deployment : op->dep, op->lane, op->tenant,
+                         status == SL_OK && g->waited_ms <= op->max_wait_ms);
     if (status == SL_OK) {
         /* A group's grant also names the member and its endpoint. */
         resp_add_array(b, g->group ? 5 : 3);
@@ -134,21 +141,31 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
     free(op);
 }
 
-/* The client went away while waiting: give the reservation back. */
+/* The client went away while waiting: give the reservation back. Not
+ * an answer: patience does not count it (docs/protocol.md, "Patience"). */
 static void acquire_abandon(void *arg) {
     acquire_op *op = arg;
     engine_cancel(op->call);
     free(op);
 }
 
-static void cmd_acquire(const command_req *q) {
+/* The arguments ACQUIRE and ESTIMATE share, parsed. */
+typedef struct req_args {
+    char name[CONFIG_NAME_MAX + 1];
+    char lane[CONFIG_NAME_MAX + 1], tenant[CONFIG_NAME_MAX + 1], tag[CONFIG_NAME_MAX + 1];
+    engine_req rq;
+} req_args;
+
+/* Parses <name> [TOKENS n | INPUT n OUTPUT m] [MAXWAIT ms] [LANE l]
+ * [TENANT t] [TAG t] into *a. Returns 0, or -1 after replying the error. */
+static int parse_req(const command_req *q, req_args *a) {
     long long tokens = 0, maxwait = -1, input = -1, output = -1;
-    char lane[CONFIG_NAME_MAX + 1] = "", tenant[CONFIG_NAME_MAX + 1] = "", tag[CONFIG_NAME_MAX + 1] = "";
+    memset(a, 0, sizeof(*a));
     for (int i = 2; i < q->argc; i += 2) {
         char p[160];
         if (i + 1 >= q->argc) {
             reply_error(q, "syntax error: %s needs a value", printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
-            return;
+            return -1;
         }
         if (arg_is(q, i, "TOKENS") || arg_is(q, i, "MAXWAIT") || arg_is(q, i, "INPUT") || arg_is(q, i, "OUTPUT")) {
             static const char *const words[] = {"TOKENS", "MAXWAIT", "INPUT", "OUTPUT"};
@@ -160,18 +177,18 @@ static void cmd_acquire(const command_req *q) {
                 char v1[160];
                 reply_error(q, "%s must be a non-negative integer, got '%s'", words[w],
                             printable(q->argv[i + 1], q->argvlen[i + 1], v1, sizeof(v1)));
-                return;
+                return -1;
             }
             *dst[w] = v;
         } else if (arg_is(q, i, "LANE") || arg_is(q, i, "TENANT") || arg_is(q, i, "TAG")) {
             const char *what = arg_is(q, i, "LANE") ? "LANE" : arg_is(q, i, "TENANT") ? "TENANT" : "TAG";
-            char *dst = what[1] == 'A' ? (what[0] == 'L' ? lane : tag) : tenant;
+            char *dst = what[1] == 'A' ? (what[0] == 'L' ? a->lane : a->tag) : a->tenant;
             /* Names as in the configuration (config_name_ok). */
             if (!config_name_ok(q->argv[i + 1], q->argvlen[i + 1])) {
                 char v1[160];
                 reply_error(q, "%s must be 1 to %d of A-Z a-z 0-9 . _ : -, got '%s'", what, CONFIG_NAME_MAX,
                             printable(q->argv[i + 1], q->argvlen[i + 1], v1, sizeof(v1)));
-                return;
+                return -1;
             }
             memcpy(dst, q->argv[i + 1], q->argvlen[i + 1]);
             dst[q->argvlen[i + 1]] = '\0';
@@ -179,14 +196,61 @@ static void cmd_acquire(const command_req *q) {
             reply_error(
                 q, "syntax error: unknown option '%s' (expected TOKENS, INPUT, OUTPUT, MAXWAIT, LANE, TENANT or TAG)",
                 printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
-            return;
+            return -1;
         }
     }
     if (!arg_name(q, 1)) {
         char p[160];
         reply_error(q, "unknown deployment '%s'", printable(q->argv[1], q->argvlen[1], p, sizeof(p)));
-        return;
+        return -1;
     }
+    memcpy(a->name, q->argv[1], q->argvlen[1] + 1);
+    if ((input < 0) != (output < 0)) {
+        reply_error(q, "syntax error: INPUT and OUTPUT go together (estimated input tokens, max output tokens)");
+        return -1;
+    }
+    a->rq = (engine_req){.name = a->name,
+                         .tokens = tokens,
+                         .max_wait_ms = maxwait,
+                         .lane = a->lane,
+                         .tenant = a->tenant,
+                         .tag = a->tag,
+                         .split = input >= 0,
+                         .input = input,
+                         .output = output};
+    const char *why = engine_acquire_req_error(server_engine(q->s), &a->rq);
+    if (why) {
+        reply_error(q, "%s (deployment '%s')", why, a->name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Replies the error of an engine call on a's request that returned rc. */
+static void reply_req_error(const command_req *q, int rc, const req_args *a) {
+    const config *cfg = engine_config(server_engine(q->s));
+    char p[160];
+    if (rc == SL_EINVAL && a->tag[0])
+        resp_add_errorf(server_reply_buf(q->r),
+                        "deployment '%s' does not carry tag '%s' (TAG applies to groups and tagged deployments)",
+                        a->name, a->tag);
+    else if (rc == SL_EUNKNOWN && cfg->ngroups)
+        resp_add_errorf(server_reply_buf(q->r), "unknown deployment or group '%s'",
+                        printable(a->name, strlen(a->name), p, sizeof(p)));
+    else if (rc == SL_EINVAL && a->lane[0]) {
+        char lanes[256];
+        config_lane_names(config_deployment(cfg, a->name), lanes, sizeof(lanes));
+        resp_add_errorf(server_reply_buf(q->r), "unknown lane '%s' for deployment '%s' (its lanes: %s)", a->lane,
+                        a->name, lanes);
+    } else {
+        add_engine_error(server_reply_buf(q->r), rc, a->name, NULL);
+    }
+    server_reply_done(q->r, 0);
+}
+
+static void cmd_acquire(const command_req *q) {
+    req_args a;
+    if (parse_req(q, &a) != 0) return;
     acquire_op *op = calloc(1, sizeof(*op));
     if (!op) {
         reply_error(q, "out of memory");
@@ -194,61 +258,48 @@ static void cmd_acquire(const command_req *q) {
     }
     op->s = q->s;
     op->r = q->r;
-    memcpy(op->dep, q->argv[1], q->argvlen[1] + 1);
-    if ((input < 0) != (output < 0)) {
-        reply_error(q, "syntax error: INPUT and OUTPUT go together (estimated input tokens, max output tokens)");
-        free(op);
-        return;
-    }
-    engine_req rq = {.name = op->dep,
-                     .tokens = tokens,
-                     .max_wait_ms = maxwait,
-                     .lane = lane,
-                     .tenant = tenant,
-                     .tag = tag,
-                     .split = input >= 0,
-                     .input = input,
-                     .output = output};
-    const char *why = engine_acquire_req_error(server_engine(q->s), &rq);
-    if (why) {
-        reply_error(q, "%s (deployment '%s')", why, op->dep);
-        free(op);
-        return;
-    }
-    int rc = engine_acquire_req(server_engine(q->s), &rq, on_acquired, op, &op->call);
-    const config *cfg = engine_config(server_engine(q->s));
-    if (rc == SL_EINVAL && tag[0]) {
-        resp_add_errorf(server_reply_buf(q->r),
-                        "deployment '%s' does not carry tag '%s' (TAG applies to groups and tagged deployments)",
-                        op->dep, tag);
-        server_reply_done(q->r, 0);
-        free(op);
-        return;
-    }
-    if (rc == SL_EUNKNOWN && cfg->ngroups) {
-        char p[160];
-        resp_add_errorf(server_reply_buf(q->r), "unknown deployment or group '%s'",
-                        printable(op->dep, strlen(op->dep), p, sizeof(p)));
-        server_reply_done(q->r, 0);
-        free(op);
-        return;
-    }
-    if (rc == SL_EINVAL && lane[0]) {
-        char lanes[256];
-        config_lane_names(config_deployment(cfg, op->dep), lanes, sizeof(lanes));
-        resp_add_errorf(server_reply_buf(q->r), "unknown lane '%s' for deployment '%s' (its lanes: %s)", lane, op->dep,
-                        lanes);
-        server_reply_done(q->r, 0);
-        free(op);
-        return;
-    }
+    memcpy(op->dep, a.name, sizeof(op->dep));
+    memcpy(op->lane, a.lane, sizeof(op->lane));
+    memcpy(op->tenant, a.tenant, sizeof(op->tenant));
+    op->max_wait_ms = engine_max_wait(server_engine(q->s), &a.rq);
+    int rc = engine_acquire_req(server_engine(q->s), &a.rq, on_acquired, op, &op->call);
     if (rc != 0) {
-        add_engine_error(server_reply_buf(q->r), rc, op->dep, NULL);
-        server_reply_done(q->r, 0);
+        reply_req_error(q, rc, &a);
         free(op);
         return;
     }
     server_reply_on_abandon(q->r, acquire_abandon, op);
+}
+
+/* ---- ESTIMATE ----------------------------------------------------------------------- */
+
+static void on_estimated(void *arg, int status, const engine_estimate *est, const char *msg) {
+    server_reply *r = arg;
+    resp_buf *b = server_reply_buf(r);
+    const char *source = est && est->local ? "local" : "redis";
+    if (status != SL_OK) {
+        add_engine_error(b, status, "", msg);
+    } else if (est->granted) {
+        resp_add_array(b, 4);
+        resp_add_integer(b, est->wait_ms);
+        resp_add_integer(b, est->tokens);
+        resp_add_bulk_str(b, est->deployment);
+        resp_add_bulk_str(b, source);
+    } else {
+        /* As ACQUIRE would shed it now, and where the answer came from. */
+        resp_add_errorf(b, "-%s %s retry-after-ms=%lld source=%s", sluice_error_word(SL_ESHED), est->reason,
+                        est->retry_after_ms, source);
+    }
+    server_reply_done(r, 0);
+}
+
+static void cmd_estimate(const command_req *q) {
+    req_args a;
+    if (parse_req(q, &a) != 0) return;
+    int rc = engine_estimate_req(server_engine(q->s), &a.rq, on_estimated, q->r);
+    if (rc != 0) reply_req_error(q, rc, &a);
+    /* No abandon hook: a client that leaves orphans the reply, freed when
+     * the engine answers (nothing was reserved). */
 }
 
 /* ---- SETTLE ------------------------------------------------------------------------- */
@@ -789,6 +840,10 @@ static const command command_table[] = {
     {"ACQUIRE", -2, cmd_acquire, CMD_BLOCKING,
      "ACQUIRE <deployment|group> [TOKENS n | INPUT n OUTPUT m] [MAXWAIT ms] [LANE name] [TENANT name] [TAG tag]",
      "Waits for a slot; replies [grant-id, waited-ms, reserved-tokens], or -SHED <reason> retry-after-ms=<n>."},
+    {"ESTIMATE", -2, cmd_estimate, CMD_BLOCKING,
+     "ESTIMATE <deployment|group> [TOKENS n | INPUT n OUTPUT m] [MAXWAIT ms] [LANE name] [TENANT name] [TAG tag]",
+     "The wait an ACQUIRE would get now, reserving nothing; replies [wait-ms, tokens, deployment, redis|local], or "
+     "-SHED <reason> retry-after-ms=<n> source=<redis|local>."},
     {"SETTLE", -2, cmd_settle, CMD_FAST,
      "SETTLE <grant-id> [TOKENS actual | INPUT a OUTPUT b [CACHE_READ c]] [STATUS ok|throttled|failed|cancelled|quota] "
      "[HEADER name value]...",
@@ -797,7 +852,8 @@ static const command command_table[] = {
      "Asks the fleet's retry budget; replies :1, or -NORETRY ... retry-after-ms=<n>."},
     {"STATUS", -1, cmd_status, CMD_BLOCKING, "STATUS [deployment]",
      "The live budget as field/value pairs (all deployments: an array of those)."},
-    {"INFO", -1, cmd_info, CMD_FAST, "INFO [server|clients|deployments|redis|stats|lanes|tenants|groups|all]",
+    {"INFO", -1, cmd_info, CMD_FAST,
+     "INFO [server|clients|deployments|dimensions|redis|stats|lanes|tenants|groups|patience|http|all]",
      "Agent state and counters as Redis-style text sections."},
     {"PING", -1, cmd_ping, CMD_FAST | CMD_CONNECTION, "PING [message]", "Replies PONG, or the message."},
     {"QUIT", -1, cmd_quit, CMD_FAST | CMD_CONNECTION, "QUIT", "Replies +OK and closes the connection."},

@@ -35,6 +35,14 @@ line(info_out *o, const char *fmt, ...) {
 
 static double ratio(unsigned long long a, unsigned long long b) { return b ? (double)a / (double)b : 0.0; }
 
+/* Patience as text: within / answered with 4 decimals, "" before any
+ * request was answered (no ratio yet, rather than a made-up one). */
+static const char *patience_text(unsigned long long answered, unsigned long long within, char *buf, size_t n) {
+    if (answered) snprintf(buf, n, "%.4f", (double)within / (double)answered);
+    else if (n) buf[0] = '\0';
+    return buf;
+}
+
 static void section_server(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
     engine *e = server_engine(s);
     const config *cfg = engine_config(e);
@@ -182,6 +190,8 @@ static void section_stats(info_out *o, server *s, const server_stats *st, const 
     line(o, "waiting:%llu", es->waiting);
     line(o, "wait_avg_ms:%.2f", ratio(es->wait_sum_ms, es->grants));
     line(o, "cancels:%llu", es->cancels);
+    line(o, "estimates:%llu", es->estimates);
+    line(o, "estimates_local:%llu", es->estimates_local);
     line(o, "settles:%llu", es->settles);
     line(o, "throttled:%llu", es->throttled);
     line(o, "quota_errors:%llu", es->quota_events);
@@ -204,14 +214,16 @@ static void section_stats(info_out *o, server *s, const server_stats *st, const 
  * slave0:ip=..,port=... Names are [A-Za-z0-9._:-], so no value holds a ','
  * or a '='. */
 static void class_lines(info_out *o, const char *kind, const classes_row *rows, size_t n) {
+    char p[32];
     line(o, "%ss:%zu", kind, n);
     for (size_t i = 0; i < n; i++) {
         const classes_row *r = &rows[i];
         line(o,
              "%s%zu:deployment=%s,%s=%s,acquires=%llu,grants=%llu,sheds=%llu,deferrals=%llu,queued=%llu,"
-             "tokens_reserved=%llu,wait_avg_ms=%.2f",
+             "tokens_reserved=%llu,wait_avg_ms=%.2f,requests_answered=%llu,requests_within_deadline=%llu,patience=%s",
              kind, i, r->deployment, kind, r->name, r->st.acquires, r->st.grants, r->st.sheds, r->st.deferrals,
-             r->st.queued, r->st.tokens, ratio(r->st.wait_sum_ms, r->st.grants));
+             r->st.queued, r->st.tokens, ratio(r->st.wait_sum_ms, r->st.grants), r->st.answered, r->st.within,
+             patience_text(r->st.answered, r->st.within, p, sizeof(p)));
     }
 }
 
@@ -235,6 +247,45 @@ static void section_tenants(info_out *o, server *s, const server_stats *st, cons
     }
     class_lines(o, "tenant", c.tenants, c.ntenants);
     classes_free(&c);
+}
+
+typedef struct patience_lines {
+    info_out *o;
+    size_t n;
+    int count_only;
+} patience_lines;
+
+static void patience_line(void *ud, const char *deployment, const char *lane, const char *tenant,
+                          const engine_class_stats *st) {
+    patience_lines *pl = ud;
+    if (!st->answered) return;
+    if (pl->count_only) {
+        pl->n++;
+        return;
+    }
+    char p[32];
+    line(pl->o,
+         "patience%zu:deployment=%s,lane=%s,tenant=%s,requests_answered=%llu,requests_within_deadline=%llu,"
+         "patience=%s",
+         pl->n++, deployment, lane, tenant, st->answered, st->within,
+         patience_text(st->answered, st->within, p, sizeof(p)));
+}
+
+/* Patience: the requests answered within their deadline over all
+ * requests answered (ACQUIREs on the socket, the proxy's requests), in
+ * total and per class (deployment, lane, tenant) that answered any. */
+static void section_patience(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
+    char p[32];
+    line(o, "# Patience");
+    line(o, "requests_answered:%llu", es->answered);
+    line(o, "requests_within_deadline:%llu", es->within);
+    line(o, "patience:%s", patience_text(es->answered, es->within, p, sizeof(p)));
+    patience_lines pl = {o, 0, 1};
+    engine_foreach_class(server_engine(s), patience_line, &pl);
+    line(o, "patience_classes:%zu", pl.n);
+    pl.n = 0;
+    pl.count_only = 0;
+    engine_foreach_class(server_engine(s), patience_line, &pl);
 }
 
 /* One line per group and one per (group, member), in the style of the
@@ -318,20 +369,14 @@ static const struct {
     const char *name;
     section_fn fn;
 } sections[] = {
-    {"server", section_server},
-    {"clients", section_clients},
-    {"deployments", section_deployments},
-    {"dimensions", section_dimensions},
-    {"redis", section_redis},
-    {"stats", section_stats},
-    {"lanes", section_lanes},
-    {"tenants", section_tenants},
-    {"groups", section_groups},
-    {"http", section_http},
+    {"server", section_server},         {"clients", section_clients}, {"deployments", section_deployments},
+    {"dimensions", section_dimensions}, {"redis", section_redis},     {"stats", section_stats},
+    {"lanes", section_lanes},           {"tenants", section_tenants}, {"groups", section_groups},
+    {"patience", section_patience},     {"http", section_http},
 };
 
 const char *const info_sections[] = {"server", "clients", "deployments", "dimensions", "redis", "stats",
-                                     "lanes",  "tenants", "groups",      "http",       NULL};
+                                     "lanes",  "tenants", "groups",      "patience",   "http",  NULL};
 
 int info_render(server *s, const char *section, resp_buf *out) {
     int all = !section || !*section || !strcasecmp(section, "all") || !strcasecmp(section, "default") ||

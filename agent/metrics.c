@@ -188,6 +188,46 @@ static void class_metrics(text_out *o, const classes *c) {
                "tenant", t, nt, ROW_FIELD(queued));
 }
 
+/* Patience per class (deployment, lane, tenant; engine_foreach_class):
+ * the requests answered, those answered within their deadline, and their
+ * ratio (only for a class that has answered a request). */
+typedef struct patience_out {
+    text_out *o;
+    int what; /* 0 answered, 1 within, 2 ratio */
+} patience_out;
+
+static void patience_metric(void *ud, const char *deployment, const char *lane, const char *tenant,
+                            const engine_class_stats *st) {
+    static const char *const names[3] = {"sluice_requests_answered_total", "sluice_requests_within_deadline_total",
+                                         "sluice_patience_ratio"};
+    patience_out *po = ud;
+    char dl[2 * CONFIG_NAME_MAX + 1], ll[2 * CONFIG_NAME_MAX + 1], tl[2 * CONFIG_NAME_MAX + 1];
+    label_escape(deployment, dl, sizeof(dl));
+    label_escape(lane, ll, sizeof(ll));
+    label_escape(tenant, tl, sizeof(tl));
+    if (po->what < 2)
+        emit(po->o, "%s{deployment=\"%s\",lane=\"%s\",tenant=\"%s\"} %llu\n", names[po->what], dl, ll, tl,
+             po->what ? st->within : st->answered);
+    else if (st->answered)
+        emit(po->o, "%s{deployment=\"%s\",lane=\"%s\",tenant=\"%s\"} %.6f\n", names[2], dl, ll, tl,
+             (double)st->within / (double)st->answered);
+}
+
+static void patience_metrics(text_out *o, engine *e) {
+    head(o, "sluice_requests_answered_total", "counter",
+         "Requests answered (ACQUIREs on the socket, requests of the HTTP proxy), by deployment, lane and tenant.");
+    patience_out po = {o, 0};
+    engine_foreach_class(e, patience_metric, &po);
+    head(o, "sluice_requests_within_deadline_total", "counter",
+         "Requests answered within their deadline (granted no later than their max wait).");
+    po.what = 1;
+    engine_foreach_class(e, patience_metric, &po);
+    head(o, "sluice_patience_ratio", "gauge",
+         "Requests answered within their deadline over all requests answered (classes that answered any).");
+    po.what = 2;
+    engine_foreach_class(e, patience_metric, &po);
+}
+
 /* Per group: acquires, spills and sheds by group; grants by group and
  * member (every configured member has a series, zero until used). */
 static void group_metrics(text_out *o, const classes_group *g, size_t n) {
@@ -339,6 +379,10 @@ int metrics_render(server *s, resp_buf *b) {
         "another member then served).",
         (double)es.breaker_sheds);
     one(&o, "sluice_cancels_total", "counter", "Waiting acquires cancelled (client gone).", (double)es.cancels);
+    head(&o, "sluice_estimates_total", "counter", "ESTIMATEs answered, by where the answer came from.");
+    emit(&o, "sluice_estimates_total{source=\"redis\"} %llu\n", es.estimates - es.estimates_local);
+    emit(&o, "sluice_estimates_total{source=\"local\"} %llu\n", es.estimates_local);
+    patience_metrics(&o, e);
     head(&o, "sluice_retries_total", "counter", "RETRY answers, by result.");
     emit(&o, "sluice_retries_total{result=\"allowed\"} %llu\n", es.retries_allowed);
     emit(&o, "sluice_retries_total{result=\"refused\"} %llu\n", es.retries_refused);

@@ -23,7 +23,7 @@
 #define DCONN_MAX_BUFFER (2 * 1024 * 1024)
 #define DAEMON_STOP_GRACE_MS 1000
 
-typedef enum dreq_kind { DREQ_ACQUIRE, DREQ_SETTLE, DREQ_RETRY, DREQ_PING } dreq_kind;
+typedef enum dreq_kind { DREQ_ACQUIRE, DREQ_SETTLE, DREQ_RETRY, DREQ_PING, DREQ_ESTIMATE } dreq_kind;
 
 typedef struct dconn dconn;
 typedef struct dmn dmn;
@@ -210,6 +210,18 @@ static void handle_reply(dmn *d, dconn *c, dreq *r, const rreply *rep) {
         if (op) {
             op->be = NULL;
             if (!op->loop_done) gov_retried(op, rc, allowed, ra, msg);
+        }
+        break;
+    }
+    case DREQ_ESTIMATE: {
+        dproto_estimate_result e;
+        int rc = dproto_estimate_reply(rep, &e, msg, sizeof(msg));
+        if (op) {
+            op->be = NULL;
+            if (op->loop_done) break;
+            if (rc == SL_OK || rc == SL_ESHED)
+                gov_estimated(op, rc == SL_OK, e.wait_ms, e.tokens, e.deployment, e.reason, e.retry_after_ms, e.local);
+            else gov_retried(op, rc, 0, -1, msg);
         }
         break;
     }
@@ -490,6 +502,17 @@ static int be_retry(backend *b, gov_op *op) { return send_ctl((dmn *)b, DREQ_RET
 
 static int be_ping(backend *b, gov_op *op) { return send_ctl((dmn *)b, DREQ_PING, op, 0, build_ping, NULL); }
 
+static int build_estimate(resp_buf *b, const gov_op *op, const void *ud) {
+    return dproto_estimate(b, op->dep, op->tokens, op->split ? op->input : -1, op->split ? op->output : -1,
+                           op->eff_wait_ms, op->lane, op->tenant, op->tag);
+}
+
+/* On the control connection: sluiced answers ESTIMATE at once (one Redis
+ * round trip), as it answers RETRY. */
+static int be_estimate(backend *b, gov_op *op) {
+    return send_ctl((dmn *)b, DREQ_ESTIMATE, op, 0, build_estimate, NULL);
+}
+
 /* ---- stop ------------------------------------------------------------------------------- */
 
 static void on_stop_timer_closed(uv_handle_t *h) {
@@ -538,7 +561,7 @@ static void be_stop(backend *b, void (*done)(void *), void *arg) {
 static void be_free(backend *b) { free(b); }
 
 static const backend_vt daemon_vt = {
-    "daemon", be_acquire, be_cancel, be_give_back, be_settle, be_retry, be_ping, be_stop, be_free,
+    "daemon", be_acquire, be_cancel, be_give_back, be_settle, be_retry, be_ping, be_estimate, be_stop, be_free,
 };
 
 int backend_daemon_new(sl_gov *gov, uv_loop_t *loop, const char *socket_path, const gov_config *gc, backend **out,

@@ -31,9 +31,8 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
     else gov_failed(op, status, msg);
 }
 
-static int be_acquire(backend *b, gov_op *op) {
-    engine_call *call = NULL;
-    const config *cfg = engine_config(eng(b));
+/* The engine's request of op (an acquire or an estimate). */
+static engine_req op_req(const gov_op *op) {
     engine_req rq = {.name = op->dep,
                      .tokens = op->tokens,
                      .max_wait_ms = op->eff_wait_ms,
@@ -43,13 +42,13 @@ static int be_acquire(backend *b, gov_op *op) {
                      .split = op->split,
                      .input = op->input,
                      .output = op->output};
-    const char *why = engine_acquire_req_error(eng(b), &rq);
-    if (why) {
-        snprintf(op->msg, sizeof(op->msg), "%s (deployment '%s')", why, op->dep);
-        return SL_EINVAL;
-    }
-    int rc = engine_acquire_req(eng(b), &rq, on_acquired, op, &call);
-    /* The messages are sluiced's (agent/commands.c), so both modes read alike. */
+    return rq;
+}
+
+/* op->msg for an engine call on op's request that returned rc; the
+ * messages are sluiced's (agent/commands.c), so both modes read alike. */
+static void op_error(backend *b, gov_op *op, int rc) {
+    const config *cfg = engine_config(eng(b));
     if (rc == SL_EUNKNOWN)
         snprintf(op->msg, sizeof(op->msg), "unknown deployment%s '%s'", cfg->ngroups ? " or group" : "", op->dep);
     else if (rc == SL_ECLOSING) snprintf(op->msg, sizeof(op->msg), "the governor is shutting down");
@@ -63,6 +62,45 @@ static int be_acquire(backend *b, gov_op *op) {
         if (n > 0 && (size_t)n < sizeof(op->msg))
             snprintf(op->msg + n, sizeof(op->msg) - (size_t)n, " (its lanes: %.*s)", 120, lanes);
     } else if (rc != 0) snprintf(op->msg, sizeof(op->msg), "%s", sl_strerror(rc));
+}
+
+static void on_estimated(void *arg, int status, const engine_estimate *est, const char *msg) {
+    gov_op *op = arg;
+    if (!op->loop_done) {
+        if (status == SL_OK)
+            gov_estimated(op, est->granted, est->wait_ms, est->tokens, est->deployment, est->reason,
+                          est->retry_after_ms, est->local);
+        else gov_retried(op, status, 0, -1, msg);
+    }
+    gov_op_unref(op);
+}
+
+static int be_estimate(backend *b, gov_op *op) {
+    engine_req rq = op_req(op);
+    const char *why = engine_acquire_req_error(eng(b), &rq);
+    if (why) {
+        snprintf(op->msg, sizeof(op->msg), "%s (deployment '%s')", why, op->dep);
+        return SL_EINVAL;
+    }
+    gov_op_ref(op); /* the engine holds op until its callback */
+    int rc = engine_estimate_req(eng(b), &rq, on_estimated, op);
+    if (rc != 0) {
+        gov_op_unref(op);
+        op_error(b, op, rc);
+    }
+    return rc;
+}
+
+static int be_acquire(backend *b, gov_op *op) {
+    engine_call *call = NULL;
+    engine_req rq = op_req(op);
+    const char *why = engine_acquire_req_error(eng(b), &rq);
+    if (why) {
+        snprintf(op->msg, sizeof(op->msg), "%s (deployment '%s')", why, op->dep);
+        return SL_EINVAL;
+    }
+    int rc = engine_acquire_req(eng(b), &rq, on_acquired, op, &call);
+    op_error(b, op, rc);
     op->be = call;
     return rc;
 }
@@ -203,7 +241,7 @@ static void be_free(backend *b) {
 }
 
 static const backend_vt engine_vt = {
-    "embedded", be_acquire, be_cancel, be_give_back, be_settle, be_retry, be_ping, be_stop, be_free,
+    "embedded", be_acquire, be_cancel, be_give_back, be_settle, be_retry, be_ping, be_estimate, be_stop, be_free,
 };
 
 int backend_engine_new(sl_gov *gov, uv_loop_t *loop, struct config *cfg, const char *agent_id, backend **out, char *err,

@@ -23,12 +23,13 @@ int dproto_acquire(resp_buf *b, const char *dep, long long tokens, long long max
     return dproto_acquire_split(b, dep, tokens, -1, -1, max_wait_ms, lane, tenant, tag);
 }
 
-int dproto_acquire_split(resp_buf *b, const char *dep, long long tokens, long long input, long long output,
-                         long long max_wait_ms, const char *lane, const char *tenant, const char *tag) {
+/* ACQUIRE or ESTIMATE (word): the same arguments. */
+static int request(resp_buf *b, const char *word, const char *dep, long long tokens, long long input, long long output,
+                   long long max_wait_ms, const char *lane, const char *tenant, const char *tag) {
     const char *argv[16];
     char tok[24], in[24], out[24], wait[24];
     size_t n = 0;
-    argv[n++] = "ACQUIRE";
+    argv[n++] = word;
     argv[n++] = dep;
     if (input >= 0 && output >= 0) {
         snprintf(in, sizeof(in), "%lld", input);
@@ -60,6 +61,16 @@ int dproto_acquire_split(resp_buf *b, const char *dep, long long tokens, long lo
         argv[n++] = tag;
     }
     return resp_add_bulk_array(b, argv, NULL, n);
+}
+
+int dproto_acquire_split(resp_buf *b, const char *dep, long long tokens, long long input, long long output,
+                         long long max_wait_ms, const char *lane, const char *tenant, const char *tag) {
+    return request(b, "ACQUIRE", dep, tokens, input, output, max_wait_ms, lane, tenant, tag);
+}
+
+int dproto_estimate(resp_buf *b, const char *dep, long long tokens, long long input, long long output,
+                    long long max_wait_ms, const char *lane, const char *tenant, const char *tag) {
+    return request(b, "ESTIMATE", dep, tokens, input, output, max_wait_ms, lane, tenant, tag);
 }
 
 int dproto_settle(resp_buf *b, const char *grant_id, long long actual, sl_outcome outcome, const sl_header *h,
@@ -215,6 +226,27 @@ int dproto_acquire_reply(const rreply *r, dproto_grant *g, char *reason, size_t 
         }
     }
     snprintf(msg, msglen, "sluiced: unexpected ACQUIRE reply (type %d)", (int)r->type);
+    return SL_EPROTO;
+}
+
+int dproto_estimate_reply(const rreply *r, dproto_estimate_result *e, char *msg, size_t msglen) {
+    memset(e, 0, sizeof(*e));
+    e->retry_after_ms = -1;
+    msg[0] = '\0';
+    if (r->type == RREPLY_ERROR) {
+        int rc = error_reply(r, e->reason, sizeof(e->reason), &e->retry_after_ms, msg, msglen);
+        e->local = strstr(r->str, " source=local") != NULL;
+        return rc;
+    }
+    char source[16];
+    if (r->type == RREPLY_ARRAY && r->elements == 4 && int_of(r->element[0], &e->wait_ms) == 0 &&
+        int_of(r->element[1], &e->tokens) == 0 && text_of(r->element[2], e->deployment, sizeof(e->deployment)) == 0 &&
+        text_of(r->element[3], source, sizeof(source)) == 0) {
+        e->granted = 1;
+        e->local = strcmp(source, "local") == 0;
+        return SL_OK;
+    }
+    snprintf(msg, msglen, "sluiced: unexpected ESTIMATE reply (type %d)", (int)r->type);
     return SL_EPROTO;
 }
 

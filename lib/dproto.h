@@ -37,6 +37,23 @@ int dproto_acquire(resp_buf *b, const char *dep, long long tokens, long long max
 int dproto_acquire_split(resp_buf *b, const char *dep, long long tokens, long long input, long long output,
                          long long max_wait_ms, const char *lane, const char *tenant, const char *tag);
 
+/* ESTIMATE with ACQUIRE's arguments (dproto_acquire_split). */
+int dproto_estimate(resp_buf *b, const char *dep, long long tokens, long long input, long long output,
+                    long long max_wait_ms, const char *lane, const char *tenant, const char *tag);
+
+/* What an ESTIMATE reply said: granted with the wait, tokens, deployment
+ * and source; or a shed (SL_ESHED) with its reason, hint and source. */
+typedef struct dproto_estimate_result {
+    int granted, local;
+    long long wait_ms, tokens, retry_after_ms;
+    char deployment[65];
+    char reason[24];
+} dproto_estimate_result;
+
+/* An ESTIMATE reply: SL_OK (granted), SL_ESHED, or another SL_E* with a
+ * message. */
+int dproto_estimate_reply(const rreply *r, dproto_estimate_result *e, char *msg, size_t msglen);
+
 /* SETTLE <id> [TOKENS <n>] STATUS <outcome> [HEADER <name> <value>]...
  * actual < 0 omits TOKENS. */
 int dproto_settle(resp_buf *b, const char *grant_id, long long actual, sl_outcome outcome, const sl_header *h,

@@ -347,6 +347,26 @@ void gov_shed(gov_op *op, const char *reason, long long retry_after_ms, const ch
     finish(op);
 }
 
+void gov_estimated(gov_op *op, int granted, long long wait_ms, long long tokens, const char *deployment,
+                   const char *reason, long long retry_after_ms, int local) {
+    op->status = granted ? SL_OK : SL_ESHED;
+    op->allowed = granted;
+    op->waited_ms = granted ? wait_ms : -1;
+    op->granted_tokens = tokens;
+    snprintf(op->member, sizeof(op->member), "%s", deployment ? deployment : "");
+    snprintf(op->reason, sizeof(op->reason), "%s", granted ? "" : reason ? reason : "other");
+    op->retry_after_ms = granted ? -1 : retry_after_ms;
+    op->local = local;
+    if (granted) op->msg[0] = '\0';
+    else if (retry_after_ms >= 0)
+        snprintf(op->msg, sizeof(op->msg), "an acquire on '%s' would be shed now (%s): retry after %lld ms", op->dep,
+                 op->reason, retry_after_ms);
+    else
+        snprintf(op->msg, sizeof(op->msg), "an acquire on '%s' would be shed now (%s): it will never fit", op->dep,
+                 op->reason);
+    finish(op);
+}
+
 void gov_failed(gov_op *op, int status, const char *msg) {
     op->status = status;
     set_msg(op, msg, status);
@@ -415,10 +435,19 @@ static void dispatch(sl_gov *g, gov_op *op) {
         gov_op_unref(op);
         return;
     }
+    case OP_ESTIMATE:
+        op->eff_wait_ms = gov_effective_max_wait(op->max_wait_ms, op->deadline_ms, sl_now_ms());
+        if (op->eff_wait_ms == -2) {
+            gov_retried(op, SL_ETIMEDOUT, 0, -1, "the deadline has passed");
+            return;
+        }
+        /* fall through */
     case OP_RETRY:
     case OP_PING:
         gov_op_ref(op);
-        rc = op->kind == OP_RETRY ? be->vt->retry(be, op) : (be->vt->ping ? be->vt->ping(be, op) : SL_EINVAL);
+        rc = op->kind == OP_RETRY      ? be->vt->retry(be, op)
+             : op->kind == OP_ESTIMATE ? be->vt->estimate(be, op)
+                                       : (be->vt->ping ? be->vt->ping(be, op) : SL_EINVAL);
         if (rc != 0) gov_retried(op, rc, 0, -1, op->msg);
         else if (op->timeout_ms > 0 && !op->loop_done) op_arm_timer(g, op, op->timeout_ms);
         gov_op_unref(op);
@@ -789,6 +818,57 @@ const char *sl_grant_endpoint(const sl_grant *gr) { return gr && gr->endpoint ? 
 long long sl_grant_waited_ms(const sl_grant *gr) { return gr ? gr->waited_ms : -1; }
 long long sl_grant_tokens(const sl_grant *gr) { return gr ? gr->tokens : -1; }
 int sl_grant_local(const sl_grant *gr) { return gr ? gr->local : 0; }
+
+/* ---- estimate ----------------------------------------------------------------------------------- */
+
+void sl_estimate_result_init_size(sl_estimate_result *r, size_t size) {
+    if (!r || size < sizeof(size_t)) return;
+    memset(r, 0, size);
+    r->size = size;
+}
+
+int sl_estimate(sl_gov *g, const sl_request *req, sl_estimate_result *out) {
+    int rc = check_gov(g, 1);
+    if (rc) return rc;
+    if (!req || !out || req->size < sizeof(size_t) || out->size < sizeof(size_t))
+        return set_err(g, SL_EINVAL, NULL, -1,
+                       "request and out are required (sl_request_init, sl_estimate_result_init)");
+    gov_op *op = op_new(g, OP_ESTIMATE, 1);
+    if (!op) return set_err(g, SL_ENOMEM, NULL, -1, "out of memory");
+    if ((rc = fill_acquire(g, op, req)) != 0) {
+        op_free(op);
+        return rc;
+    }
+    op->timeout_ms = g->gc.call_timeout_ms;
+    gov_ref(g);
+    op->refs = 2;
+    if (submit(g, op, NULL) != 0) {
+        op_free(op);
+        gov_unref(g);
+        return set_err(g, SL_ECLOSING, NULL, -1, "the governor is closed");
+    }
+    wait_done(g, op);
+    sl_estimate_result r;
+    memset(&r, 0, sizeof(r));
+    r.size = out->size < sizeof(r) ? out->size : sizeof(r);
+    rc = op->status;
+    if (rc == SL_OK || rc == SL_ESHED) {
+        r.granted = rc == SL_OK;
+        r.wait_ms = r.granted ? op->waited_ms : -1;
+        r.tokens = op->granted_tokens;
+        snprintf(r.deployment, sizeof(r.deployment), "%s", op->member[0] ? op->member : op->dep);
+        snprintf(r.reason, sizeof(r.reason), "%s", r.granted ? "" : op->reason);
+        r.retry_after_ms = r.granted ? -1 : op->retry_after_ms;
+        r.local = op->local;
+        memcpy(out, &r, r.size);
+    }
+    if (rc == SL_OK) clear_err(g);
+    else if (rc == SL_ESHED) set_err(g, SL_ESHED, op->reason, op->retry_after_ms, "%s", op->msg);
+    else set_err(g, rc, NULL, -1, "%s", op->msg);
+    gov_op_unref(op);
+    gov_unref(g);
+    return rc;
+}
 
 /* ---- settle and retry ------------------------------------------------------------------------- */
 

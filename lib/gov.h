@@ -30,7 +30,7 @@
 #define GOV_ID_MAX 96   /* grant ids (engine.h: ENGINE_GRANT_ID_MAX) */
 #define GOV_MSG_MAX 256
 
-typedef enum gov_op_kind { OP_ACQUIRE, OP_SETTLE, OP_RETRY, OP_PING, OP_STOP } gov_op_kind;
+typedef enum gov_op_kind { OP_ACQUIRE, OP_SETTLE, OP_RETRY, OP_PING, OP_STOP, OP_ESTIMATE } gov_op_kind;
 typedef enum gov_op_state { OPS_ACTIVE, OPS_DONE, OPS_CANCELED } gov_op_state;
 
 typedef struct gov_op gov_op;
@@ -82,7 +82,7 @@ struct gov_op {
     int local;
     char reason[24];
     long long retry_after_ms;
-    int allowed;
+    int allowed; /* RETRY: allowed; ESTIMATE: granted */
     char msg[GOV_MSG_MAX];
 
     /* Loop-thread state. */
@@ -108,6 +108,9 @@ typedef struct backend_vt {
     int (*retry)(backend *b, gov_op *op);
     /* Like acquire, reporting through gov_retried (allowed = 1). NULL: none. */
     int (*ping)(backend *b, gov_op *op);
+    /* Like retry, reporting through gov_estimated (or gov_retried with an
+     * error). */
+    int (*estimate)(backend *b, gov_op *op);
     /* Answers everything in flight with SL_ECLOSING, delivers queued
      * settles (bounded in time), closes every handle, then calls done. */
     void (*stop)(backend *b, void (*done)(void *arg), void *arg);
@@ -146,6 +149,11 @@ void gov_acquired(gov_op *op, const char *grant_id, long long waited_ms, long lo
 void gov_shed(gov_op *op, const char *reason, long long retry_after_ms, const char *msg);
 void gov_failed(gov_op *op, int status, const char *msg);
 void gov_retried(gov_op *op, int status, int allowed, long long retry_after_ms, const char *msg);
+/* An ESTIMATE's answer: granted with wait_ms, or shed with reason and
+ * retry_after_ms; tokens, the deployment (a group's member) and whether it
+ * came from local pacing. */
+void gov_estimated(gov_op *op, int granted, long long wait_ms, long long tokens, const char *deployment,
+                   const char *reason, long long retry_after_ms, int local);
 
 /* Backend constructors (caller thread, before the loop thread starts). */
 struct config;

@@ -23,6 +23,13 @@ local KEYS = KEYS
 -- Times are milliseconds on the Redis clock (TIME); replies carry relative
 -- milliseconds only, plus the server time in microseconds for tests.
 
+-- A dry run (ESTIMATE, docs/redis-keys.md "Dry runs"): set from a last ARGV
+-- '@dry' (before '@timed', if any) at the end of this file. Only reserve
+-- honours it: it decides as it would and writes nothing; the helpers below
+-- that write on their own (sl_reclaim, sl_rate_changed, sl_silent) write
+-- nothing then either.
+local SL_DRY = false
+
 local SUFFIX = {'limits', 'state', 'grants', 'leases', 'refq:requests',
                 'refq:tokens', 'daily', 'retry', 'agents', 'refq:input', 'refq:output'}
 local SL_NKEYS = #SUFFIX
@@ -369,14 +376,15 @@ local function sl_rate_changed(st, dims, now, old_r)
     if d.tat > ra then ra = d.tat end
   end
   sl_set(st, 'refund_after', sl_fmt(ra))
-  redis.call('DEL', KEYS[5], KEYS[6], KEYS[10], KEYS[11])
+  if not SL_DRY then redis.call('DEL', KEYS[5], KEYS[6], KEYS[10], KEYS[11]) end
 end
 
 -- Reclaims grants whose lease expired (a crashed or silent worker). Their
--- estimate stays charged. Returns the number reclaimed.
+-- estimate stays charged. Returns the number reclaimed (in a dry run: the
+-- number it would reclaim, left in place).
 local function sl_reclaim(now)
   local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 256)
-  if #ids == 0 then return 0 end
+  if #ids == 0 or SL_DRY then return #ids end
   redis.call('HDEL', KEYS[3], unpack(ids))
   redis.call('ZREM', KEYS[4], unpack(ids))
   return #ids
@@ -518,7 +526,7 @@ local function sl_silent(limits, now)
   local window, silent = sl_agents_window(limits), sl_num(limits, 'silent_ms', 0)
   local share, live, quiet = 0, 0, 0
   if sl_num(limits, 'agent_window_ms', 0) > 0 and silent > 0 and silent < window then
-    if SL_AGENT and SL_AGENT ~= '' and #SL_AGENT <= 256 then
+    if SL_AGENT and SL_AGENT ~= '' and #SL_AGENT <= 256 and not SL_DRY then
       local due, was = sl_agent_due(limits, now), tonumber(redis.call('ZSCORE', key, SL_AGENT))
       if was and was > now and math.abs(due - was) >= (due - now) / 8 then
         redis.call('ZADD', key, sl_fmt(due), SL_AGENT)
@@ -872,6 +880,10 @@ end
 local SL_T0
 if ARGV[#ARGV] == '@timed' then
   SL_T0 = redis.call('TIME')
+  ARGV[#ARGV] = nil
+end
+if ARGV[#ARGV] == '@dry' then
+  SL_DRY = true
   ARGV[#ARGV] = nil
 end
 local function sl_timed(out)

@@ -30,6 +30,13 @@
 -- Redis clock, for tests only: callers use the relative wait.
 -- A last ARGV '@timed' (in either mode) appends the call's own time in µs
 -- to the reply (sl_timed in common.lua): the agent sizes its batches by it.
+-- A dry run (a last ARGV '@dry', before '@timed'; in either mode) decides
+-- every item exactly as above and writes nothing: no grant, no lease, no
+-- state, no counter (ESTIMATE: "what would a request get now"). Each item
+-- of its reply carries one more element at the end, the wait to the slot
+-- the item's decision found, in ms (-1 when it was decided before a slot
+-- was looked for: too_large, quota, breaker, daily, tenant_daily,
+-- concurrency, tag); its grant ids are the ids the grants would get.
 
 -- A reserve decides on a deployment in three steps, so that what is per
 -- call is paid once per call (and once per member in group mode, however
@@ -73,7 +80,7 @@ local function reserve_open(limits, st)
     to_midnight = sl_ceil(86400000 - (now % 86400000)),
     private = {},       -- lane and tenant buckets, by their plan object
     private_used = {},  -- the private dimensions committed to (saved at close)
-    grants = {}, leases = {}, granted = 0, shed = 0, deferred = 0,
+    grants = {}, leases = {}, granted = 0, shed = 0, deferred = 0, wait = -1,
     slot_v = now, slot_s = now_s, lease_v = false, lease_s = false,
   }
   for _, d in ipairs(dims) do
@@ -105,7 +112,8 @@ local function reserve_open(limits, st)
       end
     end
   end
-  if maxc > 0 then x.active = redis.call('ZCARD', KEYS[4]) end
+  -- A dry run left the expired leases in place: not counted as active.
+  if maxc > 0 then x.active = redis.call('ZCARD', KEYS[4]) - (SL_DRY and expired or 0) end
   return x
 end
 
@@ -223,6 +231,7 @@ end
 local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s)
   local now, dims, nd = x.now, x.dims, x.nd
   local verdict
+  x.wait = -1  -- the wait to the slot found, for a dry run's reply
   -- One pass over the dimensions: whether the item can ever fit, its
   -- earliest slot on each (common.lua, "Earliest time a send of cost c
   -- conforms", inlined: this is the per-item path), and the fence after
@@ -323,6 +332,7 @@ local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s
       if horizon < 0 or horizon > w then horizon = w end
     end
     local wait = s - now
+    x.wait = sl_ceil(wait)
     if wait > w then
       verdict = {0, reason, math.max(1, sl_ceil(wait - w))}
     elseif wait > horizon + 1e-6 then
@@ -627,7 +637,7 @@ local function reserve_group()
     return mem.x
   end
 
-  local now_us
+  local now_us, last_wait
   local reply = {}
   -- One ask of member j for item it, as a plain reserve of this one item
   -- would decide it (quiet: its shed is not counted).
@@ -641,7 +651,9 @@ local function reserve_group()
       if plan.fair then x.fair = sl_fair_open(plan, x.st, x.now, {[T.name] = true}) end
       blocked = {}
     end
-    return reserve_one(x, it[1], wait, L, T, it[6], true, blocked, it[7], it[8], it[9])
+    local v = reserve_one(x, it[1], wait, L, T, it[6], true, blocked, it[7], it[8], it[9])
+    last_wait = x.wait
+    return v
   end
   for i = 1, n do
     local it = items[i]
@@ -674,13 +686,17 @@ local function reserve_group()
         if soon > w then ra = math.max(1, sl_ceil(soon - w)) else ra = math.max(1, sl_ceil(soon)) end
       end
       res = {0, first[2], ra}
+      last_wait = -1
       reserve_count_shed(ctx(order[1]), lane, tenant, first[2])
     end
+    if SL_DRY then res[#res + 1] = last_wait end
     reply[i + 1] = res
   end
-  for _, x in ipairs(opened) do
-    KEYS = x.keys
-    reserve_close(x)
+  if not SL_DRY then
+    for _, x in ipairs(opened) do
+      KEYS = x.keys
+      reserve_close(x)
+    end
   end
   reply[1] = now_us
   return reply
@@ -729,6 +745,7 @@ local out = {}
 -- The item's cost by SL_DIMS index, one table refilled per item (reserve_one
 -- only reads it while it decides).
 local cost = {1, 0, 0, 0}
+local DW = {}  -- a dry run: each item's wait to its slot
 local plan = x.plan
 if plan then
   -- Lanes and tenants: each item resolved to its lane and tenant class.
@@ -746,14 +763,26 @@ if plan then
   for i = 1, n do
     cost[2], cost[3], cost[4] = C[i], TI[i], TO[i]
     out[5 + i] = reserve_one(x, C[i], W[i], LS[i], TS[i], cost, false, blocked, IN[i], OUT[i], CS[i])
+    if SL_DRY then DW[i] = x.wait end
   end
 else
   for i = 1, n do
     cost[2], cost[3], cost[4] = C[i], TI[i], TO[i]
     out[5 + i] = reserve_one(x, C[i], W[i], nil, nil, cost, false, nil, IN[i], OUT[i], CS[i])
+    if SL_DRY then DW[i] = x.wait end
   end
 end
-reserve_close(x)
+if SL_DRY then
+  -- Copies: a verdict may be shared by the items behind a deferred one.
+  for i = 1, n do
+    local v, d = out[5 + i], {}
+    for k = 1, #v do d[k] = v[k] end
+    d[#d + 1] = DW[i]
+    out[5 + i] = d
+  end
+else
+  reserve_close(x)
+end
 local head = reserve_head(x)
 for k = 1, 5 do out[k] = head[k] end
 return sl_timed(out)

@@ -177,6 +177,53 @@ int engine_acquire_req(engine *e, const engine_req *rq, engine_acquire_cb cb, vo
  * problem. Static text. */
 const char *engine_acquire_req_error(const engine *e, const engine_req *rq);
 
+/* The max wait engine_acquire_req() would give rq: rq->max_wait_ms when
+ * >= 0, else the group's, the lane's or the deployment's; -1 when rq names
+ * nothing configured. */
+long long engine_max_wait(const engine *e, const engine_req *rq);
+
+/* What a request would get now, reserving nothing (ESTIMATE). */
+typedef struct engine_estimate {
+    int granted;              /* 1: it would get a slot (Redis deferring it included: held until then); 0: shed */
+    long long wait_ms;        /* granted: the wait to its slot; shed: the wait to the slot it found beyond its max
+                                 wait, -1 when the decision came before a slot was looked for (too_large, breaker...) */
+    long long tokens;         /* the estimate that would be reserved */
+    long long max_wait_ms;    /* the max wait it was judged against (engine_max_wait) */
+    const char *deployment;   /* the deployment, or the group's member that would serve it ("" when none would) */
+    const char *reason;       /* shed: its reason (engine_shed_reasons); "" when granted */
+    long long retry_after_ms; /* shed: the hint, -1 never; granted: -1 */
+    int local;                /* 1: from this agent's local pacing (Redis unreachable, or not yet handed back),
+                                 0: from the fleet's schedule in Redis */
+    int group;                /* 1: asked of a group */
+} engine_estimate;
+
+/* est is valid during the call only. status SL_OK with est, or SL_EUNAVAIL
+ * (Redis unreachable and agent.fail closed) / SL_ECLOSING with msg. */
+typedef void (*engine_estimate_cb)(void *arg, int status, const engine_estimate *est, const char *msg);
+
+/* The wait rq would get now, reserving nothing: the reserve script's own
+ * decision run dry in Redis (lua/reserve.lua, '@dry': it writes nothing),
+ * against the deployment's shared schedule; or, where an acquire would be
+ * paced locally (Redis unreachable), the local pacing's decision without
+ * committing it. A group: each member the group would ask is estimated,
+ * and the member chosen by the group script's rule (the first within
+ * spill_ms in order, else the soonest within the max wait) is the answer.
+ * Requests this agent holds but has not yet sent to Redis are not
+ * counted (they are sent within a loop turn). cb never runs from within
+ * the call. Returns 0, or SL_EUNKNOWN, SL_EINVAL (as engine_acquire_req),
+ * SL_ENOMEM, SL_ECLOSING (then cb never runs). */
+int engine_estimate_req(engine *e, const engine_req *rq, engine_estimate_cb cb, void *arg);
+
+/* Patience: one request answered, within its deadline or not. The daemon
+ * calls it once per ACQUIRE it answers (agent/commands.c), the HTTP proxy
+ * once per proxied request when its final answer is known. deployment may
+ * be a group (counted on its first member); lane and tenant as the request
+ * named them (NULL or "": the default lane, none; a lane the deployment
+ * does not have counts on its default lane; an unknown tenant on
+ * "default"). Returns 0, SL_EUNKNOWN (nothing of that name is configured)
+ * or SL_ENOMEM. */
+int engine_note_patience(engine *e, const char *deployment, const char *lane, const char *tenant, int within_deadline);
+
 /* Per group figures, summed over this agent's requests. */
 typedef struct engine_group_stats {
     unsigned long long acquires, grants, spilled, sheds;
@@ -193,6 +240,9 @@ typedef struct engine_class_stats {
     unsigned long long wait_hist[ENGINE_WAIT_BUCKETS + 1];
     unsigned long long wait_sum_ms;
     unsigned long long queued; /* gauge: held (not yet granted) */
+    /* Patience (engine_note_patience): requests answered, and of those the
+     * ones answered within their deadline. */
+    unsigned long long answered, within;
 } engine_class_stats;
 
 /* Calls fn for every (deployment, lane, tenant) class that has seen a
@@ -297,6 +347,8 @@ typedef struct engine_stats {
     unsigned long long wait_hist[ENGINE_WAIT_BUCKETS + 1];
     unsigned long long wait_sum_ms;
     unsigned long long settles, throttled, cancels;
+    unsigned long long estimates, estimates_local; /* ESTIMATEs answered, and of those from local pacing */
+    unsigned long long answered, within;           /* patience, summed over the classes */
     unsigned long long retries_allowed, retries_refused;
     unsigned long long tokens_estimated, tokens_actual;
     unsigned long long limit_changes; /* limits adopted from (or dropped after) the headers, as seen here */

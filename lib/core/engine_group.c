@@ -21,31 +21,55 @@ group_stat *group_stats(engine *e, const char *name) {
     return &n[e->ngstats++];
 }
 
-static int group_allows(const struct config_group *g, const struct config_deployment *m, const engine_call *c);
+/* May member m serve a request with this tag and tenant (its tag, and the
+ * tenant's in g)? */
+static int group_allows_tt(const struct config_group *g, const struct config_deployment *m, const char *tag,
+                           const char *tenant) {
+    return config_has_tag(m, tag) && config_has_tag(m, config_group_tenant_tag(g, tenant));
+}
+
+static int group_allows(const struct config_group *g, const struct config_deployment *m, const engine_call *c) {
+    return group_allows_tt(g, m, c->route->tag, c->route->tenant);
+}
 
 /* The weighted policy's turn: smooth weighted round-robin (as nginx does)
  * over the allowed members, each weighted by its rpm, so that over any
  * run of requests each member's share is within one request of its
- * weight's. Returns the member index, or -1 when none is allowed. */
-static int group_turn(engine *e, const struct config_group *g, const engine_call *c) {
+ * weight's. Returns the member index, or -1 when none is allowed. take 0:
+ * only says whose turn it is (ESTIMATE), the state stays as it was. */
+static int group_turn_tt(engine *e, const struct config_group *g, const char *tag, const char *tenant, int take) {
     group_stat *gs = group_stats(e, g->name);
     if (!gs) return -1;
-    double total = 0;
+    double total = 0, w[CONFIG_GROUP_MAX] = {0};
     int best = -1;
     for (size_t i = 0; i < g->nmembers && i < CONFIG_GROUP_MAX; i++) {
-        if (!group_allows(g, g->members_[i], c)) continue;
-        double w = (double)g->members_[i]->rpm;
-        gs->swrr[i] += w;
-        total += w;
-        if (best < 0 || gs->swrr[i] > gs->swrr[best]) best = (int)i;
+        if (!group_allows_tt(g, g->members_[i], tag, tenant)) continue;
+        w[i] = gs->swrr[i] + (double)g->members_[i]->rpm;
+        total += (double)g->members_[i]->rpm;
+        if (best < 0 || w[i] > w[best]) best = (int)i;
     }
+    if (!take) return best;
+    for (size_t i = 0; i < g->nmembers && i < CONFIG_GROUP_MAX; i++)
+        if (group_allows_tt(g, g->members_[i], tag, tenant)) gs->swrr[i] = w[i];
     if (best >= 0) gs->swrr[best] -= total;
     return best;
 }
 
-/* May member m serve this request (its tag, and the tenant's in g)? */
-static int group_allows(const struct config_group *g, const struct config_deployment *m, const engine_call *c) {
-    return config_has_tag(m, c->route->tag) && config_has_tag(m, config_group_tenant_tag(g, c->route->tenant));
+static int group_turn(engine *e, const struct config_group *g, const engine_call *c) {
+    return group_turn_tt(e, g, c->route->tag, c->route->tenant, 1);
+}
+
+size_t group_ask_order(engine *e, const struct config_group *g, const engine_req *rq, int order[CONFIG_GROUP_MAX]) {
+    const char *tag = rq->tag ? rq->tag : "", *tenant = rq->tenant ? rq->tenant : "";
+    size_t n = 0;
+    if (g->policy == CONFIG_POLICY_WEIGHTED) {
+        int t = group_turn_tt(e, g, tag, tenant, 0);
+        if (t >= 0) order[n++] = t;
+        return n;
+    }
+    for (size_t i = 0; i < g->nmembers && i < CONFIG_GROUP_MAX; i++)
+        if (group_allows_tt(g, g->members_[i], tag, tenant)) order[n++] = (int)i;
+    return n;
 }
 
 /* Queues c on member m of its group, allowed to wait step_ms there. */

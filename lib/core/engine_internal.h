@@ -16,6 +16,7 @@
  *   engine_redis.c   the flush once per loop turn, configure, heartbeat,
  *                    Redis up and down
  *   engine_query.c   questions about one deployment (RETRY, STATUS)
+ *   engine_estimate.c ESTIMATE (the reserve script run dry) and patience
  *   engine_batch.c   how many items a reserve or settle call may carry
  *                    (redis.max_script_ms), learned from the calls' times
  */
@@ -338,6 +339,10 @@ void call_tokens_arg(const engine_call *c, char *buf, size_t n);
 void dep_flush_reserves(dep *d);
 
 /* ---- engine_group.c ---- */
+/* The members a group's request rq would be asked of, in the order the
+ * group script asks them (weighted: only the member whose turn it is,
+ * peeked without taking the turn); returns how many (0: none allowed). */
+size_t group_ask_order(engine *e, const struct config_group *g, const engine_req *rq, int order[CONFIG_GROUP_MAX]);
 int group_acquire(engine *e, const struct config_group *g, const engine_req *rq, engine_acquire_cb cb, void *arg,
                   engine_call **out);
 int group_next(engine_call *c, const engine_shed *shed, engine_shed *final);
@@ -351,8 +356,13 @@ void queue_settle(dep *d, const char *id, const engine_usage *u, engine_outcome 
 void dep_flush_settles(dep *d);
 
 /* ---- engine_local.c ---- */
+#define LOCAL_CLOSED_MSG "Redis is unreachable and agent.fail is closed: refusing to pace locally"
 double local_share(const dep *d);
 void local_decide(engine_call *c);
+/* What local_decide() would decide for rq now against max_wait_ms, into
+ * *out (local = 1), committing nothing. Returns 0, or SL_EUNAVAIL when
+ * agent.fail is closed. */
+int local_estimate(const dep *d, const engine_req *rq, long long max_wait_ms, engine_estimate *out);
 int dep_uses_redis(const dep *d);
 int dep_local_drained(const dep *d);
 void dep_hand_over(dep *d);

@@ -26,39 +26,28 @@ static double local_earliest(double tat, double r, double b, double c, double ji
     return room < 0 ? tat + j : tat - room / r;
 }
 
-/* The cost of c in each dimension: a request, the combined estimate, and
- * its input and max output (each the combined estimate when not split:
- * an upper bound of both, as the reserve script charges). */
-static void call_costs(const engine_call *c, double cost[ENGINE_DIMS]) {
+/* The cost of a request in each dimension: a request, the combined
+ * estimate, and its input and max output (each the combined estimate when
+ * not split: an upper bound of both, as the reserve script charges). */
+static void request_costs(long long tokens, int split, long long input, long long output, double cost[ENGINE_DIMS]) {
     cost[ENGINE_DIM_REQUESTS] = 1;
-    cost[ENGINE_DIM_TOKENS] = (double)c->tokens;
-    cost[ENGINE_DIM_INPUT] = (double)(c->split ? c->input : c->tokens);
-    cost[ENGINE_DIM_OUTPUT] = (double)(c->split ? c->output : c->tokens);
+    cost[ENGINE_DIM_TOKENS] = (double)tokens;
+    cost[ENGINE_DIM_INPUT] = (double)(split ? input : tokens);
+    cost[ENGINE_DIM_OUTPUT] = (double)(split ? output : tokens);
 }
 
-/* Decides one call with a local GCRA at this agent's share of the rate.
- * Same rules as the reserve script, on uv_now; never unlimited. Each
- * dimension runs at the rate Redis last reported the fleet at (a lower
- * limit the provider's headers gave, less others' use), else the
- * configured one. */
-void local_decide(engine_call *c) {
+/* The local slot of a request of costs cost on d: the slot (uv_now ms),
+ * the reason when it is not now, the fence after it, and per dimension
+ * the rate and the bucket's TAT before the grant (tat; the caller that
+ * grants commits from them). Returns 0, or 1 when the request can never
+ * fit (too_large). Changes nothing. */
+static int local_slot(const dep *d, const double cost[ENGINE_DIMS], double *slot, const char **why, double *fence_out,
+                      double rate[ENGINE_DIMS], double tat[ENGINE_DIMS]) {
     static const int reasons[ENGINE_DIMS] = {ENGINE_SHED_RPM, ENGINE_SHED_TPM, ENGINE_SHED_ITPM, ENGINE_SHED_OTPM};
-    dep *d = c->d;
-    engine *e = c->e;
+    const engine *e = d->e;
     const struct config_deployment *cfg = d->cfg;
-    if (e->cfg->agent.fail == CONFIG_FAIL_CLOSED) {
-        call_complete(c, SL_EUNAVAIL, NULL, "Redis is unreachable and agent.fail is closed: refusing to pace locally");
-        return;
-    }
-    double cost[ENGINE_DIMS], rate[ENGINE_DIMS] = {0}, burst[ENGINE_DIMS] = {0};
-    call_costs(c, cost);
-    for (int k = ENGINE_DIM_TOKENS; k < ENGINE_DIMS; k++) {
-        if (d->rates[k].configured > 0 && cost[k] > d->rates[k].configured) {
-            engine_shed sh = {engine_shed_reasons[ENGINE_SHED_TOO_LARGE], -1};
-            call_shed(c, &sh);
-            return;
-        }
-    }
+    for (int k = ENGINE_DIM_TOKENS; k < ENGINE_DIMS; k++)
+        if (d->rates[k].configured > 0 && cost[k] > d->rates[k].configured) return 1;
     double share = local_share(d), now = (double)uv_now(e->loop), fence = 0, j;
     const char *reason = engine_shed_reasons[ENGINE_SHED_RPM];
     /* The local bucket is empty where the fleet's schedule ends: grants
@@ -78,6 +67,8 @@ void local_decide(engine_call *c) {
     double jit = (double)cfg->jitter_ms;
     for (int k = 0; k < ENGINE_DIMS; k++) {
         const engine_dim_rates *dr = &d->rates[k];
+        rate[k] = 0;
+        tat[k] = d->local_tat[k];
         if (dr->configured <= 0) continue;
         /* The fleet's rate before silent agents' shares were held back
          * (one of them is this agent's share now). */
@@ -85,10 +76,10 @@ void local_decide(engine_call *c) {
             dr->known && dr->effective > 0 ? fmin(dr->effective + dr->held, dr->configured) : dr->configured;
         double limit = dr->known && dr->limit > 0 ? fmin(dr->limit, dr->configured) : dr->configured;
         rate[k] = per_min * share / 60000.0;
-        burst[k] = fmax(1.0, floor(d->burst_cfg[k] * share * limit / dr->configured));
+        double burst = fmax(1.0, floor(d->burst_cfg[k] * share * limit / dr->configured));
         double fleet = k == ENGINE_DIM_REQUESTS ? fleet_req : fleet_tok;
-        d->local_tat[k] = fmax(d->local_tat[k], fleet + burst[k] / rate[k]);
-        double t = local_earliest(d->local_tat[k], rate[k], burst[k], cost[k], jit, &j);
+        tat[k] = fmax(d->local_tat[k], fleet + burst / rate[k]);
+        double t = local_earliest(tat[k], rate[k], burst, cost[k], jit, &j);
         fence = fmax(fence, j);
         if (t > s) {
             s = t;
@@ -99,20 +90,72 @@ void local_decide(engine_call *c) {
         s = (double)d->paused_until;
         reason = engine_shed_reasons[ENGINE_SHED_PAUSED];
     }
-    double wait = s - now;
+    *slot = s;
+    *why = reason;
+    *fence_out = fence;
+    return 0;
+}
+
+/* Decides one call with a local GCRA at this agent's share of the rate.
+ * Same rules as the reserve script, on uv_now; never unlimited. Each
+ * dimension runs at the rate Redis last reported the fleet at (a lower
+ * limit the provider's headers gave, less others' use), else the
+ * configured one. */
+void local_decide(engine_call *c) {
+    dep *d = c->d;
+    engine *e = c->e;
+    if (e->cfg->agent.fail == CONFIG_FAIL_CLOSED) {
+        call_complete(c, SL_EUNAVAIL, NULL, LOCAL_CLOSED_MSG);
+        return;
+    }
+    double cost[ENGINE_DIMS], rate[ENGINE_DIMS], tat[ENGINE_DIMS], s, fence;
+    const char *reason;
+    request_costs(c->tokens, c->split, c->input, c->output, cost);
+    if (local_slot(d, cost, &s, &reason, &fence, rate, tat)) {
+        engine_shed sh = {engine_shed_reasons[ENGINE_SHED_TOO_LARGE], -1};
+        call_shed(c, &sh);
+        return;
+    }
+    double wait = s - (double)uv_now(e->loop);
     if (wait > (double)c->max_wait_ms) {
         engine_shed sh = {reason, (long long)ceil(wait - (double)c->max_wait_ms)};
         call_shed(c, &sh);
         return;
     }
-    for (int k = 0; k < ENGINE_DIMS; k++)
-        if (rate[k] > 0) d->local_tat[k] = fmax(d->local_tat[k], s) + cost[k] / rate[k];
+    for (int k = 0; k < ENGINE_DIMS; k++) {
+        d->local_tat[k] = tat[k];
+        if (rate[k] > 0) d->local_tat[k] = fmax(tat[k], s) + cost[k] / rate[k];
+    }
     d->local_last_slot = s + fence;
     d->local_seq++;
     snprintf(c->grant.id, sizeof(c->grant.id), "%s:L%llu", d->name, d->local_seq);
     c->grant.tokens = c->tokens;
     c->grant.local = 1;
     call_granted(c, (long long)ceil(wait));
+}
+
+int local_estimate(const dep *d, const engine_req *rq, long long max_wait_ms, engine_estimate *out) {
+    if (d->e->cfg->agent.fail == CONFIG_FAIL_CLOSED) return SL_EUNAVAIL;
+    double cost[ENGINE_DIMS], rate[ENGINE_DIMS], tat[ENGINE_DIMS], s, fence;
+    const char *reason;
+    long long tokens = rq->split ? rq->input + rq->output : rq->tokens;
+    request_costs(tokens, rq->split, rq->input, rq->output, cost);
+    out->local = 1;
+    out->tokens = tokens;
+    out->deployment = d->name;
+    if (local_slot(d, cost, &s, &reason, &fence, rate, tat)) {
+        out->granted = 0;
+        out->wait_ms = -1;
+        out->reason = engine_shed_reasons[ENGINE_SHED_TOO_LARGE];
+        out->retry_after_ms = -1;
+        return 0;
+    }
+    double wait = s - (double)uv_now(d->e->loop);
+    out->wait_ms = wait > 0 ? (long long)ceil(wait) : 0;
+    out->granted = wait <= (double)max_wait_ms;
+    out->reason = out->granted ? "" : reason;
+    out->retry_after_ms = out->granted ? -1 : (long long)ceil(wait - (double)max_wait_ms);
+    return 0;
 }
 
 /* Redis mode is used when connected, the deployment's limits are written,

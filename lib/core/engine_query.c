@@ -123,18 +123,29 @@ int engine_retry(engine *e, const char *deployment, engine_retry_cb cb, void *ar
 
 #define STATUS_LOCAL_FIELDS 13
 
+/* The patience ratio as text: within / answered, "" before any answer. */
+static void patience_text(char *buf, size_t n, unsigned long long answered, unsigned long long within) {
+    if (answered) snprintf(buf, n, "%.4f", (double)within / (double)answered);
+    else buf[0] = '\0';
+}
+
 static void status_emit(dep_query *q, redisReply *r) {
     engine *e = q->e;
     dep *d = q->d;
     size_t nr = (r && r->type == REDIS_REPLY_ARRAY) ? r->elements / 2 : 0;
-    size_t n = nr + STATUS_LOCAL_FIELDS;
+    /* This agent's patience: the deployment's, and by lane and by tenant
+     * (3 fields each) on a deployment with lanes or tenants. */
+    size_t nclass = d->cfg ? d->cfg->nlanes + d->cfg->ntenants + 1 : 0;
+    size_t n = nr + STATUS_LOCAL_FIELDS + 3 + 3 * nclass;
     const char **f = calloc(n, sizeof(*f));
     const char **v = calloc(n, sizeof(*v));
     char(*buf)[64] = calloc(n, 64); /* formatted values, one slot per field */
-    if (!f || !v || !buf) {
+    char(*names)[2 * CONFIG_NAME_MAX + 48] = calloc(3 * nclass + 1, sizeof(*names)); /* per class field names */
+    if (!f || !v || !buf || !names) {
         free(f);
         free(v);
         free(buf);
+        free(names);
         q->cb.status(q->arg, SL_ENOMEM, 0, NULL, NULL);
         return;
     }
@@ -155,6 +166,43 @@ static void status_emit(dep_query *q, redisReply *r) {
     FIELD_FMT("agent_batch_cap", "%zu", batch_cap(e, &d->cost, RESERVE_BATCH_MAX));
     FIELD_FMT("agent_script_item_us", "%.1f", d->cost.item_us);
     FIELD_FMT("agent_script_fixed_us", "%.1f", d->cost.fixed_us);
+    unsigned long long answered = 0, within = 0;
+    for (size_t i = 0; i < d->nclasses; i++) {
+        answered += d->classes[i].st.answered;
+        within += d->classes[i].st.within;
+    }
+    FIELD_FMT("agent_requests_answered", "%llu", answered);
+    FIELD_FMT("agent_requests_within_deadline", "%llu", within);
+    f[k] = "agent_patience";
+    patience_text(buf[k], 64, answered, within);
+    v[k] = buf[k];
+    k++;
+    /* By lane, then by tenant: summed over the classes of that name. */
+    size_t nn = 0;
+    for (int kind = 0; kind < 2 && d->cfg; kind++) {
+        size_t count = kind ? d->cfg->ntenants : d->cfg->nlanes;
+        for (size_t j = 0; j < count + (kind && count); j++) {
+            const char *name = kind ? (j < count ? d->cfg->tenants[j].name : "default") : d->cfg->lanes[j].name;
+            if (kind && j == count && config_tenant(d->cfg, "default"))
+                continue; /* a configured "default" tenant has its row already */
+            unsigned long long a = 0, w = 0;
+            for (size_t i = 0; i < d->nclasses; i++) {
+                if (strcmp(kind ? d->classes[i].tenant : d->classes[i].lane, name) != 0) continue;
+                a += d->classes[i].st.answered;
+                w += d->classes[i].st.within;
+            }
+            static const char *const what[3] = {"agent_requests_answered", "agent_requests_within_deadline",
+                                                "agent_patience"};
+            for (int x = 0; x < 3; x++) {
+                snprintf(names[nn], sizeof(names[0]), "%s.%s.%s", kind ? "tenant" : "lane", name, what[x]);
+                f[k] = names[nn++];
+                if (x == 2) patience_text(buf[k], 64, a, w);
+                else snprintf(buf[k], 64, "%llu", x ? w : a);
+                v[k] = buf[k];
+                k++;
+            }
+        }
+    }
     for (size_t i = 0; i < nr; i++) {
         redisReply *fr = r->element[2 * i], *vr = r->element[2 * i + 1];
         if (fr->type != REDIS_REPLY_STRING) continue;
@@ -167,6 +215,7 @@ static void status_emit(dep_query *q, redisReply *r) {
     free(f);
     free(v);
     free(buf);
+    free(names);
 }
 
 static void status_answer(dep_query *q, redisReply *r, int via_redis) { status_emit(q, r); }

@@ -268,6 +268,35 @@ SL_API long long sl_grant_waited_ms(const sl_grant *g); /* from acquire to the s
 SL_API long long sl_grant_tokens(const sl_grant *g);    /* the reserved estimate */
 SL_API int sl_grant_local(const sl_grant *g);           /* 1: paced locally (Redis down) */
 
+/* ---- estimate ------------------------------------------------------------ */
+
+/* What an acquire would get now (ESTIMATE, docs/protocol.md), reserving
+ * nothing: so a product can say "about 20 seconds" before it commits. */
+typedef struct sl_estimate_result {
+    size_t size;              /* set by sl_estimate_result_init() */
+    int granted;              /* 1: a slot within the max wait; 0: it would be shed */
+    long long wait_ms;        /* granted: the wait to the slot; -1 when shed */
+    long long tokens;         /* the estimate that would be reserved */
+    char deployment[65];      /* the deployment, or the group's member that would serve it */
+    char reason[24];          /* shed: the reason (as sl_shed_reason()); "" when granted */
+    long long retry_after_ms; /* shed: the hint, -1 never; -1 when granted */
+    int local;                /* 1: from the agent's local pacing (Redis unreachable), 0: the fleet's schedule */
+} sl_estimate_result;
+
+SL_API void sl_estimate_result_init_size(sl_estimate_result *r, size_t size);
+#define sl_estimate_result_init(r) sl_estimate_result_init_size((r), sizeof(*(r)))
+
+/* The wait sl_acquire(gov, req) would get now, computed by the same
+ * decision (the reserve script run dry in Redis, or the local pacing
+ * without Redis), reserving nothing and changing nothing. req as for
+ * sl_acquire(); its deadline, if any, caps the max wait judged against.
+ * Fills *out and returns 0 when a slot is within the max wait, SL_ESHED
+ * when the acquire would be shed (out and sl_shed_reason() /
+ * sl_retry_after_ms() say why and when), or SL_EUNKNOWN, SL_EINVAL,
+ * SL_EUNAVAIL, SL_ETIMEDOUT (call_timeout_ms), SL_ECLOSING, SL_ENOMEM,
+ * SL_EIO. Blocking, like sl_may_retry(). */
+SL_API int sl_estimate(sl_gov *gov, const sl_request *req, sl_estimate_result *out);
+
 /* ---- settle and retry ---------------------------------------------------- */
 
 typedef enum sl_outcome {

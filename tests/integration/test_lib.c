@@ -29,6 +29,7 @@
  * once Redis' status script counts its grant (outstanding_grants), a
  * pause has reached the fleet once it shows in paused_ms. */
 #define _GNU_SOURCE
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -65,10 +66,11 @@ static void deployments(const char *p, char *out, size_t n) {
              "    tags: [eu]\n"
              "  %s-m2:\n    rpm: 60000\n    endpoint: http://two.example/v1\n    tags: [us]\n"
              "  %s-quota:\n    rpm: 60000\n"
+             "  %s-est:\n    rpm: 60\n    burst: { requests: 1 }\n"
              /* The harness appends this under deployments: the last
               * top-level key. */
              "groups:\n  %s-grp:\n    members: [%s-m1, %s-m2]\n    spill_ms: 100\n",
-             p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p);
+             p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p);
 }
 
 static lib_suite S = {.name = "test_lib", .tag = "lib", .deps = deployments, .with_web = 0};
@@ -336,6 +338,60 @@ static void shed_and_deadline(int mode) {
 
 static void test_shed_and_deadline_embedded(void **state) { shed_and_deadline(EMBEDDED); }
 static void test_shed_and_deadline_daemon(void **state) { shed_and_deadline(DAEMON); }
+
+/* ---- estimate ---------------------------------------------------------------------- */
+
+/* sl_estimate: 0 on an idle deployment; after its burst, the wait the next
+ * sl_acquire gets (within 40 ms once the time between is taken off),
+ * reserving nothing; the shed an acquire would meet; a group's member. */
+static void estimate(int mode) {
+    if (skip_without_daemon(mode)) return;
+    sl_gov *g = open_gov(mode, 0);
+    char dep[64], grp[64], m2[64];
+    dep_name(mode, "est", dep, sizeof(dep));
+    dep_name(mode, "grp", grp, sizeof(grp));
+    dep_name(mode, "m2", m2, sizeof(m2));
+    sl_estimate_result e;
+    sl_estimate_result_init(&e);
+    sl_request r = request(dep, 7, -1, 0);
+    assert_int_equal(sl_estimate(g, &r, &e), 0);
+    assert_int_equal(e.granted, 1);
+    assert_int_equal(e.wait_ms, 0);
+    assert_int_equal(e.tokens, 7);
+    assert_string_equal(e.deployment, dep);
+    assert_int_equal(e.local, 0);
+    sl_grant *a = NULL, *b = NULL;
+    assert_int_equal(sl_acquire(g, &r, &a), 0);
+    for (int i = 0; i < 10; i++) assert_int_equal(sl_estimate(g, &r, &e), 0); /* reserves nothing */
+    double t0 = h_now();
+    assert_int_equal(sl_estimate(g, &r, &e), 0);
+    double t1 = h_now();
+    assert_int_equal(sl_acquire(g, &r, &b), 0);
+    print_message("  [%s] estimate %lld ms; the acquire %.1f ms later waited %lld ms\n", prefix(mode), e.wait_ms,
+                  t1 - t0, sl_grant_waited_ms(b));
+    assert_true(e.wait_ms > 500);
+    assert_true(fabs((double)sl_grant_waited_ms(b) + (t1 - t0) - (double)e.wait_ms) <= 40);
+    /* Within 100 ms it would be shed, as the acquire would be. */
+    r = request(dep, 7, 100, 0);
+    assert_int_equal(sl_estimate(g, &r, &e), SL_ESHED);
+    assert_int_equal(e.granted, 0);
+    assert_string_equal(e.reason, "rpm");
+    assert_string_equal(sl_shed_reason(g), "rpm");
+    assert_true(e.retry_after_ms > 0 && sl_retry_after_ms(g) == e.retry_after_ms);
+    /* A group: the member a request with tag us would get. */
+    r = request(grp, 0, -1, 0);
+    r.tag = "us";
+    assert_int_equal(sl_estimate(g, &r, &e), 0);
+    assert_string_equal(e.deployment, m2);
+    r = request("no-such", 0, -1, 0);
+    assert_int_equal(sl_estimate(g, &r, &e), SL_EUNKNOWN);
+    sl_settle(a, -1, SL_OUTCOME_OK, NULL, 0);
+    sl_settle(b, -1, SL_OUTCOME_OK, NULL, 0);
+    sl_close(g);
+}
+
+static void test_estimate_embedded(void **state) { estimate(EMBEDDED); }
+static void test_estimate_daemon(void **state) { estimate(DAEMON); }
 
 typedef struct waiter {
     sl_gov *g;
@@ -904,6 +960,8 @@ int main(void) {
         cmocka_unit_test(test_lanes_daemon),
         cmocka_unit_test(test_groups_embedded),
         cmocka_unit_test(test_groups_daemon),
+        cmocka_unit_test(test_estimate_embedded),
+        cmocka_unit_test(test_estimate_daemon),
         cmocka_unit_test(test_shed_and_deadline_embedded),
         cmocka_unit_test(test_shed_and_deadline_daemon),
         cmocka_unit_test(test_deadline_with_pause_embedded),
