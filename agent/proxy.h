@@ -33,7 +33,18 @@ typedef struct proxy proxy;
 /* What the proxy made of the requests it was handed. */
 typedef struct proxy_stats {
     unsigned long long by_api[3];               /* recognised requests, by proxy_api */
-    unsigned long long errors[PROXY_ERR_KINDS]; /* answered with an error, by kind (501 included) */
+    unsigned long long errors[PROXY_ERR_KINDS]; /* answered with the proxy's own error, by kind */
+    unsigned long long forwarded;               /* attempts sent upstream (retries included) */
+    unsigned long long streamed;                /* event streams passed through to the client */
+    unsigned long long shed;                    /* answered 429 by the fleet's budget */
+    unsigned long long retried;                 /* attempts retried under the fleet's retry budget */
+    unsigned long long retries_refused;         /* retries the fleet's retry budget refused */
+    unsigned long long upstream_errors;         /* attempts that failed: 429, 5xx, transport, timeout */
+    unsigned long long upstream_timeouts;       /* ... of which timed out (agent.http.upstream_timeout_ms) */
+    unsigned long long answered;                /* answered with the provider's response */
+    unsigned long long abandoned;               /* clients gone before their answer was complete */
+    unsigned long long abandoned_waiting;       /* ... of which while waiting for a slot (given back) */
+    unsigned long long live;                    /* gauge: calls in progress */
 } proxy_stats;
 
 /* A proxy for engine e (borrowed; it must outlive the proxy), with its

@@ -30,6 +30,9 @@ enum { CONFIG_LOG_ERROR = 0, CONFIG_LOG_WARN, CONFIG_LOG_INFO, CONFIG_LOG_DEBUG 
  * which token dimensions the deployment has (azure, openai: tpm; anthropic:
  * itpm and otpm; custom: any) and how each is corrected at settle. */
 enum { CONFIG_STYLE_AZURE = 0, CONFIG_STYLE_OPENAI = 1, CONFIG_STYLE_ANTHROPIC = 2, CONFIG_STYLE_CUSTOM = 3 };
+/* deployments.NAME.stream_usage: whether the HTTP proxy asks an OpenAI-
+ * format stream for its usage chunk (stream_options.include_usage). */
+enum { CONFIG_STREAM_USAGE_INJECT = 0, CONFIG_STREAM_USAGE_OFF = 1 };
 
 /* Longest deployment name; names are [A-Za-z0-9._:-]{1,64}. */
 #define CONFIG_NAME_MAX 64
@@ -77,10 +80,13 @@ typedef struct config_http {
     long long max_connections;
     long long max_header_bytes; /* request line and headers, as sent */
     long long max_body_bytes;
-    long long header_timeout_ms; /* first byte of a request to the end of its headers */
-    long long body_timeout_ms;   /* end of the headers to the end of the body */
-    long long idle_timeout_ms;   /* keep-alive: between requests; also a client not reading a response */
-    long long drain_timeout_ms;  /* SIGTERM: how long responses in progress may take */
+    long long header_timeout_ms;   /* first byte of a request to the end of its headers */
+    long long body_timeout_ms;     /* end of the headers to the end of the body */
+    long long idle_timeout_ms;     /* keep-alive: between requests; also a client not reading a response */
+    long long drain_timeout_ms;    /* SIGTERM: how long responses in progress may take */
+    long long upstream_timeout_ms; /* one attempt upstream, from the send to the last byte */
+    long long connect_timeout_ms;  /* ... of which connecting (TCP and TLS) */
+    long long max_attempts;        /* attempts per request, retries included */
 } config_http;
 
 typedef struct config_agent {
@@ -172,6 +178,7 @@ struct config_deployment {
     char *api_key_env;         /* "" = none */
     int style;                 /* CONFIG_STYLE_* */
     char *api_version;         /* "" = none */
+    int stream_usage;          /* CONFIG_STREAM_USAGE_* */
     long long jitter_ms;       /* release jitter the schedule tolerates (configure's jitter_ms) */
     long long refund_lag_ms;   /* a settle may reach Redis this long after the provider's give-back */
     long long horizon_ms;      /* how far ahead a slot may be granted; -1 = up to the max wait */

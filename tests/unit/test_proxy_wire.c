@@ -374,7 +374,7 @@ static void test_error_builders(void **state) {
         {PROXY_ERR_TOO_LARGE, 413, "invalid_request_error", "413", "request_too_large"},
         {PROXY_ERR_RATE_LIMITED, 429, "requests", "429", "rate_limit_error"},
         {PROXY_ERR_INTERNAL, 500, "server_error", "InternalServerError", "api_error"},
-        {PROXY_ERR_NOT_GOVERNING, 501, "server_error", "NotImplemented", "api_error"},
+        {PROXY_ERR_NO_ENDPOINT, 501, "server_error", "NotImplemented", "api_error"},
         {PROXY_ERR_UNAVAILABLE, 503, "server_error", "ServiceUnavailable", "overloaded_error"},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
