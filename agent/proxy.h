@@ -7,15 +7,19 @@
  * model, 405, 400), and so are the server's own refusals (400, 408, 413,
  * 431, 503, 505: the error_body hook).
  *
- * NOT GOVERNING YET (issue 16, part 1): a request that maps to a
- * deployment or group is answered 501 in its provider's error shape, with
- * what the proxy made of it in x-sluice-* headers (target, estimate,
- * stream). Nothing is sent upstream and the engine is not asked for a
- * slot. Part 2 replaces proxy_govern() in proxy.c: acquire on the engine
- * with the parsed request, forward through the governed call, stream the
- * answer back (http_stream_*, usage_sse), settle.
+ * A request that maps to a deployment or group is governed by
+ * proxy_call (proxy_call.h): a slot acquired on the engine in-process
+ * with the estimate and the x-sluice-* headers, the request forwarded to
+ * the granted deployment's endpoint with the caller's own credentials
+ * (pass-through: the proxy holds no provider key), the provider's answer
+ * passed back (a 2xx event stream event by event, usage read with
+ * usage_sse), each attempt settled with its usage and the provider's
+ * headers, retryable failures retried under the fleet's retry budget. A
+ * target without an endpoint is answered 501 with what the proxy made of
+ * the request (x-sluice-target, -estimate-input, -estimate-output,
+ * -stream). docs/protocol.md, "HTTP proxy", has the wire contract.
  *
- * Depends on http_server, proxy_wire and the engine (its configuration).
+ * Depends on http_server, proxy_wire, proxy_call and the engine.
  * Never prints: messages go to the log hook. Loop thread only. Errors are
  * negative SL_E* codes. */
 #ifndef SLUICE_PROXY_H
