@@ -17,7 +17,10 @@
  * while waiting for its slot gives it back (nothing queued or waiting,
  * a cancel counted); a client that leaves mid-stream cancels the upstream
  * transfer (the mock counts it abandoned) and its usage so far is
- * settled. Every wait is on a condition (a response, INFO, the ledger),
+ * settled; a group's member served under its own model name; an upstream
+ * that does not answer in agent.http.upstream_timeout_ms (504) or
+ * refuses the connection (502), each retried once (max_attempts: 2).
+ * Every wait is on a condition (a response, INFO, the ledger),
  * bounded. */
 #define _GNU_SOURCE
 #include "test_daemon_harness.h"
@@ -61,12 +64,14 @@ typedef struct proxyd {
 } proxyd;
 
 /* A daemon with the proxy on a free loopback port whose deployments
- * (deps, with %PORT% standing for the mock's port) go to mock m. */
-static void start_proxyd(proxyd *p, const char *name, const mock_fixture *m, const char *deps) {
+ * (deps, with %PORT% standing for the mock's port) go to mock m;
+ * http_extra: more lines under agent.http (4 spaces of indent). */
+static void start_proxyd_with(proxyd *p, const char *name, const mock_fixture *m, const char *http_extra,
+                              const char *deps) {
     daemon_init(&p->d, fx.dir, name);
     p->port = free_tcp_port();
     char agent[512], port[16], text[4096];
-    snprintf(agent, sizeof(agent), "  http:\n    listen: [127.0.0.1:%d]\n", p->port);
+    snprintf(agent, sizeof(agent), "  http:\n    listen: [127.0.0.1:%d]\n%s", p->port, http_extra ? http_extra : "");
     snprintf(port, sizeof(port), "%d", m->port);
     size_t k = 0;
     for (const char *s = deps; *s && k + 16 < sizeof(text);) {
@@ -82,16 +87,23 @@ static void start_proxyd(proxyd *p, const char *name, const mock_fixture *m, con
     assert_int_equal(daemon_start(&p->d), 0);
 }
 
+static void start_proxyd(proxyd *p, const char *name, const mock_fixture *m, const char *deps) {
+    start_proxyd_with(p, name, m, NULL, deps);
+}
+
 static void assert_contains(const char *hay, const char *needle) {
     if (!hay || !strstr(hay, needle)) fail_msg("expected to find \"%s\" in:\n%s", needle, hay ? hay : "(null)");
 }
 
-static const char three[] = "  gpt-4o:\n    rpm: 6000\n    tpm: 1000000\n    style: openai\n"
-                            "    endpoint: http://127.0.0.1:%PORT%\n"
-                            "  az-east:\n    rpm: 6000\n    tpm: 1000000\n    style: azure\n"
-                            "    api_version: 2024-06-01\n    endpoint: http://127.0.0.1:%PORT%/\n"
-                            "  claude:\n    rpm: 6000\n    style: anthropic\n    itpm: 1000000\n    otpm: 100000\n"
-                            "    endpoint: http://127.0.0.1:%PORT%\n";
+static const char three[] =
+    "  gpt-4o:\n    rpm: 6000\n    tpm: 1000000\n    style: openai\n"
+    "    endpoint: http://127.0.0.1:%PORT%\n"
+    "  az-east:\n    rpm: 6000\n    tpm: 1000000\n    style: azure\n"
+    "    api_version: 2024-06-01\n    endpoint: http://127.0.0.1:%PORT%/\n"
+    "  claude:\n    rpm: 6000\n    style: anthropic\n    itpm: 1000000\n    otpm: 100000\n"
+    "    endpoint: http://127.0.0.1:%PORT%\n"
+    "  gpt-member:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%PORT%/v1\n"
+    "groups:\n  gpt-pool:\n    members: [gpt-member]\n";
 
 /* ---- the three APIs, credentials ----------------------------------------------------------- */
 
@@ -138,19 +150,31 @@ static void test_three_apis(void **state) {
         if (!seen || strcmp(seen, cases[i].cred)) fail_msg("%s: the mock saw %s", cases[i].cred_name, seen);
         json_decref(st);
     }
+    /* A group: its member serves, under its own model name. */
+    hc_response r;
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", "Authorization: Bearer sk-caller-one\r\n",
+                             "{\"model\":\"gpt-pool\",\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}]}", &r,
+                             10000),
+                     0);
+    if (r.status != 200) fail_msg("group: %d %s", r.status, r.body);
+    char v[64];
+    assert_string_equal(hc_header(&r, "x-sluice-deployment", v, sizeof(v)), "gpt-member");
+    assert_contains(r.body, "\"model\":\"gpt-member\"");
+    hc_response_free(&r);
     hc_close(&c);
     json_t *st = mock_fixture_stats(&mk, "");
-    assert_int_equal(mock_fixture_count(st, "totals/accepted"), 3);
+    assert_int_equal(mock_fixture_count(st, "deployments/gpt-member/accepted"), 1);
+    assert_int_equal(mock_fixture_count(st, "totals/accepted"), 4);
     assert_int_equal(mock_fixture_count(st, "deployments/gpt-4o/accepted"), 1);
     assert_int_equal(mock_fixture_count(st, "deployments/az-east/accepted"), 1);
     assert_int_equal(mock_fixture_count(st, "deployments/claude/accepted"), 1);
     long long reported = mock_fixture_count(st, "totals/tokens_reported");
     json_decref(st);
     /* Settled with the usage of each answer. */
-    assert_true(daemon_wait_info(&p.d, "settles", 3, 10000));
+    assert_true(daemon_wait_info(&p.d, "settles", 4, 10000));
     assert_true(info_num(&p.d, "tokens_actual") == (double)reported);
-    assert_true(info_num(&p.d, "http_forwarded") == 3);
-    assert_true(info_num(&p.d, "http_answered_upstream") == 3);
+    assert_true(info_num(&p.d, "http_forwarded") == 4);
+    assert_true(info_num(&p.d, "http_answered_upstream") == 4);
     assert_true(info_num(&p.d, "http_calls") == 0);
     assert_int_equal(daemon_stop(&p.d), 0);
 }
@@ -370,6 +394,52 @@ static void test_gone_mid_stream(void **state) {
     mock_fixture_stop(&slow);
 }
 
+/* ---- upstream faults ---------------------------------------------------------------------------- */
+
+static void test_upstream_timeout_and_refused(void **state) {
+    (void)state;
+    mock_fixture slow;
+    static const char *const args[] = {"--rpm", "6000", "--service-ms", "5000", NULL};
+    assert_int_equal(mock_fixture_start(&slow, args, 10000), 0);
+    int closed_port = free_tcp_port(); /* nothing listens there */
+    char deps[512];
+    snprintf(deps, sizeof(deps),
+             "  t1:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%%PORT%%\n"
+             "  dead:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%d\n",
+             closed_port);
+    proxyd p;
+    start_proxyd_with(&p, "faults", &slow, "    upstream_timeout_ms: 600\n    max_attempts: 2\n", deps);
+    hc_conn c;
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    hc_response r;
+    double t0 = now_ms();
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", NULL,
+                             "{\"model\":\"t1\",\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}]}", &r, 20000),
+                     0);
+    double took = now_ms() - t0;
+    if (r.status != 504) fail_msg("timeout: %d %s", r.status, r.body);
+    assert_contains(r.body, "\"code\":\"timeout\"");
+    char v[32];
+    assert_string_equal(hc_header(&r, "x-sluice-attempts", v, sizeof(v)), "2");
+    assert_true(took >= 1200 && took < 5000); /* two attempts of 600 ms, not the provider's 5 s */
+    hc_response_free(&r);
+    assert_true(info_num(&p.d, "http_upstream_timeouts") == 2);
+    assert_true(daemon_wait_info(&p.d, "settles", 2, 10000));
+    /* Nothing listens: a connect error, retried, then 502. */
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", NULL,
+                             "{\"model\":\"dead\",\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}]}", &r, 20000),
+                     0);
+    if (r.status != 502) fail_msg("refused: %d %s", r.status, r.body);
+    assert_contains(r.body, "\"code\":\"bad_gateway\"");
+    assert_string_equal(hc_header(&r, "x-sluice-attempts", v, sizeof(v)), "2");
+    hc_response_free(&r);
+    hc_close(&c);
+    assert_true(daemon_wait_info(&p.d, "settles", 4, 10000));
+    assert_true(info_num(&p.d, "http_calls") == 0);
+    assert_int_equal(daemon_stop(&p.d), 0);
+    mock_fixture_stop(&slow);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_three_apis, test_teardown),
@@ -378,6 +448,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_retry_and_quota, test_teardown),
         cmocka_unit_test_teardown(test_gone_while_waiting, test_teardown),
         cmocka_unit_test_teardown(test_gone_mid_stream, test_teardown),
+        cmocka_unit_test_teardown(test_upstream_timeout_and_refused, test_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
