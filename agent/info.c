@@ -317,9 +317,8 @@ static void section_groups(info_out *o, server *s, const server_stats *st, const
     free(g);
 }
 
-/* The HTTP proxy (agent.http): its listeners, connections and what it
- * answered. The proxy recognises requests and does not govern them yet
- * (http_governing:0): a recognised request is answered 501. */
+/* The HTTP proxy (agent.http): its listeners, connections, what it
+ * answered, and the requests it governed and forwarded. */
 static void section_http(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
     const config *cfg = engine_config(server_engine(s));
     const struct proxy *p = server_proxy(s);
@@ -336,7 +335,7 @@ static void section_http(info_out *o, server *s, const server_stats *st, const e
         used += (size_t)snprintf(addrs + used, sizeof(addrs) - used, "%s%s", i ? "," : "",
                                  http_server_address(proxy_server(p), i));
     line(o, "http_listen:%s", addrs);
-    line(o, "http_governing:0");
+    line(o, "http_governing:%d", p ? 1 : 0);
     line(o, "http_connections:%llu", hs.connections);
     line(o, "http_max_connections:%lld", cfg->agent.http.max_connections);
     line(o, "http_max_header_bytes:%lld", cfg->agent.http.max_header_bytes);
@@ -359,7 +358,18 @@ static void section_http(info_out *o, server *s, const server_stats *st, const e
     line(o, "http_unknown_routes:%llu", ps.errors[PROXY_ERR_NOT_FOUND]);
     line(o, "http_unknown_models:%llu", ps.errors[PROXY_ERR_MODEL_NOT_FOUND]);
     line(o, "http_bad_requests:%llu", ps.errors[PROXY_ERR_BAD_REQUEST]);
-    line(o, "http_not_governing:%llu", ps.errors[PROXY_ERR_NOT_GOVERNING]);
+    line(o, "http_no_endpoint:%llu", ps.errors[PROXY_ERR_NO_ENDPOINT]);
+    line(o, "http_calls:%llu", ps.live);
+    line(o, "http_forwarded:%llu", ps.forwarded);
+    line(o, "http_answered_upstream:%llu", ps.answered);
+    line(o, "http_streamed:%llu", ps.streamed);
+    line(o, "http_shed:%llu", ps.shed);
+    line(o, "http_retried:%llu", ps.retried);
+    line(o, "http_retries_refused:%llu", ps.retries_refused);
+    line(o, "http_upstream_errors:%llu", ps.upstream_errors);
+    line(o, "http_upstream_timeouts:%llu", ps.upstream_timeouts);
+    line(o, "http_gone:%llu", ps.abandoned);
+    line(o, "http_gone_waiting:%llu", ps.abandoned_waiting);
 }
 
 typedef void (*section_fn)(info_out *o, server *s, const server_stats *st, const engine_stats *es);

@@ -130,8 +130,10 @@ static void row_family(text_out *o, const char *name, const char *type, const ch
 static void http_metrics(text_out *o, server *s) {
     const struct proxy *p = server_proxy(s);
     http_stats hs;
+    proxy_stats ps;
     memset(&hs, 0, sizeof(hs));
-    if (p) proxy_get_stats(p, NULL, &hs);
+    memset(&ps, 0, sizeof(ps));
+    if (p) proxy_get_stats(p, &ps, &hs);
     one(o, "sluice_http_connections", "gauge", "Open HTTP proxy connections.", (double)hs.connections);
     one(o, "sluice_http_connections_rejected_total", "counter",
         "HTTP connections refused over agent.http.max_connections.", (double)hs.rejected_max_connections);
@@ -150,6 +152,27 @@ static void http_metrics(text_out *o, server *s) {
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
         emit(o, "sluice_http_closed_total{reason=\"%s\"} %llu\n", rows[i].reason, rows[i].n);
+    one(o, "sluice_http_calls", "gauge", "Proxied requests in progress (waiting, upstream or backing off).",
+        (double)ps.live);
+    head(o, "sluice_http_proxy_total", "counter", "What the proxy did with the requests it governed, by event.");
+    const struct {
+        const char *event;
+        unsigned long long n;
+    } ev[] = {
+        {"forwarded", ps.forwarded},
+        {"answered_upstream", ps.answered},
+        {"streamed", ps.streamed},
+        {"shed", ps.shed},
+        {"retried", ps.retried},
+        {"retry_refused", ps.retries_refused},
+        {"upstream_error", ps.upstream_errors},
+        {"upstream_timeout", ps.upstream_timeouts},
+        {"client_gone", ps.abandoned},
+        {"client_gone_waiting", ps.abandoned_waiting},
+        {"no_endpoint", ps.errors[PROXY_ERR_NO_ENDPOINT]},
+    };
+    for (size_t i = 0; i < sizeof(ev) / sizeof(ev[0]); i++)
+        emit(o, "sluice_http_proxy_total{event=\"%s\"} %llu\n", ev[i].event, ev[i].n);
 }
 
 #define ROW_FIELD(f) offsetof(engine_class_stats, f)

@@ -7,15 +7,19 @@
  * model, 405, 400), and so are the server's own refusals (400, 408, 413,
  * 431, 503, 505: the error_body hook).
  *
- * NOT GOVERNING YET (issue 16, part 1): a request that maps to a
- * deployment or group is answered 501 in its provider's error shape, with
- * what the proxy made of it in x-sluice-* headers (target, estimate,
- * stream). Nothing is sent upstream and the engine is not asked for a
- * slot. Part 2 replaces proxy_govern() in proxy.c: acquire on the engine
- * with the parsed request, forward through the governed call, stream the
- * answer back (http_stream_*, usage_sse), settle.
+ * A request that maps to a deployment or group is governed by
+ * proxy_call (proxy_call.h): a slot acquired on the engine in-process
+ * with the estimate and the x-sluice-* headers, the request forwarded to
+ * the granted deployment's endpoint with the caller's own credentials
+ * (pass-through: the proxy holds no provider key), the provider's answer
+ * passed back (a 2xx event stream event by event, usage read with
+ * usage_sse), each attempt settled with its usage and the provider's
+ * headers, retryable failures retried under the fleet's retry budget. A
+ * target without an endpoint is answered 501 with what the proxy made of
+ * the request (x-sluice-target, -estimate-input, -estimate-output,
+ * -stream). docs/protocol.md, "HTTP proxy", has the wire contract.
  *
- * Depends on http_server, proxy_wire and the engine (its configuration).
+ * Depends on http_server, proxy_wire, proxy_call and the engine.
  * Never prints: messages go to the log hook. Loop thread only. Errors are
  * negative SL_E* codes. */
 #ifndef SLUICE_PROXY_H
@@ -33,7 +37,18 @@ typedef struct proxy proxy;
 /* What the proxy made of the requests it was handed. */
 typedef struct proxy_stats {
     unsigned long long by_api[3];               /* recognised requests, by proxy_api */
-    unsigned long long errors[PROXY_ERR_KINDS]; /* answered with an error, by kind (501 included) */
+    unsigned long long errors[PROXY_ERR_KINDS]; /* answered with the proxy's own error, by kind */
+    unsigned long long forwarded;               /* attempts sent upstream (retries included) */
+    unsigned long long streamed;                /* event streams passed through to the client */
+    unsigned long long shed;                    /* answered 429 by the fleet's budget */
+    unsigned long long retried;                 /* attempts retried under the fleet's retry budget */
+    unsigned long long retries_refused;         /* retries the fleet's retry budget refused */
+    unsigned long long upstream_errors;         /* attempts that failed: 429, 5xx, transport, timeout */
+    unsigned long long upstream_timeouts;       /* ... of which timed out (agent.http.upstream_timeout_ms) */
+    unsigned long long answered;                /* answered with the provider's response */
+    unsigned long long abandoned;               /* clients gone before their answer was complete */
+    unsigned long long abandoned_waiting;       /* ... of which while waiting for a slot (given back) */
+    unsigned long long live;                    /* gauge: calls in progress */
 } proxy_stats;
 
 /* A proxy for engine e (borrowed; it must outlive the proxy), with its

@@ -3,6 +3,8 @@
 
 #include "proxy_auth.h"
 
+#include "endpoint.h"
+
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -64,9 +66,7 @@ int proxy_auth_is_credential(const char *name) {
 
 int proxy_auth_upstream_header(const struct config_deployment *d, char *buf, size_t n) {
     if (!d->api_key_ || !d->api_key_[0]) return -1;
-    const char *name, *prefix;
-    config_key_header(d->style, &name, &prefix);
-    int w = snprintf(buf, n, "%s: %s%s", name, prefix, d->api_key_);
+    int w = snprintf(buf, n, "%s: %s%s", endpoint_key_header(d->style), endpoint_key_prefix(d->style), d->api_key_);
     if (w < 0 || (size_t)w >= n) {
         if (n) memset(buf, 0, n);
         return -1;

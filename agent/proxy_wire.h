@@ -79,8 +79,10 @@ const char *proxy_op_name(proxy_op op);
       "invalid_request_error")                                                                                         \
     X(RATE_LIMITED, 429, "requests", "rate_limit_exceeded", "429", "rate_limit_error")                                 \
     X(INTERNAL, 500, "server_error", NULL, "InternalServerError", "api_error")                                         \
-    X(NOT_GOVERNING, 501, "server_error", "not_implemented", "NotImplemented", "api_error")                            \
+    X(NO_ENDPOINT, 501, "server_error", "not_implemented", "NotImplemented", "api_error")                              \
+    X(BAD_GATEWAY, 502, "server_error", "bad_gateway", "BadGateway", "api_error")                                      \
     X(UNAVAILABLE, 503, "server_error", "service_unavailable", "ServiceUnavailable", "overloaded_error")               \
+    X(GATEWAY_TIMEOUT, 504, "server_error", "timeout", "GatewayTimeout", "api_error")                                  \
     X(VERSION, 505, "invalid_request_error", NULL, "505", "invalid_request_error")
 
 typedef enum proxy_error_kind {

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
 #include <uv.h>
 
 #include "config.h"
@@ -376,8 +377,7 @@ static int run(daemon_ctx *d) {
                                      http_server_address(proxy_server(d->px), i));
         log_at(d, CONFIG_LOG_INFO, "sluiced %s ready: agent %s on %s, %zu deployment%s, metrics %s, http proxy %s%s",
                SLUICE_VERSION, engine_agent_id(d->e), c->agent.socket, c->ndeployments, c->ndeployments == 1 ? "" : "s",
-               c->agent.metrics[0] ? c->agent.metrics : "off", http,
-               d->px ? " (recognises requests, does not govern them yet: answers 501)" : "");
+               c->agent.metrics[0] ? c->agent.metrics : "off", http, "");
     }
     uv_run(&d->loop, UV_RUN_DEFAULT);
     engine_free(d->e);
@@ -426,5 +426,13 @@ int main(int argc, char **argv) {
     memset(&d, 0, sizeof(d));
     d.config_path = o.config;
     d.log_level = CONFIG_LOG_INFO;
-    return run(&d);
+    /* libcurl's global state (the HTTP proxy's upstream transfers), set
+     * up once while the process has one thread. */
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        fprintf(stderr, "sluiced: libcurl could not be initialised\n");
+        return 1;
+    }
+    rc = run(&d);
+    curl_global_cleanup();
+    return rc;
 }

@@ -399,8 +399,20 @@ static void client_id(const mock_http_req *req, char *out, size_t n) {
     out[i] = '\0';
 }
 
+/* The credential headers the ledger shows (the last value of each seen),
+ * so a test can check what a proxy in front of the mock passed on. */
+static const char *const credential_headers[3] = {"authorization", "api-key", "x-api-key"};
+
+static void note_credentials(mock *m, const mock_http_req *req) {
+    for (int i = 0; i < 3; i++) {
+        const char *v = mock_http_header(req, credential_headers[i]);
+        if (v) snprintf(m->credentials[i], sizeof(m->credentials[i]), "%s", v);
+    }
+}
+
 static void mock_on_request(mock_http_req *req, void *arg) {
     mock *m = arg;
+    note_credentials(m, req);
     mock_call c = {.m = m, .req = req, .now_ms = mock_now_ms(m), .style = MOCK_AZURE};
     char client[MOCK_CLIENT_MAX + 1], name[MOCK_NAME_MAX + 2];
     const char *reason;
@@ -658,7 +670,11 @@ json_t *mock_stats(const mock *m) {
         cfg = NULL;
     }
     json_decref(more);
-    if (!cfg || json_object_set_new(stats, "config", cfg) != 0 ||
+    json_t *cred = json_object();
+    for (int i = 0; cred && i < 3; i++)
+        if (m->credentials[i][0]) json_object_set_new(cred, credential_headers[i], json_string(m->credentials[i]));
+    if (!cred || json_object_set_new(stats, "credentials", cred) != 0 || !cfg ||
+        json_object_set_new(stats, "config", cfg) != 0 ||
         json_object_set_new(stats, "now_ms", json_real(mock_now_ms(m))) != 0 ||
         json_object_set_new(stats, "version", json_string(SLUICE_VERSION)) != 0) {
         json_decref(stats);
@@ -685,6 +701,7 @@ json_t *mock_stats(const mock *m) {
 void mock_reset(mock *m, int buckets) {
     double now = mock_now_ms(m);
     mock_ledger_reset(m->ledger, now);
+    memset(m->credentials, 0, sizeof(m->credentials));
     if (buckets)
         for (mock_map_entry *e = m->deps.first; e; e = e->next) dep_fill(m, e->value, now);
 }

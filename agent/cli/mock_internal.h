@@ -67,6 +67,7 @@ struct mock {
     double wall0_ms;             /* Unix time in ms at t0: the clock of RFC 3339 resets */
     int headers;                 /* send the rate-limit headers */
     uint64_t inject_429;         /* chat calls still to be answered 429 (/control) */
+    char credentials[3][160];    /* the last Authorization, api-key, x-api-key seen ("" none) */
     mock_http *http;
     mock_ledger *ledger;
     mock_map deps; /* name -> mock_deployment */

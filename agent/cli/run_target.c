@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "run_target.h"
 
+#include "endpoint.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,26 +21,18 @@ static int member_build(run_member *m, const config *cfg, const struct config_de
                  d->name, why);
         return -1;
     }
-    size_t elen = strlen(d->endpoint);
-    while (elen && d->endpoint[elen - 1] == '/') elen--;
-    size_t n = elen + strlen(d->name) + strlen(d->api_version) + 80;
+    size_t n = strlen(d->endpoint) + strlen(d->name) + strlen(d->api_version) + 80;
     m->url = malloc(n);
     if (!m->url) return snprintf(err, errlen, "out of memory"), -1;
-    if (d->style != CONFIG_STYLE_AZURE) {
-        int has_v1 = elen >= 3 && strncmp(d->endpoint + elen - 3, "/v1", 3) == 0;
-        snprintf(m->url, n, "%.*s%s/%s", (int)elen, d->endpoint, has_v1 ? "" : "/v1",
-                 d->style == CONFIG_STYLE_ANTHROPIC ? "messages" : "chat/completions");
-    } else {
-        snprintf(m->url, n, "%.*s/openai/deployments/%s/chat/completions%s%s", (int)elen, d->endpoint, d->name,
-                 d->api_version[0] ? "?api-version=" : "", d->api_version);
-    }
+    const char *op = d->style == CONFIG_STYLE_ANTHROPIC ? "messages" : "chat/completions";
+    if (endpoint_url(d, op, NULL, m->url, n) != 0) return snprintf(err, errlen, "out of memory"), -1;
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
     struct curl_slist *t = h ? curl_slist_append(h, "Expect:") : NULL;
     if (t && d->style == CONFIG_STYLE_ANTHROPIC) {
         /* The Messages API wants its version in a header; api_version
          * names it (Anthropic's current one by default). */
         char v[160];
-        snprintf(v, sizeof(v), "anthropic-version: %s", d->api_version[0] ? d->api_version : "2023-06-01");
+        snprintf(v, sizeof(v), "anthropic-version: %s", endpoint_anthropic_version(d));
         t = curl_slist_append(h, v);
     }
     if (!t) {
@@ -53,13 +47,11 @@ static int member_build(run_member *m, const config *cfg, const struct config_de
                      d->api_key_env, d->name, why);
             return -1;
         }
-        const char *hname, *prefix;
-        config_key_header(d->style, &hname, &prefix);
         size_t kn = strlen(key) + 32;
         char *line = malloc(kn);
         t = NULL;
         if (line) {
-            snprintf(line, kn, "%s: %s%s", hname, prefix, key);
+            snprintf(line, kn, "%s: %s%s", endpoint_key_header(d->style), endpoint_key_prefix(d->style), key);
             t = curl_slist_append(h, line);
             explicit_bzero(line, kn);
             free(line);

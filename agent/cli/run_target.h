@@ -6,7 +6,8 @@
  * deployment's endpoint, style, api_version and api_key_env (read from
  * the environment once, at open, and kept only in the header list).
  *
- * URLs: azure style <endpoint>/openai/deployments/<name>/chat/completions
+ * URLs (lib/core/endpoint.h, shared with the proxy): azure style
+ * <endpoint>/openai/deployments/<name>/chat/completions
  * [?api-version=V] with api-key; openai and custom style
  * <endpoint>[/v1]/chat/completions with Authorization: Bearer; anthropic
  * style <endpoint>[/v1]/messages with x-api-key and anthropic-version

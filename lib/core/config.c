@@ -201,6 +201,7 @@ static int check_deployment_name(const char *s, size_t len, char *why, size_t n)
 static const char *const fail_names[] = {"open", "closed", NULL};
 static const char *const level_names[] = {"error", "warn", "info", "debug", NULL};
 static const char *const style_names[] = {"azure", "openai", "anthropic", "custom", NULL};
+static const char *const stream_usage_names[] = {"inject", "off", NULL};
 
 typedef struct config_deployment cfg_deployment;
 typedef struct config_lane cfg_lane;
@@ -389,6 +390,9 @@ static const cfg_row deployment_rows[] = {
              "Provider profile: azure, openai, anthropic or custom; the API style and how tokens are counted."),
     CFG_STR("api_version", cfg_deployment, api_version, NULL, check_token,
             "api-version query parameter (style azure), or the anthropic-version header (style anthropic)."),
+    CFG_ENUM("stream_usage", cfg_deployment, stream_usage, "inject", stream_usage_names,
+             "HTTP proxy: inject asks an OpenAI-format stream for its usage chunk (stream_options.include_usage); "
+             "off forwards the body as sent."),
     CFG_INT("jitter_ms", cfg_deployment, jitter_ms, "10", 0, 10000, 0,
             "Release jitter in ms the schedule tolerates: callers may start this late without exceeding the burst."),
     CFG_INT("horizon_ms", cfg_deployment, horizon_ms, NULL, -1, 86400000, CFG_DERIVED,
@@ -522,6 +526,13 @@ static const cfg_row root_rows[] = {
     CFG_LIST("agent.http.clients", config, agent.http.clients, agent.http.nclients, &http_client_schema, 0,
              "Client keys by name, each bound to a tenant and a lane: what a TCP caller presents to spend a key the "
              "proxy injects (deployments.<name>.inject_key)."),
+    CFG_INT("agent.http.upstream_timeout_ms", config, agent.http.upstream_timeout_ms, "600000", 100, 86400000, 0,
+            "HTTP proxy: the longest one attempt upstream may take, from the send to the last byte (a stream too)."),
+    CFG_INT("agent.http.connect_timeout_ms", config, agent.http.connect_timeout_ms, "10000", 10, 600000, 0,
+            "HTTP proxy: the longest connecting upstream (TCP and TLS) may take."),
+    CFG_INT("agent.http.max_attempts", config, agent.http.max_attempts, "3", 1, 20, 0,
+            "HTTP proxy: attempts per request upstream, the first included (retries: 429 not quota, 5xx, "
+            "connect errors, within the fleet's retry budget and the request's deadline)."),
     CFG_LIST("deployments", config, deployments, ndeployments, &deployment_schema, CFG_REQUIRED,
              "The governed deployments, by name."),
     CFG_LIST("groups", config, groups, ngroups, &group_schema, 0,
@@ -1095,16 +1106,6 @@ const struct config_http_client *config_http_client_by_key(const config *cfg, co
         if (!diff && !hit) hit = c;
     }
     return hit;
-}
-
-void config_key_header(int style, const char **name, const char **prefix) {
-    *prefix = "";
-    if (style == CONFIG_STYLE_AZURE) *name = "api-key";
-    else if (style == CONFIG_STYLE_ANTHROPIC) *name = "x-api-key";
-    else {
-        *name = "Authorization";
-        *prefix = "Bearer ";
-    }
 }
 
 const struct config_deployment *config_deployment(const config *cfg, const char *name) {

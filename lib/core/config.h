@@ -30,6 +30,9 @@ enum { CONFIG_LOG_ERROR = 0, CONFIG_LOG_WARN, CONFIG_LOG_INFO, CONFIG_LOG_DEBUG 
  * which token dimensions the deployment has (azure, openai: tpm; anthropic:
  * itpm and otpm; custom: any) and how each is corrected at settle. */
 enum { CONFIG_STYLE_AZURE = 0, CONFIG_STYLE_OPENAI = 1, CONFIG_STYLE_ANTHROPIC = 2, CONFIG_STYLE_CUSTOM = 3 };
+/* deployments.NAME.stream_usage: whether the HTTP proxy asks an OpenAI-
+ * format stream for its usage chunk (stream_options.include_usage). */
+enum { CONFIG_STREAM_USAGE_INJECT = 0, CONFIG_STREAM_USAGE_OFF = 1 };
 
 /* Longest deployment name; names are [A-Za-z0-9._:-]{1,64}. */
 #define CONFIG_NAME_MAX 64
@@ -98,6 +101,9 @@ typedef struct config_http {
     long long body_timeout_ms;          /* end of the headers to the end of the body */
     long long idle_timeout_ms;          /* keep-alive: between requests; also a client not reading a response */
     long long drain_timeout_ms;         /* SIGTERM: how long responses in progress may take */
+    long long upstream_timeout_ms;      /* one attempt upstream, from the send to the last byte */
+    long long connect_timeout_ms;       /* ... of which connecting (TCP and TLS) */
+    long long max_attempts;             /* attempts per request, retries included */
     int mode;                           /* CONFIG_HTTP_*: govern, or observe (forward at once, record) */
     struct config_http_client *clients; /* in file order */
     size_t nclients;
@@ -194,6 +200,7 @@ struct config_deployment {
     char *api_key_;            /* private: the key of api_key_env, read at load when inject_key; never logged */
     int style;                 /* CONFIG_STYLE_* */
     char *api_version;         /* "" = none */
+    int stream_usage;          /* CONFIG_STREAM_USAGE_* */
     long long jitter_ms;       /* release jitter the schedule tolerates (configure's jitter_ms) */
     long long refund_lag_ms;   /* a settle may reach Redis this long after the provider's give-back */
     long long horizon_ms;      /* how far ahead a slot may be granted; -1 = up to the max wait */
@@ -321,11 +328,6 @@ const struct config_tenant *config_tenant(const struct config_deployment *d, con
  * Compares against every client's key in time independent of where they
  * differ. */
 const struct config_http_client *config_http_client_by_key(const config *cfg, const char *key, size_t len);
-
-/* The request header a provider of style takes its API key in, and what
- * precedes the key in its value: "api-key" (azure), "x-api-key"
- * (anthropic), "Authorization" with "Bearer " (openai, custom). */
-void config_key_header(int style, const char **name, const char **prefix);
 
 /* Names of enum values ("open", "debug", "azure"); "?" when out of range. */
 const char *config_fail_name(int fail);

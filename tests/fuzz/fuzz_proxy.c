@@ -62,7 +62,7 @@ static void one_request(const http_msg *m) {
             abort();
         if (!r.name || r.est.input < 0 || r.est.output < 0 || !r.body) abort();
         if (r.route.op == PROXY_OP_EMBEDDINGS && r.est.output != 0) abort();
-        error_bodies(PROXY_ERR_NOT_GOVERNING, r.model, NULL);
+        error_bodies(PROXY_ERR_NO_ENDPOINT, r.model, NULL);
     } else {
         if ((unsigned)err.kind >= PROXY_ERR_KINDS || !memchr(err.message, '\0', sizeof(err.message))) abort();
         if ((unsigned)r.route.api > PROXY_API_ANTHROPIC) abort();

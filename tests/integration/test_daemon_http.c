@@ -2,8 +2,9 @@
  * private redis-server, driven by raw HTTP clients (support/http_client).
  *
  * Proves, on the wire: every route of the three APIs answered in its
- * shape (501 with what the proxy recognised: the proxy does not govern
- * yet; 404 for unknown paths and models; 400, 405), aliases, the UNIX
+ * shape (501 with what the proxy recognised: these deployments have no
+ * endpoint, so nothing is forwarded; test_proxy forwards to a provider;
+ * 404 for unknown paths and models; 400, 405), aliases, the UNIX
  * socket listener with agent.socket_mode; keep-alive with several
  * requests and pipelined requests answered in order; and the hostile
  * cases, each closing only that client, after each of which the daemon
@@ -78,7 +79,8 @@ static const char chat[] =
     "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"abcdefgh\"}],\"max_tokens\":32}";
 
 /* The daemon serves both sockets: PING on RESP, and a good request on a
- * new HTTP connection is recognised (501, the target and estimate). */
+ * new HTTP connection is recognised (501: no endpoint; the target and
+ * estimate). */
 static void assert_alive(const proxyd *p, const char *after) {
     if (!daemon_pings(&p->d)) fail_msg("after %s: sluiced stopped answering PING", after);
     hc_conn c;
@@ -106,8 +108,7 @@ static void test_routes_on_the_wire(void **state) {
     } cases[] = {
         {"/v1/chat/completions", NULL, chat, 501,
          "{\"error\":{\"message\":\"sluice's HTTP proxy recognised this request (openai chat/completions, deployment "
-         "'gpt-4o', estimate 2 input + 32 output tokens) but does not govern or forward requests yet (issue 16, part "
-         "2): nothing was sent upstream\",\"type\":\"server_error\",\"param\":null,\"code\":\"not_implemented\"}}"},
+         "'gpt-4o', estimate 2 input + 32 output tokens) but deployment 'gpt-4o' has no endpoint in "},
         {"/v1/embeddings", NULL, "{\"model\":\"gpt-4o-2024-08-06\",\"input\":\"abcd\"}", 501,
          "estimate 1 input + 0 output"},
         {"/v1/completions", NULL, "{\"model\":\"gpt-4o\",\"prompt\":\"abcd\",\"max_tokens\":2}", 501, "completions"},
@@ -194,7 +195,9 @@ static void test_routes_on_the_wire(void **state) {
     assert_int_equal(st.st_mode & 0777, 0600);
     char *info = daemon_info(&p.d);
     assert_contains(info, "# Http\r\nhttp_listeners:2\r\n");
-    assert_contains(info, "http_governing:0\r\n");
+    assert_contains(info, "http_governing:1\r\n");
+    assert_true(info_field(info, "http_no_endpoint") >= 10);
+    assert_true(info_field(info, "http_forwarded") == 0);
     assert_true(info_field(info, "http_requests") == 19);
     assert_true(info_field(info, "http_recognised_anthropic") >= 3);
     assert_true(info_field(info, "http_unknown_models") == 3);

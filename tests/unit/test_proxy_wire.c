@@ -374,7 +374,9 @@ static void test_error_builders(void **state) {
         {PROXY_ERR_TOO_LARGE, 413, "invalid_request_error", "413", "request_too_large"},
         {PROXY_ERR_RATE_LIMITED, 429, "requests", "429", "rate_limit_error"},
         {PROXY_ERR_INTERNAL, 500, "server_error", "InternalServerError", "api_error"},
-        {PROXY_ERR_NOT_GOVERNING, 501, "server_error", "NotImplemented", "api_error"},
+        {PROXY_ERR_NO_ENDPOINT, 501, "server_error", "NotImplemented", "api_error"},
+        {PROXY_ERR_BAD_GATEWAY, 502, "server_error", "BadGateway", "api_error"},
+        {PROXY_ERR_GATEWAY_TIMEOUT, 504, "server_error", "GatewayTimeout", "api_error"},
         {PROXY_ERR_UNAVAILABLE, 503, "server_error", "ServiceUnavailable", "overloaded_error"},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
@@ -404,7 +406,9 @@ static void test_error_builders(void **state) {
     assert_int_equal(proxy_error_kind_of(408), PROXY_ERR_TIMEOUT);
     assert_int_equal(proxy_error_kind_of(505), PROXY_ERR_VERSION);
     assert_int_equal(proxy_error_kind_of(418), PROXY_ERR_BAD_REQUEST);
-    assert_int_equal(proxy_error_kind_of(502), PROXY_ERR_INTERNAL);
+    assert_int_equal(proxy_error_kind_of(502), PROXY_ERR_BAD_GATEWAY);
+    assert_int_equal(proxy_error_kind_of(504), PROXY_ERR_GATEWAY_TIMEOUT);
+    assert_int_equal(proxy_error_kind_of(599), PROXY_ERR_INTERNAL);
     assert_int_equal(proxy_error_kind_of(400), PROXY_ERR_BAD_REQUEST);
 }
 

@@ -1,0 +1,454 @@
+/* test_proxy: the HTTP proxy governing and forwarding, on the wire: the
+ * real sluiced with agent.http on, a private redis-server, and `sluice
+ * mock` as the provider (support/mock_fixture), driven by raw HTTP
+ * clients (support/http_client).
+ *
+ * Proves: an OpenAI chat completion, an Azure deployment path and an
+ * Anthropic message each answered by the mock through the proxy, with the
+ * provider's body, status and rate-limit headers and sluice's x-sluice-*
+ * budget headers; the caller's credentials reach the provider unchanged
+ * (the mock's ledger shows what it saw) and x-sluice-* do not; a stream
+ * of each format passed through with every event, its usage settled equal
+ * to the mock's ledger (the OpenAI stream's usage chunk injected by
+ * stream_usage: inject); a shed 429 with Retry-After, retry-after-ms and
+ * the provider's error shape; an upstream 429 retried under the fleet's
+ * retry budget (answered 200 after two attempts, one 429 on the ledger);
+ * a hard quota error passed on and not retried; a client that leaves
+ * while waiting for its slot gives it back (nothing queued or waiting,
+ * a cancel counted); a client that leaves mid-stream cancels the upstream
+ * transfer (the mock counts it abandoned) and its usage so far is
+ * settled; a group's member served under its own model name; an upstream
+ * that does not answer in agent.http.upstream_timeout_ms (504) or
+ * refuses the connection (502), each retried once (max_attempts: 2).
+ * Every wait is on a condition (a response, INFO, the ledger),
+ * bounded. */
+#define _GNU_SOURCE
+#include "test_daemon_harness.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "http_client.h"
+#include "mock_fixture.h"
+
+static redis_fixture fx;
+static mock_fixture mk; /* fast answers: 20-40 ms */
+
+static int group_setup(void **state) {
+    (void)state;
+    if (!sluiced_path() || !mock_fixture_binary()) return -1;
+    if (redis_fixture_start(&fx, 0) != 0) return -1;
+    static const char *const args[] = {"--rpm", "6000", "--service-ms", "20-40", NULL};
+    return mock_fixture_start(&mk, args, 10000);
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    harness_kill_all();
+    mock_fixture_stop(&mk);
+    redis_fixture_stop(&fx);
+    return 0;
+}
+
+static int test_teardown(void **state) {
+    (void)state;
+    harness_kill_all();
+    return 0;
+}
+
+typedef struct proxyd {
+    daemon_proc d;
+    int port;
+} proxyd;
+
+/* A daemon with the proxy on a free loopback port whose deployments
+ * (deps, with %PORT% standing for the mock's port) go to mock m;
+ * http_extra: more lines under agent.http (4 spaces of indent). */
+static void start_proxyd_with(proxyd *p, const char *name, const mock_fixture *m, const char *http_extra,
+                              const char *deps) {
+    daemon_init(&p->d, fx.dir, name);
+    p->port = free_tcp_port();
+    char agent[512], port[16], text[4096];
+    snprintf(agent, sizeof(agent), "  http:\n    listen: [127.0.0.1:%d]\n%s", p->port, http_extra ? http_extra : "");
+    snprintf(port, sizeof(port), "%d", m->port);
+    size_t k = 0;
+    for (const char *s = deps; *s && k + 16 < sizeof(text);) {
+        if (!strncmp(s, "%PORT%", 6)) {
+            k += (size_t)snprintf(text + k, sizeof(text) - k, "%s", port);
+            s += 6;
+        } else {
+            text[k++] = *s++;
+        }
+    }
+    text[k] = '\0';
+    assert_int_equal(daemon_configure(&p->d, &fx, agent, text), 0);
+    assert_int_equal(daemon_start(&p->d), 0);
+}
+
+static void start_proxyd(proxyd *p, const char *name, const mock_fixture *m, const char *deps) {
+    start_proxyd_with(p, name, m, NULL, deps);
+}
+
+static void assert_contains(const char *hay, const char *needle) {
+    if (!hay || !strstr(hay, needle)) fail_msg("expected to find \"%s\" in:\n%s", needle, hay ? hay : "(null)");
+}
+
+static const char three[] =
+    "  gpt-4o:\n    rpm: 6000\n    tpm: 1000000\n    style: openai\n"
+    "    endpoint: http://127.0.0.1:%PORT%\n"
+    "  az-east:\n    rpm: 6000\n    tpm: 1000000\n    style: azure\n"
+    "    api_version: 2024-06-01\n    endpoint: http://127.0.0.1:%PORT%/\n"
+    "  claude:\n    rpm: 6000\n    style: anthropic\n    itpm: 1000000\n    otpm: 100000\n"
+    "    endpoint: http://127.0.0.1:%PORT%\n"
+    "  gpt-member:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%PORT%/v1\n"
+    "groups:\n  gpt-pool:\n    members: [gpt-member]\n";
+
+/* ---- the three APIs, credentials ----------------------------------------------------------- */
+
+static void test_three_apis(void **state) {
+    (void)state;
+    proxyd p;
+    start_proxyd(&p, "apis", &mk, three);
+    json_decref(mock_fixture_stats(&mk, "?reset=1"));
+    hc_conn c;
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    static const struct {
+        const char *target, *headers, *body, *has, *cred_name, *cred;
+    } cases[] = {
+        {"/v1/chat/completions", "Authorization: Bearer sk-caller-one\r\nx-sluice-tenant: team-a\r\n",
+         "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"abcdefgh\"}],\"max_tokens\":8}",
+         "\"object\":\"chat.completion\"", "authorization", "Bearer sk-caller-one"},
+        {"/openai/deployments/az-east/chat/completions?api-version=2024-06-01", "api-key: azure-caller-key\r\n",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"abcdefgh\"}],\"max_tokens\":8}", "\"model\":\"az-east\"",
+         "api-key", "azure-caller-key"},
+        {"/v1/messages", "x-api-key: sk-ant-caller\r\nanthropic-version: 2023-06-01\r\n",
+         "{\"model\":\"claude\",\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"abcdefgh\"}]}",
+         "\"type\":\"message\"", "x-api-key", "sk-ant-caller"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        hc_response r;
+        assert_int_equal(hc_post(&c, cases[i].target, cases[i].headers, cases[i].body, &r, 10000), 0);
+        if (r.status != 200) fail_msg("%s: %d %s", cases[i].target, r.status, r.body);
+        assert_contains(r.body, cases[i].has);
+        assert_contains(r.body, "\"usage\"");
+        char v[128];
+        assert_string_equal(hc_header(&r, "content-type", v, sizeof(v)), "application/json");
+        assert_non_null(hc_header(&r, "x-sluice-deployment", v, sizeof(v)));
+        assert_string_equal(hc_header(&r, "x-sluice-attempts", v, sizeof(v)), "1");
+        assert_non_null(hc_header(&r, "x-sluice-ratelimit-limit-requests", v, sizeof(v)));
+        assert_string_equal(v, i == 2 ? "6000" : "6000");
+        /* The provider's own rate-limit headers come along. */
+        assert_non_null(
+            hc_header(&r, i == 2 ? "anthropic-ratelimit-requests-limit" : "x-ratelimit-limit-requests", v, sizeof(v)));
+        hc_response_free(&r);
+        /* What the provider saw: exactly the caller's credential. */
+        json_t *st = mock_fixture_stats(&mk, "");
+        assert_non_null(st);
+        const char *seen = json_string_value(json_object_get(json_object_get(st, "credentials"), cases[i].cred_name));
+        if (!seen || strcmp(seen, cases[i].cred)) fail_msg("%s: the mock saw %s", cases[i].cred_name, seen);
+        json_decref(st);
+    }
+    /* A group: its member serves, under its own model name. */
+    hc_response r;
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", "Authorization: Bearer sk-caller-one\r\n",
+                             "{\"model\":\"gpt-pool\",\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}]}", &r,
+                             10000),
+                     0);
+    if (r.status != 200) fail_msg("group: %d %s", r.status, r.body);
+    char v[64];
+    assert_string_equal(hc_header(&r, "x-sluice-deployment", v, sizeof(v)), "gpt-member");
+    assert_contains(r.body, "\"model\":\"gpt-member\"");
+    hc_response_free(&r);
+    hc_close(&c);
+    json_t *st = mock_fixture_stats(&mk, "");
+    assert_int_equal(mock_fixture_count(st, "deployments/gpt-member/accepted"), 1);
+    assert_int_equal(mock_fixture_count(st, "totals/accepted"), 4);
+    assert_int_equal(mock_fixture_count(st, "deployments/gpt-4o/accepted"), 1);
+    assert_int_equal(mock_fixture_count(st, "deployments/az-east/accepted"), 1);
+    assert_int_equal(mock_fixture_count(st, "deployments/claude/accepted"), 1);
+    long long reported = mock_fixture_count(st, "totals/tokens_reported");
+    json_decref(st);
+    /* Settled with the usage of each answer. */
+    assert_true(daemon_wait_info(&p.d, "settles", 4, 10000));
+    assert_true(info_num(&p.d, "tokens_actual") == (double)reported);
+    assert_true(info_num(&p.d, "http_forwarded") == 4);
+    assert_true(info_num(&p.d, "http_answered_upstream") == 4);
+    assert_true(info_num(&p.d, "http_calls") == 0);
+    assert_int_equal(daemon_stop(&p.d), 0);
+}
+
+/* ---- streams ------------------------------------------------------------------------------------ */
+
+static int count_of(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *s = hay; (s = strstr(s, needle)) != NULL; s += strlen(needle)) n++;
+    return n;
+}
+
+static void test_streams(void **state) {
+    (void)state;
+    proxyd p;
+    start_proxyd(&p, "streams", &mk, three);
+    json_decref(mock_fixture_stats(&mk, "?reset=1"));
+    hc_conn c;
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    hc_response r;
+    /* OpenAI: the request did not ask for the usage; the proxy did. */
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", NULL,
+                             "{\"model\":\"gpt-4o\",\"stream\":true,\"max_tokens\":40,\"messages\":[{\"role\":\"user\","
+                             "\"content\":\"abcdefgh\"}]}",
+                             &r, 10000),
+                     0);
+    assert_int_equal(r.status, 200);
+    char v[128];
+    assert_string_equal(hc_header(&r, "content-type", v, sizeof(v)), "text/event-stream");
+    assert_true(r.chunked && r.chunks >= 2);
+    int events = count_of(r.body, "data: ");
+    assert_true(events >= 5); /* role, deltas, finish, usage, [DONE] */
+    assert_contains(r.body, "\"choices\":[],\"usage\":{\"prompt_tokens\"");
+    assert_contains(r.body, "data: [DONE]\n\n");
+    hc_response_free(&r);
+    /* Anthropic: every event, message_start to message_stop. */
+    assert_int_equal(hc_post(&c, "/v1/messages", "anthropic-version: 2023-06-01\r\n",
+                             "{\"model\":\"claude\",\"stream\":true,\"max_tokens\":40,\"messages\":[{\"role\":\"user\","
+                             "\"content\":\"abcdefgh\"}]}",
+                             &r, 10000),
+                     0);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(count_of(r.body, "event: message_start\n"), 1);
+    assert_int_equal(count_of(r.body, "event: content_block_start\n"), 1);
+    assert_true(count_of(r.body, "event: content_block_delta\n") >= 1);
+    assert_int_equal(count_of(r.body, "event: message_delta\n"), 1);
+    assert_int_equal(count_of(r.body, "event: message_stop\n"), 1);
+    hc_response_free(&r);
+    hc_close(&c);
+    json_t *st = mock_fixture_stats(&mk, "");
+    assert_int_equal(mock_fixture_count(st, "totals/accepted"), 2);
+    long long reported = mock_fixture_count(st, "totals/tokens_reported");
+    json_decref(st);
+    assert_true(reported > 0);
+    assert_true(daemon_wait_info(&p.d, "settles", 2, 10000));
+    /* The usage settled is the mock's ledger's, to the token. */
+    if (info_num(&p.d, "tokens_actual") != (double)reported)
+        fail_msg("settled %g tokens, the mock reported %lld", info_num(&p.d, "tokens_actual"), reported);
+    assert_true(info_num(&p.d, "http_streamed") == 2);
+    assert_int_equal(daemon_stop(&p.d), 0);
+}
+
+/* ---- shed, retry, quota --------------------------------------------------------------------------- */
+
+static void test_shed(void **state) {
+    (void)state;
+    proxyd p;
+    /* 6 rpm: one slot now, the next 10 s away. */
+    start_proxyd(&p, "shed", &mk, "  slow:\n    rpm: 6\n    style: openai\n    endpoint: http://127.0.0.1:%PORT%\n");
+    hc_conn c;
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    static const char body[] = "{\"model\":\"slow\",\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}]}";
+    hc_response r;
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", NULL, body, &r, 10000), 0);
+    assert_int_equal(r.status, 200);
+    hc_response_free(&r);
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", "x-sluice-max-wait-ms: 0\r\n", body, &r, 10000), 0);
+    assert_int_equal(r.status, 429);
+    char ra[32], ram[32];
+    assert_non_null(hc_header(&r, "retry-after", ra, sizeof(ra)));
+    assert_non_null(hc_header(&r, "retry-after-ms", ram, sizeof(ram)));
+    long long ms = atoll(ram), s = atoll(ra);
+    assert_true(ms > 0 && ms <= 10000);
+    assert_int_equal(s, (ms + 999) / 1000);
+    assert_contains(r.body, "\"code\":\"rate_limit_exceeded\"");
+    assert_contains(r.body, "the fleet's budget has no slot");
+    hc_response_free(&r);
+    hc_close(&c);
+    assert_true(info_num(&p.d, "http_shed") == 1);
+    assert_true(info_num(&p.d, "http_forwarded") == 1);
+    assert_int_equal(daemon_stop(&p.d), 0);
+}
+
+static void test_retry_and_quota(void **state) {
+    (void)state;
+    proxyd p;
+    start_proxyd(&p, "retry", &mk,
+                 "  r1:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%PORT%\n"
+                 "    retry_budget:\n      min_per_s: 10\n"
+                 "  q1:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%PORT%\n");
+    json_decref(mock_fixture_stats(&mk, "?reset=1"));
+    hc_conn c;
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    /* An upstream 429 at admission: retried after its retry-after-ms. */
+    assert_int_equal(mock_fixture_control(&mk, "?inject_429=1"), 200);
+    hc_response r;
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", NULL,
+                             "{\"model\":\"r1\",\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}]}", &r, 20000),
+                     0);
+    if (r.status != 200) fail_msg("retry: %d %s", r.status, r.body);
+    char v[32];
+    assert_string_equal(hc_header(&r, "x-sluice-attempts", v, sizeof(v)), "2");
+    hc_response_free(&r);
+    json_t *st = mock_fixture_stats(&mk, "?reset=1");
+    assert_int_equal(mock_fixture_count(st, "deployments/r1/injected_429"), 1);
+    assert_int_equal(mock_fixture_count(st, "deployments/r1/accepted"), 1);
+    json_decref(st);
+    assert_true(info_num(&p.d, "http_retried") == 1);
+    /* A hard quota error: passed on, never retried. */
+    assert_int_equal(mock_fixture_control(&mk, "?quota_exhausted=1"), 200);
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", NULL,
+                             "{\"model\":\"q1\",\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}]}", &r, 20000),
+                     0);
+    assert_int_equal(mock_fixture_control(&mk, "?quota_exhausted=0"), 200);
+    assert_int_equal(r.status, 429);
+    assert_contains(r.body, "insufficient_quota");
+    assert_string_equal(hc_header(&r, "x-sluice-attempts", v, sizeof(v)), "1");
+    hc_response_free(&r);
+    st = mock_fixture_stats(&mk, "");
+    assert_int_equal(mock_fixture_count(st, "deployments/q1/requests"), 1);
+    json_decref(st);
+    assert_true(info_num(&p.d, "http_retried") == 1);
+    assert_true(daemon_wait_info(&p.d, "quota_errors", 1, 10000));
+    hc_close(&c);
+    assert_int_equal(daemon_stop(&p.d), 0);
+}
+
+/* ---- clients that leave -------------------------------------------------------------------------- */
+
+static int nothing_held(void *arg) {
+    const proxyd *p = arg;
+    char *info = daemon_info(&p->d);
+    int ok = info && info_field(info, "http_gone_waiting") >= 1 && info_field(info, "queued") == 0 &&
+             info_field(info, "waiting") == 0 && info_field(info, "cancels") >= 1 &&
+             info_field(info, "http_calls") == 0;
+    free(info);
+    return ok;
+}
+
+static void test_gone_while_waiting(void **state) {
+    (void)state;
+    proxyd p;
+    start_proxyd(&p, "wait", &mk, "  w1:\n    rpm: 6\n    style: openai\n    endpoint: http://127.0.0.1:%PORT%\n");
+    static const char body[] = "{\"model\":\"w1\",\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}]}";
+    hc_conn c;
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    hc_response r;
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", NULL, body, &r, 10000), 0);
+    assert_int_equal(r.status, 200);
+    hc_response_free(&r);
+    /* The next slot is 10 s away: this one waits, then its client goes. */
+    char req[512];
+    int n =
+        snprintf(req, sizeof(req),
+                 "POST /v1/chat/completions HTTP/1.1\r\nx-sluice-max-wait-ms: 60000\r\nContent-Length: %zu\r\n\r\n%s",
+                 strlen(body), body);
+    assert_int_equal(hc_send(&c, req, (size_t)n), 0);
+    assert_true(daemon_wait_info(&p.d, "waiting", 1, 10000) || daemon_wait_info(&p.d, "queued", 1, 1));
+    hc_close(&c);
+    PROC_POLL_OR_FAIL(nothing_held, &p, 10000, "the waiting request's slot to go back");
+    assert_true(info_num(&p.d, "http_forwarded") == 1);
+    assert_int_equal(daemon_stop(&p.d), 0);
+}
+
+static int upstream_cancelled(void *arg) {
+    const void **a = arg;
+    const proxyd *p = a[0];
+    const mock_fixture *m = a[1];
+    json_t *st = mock_fixture_stats(m, "");
+    long long abandoned = mock_fixture_count(st, "totals/abandoned");
+    json_decref(st);
+    return abandoned >= 1 && info_num(&p->d, "http_gone") >= 1 && info_num(&p->d, "settles") >= 1 &&
+           info_num(&p->d, "http_calls") == 0;
+}
+
+static void test_gone_mid_stream(void **state) {
+    (void)state;
+    /* A provider whose streams take 4 s, events spread over that time. */
+    mock_fixture slow;
+    static const char *const args[] = {"--rpm", "6000", "--service-ms", "4000", NULL};
+    assert_int_equal(mock_fixture_start(&slow, args, 10000), 0);
+    proxyd p;
+    start_proxyd(&p, "midstream", &slow,
+                 "  claude:\n    rpm: 6000\n    style: anthropic\n    itpm: 1000000\n    otpm: 100000\n"
+                 "    endpoint: http://127.0.0.1:%PORT%\n");
+    static const char body[] = "{\"model\":\"claude\",\"stream\":true,\"max_tokens\":400,\"messages\":[{\"role\":"
+                               "\"user\",\"content\":\"abcdefgh\"}]}";
+    hc_conn c;
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    char req[512];
+    int n = snprintf(req, sizeof(req),
+                     "POST /v1/messages HTTP/1.1\r\nanthropic-version: 2023-06-01\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(body), body);
+    assert_int_equal(hc_send(&c, req, (size_t)n), 0);
+    /* The first events arrive (message_start carries the input usage)... */
+    double until = now_ms() + 10000;
+    while (!(c.buf && memmem(c.buf, c.len, "content_block_delta", 19)) && now_ms() < until) hc_read_some(&c, 1000);
+    if (!c.buf || !memmem(c.buf, c.len, "content_block_delta", 19)) fail_msg("no delta event within 10 s");
+    /* ... and the client goes mid-stream. */
+    hc_close(&c);
+    const void *arg[2] = {&p, &slow};
+    PROC_POLL_OR_FAIL(upstream_cancelled, arg, 10000, "the upstream stream to be cancelled and settled");
+    /* Settled with what the stream reported: the input, and some output. */
+    double actual = info_num(&p.d, "tokens_actual");
+    assert_true(actual >= 2 && actual < 2 + 400);
+    assert_int_equal(daemon_stop(&p.d), 0);
+    mock_fixture_stop(&slow);
+}
+
+/* ---- upstream faults ---------------------------------------------------------------------------- */
+
+static void test_upstream_timeout_and_refused(void **state) {
+    (void)state;
+    mock_fixture slow;
+    static const char *const args[] = {"--rpm", "6000", "--service-ms", "5000", NULL};
+    assert_int_equal(mock_fixture_start(&slow, args, 10000), 0);
+    int closed_port = free_tcp_port(); /* nothing listens there */
+    char deps[512];
+    snprintf(deps, sizeof(deps),
+             "  t1:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%%PORT%%\n"
+             "  dead:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%d\n",
+             closed_port);
+    proxyd p;
+    start_proxyd_with(&p, "faults", &slow, "    upstream_timeout_ms: 600\n    max_attempts: 2\n", deps);
+    hc_conn c;
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    hc_response r;
+    double t0 = now_ms();
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", NULL,
+                             "{\"model\":\"t1\",\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}]}", &r, 20000),
+                     0);
+    double took = now_ms() - t0;
+    if (r.status != 504) fail_msg("timeout: %d %s", r.status, r.body);
+    assert_contains(r.body, "\"code\":\"timeout\"");
+    char v[32];
+    assert_string_equal(hc_header(&r, "x-sluice-attempts", v, sizeof(v)), "2");
+    assert_true(took >= 1200 && took < 5000); /* two attempts of 600 ms, not the provider's 5 s */
+    hc_response_free(&r);
+    assert_true(info_num(&p.d, "http_upstream_timeouts") == 2);
+    assert_true(daemon_wait_info(&p.d, "settles", 2, 10000));
+    /* Nothing listens: a connect error, retried, then 502. */
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", NULL,
+                             "{\"model\":\"dead\",\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}]}", &r, 20000),
+                     0);
+    if (r.status != 502) fail_msg("refused: %d %s", r.status, r.body);
+    assert_contains(r.body, "\"code\":\"bad_gateway\"");
+    assert_string_equal(hc_header(&r, "x-sluice-attempts", v, sizeof(v)), "2");
+    hc_response_free(&r);
+    hc_close(&c);
+    assert_true(daemon_wait_info(&p.d, "settles", 4, 10000));
+    assert_true(info_num(&p.d, "http_calls") == 0);
+    assert_int_equal(daemon_stop(&p.d), 0);
+    mock_fixture_stop(&slow);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_three_apis, test_teardown),
+        cmocka_unit_test_teardown(test_streams, test_teardown),
+        cmocka_unit_test_teardown(test_shed, test_teardown),
+        cmocka_unit_test_teardown(test_retry_and_quota, test_teardown),
+        cmocka_unit_test_teardown(test_gone_while_waiting, test_teardown),
+        cmocka_unit_test_teardown(test_gone_mid_stream, test_teardown),
+        cmocka_unit_test_teardown(test_upstream_timeout_and_refused, test_teardown),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
