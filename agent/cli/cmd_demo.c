@@ -21,6 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -103,7 +106,8 @@ typedef struct demo_ctx {
     demo_opts o;
     demo_setup setup;
     const demo_strategy *run[DEMO_NSTRATEGIES];
-    int nrun, uses_sluice;
+    int nrun, uses_sluice, uses_proxy;
+    int http_port; /* sluiced's HTTP proxy, with uses_proxy */
     char self[4096], dir[256], redis_sock[320], agent_sock[320], redis_url[1024];
     char sluiced_bin[4096], redis_bin[4096], dep_prefix[64];
     char deployments[DEMO_NSTRATEGIES][80];
@@ -150,7 +154,7 @@ static int parse_strategies(demo_ctx *d) {
         id[n] = '\0';
         const demo_strategy *st = demo_strategy_find(id);
         if (!st) {
-            fprintf(stderr, "sluice demo: --strategies: unknown strategy '%s' (A, B, C, D, E or sluice)\n", id);
+            fprintf(stderr, "sluice demo: --strategies: unknown strategy '%s' (A, B, C, D, E, sluice or proxy)\n", id);
             return -1;
         }
         for (int i = 0; i < d->nrun; i++)
@@ -159,7 +163,8 @@ static int parse_strategies(demo_ctx *d) {
                 return -1;
             }
         d->run[d->nrun++] = st;
-        if (st->wait == DEMO_WAIT_SLUICE) d->uses_sluice = 1;
+        if (st->wait == DEMO_WAIT_SLUICE || st->via_proxy) d->uses_sluice = 1;
+        if (st->via_proxy) d->uses_proxy = 1;
         list += n + (list[n] == ',');
     }
     if (d->nrun == 0) {
@@ -368,6 +373,36 @@ static int find_sluiced(demo_ctx *d) {
     return -1;
 }
 
+/* A loopback TCP port that was free a moment ago (sluiced's listen takes
+ * no port 0), or -1. */
+static int free_loopback_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t len = sizeof(a);
+    int port = -1;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+/* Whether sluiced's HTTP proxy governs: not when its INFO says
+ * http_governing:0 (it recognises requests and answers 501, sending
+ * nothing upstream). 1, 0, or -1 when INFO could not be read. */
+static int proxy_governs(const demo_ctx *d) {
+    struct timeval tv = {5, 0};
+    redisContext *c = redisConnectUnixWithTimeout(d->agent_sock, tv);
+    int rc = -1;
+    if (c && !c->err && redisSetTimeout(c, tv) == REDIS_OK) {
+        redisReply *r = redisCommand(c, "INFO http");
+        if (r && r->type == REDIS_REPLY_STRING) rc = strstr(r->str, "\nhttp_governing:0") ? 0 : 1;
+        if (r) freeReplyObject(r);
+    }
+    if (c) redisFree(c);
+    return rc;
+}
+
 static int start_sluiced(demo_ctx *d) {
     char cfg[400];
     snprintf(cfg, sizeof(cfg), "%s/sluiced.yaml", d->dir);
@@ -393,11 +428,19 @@ static int start_sluiced(demo_ctx *d) {
             "  socket_mode: \"0600\"\n"
             "  metrics: \"\"\n"
             "  max_clients: %lld\n"
-            "  log_level: warn\n"
-            "deployments:\n",
+            "  log_level: warn\n",
             (long)getpid(), d->agent_sock, max_clients);
+    if (d->uses_proxy) {
+        if ((d->http_port = free_loopback_port()) <= 0) {
+            fprintf(stderr, "sluice demo: no free loopback port for sluiced's HTTP proxy\n");
+            fclose(f);
+            return -1;
+        }
+        fprintf(f, "  http:\n    listen: [\"127.0.0.1:%d\"]\n", d->http_port);
+    }
+    fprintf(f, "deployments:\n");
     for (int i = 0; i < d->nrun; i++) {
-        if (d->run[i]->wait != DEMO_WAIT_SLUICE) continue;
+        if (d->run[i]->wait != DEMO_WAIT_SLUICE && !d->run[i]->via_proxy) continue;
         fprintf(f,
                 "  %s:\n"
                 "    rpm: %lld\n"
@@ -405,6 +448,8 @@ static int start_sluiced(demo_ctx *d) {
                 "    max_wait_ms: %lld\n"
                 "    jitter_ms: %lld\n",
                 d->deployments[i], d->o.rpm, d->o.burst, d->max_wait_ms, d->o.jitter_ms);
+        /* The proxy forwards to the deployment's endpoint: the mock. */
+        if (d->run[i]->via_proxy) fprintf(f, "    endpoint: \"http://127.0.0.1:%d\"\n", d->mock_port);
     }
     if (fclose(f) != 0) return -1;
     char *argv[] = {d->sluiced_bin, "--config", cfg, NULL};
@@ -467,7 +512,7 @@ static void cleanup_redis_keys(demo_ctx *d) {
     static const char *const what[] = {"limits",      "state", "grants", "leases", "refq:requests",
                                        "refq:tokens", "daily", "retry",  "agents"};
     for (int i = 0; i < d->nrun; i++) {
-        if (d->run[i]->wait != DEMO_WAIT_SLUICE) continue;
+        if (d->run[i]->wait != DEMO_WAIT_SLUICE && !d->run[i]->via_proxy) continue;
         for (size_t k = 0; k < sizeof(what) / sizeof(what[0]); k++) {
             char key[200];
             snprintf(key, sizeof(key), "sluice:{%s}:%s", d->deployments[i], what[k]);
@@ -549,8 +594,10 @@ static void workers_close(demo_ctx *d, int sig) {
 static int spawn_workers(demo_ctx *d, int idx, demo_row *row) {
     const demo_strategy *st = d->run[idx];
     char url[512], rpm[32], attempts[32], scale[32], maxwait[32];
+    /* The proxy row's workers call sluiced's HTTP proxy, in the provider's
+     * own wire format, as they would call the provider. */
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/openai/deployments/%s/chat/completions?api-version=2024-06-01",
-             d->mock_port, d->deployments[idx]);
+             st->via_proxy ? d->http_port : d->mock_port, d->deployments[idx]);
     snprintf(rpm, sizeof(rpm), "%lld", d->o.rpm);
     snprintf(attempts, sizeof(attempts), "%lld", d->o.attempts);
     snprintf(scale, sizeof(scale), "%.17g", d->o.time_scale);
@@ -699,6 +746,19 @@ static int run_strategy(demo_ctx *d, int idx, demo_row *row) {
     long long done = 0;
     for (int i = 0; i < d->o.processes; i++) d->w[i].in = d->w[i].out = -1;
     show_progress(d, idx, 0, 0);
+    if (st->via_proxy) {
+        int gov = proxy_governs(d);
+        if (gov == 0) {
+            snprintf(row->error, sizeof(row->error),
+                     "sluiced's HTTP proxy does not govern yet (INFO http_governing:0): it answers 501 and sends "
+                     "nothing to the provider (issue 16, part 2), so this row cannot run");
+            goto out;
+        }
+        if (gov < 0) {
+            snprintf(row->error, sizeof(row->error), "cannot read sluiced's INFO (INFO http) on its socket");
+            goto out;
+        }
+    }
     if (spawn_workers(d, idx, row) != 0) goto out;
 
     /* Everyone ready, then one "go" for the whole fleet. */

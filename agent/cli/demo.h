@@ -2,7 +2,8 @@
  * processes (`sluice demo-worker`, demo_worker.c) share: the table of client
  * strategies and the line protocol on the worker's pipes.
  *
- * The strategies are the seed article's five (A-E) plus sluice. Every one
+ * The strategies are the seed article's five (A-E), sluice, and proxy (the
+ * same plain client as B pointed at sluiced's HTTP proxy). Every one
  * runs as the same fleet of P independent worker processes; a row of
  * demo_strategies says how one process behaves: how many of its requests
  * may be in flight, how it waits after a 429, whether it paces itself, and
@@ -36,11 +37,12 @@ typedef struct demo_strategy {
     demo_wait wait;
     int paced;            /* a client-side token bucket at the full quota, per process */
     const char *describe; /* one line for --help and docs */
+    int via_proxy;        /* plain HTTP to sluiced's HTTP proxy instead of the provider */
 } demo_strategy;
 
-#define DEMO_NSTRATEGIES 6
+#define DEMO_NSTRATEGIES 7
 
-/* The strategies in table order: A, B, C, D, E, sluice. */
+/* The strategies in table order: A, B, C, D, E, sluice, proxy. */
 extern const demo_strategy demo_strategies[DEMO_NSTRATEGIES];
 
 /* The strategy called id (case-insensitive; "S" means sluice), or NULL. */

@@ -65,7 +65,7 @@ typedef struct worker_opts {
 #define WOPT(f) offsetof(worker_opts, f)
 
 static const cli_flag worker_flags[] = {
-    {"--strategy", NULL, "ID", CLI_STR, WOPT(strategy), 0, 0, "A, B, C, D, E or sluice"},
+    {"--strategy", NULL, "ID", CLI_STR, WOPT(strategy), 0, 0, "A, B, C, D, E, sluice or proxy"},
     {"--worker-id", NULL, "NAME", CLI_STR, WOPT(worker_id), 0, 0, "x-client-id sent to the provider"},
     {"--url", NULL, "URL", CLI_STR, WOPT(url), 0, 0, "chat completions URL of the deployment"},
     {"--deployment", NULL, "NAME", CLI_STR, WOPT(deployment), 0, 0, "deployment name in sluiced"},

@@ -205,6 +205,7 @@ static int call_record(mock_call *c, int status, mock_outcome o, const mock_char
     mock *m = c->m;
     mock_ledger_ref ref;
     mock_ledger_record(m->ledger, c->deployment, c->client, o, c->now_ms, ch, &ref);
+    mock_ledger_credential(m->ledger, c->credential, o, c->now_ms, ch, &ref);
     if (m->opt.log)
         fprintf(m->opt.log, "%.3f %s %s %s %d %s\n", c->now_ms, c->client, c->deployment ? c->deployment : "-",
                 mock_http_path(c->req), status, outcome_name(o));
@@ -399,25 +400,38 @@ static void client_id(const mock_http_req *req, char *out, size_t n) {
     out[i] = '\0';
 }
 
-/* The credential headers the ledger shows (the last value of each seen),
- * so a test can check what a proxy in front of the mock passed on. */
-static const char *const credential_headers[3] = {"authorization", "api-key", "x-api-key"};
-
-static void note_credentials(mock *m, const mock_http_req *req) {
-    for (int i = 0; i < 3; i++) {
-        const char *v = mock_http_header(req, credential_headers[i]);
-        if (v) snprintf(m->credentials[i], sizeof(m->credentials[i]), "%s", v);
+void mock_credential_fingerprint(const mock_http_req *req, char *out, size_t n) {
+    static const char *const names[] = {"authorization", "api-key", "x-api-key"};
+    size_t len = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const char *v = mock_http_header(req, names[i]);
+        char tail[5] = {0};
+        if (!v) continue;
+        size_t vl = strlen(v);
+        if (vl >= 12) {
+            for (size_t k = 0; k < 4; k++) {
+                unsigned char ch = (unsigned char)v[vl - 4 + k];
+                tail[k] = (ch > 0x20 && ch < 0x7f) ? (char)ch : '_';
+            }
+            tail[4] = '\0';
+        }
+        int w = snprintf(out + len, n - len, "%s%s:%s", len ? " " : "", names[i], vl >= 12 ? tail : "short");
+        if (w < 0 || (size_t)w >= n - len) break;
+        len += (size_t)w;
     }
+    if (!len) snprintf(out, n, "%s", MOCK_NO_CREDENTIAL);
 }
 
 static void mock_on_request(mock_http_req *req, void *arg) {
     mock *m = arg;
-    note_credentials(m, req);
     mock_call c = {.m = m, .req = req, .now_ms = mock_now_ms(m), .style = MOCK_AZURE};
-    char client[MOCK_CLIENT_MAX + 1], name[MOCK_NAME_MAX + 2];
+    char client[MOCK_CLIENT_MAX + 1], name[MOCK_NAME_MAX + 2], credential[MOCK_CREDENTIAL_MAX + 1];
     const char *reason;
     client_id(req, client, sizeof(client));
     c.client = client;
+    mock_credential_fingerprint(req, credential, sizeof(credential));
+    c.credential = credential;
     int status = mock_http_error_status(req, &reason);
     if (status) {
         char msg[256];
@@ -670,11 +684,7 @@ json_t *mock_stats(const mock *m) {
         cfg = NULL;
     }
     json_decref(more);
-    json_t *cred = json_object();
-    for (int i = 0; cred && i < 3; i++)
-        if (m->credentials[i][0]) json_object_set_new(cred, credential_headers[i], json_string(m->credentials[i]));
-    if (!cred || json_object_set_new(stats, "credentials", cred) != 0 || !cfg ||
-        json_object_set_new(stats, "config", cfg) != 0 ||
+    if (!cfg || json_object_set_new(stats, "config", cfg) != 0 ||
         json_object_set_new(stats, "now_ms", json_real(mock_now_ms(m))) != 0 ||
         json_object_set_new(stats, "version", json_string(SLUICE_VERSION)) != 0) {
         json_decref(stats);
@@ -701,7 +711,6 @@ json_t *mock_stats(const mock *m) {
 void mock_reset(mock *m, int buckets) {
     double now = mock_now_ms(m);
     mock_ledger_reset(m->ledger, now);
-    memset(m->credentials, 0, sizeof(m->credentials));
     if (buckets)
         for (mock_map_entry *e = m->deps.first; e; e = e->next) dep_fill(m, e->value, now);
 }

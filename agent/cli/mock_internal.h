@@ -29,6 +29,9 @@
 #define MOCK_MAX_TOKENS 1000000
 #define MOCK_DEFAULT_MAX_TOKENS 16
 #define MOCK_NEIGHBOUR "(neighbour)"
+/* The fingerprint of a request's credentials, at most this long. */
+#define MOCK_CREDENTIAL_MAX 64
+#define MOCK_NO_CREDENTIAL "(none)"
 /* A streamed answer carries at most this many content deltas (each a
  * share of the completion), so a million-token answer is not a million
  * timer ticks. */
@@ -67,7 +70,6 @@ struct mock {
     double wall0_ms;             /* Unix time in ms at t0: the clock of RFC 3339 resets */
     int headers;                 /* send the rate-limit headers */
     uint64_t inject_429;         /* chat calls still to be answered 429 (/control) */
-    char credentials[3][160];    /* the last Authorization, api-key, x-api-key seen ("" none) */
     mock_http *http;
     mock_ledger *ledger;
     mock_map deps; /* name -> mock_deployment */
@@ -101,6 +103,7 @@ typedef struct mock_call {
     double now_ms;
     mock_style style; /* the error shapes and headers */
     const char *client;
+    const char *credential; /* mock_credential_fingerprint() of the request */
     const char *deployment; /* NULL until routed */
     mock_deployment *dep;
     mock_settle settle; /* set by the route before an accept */
@@ -133,6 +136,15 @@ typedef struct mock_events {
 } mock_events;
 
 /* ---- mock.c ----------------------------------------------------------- */
+
+/* The credentials req carried, as the ledger counts them: for each of the
+ * headers Authorization, api-key and x-api-key that is present, in that
+ * order and separated by spaces, "<name>:<last 4 characters of the
+ * value>" ("authorization:x7Qa"), or "<name>:short" for a value under 12
+ * characters, so that no secret is ever kept whole; bytes outside
+ * printable ASCII become '_'. MOCK_NO_CREDENTIAL when none is present.
+ * out has n >= MOCK_CREDENTIAL_MAX + 1 bytes. */
+void mock_credential_fingerprint(const mock_http_req *req, char *out, size_t n);
 
 /* Uniform in [lo, hi], and in [0, 1), from the mock's seeded sequence. */
 uint64_t mock_rng_range(uint64_t s[4], uint64_t lo, uint64_t hi);

@@ -25,6 +25,7 @@ struct mock_ledger {
     mock_counts totals;
     mock_map deployments;
     mock_map clients;
+    mock_map credentials; /* fingerprint -> counts, like clients */
     size_t max_clients, max_accepts;
     double since_ms;
 };
@@ -52,6 +53,7 @@ mock_ledger *mock_ledger_new(size_t max_clients, size_t max_accepts) {
     counts_zero(&l->totals);
     mock_map_init(&l->deployments);
     mock_map_init(&l->clients);
+    mock_map_init(&l->credentials);
     l->max_clients = max_clients;
     l->max_accepts = max_accepts;
     return l;
@@ -61,6 +63,7 @@ void mock_ledger_free(mock_ledger *l) {
     if (!l) return;
     mock_map_free(&l->deployments, entry_free);
     mock_map_free(&l->clients, entry_free);
+    mock_map_free(&l->credentials, entry_free);
     free(l);
 }
 
@@ -77,12 +80,13 @@ static ledger_entry *entry_get(mock_map *m, const char *key) {
     return e;
 }
 
-static ledger_entry *client_get(mock_ledger *l, const char *client) {
-    ledger_entry *e = mock_map_get(&l->clients, client);
+/* The entry of key in a map capped at max entries (clients, credentials). */
+static ledger_entry *capped_get(mock_map *m, size_t max, const char *key) {
+    ledger_entry *e = mock_map_get(m, key);
     if (e) return e;
     /* One slot stays free for "(other)". */
-    if (l->clients.count + 1 >= l->max_clients) client = MOCK_LEDGER_OTHER;
-    return entry_get(&l->clients, client);
+    if (m->count + 1 >= max) key = MOCK_LEDGER_OTHER;
+    return entry_get(m, key);
 }
 
 static void counts_add(mock_counts *c, mock_outcome o, double t_ms, const mock_charge *ch) {
@@ -168,14 +172,25 @@ int mock_ledger_record(mock_ledger *l, const char *deployment, const char *clien
             rc = -1;
         }
     }
-    c = client_get(l, client);
+    c = capped_get(&l->clients, l->max_clients, client);
     if (c) counts_add(&c->c, o, t_ms, ch);
     else rc = -1;
     if (ref) {
         ref->deployment = d;
         ref->client = c;
+        ref->credential = NULL;
     }
     return rc;
+}
+
+int mock_ledger_credential(mock_ledger *l, const char *credential, mock_outcome o, double t_ms, const mock_charge *ch,
+                           mock_ledger_ref *ref) {
+    static const mock_charge none;
+    ledger_entry *e = capped_get(&l->credentials, l->max_clients, credential);
+    if (ref) ref->credential = e;
+    if (!e) return -1;
+    counts_add(&e->c, o, t_ms, ch ? ch : &none);
+    return 0;
 }
 
 void mock_ledger_refund(mock_ledger *l, const mock_ledger_ref *ref, double t_ms, uint64_t amount) {
@@ -196,10 +211,11 @@ void mock_ledger_refund(mock_ledger *l, const mock_ledger_ref *ref, double t_ms,
 }
 
 void mock_ledger_abandoned(mock_ledger *l, const mock_ledger_ref *ref) {
-    ledger_entry *d = ref->deployment, *c = ref->client;
+    ledger_entry *d = ref->deployment, *c = ref->client, *k = ref->credential;
     l->totals.abandoned++;
     if (d) d->c.abandoned++;
     if (c) c->c.abandoned++;
+    if (k) k->c.abandoned++;
 }
 
 static void map_reset(mock_map *m) {
@@ -217,6 +233,7 @@ void mock_ledger_reset(mock_ledger *l, double now_ms) {
     counts_zero(&l->totals);
     map_reset(&l->deployments);
     map_reset(&l->clients);
+    map_reset(&l->credentials);
     l->since_ms = now_ms;
 }
 
@@ -287,6 +304,7 @@ fail:
 }
 
 json_t *mock_ledger_json(const mock_ledger *l) {
-    return json_pack("{sf so so so}", "since_ms", l->since_ms, "totals", counts_json(&l->totals), "deployments",
-                     map_json(&l->deployments, 1), "clients", map_json(&l->clients, 0));
+    return json_pack("{sf so so so so}", "since_ms", l->since_ms, "totals", counts_json(&l->totals), "deployments",
+                     map_json(&l->deployments, 1), "clients", map_json(&l->clients, 0), "credentials",
+                     map_json(&l->credentials, 0));
 }

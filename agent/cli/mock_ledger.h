@@ -59,6 +59,7 @@ typedef struct mock_ledger mock_ledger;
 typedef struct mock_ledger_ref {
     void *deployment;
     void *client;
+    void *credential; /* set by mock_ledger_credential() */
 } mock_ledger_ref;
 
 /* A new empty ledger. Clients beyond max_clients are counted together
@@ -79,6 +80,15 @@ void mock_ledger_free(mock_ledger *l);
 int mock_ledger_record(mock_ledger *l, const char *deployment, const char *client, mock_outcome o, double t_ms,
                        const mock_charge *ch, mock_ledger_ref *ref);
 
+/* Counts the same request once more under the credential it carried (a
+ * fingerprint, never the secret: see mock_credential_fingerprint() in
+ * mock_internal.h), in the "credentials" map, and adds that entry to ref
+ * (optional) so that an abandoned call is counted there too. Entries are
+ * capped as clients are (beyond: "(other)"). Returns 0 or -1 (out of
+ * memory: the request is then missing from that map only). */
+int mock_ledger_credential(mock_ledger *l, const char *credential, mock_outcome o, double t_ms, const mock_charge *ch,
+                           mock_ledger_ref *ref);
+
 /* Lists a give-back of amount output tokens at t_ms in the deployment of
  * ref (output_refund_ms, output_refund). */
 void mock_ledger_refund(mock_ledger *l, const mock_ledger_ref *ref, double t_ms, uint64_t amount);
@@ -96,7 +106,8 @@ void mock_ledger_totals(const mock_ledger *l, mock_counts *out);
 /* The counts of one deployment, or -1 when it has none. */
 int mock_ledger_deployment(const mock_ledger *l, const char *deployment, mock_counts *out);
 
-/* A new JSON object {"since_ms", "totals", "deployments", "clients"} (see
+/* A new JSON object {"since_ms", "totals", "deployments", "clients",
+ * "credentials"} (see
  * docs/mock.md). Entries without any request since the last reset are left
  * out. The caller owns the reference. NULL on allocation failure. */
 json_t *mock_ledger_json(const mock_ledger *l);

@@ -823,6 +823,59 @@ static void test_not_found_and_bad_requests(void **state) {
     json_decref(fin);
 }
 
+/* One chat call carrying the header lines extra (each ending in "\r\n"). */
+static void call_with(int port, const char *path, const char *extra, const char *body, response *r) {
+    static client cl;
+    char req[4096];
+    int n = snprintf(req, sizeof(req),
+                     "POST %s HTTP/1.1\r\nHost: mock\r\nContent-Type: application/json\r\n%s"
+                     "Connection: close\r\nContent-Length: %zu\r\n\r\n%s",
+                     path, extra, strlen(body), body);
+    assert_true(n > 0 && (size_t)n < sizeof(req));
+    client_open(&cl, port);
+    client_send(&cl, req, (size_t)n);
+    assert_int_equal(client_read(&cl, r), 0);
+    client_close(&cl);
+}
+
+/* The ledger counts each request under a fingerprint of its credentials:
+ * the header's name and the key's last 4 characters, never the key. */
+static void test_credentials(void **state) {
+    static response r;
+    mock_child c;
+    (void)state;
+    child_start(&c, "--service-ms", "1", NULL);
+    const char *chat = "{\"model\":\"gpt\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    const char *msg = "{\"model\":\"claude\",\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    call_with(c.port, "/v1/chat/completions", "Authorization: Bearer sk-secret-0123456789-AB12\r\n", chat, &r);
+    assert_int_equal(r.status, 200);
+    call_with(c.port, "/v1/chat/completions", "Authorization: Bearer sk-secret-0123456789-AB12\r\n", chat, &r);
+    call_with(c.port, AZURE_PATH("gpt"), "api-key: azure-secret-0123456789-cd34\r\n", simple_body, &r);
+    assert_int_equal(r.status, 200);
+    call_with(c.port, "/v1/messages", "x-api-key: sk-ant-secret-0123456789-EF56\r\nanthropic-version: 2023-06-01\r\n",
+              msg, &r);
+    assert_int_equal(r.status, 200);
+    call_with(c.port, "/v1/chat/completions", "api-key: short\r\nAuthorization: Bearer sk-0123456789-both\r\n", chat,
+              &r);
+    call_with(c.port, "/v1/chat/completions", "", chat, &r);
+    call_with(c.port, "/v1/chat/completions", "Authorization: Bearer sk-0123456789-nope\r\n", "{", &r);
+    assert_int_equal(r.status, 400);
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "credentials/authorization:AB12/accepted"), 2);
+    assert_int_equal(jint(fin, "credentials/api-key:cd34/accepted"), 1);
+    assert_int_equal(jint(fin, "credentials/x-api-key:EF56/accepted"), 1);
+    assert_int_equal(jint(fin, "credentials/authorization:both api-key:short/accepted"), 1);
+    assert_int_equal(jint(fin, "credentials/(none)/accepted"), 1);
+    assert_int_equal(jint(fin, "credentials/authorization:nope/status_400"), 1);
+    assert_int_equal(jint(fin, "credentials/authorization:nope/accepted"), 0);
+    /* No secret is kept whole. */
+    char *text = json_dumps(fin, 0);
+    assert_null(strstr(text, "secret"));
+    assert_null(strstr(text, "0123456789"));
+    free(text);
+    json_decref(fin);
+}
+
 /* Garbage on one connection gets a 400 and that connection closed; other
  * connections, even one in the middle of a request, are unaffected. */
 static void test_malformed_http(void **state) {
@@ -2504,6 +2557,7 @@ int main(void) {
         cmocka_unit_test(test_tpm_charges_the_estimate),
         cmocka_unit_test(test_quota_exhausted),
         cmocka_unit_test(test_not_found_and_bad_requests),
+        cmocka_unit_test(test_credentials),
         cmocka_unit_test(test_malformed_http),
         cmocka_unit_test(test_pipelining),
         cmocka_unit_test(test_abandoned_and_shutdown),

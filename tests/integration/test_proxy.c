@@ -143,11 +143,19 @@ static void test_three_apis(void **state) {
         assert_non_null(
             hc_header(&r, i == 2 ? "anthropic-ratelimit-requests-limit" : "x-ratelimit-limit-requests", v, sizeof(v)));
         hc_response_free(&r);
-        /* What the provider saw: exactly the caller's credential. */
+        /* What the provider saw: exactly the caller's credential (the
+         * ledger's fingerprint: the header and the key's last 4 characters),
+         * one new credential per case. */
         json_t *st = mock_fixture_stats(&mk, "");
         assert_non_null(st);
-        const char *seen = json_string_value(json_object_get(json_object_get(st, "credentials"), cases[i].cred_name));
-        if (!seen || strcmp(seen, cases[i].cred)) fail_msg("%s: the mock saw %s", cases[i].cred_name, seen);
+        json_t *creds = json_object_get(st, "credentials");
+        char fp[64], path[96];
+        snprintf(fp, sizeof(fp), "%s:%s", cases[i].cred_name, cases[i].cred + strlen(cases[i].cred) - 4);
+        snprintf(path, sizeof(path), "credentials/%s/accepted", fp);
+        if (json_object_size(creds) != i + 1 || mock_fixture_count(st, path) != 1) {
+            char *dump = json_dumps(creds, JSON_COMPACT);
+            fail_msg("%s: the mock saw %s, expected %s once more", cases[i].target, dump, fp);
+        }
         json_decref(st);
     }
     /* A group: its member serves, under its own model name. */

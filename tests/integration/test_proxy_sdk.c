@@ -1,0 +1,561 @@
+/* test_proxy_sdk: real clients nobody here wrote, as the callers of
+ * sluiced's HTTP proxy (issue 16, "What must be proven"), judged by the
+ * provider's own ledger (`sluice mock`).
+ *
+ * The clients are separate processes, each printing one JSON line per
+ * request (status, usage, whether a stream arrived whole, time):
+ *   - tests/integration/sdk_client.js: OpenAI's `openai` SDK (its OpenAI
+ *     and AzureOpenAI clients) and Anthropic's `@anthropic-ai/sdk`, from
+ *     npm, unmodified but for the base URL (sdk_install.sh installs them
+ *     into $SLUICE_BUILD_DIR/npm-sdk);
+ *   - tests/integration/raw_client.py: Python's httpx (Debian's
+ *     python3-httpx) and the curl command, the wire format by hand.
+ * Each client process has its own API key; the mock's ledger counts the
+ * requests under a fingerprint of the credential they carried (its last 4
+ * characters), so the test sees which caller's key reached the provider.
+ *
+ *   - test_clients_direct: the same clients straight at the mock (no
+ *     proxy), streamed and not, every flavour: every request answered 200
+ *     and whole, the usage the clients read is the ledger's, each key
+ *     reached the provider on exactly its own requests. This proves the
+ *     harness (and that the mock serves the real SDKs) on its own.
+ *   - test_fleet_through_proxy: 3 sluiced with agent.http.listen on a
+ *     loopback port, sharing one private Redis, in front of one mock with
+ *     two RPM-bound deployments (gpt: OpenAI style, claude: Anthropic
+ *     style); 4 client processes per agent (an OpenAI or Azure SDK, the
+ *     Anthropic SDK, httpx, curl), streaming and not. Every request
+ *     answered 200 and whole; <= 1 % 429s on the ledger; >= 97 % of the
+ *     floor on each deployment, (accepted - 1 s of burst) / rate against
+ *     the ledger's first-to-last accept; the usage the fleet settled
+ *     (STATUS tokens_actual, fleet-wide in Redis; the agents' INFO
+ *     tokens_actual summed) equals the ledger's tokens_reported; each key
+ *     reached the provider on exactly its own requests (pass-through).
+ *     While the proxy does not govern (it answers 501) a probe request
+ *     fails the test at once, saying so.
+ *
+ * ctest runs them as two tests: test_proxy_sdk (SDK_TESTS=direct) and
+ * test_proxy_sdk_fleet (SDK_TESTS=fleet, alone: a real-time fleet).
+ * Skipped (saying why) when node 20+, npm's registry, python3-httpx or
+ * curl are not there. FLEET_KEEP=1 keeps the client outputs (their paths
+ * are printed). */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+
+#include "mock_fixture.h"
+#include "test_daemon_harness.h"
+
+#define MAX_RUNS 16
+#define CLIENTS_TIMEOUT_MS 300000
+#define RPM 600
+#define MAX_TOKENS 32
+
+typedef struct client_spec {
+    const char *client;  /* sdk | httpx | curl */
+    const char *flavour; /* openai | azure | anthropic */
+    int n, concurrency, stream, retries;
+    int agent; /* the agent whose proxy it calls */
+} client_spec;
+
+typedef struct client_run {
+    client_spec s;
+    const char *model;
+    char tag[48], key[64], last4[8], out[400];
+    pid_t pid;
+    int exit_code;
+    /* From its output. */
+    int lines, ok, complete, st429, st501, st0, other;
+    long long input, output;
+    double ms_max;
+    char first_error[400];
+} client_run;
+
+static char g_modules[600];
+static char g_src[600];
+
+/* ---- prerequisites ------------------------------------------------------ */
+
+/* Debian's python3 with python3-httpx: installed with apt-get when missing
+ * (deploy/install-deps.sh installs it too). 1 when usable. */
+static int have_httpx(char *why, size_t n) {
+    char out[4096];
+    char *probe[] = {"/usr/bin/python3", "-c", "import httpx", NULL};
+    if (access("/usr/bin/python3", X_OK) != 0) {
+        snprintf(why, n, "/usr/bin/python3 is missing");
+        return 0;
+    }
+    if (run_capture(probe, NULL, out, sizeof(out)) == 0) return 1;
+    print_message("  python3-httpx is missing: installing it with apt-get\n");
+    char *install[] = {"sh", "-c",
+                       "export DEBIAN_FRONTEND=noninteractive; "
+                       "timeout 200 apt-get install -y -qq --no-install-recommends python3-httpx || "
+                       "{ timeout 200 apt-get update -qq && "
+                       "timeout 200 apt-get install -y -qq --no-install-recommends python3-httpx; }",
+                       NULL};
+    int rc = run_capture(install, NULL, out, sizeof(out));
+    if (run_capture(probe, NULL, out + strlen(out), sizeof(out) - strlen(out)) == 0) return 1;
+    snprintf(why, n, "python3-httpx is not installed and apt-get could not install it (exit %d): %.300s", rc, out);
+    return 0;
+}
+
+/* Installs the SDKs, checks httpx and curl; skips the test, saying why,
+ * when one cannot be had here. */
+static void prerequisites_or_skip(void) {
+    const char *build = getenv("SLUICE_BUILD_DIR"), *src = getenv("SLUICE_SOURCE_DIR");
+    char out[8192], installer[700], why[600];
+    assert_non_null(build);
+    snprintf(g_src, sizeof(g_src), "%s", src ? src : ".");
+    if (!sluiced_fixture_binary() || !mock_fixture_binary()) {
+        print_message("  SKIPPED: build sluiced and sluice first\n");
+        skip();
+    }
+    snprintf(g_modules, sizeof(g_modules), "%s/npm-sdk", build);
+    snprintf(installer, sizeof(installer), "%s/tests/integration/sdk_install.sh", g_src);
+    char *install[] = {"bash", installer, g_modules, NULL};
+    int rc = run_capture(install, NULL, out, sizeof(out));
+    if (rc == 77) {
+        print_message("  SKIPPED: the SDKs cannot be installed here: %s", out);
+        skip();
+    }
+    if (rc != 0) fail_msg("sdk_install.sh %s failed (exit %d):\n%s", g_modules, rc, out);
+    if (!have_httpx(why, sizeof(why))) {
+        print_message("  SKIPPED: %s\n", why);
+        skip();
+    }
+    char *curl[] = {"curl", "--version", NULL};
+    if (run_capture(curl, NULL, out, sizeof(out)) != 0) {
+        print_message("  SKIPPED: curl is not installed\n");
+        skip();
+    }
+}
+
+/* ---- client processes --------------------------------------------------- */
+
+static void run_init(client_run *r, const client_spec *s, int index) {
+    memset(r, 0, sizeof(*r));
+    r->s = *s;
+    r->model = strcmp(s->flavour, "anthropic") ? "gpt" : "claude";
+    snprintf(r->tag, sizeof(r->tag), "%s-%s-%s-a%d", s->client, s->flavour, s->stream ? "stream" : "plain", s->agent);
+    /* Each process its own key; its last 4 characters tell them apart. */
+    snprintf(r->last4, sizeof(r->last4), "k%03d", index);
+    snprintf(r->key, sizeof(r->key), "sk-sluice-test-%s-0123456789-%s", s->client, r->last4);
+}
+
+static int run_start(client_run *r, const char *base, const char *dir) {
+    char script[700], n[16], conc[16], retries[16], maxtok[16];
+    snprintf(r->out, sizeof(r->out), "%s/%s.jsonl", dir, r->tag);
+    snprintf(n, sizeof(n), "%d", r->s.n);
+    snprintf(conc, sizeof(conc), "%d", r->s.concurrency);
+    snprintf(retries, sizeof(retries), "%d", r->s.retries);
+    snprintf(maxtok, sizeof(maxtok), "%d", MAX_TOKENS);
+    const char *stream = r->s.stream ? "yes" : "no";
+    if (!strcmp(r->s.client, "sdk")) {
+        snprintf(script, sizeof(script), "%s/tests/integration/sdk_client.js", g_src);
+        char *argv[] = {"node",
+                        script,
+                        g_modules,
+                        (char *)r->s.flavour,
+                        (char *)base,
+                        (char *)r->model,
+                        n,
+                        conc,
+                        (char *)stream,
+                        retries,
+                        r->key,
+                        maxtok,
+                        r->tag,
+                        NULL};
+        r->pid = proc_spawn(argv, r->out, 0);
+    } else {
+        snprintf(script, sizeof(script), "%s/tests/integration/raw_client.py", g_src);
+        char *argv[] = {"/usr/bin/python3",
+                        script,
+                        (char *)r->s.client,
+                        (char *)r->s.flavour,
+                        (char *)base,
+                        (char *)r->model,
+                        n,
+                        conc,
+                        (char *)stream,
+                        retries,
+                        r->key,
+                        maxtok,
+                        r->tag,
+                        NULL};
+        r->pid = proc_spawn(argv, r->out, 0);
+    }
+    return r->pid > 0 ? 0 : -1;
+}
+
+/* Reads the JSON lines of a finished client. */
+static void run_read(client_run *r) {
+    FILE *f = fopen(r->out, "r");
+    char line[8192];
+    while (f && fgets(line, sizeof(line), f)) {
+        json_t *j = json_loads(line, 0, NULL);
+        if (!json_is_object(j) || json_object_get(j, "summary") || !json_object_get(j, "i")) {
+            json_decref(j);
+            continue;
+        }
+        int st = (int)json_integer_value(json_object_get(j, "status"));
+        r->lines++;
+        if (st == 200) r->ok++;
+        else if (st == 429) r->st429++;
+        else if (st == 501) r->st501++;
+        else if (st == 0) r->st0++;
+        else r->other++;
+        r->complete += json_integer_value(json_object_get(j, "complete")) ? 1 : 0;
+        r->input += json_integer_value(json_object_get(j, "input_tokens"));
+        r->output += json_integer_value(json_object_get(j, "output_tokens"));
+        double ms = json_number_value(json_object_get(j, "ms"));
+        if (ms > r->ms_max) r->ms_max = ms;
+        const char *err = json_string_value(json_object_get(j, "error"));
+        if (err && !r->first_error[0]) snprintf(r->first_error, sizeof(r->first_error), "status %d: %s", st, err);
+        json_decref(j);
+    }
+    if (f) fclose(f);
+}
+
+/* Starts every client at base_of(agent), waits for all of them (bounded),
+ * and reads their outputs. */
+static void runs_go(client_run *runs, int nruns, char bases[][64], const char *dir) {
+    for (int i = 0; i < nruns; i++)
+        if (run_start(&runs[i], bases[runs[i].s.agent], dir) != 0) fail_msg("cannot start client %s", runs[i].tag);
+    double deadline = proc_now_ms() + CLIENTS_TIMEOUT_MS;
+    for (int i = 0; i < nruns; i++) {
+        int st = 0;
+        int left = (int)(deadline - proc_now_ms());
+        if (!proc_wait(runs[i].pid, left > 0 ? left : 1, &st)) {
+            for (int k = i; k < nruns; k++) kill(runs[k].pid, SIGKILL);
+            for (int k = i; k < nruns; k++) proc_wait(runs[k].pid, -1, NULL);
+            fail_msg("client %s (and those after it) still running after %d ms", runs[i].tag, CLIENTS_TIMEOUT_MS);
+        }
+        runs[i].exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        run_read(&runs[i]);
+    }
+}
+
+static void runs_print(const client_run *runs, int nruns) {
+    for (int i = 0; i < nruns; i++) {
+        const client_run *r = &runs[i];
+        print_message("  %-32s key ..%s: %d/%d answered 200, %d whole, 429 %d, 501 %d, no answer %d, other %d; usage "
+                      "%lld in + %lld out; slowest %.0f ms; exit %d%s%s\n",
+                      r->tag, r->last4, r->ok, r->s.n, r->complete, r->st429, r->st501, r->st0, r->other, r->input,
+                      r->output, r->ms_max, r->exit_code, r->first_error[0] ? "; first error: " : "", r->first_error);
+    }
+}
+
+/* Every request of every client was answered 200 and whole. */
+static void assert_all_answered(const client_run *runs, int nruns) {
+    int bad = 0;
+    for (int i = 0; i < nruns; i++) {
+        const client_run *r = &runs[i];
+        if (r->lines != r->s.n || r->ok != r->s.n || r->complete != r->s.n || r->exit_code != 0) bad++;
+    }
+    if (bad)
+        fail_msg("%d of %d client processes did not get every request answered 200 and whole (see the lines above)",
+                 bad, nruns);
+}
+
+/* The sum of a count over the ledger's credential entries that end in
+ * ":<last4>" (under whichever header the client sent it). */
+static long long credential_count(const json_t *ledger, const char *last4, const char *field) {
+    const json_t *creds = json_object_get(ledger, "credentials");
+    const char *fp;
+    json_t *v;
+    long long sum = 0;
+    char want[16];
+    snprintf(want, sizeof(want), ":%s", last4);
+    json_object_foreach((json_t *)creds, fp, v) {
+        /* A fingerprint may list several headers: "authorization:k001 api-key:k001". */
+        if (strstr(fp, want)) sum += json_integer_value(json_object_get(v, field));
+    }
+    return sum;
+}
+
+/* Each client's key reached the provider on exactly its requests, and no
+ * accepted call came without a credential. */
+static void assert_credentials(const json_t *ledger, const client_run *runs, int nruns) {
+    const json_t *creds = json_object_get(ledger, "credentials");
+    assert_non_null(creds);
+    for (int i = 0; i < nruns; i++) {
+        long long acc = credential_count(ledger, runs[i].last4, "accepted");
+        if (acc != runs[i].ok)
+            fail_msg("the provider accepted %lld calls with the key of %s (..%s), which got %d answers 200", acc,
+                     runs[i].tag, runs[i].last4, runs[i].ok);
+    }
+    long long none = mock_fixture_count(ledger, "credentials/(none)/accepted");
+    if (none) fail_msg("the provider accepted %lld calls that carried no credential", none);
+}
+
+/* The usage the clients read is the ledger's (per deployment). */
+static void assert_usage_seen(const json_t *ledger, const client_run *runs, int nruns) {
+    for (int d = 0; d < 2; d++) {
+        const char *dep = d ? "claude" : "gpt";
+        long long seen = 0;
+        for (int i = 0; i < nruns; i++)
+            if (!strcmp(runs[i].model, dep)) seen += runs[i].input + runs[i].output;
+        char path[64];
+        snprintf(path, sizeof(path), "deployments/%s/tokens_reported", dep);
+        long long reported = mock_fixture_count(ledger, path);
+        print_message("  %s: the clients read %lld tokens of usage, the provider reported %lld\n", dep, seen, reported);
+        assert_true(seen == reported);
+    }
+}
+
+static void runs_cleanup(client_run *runs, int nruns, const char *dir) {
+    if (getenv("FLEET_KEEP")) {
+        print_message("  client outputs kept in %s\n", dir);
+        return;
+    }
+    for (int i = 0; i < nruns; i++) unlink(runs[i].out);
+    rmdir(dir);
+}
+
+/* ---- the tests ---------------------------------------------------------- */
+
+/* Every flavour, streamed and not, straight at the mock: the harness
+ * itself, and the mock as the real SDKs see it. */
+static void test_clients_direct(void **state) {
+    (void)state;
+    prerequisites_or_skip();
+    static const client_spec specs[] = {
+        {"sdk", "openai", 12, 3, 0, 0, 0},      {"sdk", "openai", 12, 3, 1, 0, 0},
+        {"sdk", "azure", 12, 3, 0, 0, 0},       {"sdk", "azure", 12, 3, 1, 0, 0},
+        {"sdk", "anthropic", 12, 3, 0, 0, 0},   {"sdk", "anthropic", 12, 3, 1, 0, 0},
+        {"httpx", "openai", 12, 3, 1, 0, 0},    {"httpx", "azure", 12, 3, 0, 0, 0},
+        {"httpx", "anthropic", 12, 3, 1, 0, 0}, {"curl", "openai", 12, 3, 0, 0, 0},
+        {"curl", "azure", 12, 3, 1, 0, 0},      {"curl", "anthropic", 12, 3, 0, 0, 0},
+    };
+    const int nruns = (int)(sizeof(specs) / sizeof(specs[0]));
+    client_run runs[MAX_RUNS];
+    for (int i = 0; i < nruns; i++) run_init(&runs[i], &specs[i], i);
+    mock_fixture m;
+    const char *args[] = {"--rpm", "60000", "--service-ms", "5-30", "--seed", "11", NULL};
+    assert_int_equal(mock_fixture_start(&m, args, 10000), 0);
+    char bases[1][64], dir[256];
+    snprintf(bases[0], sizeof(bases[0]), "http://127.0.0.1:%d", m.port);
+    assert_int_equal(proc_mkdtemp(dir, sizeof(dir), "sdk-direct"), 0);
+    double t0 = proc_now_ms();
+    runs_go(runs, nruns, bases, dir);
+    json_t *ledger = mock_fixture_stats(&m, "");
+    mock_fixture_stop(&m);
+    runs_print(runs, nruns);
+    assert_non_null(ledger);
+    long long want = 0;
+    for (int i = 0; i < nruns; i++) want += runs[i].s.n;
+    print_message("  %d client processes, %lld requests in %.1f s; the provider: %lld requests, %lld accepted, %lld "
+                  "429s\n",
+                  nruns, want, (proc_now_ms() - t0) / 1000, mock_fixture_count(ledger, "totals/requests"),
+                  mock_fixture_count(ledger, "totals/accepted"), mock_fixture_count(ledger, "totals/status_429"));
+    assert_all_answered(runs, nruns);
+    assert_true(mock_fixture_count(ledger, "totals/requests") == want);
+    assert_true(mock_fixture_count(ledger, "totals/accepted") == want);
+    assert_usage_seen(ledger, runs, nruns);
+    assert_credentials(ledger, runs, nruns);
+    json_decref(ledger);
+    runs_cleanup(runs, nruns, dir);
+}
+
+/* One chat call through a proxy with curl: the status, and the answer in
+ * body. */
+static int probe(int port, char *body, size_t n) {
+    char url[128];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/chat/completions", port);
+    char *argv[] = {"curl",
+                    "-sS",
+                    "--max-time",
+                    "60",
+                    "-w",
+                    "\n%{http_code}",
+                    "-H",
+                    "content-type: application/json",
+                    "-H",
+                    "authorization: Bearer sk-sluice-test-probe-0123456789-prob",
+                    url,
+                    "-d",
+                    "{\"model\":\"gpt\",\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"probe\"}]}",
+                    NULL};
+    if (run_capture(argv, NULL, body, n) != 0) return 0;
+    char *nl = strrchr(body, '\n');
+    if (!nl) return 0;
+    *nl = '\0';
+    return atoi(nl + 1);
+}
+
+/* A number of STATUS dep (integer or string reply), -1 when absent. */
+static double status_num(const daemon_proc *d, const char *dep, const char *field) {
+    redisContext *c = daemon_connect(d);
+    double v = -1;
+    redisReply *r = c ? redisCommand(c, "STATUS %s", dep) : NULL;
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+        const redisReply *k = r->element[i], *x = r->element[i + 1];
+        if (k->type != REDIS_REPLY_STRING || strcmp(k->str, field)) continue;
+        if (x->type == REDIS_REPLY_INTEGER) v = (double)x->integer;
+        else if (x->type == REDIS_REPLY_STRING) v = atof(x->str);
+        break;
+    }
+    if (r) freeReplyObject(r);
+    if (c) redisFree(c);
+    return v;
+}
+
+/* The floor of one deployment: its accepts on the ledger, first to last,
+ * against (accepted - 1 s of burst) / rate. */
+static double floor_ratio(const json_t *ledger, const char *dep) {
+    char path[96];
+    snprintf(path, sizeof(path), "deployments/%s/accepted", dep);
+    long long acc = mock_fixture_count(ledger, path);
+    const json_t *d = json_object_get(json_object_get(ledger, "deployments"), dep);
+    double first = json_number_value(json_object_get(d, "first_accept_ms"));
+    double last = json_number_value(json_object_get(d, "last_accept_ms"));
+    double floor_ms = ((double)acc - RPM / 60.0) / (RPM / 60000.0);
+    double ratio = last > first ? floor_ms / (last - first) : 0;
+    snprintf(path, sizeof(path), "deployments/%s/status_429", dep);
+    long long n429 = mock_fixture_count(ledger, path);
+    snprintf(path, sizeof(path), "deployments/%s/requests", dep);
+    long long reqs = mock_fixture_count(ledger, path);
+    print_message("  %s: %lld accepted of %lld requests (%lld 429s, %.2f %%) from %.0f to %.0f ms; floor %.0f ms: "
+                  "%.1f %% of it\n",
+                  dep, acc, reqs, n429, reqs ? 100.0 * (double)n429 / (double)reqs : 0.0, first, last, floor_ms,
+                  100 * ratio);
+    return ratio;
+}
+
+static void test_fleet_through_proxy(void **state) {
+    (void)state;
+    prerequisites_or_skip();
+    /* Per agent: an OpenAI SDK (agent 2: the Azure client), the Anthropic
+     * SDK, httpx and curl; 200 requests per deployment in all (20 s at
+     * 600 RPM). The SDKs keep their own retries (max_retries 2, their
+     * default): a shed is a 429 with Retry-After that they honour. */
+    client_spec specs[12];
+    int ns = 0;
+    for (int a = 0; a < 3; a++) {
+        specs[ns++] = (client_spec){"sdk", a == 2 ? "azure" : "openai", 40, 4, a % 2, 2, a};
+        specs[ns++] = (client_spec){"sdk", "anthropic", 40, 4, (a + 1) % 2, 2, a};
+        specs[ns++] = (client_spec){"httpx", a == 1 ? "anthropic" : "openai", 25, 3, a != 2, 2, a};
+        specs[ns++] = (client_spec){"curl", a == 1 ? "openai" : "anthropic", a == 1 ? 30 : 25, 3, a == 2, 2, a};
+    }
+    client_run runs[MAX_RUNS];
+    for (int i = 0; i < ns; i++) run_init(&runs[i], &specs[i], i);
+
+    redis_fixture fx;
+    mock_fixture m;
+    daemon_proc d[3];
+    int ports[3];
+    char bases[3][64], dir[256], yaml[4096];
+    assert_int_equal(redis_fixture_start(&fx, 0), 0);
+    char rpm[16];
+    snprintf(rpm, sizeof(rpm), "%d", RPM);
+    const char *args[] = {"--rpm", rpm, "--service-ms", "20-60", "--seed", "12", NULL};
+    assert_int_equal(mock_fixture_start(&m, args, 10000), 0);
+    for (int a = 0; a < 3; a++) {
+        char name[16];
+        snprintf(name, sizeof(name), "agent%d", a);
+        ports[a] = free_tcp_port();
+        snprintf(bases[a], sizeof(bases[a]), "http://127.0.0.1:%d", ports[a]);
+        daemon_init(&d[a], fx.dir, name);
+        snprintf(
+            yaml, sizeof(yaml),
+            "redis: {url: \"unix://%s\"}\n"
+            "agent: {socket: \"%%SOCK%%\", heartbeat_ms: 200, max_clients: 256, http: {listen: [\"127.0.0.1:%d\"]}}\n"
+            "deployments:\n"
+            "  gpt: {style: openai, rpm: %d, endpoint: \"http://127.0.0.1:%d\", max_wait_ms: 120000}\n"
+            "  claude: {style: anthropic, rpm: %d, endpoint: \"http://127.0.0.1:%d\", max_wait_ms: 120000}\n",
+            fx.sock, ports[a], RPM, m.port, RPM, m.port);
+        assert_int_equal(sluiced_fixture_write_config(&d[a], yaml), 0);
+        assert_int_equal(daemon_start(&d[a]), 0);
+    }
+    /* Governing at all? One call through agent 0 first. */
+    char body[4096];
+    int st = probe(ports[0], body, sizeof(body));
+    if (st != 200) {
+        double governing = info_num(&d[0], "http_governing");
+        mock_fixture_stop(&m);
+        harness_kill_all();
+        redis_fixture_stop(&fx);
+        if (st == 501)
+            fail_msg("sluiced's HTTP proxy does not govern yet (INFO http_governing:%.0f): a chat call through it was "
+                     "answered 501 and nothing reached the provider, so no real client can be governed through it "
+                     "(issue 16, part 2). The answer: %s",
+                     governing, body);
+        fail_msg("a chat call through sluiced's HTTP proxy was answered %d, not 200: %s", st, body);
+    }
+    /* The probe's call is on the ledger: start the count after it. */
+    json_decref(mock_fixture_stats(&m, "?reset=1"));
+    double settled0 = status_num(&d[0], "gpt", "tokens_actual");
+    assert_int_equal(proc_mkdtemp(dir, sizeof(dir), "sdk-fleet"), 0);
+    double t0 = proc_now_ms();
+    runs_go(runs, ns, bases, dir);
+    double secs = (proc_now_ms() - t0) / 1000;
+    json_t *ledger = mock_fixture_stats(&m, "");
+    double settled[2] = {status_num(&d[0], "gpt", "tokens_actual") - settled0,
+                         status_num(&d[0], "claude", "tokens_actual")};
+    double info_actual = 0;
+    for (int a = 0; a < 3; a++) info_actual += info_num(&d[a], "tokens_actual");
+    for (int a = 0; a < 3; a++) daemon_stop(&d[a]);
+    mock_fixture_stop(&m);
+    redis_fixture_stop(&fx);
+    runs_print(runs, ns);
+    assert_non_null(ledger);
+    print_message("  %d client processes through 3 proxies in %.1f s\n", ns, secs);
+    double ratio[2] = {floor_ratio(ledger, "gpt"), floor_ratio(ledger, "claude")};
+    long long reported[2] = {mock_fixture_count(ledger, "deployments/gpt/tokens_reported"),
+                             mock_fixture_count(ledger, "deployments/claude/tokens_reported")};
+    /* The probe settled before the reset: INFO counts it, the ledger not. */
+    json_t *pj = json_loads(body, 0, NULL);
+    long long probe_tokens = json_integer_value(json_object_get(json_object_get(pj, "usage"), "total_tokens"));
+    json_decref(pj);
+    print_message("  usage settled (STATUS tokens_actual): gpt %.0f, claude %.0f; the provider reported gpt %lld, "
+                  "claude %lld; INFO tokens_actual over the agents %.0f (the probe's %lld included)\n",
+                  settled[0], settled[1], reported[0], reported[1], info_actual, probe_tokens);
+    assert_all_answered(runs, ns);
+    for (int k = 0; k < 2; k++) {
+        const char *dep = k ? "claude" : "gpt";
+        char path[64];
+        snprintf(path, sizeof(path), "deployments/%s/status_429", dep);
+        long long n429 = mock_fixture_count(ledger, path);
+        snprintf(path, sizeof(path), "deployments/%s/requests", dep);
+        long long reqs = mock_fixture_count(ledger, path);
+        if (n429 * 100 > reqs) fail_msg("%s: %lld 429s on the provider's ledger, over 1 %% of %lld", dep, n429, reqs);
+        if (ratio[k] < 0.97) fail_msg("%s: %.1f %% of the floor, under 97 %%", dep, 100 * ratio[k]);
+        if ((long long)settled[k] != reported[k])
+            fail_msg("%s: the fleet settled %.0f tokens, the provider reported %lld", dep, settled[k], reported[k]);
+    }
+    if ((long long)info_actual != reported[0] + reported[1] + probe_tokens)
+        fail_msg("the agents' INFO tokens_actual add up to %.0f, the provider reported %lld (and %lld for the probe)",
+                 info_actual, reported[0] + reported[1], probe_tokens);
+    assert_usage_seen(ledger, runs, ns);
+    assert_credentials(ledger, runs, ns);
+    json_decref(ledger);
+    runs_cleanup(runs, ns, dir);
+}
+
+static int teardown(void **state) {
+    (void)state;
+    harness_kill_all();
+    return 0;
+}
+
+/* SDK_TESTS=direct or fleet runs one of them (ctest runs them as
+ * test_proxy_sdk and test_proxy_sdk_fleet); unset, both. */
+int main(void) {
+    const char *only = getenv("SDK_TESTS");
+    const struct CMUnitTest direct[] = {cmocka_unit_test_teardown(test_clients_direct, teardown)};
+    const struct CMUnitTest fleet[] = {cmocka_unit_test_teardown(test_fleet_through_proxy, teardown)};
+    const struct CMUnitTest both[] = {
+        cmocka_unit_test_teardown(test_clients_direct, teardown),
+        cmocka_unit_test_teardown(test_fleet_through_proxy, teardown),
+    };
+    if (only && !strcmp(only, "direct")) return cmocka_run_group_tests(direct, NULL, NULL);
+    if (only && !strcmp(only, "fleet")) return cmocka_run_group_tests(fleet, NULL, NULL);
+    return cmocka_run_group_tests(both, NULL, NULL);
+}
