@@ -370,6 +370,18 @@ static void section_http(info_out *o, server *s, const server_stats *st, const e
     line(o, "http_upstream_timeouts:%llu", ps.upstream_timeouts);
     line(o, "http_gone:%llu", ps.abandoned);
     line(o, "http_gone_waiting:%llu", ps.abandoned_waiting);
+    line(o, "http_unauthorized:%llu", ps.unauthorized);
+    line(o, "http_injected:%llu", ps.injected);
+    line(o, "http_mode:%s", cfg->agent.http.mode == CONFIG_HTTP_OBSERVE ? "observe" : "govern");
+    line(o, "http_observed:%llu", ps.observed);
+    line(o, "http_would_wait:%llu", ps.would_wait);
+    line(o, "http_would_wait_ms:%llu", ps.would_wait_ms);
+    line(o, "http_would_wait_max_ms:%llu", ps.would_wait_max_ms);
+    line(o, "http_would_shed:%llu", ps.would_shed);
+    for (int i = 0; i < ENGINE_SHED_REASONS; i++)
+        if (ps.would_shed_by_reason[i])
+            line(o, "http_would_shed_%s:%llu", engine_shed_reasons[i], ps.would_shed_by_reason[i]);
+    line(o, "http_observe_errors:%llu", ps.observe_errors);
 }
 
 typedef void (*section_fn)(info_out *o, server *s, const server_stats *st, const engine_stats *es);

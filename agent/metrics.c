@@ -170,9 +170,23 @@ static void http_metrics(text_out *o, server *s) {
         {"client_gone", ps.abandoned},
         {"client_gone_waiting", ps.abandoned_waiting},
         {"no_endpoint", ps.errors[PROXY_ERR_NO_ENDPOINT]},
+        {"unauthorized", ps.unauthorized},
+        {"injected", ps.injected},
+        {"observed", ps.observed},
+        {"observe_error", ps.observe_errors},
     };
     for (size_t i = 0; i < sizeof(ev) / sizeof(ev[0]); i++)
         emit(o, "sluice_http_proxy_total{event=\"%s\"} %llu\n", ev[i].event, ev[i].n);
+    head(o, "sluice_http_would_wait_total", "counter",
+         "Observe mode: forwarded requests whose slot lay ahead (governing would have made them wait).");
+    emit(o, "sluice_http_would_wait_total %llu\n", ps.would_wait);
+    head(o, "sluice_http_would_wait_seconds_total", "counter", "Observe mode: the sum of those waits.");
+    emit(o, "sluice_http_would_wait_seconds_total %.3f\n", (double)ps.would_wait_ms / 1000.0);
+    head(o, "sluice_http_would_shed_total", "counter",
+         "Observe mode: forwarded requests governing would have answered 429, by shed reason.");
+    for (int i = 0; i < ENGINE_SHED_REASONS; i++)
+        emit(o, "sluice_http_would_shed_total{reason=\"%s\"} %llu\n", engine_shed_reasons[i],
+             ps.would_shed_by_reason[i]);
 }
 
 #define ROW_FIELD(f) offsetof(engine_class_stats, f)

@@ -3,6 +3,8 @@
 
 #include "proxy.h"
 
+#include "proxy_auth.h"
+
 #include "proxy_call.h"
 
 #include <stdio.h>
@@ -36,7 +38,17 @@ static void on_request(http_request *r, void *arg) {
         proxy_request_free(&pr);
         return;
     }
-    proxy_call_start(p->calls, r, &pr);
+    /* Who may spend which key (docs/security.md): decided before a slot
+     * is asked for, so a refused caller costs the fleet nothing. */
+    proxy_auth auth;
+    if (proxy_auth_check(engine_config(p->e), &pr.target, http_request_transport(r) == HTTP_TRANSPORT_UNIX, m, &auth,
+                         &err) != 0) {
+        p->st.unauthorized++;
+        proxy_answer_error(&p->st, r, pr.route.api, err.kind, err.message, err.param, NULL, 0);
+        proxy_request_free(&pr);
+        return;
+    }
+    proxy_call_start(p->calls, r, &pr, &auth);
     proxy_request_free(&pr);
 }
 

@@ -49,6 +49,18 @@ typedef struct proxy_stats {
     unsigned long long abandoned;               /* clients gone before their answer was complete */
     unsigned long long abandoned_waiting;       /* ... of which while waiting for a slot (given back) */
     unsigned long long live;                    /* gauge: calls in progress */
+    unsigned long long unauthorized;            /* refused 401 by the credential rules (proxy_auth) */
+    unsigned long long injected;                /* requests sent with a deployment's own key (inject_key) */
+    /* agent.http.mode: observe. Each request goes upstream at once while
+     * its acquire runs beside it; what that acquire answered is what
+     * governing would have done. */
+    unsigned long long observed;          /* requests forwarded at once */
+    unsigned long long would_wait;        /* ... whose slot lay ahead (waited_ms > 0) */
+    unsigned long long would_wait_ms;     /* ... the sum of those waits */
+    unsigned long long would_wait_max_ms; /* ... the longest */
+    unsigned long long would_shed;        /* ... that would have been answered 429 */
+    unsigned long long would_shed_by_reason[ENGINE_SHED_REASONS];
+    unsigned long long observe_errors; /* ... whose acquire failed (not a shed): nothing recorded */
 } proxy_stats;
 
 /* A proxy for engine e (borrowed; it must outlive the proxy), with its

@@ -12,6 +12,7 @@
 #include "backoff.h"
 #include "endpoint.h"
 #include "proxy.h"
+#include "proxy_auth.h"
 #include "ratelimit.h"
 #include "sluice.h"
 #include "timeutil.h"
@@ -24,12 +25,16 @@
 #define PCALL_MAX_RESPONSE (64 * 1024 * 1024)
 /* Upstream response headers kept per attempt. */
 #define PCALL_MAX_HEADERS 128
+/* The longest injected key header ("Authorization: Bearer " + the key;
+ * config.c refuses keys over 4096 bytes). */
+#define PCALL_KEY_LINE_MAX 4200
 /* An attempt needs at least this long before the deadline. */
 #define PCALL_MIN_ATTEMPT_MS 50
 
 typedef enum pcall_state { PC_ACQUIRING, PC_SENDING, PC_ASKING, PC_BACKOFF, PC_DONE } pcall_state;
 
 typedef struct pcall pcall;
+typedef struct pshadow pshadow;
 
 struct proxy_calls {
     uv_loop_t *loop;
@@ -38,6 +43,7 @@ struct proxy_calls {
     upstream *up;
     pcall *live;
     size_t nlive;
+    pshadow *shadows; /* observe mode: acquires beside requests, until both ended */
     int closed;
 };
 
@@ -54,6 +60,9 @@ struct pcall {
     int finished;      /* pcall_finish ran: the outcome is known */
     int retry_pending; /* an engine_retry answer is on its way */
     int releasing;     /* the timer is closing; freed in its close callback */
+    int inject;        /* send the deployment's own key, not the caller's (proxy_auth) */
+    int observe;       /* agent.http.mode observe: forward at once, the acquire beside it */
+    pshadow *shadow;   /* observe: that acquire, until this request's attempt ends */
     uv_timer_t timer;  /* the backoff */
 
     /* The request, copied from the parse. */
@@ -99,6 +108,9 @@ struct pcall {
     int want_pause, paused;
     usage_sse *sse;
 };
+
+static void shadow_end(pshadow *sh, engine_outcome outcome, const engine_usage *usage, long long pause,
+                       const engine_seen *seen);
 
 /* The monotonic clock of deadlines and backoffs. */
 static int64_t mono_ms(void) { return (int64_t)(uv_hrtime() / 1000000); }
@@ -153,6 +165,10 @@ static void on_pcall_closed(uv_handle_t *h) {
 static void pcall_release(pcall *pc) {
     if (pc->retry_pending || pc->releasing) return;
     pc->releasing = 1;
+    if (pc->shadow) { /* observe: nothing was sent (an error before the send) */
+        shadow_end(pc->shadow, ENGINE_CANCELLED, NULL, -1, NULL);
+        pc->shadow = NULL;
+    }
     proxy_calls *set = pc->set;
     if (pc->prev) pc->prev->next = pc->next;
     else set->live = pc->next;
@@ -167,16 +183,19 @@ static void pcall_release(pcall *pc) {
  * the provider's response, a shed or an error) or abandoned by its
  * client. answered says whether the client got an answer, within whether
  * that happened within the request's deadline (always, without one).
- * The patience figure, engine_note_patience(e, dep, lane, tenant,
- * within_deadline), is to be called here: it counts requests answered
- * within their deadline over all requests, per lane and tenant. */
+ * The patience figure counts here (engine_note_patience: requests
+ * answered within their deadline over all requests, per deployment, lane
+ * and tenant; the deployment that served, else the name asked for). */
 static void pcall_finish(pcall *pc, int answered) {
     if (pc->finished) return;
     pc->finished = 1;
     pc->state = PC_DONE;
     int within = pc->deadline < 0 || mono_ms() <= pc->deadline;
-    (void)within;
-    if (!answered) pc->set->st->abandoned++;
+    if (!answered) {
+        pc->set->st->abandoned++;
+        return; /* as on the socket: a request its client gave up on is not counted */
+    }
+    engine_note_patience(pc->set->e, pc->member[0] ? pc->member : pc->name, pc->lane, pc->tenant, within);
 }
 
 /* ---- settling -------------------------------------------------------------------------- */
@@ -185,8 +204,9 @@ static void pcall_finish(pcall *pc, int answered) {
  * estimate stands) and the evidence of the response headers, as SETTLE
  * does: the pause they ask for (Retry-After; a reset at remaining 0 when
  * throttled or out of quota) and what they say of the limits. */
+
 static void settle(pcall *pc, engine_outcome outcome, const usage_counts *u) {
-    if (!pc->grant[0]) return;
+    if (!pc->grant[0] && !pc->shadow) return;
     engine_usage usage = {-1, -1, -1, -1};
     if (u && u->tokens >= 0) {
         usage.tokens = u->tokens;
@@ -210,6 +230,12 @@ static void settle(pcall *pc, engine_outcome outcome, const usage_counts *u) {
     if (pause > SLUICE_PAUSE_MAX_MS) pause = SLUICE_PAUSE_MAX_MS;
     engine_seen seen;
     engine_seen_from_feedback(&fb, &seen);
+    if (pc->shadow) { /* observe: the grant beside the request takes it, now or when it comes */
+        pshadow *sh = pc->shadow;
+        pc->shadow = NULL;
+        shadow_end(sh, outcome, &usage, pause, pc->nrh ? &seen : NULL);
+        return;
+    }
     engine_settle_usage(pc->set->e, pc->grant, &usage, outcome, pause, pc->nrh ? &seen : NULL);
     pc->grant[0] = '\0';
 }
@@ -384,6 +410,7 @@ static int copy_client_headers(pcall *pc, const http_msg *m) {
         const char *name, *value;
         http_msg_header_at(m, i, &name, &value);
         if (not_forwarded(name, connection)) continue;
+        if (pc->inject && proxy_auth_is_credential(name)) continue; /* a client key, or the caller's own */
         size_t n = strlen(name) + strlen(value) + 3;
         char *line = malloc(n);
         if (!line) return SL_ENOMEM;
@@ -411,8 +438,10 @@ static int has_header(const struct curl_slist *l, const char *name) {
  * deployment's API needs and the caller left out (content-type, an
  * anthropic-version), and no 100-continue handshake. By default the
  * proxy holds no provider key: it grants nothing the caller did not
- * already have (docs/security.md). Returns the list (the caller's), or
- * NULL when out of memory. */
+ * already have (docs/security.md). With inject_key (pc->inject) the
+ * caller's credential headers were dropped (copy_client_headers) and the
+ * deployment's key goes in the header its style uses. Returns the list
+ * (the caller's), or NULL when out of memory or no key is loaded. */
 static struct curl_slist *proxy_call_upstream_headers(const pcall *pc, const struct config_deployment *d) {
     struct curl_slist *l = NULL, *t;
     for (const struct curl_slist *c = pc->client_hdrs; c; c = c->next) {
@@ -427,6 +456,14 @@ static struct curl_slist *proxy_call_upstream_headers(const pcall *pc, const str
         char v[160];
         snprintf(v, sizeof(v), "anthropic-version: %s", endpoint_anthropic_version(d));
         if (!(t = curl_slist_append(l, v))) goto oom;
+        l = t;
+    }
+    if (pc->inject) {
+        char key[PCALL_KEY_LINE_MAX];
+        int kn = proxy_auth_upstream_header(d, key, sizeof(key));
+        t = kn > 0 ? curl_slist_append(l, key) : NULL; /* libcurl copies it */
+        explicit_bzero(key, sizeof(key));
+        if (!t) goto oom; /* no key loaded (a reload turned inject_key off): never send it bare */
         l = t;
     }
     if (!(t = curl_slist_append(l, "Expect:"))) goto oom;
@@ -634,7 +671,8 @@ static void step_send(pcall *pc) {
     else curl_easy_reset(pc->easy);
     if (!pc->hdrs || !pc->easy || endpoint_url(d, proxy_op_name(pc->op), v, pc->url, sizeof(pc->url)) != 0) {
         settle(pc, ENGINE_CANCELLED, NULL);
-        answer_error(pc, PROXY_ERR_INTERNAL, "sluice: out of memory, or the URL of '%s' is too long", pc->member);
+        answer_error(pc, PROXY_ERR_INTERNAL, "sluice: out of memory, the URL of '%s' is too long%s", pc->member,
+                     pc->inject ? ", or its key (inject_key) is no longer loaded" : "");
         pcall_release(pc);
         return;
     }
@@ -671,6 +709,7 @@ static void step_send(pcall *pc) {
     }
     pc->attempts++;
     pc->set->st->forwarded++;
+    if (pc->inject) pc->set->st->injected++;
 }
 
 static void on_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed, const char *msg) {
@@ -686,6 +725,113 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
     if (status == SL_ESHED) answer_shed(pc, shed);
     else answer_engine_error(pc, status, msg);
     pcall_release(pc);
+}
+
+/* ---- observe mode ------------------------------------------------------------------------- */
+
+/* agent.http.mode: observe. A request goes upstream at once, once, to the
+ * deployment it names (a group: its first member), as it would without
+ * the proxy; beside it the same acquire runs on the engine, so the
+ * shared schedule fills exactly as it would under governing, and what
+ * that acquire answers is what governing would have done: a wait (the
+ * slot lay ahead) or a shed. Its grant is settled with the request's
+ * outcome and usage, whichever of the two ends last. */
+struct pshadow {
+    proxy_calls *set;
+    pshadow *prev, *next;
+    engine_call *acq; /* NULL once answered (or cancelled) */
+    char grant[ENGINE_GRANT_ID_MAX];
+    char name[CONFIG_NAME_MAX + 1], lane[CONFIG_NAME_MAX + 1], tenant[CONFIG_NAME_MAX + 1]; /* the request's */
+    int answered;                                                                           /* the acquire answered */
+    int ended; /* the request's attempt ended: its settle is below */
+    engine_outcome outcome;
+    engine_usage usage;
+    long long pause;
+    int have_seen;
+    engine_seen seen;
+};
+
+static void shadow_free(pshadow *sh) {
+    proxy_calls *set = sh->set;
+    if (sh->prev) sh->prev->next = sh->next;
+    else set->shadows = sh->next;
+    if (sh->next) sh->next->prev = sh->prev;
+    free(sh);
+}
+
+/* Both ended: the grant (if any) takes the request's settle. */
+static void shadow_settle(pshadow *sh) {
+    if (sh->grant[0])
+        engine_settle_usage(sh->set->e, sh->grant, &sh->usage, sh->outcome, sh->pause,
+                            sh->have_seen ? &sh->seen : NULL);
+    shadow_free(sh);
+}
+
+static void shadow_end(pshadow *sh, engine_outcome outcome, const engine_usage *usage, long long pause,
+                       const engine_seen *seen) {
+    sh->ended = 1;
+    sh->outcome = outcome;
+    sh->usage = usage ? *usage : (engine_usage){-1, -1, -1, -1};
+    sh->pause = pause;
+    sh->have_seen = seen != NULL;
+    if (seen) sh->seen = *seen;
+    if (sh->answered) shadow_settle(sh);
+}
+
+static void on_shadow_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed, const char *msg) {
+    (void)msg;
+    pshadow *sh = arg;
+    proxy_stats *st = sh->set->st;
+    sh->acq = NULL;
+    sh->answered = 1;
+    if (status == SL_OK) {
+        snprintf(sh->grant, sizeof(sh->grant), "%s", g->id);
+        engine_note_observed(sh->set->e, g->deployment, sh->lane, sh->tenant, g->waited_ms, 0);
+        if (g->waited_ms > 0) {
+            st->would_wait++;
+            st->would_wait_ms += (unsigned long long)g->waited_ms;
+            if ((unsigned long long)g->waited_ms > st->would_wait_max_ms)
+                st->would_wait_max_ms = (unsigned long long)g->waited_ms;
+        }
+    } else if (status == SL_ESHED) {
+        int i = engine_shed_reason_index(shed->reason);
+        engine_note_observed(sh->set->e, sh->name, sh->lane, sh->tenant, 0, 1);
+        st->would_shed++;
+        if (i >= 0 && i < ENGINE_SHED_REASONS) st->would_shed_by_reason[i]++;
+    } else st->observe_errors++;
+    if (sh->ended) shadow_settle(sh);
+}
+
+static void observe_and_send(pcall *pc, const engine_req *rq) {
+    proxy_calls *set = pc->set;
+    const config *cfg = engine_config(set->e);
+    config_target t;
+    const struct config_deployment *d = NULL;
+    if (config_model(cfg, pc->name, &t) == 0)
+        d = t.deployment ? t.deployment : (t.group && t.group->nmembers ? t.group->members_[0] : NULL);
+    if (!d) {
+        answer_engine_error(pc, SL_EUNKNOWN, NULL);
+        pcall_release(pc);
+        return;
+    }
+    pshadow *sh = calloc(1, sizeof(*sh));
+    set->st->observed++;
+    if (sh) {
+        sh->set = set;
+        snprintf(sh->name, sizeof(sh->name), "%s", pc->name);
+        snprintf(sh->lane, sizeof(sh->lane), "%s", pc->lane);
+        snprintf(sh->tenant, sizeof(sh->tenant), "%s", pc->tenant);
+        sh->next = set->shadows;
+        if (set->shadows) set->shadows->prev = sh;
+        set->shadows = sh;
+        if (engine_acquire_req(set->e, rq, on_shadow_acquired, sh, &sh->acq) == 0) pc->shadow = sh;
+        else {
+            set->st->observe_errors++;
+            shadow_free(sh);
+        }
+    } else set->st->observe_errors++;
+    snprintf(pc->member, sizeof(pc->member), "%s", d->name);
+    step_send(pc);
 }
 
 static void step_acquire(pcall *pc) {
@@ -708,6 +854,10 @@ static void step_acquire(pcall *pc) {
     if (why) {
         answer_error(pc, PROXY_ERR_BAD_REQUEST, "%s (deployment '%s')", why, pc->name);
         pcall_release(pc);
+        return;
+    }
+    if (pc->observe) {
+        observe_and_send(pc, &rq);
         return;
     }
     pc->state = PC_ACQUIRING;
@@ -750,7 +900,7 @@ static void on_retry_answer(void *arg, int status, int allowed, long long balanc
  * under way (asking the fleet's retry budget), 0 to answer now. */
 static int maybe_retry(pcall *pc, const sl_verdict *v) {
     const config *cfg = engine_config(pc->set->e);
-    if (!v->retryable || pc->attempts >= cfg->agent.http.max_attempts) return 0;
+    if (!v->retryable || pc->observe || pc->attempts >= cfg->agent.http.max_attempts) return 0;
     backoff_policy bp;
     backoff_policy_init(&bp);
     bp.min_attempt_ms = PCALL_MIN_ATTEMPT_MS;
@@ -885,7 +1035,7 @@ static void on_abandon(void *ud) {
 
 /* ---- start ---------------------------------------------------------------------------------- */
 
-void proxy_call_start(proxy_calls *set, http_request *r, const proxy_request *pr) {
+void proxy_call_start(proxy_calls *set, http_request *r, const proxy_request *pr, const proxy_auth *auth) {
     pcall *pc = calloc(1, sizeof(*pc));
     if (!pc) {
         proxy_answer_error(set->st, r, pr->route.api, PROXY_ERR_INTERNAL, "sluice: out of memory", NULL, NULL, 0);
@@ -902,6 +1052,11 @@ void proxy_call_start(proxy_calls *set, http_request *r, const proxy_request *pr
     memcpy(pc->lane, pr->lane, sizeof(pc->lane));
     memcpy(pc->tenant, pr->tenant, sizeof(pc->tenant));
     memcpy(pc->tag, pr->tag, sizeof(pc->tag));
+    /* A client key binds its requests to the client's tenant and lane. */
+    if (auth->client && auth->client->tenant[0]) snprintf(pc->tenant, sizeof(pc->tenant), "%s", auth->client->tenant);
+    if (auth->client && auth->client->lane[0]) snprintf(pc->lane, sizeof(pc->lane), "%s", auth->client->lane);
+    pc->inject = auth->inject;
+    pc->observe = engine_config(set->e)->agent.http.mode == CONFIG_HTTP_OBSERVE;
     pc->est_input = pr->est.input;
     pc->est_output = pr->est.output;
     pc->split = pr->split;
@@ -1000,6 +1155,14 @@ void proxy_calls_close(proxy_calls *set) {
             pc->retry_pending = 0;
             pcall_release(pc);
         }
+    }
+    /* Observe: the acquires still beside requests go back. */
+    while (set->shadows) {
+        pshadow *sh = set->shadows;
+        if (sh->acq) engine_cancel(sh->acq);
+        else if (sh->grant[0])
+            engine_settle_usage(set->e, sh->grant, &(engine_usage){-1, -1, -1, -1}, ENGINE_CANCELLED, -1, NULL);
+        shadow_free(sh);
     }
     upstream_close(set->up);
     set->up = NULL;

@@ -42,15 +42,18 @@
 #include "proxy_wire.h"
 
 struct proxy_stats;
+struct proxy_auth;
 typedef struct proxy_calls proxy_calls;
 
 /* The calls of one proxy on loop, governed by e (borrowed), counted in st
  * (borrowed). Returns 0 or SL_ENOMEM. */
 int proxy_calls_new(uv_loop_t *loop, engine *e, struct proxy_stats *st, proxy_calls **out);
 
-/* Governs request r as parsed into pr (copied; pr stays the caller's).
- * From here the call answers r. */
-void proxy_call_start(proxy_calls *set, http_request *r, const proxy_request *pr);
+/* Governs request r as parsed into pr (copied; pr stays the caller's),
+ * with the credentials auth decided (proxy_auth_check: injected or passed
+ * through; a client key's tenant and lane replace the request's). From
+ * here the call answers r. */
+void proxy_call_start(proxy_calls *set, http_request *r, const proxy_request *pr, const struct proxy_auth *auth);
 
 /* Calls in progress. */
 size_t proxy_calls_live(const proxy_calls *set);

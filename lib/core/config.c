@@ -795,6 +795,9 @@ static int read_secret(cfg_ctx *ctx, cfg_entity *ent, const char *env_key, const
     const char *v = getenv(env);
     if (!v) return cfg_entity_fail(ctx, ent, env_key, "environment variable %s is not set", env);
     if (!v[0]) return cfg_entity_fail(ctx, ent, env_key, "environment variable %s is empty", env);
+    if (strlen(v) > CFG_SECRET_MAX)
+        return cfg_entity_fail(ctx, ent, env_key, "environment variable %s is larger than %d bytes", env,
+                               CFG_SECRET_MAX);
     if (strchr(v, '\n') || strchr(v, '\r'))
         return cfg_entity_fail(ctx, ent, env_key, "environment variable %s must hold the secret on one line", env);
     *out = cfg_strndup(v, strlen(v));

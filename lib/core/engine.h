@@ -224,6 +224,14 @@ int engine_estimate_req(engine *e, const engine_req *rq, engine_estimate_cb cb, 
  * or SL_ENOMEM. */
 int engine_note_patience(engine *e, const char *deployment, const char *lane, const char *tenant, int within_deadline);
 
+/* Observe mode (agent.http.mode: observe): what governing would have done
+ * with one request that went upstream at once: its acquire granted a
+ * slot waited_ms ahead (0: none), or shed it (shed). Counted in the class
+ * as engine_note_patience counts; shown in STATUS (agent_would_*).
+ * Returns as engine_note_patience. */
+int engine_note_observed(engine *e, const char *deployment, const char *lane, const char *tenant, long long waited_ms,
+                         int shed);
+
 /* Per group figures, summed over this agent's requests. */
 typedef struct engine_group_stats {
     unsigned long long acquires, grants, spilled, sheds;
@@ -243,6 +251,10 @@ typedef struct engine_class_stats {
     /* Patience (engine_note_patience): requests answered, and of those the
      * ones answered within their deadline. */
     unsigned long long answered, within;
+    /* Observe mode of the HTTP proxy (engine_note_observed): requests
+     * forwarded at once whose acquire said they would have waited (and
+     * the sum of those waits), or would have been shed. */
+    unsigned long long would_wait, would_wait_ms, would_shed;
 } engine_class_stats;
 
 /* Calls fn for every (deployment, lane, tenant) class that has seen a

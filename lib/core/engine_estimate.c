@@ -289,27 +289,53 @@ int engine_estimate_req(engine *e, const engine_req *rq, engine_estimate_cb cb, 
 
 /* ---- patience ---------------------------------------------------------------- */
 
-int engine_note_patience(engine *e, const char *deployment, const char *lane, const char *tenant, int within_deadline) {
-    if (!deployment) return SL_EUNKNOWN;
+/* The class stats of a request named so (see engine_note_patience), or
+ * NULL with *rc set. */
+static engine_class_stats *class_of(engine *e, const char *deployment, const char *lane, const char *tenant, int *rc) {
+    *rc = SL_EUNKNOWN;
+    if (!deployment) return NULL;
     dep *d = dep_find(e, deployment);
     if (!d || !d->cfg) {
         /* A group's request that no member served: its first member, where
          * the group script counts the shed. */
         const struct config_group *g = config_group(e->cfg, deployment);
         d = g && g->nmembers ? dep_find(e, g->members[0]) : NULL;
-        if (!d || !d->cfg) return SL_EUNKNOWN;
+        if (!d || !d->cfg) return NULL;
     }
     const struct config_lane *l = config_lane(d->cfg, lane && strlen(lane) <= CONFIG_NAME_MAX ? lane : NULL);
     if (!l) l = config_lane(d->cfg, NULL);
     const struct config_tenant *t = config_tenant(d->cfg, tenant && strlen(tenant) <= CONFIG_NAME_MAX ? tenant : NULL);
     int cls = dep_class(d, l ? l->name : "", t ? t->name : "default");
-    if (cls < 0) return SL_ENOMEM;
-    engine_class_stats *st = &d->classes[cls].st;
+    if (cls < 0) {
+        *rc = SL_ENOMEM;
+        return NULL;
+    }
+    *rc = 0;
+    return &d->classes[cls].st;
+}
+
+int engine_note_patience(engine *e, const char *deployment, const char *lane, const char *tenant, int within_deadline) {
+    int rc;
+    engine_class_stats *st = class_of(e, deployment, lane, tenant, &rc);
+    if (!st) return rc;
     st->answered++;
     e->stats.answered++;
     if (within_deadline) {
         st->within++;
         e->stats.within++;
+    }
+    return 0;
+}
+
+int engine_note_observed(engine *e, const char *deployment, const char *lane, const char *tenant, long long waited_ms,
+                         int shed) {
+    int rc;
+    engine_class_stats *st = class_of(e, deployment, lane, tenant, &rc);
+    if (!st) return rc;
+    if (shed) st->would_shed++;
+    else if (waited_ms > 0) {
+        st->would_wait++;
+        st->would_wait_ms += (unsigned long long)waited_ms;
     }
     return 0;
 }

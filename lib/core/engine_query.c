@@ -121,7 +121,7 @@ int engine_retry(engine *e, const char *deployment, engine_retry_cb cb, void *ar
     return rc;
 }
 
-#define STATUS_LOCAL_FIELDS 13
+#define STATUS_LOCAL_FIELDS 16 /* mode ... agent_script_fixed_us, agent_would_* */
 
 /* The patience ratio as text: within / answered, "" before any answer. */
 static void patience_text(char *buf, size_t n, unsigned long long answered, unsigned long long within) {
@@ -171,6 +171,15 @@ static void status_emit(dep_query *q, redisReply *r) {
         answered += d->classes[i].st.answered;
         within += d->classes[i].st.within;
     }
+    unsigned long long ww = 0, wwms = 0, ws = 0;
+    for (size_t i = 0; i < d->nclasses; i++) {
+        ww += d->classes[i].st.would_wait;
+        wwms += d->classes[i].st.would_wait_ms;
+        ws += d->classes[i].st.would_shed;
+    }
+    FIELD_FMT("agent_would_wait", "%llu", ww);
+    FIELD_FMT("agent_would_wait_ms", "%llu", wwms);
+    FIELD_FMT("agent_would_shed", "%llu", ws);
     FIELD_FMT("agent_requests_answered", "%llu", answered);
     FIELD_FMT("agent_requests_within_deadline", "%llu", within);
     f[k] = "agent_patience";

@@ -20,6 +20,16 @@
  * settled; a group's member served under its own model name; an upstream
  * that does not answer in agent.http.upstream_timeout_ms (504) or
  * refuses the connection (502), each retried once (max_attempts: 2).
+ * Key injection: a TCP caller without a client key (none, its own key,
+ * the provider key itself, a client key in a Basic header) gets 401 and
+ * the provider's ledger sees nothing; with one, the provider sees the
+ * deployment's key and never the client key, and the request counts as
+ * the client's tenant; a client key offered to a pass-through deployment
+ * is refused; the UNIX listener is served without one; no key in the
+ * log. Observe mode: five requests forwarded at once (governing would
+ * have taken 3 s), three recorded as would-have-waited with their waits
+ * and one as would-have-been-shed, in INFO and STATUS, every grant
+ * settled.
  * Every wait is on a condition (a response, INFO, the ledger),
  * bounded. */
 #define _GNU_SOURCE
@@ -448,6 +458,167 @@ static void test_upstream_timeout_and_refused(void **state) {
     mock_fixture_stop(&slow);
 }
 
+/* ---- who may spend the provider key ------------------------------------------------------------ */
+
+#define PROVIDER_KEY "sk-provider-injected-9Zq1"
+#define CLIENT_KEY "chat-client-key-abcdefgh7Kp2"
+
+/* The mock's ledger since the last reset: requests of every kind, and the
+ * one credential fingerprint it saw (NULL when none or several). */
+static long long ledger_requests(char *fp, size_t n) {
+    json_t *st = mock_fixture_stats(&mk, "?reset=1");
+    assert_non_null(st);
+    long long reqs = mock_fixture_count(st, "totals/requests");
+    json_t *creds = json_object_get(st, "credentials");
+    fp[0] = '\0';
+    if (json_object_size(creds) == 1) snprintf(fp, n, "%s", json_object_iter_key(json_object_iter(creds)));
+    json_decref(st);
+    return reqs;
+}
+
+static void test_key_injection(void **state) {
+    (void)state;
+    setenv("TP_PROVIDER_KEY", PROVIDER_KEY, 1);
+    setenv("TP_CLIENT_KEY", CLIENT_KEY, 1);
+    proxyd p;
+    daemon_init(&p.d, fx.dir, "inject");
+    p.port = free_tcp_port();
+    char agent[1024], deps[1024], sock[512];
+    snprintf(sock, sizeof(sock), "%s/http.sock", p.d.dir);
+    snprintf(agent, sizeof(agent),
+             "  http:\n    listen: [127.0.0.1:%d, unix:%s]\n    clients:\n"
+             "      chat: { key_env: TP_CLIENT_KEY, tenant: web }\n",
+             p.port, sock);
+    snprintf(deps, sizeof(deps),
+             "  inj:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
+             "    api_key_env: TP_PROVIDER_KEY\n    inject_key: true\n    tenants:\n      web: { weight: 1 }\n"
+             "  pass:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%d\n",
+             mk.port, mk.port);
+    assert_int_equal(daemon_configure(&p.d, &fx, agent, deps), 0);
+    assert_int_equal(daemon_start(&p.d), 0);
+    char fp[128];
+    ledger_requests(fp, sizeof(fp));
+    static const char inj[] =
+        "{\"model\":\"inj\",\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}],\"max_tokens\":4}";
+    static const char pass[] =
+        "{\"model\":\"pass\",\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}],\"max_tokens\":4}";
+    hc_conn c;
+    hc_response r;
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    /* TCP without a client key: 401 in OpenAI's shape, and the provider sees nothing. */
+    static const char *const refused[] = {NULL, "Authorization: Bearer sk-own-key-1234\r\n",
+                                          "api-key: " PROVIDER_KEY "\r\n", "Authorization: Basic " CLIENT_KEY "\r\n"};
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        assert_int_equal(hc_post(&c, "/v1/chat/completions", refused[i], inj, &r, 10000), 0);
+        if (r.status != 401) fail_msg("case %zu: %d %s", i, r.status, r.body);
+        assert_contains(r.body, "\"code\":\"invalid_api_key\"");
+        assert_null(strstr(r.body, PROVIDER_KEY));
+        assert_null(strstr(r.body, CLIENT_KEY));
+        hc_response_free(&r);
+    }
+    assert_int_equal(ledger_requests(fp, sizeof(fp)), 0);
+    /* With the client key: served with the provider key, the client key never sent. */
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", "Authorization: Bearer " CLIENT_KEY "\r\n", inj, &r, 10000),
+                     0);
+    if (r.status != 200) fail_msg("client key: %d %s", r.status, r.body);
+    hc_response_free(&r);
+    assert_int_equal(ledger_requests(fp, sizeof(fp)), 1);
+    assert_string_equal(fp, "authorization:9Zq1");
+    /* The client key is refused by a pass-through deployment, never forwarded. */
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", "api-key: " CLIENT_KEY "\r\n", pass, &r, 10000), 0);
+    assert_int_equal(r.status, 401);
+    hc_response_free(&r);
+    assert_int_equal(ledger_requests(fp, sizeof(fp)), 0);
+    /* Pass-through: the caller's own key, exactly. */
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", "Authorization: Bearer sk-own-key-5678\r\n", pass, &r, 10000),
+                     0);
+    assert_int_equal(r.status, 200);
+    hc_response_free(&r);
+    assert_int_equal(ledger_requests(fp, sizeof(fp)), 1);
+    assert_string_equal(fp, "authorization:5678");
+    hc_close(&c);
+    /* The UNIX listener: the file system is the gate, the caller's key is dropped. */
+    assert_int_equal(hc_connect_unix(&c, sock), 0);
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", "Authorization: Bearer sk-own-key-1234\r\n", inj, &r, 10000),
+                     0);
+    if (r.status != 200) fail_msg("unix: %d %s", r.status, r.body);
+    hc_response_free(&r);
+    hc_close(&c);
+    assert_int_equal(ledger_requests(fp, sizeof(fp)), 1);
+    assert_string_equal(fp, "authorization:9Zq1");
+    assert_true(info_num(&p.d, "http_unauthorized") == 5);
+    assert_true(info_num(&p.d, "http_injected") == 2);
+    /* The client key bound its request to tenant web; the UNIX one is default. */
+    char v[64];
+    daemon_status_field(&p.d, "inj", "tenant.web.agent_requests_answered", v, sizeof(v));
+    assert_string_equal(v, "1");
+    daemon_status_field(&p.d, "inj", "tenant.default.agent_requests_answered", v, sizeof(v));
+    assert_string_equal(v, "1");
+    /* No key in the log. */
+    char *log = read_file_all(p.d.log);
+    assert_non_null(log);
+    assert_null(strstr(log, PROVIDER_KEY));
+    assert_null(strstr(log, CLIENT_KEY));
+    free(log);
+    assert_int_equal(daemon_stop(&p.d), 0);
+}
+
+/* ---- observe mode ---------------------------------------------------------------------------------- */
+
+static void test_observe(void **state) {
+    (void)state;
+    proxyd p;
+    /* 60 rpm, a burst of 1: governed, three of the four would wait. */
+    start_proxyd_with(&p, "observe", &mk, "    mode: observe\n",
+                      "  obs:\n    rpm: 60\n    burst.requests: 1\n    style: openai\n"
+                      "    endpoint: http://127.0.0.1:%PORT%\n");
+    json_decref(mock_fixture_stats(&mk, "?reset=1"));
+    static const char body[] =
+        "{\"model\":\"obs\",\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}],\"max_tokens\":4}";
+    hc_conn c;
+    hc_response r;
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    double t0 = now_ms();
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(hc_post(&c, "/v1/chat/completions", NULL, body, &r, 10000), 0);
+        if (r.status != 200) fail_msg("request %d: %d %s", i, r.status, r.body);
+        hc_response_free(&r);
+    }
+    /* A fifth that governing would shed: its slot is ~4 s ahead. */
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", "x-sluice-max-wait-ms: 500\r\n", body, &r, 10000), 0);
+    assert_int_equal(r.status, 200);
+    hc_response_free(&r);
+    double took = now_ms() - t0;
+    hc_close(&c);
+    /* Forwarded at once: governed, these five would take over 3 s. */
+    if (took >= 2500) fail_msg("observe mode held the requests: %.0f ms for 5", took);
+    json_t *st = mock_fixture_stats(&mk, "");
+    assert_int_equal(mock_fixture_count(st, "deployments/obs/accepted"), 5);
+    json_decref(st);
+    assert_true(info_num(&p.d, "http_observed") == 5);
+    assert_true(daemon_wait_info(&p.d, "http_would_wait", 3, 10000));
+    assert_true(info_num(&p.d, "http_would_shed") == 1);
+    assert_true(info_num(&p.d, "http_would_shed_rpm") == 1);
+    double waited = info_num(&p.d, "http_would_wait_ms"), longest = info_num(&p.d, "http_would_wait_max_ms");
+    print_message("  observe: 5 forwarded in %.0f ms; governing would have made 3 wait %.0f ms in all (longest %.0f) "
+                  "and shed 1\n",
+                  took, waited, longest);
+    /* The slots of 60 rpm are a second apart: the last of the four lay
+     * about 2 to 3 s ahead (the schedule's burst and jitter tolerance
+     * decide which), and no wait is longer than the four need. */
+    assert_true(longest >= 1500 && longest <= 3500);
+    assert_true(waited >= longest && waited <= 7000);
+    char v[64];
+    daemon_status_field(&p.d, "obs", "agent_would_wait", v, sizeof(v));
+    assert_string_equal(v, "3");
+    daemon_status_field(&p.d, "obs", "agent_would_shed", v, sizeof(v));
+    assert_string_equal(v, "1");
+    /* Every grant settled with its request's usage once both had ended. */
+    assert_true(daemon_wait_info(&p.d, "settles", 4, 10000));
+    assert_true(info_num(&p.d, "http_retried") == 0);
+    assert_int_equal(daemon_stop(&p.d), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_three_apis, test_teardown),
@@ -457,6 +628,8 @@ int main(void) {
         cmocka_unit_test_teardown(test_gone_while_waiting, test_teardown),
         cmocka_unit_test_teardown(test_gone_mid_stream, test_teardown),
         cmocka_unit_test_teardown(test_upstream_timeout_and_refused, test_teardown),
+        cmocka_unit_test_teardown(test_key_injection, test_teardown),
+        cmocka_unit_test_teardown(test_observe, test_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
