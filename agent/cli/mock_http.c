@@ -97,7 +97,7 @@ static void conn_flush(mh_conn *c);
 /* Appends n bytes, keeping a NUL after them. 0, -1 on allocation failure,
  * -2 when the result would exceed limit. */
 static int buf_append(mh_buf *b, const char *s, size_t n, size_t limit) {
-    if (b->len + n > limit) return -2;
+    if (n > limit || b->len > limit - n) return -2; /* no overflow, whatever n */
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap < b->len + n + 1) cap *= 2;
@@ -722,10 +722,10 @@ void mock_http_respond_stream(mock_http_req *r, int status, const char *headers,
     for (size_t i = 0; i < n; i++) {
         mh_buf b = {0};
         char size[24];
-        int sl = snprintf(size, sizeof(size), "%zx\r\n", pieces[i].len);
+        size_t sl = (size_t)snprintf(size, sizeof(size), "%zx\r\n", pieces[i].len); /* < 24: a size_t in hex */
         int rc = i == 0 ? buf_append(&b, head, hlen, SIZE_MAX) : 0;
         /* An empty piece is only a moment; framed, it would end the body. */
-        if (rc == 0 && chunked && pieces[i].len > 0) rc = buf_append(&b, size, (size_t)sl, SIZE_MAX);
+        if (rc == 0 && chunked && pieces[i].len > 0) rc = buf_append(&b, size, sl, SIZE_MAX);
         if (rc == 0 && pieces[i].len > 0) rc = buf_append(&b, pieces[i].data, pieces[i].len, SIZE_MAX);
         if (rc == 0 && chunked && pieces[i].len > 0) rc = buf_append(&b, "\r\n", 2, SIZE_MAX);
         if (rc == 0 && chunked && i == n - 1) rc = buf_append(&b, "0\r\n\r\n", 5, SIZE_MAX);
