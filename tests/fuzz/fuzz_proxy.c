@@ -9,27 +9,35 @@
  * fuzzer explores split points too. Checked: no crash, leak or UB; the
  * reader consumes no more than it is given and refuses with a status it
  * documents; an accepted request maps to what config_model says and has
- * a sane estimate; a refusal has a known kind and a message; every error
+ * a sane estimate, and a credential decision by proxy_auth's rules that
+ * quotes no key; a refusal has a known kind and a message; every error
  * body is JSON; and the SSE reader gives the same counts fed in pieces as
  * fed whole. */
+#define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
 #include "http_reader.h"
+#include "proxy_auth.h"
 #include "proxy_wire.h"
 #include "usage_sse.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+#define FUZZ_CLIENT_KEY "fuzz-client-key-0123456789"
+#define FUZZ_PROVIDER_KEY "sk-fuzz-provider-key"
+
 static const char yaml[] =
+    "agent:\n  http:\n    clients:\n      c: { key_env: FUZZ_CLIENT_KEY, tenant: t, lane: a }\n"
     "deployments:\n"
     "  gpt-4o:\n    rpm: 600\n    tpm: 100000\n    aliases: [gpt-4o-2024-08-06]\n"
     "    lanes: { a: { priority: 0 }, b: { priority: 1 } }\n    tags: [eu]\n"
     "  mini:\n    rpm: 60\n    style: openai\n"
-    "  embed:\n    rpm: 60\n    style: custom\n"
+    "  embed:\n    rpm: 60\n    style: custom\n    api_key_env: FUZZ_PROVIDER_KEY\n    inject_key: true\n"
     "  claude:\n    rpm: 60\n    style: anthropic\n    itpm: 100\n    otpm: 100\n    aliases: [claude-sonnet-4-5]\n"
     "groups:\n  g:\n    members: [gpt-4o, mini]\n    aliases: [gpt-4o-fleet]\n";
 
@@ -63,6 +71,21 @@ static void one_request(const http_msg *m) {
         if (!r.name || r.est.input < 0 || r.est.output < 0 || !r.body) abort();
         if (r.route.op == PROXY_OP_EMBEDDINGS && r.est.output != 0) abort();
         error_bodies(PROXY_ERR_NO_ENDPOINT, r.model, NULL);
+        /* Credentials: a decision for either listener; an injecting TCP
+         * request is served only with the client key; no refusal quotes a
+         * key. */
+        for (int unix_socket = 0; unix_socket < 2; unix_socket++) {
+            proxy_auth a;
+            proxy_error ae;
+            if (proxy_auth_check(cfg, &r.target, unix_socket, m, &a, &ae) == 0) {
+                if (a.inject && !unix_socket && !a.client) abort();
+                if (a.client && strcmp(a.client->name, "c") != 0) abort();
+                if (!a.inject && a.client) abort();
+            } else if (ae.kind != PROXY_ERR_UNAUTHORIZED || strstr(ae.message, FUZZ_CLIENT_KEY) ||
+                       strstr(ae.message, FUZZ_PROVIDER_KEY)) {
+                abort();
+            }
+        }
     } else {
         if ((unsigned)err.kind >= PROXY_ERR_KINDS || !memchr(err.message, '\0', sizeof(err.message))) abort();
         if ((unsigned)r.route.api > PROXY_API_ANTHROPIC) abort();
@@ -98,7 +121,12 @@ static void sse_same(const char *text, size_t len, size_t step) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!cfg) {
         char err[256];
-        if (config_load_string("fuzz.yaml", yaml, sizeof(yaml) - 1, &cfg, err, sizeof(err)) != 0) abort();
+        setenv("FUZZ_CLIENT_KEY", FUZZ_CLIENT_KEY, 1);
+        setenv("FUZZ_PROVIDER_KEY", FUZZ_PROVIDER_KEY, 1);
+        if (config_load_string("fuzz.yaml", yaml, sizeof(yaml) - 1, &cfg, err, sizeof(err)) != 0) {
+            fprintf(stderr, "fuzz_proxy: %s\n", err);
+            abort();
+        }
     }
     if (size < 1) return 0;
     size_t step = 1 + data[0] % 64;
