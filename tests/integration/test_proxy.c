@@ -34,8 +34,9 @@
  * streams of each API, a shed, a retried upstream 429, a hard quota
  * error, clients that leave while waiting, mid-stream and mid-answer, an
  * upstream timeout and a refused connection, key injection, a reload with
- * a stream and an answer in flight that switches to observe mode, and
- * SIGTERM with a stream in flight (the drain cuts it).
+ * a stream and an answer in flight that switches to observe mode, an
+ * observed stream its client leaves, and SIGTERM with a stream in flight
+ * (the drain cuts it) and an observed acquire still waiting.
  * Every wait is on a condition (a response, INFO, the ledger),
  * bounded. */
 #define _GNU_SOURCE
@@ -703,9 +704,10 @@ static const char vg_deps[] =
     "  claude:\n    rpm: 6000\n    style: anthropic\n    itpm: 1000000\n    otpm: 100000\n"
     "    endpoint: http://127.0.0.1:%d\n"
     "  sparse:\n    rpm: 3\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
-    "  r1:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%d\n    retry_budget:\n      min_per_s: "
-    "10\n"
+    "  r1:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
+    "    retry_budget:\n      min_per_s: 10\n"
     "  obs:\n    rpm: 60\n    burst.requests: 1\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
+    "  obs2:\n    rpm: 3\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
     "  inj:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
     "    api_key_env: TVG_PROVIDER_KEY\n    inject_key: true\n    tenants:\n      web: { weight: 1 }\n"
     "  slow:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
@@ -720,7 +722,7 @@ static void vg_configure(proxyd *p, const char *sock, const mock_fixture *slow, 
              "    mode: %s\n    clients:\n      chat: { key_env: TVG_CLIENT_KEY, tenant: web }\n",
              p->port, sock, mode);
     int f = mk.port, s = slow->port;
-    snprintf(deps, sizeof(deps), vg_deps, f, f, f, f, f, f, f, s, s, dead_port);
+    snprintf(deps, sizeof(deps), vg_deps, f, f, f, f, f, f, f, f, s, s, dead_port);
     assert_int_equal(daemon_configure(&p->d, &fx, agent, deps), 0);
 }
 
@@ -844,6 +846,17 @@ static void test_valgrind_proxy(void **state) {
     vg_expect(&p, NULL, chat, "x-sluice-max-wait-ms: 0\r\n", VG_CHAT("obs", ), 200, NULL);
     assert_true(info_num(&p.d, "http_observed") == 3);
     assert_true(daemon_wait_info(&p.d, "http_would_shed", 1, 20000));
+    /* Observed, a client that leaves mid-stream. */
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    vg_send(&c, msgs, VG_ANTHROPIC, VG_CHAT("cslow", "\"stream\":true,"));
+    vg_read_until(&c, "content_block_delta", 20000);
+    hc_close(&c);
+    PROC_POLL_OR_FAIL(vg_idle, &p.d, 20000, "the observed stream to end");
+    /* Two requests at 3 rpm, answered at once: the acquire beside the
+     * second waits 20 s for its slot, and is still waiting at SIGTERM. */
+    vg_expect(&p, NULL, chat, NULL, VG_CHAT("obs2", ), 200, NULL);
+    vg_expect(&p, NULL, chat, NULL, VG_CHAT("obs2", ), 200, NULL);
+    assert_true(daemon_wait_info(&p.d, "waiting", 1, 20000) || daemon_wait_info(&p.d, "queued", 1, 1));
 
     /* Every path above was taken. */
     char *info = daemon_info(&p.d);
@@ -852,9 +865,9 @@ static void test_valgrind_proxy(void **state) {
         const char *field;
         double min;
     } taken[] = {
-        {"http_streamed", 5}, {"http_shed", 1},     {"http_gone_waiting", 1},      {"http_gone", 2},
+        {"http_streamed", 6}, {"http_shed", 1},     {"http_gone_waiting", 1},      {"http_gone", 3},
         {"http_retried", 1},  {"quota_errors", 1},  {"http_upstream_timeouts", 1}, {"http_unauthorized", 1},
-        {"http_injected", 2}, {"http_observed", 3}, {"http_would_shed", 1},        {"http_upstream_errors", 3},
+        {"http_injected", 2}, {"http_observed", 6}, {"http_would_shed", 1},        {"http_upstream_errors", 3},
     };
     for (size_t i = 0; i < sizeof(taken) / sizeof(taken[0]); i++)
         if (info_field(info, taken[i].field) < taken[i].min)
@@ -870,10 +883,10 @@ static void test_valgrind_proxy(void **state) {
     assert_true(hc_wait_closed(&c, 30000));
     hc_close(&c);
     int st = daemon_wait(&p.d, 60000);
-    /* The slow provider saw each of its three calls abandoned: two clients
-     * that left, and the stream the drain cut. */
-    const void *ab[2] = {&slow, (const void *)(intptr_t)3};
-    PROC_POLL_OR_FAIL(vg_mock_abandoned, ab, 20000, "the slow provider to count 3 calls abandoned");
+    /* The slow provider saw each of its four calls abandoned: three
+     * clients that left, and the stream the drain cut. */
+    const void *ab[2] = {&slow, (const void *)(intptr_t)4};
+    PROC_POLL_OR_FAIL(vg_mock_abandoned, ab, 20000, "the slow provider to count 4 calls abandoned");
     mock_fixture_stop(&slow);
     char *log = read_file_all(p.d.log);
     assert_contains(log, "drain: closing HTTP connections with responses still in progress");
