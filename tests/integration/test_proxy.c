@@ -32,7 +32,8 @@
  * settled. In a build without sanitizers (tests/valgrind.sh), a
  * valgrind-clean session of all of the above in one daemon: answers and
  * streams of each API, a shed, a retried upstream 429, a hard quota
- * error, clients that leave while waiting, mid-stream and mid-answer, an
+ * error, clients that leave while waiting, in a retry's backoff,
+ * mid-stream and mid-answer, an
  * upstream timeout and a refused connection, key injection, a reload with
  * a stream and an answer in flight that switches to observe mode, an
  * observed stream its client leaves, and SIGTERM with a stream in flight
@@ -706,6 +707,8 @@ static const char vg_deps[] =
     "  sparse:\n    rpm: 3\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
     "  r1:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
     "    retry_budget:\n      min_per_s: 10\n"
+    "  rb:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
+    "    retry_budget:\n      min_per_s: 10\n"
     "  obs:\n    rpm: 60\n    burst.requests: 1\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
     "  obs2:\n    rpm: 3\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
     "  inj:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
@@ -722,7 +725,7 @@ static void vg_configure(proxyd *p, const char *sock, const mock_fixture *slow, 
              "    mode: %s\n    clients:\n      chat: { key_env: TVG_CLIENT_KEY, tenant: web }\n",
              p->port, sock, mode);
     int f = mk.port, s = slow->port;
-    snprintf(deps, sizeof(deps), vg_deps, f, f, f, f, f, f, f, f, s, s, dead_port);
+    snprintf(deps, sizeof(deps), vg_deps, f, f, f, f, f, f, f, f, f, s, s, dead_port);
     assert_int_equal(daemon_configure(&p->d, &fx, agent, deps), 0);
 }
 
@@ -791,6 +794,15 @@ static void test_valgrind_proxy(void **state) {
     hc_response_free(&r);
     hc_close(&c);
     assert_true(info_num(&p.d, "http_retried") == 1);
+    /* An upstream 429 whose retry waits 10 s (the provider's retry-after
+     * at 6 rpm), and whose client leaves during that backoff. */
+    assert_int_equal(mock_fixture_control(&mk, "?deployment=rb&rpm=6"), 200);
+    assert_int_equal(mock_fixture_control(&mk, "?inject_429=1"), 200);
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    vg_send(&c, chat, NULL, VG_CHAT("rb", ));
+    assert_true(daemon_wait_info(&p.d, "http_retried", 2, 20000));
+    hc_close(&c);
+    PROC_POLL_OR_FAIL(vg_idle, &p.d, 20000, "the call in its backoff to end");
 
     /* Clients that leave mid-stream and during a non-streamed answer. */
     assert_int_equal(hc_connect_tcp(&c, p.port), 0);
@@ -865,7 +877,7 @@ static void test_valgrind_proxy(void **state) {
         const char *field;
         double min;
     } taken[] = {
-        {"http_streamed", 6}, {"http_shed", 1},     {"http_gone_waiting", 1},      {"http_gone", 3},
+        {"http_streamed", 6}, {"http_shed", 1},     {"http_gone_waiting", 1},      {"http_gone", 4},
         {"http_retried", 1},  {"quota_errors", 1},  {"http_upstream_timeouts", 1}, {"http_unauthorized", 1},
         {"http_injected", 2}, {"http_observed", 6}, {"http_would_shed", 1},        {"http_upstream_errors", 3},
     };
