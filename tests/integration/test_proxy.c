@@ -638,15 +638,6 @@ static int info_has(void *arg) {
     return ok;
 }
 
-static int vg_nothing_held(void *arg) {
-    const proxyd *p = arg;
-    char *info = daemon_info(&p->d);
-    int ok = info && info_field(info, "http_gone_waiting") >= 1 && info_field(info, "queued") == 0 &&
-             info_field(info, "waiting") == 0 && info_field(info, "http_calls") == 0;
-    free(info);
-    return ok;
-}
-
 static int vg_calls_at_least(void *arg) {
     const void **a = arg;
     return info_num(a[0], "http_calls") >= *(const int *)a[1];
@@ -779,7 +770,7 @@ static void test_valgrind_proxy(void **state) {
     vg_send(&c, chat, "x-sluice-max-wait-ms: 60000\r\n", VG_CHAT("sparse", ));
     assert_true(daemon_wait_info(&p.d, "waiting", 1, 20000) || daemon_wait_info(&p.d, "queued", 1, 1));
     hc_close(&c);
-    PROC_POLL_OR_FAIL(vg_nothing_held, &p, 20000, "the waiting request's slot to go back");
+    PROC_POLL_OR_FAIL(nothing_held, &p, 20000, "the waiting request's slot to go back");
 
     /* An upstream 429 retried; a hard quota error passed on. */
     assert_int_equal(mock_fixture_control(&mk, "?inject_429=1"), 200);
@@ -842,6 +833,7 @@ static void test_valgrind_proxy(void **state) {
     assert_int_equal(sluiced_fixture_signal(&p.d, SIGHUP), 0);
     const void *mode[2] = {&p.d, "http_mode:observe"};
     PROC_POLL_OR_FAIL(info_has, mode, 20000, "the reload to observe mode");
+    assert_true(info_num(&p.d, "http_calls") >= 2); /* reloaded under them: they take 4 s */
     assert_int_equal(hc_read_response(&c, &r, 30000), 0);
     assert_int_equal(r.status, 200);
     assert_contains(r.body, "event: message_stop");
