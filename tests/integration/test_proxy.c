@@ -29,7 +29,15 @@
  * log. Observe mode: five requests forwarded at once (governing would
  * have taken 3 s), three recorded as would-have-waited with their waits
  * and one as would-have-been-shed, in INFO and STATUS, every grant
- * settled.
+ * settled. In a build without sanitizers (tests/valgrind.sh), a
+ * valgrind-clean session of all of the above in one daemon: answers and
+ * streams of each API, a shed, a retried upstream 429, a hard quota
+ * error, clients that leave while waiting, in a retry's backoff,
+ * mid-stream and mid-answer, an
+ * upstream timeout and a refused connection, key injection, a reload with
+ * a stream and an answer in flight that switches to observe mode, an
+ * observed stream its client leaves, and SIGTERM with a stream in flight
+ * (the drain cuts it) and an observed acquire still waiting.
  * Every wait is on a condition (a response, INFO, the ledger),
  * bounded. */
 #define _GNU_SOURCE
@@ -619,6 +627,287 @@ static void test_observe(void **state) {
     assert_int_equal(daemon_stop(&p.d), 0);
 }
 
+/* ---- valgrind ------------------------------------------------------------------------------ */
+
+/* INFO of d holds line (e.g. "http_mode:observe"). */
+static int info_has(void *arg) {
+    const void **a = arg;
+    char *info = daemon_info(a[0]);
+    int ok = info && strstr(info, a[1]) != NULL;
+    free(info);
+    return ok;
+}
+
+static int vg_calls_at_least(void *arg) {
+    const void **a = arg;
+    return info_num(a[0], "http_calls") >= *(const int *)a[1];
+}
+
+static int vg_mock_abandoned(void *arg) {
+    const void **a = arg;
+    json_t *st = mock_fixture_stats(a[0], "");
+    long long n = mock_fixture_count(st, "totals/abandoned");
+    json_decref(st);
+    return n >= (intptr_t)a[1];
+}
+
+static int vg_idle(void *arg) { return info_num(arg, "http_calls") == 0; }
+
+/* Sends a POST without reading its answer. */
+static void vg_send(hc_conn *c, const char *target, const char *headers, const char *body) {
+    char req[2048];
+    int n = snprintf(req, sizeof(req), "POST %s HTTP/1.1\r\n%sContent-Length: %zu\r\n\r\n%s", target,
+                     headers ? headers : "", strlen(body), body);
+    assert_true(n > 0 && (size_t)n < sizeof(req));
+    assert_int_equal(hc_send(c, req, (size_t)n), 0);
+}
+
+/* Reads until what arrived holds needle (bounded); fails otherwise. */
+static void vg_read_until(hc_conn *c, const char *needle, int timeout_ms) {
+    double until = now_ms() + timeout_ms;
+    while (!(c->buf && memmem(c->buf, c->len, needle, strlen(needle))) && !c->closed && now_ms() < until)
+        hc_read_some(c, 1000);
+    if (!c->buf || !memmem(c->buf, c->len, needle, strlen(needle)))
+        fail_msg("no \"%s\" within %d ms", needle, timeout_ms);
+}
+
+/* One request on a new connection (TCP, or the UNIX socket when sock):
+ * its status, the body checked for has. */
+static void vg_expect(const proxyd *p, const char *sock, const char *target, const char *headers, const char *body,
+                      int status, const char *has) {
+    hc_conn c;
+    if (sock) assert_int_equal(hc_connect_unix(&c, sock), 0);
+    else assert_int_equal(hc_connect_tcp(&c, p->port), 0);
+    hc_response r;
+    if (hc_post(&c, target, headers, body, &r, 60000) != 0) fail_msg("%s: no answer", target);
+    if (r.status != status) fail_msg("%s: %d, expected %d: %s", target, r.status, status, r.body);
+    if (has) assert_contains(r.body, has);
+    hc_response_free(&r);
+    hc_close(&c);
+}
+
+#define VG_CHAT(model, extra)                                                                                          \
+    "{\"model\":\"" model "\"," extra "\"messages\":[{\"role\":\"user\",\"content\":\"abcdefgh\"}],\"max_tokens\":16}"
+#define VG_ANTHROPIC "anthropic-version: 2023-06-01\r\n"
+
+static const char vg_deps[] =
+    "  gpt-4o:\n    rpm: 6000\n    tpm: 1000000\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
+    "  az-east:\n    rpm: 6000\n    style: azure\n    api_version: 2024-06-01\n    endpoint: http://127.0.0.1:%d/\n"
+    "  claude:\n    rpm: 6000\n    style: anthropic\n    itpm: 1000000\n    otpm: 100000\n"
+    "    endpoint: http://127.0.0.1:%d\n"
+    "  sparse:\n    rpm: 3\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
+    "  r1:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
+    "    retry_budget:\n      min_per_s: 10\n"
+    "  rb:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
+    "    retry_budget:\n      min_per_s: 10\n"
+    "  obs:\n    rpm: 60\n    burst.requests: 1\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
+    "  obs2:\n    rpm: 3\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
+    "  inj:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
+    "    api_key_env: TVG_PROVIDER_KEY\n    inject_key: true\n    tenants:\n      web: { weight: 1 }\n"
+    "  slow:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
+    "  cslow:\n    rpm: 6000\n    style: anthropic\n    itpm: 1000000\n    otpm: 100000\n"
+    "    endpoint: http://127.0.0.1:%d\n"
+    "  dead:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%d\n";
+
+static void vg_configure(proxyd *p, const char *sock, const mock_fixture *slow, int dead_port, const char *mode) {
+    char agent[1024], deps[4096];
+    snprintf(agent, sizeof(agent),
+             "  http:\n    listen: [127.0.0.1:%d, unix:%s]\n    max_attempts: 2\n    drain_timeout_ms: 1000\n"
+             "    mode: %s\n    clients:\n      chat: { key_env: TVG_CLIENT_KEY, tenant: web }\n",
+             p->port, sock, mode);
+    int f = mk.port, s = slow->port;
+    snprintf(deps, sizeof(deps), vg_deps, f, f, f, f, f, f, f, f, f, s, s, dead_port);
+    assert_int_equal(daemon_configure(&p->d, &fx, agent, deps), 0);
+}
+
+/* sluiced under valgrind governing and forwarding to the mock: every path
+ * of a proxied call that allocates, then valgrind's verdict. */
+static void test_valgrind_proxy(void **state) {
+    (void)state;
+    char out[4096];
+    char *probe[] = {"valgrind", "--version", NULL};
+    if (run_capture(probe, NULL, out, sizeof(out)) != 0) {
+        print_message("  SKIPPED: valgrind is not installed\n");
+        skip();
+    }
+    if (binary_is_sanitized(sluiced_path())) {
+        print_message("  SKIPPED: sluiced is built with sanitizers (valgrind cannot run it); "
+                      "tests/valgrind.sh runs this test on a plain build\n");
+        skip();
+    }
+    double t0 = now_ms();
+    /* A provider whose answers take 4 s, a stream's events spread over them. */
+    mock_fixture slow;
+    static const char *const args[] = {"--rpm", "6000", "--service-ms", "4000", NULL};
+    assert_int_equal(mock_fixture_start(&slow, args, 10000), 0);
+    setenv("TVG_PROVIDER_KEY", PROVIDER_KEY, 1);
+    setenv("TVG_CLIENT_KEY", CLIENT_KEY, 1);
+    proxyd p;
+    daemon_init(&p.d, fx.dir, "valgrind");
+    p.d.valgrind = 1;
+    p.port = free_tcp_port();
+    int dead = free_tcp_port(); /* nothing listens there */
+    char sock[512];
+    snprintf(sock, sizeof(sock), "%s/http.sock", p.d.dir);
+    vg_configure(&p, sock, &slow, dead, "govern");
+    assert_int_equal(daemon_start_args(&p.d, 60000), 0);
+    const char *chat = "/v1/chat/completions", *msgs = "/v1/messages";
+
+    /* Answers, non-streamed and streamed (OpenAI's usage chunk injected). */
+    vg_expect(&p, NULL, chat, NULL, VG_CHAT("gpt-4o", ), 200, "\"usage\"");
+    vg_expect(&p, NULL, "/openai/deployments/az-east/chat/completions?api-version=2024-06-01", "api-key: k-1234\r\n",
+              VG_CHAT("az-east", ), 200, "\"usage\"");
+    vg_expect(&p, NULL, msgs, VG_ANTHROPIC, VG_CHAT("claude", ), 200, "\"type\":\"message\"");
+    vg_expect(&p, NULL, chat, NULL, VG_CHAT("gpt-4o", "\"stream\":true,"), 200, "\"choices\":[],\"usage\":{");
+    vg_expect(&p, NULL, msgs, VG_ANTHROPIC, VG_CHAT("claude", "\"stream\":true,"), 200, "event: message_stop");
+
+    /* Shed: one slot in 20 s. Then a request that waits for the next one
+     * and whose client leaves. */
+    vg_expect(&p, NULL, chat, NULL, VG_CHAT("sparse", ), 200, NULL);
+    vg_expect(&p, NULL, chat, "x-sluice-max-wait-ms: 0\r\n", VG_CHAT("sparse", ), 429, "rate_limit_exceeded");
+    hc_conn c, c2;
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    vg_send(&c, chat, "x-sluice-max-wait-ms: 60000\r\n", VG_CHAT("sparse", ));
+    assert_true(daemon_wait_info(&p.d, "waiting", 1, 20000) || daemon_wait_info(&p.d, "queued", 1, 1));
+    hc_close(&c);
+    PROC_POLL_OR_FAIL(nothing_held, &p, 20000, "the waiting request's slot to go back");
+
+    /* An upstream 429 retried; a hard quota error passed on. */
+    assert_int_equal(mock_fixture_control(&mk, "?inject_429=1"), 200);
+    vg_expect(&p, NULL, chat, NULL, VG_CHAT("r1", ), 200, NULL);
+    assert_int_equal(mock_fixture_control(&mk, "?quota_exhausted=1"), 200);
+    hc_response r;
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    assert_int_equal(hc_post(&c, chat, NULL, VG_CHAT("gpt-4o", ), &r, 60000), 0);
+    assert_int_equal(mock_fixture_control(&mk, "?quota_exhausted=0"), 200);
+    assert_int_equal(r.status, 429);
+    assert_contains(r.body, "insufficient_quota");
+    hc_response_free(&r);
+    hc_close(&c);
+    assert_true(info_num(&p.d, "http_retried") == 1);
+    /* An upstream 429 whose retry waits 10 s (the provider's retry-after
+     * at 6 rpm), and whose client leaves during that backoff. */
+    assert_int_equal(mock_fixture_control(&mk, "?deployment=rb&rpm=6"), 200);
+    assert_int_equal(mock_fixture_control(&mk, "?inject_429=1"), 200);
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    vg_send(&c, chat, NULL, VG_CHAT("rb", ));
+    assert_true(daemon_wait_info(&p.d, "http_retried", 2, 20000));
+    hc_close(&c);
+    PROC_POLL_OR_FAIL(vg_idle, &p.d, 20000, "the call in its backoff to end");
+
+    /* Clients that leave mid-stream and during a non-streamed answer. */
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    vg_send(&c, msgs, VG_ANTHROPIC, VG_CHAT("cslow", "\"stream\":true,"));
+    vg_read_until(&c, "content_block_delta", 20000);
+    hc_close(&c);
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    vg_send(&c, chat, NULL, VG_CHAT("slow", ));
+    int one = 1;
+    const void *calls1[2] = {&p.d, &one};
+    PROC_POLL_OR_FAIL(vg_calls_at_least, calls1, 20000, "the call to go upstream");
+    hc_close(&c);
+    PROC_POLL_OR_FAIL(vg_idle, &p.d, 20000, "the abandoned calls to end");
+    assert_true(info_num(&p.d, "http_gone") >= 2);
+
+    /* An upstream past the request's deadline (504), a refused connection
+     * (502, retried once). */
+    vg_expect(&p, NULL, chat, "x-sluice-deadline-ms: 1500\r\n", VG_CHAT("slow", ), 504, "\"code\":\"timeout\"");
+    vg_expect(&p, NULL, chat, NULL, VG_CHAT("dead", ), 502, "\"code\":\"bad_gateway\"");
+
+    /* Key injection: no client key 401, the client key 200, the UNIX socket 200. */
+    vg_expect(&p, NULL, chat, "Authorization: Bearer sk-own-key-1234\r\n", VG_CHAT("inj", ), 401, "invalid_api_key");
+    vg_expect(&p, NULL, chat, "Authorization: Bearer " CLIENT_KEY "\r\n", VG_CHAT("inj", ), 200, NULL);
+    vg_expect(&p, sock, chat, NULL, VG_CHAT("inj", ), 200, NULL);
+    assert_true(info_num(&p.d, "http_injected") == 2);
+
+    /* A reload with two calls in flight (a stream and an answer), which
+     * switches the proxy to observe mode: both still answered whole. */
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    assert_int_equal(hc_connect_tcp(&c2, p.port), 0);
+    vg_send(&c, msgs, VG_ANTHROPIC, VG_CHAT("cslow", "\"stream\":true,"));
+    vg_send(&c2, chat, NULL, VG_CHAT("slow", ));
+    int two = 2;
+    const void *calls2[2] = {&p.d, &two};
+    PROC_POLL_OR_FAIL(vg_calls_at_least, calls2, 20000, "two calls in flight");
+    vg_configure(&p, sock, &slow, dead, "observe");
+    assert_int_equal(sluiced_fixture_signal(&p.d, SIGHUP), 0);
+    const void *mode[2] = {&p.d, "http_mode:observe"};
+    PROC_POLL_OR_FAIL(info_has, mode, 20000, "the reload to observe mode");
+    assert_true(info_num(&p.d, "http_calls") >= 2); /* reloaded under them: they take 4 s */
+    assert_int_equal(hc_read_response(&c, &r, 30000), 0);
+    assert_int_equal(r.status, 200);
+    assert_contains(r.body, "event: message_stop");
+    hc_response_free(&r);
+    assert_int_equal(hc_read_response(&c2, &r, 30000), 0);
+    assert_int_equal(r.status, 200);
+    hc_response_free(&r);
+    hc_close(&c);
+    hc_close(&c2);
+    /* Observe: forwarded at once, the acquires beside them (at 60 rpm with
+     * a burst of 1, two would wait; the last would be shed). */
+    vg_expect(&p, NULL, chat, NULL, VG_CHAT("obs", ), 200, NULL);
+    vg_expect(&p, NULL, chat, NULL, VG_CHAT("obs", "\"stream\":true,"), 200, "[DONE]");
+    vg_expect(&p, NULL, chat, "x-sluice-max-wait-ms: 0\r\n", VG_CHAT("obs", ), 200, NULL);
+    assert_true(info_num(&p.d, "http_observed") == 3);
+    assert_true(daemon_wait_info(&p.d, "http_would_shed", 1, 20000));
+    /* Observed, a client that leaves mid-stream. */
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    vg_send(&c, msgs, VG_ANTHROPIC, VG_CHAT("cslow", "\"stream\":true,"));
+    vg_read_until(&c, "content_block_delta", 20000);
+    hc_close(&c);
+    PROC_POLL_OR_FAIL(vg_idle, &p.d, 20000, "the observed stream to end");
+    /* Two requests at 3 rpm, answered at once: the acquire beside the
+     * second waits 20 s for its slot, and is still waiting at SIGTERM. */
+    vg_expect(&p, NULL, chat, NULL, VG_CHAT("obs2", ), 200, NULL);
+    vg_expect(&p, NULL, chat, NULL, VG_CHAT("obs2", ), 200, NULL);
+    assert_true(daemon_wait_info(&p.d, "waiting", 1, 20000) || daemon_wait_info(&p.d, "queued", 1, 1));
+
+    /* Every path above was taken. */
+    char *info = daemon_info(&p.d);
+    assert_non_null(info);
+    static const struct {
+        const char *field;
+        double min;
+    } taken[] = {
+        {"http_streamed", 6}, {"http_shed", 1},     {"http_gone_waiting", 1},      {"http_gone", 4},
+        {"http_retried", 1},  {"quota_errors", 1},  {"http_upstream_timeouts", 1}, {"http_unauthorized", 1},
+        {"http_injected", 2}, {"http_observed", 6}, {"http_would_shed", 1},        {"http_upstream_errors", 3},
+    };
+    for (size_t i = 0; i < sizeof(taken) / sizeof(taken[0]); i++)
+        if (info_field(info, taken[i].field) < taken[i].min)
+            fail_msg("%s is %g, expected at least %g", taken[i].field, info_field(info, taken[i].field), taken[i].min);
+    free(info);
+
+    /* SIGTERM with a stream in flight: drained for drain_timeout_ms, then
+     * its connection closed and its transfer stopped. */
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    vg_send(&c, msgs, VG_ANTHROPIC, VG_CHAT("cslow", "\"stream\":true,"));
+    vg_read_until(&c, "content_block_delta", 20000);
+    assert_int_equal(sluiced_fixture_signal(&p.d, SIGTERM), 0);
+    assert_true(hc_wait_closed(&c, 30000));
+    hc_close(&c);
+    int st = daemon_wait(&p.d, 60000);
+    /* The slow provider saw each of its four calls abandoned: three
+     * clients that left, and the stream the drain cut. */
+    const void *ab[2] = {&slow, (const void *)(intptr_t)4};
+    PROC_POLL_OR_FAIL(vg_mock_abandoned, ab, 20000, "the slow provider to count 4 calls abandoned");
+    mock_fixture_stop(&slow);
+    char *log = read_file_all(p.d.log);
+    assert_contains(log, "drain: closing HTTP connections with responses still in progress");
+    free(log);
+    char *vg = read_file_all(p.d.vglog);
+    const char *sum = strstr(vg, "ERROR SUMMARY:");
+    print_message("  valgrind: %.*s (session %.1f s)\n", sum ? (int)strcspn(sum, "\n") : 0, sum ? sum : "",
+                  (now_ms() - t0) / 1000);
+    if (!(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0)) fail_msg("sluiced exited with status %d:\n%s", st, vg);
+    assert_non_null(sum);
+    if (!strstr(vg, "ERROR SUMMARY: 0 errors")) fail_msg("valgrind found errors:\n%s", vg);
+    if (!strstr(vg, "All heap blocks were freed") &&
+        (!strstr(vg, "definitely lost: 0 bytes") || !strstr(vg, "indirectly lost: 0 bytes")))
+        fail_msg("valgrind found leaks:\n%s", vg);
+    free(vg);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_three_apis, test_teardown),
@@ -630,6 +919,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_upstream_timeout_and_refused, test_teardown),
         cmocka_unit_test_teardown(test_key_injection, test_teardown),
         cmocka_unit_test_teardown(test_observe, test_teardown),
+        cmocka_unit_test_teardown(test_valgrind_proxy, test_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
