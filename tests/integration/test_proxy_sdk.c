@@ -27,9 +27,25 @@
  *     answered 200 and whole; <= 1 % 429s on the ledger; >= 97 % of the
  *     floor on each deployment, (accepted - 1 s of burst) / rate against
  *     the ledger's first-to-last accept; the usage the fleet settled
- *     (STATUS tokens_actual, fleet-wide in Redis; the agents' INFO
- *     tokens_actual summed) equals the ledger's tokens_reported; each key
- *     reached the provider on exactly its own requests (pass-through).
+ *     (STATUS tokens_actual, fleet-wide in Redis, polled until it
+ *     equals the ledger, at most 10 s; the agents' INFO tokens_actual
+ *     summed) equals the ledger's tokens_reported; each key reached the
+ *     provider on exactly its own requests (pass-through).
+ *
+ * The floor is only a proof of the governor while the clients' demand
+ * exceeds the quota from the first accept to the last. Each client loads
+ * its SDK first and waits at a start gate (SLUICE_START_FILE); the test
+ * lets them all go at once. Without the gate, on a busy 2-core machine
+ * the Node processes took 8-13 s to load their SDKs while a curl client
+ * ran alone, 1-3 requests a second, and that stretch counted in the
+ * window (measured 71-85 % of the floor, the proxy idle for want of
+ * requests; with the gate 98-100 %, a busy loop on each core or not).
+ * From the start on, each deployment has 21 requests in flight against
+ * 10 a second, so demand exceeds the quota until the last second; the
+ * clients' n over their concurrency is about equal so that they end
+ * together. FLEET_KEEP=1 keeps the client outputs and the ledger (with
+ * the wall clock at its reset): each client line's "t" (wall clock) and
+ * the ledger's accept_ms put demand and accepts on one time line. 
  *     While the proxy does not govern (it answers 501) a probe request
  *     fails the test at once, saying so.
  *
@@ -48,12 +64,15 @@
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
+#include <time.h>
 
 #include "mock_fixture.h"
 #include "test_daemon_harness.h"
 
 #define MAX_RUNS 16
 #define CLIENTS_TIMEOUT_MS 300000
+#define CLIENTS_READY_MS 120000
+#define SETTLE_WAIT_MS 10000
 #define RPM 600
 #define MAX_TOKENS 32
 
@@ -223,18 +242,61 @@ static void run_read(client_run *r) {
     if (f) fclose(f);
 }
 
-/* Starts every client at base_of(agent), waits for all of them (bounded),
- * and reads their outputs. */
+/* 1 when a client's output has its {"ready":1} line (SLUICE_START_FILE). */
+static int run_ready(const client_run *r) {
+    FILE *f = fopen(r->out, "r");
+    char line[512];
+    int ready = 0;
+    while (f && !ready && fgets(line, sizeof(line), f)) ready = strstr(line, "\"ready\"") != NULL;
+    if (f) fclose(f);
+    return ready;
+}
+
+static void runs_kill(client_run *runs, int from, int nruns) {
+    for (int k = from; k < nruns; k++) kill(runs[k].pid, SIGKILL);
+    for (int k = from; k < nruns; k++) proc_wait(runs[k].pid, -1, NULL);
+}
+
+/* Starts every client at base_of(agent), lets them all go at one moment
+ * once each has loaded its SDK (the start file), waits for all of them
+ * (bounded), and reads their outputs. Under load a Node process takes
+ * seconds to load its SDK: without the gate the first to be ready would
+ * run alone for that long, below the quota. */
 static void runs_go(client_run *runs, int nruns, char bases[][64], const char *dir) {
+    char go[300];
+    snprintf(go, sizeof(go), "%s/go", dir);
+    setenv("SLUICE_START_FILE", go, 1);
     for (int i = 0; i < nruns; i++)
-        if (run_start(&runs[i], bases[runs[i].s.agent], dir) != 0) fail_msg("cannot start client %s", runs[i].tag);
+        if (run_start(&runs[i], bases[runs[i].s.agent], dir) != 0) {
+            runs_kill(runs, 0, i);
+            unsetenv("SLUICE_START_FILE");
+            fail_msg("cannot start client %s", runs[i].tag);
+        }
+    unsetenv("SLUICE_START_FILE");
+    double ready_by = proc_now_ms() + CLIENTS_READY_MS;
+    for (int i = 0; i < nruns; i++) {
+        while (!run_ready(&runs[i])) {
+            int exited = proc_wait(runs[i].pid, 0, NULL);
+            if (exited || proc_now_ms() > ready_by) {
+                runs_kill(runs, 0, nruns);
+                fail_msg("client %s %s before it was ready (see %s)", runs[i].tag,
+                         exited ? "ended" : "was not ready within the bound", runs[i].out);
+            }
+            proc_sleep_ms(10);
+        }
+    }
+    FILE *f = fopen(go, "w");
+    if (!f) {
+        runs_kill(runs, 0, nruns);
+        fail_msg("cannot create %s", go);
+    }
+    fclose(f);
     double deadline = proc_now_ms() + CLIENTS_TIMEOUT_MS;
     for (int i = 0; i < nruns; i++) {
         int st = 0;
         int left = (int)(deadline - proc_now_ms());
         if (!proc_wait(runs[i].pid, left > 0 ? left : 1, &st)) {
-            for (int k = i; k < nruns; k++) kill(runs[k].pid, SIGKILL);
-            for (int k = i; k < nruns; k++) proc_wait(runs[k].pid, -1, NULL);
+            runs_kill(runs, i, nruns);
             fail_msg("client %s (and those after it) still running after %d ms", runs[i].tag, CLIENTS_TIMEOUT_MS);
         }
         runs[i].exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -315,7 +377,10 @@ static void runs_cleanup(client_run *runs, int nruns, const char *dir) {
         print_message("  client outputs kept in %s\n", dir);
         return;
     }
+    char path[400];
     for (int i = 0; i < nruns; i++) unlink(runs[i].out);
+    snprintf(path, sizeof(path), "%s/go", dir);
+    unlink(path);
     rmdir(dir);
 }
 
@@ -407,6 +472,23 @@ static double status_num(const daemon_proc *d, const char *dep, const char *fiel
     return v;
 }
 
+/* The wall clock (the clients' "t"), in ms since the epoch. */
+static double wall_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec * 1000 + (double)ts.tv_nsec / 1e6;
+}
+
+/* FLEET_KEEP: the ledger beside the client outputs, with the wall clock
+ * at its reset (its since_ms), to put the two on one time line. */
+static void keep_ledger(json_t *ledger, const char *dir, double wall_reset) {
+    char path[400];
+    if (!getenv("FLEET_KEEP") || !ledger) return;
+    snprintf(path, sizeof(path), "%s/ledger.json", dir);
+    json_object_set_new(ledger, "wall_at_reset_ms", json_real(wall_reset));
+    json_dump_file(ledger, path, JSON_COMPACT);
+}
+
 /* The floor of one deployment: its accepts on the ledger, first to last,
  * against (accepted - 1 s of burst) / rate. */
 static double floor_ratio(const json_t *ledger, const char *dep) {
@@ -491,14 +573,29 @@ static void test_fleet_through_proxy(void **state) {
     }
     /* The probe's call is on the ledger: start the count after it. */
     json_decref(mock_fixture_stats(&m, "?reset=1"));
+    double wall_reset = wall_now_ms();
     double settled0 = status_num(&d[0], "gpt", "tokens_actual");
     assert_int_equal(proc_mkdtemp(dir, sizeof(dir), "sdk-fleet"), 0);
     double t0 = proc_now_ms();
     runs_go(runs, ns, bases, dir);
     double secs = (proc_now_ms() - t0) / 1000;
     json_t *ledger = mock_fixture_stats(&m, "");
-    double settled[2] = {status_num(&d[0], "gpt", "tokens_actual") - settled0,
-                         status_num(&d[0], "claude", "tokens_actual")};
+    keep_ledger(ledger, dir, wall_reset);
+    /* A settle reaches Redis a loop turn or more after its answer
+     * (coalesced per deployment; later under load): STATUS is polled
+     * until it equals the ledger, bounded, and judged after. */
+    long long want_settled[2] = {ledger ? mock_fixture_count(ledger, "deployments/gpt/tokens_reported") : -1,
+                                 ledger ? mock_fixture_count(ledger, "deployments/claude/tokens_reported") : -1};
+    double settled[2], settle_t0 = proc_now_ms();
+    for (;;) {
+        settled[0] = status_num(&d[0], "gpt", "tokens_actual") - settled0;
+        settled[1] = status_num(&d[0], "claude", "tokens_actual");
+        if (((long long)settled[0] == want_settled[0] && (long long)settled[1] == want_settled[1]) ||
+            proc_now_ms() - settle_t0 > SETTLE_WAIT_MS)
+            break;
+        proc_sleep_ms(20);
+    }
+    double settle_wait = proc_now_ms() - settle_t0;
     double info_actual = 0;
     for (int a = 0; a < 3; a++) info_actual += info_num(&d[a], "tokens_actual");
     for (int a = 0; a < 3; a++) daemon_stop(&d[a]);
@@ -515,8 +612,9 @@ static void test_fleet_through_proxy(void **state) {
     long long probe_tokens = json_integer_value(json_object_get(json_object_get(pj, "usage"), "total_tokens"));
     json_decref(pj);
     print_message("  usage settled (STATUS tokens_actual): gpt %.0f, claude %.0f; the provider reported gpt %lld, "
-                  "claude %lld; INFO tokens_actual over the agents %.0f (the probe's %lld included)\n",
-                  settled[0], settled[1], reported[0], reported[1], info_actual, probe_tokens);
+                  "claude %lld (STATUS polled %.0f ms for it); INFO tokens_actual over the agents %.0f (the probe's "
+                  "%lld included)\n",
+                  settled[0], settled[1], reported[0], reported[1], settle_wait, info_actual, probe_tokens);
     assert_all_answered(runs, ns);
     for (int k = 0; k < 2; k++) {
         const char *dep = k ? "claude" : "gpt";
