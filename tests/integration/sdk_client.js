@@ -17,9 +17,10 @@
 // SDK's default. N requests are sent, CONCURRENCY at a time; each prints
 // one JSON line on stdout when it ends:
 //   {"tag","sdk","i","status","stream","events","complete","input_tokens",
-//    "output_tokens","text_chars","t","ms","error"}
+//    "output_tokens","text_chars","t","ms","error"[,"error_type"]}
 // t is when the request started (wall clock, ms since the epoch), ms how
-// long it took (retries included).
+// long it took (retries included); error_type, on a failed request, the
+// class of what the SDK threw (e.g. AuthenticationError for a 401).
 // status is the HTTP status (0: no HTTP answer, e.g. refused connection);
 // complete is 1 when the answer was whole: a plain answer with its usage,
 // or a stream with every event that closes it (OpenAI: a finish_reason
@@ -163,6 +164,7 @@ async function one(i) {
     // The SDKs' APIError carries the HTTP status; a connection error has none.
     rec = { status: e?.status ?? 0, events: 0, complete: 0, input_tokens: 0, output_tokens: 0, text_chars: 0 };
     rec.error = String(e?.message ?? e).slice(0, 300);
+    rec.error_type = e?.constructor?.name ?? typeof e;
   }
   const out = { tag, sdk, i, ...rec, stream: stream ? 1 : 0, t, ms: Math.round((performance.now() - t0) * 10) / 10 };
   summary.requests++;

@@ -48,9 +48,15 @@
  * the ledger's accept_ms put demand and accepts on one time line. 
  *     While the proxy does not govern (it answers 501) a probe request
  *     fails the test at once, saying so.
+ *   - test_sdk_key_injection: one sluiced whose deployments inject the
+ *     provider key for callers with a client key; the official SDKs with
+ *     a wrong key get 401 (AuthenticationError) and the ledger sees
+ *     nothing; with the client key they are served and the ledger's
+ *     credentials show only the provider key, in each style's header.
  *
- * ctest runs them as two tests: test_proxy_sdk (SDK_TESTS=direct) and
- * test_proxy_sdk_fleet (SDK_TESTS=fleet, alone: a real-time fleet).
+ * ctest runs them as two tests: test_proxy_sdk (SDK_TESTS=direct: the
+ * first and the last) and test_proxy_sdk_fleet (SDK_TESTS=fleet, alone:
+ * a real-time fleet).
  * Skipped (saying why) when node 20+, npm's registry, python3-httpx or
  * curl are not there. FLEET_KEEP=1 keeps the client outputs (their paths
  * are printed). */
@@ -90,10 +96,11 @@ typedef struct client_run {
     pid_t pid;
     int exit_code;
     /* From its output. */
-    int lines, ok, complete, st429, st501, st0, other;
+    int lines, ok, complete, st401, st429, st501, st0, other;
     long long input, output;
     double ms_max;
     char first_error[400];
+    char error_types[200]; /* the SDK's error classes, each once, space-separated */
 } client_run;
 
 static char g_modules[600];
@@ -226,6 +233,7 @@ static void run_read(client_run *r) {
         int st = (int)json_integer_value(json_object_get(j, "status"));
         r->lines++;
         if (st == 200) r->ok++;
+        else if (st == 401) r->st401++;
         else if (st == 429) r->st429++;
         else if (st == 501) r->st501++;
         else if (st == 0) r->st0++;
@@ -237,6 +245,10 @@ static void run_read(client_run *r) {
         if (ms > r->ms_max) r->ms_max = ms;
         const char *err = json_string_value(json_object_get(j, "error"));
         if (err && !r->first_error[0]) snprintf(r->first_error, sizeof(r->first_error), "status %d: %s", st, err);
+        const char *type = json_string_value(json_object_get(j, "error_type"));
+        size_t used = strlen(r->error_types);
+        if (type && !strstr(r->error_types, type))
+            snprintf(r->error_types + used, sizeof(r->error_types) - used, "%s%s", used ? " " : "", type);
         json_decref(j);
     }
     if (f) fclose(f);
@@ -307,10 +319,11 @@ static void runs_go(client_run *runs, int nruns, char bases[][64], const char *d
 static void runs_print(const client_run *runs, int nruns) {
     for (int i = 0; i < nruns; i++) {
         const client_run *r = &runs[i];
-        print_message("  %-32s key ..%s: %d/%d answered 200, %d whole, 429 %d, 501 %d, no answer %d, other %d; usage "
-                      "%lld in + %lld out; slowest %.0f ms; exit %d%s%s\n",
-                      r->tag, r->last4, r->ok, r->s.n, r->complete, r->st429, r->st501, r->st0, r->other, r->input,
-                      r->output, r->ms_max, r->exit_code, r->first_error[0] ? "; first error: " : "", r->first_error);
+        print_message(
+            "  %-32s key ..%s: %d/%d answered 200, %d whole, 401 %d, 429 %d, 501 %d, no answer %d, other %d; usage "
+            "%lld in + %lld out; slowest %.0f ms; exit %d%s%s\n",
+            r->tag, r->last4, r->ok, r->s.n, r->complete, r->st401, r->st429, r->st501, r->st0, r->other, r->input,
+            r->output, r->ms_max, r->exit_code, r->first_error[0] ? "; first error: " : "", r->first_error);
     }
 }
 
@@ -637,6 +650,118 @@ static void test_fleet_through_proxy(void **state) {
     runs_cleanup(runs, ns, dir);
 }
 
+/* Key injection (docs/security.md, "Who may spend the provider key"):
+ * one sluiced on a loopback TCP port whose deployments inject the
+ * provider key (inject_key, api_key_env) for callers with a client key
+ * (agent.http.clients.<name>.key_env). The official SDKs, unmodified,
+ * with a wrong key as their apiKey: every request 401 (the SDK's
+ * AuthenticationError, not retried) and the provider's ledger sees
+ * nothing. With the client key as their apiKey, streamed and not: every
+ * request answered 200 and whole, and the ledger's credentials map shows
+ * only the provider key's fingerprint, in the header each style uses
+ * (authorization for OpenAI, x-api-key for Anthropic), on every accepted
+ * call: the client key never reached the provider. */
+static void test_sdk_key_injection(void **state) {
+    (void)state;
+    prerequisites_or_skip();
+    static const char provider_key[] = "sk-provider-only-0123456789-PRV9";
+    static const char client_key[] = "sluice-client-0123456789abcdef-CL17";
+    static const char wrong_key[] = "sluice-client-0123456789abcdef-WR0N";
+    static const client_spec wrong[] = {{"sdk", "openai", 3, 1, 0, 2, 0}, {"sdk", "anthropic", 3, 1, 1, 2, 0}};
+    static const client_spec good[] = {
+        {"sdk", "openai", 6, 2, 0, 2, 0}, {"sdk", "openai", 6, 2, 1, 2, 0}, {"sdk", "anthropic", 6, 2, 1, 2, 0}};
+    const int nwrong = 2, ngood = 3;
+    client_run wr[2], gr[3];
+    for (int i = 0; i < nwrong; i++) {
+        run_init(&wr[i], &wrong[i], i);
+        snprintf(wr[i].tag, sizeof(wr[i].tag), "wrong-key-%s", wrong[i].flavour);
+        snprintf(wr[i].key, sizeof(wr[i].key), "%s", wrong_key);
+        snprintf(wr[i].last4, sizeof(wr[i].last4), "WR0N");
+    }
+    for (int i = 0; i < ngood; i++) {
+        run_init(&gr[i], &good[i], i);
+        snprintf(gr[i].key, sizeof(gr[i].key), "%s", client_key);
+        snprintf(gr[i].last4, sizeof(gr[i].last4), "CL17");
+    }
+    redis_fixture fx;
+    mock_fixture m;
+    daemon_proc d;
+    char bases[1][64], dir[256], yaml[2048];
+    assert_int_equal(redis_fixture_start(&fx, 0), 0);
+    const char *args[] = {"--rpm", "60000", "--service-ms", "5-20", "--seed", "13", NULL};
+    assert_int_equal(mock_fixture_start(&m, args, 10000), 0);
+    int port = free_tcp_port();
+    snprintf(bases[0], sizeof(bases[0]), "http://127.0.0.1:%d", port);
+    daemon_init(&d, fx.dir, "inject");
+    snprintf(yaml, sizeof(yaml),
+             "redis: {url: \"unix://%s\"}\n"
+             "agent:\n  socket: \"%%SOCK%%\"\n  heartbeat_ms: 200\n"
+             "  http:\n    listen: [\"127.0.0.1:%d\"]\n    clients:\n      svc: {key_env: SDK_TEST_CLIENT_KEY}\n"
+             "deployments:\n"
+             "  gpt: {style: openai, rpm: 6000, endpoint: \"http://127.0.0.1:%d\", api_key_env: SDK_TEST_PROVIDER_KEY, "
+             "inject_key: true}\n"
+             "  claude: {style: anthropic, rpm: 6000, endpoint: \"http://127.0.0.1:%d\", api_key_env: "
+             "SDK_TEST_PROVIDER_KEY, inject_key: true}\n",
+             fx.sock, port, m.port, m.port);
+    assert_int_equal(sluiced_fixture_write_config(&d, yaml), 0);
+    /* The daemon reads both keys from its environment; the clients are
+     * started without them. */
+    setenv("SDK_TEST_PROVIDER_KEY", provider_key, 1);
+    setenv("SDK_TEST_CLIENT_KEY", client_key, 1);
+    int started = daemon_start(&d);
+    unsetenv("SDK_TEST_PROVIDER_KEY");
+    unsetenv("SDK_TEST_CLIENT_KEY");
+    assert_int_equal(started, 0);
+    assert_int_equal(proc_mkdtemp(dir, sizeof(dir), "sdk-inject"), 0);
+
+    /* A wrong key: 401, and nothing reaches the provider. */
+    runs_go(wr, nwrong, bases, dir);
+    json_t *ledger = mock_fixture_stats(&m, "");
+    runs_print(wr, nwrong);
+    assert_non_null(ledger);
+    long long reached = mock_fixture_count(ledger, "totals/requests");
+    print_message("  wrong key: the provider saw %lld requests\n", reached);
+    json_decref(ledger);
+    for (int i = 0; i < nwrong; i++) {
+        if (wr[i].lines != wr[i].s.n || wr[i].st401 != wr[i].s.n)
+            fail_msg("%s: %d of %d requests answered 401", wr[i].tag, wr[i].st401, wr[i].s.n);
+        if (strcmp(wr[i].error_types, "AuthenticationError"))
+            fail_msg("%s: the SDK threw %s, not AuthenticationError", wr[i].tag, wr[i].error_types);
+    }
+    assert_true(reached == 0);
+
+    /* The client key: served, and the provider sees only its own key. */
+    runs_go(gr, ngood, bases, dir);
+    ledger = mock_fixture_stats(&m, "");
+    daemon_stop(&d);
+    mock_fixture_stop(&m);
+    redis_fixture_stop(&fx);
+    runs_print(gr, ngood);
+    assert_non_null(ledger);
+    const json_t *cmap = json_object_get(ledger, "credentials");
+    const char *fp;
+    json_t *v;
+    json_object_foreach((json_t *)cmap, fp, v) {
+        print_message("  client key: the provider saw credential %s on %lld requests\n", fp,
+                      (long long)json_integer_value(json_object_get(v, "requests")));
+    }
+    assert_all_answered(gr, ngood);
+    long long want = 0, want_claude = 0;
+    for (int i = 0; i < ngood; i++) {
+        want += gr[i].s.n;
+        if (!strcmp(gr[i].model, "claude")) want_claude += gr[i].s.n;
+    }
+    assert_int_equal(json_object_size(cmap), 2);
+    assert_true(mock_fixture_count(ledger, "credentials/authorization:PRV9/accepted") == want - want_claude);
+    assert_true(mock_fixture_count(ledger, "credentials/x-api-key:PRV9/accepted") == want_claude);
+    assert_true(mock_fixture_count(ledger, "totals/requests") == want);
+    assert_true(mock_fixture_count(ledger, "totals/accepted") == want);
+    assert_usage_seen(ledger, gr, ngood);
+    json_decref(ledger);
+    runs_cleanup(wr, nwrong, dir);
+    runs_cleanup(gr, ngood, dir);
+}
+
 static int teardown(void **state) {
     (void)state;
     harness_kill_all();
@@ -647,10 +772,12 @@ static int teardown(void **state) {
  * test_proxy_sdk and test_proxy_sdk_fleet); unset, both. */
 int main(void) {
     const char *only = getenv("SDK_TESTS");
-    const struct CMUnitTest direct[] = {cmocka_unit_test_teardown(test_clients_direct, teardown)};
+    const struct CMUnitTest direct[] = {cmocka_unit_test_teardown(test_clients_direct, teardown),
+                                        cmocka_unit_test_teardown(test_sdk_key_injection, teardown)};
     const struct CMUnitTest fleet[] = {cmocka_unit_test_teardown(test_fleet_through_proxy, teardown)};
     const struct CMUnitTest both[] = {
         cmocka_unit_test_teardown(test_clients_direct, teardown),
+        cmocka_unit_test_teardown(test_sdk_key_injection, teardown),
         cmocka_unit_test_teardown(test_fleet_through_proxy, teardown),
     };
     if (only && !strcmp(only, "direct")) return cmocka_run_group_tests(direct, NULL, NULL);
