@@ -18,11 +18,17 @@ without an SDK does.
 N requests, CONCURRENCY at a time (threads); each prints one JSON line on
 stdout when it ends, with the fields of sdk_client.js:
   {"tag","sdk","i","status","stream","events","complete","input_tokens",
-   "output_tokens","text_chars","ms","error","attempts"}
-and a last line {"tag","summary":{...}}. Exit 0 when every request was
-answered 200 and complete, 1 otherwise, 2 on bad arguments.
+   "output_tokens","text_chars","t","ms","error","attempts"}
+(t: when the request started, wall clock, ms since the epoch; ms: how
+long it took, retries included) and a last line {"tag","summary":{...}}.
+With SLUICE_START_FILE set in the environment, the client first imports
+and builds what it needs, prints {"tag","ready":1} and waits until that
+file exists before its first request (so a fleet of clients starts at one
+moment). Exit 0 when every request was answered 200 and complete, 1
+otherwise, 2 on bad arguments.
 """
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -233,9 +239,9 @@ def main():
 
     def one(i):
         t0 = time.monotonic()
-        rec = {"tag": a["tag"], "sdk": a["client"], "i": i, "status": 0, "events": 0, "complete": 0,
-               "input_tokens": 0, "output_tokens": 0, "text_chars": 0, "error": None, "attempts": 0,
-               "stream": int(a["stream"])}
+        rec = {"t": round(time.time() * 1000, 1), "tag": a["tag"], "sdk": a["client"], "i": i, "status": 0,
+               "events": 0, "complete": 0, "input_tokens": 0, "output_tokens": 0, "text_chars": 0, "error": None,
+               "attempts": 0, "stream": int(a["stream"])}
         while True:
             rec["attempts"] += 1
             ans = attempt_httpx(client, a, url, headers, body) if client else attempt_curl(a, url, headers, body)
@@ -272,6 +278,12 @@ def main():
                 return
             one(i)
 
+    start_file = os.environ.get("SLUICE_START_FILE")
+    if start_file:
+        sys.stdout.write(json.dumps({"tag": a["tag"], "ready": 1}) + "\n")
+        sys.stdout.flush()
+        while not os.path.exists(start_file):
+            time.sleep(0.005)
     threads = [threading.Thread(target=worker) for _ in range(min(a["concurrency"], max(a["n"], 1)))]
     for t in threads:
         t.start()

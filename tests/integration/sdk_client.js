@@ -17,16 +17,25 @@
 // SDK's default. N requests are sent, CONCURRENCY at a time; each prints
 // one JSON line on stdout when it ends:
 //   {"tag","sdk","i","status","stream","events","complete","input_tokens",
-//    "output_tokens","text_chars","ms","error"}
+//    "output_tokens","text_chars","t","ms","error"[,"error_type"]}
+// t is when the request started (wall clock, ms since the epoch), ms how
+// long it took (retries included); error_type, on a failed request, the
+// class of what the SDK threw (e.g. AuthenticationError for a 401).
 // status is the HTTP status (0: no HTTP answer, e.g. refused connection);
 // complete is 1 when the answer was whole: a plain answer with its usage,
 // or a stream with every event that closes it (OpenAI: a finish_reason
 // chunk and the usage chunk, then the end; Anthropic: message_start,
 // message_delta with the usage, message_stop). input_tokens counts every
 // input token the provider reported (Anthropic's cached ones included).
-// A last line {"tag","summary":{...}} sums them up. Exit 0 when every
+// A last line {"tag","summary":{...}} sums them up.
+//
+// With SLUICE_START_FILE set in the environment, the client first loads
+// its SDK and builds its client, prints {"tag","ready":1} and waits until
+// that file exists before its first request: a fleet of clients starts
+// at one moment, not as each process happens to finish loading. Exit 0 when every
 // request was answered 200 and complete, 1 otherwise, 2 on bad arguments.
 "use strict";
+const fs = require("fs");
 const path = require("path");
 
 const args = process.argv.slice(2);
@@ -146,6 +155,7 @@ const summary = { requests: 0, ok: 0, complete: 0, status: {}, input_tokens: 0, 
 
 async function one(i) {
   const t0 = performance.now();
+  const t = Math.round((performance.timeOrigin + t0) * 10) / 10;
   let rec;
   try {
     rec = await (sdk === "anthropic" ? anthropicCall() : openaiCall());
@@ -154,8 +164,9 @@ async function one(i) {
     // The SDKs' APIError carries the HTTP status; a connection error has none.
     rec = { status: e?.status ?? 0, events: 0, complete: 0, input_tokens: 0, output_tokens: 0, text_chars: 0 };
     rec.error = String(e?.message ?? e).slice(0, 300);
+    rec.error_type = e?.constructor?.name ?? typeof e;
   }
-  const out = { tag, sdk, i, ...rec, stream: stream ? 1 : 0, ms: Math.round((performance.now() - t0) * 10) / 10 };
+  const out = { tag, sdk, i, ...rec, stream: stream ? 1 : 0, t, ms: Math.round((performance.now() - t0) * 10) / 10 };
   summary.requests++;
   summary.status[out.status] = (summary.status[out.status] ?? 0) + 1;
   if (out.status === 200) summary.ok++;
@@ -165,7 +176,16 @@ async function one(i) {
   process.stdout.write(JSON.stringify(out) + "\n");
 }
 
+// SLUICE_START_FILE: ready, then wait for the start (polled every 5 ms).
+async function startGate() {
+  const file = process.env.SLUICE_START_FILE;
+  if (!file) return;
+  process.stdout.write(JSON.stringify({ tag, ready: 1 }) + "\n");
+  while (!fs.existsSync(file)) await new Promise((r) => setTimeout(r, 5));
+}
+
 async function main() {
+  await startGate();
   let next = 0;
   const workers = [];
   for (let w = 0; w < Math.min(concurrency, n); w++)

@@ -27,14 +27,36 @@
  *     answered 200 and whole; <= 1 % 429s on the ledger; >= 97 % of the
  *     floor on each deployment, (accepted - 1 s of burst) / rate against
  *     the ledger's first-to-last accept; the usage the fleet settled
- *     (STATUS tokens_actual, fleet-wide in Redis; the agents' INFO
- *     tokens_actual summed) equals the ledger's tokens_reported; each key
- *     reached the provider on exactly its own requests (pass-through).
+ *     (STATUS tokens_actual, fleet-wide in Redis, polled until it
+ *     equals the ledger, at most 10 s; the agents' INFO tokens_actual
+ *     summed) equals the ledger's tokens_reported; each key reached the
+ *     provider on exactly its own requests (pass-through).
+ *
+ * The floor is only a proof of the governor while the clients' demand
+ * exceeds the quota from the first accept to the last. Each client loads
+ * its SDK first and waits at a start gate (SLUICE_START_FILE); the test
+ * lets them all go at once. Without the gate, on a busy 2-core machine
+ * the Node processes took 8-13 s to load their SDKs while a curl client
+ * ran alone, 1-3 requests a second, and that stretch counted in the
+ * window (measured 71-85 % of the floor, the proxy idle for want of
+ * requests; with the gate 98-100 %, a busy loop on each core or not).
+ * From the start on, each deployment has 21 requests in flight against
+ * 10 a second, so demand exceeds the quota until the last second; the
+ * clients' n over their concurrency is about equal so that they end
+ * together. FLEET_KEEP=1 keeps the client outputs and the ledger (with
+ * the wall clock at its reset): each client line's "t" (wall clock) and
+ * the ledger's accept_ms put demand and accepts on one time line. 
  *     While the proxy does not govern (it answers 501) a probe request
  *     fails the test at once, saying so.
+ *   - test_sdk_key_injection: one sluiced whose deployments inject the
+ *     provider key for callers with a client key; the official SDKs with
+ *     a wrong key get 401 (AuthenticationError) and the ledger sees
+ *     nothing; with the client key they are served and the ledger's
+ *     credentials show only the provider key, in each style's header.
  *
- * ctest runs them as two tests: test_proxy_sdk (SDK_TESTS=direct) and
- * test_proxy_sdk_fleet (SDK_TESTS=fleet, alone: a real-time fleet).
+ * ctest runs them as two tests: test_proxy_sdk (SDK_TESTS=direct: the
+ * first and the last) and test_proxy_sdk_fleet (SDK_TESTS=fleet, alone:
+ * a real-time fleet).
  * Skipped (saying why) when node 20+, npm's registry, python3-httpx or
  * curl are not there. FLEET_KEEP=1 keeps the client outputs (their paths
  * are printed). */
@@ -48,12 +70,15 @@
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
+#include <time.h>
 
 #include "mock_fixture.h"
 #include "test_daemon_harness.h"
 
 #define MAX_RUNS 16
 #define CLIENTS_TIMEOUT_MS 300000
+#define CLIENTS_READY_MS 120000
+#define SETTLE_WAIT_MS 10000
 #define RPM 600
 #define MAX_TOKENS 32
 
@@ -71,10 +96,11 @@ typedef struct client_run {
     pid_t pid;
     int exit_code;
     /* From its output. */
-    int lines, ok, complete, st429, st501, st0, other;
+    int lines, ok, complete, st401, st429, st501, st0, other;
     long long input, output;
     double ms_max;
     char first_error[400];
+    char error_types[200]; /* the SDK's error classes, each once, space-separated */
 } client_run;
 
 static char g_modules[600];
@@ -207,6 +233,7 @@ static void run_read(client_run *r) {
         int st = (int)json_integer_value(json_object_get(j, "status"));
         r->lines++;
         if (st == 200) r->ok++;
+        else if (st == 401) r->st401++;
         else if (st == 429) r->st429++;
         else if (st == 501) r->st501++;
         else if (st == 0) r->st0++;
@@ -218,23 +245,70 @@ static void run_read(client_run *r) {
         if (ms > r->ms_max) r->ms_max = ms;
         const char *err = json_string_value(json_object_get(j, "error"));
         if (err && !r->first_error[0]) snprintf(r->first_error, sizeof(r->first_error), "status %d: %s", st, err);
+        const char *type = json_string_value(json_object_get(j, "error_type"));
+        size_t used = strlen(r->error_types);
+        if (type && !strstr(r->error_types, type))
+            snprintf(r->error_types + used, sizeof(r->error_types) - used, "%s%s", used ? " " : "", type);
         json_decref(j);
     }
     if (f) fclose(f);
 }
 
-/* Starts every client at base_of(agent), waits for all of them (bounded),
- * and reads their outputs. */
+/* 1 when a client's output has its {"ready":1} line (SLUICE_START_FILE). */
+static int run_ready(const client_run *r) {
+    FILE *f = fopen(r->out, "r");
+    char line[512];
+    int ready = 0;
+    while (f && !ready && fgets(line, sizeof(line), f)) ready = strstr(line, "\"ready\"") != NULL;
+    if (f) fclose(f);
+    return ready;
+}
+
+static void runs_kill(client_run *runs, int from, int nruns) {
+    for (int k = from; k < nruns; k++) kill(runs[k].pid, SIGKILL);
+    for (int k = from; k < nruns; k++) proc_wait(runs[k].pid, -1, NULL);
+}
+
+/* Starts every client at base_of(agent), lets them all go at one moment
+ * once each has loaded its SDK (the start file), waits for all of them
+ * (bounded), and reads their outputs. Under load a Node process takes
+ * seconds to load its SDK: without the gate the first to be ready would
+ * run alone for that long, below the quota. */
 static void runs_go(client_run *runs, int nruns, char bases[][64], const char *dir) {
+    char go[300];
+    snprintf(go, sizeof(go), "%s/go", dir);
+    setenv("SLUICE_START_FILE", go, 1);
     for (int i = 0; i < nruns; i++)
-        if (run_start(&runs[i], bases[runs[i].s.agent], dir) != 0) fail_msg("cannot start client %s", runs[i].tag);
+        if (run_start(&runs[i], bases[runs[i].s.agent], dir) != 0) {
+            runs_kill(runs, 0, i);
+            unsetenv("SLUICE_START_FILE");
+            fail_msg("cannot start client %s", runs[i].tag);
+        }
+    unsetenv("SLUICE_START_FILE");
+    double ready_by = proc_now_ms() + CLIENTS_READY_MS;
+    for (int i = 0; i < nruns; i++) {
+        while (!run_ready(&runs[i])) {
+            int exited = proc_wait(runs[i].pid, 0, NULL);
+            if (exited || proc_now_ms() > ready_by) {
+                runs_kill(runs, 0, nruns);
+                fail_msg("client %s %s before it was ready (see %s)", runs[i].tag,
+                         exited ? "ended" : "was not ready within the bound", runs[i].out);
+            }
+            proc_sleep_ms(10);
+        }
+    }
+    FILE *f = fopen(go, "w");
+    if (!f) {
+        runs_kill(runs, 0, nruns);
+        fail_msg("cannot create %s", go);
+    }
+    fclose(f);
     double deadline = proc_now_ms() + CLIENTS_TIMEOUT_MS;
     for (int i = 0; i < nruns; i++) {
         int st = 0;
         int left = (int)(deadline - proc_now_ms());
         if (!proc_wait(runs[i].pid, left > 0 ? left : 1, &st)) {
-            for (int k = i; k < nruns; k++) kill(runs[k].pid, SIGKILL);
-            for (int k = i; k < nruns; k++) proc_wait(runs[k].pid, -1, NULL);
+            runs_kill(runs, i, nruns);
             fail_msg("client %s (and those after it) still running after %d ms", runs[i].tag, CLIENTS_TIMEOUT_MS);
         }
         runs[i].exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -245,10 +319,11 @@ static void runs_go(client_run *runs, int nruns, char bases[][64], const char *d
 static void runs_print(const client_run *runs, int nruns) {
     for (int i = 0; i < nruns; i++) {
         const client_run *r = &runs[i];
-        print_message("  %-32s key ..%s: %d/%d answered 200, %d whole, 429 %d, 501 %d, no answer %d, other %d; usage "
-                      "%lld in + %lld out; slowest %.0f ms; exit %d%s%s\n",
-                      r->tag, r->last4, r->ok, r->s.n, r->complete, r->st429, r->st501, r->st0, r->other, r->input,
-                      r->output, r->ms_max, r->exit_code, r->first_error[0] ? "; first error: " : "", r->first_error);
+        print_message(
+            "  %-32s key ..%s: %d/%d answered 200, %d whole, 401 %d, 429 %d, 501 %d, no answer %d, other %d; usage "
+            "%lld in + %lld out; slowest %.0f ms; exit %d%s%s\n",
+            r->tag, r->last4, r->ok, r->s.n, r->complete, r->st401, r->st429, r->st501, r->st0, r->other, r->input,
+            r->output, r->ms_max, r->exit_code, r->first_error[0] ? "; first error: " : "", r->first_error);
     }
 }
 
@@ -315,7 +390,10 @@ static void runs_cleanup(client_run *runs, int nruns, const char *dir) {
         print_message("  client outputs kept in %s\n", dir);
         return;
     }
+    char path[400];
     for (int i = 0; i < nruns; i++) unlink(runs[i].out);
+    snprintf(path, sizeof(path), "%s/go", dir);
+    unlink(path);
     rmdir(dir);
 }
 
@@ -407,6 +485,23 @@ static double status_num(const daemon_proc *d, const char *dep, const char *fiel
     return v;
 }
 
+/* The wall clock (the clients' "t"), in ms since the epoch. */
+static double wall_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec * 1000 + (double)ts.tv_nsec / 1e6;
+}
+
+/* FLEET_KEEP: the ledger beside the client outputs, with the wall clock
+ * at its reset (its since_ms), to put the two on one time line. */
+static void keep_ledger(json_t *ledger, const char *dir, double wall_reset) {
+    char path[400];
+    if (!getenv("FLEET_KEEP") || !ledger) return;
+    snprintf(path, sizeof(path), "%s/ledger.json", dir);
+    json_object_set_new(ledger, "wall_at_reset_ms", json_real(wall_reset));
+    json_dump_file(ledger, path, JSON_COMPACT);
+}
+
 /* The floor of one deployment: its accepts on the ledger, first to last,
  * against (accepted - 1 s of burst) / rate. */
 static double floor_ratio(const json_t *ledger, const char *dep) {
@@ -491,14 +586,29 @@ static void test_fleet_through_proxy(void **state) {
     }
     /* The probe's call is on the ledger: start the count after it. */
     json_decref(mock_fixture_stats(&m, "?reset=1"));
+    double wall_reset = wall_now_ms();
     double settled0 = status_num(&d[0], "gpt", "tokens_actual");
     assert_int_equal(proc_mkdtemp(dir, sizeof(dir), "sdk-fleet"), 0);
     double t0 = proc_now_ms();
     runs_go(runs, ns, bases, dir);
     double secs = (proc_now_ms() - t0) / 1000;
     json_t *ledger = mock_fixture_stats(&m, "");
-    double settled[2] = {status_num(&d[0], "gpt", "tokens_actual") - settled0,
-                         status_num(&d[0], "claude", "tokens_actual")};
+    keep_ledger(ledger, dir, wall_reset);
+    /* A settle reaches Redis a loop turn or more after its answer
+     * (coalesced per deployment; later under load): STATUS is polled
+     * until it equals the ledger, bounded, and judged after. */
+    long long want_settled[2] = {ledger ? mock_fixture_count(ledger, "deployments/gpt/tokens_reported") : -1,
+                                 ledger ? mock_fixture_count(ledger, "deployments/claude/tokens_reported") : -1};
+    double settled[2], settle_t0 = proc_now_ms();
+    for (;;) {
+        settled[0] = status_num(&d[0], "gpt", "tokens_actual") - settled0;
+        settled[1] = status_num(&d[0], "claude", "tokens_actual");
+        if (((long long)settled[0] == want_settled[0] && (long long)settled[1] == want_settled[1]) ||
+            proc_now_ms() - settle_t0 > SETTLE_WAIT_MS)
+            break;
+        proc_sleep_ms(20);
+    }
+    double settle_wait = proc_now_ms() - settle_t0;
     double info_actual = 0;
     for (int a = 0; a < 3; a++) info_actual += info_num(&d[a], "tokens_actual");
     for (int a = 0; a < 3; a++) daemon_stop(&d[a]);
@@ -515,8 +625,9 @@ static void test_fleet_through_proxy(void **state) {
     long long probe_tokens = json_integer_value(json_object_get(json_object_get(pj, "usage"), "total_tokens"));
     json_decref(pj);
     print_message("  usage settled (STATUS tokens_actual): gpt %.0f, claude %.0f; the provider reported gpt %lld, "
-                  "claude %lld; INFO tokens_actual over the agents %.0f (the probe's %lld included)\n",
-                  settled[0], settled[1], reported[0], reported[1], info_actual, probe_tokens);
+                  "claude %lld (STATUS polled %.0f ms for it); INFO tokens_actual over the agents %.0f (the probe's "
+                  "%lld included)\n",
+                  settled[0], settled[1], reported[0], reported[1], settle_wait, info_actual, probe_tokens);
     assert_all_answered(runs, ns);
     for (int k = 0; k < 2; k++) {
         const char *dep = k ? "claude" : "gpt";
@@ -539,6 +650,118 @@ static void test_fleet_through_proxy(void **state) {
     runs_cleanup(runs, ns, dir);
 }
 
+/* Key injection (docs/security.md, "Who may spend the provider key"):
+ * one sluiced on a loopback TCP port whose deployments inject the
+ * provider key (inject_key, api_key_env) for callers with a client key
+ * (agent.http.clients.<name>.key_env). The official SDKs, unmodified,
+ * with a wrong key as their apiKey: every request 401 (the SDK's
+ * AuthenticationError, not retried) and the provider's ledger sees
+ * nothing. With the client key as their apiKey, streamed and not: every
+ * request answered 200 and whole, and the ledger's credentials map shows
+ * only the provider key's fingerprint, in the header each style uses
+ * (authorization for OpenAI, x-api-key for Anthropic), on every accepted
+ * call: the client key never reached the provider. */
+static void test_sdk_key_injection(void **state) {
+    (void)state;
+    prerequisites_or_skip();
+    static const char provider_key[] = "sk-provider-only-0123456789-PRV9";
+    static const char client_key[] = "sluice-client-0123456789abcdef-CL17";
+    static const char wrong_key[] = "sluice-client-0123456789abcdef-WR0N";
+    static const client_spec wrong[] = {{"sdk", "openai", 3, 1, 0, 2, 0}, {"sdk", "anthropic", 3, 1, 1, 2, 0}};
+    static const client_spec good[] = {
+        {"sdk", "openai", 6, 2, 0, 2, 0}, {"sdk", "openai", 6, 2, 1, 2, 0}, {"sdk", "anthropic", 6, 2, 1, 2, 0}};
+    const int nwrong = 2, ngood = 3;
+    client_run wr[2], gr[3];
+    for (int i = 0; i < nwrong; i++) {
+        run_init(&wr[i], &wrong[i], i);
+        snprintf(wr[i].tag, sizeof(wr[i].tag), "wrong-key-%s", wrong[i].flavour);
+        snprintf(wr[i].key, sizeof(wr[i].key), "%s", wrong_key);
+        snprintf(wr[i].last4, sizeof(wr[i].last4), "WR0N");
+    }
+    for (int i = 0; i < ngood; i++) {
+        run_init(&gr[i], &good[i], i);
+        snprintf(gr[i].key, sizeof(gr[i].key), "%s", client_key);
+        snprintf(gr[i].last4, sizeof(gr[i].last4), "CL17");
+    }
+    redis_fixture fx;
+    mock_fixture m;
+    daemon_proc d;
+    char bases[1][64], dir[256], yaml[2048];
+    assert_int_equal(redis_fixture_start(&fx, 0), 0);
+    const char *args[] = {"--rpm", "60000", "--service-ms", "5-20", "--seed", "13", NULL};
+    assert_int_equal(mock_fixture_start(&m, args, 10000), 0);
+    int port = free_tcp_port();
+    snprintf(bases[0], sizeof(bases[0]), "http://127.0.0.1:%d", port);
+    daemon_init(&d, fx.dir, "inject");
+    snprintf(yaml, sizeof(yaml),
+             "redis: {url: \"unix://%s\"}\n"
+             "agent:\n  socket: \"%%SOCK%%\"\n  heartbeat_ms: 200\n"
+             "  http:\n    listen: [\"127.0.0.1:%d\"]\n    clients:\n      svc: {key_env: SDK_TEST_CLIENT_KEY}\n"
+             "deployments:\n"
+             "  gpt: {style: openai, rpm: 6000, endpoint: \"http://127.0.0.1:%d\", api_key_env: SDK_TEST_PROVIDER_KEY, "
+             "inject_key: true}\n"
+             "  claude: {style: anthropic, rpm: 6000, endpoint: \"http://127.0.0.1:%d\", api_key_env: "
+             "SDK_TEST_PROVIDER_KEY, inject_key: true}\n",
+             fx.sock, port, m.port, m.port);
+    assert_int_equal(sluiced_fixture_write_config(&d, yaml), 0);
+    /* The daemon reads both keys from its environment; the clients are
+     * started without them. */
+    setenv("SDK_TEST_PROVIDER_KEY", provider_key, 1);
+    setenv("SDK_TEST_CLIENT_KEY", client_key, 1);
+    int started = daemon_start(&d);
+    unsetenv("SDK_TEST_PROVIDER_KEY");
+    unsetenv("SDK_TEST_CLIENT_KEY");
+    assert_int_equal(started, 0);
+    assert_int_equal(proc_mkdtemp(dir, sizeof(dir), "sdk-inject"), 0);
+
+    /* A wrong key: 401, and nothing reaches the provider. */
+    runs_go(wr, nwrong, bases, dir);
+    json_t *ledger = mock_fixture_stats(&m, "");
+    runs_print(wr, nwrong);
+    assert_non_null(ledger);
+    long long reached = mock_fixture_count(ledger, "totals/requests");
+    print_message("  wrong key: the provider saw %lld requests\n", reached);
+    json_decref(ledger);
+    for (int i = 0; i < nwrong; i++) {
+        if (wr[i].lines != wr[i].s.n || wr[i].st401 != wr[i].s.n)
+            fail_msg("%s: %d of %d requests answered 401", wr[i].tag, wr[i].st401, wr[i].s.n);
+        if (strcmp(wr[i].error_types, "AuthenticationError"))
+            fail_msg("%s: the SDK threw %s, not AuthenticationError", wr[i].tag, wr[i].error_types);
+    }
+    assert_true(reached == 0);
+
+    /* The client key: served, and the provider sees only its own key. */
+    runs_go(gr, ngood, bases, dir);
+    ledger = mock_fixture_stats(&m, "");
+    daemon_stop(&d);
+    mock_fixture_stop(&m);
+    redis_fixture_stop(&fx);
+    runs_print(gr, ngood);
+    assert_non_null(ledger);
+    const json_t *cmap = json_object_get(ledger, "credentials");
+    const char *fp;
+    json_t *v;
+    json_object_foreach((json_t *)cmap, fp, v) {
+        print_message("  client key: the provider saw credential %s on %lld requests\n", fp,
+                      (long long)json_integer_value(json_object_get(v, "requests")));
+    }
+    assert_all_answered(gr, ngood);
+    long long want = 0, want_claude = 0;
+    for (int i = 0; i < ngood; i++) {
+        want += gr[i].s.n;
+        if (!strcmp(gr[i].model, "claude")) want_claude += gr[i].s.n;
+    }
+    assert_int_equal(json_object_size(cmap), 2);
+    assert_true(mock_fixture_count(ledger, "credentials/authorization:PRV9/accepted") == want - want_claude);
+    assert_true(mock_fixture_count(ledger, "credentials/x-api-key:PRV9/accepted") == want_claude);
+    assert_true(mock_fixture_count(ledger, "totals/requests") == want);
+    assert_true(mock_fixture_count(ledger, "totals/accepted") == want);
+    assert_usage_seen(ledger, gr, ngood);
+    json_decref(ledger);
+    runs_cleanup(wr, nwrong, dir);
+    runs_cleanup(gr, ngood, dir);
+}
+
 static int teardown(void **state) {
     (void)state;
     harness_kill_all();
@@ -549,10 +772,12 @@ static int teardown(void **state) {
  * test_proxy_sdk and test_proxy_sdk_fleet); unset, both. */
 int main(void) {
     const char *only = getenv("SDK_TESTS");
-    const struct CMUnitTest direct[] = {cmocka_unit_test_teardown(test_clients_direct, teardown)};
+    const struct CMUnitTest direct[] = {cmocka_unit_test_teardown(test_clients_direct, teardown),
+                                        cmocka_unit_test_teardown(test_sdk_key_injection, teardown)};
     const struct CMUnitTest fleet[] = {cmocka_unit_test_teardown(test_fleet_through_proxy, teardown)};
     const struct CMUnitTest both[] = {
         cmocka_unit_test_teardown(test_clients_direct, teardown),
+        cmocka_unit_test_teardown(test_sdk_key_injection, teardown),
         cmocka_unit_test_teardown(test_fleet_through_proxy, teardown),
     };
     if (only && !strcmp(only, "direct")) return cmocka_run_group_tests(direct, NULL, NULL);
