@@ -16,6 +16,24 @@ double local_share(const dep *d) {
     return d->e->cfg->agent.fallback_share;
 }
 
+/* agent.fail: hold. The agents on Redis hold this agent's share back
+ * until agent_window_ms (silent_hold_ms) after the promise Redis last
+ * recorded for it passed; that promise was made by a call sent no earlier
+ * than the last reply's time less redis.timeout_ms (a later reply is a
+ * timeout), and it runs at least from that call. So its share is held
+ * until at least the last reply + the window - the timeout; a promise
+ * margin (at least 250 ms) keeps local slots clear of a late timer. Local
+ * slots at or after that time would overlap the others' full rate: the
+ * agent refuses them. 0 (refuse every local slot) when Redis never
+ * answered this agent or it left the agents set: no share is held for
+ * it. */
+static double local_held_until(const dep *d) {
+    const engine *e = d->e;
+    if (!d->member || d->replied_at <= 0) return 0;
+    long long timeout = e->cfg->redis.timeout_ms > 0 ? e->cfg->redis.timeout_ms : 250;
+    return d->replied_at + (double)engine_agent_window_ms(e) - (double)timeout - (double)engine_promise_margin_ms(e);
+}
+
 /* The earliest local slot for cost c on one dimension (rate r per ms,
  * burst b), with the release-jitter margin of the reserve script: plan
  * against b - r J; a cost above that waits for a full bucket plus J. */
@@ -98,6 +116,12 @@ void local_decide(engine_call *c) {
     if ((double)d->paused_until > s) {
         s = (double)d->paused_until;
         reason = engine_shed_reasons[ENGINE_SHED_PAUSED];
+    }
+    if (e->cfg->agent.fail == CONFIG_FAIL_HOLD && s >= local_held_until(d)) {
+        call_complete(c, SL_EUNAVAIL, NULL,
+                      "Redis is unreachable for longer than the others hold this agent's share back "
+                      "(agent.silent_hold_ms) and agent.fail is hold: refusing");
+        return;
     }
     double wait = s - now;
     if (wait > (double)c->max_wait_ms) {

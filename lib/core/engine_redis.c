@@ -203,7 +203,11 @@ const char *dep_agent_arg(dep *d, int keepalive) {
 
 /* A reply to a call that named this agent: Redis counts it live until
  * the promise of that call passes (at the latest). */
-void dep_seen(dep *d) { d->seen_until = fmax(d->seen_until, (double)uv_now(d->e->loop) + d->g_sent); }
+void dep_seen(dep *d) {
+    double now = (double)uv_now(d->e->loop);
+    d->seen_until = fmax(d->seen_until, now + d->g_sent);
+    d->replied_at = now;
+}
 
 /* A heartbeat's reply: the live agents of d. After a leave this agent is
  * not among them, but should it have to pace d without Redis it would be
