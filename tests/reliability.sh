@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The reliability runs (docs/reliability.md): the partition scenarios of
 # issue 15 (build/tests/test_partition) and the soak under faults
-# (build/tests/sluice_soak). Not part of tests/run: they take minutes, and
-# on today's engine some of their bounds fail (docs/reliability.md says
-# which).
+# (build/tests/sluice_soak). Not part of tests/run: they take minutes
+# (.ci/run runs the 2-minute soak, ci-soak, on its plain build).
 #
 #   tests/reliability.sh                the partition scenarios, then a 10-minute soak
 #   tests/reliability.sh ci             the partition scenarios, then a 2-minute soak

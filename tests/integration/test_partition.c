@@ -9,8 +9,9 @@
  * ACQUIRE, POST to the mock, SETTLE with its headers) keep the demand far
  * above the quota (each call takes 100-300 ms; 30 callers could send 150
  * a second). The deployment's burst is 2 (so a correct fleet sends at most
- * 2 + 100 in any 10 s: 1.02 x the quota), heartbeat_ms 1000 (expiry 3 s),
- * the other settings at their defaults (redis.timeout_ms 250).
+ * 2 + 100 in any 10 s: 1.02 x the quota), heartbeat_ms 1000, the other
+ * settings at their defaults (redis.timeout_ms 250, silent_hold_ms 20 s:
+ * the expiry) unless a scenario says otherwise.
  *
  * Scenarios (10 s of traffic first, then the fault, then 20 s more):
  *   cut1        agent 1 cut from Redis for 10 s (the relay closes its
@@ -18,31 +19,48 @@
  *   cut1-hole   the same as a black hole (nothing forwarded, nothing
  *               closed: the agent's own timeouts must notice);
  *   cut2, cut2-hole   agents 1 and 2 of 3;
- *   kill9       agent 1 killed with SIGKILL (its workers stop).
+ *   kill9       agent 1 killed with SIGKILL (its workers stop), with
+ *               agent.silent_hold_ms 3000 (the expiry: 3 heartbeats);
+ *   long-hold   agent 1 cut for 14 s, longer than the expiry
+ *               (silent_hold_ms 7000), with agent.fail: hold;
+ *   long-open   the same with agent.fail: open (the control).
  *
  * Figures, from the mock's ledger (deployments.d.accept_ms) and the
  * workers' own logs: accepts per second; the largest number of accepts in
  * any 10 s window as a multiple of the quota; 429s over the run; each cut
- * agent's sends per second while cut against rate / 3; after a kill, when
- * the others are back at >= 95 % of the rate (2 s windows) against the
- * heartbeat expiry (3 x heartbeat_ms).
+ * agent's sends while cut, split into those on Redis grants and local
+ * ones; after a kill, when the others are back at >= 95 % of the rate
+ * (2 s windows).
  *
  * Bounds (issue 15), checked after the figures are printed, each reported
- * PASS or FAIL: no 10 s window above 1.02 x the quota; <= 1 % 429s; each
- * cut agent at 85 % to 110 % of rate / 3 while cut (33 sends in the 10 s,
- * so one send is 3 %; losing Redis costs the cut agent a timed-out call
- * (250 ms) and its local bucket starts empty where the fleet's schedule
- * ends (1 / share-rate, 0.3 s): 90-96 % measured); after a kill -9 the
- * others at >= 95 % within the expiry + 2 s. Harness checks (the cut really put
- * the agent in local mode, it came back to redis, traffic flowed) fail the
- * scenario outright.
+ * PASS or FAIL:
+ *   - no 10 s window above 1.02 x the quota (long-open: above it, the
+ *     control that the ledger shows an over-offer);
+ *   - <= 1 % 429s;
+ *   - a cut agent keeps serving its callers at its share: its local
+ *     grants paced at 95..105 % of rate / 3, and its sends over the cut
+ *     at least rate / 3 x (the cut - what the cut costs it) - 2, at most
+ *     110 %. The cost (docs/operations.md): its local schedule starts
+ *     once the others hold its share back (its last promise, at most a
+ *     heartbeat and a quarter, + 50 ms for a late arrival) past the
+ *     fleet's schedule (meanwhile its own Redis grants are released), its
+ *     local bucket starts empty (one slot, 300 ms), and a black hole is
+ *     noticed at redis.timeout_ms (250 ms): 1.6 s, or 1.85 s (84 % or
+ *     81.5 % of a 10 s cut). 2 sends of slack: the slots of the fleet's
+ *     schedule come to each agent in runs, so its part of that schedule
+ *     at the cut is not exactly a third;
+ *   - after a kill -9 the others at >= 95 % within its promise + the
+ *     expiry + 2 s (1.25 + 3 + 2 s);
+ *   - long-hold: the cut agent served locally, and no local send later
+ *     than the expiry after the cut.
+ * Harness checks (the cut really put the agent in local mode, it came
+ * back to redis, traffic flowed) fail the scenario outright.
  *
- * Not in the default test run: it takes minutes, and some bounds still
- * fail (docs/reliability.md: the cut agents' share is marginal, and a
- * killed agent's share is held back as long as a cut one's). Build the
- * target test_partition and run it with SLUICE_BUILD_DIR set, or
- * tests/reliability.sh partition (docs/reliability.md).
- * PARTITION_ONLY=<name> runs the scenarios whose name contains it. */
+ * Not in the default test run: it takes about 6 minutes (real-time
+ * fleets). Build the target test_partition and run it with
+ * SLUICE_BUILD_DIR set, or tests/reliability.sh partition
+ * (docs/reliability.md). PARTITION_ONLY=<name> runs the scenarios whose
+ * name contains it. */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stddef.h>
