@@ -365,6 +365,7 @@ double local_share(const dep *d);
 void local_decide(engine_call *c);
 int dep_uses_redis(const dep *d);
 int dep_local_drained(const dep *d);
+int dep_fleet_pending(const dep *d);
 void dep_hand_over(dep *d);
 
 /* ---- engine_batch.c ---- */

@@ -144,6 +144,14 @@ void local_decide(engine_call *c) {
  * stays within the quota when agents rejoin). */
 int dep_uses_redis(const dep *d) { return dep_ready(d) && d->configured && (d->handed_over || dep_local_drained(d)); }
 
+/* The fleet's schedule as this agent last saw it (its last reserve reply)
+ * still reaches past now: grants Redis made, to this agent's callers or
+ * others', may still be waiting for their slot. */
+int dep_fleet_pending(const dep *d) {
+    double now = (double)uv_now(d->e->loop);
+    return d->fleet_tat_req > now || d->fleet_tat_tok > now;
+}
+
 /* No local grant is still to be released. */
 int dep_local_drained(const dep *d) {
     double now = (double)uv_now(d->e->loop);
@@ -166,8 +174,15 @@ static void on_handover(void *arg, redisReply *r, const char *err) {
     maybe_finish_stop(d->e);
 }
 
-/* Back from an outage with local grants still to be released: push the
- * shared schedule past them (heartbeat "busy"), then use Redis at once. */
+/* Back from an outage with local grants still to be released, or with
+ * the fleet's schedule as last seen still ahead: push the shared schedule
+ * past both (heartbeat "busy"), then use Redis at once. The fleet's part
+ * matters when Redis came back without its state (restarted empty, a
+ * failover that lost the last writes): the grants the old schedule made
+ * are still being released, and the new one would start from an empty
+ * bucket beside them (twice the rate for the old schedule's reach,
+ * measured by the soak). When Redis kept its state, its schedule already
+ * reaches that far and the push costs at most one burst. */
 void dep_hand_over(dep *d) {
     engine *e = d->e;
     if (d->handing_over || d->handed_over) return;
@@ -175,10 +190,11 @@ void dep_hand_over(dep *d) {
     char window[24], breq[24], btok[24];
     snprintf(window, sizeof(window), "%lld", engine_agent_window_ms(e));
     /* The heartbeat takes one token figure for every token dimension: the
-     * longest local token schedule (the safe side). */
-    double tok = 0;
+     * longest local token schedule, or the fleet's (the safe side). */
+    double tok = fmax(0.0, d->fleet_tat_tok - now);
     for (int k = ENGINE_DIM_TOKENS; k < ENGINE_DIMS; k++) tok = fmax(tok, d->local_tat[k] - now);
-    snprintf(breq, sizeof(breq), "%.0f", ceil(fmax(0.0, d->local_tat[ENGINE_DIM_REQUESTS] - now)));
+    double req = fmax(d->local_tat[ENGINE_DIM_REQUESTS], d->fleet_tat_req) - now;
+    snprintf(breq, sizeof(breq), "%.0f", ceil(fmax(0.0, req)));
     snprintf(btok, sizeof(btok), "%.0f", ceil(tok));
     const char *argv[6] = {dep_agent_arg(d, 1), e->agent_id, window, "busy", breq, btok};
     if (rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, 6, argv, on_handover, d) == 0) {
