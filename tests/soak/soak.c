@@ -117,7 +117,10 @@ static double baseline_ms = 60000.0;
 #define MAX_BATCHES 4096
 #define MAX_INCARNATIONS 512
 #define MAX_RATES 1024
-#define DRAIN_MS 300000.0
+/* How long the batches in progress may take to finish after the faults
+ * stop: 5 minutes, or 1 minute for a soak of 3 minutes or less (the CI
+ * variant; a healthy fleet finishes in 5-40 s). Set from --minutes. */
+static double drain_ms = 300000.0;
 
 /* ---- options and the seeded generator ----------------------------------------------- */
 
@@ -1067,6 +1070,7 @@ int main(int argc, char **argv) {
     }
     if (!sluiced_fixture_binary() || !mock_fixture_binary()) return 2;
     if (s->opt.minutes < 3) baseline_ms = s->opt.minutes * 60000 / 3;
+    if (s->opt.minutes <= 3) drain_ms = 60000;
     rng_state = s->opt.seed;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     char kinds[128] = "";
@@ -1168,7 +1172,7 @@ int main(int argc, char **argv) {
     atomic_store(&s->raw_stop, 1);
     for (int i = 0; i < AGENTS * RAW_PER_AGENT; i++)
         if (s->raw[i].started) pthread_join(s->raw[i].tid, NULL);
-    double drain_deadline = proc_now_ms() + DRAIN_MS;
+    double drain_deadline = proc_now_ms() + drain_ms;
     for (;;) {
         check_agents(s);
         check_runners(s);
@@ -1179,7 +1183,17 @@ int main(int argc, char **argv) {
     }
     for (int r = 0; r < AGENTS; r++)
         if (s->run[r].pid > 0) {
-            say(s, "sluice run %d still running after %.0f s: killed", r, DRAIN_MS / 1000);
+            /* Always said (not --quiet): what it was doing is the finding. */
+            printf("  sluice run %d (batch %d) still running after %.0f s: killed; the end of its log:\n", r,
+                   s->batches[s->run[r].batch].index, drain_ms / 1000);
+            char log[450], line[512];
+            snprintf(log, sizeof(log), "%.300s/runs/r%d-b%d.log", s->dir, r, s->batches[s->run[r].batch].index);
+            FILE *l = fopen(log, "r");
+            char last[5][512] = {{0}};
+            int nl = 0;
+            while (l && fgets(line, sizeof(line), l)) snprintf(last[nl++ % 5], sizeof(last[0]), "%s", line);
+            if (l) fclose(l);
+            for (int k = nl > 5 ? nl - 5 : 0; k < nl; k++) printf("    | %s", last[k % 5]);
             kill(s->run[r].pid, SIGKILL);
             proc_wait(s->run[r].pid, -1, NULL);
             s->run[r].pid = 0;
