@@ -13,7 +13,8 @@
  * 5 %), lease_s 15, heartbeat 1 s, everything else at its default.
  *
  * The load, per agent:
- *   - one `sluice run` slot (-j 8): JSONL batches of 150 lines, one after
+ *   - one `sluice run` slot (-j 8): JSONL batches of 150 lines (50 in a
+ *     soak of 3 minutes or less), one after
  *     the other; a run that stops early (its agent gone for 30 s, killed)
  *     is run again on the same files (it resumes);
  *   - 3 raw socket clients (threads): ACQUIRE d over the agent's UNIX
@@ -99,7 +100,11 @@
 #define AGENTS 3
 #define RAW_PER_AGENT 3
 #define RUN_CONCURRENCY "8"
-#define BATCH_LINES 150
+/* Lines per `sluice run` batch: 150, or 50 for a soak of 3 minutes or
+ * less (set from --minutes), so the batches in progress when the faults
+ * stop finish within its 1-minute drain (one agent's third of the rate
+ * takes about 15 s for 50 lines). */
+static int batch_lines = 150;
 #define RPM_HIGH 600
 #define RPM_LOW 540
 #define BURST 3
@@ -547,7 +552,7 @@ static int new_batch(soak *s, int rix) {
     memset(b, 0, sizeof(*b));
     b->runner = rix;
     b->index = s->nbatches;
-    b->lines = BATCH_LINES;
+    b->lines = batch_lines;
     snprintf(b->in, sizeof(b->in), "%.300s/runs/r%d-b%d.jsonl", s->dir, rix, b->index);
     snprintf(b->out, sizeof(b->out), "%.300s/runs/r%d-b%d.out.jsonl", s->dir, rix, b->index);
     snprintf(b->errors, sizeof(b->errors), "%.300s/runs/r%d-b%d.out.jsonl.errors.jsonl", s->dir, rix, b->index);
@@ -1070,7 +1075,10 @@ int main(int argc, char **argv) {
     }
     if (!sluiced_fixture_binary() || !mock_fixture_binary()) return 2;
     if (s->opt.minutes < 3) baseline_ms = s->opt.minutes * 60000 / 3;
-    if (s->opt.minutes <= 3) drain_ms = 60000;
+    if (s->opt.minutes <= 3) {
+        drain_ms = 60000;
+        batch_lines = 50;
+    }
     rng_state = s->opt.seed;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     char kinds[128] = "";
