@@ -65,7 +65,10 @@ local function beat()
   -- ran after its agent gave up on it) are reclaimed here too, not only
   -- by the next reserve or settle: a fleet that stopped calling is left
   -- with none once the leases end (while it still heartbeats).
-  sl_reclaim(now)
+  local reclaimed = sl_reclaim(now)
+  if reclaimed > 0 and limits.rpm then
+    redis.call('HINCRBY', KEYS[2], 'expired_total', reclaimed)
+  end
   if busy_req and limits.rpm then
     local st = sl_hash(KEYS[2])
     local dims, _, changed = sl_schedule(limits, st, now)
