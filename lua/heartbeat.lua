@@ -10,6 +10,7 @@
 -- where the local tail ends; busy_tokens_ms for every token dimension) and
 -- refunds wait until after it.
 -- Reply: the number of live agents (including this one unless leaving).
+-- Grants whose lease ended are reclaimed (sl_reclaim), as a reserve does.
 --
 -- Several deployments at once (one call where each would cost one: an
 -- agent's heartbeats of one interval): KEYS are the 11 keys of each of m
@@ -60,6 +61,14 @@ local function beat()
   local keep = math.max(window, sl_agents_window(limits))
   redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', '(' .. sl_fmt(now - keep))
   redis.call('PEXPIRE', KEYS[9], keep * 10)
+  -- Grants whose lease ended (a killed agent's, or made by a call that
+  -- ran after its agent gave up on it) are reclaimed here too, not only
+  -- by the next reserve or settle: a fleet that stopped calling is left
+  -- with none once the leases end (while it still heartbeats).
+  local reclaimed = sl_reclaim(now)
+  if reclaimed > 0 and limits.rpm then
+    redis.call('HINCRBY', KEYS[2], 'expired_total', reclaimed)
+  end
   if busy_req and limits.rpm then
     local st = sl_hash(KEYS[2])
     local dims, _, changed = sl_schedule(limits, st, now)

@@ -198,7 +198,7 @@ static int check_deployment_name(const char *s, size_t len, char *why, size_t n)
 
 /* ---- the schema ---- */
 
-static const char *const fail_names[] = {"open", "closed", NULL};
+static const char *const fail_names[] = {"open", "closed", "hold", NULL};
 static const char *const level_names[] = {"error", "warn", "info", "debug", NULL};
 static const char *const style_names[] = {"azure", "openai", "anthropic", "custom", NULL};
 static const char *const stream_usage_names[] = {"inject", "off", NULL};
@@ -491,7 +491,8 @@ static const cfg_row root_rows[] = {
     CFG_INT("agent.client_idle_timeout_ms", config, agent.client_idle_timeout_ms, "30000", 100, 86400000, 0,
             "A half-written command older than this closes its client."),
     CFG_ENUM("agent.fail", config, agent.fail, "open", fail_names,
-             "While Redis is unreachable: open = pace locally at a share of the rate, closed = refuse."),
+             "While Redis is unreachable: open = pace locally at a share of the rate, closed = refuse, hold = pace "
+             "locally while the others hold this agent's share back (agent.silent_hold_ms), then refuse."),
     CFG_NUM("agent.fallback_share", config, agent.fallback_share, "0.25", 0, 1, CFG_MIN_OPEN,
             "Share of each deployment's rate used in fallback before the live agents are known."),
     CFG_INT("agent.heartbeat_ms", config, agent.heartbeat_ms, "1000", 100, 60000, 0,
@@ -1169,7 +1170,7 @@ static const char *enum_name(const char *const *names, size_t n, int v) {
     return v >= 0 && (size_t)v < n && names[v] ? names[v] : "?";
 }
 
-const char *config_fail_name(int fail) { return enum_name(fail_names, 2, fail); }
+const char *config_fail_name(int fail) { return enum_name(fail_names, 3, fail); }
 const char *config_log_level_name(int level) { return enum_name(level_names, 4, level); }
 const char *config_style_name(int style) { return enum_name(style_names, 4, style); }
 

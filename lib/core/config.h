@@ -23,7 +23,7 @@
 #include <stddef.h>
 
 /* agent.fail */
-enum { CONFIG_FAIL_OPEN = 0, CONFIG_FAIL_CLOSED = 1 };
+enum { CONFIG_FAIL_OPEN = 0, CONFIG_FAIL_CLOSED = 1, CONFIG_FAIL_HOLD = 2 };
 /* agent.log_level */
 enum { CONFIG_LOG_ERROR = 0, CONFIG_LOG_WARN, CONFIG_LOG_INFO, CONFIG_LOG_DEBUG };
 /* deployments.NAME.style: the provider profile (docs/providers.md). It says

@@ -159,6 +159,7 @@ struct dep {
     double sent_at;                      /* uv_now of the last call sent */
     double renew_at;                     /* uv_now: the next call is due (a heartbeat if nothing else goes) */
     double seen_until;                   /* uv_now: what Redis was promised, as of the replies */
+    double replied_at;                   /* uv_now of the last reply to a call that named this agent */
     double used_at;                      /* uv_now of the last use (acquire, settle) or of the join */
     int member;                          /* in the agents set (joined, not left) */
     int handing_over, handed_over;       /* the local tail was pushed into Redis after an outage */
@@ -229,13 +230,22 @@ struct engine {
  * promise; the quarter at least 250 ms); a heartbeat goes out when nothing else did in time. Once a
  * promise passes, Redis takes the agent for silent and keeps its share out
  * of the shared schedule until it is back or agent.silent_hold_ms (20
- * heartbeats) have passed. It counts as live (the fallback share) within 3
- * heartbeats (agent_window_ms), and leaves a deployment it has not used
+ * heartbeats, at least 3) have passed; it counts as live (the fallback
+ * share) as long (agent_window_ms). With agent.fail: hold a cut-off agent
+ * paces locally only until then (local_held_until). It leaves a deployment it has not used
  * for 30 heartbeats (engine_idle_leave_ms). */
 /* How long after it was sent a call may still reach Redis, at most: a
  * cut or closed connection answers nothing later. */
 #define ENGINE_ARRIVAL_PAD_MS 50.0
-static inline long long engine_agent_window_ms(const engine *e) { return e->cfg->agent.heartbeat_ms * 3; }
+static inline long long engine_silent_hold_ms(const engine *e);
+/* How long after its promise passed an agent still counts: live for the
+ * fallback share, and its share held back (one expiry: a share held back
+ * is a share the others' fallback must count too); at least 3
+ * heartbeats. */
+static inline long long engine_agent_window_ms(const engine *e) {
+    long long w = e->cfg->agent.heartbeat_ms * 3, h = engine_silent_hold_ms(e);
+    return h > w ? h : w;
+}
 /* A quarter heartbeat, and never under 250 ms: the margin a promise keeps
  * against a late timer or a slow reply on a loaded host (a promise broken
  * by that takes a live agent for silent and holds its share back). */
@@ -365,6 +375,7 @@ void local_decide(engine_call *c);
 int local_estimate(const dep *d, const engine_req *rq, long long max_wait_ms, engine_estimate *out);
 int dep_uses_redis(const dep *d);
 int dep_local_drained(const dep *d);
+int dep_fleet_pending(const dep *d);
 void dep_hand_over(dep *d);
 
 /* ---- engine_batch.c ---- */

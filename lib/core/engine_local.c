@@ -16,6 +16,24 @@ double local_share(const dep *d) {
     return d->e->cfg->agent.fallback_share;
 }
 
+/* agent.fail: hold. The agents on Redis hold this agent's share back
+ * until agent_window_ms (silent_hold_ms) after the promise Redis last
+ * recorded for it passed; that promise was made by a call sent no earlier
+ * than the last reply's time less redis.timeout_ms (a later reply is a
+ * timeout), and it runs at least from that call. So its share is held
+ * until at least the last reply + the window - the timeout; a promise
+ * margin (at least 250 ms) keeps local slots clear of a late timer. Local
+ * slots at or after that time would overlap the others' full rate: the
+ * agent refuses them. 0 (refuse every local slot) when Redis never
+ * answered this agent or it left the agents set: no share is held for
+ * it. */
+static double local_held_until(const dep *d) {
+    const engine *e = d->e;
+    if (!d->member || d->replied_at <= 0) return 0;
+    long long timeout = e->cfg->redis.timeout_ms > 0 ? e->cfg->redis.timeout_ms : 250;
+    return d->replied_at + (double)engine_agent_window_ms(e) - (double)timeout - (double)engine_promise_margin_ms(e);
+}
+
 /* The earliest local slot for cost c on one dimension (rate r per ms,
  * burst b), with the release-jitter margin of the reserve script: plan
  * against b - r J; a cost above that waits for a full bucket plus J. */
@@ -116,6 +134,12 @@ void local_decide(engine_call *c) {
         call_shed(c, &sh);
         return;
     }
+    if (e->cfg->agent.fail == CONFIG_FAIL_HOLD && s >= local_held_until(d)) {
+        call_complete(c, SL_EUNAVAIL, NULL,
+                      "Redis is unreachable for longer than the others hold this agent's share back "
+                      "(agent.silent_hold_ms) and agent.fail is hold: refusing");
+        return;
+    }
     double wait = s - (double)uv_now(e->loop);
     if (wait > (double)c->max_wait_ms) {
         engine_shed sh = {reason, (long long)ceil(wait - (double)c->max_wait_ms)};
@@ -150,6 +174,9 @@ int local_estimate(const dep *d, const engine_req *rq, long long max_wait_ms, en
         out->retry_after_ms = -1;
         return 0;
     }
+    /* agent.fail hold: past the others' hold of this agent's share, an
+     * acquire is refused (local_decide), and so is the estimate. */
+    if (d->e->cfg->agent.fail == CONFIG_FAIL_HOLD && s >= local_held_until(d)) return SL_EUNAVAIL;
     double wait = s - (double)uv_now(d->e->loop);
     out->wait_ms = wait > 0 ? (long long)ceil(wait) : 0;
     out->granted = wait <= (double)max_wait_ms;
@@ -162,6 +189,14 @@ int local_estimate(const dep *d, const engine_req *rq, long long max_wait_ms, en
  * and the local schedule from an outage has drained (so the fleet's total
  * stays within the quota when agents rejoin). */
 int dep_uses_redis(const dep *d) { return dep_ready(d) && d->configured && (d->handed_over || dep_local_drained(d)); }
+
+/* The fleet's schedule as this agent last saw it (its last reserve reply)
+ * still reaches past now: grants Redis made, to this agent's callers or
+ * others', may still be waiting for their slot. */
+int dep_fleet_pending(const dep *d) {
+    double now = (double)uv_now(d->e->loop);
+    return d->fleet_tat_req > now || d->fleet_tat_tok > now;
+}
 
 /* No local grant is still to be released. */
 int dep_local_drained(const dep *d) {
@@ -185,8 +220,15 @@ static void on_handover(void *arg, redisReply *r, const char *err) {
     maybe_finish_stop(d->e);
 }
 
-/* Back from an outage with local grants still to be released: push the
- * shared schedule past them (heartbeat "busy"), then use Redis at once. */
+/* Back from an outage with local grants still to be released, or with
+ * the fleet's schedule as last seen still ahead: push the shared schedule
+ * past both (heartbeat "busy"), then use Redis at once. The fleet's part
+ * matters when Redis came back without its state (restarted empty, a
+ * failover that lost the last writes): the grants the old schedule made
+ * are still being released, and the new one would start from an empty
+ * bucket beside them (twice the rate for the old schedule's reach,
+ * measured by the soak). When Redis kept its state, its schedule already
+ * reaches that far and the push costs at most one burst. */
 void dep_hand_over(dep *d) {
     engine *e = d->e;
     if (d->handing_over || d->handed_over) return;
@@ -194,10 +236,11 @@ void dep_hand_over(dep *d) {
     char window[24], breq[24], btok[24];
     snprintf(window, sizeof(window), "%lld", engine_agent_window_ms(e));
     /* The heartbeat takes one token figure for every token dimension: the
-     * longest local token schedule (the safe side). */
-    double tok = 0;
+     * longest local token schedule, or the fleet's (the safe side). */
+    double tok = fmax(0.0, d->fleet_tat_tok - now);
     for (int k = ENGINE_DIM_TOKENS; k < ENGINE_DIMS; k++) tok = fmax(tok, d->local_tat[k] - now);
-    snprintf(breq, sizeof(breq), "%.0f", ceil(fmax(0.0, d->local_tat[ENGINE_DIM_REQUESTS] - now)));
+    double req = fmax(d->local_tat[ENGINE_DIM_REQUESTS], d->fleet_tat_req) - now;
+    snprintf(breq, sizeof(breq), "%.0f", ceil(fmax(0.0, req)));
     snprintf(btok, sizeof(btok), "%.0f", ceil(tok));
     const char *argv[6] = {dep_agent_arg(d, 1), e->agent_id, window, "busy", breq, btok};
     if (rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, 6, argv, on_handover, d) == 0) {

@@ -203,12 +203,19 @@ const char *dep_agent_arg(dep *d, int keepalive) {
 
 /* A reply to a call that named this agent: Redis counts it live until
  * the promise of that call passes (at the latest). */
-void dep_seen(dep *d) { d->seen_until = fmax(d->seen_until, (double)uv_now(d->e->loop) + d->g_sent); }
+void dep_seen(dep *d) {
+    double now = (double)uv_now(d->e->loop);
+    d->seen_until = fmax(d->seen_until, now + d->g_sent);
+    d->replied_at = now;
+}
 
 /* A heartbeat's reply: the live agents of d. After a leave this agent is
  * not among them, but should it have to pace d without Redis it would be
  * one more: its fallback share counts itself. */
 static void dep_counted(dep *d, long long live) {
+    /* Sent when there was nothing to hand over (dep_announce): nothing is
+     * left to hand over after it either, until the next outage. */
+    d->handed_over = 1;
     if (!d->member) live++;
     else dep_seen(d);
     if (live > 0) d->live_agents = live;
@@ -236,12 +243,13 @@ void dep_heartbeat(dep *d, int leave) {
 }
 
 /* Says this agent is alive for d (and joins its agents set). Back from an
- * outage with local grants still to be released, the heartbeat is the
- * hand-over of that tail: a plain one first would count the agent live
+ * outage with local grants still to be released, or with slots of the
+ * fleet's schedule (as last seen) still ahead, the heartbeat is the
+ * hand-over of that tail (dep_hand_over): a plain one first would count the agent live
  * again (the others stop holding its share back, lua/common.lua
  * sl_silent) while its tail is not yet behind the shared schedule. */
 void dep_announce(dep *d) {
-    if (!d->handed_over && !dep_local_drained(d)) dep_hand_over(d);
+    if (!d->handed_over && (!dep_local_drained(d) || dep_fleet_pending(d))) dep_hand_over(d);
     else dep_heartbeat(d, 0);
 }
 
@@ -339,7 +347,7 @@ void on_heartbeat_timer(uv_timer_t *t) {
         if (!d->configured) dep_configure(d);
         if (dep_in_use(d)) d->used_at = now;
         int in_use = now - d->used_at < (double)engine_idle_leave_ms(e);
-        int plain = d->handed_over || dep_local_drained(d);
+        int plain = d->handed_over || (dep_local_drained(d) && !dep_fleet_pending(d));
         if (in_use && (refresh || now >= d->renew_at)) {
             if (!batch || !plain || !dep_list_add(&lists[0], &n[0], &cap[0], d)) dep_announce(d);
         } else if (!in_use && d->member) {

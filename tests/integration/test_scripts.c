@@ -817,6 +817,32 @@ static void test_silent_share_held(void **state) {
     expect_silent(dep, 0, 6000);
 }
 
+/* A heartbeat reclaims grants whose lease ended, as a reserve does: a
+ * fleet that stopped calling is left with none (counted expired). */
+static void test_heartbeat_reclaims(void **state) {
+    const char *dep = "hbreclaim";
+    configure_on(rc, dep, "rpm", "600", "lease_ms", "1000", NULL);
+    reserve_as(dep, "@a1/250", NULL);
+    reserve_as(dep, "@a1/250", NULL);
+    redisReply *r = redisCommand(rc, "HLEN sluice:{%s}:grants", dep);
+    assert_int_equal(r->integer, 2);
+    freeReplyObject(r);
+    advance_on(rc, dep, 500);
+    heartbeat_as(dep, "a1", NULL); /* within the lease: kept */
+    r = redisCommand(rc, "ZCARD sluice:{%s}:leases", dep);
+    assert_int_equal(r->integer, 2);
+    freeReplyObject(r);
+    advance_on(rc, dep, 2000);
+    heartbeat_as(dep, "a1", NULL);
+    r = redisCommand(rc, "HLEN sluice:{%s}:grants", dep);
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
+    r = redisCommand(rc, "ZCARD sluice:{%s}:leases", dep);
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
+    assert_true(status_num(rc, dep, "expired_total") == 2);
+}
+
 /* ---- the packed limits and the grant record ------------------------------ */
 
 /* One reserve item (tokens, max_wait, lane) on dep; its kind (1 granted,
@@ -921,6 +947,7 @@ int main(void) {
         cmocka_unit_test(test_daily_resets_at_utc_midnight),
         cmocka_unit_test(test_bad_arguments_change_nothing),
         cmocka_unit_test(test_heartbeat_counts_live_agents),
+        cmocka_unit_test(test_heartbeat_reclaims),
         cmocka_unit_test(test_silent_share_held),
         cmocka_unit_test(test_never_over_offer_random),
         cmocka_unit_test(test_limits_packed_and_records),

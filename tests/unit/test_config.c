@@ -477,7 +477,8 @@ static const bad_case bad_cases[] = {
     {DEP "    rpm: 1\n    refund: {output: true}\n", ":4: key 'deployments.gpt-4o.refund.output': unknown key"},
     {DEP "    rpm: 1\n    aimd: {min_throttles: 0}\n",
      ":4: key 'deployments.gpt-4o.aimd.min_throttles': must be an integer between 1 and 1000, got \"0\""},
-    {"agent:\n  fail: maybe\n" DEP "    rpm: 1\n", ":2: key 'agent.fail': must be one of open, closed, got \"maybe\""},
+    {"agent:\n  fail: maybe\n" DEP "    rpm: 1\n",
+     ":2: key 'agent.fail': must be one of open, closed, hold, got \"maybe\""},
     {"agent:\n  log_level: trace\n" DEP "    rpm: 1\n",
      ":2: key 'agent.log_level': must be one of error, warn, info, debug, got \"trace\""},
     {"agent:\n  socket_mode: \"0999\"\n" DEP "    rpm: 1\n",
@@ -673,6 +674,7 @@ static void test_api_edges(void **state) {
     assert_string_equal(err, "<string>:1: key 'a': unknown key");
 
     assert_string_equal(config_fail_name(CONFIG_FAIL_CLOSED), "closed");
+    assert_string_equal(config_fail_name(CONFIG_FAIL_HOLD), "hold");
     assert_string_equal(config_log_level_name(CONFIG_LOG_WARN), "warn");
     assert_string_equal(config_style_name(CONFIG_STYLE_OPENAI), "openai");
     assert_string_equal(config_style_name(7), "?");
