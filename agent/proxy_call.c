@@ -353,9 +353,15 @@ static void answer_error(pcall *pc, proxy_error_kind kind, const char *fmt, ...)
 static void answer_shed(pcall *pc, const engine_shed *shed) {
     resp_buf body;
     resp_buf_init(&body);
-    http_header h[4];
+    http_header h[4 + 16];
     proxy_retry_headers store;
     int n = proxy_shed_answer(pc->api, shed->reason, shed->retry_after_ms, &body, h, &store);
+    /* The fleet's budget of the deployment asked for (a group has none of
+     * its own), as on a granted answer: what the client was shed against. */
+    sluice_headers sb;
+    sb.n = 0;
+    sb.member = pc->name;
+    engine_foreach_dim(pc->set->e, on_dim, &sb);
     pc->set->st->shed++;
     if (n < 0) {
         resp_buf_free(&body);
@@ -363,6 +369,7 @@ static void answer_shed(pcall *pc, const engine_shed *shed) {
         return;
     }
     h[n++] = (http_header){"x-sluice-shed", shed->reason ? shed->reason : "other"};
+    for (size_t i = 0; i < sb.n; i++) h[n++] = sb.h[i];
     http_request *r = pc->r;
     pc->r = NULL;
     http_respond(r, 429, h, (size_t)n, json_ctype, body.data, body.len);

@@ -287,6 +287,11 @@ static void test_shed(void **state) {
     assert_int_equal(s, (ms + 999) / 1000);
     assert_contains(r.body, "\"code\":\"rate_limit_exceeded\"");
     assert_contains(r.body, "the fleet's budget has no slot");
+    /* The budget it was shed against. */
+    char lim[32];
+    assert_non_null(hc_header(&r, "x-sluice-ratelimit-limit-requests", lim, sizeof(lim)));
+    assert_string_equal(lim, "6");
+    assert_non_null(hc_header(&r, "x-sluice-ratelimit-effective-requests", lim, sizeof(lim)));
     hc_response_free(&r);
     hc_close(&c);
     assert_true(info_num(&p.d, "http_shed") == 1);
