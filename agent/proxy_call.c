@@ -11,6 +11,7 @@
 
 #include "backoff.h"
 #include "endpoint.h"
+#include "gcall.h"
 #include "proxy.h"
 #include "proxy_auth.h"
 #include "ratelimit.h"
@@ -517,8 +518,6 @@ static const char *request_body(pcall *pc, const struct config_deployment *d, si
 
 /* ---- libcurl's callbacks ------------------------------------------------------------------ */
 
-static int is_ows(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
-
 static void begin_stream(pcall *pc);
 
 /* One header line of the answer. A status line starts a new response
@@ -528,17 +527,19 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud) {
     pcall *pc = ud;
     size_t n = size * nitems;
     if (pc->client_gone) return 0;
-    if (n >= 5 && !memcmp(line, "HTTP/", 5)) {
+    int st;
+    char *name, *value;
+    switch (curl_header_line(line, n, &st, &name, &value)) {
+    case CURL_LINE_STATUS:
         for (size_t i = 0; i < pc->nrh; i++) free(pc->rh[i].name);
         pc->nrh = 0;
-        pc->status = 0;
-        size_t i = 5;
-        while (i < n && line[i] != ' ') i++;
-        while (i < n && line[i] == ' ') i++;
-        int st = 0, digits = 0;
-        while (i < n && digits < 3 && line[i] >= '0' && line[i] <= '9') st = st * 10 + (line[i++] - '0'), digits++;
-        if (digits == 3) pc->status = st;
+        pc->status = st;
         return n;
+    case CURL_LINE_FIELD:
+        if (pc->nrh == PCALL_MAX_HEADERS) free(name);
+        else pc->rh[pc->nrh++] = (pc_header){name, value};
+        return n;
+    default: break;
     }
     if (n <= 2 && (n == 0 || line[0] == '\r' || line[0] == '\n')) {
         if (pc->status >= 200 && pc->status < 300 && !pc->streaming) {
@@ -547,18 +548,6 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud) {
         }
         return pc->client_gone ? 0 : n;
     }
-    const char *colon = memchr(line, ':', n);
-    if (!colon || colon == line || is_ows(line[0]) || pc->nrh == PCALL_MAX_HEADERS) return n;
-    size_t nl = (size_t)(colon - line), vb = nl + 1, ve = n;
-    while (vb < ve && is_ows(line[vb])) vb++;
-    while (ve > vb && is_ows(line[ve - 1])) ve--;
-    char *mem = malloc(nl + 1 + (ve - vb) + 1);
-    if (!mem) return n; /* a header lost to OOM only weakens the feedback */
-    memcpy(mem, line, nl);
-    mem[nl] = '\0';
-    memcpy(mem + nl + 1, line + vb, ve - vb);
-    mem[nl + 1 + (ve - vb)] = '\0';
-    pc->rh[pc->nrh++] = (pc_header){mem, mem + nl + 1};
     return n;
 }
 

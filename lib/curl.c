@@ -62,16 +62,8 @@ void sl_capture_free(sl_capture *c) {
 
 static int is_ows(char ch) { return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n'; }
 
-/* One header line as libcurl delivers it (CRLF included). A status line
- * starts a new response: interim (1xx) and redirect responses are
- * forgotten, so what remains is the final response's. */
-static size_t on_header(char *line, size_t size, size_t nitems, void *ud) {
-    sl_capture *c = ud;
-    size_t n = size * nitems;
+int curl_header_line(const char *line, size_t n, int *status, char **name, char **value) {
     if (n >= 5 && memcmp(line, "HTTP/", 5) == 0) {
-        clear_headers(c);
-        c->blen = 0;
-        c->status = 0;
         size_t i = 5;
         while (i < n && line[i] != ' ') i++;
         while (i < n && line[i] == ' ') i++;
@@ -80,24 +72,50 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud) {
             st = st * 10 + (line[i++] - '0');
             digits++;
         }
-        if (digits == 3) c->status = st;
-        return n;
+        *status = digits == 3 ? st : 0;
+        return CURL_LINE_STATUS;
     }
     const char *colon = memchr(line, ':', n);
-    if (!colon || colon == line || is_ows(line[0]) || c->nh == CAPTURE_MAX_HEADERS) return n;
-    size_t nl = (size_t)(colon - line);
-    size_t vb = nl + 1, ve = n;
+    if (!colon || colon == line || is_ows(line[0])) return CURL_LINE_OTHER;
+    size_t nl = (size_t)(colon - line), vb = nl + 1, ve = n;
     while (vb < ve && is_ows(line[vb])) vb++;
     while (ve > vb && is_ows(line[ve - 1])) ve--;
     char *mem = malloc(nl + 1 + (ve - vb) + 1);
-    if (!mem) return n; /* a header lost to OOM only weakens the feedback */
+    if (!mem) return CURL_LINE_OTHER; /* a header lost to OOM only weakens the feedback */
     memcpy(mem, line, nl);
     mem[nl] = '\0';
     memcpy(mem + nl + 1, line + vb, ve - vb);
     mem[nl + 1 + (ve - vb)] = '\0';
-    c->hdr[c->nh].name = mem;
-    c->hdr[c->nh].value = mem + nl + 1;
-    c->nh++;
+    *name = mem;
+    *value = mem + nl + 1;
+    return CURL_LINE_FIELD;
+}
+
+/* One header line as libcurl delivers it (CRLF included). A status line
+ * starts a new response: interim (1xx) and redirect responses are
+ * forgotten, so what remains is the final response's. */
+static size_t on_header(char *line, size_t size, size_t nitems, void *ud) {
+    sl_capture *c = ud;
+    size_t n = size * nitems;
+    int st;
+    char *name, *value;
+    switch (curl_header_line(line, n, &st, &name, &value)) {
+    case CURL_LINE_STATUS:
+        clear_headers(c);
+        c->blen = 0;
+        c->status = st;
+        break;
+    case CURL_LINE_FIELD:
+        if (c->nh == CAPTURE_MAX_HEADERS) {
+            free(name);
+            break;
+        }
+        c->hdr[c->nh].name = name;
+        c->hdr[c->nh].value = value;
+        c->nh++;
+        break;
+    default: break;
+    }
     return n;
 }
 

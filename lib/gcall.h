@@ -143,6 +143,15 @@ void gcall_free(sl_call *call);
 int curl_settle_verdict(sl_grant *g, const sl_verdict *v, const sl_capture *cap, int settle_headers);
 /* Resets easy's callbacks to libcurl's defaults, as sl_curl_perform leaves it. */
 void curl_reset_easy(void *easy);
+/* One header line as libcurl delivers it (CRLF included), for every
+ * header callback (the capture's, the HTTP proxy's): a status line
+ * (CURL_LINE_STATUS, *status its code or 0), a field (CURL_LINE_FIELD:
+ * *name a malloc'd "name\0value" block the caller frees, *value inside
+ * it, both trimmed), or anything else: the blank line, a continuation, a
+ * malformed line, or a field lost to OOM (CURL_LINE_OTHER). */
+enum { CURL_LINE_OTHER = 0, CURL_LINE_STATUS, CURL_LINE_FIELD };
+int curl_header_line(const char *line, size_t n, int *status, char **name, char **value);
+
 /* Moves the captured body out (NUL-terminated, the caller's), NULL when none. */
 char *curl_capture_take(sl_capture *cap, size_t *len);
 
