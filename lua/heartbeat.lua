@@ -8,7 +8,12 @@
 -- for that long. The shared schedule then starts no earlier than that
 -- (each dimension's TAT >= now + busy + one burst, so the bucket is empty
 -- where the local tail ends; busy_tokens_ms for every token dimension) and
--- refunds wait until after it.
+-- refunds wait until after it. Optionally four more: the units the agent
+-- granted locally meanwhile (requests, tokens, input, output), added to
+-- the fleet's granted counts of the dimensions that are not refunded, so
+-- that reading the provider's remaining counts takes them for the fleet's
+-- own sends, not a neighbour's (settle.lua observe); the requests also to
+-- local_requests (status).
 -- Reply: the number of live agents (including this one unless leaving).
 -- Grants whose lease ended are reclaimed (sl_reclaim), as a reserve does.
 --
@@ -26,11 +31,20 @@ local id, window = ARGV[1], sl_uint(ARGV[2] or '')
 if not id or id == '' or #id > 256 then return redis.error_reply('ERR sluice heartbeat: agent id must be 1..256 bytes') end
 if not window or window < 1 then return redis.error_reply('ERR sluice heartbeat: window_ms must be a positive integer') end
 local busy_req, busy_tok
+local sent = {0, 0, 0, 0}
 if ARGV[3] == 'busy' then
   if m > 1 then return redis.error_reply('ERR sluice heartbeat: busy takes one deployment') end
   busy_req, busy_tok = sl_uint(ARGV[4] or ''), sl_uint(ARGV[5] or '')
   if not busy_req or not busy_tok then
     return redis.error_reply('ERR sluice heartbeat: busy needs busy_requests_ms and busy_tokens_ms (non-negative integers)')
+  end
+  if ARGV[6] then
+    for i = 1, 4 do
+      sent[i] = sl_uint(ARGV[5 + i] or '')
+      if not sent[i] then
+        return redis.error_reply('ERR sluice heartbeat: busy takes no or four local counts (requests, tokens, input, output; non-negative integers)')
+      end
+    end
   end
 end
 local members = {}
@@ -73,18 +87,26 @@ local function beat()
     local st = sl_hash(KEYS[2])
     local dims, _, changed = sl_schedule(limits, st, now)
     local ra = sl_num(st, 'refund_after', 0)
-    for i, d in ipairs(dims) do
+    -- Nothing left to release (only counts to report): the schedule
+    -- stays as it is, as a plain heartbeat would leave it.
+    local push = busy_req > 0 or busy_tok > 0
+    for _, d in ipairs(dims) do
       -- busy_tokens_ms covers every token dimension: the agent hands over
       -- the longest of its local token schedules (the safe side).
-      local busy = i == 1 and busy_req or busy_tok
+      local busy = d.i == 1 and busy_req or busy_tok
       local floor_tat = now + busy + d.burst / d.r
-      if d.tat < floor_tat then
+      if push and d.tat < floor_tat then
         d.tat = floor_tat
+        changed = true
+      end
+      if sent[d.i] > 0 and not d.refund then
+        d.granted = d.granted + sent[d.i]
         changed = true
       end
       if changed then sl_dim_save(d, st) end
       if d.tat > ra then ra = d.tat end
     end
+    if sent[1] > 0 then sl_set(st, 'local_requests', sl_num(st, 'local_requests', 0) + sent[1]) end
     sl_set(st, 'refund_after', sl_fmt(ra))
     sl_save_state(st)
   end

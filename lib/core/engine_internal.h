@@ -148,6 +148,8 @@ struct dep {
     double local_tat[ENGINE_DIMS];               /* local fallback schedule per dimension, uv_now ms */
     double local_retry_tat;                      /* local retry floor bucket, uv_now ms */
     double local_last_slot;                      /* local slots stay monotone, like Redis' */
+    double local_sent[ENGINE_DIMS];              /* units granted locally, not yet reported to Redis */
+    double reporting[ENGINE_DIMS];               /* those of them the hand-over in flight reports */
     double fleet_tat_req, fleet_tat_tok;         /* the fleet's schedule end per dimension, last seen, uv_now ms */
     double fleet_backlog_req, fleet_backlog_tok; /* how far it reached past now then */
     double lost_at;                              /* uv_now when its Redis node was lost, 0 when not lost */
@@ -376,6 +378,7 @@ int local_estimate(const dep *d, const engine_req *rq, long long max_wait_ms, en
 int dep_uses_redis(const dep *d);
 int dep_local_drained(const dep *d);
 int dep_fleet_pending(const dep *d);
+int dep_needs_hand_over(const dep *d);
 void dep_hand_over(dep *d);
 
 /* ---- engine_batch.c ---- */

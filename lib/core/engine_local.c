@@ -149,6 +149,7 @@ void local_decide(engine_call *c) {
     for (int k = 0; k < ENGINE_DIMS; k++) {
         d->local_tat[k] = tat[k];
         if (rate[k] > 0) d->local_tat[k] = fmax(tat[k], s) + cost[k] / rate[k];
+        if (rate[k] > 0) d->local_sent[k] += cost[k];
     }
     d->local_last_slot = s + fence;
     d->local_seq++;
@@ -198,6 +199,16 @@ int dep_fleet_pending(const dep *d) {
     return d->fleet_tat_req > now || d->fleet_tat_tok > now;
 }
 
+/* Back on Redis, what the outage left has to go first (dep_hand_over):
+ * local grants still to be released, the fleet's schedule as last seen
+ * still ahead, or local grants Redis has not been told of. */
+int dep_needs_hand_over(const dep *d) {
+    if (d->handed_over) return 0;
+    int unreported = 0;
+    for (int k = 0; k < ENGINE_DIMS; k++) unreported |= d->local_sent[k] > 0;
+    return !dep_local_drained(d) || dep_fleet_pending(d) || unreported;
+}
+
 /* No local grant is still to be released. */
 int dep_local_drained(const dep *d) {
     double now = (double)uv_now(d->e->loop);
@@ -211,6 +222,8 @@ static void on_handover(void *arg, redisReply *r, const char *err) {
     d->e->calls_out--;
     d->handing_over = 0;
     if (r && r->type == REDIS_REPLY_INTEGER) {
+        /* Redis counts them now (grants made meanwhile wait for the next). */
+        for (int k = 0; k < ENGINE_DIMS; k++) d->local_sent[k] = fmax(0.0, d->local_sent[k] - d->reporting[k]);
         d->handed_over = 1;
         d->member = 1;
         if (r->integer > 0) d->live_agents = r->integer;
@@ -242,8 +255,25 @@ void dep_hand_over(dep *d) {
     double req = fmax(d->local_tat[ENGINE_DIM_REQUESTS], d->fleet_tat_req) - now;
     snprintf(breq, sizeof(breq), "%.0f", ceil(fmax(0.0, req)));
     snprintf(btok, sizeof(btok), "%.0f", ceil(tok));
-    const char *argv[6] = {dep_agent_arg(d, 1), e->agent_id, window, "busy", breq, btok};
-    if (rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, 6, argv, on_handover, d) == 0) {
+    /* And the units granted locally (requests, tokens, input, output): the
+     * fleet counts them as its own when it reads the provider's remaining
+     * counts, not as a neighbour's use (lua/settle.lua observe). */
+    char sent[ENGINE_DIMS][24];
+    for (int k = 0; k < ENGINE_DIMS; k++) {
+        d->reporting[k] = floor(d->local_sent[k]);
+        snprintf(sent[k], sizeof(sent[k]), "%.0f", d->reporting[k]);
+    }
+    const char *argv[10] = {dep_agent_arg(d, 1),
+                            e->agent_id,
+                            window,
+                            "busy",
+                            breq,
+                            btok,
+                            sent[ENGINE_DIM_REQUESTS],
+                            sent[ENGINE_DIM_TOKENS],
+                            sent[ENGINE_DIM_INPUT],
+                            sent[ENGINE_DIM_OUTPUT]};
+    if (rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, 10, argv, on_handover, d) == 0) {
         e->calls_out++;
         d->handing_over = 1;
     }

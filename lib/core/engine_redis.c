@@ -249,7 +249,7 @@ void dep_heartbeat(dep *d, int leave) {
  * again (the others stop holding its share back, lua/common.lua
  * sl_silent) while its tail is not yet behind the shared schedule. */
 void dep_announce(dep *d) {
-    if (!d->handed_over && (!dep_local_drained(d) || dep_fleet_pending(d))) dep_hand_over(d);
+    if (dep_needs_hand_over(d)) dep_hand_over(d);
     else dep_heartbeat(d, 0);
 }
 
@@ -347,7 +347,7 @@ void on_heartbeat_timer(uv_timer_t *t) {
         if (!d->configured) dep_configure(d);
         if (dep_in_use(d)) d->used_at = now;
         int in_use = now - d->used_at < (double)engine_idle_leave_ms(e);
-        int plain = d->handed_over || (dep_local_drained(d) && !dep_fleet_pending(d));
+        int plain = !dep_needs_hand_over(d);
         if (in_use && (refresh || now >= d->renew_at)) {
             if (!batch || !plain || !dep_list_add(&lists[0], &n[0], &cap[0], d)) dep_announce(d);
         } else if (!in_use && d->member) {

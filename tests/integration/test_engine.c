@@ -538,6 +538,11 @@ static void test_redis_killed_local_fallback_then_rejoin(void **state) {
     assert_int_equal(redis_fixture_restart(&fx), 0);
     assert_true(run_until(&w, connected, 10000));
     wait_status(&w, "fb", "mode", "redis", 5000);
+    /* ... having told the fleet of its 40 local grants (the hand-over):
+     * read against the provider's remaining counts they are its own
+     * sends, not a neighbour's use. Redis came back empty, so these are
+     * exactly this agent's. */
+    wait_status(&w, "fb", "local_requests", "40", 5000);
     static acq back;
     back = (acq){.w = &w};
     w.done_count = 0;

@@ -361,6 +361,59 @@ static void test_outside_use_followed(void **state) {
     assert_int_equal(d.rejected, 0);
 }
 
+/* An outage: the fleet's agents pace locally for ms (here at the full
+ * rate, as a whole fleet does while Redis is stopped: each at its share),
+ * sending to the provider with no reserve; back, one agent hands over and
+ * reports its local grants when report is set. */
+static void outage(const char *dep, provider *p, double ms, int report) {
+    double t = status_num(rc, dep, "now_us") / 1000.0;
+    int n = 0;
+    for (double slot = t; slot < t + ms; slot += 60000.0 / 600) n += provider_admit(p, slot, 1) ? 1 : 0;
+    advance_on(rc, dep, ms);
+    if (!report) return;
+    char sent[16];
+    snprintf(sent, sizeof(sent), "%d", n);
+    redisReply *r =
+        script_callv(rc, SCRIPT_HEARTBEAT, dep, "agent-1", "600", "busy", "0", "0", sent, "0", "0", "0", NULL);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    freeReplyObject(r);
+    assert_true(status_num(rc, dep, "local_requests") == n);
+}
+
+/* The fleet's own local sends are not a neighbour's use: after an outage
+ * in which the agents paced locally (5 s at the full rate), the provider's
+ * remaining counts drop by what they sent; reported at the hand-over, the
+ * estimate of others' use stays at nothing and the fleet at its rate.
+ * Unreported (as before), the same outage reads as a neighbour taking
+ * most of the rate, and the fleet idles for it (the soak's stalls) until
+ * the estimate decays. */
+static void test_local_sends_are_the_fleets_own(void **state) {
+    sim_result after[2];
+    for (int report = 0; report < 2; report++) {
+        const char *dep = report ? "local-reported" : "local-unreported";
+        configure_on(rc, dep, "rpm", "600", "burst_requests", "10", "jitter_ms", "0", NULL);
+        provider p = {100, 100, 600.0 / 60000.0, 0};
+        grant first = reserve_tok(dep, "0", 0);
+        p.at = first.now_ms;
+        sim_result a = simulate(dep, &p, 0, 10000);
+        assert_true(a.outside_rpm == 0);
+        outage(dep, &p, 5000, report);
+        after[report] = simulate(dep, &p, 0, 5000);
+        print_message("  %s: after the outage %d sent, %d rejected, outside %.1f RPM, effective %.1f\n",
+                      report ? "reported" : "unreported", after[report].sent, after[report].rejected,
+                      after[report].outside_rpm, after[report].effective_rpm);
+    }
+    assert_true(after[1].outside_rpm == 0);
+    assert_true(after[1].effective_rpm >= 0.99 * 600);
+    assert_int_equal(after[1].rejected, 0);
+    assert_true(after[1].sent >= 0.95 * 600 * 5 / 60);
+    /* What the report prevents: the same outage unreported is misread as
+     * a neighbour (outside ~430 RPM at the first reading here), and the
+     * fleet idles for it until the estimate decays (21 sends against 60). */
+    assert_true(after[0].sent <= 0.5 * after[1].sent);
+}
+
 static void test_feedback_form_checked(void **state) {
     const char *dep = "fbbad";
     configure_on(rc, dep, "rpm", "600", NULL);
@@ -396,7 +449,7 @@ int main(void) {
         cmocka_unit_test(test_combined_tokens_never_refunded), cmocka_unit_test(test_anthropic_input_and_output),
         cmocka_unit_test(test_split_dimensions_bind),          cmocka_unit_test(test_isolated_429_only_pauses),
         cmocka_unit_test(test_reported_limit_adopted),         cmocka_unit_test(test_outside_use_followed),
-        cmocka_unit_test(test_feedback_form_checked),
+        cmocka_unit_test(test_local_sends_are_the_fleets_own), cmocka_unit_test(test_feedback_form_checked),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
