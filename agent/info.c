@@ -15,6 +15,7 @@
 #include "classes.h"
 #include "config.h"
 #include "engine.h"
+#include "memory.h"
 #include "proxy.h"
 
 typedef struct info_out {
@@ -384,6 +385,20 @@ static void section_http(info_out *o, server *s, const server_stats *st, const e
     line(o, "http_observe_errors:%llu", ps.observe_errors);
 }
 
+static void section_memory(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
+    (void)s;
+    (void)es;
+    memory_stats m;
+    memory_sample(&m);
+    line(o, "# Memory");
+    line(o, "used_memory_rss:%lld", m.rss_bytes);
+    line(o, "heap_in_use:%lld", m.heap_in_use);
+    line(o, "heap_free:%lld", m.heap_free);
+    line(o, "heap_mmapped:%lld", m.heap_mmapped);
+    line(o, "memory_trims:%llu", st->memory_trims);
+    line(o, "memory_trimmed_bytes:%lld", st->memory_trimmed_bytes);
+}
+
 typedef void (*section_fn)(info_out *o, server *s, const server_stats *st, const engine_stats *es);
 
 /* The sections, in INFO order. */
@@ -394,11 +409,11 @@ static const struct {
     {"server", section_server},         {"clients", section_clients}, {"deployments", section_deployments},
     {"dimensions", section_dimensions}, {"redis", section_redis},     {"stats", section_stats},
     {"lanes", section_lanes},           {"tenants", section_tenants}, {"groups", section_groups},
-    {"patience", section_patience},     {"http", section_http},
+    {"patience", section_patience},     {"http", section_http},       {"memory", section_memory},
 };
 
-const char *const info_sections[] = {"server", "clients", "deployments", "dimensions", "redis", "stats",
-                                     "lanes",  "tenants", "groups",      "patience",   "http",  NULL};
+const char *const info_sections[] = {"server",  "clients", "deployments", "dimensions", "redis",  "stats", "lanes",
+                                     "tenants", "groups",  "patience",    "http",       "memory", NULL};
 
 int info_render(server *s, const char *section, resp_buf *out) {
     int all = !section || !*section || !strcasecmp(section, "all") || !strcasecmp(section, "default") ||

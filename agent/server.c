@@ -25,6 +25,7 @@
 
 #include "commands.h"
 #include "config.h"
+#include "memory.h"
 #include "sluice.h"
 #include "timeutil.h"
 #include "unixsock.h"
@@ -98,6 +99,7 @@ struct server {
     /* rates */
     uint64_t rate_at;
     unsigned long long rate_grants, rate_commands, rate_sheds;
+    memory_trimmer trimmer; /* gives the allocator's free pages back (memory.h) */
     /* closing */
     int closing, handles_open;
     char *close_why;
@@ -269,6 +271,8 @@ void server_get_stats(const server *s, server_stats *out) {
     out->connected = s->nclients;
     out->last_reload_error = s->last_reload_error;
     out->config_path = s->config_path;
+    out->memory_trims = s->trimmer.trims;
+    out->memory_trimmed_bytes = s->trimmer.trimmed_bytes;
 }
 
 /* ---- reply slots ----------------------------------------------------------------- */
@@ -741,6 +745,7 @@ static void on_cron(uv_timer_t *t) {
         }
     }
     sample_rates(s, now);
+    memory_maybe_trim(&s->trimmer, now);
     if (s->closing && s->nclients == 0 && uv_is_active((uv_handle_t *)&s->cron)) {
         uv_timer_stop(&s->cron);
         uv_close((uv_handle_t *)&s->cron, on_server_handle_closed);

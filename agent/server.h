@@ -68,6 +68,8 @@ typedef struct server_stats {
     long long last_reload_ms;                               /* wall clock, 0 = never */
     const char *last_reload_error;                          /* "" after a good reload or none */
     const char *config_path;
+    unsigned long long memory_trims; /* malloc_trim calls (memory.h) */
+    long long memory_trimmed_bytes;  /* resident bytes they gave back */
 } server_stats;
 
 /* Creates a server for engine e (borrowed; it must outlive the server).

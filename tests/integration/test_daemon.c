@@ -152,6 +152,12 @@ static void test_redis_cli_session(void **state) {
     assert_int_equal(cli(&d, out, sizeof(out), "INFO", "clients", NULL), 0);
     assert_contains(out, "# Clients");
     assert_true(strstr(out, "# Server") == NULL);
+    /* The daemon's own memory (sanitized here, so only the resident set
+     * is glibc's to say; test_memory checks the heap figures and trim). */
+    assert_int_equal(cli(&d, out, sizeof(out), "INFO", "memory", NULL), 0);
+    assert_contains(out, "# Memory");
+    assert_true(info_field(out, "used_memory_rss") > 1024 * 1024);
+    assert_true(info_field(out, "memory_trims") >= 0);
 
     /* Errors, as redis-cli prints them. */
     assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "nope", NULL), 0);
