@@ -170,7 +170,8 @@ typedef struct incarnation {
     pid_t pid;
     double start, base_t, last_t;
     long base_kb, last_kb;
-    int killed; /* ended by an injected kill */
+    long long base_heap, last_heap, max_kb; /* heap in use (INFO memory) at the same samples; the largest RSS */
+    int killed;                             /* ended by an injected kill */
 } incarnation;
 
 typedef struct batch {
@@ -386,6 +387,17 @@ static void sample_status(soak *s) {
     s->reach_ms[s->nreach++] = reach;
 }
 
+/* An agent's heap in use (INFO memory), -1 when it does not answer. */
+static long long agent_heap(soak *s, int a) {
+    redisContext *c = sluiced_fixture_connect(&s->agent[a], 1000);
+    redisReply *r = c ? redisCommand(c, "INFO memory") : NULL;
+    const char *p = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "heap_in_use:") : NULL;
+    long long v = p ? atoll(p + 12) : -1;
+    if (r) freeReplyObject(r);
+    if (c) redisFree(c);
+    return v;
+}
+
 static void sample_memory(soak *s) {
     double now = proc_now_ms();
     for (int a = 0; a < AGENTS; a++) {
@@ -393,12 +405,16 @@ static void sample_memory(soak *s) {
         incarnation *i = &s->inc[s->cur_inc[a]];
         long kb = rss_kb(i->pid);
         if (kb <= 0) continue;
+        long long heap = agent_heap(s, a);
         if (i->base_t < 0 && now - i->start >= baseline_ms) {
             i->base_t = now;
             i->base_kb = kb;
+            i->base_heap = heap;
         }
         i->last_t = now;
         i->last_kb = kb;
+        i->last_heap = heap;
+        if (kb > i->max_kb) i->max_kb = kb;
     }
     if (s->redis_stopped) return;
     long long m = redis_used_memory(s);
@@ -1397,9 +1413,11 @@ int main(int argc, char **argv) {
         double change = (double)(c->last_kb - c->base_kb) / (double)c->base_kb;
         rss_checked++;
         rss_bad += fabs(change) > 0.10;
-        printf("    agent%d pid %d: %ld kB at %.0f s, %ld kB at %.0f s (%+.1f %%)%s\n", c->agent, (int)c->pid,
-               c->base_kb, rel_s(s, c->base_t), c->last_kb, rel_s(s, c->last_t), 100 * change,
-               c->killed ? " [then killed]" : "");
+        printf(
+            "    agent%d pid %d: %ld kB at %.0f s, %ld kB at %.0f s (%+.1f %%), largest %lld kB; heap in use %lld -> "
+            "%lld kB%s\n",
+            c->agent, (int)c->pid, c->base_kb, rel_s(s, c->base_t), c->last_kb, rel_s(s, c->last_t), 100 * change,
+            c->max_kb, c->base_heap / 1024, c->last_heap / 1024, c->killed ? " [then killed]" : "");
     }
     printf("    (%d shorter incarnations not checked)\n", rss_young);
     double mem_change = s->mem_base > 0 ? (double)(s->mem_last - s->mem_base) / (double)s->mem_base : 0;
