@@ -662,17 +662,7 @@ static void test_metrics_endpoint(void **state) {
 /* ---- valgrind ------------------------------------------------------------------------------ */
 
 static void test_valgrind_session(void **state) {
-    char out[4096];
-    char *probe[] = {"valgrind", "--version", NULL};
-    if (run_capture(probe, NULL, out, sizeof(out)) != 0) {
-        print_message("  SKIPPED: valgrind is not installed\n");
-        skip();
-    }
-    if (binary_is_sanitized(sluiced_path())) {
-        print_message("  SKIPPED: sluiced is built with sanitizers (valgrind cannot run it); "
-                      "tests/valgrind.sh runs this test on a plain build\n");
-        skip();
-    }
+    if (!valgrind_usable()) skip();
     int port = free_tcp_port();
     char extra[160];
     snprintf(extra, sizeof(extra), "  metrics: 127.0.0.1:%d\n  client_idle_timeout_ms: 300\n", port);

@@ -380,4 +380,22 @@ HARNESS_FN int binary_is_sanitized(const char *path) {
     return found;
 }
 
+/* Whether sluiced can run under valgrind here: 1, or 0 after saying why
+ * not (valgrind missing, or sluiced built with the sanitizers; then the
+ * caller skips: tests/valgrind.sh runs it on a plain build). */
+HARNESS_FN int valgrind_usable(void) {
+    char out[4096];
+    char *probe[] = {"valgrind", "--version", NULL};
+    if (run_capture(probe, NULL, out, sizeof(out)) != 0) {
+        fprintf(stderr, "  SKIPPED: valgrind is not installed\n");
+        return 0;
+    }
+    if (binary_is_sanitized(sluiced_path())) {
+        fprintf(stderr, "  SKIPPED: sluiced is built with sanitizers (valgrind cannot run it); "
+                        "tests/valgrind.sh runs this test on a plain build\n");
+        return 0;
+    }
+    return 1;
+}
+
 #endif

@@ -603,17 +603,7 @@ static void test_sigterm_drains(void **state) {
 /* ---- valgrind ------------------------------------------------------------------------------ */
 
 static void test_valgrind_http(void **state) {
-    char out[4096];
-    char *probe[] = {"valgrind", "--version", NULL};
-    if (run_capture(probe, NULL, out, sizeof(out)) != 0) {
-        print_message("  SKIPPED: valgrind is not installed\n");
-        skip();
-    }
-    if (binary_is_sanitized(sluiced_path())) {
-        print_message("  SKIPPED: sluiced is built with sanitizers (valgrind cannot run it); "
-                      "tests/valgrind.sh runs this test on a plain build\n");
-        skip();
-    }
+    if (!valgrind_usable()) skip();
     proxyd p;
     daemon_init(&p.d, fx.dir, "valgrind");
     p.d.valgrind = 1;

@@ -729,17 +729,7 @@ static void vg_configure(proxyd *p, const char *sock, const mock_fixture *slow, 
  * of a proxied call that allocates, then valgrind's verdict. */
 static void test_valgrind_proxy(void **state) {
     (void)state;
-    char out[4096];
-    char *probe[] = {"valgrind", "--version", NULL};
-    if (run_capture(probe, NULL, out, sizeof(out)) != 0) {
-        print_message("  SKIPPED: valgrind is not installed\n");
-        skip();
-    }
-    if (binary_is_sanitized(sluiced_path())) {
-        print_message("  SKIPPED: sluiced is built with sanitizers (valgrind cannot run it); "
-                      "tests/valgrind.sh runs this test on a plain build\n");
-        skip();
-    }
+    if (!valgrind_usable()) skip();
     double t0 = now_ms();
     /* A provider whose answers take 4 s, a stream's events spread over them. */
     mock_fixture slow;

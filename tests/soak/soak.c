@@ -171,6 +171,7 @@ typedef struct incarnation {
     double start, base_t, last_t;
     long base_kb, last_kb;
     long long base_heap, last_heap, max_kb; /* heap in use (INFO memory) at the same samples; the largest RSS */
+    long long trims;                        /* INFO memory's memory_trims, last seen */
     int killed;                             /* ended by an injected kill */
 } incarnation;
 
@@ -388,11 +389,13 @@ static void sample_status(soak *s) {
 }
 
 /* An agent's heap in use (INFO memory), -1 when it does not answer. */
-static long long agent_heap(soak *s, int a) {
+static long long agent_heap(soak *s, int a, long long *trims) {
     redisContext *c = sluiced_fixture_connect(&s->agent[a], 1000);
     redisReply *r = c ? redisCommand(c, "INFO memory") : NULL;
     const char *p = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "heap_in_use:") : NULL;
     long long v = p ? atoll(p + 12) : -1;
+    const char *t = p ? strstr(r->str, "memory_trims:") : NULL;
+    if (t && trims) *trims = atoll(t + 13);
     if (r) freeReplyObject(r);
     if (c) redisFree(c);
     return v;
@@ -405,7 +408,7 @@ static void sample_memory(soak *s) {
         incarnation *i = &s->inc[s->cur_inc[a]];
         long kb = rss_kb(i->pid);
         if (kb <= 0) continue;
-        long long heap = agent_heap(s, a);
+        long long heap = agent_heap(s, a, &i->trims);
         if (i->base_t < 0 && now - i->start >= baseline_ms) {
             i->base_t = now;
             i->base_kb = kb;
@@ -1180,8 +1183,10 @@ int main(int argc, char **argv) {
             }
             say(s,
                 "progress: %d faults, %d batches, raw grants %lld (%lld local), Redis used_memory %lld, schedule reach "
-                "%.1f s",
-                s->nfaults, s->nbatches, g, l, s->mem_last, s->nreach ? s->reach_ms[s->nreach - 1] / 1000 : -1.0);
+                "%.1f s; agent0 RSS %ld kB, heap in use %lld kB",
+                s->nfaults, s->nbatches, g, l, s->mem_last, s->nreach ? s->reach_ms[s->nreach - 1] / 1000 : -1.0,
+                s->cur_inc[0] >= 0 ? s->inc[s->cur_inc[0]].last_kb : -1L,
+                s->cur_inc[0] >= 0 ? s->inc[s->cur_inc[0]].last_heap / 1024 : -1LL);
             next_progress = now + 30000;
         }
         proc_sleep_ms(50);
@@ -1415,9 +1420,9 @@ int main(int argc, char **argv) {
         rss_bad += fabs(change) > 0.10;
         printf(
             "    agent%d pid %d: %ld kB at %.0f s, %ld kB at %.0f s (%+.1f %%), largest %lld kB; heap in use %lld -> "
-            "%lld kB%s\n",
+            "%lld kB, %lld trims%s\n",
             c->agent, (int)c->pid, c->base_kb, rel_s(s, c->base_t), c->last_kb, rel_s(s, c->last_t), 100 * change,
-            c->max_kb, c->base_heap / 1024, c->last_heap / 1024, c->killed ? " [then killed]" : "");
+            c->max_kb, c->base_heap / 1024, c->last_heap / 1024, c->trims, c->killed ? " [then killed]" : "");
     }
     printf("    (%d shorter incarnations not checked)\n", rss_young);
     double mem_change = s->mem_base > 0 ? (double)(s->mem_last - s->mem_base) / (double)s->mem_base : 0;
