@@ -250,6 +250,18 @@ local function observe(d, seen, slot, u_after, cost, throttled)
   -- always have, is small against what others take.
   local min_span = math.max(OBS_SPAN_MS, 20 / d.r0)
   if s0 and slot < s0 then return end                  -- older than the base: another agent's late news
+  -- While agents are silent (cut off from Redis, or back from an outage
+  -- and not yet handed over), their local sends are in the provider's
+  -- counts and not in the fleet's: a span then tells nothing of others'
+  -- use (taken for it, the sends of a Redis stop or a cut read as a
+  -- neighbour). The base moves on; the estimate stays. What an agent
+  -- granted locally is added to the fleet's counts at its hand-over
+  -- (heartbeat busy), so a span that starts after this one counts it as
+  -- the fleet's own.
+  if sl_held(d, scale) > 0 then
+    sl_set(st, f .. '_obs', sl_fmt(slot) .. ':' .. u_after .. ':' .. rem)
+    return
+  end
   if s0 and slot - s0 < min_span then return end       -- too close to the base to tell
   sl_set(st, f .. '_obs', sl_fmt(slot) .. ':' .. u_after .. ':' .. rem)
   if not s0 then return end
@@ -257,10 +269,7 @@ local function observe(d, seen, slot, u_after, cost, throttled)
   local x = sl_num(st, f .. '_outside_ms', 0)
   if rem < full and r0 < full then
     local span = slot - s0
-    -- Less what the silent agents' held share lets them send locally
-    -- (sl_held): that is not someone else's use of the key, and counted
-    -- here it would outlive their return.
-    local units = d.r0 * span - (u_after - u0) - (rem - r0) - sl_held(d, scale) * span
+    local units = d.r0 * span - (u_after - u0) - (rem - r0)
     -- Not evidence: two units (the counts are whole, a send may be on
     -- either side of an observation) or 5 % of the limit over the span.
     local noise = 2 + 0.05 * d.r0 * span
