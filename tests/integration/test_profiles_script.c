@@ -414,6 +414,81 @@ static void test_local_sends_are_the_fleets_own(void **state) {
     assert_true(after[0].sent <= 0.5 * after[1].sent);
 }
 
+static long long script_int(redisReply *r) {
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("script: %s", r->str);
+    long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    freeReplyObject(r);
+    return v;
+}
+
+/* A Redis stop of 2 s: the three agents of the fleet lose it at once and
+ * pace locally (a third of the rate each), so the provider's bucket loses
+ * 20 units the fleet's counts do not have. The first response after it is
+ * read while every agent is still silent (none has handed over): the
+ * estimate of others' use must not take those sends for a neighbour. (The
+ * held share subtracted before covered only the agents other than the one
+ * settling, two thirds: the rest read as 200 RPM of others' use.) Then the
+ * agents hand over, reporting what they sent, and leave; the fleet runs on
+ * at its rate. */
+static void test_silent_fleet_not_a_neighbour(void **state) {
+    const char *dep = "stopped";
+    configure_on(rc, dep, "rpm", "600", "burst_requests", "10", "jitter_ms", "0", "silent_ms", "1250",
+                 "agent_window_ms", "3000", "silent_hold_ms", "20000", NULL);
+    provider p = {100, 100, 600.0 / 60000.0, 0};
+    grant first = reserve_tok(dep, "0", 0);
+    p.at = first.now_ms;
+    sim_result warm = simulate(dep, &p, 0, 10000);
+    assert_true(warm.outside_rpm == 0);
+    static const char *const agents[] = {"a", "b", "c"};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(script_int(script_callv(rc, SCRIPT_HEARTBEAT, dep, agents[i], "3000", NULL)), i + 1);
+    /* Redis stops for 2 s: the agents send 20 locally. */
+    double t = status_num(rc, dep, "now_us") / 1000.0;
+    int local = 0;
+    for (double slot = t + 50; slot < t + 2000; slot += 100) local += provider_admit(&p, slot, 1);
+    advance_on(rc, dep, 2000);
+    /* Back: agent a's first call, a reserve and its settle with the
+     * provider's remaining. */
+    redisReply *r = script_callv(rc, SCRIPT_RESERVE, dep, "@a/1000", "1", "0", "600000", NULL);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    long long id = r->element[5]->element[1]->integer;
+    double slot = (double)r->element[0]->integer / 1000.0 + (double)r->element[5]->element[2]->integer;
+    freeReplyObject(r);
+    advance_on(rc, dep, slot - status_num(rc, dep, "now_us") / 1000.0);
+    int ok = provider_admit(&p, slot, 1);
+    char ids[24], seen[64];
+    snprintf(ids, sizeof(ids), "%lld", id);
+    snprintf(seen, sizeof(seen), "r=600/%.0f", floor(fmax(0, p.level)));
+    r = script_callv(rc, SCRIPT_SETTLE, dep, "@a/1000", "feedback", "1", ids, "-1", ok ? "ok" : "throttled", "-1", seen,
+                     NULL);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    double silent = status_num(rc, dep, "silent_agents"), outside = status_num(rc, dep, "outside_rpm");
+    /* The hand-overs, each with its third of the local sends, then they
+     * leave (the rest of the run is the fleet without agents). */
+    for (int i = 0; i < 3; i++) {
+        char sent[16];
+        snprintf(sent, sizeof(sent), "%d", local / 3 + (i < local % 3));
+        script_int(
+            script_callv(rc, SCRIPT_HEARTBEAT, dep, agents[i], "3000", "busy", "0", "0", sent, "0", "0", "0", NULL));
+        script_int(script_callv(rc, SCRIPT_HEARTBEAT, dep, agents[i], "3000", "leave", NULL));
+    }
+    sim_result after = simulate(dep, &p, 0, 5000);
+    print_message("  Redis stopped 2 s, %d local sends: first reading with %.0f agents silent: outside %.1f RPM; 5 s "
+                  "after the hand-overs: %d sent, %d rejected, outside %.1f RPM, local_requests %.0f\n",
+                  local, silent, outside, after.sent, after.rejected, after.outside_rpm,
+                  status_num(rc, dep, "local_requests"));
+    assert_true(silent >= 2);
+    assert_true(outside == 0);
+    assert_true(after.outside_rpm == 0);
+    assert_int_equal(after.rejected, 0);
+    assert_true(after.sent >= 0.95 * 600 * 5 / 60);
+    assert_true(status_num(rc, dep, "local_requests") == local);
+}
+
 static void test_feedback_form_checked(void **state) {
     const char *dep = "fbbad";
     configure_on(rc, dep, "rpm", "600", NULL);
@@ -449,7 +524,8 @@ int main(void) {
         cmocka_unit_test(test_combined_tokens_never_refunded), cmocka_unit_test(test_anthropic_input_and_output),
         cmocka_unit_test(test_split_dimensions_bind),          cmocka_unit_test(test_isolated_429_only_pauses),
         cmocka_unit_test(test_reported_limit_adopted),         cmocka_unit_test(test_outside_use_followed),
-        cmocka_unit_test(test_local_sends_are_the_fleets_own), cmocka_unit_test(test_feedback_form_checked),
+        cmocka_unit_test(test_local_sends_are_the_fleets_own), cmocka_unit_test(test_silent_fleet_not_a_neighbour),
+        cmocka_unit_test(test_feedback_form_checked),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
