@@ -16,6 +16,7 @@
 #include "proxy_auth.h"
 #include "ratelimit.h"
 #include "sluice.h"
+#include "sse_filter.h"
 #include "timeutil.h"
 #include "upstream.h"
 #include "usage_sse.h"
@@ -108,6 +109,8 @@ struct pcall {
     int client_gone; /* found gone inside a libcurl callback */
     int want_pause, paused;
     usage_sse *sse;
+    int strip_usage;    /* the usage was asked for on the client's behalf: its chunk is left out */
+    sse_filter *filter; /* ... by this, when streaming */
 };
 
 static void shadow_end(pshadow *sh, engine_outcome outcome, const engine_usage *usage, long long pause,
@@ -146,6 +149,8 @@ static void free_response(pcall *pc) {
     pc->status = 0;
     usage_sse_free(pc->sse);
     pc->sse = NULL;
+    sse_filter_free(pc->filter);
+    pc->filter = NULL;
 }
 
 static void on_pcall_closed(uv_handle_t *h) {
@@ -495,6 +500,7 @@ static const char *request_body(pcall *pc, const struct config_deployment *d, si
                  d->style != CONFIG_STYLE_ANTHROPIC && (pc->op == PROXY_OP_CHAT || pc->op == PROXY_OP_COMPLETIONS);
     free(pc->sent);
     pc->sent = NULL;
+    pc->strip_usage = inject;
     if (!rename && !inject) {
         *len = pc->raw_len;
         return pc->raw;
@@ -563,7 +569,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ud) {
             return CURL_WRITEFUNC_PAUSE;
         }
         if (pc->sse) usage_sse_feed(pc->sse, data, n);
-        int rc = http_stream_write(pc->r, data, n);
+        int rc = pc->filter ? sse_filter_feed(pc->filter, data, n) : http_stream_write(pc->r, data, n);
         if (rc < 0) {
             pc->client_gone = 1;
             return 0;
@@ -602,10 +608,24 @@ static void on_writable(void *ud) {
     }
 }
 
+/* What the usage filter passes goes to the client. */
+static int filter_out(void *ud, const char *data, size_t len) {
+    pcall *pc = ud;
+    return http_stream_write(pc->r, data, len);
+}
+
 /* A 2xx event stream: the status and headers go to the client now, the
- * events as they come. */
+ * events as they come (whole events, less the usage chunk, when the usage
+ * was asked for on the client's behalf: sse_filter.h). */
 static void begin_stream(pcall *pc) {
     pc->sse = usage_sse_new();
+    if (pc->sse && pc->strip_usage) {
+        pc->filter = sse_filter_new(filter_out, pc);
+        if (!pc->filter) {
+            usage_sse_free(pc->sse);
+            pc->sse = NULL;
+        }
+    }
     if (!pc->sse) {
         pc->client_gone = 1; /* the transfer stops; the client gets a 502 */
         return;
@@ -935,6 +955,7 @@ static void stream_done(pcall *pc, CURLcode cc) {
     usage_counts u;
     int have = pc->sse && usage_sse_result(pc->sse, &u) == 0;
     int ok = cc == CURLE_OK && !ss.error;
+    if (pc->filter) sse_filter_flush(pc->filter); /* an event cut short goes as it came */
     if (cc != CURLE_OK) {
         pc->set->st->upstream_errors++;
         if (cc == CURLE_OPERATION_TIMEDOUT) pc->set->st->upstream_timeouts++;

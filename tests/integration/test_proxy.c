@@ -221,7 +221,8 @@ static void test_streams(void **state) {
     hc_conn c;
     assert_int_equal(hc_connect_tcp(&c, p.port), 0);
     hc_response r;
-    /* OpenAI: the request did not ask for the usage; the proxy did. */
+    /* OpenAI: the request did not ask for the usage; the proxy did, and
+     * leaves its chunk (empty choices) out of what the client gets. */
     assert_int_equal(hc_post(&c, "/v1/chat/completions", NULL,
                              "{\"model\":\"gpt-4o\",\"stream\":true,\"max_tokens\":40,\"messages\":[{\"role\":\"user\","
                              "\"content\":\"abcdefgh\"}]}",
@@ -232,8 +233,18 @@ static void test_streams(void **state) {
     assert_string_equal(hc_header(&r, "content-type", v, sizeof(v)), "text/event-stream");
     assert_true(r.chunked && r.chunks >= 2);
     int events = count_of(r.body, "data: ");
-    assert_true(events >= 5); /* role, deltas, finish, usage, [DONE] */
-    assert_contains(r.body, "\"choices\":[],\"usage\":{\"prompt_tokens\"");
+    assert_true(events >= 4); /* role, deltas, finish, [DONE] */
+    assert_null(strstr(r.body, "\"choices\":[]"));
+    assert_contains(r.body, "data: [DONE]\n\n");
+    hc_response_free(&r);
+    /* One that asked for it gets it. */
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", NULL,
+                             "{\"model\":\"gpt-4o\",\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+                             "\"max_tokens\":40,\"messages\":[{\"role\":\"user\",\"content\":\"abcdefgh\"}]}",
+                             &r, 10000),
+                     0);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(count_of(r.body, "\"choices\":[],\"usage\":{\"prompt_tokens\""), 1);
     assert_contains(r.body, "data: [DONE]\n\n");
     hc_response_free(&r);
     /* Anthropic: every event, message_start to message_stop. */
@@ -251,15 +262,15 @@ static void test_streams(void **state) {
     hc_response_free(&r);
     hc_close(&c);
     json_t *st = mock_fixture_stats(&mk, "");
-    assert_int_equal(mock_fixture_count(st, "totals/accepted"), 2);
+    assert_int_equal(mock_fixture_count(st, "totals/accepted"), 3);
     long long reported = mock_fixture_count(st, "totals/tokens_reported");
     json_decref(st);
     assert_true(reported > 0);
-    assert_true(daemon_wait_info(&p.d, "settles", 2, 10000));
+    assert_true(daemon_wait_info(&p.d, "settles", 3, 10000));
     /* The usage settled is the mock's ledger's, to the token. */
     if (info_num(&p.d, "tokens_actual") != (double)reported)
         fail_msg("settled %g tokens, the mock reported %lld", info_num(&p.d, "tokens_actual"), reported);
-    assert_true(info_num(&p.d, "http_streamed") == 2);
+    assert_true(info_num(&p.d, "http_streamed") == 3);
     assert_int_equal(daemon_stop(&p.d), 0);
 }
 
