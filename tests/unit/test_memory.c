@@ -38,34 +38,44 @@ static void test_figures(void **state) {
     free(p);
 }
 
-static void test_trim_gives_back_a_drained_burst(void **state) {
-    (void)state;
-    static char *blocks[BLOCKS];
-    memory_stats before;
-    memory_sample(&before);
-    for (int i = 0; i < BLOCKS; i++) {
-        blocks[i] = malloc(BLOCK);
-        assert_non_null(blocks[i]);
-        memset(blocks[i], i & 0xff, BLOCK);
-    }
-    memory_stats peak;
-    memory_sample(&peak);
-    /* The burst drains, but one block in 50 lives on: the arena's top
-     * cannot shrink past them, so free() gives nothing back. */
+/* A burst: every empty place of blocks gets a block, touched. */
+static void burst(char **blocks) {
+    for (int i = 0; i < BLOCKS; i++)
+        if (!blocks[i]) {
+            blocks[i] = malloc(BLOCK);
+            assert_non_null(blocks[i]);
+            memset(blocks[i], i & 0xff, BLOCK);
+        }
+}
+
+/* The burst drains, but one block in 50 lives on: the arena's top cannot
+ * shrink past them, so free() gives nothing back. */
+static void drain(char **blocks) {
     for (int i = 0; i < BLOCKS; i++)
         if (i % KEEP_EVERY) {
             free(blocks[i]);
             blocks[i] = NULL;
         }
+}
+
+static void test_trim_gives_back_a_drained_burst(void **state) {
+    (void)state;
+    static char *blocks[BLOCKS];
+    memory_stats before;
+    memory_sample(&before);
+    burst(blocks);
+    memory_stats peak;
+    memory_sample(&peak);
+    drain(blocks);
     memory_stats drained;
     memory_sample(&drained);
-    long long burst = (long long)BLOCKS * BLOCK;
+    long long bytes = (long long)BLOCKS * BLOCK;
     print_message("  RSS: %lld kB before, %lld kB at the peak, %lld kB drained; heap in use %lld kB, free %lld kB\n",
                   before.rss_bytes / 1024, peak.rss_bytes / 1024, drained.rss_bytes / 1024, drained.heap_in_use / 1024,
                   drained.heap_free / 1024);
-    assert_true(peak.rss_bytes - before.rss_bytes >= burst * 8 / 10);
-    assert_true(drained.rss_bytes >= peak.rss_bytes - burst / 10); /* still resident */
-    assert_true(drained.heap_free >= burst * 8 / 10);              /* though free */
+    assert_true(peak.rss_bytes - before.rss_bytes >= bytes * 8 / 10);
+    assert_true(drained.rss_bytes >= peak.rss_bytes - bytes / 10); /* still resident */
+    assert_true(drained.heap_free >= bytes * 8 / 10);              /* though free */
 
     memory_trimmer t = {0};
     assert_int_equal(memory_maybe_trim(&t, 1000000), 1);
@@ -74,8 +84,8 @@ static void test_trim_gives_back_a_drained_burst(void **state) {
     print_message("  after one trim: RSS %lld kB, %lld kB given back\n", trimmed.rss_bytes / 1024,
                   t.trimmed_bytes / 1024);
     assert_int_equal(t.trims, 1);
-    assert_true(t.trimmed_bytes >= burst * 7 / 10);
-    assert_true(trimmed.rss_bytes <= drained.rss_bytes - burst * 7 / 10);
+    assert_true(t.trimmed_bytes >= bytes * 7 / 10);
+    assert_true(trimmed.rss_bytes <= drained.rss_bytes - bytes * 7 / 10);
     /* Within the interval: not again, whatever is free. */
     assert_int_equal(memory_maybe_trim(&t, 1000000 + MEMORY_TRIM_INTERVAL_MS - 1), 0);
     assert_int_equal(t.trims, 1);
@@ -83,27 +93,18 @@ static void test_trim_gives_back_a_drained_burst(void **state) {
     assert_int_equal(memory_maybe_trim(&t, 1000000 + MEMORY_TRIM_INTERVAL_MS), 0);
     assert_int_equal(t.trims, 1);
     /* A second burst drains: resident again, trimmed again. */
-    for (int i = 0; i < BLOCKS; i++)
-        if (!blocks[i]) {
-            blocks[i] = malloc(BLOCK);
-            assert_non_null(blocks[i]);
-            memset(blocks[i], 7, BLOCK);
-        }
-    for (int i = 0; i < BLOCKS; i++)
-        if (i % KEEP_EVERY) {
-            free(blocks[i]);
-            blocks[i] = NULL;
-        }
+    burst(blocks);
+    drain(blocks);
     memory_stats again;
     memory_sample(&again);
-    assert_true(again.rss_bytes >= trimmed.rss_bytes + burst * 7 / 10);
+    assert_true(again.rss_bytes >= trimmed.rss_bytes + bytes * 7 / 10);
     assert_int_equal(memory_maybe_trim(&t, 1000000 + 2 * MEMORY_TRIM_INTERVAL_MS), 1);
     memory_stats trimmed2;
     memory_sample(&trimmed2);
     print_message("  a second burst: RSS %lld kB drained, %lld kB after the second trim\n", again.rss_bytes / 1024,
                   trimmed2.rss_bytes / 1024);
     assert_int_equal(t.trims, 2);
-    assert_true(trimmed2.rss_bytes <= again.rss_bytes - burst * 7 / 10);
+    assert_true(trimmed2.rss_bytes <= again.rss_bytes - bytes * 7 / 10);
     for (int i = 0; i < BLOCKS; i++) free(blocks[i]);
 }
 
