@@ -8,12 +8,12 @@
 -- for that long. The shared schedule then starts no earlier than that
 -- (each dimension's TAT >= now + busy + one burst, so the bucket is empty
 -- where the local tail ends; busy_tokens_ms for every token dimension) and
--- refunds wait until after it. Optionally four more: the units the agent
--- granted locally meanwhile (requests, tokens, input, output), added to
--- the fleet's granted counts of the dimensions that are not refunded, so
--- that reading the provider's remaining counts takes them for the fleet's
--- own sends, not a neighbour's (settle.lua observe); the requests also to
--- local_requests (status).
+-- refunds wait until after it. The estimate of others' use (settle.lua
+-- observe) starts again once that tail has been sent: the local sends are
+-- in the provider's counts and not in the fleet's, so no span of its
+-- readings may contain them. Optionally four more: the units the agent
+-- granted locally meanwhile (requests, tokens, input, output); the
+-- requests are added to local_requests (status).
 -- Reply: the number of live agents (including this one unless leaving).
 -- Grants whose lease ended are reclaimed (sl_reclaim), as a reserve does.
 --
@@ -99,13 +99,12 @@ local function beat()
         d.tat = floor_tat
         changed = true
       end
-      if sent[d.i] > 0 and not d.refund then
-        d.granted = d.granted + sent[d.i]
-        changed = true
-      end
       if changed then sl_dim_save(d, st) end
       if d.tat > ra then ra = d.tat end
+      sl_set(st, d.name .. '_obs', '')
     end
+    local tail = now + math.max(busy_req, busy_tok)
+    if tail > sl_num(st, 'obs_after', 0) then sl_set(st, 'obs_after', sl_fmt(tail)) end
     if sent[1] > 0 then sl_set(st, 'local_requests', sl_num(st, 'local_requests', 0) + sent[1]) end
     sl_set(st, 'refund_after', sl_fmt(ra))
     sl_save_state(st)

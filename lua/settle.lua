@@ -251,15 +251,14 @@ local function observe(d, seen, slot, u_after, cost, throttled)
   local min_span = math.max(OBS_SPAN_MS, 20 / d.r0)
   if s0 and slot < s0 then return end                  -- older than the base: another agent's late news
   -- While agents are silent (cut off from Redis, or back from an outage
-  -- and not yet handed over), their local sends are in the provider's
-  -- counts and not in the fleet's: a span then tells nothing of others'
-  -- use (taken for it, the sends of a Redis stop or a cut read as a
-  -- neighbour). The base moves on; the estimate stays. What an agent
-  -- granted locally is added to the fleet's counts at its hand-over
-  -- (heartbeat busy), so a span that starts after this one counts it as
-  -- the fleet's own.
-  if sl_held(d, scale) > 0 then
-    sl_set(st, f .. '_obs', sl_fmt(slot) .. ':' .. u_after .. ':' .. rem)
+  -- and not yet handed over), and until the local tails handed over have
+  -- been sent (obs_after, heartbeat busy), their local sends are in the
+  -- provider's counts and not in the fleet's: a span then tells nothing
+  -- of others' use (taken for it, the sends of a Redis stop or a cut read
+  -- as a neighbour). The estimate stays; the first reading after is the
+  -- next base.
+  if sl_held(d, scale) > 0 or slot < sl_num(st, 'obs_after', 0) then
+    sl_set(st, f .. '_obs', '')
     return
   end
   if s0 and slot - s0 < min_span then return end       -- too close to the base to tell

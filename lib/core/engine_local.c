@@ -255,9 +255,8 @@ void dep_hand_over(dep *d) {
     double req = fmax(d->local_tat[ENGINE_DIM_REQUESTS], d->fleet_tat_req) - now;
     snprintf(breq, sizeof(breq), "%.0f", ceil(fmax(0.0, req)));
     snprintf(btok, sizeof(btok), "%.0f", ceil(tok));
-    /* And the units granted locally (requests, tokens, input, output): the
-     * fleet counts them as its own when it reads the provider's remaining
-     * counts, not as a neighbour's use (lua/settle.lua observe). */
+    /* And the units granted locally (requests, tokens, input, output), for
+     * the fleet's count of them (STATUS local_requests). */
     char sent[ENGINE_DIMS][24];
     for (int k = 0; k < ENGINE_DIMS; k++) {
         d->reporting[k] = floor(d->local_sent[k]);
