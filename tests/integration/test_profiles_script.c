@@ -383,11 +383,11 @@ static void outage(const char *dep, provider *p, double ms, int report) {
 
 /* The fleet's own local sends are not a neighbour's use: after an outage
  * in which the agents paced locally (5 s at the full rate), the provider's
- * remaining counts drop by what they sent; reported at the hand-over, the
- * estimate of others' use stays at nothing and the fleet at its rate.
- * Unreported (as before), the same outage reads as a neighbour taking
- * most of the rate, and the fleet idles for it (the soak's stalls) until
- * the estimate decays. */
+ * remaining counts drop by what they sent; with the hand-over (the
+ * estimate restarts after it), the estimate of others' use stays at
+ * nothing and the fleet at its rate. Without it (as before), the same
+ * outage reads as a neighbour taking most of the rate, and the fleet idles
+ * for it (the soak's stalls) until the estimate decays. */
 static void test_local_sends_are_the_fleets_own(void **state) {
     sim_result after[2];
     for (int report = 0; report < 2; report++) {

@@ -382,6 +382,22 @@ static void sample_status(soak *s) {
     if (r) freeReplyObject(r);
     if (c) redisFree(c);
     if (reach < 0) return; /* no answer from Redis through agent 0 (cut, stopped) */
+    if (out >= 60 && !s->opt.quiet) {
+        /* Others' use seen where the soak has none: the estimator's state,
+         * to tell why. */
+        struct timeval tv = {1, 0};
+        redisContext *rc = redisConnectUnixWithTimeout(s->redis.sock, tv);
+        redisReply *h = rc && !rc->err ? redisCommand(rc, "HMGET sluice:{d}:state requests_obs requests_outside_ms "
+                                                          "requests_deficit requests_cap obs_after requests_tat")
+                                       : NULL;
+        if (h && h->type == REDIS_REPLY_ARRAY && h->elements == 6)
+            say(s, "outside_rpm %.0f (effective %.0f, reach %.1f s): obs %s, x %s/ms, deficit %s, cap %s, obs_after %s",
+                out, eff, reach / 1000, h->element[0]->str ? h->element[0]->str : "-",
+                h->element[1]->str ? h->element[1]->str : "-", h->element[2]->str ? h->element[2]->str : "-",
+                h->element[3]->str ? h->element[3]->str : "-", h->element[4]->str ? h->element[4]->str : "-");
+        if (h) freeReplyObject(h);
+        if (rc) redisFree(rc);
+    }
     s->reach_t[s->nreach] = proc_now_ms();
     s->reach_eff[s->nreach] = eff;
     s->reach_out[s->nreach] = out;
