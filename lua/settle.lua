@@ -208,11 +208,11 @@ end
 -- is all noise; a change beyond the noise is taken at once, smaller ones
 -- are smoothed) and taken off the effective rate. The fleet may send a
 -- whole burst B at once, so the provider's bucket must keep B: a remaining
--- below it is a deficit, repaid once by moving the schedule's tail on by
--- that many units, so that the bucket refills before the next 429 tells. Dimensions the provider corrects
+-- below it is a deficit, repaid over DEFICIT_MS so that the bucket refills
+-- before the next 429 tells. Dimensions the provider corrects
 -- at the end of a request (refund on) are not observed: their remaining
 -- depends on other requests' outcomes, which the fleet does not know yet.
-local OBS_SPAN_MS, OBS_GAIN = 1000, 0.5
+local OBS_SPAN_MS, OBS_GAIN, DEFICIT_MS = 1000, 0.5, 5000
 local adapt_limits = sl_num(limits, 'adapt_limits', 1) == 1
 local keep_debt = {}
 local adapt_outside = sl_num(limits, 'adapt_outside', 1) == 1
@@ -291,21 +291,7 @@ local function observe(d, seen, slot, u_after, cost, throttled)
   local deficit = math.max(0, keep - rem - math.max(1, 0.1 * d.burst))
   sl_set(st, f .. '_outside_ms', string.format('%.9g', x))
   sl_set(st, f .. '_deficit', string.format('%.1f', deficit))
-  -- The deficit is repaid once, as units: the schedule's tail moves on by
-  -- that many units' worth of slots, and the provider's bucket refills by
-  -- as much meanwhile. (Taken as a rate of others' use for a while, it
-  -- converted the whole backlog to the lower rate: 40 units short read as
-  -- 460 RPM and a backlog of 6 s became 50, the soak's stalls after a
-  -- Redis stop.) Sends granted before the repayment still show the
-  -- shortfall; only one granted after it (its slot at or past the tail
-  -- the repayment started at) may charge again.
-  if deficit > 0 and slot >= sl_num(st, f .. '_deficit_from', 0) then
-    local from = math.max(d.tat, now)
-    sl_dim_charge(d, deficit, now)
-    sl_set(st, f .. '_deficit_from', sl_fmt(from))
-    bump('deficits')
-  end
-  local per_min = x * 60000
+  local per_min = (x + deficit / DEFICIT_MS) * 60000
   if per_min < 0.001 * d.r0 * 60000 then per_min = 0 end
   local old = sl_num(st, f .. '_outside', 0)
   -- Small moves are noise: the schedule is converted only for a change of

@@ -489,91 +489,6 @@ static void test_silent_fleet_not_a_neighbour(void **state) {
     assert_true(status_num(rc, dep, "local_requests") == local);
 }
 
-/* Sends count requests in batches: batch callers reserve at once (a
- * backlog of batch slots), each is sent at its slot and settled with the
- * remaining the provider reports. Returns the makespan (first slot to
- * last) in ms; rejected counts the provider's 429s. */
-static double send_batches(const char *dep, provider *p, int count, int batch, int *rejected) {
-    double clock = status_num(rc, dep, "now_us") / 1000.0, first = -1, last = 0;
-    char res[32];
-    for (int sent = 0; sent < count;) {
-        grant gs[64];
-        int n = batch < count - sent ? batch : count - sent;
-        for (int i = 0; i < n; i++) {
-            gs[i] = reserve_tok(dep, "0", 600000);
-            assert_true(gs[i].granted);
-        }
-        for (int i = 0; i < n; i++, sent++) {
-            double slot = gs[i].now_ms + (double)gs[i].wait_ms;
-            if (slot > clock) {
-                advance_on(rc, dep, slot - clock);
-                clock = slot;
-            }
-            if (first < 0) first = slot;
-            last = slot;
-            int ok = provider_admit(p, slot, 1);
-            if (!ok) (*rejected)++;
-            char seen[64];
-            snprintf(seen, sizeof(seen), "r=600/%.0f", floor(fmax(0, p->level)));
-            settle_fb(dep, gs[i].id, "-1", ok ? "ok" : "throttled", -1, seen, res, sizeof(res));
-        }
-    }
-    return last - first;
-}
-
-/* The provider's bucket comes out of a Redis stop short (the fleet's
- * local sends and the late grants of calls that timed out left 15 units
- * while every agent was silent, so the estimate of others' use saw none
- * of it): the fleet keeps less than its burst there. The shortfall is
- * repaid once, as units (the schedule's tail moves on by them), not taken
- * for others' use at a rate for a while, which converted the whole
- * backlog of waiting callers to the lower rate (the soak's 50 s stalls).
- * The fleet's 300 sends (callers 5 s ahead) take the rate's time plus
- * about the shortfall, with no 429 and no others' use seen. */
-static void test_shortfall_repaid_once(void **state) {
-    const char *dep = "shortfall";
-    configure_on(rc, dep, "rpm", "600", "burst_requests", "50", "jitter_ms", "0", "silent_ms", "1250",
-                 "agent_window_ms", "3000", "silent_hold_ms", "20000", NULL);
-    provider p = {100, 100, 600.0 / 60000.0, 0};
-    grant first = reserve_tok(dep, "0", 0);
-    p.at = first.now_ms;
-    int rejected = 0;
-    send_batches(dep, &p, 100, 50, &rejected);
-    assert_int_equal(rejected, 0);
-    static const char *const agents[] = {"a", "b", "c"};
-    for (int i = 0; i < 3; i++) script_int(script_callv(rc, SCRIPT_HEARTBEAT, dep, agents[i], "3000", NULL));
-    double t = status_num(rc, dep, "now_us") / 1000.0;
-    advance_on(rc, dep, 2000);
-    assert_true(provider_admit(&p, t + 1000, 0)); /* the level then */
-    assert_true(provider_admit(&p, t + 1000, floor(p.level) - 15));
-    /* Agent a's settle of a late call, read while all are silent. */
-    redisReply *r = script_callv(rc, SCRIPT_RESERVE, dep, "@a/1000", "1", "0", "600000", NULL);
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    long long id = r->element[5]->element[1]->integer;
-    freeReplyObject(r);
-    char ids[24], seen[64];
-    snprintf(ids, sizeof(ids), "%lld", id);
-    snprintf(seen, sizeof(seen), "r=600/%.0f", floor(fmax(0, p.level)));
-    redisReply *sr =
-        script_callv(rc, SCRIPT_SETTLE, dep, "@a/1000", "feedback", "1", ids, "-1", "ok", "-1", seen, NULL);
-    assert_non_null(sr);
-    assert_int_equal(sr->type, REDIS_REPLY_ARRAY);
-    freeReplyObject(sr);
-    for (int i = 0; i < 3; i++) script_int(script_callv(rc, SCRIPT_HEARTBEAT, dep, agents[i], "3000", "leave", NULL));
-    double before = state_num(dep, "deficits"), level = p.level;
-    double span = send_batches(dep, &p, 300, 50, &rejected);
-    double shortfall = 50 - level, ideal = 299 * 100.0;
-    print_message("  bucket at %.0f after the stop: 300 sends over %.0f ms (the rate alone %.0f ms, + the shortfall "
-                  "%.0f ms), %d rejected, %.0f repayments, outside %.1f RPM, effective %.1f\n",
-                  level, span, ideal, ideal + shortfall * 100, rejected, state_num(dep, "deficits") - before,
-                  status_num(rc, dep, "outside_rpm"), status_num(rc, dep, "effective_rpm"));
-    assert_int_equal(rejected, 0);
-    assert_true(state_num(dep, "deficits") > before);
-    assert_true(span <= ideal + shortfall * 100 + 2000);
-    assert_true(status_num(rc, dep, "outside_rpm") == 0);
-}
-
 static void test_feedback_form_checked(void **state) {
     const char *dep = "fbbad";
     configure_on(rc, dep, "rpm", "600", NULL);
@@ -610,7 +525,7 @@ int main(void) {
         cmocka_unit_test(test_split_dimensions_bind),          cmocka_unit_test(test_isolated_429_only_pauses),
         cmocka_unit_test(test_reported_limit_adopted),         cmocka_unit_test(test_outside_use_followed),
         cmocka_unit_test(test_local_sends_are_the_fleets_own), cmocka_unit_test(test_silent_fleet_not_a_neighbour),
-        cmocka_unit_test(test_shortfall_repaid_once),          cmocka_unit_test(test_feedback_form_checked),
+        cmocka_unit_test(test_feedback_form_checked),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
