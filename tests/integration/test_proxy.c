@@ -759,12 +759,15 @@ static void test_valgrind_proxy(void **state) {
     assert_int_equal(daemon_start_args(&p.d, 60000), 0);
     const char *chat = "/v1/chat/completions", *msgs = "/v1/messages";
 
-    /* Answers, non-streamed and streamed (OpenAI's usage chunk injected). */
+    /* Answers, non-streamed and streamed (OpenAI's usage chunk injected and
+     * left out of the client's stream; asked for, passed). */
     vg_expect(&p, NULL, chat, NULL, VG_CHAT("gpt-4o", ), 200, "\"usage\"");
     vg_expect(&p, NULL, "/openai/deployments/az-east/chat/completions?api-version=2024-06-01", "api-key: k-1234\r\n",
               VG_CHAT("az-east", ), 200, "\"usage\"");
     vg_expect(&p, NULL, msgs, VG_ANTHROPIC, VG_CHAT("claude", ), 200, "\"type\":\"message\"");
-    vg_expect(&p, NULL, chat, NULL, VG_CHAT("gpt-4o", "\"stream\":true,"), 200, "\"choices\":[],\"usage\":{");
+    vg_expect(&p, NULL, chat, NULL, VG_CHAT("gpt-4o", "\"stream\":true,"), 200, "data: [DONE]");
+    vg_expect(&p, NULL, chat, NULL, VG_CHAT("gpt-4o", "\"stream\":true,\"stream_options\":{\"include_usage\":true},"),
+              200, "\"choices\":[],\"usage\":{");
     vg_expect(&p, NULL, msgs, VG_ANTHROPIC, VG_CHAT("claude", "\"stream\":true,"), 200, "event: message_stop");
 
     /* Shed: one slot in 20 s. Then a request that waits for the next one
