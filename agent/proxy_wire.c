@@ -269,13 +269,6 @@ static int target_family_ok(const config_target *t, int family) {
     return 1;
 }
 
-static int target_split(const config_target *t) {
-    if (t->deployment) return config_counts_apart(t->deployment);
-    for (size_t i = 0; i < t->group->nmembers; i++)
-        if (config_counts_apart(t->group->members_[i])) return 1;
-    return 0;
-}
-
 static estimate_api estimate_api_of(proxy_op op) {
     switch (op) {
     case PROXY_OP_COMPLETIONS: return ESTIMATE_COMPLETIONS;
@@ -430,7 +423,11 @@ int proxy_parse(const config *cfg, const http_msg *m, proxy_request *out, proxy_
                     "deployment '%s' does not carry tag '%s' (x-sluice-tag applies to groups and tagged deployments)",
                     d->name, out->tag);
     estimate_request(out->body, estimate_api_of(out->route.op), &out->est);
-    out->split = target_split(&out->target);
+    /* The proxy knows both parts of its estimate: it books them apart, so
+     * that each dimension is charged as its provider counts (a combined
+     * figure would be compared at settle with usage it cannot be split
+     * against). */
+    out->split = 1;
     return 0;
 }
 

@@ -136,7 +136,7 @@ typedef struct proxy_request {
     int stream;                      /* "stream": true */
     int include_usage;               /* "stream_options": {"include_usage": true} */
     estimate est;                    /* the prompt and the max output */
-    int split;                       /* the target counts input and output apart */
+    int split;                       /* the estimate is booked as input + output (always, today) */
     char lane[CONFIG_NAME_MAX + 1], tenant[CONFIG_NAME_MAX + 1], tag[CONFIG_NAME_MAX + 1]; /* "" when not given */
     long long max_wait_ms; /* x-sluice-max-wait-ms, -1 when not given */
     long long deadline_ms; /* x-sluice-deadline-ms, -1 when not given */

@@ -73,7 +73,7 @@ local SL_DEFAULTS = {
   aimd_decrease = 0.7, aimd_min_scale = 0.1, aimd_increase = 0.05, aimd_interval_ms = 5000,
   aimd_min_throttles = 3, aimd_window_ms = 10000,
   refund_tokens = 0, refund_input = 0, refund_output = 1, adapt_limits = 1, adapt_outside = 1,
-  jitter_ms = 10, refund_lag_ms = 250,
+  jitter_ms = 10, refund_lag_ms = 250, tokens_rule = 'sum',
   breaker_failure_ratio = 0, breaker_min_requests = 20, breaker_window_ms = 30000,
   breaker_break_ms = 30000, quota_hold_ms = 3600000,
   silent_ms = 0, agent_window_ms = 0,
@@ -681,13 +681,14 @@ end
 
 -- An item's token estimate as sent: "c" (combined: input plus max output)
 -- or "i+o" (input, max output; c = i + o). Returns c, i, o and the text of
--- i and o as sent (for the grant record), or nil. A plain c charges c to
--- each of input and output too: an upper bound of both, so a caller that
--- does not split its estimate is never under-charged.
+-- i and o as sent (for the grant record: '' for both when c came alone,
+-- which tells settle the parts are unknown), or nil. A plain c charges c
+-- to each of input and output too: an upper bound of both, so a caller
+-- that does not split its estimate is never under-charged.
 local function sl_tokens(s)
   if type(s) ~= 'string' then return nil end
   local c = sl_uint(s)
-  if c then return c, c, c, s, s end
+  if c then return c, c, c, '', '' end
   local is, os = string.match(s, '^(%d+)%+(%d+)$')
   local i, o = sl_uint(is), sl_uint(os)
   if not i or not o then return nil end

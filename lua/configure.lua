@@ -43,6 +43,8 @@ local FIELDS = {
   adapt_limits = {sl_uint, function(v) return v == 0 or v == 1 end, '0 or 1'},
   adapt_outside = {sl_uint, function(v) return v == 0 or v == 1 end, '0 or 1'},
   jitter_ms = {sl_uint, function(v) return v ~= nil and v <= 10000 end, 'an integer in [0, 10000]'},
+  tokens_rule = {function(v) return v end, function(v) return v == 'sum' or v == 'max' end,
+                 "sum (input + max output: Azure) or max (the larger of them: OpenAI)"},
   refund_lag_ms = {sl_uint, function(v) return v ~= nil and v <= 60000 end, 'an integer in [0, 60000]'},
   horizon_ms = {sl_int, function(v) return v ~= nil and v >= -1 and v <= 86400000 end, 'an integer in [-1, 86400000] (-1 = up to the max wait)'},
   test_clock_offset_ms = {sl_int, function(v) return v ~= nil end, 'an integer (tests only)'},

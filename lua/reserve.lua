@@ -67,7 +67,7 @@ local function reserve_open(limits, st)
     paused_until = sl_num(st, 'paused_until', 0), last_slot = sl_num(st, 'last_slot', 0),
     next_id = sl_num(st, 'next_grant', 0), lease_ms = sl_num(limits, 'lease_ms', 120000),
     maxc = maxc, rpd = rpd, tpd = tpd, plain_h = sl_num(limits, 'horizon_ms', -1),
-    interval_ms = 1 / req.r, jitter = sl_num(limits, 'jitter_ms', 10),
+    interval_ms = 1 / req.r, jitter = sl_num(limits, 'jitter_ms', 10), tmax = limits.tokens_rule == 'max',
     pause_shift = sl_ceil(sl_num(st, 'pause_shift_ms', 0)),
     -- Lanes and tenants: only a deployment that has a plan looks for one.
     plan = sl_plan(limits), fair = false,
@@ -230,6 +230,12 @@ end
 -- Returns the verdict.
 local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s)
   local now, dims, nd = x.now, x.dims, x.nd
+  -- OpenAI's combined tokens (tokens_rule max): the larger of the input
+  -- and the max output, where the parts are known (docs/providers.md).
+  if x.tmax and out_s ~= '' then
+    local m = cost[3] > cost[4] and cost[3] or cost[4]
+    if m ~= cost[2] then cost = {cost[1], m, cost[3], cost[4]} end
+  end
   local verdict
   x.wait = -1  -- the wait to the slot found, for a dry run's reply
   -- One pass over the dimensions: whether the item can ever fit, its
@@ -609,7 +615,7 @@ local function reserve_group()
       end
       orders[o] = order
     end
-    items[i] = {c, w, ARGV[b + 3], ARGV[b + 4], order, {1, c, ti, to}, is, os, is == a and a or nil}
+    items[i] = {c, w, ARGV[b + 3], ARGV[b + 4], order, {1, c, ti, to}, is, os, os == '' and a or nil}
   end
   -- Every member's keys and limits are checked before anything is
   -- decided; its state is loaded when an item first asks it, once.
@@ -724,7 +730,7 @@ for i = 1, n do
   local c, ti, to, is, os
   if #a <= 15 and string.find(a, '^%d+$') then
     c = tonumber(a)
-    ti, to, is, os = c, c, a, a
+    ti, to, is, os = c, c, '', ''
     CS[i] = a
   else
     c, ti, to, is, os = sl_tokens(a)

@@ -318,6 +318,7 @@ local function throttle_count()
 end
 
 local refund_lag = sl_num(limits, 'refund_lag_ms', 250)
+local tmax = limits.tokens_rule == 'max'
 local out = {now_us, 0, '1', 0}
 local deposits, done = 0, {}
 local decreased = false
@@ -357,7 +358,11 @@ for i = 1, n do
     local c, slot, reserved = tonumber(f[1]), tonumber(f[2]), tonumber(f[3])
     local tenant = f[6]
     if tenant == '' then tenant = nil end
+    -- The parts of the estimate are known when the grant was asked as
+    -- i+o (f[8] set); a combined c charged c to input and output alike.
+    local known = f[8] ~= nil and f[8] ~= ''
     local cost = {1, c, tonumber(f[7]) or c, tonumber(f[8]) or c}
+    if tmax and known then cost[2] = math.max(cost[3], cost[4]) end
     local before = {tonumber(f[4]), tonumber(f[5]), tonumber(f[9]) or 0, tonumber(f[10]) or 0}
     bump('settled_' .. outcome)
     if outcome == 'ok' then deposits = deposits + 1 end
@@ -373,15 +378,24 @@ for i = 1, n do
       -- What each dimension's provider counts (docs/providers.md): the
       -- combined tokens, with refund on, the actual usage; otherwise what
       -- was charged at admission: the prompt as the provider counted it
-      -- plus the max output the estimate reserved. The input tokens less
+      -- and the max output the estimate reserved, added (Azure) or the
+      -- larger of them (tokens_rule max: OpenAI). A combined estimate
+      -- whose parts are unknown is compared with the usage as a whole
+      -- (never its max output counted again). The input tokens less
       -- those read from the prompt cache (Anthropic does not count them).
       -- The output tokens as generated.
       local total, inp, outp, cr = usage[1], usage[2], usage[3], usage[4] or 0
-      local split = f[7] ~= nil and f[7] ~= '' and inp ~= nil
+      local split = inp ~= nil
       for _, d in ipairs(dims) do
         if d.name == 'tokens' then
           local counted = total
-          if not d.refund and split then counted = inp + cost[4] end
+          if d.refund then
+            counted = total
+          elseif split and known then
+            counted = tmax and math.max(inp, cost[4]) or inp + cost[4]
+          elseif split and tmax then
+            counted = math.max(inp, outp)
+          end
           dim_settle(d, cost[2], counted, slot)
         elseif d.name == 'input' and split then
           dim_settle(d, cost[3], inp - cr, slot)

@@ -202,6 +202,7 @@ static const char *const fail_names[] = {"open", "closed", "hold", NULL};
 static const char *const level_names[] = {"error", "warn", "info", "debug", NULL};
 static const char *const style_names[] = {"azure", "openai", "anthropic", "custom", NULL};
 static const char *const stream_usage_names[] = {"inject", "off", NULL};
+static const char *const tokens_rule_names[] = {"sum", "max", NULL};
 
 typedef struct config_deployment cfg_deployment;
 typedef struct config_lane cfg_lane;
@@ -393,6 +394,9 @@ static const cfg_row deployment_rows[] = {
     CFG_ENUM("stream_usage", cfg_deployment, stream_usage, "inject", stream_usage_names,
              "HTTP proxy: inject asks an OpenAI-format stream for its usage chunk (stream_options.include_usage); "
              "off forwards the body as sent."),
+    CFG_ENUM("tokens_rule", cfg_deployment, tokens_rule, "sum", tokens_rule_names,
+             "How tpm charges a request at admission: sum (prompt + max output, Azure OpenAI) or max (the larger "
+             "of them, OpenAI); default max for style openai, else sum."),
     CFG_INT("jitter_ms", cfg_deployment, jitter_ms, "10", 0, 10000, 0,
             "Release jitter in ms the schedule tolerates: callers may start this late without exceeding the burst."),
     CFG_INT("horizon_ms", cfg_deployment, horizon_ms, NULL, -1, 86400000, CFG_DERIVED,
@@ -564,7 +568,7 @@ static const cfg_schema root_schema = {
 /* The token dimensions of each profile (docs/providers.md): a key of a
  * dimension the profile does not have is an error at that key. */
 static int profile_check(cfg_ctx *ctx, cfg_entity *ent, const cfg_deployment *d) {
-    static const char *const combined[] = {"tpm", "burst.tokens", "refund.tokens", NULL};
+    static const char *const combined[] = {"tpm", "burst.tokens", "refund.tokens", "tokens_rule", NULL};
     static const char *const split[] = {
         "itpm", "otpm", "burst.input_tokens", "burst.output_tokens", "refund.input_tokens", "refund.output_tokens",
         NULL};
@@ -593,6 +597,7 @@ static int deployment_finish(cfg_ctx *ctx, cfg_entity *ent) {
             return cfg_entity_fail(ctx, ent, "inject_key", "needs api_key_env: the variable holding the key to inject");
         if (read_secret(ctx, ent, "api_key_env", d->api_key_env, NULL, "", &d->api_key_) != 0) return -1;
     }
+    if (!cfg_entity_seen(ent, "tokens_rule") && d->style == CONFIG_STYLE_OPENAI) d->tokens_rule = CONFIG_TOKENS_MAX;
     if (!cfg_entity_seen(ent, "burst.requests")) d->burst.requests = d->rpm / 60 > 1 ? d->rpm / 60 : 1;
     if (!cfg_entity_seen(ent, "burst.tokens")) d->burst.tokens = d->tpm / 60 > 1 ? d->tpm / 60 : 1;
     if (!cfg_entity_seen(ent, "burst.input_tokens")) d->burst.input_tokens = d->itpm / 60 > 1 ? d->itpm / 60 : 1;

@@ -33,6 +33,10 @@ enum { CONFIG_STYLE_AZURE = 0, CONFIG_STYLE_OPENAI = 1, CONFIG_STYLE_ANTHROPIC =
 /* deployments.NAME.stream_usage: whether the HTTP proxy asks an OpenAI-
  * format stream for its usage chunk (stream_options.include_usage). */
 enum { CONFIG_STREAM_USAGE_INJECT = 0, CONFIG_STREAM_USAGE_OFF = 1 };
+/* deployments.NAME.tokens_rule: how the combined tokens dimension (tpm)
+ * charges a request whose input and max output are known: their sum
+ * (Azure OpenAI) or the larger of them (OpenAI's rate-limit guide). */
+enum { CONFIG_TOKENS_SUM = 0, CONFIG_TOKENS_MAX = 1 };
 
 /* Longest deployment name; names are [A-Za-z0-9._:-]{1,64}. */
 #define CONFIG_NAME_MAX 64
@@ -201,6 +205,7 @@ struct config_deployment {
     int style;                 /* CONFIG_STYLE_* */
     char *api_version;         /* "" = none */
     int stream_usage;          /* CONFIG_STREAM_USAGE_* */
+    int tokens_rule;           /* CONFIG_TOKENS_* */
     long long jitter_ms;       /* release jitter the schedule tolerates (configure's jitter_ms) */
     long long refund_lag_ms;   /* a settle may reach Redis this long after the provider's give-back */
     long long horizon_ms;      /* how far ahead a slot may be granted; -1 = up to the max wait */

@@ -44,12 +44,17 @@ static double local_earliest(double tat, double r, double b, double c, double ji
     return room < 0 ? tat + j : tat - room / r;
 }
 
-/* The cost of a request in each dimension: a request, the combined
- * estimate, and its input and max output (each the combined estimate when
- * not split: an upper bound of both, as the reserve script charges). */
-static void request_costs(long long tokens, int split, long long input, long long output, double cost[ENGINE_DIMS]) {
+/* The cost of a request in each dimension on d: a request, the combined
+ * estimate (the larger of input and max output when split on a deployment
+ * with tokens_rule max, as OpenAI counts), and its input and max output
+ * (each the combined estimate when not split: an upper bound of both, as
+ * the reserve script charges). */
+static void request_costs(const dep *d, long long tokens, int split, long long input, long long output,
+                          double cost[ENGINE_DIMS]) {
     cost[ENGINE_DIM_REQUESTS] = 1;
     cost[ENGINE_DIM_TOKENS] = (double)tokens;
+    if (split && d->cfg && d->cfg->tokens_rule == CONFIG_TOKENS_MAX)
+        cost[ENGINE_DIM_TOKENS] = (double)(input > output ? input : output);
     cost[ENGINE_DIM_INPUT] = (double)(split ? input : tokens);
     cost[ENGINE_DIM_OUTPUT] = (double)(split ? output : tokens);
 }
@@ -128,7 +133,7 @@ void local_decide(engine_call *c) {
     }
     double cost[ENGINE_DIMS], rate[ENGINE_DIMS], tat[ENGINE_DIMS], s, fence;
     const char *reason;
-    request_costs(c->tokens, c->split, c->input, c->output, cost);
+    request_costs(d, c->tokens, c->split, c->input, c->output, cost);
     if (local_slot(d, cost, &s, &reason, &fence, rate, tat)) {
         engine_shed sh = {engine_shed_reasons[ENGINE_SHED_TOO_LARGE], -1};
         call_shed(c, &sh);
@@ -164,7 +169,7 @@ int local_estimate(const dep *d, const engine_req *rq, long long max_wait_ms, en
     double cost[ENGINE_DIMS], rate[ENGINE_DIMS], tat[ENGINE_DIMS], s, fence;
     const char *reason;
     long long tokens = rq->split ? rq->input + rq->output : rq->tokens;
-    request_costs(tokens, rq->split, rq->input, rq->output, cost);
+    request_costs(d, tokens, rq->split, rq->input, rq->output, cost);
     out->local = 1;
     out->tokens = tokens;
     out->deployment = d->name;

@@ -83,7 +83,7 @@ void dep_configure(dep *d) {
     if (!d->cfg || d->configuring || !dep_ready(d) || e->stopping) return;
     const struct config_deployment *c = d->cfg;
     /* The configure script's fields (docs/redis-keys.md), from the YAML:
-     * 30 scalars, the lane and tenant settings, one per lane and tenant. */
+     * 31 scalars, the lane and tenant settings, one per lane and tenant. */
     size_t cap = 40 + c->nlanes + c->ntenants;
     struct kv {
         char name[CONFIG_NAME_MAX + 16];
@@ -127,6 +127,7 @@ void dep_configure(dep *d) {
     F("aimd_window_ms", "%lld", c->aimd.window_s * 1000);
     F("jitter_ms", "%lld", c->jitter_ms);
     F("refund_lag_ms", "%lld", c->refund_lag_ms);
+    F("tokens_rule", "%s", c->tokens_rule == CONFIG_TOKENS_MAX ? "max" : "sum");
     F("horizon_ms", "%lld", c->horizon_ms);
     F("silent_ms", "%lld", engine_silent_ms(e));
     F("agent_window_ms", "%lld", engine_agent_window_ms(e));

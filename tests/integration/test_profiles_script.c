@@ -135,6 +135,107 @@ static void test_combined_tokens_never_refunded(void **state) {
     assert_true(fabs(tat4 - state_num(dep, "tokens_tat") - 600.0) < 0.01);
 }
 
+/* A combined estimate whose parts are unknown is never counted twice: the
+ * usage arrives split (prompt, completion) but the grant knows only its
+ * total, so the settle compares the usage as a whole (issue 21: the
+ * proxy's combined 400 was recorded as input 400 and output 400, and a
+ * split usage of 200 + 150 charged 200 + 400 = 600, 200 more than Azure's
+ * 400). The same request booked with its parts is charged prompt + max
+ * output, exactly. Charges are read from tokens_granted + tokens_charged
+ * - tokens_refunded, the schedule's own count. */
+static double charged_total(const char *dep) {
+    return state_num(dep, "tokens_granted") + state_num(dep, "tokens_charged") - state_num(dep, "tokens_refunded");
+}
+
+/* A field of dep's limits hash as written by configure ("" when absent). */
+static const char *limits_text(const char *dep, const char *field, char *buf, size_t len) {
+    redisReply *r = redisCommand(rc, "HGET sluice:{%s}:limits %s", dep, field);
+    assert_non_null(r);
+    snprintf(buf, len, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
+    freeReplyObject(r);
+    return buf;
+}
+
+static void test_combined_estimate_not_counted_twice(void **state) {
+    const char *dep = "azure-split";
+    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "10000", NULL);
+    char res[32];
+    struct {
+        const char *est, *usage;
+        double charged; /* what Azure charged: its prompt + max output */
+    } cases[] = {
+        {"400", "200+150", 400},     /* combined, usage below it */
+        {"400", "200+150+50", 400},  /* with cache reads (Azure counts them) */
+        {"200+200", "200+150", 400}, /* parts known: prompt + max output */
+        {"200+200", "260+10", 460},  /* a longer prompt than estimated */
+        {"400", "300+150", 450},     /* combined, usage above it: the overrun */
+        {"200+200", "200+150", 400},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        double before = charged_total(dep);
+        grant g = reserve_tok(dep, cases[i].est, 0);
+        assert_true(g.granted);
+        settle_fb(dep, g.id, cases[i].usage, "ok", -1, "-", res, sizeof(res));
+        assert_string_equal(res, "settled");
+        double got = charged_total(dep) - before;
+        if (fabs(got - cases[i].charged) > 1e-6)
+            fail_msg("case %zu (%s settled %s): charged %.3f, the provider %.0f", i, cases[i].est, cases[i].usage, got,
+                     cases[i].charged);
+    }
+}
+
+/* OpenAI (tokens_rule max): "the maximum of max_tokens and the estimated
+ * number of tokens based on the character count of your request". The
+ * grant charges the larger part; the settle charges the prompt as counted
+ * when it is the larger and above the grant, and gives nothing back. */
+static void test_openai_max_rule(void **state) {
+    const char *dep = "openai-max";
+    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "10000",
+                 "tokens_rule", "max", NULL);
+    char rule[16];
+    assert_string_equal(limits_text(dep, "tokens_rule", rule, sizeof(rule)), "max");
+    char res[32];
+    struct {
+        const char *est, *usage;
+        double at_grant, charged;
+    } cases[] = {
+        {"200+300", "200+100", 300, 300}, /* max output binds */
+        {"500+100", "480+100", 500, 500}, /* the prompt binds, usage below */
+        {"500+100", "560+90", 500, 560},  /* a longer prompt: 60 more */
+        {"250+300", "350+20", 300, 350},  /* the prompt turned out larger */
+        {"400", "200+150", 400, 400},     /* combined: parts unknown */
+        {"400", "500+10", 400, 500},      /* combined, prompt above it */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        double before = charged_total(dep);
+        grant g = reserve_tok(dep, cases[i].est, 0);
+        assert_true(g.granted);
+        double grant_charge = charged_total(dep) - before;
+        settle_fb(dep, g.id, cases[i].usage, "ok", -1, "-", res, sizeof(res));
+        double got = charged_total(dep) - before;
+        if (fabs(grant_charge - cases[i].at_grant) > 1e-6 || fabs(got - cases[i].charged) > 1e-6)
+            fail_msg("case %zu (%s settled %s): %.3f at the grant, %.3f in all; the provider %.0f, %.0f", i,
+                     cases[i].est, cases[i].usage, grant_charge, got, cases[i].at_grant, cases[i].charged);
+    }
+    /* A cancel before the slot gives back exactly what the grant charged. */
+    dep = "openai-max-cancel";
+    configure_on(rc, dep, "rpm", "60", "tpm", "60000", "burst_requests", "1", "burst_tokens", "10000", "tokens_rule",
+                 "max", NULL);
+    grant a = reserve_tok(dep, "100+300", 0);
+    grant b = reserve_tok(dep, "100+300", 5000);
+    assert_true(a.granted && b.granted && b.wait_ms > 0);
+    double before = charged_total(dep);
+    settle_fb(dep, b.id, "-1", "cancelled", -1, "-", res, sizeof(res));
+    assert_true(fabs(before - charged_total(dep) - 300.0) < 1e-6);
+    /* A bad rule is refused and changes nothing. */
+    redisReply *r = script_callv(rc, SCRIPT_CONFIGURE, dep, "rpm", "60", "tokens_rule", "min", NULL);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    assert_non_null(strstr(r->str, "tokens_rule"));
+    freeReplyObject(r);
+    assert_string_equal(limits_text(dep, "tokens_rule", rule, sizeof(rule)), "max");
+}
+
 /* Anthropic: input charged at admission (cache reads not counted), output
  * charged as max_tokens and corrected to the actual output. */
 static void test_anthropic_input_and_output(void **state) {
@@ -521,7 +622,8 @@ static void test_feedback_form_checked(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_combined_tokens_never_refunded), cmocka_unit_test(test_anthropic_input_and_output),
+        cmocka_unit_test(test_combined_tokens_never_refunded), cmocka_unit_test(test_combined_estimate_not_counted_twice),
+        cmocka_unit_test(test_openai_max_rule), cmocka_unit_test(test_anthropic_input_and_output),
         cmocka_unit_test(test_split_dimensions_bind),          cmocka_unit_test(test_isolated_429_only_pauses),
         cmocka_unit_test(test_reported_limit_adopted),         cmocka_unit_test(test_outside_use_followed),
         cmocka_unit_test(test_local_sends_are_the_fleets_own), cmocka_unit_test(test_silent_fleet_not_a_neighbour),
