@@ -322,14 +322,17 @@ local tmax = limits.tokens_rule == 'max'
 local out = {now_us, 0, '1', 0}
 local deposits, done = 0, {}
 local decreased = false
-local function dim_settle(d, est, actual, slot)
+local function dim_settle(d, est, actual, slot, give)
   -- One dimension of a settled grant sent at slot: est was charged; actual
   -- is what the provider counts (nil: unknown). The provider gave back the
-  -- unused part after the send and at most refund_lag_ms before now.
+  -- unused part after the send and at most refund_lag_ms before now (or
+  -- never took it: give, Anthropic's cache reads). <dim>_counted adds up
+  -- what the provider counted, for reconciliation with its ledger.
   if not actual then return end
+  if d.name ~= 'requests' then bump(d.name .. '_counted', actual) end
   local diff = est - actual
   local given = 0
-  if diff > 0 and d.refund then
+  if diff > 0 and (d.refund or give) then
     given = sl_dim_refund(d, diff, now, d.q, st, scale, nil, math.max(slot, now - refund_lag))
   elseif diff < 0 then
     sl_dim_charge(d, -diff, now)
@@ -398,7 +401,12 @@ for i = 1, n do
           end
           dim_settle(d, cost[2], counted, slot)
         elseif d.name == 'input' and split then
-          dim_settle(d, cost[3], inp - cr, slot)
+          -- Counted at admission as the estimate (or the prompt, when
+          -- longer), less the cache reads, which the provider never
+          -- charged: those are given back whatever refund_input says.
+          local counted = math.max(cost[3], inp) - cr
+          if d.refund then counted = inp - cr end
+          dim_settle(d, cost[3], counted, slot, cr > 0)
         elseif d.name == 'output' and split then
           dim_settle(d, cost[4], outp, slot)
         end

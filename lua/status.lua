@@ -78,7 +78,8 @@ for _, f in ipairs({'granted_total', 'shed_total', 'shed_rpm', 'shed_tpm', 'shed
                     'throttles_seen', 'pauses', 'decreases', 'retries_allowed', 'retries_refused',
                     'tokens_estimated', 'tokens_actual', 'tokens_refunded', 'tokens_charged',
                     'input_refunded', 'input_charged', 'output_refunded', 'output_charged',
-                    'shed_itpm', 'shed_otpm', 'limit_changes', 'local_requests'}) do
+                    'shed_itpm', 'shed_otpm', 'limit_changes', 'local_requests',
+                    'tokens_counted', 'input_counted', 'output_counted'}) do
   out[#out + 1] = f
   out[#out + 1] = st[f] or '0'
 end
