@@ -611,32 +611,49 @@ static int walk_list(cfg_ctx *ctx, cfg_entity *ent, const cfg_row *r, size_t idx
     return 0;
 }
 
+/* One string of a CFG_STRS row into *out, checked by the row's check. item
+ * is its 1-based place in the list, 0 for a scalar given as the whole
+ * value (then the message names no item). */
+static int strs_item(cfg_ctx *ctx, const cfg_row *r, yaml_node_t *it, size_t item, char **out) {
+    const char *v = (const char *)it->data.scalar.value;
+    char why[160], at[32] = "";
+    if (item) snprintf(at, sizeof(at), "item %zu ", item);
+    if (r->check && r->check(v, why, sizeof(why)) != 0)
+        return cfg_fail(ctx, node_line(it), "%s%s, got \"%s\"", at, why, v);
+    *out = cfg_strndup(v, it->data.scalar.length);
+    if (!*out) return cfg_fail(ctx, node_line(it), "out of memory");
+    return 0;
+}
+
 /* A YAML list of strings: each item must be a scalar that passes the row's
- * check; the array is NULL-terminated. */
+ * check; the array is NULL-terminated. One scalar is a list of one
+ * ("listen: 127.0.0.1:8790" as "listen: [127.0.0.1:8790]"), for every
+ * such key alike; a null (nothing given) leaves the list absent. */
 static int walk_strs(cfg_ctx *ctx, cfg_entity *ent, const cfg_row *r, size_t idx, yaml_node_t *val) {
     ent->seen |= (uint64_t)1 << idx;
     ent->lines[idx] = node_line(val);
     if (node_is_null(val)) return 0;
-    if (val->type != YAML_SEQUENCE_NODE)
-        return cfg_fail(ctx, node_line(val), "must be a list of strings, got %s", node_kind(val));
+    if (val->type != YAML_SEQUENCE_NODE && val->type != YAML_SCALAR_NODE)
+        return cfg_fail(ctx, node_line(val), "must be a string or a list of strings, got %s", node_kind(val));
     char ***arr = FIELD(ent->base, r->off, char **);
     size_t *count = FIELD(ent->base, r->count_off, size_t);
-    size_t n = (size_t)(val->data.sequence.items.top - val->data.sequence.items.start);
+    int scalar = val->type == YAML_SCALAR_NODE;
+    size_t n = scalar ? 1 : (size_t)(val->data.sequence.items.top - val->data.sequence.items.start);
     if (n == 0) return cfg_fail(ctx, node_line(val), "must not be an empty list");
     char **a = calloc(n + 1, sizeof(char *));
     if (!a) return cfg_fail(ctx, node_line(val), "out of memory");
     *arr = a;
+    if (scalar) {
+        if (strs_item(ctx, r, val, 0, &a[0]) != 0) return -1;
+        *count = 1;
+        return 0;
+    }
     for (size_t i = 0; i < n; i++) {
         yaml_node_t *it = yaml_document_get_node(ctx->doc, val->data.sequence.items.start[i]);
         if (!it || it->type != YAML_SCALAR_NODE || node_is_null(it))
             return cfg_fail(ctx, node_line(it ? it : val), "item %zu must be a string, got %s", i + 1,
                             it ? node_kind(it) : "nothing");
-        const char *v = (const char *)it->data.scalar.value;
-        char why[160];
-        if (r->check && r->check(v, why, sizeof(why)) != 0)
-            return cfg_fail(ctx, node_line(it), "item %zu %s, got \"%s\"", i + 1, why, v);
-        a[i] = cfg_strndup(v, it->data.scalar.length);
-        if (!a[i]) return cfg_fail(ctx, node_line(it), "out of memory");
+        if (strs_item(ctx, r, it, i + 1, &a[i]) != 0) return -1;
         *count = i + 1;
     }
     return 0;

@@ -507,8 +507,9 @@ static const cfg_row root_rows[] = {
     CFG_ENUM("agent.log_level", config, agent.log_level, "info", level_names, "How much the agent logs."),
     CFG_INT("agent.max_client_pipeline", config, agent.max_client_pipeline, "1024", 1, 1000000, 0,
             "Unfinished commands (waiting ACQUIREs) one client may have before the agent stops reading from it."),
-    CFG_STRS("agent.http.listen", config, agent.http.listen, agent.http.nlisten, check_listen,
-             "Where the HTTP proxy listens: 127.0.0.1:8790, [::1]:8790 or unix:/path; none = off."),
+    CFG_STRS(
+        "agent.http.listen", config, agent.http.listen, agent.http.nlisten, check_listen,
+        "Where the HTTP proxy listens (one address, or a list): 127.0.0.1:8790, [::1]:8790 or unix:/path; none = off."),
     CFG_BOOL("agent.http.allow_remote", config, agent.http.allow_remote, "false",
              "Allow TCP addresses other than loopback in agent.http.listen."),
     CFG_INT("agent.http.max_connections", config, agent.http.max_connections, "1024", 1, 1000000, 0,

@@ -402,11 +402,35 @@ static int provider_admit(provider *p, double t, double cost) {
 typedef struct sim_result {
     int sent, rejected;
     double outside_rpm, effective_rpm;
+    double max_outside; /* the largest requests_outside after any settle */
 } sim_result;
+
+/* Sets dep's script clock to t (ms): the offset becomes t less Redis' TIME,
+ * read in the same call, so the next script reads t plus one round trip.
+ * The simulations set the clock to each slot rather than moving it on by
+ * the distance to it: moved on, the clock also kept the real time every
+ * call took, which added up over a run; on a slow machine the fleet's
+ * slots drifted apart, it sent below the provider's refill, the bucket
+ * stayed full and the readings told nothing. */
+static void clock_at(const char *dep, double t) {
+    static const char set[] = "local n = redis.call('TIME') "
+                              "local off = tonumber(ARGV[1]) - (tonumber(n[1]) * 1000 + tonumber(n[2]) / 1000) "
+                              "redis.call('HSET', KEYS[1], 'test_clock_offset_ms', string.format('%.3f', off)) "
+                              "return 1";
+    char key[128], ts[32];
+    snprintf(key, sizeof(key), "sluice:{%s}:limits", dep);
+    snprintf(ts, sizeof(ts), "%.3f", t);
+    redisReply *r = redisCommand(rc, "EVAL %s 1 %s %s", set, key, ts);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("clock_at: %s", r->str);
+    freeReplyObject(r);
+}
 
 /* Runs the fleet (demand above the quota) for ms of the test clock against
  * p, with a neighbour taking neighbour_rpm from the same bucket, settling
- * every grant with the remaining the provider reports. */
+ * every grant with the remaining the provider reports. The script clock is
+ * set to each slot (clock_at), so the run is the same however long the
+ * calls take. */
 static sim_result simulate(const char *dep, provider *p, double neighbour_rpm, double ms) {
     sim_result out = {0};
     grant g = reserve_tok(dep, "0", 600000);
@@ -420,16 +444,15 @@ static sim_result simulate(const char *dep, provider *p, double neighbour_rpm, d
             provider_admit(p, next_nb, 1);
             next_nb += 60000.0 / neighbour_rpm;
         }
-        if (slot > clock) {
-            advance_on(rc, dep, slot - clock);
-            clock = slot;
-        }
+        if (slot > clock) clock = slot;
+        clock_at(dep, clock);
         int ok = provider_admit(p, slot, 1);
         char seen[64];
         snprintf(seen, sizeof(seen), "r=600/%.0f", floor(fmax(0, p->level)));
         settle_fb(dep, g.id, "-1", ok ? "ok" : "throttled", -1, seen, res, sizeof(res));
         out.sent++;
         if (!ok) out.rejected++;
+        out.max_outside = fmax(out.max_outside, state_num(dep, "requests_outside"));
         if (getenv("SIM_DEBUG") && out.sent % 10 == 0)
             print_message("    t=%.0f R=%.1f x=%.6f deficit=%.1f outside=%.1f obs=%s\n", slot - start, p->level,
                           state_num(dep, "requests_outside_ms"), state_num(dep, "requests_deficit"),
@@ -475,33 +498,52 @@ static void test_outside_use_followed(void **state) {
     assert_int_equal(d.rejected, 0);
 }
 
-/* An outage: the fleet's agents pace locally for ms (here at the full
- * rate, as a whole fleet does while Redis is stopped: each at its share),
- * sending to the provider with no reserve; back, one agent hands over and
- * reports its local grants when report is set. */
-static void outage(const char *dep, provider *p, double ms, int report) {
-    double t = status_num(rc, dep, "now_us") / 1000.0;
+/* An outage of ms (Redis stopped): the fleet's agents pace locally at the
+ * full rate (as a whole fleet does, each at its share), sending to the
+ * provider with no reserve. A call sent just before it is still in flight:
+ * its response (the remaining at its send) comes back only after the
+ * outage. Back, one agent hands over and reports its local grants when
+ * report is set, then the call in flight settles. Returns the local sends. */
+static int outage(const char *dep, provider *p, double ms, int report) {
+    grant g = reserve_tok(dep, "0", 600000);
+    assert_true(g.granted);
+    double t = g.now_ms + (double)g.wait_ms;
+    clock_at(dep, t);
+    int ok = provider_admit(p, t, 1);
+    char seen[64];
+    snprintf(seen, sizeof(seen), "r=600/%.0f", floor(fmax(0, p->level)));
     int n = 0;
-    for (double slot = t; slot < t + ms; slot += 60000.0 / 600) n += provider_admit(p, slot, 1) ? 1 : 0;
-    advance_on(rc, dep, ms);
-    if (!report) return;
-    char sent[16];
-    snprintf(sent, sizeof(sent), "%d", n);
-    redisReply *r =
-        script_callv(rc, SCRIPT_HEARTBEAT, dep, "agent-1", "600", "busy", "0", "0", sent, "0", "0", "0", NULL);
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
-    freeReplyObject(r);
-    assert_true(status_num(rc, dep, "local_requests") == n);
+    for (double slot = t + 60000.0 / 600; slot < t + ms; slot += 60000.0 / 600) n += provider_admit(p, slot, 1);
+    clock_at(dep, t + ms);
+    if (report) {
+        char sent[16];
+        snprintf(sent, sizeof(sent), "%d", n);
+        redisReply *r =
+            script_callv(rc, SCRIPT_HEARTBEAT, dep, "agent-1", "600", "busy", "0", "0", sent, "0", "0", "0", NULL);
+        assert_non_null(r);
+        assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+        freeReplyObject(r);
+        assert_true(status_num(rc, dep, "local_requests") == n);
+    }
+    char res[32];
+    settle_fb(dep, g.id, "-1", ok ? "ok" : "throttled", -1, seen, res, sizeof(res));
+    assert_string_equal(res, "settled");
+    return n;
 }
 
-/* The fleet's own local sends are not a neighbour's use: after an outage
+/* The fleet's own local sends are not a neighbour's use. After an outage
  * in which the agents paced locally (5 s at the full rate), the provider's
- * remaining counts drop by what they sent; with the hand-over (the
- * estimate restarts after it), the estimate of others' use stays at
- * nothing and the fleet at its rate. Without it (as before), the same
- * outage reads as a neighbour taking most of the rate, and the fleet idles
- * for it (the soak's stalls) until the estimate decays. */
+ * remaining counts are lower by what they sent than the fleet's counts
+ * explain. With the hand-over (heartbeat busy restarts the estimate: the
+ * base of the readings is dropped, and a reading of a send before the
+ * hand-over, here the call in flight across the outage, is no base,
+ * obs_after), the estimate of others' use stays at nothing at every
+ * settle and the fleet sends at its full rate: its burst, then one slot
+ * per 100 ms. Without it (the control, as before the hand-over reported),
+ * the same outage reads as a neighbour taking most of the rate and the
+ * fleet idles for it: proof that the provider's bucket was low enough for
+ * the local sends to show (a full bucket wastes the refill they take, and
+ * would let any estimator pass). Every value is on the script clock. */
 static void test_local_sends_are_the_fleets_own(void **state) {
     sim_result after[2];
     for (int report = 0; report < 2; report++) {
@@ -511,21 +553,30 @@ static void test_local_sends_are_the_fleets_own(void **state) {
         grant first = reserve_tok(dep, "0", 0);
         p.at = first.now_ms;
         sim_result a = simulate(dep, &p, 0, 10000);
-        assert_true(a.outside_rpm == 0);
-        outage(dep, &p, 5000, report);
+        assert_true(a.max_outside == 0);
+        assert_int_equal(a.rejected, 0);
+        /* The fleet ran at the provider's refill: its bucket is down by the
+         * fleet's burst, well below what the readings take for full. */
+        double level = p.level;
+        assert_true(level < p.cap - 5);
+        int local = outage(dep, &p, 5000, report);
         after[report] = simulate(dep, &p, 0, 5000);
-        print_message("  %s: after the outage %d sent, %d rejected, outside %.1f RPM, effective %.1f\n",
-                      report ? "reported" : "unreported", after[report].sent, after[report].rejected,
-                      after[report].outside_rpm, after[report].effective_rpm);
+        print_message("  %s: provider at %.1f before the outage, %d local sends; after it %d sent, %d rejected, "
+                      "outside at most %.1f RPM (%.1f at the end), effective %.1f\n",
+                      report ? "reported" : "unreported", level, local, after[report].sent, after[report].rejected,
+                      after[report].max_outside, after[report].outside_rpm, after[report].effective_rpm);
+        assert_int_equal(local, 49);
     }
+    /* Reported: nothing read as others' use, the burst of 10 and 50 slots. */
+    assert_true(after[1].max_outside == 0);
     assert_true(after[1].outside_rpm == 0);
-    assert_true(after[1].effective_rpm >= 0.99 * 600);
+    assert_true(after[1].effective_rpm == 600);
     assert_int_equal(after[1].rejected, 0);
-    assert_true(after[1].sent >= 0.95 * 600 * 5 / 60);
-    /* What the report prevents: the same outage unreported is misread as
-     * a neighbour (outside ~430 RPM at the first reading here), and the
-     * fleet idles for it until the estimate decays (21 sends against 60). */
-    assert_true(after[0].sent <= 0.5 * after[1].sent);
+    assert_int_equal(after[1].sent, 10 + 5000 * 600 / 60000);
+    /* Unreported: the 49 local sends read as others' use (most of the
+     * rate), and the fleet sends at most half as much. */
+    assert_true(after[0].max_outside >= 300);
+    assert_true(after[0].sent <= after[1].sent / 2);
 }
 
 static long long script_int(redisReply *r) {

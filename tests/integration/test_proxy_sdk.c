@@ -584,10 +584,30 @@ static void test_fleet_through_proxy(void **state) {
                      governing, body);
         fail_msg("a chat call through sluiced's HTTP proxy was answered %d, not 200: %s", st, body);
     }
-    /* The probe's call is on the ledger: start the count after it. */
+    /* The probe's call is on the ledger as soon as it is answered, but its
+     * settle reaches Redis a loop turn or more later: read at once, the
+     * fleet's count could miss it and take it in with the run (4 tokens
+     * on one side only, in a failed run). Both sides start after it: the
+     * fleet's count once it holds the probe's usage exactly, the ledger
+     * reset after that. */
+    json_t *pj = json_loads(body, 0, NULL);
+    long long probe_tokens = json_integer_value(json_object_get(json_object_get(pj, "usage"), "total_tokens"));
+    json_decref(pj);
+    double settled0 = -1, probe_t0 = proc_now_ms();
+    while ((long long)(settled0 = status_num(&d[0], "gpt", "tokens_actual")) != probe_tokens &&
+           proc_now_ms() - probe_t0 <= SETTLE_WAIT_MS)
+        proc_sleep_ms(20);
+    if (probe_tokens <= 0 || (long long)settled0 != probe_tokens) {
+        mock_fixture_stop(&m);
+        harness_kill_all();
+        redis_fixture_stop(&fx);
+        fail_msg("the probe's usage (%lld tokens in its answer) did not settle: STATUS gpt tokens_actual is %.0f "
+                 "after %d ms",
+                 probe_tokens, settled0, SETTLE_WAIT_MS);
+    }
+    print_message("  the probe: %lld tokens, in STATUS after %.0f ms\n", probe_tokens, proc_now_ms() - probe_t0);
     json_decref(mock_fixture_stats(&m, "?reset=1"));
     double wall_reset = wall_now_ms();
-    double settled0 = status_num(&d[0], "gpt", "tokens_actual");
     assert_int_equal(proc_mkdtemp(dir, sizeof(dir), "sdk-fleet"), 0);
     double t0 = proc_now_ms();
     runs_go(runs, ns, bases, dir);
@@ -621,9 +641,6 @@ static void test_fleet_through_proxy(void **state) {
     long long reported[2] = {mock_fixture_count(ledger, "deployments/gpt/tokens_reported"),
                              mock_fixture_count(ledger, "deployments/claude/tokens_reported")};
     /* The probe settled before the reset: INFO counts it, the ledger not. */
-    json_t *pj = json_loads(body, 0, NULL);
-    long long probe_tokens = json_integer_value(json_object_get(json_object_get(pj, "usage"), "total_tokens"));
-    json_decref(pj);
     print_message("  usage settled (STATUS tokens_actual): gpt %.0f, claude %.0f; the provider reported gpt %lld, "
                   "claude %lld (STATUS polled %.0f ms for it); INFO tokens_actual over the agents %.0f (the probe's "
                   "%lld included)\n",

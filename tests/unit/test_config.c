@@ -342,6 +342,36 @@ static void test_flow_and_order(void **state) {
 }
 
 /* Accepted Redis URL forms and what they parse to. */
+/* Every list-of-strings key takes one string as a list of one, checked
+ * like an item: the same config as with the brackets. */
+static void test_one_string_is_a_list(void **state) {
+    (void)state;
+    config *cfg = load_ok("redis:\n  cluster: 127.0.0.1:7000\n"
+                          "deployments:\n  a:\n    rpm: 1\n    tags: eu\n    aliases: model-a\n"
+                          "groups:\n  g:\n    members: a\n    aliases: model-g\n");
+    assert_int_equal(cfg->redis.ncluster, 1);
+    assert_string_equal(cfg->redis.cluster[0], "127.0.0.1:7000");
+    assert_null(cfg->redis.cluster[1]);
+    const struct config_deployment *d = config_deployment(cfg, "a");
+    assert_non_null(d);
+    assert_int_equal(d->ntags, 1);
+    assert_string_equal(d->tags[0], "eu");
+    assert_int_equal(d->naliases, 1);
+    assert_string_equal(d->aliases[0], "model-a");
+    const struct config_group *g = config_group(cfg, "g");
+    assert_non_null(g);
+    assert_int_equal(g->nmembers, 1);
+    assert_string_equal(g->members[0], "a");
+    assert_int_equal(g->naliases, 1);
+    assert_string_equal(g->aliases[0], "model-g");
+    config_free(cfg);
+    cfg = load_ok("redis:\n  sentinel:\n    master: m\n    nodes: 127.0.0.1:26379\n"
+                  "deployments:\n  a:\n    rpm: 1\n");
+    assert_int_equal(cfg->redis.nsentinels, 1);
+    assert_string_equal(cfg->redis.sentinels[0], "127.0.0.1:26379");
+    config_free(cfg);
+}
+
 static void test_redis_urls(void **state) {
     (void)state;
     struct {
@@ -408,8 +438,10 @@ static const bad_case bad_cases[] = {
     {"redis:\n  max_script_ms: 1ms\n" DEP "    rpm: 1\n",
      ":2: key 'redis.max_script_ms': must be a number in [0, 1000], got \"1ms\""},
     /* beyond one Redis */
-    {"redis:\n  cluster: 127.0.0.1:7000\n" DEP "    rpm: 1\n",
-     ":2: key 'redis.cluster': must be a list of strings, got a scalar"},
+    {"redis:\n  cluster: nope\n" DEP "    rpm: 1\n",
+     ":2: key 'redis.cluster': must be host:port with a port in 1..65535, got \"nope\""},
+    {"redis:\n  cluster: {a: 1}\n" DEP "    rpm: 1\n",
+     ":2: key 'redis.cluster': must be a string or a list of strings, got a mapping"},
     {"redis:\n  cluster: []\n" DEP "    rpm: 1\n", ":2: key 'redis.cluster': must not be an empty list"},
     {"redis:\n  cluster: [127.0.0.1:7000, nope]\n" DEP "    rpm: 1\n",
      ":2: key 'redis.cluster': item 2 must be host:port with a port in 1..65535, got \"nope\""},
@@ -746,7 +778,7 @@ int main(void) {
         cmocka_unit_test(test_flow_and_order), cmocka_unit_test(test_redis_urls),
         cmocka_unit_test(test_bad_configs),    cmocka_unit_test(test_password_sources),
         cmocka_unit_test(test_api_edges),      cmocka_unit_test(test_docs_cover_schema),
-        cmocka_unit_test(test_example_loads),
+        cmocka_unit_test(test_example_loads),  cmocka_unit_test(test_one_string_is_a_list),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -117,8 +117,33 @@ static void test_listeners(void **state) {
                       "t.yaml:4: key 'agent.http.listen': item 1 (unix:/tmp/a.sock) is agent.socket, the RESP socket");
     assert_load_error("agent:\n  http:\n    listen: [127.0.0.1:1, 127.0.0.1:1]\n" DEPS,
                       "t.yaml:3: key 'agent.http.listen': item 2 (127.0.0.1:1) is given twice");
-    assert_load_error("agent:\n  http:\n    listen: 127.0.0.1:1\n" DEPS,
-                      "t.yaml:3: key 'agent.http.listen': must be a list of strings, got a scalar");
+    /* One address as a scalar is a list of one; a bad one is refused with
+     * the same message at its line, naming no item. */
+    cfg = load_ok("agent:\n  http:\n    listen: 127.0.0.1:8790\n" DEPS);
+    assert_int_equal(cfg->agent.http.nlisten, 1);
+    assert_string_equal(cfg->agent.http.listen[0], "127.0.0.1:8790");
+    assert_null(cfg->agent.http.listen[1]);
+    assert_int_equal(cfg->agent.http.listeners[0].kind, CONFIG_LISTEN_TCP);
+    assert_int_equal(cfg->agent.http.listeners[0].port, 8790);
+    assert_true(cfg->agent.http.listeners[0].loopback);
+    config_free(cfg);
+    cfg = load_ok("agent:\n  http: {listen: \"unix:/run/s/http.sock\"}\n" DEPS);
+    assert_int_equal(cfg->agent.http.nlisten, 1);
+    assert_int_equal(cfg->agent.http.listeners[0].kind, CONFIG_LISTEN_UNIX);
+    assert_string_equal(cfg->agent.http.listeners[0].path, "/run/s/http.sock");
+    config_free(cfg);
+    assert_load_error("agent:\n  http:\n    listen: 127.0.0.1\n" DEPS,
+                      "t.yaml:3: key 'agent.http.listen': must be ADDRESS:PORT (127.0.0.1:8790, [::1]:8790) "
+                      "or unix:/path, with a port in 1..65535, got \"127.0.0.1\"");
+    assert_load_error("agent:\n  http:\n    listen: localhost:8790\n" DEPS,
+                      "t.yaml:3: key 'agent.http.listen': must be a numeric IPv4 address or a bracketed IPv6 one "
+                      "(no host names), with a port, got \"localhost:8790\"");
+    assert_load_error("agent:\n  http:\n    listen: 0.0.0.0:8790\n" DEPS,
+                      "t.yaml:3: key 'agent.http.listen': item 1 (0.0.0.0:8790) is not a loopback address: any host "
+                      "that can reach it could spend the quota; set agent.http.allow_remote: true to serve other "
+                      "hosts (docs/security.md)");
+    assert_load_error("agent:\n  http:\n    listen: {a: 1}\n" DEPS,
+                      "t.yaml:3: key 'agent.http.listen': must be a string or a list of strings, got a mapping");
     assert_load_error("agent:\n  http:\n    max_header_bytes: 1mb\n" DEPS,
                       "t.yaml:3: key 'agent.http.max_header_bytes': must be a size in bytes between 1024 and 65536, "
                       "got \"1mb\"");
