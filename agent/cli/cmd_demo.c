@@ -219,7 +219,7 @@ static int setup_options(demo_ctx *d, const demo_scenario *sc) {
     if (o->burst <= 0) o->burst = sc->burst;
     if (o->tpm < 0) o->tpm = sc->tpm;
     if (o->token_burst <= 0) o->token_burst = o->tpm / 60; /* one second, sluiced's default */
-    if (o->token_burst < 1) o->token_burst = 1;
+    if (o->tpm > 0 && o->token_burst < 1) o->token_burst = 1;
     if (o->requests < o->processes) {
         fprintf(stderr, "sluice demo: -N (%lld) must be at least -P (%lld)\n", o->requests, o->processes);
         return -1;

@@ -126,7 +126,8 @@ void demo_report_header(FILE *f, const demo_setup *s) {
     if (s->time_scale == 1) fprintf(f, " (real time).\n");
     else fprintf(f, " (client waits divided by %g).\n", s->time_scale);
     fprintf(f, "Redis: %s", s->redis);
-    if (s->agents > 1) fprintf(f, ", %d sluiced agents (one per worker process)", s->agents);
+    if (s->agents > 1)
+        fprintf(f, ", %d sluiced agents%s", s->agents, s->agents == s->processes ? " (one per worker process)" : "");
     if (demo_tokens_bind(s))
         fprintf(f, ". Floor (tokens - token burst) / token rate = %s (TPM binds).\n\n",
                 secs(demo_floor_ms(s), fl, sizeof(fl)));
