@@ -46,8 +46,11 @@
 #define STOP_TIMEOUT_MS 5000
 #define PROGRESS_EVERY_MS 200
 
+/* The options as given; < 0 (or NULL) where the scenario decides. */
 typedef struct demo_opts {
     long long processes, requests, rpm, burst, attempts, seed, jitter_ms;
+    long long tpm, token_burst, agents;
+    const char *scenario;
     double service[2]; /* < 0: derived from the time scale */
     double time_scale; /* 0: rpm / 60 */
     const char *strategies;
@@ -62,11 +65,21 @@ typedef struct demo_opts {
 #define DOPT(f) offsetof(demo_opts, f)
 
 static const cli_flag demo_flags[] = {
+    {"--scenario", NULL, "NAME", CLI_STR, DOPT(scenario), 0, 0,
+     "requests (RPM binds, the default), tokens (TPM binds, sluice through its HTTP proxy) or all (both tables)"},
     {"--processes", "-P", "N", CLI_INT, DOPT(processes), 1, MAX_PROCESSES, "worker processes in the fleet (default 3)"},
-    {"--requests", "-N", "N", CLI_INT, DOPT(requests), 1, 100000, "requests, all arriving at once (default 300)"},
+    {"--requests", "-N", "N", CLI_INT, DOPT(requests), 1, 100000,
+     "requests, all arriving at once (default 300; tokens scenario 150)"},
     {"--rpm", NULL, "N", CLI_INT, DOPT(rpm), 1, 1000000,
      "the deployment's quota, requests per minute (default 60 x time scale = 600)"},
     {"--burst", NULL, "N", CLI_INT, DOPT(burst), 1, 1000000, "the provider's burst, requests (default 10)"},
+    {"--tpm", NULL, "N", CLI_INT, DOPT(tpm), 0, 1000000000000.0,
+     "the deployment's token quota per minute, 0 = none (default 0; tokens scenario 120000)"},
+    {"--token-burst", NULL, "N", CLI_INT, DOPT(token_burst), 1, 1000000000000.0,
+     "the provider's token burst, and sluiced's burst.tokens (default tpm / 60: one second)"},
+    {"--agents", NULL, "N", CLI_INT, DOPT(agents), 1, MAX_PROCESSES,
+     "sluiced processes sharing the Redis; worker process i uses agent i mod N (default 1; tokens scenario: one "
+     "per worker process)"},
     {"--service-ms", NULL, "LO-HI", CLI_RANGE, DOPT(service), 0, 3600000,
      "service time of an accepted call (default 300-900 / time scale = 30-90)"},
     {"--attempts", NULL, "N", CLI_INT, DOPT(attempts), 1, 100, "attempts per request before giving up (default 10)"},
@@ -74,7 +87,7 @@ static const cli_flag demo_flags[] = {
      "run the seed's scenario S times faster: client waits (backoff base 200 ms, Retry-After) are divided by S "
      "(default rpm / 60)"},
     {"--strategies", NULL, "LIST", CLI_STR, DOPT(strategies), 0, 0,
-     "comma-separated, from A,B,C,D,E,sluice (default all, in that order)"},
+     "comma-separated, from A,B,C,D,E,F,sluice,proxy (default A,B,C,D,E,sluice; tokens scenario A,B,E,F,proxy)"},
     {"--json", NULL, NULL, CLI_BOOL, DOPT(json), 0, 0, "print one JSON document instead of the table"},
     {"--redis-url", NULL, "URL", CLI_STR, DOPT(redis_url), 0, 0,
      "use this Redis (redis://host:port/db or unix:///path) instead of starting one"},
@@ -102,16 +115,27 @@ typedef struct worker_proc {
     int ready, eof, got_result;
 } worker_proc;
 
+/* One sluiced of the fleet. */
+typedef struct agent_proc {
+    pid_t pid;
+    int http_port; /* its HTTP proxy, with uses_proxy */
+    char sock[400];
+} agent_proc;
+
 typedef struct demo_ctx {
-    demo_opts o;
+    demo_opts user; /* as given */
+    demo_opts o;    /* the scenario's, with every default filled in */
+    const demo_scenario *scen;
     demo_setup setup;
     const demo_strategy *run[DEMO_NSTRATEGIES];
     int nrun, uses_sluice, uses_proxy;
-    int http_port; /* sluiced's HTTP proxy, with uses_proxy */
-    char self[4096], dir[256], redis_sock[320], agent_sock[320], redis_url[1024];
+    int nagents;
+    agent_proc agents[MAX_PROCESSES];
+    /* dir: the scenario's files; root: the temp dir (dir or its parent) */
+    char self[4096], root[256], dir[320], redis_sock[400], redis_url[1024];
     char sluiced_bin[4096], redis_bin[4096], dep_prefix[64];
     char deployments[DEMO_NSTRATEGIES][80];
-    pid_t redis_pid, mock_pid, sluiced_pid;
+    pid_t redis_pid, mock_pid;
     int mock_port;
     int progress; /* stderr is a terminal */
     long long max_wait_ms;
@@ -128,21 +152,25 @@ static void usage(FILE *f) {
                "strategies (each process of the fleet runs it on its own):\n");
     for (int i = 0; i < DEMO_NSTRATEGIES; i++)
         fprintf(f, "  %-7s %s\n", demo_strategies[i].id, demo_strategies[i].describe);
+    fprintf(f, "\nscenarios (--scenario; all runs each, one table after the other):\n");
+    for (int i = 0; i < DEMO_NSCENARIOS; i++)
+        fprintf(f, "  %-9s %s\n", demo_scenarios[i].name, demo_scenarios[i].describe);
     fprintf(f, "\noptions:\n");
     cli_print_flags(f, demo_flags, DEMO_NFLAGS);
     fprintf(f, "\nThe default is the seed's scenario 10 times faster (600 RPM, burst 10, 30-90 ms, 300\n"
                "requests, 3 processes): a few minutes for the whole table. The seed's own parameters,\n"
-               "in real time:  sluice demo --rpm 60 -N 90\n\n"
+               "in real time:  sluice demo --rpm 60 -N 90\n"
+               "TPM binding first, sluice through its HTTP proxy (about 2 minutes):  sluice demo --scenario tokens\n\n"
                "Reading the table: completed, 429s and attempts come from the provider's own ledger;\n"
                "util is the share of the deployment's rate used beyond the first burst (100 %% = all of\n"
-               "it). Exit status: 0, 1 if a run failed, 2 for a usage error, 130 when interrupted.\n"
-               "See docs/demo.md.\n");
+               "it), counted in tokens when TPM binds. Exit status: 0, 1 if a run failed, 2 for a usage\n"
+               "error, 130 when interrupted. See docs/demo.md.\n");
 }
 
 /* ---- options ------------------------------------------------------------------ */
 
 static int parse_strategies(demo_ctx *d) {
-    const char *list = d->o.strategies ? d->o.strategies : "A,B,C,D,E,sluice";
+    const char *list = d->o.strategies ? d->o.strategies : d->scen->strategies;
     char id[32];
     while (*list) {
         size_t n = strcspn(list, ",");
@@ -154,7 +182,13 @@ static int parse_strategies(demo_ctx *d) {
         id[n] = '\0';
         const demo_strategy *st = demo_strategy_find(id);
         if (!st) {
-            fprintf(stderr, "sluice demo: --strategies: unknown strategy '%s' (A, B, C, D, E, sluice or proxy)\n", id);
+            fprintf(stderr, "sluice demo: --strategies: unknown strategy '%s' (A, B, C, D, E, F, sluice or proxy)\n",
+                    id);
+            return -1;
+        }
+        if (st->paced == DEMO_PACE_TOKENS && d->o.tpm <= 0) {
+            fprintf(stderr, "sluice demo: strategy %s paces by tokens: the %s scenario needs a --tpm\n", id,
+                    d->scen->name);
             return -1;
         }
         for (int i = 0; i < d->nrun; i++)
@@ -174,8 +208,18 @@ static int parse_strategies(demo_ctx *d) {
     return 0;
 }
 
-static int setup_options(demo_ctx *d) {
+/* Fills d->o from the options given and scenario sc's defaults, and
+ * checks them. */
+static int setup_options(demo_ctx *d, const demo_scenario *sc) {
     demo_opts *o = &d->o;
+    *o = d->user;
+    d->scen = sc;
+    d->nrun = d->uses_sluice = d->uses_proxy = 0;
+    if (o->requests <= 0) o->requests = sc->requests;
+    if (o->burst <= 0) o->burst = sc->burst;
+    if (o->tpm < 0) o->tpm = sc->tpm;
+    if (o->token_burst <= 0) o->token_burst = o->tpm / 60; /* one second, sluiced's default */
+    if (o->tpm > 0 && o->token_burst < 1) o->token_burst = 1;
     if (o->requests < o->processes) {
         fprintf(stderr, "sluice demo: -N (%lld) must be at least -P (%lld)\n", o->requests, o->processes);
         return -1;
@@ -209,10 +253,24 @@ static int setup_options(demo_ctx *d) {
         fprintf(stderr, "sluice demo: --service-ms: whole milliseconds, please\n");
         return -1;
     }
+    d->nagents = 0;
+    if (d->uses_sluice) {
+        long long n = o->agents > 0 ? o->agents : sc->agents > 0 ? sc->agents : o->processes;
+        d->nagents = (int)(n < o->processes ? n : o->processes);
+    }
+    d->setup.scenario = sc->name;
     d->setup.processes = (int)o->processes;
     d->setup.requests = o->requests;
     d->setup.rpm = (double)o->rpm;
     d->setup.burst = (double)o->burst;
+    d->setup.tpm = (double)o->tpm;
+    d->setup.token_burst = (double)o->token_burst;
+    d->setup.prompt_chars = sc->prompt_chars;
+    d->setup.max_tokens = sc->max_tokens;
+    d->setup.tokens = 0;
+    for (long long i = 0; i < o->requests; i++)
+        d->setup.tokens += (double)demo_estimate(sc->prompt_chars, sc->max_tokens, i);
+    d->setup.agents = d->nagents;
     d->setup.service_min_ms = o->service[0];
     d->setup.service_max_ms = o->service[1];
     d->setup.attempts = (int)o->attempts;
@@ -220,7 +278,10 @@ static int setup_options(demo_ctx *d) {
     d->setup.jitter_ms = o->jitter_ms;
     d->setup.redis = o->redis_url ? o->redis_url : (d->uses_sluice ? "ephemeral redis-server" : "not used");
     /* A generous MAXWAIT: three times the whole batch at the quota, at least a minute. */
-    double mw = 3.0 * (double)o->requests * 60000.0 / (double)o->rpm + 10000.0;
+    double batch = (double)o->requests * 60000.0 / (double)o->rpm;
+    if (o->tpm > 0 && d->setup.tokens * 60000.0 / (double)o->tpm > batch)
+        batch = d->setup.tokens * 60000.0 / (double)o->tpm;
+    double mw = 3.0 * batch + 10000.0;
     d->max_wait_ms = mw < 60000 ? 60000 : mw > 86400000 ? 86400000 : (long long)mw;
     return 0;
 }
@@ -327,14 +388,36 @@ static int start_redis(demo_ctx *d) {
 }
 
 static int start_mock(demo_ctx *d) {
-    char portfile[400], rpm[32], burst[32], service[64], seed[32];
+    char portfile[400], rpm[32], burst[32], service[64], seed[32], tpm[32], tburst[32];
     snprintf(portfile, sizeof(portfile), "%s/mock.port", d->dir);
     snprintf(rpm, sizeof(rpm), "%lld", d->o.rpm);
     snprintf(burst, sizeof(burst), "%lld", d->o.burst);
     snprintf(service, sizeof(service), "%.0f-%.0f", d->o.service[0], d->o.service[1]);
     snprintf(seed, sizeof(seed), "%lld", d->o.seed);
-    char *argv[] = {d->self, "mock",    "--host", "127.0.0.1",    "--port", "0",      "--port-file", portfile, "--rpm",
-                    rpm,     "--burst", burst,    "--service-ms", service,  "--seed", seed,          NULL};
+    snprintf(tpm, sizeof(tpm), "%lld", d->o.tpm);
+    snprintf(tburst, sizeof(tburst), "%lld", d->o.token_burst);
+    /* Without a TPM, the argument list ends before the token flags. */
+    char *argv[] = {d->self,
+                    "mock",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                    "--port-file",
+                    portfile,
+                    "--rpm",
+                    rpm,
+                    "--burst",
+                    burst,
+                    "--service-ms",
+                    service,
+                    "--seed",
+                    seed,
+                    d->o.tpm > 0 ? "--tpm" : NULL,
+                    tpm,
+                    "--token-burst",
+                    tburst,
+                    NULL};
     int log = open_log(d, "mock.log");
     d->mock_pid = demo_proc_spawn(argv, -1, -1, log);
     if (log >= 0) close(log);
@@ -392,7 +475,7 @@ static int free_loopback_port(void) {
  * nothing upstream). 1, 0, or -1 when INFO could not be read. */
 static int proxy_governs(const demo_ctx *d) {
     struct timeval tv = {5, 0};
-    redisContext *c = redisConnectUnixWithTimeout(d->agent_sock, tv);
+    redisContext *c = redisConnectUnixWithTimeout(d->agents[0].sock, tv);
     int rc = -1;
     if (c && !c->err && redisSetTimeout(c, tv) == REDIS_OK) {
         redisReply *r = redisCommand(c, "INFO http");
@@ -403,10 +486,14 @@ static int proxy_governs(const demo_ctx *d) {
     return rc;
 }
 
-static int start_sluiced(demo_ctx *d) {
-    char cfg[400];
-    snprintf(cfg, sizeof(cfg), "%s/sluiced.yaml", d->dir);
-    snprintf(d->agent_sock, sizeof(d->agent_sock), "%s/agent.sock", d->dir);
+/* Starts agent k of the fleet: sluiced.yaml, agent.sock and sluiced.log for
+ * the first, with "-<k+1>" in the names for the others. */
+static int start_sluiced(demo_ctx *d, int k) {
+    agent_proc *a = &d->agents[k];
+    char cfg[400], sfx[16] = "";
+    if (k > 0) snprintf(sfx, sizeof(sfx), "-%d", k + 1);
+    snprintf(cfg, sizeof(cfg), "%s/sluiced%s.yaml", d->dir, sfx);
+    snprintf(a->sock, sizeof(a->sock), "%s/agent%s.sock", d->dir, sfx);
     long long per = d->o.requests / d->o.processes + 1;
     long long max_clients = d->o.processes * (per < DEMO_MAX_THREADS ? per : DEMO_MAX_THREADS) + 64;
     if (max_clients < 1024) max_clients = 1024;
@@ -423,20 +510,20 @@ static int start_sluiced(demo_ctx *d) {
     if (d->o.redis_password_env) fprintf(f, "  password_env: \"%s\"\n", d->o.redis_password_env);
     fprintf(f,
             "agent:\n"
-            "  id: \"sluice-demo-%ld\"\n"
+            "  id: \"sluice-demo-%ld-%d\"\n"
             "  socket: \"%s\"\n"
             "  socket_mode: \"0600\"\n"
             "  metrics: \"\"\n"
             "  max_clients: %lld\n"
             "  log_level: warn\n",
-            (long)getpid(), d->agent_sock, max_clients);
+            (long)getpid(), k + 1, a->sock, max_clients);
     if (d->uses_proxy) {
-        if ((d->http_port = free_loopback_port()) <= 0) {
+        if ((a->http_port = free_loopback_port()) <= 0) {
             fprintf(stderr, "sluice demo: no free loopback port for sluiced's HTTP proxy\n");
             fclose(f);
             return -1;
         }
-        fprintf(f, "  http:\n    listen: [\"127.0.0.1:%d\"]\n", d->http_port);
+        fprintf(f, "  http:\n    listen: [\"127.0.0.1:%d\"]\n", a->http_port);
     }
     fprintf(f, "deployments:\n");
     for (int i = 0; i < d->nrun; i++) {
@@ -444,25 +531,31 @@ static int start_sluiced(demo_ctx *d) {
         fprintf(f,
                 "  %s:\n"
                 "    rpm: %lld\n"
-                "    burst: { requests: %lld }\n"
                 "    max_wait_ms: %lld\n"
                 "    jitter_ms: %lld\n",
-                d->deployments[i], d->o.rpm, d->o.burst, d->max_wait_ms, d->o.jitter_ms);
+                d->deployments[i], d->o.rpm, d->max_wait_ms, d->o.jitter_ms);
+        if (d->o.tpm > 0)
+            fprintf(f, "    tpm: %lld\n    burst: { requests: %lld, tokens: %lld }\n", d->o.tpm, d->o.burst,
+                    d->o.token_burst);
+        else fprintf(f, "    burst: { requests: %lld }\n", d->o.burst);
         /* The proxy forwards to the deployment's endpoint: the mock. */
         if (d->run[i]->via_proxy) fprintf(f, "    endpoint: \"http://127.0.0.1:%d\"\n", d->mock_port);
     }
     if (fclose(f) != 0) return -1;
     char *argv[] = {d->sluiced_bin, "--config", cfg, NULL};
-    int log = open_log(d, "sluiced.log");
-    d->sluiced_pid = demo_proc_spawn(argv, -1, log, log);
+    char logname[32];
+    snprintf(logname, sizeof(logname), "sluiced%s.log", sfx);
+    int log = open_log(d, logname);
+    a->pid = demo_proc_spawn(argv, -1, log, log);
     if (log >= 0) close(log);
-    if (d->sluiced_pid < 0) {
+    if (a->pid < 0) {
+        a->pid = 0;
         fprintf(stderr, "sluice demo: cannot start sluiced: %s\n", strerror(errno));
         return -1;
     }
-    if (wait_ready(d->sluiced_pid, "sluiced", test_ping, d->agent_sock) != 0) {
+    if (wait_ready(a->pid, "sluiced", test_ping, a->sock) != 0) {
         char path[400];
-        snprintf(path, sizeof(path), "%s/sluiced.log", d->dir);
+        snprintf(path, sizeof(path), "%s/%s", d->dir, logname);
         echo_file(path, "sluiced");
         return -1;
     }
@@ -472,7 +565,7 @@ static int start_sluiced(demo_ctx *d) {
 /* With --redis-url, removes the keys of the demo's deployments (best effort:
  * unix:///path and redis://[user@]host[:port][/db] are understood). */
 static void cleanup_redis_keys(demo_ctx *d) {
-    if (!d->o.redis_url || !d->uses_sluice || d->sluiced_pid == 0) return;
+    if (!d->o.redis_url || !d->uses_sluice || d->agents[0].pid == 0) return;
     const char *u = d->o.redis_url;
     redisContext *c = NULL;
     struct timeval tv = {2, 0};
@@ -593,19 +686,24 @@ static void workers_close(demo_ctx *d, int sig) {
 
 static int spawn_workers(demo_ctx *d, int idx, demo_row *row) {
     const demo_strategy *st = d->run[idx];
-    char url[512], rpm[32], attempts[32], scale[32], maxwait[32];
-    /* The proxy row's workers call sluiced's HTTP proxy, in the provider's
-     * own wire format, as they would call the provider. */
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d/openai/deployments/%s/chat/completions?api-version=2024-06-01",
-             st->via_proxy ? d->http_port : d->mock_port, d->deployments[idx]);
+    char rpm[32], attempts[32], scale[32], maxwait[32], tpm[32], chars[32], maxtok[32];
     snprintf(rpm, sizeof(rpm), "%lld", d->o.rpm);
+    snprintf(tpm, sizeof(tpm), "%lld", d->o.tpm);
+    snprintf(chars, sizeof(chars), "%d", d->scen->prompt_chars);
+    snprintf(maxtok, sizeof(maxtok), "%d", d->scen->max_tokens);
     snprintf(attempts, sizeof(attempts), "%lld", d->o.attempts);
     snprintf(scale, sizeof(scale), "%.17g", d->o.time_scale);
     snprintf(maxwait, sizeof(maxwait), "%lld", d->max_wait_ms);
     long long first = 0;
     for (int i = 0; i < d->o.processes; i++) {
         long long n = d->o.requests / d->o.processes + (i < d->o.requests % d->o.processes);
-        char id[64], nreq[32], first_s[32], seed[32];
+        char id[64], nreq[32], first_s[32], seed[32], url[512];
+        /* Worker process i's agent: its socket, and its HTTP proxy, which the
+         * proxy row's workers call in the provider's own wire format, as they
+         * would call the provider. */
+        const agent_proc *a = d->nagents > 0 ? &d->agents[i % d->nagents] : NULL;
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d/openai/deployments/%s/chat/completions?api-version=2024-06-01",
+                 st->via_proxy && a ? a->http_port : d->mock_port, d->deployments[idx]);
         snprintf(id, sizeof(id), "%s-w%d", st->id, i + 1);
         snprintf(nreq, sizeof(nreq), "%lld", n);
         snprintf(first_s, sizeof(first_s), "%lld", first);
@@ -622,7 +720,7 @@ static int spawn_workers(demo_ctx *d, int idx, demo_row *row) {
                         "--deployment",
                         d->deployments[idx],
                         "--socket",
-                        d->agent_sock[0] ? d->agent_sock : "-",
+                        a ? (char *)a->sock : "-",
                         "--requests",
                         nreq,
                         "--first",
@@ -633,6 +731,12 @@ static int spawn_workers(demo_ctx *d, int idx, demo_row *row) {
                         scale,
                         "--rpm",
                         rpm,
+                        "--tpm",
+                        tpm,
+                        "--prompt-chars",
+                        chars,
+                        "--max-tokens",
+                        maxtok,
                         "--max-wait-ms",
                         maxwait,
                         "--seed",
@@ -830,11 +934,13 @@ out:
 /* ---- main ------------------------------------------------------------------------------- */
 
 static void stop_services(demo_ctx *d) {
-    if (d->sluiced_pid > 0) demo_proc_stop(d->sluiced_pid, SIGTERM, STOP_TIMEOUT_MS);
+    for (int k = 0; k < d->nagents; k++)
+        if (d->agents[k].pid > 0) demo_proc_stop(d->agents[k].pid, SIGTERM, STOP_TIMEOUT_MS);
     cleanup_redis_keys(d);
     if (d->mock_pid > 0) demo_proc_stop(d->mock_pid, SIGTERM, STOP_TIMEOUT_MS);
     if (d->redis_pid > 0) demo_proc_stop(d->redis_pid, SIGTERM, STOP_TIMEOUT_MS);
-    d->sluiced_pid = d->mock_pid = d->redis_pid = 0;
+    memset(d->agents, 0, sizeof(d->agents));
+    d->mock_pid = d->redis_pid = 0;
 }
 
 /* Lets every child inherit a descriptor limit that fits one connection per
@@ -854,61 +960,33 @@ static int start_services(demo_ctx *d) {
         else if (start_redis(d) != 0) return -1;
     }
     if (start_mock(d) != 0) return -1;
-    if (d->uses_sluice && start_sluiced(d) != 0) return -1;
+    for (int k = 0; d->uses_sluice && k < d->nagents; k++)
+        if (start_sluiced(d, k) != 0) return -1;
     return 0;
 }
 
-int cmd_demo(int argc, char **argv) {
-    static demo_ctx ctx; /* large (paths); one per process */
-    demo_ctx *d = &ctx;
-    memset(d, 0, sizeof(*d));
-    d->o = (demo_opts){.processes = 3,
-                       .requests = 300,
-                       .burst = 10,
-                       .attempts = 10,
-                       .seed = 1,
-                       .jitter_ms = 25,
-                       .service = {-1, -1},
-                       .settle_headers = "all"};
-    for (int i = 0; i < MAX_PROCESSES; i++) d->w[i].in = d->w[i].out = -1;
-    if (cli_parse("demo", demo_flags, DEMO_NFLAGS, &d->o, argc, argv) != 0) return 2;
-    if (d->o.help) {
-        usage(stdout);
-        return 0;
-    }
-    if (setup_options(d) != 0) return 2;
-    if (demo_proc_self_exe(d->self, sizeof(d->self)) != 0) {
-        fprintf(stderr, "sluice demo: cannot find my own executable (/proc/self/exe)\n");
-        return 1;
-    }
-    if (demo_proc_signals_install() != 0) {
-        fprintf(stderr, "sluice demo: cannot install signal handlers: %s\n", strerror(errno));
-        return 1;
-    }
-    raise_nofile();
-    d->progress = isatty(2);
-    /* Fresh deployments per run: plain names in a private Redis, a run id in a shared one. */
-    if (d->o.redis_url)
-        snprintf(d->dep_prefix, sizeof(d->dep_prefix), "demo-%lx-",
-                 (unsigned long)getpid() ^ (unsigned long)time(NULL));
-    else snprintf(d->dep_prefix, sizeof(d->dep_prefix), "demo-");
+/* Runs scenario sc: its services, its rows and its table, or its JSON
+ * document into *doc. Returns 0, 1 when a service or a row failed, or
+ * 128 + the signal when interrupted. */
+static int run_scenario(demo_ctx *d, const demo_scenario *sc, int several, json_t **doc) {
+    setup_options(d, sc); /* checked before the first scenario ran */
     for (int i = 0; i < d->nrun; i++)
-        snprintf(d->deployments[i], sizeof(d->deployments[i]), "%.40s%.16s", d->dep_prefix, d->run[i]->id);
-    snprintf(d->dir, sizeof(d->dir), "%.200s/sluice-demo-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (strlen(d->dir) > 200 || !mkdtemp(d->dir)) {
-        fprintf(stderr, "sluice demo: cannot create a temp dir %s: %s\n", d->dir, strerror(errno));
-        return 1;
-    }
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
-        fprintf(stderr, "sluice demo: curl_global_init failed\n");
-        demo_proc_rmtree(d->dir);
-        return 1;
+        snprintf(d->deployments[i], sizeof(d->deployments[i]), "%.40s%.8s%.16s", d->dep_prefix, sc->dep_tag,
+                 d->run[i]->id);
+    /* Each scenario's files in its own folder when there are several. */
+    if (several) {
+        snprintf(d->dir, sizeof(d->dir), "%s/%s", d->root, sc->name);
+        if (mkdir(d->dir, 0700) != 0) {
+            fprintf(stderr, "sluice demo: cannot create %s: %s\n", d->dir, strerror(errno));
+            return 1;
+        }
+    } else {
+        snprintf(d->dir, sizeof(d->dir), "%s", d->root);
     }
 
-    int rc = 0;
+    int rc = 0, nrows = 0;
     demo_row rows[DEMO_NSTRATEGIES];
     memset(rows, 0, sizeof(rows));
-    int nrows = 0;
     if (d->progress)
         fprintf(stderr, "  starting %s...", d->uses_sluice ? "redis-server, the mock and sluiced" : "the mock");
     if (start_services(d) != 0) {
@@ -932,14 +1010,9 @@ int cmd_demo(int argc, char **argv) {
     }
     if (demo_proc_interrupted()) {
         rc = 128 + demo_proc_interrupted();
-        fprintf(stderr, "sluice demo: interrupted; stopping everything it started\n");
     } else if (d->o.json) {
-        json_t *doc = demo_report_json(&d->setup, rows, nrows);
-        if (doc) {
-            json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
-            fputc('\n', stdout);
-            json_decref(doc);
-        } else {
+        *doc = demo_report_json(&d->setup, rows, nrows);
+        if (!*doc) {
             fprintf(stderr, "sluice demo: out of memory building the JSON\n");
             rc = 1;
         }
@@ -952,8 +1025,101 @@ out:
     workers_close(d, SIGKILL);
     stop_services(d);
     for (int i = 0; i < DEMO_NSTRATEGIES; i++) demo_row_free(&rows[i]);
+    return rc;
+}
+
+int cmd_demo(int argc, char **argv) {
+    static demo_ctx ctx; /* large (paths); one per process */
+    demo_ctx *d = &ctx;
+    memset(d, 0, sizeof(*d));
+    d->user = (demo_opts){.processes = 3,
+                          .tpm = -1,
+                          .attempts = 10,
+                          .seed = 1,
+                          .jitter_ms = 25,
+                          .service = {-1, -1},
+                          .settle_headers = "all"};
+    for (int i = 0; i < MAX_PROCESSES; i++) d->w[i].in = d->w[i].out = -1;
+    if (cli_parse("demo", demo_flags, DEMO_NFLAGS, &d->user, argc, argv) != 0) return 2;
+    if (d->user.help) {
+        usage(stdout);
+        return 0;
+    }
+    /* The scenarios to run, each checked before anything starts. */
+    const demo_scenario *scens[DEMO_NSCENARIOS];
+    int nscen = 0;
+    const char *sname = d->user.scenario ? d->user.scenario : "requests";
+    if (strcasecmp(sname, "all") == 0) {
+        for (int i = 0; i < DEMO_NSCENARIOS; i++) scens[nscen++] = &demo_scenarios[i];
+    } else if ((scens[0] = demo_scenario_find(sname))) {
+        nscen = 1;
+    } else {
+        fprintf(stderr, "sluice demo: --scenario: expected requests, tokens or all, got '%s'\n", sname);
+        return 2;
+    }
+    for (int i = 0; i < nscen; i++)
+        if (setup_options(d, scens[i]) != 0) return 2;
+    if (demo_proc_self_exe(d->self, sizeof(d->self)) != 0) {
+        fprintf(stderr, "sluice demo: cannot find my own executable (/proc/self/exe)\n");
+        return 1;
+    }
+    if (demo_proc_signals_install() != 0) {
+        fprintf(stderr, "sluice demo: cannot install signal handlers: %s\n", strerror(errno));
+        return 1;
+    }
+    raise_nofile();
+    d->progress = isatty(2);
+    /* Fresh deployments per run: plain names in a private Redis, a run id in a shared one. */
+    if (d->user.redis_url)
+        snprintf(d->dep_prefix, sizeof(d->dep_prefix), "demo-%lx-",
+                 (unsigned long)getpid() ^ (unsigned long)time(NULL));
+    else snprintf(d->dep_prefix, sizeof(d->dep_prefix), "demo-");
+    snprintf(d->root, sizeof(d->root), "%.200s/sluice-demo-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (strlen(d->root) > 200 || !mkdtemp(d->root)) {
+        fprintf(stderr, "sluice demo: cannot create a temp dir %s: %s\n", d->root, strerror(errno));
+        return 1;
+    }
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
+        fprintf(stderr, "sluice demo: curl_global_init failed\n");
+        demo_proc_rmtree(d->root);
+        return 1;
+    }
+
+    int rc = 0;
+    json_t *docs[DEMO_NSCENARIOS] = {NULL};
+    for (int i = 0; i < nscen; i++) {
+        if (i > 0 && !d->user.json) fputc('\n', stdout);
+        int r = run_scenario(d, scens[i], nscen > 1, &docs[i]);
+        if (r > rc) rc = r;
+        if (demo_proc_interrupted()) break;
+    }
+    if (demo_proc_interrupted()) {
+        rc = 128 + demo_proc_interrupted();
+        fprintf(stderr, "sluice demo: interrupted; stopping everything it started\n");
+    } else if (d->user.json) {
+        /* One scenario: its document; several: {"scenarios": [...]}. */
+        json_t *doc = docs[0];
+        if (nscen > 1) {
+            json_t *arr = json_array();
+            for (int i = 0; arr && i < nscen; i++)
+                if (docs[i]) json_array_append(arr, docs[i]);
+            doc = arr ? json_pack("{s:o}", "scenarios", arr) : NULL;
+        } else {
+            json_incref(doc);
+        }
+        if (doc) {
+            json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+            fputc('\n', stdout);
+            json_decref(doc);
+        } else if (rc == 0) {
+            fprintf(stderr, "sluice demo: out of memory building the JSON\n");
+            rc = 1;
+        }
+    }
+    fflush(stdout);
+    for (int i = 0; i < nscen; i++) json_decref(docs[i]);
     curl_global_cleanup();
-    if (d->o.keep) fprintf(stderr, "sluice demo: kept %s (configs and logs)\n", d->dir);
-    else demo_proc_rmtree(d->dir);
+    if (d->user.keep) fprintf(stderr, "sluice demo: kept %s (configs and logs)\n", d->root);
+    else demo_proc_rmtree(d->root);
     return rc;
 }

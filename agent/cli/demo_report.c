@@ -52,6 +52,7 @@ int demo_row_add_ledger(demo_row *row, const json_t *stats) {
     row->p_accepted = get_int(d, "accepted");
     row->p_429 = get_int(d, "status_429");
     row->p_abandoned = get_int(d, "abandoned");
+    row->p_tokens = get_int(d, "tokens_charged");
     row->p_other =
         get_int(d, "status_503") + get_int(d, "status_400") + get_int(d, "status_404") + get_int(d, "other_errors");
     row->p_first_accept_ms = get_num(d, "first_accept_ms", -1);
@@ -71,10 +72,19 @@ static double percentile(const double *v, size_t n, double q) {
     return v[i < n ? i : n - 1];
 }
 
-double demo_floor_ms(const demo_setup *s) {
+static double request_floor_ms(const demo_setup *s) {
     double f = ((double)s->requests - s->burst) * 60000.0 / s->rpm;
     return f > 0 ? f : 0;
 }
+
+static double token_floor_ms(const demo_setup *s) {
+    double f = s->tpm > 0 ? (s->tokens - s->token_burst) * 60000.0 / s->tpm : 0;
+    return f > 0 ? f : 0;
+}
+
+int demo_tokens_bind(const demo_setup *s) { return token_floor_ms(s) > request_floor_ms(s); }
+
+double demo_floor_ms(const demo_setup *s) { return demo_tokens_bind(s) ? token_floor_ms(s) : request_floor_ms(s); }
 
 void demo_row_finish(demo_row *row, const demo_setup *s) {
     qsort(row->latency_ms, row->nlat, sizeof(double), cmp_double);
@@ -82,8 +92,10 @@ void demo_row_finish(demo_row *row, const demo_setup *s) {
     row->p99_ms = percentile(row->latency_ms, row->nlat, 0.99);
     row->eff_rpm = row->wall_ms > 0 ? (double)row->p_accepted / row->wall_ms * 60000.0 : 0;
     double span = row->p_last_accept_ms - row->p_first_accept_ms;
-    double beyond = (double)row->p_accepted - s->burst;
-    row->util = row->p_first_accept_ms >= 0 && span > 0 && beyond > 0 ? beyond * 60000.0 / s->rpm / span : -1;
+    int tokens = demo_tokens_bind(s);
+    double beyond = tokens ? (double)row->p_tokens - s->token_burst : (double)row->p_accepted - s->burst;
+    double rate = tokens ? s->tpm : s->rpm;
+    row->util = row->p_first_accept_ms >= 0 && span > 0 && beyond > 0 ? beyond * 60000.0 / rate / span : -1;
 }
 
 void demo_row_free(demo_row *row) {
@@ -102,14 +114,24 @@ static const char *secs(double ms, char *buf, size_t n) {
 
 void demo_report_header(FILE *f, const demo_setup *s) {
     char fl[32];
-    fprintf(f,
-            "sluice demo: %d worker processes share one deployment: %g RPM, burst %g, service %g-%g ms;\n"
-            "%lld requests arrive at once, each allowed %d attempts. Time scale %g",
-            s->processes, s->rpm, s->burst, s->service_min_ms, s->service_max_ms, s->requests, s->attempts,
-            s->time_scale);
+    fprintf(f, "sluice demo, scenario %s: %d worker processes share one deployment: %g RPM, burst %g", s->scenario,
+            s->processes, s->rpm, s->burst);
+    if (s->tpm > 0) fprintf(f, ", %g TPM, token burst %g", s->tpm, s->token_burst);
+    fprintf(f, ", service %g-%g ms;\n%lld requests arrive at once, each allowed %d attempts", s->service_min_ms,
+            s->service_max_ms, s->requests, s->attempts);
+    if (s->prompt_chars > 0)
+        fprintf(f, ", a %lld-character prompt and max_tokens %lld (%.0f tokens charged in all)", s->prompt_chars,
+                s->max_tokens, s->tokens);
+    fprintf(f, ". Time scale %g", s->time_scale);
     if (s->time_scale == 1) fprintf(f, " (real time).\n");
     else fprintf(f, " (client waits divided by %g).\n", s->time_scale);
-    fprintf(f, "Redis: %s. Floor (N - burst) / rate = %s.\n\n", s->redis, secs(demo_floor_ms(s), fl, sizeof(fl)));
+    fprintf(f, "Redis: %s", s->redis);
+    if (s->agents > 1)
+        fprintf(f, ", %d sluiced agents%s", s->agents, s->agents == s->processes ? " (one per worker process)" : "");
+    if (demo_tokens_bind(s))
+        fprintf(f, ". Floor (tokens - token burst) / token rate = %s (TPM binds).\n\n",
+                secs(demo_floor_ms(s), fl, sizeof(fl)));
+    else fprintf(f, ". Floor (N - burst) / rate = %s.\n\n", secs(demo_floor_ms(s), fl, sizeof(fl)));
 }
 
 void demo_report_columns(FILE *f) {
@@ -132,11 +154,13 @@ void demo_report_row(FILE *f, const demo_row *r) {
 }
 
 void demo_report_footer(FILE *f, const demo_setup *s) {
-    (void)s;
-    fprintf(f, "\ncompleted, 429s, attempts: the provider's own ledger (sluice mock). gave up, p50, p99, wall:\n"
-               "the clients'. eff RPM: completed per minute of wall. util: ((completed - burst) / rate) over the\n"
-               "time between the provider's first and last accept; 100 %% is the deployment's full rate.\n"
-               "Each strategy starts from a fresh deployment (full bucket). See docs/demo.md.\n");
+    fprintf(f,
+            "\ncompleted, 429s, attempts: the provider's own ledger (sluice mock). gave up, p50, p99, wall:\n"
+            "the clients'. eff RPM: completed per minute of wall. util: %s over the\n"
+            "time between the provider's first and last accept; 100 %% is the deployment's full %s.\n"
+            "Each strategy starts from a fresh deployment (full bucket). See docs/demo.md.\n",
+            demo_tokens_bind(s) ? "((tokens charged - token burst) / token rate)" : "((completed - burst) / rate)",
+            demo_tokens_bind(s) ? "token rate" : "rate");
 }
 
 /* ---- JSON ----------------------------------------------------------------------- */
@@ -162,11 +186,12 @@ static json_t *row_json(const demo_row *r) {
     json_object_set_new(o, "effective_rpm", json_real(r->eff_rpm));
     json_object_set_new(o, "utilisation", num_or_null(r->util, r->util >= 0));
     json_object_set_new(o, "provider",
-                        json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:o}", "requests", (json_int_t)r->p_requests,
+                        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}", "requests", (json_int_t)r->p_requests,
                                   "accepted", (json_int_t)r->p_accepted, "status_429", (json_int_t)r->p_429,
-                                  "other_errors", (json_int_t)r->p_other, "abandoned", (json_int_t)r->p_abandoned,
-                                  "first_accept_ms", num_or_null(r->p_first_accept_ms, r->p_first_accept_ms >= 0),
-                                  "last_accept_ms", num_or_null(r->p_last_accept_ms, r->p_last_accept_ms >= 0)));
+                                  "tokens_charged", (json_int_t)r->p_tokens, "other_errors", (json_int_t)r->p_other,
+                                  "abandoned", (json_int_t)r->p_abandoned, "first_accept_ms",
+                                  num_or_null(r->p_first_accept_ms, r->p_first_accept_ms >= 0), "last_accept_ms",
+                                  num_or_null(r->p_last_accept_ms, r->p_last_accept_ms >= 0)));
     json_object_set_new(o, "clients",
                         json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "completed",
                                   (json_int_t)r->c_completed, "gave_up", (json_int_t)r->c_gave_up, "attempts",
@@ -188,9 +213,13 @@ json_t *demo_report_json(const demo_setup *s, const demo_row *rows, int nrows) {
         }
     }
     if (!arr) return NULL;
-    return json_pack("{s:{s:i, s:I, s:f, s:f, s:[f,f], s:i, s:f, s:I, s:s}, s:f, s:o}", "setup", "processes",
-                     s->processes, "requests", (json_int_t)s->requests, "rpm", s->rpm, "burst", s->burst, "service_ms",
-                     s->service_min_ms, s->service_max_ms, "attempts", s->attempts, "time_scale", s->time_scale,
-                     "jitter_ms", (json_int_t)s->jitter_ms, "redis", s->redis, "floor_ms", demo_floor_ms(s),
-                     "strategies", arr);
+    return json_pack("{s:{s:s, s:i, s:I, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:[f,f], s:i, s:f, s:I, s:s, s:i}, "
+                     "s:f, s:s, s:o}",
+                     "setup", "scenario", s->scenario, "processes", s->processes, "requests", (json_int_t)s->requests,
+                     "rpm", s->rpm, "burst", s->burst, "tpm", s->tpm, "token_burst", s->token_burst, "prompt_chars",
+                     (json_int_t)s->prompt_chars, "max_tokens", (json_int_t)s->max_tokens, "tokens", s->tokens,
+                     "service_ms", s->service_min_ms, s->service_max_ms, "attempts", s->attempts, "time_scale",
+                     s->time_scale, "jitter_ms", (json_int_t)s->jitter_ms, "redis", s->redis, "agents", s->agents,
+                     "floor_ms", demo_floor_ms(s), "binding", demo_tokens_bind(s) ? "tokens" : "requests", "strategies",
+                     arr);
 }

@@ -10,6 +10,11 @@
  * the share of the quota's rate used beyond the initial burst between the
  * provider's first and last accepted request. For a run that completes all
  * N requests this is floor / makespan with floor = (N - burst) / rate.
+ * When the deployment has a TPM and tokens bind first (their floor,
+ * (tokens charged - token burst) / token rate, is the longer), util is
+ * counted in tokens the same way:
+ *   util = ((tokens charged - token burst) / token rate) / (last - first accept)
+ * with the tokens charged from the provider's ledger too.
  * Depends on jansson. */
 #ifndef SLUICE_DEMO_REPORT_H
 #define SLUICE_DEMO_REPORT_H
@@ -22,10 +27,15 @@
 
 /* The demo's parameters, as the report shows them. */
 typedef struct demo_setup {
+    const char *scenario; /* demo_scenario's name */
     int processes;
     long long requests;
     double rpm;
     double burst;
+    double tpm, token_burst; /* tpm 0: no token limit */
+    long long prompt_chars, max_tokens;
+    double tokens; /* what the N requests are charged, the sum of their estimates */
+    int agents;    /* sluiced processes (0: none started) */
     double service_min_ms, service_max_ms;
     int attempts;
     double time_scale;
@@ -39,7 +49,7 @@ typedef struct demo_row {
     int ok;          /* the run finished and its ledger was read */
     char error[160]; /* why not */
     /* the provider's ledger for the run's deployment */
-    long long p_requests, p_accepted, p_429, p_other, p_abandoned;
+    long long p_requests, p_accepted, p_429, p_other, p_abandoned, p_tokens;
     double p_first_accept_ms, p_last_accept_ms; /* < 0: none */
     /* the clients' totals, summed over the processes */
     long long c_completed, c_gave_up, c_attempts, c_429, c_http_errors, c_transport_errors;
@@ -65,8 +75,12 @@ void demo_row_finish(demo_row *row, const demo_setup *s);
 
 void demo_row_free(demo_row *row);
 
-/* The floor, (N - burst) / rate, in ms (0 when N <= burst). */
+/* The floor in ms: the longer of (N - burst) / rate and, with a TPM,
+ * (tokens - token burst) / token rate (0 when all fits in the bursts). */
 double demo_floor_ms(const demo_setup *s);
+
+/* 1 when tokens bind first: the token floor is the longer one. */
+int demo_tokens_bind(const demo_setup *s);
 
 /* Text: a header, the rows, and how to read them. */
 void demo_report_header(FILE *f, const demo_setup *s);

@@ -13,6 +13,10 @@
  * link libsluice on purpose: the demo shows the socket protocol any
  * language can speak.
  *
+ * The prompt is one line (--prompt-chars 0) or exactly --prompt-chars
+ * ASCII characters, so every request of the tokens scenario is charged
+ * the same estimate, ceil(chars / 4) + --max-tokens.
+ *
  * Durations the clients choose themselves (the backoff base, the seconds
  * of Retry-After they honour) are divided by --time-scale, so a time-scaled
  * run keeps the seed's dynamics. */
@@ -38,7 +42,6 @@
 #include "cli_flags.h"
 #include "demo.h"
 
-#define MAX_TOKENS 64         /* max_tokens of every request */
 #define MAX_HEADERS 48        /* response headers kept per response */
 #define MAX_BODY (256 * 1024) /* response body kept */
 #define HTTP_TIMEOUT_MS 120000L
@@ -57,8 +60,11 @@ typedef struct worker_opts {
     long long attempts;
     long long max_wait_ms;
     long long seed;
+    long long prompt_chars; /* 0: a one-line prompt */
+    long long max_tokens;
     double time_scale;
     double rpm;
+    double tpm; /* strategy F paces at it */
     int help;
 } worker_opts;
 
@@ -79,6 +85,10 @@ static const cli_flag worker_flags[] = {
     {"--seed", NULL, "S", CLI_INT, WOPT(seed), 0, 9007199254740992.0, "jitter seed"},
     {"--time-scale", NULL, "S", CLI_DOUBLE, WOPT(time_scale), 1e-3, 1e6, "divide client durations by S"},
     {"--rpm", NULL, "N", CLI_DOUBLE, WOPT(rpm), 1e-6, 1e9, "the quota (strategy E paces at it)"},
+    {"--tpm", NULL, "N", CLI_DOUBLE, WOPT(tpm), 0, 1e12, "the token quota (strategy F paces at it)"},
+    {"--prompt-chars", NULL, "N", CLI_INT, WOPT(prompt_chars), 0, 1000000,
+     "characters of every prompt; 0 = one line (default 0)"},
+    {"--max-tokens", NULL, "N", CLI_INT, WOPT(max_tokens), 1, 1000000, "max_tokens of every request (default 64)"},
     {"--help", NULL, NULL, CLI_BOOL, WOPT(help), 0, 0, "show this help"},
 };
 #define WORKER_NFLAGS (sizeof(worker_flags) / sizeof(worker_flags[0]))
@@ -130,6 +140,8 @@ typedef struct thread_ctx {
     redisContext *rc;
     uint64_t rng;
     response resp;
+    char *content, *body; /* the request's prompt and JSON body */
+    size_t body_size;
 } thread_ctx;
 
 /* ---- time -------------------------------------------------------------------- */
@@ -342,8 +354,10 @@ static int sluice_retry(thread_ctx *t) {
 
 /* ---- one request ------------------------------------------------------------- */
 
-static void pace(worker *w) {
-    double interval = 60000.0 / w->o->rpm;
+/* Takes the next slot of the process's bucket: one request at the full
+ * RPM, or (DEMO_PACE_TOKENS) the request's estimate at the full TPM. */
+static void pace(worker *w, long long estimate) {
+    double interval = w->st->paced == DEMO_PACE_TOKENS ? (double)estimate * 60000.0 / w->o->tpm : 60000.0 / w->o->rpm;
     pthread_mutex_lock(&w->pace_mu);
     double now = now_ms();
     if (w->pace_next_ms < now) w->pace_next_ms = now;
@@ -365,11 +379,11 @@ static req_end run_request(thread_ctx *t, long long idx) {
     worker *w = t->w;
     const worker_opts *o = w->o;
     const demo_strategy *st = w->st;
-    char content[128], body[256];
-    snprintf(content, sizeof(content), "Summarise document %lld of the nightly import in one line.", idx);
-    snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d}", content,
-             MAX_TOKENS);
-    long long estimate = (long long)((strlen(content) + 3) / 4) + MAX_TOKENS; /* as the mock charges */
+    char *content = t->content, *body = t->body;
+    demo_prompt(o->prompt_chars, idx, content);
+    snprintf(body, t->body_size, "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%lld}", content,
+             o->max_tokens);
+    long long estimate = (long long)((strlen(content) + 3) / 4) + o->max_tokens; /* as the mock charges */
     int sheds = 0;
     for (long long a = 0; a < o->attempts; a++) {
         char grant[128] = "";
@@ -386,7 +400,7 @@ static req_end run_request(thread_ctx *t, long long idx) {
                 sleep_ms(retry_ms > 1 ? retry_ms : 1);
             }
         }
-        if (st->paced) pace(w);
+        if (st->paced != DEMO_PACE_NONE) pace(w, estimate);
         if (st->in_flight > 0)
             while (sem_wait(&w->gate) != 0 && errno == EINTR) {}
         count(w, &w->attempts);
@@ -441,13 +455,16 @@ static req_end run_request(thread_ctx *t, long long idx) {
 static int thread_setup(thread_ctx *t) {
     const worker_opts *o = t->w->o;
     t->resp.body = malloc(MAX_BODY + 1);
+    t->content = malloc((size_t)o->prompt_chars + 128);
+    t->body_size = (size_t)o->prompt_chars + 256;
+    t->body = malloc(t->body_size);
     t->curl = curl_easy_init();
     char client[160];
     snprintf(client, sizeof(client), "x-client-id: %s", o->worker_id);
     t->hdrs = curl_slist_append(NULL, "content-type: application/json");
     if (t->hdrs) t->hdrs = curl_slist_append(t->hdrs, client);
     if (t->hdrs) t->hdrs = curl_slist_append(t->hdrs, "Expect:");
-    if (!t->resp.body || !t->curl || !t->hdrs) {
+    if (!t->resp.body || !t->content || !t->body || !t->curl || !t->hdrs) {
         fprintf(stderr, "sluice demo-worker %s: out of memory\n", o->worker_id);
         return -1;
     }
@@ -513,6 +530,8 @@ static void thread_cleanup(thread_ctx *t) {
     if (t->curl) curl_easy_cleanup(t->curl);
     curl_slist_free_all(t->hdrs);
     free(t->resp.body);
+    free(t->content);
+    free(t->body);
 }
 
 /* ---- the process ------------------------------------------------------------- */
@@ -560,6 +579,7 @@ int cmd_demo_worker(int argc, char **argv) {
                      .requests = 1,
                      .attempts = 10,
                      .max_wait_ms = 60000,
+                     .max_tokens = 64,
                      .seed = 1,
                      .time_scale = 1,
                      .rpm = 60};
@@ -572,9 +592,10 @@ int cmd_demo_worker(int argc, char **argv) {
     }
     const demo_strategy *st = o.strategy ? demo_strategy_find(o.strategy) : NULL;
     if (!st || !o.url || !o.worker_id || (st->wait == DEMO_WAIT_SLUICE && (!o.socket || !o.deployment)) ||
+        (st->paced == DEMO_PACE_TOKENS && o.tpm <= 0) ||
         (strcmp(o.settle_headers, "all") != 0 && strcmp(o.settle_headers, "none") != 0)) {
         fprintf(stderr, "sluice demo-worker: needs --strategy, --url, --worker-id (and --socket, --deployment "
-                        "for sluice); --settle-headers is all or none\n");
+                        "for sluice, --tpm for F); --settle-headers is all or none\n");
         return 2;
     }
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {

@@ -7,7 +7,11 @@
  * while strategy E (each of P >= 2 processes paces itself at the full
  * quota) does draw 429s. Once as a user runs it (SETTLE forwards the
  * provider's headers), once with the schedule alone (no header feedback).
- * Also: Ctrl-C and kill -9 leave no process behind
+ * The tokens scenario (issue 21: TPM binds first, seed 003's everyday
+ * case) is judged the same way in tokens: sluice, as unmodified HTTP
+ * clients calling their own agent's HTTP proxy, completes every request
+ * with at most 1 % 429s and uses >= 97 % of the token floor, while F
+ * (each process paces itself at the full TPM) draws 429s. Also: Ctrl-C and kill -9 leave no process behind
  * (the test is a child subreaper, so anything the demo leaked would become
  * its child) and no temp dir.
  *
@@ -233,6 +237,64 @@ static void test_sluice_pacing_without_feedback(void **state) {
     e_vs_sluice("none");
 }
 
+/* ---- the tokens scenario ------------------------------------------------------------- */
+
+/* TPM binds first: 800-character prompts and max_tokens 200 (400 tokens
+ * charged each) against 1200 RPM and 240 000 TPM, so the deployment
+ * serves 600 requests a minute, half its RPM. P = 3, one sluiced per
+ * worker process, N = 90: the token floor is (36 000 - 4 000) / 4 000 per
+ * s = 8 s. sluice is the proxy row: B's plain HTTP client whose URL is its
+ * agent's HTTP proxy. */
+static void test_tokens_through_proxy(void **state) {
+    (void)state;
+    if (binaries() != 0) skip();
+    demo_run r;
+    demo_start(&r, NULL, "--scenario", "tokens", "-P", "3", "-N", "90", "--rpm", "1200", "--tpm", "240000",
+               "--token-burst", "4000", "--strategies", "F,proxy", "--json", NULL);
+    int rd = demo_read(&r, NULL, RUN_TIMEOUT_MS);
+    text = r.text;
+    assert_int_equal(rd, 0);
+    int st = demo_wait(&r);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fprintf(stderr, "demo output:\n%s\n", r.text ? r.text : "");
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    json_error_t je;
+    doc = json_loads(r.text, 0, &je);
+    if (!doc) fprintf(stderr, "not JSON (%s):\n%s\n", je.text, r.text);
+    assert_non_null(doc);
+    fprintf(stderr, "%s\n", r.text);
+
+    /* The scenario is the one asked for: tokens bind, three agents. */
+    const json_t *setup = json_object_get(doc, "setup");
+    assert_string_equal(json_string_value(json_object_get(doc, "binding")), "tokens");
+    assert_int_equal(jint(setup, "agents", NULL), 3);
+    assert_int_equal(jint(setup, "prompt_chars", NULL), 800);
+
+    const json_t *s = strategy(doc, "proxy"), *f = strategy(doc, "F");
+    assert_non_null(s);
+    assert_non_null(f);
+    assert_true(json_is_true(json_object_get(s, "ok")));
+    assert_true(json_is_true(json_object_get(f, "ok")));
+
+    /* sluice, by the provider's ledger: every request, each charged its
+     * 400 tokens, at most 1 % of the attempts refused. */
+    assert_int_equal(jint(s, "provider", "accepted"), 90);
+    assert_int_equal(jint(s, "provider", "tokens_charged"), 90 * 400);
+    assert_int_equal(jint(s, "gave_up", NULL), 0);
+    long long s429 = jint(s, "provider", "status_429"), sreq = jint(s, "provider", "requests");
+    const json_t *util = json_object_get(s, "utilisation");
+    assert_true(json_is_number(util));
+    fprintf(stderr, "tokens scenario: sluice (proxy) token utilisation %.3f, 429s %lld of %lld; F 429s %lld\n",
+            json_number_value(util), s429, sreq, jint(f, "provider", "status_429"));
+    assert_true(s429 * 100 <= sreq);
+    /* Use all of it: (tokens - token burst) / token rate over the
+     * provider's first-to-last accept. */
+    assert_true(json_number_value(util) >= 0.97);
+
+    /* F: three processes each pacing at the full TPM offer three times it. */
+    assert_true(jint(f, "provider", "status_429") > 0);
+}
+
 /* ---- cleanup ------------------------------------------------------------------------ */
 
 static int dir_is_empty(const char *path) {
@@ -337,6 +399,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_sluice_vs_self_pacing, teardown),
         cmocka_unit_test_teardown(test_sluice_pacing_without_feedback, teardown),
+        cmocka_unit_test_teardown(test_tokens_through_proxy, teardown),
         cmocka_unit_test_teardown(test_ctrl_c_stops_everything, teardown),
         cmocka_unit_test_teardown(test_kill_9_leaks_nothing, teardown),
     };
