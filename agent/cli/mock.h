@@ -61,7 +61,13 @@ typedef struct mock_options {
     double output_burst;        /* output bucket size; 0: max(1, otpm / 6) */
     unsigned cache_read_tokens; /* Anthropic: input tokens read from the cache per call */
     int no_headers;             /* send no rate-limit headers */
+    int openai_tpm;             /* the charge of the OpenAI-style routes: a mock_openai_tpm */
 } mock_options;
+
+/* How the OpenAI-style routes (/v1/..., /openai/v1/...) charge the token
+ * bucket: OpenAI's documented rule, max(ceil(chars / 4), max_tokens), or
+ * Azure's prompt + max_tokens. The Azure routes always charge the sum. */
+typedef enum mock_openai_tpm { MOCK_OPENAI_TPM_MAX = 0, MOCK_OPENAI_TPM_SUM = 1 } mock_openai_tpm;
 
 /* How the mock prints JSON: compact, reals with 15 significant digits. */
 #define MOCK_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(15))
