@@ -32,7 +32,8 @@ typedef enum flag_kind {
     FLAG_U64,    /* uint64_t in [min, max] */
     FLAG_SIZE,   /* size_t in [min, max] */
     FLAG_RANGE,  /* "LO-HI" or "N" into two adjacent unsigned */
-    FLAG_LIST    /* appends to deployments */
+    FLAG_LIST,   /* appends to deployments */
+    FLAG_CHOICE  /* int: the index of the value among the metavar's "a|b|..." words */
 } flag_kind;
 
 typedef struct mock_flag {
@@ -83,6 +84,10 @@ static const mock_flag mock_flags[] = {
      "Retry-After seconds sent with injected 503s; 0 = none (default 0)"},
     {"--quota-exhausted", NULL, FLAG_BOOL, OPT(o.quota_exhausted), 0, 0,
      "every chat call gets 429 insufficient_quota (Anthropic: 400 credit balance too low)"},
+    {"--openai-tpm", "max|sum", FLAG_CHOICE, OPT(o.openai_tpm), 0, 0,
+     "what an OpenAI-style call (/v1/..., /openai/v1/...) costs the token bucket: max = "
+     "max(ceil(chars/4), max_tokens), OpenAI's documented rule; sum = ceil(chars/4) + max_tokens, "
+     "as Azure (default max)"},
     {"--no-headers", NULL, FLAG_BOOL, OPT(o.no_headers), 0, 0,
      "send no rate-limit headers (x-ratelimit-*, anthropic-ratelimit-*), like a provider "
      "that has none"},
@@ -100,10 +105,11 @@ static const mock_flag mock_flags[] = {
 
 static void mock_usage(FILE *f) {
     fprintf(f, "usage: sluice mock [OPTIONS]\n\n"
-               "Serves a stand-in for Azure OpenAI / OpenAI chat-completions and Anthropic Messages\n"
-               "deployments that enforces their limits like the real front doors (token buckets\n"
-               "with burst; Azure/OpenAI: RPM and TPM, the estimate ceil(chars/4) + max_tokens\n"
-               "charged at admission; Anthropic: RPM, ITPM on the uncached input, OTPM charged\n"
+               "Serves a stand-in for Azure OpenAI / OpenAI chat-completions, embeddings and\n"
+               "Responses, and Anthropic Messages deployments that enforces their limits like the\n"
+               "real front doors (token buckets with burst; Azure: RPM and TPM, the estimate\n"
+               "ceil(chars/4) + max_tokens charged at admission; OpenAI: max(ceil(chars/4),\n"
+               "max_tokens); Anthropic: RPM, ITPM on the uncached input, OTPM charged\n"
                "max_tokens and settled to the output), 429 with Retry-After, and keeps a ledger\n"
                "of everything it saw, per deployment and per client (x-client-id header, else the\n"
                "peer address).\n\n"
@@ -118,6 +124,9 @@ static void mock_usage(FILE *f) {
                "  POST /openai/deployments/NAME/chat/completions[?api-version=V]   Azure style\n"
                "  POST /v1/chat/completions, /openai/v1/chat/completions           OpenAI style "
                "(deployment = \"model\")\n"
+               "  POST /openai/deployments/NAME/embeddings, /v1/embeddings          embeddings\n"
+               "  POST /openai/deployments/NAME/responses, /openai/responses,\n"
+               "       /v1/responses, /openai/v1/responses                          Responses API\n"
                "  POST /v1/messages                                                 Anthropic style "
                "(deployment = \"model\")\n"
                "  GET  /stats[?reset=1|reset=all]   the ledger as JSON (reset=all also refills "
@@ -183,6 +192,18 @@ static int apply_flag(mock_cli *cli, const mock_flag *fl, const char *v) {
         *(const char **)field = v;
         return 0;
     case FLAG_LIST: cli->deployments[cli->n_deployments++] = v; return 0;
+    case FLAG_CHOICE: {
+        int k = 0;
+        for (const char *w = fl->metavar; *w; k++) {
+            size_t len = strcspn(w, "|");
+            if (strlen(v) == len && strncmp(w, v, len) == 0) {
+                *(int *)field = k;
+                return 0;
+            }
+            w += len + (w[len] == '|');
+        }
+        return bad_flag(fl->name, "expected one of the listed values, got '%s'", v);
+    }
     case FLAG_RANGE: {
         unsigned *p = (unsigned *)field;
         return parse_range(fl, v, &p[0], &p[1]);

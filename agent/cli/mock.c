@@ -204,8 +204,12 @@ static const char *outcome_name(mock_outcome o) {
 static int call_record(mock_call *c, int status, mock_outcome o, const mock_charge *ch, const mock_events *e) {
     mock *m = c->m;
     mock_ledger_ref ref;
-    mock_ledger_record(m->ledger, c->deployment, c->client, o, c->now_ms, ch, &ref);
-    mock_ledger_credential(m->ledger, c->credential, o, c->now_ms, ch, &ref);
+    /* The ledger lists each accept under the id its answer carries. */
+    mock_charge rec = {0};
+    if (ch) rec = *ch;
+    rec.id = m->next_id + 1;
+    mock_ledger_record(m->ledger, c->deployment, c->client, o, c->now_ms, &rec, &ref);
+    mock_ledger_credential(m->ledger, c->credential, o, c->now_ms, &rec, &ref);
     if (m->opt.log)
         fprintf(m->opt.log, "%.3f %s %s %s %d %s\n", c->now_ms, c->client, c->deployment ? c->deployment : "-",
                 mock_http_path(c->req), status, outcome_name(o));
@@ -218,6 +222,7 @@ static int call_record(mock_call *c, int status, mock_outcome o, const mock_char
     if (!p) return -1;
     p->m = m;
     p->ref = ref;
+    p->id = rec.id;
     p->dep = c->dep;
     p->settle = c->settle;
     if (e) {
@@ -370,6 +375,13 @@ static const mock_route mock_routes[] = {
     {"POST", "/openai/deployments/", "/chat/completions", mock_route_azure},
     {"POST", "/v1/chat/completions", NULL, mock_route_openai},
     {"POST", "/openai/v1/chat/completions", NULL, mock_route_openai},
+    {"POST", "/openai/deployments/", "/embeddings", mock_route_azure_embeddings},
+    {"POST", "/v1/embeddings", NULL, mock_route_openai_embeddings},
+    {"POST", "/openai/v1/embeddings", NULL, mock_route_openai_embeddings},
+    {"POST", "/openai/deployments/", "/responses", mock_route_azure_responses},
+    {"POST", "/openai/responses", NULL, mock_route_azure_responses_v},
+    {"POST", "/v1/responses", NULL, mock_route_openai_responses},
+    {"POST", "/openai/v1/responses", NULL, mock_route_openai_responses},
     {"POST", "/v1/messages", NULL, mock_route_anthropic},
     /* Not provider traffic: never counted in the ledger. */
     {"GET", "/stats", NULL, route_stats},
@@ -471,7 +483,7 @@ static void pending_settle(mock_pending *p, uint64_t generated) {
         mock_bucket_refill(b, now);
         mock_bucket_give(b, (double)back);
     }
-    mock_ledger_refund(m->ledger, &p->ref, now, back);
+    mock_ledger_refund(m->ledger, &p->ref, now, back, p->id);
 }
 
 /* The whole answer is due: generated in full. */
@@ -502,7 +514,7 @@ static void neighbour_tick(uv_timer_t *t) {
     double now = mock_now_ms(m), interval = 60000.0 / m->opt.neighbour_rpm;
     uint64_t n = m->opt.neighbour_tokens;
     const double cost[MOCK_DIMS] = {1, (double)n, (double)n, (double)n};
-    const mock_charge ch = {n, n, n, n, n};
+    const mock_charge ch = {.tokens = n, .input = n, .output = n, .charged = n, .reported = n};
     for (mock_map_entry *e = m->deps.first; e; e = e->next) {
         mock_deployment *d = e->value;
         mock_dim longest;
@@ -556,6 +568,8 @@ static int options_check(const mock_options *o, char *err, size_t n) {
         return fail(err, n, "neighbour rpm must be in 0..600000");
     if (!(o->fail_503 >= 0 && o->fail_503 <= 1)) return fail(err, n, "503 probability must be in [0, 1]");
     if (o->max_body < 1) return fail(err, n, "max body must be >= 1");
+    if (o->openai_tpm != MOCK_OPENAI_TPM_MAX && o->openai_tpm != MOCK_OPENAI_TPM_SUM)
+        return fail(err, n, "openai_tpm must be max or sum");
     for (size_t i = 0; i < o->n_deployments; i++)
         if (!o->deployments[i] || !mock_name_ok(o->deployments[i]))
             return fail(err, n, "deployment name '%s' is invalid (1-%d of A-Z a-z 0-9 . _ -)",
@@ -673,12 +687,13 @@ json_t *mock_stats(const mock *m) {
     /* The defaults new deployments get; each deployment says its own. */
     json_t *cfg = mock_limits_json(m, NULL);
     json_t *more = json_pack(
-        "{ss si s[ii] si si sf si sf si sb sI so sI si sb sI}", "host", o->host, "port", mock_port(m), "service_ms",
+        "{ss si s[ii] si si sf si sf si sb sI so sI si sb sI ss}", "host", o->host, "port", mock_port(m), "service_ms",
         (int)o->service_ms_min, (int)o->service_ms_max, "slow_ms", (int)o->slow_ms, "completion_tokens",
         (int)o->completion_tokens, "neighbour_rpm", o->neighbour_rpm, "neighbour_tokens", (int)o->neighbour_tokens,
         "fail_503", o->fail_503, "retry_after_503", (int)o->retry_after_503, "quota_exhausted", o->quota_exhausted,
         "seed", (json_int_t)o->seed, "deployments", fixed, "max_body", (json_int_t)o->max_body, "cache_read_tokens",
-        (int)o->cache_read_tokens, "headers", m->headers, "inject_429", (json_int_t)m->inject_429);
+        (int)o->cache_read_tokens, "headers", m->headers, "inject_429", (json_int_t)m->inject_429, "openai_tpm",
+        o->openai_tpm == MOCK_OPENAI_TPM_SUM ? "sum" : "max");
     if (!cfg || !more || json_object_update(cfg, more) != 0) {
         json_decref(cfg);
         cfg = NULL;

@@ -3,14 +3,16 @@
  *
  * Serves POST /openai/deployments/<name>/chat/completions (Azure style),
  * POST /v1/chat/completions and /openai/v1/chat/completions (OpenAI style,
- * deployment = "model" from the body), POST /v1/messages (Anthropic style,
+ * deployment = "model" from the body), the same two styles of embeddings
+ * and of the Responses API, POST /v1/messages (Anthropic style,
  * with its request, input-token and output-token buckets), GET /stats
  * (the ledger) and POST /control (faults, the neighbour, injected 429s,
  * headers and limits changed at run time). Each
  * deployment has a request bucket (rpm, burst) and optionally a token
  * bucket (tpm, token_burst); admission charges 1 request and the estimate
  * ceil(chars of the messages' text / 4) + max_tokens (16 when absent), as
- * Azure does. Rejections are 429 with Retry-After and retry-after-ms;
+ * Azure does, or on the OpenAI-style routes the larger of the two, as
+ * OpenAI documents. Rejections are 429 with Retry-After and retry-after-ms;
  * every deployment response carries x-ratelimit-* headers. Accepted calls
  * are answered after a service time drawn from a range, on a libuv timer,
  * or with "stream": true as Server-Sent Events spread over that time.
@@ -61,7 +63,13 @@ typedef struct mock_options {
     double output_burst;        /* output bucket size; 0: max(1, otpm / 6) */
     unsigned cache_read_tokens; /* Anthropic: input tokens read from the cache per call */
     int no_headers;             /* send no rate-limit headers */
+    int openai_tpm;             /* the charge of the OpenAI-style routes: a mock_openai_tpm */
 } mock_options;
+
+/* How the OpenAI-style routes (/v1/..., /openai/v1/...) charge the token
+ * bucket: OpenAI's documented rule, max(ceil(chars / 4), max_tokens), or
+ * Azure's prompt + max_tokens. The Azure routes always charge the sum. */
+typedef enum mock_openai_tpm { MOCK_OPENAI_TPM_MAX = 0, MOCK_OPENAI_TPM_SUM = 1 } mock_openai_tpm;
 
 /* How the mock prints JSON: compact, reals with 15 significant digits. */
 #define MOCK_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(15))

@@ -1,9 +1,11 @@
 /* mock_internal: what the modules of the mock provider share.
  *
  * mock.c owns the server (deployments, routing, the neighbour, the public
- * API in mock.h); mock_openai.c answers the Azure / OpenAI chat routes,
- * mock_anthropic.c the Anthropic Messages route and mock_control.c the
- * POST /control route. A mock_call is one request while
+ * API in mock.h); mock_openai.c holds the Azure / OpenAI front door (the
+ * headers, errors, charge and admission every route of that family goes
+ * through) and answers the chat routes, mock_embeddings.c the embeddings
+ * routes, mock_responses.c the Responses API routes, mock_anthropic.c the
+ * Anthropic Messages route and mock_control.c the POST /control route. A mock_call is one request while
  * it is decided; every route answers it through mock_call_finish(), which
  * also counts it in the ledger. Not part of the embedding API. */
 #ifndef SLUICE_MOCK_INTERNAL_H
@@ -101,7 +103,8 @@ typedef struct mock_call {
     mock *m;
     mock_http_req *req;
     double now_ms;
-    mock_style style; /* the error shapes and headers */
+    mock_style style;      /* the error shapes and headers, the charge rule */
+    const char *operation; /* Azure's name of the operation, for its 429 message */
     const char *client;
     const char *credential; /* mock_credential_fingerprint() of the request */
     const char *deployment; /* NULL until routed */
@@ -118,6 +121,7 @@ typedef struct mock_call {
 typedef struct mock_pending {
     mock *m;
     mock_ledger_ref ref;
+    uint64_t id; /* the answer's request id, for the ledger's give-backs */
     mock_deployment *dep;
     mock_settle settle;
     int settled;
@@ -240,10 +244,67 @@ void mock_call_not_found(mock_call *c, json_t *body);
 
 /* ---- mock_openai.c ---------------------------------------------------- */
 
+/* The code points of s (UTF-8; continuation bytes are not counted). */
+long long mock_utf8_points(const char *s);
+
+/* Sets the call's style and Azure operation name, and (Azure) its
+ * api-version from the query string. Every route of the family calls it
+ * first. */
+void mock_oai_style(mock_call *c, mock_style style, const char *operation);
+
+/* Parses the body: the deployment comes from the path (deployment, resolved
+ * before the body is looked at, as Azure does) or, when deployment is NULL,
+ * from the body's "model" (copied to name, n >= MOCK_NAME_MAX + 1 bytes in
+ * both cases). Returns the body (the caller's reference), or NULL when the
+ * call was answered (400 not a JSON object or no model, 404 no such
+ * deployment). */
+json_t *mock_oai_body(mock_call *c, const char *deployment, char *name, size_t n);
+
+/* What a call of prompt tokens asking for at most max_output tokens costs
+ * the token bucket at admission: Azure's "prompt estimate + max_tokens";
+ * on the OpenAI-style routes, OpenAI's "maximum of max_tokens and the
+ * estimated number of tokens based on the character count" (or the sum,
+ * with --openai-tpm sum). */
+uint64_t mock_oai_charge(const mock_call *c, uint64_t prompt, uint64_t max_output);
+
+/* The rest of the front door once the body is valid: --quota-exhausted,
+ * --fail-503, a pending inject_429, then admission of 1 request and charge
+ * tokens. 0 when admitted (the rate-limit headers are appended); -1 when
+ * the call was answered (429, 503). */
+int mock_oai_admit(mock_call *c, uint64_t charge);
+
+/* Appends the x-ratelimit-* headers of the call's deployment as they are
+ * now (none while they are switched off). */
+void mock_oai_headers(mock_call *c);
+
+/* Answers 400 in OpenAI's shape naming param (may be NULL), with the
+ * rate-limit headers when the deployment is known. */
+void mock_oai_bad_request(mock_call *c, const char *param, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
 /* POST /openai/deployments/<name>/chat/completions (Azure style) and
  * POST /v1/chat/completions (OpenAI style; name is unused). */
 void mock_route_azure(mock_call *c, const char *name);
 void mock_route_openai(mock_call *c, const char *name);
+
+/* ---- mock_embeddings.c ------------------------------------------------ */
+
+/* POST /openai/deployments/<name>/embeddings (Azure style) and
+ * POST /v1/embeddings, /openai/v1/embeddings (OpenAI style). */
+void mock_route_azure_embeddings(mock_call *c, const char *name);
+void mock_route_openai_embeddings(mock_call *c, const char *name);
+
+/* ---- mock_responses.c ------------------------------------------------- */
+
+/* POST /openai/deployments/<name>/responses and /openai/responses (Azure
+ * style; the latter names the model in the body) and POST /v1/responses,
+ * /openai/v1/responses (OpenAI style). */
+void mock_route_azure_responses(mock_call *c, const char *name);
+void mock_route_azure_responses_v(mock_call *c, const char *name);
+void mock_route_openai_responses(mock_call *c, const char *name);
 
 /* ---- mock_anthropic.c ------------------------------------------------- */
 

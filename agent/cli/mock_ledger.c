@@ -13,10 +13,12 @@ typedef struct ledger_entry {
      * and the output give-backs. */
     double *accept_ms;
     uint32_t *accept_tokens, *accept_input, *accept_output;
+    uint64_t *accept_id;
     size_t n_accepts, cap_accepts;
     int truncated;
     double *refund_ms;
     uint32_t *refund;
+    uint64_t *refund_id;
     size_t n_refunds, cap_refunds;
     int refunds_truncated;
 } ledger_entry;
@@ -42,8 +44,10 @@ static void entry_free(void *p) {
     free(e->accept_tokens);
     free(e->accept_input);
     free(e->accept_output);
+    free(e->accept_id);
     free(e->refund_ms);
     free(e->refund);
+    free(e->refund_id);
     free(e);
 }
 
@@ -136,6 +140,13 @@ static int grow_u32(uint32_t **p, size_t cap) {
     return 0;
 }
 
+static int grow_u64(uint64_t **p, size_t cap) {
+    uint64_t *n = realloc(*p, cap * sizeof(*n));
+    if (!n) return -1;
+    *p = n;
+    return 0;
+}
+
 static int entry_add_accept(mock_ledger *l, ledger_entry *e, double t_ms, const mock_charge *ch) {
     if (e->n_accepts >= l->max_accepts) {
         e->truncated = 1;
@@ -144,7 +155,7 @@ static int entry_add_accept(mock_ledger *l, ledger_entry *e, double t_ms, const 
     if (e->n_accepts == e->cap_accepts) {
         size_t cap = e->cap_accepts ? e->cap_accepts * 2 : 64;
         if (grow_ms(&e->accept_ms, cap) || grow_u32(&e->accept_tokens, cap) || grow_u32(&e->accept_input, cap) ||
-            grow_u32(&e->accept_output, cap))
+            grow_u32(&e->accept_output, cap) || grow_u64(&e->accept_id, cap))
             return -1;
         e->cap_accepts = cap;
     }
@@ -152,6 +163,7 @@ static int entry_add_accept(mock_ledger *l, ledger_entry *e, double t_ms, const 
     e->accept_tokens[e->n_accepts] = u32(ch->tokens);
     e->accept_input[e->n_accepts] = u32(ch->input);
     e->accept_output[e->n_accepts] = u32(ch->output);
+    e->accept_id[e->n_accepts] = ch->id;
     e->n_accepts++;
     return 0;
 }
@@ -193,7 +205,7 @@ int mock_ledger_credential(mock_ledger *l, const char *credential, mock_outcome 
     return 0;
 }
 
-void mock_ledger_refund(mock_ledger *l, const mock_ledger_ref *ref, double t_ms, uint64_t amount) {
+void mock_ledger_refund(mock_ledger *l, const mock_ledger_ref *ref, double t_ms, uint64_t amount, uint64_t id) {
     ledger_entry *e = ref->deployment;
     if (!e) return;
     if (e->n_refunds >= l->max_accepts) {
@@ -202,11 +214,12 @@ void mock_ledger_refund(mock_ledger *l, const mock_ledger_ref *ref, double t_ms,
     }
     if (e->n_refunds == e->cap_refunds) {
         size_t cap = e->cap_refunds ? e->cap_refunds * 2 : 64;
-        if (grow_ms(&e->refund_ms, cap) || grow_u32(&e->refund, cap)) return;
+        if (grow_ms(&e->refund_ms, cap) || grow_u32(&e->refund, cap) || grow_u64(&e->refund_id, cap)) return;
         e->cap_refunds = cap;
     }
     e->refund_ms[e->n_refunds] = t_ms;
     e->refund[e->n_refunds] = u32(amount);
+    e->refund_id[e->n_refunds] = id;
     e->n_refunds++;
 }
 
@@ -259,26 +272,31 @@ static json_t *counts_json(const mock_counts *c) {
                      "last_accept_ms", ms_or_null(c->last_accept_ms));
 }
 
-/* The per-deployment lists: accepts (time and charge per bucket) and the
- * output give-backs, each in time order. */
+/* The per-deployment lists: accepts (time, request id and charge per
+ * bucket) and the output give-backs (time, amount, the accept's request
+ * id), each in time order. */
 static int entry_lists(json_t *o, const ledger_entry *e) {
-    json_t *t = json_array(), *k = json_array(), *in = json_array(), *out = json_array();
-    json_t *rt = json_array(), *r = json_array();
-    if (json_object_set_new(o, "accept_ms", t) != 0 || json_object_set_new(o, "accept_tokens", k) != 0 ||
-        json_object_set_new(o, "accept_input", in) != 0 || json_object_set_new(o, "accept_output", out) != 0 ||
+    json_t *t = json_array(), *id = json_array(), *k = json_array(), *in = json_array(), *out = json_array();
+    json_t *rt = json_array(), *r = json_array(), *rid = json_array();
+    if (json_object_set_new(o, "accept_ms", t) != 0 || json_object_set_new(o, "accept_id", id) != 0 ||
+        json_object_set_new(o, "accept_tokens", k) != 0 || json_object_set_new(o, "accept_input", in) != 0 ||
+        json_object_set_new(o, "accept_output", out) != 0 ||
         json_object_set_new(o, "accepts_truncated", json_boolean(e->truncated)) != 0 ||
         json_object_set_new(o, "output_refund_ms", rt) != 0 || json_object_set_new(o, "output_refund", r) != 0 ||
+        json_object_set_new(o, "output_refund_id", rid) != 0 ||
         json_object_set_new(o, "refunds_truncated", json_boolean(e->refunds_truncated)) != 0)
         return -1;
     for (size_t i = 0; i < e->n_accepts; i++)
         if (json_array_append_new(t, json_real(e->accept_ms[i])) != 0 ||
+            json_array_append_new(id, json_integer((json_int_t)e->accept_id[i])) != 0 ||
             json_array_append_new(k, json_integer(e->accept_tokens[i])) != 0 ||
             json_array_append_new(in, json_integer(e->accept_input[i])) != 0 ||
             json_array_append_new(out, json_integer(e->accept_output[i])) != 0)
             return -1;
     for (size_t i = 0; i < e->n_refunds; i++)
         if (json_array_append_new(rt, json_real(e->refund_ms[i])) != 0 ||
-            json_array_append_new(r, json_integer(e->refund[i])) != 0)
+            json_array_append_new(r, json_integer(e->refund[i])) != 0 ||
+            json_array_append_new(rid, json_integer((json_int_t)e->refund_id[i])) != 0)
             return -1;
     return 0;
 }

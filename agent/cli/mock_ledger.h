@@ -51,6 +51,7 @@ typedef struct mock_charge {
     uint64_t output;   /* the output-token bucket (OTPM): max_tokens; accept_output */
     uint64_t charged;  /* tokens_charged */
     uint64_t reported; /* tokens_reported: the usage sent back */
+    uint64_t id;       /* the answer's request id (N of mock-N, req_mock_N); 0: the neighbour */
 } mock_charge;
 
 typedef struct mock_ledger mock_ledger;
@@ -90,8 +91,9 @@ int mock_ledger_credential(mock_ledger *l, const char *credential, mock_outcome 
                            mock_ledger_ref *ref);
 
 /* Lists a give-back of amount output tokens at t_ms in the deployment of
- * ref (output_refund_ms, output_refund). */
-void mock_ledger_refund(mock_ledger *l, const mock_ledger_ref *ref, double t_ms, uint64_t amount);
+ * ref (output_refund_ms, output_refund), for the accept whose request id
+ * is id (output_refund_id). */
+void mock_ledger_refund(mock_ledger *l, const mock_ledger_ref *ref, double t_ms, uint64_t amount, uint64_t id);
 
 /* Counts an accepted request whose response could not be delivered. */
 void mock_ledger_abandoned(mock_ledger *l, const mock_ledger_ref *ref);

@@ -1,6 +1,9 @@
-/* mock_openai: the Azure OpenAI / OpenAI chat-completions routes of the
- * mock provider: the body checks, the estimate, admission and the answer
- * (docs/mock.md, "How a chat call is decided"). */
+/* mock_openai: the Azure OpenAI / OpenAI front door of the mock provider,
+ * shared by its chat, embeddings (mock_embeddings.c) and Responses
+ * (mock_responses.c) routes: the rate-limit headers, the error shapes, the
+ * charge each provider documents, the faults and admission; and the chat
+ * completions routes themselves (docs/mock.md, "How a chat call is
+ * decided"). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdarg.h>
@@ -26,21 +29,35 @@ static void dim_headers(mock_call *c, const char *what, double limit, const mock
 
 /* Appends the x-ratelimit-* headers describing the buckets as they are
  * now (none while the headers are switched off). */
-static void call_ratelimit_headers(mock_call *c) {
+void mock_oai_headers(mock_call *c) {
     const mock_deployment *d = c->dep;
     if (!c->m->headers) return;
     dim_headers(c, "requests", d->per_min[MOCK_REQUESTS], &d->b[MOCK_REQUESTS]);
     if (d->per_min[MOCK_TOKENS] > 0) dim_headers(c, "tokens", d->per_min[MOCK_TOKENS], &d->b[MOCK_TOKENS]);
 }
 
-static void call_bad_request(mock_call *c, const char *param, const char *fmt, ...) {
+void mock_oai_bad_request(mock_call *c, const char *param, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    if (c->dep) mock_oai_headers(c);
     mock_call_finish(c, 400, MOCK_BAD_REQUEST, mock_openai_error(msg, "invalid_request_error", param, NULL), NULL,
                      c->dep ? c->m->opt.slow_ms : 0);
+}
+
+long long mock_utf8_points(const char *s) {
+    long long n = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if ((*p & 0xC0) != 0x80) n++;
+    return n;
+}
+
+uint64_t mock_oai_charge(const mock_call *c, uint64_t prompt, uint64_t max_output) {
+    if (c->style == MOCK_OPENAI && c->m->opt.openai_tpm == MOCK_OPENAI_TPM_MAX)
+        return prompt > max_output ? prompt : max_output;
+    return prompt + max_output;
 }
 
 /* ---- the chat endpoints ----------------------------------------------- */
@@ -48,11 +65,6 @@ static void call_bad_request(mock_call *c, const char *param, const char *fmt, .
 /* Counts the code points of the messages' text: string contents and the
  * "text" of content parts. -1 when messages is not a non-empty array of
  * objects. */
-static void count_utf8(const char *s, long long *n) {
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        if ((*p & 0xC0) != 0x80) (*n)++;
-}
-
 static long long messages_chars(json_t *messages) {
     long long n = 0;
     size_t i, j;
@@ -62,12 +74,12 @@ static long long messages_chars(json_t *messages) {
         if (!json_is_object(msg)) return -1;
         json_t *content = json_object_get(msg, "content");
         if (json_is_string(content)) {
-            count_utf8(json_string_value(content), &n);
+            n += mock_utf8_points(json_string_value(content));
         } else if (json_is_array(content)) {
             /* Every part counts, however many there are. */
             json_array_foreach(content, j, part) {
                 const char *t = json_string_value(json_object_get(part, "text"));
-                if (t) count_utf8(t, &n);
+                if (t) n += mock_utf8_points(t);
             }
         }
     }
@@ -155,11 +167,12 @@ static void call_rate_limited(mock_call *c, double wait_ms, int by_tokens, doubl
     json_t *body;
     if (c->style == MOCK_AZURE) {
         snprintf(msg, sizeof(msg),
-                 "Requests to the ChatCompletions_Create Operation under Azure OpenAI API version "
+                 "Requests to the %s Operation under Azure OpenAI API version "
                  "%s have exceeded %s rate limit of your current OpenAI S0 pricing tier. Please "
                  "retry after %llu second%s. Please go here: https://aka.ms/oai/quotaincrease if "
                  "you would like to further increase the default rate limit.",
-                 c->api_version, by_tokens ? "token" : "call", (unsigned long long)secs, secs == 1 ? "" : "s");
+                 c->operation ? c->operation : "ChatCompletions_Create", c->api_version, by_tokens ? "token" : "call",
+                 (unsigned long long)secs, secs == 1 ? "" : "s");
         body = mock_azure_error("429", msg);
     } else {
         mock_fmt_duration(dur, sizeof(dur), ms);
@@ -193,38 +206,87 @@ static int call_resolve(mock_call *c, const char *name, char *buf, size_t n) {
     return -1;
 }
 
+json_t *mock_oai_body(mock_call *c, const char *deployment, char *name, size_t n) {
+    size_t len;
+    const char *raw = mock_http_body(c->req, &len);
+    json_error_t jerr;
+    if (deployment && call_resolve(c, deployment, name, n) != 0) return NULL;
+    json_t *body = json_loadb(raw, len, 0, &jerr);
+    if (!json_is_object(body)) {
+        json_decref(body);
+        mock_oai_bad_request(c, NULL,
+                             "We could not parse the JSON body of your request. (line %d: %s) "
+                             "The API expects a JSON payload.",
+                             jerr.line, body ? "not an object" : jerr.text);
+        return NULL;
+    }
+    if (deployment) return body;
+    deployment = json_string_value(json_object_get(body, "model"));
+    if (!deployment) {
+        json_decref(body);
+        mock_oai_bad_request(c, "model", "you must provide a model parameter");
+        return NULL;
+    }
+    if (call_resolve(c, deployment, name, n) != 0) {
+        json_decref(body);
+        return NULL;
+    }
+    return body;
+}
+
+int mock_oai_admit(mock_call *c, uint64_t charge) {
+    mock *m = c->m;
+    if (m->opt.quota_exhausted) {
+        mock_oai_headers(c);
+        mock_call_finish(c, 429, MOCK_NO_QUOTA,
+                         mock_openai_error("You exceeded your current quota, please check your "
+                                           "plan and billing details. For more information on "
+                                           "this error, read the docs: https://platform.openai."
+                                           "com/docs/guides/error-codes/api-errors.",
+                                           "insufficient_quota", NULL, "insufficient_quota"),
+                         NULL, m->opt.slow_ms);
+        return -1;
+    }
+    if (m->opt.fail_503 > 0 && mock_rng_unit(m->rng) < m->opt.fail_503) {
+        mock_oai_headers(c);
+        if (m->opt.retry_after_503) mock_call_header(c, "Retry-After: %u\r\n", m->opt.retry_after_503);
+        mock_call_finish(
+            c, 503, MOCK_UNAVAILABLE,
+            c->style == MOCK_AZURE
+                ? mock_azure_error("ServiceUnavailable", "The service is temporarily unable to process "
+                                                         "your request. Please try again later.")
+                : mock_openai_error("The server is overloaded or not ready yet.", "server_error", NULL, NULL),
+            NULL, m->opt.slow_ms);
+        return -1;
+    }
+    if (m->inject_429 > 0) {
+        /* A release slightly ahead of the bucket: refused with the true
+         * headers and the time one request takes to refill, nothing
+         * charged. */
+        m->inject_429--;
+        mock_oai_headers(c);
+        call_rate_limited(c, 60000.0 / c->dep->per_min[MOCK_REQUESTS], 0, (double)charge, MOCK_INJECTED_429);
+        return -1;
+    }
+    const double cost[MOCK_DIMS] = {1, (double)charge, MOCK_NO_COST, MOCK_NO_COST};
+    mock_dim longest;
+    double wait = mock_dep_admit(c->dep, cost, &longest);
+    mock_oai_headers(c);
+    if (wait > 0) {
+        call_rate_limited(c, wait, longest == MOCK_TOKENS, (double)charge, MOCK_RATE_LIMITED);
+        return -1;
+    }
+    return 0;
+}
+
 /* The body-dependent part of both chat routes. The deployment comes from
  * the path (Azure), resolved before the body is looked at, or from the
  * body's "model" (OpenAI). */
 static void chat(mock_call *c, const char *deployment) {
     mock *m = c->m;
-    size_t len;
-    const char *raw = mock_http_body(c->req, &len);
-    json_error_t jerr;
     char name[MOCK_NAME_MAX + 1];
-    if (deployment && call_resolve(c, deployment, name, sizeof(name)) != 0) return;
-    json_t *body = json_loadb(raw, len, 0, &jerr);
-    if (!json_is_object(body)) {
-        json_decref(body);
-        if (c->dep) call_ratelimit_headers(c);
-        call_bad_request(c, NULL,
-                         "We could not parse the JSON body of your request. (line %d: %s) "
-                         "The API expects a JSON payload.",
-                         jerr.line, body ? "not an object" : jerr.text);
-        return;
-    }
-    if (!deployment) {
-        deployment = json_string_value(json_object_get(body, "model"));
-        if (!deployment) {
-            json_decref(body);
-            call_bad_request(c, "model", "you must provide a model parameter");
-            return;
-        }
-        if (call_resolve(c, deployment, name, sizeof(name)) != 0) {
-            json_decref(body);
-            return;
-        }
-    }
+    json_t *body = mock_oai_body(c, deployment, name, sizeof(name));
+    if (!body) return;
 
     /* Validation, in the order the real front door reports it. */
     json_t *stream = json_object_get(body, "stream");
@@ -246,81 +308,36 @@ static void chat(mock_call *c, const char *deployment) {
     if (mt && !json_is_null(mt)) max_tokens = json_is_integer(mt) ? json_integer_value(mt) : -1;
     json_decref(body);
     if (stream_bad) {
-        call_ratelimit_headers(c);
-        call_bad_request(c, "stream", "'stream' must be a boolean.");
+        mock_oai_bad_request(c, "stream", "'stream' must be a boolean.");
         return;
     }
     if (sopt_given && !streaming) {
-        call_ratelimit_headers(c);
-        call_bad_request(c, "stream_options",
-                         "The 'stream_options' parameter is only allowed when 'stream' is "
-                         "enabled.");
+        mock_oai_bad_request(c, "stream_options",
+                             "The 'stream_options' parameter is only allowed when 'stream' is "
+                             "enabled.");
         return;
     }
     if (sopt_bad) {
-        call_ratelimit_headers(c);
-        call_bad_request(c, "stream_options",
-                         "'stream_options' must be an object whose 'include_usage' is a "
-                         "boolean.");
+        mock_oai_bad_request(c, "stream_options",
+                             "'stream_options' must be an object whose 'include_usage' is a "
+                             "boolean.");
         return;
     }
     if (chars < 0) {
-        call_ratelimit_headers(c);
-        call_bad_request(c, "messages", "'messages' must be a non-empty array of message objects.");
+        mock_oai_bad_request(c, "messages", "'messages' must be a non-empty array of message objects.");
         return;
     }
     if (max_tokens < 1 || max_tokens > MOCK_MAX_TOKENS) {
-        call_ratelimit_headers(c);
-        call_bad_request(c, mt_name, "'%s' must be an integer between 1 and %d.", mt_name, MOCK_MAX_TOKENS);
+        mock_oai_bad_request(c, mt_name, "'%s' must be an integer between 1 and %d.", mt_name, MOCK_MAX_TOKENS);
         return;
     }
     uint64_t prompt = (uint64_t)(chars + 3) / 4;
-    uint64_t estimate = prompt + (uint64_t)max_tokens;
-
-    if (m->opt.quota_exhausted) {
-        call_ratelimit_headers(c);
-        mock_call_finish(c, 429, MOCK_NO_QUOTA,
-                         mock_openai_error("You exceeded your current quota, please check your "
-                                           "plan and billing details. For more information on "
-                                           "this error, read the docs: https://platform.openai."
-                                           "com/docs/guides/error-codes/api-errors.",
-                                           "insufficient_quota", NULL, "insufficient_quota"),
-                         NULL, m->opt.slow_ms);
-        return;
-    }
-    if (m->opt.fail_503 > 0 && mock_rng_unit(m->rng) < m->opt.fail_503) {
-        call_ratelimit_headers(c);
-        if (m->opt.retry_after_503) mock_call_header(c, "Retry-After: %u\r\n", m->opt.retry_after_503);
-        mock_call_finish(
-            c, 503, MOCK_UNAVAILABLE,
-            c->style == MOCK_AZURE
-                ? mock_azure_error("ServiceUnavailable", "The service is temporarily unable to process "
-                                                         "your request. Please try again later.")
-                : mock_openai_error("The server is overloaded or not ready yet.", "server_error", NULL, NULL),
-            NULL, m->opt.slow_ms);
-        return;
-    }
-    if (m->inject_429 > 0) {
-        /* A release slightly ahead of the bucket: refused with the true
-         * headers and the time one request takes to refill, nothing
-         * charged. */
-        m->inject_429--;
-        call_ratelimit_headers(c);
-        call_rate_limited(c, 60000.0 / c->dep->per_min[MOCK_REQUESTS], 0, (double)estimate, MOCK_INJECTED_429);
-        return;
-    }
-    const double cost[MOCK_DIMS] = {1, (double)estimate, MOCK_NO_COST, MOCK_NO_COST};
-    mock_dim longest;
-    double wait = mock_dep_admit(c->dep, cost, &longest);
-    call_ratelimit_headers(c);
-    if (wait > 0) {
-        call_rate_limited(c, wait, longest == MOCK_TOKENS, (double)estimate, MOCK_RATE_LIMITED);
-        return;
-    }
+    uint64_t charge = mock_oai_charge(c, prompt, (uint64_t)max_tokens);
+    if (mock_oai_admit(c, charge) != 0) return;
     uint64_t completion = mock_draw_output(m, (uint64_t)max_tokens);
     uint64_t service = mock_rng_range(m->rng, m->opt.service_ms_min, m->opt.service_ms_max);
     uint64_t delay = service + m->opt.slow_ms;
-    mock_charge ch = {.tokens = estimate, .charged = estimate, .reported = prompt + completion};
+    mock_charge ch = {.tokens = charge, .charged = charge, .reported = prompt + completion};
     if (streaming) {
         mock_events e = {0};
         completion_events(m, &e, name, prompt, completion, (uint64_t)max_tokens, include_usage);
@@ -333,10 +350,12 @@ static void chat(mock_call *c, const char *deployment) {
 
 /* ---- routes ----------------------------------------------------------- */
 
-void mock_route_azure(mock_call *c, const char *name) {
+void mock_oai_style(mock_call *c, mock_style style, const char *operation) {
     const char *q = mock_http_query(c->req), *v = strstr(q, "api-version=");
-    c->style = MOCK_AZURE;
+    c->style = style;
+    c->operation = operation;
     snprintf(c->api_version, sizeof(c->api_version), "unknown");
+    if (style != MOCK_AZURE) return;
     if (v && (v == q || v[-1] == '&')) {
         size_t n = strcspn(v + 12, "&");
         if (n > 0 && n < sizeof(c->api_version)) {
@@ -344,11 +363,15 @@ void mock_route_azure(mock_call *c, const char *name) {
             c->api_version[n] = '\0';
         }
     }
+}
+
+void mock_route_azure(mock_call *c, const char *name) {
+    mock_oai_style(c, MOCK_AZURE, "ChatCompletions_Create");
     chat(c, name);
 }
 
 void mock_route_openai(mock_call *c, const char *name) {
     (void)name;
-    c->style = MOCK_OPENAI;
+    mock_oai_style(c, MOCK_OPENAI, "ChatCompletions_Create");
     chat(c, NULL);
 }

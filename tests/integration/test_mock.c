@@ -795,7 +795,8 @@ static void test_not_found_and_bad_requests(void **state) {
     mock_child c;
     (void)state;
     child_start(&c, "--deployment", "gpt-4o", "--service-ms", "1", NULL);
-    call(c.port, "/openai/deployments/gpt-4o/embeddings", "n", simple_body, &r);
+    /* Legacy completions are not served. */
+    call(c.port, "/openai/deployments/gpt-4o/completions", "n", simple_body, &r);
     assert_int_equal(r.status, 404);
     json_t *j = body_json(&r);
     assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "code")), "404");
@@ -1406,8 +1407,10 @@ static void test_stream_openai(void **state) {
     assert_int_equal(jint(fin, "deployments/gpt-4o/accepted"), 5);
     assert_int_equal(jint(fin, "deployments/gpt-4o/status_400"), 4);
     assert_int_equal(jint(fin, "deployments/gpt-4o/abandoned"), 0);
-    /* 2+40, 1+16 (the plain call), 1+20, 1+3, 1+2; reported: the usage */
-    assert_int_equal(jint(fin, "deployments/gpt-4o/tokens_charged"), 42 + 17 + 21 + 4 + 3);
+    /* Azure: 2+40 and 1+16 (the plain call); OpenAI style: max(1, 20),
+     * max(1, 3), max(1, 2), OpenAI's documented rule; reported: the
+     * usage */
+    assert_int_equal(jint(fin, "deployments/gpt-4o/tokens_charged"), 42 + 17 + 20 + 3 + 2);
     assert_int_equal(jint(fin, "deployments/gpt-4o/tokens_reported"), 22 + 17 + 21 + 4 + 3);
     json_decref(fin);
 }
@@ -2461,6 +2464,394 @@ static void trace_run(trace *tr, uint64_t seed, double capacity, double rate, si
     free(pending);
 }
 
+/* ---- embeddings, the Responses API, OpenAI's TPM rule ----------------- */
+
+/* The N of an answer's x-request-id "mock-N", which the ledger's accept_id
+ * lists. */
+static long long request_id(const response *r) {
+    char v[64];
+    if (!header(r, "x-request-id", v, sizeof(v)) || strncmp(v, "mock-", 5) != 0)
+        fail_msg("no x-request-id mock-N in:\n%s", r->head);
+    return strtoll(v + 5, NULL, 10);
+}
+
+/* A 400 in OpenAI's shape naming param. */
+static void assert_bad(const response *r, const char *param) {
+    if (r->status != 400) fail_msg("expected 400 (%s), got %d: %s", param ? param : "-", r->status, r->body);
+    json_t *j = body_json(r), *p = json_object_get(json_object_get(j, "error"), "param");
+    if (param) assert_string_equal(json_string_value(p), param);
+    else assert_true(json_is_null(p));
+    json_decref(j);
+}
+
+/* Embeddings: every input form, ceil(code points / 4) per string and one
+ * token per token integer, reported as prompt_tokens = total_tokens and
+ * charged to the token bucket at admission (no output, so both providers'
+ * rules give the same); the answer in OpenAI's list shape. Bad bodies are
+ * 400 naming the field and charge nothing. */
+static void test_embeddings(void **state) {
+    static response r;
+    mock_child c;
+    (void)state;
+    child_start(&c, "--rpm", "6000", "--burst", "100", "--tpm", "6", "--token-burst", "1000", "--service-ms", "1-5",
+                NULL);
+    static const struct {
+        const char *path, *body;
+        long long tokens;
+        size_t count;
+    } ok[] = {
+        /* 2 + 1 + 2 (five 2-byte code points) */
+        {"/openai/deployments/emb-a/embeddings?api-version=2024-06-01",
+         "{\"input\":[\"abcde\",\"fg\",\"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"]}", 5, 3},
+        {"/openai/deployments/emb-a/embeddings?api-version=2024-06-01", "{\"input\":\"abcdabcdabcdabcdabcdabcdabcd\"}",
+         7, 1},
+        {"/v1/embeddings", "{\"model\":\"emb-o\",\"input\":[[1,2,3],[4,5]]}", 5, 2},
+        {"/v1/embeddings", "{\"model\":\"emb-o\",\"input\":[7,8,9],\"encoding_format\":\"float\"}", 3, 1},
+        {"/openai/v1/embeddings",
+         "{\"model\":\"emb-o\",\"input\":\"abc\",\"encoding_format\":\"base64\",\"dimensions\":2}", 1, 1},
+    };
+    long long ids[5], spent_a = 0, spent_o = 0;
+    for (size_t i = 0; i < 5; i++) {
+        call(c.port, ok[i].path, "e", ok[i].body, &r);
+        if (r.status != 200) fail_msg("%s %s: %d %s", ok[i].path, ok[i].body, r.status, r.body);
+        ids[i] = request_id(&r);
+        int azure = i < 2;
+        if (azure) spent_a += ok[i].tokens;
+        else spent_o += ok[i].tokens;
+        /* 0.0001 token/ms: the bucket gains nothing in a test this short */
+        assert_int_equal(header_long(&r, "x-ratelimit-remaining-tokens"), 1000 - (azure ? spent_a : spent_o));
+        json_t *j = body_json(&r), *data = json_object_get(j, "data"), *u = json_object_get(j, "usage");
+        assert_string_equal(json_string_value(json_object_get(j, "object")), "list");
+        assert_string_equal(json_string_value(json_object_get(j, "model")), azure ? "emb-a" : "emb-o");
+        assert_int_equal(json_integer_value(json_object_get(u, "prompt_tokens")), ok[i].tokens);
+        assert_int_equal(json_integer_value(json_object_get(u, "total_tokens")), ok[i].tokens);
+        assert_int_equal(json_array_size(data), ok[i].count);
+        for (size_t k = 0; k < ok[i].count; k++) {
+            json_t *e = json_array_get(data, k), *v = json_object_get(e, "embedding");
+            assert_string_equal(json_string_value(json_object_get(e, "object")), "embedding");
+            assert_int_equal(json_integer_value(json_object_get(e, "index")), k);
+            if (i == 4) assert_int_equal(strlen(json_string_value(v)), 12); /* 2 float32, base64 */
+            else assert_int_equal(json_array_size(v), 8);
+        }
+        json_decref(j);
+    }
+    static const struct {
+        const char *path, *body, *param;
+    } bad[] = {
+        {"/v1/embeddings", "{\"model\":\"emb-o\"}", "input"},
+        {"/v1/embeddings", "{\"model\":\"emb-o\",\"input\":[]}", "input"},
+        {"/v1/embeddings", "{\"model\":\"emb-o\",\"input\":\"\"}", "input"},
+        {"/v1/embeddings", "{\"model\":\"emb-o\",\"input\":[\"a\",\"\"]}", "input"},
+        {"/v1/embeddings", "{\"model\":\"emb-o\",\"input\":[\"a\",1]}", "input"},
+        {"/v1/embeddings", "{\"model\":\"emb-o\",\"input\":[[1],[]]}", "input"},
+        {"/v1/embeddings", "{\"model\":\"emb-o\",\"input\":{\"text\":\"a\"}}", "input"},
+        {"/v1/embeddings", "{\"model\":\"emb-o\",\"input\":\"a\",\"encoding_format\":\"hex\"}", "encoding_format"},
+        {"/v1/embeddings", "{\"model\":\"emb-o\",\"input\":\"a\",\"dimensions\":0}", "dimensions"},
+        {"/v1/embeddings", "{\"input\":\"a\"}", "model"},
+        {"/openai/deployments/emb-a/embeddings?api-version=1", "[1]", NULL},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        call(c.port, bad[i].path, "e", bad[i].body, &r);
+        assert_bad(&r, bad[i].param);
+    }
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "deployments/emb-a/accepted"), 2);
+    assert_int_equal(jint(fin, "deployments/emb-a/status_400"), 1);
+    assert_int_equal(jint(fin, "deployments/emb-o/accepted"), 3);
+    assert_int_equal(jint(fin, "deployments/emb-o/status_400"), 9);
+    assert_int_equal(jint(fin, "deployments/emb-a/tokens_charged"), spent_a);
+    assert_int_equal(jint(fin, "deployments/emb-o/tokens_charged"), spent_o);
+    assert_int_equal(jint(fin, "deployments/emb-o/tokens_reported"), spent_o);
+    for (size_t i = 0; i < 5; i++) {
+        const char *d = i < 2 ? "emb-a" : "emb-o";
+        size_t k = i < 2 ? i : i - 2;
+        assert_int_equal(list_int(fin, d, "accept_id", k), ids[i]);
+        assert_int_equal(list_int(fin, d, "accept_tokens", k), ok[i].tokens);
+        assert_int_equal(list_int(fin, d, "accept_input", k), 0);
+        assert_int_equal(list_int(fin, d, "accept_output", k), 0);
+    }
+    json_decref(fin);
+}
+
+/* A Response body: the answer's status, text and usage. */
+static void check_response(json_t *j, const char *model, long long input, long long output, int incomplete) {
+    json_t *u = json_object_get(j, "usage"), *out = json_object_get(j, "output");
+    assert_string_equal(json_string_value(json_object_get(j, "object")), "response");
+    assert_true(strncmp(json_string_value(json_object_get(j, "id")), "resp_", 5) == 0);
+    assert_string_equal(json_string_value(json_object_get(j, "model")), model);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), incomplete ? "incomplete" : "completed");
+    if (incomplete)
+        assert_string_equal(json_string_value(json_object_get(json_object_get(j, "incomplete_details"), "reason")),
+                            "max_output_tokens");
+    assert_int_equal(json_array_size(out), 1);
+    json_t *msg = json_array_get(out, 0), *part = json_array_get(json_object_get(msg, "content"), 0);
+    assert_string_equal(json_string_value(json_object_get(msg, "type")), "message");
+    assert_string_equal(json_string_value(json_object_get(msg, "role")), "assistant");
+    assert_string_equal(json_string_value(json_object_get(part, "type")), "output_text");
+    char *want = answer_text((int)output);
+    assert_string_equal(json_string_value(json_object_get(part, "text")), want);
+    free(want);
+    assert_int_equal(json_integer_value(json_object_get(u, "input_tokens")), input);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(u, "input_tokens_details"), "cached_tokens")),
+                     0);
+    assert_int_equal(json_integer_value(json_object_get(u, "output_tokens")), output);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(u, "output_tokens_details"), "reasoning_tokens")), 0);
+    assert_int_equal(json_integer_value(json_object_get(u, "total_tokens")), input + output);
+}
+
+/* The Responses API: instructions and every form of input counted
+ * (ceil(code points / 4) over all of them), the output drawn as for chat,
+ * the charge per provider (Azure: input + max_output_tokens; OpenAI:
+ * the larger), status incomplete when the output used all of
+ * max_output_tokens; bad bodies are 400 naming the field. */
+static void test_responses(void **state) {
+    static response r;
+    mock_child c;
+    (void)state;
+    child_start(&c, "--rpm", "6000", "--burst", "100", "--tpm", "6", "--token-burst", "1000", "--completion-tokens",
+                "7", "--service-ms", "1-5", NULL);
+    /* 4 + 8 + 4 (the image part counts nothing) + 4 (a tool's output) = 20
+     * code points: 5 tokens */
+    const char *items = "\"instructions\":\"abcd\",\"input\":[{\"role\":\"user\",\"content\":\"abcdefgh\"},"
+                        "{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"abcd\"},"
+                        "{\"type\":\"input_image\",\"image_url\":\"https://x/y.png\"}]},"
+                        "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":\"abcd\"}]";
+    char body[1024];
+    snprintf(body, sizeof(body), "{\"model\":\"resp-o\",%s,\"max_output_tokens\":50}", items);
+    call(c.port, "/v1/responses", "r", body, &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-tokens"), 1000 - 50); /* max(5, 50) */
+    long long id_o = request_id(&r);
+    json_t *j = body_json(&r);
+    check_response(j, "resp-o", 5, 7, 0);
+    assert_string_equal(json_string_value(json_object_get(j, "instructions")), "abcd");
+    json_decref(j);
+
+    snprintf(body, sizeof(body), "{%s,\"max_output_tokens\":50}", items);
+    call(c.port, "/openai/deployments/resp-a/responses?api-version=2025-04-01-preview", "r", body, &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-tokens"), 1000 - 55); /* 5 + 50 */
+    long long id_a = request_id(&r);
+    j = body_json(&r);
+    check_response(j, "resp-a", 5, 7, 0);
+    json_decref(j);
+
+    /* Azure, the model in the body; no max_output_tokens: 16 */
+    call(c.port, "/openai/responses?api-version=2025-04-01-preview", "r",
+         "{\"model\":\"resp-v\",\"input\":\"abcdefghi\"}", &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-tokens"), 1000 - (3 + 16));
+    j = body_json(&r);
+    check_response(j, "resp-v", 3, 7, 0);
+    assert_true(json_is_null(json_object_get(j, "max_output_tokens")));
+    json_decref(j);
+
+    /* OpenAI style, the prompt the larger: max(100, 20); then an answer
+     * cut at max_output_tokens: max(1, 5) */
+    char *long_input = content_of("abcd", 100);
+    snprintf(body, sizeof(body), "{\"model\":\"resp-v1\",\"input\":\"%s\",\"max_output_tokens\":20}", long_input);
+    free(long_input);
+    call(c.port, "/openai/v1/responses", "r", body, &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-tokens"), 1000 - 100);
+    call(c.port, "/openai/v1/responses", "r", "{\"model\":\"resp-v1\",\"input\":\"x\",\"max_output_tokens\":5}", &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(header_long(&r, "x-ratelimit-remaining-tokens"), 1000 - 100 - 5);
+    j = body_json(&r);
+    check_response(j, "resp-v1", 1, 5, 1);
+    json_decref(j);
+
+    static const struct {
+        const char *body, *param;
+    } bad[] = {
+        {"{\"model\":\"resp-o\"}", "input"},
+        {"{\"model\":\"resp-o\",\"input\":5}", "input"},
+        {"{\"model\":\"resp-o\",\"input\":[5]}", "input"},
+        {"{\"model\":\"resp-o\",\"input\":[{\"role\":\"user\",\"content\":5}]}", "input"},
+        {"{\"model\":\"resp-o\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":1}]}]}",
+         "input"},
+        {"{\"model\":\"resp-o\",\"input\":\"x\",\"instructions\":5}", "instructions"},
+        {"{\"model\":\"resp-o\",\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens"},
+        {"{\"model\":\"resp-o\",\"input\":\"x\",\"max_output_tokens\":\"9\"}", "max_output_tokens"},
+        {"{\"model\":\"resp-o\",\"input\":\"x\",\"stream\":\"yes\"}", "stream"},
+        {"{\"input\":\"x\"}", "model"},
+        {"{\"model\":", NULL},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        call(c.port, "/v1/responses", "r", bad[i].body, &r);
+        assert_bad(&r, bad[i].param);
+    }
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "deployments/resp-o/accepted"), 1);
+    assert_int_equal(jint(fin, "deployments/resp-o/status_400"), 9);
+    assert_int_equal(list_int(fin, "resp-o", "accept_id", 0), id_o);
+    assert_int_equal(list_int(fin, "resp-o", "accept_tokens", 0), 50);
+    assert_int_equal(list_int(fin, "resp-a", "accept_id", 0), id_a);
+    assert_int_equal(list_int(fin, "resp-a", "accept_tokens", 0), 55);
+    assert_int_equal(list_int(fin, "resp-v", "accept_tokens", 0), 19);
+    assert_int_equal(list_int(fin, "resp-v1", "accept_tokens", 0), 100);
+    assert_int_equal(list_int(fin, "resp-v1", "accept_tokens", 1), 5);
+    assert_int_equal(list_int(fin, "resp-v1", "accept_input", 1), 0);
+    assert_int_equal(list_int(fin, "resp-v1", "accept_output", 1), 0);
+    assert_int_equal(jint(fin, "deployments/resp-v1/tokens_charged"), 105);
+    assert_int_equal(jint(fin, "deployments/resp-v1/tokens_reported"), (100 + 7) + (1 + 5));
+    json_decref(fin);
+}
+
+/* A streamed Response: the events OpenAI documents, each "event: NAME"
+ * with data {"type": NAME, "sequence_number": i, ...}; the deltas make the
+ * text; response.completed (or response.incomplete) carries the whole
+ * Response with its usage, which is what sluice reads from a stream. */
+static void test_responses_stream(void **state) {
+    static client cl;
+    static stream st;
+    char req[4096];
+    mock_child c;
+    (void)state;
+    child_start(&c, "--tpm", "6", "--token-burst", "1000", "--completion-tokens", "20", "--cache-read-tokens", "1",
+                "--service-ms", "300", NULL);
+    for (int round = 0; round < 2; round++) {
+        /* 20 tokens in 16 deltas, completed; then 3 in 3, incomplete */
+        int max_out = round ? 3 : 30, out = round ? 3 : 20, deltas = round ? 3 : 16;
+        char body[256];
+        snprintf(body, sizeof(body),
+                 "{\"model\":\"rs\",\"stream\":true,\"input\":\"abcdefgh\",\"max_output_tokens\":%d}", max_out);
+        client_open(&cl, c.port);
+        double sent = now_ms();
+        client_send(&cl, req, post(req, sizeof(req), "/v1/responses", "rs", 1, body));
+        stream_read_all(&cl, &st);
+        assert_int_equal(st.status, 200);
+        static const char *const head[] = {"response.created", "response.in_progress", "response.output_item.added",
+                                           "response.content_part.added"};
+        static const char *const tail[] = {"response.output_text.done", "response.content_part.done",
+                                           "response.output_item.done"};
+        assert_int_equal(st.n, 4 + (size_t)deltas + 4);
+        char text[4096] = "";
+        for (size_t i = 0; i < st.n; i++) {
+            json_t *e = event_json(&st.ev[i]);
+            const char *want = i < 4                    ? head[i]
+                               : i < 4 + (size_t)deltas ? "response.output_text.delta"
+                               : i + 1 < st.n           ? tail[i - 4 - (size_t)deltas]
+                               : round                  ? "response.incomplete"
+                                                        : "response.completed";
+            assert_string_equal(st.ev[i].name, want);
+            assert_string_equal(json_string_value(json_object_get(e, "type")), want);
+            assert_int_equal(json_integer_value(json_object_get(e, "sequence_number")), i);
+            json_t *resp = json_object_get(e, "response");
+            if (i < 2) {
+                assert_string_equal(json_string_value(json_object_get(resp, "status")), "in_progress");
+                assert_true(json_is_null(json_object_get(resp, "usage")));
+            }
+            if (i >= 4 && i < 4 + (size_t)deltas) strcat(text, json_string_value(json_object_get(e, "delta")));
+            if (i == 4 + (size_t)deltas) assert_string_equal(json_string_value(json_object_get(e, "text")), text);
+            if (i + 1 == st.n) {
+                json_t *u = json_object_get(resp, "usage");
+                assert_string_equal(json_string_value(json_object_get(resp, "status")),
+                                    round ? "incomplete" : "completed");
+                assert_int_equal(json_integer_value(json_object_get(u, "input_tokens")), 2);
+                assert_int_equal(
+                    json_integer_value(json_object_get(json_object_get(u, "input_tokens_details"), "cached_tokens")),
+                    1);
+                assert_int_equal(json_integer_value(json_object_get(u, "output_tokens")), out);
+                assert_int_equal(json_integer_value(json_object_get(u, "total_tokens")), 2 + out);
+            }
+            json_decref(e);
+        }
+        char *want = answer_text(out);
+        assert_string_equal(text, want);
+        free(want);
+        check_paced(&st, sent, 300);
+        stream_free(&st);
+        client_close(&cl);
+    }
+    json_t *fin = child_stop(&c);
+    assert_int_equal(jint(fin, "deployments/rs/accepted"), 2);
+    assert_int_equal(jint(fin, "deployments/rs/abandoned"), 0);
+    /* OpenAI style: max(2, 30), max(2, 3) */
+    assert_int_equal(list_int(fin, "rs", "accept_tokens", 0), 30);
+    assert_int_equal(list_int(fin, "rs", "accept_tokens", 1), 3);
+    assert_int_equal(jint(fin, "deployments/rs/tokens_reported"), 22 + 5);
+    json_decref(fin);
+}
+
+/* OpenAI documents its TPM charge as "the maximum of max_tokens and the
+ * estimated number of tokens based on the character count of your
+ * request"; Azure as the prompt estimate plus max_tokens. The same chat
+ * bodies on both styles' paths, then --openai-tpm sum. The ledger lists
+ * each charge under the request id of its answer, and an Anthropic
+ * give-back under its call's. */
+static void test_openai_tpm_rule(void **state) {
+    static response r;
+    char body[1024], out[8192];
+    mock_child c;
+    (void)state;
+    char *text = content_of("abcd", 100); /* 100 tokens */
+    for (int sum = 0; sum < 2; sum++) {
+        if (sum)
+            child_start(&c, "--tpm", "6", "--token-burst", "1000", "--otpm", "6", "--output-burst", "1000",
+                        "--completion-tokens", "10", "--service-ms", "1", "--openai-tpm", "sum", NULL);
+        else
+            child_start(&c, "--tpm", "6", "--token-burst", "1000", "--otpm", "6", "--output-burst", "1000",
+                        "--completion-tokens", "10", "--service-ms", "1", NULL);
+        static const long long mt[] = {50, 300};
+        long long ids[4], want[4];
+        for (int k = 0; k < 2; k++) {
+            snprintf(body, sizeof(body),
+                     "{\"model\":\"o\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%lld}",
+                     text, mt[k]);
+            call(c.port, AZURE_PATH("a"), "t", body, &r);
+            assert_int_equal(r.status, 200);
+            ids[k * 2] = request_id(&r);
+            want[k * 2] = 100 + mt[k];
+            call(c.port, k ? "/openai/v1/chat/completions" : "/v1/chat/completions", "t", body, &r);
+            assert_int_equal(r.status, 200);
+            ids[k * 2 + 1] = request_id(&r);
+            want[k * 2 + 1] = sum ? 100 + mt[k] : (mt[k] > 100 ? mt[k] : 100);
+        }
+        /* What is left of "o": 1000 less both charges; a call of 800 does
+         * not fit, and the 429 names its charge. */
+        long long left = 1000 - want[1] - want[3];
+        assert_int_equal(header_long(&r, "x-ratelimit-remaining-tokens"), left);
+        snprintf(body, sizeof(body),
+                 "{\"model\":\"o\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":800}", text);
+        call(c.port, "/v1/chat/completions", "t", body, &r);
+        assert_int_equal(r.status, 429);
+        char need[64];
+        snprintf(need, sizeof(need), "Requested %d.", sum ? 900 : 800);
+        if (!strstr(r.body, need)) fail_msg("no '%s' in %s", need, r.body);
+        /* an Anthropic give-back: 40 - 10, listed under the call's id */
+        anth_call(c.port, "t",
+                  "{\"model\":\"claude\",\"max_tokens\":40,\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}]}",
+                  &r);
+        assert_int_equal(r.status, 200);
+        char rid[64];
+        assert_non_null(header(&r, "request-id", rid, sizeof(rid)));
+        long long anth_id = strtoll(rid + strlen("req_mock_"), NULL, 10);
+        sleep_ms(50);
+        json_t *s = get_stats(c.port, "");
+        assert_string_equal(json_string_value(json_object_get(json_object_get(s, "config"), "openai_tpm")),
+                            sum ? "sum" : "max");
+        for (int k = 0; k < 2; k++) {
+            assert_int_equal(list_int(s, "a", "accept_id", (size_t)k), ids[k * 2]);
+            assert_int_equal(list_int(s, "a", "accept_tokens", (size_t)k), want[k * 2]);
+            assert_int_equal(list_int(s, "o", "accept_id", (size_t)k), ids[k * 2 + 1]);
+            assert_int_equal(list_int(s, "o", "accept_tokens", (size_t)k), want[k * 2 + 1]);
+        }
+        assert_int_equal(jint(s, "deployments/o/tokens_charged"), want[1] + want[3]);
+        assert_int_equal(list_int(s, "claude", "accept_id", 0), anth_id);
+        assert_int_equal(list_int(s, "claude", "accept_output", 0), 40);
+        assert_int_equal(list_int(s, "claude", "output_refund", 0), 30);
+        assert_int_equal(list_int(s, "claude", "output_refund_id", 0), anth_id);
+        json_decref(s);
+        json_decref(child_stop(&c));
+    }
+    free(text);
+    assert_int_equal(run_cli(out, sizeof(out), "mock", "--openai-tpm", "both", NULL), 2);
+    assert_int_equal(run_cli(out, sizeof(out), "mock", "--help", NULL), 0);
+    assert_non_null(strstr(out, "--openai-tpm max|sum"));
+}
+
 /* The mock's bucket (agent/cli/mock_bucket.c) and the replay that judges
  * schedules (tests/support/replay.c) are two implementations of the
  * provider's rule, not one: on the same random traces of sends, oversize
@@ -2581,6 +2972,10 @@ int main(void) {
         cmocka_unit_test(test_anthropic_faults),
         cmocka_unit_test(test_anthropic_stream),
         cmocka_unit_test(test_anthropic_disconnect),
+        cmocka_unit_test(test_embeddings),
+        cmocka_unit_test(test_responses),
+        cmocka_unit_test(test_responses_stream),
+        cmocka_unit_test(test_openai_tpm_rule),
         cmocka_unit_test(test_bucket_matches_replay),
         cmocka_unit_test(test_bucket_and_replay_reject_alike),
     };
