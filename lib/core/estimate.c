@@ -30,7 +30,9 @@ static long long content_points(const json_t *content) {
 
 /* A prompt or embeddings input: a string, an array of strings, an array
  * of token ids (each a token), or an array of such arrays. Returns code
- * points in *points and exact tokens in *tokens. */
+ * points in *points and exact tokens in *tokens. Each string of an array
+ * is an input of its own, tokenized apart: it is rounded up on its own
+ * (into *tokens), as a provider counts each of them. */
 static void prompt_size(const json_t *v, long long *points, long long *tokens) {
     size_t i;
     json_t *x;
@@ -40,7 +42,7 @@ static void prompt_size(const json_t *v, long long *points, long long *tokens) {
     }
     json_array_foreach(v, i, x) {
         if (json_is_string(x)) {
-            *points += string_points(x);
+            *tokens += estimate_text_tokens(string_points(x));
         } else if (json_is_integer(x)) {
             (*tokens)++;
         } else if (json_is_array(x)) {

@@ -16,7 +16,8 @@
  *   messages    the same: Anthropic's "system" (a string or text blocks)
  *               and the messages' content strings or text blocks
  *   completions "prompt" (a string, strings, or token arrays: one token a
- *               number) and "suffix"
+ *               number; each string of a list rounded up on its own) and
+ *               "suffix"
  *   embeddings  "input" (the same forms as prompt)
  *   responses   "instructions" and "input" (a string, or items whose
  *               "content" is a string or text parts, and tool outputs'
