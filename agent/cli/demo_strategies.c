@@ -28,9 +28,9 @@ const demo_strategy demo_strategies[DEMO_NSTRATEGIES] = {
      "all requests in flight, each waits for its slot from sluiced (ACQUIRE), SETTLEs, "
      "asks RETRY before another attempt",
      0},
-    {"proxy", "proxy (sluiced HTTP)", 0, DEMO_WAIT_RETRY_AFTER, 0,
-     "B's plain HTTP client (all in flight, sleeps Retry-After) with its URL on sluiced's HTTP proxy: no "
-     "library, no ACQUIRE",
+    {"proxy", "proxy (sluiced HTTP)", 8, DEMO_WAIT_RETRY_AFTER, 0,
+     "a plain HTTP client, 8 in flight per process as an SDK's pool would be, sleeps Retry-After, with its URL "
+     "on sluiced's HTTP proxy: no library, no ACQUIRE",
      1},
 };
 

@@ -40,11 +40,11 @@
 #include "mock_fixture.h"
 
 static redis_fixture fx;
-static mock_fixture mk;   /* no prompt cache */
-static mock_fixture mkc;  /* 40 tokens of each Anthropic prompt read from the cache */
-static daemon_proc px;    /* sluiced with the proxy */
+static mock_fixture mk;  /* no prompt cache */
+static mock_fixture mkc; /* 40 tokens of each Anthropic prompt read from the cache */
+static daemon_proc px;   /* sluiced with the proxy */
 static int px_port;
-static redisContext *rd;  /* Redis, to read the deployments' state */
+static redisContext *rd; /* Redis, to read the deployments' state */
 
 #define CACHE_READ 40
 
@@ -62,13 +62,23 @@ static int group_setup(void **state) {
     (void)state;
     if (!sluiced_path() || !mock_fixture_binary()) return -1;
     if (redis_fixture_start(&fx, 0) != 0) return -1;
-    static const char *const args[] = {"--rpm",   "60000",    "--tpm",        "10000000", "--itpm", "10000000",
-                                       "--otpm",  "10000000", "--service-ms", "5-15",     "--seed", "21",
-                                       NULL};
-    static const char *const cargs[] = {"--rpm",          "60000",    "--tpm",    "10000000", "--itpm",
-                                        "10000000",       "--otpm",   "10000000", "--service-ms",
-                                        "5-15",           "--seed",   "22",       "--cache-read-tokens",
-                                        "40",             NULL};
+    static const char *const args[] = {"--rpm",    "60000",        "--tpm", "10000000", "--itpm", "10000000", "--otpm",
+                                       "10000000", "--service-ms", "5-15",  "--seed",   "21",     NULL};
+    static const char *const cargs[] = {"--rpm",
+                                        "60000",
+                                        "--tpm",
+                                        "10000000",
+                                        "--itpm",
+                                        "10000000",
+                                        "--otpm",
+                                        "10000000",
+                                        "--service-ms",
+                                        "5-15",
+                                        "--seed",
+                                        "22",
+                                        "--cache-read-tokens",
+                                        "40",
+                                        NULL};
     if (mock_fixture_start(&mk, args, 10000) != 0) return -1;
     if (mock_fixture_start(&mkc, cargs, 10000) != 0) return -1;
     daemon_init(&px, fx.dir, "parity");
@@ -181,7 +191,8 @@ static void compare(const char *what, const char *dep, const sluice_side *s0, co
         sched[k] = (s1->granted[k] - s0->granted[k]) + (s1->charged[k] - s0->charged[k]);
     }
     prov[D_OUTPUT] -= p1->refunded - p0->refunded;
-    if (p1->accepted - p0->accepted != 1) fail_msg("%s: the provider accepted %.0f requests", what, p1->accepted - p0->accepted);
+    if (p1->accepted - p0->accepted != 1)
+        fail_msg("%s: the provider accepted %.0f requests", what, p1->accepted - p0->accepted);
     int bad = 0;
     for (int k = 0; k < ND; k++) {
         if (counted[k] != prov[k]) bad = 1;
@@ -213,9 +224,9 @@ typedef struct pcase {
 
 /* 400 characters of prompt: 100 tokens. */
 #define P400                                                                                                           \
-    "The fleet sends exactly what the provider accepts, no more and no less, counted the way that provider counts "  \
-    "them. Each worker asks for a slot before it sends; every slot comes from one shared budget in Redis, drawn by " \
-    "atomic scripts, so three replicas never offer three times the quota. Retries are rationed fleet-wide and a "    \
+    "The fleet sends exactly what the provider accepts, no more and no less, counted the way that provider counts "    \
+    "them. Each worker asks for a slot before it sends; every slot comes from one shared budget in Redis, drawn by "   \
+    "atomic scripts, so three replicas never offer three times the quota. Retries are rationed fleet-wide and a "      \
     "pause is taken once by the whole fleet, not once by every caller........"
 
 static void run_case(const pcase *c) {
@@ -245,8 +256,8 @@ static void test_proxy_paths(void **state) {
          0},
         {"azure chat streamed", "az", AZ_T, AZ_H,
          "{\"messages\":[{\"role\":\"user\",\"content\":\"" P400 "\"}],\"max_tokens\":200,\"stream\":true}", 0},
-        {"azure chat, no max_tokens", "az", AZ_T, AZ_H, "{\"messages\":[{\"role\":\"user\",\"content\":\"hello there\"}]}",
-         0},
+        {"azure chat, no max_tokens", "az", AZ_T, AZ_H,
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"hello there\"}]}", 0},
         {"azure chat, max_completion_tokens", "az", AZ_T, AZ_H,
          "{\"messages\":[{\"role\":\"user\",\"content\":\"" P400 "\"}],\"max_completion_tokens\":33}", 0},
         /* OpenAI: the larger of the prompt and max output. */
@@ -282,8 +293,8 @@ static void test_proxy_paths(void **state) {
         {"anthropic messages, cache reads", "claude-c", "/v1/messages", AN_H,
          "{\"model\":\"claude-c\",\"max_tokens\":180,\"messages\":[{\"role\":\"user\",\"content\":\"" P400 "\"}]}", 1},
         {"anthropic streamed, cache reads", "claude-c", "/v1/messages", AN_H,
-         "{\"model\":\"claude-c\",\"max_tokens\":75,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"" P400
-         P400 "\"}]}",
+         "{\"model\":\"claude-c\",\"max_tokens\":75,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":"
+         "\"" P400 P400 "\"}]}",
          1},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) run_case(&cases[i]);
@@ -309,7 +320,8 @@ static void socket_case(const char *what, const char *est, long long max_tokens)
     snprintf(cmd, sizeof(cmd), "ACQUIRE %s %s", dep, est);
     redisReply *g = redisCommand(c, cmd);
     assert_non_null(g);
-    if (g->type != REDIS_REPLY_ARRAY || g->elements < 3) fail_msg("%s: ACQUIRE answered %s", what, g->str ? g->str : "?");
+    if (g->type != REDIS_REPLY_ARRAY || g->elements < 3)
+        fail_msg("%s: ACQUIRE answered %s", what, g->str ? g->str : "?");
     char id[96];
     snprintf(id, sizeof(id), "%s", g->element[0]->str);
     freeReplyObject(g);

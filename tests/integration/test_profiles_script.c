@@ -686,11 +686,16 @@ static void test_feedback_form_checked(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_combined_tokens_never_refunded), cmocka_unit_test(test_combined_estimate_not_counted_twice),
-        cmocka_unit_test(test_openai_max_rule), cmocka_unit_test(test_anthropic_input_and_output),
-        cmocka_unit_test(test_split_dimensions_bind),          cmocka_unit_test(test_isolated_429_only_pauses),
-        cmocka_unit_test(test_reported_limit_adopted),         cmocka_unit_test(test_outside_use_followed),
-        cmocka_unit_test(test_local_sends_are_the_fleets_own), cmocka_unit_test(test_silent_fleet_not_a_neighbour),
+        cmocka_unit_test(test_combined_tokens_never_refunded),
+        cmocka_unit_test(test_combined_estimate_not_counted_twice),
+        cmocka_unit_test(test_openai_max_rule),
+        cmocka_unit_test(test_anthropic_input_and_output),
+        cmocka_unit_test(test_split_dimensions_bind),
+        cmocka_unit_test(test_isolated_429_only_pauses),
+        cmocka_unit_test(test_reported_limit_adopted),
+        cmocka_unit_test(test_outside_use_followed),
+        cmocka_unit_test(test_local_sends_are_the_fleets_own),
+        cmocka_unit_test(test_silent_fleet_not_a_neighbour),
         cmocka_unit_test(test_feedback_form_checked),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -86,7 +86,9 @@ typedef struct client_spec {
     const char *client;  /* sdk | httpx | curl */
     const char *flavour; /* openai | azure | anthropic */
     int n, concurrency, stream, retries;
-    int agent; /* the agent whose proxy it calls */
+    int agent;         /* the agent whose proxy it calls */
+    const char *model; /* NULL: gpt, or claude for anthropic */
+    int max_tokens;    /* 0: MAX_TOKENS */
 } client_spec;
 
 typedef struct client_run {
@@ -167,7 +169,7 @@ static void prerequisites_or_skip(void) {
 static void run_init(client_run *r, const client_spec *s, int index) {
     memset(r, 0, sizeof(*r));
     r->s = *s;
-    r->model = strcmp(s->flavour, "anthropic") ? "gpt" : "claude";
+    r->model = s->model ? s->model : strcmp(s->flavour, "anthropic") ? "gpt" : "claude";
     snprintf(r->tag, sizeof(r->tag), "%s-%s-%s-a%d", s->client, s->flavour, s->stream ? "stream" : "plain", s->agent);
     /* Each process its own key; its last 4 characters tell them apart. */
     snprintf(r->last4, sizeof(r->last4), "k%03d", index);
@@ -180,7 +182,7 @@ static int run_start(client_run *r, const char *base, const char *dir) {
     snprintf(n, sizeof(n), "%d", r->s.n);
     snprintf(conc, sizeof(conc), "%d", r->s.concurrency);
     snprintf(retries, sizeof(retries), "%d", r->s.retries);
-    snprintf(maxtok, sizeof(maxtok), "%d", MAX_TOKENS);
+    snprintf(maxtok, sizeof(maxtok), "%d", r->s.max_tokens > 0 ? r->s.max_tokens : MAX_TOKENS);
     const char *stream = r->s.stream ? "yes" : "no";
     if (!strcmp(r->s.client, "sdk")) {
         snprintf(script, sizeof(script), "%s/tests/integration/sdk_client.js", g_src);
@@ -405,12 +407,12 @@ static void test_clients_direct(void **state) {
     (void)state;
     prerequisites_or_skip();
     static const client_spec specs[] = {
-        {"sdk", "openai", 12, 3, 0, 0, 0},      {"sdk", "openai", 12, 3, 1, 0, 0},
-        {"sdk", "azure", 12, 3, 0, 0, 0},       {"sdk", "azure", 12, 3, 1, 0, 0},
-        {"sdk", "anthropic", 12, 3, 0, 0, 0},   {"sdk", "anthropic", 12, 3, 1, 0, 0},
-        {"httpx", "openai", 12, 3, 1, 0, 0},    {"httpx", "azure", 12, 3, 0, 0, 0},
-        {"httpx", "anthropic", 12, 3, 1, 0, 0}, {"curl", "openai", 12, 3, 0, 0, 0},
-        {"curl", "azure", 12, 3, 1, 0, 0},      {"curl", "anthropic", 12, 3, 0, 0, 0},
+        {"sdk", "openai", 12, 3, 0, 0, 0, NULL, 0},      {"sdk", "openai", 12, 3, 1, 0, 0, NULL, 0},
+        {"sdk", "azure", 12, 3, 0, 0, 0, NULL, 0},       {"sdk", "azure", 12, 3, 1, 0, 0, NULL, 0},
+        {"sdk", "anthropic", 12, 3, 0, 0, 0, NULL, 0},   {"sdk", "anthropic", 12, 3, 1, 0, 0, NULL, 0},
+        {"httpx", "openai", 12, 3, 1, 0, 0, NULL, 0},    {"httpx", "azure", 12, 3, 0, 0, 0, NULL, 0},
+        {"httpx", "anthropic", 12, 3, 1, 0, 0, NULL, 0}, {"curl", "openai", 12, 3, 0, 0, 0, NULL, 0},
+        {"curl", "azure", 12, 3, 1, 0, 0, NULL, 0},      {"curl", "anthropic", 12, 3, 0, 0, 0, NULL, 0},
     };
     const int nruns = (int)(sizeof(specs) / sizeof(specs[0]));
     client_run runs[MAX_RUNS];
@@ -534,10 +536,11 @@ static void test_fleet_through_proxy(void **state) {
     client_spec specs[12];
     int ns = 0;
     for (int a = 0; a < 3; a++) {
-        specs[ns++] = (client_spec){"sdk", a == 2 ? "azure" : "openai", 40, 4, a % 2, 2, a};
-        specs[ns++] = (client_spec){"sdk", "anthropic", 40, 4, (a + 1) % 2, 2, a};
-        specs[ns++] = (client_spec){"httpx", a == 1 ? "anthropic" : "openai", 25, 3, a != 2, 2, a};
-        specs[ns++] = (client_spec){"curl", a == 1 ? "openai" : "anthropic", a == 1 ? 30 : 25, 3, a == 2, 2, a};
+        specs[ns++] = (client_spec){"sdk", a == 2 ? "azure" : "openai", 40, 4, a % 2, 2, a, NULL, 0};
+        specs[ns++] = (client_spec){"sdk", "anthropic", 40, 4, (a + 1) % 2, 2, a, NULL, 0};
+        specs[ns++] = (client_spec){"httpx", a == 1 ? "anthropic" : "openai", 25, 3, a != 2, 2, a, NULL, 0};
+        specs[ns++] =
+            (client_spec){"curl", a == 1 ? "openai" : "anthropic", a == 1 ? 30 : 25, 3, a == 2, 2, a, NULL, 0};
     }
     client_run runs[MAX_RUNS];
     for (int i = 0; i < ns; i++) run_init(&runs[i], &specs[i], i);
@@ -667,6 +670,101 @@ static void test_fleet_through_proxy(void **state) {
     runs_cleanup(runs, ns, dir);
 }
 
+/* The main use case of issue 21: unmodified SDKs through 3 proxies on an
+ * Azure deployment whose TPM binds first. Each request charges 100 prompt
+ * tokens + 300 max_tokens = 400 at admission, never given back; 600 RPM
+ * and 180 000 TPM let 7.5 such requests a second, so tokens bind. The
+ * proxy booked a combined figure and the settle counted the max output
+ * twice before: the fleet ran at about 70 % of its quota. Judged on the
+ * ledger: every request answered 200 and whole, <= 1 % 429s, >= 97 % of
+ * the token floor ((tokens charged - the token burst) / rate, first to
+ * last accept); and, whatever the machine's load, the tokens the fleet
+ * counted (STATUS tokens_counted, fleet-wide) equal the tokens the
+ * provider charged (the ledger's tokens_charged), to the token. */
+#define TPM_BOUND 180000
+#define TPM_BURST 3000
+
+static void test_fleet_tpm_bound(void **state) {
+    (void)state;
+    prerequisites_or_skip();
+    client_spec specs[6];
+    int ns = 0;
+    for (int a = 0; a < 3; a++) {
+        specs[ns++] = (client_spec){"sdk", "azure", 25, 4, 0, 2, a, "gpt-tpm", 300};
+        specs[ns++] = (client_spec){"sdk", "azure", 25, 4, 1, 2, a, "gpt-tpm", 300};
+    }
+    client_run runs[MAX_RUNS];
+    for (int i = 0; i < ns; i++) run_init(&runs[i], &specs[i], i);
+    redis_fixture fx;
+    mock_fixture m;
+    daemon_proc d[3];
+    int ports[3];
+    char bases[3][64], dir[256], yaml[4096];
+    assert_int_equal(redis_fixture_start(&fx, 0), 0);
+    char rpm[16], tpm[16], tburst[16];
+    snprintf(rpm, sizeof(rpm), "%d", RPM);
+    snprintf(tpm, sizeof(tpm), "%d", TPM_BOUND);
+    snprintf(tburst, sizeof(tburst), "%d", TPM_BURST);
+    const char *args[] = {"--rpm",        rpm,     "--burst", "10", "--tpm", tpm, "--token-burst", tburst,
+                          "--service-ms", "20-60", "--seed",  "13", NULL};
+    assert_int_equal(mock_fixture_start(&m, args, 10000), 0);
+    for (int a = 0; a < 3; a++) {
+        char name[16];
+        snprintf(name, sizeof(name), "agent%d", a);
+        ports[a] = free_tcp_port();
+        snprintf(bases[a], sizeof(bases[a]), "http://127.0.0.1:%d", ports[a]);
+        daemon_init(&d[a], fx.dir, name);
+        /* agent.http.listen as one string, as people write it first. */
+        snprintf(
+            yaml, sizeof(yaml),
+            "redis: {url: \"unix://%s\"}\n"
+            "agent: {socket: \"%%SOCK%%\", heartbeat_ms: 200, max_clients: 256, http: {listen: \"127.0.0.1:%d\"}}\n"
+            "deployments:\n"
+            "  gpt-tpm: {style: azure, rpm: %d, tpm: %d, burst: {tokens: %d}, api_version: 2024-06-01,\n"
+            "            endpoint: \"http://127.0.0.1:%d\", max_wait_ms: 120000}\n",
+            fx.sock, ports[a], RPM, TPM_BOUND, TPM_BURST, m.port);
+        assert_int_equal(sluiced_fixture_write_config(&d[a], yaml), 0);
+        assert_int_equal(daemon_start(&d[a]), 0);
+    }
+    json_decref(mock_fixture_stats(&m, "?reset=1"));
+    assert_int_equal(proc_mkdtemp(dir, sizeof(dir), "sdk-tpm"), 0);
+    double t0 = proc_now_ms();
+    runs_go(runs, ns, bases, dir);
+    double secs = (proc_now_ms() - t0) / 1000;
+    json_t *ledger = mock_fixture_stats(&m, "");
+    assert_non_null(ledger);
+    long long charged = mock_fixture_count(ledger, "deployments/gpt-tpm/tokens_charged");
+    /* Every settle reaches Redis a loop turn or more after its answer. */
+    double counted = 0, wait_t0 = proc_now_ms();
+    while ((counted = status_num(&d[0], "gpt-tpm", "tokens_counted")) != (double)charged &&
+           proc_now_ms() - wait_t0 <= SETTLE_WAIT_MS)
+        proc_sleep_ms(20);
+    double est = status_num(&d[0], "gpt-tpm", "tokens_estimated");
+    for (int a = 0; a < 3; a++) daemon_stop(&d[a]);
+    mock_fixture_stop(&m);
+    redis_fixture_stop(&fx);
+    runs_print(runs, ns);
+    long long acc = mock_fixture_count(ledger, "deployments/gpt-tpm/accepted");
+    long long reqs = mock_fixture_count(ledger, "deployments/gpt-tpm/requests");
+    long long n429 = mock_fixture_count(ledger, "deployments/gpt-tpm/status_429");
+    const json_t *dj = json_object_get(json_object_get(ledger, "deployments"), "gpt-tpm");
+    double first = json_number_value(json_object_get(dj, "first_accept_ms"));
+    double last = json_number_value(json_object_get(dj, "last_accept_ms"));
+    double floor_ms = ((double)charged - TPM_BURST) / (TPM_BOUND / 60000.0);
+    double ratio = last > first ? floor_ms / (last - first) : 0;
+    print_message("  %d SDK processes through 3 proxies in %.1f s: %lld accepted of %lld requests (%lld 429s), "
+                  "%lld tokens charged by the provider, %.0f counted by the fleet (%.0f estimated); from %.0f to "
+                  "%.0f ms, token floor %.0f ms: %.1f %% of it\n",
+                  ns, secs, acc, reqs, n429, charged, counted, est, first, last, floor_ms, 100 * ratio);
+    assert_all_answered(runs, ns);
+    if (counted != (double)charged)
+        fail_msg("the fleet counted %.0f tokens, the provider charged %lld", counted, charged);
+    if (n429 * 100 > reqs) fail_msg("%lld 429s on the provider's ledger, over 1 %% of %lld", n429, reqs);
+    if (ratio < 0.97) fail_msg("%.1f %% of the token floor, under 97 %%", 100 * ratio);
+    json_decref(ledger);
+    runs_cleanup(runs, ns, dir);
+}
+
 /* Key injection (docs/security.md, "Who may spend the provider key"):
  * one sluiced on a loopback TCP port whose deployments inject the
  * provider key (inject_key, api_key_env) for callers with a client key
@@ -684,9 +782,11 @@ static void test_sdk_key_injection(void **state) {
     static const char provider_key[] = "sk-provider-only-0123456789-PRV9";
     static const char client_key[] = "sluice-client-0123456789abcdef-CL17";
     static const char wrong_key[] = "sluice-client-0123456789abcdef-WR0N";
-    static const client_spec wrong[] = {{"sdk", "openai", 3, 1, 0, 2, 0}, {"sdk", "anthropic", 3, 1, 1, 2, 0}};
-    static const client_spec good[] = {
-        {"sdk", "openai", 6, 2, 0, 2, 0}, {"sdk", "openai", 6, 2, 1, 2, 0}, {"sdk", "anthropic", 6, 2, 1, 2, 0}};
+    static const client_spec wrong[] = {{"sdk", "openai", 3, 1, 0, 2, 0, NULL, 0},
+                                        {"sdk", "anthropic", 3, 1, 1, 2, 0, NULL, 0}};
+    static const client_spec good[] = {{"sdk", "openai", 6, 2, 0, 2, 0, NULL, 0},
+                                       {"sdk", "openai", 6, 2, 1, 2, 0, NULL, 0},
+                                       {"sdk", "anthropic", 6, 2, 1, 2, 0, NULL, 0}};
     const int nwrong = 2, ngood = 3;
     client_run wr[2], gr[3];
     for (int i = 0; i < nwrong; i++) {
@@ -791,11 +891,13 @@ int main(void) {
     const char *only = getenv("SDK_TESTS");
     const struct CMUnitTest direct[] = {cmocka_unit_test_teardown(test_clients_direct, teardown),
                                         cmocka_unit_test_teardown(test_sdk_key_injection, teardown)};
-    const struct CMUnitTest fleet[] = {cmocka_unit_test_teardown(test_fleet_through_proxy, teardown)};
+    const struct CMUnitTest fleet[] = {cmocka_unit_test_teardown(test_fleet_through_proxy, teardown),
+                                       cmocka_unit_test_teardown(test_fleet_tpm_bound, teardown)};
     const struct CMUnitTest both[] = {
         cmocka_unit_test_teardown(test_clients_direct, teardown),
         cmocka_unit_test_teardown(test_sdk_key_injection, teardown),
         cmocka_unit_test_teardown(test_fleet_through_proxy, teardown),
+        cmocka_unit_test_teardown(test_fleet_tpm_bound, teardown),
     };
     if (only && !strcmp(only, "direct")) return cmocka_run_group_tests(direct, NULL, NULL);
     if (only && !strcmp(only, "fleet")) return cmocka_run_group_tests(fleet, NULL, NULL);
