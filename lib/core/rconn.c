@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "sluice.h"
 
@@ -408,9 +409,14 @@ int rconn_new_ex(uv_loop_t *loop, const config_redis *cfg, int flags, rconn_even
         free(c);
         return SL_ENOMEM;
     }
+    /* The reconnect jitter's seed: the time (two connections of one
+     * process are made nanoseconds apart) and the process (agents started
+     * together). No address: the simulated fleet (tests/sim) replays a
+     * seed exactly, on its virtual clock and process id. */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    c->rng = (unsigned long long)ts.tv_nsec ^ ((unsigned long long)(uintptr_t)c << 16);
+    c->rng =
+        (unsigned long long)ts.tv_nsec ^ ((unsigned long long)ts.tv_sec << 30) ^ ((unsigned long long)getpid() << 40);
     uv_timer_init(loop, &c->retry_timer);
     uv_timer_init(loop, &c->connect_timer);
     c->retry_timer.data = c;
