@@ -394,6 +394,16 @@ void simfleet_agent_kill(simfleet *f, int agent) {
     uvsim_loop_freeze(&f->agents[agent].loop, UINT64_MAX);
 }
 
+void simfleet_agent_timer_skew(simfleet *f, int agent, double ms) {
+    if (agent >= 0 && agent < f->nagents) uvsim_loop_timer_skew_ms(&f->agents[agent].loop, (int64_t)ms);
+}
+
+void simfleet_get_stats(const simfleet *f, simfleet_stats *out) {
+    simredis_stats rs;
+    simredis_get_stats(f->net, &rs);
+    *out = (simfleet_stats){uvsim_turns(), rs.batches, rs.commands, rs.connects};
+}
+
 static void on_engine_stopped(void *arg) { ((sim_agent *)arg)->stopped = 1; }
 
 void simfleet_free(simfleet *f) {

@@ -133,6 +133,16 @@ void simfleet_agent_blackhole(simfleet *f, int agent, int on);
 void simfleet_agent_deschedule(simfleet *f, int agent, double ms);
 void simfleet_agent_kill(simfleet *f, int agent);
 
+/* A mutation for tests: the agent's timers longer than |ms| fire ms from
+ * their due time (negative: early), as a release timer gone wrong would. */
+void simfleet_agent_timer_skew(simfleet *f, int agent, double ms);
+
+/* What the run cost: loop turns, batches and commands Redis ran. */
+typedef struct simfleet_stats {
+    unsigned long long turns, batches, commands, connects;
+} simfleet_stats;
+void simfleet_get_stats(const simfleet *f, simfleet_stats *out);
+
 /* The engine of an agent (borrowed; for stats and status). */
 struct engine *simfleet_engine(simfleet *f, int agent);
 

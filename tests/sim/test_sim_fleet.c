@@ -68,18 +68,70 @@ static double real_ms(void) {
 
 typedef struct run_result {
     uint64_t hash;
-    size_t sends, rejects, sheds, errors;
+    size_t sends, rejects, sheds, errors, throttled;
     double makespan_ms, real_ms;
     int done;
+    simfleet_stats st;
 } run_result;
 
+enum {
+    F_NONE,
+    F_REDIS_RESTART, /* Redis stopped at 20 s, restarted empty at 23 s */
+    F_BLACKHOLE,     /* agent 1 black-holed 20 s .. 22 s */
+    F_CUT,           /* agent 2 cut off 20 s .. 25 s */
+    F_DESCHEDULE,    /* agent 0 frozen 20 s .. 20.5 s and 40 s .. 42 s */
+    F_KILL,          /* agent 2 killed at 30 s */
+    F_SLOW,          /* Redis 2 ms per batch, 50 us per script command, 10 s .. 40 s */
+    F_EARLY,         /* mutation: agent 0's release timers 20 ms early */
+};
+
+/* A provider model for the headers' path: a token bucket of the
+ * configured rate and burst that answers 429 (Retry-After) when empty and
+ * reports its limit and remaining count as Azure OpenAI does. */
+typedef struct bucket_prov {
+    double tokens, at_ms;
+    unsigned long sends, throttled;
+    char remaining[32];
+} bucket_prov;
+
+static int bucket_send(void *ud, double t_ms, const sim_call *c, sim_outcome *out) {
+    bucket_prov *p = ud;
+    (void)c;
+    p->tokens += (t_ms - p->at_ms) * (RPM / 60000.0);
+    if (p->tokens > BURST) p->tokens = BURST;
+    p->at_ms = t_ms;
+    p->sends++;
+    out->latency_ms = 100;
+    out->headers[0] = (sim_header){"x-ratelimit-limit-requests", "600"};
+    if (p->tokens >= 1 - 1e-9) {
+        p->tokens -= 1;
+        out->status = 200;
+        out->input = 100;
+        out->output = 50;
+        out->cache_read = 0;
+    } else {
+        p->throttled++;
+        out->status = 429;
+        out->latency_ms = 5;
+        out->headers[2] = (sim_header){"retry-after", "1"};
+        out->nheaders = 3;
+    }
+    snprintf(p->remaining, sizeof(p->remaining), "%d", (int)p->tokens);
+    out->headers[1] = (sim_header){"x-ratelimit-remaining-requests", p->remaining};
+    if (!out->nheaders) out->nheaders = 2;
+    return 0;
+}
+
 /* 3 agents x 100 callers, 2 calls each, on a 600 RPM deployment with a
- * burst of 10: about 60 virtual seconds of saturation. fault: 0 none,
- * 1 Redis stopped at 20 s and restarted empty at 23 s, 2 agent 1
- * black-holed from 20 s to 22 s. */
-static void fleet_run(uint64_t seed, int fault, run_result *res) {
+ * burst of 10: about 60 virtual seconds of saturation, with one fault. */
+static void fleet_run_with(uint64_t seed, int fault, sim_send_fn send, void *ud, run_result *res) {
     trivial prov = {0};
-    simfleet_opts o = {.seed = seed, .agents = 3, .redis = &fx, .yaml = yaml, .send = trivial_send, .send_ud = &prov};
+    simfleet_opts o = {.seed = seed,
+                       .agents = 3,
+                       .redis = &fx,
+                       .yaml = yaml,
+                       .send = send ? send : trivial_send,
+                       .send_ud = send ? ud : &prov};
     simfleet *f = NULL;
     double t0 = real_ms();
     assert_int_equal(simfleet_new(&o, &f), 0);
@@ -95,30 +147,59 @@ static void fleet_run(uint64_t seed, int fault, run_result *res) {
                               .max_attempts = 20};
         assert_int_equal(simfleet_add_callers(f, &sp, 100), 0);
     }
-    if (fault == 1) {
+    switch (fault) {
+    case F_REDIS_RESTART:
         assert_int_equal(simfleet_run_until(f, 20000), 0);
         simfleet_redis_stop(f);
         assert_int_equal(simfleet_run_until(f, 23000), 0);
         assert_int_equal(simfleet_redis_restart(f), 0);
-    } else if (fault == 2) {
+        break;
+    case F_BLACKHOLE:
         assert_int_equal(simfleet_run_until(f, 20000), 0);
         simfleet_agent_blackhole(f, 1, 1);
         assert_int_equal(simfleet_run_until(f, 22000), 0);
         simfleet_agent_blackhole(f, 1, 0);
+        break;
+    case F_CUT:
+        assert_int_equal(simfleet_run_until(f, 20000), 0);
+        simfleet_agent_cut(f, 2, 1);
+        assert_int_equal(simfleet_run_until(f, 25000), 0);
+        simfleet_agent_cut(f, 2, 0);
+        break;
+    case F_DESCHEDULE:
+        assert_int_equal(simfleet_run_until(f, 20000), 0);
+        simfleet_agent_deschedule(f, 0, 500);
+        assert_int_equal(simfleet_run_until(f, 40000), 0);
+        simfleet_agent_deschedule(f, 0, 2000);
+        break;
+    case F_KILL:
+        assert_int_equal(simfleet_run_until(f, 30000), 0);
+        simfleet_agent_kill(f, 2);
+        break;
+    case F_SLOW:
+        assert_int_equal(simfleet_run_until(f, 10000), 0);
+        simfleet_redis_slow(f, 2000, 50);
+        assert_int_equal(simfleet_run_until(f, 40000), 0);
+        simfleet_redis_slow(f, 20, 2);
+        break;
+    case F_EARLY: simfleet_agent_timer_skew(f, 0, -20); break;
+    default: break;
     }
     res->done = simfleet_run_done(f, 200000);
     assert_true(res->done >= 0);
     res->real_ms = real_ms() - t0;
     res->hash = simfleet_trace_hash(f);
+    simfleet_get_stats(f, &res->st);
     size_t n;
     const sim_record *r = simfleet_records(f, &n);
     replay rp;
     replay_init(&rp);
-    res->sends = res->sheds = res->errors = 0;
+    res->sends = res->sheds = res->errors = res->throttled = 0;
     for (size_t i = 0; i < n; i++) {
         if (r[i].send_ms >= 0) {
             replay_add(&rp, r[i].send_ms, 1);
             res->sends++;
+            if (r[i].status == 429) res->throttled++;
         } else if (r[i].status == 0) {
             res->sheds++;
         } else {
@@ -131,11 +212,13 @@ static void fleet_run(uint64_t seed, int fault, run_result *res) {
     simfleet_free(f);
 }
 
+static void fleet_run(uint64_t seed, int fault, run_result *res) { fleet_run_with(seed, fault, NULL, NULL, res); }
+
 static void test_determinism(void **state) {
     run_result a, b, c;
-    fleet_run(7, 0, &a);
-    fleet_run(7, 0, &b);
-    fleet_run(8, 0, &c);
+    fleet_run(7, F_NONE, &a);
+    fleet_run(7, F_NONE, &b);
+    fleet_run(8, F_NONE, &c);
     printf("determinism: seed 7 %016llx twice %016llx, seed 8 %016llx (%zu sends)\n", (unsigned long long)a.hash,
            (unsigned long long)b.hash, (unsigned long long)c.hash, a.sends);
     assert_true(a.hash == b.hash);
@@ -144,12 +227,13 @@ static void test_determinism(void **state) {
 
 static void test_never_over_offer(void **state) {
     run_result r;
-    fleet_run(1, 0, &r);
+    fleet_run(1, F_NONE, &r);
     double floor_ms = (double)(r.sends - BURST) / (RPM / 60000.0);
     printf("fleet: %zu sends, %zu sheds, %zu errors, %zu rejected by the bucket; makespan %.0f ms, floor %.0f ms "
-           "(%.2f %%); %.0f ms real for %.1f virtual s\n",
-           r.sends, r.sheds, r.errors, r.rejects, r.makespan_ms, floor_ms, 100.0 * r.makespan_ms / floor_ms, r.real_ms,
-           simfleet_now_ms() / 1000);
+           "(%.2f %%)\n",
+           r.sends, r.sheds, r.errors, r.rejects, r.makespan_ms, floor_ms, 100.0 * r.makespan_ms / floor_ms);
+    printf("cost: %.0f ms real for %.1f virtual s (%llu loop turns, %llu Redis batches, %llu commands)\n", r.real_ms,
+           simfleet_now_ms() / 1000, r.st.turns, r.st.batches, r.st.commands);
     assert_int_equal(r.done, 1);
     assert_int_equal(r.sends, 600);
     assert_int_equal(r.rejects, 0);
@@ -160,38 +244,61 @@ static void test_never_over_offer(void **state) {
 #endif
 }
 
-/* A release 20 ms early (every timer of the engines fires 20 ms before its
- * due time) must be caught: the schedule tolerates lateness only. */
+/* A release 20 ms early must be caught by the replay: the schedule
+ * tolerates lateness only. Early everywhere (every engine's timers) shifts
+ * the whole schedule but the sends granted at once (no timer): a
+ * rejection right after the first burst. Early on one agent of three
+ * interleaves its early sends with the others' on-time ones. */
 static void test_early_release_caught(void **state) {
-    run_result r;
+    run_result r, all;
+    fleet_run(1, F_EARLY, &r);
     uvsim_set_timer_skew_ms(-20);
-    fleet_run(1, 0, &r);
+    fleet_run(1, F_NONE, &all);
     uvsim_set_timer_skew_ms(0);
-    printf("early release by 20 ms: %zu sends, %zu rejected by the bucket\n", r.sends, r.rejects);
+    printf("release 20 ms early: on agent 0, %zu of %zu sends rejected by the bucket; on every agent, %zu of %zu\n",
+           r.rejects, r.sends, all.rejects, all.sends);
     assert_true(r.rejects > 0);
+    assert_true(all.rejects > 0);
+}
+
+/* Each fault: the fleet never over-offers, and the same seed replays the
+ * same run. */
+static void fault_case(int fault, const char *what, int all_done) {
+    run_result r, again;
+    fleet_run(3, fault, &r);
+    printf("%s: %zu sends, %zu sheds, %zu errors, %zu rejected; makespan %.0f ms; %.0f ms real\n", what, r.sends,
+           r.sheds, r.errors, r.rejects, r.makespan_ms, r.real_ms);
+    fleet_run(3, fault, &again);
+    assert_int_equal(r.rejects, 0);
+    if (all_done) assert_int_equal(r.done, 1);
+    assert_true(r.hash == again.hash);
 }
 
 static void test_redis_restart(void **state) {
-    run_result r;
-    fleet_run(3, 1, &r);
-    printf("Redis stopped at 20 s, restarted empty at 23 s: %zu sends, %zu sheds, %zu errors, %zu rejected; "
-           "makespan %.0f ms\n",
-           r.sends, r.sheds, r.errors, r.rejects, r.makespan_ms);
-    assert_int_equal(r.rejects, 0);
-    run_result again;
-    fleet_run(3, 1, &again);
-    assert_true(r.hash == again.hash);
+    fault_case(F_REDIS_RESTART, "Redis stopped at 20 s, restarted empty at 23 s", 1);
 }
+static void test_blackhole(void **state) { fault_case(F_BLACKHOLE, "agent 1 black-holed 20 s .. 22 s", 1); }
+static void test_cut(void **state) { fault_case(F_CUT, "agent 2 cut off 20 s .. 25 s", 1); }
+static void test_deschedule(void **state) {
+    fault_case(F_DESCHEDULE, "agent 0 frozen 20 s .. 20.5 s and 40 s .. 42 s", 1);
+}
+static void test_kill(void **state) { fault_case(F_KILL, "agent 2 killed at 30 s", 0); }
+static void test_slow_redis(void **state) { fault_case(F_SLOW, "Redis slow (2 ms a batch) 10 s .. 40 s", 1); }
 
-static void test_blackhole(void **state) {
+/* The headers' path: a provider bucket that reports its limit and
+ * remaining count (and Retry-After on a 429) as Azure does; the settles
+ * carry them through the production parser. A fleet that never
+ * over-offers meets no 429. */
+static void test_bucket_provider_headers(void **state) {
+    bucket_prov p = {.tokens = BURST};
     run_result r;
-    fleet_run(4, 2, &r);
-    printf("agent 1 black-holed 20 s..22 s: %zu sends, %zu sheds, %zu errors, %zu rejected; makespan %.0f ms\n",
-           r.sends, r.sheds, r.errors, r.rejects, r.makespan_ms);
+    fleet_run_with(5, F_NONE, bucket_send, &p, &r);
+    double floor_ms = (double)(r.sends - BURST) / (RPM / 60000.0);
+    printf("provider bucket with headers: %zu sends, %lu throttled (429), makespan %.0f ms (%.2f %% of the floor)\n",
+           r.sends, p.throttled, r.makespan_ms, 100.0 * r.makespan_ms / floor_ms);
+    assert_int_equal(p.throttled, 0);
     assert_int_equal(r.rejects, 0);
-    run_result again;
-    fleet_run(4, 2, &again);
-    assert_true(r.hash == again.hash);
+    assert_true(fabs(r.makespan_ms - floor_ms) <= 0.01 * floor_ms);
 }
 
 int main(void) {
@@ -199,8 +306,13 @@ int main(void) {
         cmocka_unit_test(test_never_over_offer),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_early_release_caught),
+        cmocka_unit_test(test_bucket_provider_headers),
         cmocka_unit_test(test_redis_restart),
         cmocka_unit_test(test_blackhole),
+        cmocka_unit_test(test_cut),
+        cmocka_unit_test(test_deschedule),
+        cmocka_unit_test(test_kill),
+        cmocka_unit_test(test_slow_redis),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

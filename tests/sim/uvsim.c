@@ -31,6 +31,7 @@ typedef struct hrec {
 struct lrec {
     uv_loop_t *loop;
     uint64_t time_ms, timer_seq, frozen_until;
+    int64_t skew_ms;
     hrec *head, *tail, *closing;
     int nhandles;
     lrec *next;
@@ -170,6 +171,8 @@ void uvsim_loop_discard(uv_loop_t *loop) {
 
 int uvsim_loop_handles(uv_loop_t *loop) { return L_of(loop)->nhandles; }
 
+void uvsim_loop_timer_skew_ms(uv_loop_t *loop, int64_t skew_ms) { L_of(loop)->skew_ms = skew_ms; }
+
 void uvsim_loop_freeze(uv_loop_t *loop, uint64_t until_us) { L_of(loop)->frozen_until = until_us; }
 
 static hrec *handle_add(uv_loop_t *loop, uv_handle_t *h, uv_handle_type type, hkind kind) {
@@ -235,8 +238,9 @@ int uv_timer_init(uv_loop_t *loop, uv_timer_t *t) {
 int uv_timer_start(uv_timer_t *t, uv_timer_cb cb, uint64_t timeout, uint64_t repeat) {
     hrec *r = R_of((uv_handle_t *)t);
     if (!r || r->closing || !cb) return UV_EINVAL;
-    if (S.skew_ms < 0 && timeout > (uint64_t)-S.skew_ms) timeout -= (uint64_t)-S.skew_ms;
-    else if (S.skew_ms > 0) timeout += (uint64_t)S.skew_ms;
+    int64_t skew = S.skew_ms + r->L->skew_ms;
+    if (skew < 0 && timeout > (uint64_t)-skew) timeout -= (uint64_t)-skew;
+    else if (skew > 0) timeout += (uint64_t)skew;
     uint64_t due = r->L->time_ms + timeout;
     if (due < timeout) due = NEVER; /* overflow */
     r->tcb = cb;

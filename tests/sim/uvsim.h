@@ -83,6 +83,9 @@ void uvsim_loop_freeze(uv_loop_t *loop, uint64_t until_us);
  * would spin at one instant). 0 is libuv's behaviour. */
 void uvsim_set_timer_skew_ms(int64_t skew_ms);
 
+/* The same for the timers of one loop only (added to the global skew). */
+void uvsim_loop_timer_skew_ms(uv_loop_t *loop, int64_t skew_ms);
+
 /* Handles of loop not yet closed (0 once everything was closed). */
 int uvsim_loop_handles(uv_loop_t *loop);
 
