@@ -22,9 +22,12 @@
 #include <time.h>
 #include <cmocka.h>
 
+#include <hiredis/hiredis.h>
+
 #include "redis_fixture.h"
 #include "replay.h"
 #include "simfleet.h"
+#include "engine.h"
 #include "uvsim.h"
 
 static redis_fixture fx;
@@ -71,6 +74,8 @@ typedef struct run_result {
     size_t sends, rejects, sheds, errors, throttled;
     double makespan_ms, real_ms;
     int done;
+    engine_batch reserve; /* agent 0's reserve batches, learned from the scripts' @timed figure */
+    long long tat_ms;     /* the requests schedule in Redis after the run (sluice:{gpt}:state requests_tat) */
     simfleet_stats st;
 } run_result;
 
@@ -83,6 +88,7 @@ enum {
     F_KILL,          /* agent 2 killed at 30 s */
     F_SLOW,          /* Redis 2 ms per batch, 50 us per script command, 10 s .. 40 s */
     F_EARLY,         /* mutation: agent 0's release timers 20 ms early */
+    F_EARLY_SPREAD,  /* the same, callers arriving over 20 s (grants interleave) */
 };
 
 /* A provider model for the headers' path: a token bucket of the
@@ -122,6 +128,12 @@ static int bucket_send(void *ud, double t_ms, const sim_call *c, sim_outcome *ou
     return 0;
 }
 
+static void on_batch(void *ud, const char *kind, const char *name, const engine_batch *b) {
+    run_result *res = ud;
+    (void)name;
+    if (!strcmp(kind, "deployment")) res->reserve = *b;
+}
+
 /* 3 agents x 100 callers, 2 calls each, on a 600 RPM deployment with a
  * burst of 10: about 60 virtual seconds of saturation, with one fault. */
 static void fleet_run_with(uint64_t seed, int fault, sim_send_fn send, void *ud, run_result *res) {
@@ -141,7 +153,7 @@ static void fleet_run_with(uint64_t seed, int fault, sim_send_fn send, void *ud,
                               .input = 100,
                               .output = 50,
                               .start_ms = 1000,
-                              .jitter_ms = 50,
+                              .jitter_ms = fault == F_EARLY_SPREAD ? 20000 : 50,
                               .calls = 2,
                               .max_wait_ms = 120000,
                               .max_attempts = 20};
@@ -182,7 +194,8 @@ static void fleet_run_with(uint64_t seed, int fault, sim_send_fn send, void *ud,
         assert_int_equal(simfleet_run_until(f, 40000), 0);
         simfleet_redis_slow(f, 20, 2);
         break;
-    case F_EARLY: simfleet_agent_timer_skew(f, 0, -20); break;
+    case F_EARLY:
+    case F_EARLY_SPREAD: simfleet_agent_timer_skew(f, 0, -20); break;
     default: break;
     }
     res->done = simfleet_run_done(f, 200000);
@@ -207,9 +220,23 @@ static void fleet_run_with(uint64_t seed, int fault, sim_send_fn send, void *ud,
         }
     }
     res->rejects = replay_rejections(&rp, BURST, RPM / 60000.0, NULL);
+    const char *dump = getenv("SIM_DUMP"); /* SIM_DUMP=<fault>: every record of that run */
+    if (dump && atoi(dump) == fault) {
+        for (size_t i = 0; i < n; i++)
+            printf("rec caller %d agent %d attempt %d acquire %.3f slot %.3f send %.3f done %.3f status %d\n",
+                   r[i].caller, r[i].agent, r[i].attempt, r[i].acquire_ms, r[i].slot_ms, r[i].send_ms, r[i].done_ms,
+                   r[i].status);
+    }
     res->makespan_ms = replay_makespan(&rp);
     replay_free(&rp);
+    engine_foreach_batch(simfleet_engine(f, 0), on_batch, res);
     simfleet_free(f);
+    redisContext *rc = redis_fixture_connect(&fx);
+    assert_non_null(rc);
+    redisReply *rr = redisCommand(rc, "HGET sluice:{gpt}:state requests_tat");
+    res->tat_ms = rr && rr->type == REDIS_REPLY_STRING ? atoll(rr->str) : -1;
+    if (rr) freeReplyObject(rr);
+    redisFree(rc);
 }
 
 static void fleet_run(uint64_t seed, int fault, run_result *res) { fleet_run_with(seed, fault, NULL, NULL, res); }
@@ -234,6 +261,13 @@ static void test_never_over_offer(void **state) {
            r.sends, r.sheds, r.errors, r.rejects, r.makespan_ms, floor_ms, 100.0 * r.makespan_ms / floor_ms);
     printf("cost: %.0f ms real for %.1f virtual s (%llu loop turns, %llu Redis batches, %llu commands)\n", r.real_ms,
            simfleet_now_ms() / 1000, r.st.turns, r.st.batches, r.st.commands);
+    printf("scripts' clock: requests_tat %lld ms = t %.1f s on the virtual clock (real now: %.0f s later); "
+           "reserve batches: %llu calls, %.1f us per item + %.1f us, cap %zu\n",
+           r.tat_ms, (double)(r.tat_ms - SIMFLEET_EPOCH_MS) / 1000, (double)time(NULL) - SIMFLEET_EPOCH_MS / 1000.0,
+           r.reserve.calls, r.reserve.item_us, r.reserve.fixed_us, r.reserve.cap);
+    /* The scripts ran on the simulated clock, not Redis' TIME: the
+     * schedule ends at the last send, on the virtual clock. */
+    assert_true(llabs(r.tat_ms - (SIMFLEET_EPOCH_MS + (long long)(r.makespan_ms + 1000))) < 5000);
     assert_int_equal(r.done, 1);
     assert_int_equal(r.sends, 600);
     assert_int_equal(r.rejects, 0);
@@ -245,20 +279,27 @@ static void test_never_over_offer(void **state) {
 }
 
 /* A release 20 ms early must be caught by the replay: the schedule
- * tolerates lateness only. Early everywhere (every engine's timers) shifts
- * the whole schedule but the sends granted at once (no timer): a
- * rejection right after the first burst. Early on one agent of three
- * interleaves its early sends with the others' on-time ones. */
+ * tolerates lateness (jitter_ms, 10) only. Early on one agent, on every
+ * agent (uvsim's global skew: all but the sends granted at once shift
+ * together), or on one agent while callers arrive over 20 s (its slots
+ * interleave with the others'): the replay rejects a send each time. Only
+ * one: a rejected send consumes nothing (a provider's 429), so from there
+ * the bucket holds a token the schedule does not count, which absorbs the
+ * later early sends (0.2 of a token each). SIM_DUMP=<fault> prints a run's
+ * records. */
 static void test_early_release_caught(void **state) {
-    run_result r, all;
+    run_result r, all, spread;
     fleet_run(1, F_EARLY, &r);
     uvsim_set_timer_skew_ms(-20);
     fleet_run(1, F_NONE, &all);
     uvsim_set_timer_skew_ms(0);
-    printf("release 20 ms early: on agent 0, %zu of %zu sends rejected by the bucket; on every agent, %zu of %zu\n",
-           r.rejects, r.sends, all.rejects, all.sends);
+    fleet_run(1, F_EARLY_SPREAD, &spread);
+    printf("release 20 ms early: on agent 0, %zu of %zu sends rejected by the bucket; on every agent, %zu of %zu; "
+           "on agent 0 with callers arriving over 20 s, %zu of %zu\n",
+           r.rejects, r.sends, all.rejects, all.sends, spread.rejects, spread.sends);
     assert_true(r.rejects > 0);
     assert_true(all.rejects > 0);
+    assert_true(spread.rejects > 0);
 }
 
 /* Each fault: the fleet never over-offers, and the same seed replays the
