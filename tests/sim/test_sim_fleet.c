@@ -342,6 +342,54 @@ static void test_bucket_provider_headers(void **state) {
     assert_true(fabs(r.makespan_ms - floor_ms) <= 0.01 * floor_ms);
 }
 
+/* A figure, not a bound: 10 agents x 100 callers x 6 calls at 6000 RPM
+ * (burst 100) for a virtual minute: what a virtual minute of a ten-times
+ * busier fleet costs in real time. Never over-offers either. */
+static void test_scale_figure(void **state) {
+    static const char *big = "agent:\n  socket: /tmp/sim-unused.sock\n  heartbeat_ms: 1000\n"
+                             "deployments:\n  gpt:\n    rpm: 6000\n    burst: { requests: 100 }\n"
+                             "    max_wait_ms: 120000\n";
+    trivial prov = {0};
+    simfleet_opts o = {.seed = 9, .agents = 10, .redis = &fx, .yaml = big, .send = trivial_send, .send_ud = &prov};
+    simfleet *f = NULL;
+    double t0 = real_ms();
+    assert_int_equal(simfleet_new(&o, &f), 0);
+    for (int a = 0; a < 10; a++) {
+        sim_caller_spec sp = {.agent = a,
+                              .deployment = "gpt",
+                              .input = 100,
+                              .output = 50,
+                              .start_ms = 1000,
+                              .jitter_ms = 50,
+                              .calls = 6,
+                              .max_wait_ms = 120000,
+                              .max_attempts = 20};
+        assert_int_equal(simfleet_add_callers(f, &sp, 100), 0);
+    }
+    assert_int_equal(simfleet_run_done(f, 200000), 1);
+    double ms = real_ms() - t0;
+    simfleet_stats st;
+    simfleet_get_stats(f, &st);
+    size_t n, sends = 0;
+    const sim_record *r = simfleet_records(f, &n);
+    replay rp;
+    replay_init(&rp);
+    for (size_t i = 0; i < n; i++)
+        if (r[i].send_ms >= 0) {
+            replay_add(&rp, r[i].send_ms, 1);
+            sends++;
+        }
+    size_t rejects = replay_rejections(&rp, 100, 6000 / 60000.0, NULL);
+    double floor_ms = (double)(sends - 100) / 0.1;
+    printf("scale: 10 agents x 100 callers, %zu sends at 6000 RPM in %.1f virtual s (%.2f %% of the floor), %zu "
+           "rejected; %.0f ms real (%llu turns, %llu Redis batches)\n",
+           sends, simfleet_now_ms() / 1000, 100.0 * replay_makespan(&rp) / floor_ms, rejects, ms, st.turns, st.batches);
+    replay_free(&rp);
+    simfleet_free(f);
+    assert_int_equal(sends, 6000);
+    assert_int_equal(rejects, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_never_over_offer),
@@ -354,6 +402,7 @@ int main(void) {
         cmocka_unit_test(test_deschedule),
         cmocka_unit_test(test_kill),
         cmocka_unit_test(test_slow_redis),
+        cmocka_unit_test(test_scale_figure),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
