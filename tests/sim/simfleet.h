@@ -21,6 +21,11 @@
  * virtual wall clock (what headers' dates and Redis' clock read) is
  * SIMFLEET_EPOCH_MS + t.
  *
+ * Callers live outside the engines' loops, like sluiced's clients: a
+ * caller's acquire or settle runs the engine's entry point at once, and
+ * what the engine does with it waits for its loop's next turn (for a
+ * descheduled engine, until it thaws).
+ *
  * One fleet per process at a time (uvsim is process-wide). */
 #ifndef SLUICE_SIMFLEET_H
 #define SLUICE_SIMFLEET_H

@@ -20,7 +20,14 @@
  *
  * Faults: Redis down (every connection ends, connects are refused) and up
  * again; an agent cut (its connections end, its connects are refused) or
- * black-holed (what it writes vanishes: its calls time out). */
+ * black-holed (what it writes vanishes: its calls time out).
+ *
+ * What is not virtual: Redis' own key expiry (PEXPIRE) runs on real time,
+ * which is harmless while a run is shorter than the TTLs the scripts set
+ * (10 s and more); and a write larger than the socket's buffer (the
+ * connect's SCRIPT LOADs) arrives in pieces the kernel's buffer size
+ * decides, each piece's complete commands a batch of its own: the same on
+ * one machine, possibly not across kernels with other defaults. */
 #ifndef SLUICE_SIMREDIS_H
 #define SLUICE_SIMREDIS_H
 
