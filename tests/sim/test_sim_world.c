@@ -171,6 +171,16 @@ static void test_azure_tpm_never_refunded(void **state) {
     assert_int_equal(en(w, 1000, 4000, 1000).status, 429);
     assert_int_equal(en(w, 20000, 4000, 1000).status, 200);
     sim_world_free(w);
+    /* The variant that releases the unused max_tokens at the end, with a
+     * latency of 500 + 2 ms per output token (10 tokens: ends at 520). */
+    c.azure_release_at_end = 1;
+    c.lat_per_token_ms = 2;
+    w = sim_world_new(&c, 1);
+    assert_near(en(w, 0, 4000, 1000).latency_ms, 520);
+    assert_int_equal(last_entry(w)->correction[SIM_DIM_TOKENS], 10 - 1000);
+    sim_world_advance(w, 520);
+    assert_near(sim_world_level(w, SIM_DIM_TOKENS), 4000 + 52 + 990);
+    sim_world_free(w);
 }
 
 /* OpenAI: the larger of max_tokens and the character-based estimate. */

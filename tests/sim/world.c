@@ -262,6 +262,7 @@ static void charge_azure(const sim_world *w, const facts *f, long long *charge, 
      * documents a give-back. */
     charge[SIM_DIM_REQUESTS] = 1;
     charge[SIM_DIM_TOKENS] = f->prompt + f->max_tokens;
+    if (w->cfg.azure_release_at_end) corr[SIM_DIM_TOKENS] = f->output - f->max_tokens;
 }
 
 static void charge_openai(const sim_world *w, const facts *f, long long *charge, long long *need, long long *corr) {
@@ -592,7 +593,7 @@ static int decide(sim_world *w, double t, int who, const sim_request *rq, int st
     }
     if (e->status == 200) {
         e->output_tokens = f.output;
-        e->latency_ms = c->lat_lo_ms + (c->lat_hi_ms - c->lat_lo_ms) * u_lat;
+        e->latency_ms = c->lat_lo_ms + (c->lat_hi_ms - c->lat_lo_ms) * u_lat + c->lat_per_token_ms * (double)f.output;
         e->t_end_ms = t + e->latency_ms;
         for (int d = 0; d < SIM_DIMS; d++) {
             e->charge[d] = charge[d];

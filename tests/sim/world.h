@@ -133,6 +133,14 @@ typedef struct sim_world_cfg {
     int64_t epoch_ms;
     sim_neighbour nb[SIM_MAX_NEIGHBOURS];
     int nneighbours;
+    /* Added to an admitted response's latency per output token (default
+     * 0): a long answer takes longer, so its end-of-request correction
+     * comes later. */
+    double lat_per_token_ms;
+    /* Azure: give the unused part of max_tokens back when the response
+     * ends (default 0: never), the reading of a Microsoft answer that the
+     * documentation does not confirm (docs/providers.md). */
+    int azure_release_at_end;
 } sim_world_cfg;
 
 /* Fills *cfg with the defaults for provider (no limits set, no neighbours,
