@@ -7,9 +7,10 @@
 #      core (lib/core/) includes nothing of the library above it
 #      (lib/*.h): the core stands on lib/http, lib/include and the
 #      embedded scripts only;
-#   3. the simulator's provider worlds (tests/sim/world.[ch]) include
-#      nothing but their own header and the C library's: a model of the
-#      providers that shared the governor's code would prove nothing.
+#   3. the simulator's provider worlds (tests/sim/world.[ch],
+#      scenarios.[ch]) include nothing but their own headers and the C
+#      library's: a model of the providers that shared the governor's code
+#      would prove nothing.
 # Usage: tests/layout_check.sh BUILD_DIR   (from the source tree's root)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -53,9 +54,9 @@ while IFS= read -r line; do
 done < <(grep -rHn --include='*.c' --include='*.h' -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' lib)
 
 # 3. The provider worlds' independence.
-for f in tests/sim/world.c tests/sim/world.h; do
+for f in tests/sim/world.c tests/sim/world.h tests/sim/scenarios.c tests/sim/scenarios.h; do
   [ -f "$f" ] || continue
-  bad=$(grep -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" | grep -v '"world\.h"')
+  bad=$(grep -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" | grep -Ev '"(world|scenarios)\.h"')
   [ -z "$bad" ] || say "$f includes $(echo $bad): the provider worlds share nothing with lib/ or lua/"
 done
 
