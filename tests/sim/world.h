@@ -184,7 +184,13 @@ void sim_world_free(sim_world *w); /* NULL is a no-op */
 void sim_world_advance(sim_world *w, double t_ms);
 
 /* One fleet request at rq->t_ms (the world advances there first): the
- * admission decision and the response, written to *out. */
+ * admission decision and the response, written to *out. Its ledger entry
+ * is the last one (sim_world_ledger_len() - 1) until the world next
+ * advances. Headers by provider: azure x-ratelimit-{limit,remaining}-
+ * {requests,tokens}, retry-after and retry-after-ms on a 429; openai
+ * x-ratelimit-{limit,remaining,reset}-{requests,tokens}, retry-after;
+ * anthropic anthropic-ratelimit-{requests,input-tokens,output-tokens}-
+ * {limit,remaining,reset}, retry-after; bedrock and gemini none. */
 void sim_world_send(sim_world *w, const sim_request *rq, sim_response *out);
 
 /* The provider's own count of a prompt (without the per-request noise),
