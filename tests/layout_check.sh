@@ -6,7 +6,11 @@
 #   2. no file under lib/ includes a header of the daemon (agent/), and the
 #      core (lib/core/) includes nothing of the library above it
 #      (lib/*.h): the core stands on lib/http, lib/include and the
-#      embedded scripts only.
+#      embedded scripts only;
+#   3. the simulator's provider worlds (tests/sim/world.[ch],
+#      scenarios.[ch]) include nothing but their own headers and the C
+#      library's: a model of the providers that shared the governor's code
+#      would prove nothing.
 # Usage: tests/layout_check.sh BUILD_DIR   (from the source tree's root)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +53,14 @@ while IFS= read -r line; do
   fi
 done < <(grep -rHn --include='*.c' --include='*.h' -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' lib)
 
+# 3. The provider worlds' independence.
+for f in tests/sim/world.c tests/sim/world.h tests/sim/scenarios.c tests/sim/scenarios.h; do
+  [ -f "$f" ] || continue
+  bad=$(grep -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" | grep -Ev '"(world|scenarios)\.h"')
+  [ -z "$bad" ] || say "$f includes $(echo $bad): the provider worlds share nothing with lib/ or lua/"
+done
+
 if [ "$fail" -eq 0 ]; then
-  echo "layout_check: libsluice exports only sl_* ($(nm -D --defined-only "${so:-/dev/null}" 2>/dev/null | grep -c ' sl_') symbols); lib/ includes no agent/ header; lib/core/ nothing of lib/"
+  echo "layout_check: libsluice exports only sl_* ($(nm -D --defined-only "${so:-/dev/null}" 2>/dev/null | grep -c ' sl_') symbols); lib/ includes no agent/ header; lib/core/ nothing of lib/; tests/sim/world nothing of the project"
 fi
 exit "$fail"

@@ -548,9 +548,11 @@ static void test_quota_exhausted(void **state) {
 /* OpenAI style ("model" filled in from the deployment), embedded mode,
  * string and numeric ids, a duplicate id, a malformed line, a blank line,
  * and a partial last record left by a crash. */
+static double status_num(const char *field);
+
 static void test_openai_style_and_bad_lines(void **state) {
     (void)state;
-    world_up(1200, 10, mock_fast, "    style: openai\n");
+    world_up(1200, 10, mock_fast, "    style: openai\n    tpm: 6000000\n");
     char in[300], out[300];
     path_in(in, sizeof(in), "in.jsonl");
     path_in(out, sizeof(out), "out.jsonl");
@@ -612,10 +614,17 @@ static void test_openai_style_and_bad_lines(void **state) {
     json_t *l = ledger();
     assert_int_equal(totals(l, "accepted"), 3);
     assert_int_equal(totals(l, "requests"), 3);
+    /* Ledger parity (issue 21): OpenAI's tpm is the larger of the prompt
+     * and max_tokens (16 filled in), as sluice counted it. */
+    long long charged = 0;
+    size_t k;
+    const json_t *v;
+    json_array_foreach(json_object_get(json_object_get(json_object_get(l, "deployments"), "d"), "accept_tokens"), k, v)
+        charged += (long long)json_integer_value(v);
     json_decref(l);
+    assert_int_equal(charged, 3 * 16);
+    assert_true(status_num("tokens_counted") == (double)charged);
 }
-
-static double status_num(const char *field);
 
 /* Anthropic style: the Messages API (/v1/messages, x-api-key,
  * anthropic-version, max_tokens filled in when a line has none, the system
@@ -697,6 +706,10 @@ static void test_anthropic_style(void **state) {
     assert_true(status_num("tokens_actual") == 2 * (3 + 8 + 3) + 6 * 7);
     assert_true(status_num("input_refunded") == 0);
     assert_true(status_num("input_charged") == 0);
+    /* Ledger parity (issue 21): what sluice says the provider counted per
+     * dimension is what the provider's ledger charged, to the token. */
+    assert_true(status_num("input_counted") == (double)in_sum);
+    assert_true(status_num("output_counted") == (double)(out_sum - refunded));
     unsetenv("SLUICE_TEST_KEY");
 }
 
