@@ -216,7 +216,7 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
         ratelimit_feedback fb;
         ratelimit_init(&fb, -1);
         int64_t at = SIMFLEET_EPOCH_MS + (int64_t)(now + out.latency_ms);
-        for (size_t i = 0; i < out.nheaders && i < SIM_MAX_HEADERS; i++)
+        for (size_t i = 0; i < out.nheaders && i < SIMFLEET_MAX_HEADERS; i++)
             ratelimit_add_header(&fb, out.headers[i].name, strlen(out.headers[i].name), out.headers[i].value,
                                  strlen(out.headers[i].value), at);
         engine_seen_from_feedback(&fb, &c->seen);

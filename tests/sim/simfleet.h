@@ -37,7 +37,7 @@
 
 /* 2026-01-01T00:00:00Z: the virtual wall clock at t = 0. */
 #define SIMFLEET_EPOCH_MS 1767225600000LL
-#define SIM_MAX_HEADERS 16
+#define SIMFLEET_MAX_HEADERS 16
 
 typedef struct simfleet simfleet;
 
@@ -61,7 +61,7 @@ typedef struct sim_outcome {
     double latency_ms; /* from the send to the response's end (settle) */
     long long input, output, cache_read;
     size_t nheaders;
-    sim_header headers[SIM_MAX_HEADERS];
+    sim_header headers[SIMFLEET_MAX_HEADERS];
 } sim_outcome;
 
 /* The provider model (tests/sim/world.h plugs in here). t_ms: the send
