@@ -103,7 +103,7 @@ static size_t rec_new(simfleet *f, caller *c) {
     }
     sim_record *r = &f->recs[f->nrecs];
     *r = (sim_record){
-        c->id, c->spec.agent, c->attempt, simfleet_now_ms(), -1, -1, -1, -1, 0, "",
+        c->id, c->spec.agent, c->attempt, simfleet_now_ms(), -1, -1, -1, -1, 0, "", -1,
     };
     return f->nrecs++;
 }
@@ -180,6 +180,7 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
         r->status = 0;
         r->done_ms = simfleet_now_ms();
         r->shed_reason = shed->reason;
+        r->retry_after_ms = shed->retry_after_ms;
         caller_retry(c, shed->retry_after_ms > 0 ? (double)shed->retry_after_ms : 1);
         return;
     }
