@@ -33,6 +33,15 @@ void queue_settle(dep *d, const char *id, const engine_usage *u, engine_outcome 
     it->pause_ms = pause_ms;
     if (seen) it->seen = *seen;
     else engine_seen_init(&it->seen);
+    /* Azure's x-ratelimit-*-requests describe its short evaluation window
+     * (a 120 RPM deployment answers limit 20, a 300 RPM one remaining 50
+     * of 50: RPM / 6, ten seconds), not the minute (docs/providers.md):
+     * read as a per-minute limit they cut the fleet to a sixth. Undefined
+     * in Microsoft's documentation, so they are not taken as evidence. */
+    if (d->cfg && d->cfg->style == CONFIG_STYLE_AZURE) {
+        it->seen.limit[ENGINE_DIM_REQUESTS] = -1;
+        it->seen.remaining[ENGINE_DIM_REQUESTS] = -1;
+    }
     engine *e = d->e;
     /* Cancels and provider pauses go at once (a cancel must land before the
      * next reserve); plain settles wait up to ENGINE_SETTLE_DELAY_MS so the
