@@ -11,6 +11,11 @@ int cmd_mock(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_run(int argc, char **argv), cmd_status(int argc, char **argv), cmd_top(int argc, char **argv);
 
+/* sluice sim: cmd_sim_exec (in `sluice`) executes sluice-sim, whose main
+ * runs cmd_sim (cmd_sim.c, linked with the simulator, never with libuv). */
+int cmd_sim_exec(int argc, char **argv);
+int cmd_sim(int argc, char **argv);
+
 /* For subcommands that are listed but not written yet: says so, exit 2. */
 int cmd_not_implemented(int argc, char **argv);
 

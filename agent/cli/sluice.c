@@ -22,6 +22,7 @@ static const sluice_command sluice_commands[] = {
     {"run", cmd_run, "send a JSONL batch through a governed deployment"},
     {"status", cmd_status, "print the live budget of each deployment from Redis"},
     {"top", cmd_top, "like status, refreshed continuously"},
+    {"sim", cmd_sim_exec, "simulate the fleet on virtual time: what a configuration would do, in seconds"},
     {"demo-worker", cmd_demo_worker, NULL},
 };
 

@@ -243,6 +243,8 @@ static void caller_acquire(void *arg) {
     engine_req rq = {.name = c->spec.deployment,
                      .tokens = c->spec.input + c->spec.output,
                      .max_wait_ms = c->spec.max_wait_ms,
+                     .lane = c->spec.lane,
+                     .tenant = c->spec.tenant,
                      .split = 1,
                      .input = c->spec.input,
                      .output = c->spec.output};

@@ -85,10 +85,11 @@ typedef struct sim_caller_spec {
     long long input, output; /* estimate: input, max output */
     double start_ms;         /* the first acquire (plus a seeded 0..jitter_ms) */
     double jitter_ms;
-    int calls;             /* calls, one after another */
-    double think_ms;       /* between a call's end and the next */
-    long long max_wait_ms; /* -1: the deployment's */
-    int max_attempts;      /* tries per call (shed, 429, error); 0: 1 */
+    int calls;                 /* calls, one after another */
+    double think_ms;           /* between a call's end and the next */
+    long long max_wait_ms;     /* -1: the deployment's */
+    int max_attempts;          /* tries per call (shed, 429, error); 0: 1 */
+    const char *lane, *tenant; /* NULL: the default lane, tenant (borrowed for the run) */
 } sim_caller_spec;
 
 /* One attempt. Times in virtual ms since the start; -1 when it did not
