@@ -34,17 +34,16 @@
 #include "config.h"
 #include "redis_fixture.h"
 #include "sim_report.h"
+#include "sim_traffic.h"
 #include "simfleet.h"
 #include "world.h"
-
-#define SIM_MAX_SHARES 16
 
 typedef struct sim_opts {
     const char *config, *deployment, *trace, *provider;
     long long seed, agents, input, output, attempts;
     double seconds, demand;
     int json, help;
-    const char *lane_, *tenant_; /* consumed by collect_shares(); the rows exist for --help */
+    const char *lane_, *tenant_; /* consumed by sim_shares_collect(); the rows exist for --help */
 } sim_opts;
 
 #define SOPT(f) offsetof(sim_opts, f)
@@ -73,30 +72,6 @@ static const cli_flag sim_flags[] = {
 };
 #define SIM_NFLAGS (sizeof(sim_flags) / sizeof(sim_flags[0]))
 
-typedef struct sim_share {
-    char name[SIM_REPORT_NAME_MAX];
-    double share;
-} sim_share;
-
-typedef struct sim_shares {
-    sim_share v[SIM_MAX_SHARES];
-    size_t n;
-    double total;
-} sim_shares;
-
-/* One request of the traffic. Names "" mean the default lane / tenant. */
-typedef struct sim_req {
-    double t_ms;
-    long long input, output;
-    char deployment[SIM_REPORT_NAME_MAX]; /* trace: "" = every simulated deployment */
-    char lane[SIM_REPORT_NAME_MAX], tenant[SIM_REPORT_NAME_MAX];
-} sim_req;
-
-typedef struct sim_reqs {
-    sim_req *v;
-    size_t n, cap;
-} sim_reqs;
-
 /* The provider world behind simfleet's send(); the response is kept until
  * the next send (simfleet reads its headers before send() returns). */
 typedef struct world_prov {
@@ -115,81 +90,6 @@ static void usage(FILE *f) {
                "10 s window and the waits per lane and tenant. The same seed prints the same table.\n"
                "By default each deployment gets demand at 1.5 x its quota for 60 virtual seconds.\n\n");
     cli_print_flags(f, sim_flags, SIM_NFLAGS);
-}
-
-/* ---- randomness ------------------------------------------------------------------------ */
-
-static uint64_t mix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double rand01(uint64_t *s) { return (double)(mix64(s) >> 11) / 9007199254740992.0; }
-
-/* A deployment's own stream: the same with --deployment as without. */
-static uint64_t dep_seed(uint64_t seed, const char *name) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
-    return seed ^ h;
-}
-
-/* ---- flags --------------------------------------------------------------------------------- */
-
-static int parse_share(const char *flag, const char *arg, sim_shares *s) {
-    const char *eq = strchr(arg, '=');
-    char *end = NULL;
-    double v = eq ? strtod(eq + 1, &end) : 0;
-    if (!eq || !config_name_ok(arg, (size_t)(eq - arg)) || end == eq + 1 || *end || !(v > 0) || !isfinite(v)) {
-        fprintf(stderr, "sluice sim: %s: expected NAME=SHARE with a share > 0, got '%s'\n", flag, arg);
-        return -1;
-    }
-    if (s->n == SIM_MAX_SHARES) {
-        fprintf(stderr, "sluice sim: %s: at most %d of them\n", flag, SIM_MAX_SHARES);
-        return -1;
-    }
-    snprintf(s->v[s->n].name, sizeof(s->v[s->n].name), "%.*s", (int)(eq - arg), arg);
-    s->v[s->n++].share = v;
-    s->total += v;
-    return 0;
-}
-
-/* Takes every --lane and --tenant out of argv (cli_flags keeps one value
- * per flag) into lanes and tenants; argv keeps the rest. */
-static int collect_shares(int *argc, char **argv, sim_shares *lanes, sim_shares *tenants) {
-    int out = 1;
-    for (int i = 1; i < *argc; i++) {
-        const char *a = argv[i];
-        sim_shares *s = NULL;
-        const char *flag = NULL, *val = NULL;
-        if (strncmp(a, "--lane", 6) == 0 && (a[6] == '\0' || a[6] == '=')) s = lanes, flag = "--lane";
-        else if (strncmp(a, "--tenant", 8) == 0 && (a[8] == '\0' || a[8] == '=')) s = tenants, flag = "--tenant";
-        if (!s) {
-            argv[out++] = argv[i];
-            continue;
-        }
-        const char *eq = strchr(a, '=');
-        if (eq) val = eq + 1;
-        else if (i + 1 < *argc) val = argv[++i];
-        else {
-            fprintf(stderr, "sluice sim: %s needs NAME=SHARE (see sluice sim --help)\n", flag);
-            return -1;
-        }
-        if (parse_share(flag, val, s) != 0) return -1;
-    }
-    *argc = out;
-    return 0;
-}
-
-static const char *pick(const sim_shares *s, uint64_t *rng) {
-    if (!s->n) return "";
-    double u = rand01(rng) * s->total;
-    for (size_t i = 0; i < s->n; i++) {
-        if (u < s->v[i].share) return s->v[i].name;
-        u -= s->v[i].share;
-    }
-    return s->v[s->n - 1].name;
 }
 
 /* ---- the configuration --------------------------------------------------------------------- */
@@ -275,153 +175,6 @@ static int load_config(const char *path, char **yaml, config **cfg) {
 
 /* ---- traffic --------------------------------------------------------------------------------- */
 
-static sim_req *reqs_push(sim_reqs *r) {
-    if (r->n == r->cap) {
-        size_t cap = r->cap ? 2 * r->cap : 1024;
-        sim_req *nv = realloc(r->v, cap * sizeof(*nv));
-        if (!nv) return NULL;
-        r->v = nv;
-        r->cap = cap;
-    }
-    sim_req *q = &r->v[r->n++];
-    memset(q, 0, sizeof(*q));
-    return q;
-}
-
-static int cmp_req(const void *a, const void *b) {
-    double x = ((const sim_req *)a)->t_ms, y = ((const sim_req *)b)->t_ms;
-    return x < y ? -1 : x > y;
-}
-
-static int json_name(json_t *o, const char *key, char *out, const char *path, size_t line) {
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v)) return 0;
-    const char *s = json_string_value(v);
-    if (!s || !config_name_ok(s, strlen(s))) {
-        fprintf(stderr, "sluice sim: %s:%zu: \"%s\" must be a name ([A-Za-z0-9._:-], 1 to 64)\n", path, line, key);
-        return -1;
-    }
-    snprintf(out, SIM_REPORT_NAME_MAX, "%s", s);
-    return 0;
-}
-
-/* The first of keys that o has, as a count > 0; def when none. */
-static int json_count(json_t *o, const char *const *keys, long long def, long long *out, const char *path,
-                      size_t line) {
-    *out = def;
-    for (; *keys; keys++) {
-        json_t *v = json_object_get(o, *keys);
-        if (!v) continue;
-        if (!json_is_integer(v) || json_integer_value(v) <= 0) {
-            fprintf(stderr, "sluice sim: %s:%zu: \"%s\" must be an integer > 0\n", path, line, *keys);
-            return -1;
-        }
-        *out = json_integer_value(v);
-        return 0;
-    }
-    return 0;
-}
-
-/* Reads a trace: one JSON object a line (blank lines and lines starting
- * with # skipped), sorted by time after. */
-static int load_trace(const char *path, const config *cfg, const sim_opts *o, sim_reqs *out) {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "sluice sim: %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    static const char *const in_keys[] = {"input_tokens", "input", NULL};
-    static const char *const out_keys[] = {"output_tokens", "max_tokens", "output", NULL};
-    char *line = NULL;
-    size_t cap = 0, lineno = 0;
-    ssize_t k;
-    int rc = 0;
-    while (rc == 0 && (k = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        char *p = line;
-        while (*p == ' ' || *p == '\t') p++;
-        if (*p == '\n' || *p == '\r' || *p == '\0' || *p == '#') continue;
-        json_error_t je;
-        json_t *obj = json_loads(p, JSON_DECODE_ANY, &je);
-        json_t *t = obj ? json_object_get(obj, "t_ms") : NULL;
-        sim_req *q = NULL;
-        if (!json_is_object(obj)) {
-            fprintf(stderr, "sluice sim: %s:%zu: not a JSON object%s%s\n", path, lineno, obj ? "" : ": ",
-                    obj ? "" : je.text);
-            rc = -1;
-        } else if (!json_is_number(t) || json_number_value(t) < 0) {
-            fprintf(stderr, "sluice sim: %s:%zu: \"t_ms\" must be a number >= 0\n", path, lineno);
-            rc = -1;
-        } else if (!(q = reqs_push(out))) {
-            fprintf(stderr, "sluice sim: out of memory\n");
-            rc = -1;
-        } else {
-            q->t_ms = json_number_value(t);
-            if (json_name(obj, "deployment", q->deployment, path, lineno) != 0 ||
-                json_name(obj, "lane", q->lane, path, lineno) != 0 ||
-                json_name(obj, "tenant", q->tenant, path, lineno) != 0 ||
-                json_count(obj, in_keys, o->input, &q->input, path, lineno) != 0 ||
-                json_count(obj, out_keys, o->output, &q->output, path, lineno) != 0)
-                rc = -1;
-            else if (q->deployment[0] && !config_deployment(cfg, q->deployment)) {
-                fprintf(stderr, "sluice sim: %s:%zu: no deployment '%s' in %s\n", path, lineno, q->deployment,
-                        o->config);
-                rc = -1;
-            }
-        }
-        json_decref(obj);
-    }
-    free(line);
-    fclose(f);
-    if (rc == 0 && out->n == 0) {
-        fprintf(stderr, "sluice sim: %s: no requests in the trace\n", path);
-        rc = -1;
-    }
-    if (rc == 0) qsort(out->v, out->n, sizeof(*out->v), cmp_req);
-    return rc;
-}
-
-/* A request's charge per minute of each configured dimension, as the
- * governor counts its estimate; the quota in requests a minute is the
- * least of rate / charge. */
-static double quota_per_min(const struct config_deployment *d, long long in, long long out) {
-    double q = (double)d->rpm;
-    double tokens = d->tokens_rule == CONFIG_TOKENS_MAX ? (double)(in > out ? in : out) : (double)(in + out);
-    if (d->tpm > 0) q = fmin(q, (double)d->tpm / tokens);
-    if (d->itpm > 0) q = fmin(q, (double)d->itpm / (double)in);
-    if (d->otpm > 0) q = fmin(q, (double)d->otpm / (double)out);
-    return q;
-}
-
-/* Demand of o->demand x the quota for o->seconds: arrivals stratified
- * (one in each equal slice of the span, at a seeded point in it), lanes
- * and tenants drawn by their shares. */
-static int make_demand(const struct config_deployment *d, const sim_opts *o, const sim_shares *lanes,
-                       const sim_shares *tenants, sim_reqs *out) {
-    double q = quota_per_min(d, o->input, o->output);
-    long long n = llround(o->demand * q * o->seconds / 60.0);
-    if (n < 1) n = 1;
-    if (n > 2000000) {
-        fprintf(stderr, "sluice sim: %s: %lld requests is more than the simulator takes (2000000)\n", d->name, n);
-        return -1;
-    }
-    uint64_t rng = dep_seed((uint64_t)o->seed, d->name);
-    double span = o->seconds * 1000.0;
-    for (long long i = 0; i < n; i++) {
-        sim_req *r = reqs_push(out);
-        if (!r) {
-            fprintf(stderr, "sluice sim: out of memory\n");
-            return -1;
-        }
-        r->t_ms = ((double)i + rand01(&rng)) * span / (double)n;
-        r->input = o->input;
-        r->output = o->output;
-        snprintf(r->lane, sizeof(r->lane), "%s", pick(lanes, &rng));
-        snprintf(r->tenant, sizeof(r->tenant), "%s", pick(tenants, &rng));
-    }
-    return 0;
-}
-
 /* ---- one deployment's run ------------------------------------------------------------------ */
 
 static int provider_of(const struct config_deployment *d, const char *flag, sim_provider *p) {
@@ -478,7 +231,6 @@ typedef struct sim_dimmap {
 static size_t dims_of(const struct config_deployment *d, sim_provider p, sim_dimmap *m) {
     size_t n = 0;
     m[n++] = (sim_dimmap){SIM_DIM_REQUESTS, "requests", (double)d->rpm, (double)d->burst.requests};
-    /* Gemini's TPM counts input only: its world keeps it as INPUT. */
     if (d->tpm > 0)
         m[n++] = (sim_dimmap){p == SIM_GEMINI ? SIM_DIM_INPUT : SIM_DIM_TOKENS, "tokens", (double)d->tpm,
                               (double)d->burst.tokens};
@@ -579,11 +331,14 @@ static int judge(const struct config_deployment *d, sim_provider prov, const sim
 /* A deployment's traffic: its requests of the trace (none: *rq empty), or
  * the demand. Returns 0, or 2 (said why). */
 static int traffic_of(const sim_ctx *x, const struct config_deployment *d, sim_reqs *rq) {
-    if (!x->o.trace) return make_demand(d, &x->o, &x->lanes, &x->tenants, rq) == 0 ? 0 : 2;
+    if (!x->o.trace) {
+        sim_demand dm = {(uint64_t)x->o.seed, x->o.demand, x->o.seconds, x->o.input, x->o.output};
+        return sim_traffic_demand(d, &dm, &x->lanes, &x->tenants, rq) == 0 ? 0 : 2;
+    }
     for (size_t i = 0; i < x->trace.n; i++) {
         const sim_req *t = &x->trace.v[i];
         if (t->deployment[0] && strcmp(t->deployment, d->name) != 0) continue;
-        sim_req *q = reqs_push(rq);
+        sim_req *q = sim_reqs_push(rq);
         if (!q) {
             fprintf(stderr, "sluice sim: out of memory\n");
             return 2;
@@ -593,12 +348,58 @@ static int traffic_of(const sim_ctx *x, const struct config_deployment *d, sim_r
     return 0;
 }
 
+/* The world of provider prov with d's configured limits (the world
+ * counts by the provider's rules; its limits are the configured ones). */
+static void world_cfg_of(const struct config_deployment *d, sim_provider prov, sim_world_cfg *wc) {
+    sim_world_cfg_init(wc, prov);
+    wc->rpm = (double)d->rpm;
+    wc->rpd = (double)d->rpd;
+    /* Gemini's TPM counts input only: its world keeps it as INPUT. */
+    if (prov == SIM_GEMINI) wc->itpm = (double)(d->itpm ? d->itpm : d->tpm);
+    else wc->tpm = (double)d->tpm, wc->itpm = (double)d->itpm;
+    wc->otpm = (double)d->otpm;
+    wc->epoch_ms = SIMFLEET_EPOCH_MS;
+}
+
+/* The provider's world takes d's limits (a world refuses a limit its
+ * provider does not have: Anthropic has no combined tpm). Returns 0, or 2
+ * after naming the limit. */
+static int check_world(const struct config_deployment *d, sim_provider prov) {
+    sim_world_cfg wc;
+    world_cfg_of(d, prov, &wc);
+    sim_world *w = sim_world_new(&wc, 1);
+    if (w) {
+        sim_world_free(w);
+        return 0;
+    }
+    static const char *const names[] = {"rpm", "tpm", "itpm", "otpm", "rpd"};
+    const char *bad = "its limits";
+    for (int k = 0; k < 5; k++) {
+        sim_world_cfg one;
+        sim_world_cfg_init(&one, prov);
+        double v[5] = {wc.rpm, wc.tpm, wc.itpm, wc.otpm, wc.rpd};
+        if (v[k] <= 0) continue;
+        double *f[5] = {&one.rpm, &one.tpm, &one.itpm, &one.otpm, &one.rpd};
+        *f[k] = v[k];
+        if (k) one.rpm = 1;
+        sim_world *t = sim_world_new(&one, 1);
+        if (!t) {
+            bad = names[k];
+            break;
+        }
+        sim_world_free(t);
+    }
+    fprintf(stderr, "sluice sim: deployment '%s' has %s, a limit the %s world does not have (pick --provider to fit)\n",
+            d->name, bad, sim_provider_name(prov));
+    return 2;
+}
+
 /* What can be said wrong about a deployment before anything runs: its
- * provider, the lanes of --lane and of the trace. Returns 0 or 2 (said
- * why). */
+ * provider and its limits there, the lanes of --lane and of the trace.
+ * Returns 0 or 2 (said why). */
 static int check_deployment(const sim_ctx *x, const struct config_deployment *d) {
     sim_provider prov;
-    if (provider_of(d, x->o.provider, &prov) != 0) return 2;
+    if (provider_of(d, x->o.provider, &prov) != 0 || check_world(d, prov) != 0) return 2;
     for (size_t i = 0; i < x->lanes.n; i++)
         if (!config_lane(d, x->lanes.v[i].name)) {
             char names[512];
@@ -623,14 +424,8 @@ static int run_deployment(sim_ctx *x, const struct config_deployment *d, const s
     const sim_reqs rq = *traffic;
 
     sim_world_cfg wc;
-    sim_world_cfg_init(&wc, prov);
-    wc.rpm = (double)d->rpm;
-    wc.rpd = (double)d->rpd;
-    if (prov == SIM_GEMINI) wc.itpm = (double)(d->itpm ? d->itpm : d->tpm);
-    else wc.tpm = (double)d->tpm, wc.itpm = (double)d->itpm;
-    wc.otpm = (double)d->otpm;
-    wc.epoch_ms = SIMFLEET_EPOCH_MS;
-    uint64_t seed = dep_seed((uint64_t)x->o.seed, d->name);
+    world_cfg_of(d, prov, &wc);
+    uint64_t seed = sim_traffic_seed((uint64_t)x->o.seed, d->name);
     world_prov wp = {sim_world_new(&wc, seed), {0}};
     if (!wp.w) {
         fprintf(stderr, "sluice sim: %s: the provider world could not be made\n", d->name);
@@ -724,7 +519,7 @@ static int run_all(sim_ctx *x) {
         sim_reqs rq = {0};
         rc = traffic_of(x, d, &rq);
         if (rc == 0 && rq.n) rc = run_deployment(x, d, &rq, &res);
-        free(rq.v);
+        sim_reqs_free(&rq);
         if (rc == 0 && res.offered) {
             if (arr) json_array_append_new(arr, sim_report_json(&res));
             else {
@@ -758,7 +553,7 @@ int cmd_sim(int argc, char **argv) {
     sim_ctx x;
     memset(&x, 0, sizeof(x));
     x.o = (sim_opts){.seed = 1, .agents = 3, .input = 500, .output = 500, .attempts = 5, .seconds = 60, .demand = 1.5};
-    if (collect_shares(&argc, argv, &x.lanes, &x.tenants) != 0) return 2;
+    if (sim_shares_collect(&argc, argv, &x.lanes, &x.tenants) != 0) return 2;
     if (cli_parse("sim", sim_flags, SIM_NFLAGS, &x.o, argc, argv) != 0) return 2;
     if (x.o.help) {
         usage(stdout);
@@ -770,9 +565,9 @@ int cmd_sim(int argc, char **argv) {
     }
     if (load_config(x.o.config, &x.yaml, &x.cfg) != 0) return 2;
     int rc = 0;
-    if (x.o.trace && load_trace(x.o.trace, x.cfg, &x.o, &x.trace) != 0) rc = 2;
+    if (x.o.trace && sim_traffic_load_trace(x.o.trace, x.cfg, x.o.config, x.o.input, x.o.output, &x.trace) != 0) rc = 2;
     if (rc == 0) rc = run_all(&x);
-    free(x.trace.v);
+    sim_reqs_free(&x.trace);
     free(x.yaml);
     config_free(x.cfg);
     return rc;

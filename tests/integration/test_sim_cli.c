@@ -245,6 +245,12 @@ static void test_bad_config(void **state) {
     cli(&a, "sim", "--config", cfg_path, "--deployment", "oa", "--lane", "bulk=1", NULL);
     assert_int_equal(a.code, 2);
     assert_non_null(strstr(a.err, "has no such lane"));
+    cli(&a, "sim", "--config", cfg_path, "--deployment", "az", "--provider", "anthropic", NULL);
+    assert_int_equal(a.code, 2);
+    assert_non_null(strstr(a.err, "deployment 'az' has tpm, a limit the anthropic world does not have"));
+    cli(&a, "sim", "--config", cfg_path, "--provider", "acme", NULL);
+    assert_int_equal(a.code, 2);
+    assert_non_null(strstr(a.err, "--provider: expected azure, openai, anthropic, bedrock or gemini"));
     cli(&a, "sim", NULL);
     assert_int_equal(a.code, 2);
     assert_non_null(strstr(a.err, "--config FILE is required"));
