@@ -22,11 +22,13 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <jansson.h>
 
 #include "cli_flags.h"
@@ -485,6 +487,49 @@ static int run_deployment(sim_ctx *x, const struct config_deployment *d, const s
 
 /* ---- the command --------------------------------------------------------------------------- */
 
+/* Ctrl-C or SIGTERM during a run: the private redis-server dies with us
+ * (PR_SET_PDEATHSIG), its directory would stay. The handler removes it
+ * with async-signal-safe calls only, so its paths are made beforehand;
+ * the one piece of process-wide state, since a handler has nowhere else
+ * to look. */
+#define SIM_CLEAN_MAX (64 + 2)
+static struct {
+    pid_t redis;
+    char path[SIM_CLEAN_MAX][320]; /* sockets first, the directory last */
+    int n;
+} sim_clean;
+
+static void on_stop_signal(int sig) {
+    if (sim_clean.redis > 0) kill(sim_clean.redis, SIGKILL);
+    for (int i = 0; i + 1 < sim_clean.n; i++) unlink(sim_clean.path[i]);
+    if (sim_clean.n > 0) rmdir(sim_clean.path[sim_clean.n - 1]);
+    _exit(128 + sig);
+}
+
+static void clean_on_signals(const redis_fixture *fx, int agents) {
+    sim_clean.n = 0;
+    snprintf(sim_clean.path[sim_clean.n++], sizeof(sim_clean.path[0]), "%s", fx->sock);
+    for (int i = 0; i < agents && sim_clean.n < SIM_CLEAN_MAX - 1; i++)
+        snprintf(sim_clean.path[sim_clean.n++], sizeof(sim_clean.path[0]), "%s/agent%d.sock", fx->dir, i);
+    snprintf(sim_clean.path[sim_clean.n++], sizeof(sim_clean.path[0]), "%s", fx->dir);
+    sim_clean.redis = fx->pid;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
+static void clean_off(void) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    sim_clean.n = 0;
+    sim_clean.redis = 0;
+}
+
 static void print_header(const sim_ctx *x) {
     printf("sluice sim: %s, seed %lld, %lld agent%s, ", x->o.config, x->o.seed, x->o.agents,
            x->o.agents == 1 ? "" : "s");
@@ -508,6 +553,8 @@ static int run_all(sim_ctx *x) {
                         "SLUICE_REDIS_SERVER to its path)\n");
         return 1;
     }
+    /* The agents' sockets are simredis' (agent<i>.sock in the server's directory). */
+    clean_on_signals(&x->redis, (int)x->o.agents);
     json_t *arr = x->o.json ? json_array() : NULL;
     if (!x->o.json) print_header(x);
     int rc = 0;
@@ -529,6 +576,7 @@ static int run_all(sim_ctx *x) {
         }
         sim_result_clear(&res);
     }
+    clean_off();
     redis_fixture_stop(&x->redis);
     if (rc == 0 && arr) {
         json_t *doc = json_pack("{s:s,s:I,s:I,s:s*,s:f,s:f,s:o}", "config", x->o.config, "seed", (json_int_t)x->o.seed,
