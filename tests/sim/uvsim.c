@@ -1,7 +1,14 @@
 /* uvsim: libuv on virtual time (see uvsim.h). Handles keep their state in
  * a record of ours (hrec), found through the handle's private
  * handle_queue[0]; a loop's record (lrec) hangs on its internal_fields.
- * Nothing of the real libuv runs, so its private fields are ours. */
+ * Nothing of the real libuv runs, so its private fields are ours.
+ *
+ * Timers live in a list of their own and a heap per loop ordered by (due,
+ * start sequence), the order libuv runs them in, so a turn costs the loop's
+ * other handles and the timers due, not every pending timer (an engine has
+ * one per waiting call: tens of thousands in `sluice sim`). The heap is
+ * lazy: a stop or restart leaves the old entry, skipped when it comes to
+ * the top; a closed timer's record lives until its last entry leaves. */
 #define _GNU_SOURCE
 #include "uvsim.h"
 
@@ -26,13 +33,22 @@ typedef struct hrec {
     int fd, events, wake; /* polls */
     uv_close_cb close_cb;
     struct hrec *prev, *next, *next_closing;
+    int inheap, dead; /* timers: entries in the heap; closed, freed when inheap is 0 */
 } hrec;
+
+typedef struct tm_ev {
+    uint64_t due_ms, seq;
+    hrec *r;
+} tm_ev;
 
 struct lrec {
     uv_loop_t *loop;
     uint64_t time_ms, timer_seq, frozen_until;
     int64_t skew_ms;
     hrec *head, *tail, *closing;
+    hrec *thead, *ttail; /* timers, apart: the phases never walk them */
+    tm_ev *theap;
+    size_t ntheap, captheap;
     int nhandles;
     lrec *next;
 };
@@ -142,10 +158,14 @@ int uv_loop_init(uv_loop_t *loop) {
     return 0;
 }
 
+static void heap_drain(lrec *L);
+
 int uv_loop_close(uv_loop_t *loop) {
     lrec *L = L_of(loop);
     if (!L) return 0;
     if (L->nhandles > 0) return UV_EBUSY;
+    heap_drain(L);
+    free(L->theap);
     for (lrec **p = &S.loops; *p; p = &(*p)->next)
         if (*p == L) {
             *p = L->next;
@@ -159,8 +179,9 @@ int uv_loop_close(uv_loop_t *loop) {
 void uvsim_loop_discard(uv_loop_t *loop) {
     lrec *L = L_of(loop);
     if (!L) return;
-    while (L->head) {
-        hrec *r = L->head;
+    heap_drain(L);
+    while (L->head || L->thead) {
+        hrec *r = L->head ? L->head : L->thead;
         handle_unlink(r);
         r->h->handle_queue[0] = NULL;
         free(r);
@@ -189,21 +210,89 @@ static hrec *handle_add(uv_loop_t *loop, uv_handle_t *h, uv_handle_type type, hk
     r->L = L;
     r->kind = kind;
     r->fd = -1;
-    r->prev = L->tail;
-    if (L->tail) L->tail->next = r;
-    else L->head = r;
-    L->tail = r;
+    hrec **head = kind == K_TIMER ? &L->thead : &L->head, **tail = kind == K_TIMER ? &L->ttail : &L->tail;
+    r->prev = *tail;
+    if (*tail) (*tail)->next = r;
+    else *head = r;
+    *tail = r;
     L->nhandles++;
     return r;
 }
 
 static void handle_unlink(hrec *r) {
     lrec *L = r->L;
+    hrec **head = r->kind == K_TIMER ? &L->thead : &L->head, **tail = r->kind == K_TIMER ? &L->ttail : &L->tail;
     if (r->prev) r->prev->next = r->next;
-    else L->head = r->next;
+    else *head = r->next;
     if (r->next) r->next->prev = r->prev;
-    else L->tail = r->prev;
+    else *tail = r->prev;
     L->nhandles--;
+}
+
+/* A closed handle's record: freed now, or (a timer with heap entries)
+ * when its last entry leaves the heap. */
+static void hrec_release(hrec *r) {
+    if (r->inheap > 0) r->dead = 1;
+    else free(r);
+}
+
+/* ---- the timer heap ------------------------------------------------------------------ */
+
+static int tm_less(const tm_ev *a, const tm_ev *b) {
+    return a->due_ms < b->due_ms || (a->due_ms == b->due_ms && a->seq < b->seq);
+}
+
+static int heap_push(lrec *L, hrec *r) {
+    if (L->ntheap == L->captheap) {
+        size_t cap = L->captheap ? 2 * L->captheap : 64;
+        tm_ev *h = realloc(L->theap, cap * sizeof(*h));
+        if (!h) return -1;
+        L->theap = h;
+        L->captheap = cap;
+    }
+    tm_ev e = {r->due_ms, r->seq, r};
+    size_t i = L->ntheap++;
+    while (i > 0 && tm_less(&e, &L->theap[(i - 1) / 2])) {
+        L->theap[i] = L->theap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    L->theap[i] = e;
+    r->inheap++;
+    return 0;
+}
+
+/* Removes the top entry and lets go of its record. */
+static void heap_pop(lrec *L) {
+    hrec *r = L->theap[0].r;
+    tm_ev last = L->theap[--L->ntheap];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= L->ntheap) break;
+        if (c + 1 < L->ntheap && tm_less(&L->theap[c + 1], &L->theap[c])) c++;
+        if (!tm_less(&L->theap[c], &last)) break;
+        L->theap[i] = L->theap[c];
+        i = c;
+    }
+    if (L->ntheap) L->theap[i] = last;
+    if (--r->inheap == 0 && r->dead) free(r);
+}
+
+/* The timer due first (an entry that is still the timer's current start),
+ * after dropping stale entries; NULL when none is pending. */
+static hrec *heap_top(lrec *L) {
+    while (L->ntheap) {
+        const tm_ev *e = &L->theap[0];
+        const hrec *r = e->r;
+        if (!r->dead && r->active && !r->closing && r->seq == e->seq && r->due_ms == e->due_ms) return e->r;
+        heap_pop(L);
+    }
+    return NULL;
+}
+
+/* Empties the heap (a loop closed or discarded). */
+static void heap_drain(lrec *L) {
+    while (L->ntheap) heap_pop(L);
 }
 
 uint64_t uv_now(const uv_loop_t *loop) { return L_of(loop)->time_ms; }
@@ -248,6 +337,10 @@ int uv_timer_start(uv_timer_t *t, uv_timer_cb cb, uint64_t timeout, uint64_t rep
     r->repeat_ms = repeat;
     r->seq = r->L->timer_seq++;
     r->active = 1;
+    if (heap_push(r->L, r) != 0) {
+        r->active = 0;
+        return UV_ENOMEM;
+    }
     return 0;
 }
 
@@ -334,17 +427,18 @@ static int poll_ready(const hrec *r) {
 }
 
 /* When loop L next has something to do (NEVER: nothing). */
-static uint64_t loop_wake(const lrec *L) {
+static uint64_t loop_wake(lrec *L) {
     if (L->frozen_until == NEVER) return NEVER;
     uint64_t w = NEVER;
     if (L->closing) w = S.now_us;
     for (const hrec *r = L->head; r && w > S.now_us; r = r->next) {
         if (!r->active) continue;
         if (r->kind == K_IDLE || (r->kind == K_POLL && poll_ready(r))) w = S.now_us;
-        else if (r->kind == K_TIMER) {
-            uint64_t t = r->due_ms >= NEVER / 1000 ? NEVER : r->due_ms * 1000;
-            if (t < w) w = t;
-        }
+    }
+    const hrec *t = w > S.now_us ? heap_top(L) : NULL;
+    if (t) {
+        uint64_t tw = t->due_ms >= NEVER / 1000 ? NEVER : t->due_ms * 1000;
+        if (tw < w) w = tw;
     }
     if (w != NEVER && L->frozen_until > w) w = L->frozen_until;
     return w;
@@ -357,12 +451,9 @@ static int fd_readable(int fd) {
 
 static void run_timers(lrec *L) {
     for (;;) {
-        hrec *m = NULL;
-        for (hrec *r = L->head; r; r = r->next)
-            if (r->kind == K_TIMER && r->active && !r->closing && r->due_ms <= L->time_ms &&
-                (!m || r->due_ms < m->due_ms || (r->due_ms == m->due_ms && r->seq < m->seq)))
-                m = r;
-        if (!m) return;
+        hrec *m = heap_top(L);
+        if (!m || m->due_ms > L->time_ms) return;
+        heap_pop(L); /* m stays: it is open (not dead) */
         m->active = 0;
         if (m->repeat_ms) uv_timer_start((uv_timer_t *)m->h, m->tcb, m->repeat_ms, m->repeat_ms);
         m->tcb((uv_timer_t *)m->h);
@@ -413,7 +504,7 @@ static void turn(lrec *L) {
         uv_close_cb cb = c->close_cb;
         handle_unlink(c);
         h->handle_queue[0] = NULL;
-        free(c);
+        hrec_release(c);
         if (cb) cb(h);
         c = nx;
     }
