@@ -74,6 +74,7 @@ static void one_stray(sim_world_cfg *c) {
         { 0, 0, 0, 0 }                                                                                                 \
     }
 #define AZ_TRAFFIC 3, 50, 2, SIM_LANG_EN, 2000, 500
+#define AZ_RPM_TRAFFIC 3, 50, 4, SIM_LANG_EN, 400, 50
 #define ANTH_TRAFFIC(per_agent, calls) 3, per_agent, calls, SIM_LANG_EN, 2000, 1000
 #define STD_AZ                                                                                                         \
     { .max_429_pct = 1, .min_floor_pct = 97, .max_window_x = 1.02, .max_p99_wait_ms = 300000 }
@@ -91,6 +92,15 @@ static const sb_scenario table[] = {
      NO_FAULTS, 0, 0, STD_AZ, NULL},
     {"azure-fixed-windows", "azure-fixed-windows", "Azure's request windows aligned to the clock", NULL, "azure", NULL,
      AZ_TRAFFIC, NO_FAULTS, 0, 0, STD_AZ, NULL},
+    /* The same worlds request-bound (short prompts: 150 tokens a request
+     * against 900 RPM), so Azure's 1 s / 10 s request windows decide. */
+    {"azure-standard-rpm", "azure-standard", "Azure standard, request-bound: 150 tokens a request", NULL, "azure", NULL,
+     AZ_RPM_TRAFFIC, NO_FAULTS, 0, 0, STD_AZ,
+     "429s 4.2..4.6 %, one every ~1.5 s: sends at exactly the rate overrun the 1 s window (15) by one"},
+    {"azure-10s-only-rpm", "azure-10s-only", "Azure 10 s only, request-bound", NULL, "azure", NULL, AZ_RPM_TRAFFIC,
+     NO_FAULTS, 0, 0, STD_AZ, NULL},
+    {"azure-fixed-windows-rpm", "azure-fixed-windows", "Azure fixed windows, request-bound", NULL, "azure", NULL,
+     AZ_RPM_TRAFFIC, NO_FAULTS, 0, 0, STD_AZ, NULL},
     {"azure-stray-429",
      "azure-stray-429",
      "one isolated 429 at 25 s costs <= 3 % of the makespan",

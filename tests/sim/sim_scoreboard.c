@@ -76,9 +76,11 @@ static const struct {
 
 static void usage(FILE *out) {
     fprintf(out, "usage: sim_scoreboard [options]\n");
-    for (size_t i = 0; i < NOPTS; i++)
-        fprintf(out, "  %s%s%-*s %s\n", opts[i].flag, opts[i].arg ? " " : "", opts[i].arg ? 10 : 11,
-                opts[i].arg ? opts[i].arg : "", opts[i].help);
+    for (size_t i = 0; i < NOPTS; i++) {
+        char flag[40];
+        snprintf(flag, sizeof(flag), "%s%s%s", opts[i].flag, opts[i].arg ? " " : "", opts[i].arg ? opts[i].arg : "");
+        fprintf(out, "  %-20s %s\n", flag, opts[i].help);
+    }
 }
 
 static double real_s(void) {
