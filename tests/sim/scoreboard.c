@@ -12,6 +12,7 @@
 #include "scenarios.h"
 #include "simfleet.h"
 #include "world.h"
+#include "engine.h"
 
 enum { SB_REDIS_STOP = 1, SB_REDIS_RESTART, SB_BLACKHOLE, SB_UNBLACKHOLE, SB_DESCHEDULE, SB_KILL };
 
@@ -617,6 +618,29 @@ static void apply_fault(simfleet *f, const sb_fault *x) {
     }
 }
 
+static void trace_dim(void *ud, const char *dep, const char *dim, const engine_dim_rates *r) {
+    (void)ud, (void)dep;
+    printf(" %s limit %.0f effective %.0f outside %.0f held %.0f", dim, r->limit, r->effective, r->outside, r->held);
+}
+
+/* Runs to t_ms. With SB_TRACE set, in steps of 250 virtual ms, printing
+ * each agent's rates per dimension (engine_foreach_dim: the limit it
+ * believes, the effective rate, others' use it reads in the headers, the
+ * silent agents' share it holds) after each step: the same run, stepped
+ * (the trace hash does not change). */
+static int run_to(simfleet *f, const sb_scenario *s, double t_ms) {
+    if (!getenv("SB_TRACE")) return simfleet_run_until(f, t_ms) < 0 ? -1 : 0;
+    for (double t = floor(simfleet_now_ms() / 250) * 250 + 250; t <= t_ms; t += 250) {
+        if (simfleet_run_until(f, t) < 0) return -1;
+        for (int a = 0; a < s->agents; a++) {
+            printf("trace t %.0f agent %d:", t, a);
+            engine_foreach_dim(simfleet_engine(f, a), trace_dim, NULL);
+            printf("\n");
+        }
+    }
+    return simfleet_run_until(f, t_ms) < 0 ? -1 : 0;
+}
+
 int sb_run(const sb_scenario *s, uint64_t seed, redis_fixture *fx, sb_result *r) {
     memset(r, 0, sizeof(*r));
     r->seed = seed;
@@ -660,11 +684,12 @@ int sb_run(const sb_scenario *s, uint64_t seed, redis_fixture *fx, sb_result *r)
         rc = simfleet_add_callers(f, &sp, s->callers);
     }
     for (int i = 0; i < s->nfaults && rc == 0; i++) {
-        rc = simfleet_run_until(f, s->faults[i].at_ms) < 0 ? -1 : 0;
+        rc = run_to(f, s, s->faults[i].at_ms);
         if (rc == 0) apply_fault(f, &s->faults[i]);
         if (s->faults[i].kind == SB_KILL) killed = s->faults[i].agent;
     }
     double deadline = s->deadline_ms > 0 ? s->deadline_ms : 600000;
+    if (rc == 0 && getenv("SB_TRACE")) rc = run_to(f, s, fmin(deadline, atof(getenv("SB_TRACE"))));
     if (rc == 0) {
         int d = simfleet_run_done(f, deadline);
         if (d < 0) rc = -1;
