@@ -690,7 +690,10 @@ static int print_table(json_t *const *rows, json_t *const *prev, const int *show
         fmt_num(out, sizeof(out), num(o, "outstanding_grants"));
         fmt_num(retry, sizeof(retry), num(o, "retry_balance"));
         fmt_num(agents, sizeof(agents), num(o, "live_agents"));
-        fmt_num(today, sizeof(today), num(o, "today_requests"));
+        /* Today's requests are counted only with a daily limit: "-"
+         * rather than a 0 that reads as "nothing sent". */
+        int daily = num(o, "rpd") > 0 || num(o, "tpd") > 0;
+        fmt_num(today, sizeof(today), daily ? num(o, "today_requests") : NAN);
         fmt_num(granted, sizeof(granted), num(o, "granted_total"));
         fmt_num(shed, sizeof(shed), num(o, "shed_total"));
         fmt_num(thr, sizeof(thr), num(o, "settled_throttled"));

@@ -69,6 +69,7 @@ static int world_up(void **state) {
              "  e:\n"
              "    rpm: 60\n"
              "    tpm: 100000\n"
+             "    rpd: 1000000\n"
              "  l:\n"
              "    rpm: 600\n"
              "    tenant_idle_ms: 3600000\n" /* a and b stay active through the tests */
@@ -240,6 +241,33 @@ static void test_status_table(void **state) {
     assert_int_equal(o.code, 0);
     assert_null(strstr(o.out, "LANE"));
     assert_null(strstr(o.out, "TENANT"));
+    /* TODAY.REQ: a number where rpd or tpd counts the day (e), "-" where
+     * nothing counts it (d), never a 0 that reads as nothing sent. */
+    const char *head = strstr(o.out, "DEPLOYMENT");
+    assert_non_null(head);
+    int col = -1, k = 0;
+    char word[64];
+    for (const char *p = head; *p && *p != '\n' && col < 0; k++) {
+        int n = 0;
+        while (*p == ' ') p++;
+        while (*p && *p != ' ' && *p != '\n' && n < 63) word[n++] = *p++;
+        word[n] = '\0';
+        if (!strcmp(word, "TODAY.REQ")) col = k;
+    }
+    assert_true(col > 0);
+    for (int r = 0; r < 2; r++) {
+        const char *row = strstr(o.out, r ? "\ne " : "\nd ");
+        assert_non_null(row);
+        row++;
+        for (int i = 0; i <= col; i++) {
+            int n = 0;
+            while (*row == ' ') row++;
+            while (*row && *row != ' ' && *row != '\n' && n < 63) word[n++] = *row++;
+            word[n] = '\0';
+        }
+        if (r == 0) assert_string_equal(word, "-");
+        else assert_true(word[0] >= '0' && word[0] <= '9');
+    }
 }
 
 static int count(const char *hay, const char *needle) {

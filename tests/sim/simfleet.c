@@ -22,6 +22,8 @@
 #include "uvsim.h"
 
 #define EPOCH_US ((uint64_t)SIMFLEET_EPOCH_MS * 1000)
+/* The virtual wall clock at t = 0 of the current fleet (one per process). */
+static uint64_t epoch_us = EPOCH_US;
 
 typedef struct sim_agent {
     uv_loop_t loop;
@@ -66,8 +68,8 @@ static uint64_t next_rand(simfleet *f) {
     return z ^ (z >> 31);
 }
 
-static double rel_ms(uint64_t us) { return (double)(us - EPOCH_US) / 1000.0; }
-static uint64_t abs_us(double ms) { return EPOCH_US + (uint64_t)(ms * 1000.0 + 0.5); }
+static double rel_ms(uint64_t us) { return (double)(us - epoch_us) / 1000.0; }
+static uint64_t abs_us(double ms) { return epoch_us + (uint64_t)(ms * 1000.0 + 0.5); }
 double simfleet_now_ms(void) { return rel_ms(uvsim_now_us()); }
 
 /* A blocking command on the fixture's socket (FLUSHALL, CONFIG SET). */
@@ -216,7 +218,7 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
     if (out.nheaders) {
         ratelimit_feedback fb;
         ratelimit_init(&fb, -1);
-        int64_t at = SIMFLEET_EPOCH_MS + (int64_t)(now + out.latency_ms);
+        int64_t at = (int64_t)(epoch_us / 1000) + (int64_t)(now + out.latency_ms);
         for (size_t i = 0; i < out.nheaders && i < SIMFLEET_MAX_HEADERS; i++)
             ratelimit_add_header(&fb, out.headers[i].name, strlen(out.headers[i].name), out.headers[i].value,
                                  strlen(out.headers[i].value), at);
@@ -293,7 +295,8 @@ int simfleet_new(const simfleet_opts *o, simfleet **out) {
     f->o = *o;
     f->redis = o->redis;
     f->rng = o->seed;
-    uvsim_reset(EPOCH_US, o->seed);
+    epoch_us = o->epoch_ms > 0 ? (uint64_t)o->epoch_ms * 1000 : EPOCH_US;
+    uvsim_reset(epoch_us, o->seed);
     if (redis_clean(f->redis) != 0) {
         free(f);
         return -1;

@@ -19,7 +19,7 @@
  *
  * Times given and reported are virtual ms since the fleet's start; the
  * virtual wall clock (what headers' dates and Redis' clock read) is
- * SIMFLEET_EPOCH_MS + t.
+ * the fleet's epoch (SIMFLEET_EPOCH_MS unless opts.epoch_ms) + t.
  *
  * Callers live outside the engines' loops, like sluiced's clients: a
  * caller's acquire or settle runs the engine's entry point at once, and
@@ -77,6 +77,9 @@ typedef struct simfleet_opts {
     sim_send_fn send;
     void *send_ud;
     uint32_t rtt_min_us, rtt_max_us; /* 0, 0: 200..1000 us */
+    /* The virtual wall clock at t = 0 in Unix ms (0: SIMFLEET_EPOCH_MS),
+     * so a world whose day starts elsewhere shares the fleet's clock. */
+    int64_t epoch_ms;
 } simfleet_opts;
 
 typedef struct sim_caller_spec {

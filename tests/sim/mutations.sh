@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# mutations.sh: each mutation the simulator must catch (issue 22), made on
+# purpose in a scratch copy of the tree, must fail at least one check of
+# the virtual-time suite: the scoreboard (sim_scoreboard, when built) and
+# the fleet tests (test_sim_fleet, test_sim_fleet_world). A mutation that
+# leaves everything passing is a blind spot and fails this script.
+#
+#   tests/sim/mutations.sh [NAME...]     (default: every mutation)
+#
+# Mutations:
+#   refund   a settle gives back what an admission-charged dimension keeps
+#            (Azure's tpm corrected to the usage: refund_tokens forced on)
+#   early    release timers fire 20 ms before the slot
+#   held     the share held back for silent agents is ignored
+#   stray    every unexplained 429 cuts the rate by aimd_decrease (0.7)
+#
+# Each builds the simulator in a release build of its own copy (about a
+# minute each on 2 cores) and runs the checks there. Not part of tests/run:
+# run it before changing the controller (docs/simulator.md).
+set -uo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+all=(refund early held stray)
+want=("$@")
+[ ${#want[@]} -eq 0 ] && want=("${all[@]}")
+work=$(mktemp -d /tmp/sluice-mutations-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+mutate() { # NAME DIR: applies the mutation; fails when the code it edits moved
+  local d=$2
+  case $1 in
+    refund) sed -i 's/F("refund_tokens", "%d", c->refunds.tokens ? 1 : 0);/F("refund_tokens", "%d", 1);/' "$d/lib/core/engine_redis.c"
+            grep -q 'F("refund_tokens", "%d", 1);' "$d/lib/core/engine_redis.c" ;;
+    early)  sed -i 's/uv_timer_start(&c->timer, on_release, at - now, 0);/uv_timer_start(\&c->timer, on_release, at - now > 20 ? at - now - 20 : 0, 0);/' "$d/lib/core/engine_call.c"
+            grep -q 'at - now - 20' "$d/lib/core/engine_call.c" ;;
+    held)   sed -i 's/if q > 0 then share = math.min(q \/ live, 0.99) end/if q > 0 then share = 0 end/' "$d/lua/common.lua"
+            grep -q 'if q > 0 then share = 0 end' "$d/lua/common.lua" ;;
+    stray)  sed -i 's/and throttle_count() then/and (throttle_count() or true) then/' "$d/lua/settle.lua"
+            grep -q 'throttle_count() or true' "$d/lua/settle.lua" ;;
+    *) echo "mutations.sh: unknown mutation '$1' (one of: ${all[*]})" >&2; return 2 ;;
+  esac
+}
+
+blind=0
+for m in "${want[@]}"; do
+  d=$work/$m
+  mkdir -p "$d"
+  (cd "$src" && git ls-files -z | xargs -0 cp --parents -t "$d")
+  if ! mutate "$m" "$d"; then
+    echo "mutations.sh: $m: the code it mutates has moved; update the script"; blind=1; continue
+  fi
+  b=$d/build
+  cmake -S "$d" -B "$b" -DCMAKE_BUILD_TYPE=Release >/dev/null 2>&1
+  targets="test_sim_fleet test_sim_fleet_world"
+  grep -q sim_scoreboard "$d/tests/sim/CMakeLists.txt" && targets="$targets sim_scoreboard"
+  # shellcheck disable=SC2086
+  if ! cmake --build "$b" -j"$(nproc)" --target $targets >"$d/build.log" 2>&1; then
+    echo "mutations.sh: $m: the mutated tree does not build (see $d/build.log)"; blind=1; continue
+  fi
+  caught=""
+  for t in $targets; do
+    exe=$(find "$b" -name "$t" -type f -perm -u+x | head -1)
+    args=()
+    [ "$t" = sim_scoreboard ] && args=(--seeds 3)
+    if ! SLUICE_BUILD_DIR=$b SLUICE_SOURCE_DIR=$d timeout 600 "$exe" "${args[@]}" >"$d/$t.log" 2>&1; then
+      caught="$caught $t"
+    fi
+  done
+  if [ -n "$caught" ]; then echo "mutations.sh: $m: caught by$caught"
+  else echo "mutations.sh: $m: NOT caught (a blind spot: logs in $d)"; blind=1; trap - EXIT; fi
+done
+exit $blind
