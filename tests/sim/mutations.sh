@@ -12,7 +12,7 @@
 #            (Azure's tpm corrected to the usage: refund_tokens forced on)
 #   early    release timers fire 20 ms before the slot
 #   held     the share held back for silent agents is ignored
-#   stray    every unexplained 429 cuts the rate by aimd_decrease (0.7)
+#   stray    every 429, a stray one too, cuts the rate by aimd_decrease (0.7)
 #
 # Each builds the simulator in a release build of its own copy (about a
 # minute each on 2 cores) and runs the checks there. Not part of tests/run:
@@ -34,8 +34,9 @@ mutate() { # NAME DIR: applies the mutation; fails when the code it edits moved
             grep -q 'at - now - 20' "$d/lib/core/engine_call.c" ;;
     held)   sed -i 's/if q > 0 then share = math.min(q \/ live, 0.99) end/if q > 0 then share = 0 end/' "$d/lua/common.lua"
             grep -q 'if q > 0 then share = 0 end' "$d/lua/common.lua" ;;
-    stray)  sed -i 's/and throttle_count() then/and (throttle_count() or true) then/' "$d/lua/settle.lua"
-            grep -q 'throttle_count() or true' "$d/lua/settle.lua" ;;
+    stray)  sed -i -e "s/if outcome == 'throttled' and reserved > last_decrease and not decreased and not explained\$/if outcome == 'throttled' and not decreased and (true or not explained)/" \
+                   -e 's/and throttle_count() then/and (throttle_count() or true) then/' "$d/lua/settle.lua"
+            grep -q 'throttle_count() or true' "$d/lua/settle.lua" && grep -q '(true or not explained)' "$d/lua/settle.lua" ;;
     *) echo "mutations.sh: unknown mutation '$1' (one of: ${all[*]})" >&2; return 2 ;;
   esac
 }
