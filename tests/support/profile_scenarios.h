@@ -111,8 +111,12 @@ static inline fleet_spec scen_neighbour(int old) {
     return s;
 }
 
-/* The provider's real limit is 480 RPM (and its headers say so); the
- * fleet is configured at 600. */
+/* The provider's real limit is 480 RPM (and its headers say so, per
+ * minute, as OpenAI documents its x-ratelimit-limit-requests); the fleet
+ * is configured at 600. The deployment is style openai: an Azure one does
+ * not read its requests headers (they describe Azure's 10 s window, a
+ * sixth of the RPM; lib/core/engine_settle.c), while `sluice mock` sends
+ * them per minute. */
 static inline fleet_spec scen_lower_limit(int old) {
     fleet_spec s = {.name = old ? "limit 20 % lower (old)" : "limit 20 % lower",
                     .style = FLEET_AZURE,
@@ -120,7 +124,7 @@ static inline fleet_spec scen_lower_limit(int old) {
                     .callers = 30,
                     .requests = 240,
                     .mock_args = {"--rpm", "480", "--service-ms", "20-60", "--seed", "5", NULL},
-                    .deployment = old ? "rpm: 600" SCEN_OLD : "rpm: 600",
+                    .deployment = old ? "rpm: 600, style: openai" SCEN_OLD : "rpm: 600, style: openai",
                     .content = "hello",
                     .max_tokens = 16,
                     .split = 0};
