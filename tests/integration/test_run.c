@@ -517,23 +517,36 @@ static void test_quota_exhausted(void **state) {
     assert_int_equal(collect_ids("errors.jsonl", seen, N, NULL), N);
     FILE *f = fopen(errs, "r");
     char line[4096];
+    int tried = 0;
     while (fgets(line, sizeof(line), f)) {
         json_t *j = json_loads(line, 0, NULL);
         assert_non_null(j);
         assert_string_equal(json_string_value(json_object_get(j, "classification")), "quota_exhausted");
-        assert_string_equal(json_string_value(json_object_get(j, "reason")), "not_retryable");
-        assert_int_equal(sint(j, "attempts"), 1);
-        assert_int_equal(sint(j, "status"), 429);
+        /* Tried once and refused by the provider, never retried; or, once
+         * an earlier line's quota error reached Redis, shed by the fleet's
+         * quota hold before any attempt (which one depends on when that
+         * settle lands: both are right). */
+        const char *reason = json_string_value(json_object_get(j, "reason"));
+        assert_non_null(reason);
+        if (strcmp(reason, "not_retryable") == 0) {
+            assert_int_equal(sint(j, "attempts"), 1);
+            assert_int_equal(sint(j, "status"), 429);
+            tried++;
+        } else {
+            assert_string_equal(reason, "quota");
+            assert_int_equal(sint(j, "attempts"), 0);
+        }
         assert_non_null(strstr(json_string_value(json_object_get(j, "message")), "quota"));
         json_decref(j);
     }
     fclose(f);
+    assert_true(tried >= 1);
     json_t *s = summary(&p);
     assert_int_equal(sint(s, "failed"), N);
-    assert_int_equal(sint(s, "attempts"), N);
+    assert_int_equal(sint(s, "attempts"), tried);
     json_decref(s);
     json_t *l = ledger();
-    assert_int_equal(totals(l, "insufficient_quota"), N);
+    assert_int_equal(totals(l, "insufficient_quota"), tried);
     json_decref(l);
     /* A rerun has nothing left to do. */
     proc p2;
