@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# The reliability runs (docs/reliability.md): the partition scenarios of
-# issue 15 (build/tests/test_partition) and the soak under faults
-# (build/tests/sluice_soak). Not part of tests/run: they take minutes
-# (.ci/run runs the 2-minute soak, ci-soak, on its plain build).
+# The reliability runs (docs/reliability.md): the real-time fleets (the
+# ctest label realtime: utilisation and latency bounds in real time), the
+# partition scenarios of issue 15 (build/tests/test_partition) and the
+# soak under faults (build/tests/sluice_soak). Not part of tests/run or
+# .ci/run: they take minutes, and a loaded machine can fail a real-time
+# bound with nothing wrong in the code.
 #
-#   tests/reliability.sh                the partition scenarios, then a 10-minute soak
-#   tests/reliability.sh ci             the partition scenarios, then a 2-minute soak
+#   tests/reliability.sh                the real-time fleets, the partition scenarios, a 10-minute soak
+#   tests/reliability.sh ci             the real-time fleets, the partition scenarios, a 2-minute soak
+#   tests/reliability.sh realtime [ARGS]
+#                                       the real-time fleets only, one at a time, their
+#                                       bounds asserted (SLUICE_REALTIME_BOUNDS=1), on the
+#                                       ASan build tests/run makes (build-asan, or
+#                                       $SLUICE_ASAN_BUILD_DIR); ARGS go to ctest
 #   tests/reliability.sh partition      the partition scenarios only
 #                                       (PARTITION_ONLY=cut1 picks by name)
 #   tests/reliability.sh soak [ARGS]    the soak only; ARGS go to sluice_soak
@@ -21,10 +28,30 @@ cd "$(dirname "$0")/.."
 what=${1:-all}
 [ $# -gt 0 ] && shift
 case "$what" in
-  all|ci|partition|soak|ci-soak) ;;
+  all|ci|partition|soak|ci-soak|realtime) ;;
   -h|--help) sed -n '2,/^set /p' "$0" | grep '^#'; exit 0 ;;
-  *) echo "usage: tests/reliability.sh [all|ci|partition|soak [ARGS]|ci-soak]" >&2; exit 2 ;;
+  *) echo "usage: tests/reliability.sh [all|ci|partition|soak [ARGS]|ci-soak|realtime [ARGS]]" >&2; exit 2 ;;
 esac
+failed=()
+realtime() {
+  local asan=${SLUICE_ASAN_BUILD_DIR:-build-asan}
+  echo "== the real-time fleets on $asan ($(date -u +%FT%TZ)) =="
+  if ! { cmake -S . -B "$asan" -DSLUICE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null &&
+          cmake --build "$asan" -j"$(nproc)" >/dev/null; }; then
+    echo "reliability: the build of $asan failed (run tests/run to see why)" >&2
+    failed+=("realtime")
+    return
+  fi
+  ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
+  UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+  SLUICE_REALTIME_BOUNDS=1 ctest --test-dir "$asan" --output-on-failure -L realtime -j1 "$@" || failed+=("realtime")
+}
+if [ "$what" = realtime ]; then
+  realtime "$@"
+  [ ${#failed[@]} -eq 0 ] || { echo "reliability: FAILED: ${failed[*]}"; exit 1; }
+  echo "reliability: all passed"
+  exit 0
+fi
 BUILD=${SLUICE_BUILD_DIR:-build}
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
   cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null || exit 1
@@ -42,7 +69,6 @@ cmake --build "$BUILD" -j"$(nproc)" --target $targets >/dev/null || {
 SLUICE_BUILD_DIR=$(cd "$BUILD" && pwd)
 export SLUICE_BUILD_DIR
 
-failed=()
 partition() {
   echo "== test_partition ($(date -u +%FT%TZ)) =="
   "$SLUICE_BUILD_DIR/tests/test_partition" || failed+=("partition")
@@ -52,8 +78,8 @@ soak() {
   "$SLUICE_BUILD_DIR/tests/sluice_soak" "$@" || failed+=("soak")
 }
 case "$what" in
-  all) partition; soak --minutes 10 "$@" ;;
-  ci) partition; soak --minutes 2 "$@" ;;
+  all) realtime; partition; soak --minutes 10 "$@" ;;
+  ci) realtime; partition; soak --minutes 2 "$@" ;;
   partition) partition ;;
   soak) soak "$@" ;;
   ci-soak) soak --minutes 2 --seed 15 --quiet "$@" ;;

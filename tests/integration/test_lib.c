@@ -40,6 +40,7 @@
 
 #include <cmocka.h>
 
+#include "realtime.h"
 #include "replay.h"
 #include "sluice.h"
 #include "test_lib_harness.h"
@@ -138,7 +139,8 @@ static void basic(int mode) {
     double took = h_now() - t0;
     print_message("  [%s] second grant %s waited %lld ms (returned after %.1f ms)\n", prefix(mode), sl_grant_id(b),
                   sl_grant_waited_ms(b), took);
-    assert_true(took >= 60 && took < 400);
+    assert_true(took >= 60);
+    assert_realtime(took < 400, "the second grant returned after %.1f ms (bound 400)", took);
     assert_true(sl_grant_waited_ms(b) >= 50);
     sl_header h[] = {{"x-ratelimit-remaining-requests", "5"}, {"content-type", "application/json"}};
     assert_int_equal(sl_settle(a, 80, SL_OUTCOME_OK, h, 2), 0);
@@ -424,7 +426,7 @@ static void deadline_with_pause(int mode) {
     b.r = request(dep, 0, -1, 1500);
     int64_t deadline = b.r.deadline_ms;
     pthread_create(&b.t, NULL, waiter_main, &b);
-    wait_redis_status(dep, "outstanding_grants", out0 + 1, 1000); /* B holds its grant */
+    wait_redis_status(dep, "outstanding_grants", out0 + 1, 5000); /* B holds its grant */
     /* Then the provider asks for 3 s: B's slot slips past its deadline. */
     sl_header h[] = {{"Retry-After", "3"}};
     assert_int_equal(sl_settle(a, 0, SL_OUTCOME_THROTTLED, h, 1), 0);

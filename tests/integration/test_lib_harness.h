@@ -346,6 +346,32 @@ H_FN void h_wait_redis_status(const redis_fixture *fx, const char *dep, const ch
     PROC_POLL_OR_FAIL(h_status_reached, &w, ms, what);
 }
 
+/* An engine has joined the fleet when it is in some deployment's agents
+ * zset (it announces every configured deployment once Redis is up,
+ * on_redis_up). Until then its calls are paced locally, and a local tail
+ * handed over costs one more slot (engine_local.c): a test that judges
+ * the fleet's schedule waits for this first. */
+typedef struct h_agent_at {
+    const redis_fixture *fx;
+    const char *agent;
+} h_agent_at;
+
+H_FN int h_agent_joined(void *arg) {
+    h_agent_at *w = arg;
+    redisContext *c = redis_fixture_connect(w->fx);
+    if (!c) return 0;
+    int in = 0;
+    redisReply *keys = redisCommand(c, "KEYS sluice:{*}:agents");
+    for (size_t i = 0; keys && keys->type == REDIS_REPLY_ARRAY && i < keys->elements && !in; i++) {
+        redisReply *r = redisCommand(c, "ZSCORE %s %s", keys->element[i]->str, w->agent);
+        in = r && r->type == REDIS_REPLY_STRING;
+        if (r) freeReplyObject(r);
+    }
+    if (keys) freeReplyObject(keys);
+    redisFree(c);
+    return in;
+}
+
 /* ---- sluiced -------------------------------------------------------------------- */
 
 /* A sluiced the library talks to (sock is what sl_options.socket_path gets). */
@@ -452,6 +478,10 @@ H_FN sl_gov *lib_suite_open(lib_suite *s, int mode, int which) {
     sl_gov *g = NULL;
     int rc = sl_open(&o, &g);
     if (rc != 0) fail_msg("sl_open: %s: %s", sl_strerror(rc), sl_errmsg(NULL));
+    if (mode != DAEMON) { /* the fleet's schedule from the first call */
+        h_agent_at w = {&s->fx, agent};
+        PROC_POLL_OR_FAIL(h_agent_joined, &w, 10000, "the embedded engine in Redis' agents");
+    }
     return g;
 }
 
