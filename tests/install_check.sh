@@ -4,7 +4,8 @@
 # PKG_CONFIG_PATH pointing at DIR only: sluice.pc must find the header and
 # the libraries under DIR (its prefix comes from ${pcfiledir}), not under
 # the prefix given at configure time. The example is linked against the
-# installed libsluice.so and started with --help.
+# installed libsluice.so and started with --help; the README's C example
+# ("Use it") is built the way it says.
 #   tests/install_check.sh BUILD_DIR [EXTRA_LINK_FLAGS...]
 # EXTRA_LINK_FLAGS: what the build's own link lines carry (the sanitizers
 # of an ASan build, whose libsluice.so needs their runtime).
@@ -35,5 +36,14 @@ cc -std=c11 -D_POSIX_C_SOURCE=200809L "$src/lib/examples/governed_call.c" -o "$d
   || fail "docs/library.md's compile line failed against $dir/prefix"
 "$dir/worker" --help >"$dir/help.txt" 2>&1 || true
 grep -qi "usage" "$dir/help.txt" || { cat "$dir/help.txt"; fail "the installed example does not start"; }
-ldd "$dir/worker" | grep -q "$lib/libsluice.so" || fail "the example is not linked against the installed libsluice.so"
-echo "install_check: installed to a scratch prefix; sluice.pc resolves there; the example builds and starts"
+# (grep reads it all: with -q it would stop at the first match, ldd would
+# get SIGPIPE, and pipefail would call that a failure now and then)
+ldd "$dir/worker" | grep "$lib/libsluice.so" >/dev/null || fail "the example is not linked against the installed libsluice.so"
+# The README's C example ("Use it"), with its own compile line: the API it
+# shows must build, warning-free, against the installed header and library.
+awk '/^```c$/ {on=1; next} on && /^```$/ {exit} on {print}' "$src/README.md" >"$dir/app.c"
+grep -q "sl_acquire" "$dir/app.c" || fail "no C example with sl_acquire in README.md"
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Wextra -Werror "$dir/app.c" -o "$dir/app" $(pkg-config --cflags --libs sluice) "$@" \
+   -Wl,-rpath,"$lib" || fail "README.md's C example does not build against $dir/prefix"
+echo "install_check: installed to a scratch prefix; sluice.pc resolves there; the examples build; governed_call starts"
