@@ -40,7 +40,7 @@ typedef struct script {
 int scripts_keys(const char *deployment, char keys[SCRIPTS_NKEYS][SCRIPTS_KEY_MAX]);
 
 /* Fills av/al (room for SCRIPTS_EVALSHA_ARGC(argc) entries) with
- * EVALSHA <sha> 9 <keys...> <argv...>. argvlen NULL: argv are C strings.
+ * EVALSHA <sha> SCRIPTS_NKEYS <keys...> <argv...>. argvlen NULL: argv are C strings.
  * Returns the number of entries, or -1 for an unknown id. */
 #define SCRIPTS_EVALSHA_ARGC(argc) (3 + SCRIPTS_NKEYS + (argc))
 int scripts_evalsha_argv(script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc, const char **argv,
