@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The reliability runs (docs/reliability.md): the real-time fleets (the
 # ctest label realtime: utilisation and latency bounds in real time), the
-# partition scenarios of issue 15 (build/tests/test_partition) and the
-# soak under faults (build/tests/sluice_soak). Not part of tests/run or
-# .ci/run: they take minutes, and a loaded machine can fail a real-time
-# bound with nothing wrong in the code.
+# partition scenarios of issue 15 (build/tests/test_partition), the soak
+# under faults (build/tests/sluice_soak) and the simulator's scoreboard on
+# seeds 1..10 (build/tests/sim/sim_scoreboard, issue 22). Not part of
+# tests/run or .ci/run: they take minutes, and a loaded machine can fail a
+# real-time bound with nothing wrong in the code (ctest's
+# test_sim_scoreboard, in the gate, runs the scoreboard's seeds 1..3).
 #
-#   tests/reliability.sh                the real-time fleets, the partition scenarios, a 10-minute soak
+#   tests/reliability.sh                the real-time fleets, the partition scenarios, a 10-minute soak, the scoreboard
 #   tests/reliability.sh ci             the real-time fleets, the partition scenarios, a 2-minute soak
 #   tests/reliability.sh realtime [ARGS]
 #                                       the real-time fleets only, one at a time, their
@@ -18,8 +20,10 @@
 #   tests/reliability.sh soak [ARGS]    the soak only; ARGS go to sluice_soak
 #                                       (--minutes N, --seed S, --gap LO-HI, --keep, --quiet)
 #   tests/reliability.sh ci-soak        the CI step (.ci/run): a 2-minute soak, seed 15
+#   tests/reliability.sh sim [ARGS]     the scoreboard on seeds 1..10 (SIM_SEEDS=N for
+#                                       1..N); ARGS go to sim_scoreboard (--scenario NAME)
 #
-# Builds the two programs (and sluiced, sluice) RelWithDebInfo into build/,
+# Builds the programs (and sluiced, sluice) RelWithDebInfo into build/,
 # or into $SLUICE_BUILD_DIR when set (an existing build keeps its own type:
 # the sanitizers slow the agents down, so prefer a plain build for the
 # figures). Exit status: 0 when every part passed, 1 when any failed.
@@ -28,9 +32,9 @@ cd "$(dirname "$0")/.."
 what=${1:-all}
 [ $# -gt 0 ] && shift
 case "$what" in
-  all|ci|partition|soak|ci-soak|realtime) ;;
+  all|ci|partition|soak|ci-soak|sim|realtime) ;;
   -h|--help) sed -n '2,/^set /p' "$0" | grep '^#'; exit 0 ;;
-  *) echo "usage: tests/reliability.sh [all|ci|partition|soak [ARGS]|ci-soak|realtime [ARGS]]" >&2; exit 2 ;;
+  *) echo "usage: tests/reliability.sh [all|ci|partition|soak [ARGS]|ci-soak|sim [ARGS]|realtime [ARGS]]" >&2; exit 2 ;;
 esac
 failed=()
 realtime() {
@@ -59,7 +63,9 @@ fi
 case "$what" in
   partition) targets="test_partition" ;;
   soak|ci-soak) targets="sluice_soak" ;;
-  *) targets="test_partition sluice_soak" ;;
+  sim) targets="sim_scoreboard" ;;
+  ci) targets="test_partition sluice_soak" ;;
+  *) targets="test_partition sluice_soak sim_scoreboard" ;;
 esac
 # shellcheck disable=SC2086
 cmake --build "$BUILD" -j"$(nproc)" --target $targets >/dev/null || {
@@ -77,12 +83,20 @@ soak() {
   echo "== sluice_soak $* ($(date -u +%FT%TZ)) =="
   "$SLUICE_BUILD_DIR/tests/sluice_soak" "$@" || failed+=("soak")
 }
+# Every scenario on seeds 1..SIM_SEEDS (10): the properties of issue 22
+# from t = 0 on ten seeds each (a FAIL, or an expected failure that
+# passes on a seed, fails the part).
+sim() {
+  echo "== sim_scoreboard --seeds ${SIM_SEEDS:-10}${*:+ $*} ($(date -u +%FT%TZ)) =="
+  "$SLUICE_BUILD_DIR/tests/sim/sim_scoreboard" --seeds "${SIM_SEEDS:-10}" "$@" || failed+=("sim")
+}
 case "$what" in
-  all) realtime; partition; soak --minutes 10 "$@" ;;
+  all) realtime; partition; soak --minutes 10 "$@"; sim ;;
   ci) realtime; partition; soak --minutes 2 "$@" ;;
   partition) partition ;;
   soak) soak "$@" ;;
   ci-soak) soak --minutes 2 --seed 15 --quiet "$@" ;;
+  sim) sim "$@" ;;
 esac
 if [ ${#failed[@]} -gt 0 ]; then
   echo "reliability: FAILED: ${failed[*]} (figures above; docs/reliability.md explains them)"

@@ -36,7 +36,46 @@ typedef struct sb_bounds {
      * dimension) from rate_from_ms to the fleet's last admission, against
      * the quota. */
     double rate_from_ms, min_rate_pct;
+    /* The p99 wait of one lane's granted attempts. */
+    const char *lane;
+    double max_lane_p99_ms;
+    /* Each tenant's share of the admitted requests while every tenant had
+     * demand: within this many % (relative) of its weight's share. */
+    double max_share_err_pct;
+    /* Redis commands per agent per second from t = 0 to idle_ms. */
+    double max_idle_cmds;
 } sb_bounds;
+
+/* Callers beyond the row's own (which name no lane or tenant): on every
+ * agent (or one), `callers` callers of `calls` calls each, in a lane and as a
+ * tenant (NULL: none named), from start_ms plus a seeded 0..jitter_ms,
+ * think_ms between calls. weight: the tenant's configured weight (the
+ * row's yaml_extra says it to the governor; the judge reads it here). */
+typedef struct sb_class {
+    const char *lane, *tenant;
+    int callers, calls;
+    double start_ms, jitter_ms, think_ms;
+    long long max_wait_ms; /* 0: 300000 as the row's; -1: the lane's */
+    double weight;
+    int only_agent; /* 0: on every agent; k: on agent k - 1 only */
+} sb_class;
+
+#define SB_MAX_CLASSES 4
+
+/* What some rows have beyond the rest: lanes, tenants, a group, idle. */
+typedef struct sb_more {
+    sb_class classes[SB_MAX_CLASSES];
+    int nclasses;
+    /* A group: the callers' deployment d is a group of nmembers members
+     * d1, d2, ... in priority order, each a world of its own: the row's
+     * world with its limits x member_scale[i] (group_extra: more of the
+     * group's keys, indented 4; the row's yaml_extra is not used). */
+    double member_scale[SB_MAX_MEMBERS];
+    int nmembers;
+    const char *group_extra;
+    /* The idle cost's span: from t = 0 to idle_ms (0: not measured). */
+    double idle_ms;
+} sb_more;
 
 struct sb_scenario {
     const char *name, *world, *what;
@@ -52,6 +91,7 @@ struct sb_scenario {
     sb_bounds b;
     /* An expected failure: today's figure (NULL: expected to pass). */
     const char *xfail;
+    const sb_more *more; /* NULL: none of it */
 };
 
 /* ---- world tweaks ---- */
@@ -86,22 +126,60 @@ static void one_stray(sim_world_cfg *c) {
 #define STD_95                                                                                                         \
     { .max_429_pct = 1, .min_floor_pct = 95, .max_window_x = 1.02, .max_p99_wait_ms = 300000 }
 
+/* Lanes: a batch lane saturating the quota from 1 s on every agent, and
+ * one interactive caller (on agent 1) from 1..6 s, twelve calls 2 s
+ * apart, with the lane's max wait (5 s): one at a time, so its wait is
+ * the lanes' promise alone (behind lower lanes: one emission interval
+ * plus lane_step_ms), not a queue of its own lane. */
+#define LANES_YAML                                                                                                     \
+    "    lanes:\n      interactive: { priority: 0, max_wait_ms: 5000 }\n"                                              \
+    "      batch: { priority: 1, max_wait_ms: 600000 }\n"
+static const sb_more lanes_more = {
+    .classes = {{.lane = "batch", .callers = 20, .calls = 2, .start_ms = 1000, .jitter_ms = 200},
+                {.lane = "interactive",
+                 .callers = 1,
+                 .calls = 12,
+                 .start_ms = 1000,
+                 .jitter_ms = 5000,
+                 .think_ms = 2000,
+                 .max_wait_ms = -1,
+                 .only_agent = 2}},
+    .nclasses = 2};
+
+/* Tenants weighted 3:2:1, each with the same demand on every agent. */
+#define TENANTS_YAML                                                                                                   \
+    "    tenants:\n      heavy: { weight: 3 }\n      medium: { weight: 2 }\n      light: { weight: 1 }\n"
+static const sb_more tenants_more = {
+    .classes = {{.tenant = "heavy", .callers = 8, .calls = 2, .start_ms = 1000, .jitter_ms = 200, .weight = 3},
+                {.tenant = "medium", .callers = 8, .calls = 2, .start_ms = 1000, .jitter_ms = 200, .weight = 2},
+                {.tenant = "light", .callers = 8, .calls = 2, .start_ms = 1000, .jitter_ms = 200, .weight = 1}},
+    .nclasses = 3};
+
+/* A group of three Azure deployments: 150k, 90k and 60k TPM. */
+static const sb_more group_more = {.member_scale = {1, 0.6, 0.4}, .nmembers = 3};
+
+/* Idle: one call an agent at 1 s, nothing until 61 s, one more each. */
+static const sb_more idle_more = {.classes = {{.callers = 1, .calls = 1, .start_ms = 1000, .jitter_ms = 200},
+                                              {.callers = 1, .calls = 1, .start_ms = 61000, .jitter_ms = 200}},
+                                  .nclasses = 2,
+                                  .idle_ms = 61000};
+
 static const sb_scenario table[] = {
     {"azure-standard", "azure-standard", "Azure standard: 1 s and 10 s request windows, nobody else", NULL, "azure",
-     NULL, AZ_TRAFFIC, NO_FAULTS, 0, 0, STD_AZ, NULL},
+     NULL, AZ_TRAFFIC, NO_FAULTS, 0, 0, STD_AZ, NULL, NULL},
     {"azure-10s-only", "azure-10s-only", "Azure evaluating requests per 10 s only", NULL, "azure", NULL, AZ_TRAFFIC,
-     NO_FAULTS, 0, 0, STD_AZ, NULL},
+     NO_FAULTS, 0, 0, STD_AZ, NULL, NULL},
     {"azure-fixed-windows", "azure-fixed-windows", "Azure's request windows aligned to the clock", NULL, "azure", NULL,
-     AZ_TRAFFIC, NO_FAULTS, 0, 0, STD_AZ, NULL},
+     AZ_TRAFFIC, NO_FAULTS, 0, 0, STD_AZ, NULL, NULL},
     /* The same worlds request-bound (short prompts: 150 tokens a request
      * against 900 RPM), so Azure's 1 s / 10 s request windows decide. */
     {"azure-standard-rpm", "azure-standard", "Azure standard, request-bound: 150 tokens a request", NULL, "azure", NULL,
      AZ_RPM_TRAFFIC, NO_FAULTS, 0, 0, STD_AZ,
-     "429s 4.2..4.6 %, one every ~1.5 s: sends at exactly the rate overrun the 1 s window (15) by one"},
+     "429s 4.2..4.6 %, one every ~1.5 s: sends at exactly the rate overrun the 1 s window (15) by one", NULL},
     {"azure-10s-only-rpm", "azure-10s-only", "Azure 10 s only, request-bound", NULL, "azure", NULL, AZ_RPM_TRAFFIC,
-     NO_FAULTS, 0, 0, STD_AZ, NULL},
+     NO_FAULTS, 0, 0, STD_AZ, NULL, NULL},
     {"azure-fixed-windows-rpm", "azure-fixed-windows", "Azure fixed windows, request-bound", NULL, "azure", NULL,
-     AZ_RPM_TRAFFIC, NO_FAULTS, 0, 0, STD_AZ, NULL},
+     AZ_RPM_TRAFFIC, NO_FAULTS, 0, 0, STD_AZ, NULL, NULL},
     {"azure-stray-429",
      "azure-stray-429",
      "one isolated 429 at 25 s costs <= 3 % of the makespan",
@@ -113,6 +191,7 @@ static const sb_scenario table[] = {
      0,
      0,
      {.max_429_pct = 1, .min_floor_pct = 94, .max_window_x = 1.02, .max_p99_wait_ms = 300000},
+     NULL,
      NULL},
     {"azure-paced-neighbour",
      "azure-paced-neighbour",
@@ -125,7 +204,8 @@ static const sb_scenario table[] = {
      0,
      0,
      {.max_429_pct = 2, .min_floor_pct = 90, .max_window_x = 1.02, .max_p99_wait_ms = 300000},
-     "failed 79..104 of 300 (shed tpm, retry-after ~177 s), 56.8..58.8 % of the floor, window 1.27x"},
+     "failed 79..104 of 300 (shed tpm, retry-after ~177 s), 56.8..58.8 % of the floor, window 1.27x",
+     NULL},
     {"azure-greedy-neighbour",
      "azure-greedy-neighbour",
      "a neighbour takes every token from 30 s to 90 s",
@@ -137,7 +217,8 @@ static const sb_scenario table[] = {
      0,
      0,
      {.max_429_pct = 5, .min_floor_pct = 90, .max_p99_wait_ms = 300000},
-     "failed 174..181, 429s 45..47 %: a 429 saying retry-after-ms 200 pauses the fleet ~298 s"},
+     "failed 174..181, 429s 45..47 %: a 429 saying retry-after-ms 200 pauses the fleet ~298 s",
+     NULL},
     {"azure-burst-neighbour",
      "azure-burst-neighbour",
      "a one-off burst of 40 at 20 s: <= 5 429s, within 5 %",
@@ -149,7 +230,8 @@ static const sb_scenario table[] = {
      0,
      0,
      {.max_429 = 5, .min_floor_pct = 95, .max_p99_wait_ms = 300000},
-     "failed 101 of 300: after the burst every acquire is shed tpm, retry-after ~284 s"},
+     "failed 101 of 300: after the burst every acquire is shed tpm, retry-after ~284 s",
+     NULL},
     {"azure-periodic-neighbour",
      "azure-periodic-neighbour",
      "a neighbour bursts 10 every 15 s",
@@ -161,7 +243,8 @@ static const sb_scenario table[] = {
      0,
      0,
      {.max_429_pct = 2, .min_floor_pct = 90, .max_p99_wait_ms = 300000},
-     "failed 124..126 of 300: shed tpm from 11 s, retry-after ~291 s"},
+     "failed 124..126 of 300: shed tpm from 11 s, retry-after ~291 s",
+     NULL},
     {"azure-neighbour-leaves",
      "azure-neighbour-leaves",
      "a 40 % neighbour leaves at 60 s: >= 95 % from 70 s",
@@ -178,12 +261,13 @@ static const sb_scenario table[] = {
       .max_p99_wait_ms = 300000,
       .rate_from_ms = 70000,
       .min_rate_pct = 95},
-     "failed 116..133, 3.4..4.1 % of the rate after it left, 30.6..41.7 % of the floor"},
+     "failed 116..133, 3.4..4.1 % of the rate after it left, 30.6..41.7 % of the floor",
+     NULL},
     {"azure-real-below", "azure-real-below", "the real limit is 20 % below the configured, said in headers", NULL,
      "azure", NULL, AZ_TRAFFIC, NO_FAULTS, 0, 0, STD_95,
-     "window 1.20x tokens (110.9 % of the floor): the real limit in the headers is not followed"},
+     "window 1.20x tokens (110.9 % of the floor): the real limit in the headers is not followed", NULL},
     {"azure-real-above", "azure-real-above", "the real limit is 20 % above (the configured is the quota)", NULL,
-     "azure", NULL, AZ_TRAFFIC, NO_FAULTS, 0, 0, STD_AZ, NULL},
+     "azure", NULL, AZ_TRAFFIC, NO_FAULTS, 0, 0, STD_AZ, NULL, NULL},
     {"azure-limit-drops",
      "azure-limit-drops",
      "the real limit halves at 60 s",
@@ -195,7 +279,8 @@ static const sb_scenario table[] = {
      0,
      0,
      {.max_429_pct = 2, .min_floor_pct = 90, .max_window_x = 1.02, .max_p99_wait_ms = 300000},
-     "window 1.67x tokens after the drop (147.9 % of the floor): the halved limit is not followed"},
+     "window 1.67x tokens after the drop (147.9 % of the floor): the halved limit is not followed",
+     NULL},
     {"azure-limit-rises",
      "azure-limit-rises",
      "the real limit is 60 % until 60 s, then as configured",
@@ -207,12 +292,13 @@ static const sb_scenario table[] = {
      0,
      0,
      {.max_429_pct = 1, .min_floor_pct = 90, .max_window_x = 1.02, .max_p99_wait_ms = 300000},
-     "89.7 % of the floor, window 1.54x tokens before 60 s: the real 60 % is not followed"},
+     "89.7 % of the floor, window 1.54x tokens before 60 s: the real 60 % is not followed",
+     NULL},
     {"azure-rough-headers", "azure-rough-headers", "a fifth of the responses without headers, a tenth with -1", NULL,
-     "azure", NULL, AZ_TRAFFIC, NO_FAULTS, 0, 0, STD_AZ, NULL},
+     "azure", NULL, AZ_TRAFFIC, NO_FAULTS, 0, 0, STD_AZ, NULL, NULL},
     {"azure-release-at-end", "azure-release-at-end", "Azure giving unused max_tokens back at the end", NULL, "azure",
      NULL, AZ_TRAFFIC, NO_FAULTS, 0, 0, STD_AZ,
-     "86.7..87.2 % of the floor: style azure never refunds, this world gives unused tokens back"},
+     "86.7..87.2 % of the floor: style azure never refunds, this world gives unused tokens back", NULL},
     {"cjk-estimate",
      "azure-standard",
      "CJK prompts: the world counts 0.8 a char, sluice estimates chars/4",
@@ -229,22 +315,23 @@ static const sb_scenario table[] = {
      0,
      0,
      {.max_429_pct = 1, .after_ms = 5000, .min_floor_pct = 95, .max_window_x = 1.02, .max_p99_wait_ms = 300000},
-     "429s 4.7..5.3 %, failed 7..8, window 2.07x: the estimate is not corrected; a 429 pauses ~790 s"},
+     "429s 4.7..5.3 %, failed 7..8, window 2.07x: the estimate is not corrected; a 429 pauses ~790 s",
+     NULL},
     {"openai-standard", "openai-standard", "OpenAI at 200k TPM / 500 RPM", NULL, "openai", NULL, 3, 50, 4, SIM_LANG_EN,
-     2000, 500, NO_FAULTS, 0, 0, STD_95, NULL},
+     2000, 500, NO_FAULTS, 0, 0, STD_95, NULL, NULL},
     {"openai-quantized", "openai-quantized", "OpenAI enforcing a minute's limits per second", NULL, "openai", NULL, 3,
-     50, 4, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0, STD_95, NULL},
+     50, 4, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0, STD_95, NULL, NULL},
     {"anthropic-current-6", "anthropic-current", "Anthropic, OTPM on generated tokens, 6 callers", NULL, "anthropic",
-     NULL, ANTH_TRAFFIC(2, 50), NO_FAULTS, 0, 0, STD_95,
-     "83.1..91.6 % of the floor (output: OTPM on generated tokens)"},
+     NULL, ANTH_TRAFFIC(2, 50), NO_FAULTS, 0, 0, STD_95, "83.1..91.6 % of the floor (output: OTPM on generated tokens)",
+     NULL},
     {"anthropic-current-24", "anthropic-current", "Anthropic, OTPM on generated tokens, 24 callers", NULL, "anthropic",
-     NULL, ANTH_TRAFFIC(8, 13), NO_FAULTS, 0, 0, STD_95, "86.8..90.4 % of the floor, window up to 1.06x output"},
+     NULL, ANTH_TRAFFIC(8, 13), NO_FAULTS, 0, 0, STD_95, "86.8..90.4 % of the floor, window up to 1.06x output", NULL},
     {"anthropic-current-96", "anthropic-current", "Anthropic, OTPM on generated tokens, 96 callers", NULL, "anthropic",
-     NULL, ANTH_TRAFFIC(32, 3), NO_FAULTS, 0, 0, STD_95, "86.3..89.1 % of the floor, window up to 1.02x output"},
+     NULL, ANTH_TRAFFIC(32, 3), NO_FAULTS, 0, 0, STD_95, "86.3..89.1 % of the floor, window up to 1.02x output", NULL},
     {"anthropic-2025", "anthropic-2025", "Anthropic, max_tokens at admission corrected at the end", NULL, "anthropic",
-     NULL, ANTH_TRAFFIC(8, 13), NO_FAULTS, 0, 0, STD_95, "86.8..90.4 % of the floor (output)"},
+     NULL, ANTH_TRAFFIC(8, 13), NO_FAULTS, 0, 0, STD_95, "86.8..90.4 % of the floor (output)", NULL},
     {"anthropic-per-second", "anthropic-per-second", "Anthropic enforcing its RPM per second", NULL, "anthropic", NULL,
-     ANTH_TRAFFIC(8, 13), NO_FAULTS, 0, 0, STD_95, "86.8..90.4 % of the floor (output), window up to 1.06x"},
+     ANTH_TRAFFIC(8, 13), NO_FAULTS, 0, 0, STD_95, "86.8..90.4 % of the floor (output), window up to 1.06x", NULL},
     {"anthropic-greedy-neighbour",
      "anthropic-greedy-neighbour",
      "Anthropic 2025 with a greedy neighbour 20..80 s",
@@ -256,20 +343,21 @@ static const sb_scenario table[] = {
      0,
      0,
      {.max_429_pct = 5, .min_floor_pct = 90, .max_p99_wait_ms = 300000},
-     "429s 10.3..10.6 %"},
+     "429s 10.3..10.6 %",
+     NULL},
     {"bedrock-5x", "bedrock-claude4", "Bedrock: input + max reserved, output burned down at 5x", NULL, "custom", NULL,
      3, 25, 2, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0, STD_95,
-     "window 2.27..2.34x tokens, 429s up to 3.2 %: the 5x output burn-down is not charged"},
+     "window 2.27..2.34x tokens, 429s up to 3.2 %: the 5x output burn-down is not charged", NULL},
     {"bedrock-burndown-1", "bedrock-burndown-1", "Bedrock for a model outside the 5x list", NULL, "custom", NULL, 3, 25,
-     2, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0, STD_95, NULL},
+     2, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0, STD_95, NULL, NULL},
     {"gemini-standard", "gemini-standard", "Gemini: input-only TPM, wall-clock minutes", NULL, "custom", NULL, 3, 50, 6,
-     SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0, STD_95, NULL},
+     SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0, STD_95, NULL, NULL},
     {"gemini-rpd-spring", "gemini-rpd-spring", "Gemini: 300 a day, the Pacific day turns 10 min in (23 h)", NULL,
      "custom", NULL, 3, 20, 7, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 900000, STD_95,
-     "failed 120 of 420: the governor's day turns at UTC midnight (16 h), Gemini's at Pacific (10 min)"},
+     "failed 120 of 420: the governor's day turns at UTC midnight (16 h), Gemini's at Pacific (10 min)", NULL},
     {"gemini-rpd-autumn", "gemini-rpd-autumn", "Gemini: 300 a day, the Pacific day turns 10 min in (25 h)", NULL,
      "custom", NULL, 3, 20, 7, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 900000, STD_95,
-     "failed 120 of 420: the governor's day turns at UTC midnight (16 h), Gemini's at Pacific (10 min)"},
+     "failed 120 of 420: the governor's day turns at UTC midnight (16 h), Gemini's at Pacific (10 min)", NULL},
     {"fault-redis-restart",
      "azure-standard",
      "Redis stopped at 30 s for 3 s and restarted empty",
@@ -281,6 +369,7 @@ static const sb_scenario table[] = {
      2,
      0,
      FAULT_B,
+     NULL,
      NULL},
     {"fault-blackhole",
      "azure-standard",
@@ -293,6 +382,7 @@ static const sb_scenario table[] = {
      2,
      0,
      FAULT_B,
+     NULL,
      NULL},
     {"fault-deschedule",
      "azure-standard",
@@ -305,6 +395,7 @@ static const sb_scenario table[] = {
      1,
      0,
      FAULT_B,
+     NULL,
      NULL},
     {"fault-agent-killed",
      "azure-standard",
@@ -317,7 +408,61 @@ static const sb_scenario table[] = {
      1,
      300000,
      FAULT_B,
-     "77.3..77.4 % of the floor: a killed agent's slots granted ahead are never given back"},
+     "77.3..77.4 % of the floor: a killed agent's slots granted ahead are never given back",
+     NULL},
+    {.name = "lanes",
+     .world = "azure-standard",
+     .what = "a batch lane saturating, interactive callers arriving over time",
+     .style = "azure",
+     .yaml_extra = LANES_YAML,
+     .agents = 3,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 1,
+           .min_floor_pct = 97,
+           .max_window_x = 1.02,
+           .max_p99_wait_ms = 300000,
+           .lane = "interactive",
+           .max_lane_p99_ms = 420},
+     .more = &lanes_more},
+    {.name = "tenants",
+     .world = "azure-standard",
+     .what = "three tenants weighted 3:2:1 with equal demand",
+     .style = "azure",
+     .yaml_extra = TENANTS_YAML,
+     .agents = 3,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 1,
+           .min_floor_pct = 97,
+           .max_window_x = 1.02,
+           .max_p99_wait_ms = 300000,
+           .max_share_err_pct = 10},
+     .more = &tenants_more},
+    {.name = "group",
+     .world = "azure-standard",
+     .what = "a group of three Azure deployments (150k, 90k, 60k TPM)",
+     .style = "azure",
+     .agents = 3,
+     .callers = 50,
+     .calls = 2,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 1, .min_floor_pct = 93, .max_window_x = 1.02, .max_p99_wait_ms = 300000},
+     .more = &group_more},
+    {.name = "idle-cost",
+     .world = "azure-standard",
+     .what = "one call an agent, 60 s idle, one more: Redis commands an agent a second",
+     .style = "azure",
+     .agents = 3,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 1, .max_window_x = 1.02, .max_p99_wait_ms = 300000, .max_idle_cmds = 1},
+     .more = &idle_more},
 };
 
 size_t sb_count(void) { return sizeof(table) / sizeof(table[0]); }
@@ -332,26 +477,44 @@ const char *sb_world(const sb_scenario *s) { return s->world; }
 const char *sb_what(const sb_scenario *s) { return s->what; }
 const char *sb_xfail(const sb_scenario *s) { return s->xfail; }
 
+static const sb_more no_more;
+
+static const sb_more *more_of(const sb_scenario *s) { return s->more ? s->more : &no_more; }
+
 /* ---- the provider ---- */
 
+/* The worlds: one, or a group's members (w[i] serves deployment d<i+1>). */
 typedef struct sb_prov {
-    sim_world *w;
+    sim_world *w[SB_MAX_MEMBERS];
+    sim_world_cfg wc[SB_MAX_MEMBERS];
+    int n;
     const sb_scenario *s;
     sim_response last;
 } sb_prov;
+
+/* The world that serves the grant's deployment: the one world, or the
+ * group member the grant names ("d2": w[1]); NULL for a name no world
+ * serves (the run fails). */
+static sim_world *world_of(sb_prov *p, const char *dep) {
+    if (!more_of(p->s)->nmembers) return p->w[0];
+    if (!dep || dep[0] != 'd' || dep[1] < '1' || dep[1] > '0' + p->n || dep[2]) return NULL;
+    return p->w[dep[1] - '1'];
+}
 
 /* The prompt is the scenario's characters in its language (the world
  * counts them its own way); the caller's estimate, chars / 4, is what
  * sluice was told. */
 static int sb_send(void *ud, double t_ms, const sim_call *c, sim_outcome *out) {
     sb_prov *p = ud;
+    sim_world *w = world_of(p, c->deployment);
+    if (!w) return -1;
     sim_request rq = {.t_ms = t_ms,
                       .chars = p->s->chars,
                       .lang = p->s->lang,
                       .max_tokens = c->output,
                       .cached = 0,
                       .tag = (uint64_t)c->caller};
-    sim_world_send(p->w, &rq, &p->last);
+    sim_world_send(w, &rq, &p->last);
     out->status = p->last.status;
     out->latency_ms = p->last.latency_ms;
     out->input = p->last.input_tokens;
@@ -468,40 +631,67 @@ static double percentile(double *v, size_t n, double p) {
     return v[k < n ? k : n - 1];
 }
 
-static void judge_world(const sb_scenario *s, const sim_world_cfg *wc, sim_world *w, sb_result *r) {
-    r->attempts = sim_world_count(w, SIM_WHO_FLEET, 0);
-    r->throttled = sim_world_count(w, SIM_WHO_FLEET, 429);
-    double t0 = -1, t1 = -1;
-    size_t n = sim_world_ledger_len(w), after_attempts = 0;
-    for (size_t i = 0; i < n; i++) {
+/* The fleet's admissions of every world, for the first and the last. */
+static void fleet_span(const sb_prov *p, double *t0, double *t1) {
+    *t0 = *t1 = -1;
+    for (int m = 0; m < p->n; m++)
+        for (size_t i = 0, n = sim_world_ledger_len(p->w[m]); i < n; i++) {
+            const sim_entry *e = sim_world_ledger_at(p->w[m], i);
+            if (e->who != 0 || e->status != 200) continue;
+            if (*t0 < 0 || e->t_ms < *t0) *t0 = e->t_ms;
+            if (e->t_ms > *t1) *t1 = e->t_ms;
+        }
+}
+
+/* What the world counted of d in the fleet's span [t0, t1]: the fleet's
+ * admissions (with their corrections) and the neighbours' within it. */
+static double counted(const sim_world *w, int d, double t0, double t1) {
+    double total = 0;
+    for (size_t i = 0, n = sim_world_ledger_len(w); i < n; i++) {
         const sim_entry *e = sim_world_ledger_at(w, i);
-        if (e->who != 0) continue;
-        if (e->t_ms >= s->b.after_ms) {
-            after_attempts++;
+        if (e->status != 200) continue;
+        if (e->who != 0 && (e->t_ms < t0 || e->t_ms > t1)) continue;
+        total += net_charge(e, d);
+    }
+    return total;
+}
+
+static void judge_world(const sb_scenario *s, const sb_prov *p, sb_result *r) {
+    const sim_world_cfg *wc = &p->wc[0];
+    double t0, t1;
+    fleet_span(p, &t0, &t1);
+    for (int m = 0; m < p->n; m++) {
+        const sim_world *w = p->w[m];
+        size_t fleet_ok = 0;
+        r->attempts += sim_world_count(w, SIM_WHO_FLEET, 0);
+        r->throttled += sim_world_count(w, SIM_WHO_FLEET, 429);
+        for (size_t i = 0, n = sim_world_ledger_len(w); i < n; i++) {
+            const sim_entry *e = sim_world_ledger_at(w, i);
+            if (e->who != 0) continue;
+            fleet_ok += e->status == 200;
+            if (e->t_ms < s->b.after_ms) continue;
+            r->attempts_after++;
             if (e->status == 429) r->throttled_after++;
         }
-        if (e->status != 200) continue;
-        if (t0 < 0) t0 = e->t_ms;
-        t1 = e->t_ms;
+        if (more_of(s)->nmembers) r->member_admitted[r->nmembers++] = fleet_ok;
     }
-    r->attempts_after = after_attempts;
     r->makespan_ms = t0 >= 0 ? t1 - t0 : 0;
     double floor_ms = 0, best_window = 0, binding_q = 0;
     int binding = -1;
     for (int d = SIM_DIM_REQUESTS; d <= SIM_DIM_OUTPUT; d++) {
         if (configured(wc, d) <= 0) continue;
-        double total = 0;
-        for (size_t i = 0; i < n; i++) {
-            const sim_entry *e = sim_world_ledger_at(w, i);
-            if (e->status != 200) continue;
-            if (e->who != 0 && (e->t_ms < t0 || e->t_ms > t1)) continue;
-            total += net_charge(e, d);
+        /* A group's members pass their sum at the sum of their quotas
+         * (the rows with a group change no limit mid-run). */
+        double total = 0, b = 0, q = 0;
+        for (int m = 0; m < p->n; m++) {
+            total += counted(p->w[m], d, t0, t1);
+            b += burst_of(&p->wc[m], d);
+            q += quota_at(&p->wc[m], d, t0);
+            double x = max_window_ratio(&p->wc[m], p->w[m], d, 10000);
+            if (x > best_window) best_window = x, r->window_dim = sim_dim_name(d);
         }
-        double b = burst_of(wc, d);
-        double f = pass_ms(wc, d, t0, total - b);
+        double f = p->n == 1 ? pass_ms(wc, d, t0, total - b) : total > b ? (total - b) / q : 0;
         if (f > floor_ms) floor_ms = f, binding = d;
-        double x = max_window_ratio(wc, w, d, 10000);
-        if (x > best_window) best_window = x, r->window_dim = sim_dim_name(d);
     }
     double demand = (double)s->agents * s->callers * s->calls;
     if (wc->rpd > 0 && t0 >= 0 && demand > wc->rpd) {
@@ -516,8 +706,9 @@ static void judge_world(const sb_scenario *s, const sim_world_cfg *wc, sim_world
     r->window_x = best_window;
     r->rate_after_pct = -1;
     if (s->b.rate_from_ms > 0 && binding >= 0 && t1 > s->b.rate_from_ms) {
+        const sim_world *w = p->w[0];
         double got = 0;
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0, n = sim_world_ledger_len(w); i < n; i++) {
             const sim_entry *e = sim_world_ledger_at(w, i);
             if (e->status != 200 || e->t_ms < s->b.rate_from_ms || e->t_ms > t1) continue;
             got += net_charge(e, binding);
@@ -527,28 +718,127 @@ static void judge_world(const sb_scenario *s, const sim_world_cfg *wc, sim_world
     }
 }
 
-static void judge_records(const sb_scenario *s, simfleet *f, int killed_agent, sb_result *r) {
+/* The lane's figure in r, added the first time it is seen; NULL when
+ * the table is full. */
+static sb_lane_figure *lane_of(sb_result *r, const char *lane) {
+    const char *name = lane ? lane : "-";
+    for (int i = 0; i < r->nlanes; i++)
+        if (!strcmp(r->lanes[i].name, name)) return &r->lanes[i];
+    if (r->nlanes == SB_MAX_LANES) return NULL;
+    r->lanes[r->nlanes] = (sb_lane_figure){name, 0, 0};
+    return &r->lanes[r->nlanes++];
+}
+
+/* The granted attempts' waits: over all, then lane by lane. */
+static void judge_waits(const sim_record *rec, size_t n, int killed_agent, sb_result *r) {
+    double *waits = malloc((n ? n : 1) * sizeof(double));
+    if (!waits) {
+        r->p99_wait_ms = -1;
+        return;
+    }
+    size_t nw = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (rec[i].agent == killed_agent || rec[i].slot_ms < 0 || rec[i].acquire_ms < 0) continue;
+        waits[nw++] = rec[i].slot_ms - rec[i].acquire_ms;
+        sb_lane_figure *l = lane_of(r, rec[i].lane);
+        if (l) l->granted++;
+    }
+    r->p99_wait_ms = percentile(waits, nw, 0.99);
+    for (int k = 0; k < r->nlanes; k++) {
+        nw = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (rec[i].agent == killed_agent || rec[i].slot_ms < 0 || rec[i].acquire_ms < 0) continue;
+            if (strcmp(rec[i].lane ? rec[i].lane : "-", r->lanes[k].name) == 0)
+                waits[nw++] = rec[i].slot_ms - rec[i].acquire_ms;
+        }
+        r->lanes[k].p99_wait_ms = percentile(waits, nw, 0.99);
+    }
+    free(waits);
+}
+
+/* Each tenant's share of the fleet's admitted requests (the worlds'
+ * ledgers; a request's tag is its caller) from t = 0 until the first
+ * tenant's last admission: while every tenant still had demand, so the
+ * shares are the governor's choice, not the callers' running out. */
+static void judge_tenants(const sb_scenario *s, const sb_prov *p, const sim_record *rec, size_t n, sb_result *r) {
+    int ncallers = 0;
+    for (size_t i = 0; i < n; i++)
+        if (rec[i].caller + 1 > ncallers) ncallers = rec[i].caller + 1;
+    int *tenant = malloc((size_t)(ncallers ? ncallers : 1) * sizeof(int));
+    if (!tenant) return;
+    for (int c = 0; c < ncallers; c++) tenant[c] = -1;
+    double wsum = 0;
+    const sb_more *x = more_of(s);
+    for (int k = 0; k < x->nclasses; k++) {
+        const sb_class *c = &x->classes[k];
+        if (!c->tenant || r->ntenants == SB_MAX_TENANTS) continue;
+        r->tenants[r->ntenants++] = (sb_tenant_figure){c->tenant, 0, 0, c->weight};
+        wsum += c->weight;
+        for (size_t i = 0; i < n; i++)
+            if (rec[i].tenant && !strcmp(rec[i].tenant, c->tenant)) tenant[rec[i].caller] = r->ntenants - 1;
+    }
+    double last[SB_MAX_TENANTS] = {0};
+    for (int m = 0; m < p->n; m++)
+        for (size_t i = 0, ln = sim_world_ledger_len(p->w[m]); i < ln; i++) {
+            const sim_entry *e = sim_world_ledger_at(p->w[m], i);
+            if (e->who != 0 || e->status != 200 || e->tag >= (uint64_t)ncallers || tenant[e->tag] < 0) continue;
+            if (e->t_ms > last[tenant[e->tag]]) last[tenant[e->tag]] = e->t_ms;
+        }
+    r->share_until_ms = -1;
+    for (int k = 0; k < r->ntenants; k++)
+        if (r->share_until_ms < 0 || last[k] < r->share_until_ms) r->share_until_ms = last[k];
+    size_t all = 0;
+    for (int m = 0; m < p->n; m++)
+        for (size_t i = 0, ln = sim_world_ledger_len(p->w[m]); i < ln; i++) {
+            const sim_entry *e = sim_world_ledger_at(p->w[m], i);
+            if (e->who != 0 || e->status != 200 || e->tag >= (uint64_t)ncallers || tenant[e->tag] < 0) continue;
+            if (e->t_ms >= r->share_until_ms) continue;
+            r->tenants[tenant[e->tag]].admitted++;
+            all++;
+        }
+    r->share_err_pct = 0;
+    for (int k = 0; k < r->ntenants; k++) {
+        sb_tenant_figure *t = &r->tenants[k];
+        t->want_pct = wsum > 0 ? 100.0 * t->want_pct / wsum : 0;
+        t->share_pct = all ? 100.0 * (double)t->admitted / (double)all : 0;
+        double err = t->want_pct > 0 ? 100.0 * fabs(t->share_pct / t->want_pct - 1) : 0;
+        if (err > r->share_err_pct) r->share_err_pct = err;
+    }
+    free(tenant);
+}
+
+/* The calls of every agent's callers: the row's and its classes'. */
+static long long calls_of(const sb_scenario *s) {
+    long long n = (long long)s->callers * s->calls * s->agents;
+    const sb_more *x = more_of(s);
+    for (int k = 0; k < x->nclasses; k++)
+        n += (long long)x->classes[k].callers * x->classes[k].calls * (x->classes[k].only_agent ? 1 : s->agents);
+    return n;
+}
+
+static void judge_records(const sb_scenario *s, const sb_prov *p, simfleet *f, int killed_agent, sb_result *r) {
     size_t n;
     const sim_record *rec = simfleet_records(f, &n);
-    double *waits = malloc((n ? n : 1) * sizeof(double));
-    size_t nw = 0;
     long long ok = 0;
     int dump = getenv("SB_DUMP") != NULL;
     for (size_t i = 0; i < n; i++) {
         if (dump)
             printf("rec caller %d agent %d attempt %d acquire %.3f slot %.3f send %.3f done %.3f status %d sl %d %s "
-                   "%lld\n",
+                   "%lld %s %s\n",
                    rec[i].caller, rec[i].agent, rec[i].attempt, rec[i].acquire_ms, rec[i].slot_ms, rec[i].send_ms,
                    rec[i].done_ms, rec[i].status, rec[i].sl_status, rec[i].shed_reason ? rec[i].shed_reason : "",
-                   rec[i].retry_after_ms);
-        if (rec[i].agent == killed_agent) continue;
-        if (rec[i].status == 200) ok++;
-        if (waits && rec[i].slot_ms >= 0 && rec[i].acquire_ms >= 0) waits[nw++] = rec[i].slot_ms - rec[i].acquire_ms;
+                   rec[i].retry_after_ms, rec[i].lane ? rec[i].lane : "-", rec[i].tenant ? rec[i].tenant : "-");
+        if (rec[i].agent != killed_agent && rec[i].status == 200) ok++;
     }
-    int agents = s->agents - (killed_agent >= 0 ? 1 : 0);
-    r->failed = (int)((long long)agents * s->callers * s->calls - ok);
-    r->p99_wait_ms = waits ? percentile(waits, nw, 0.99) : -1;
-    free(waits);
+    /* A killed agent's callers are left out (the rows with a kill have
+     * no classes: each agent has the same callers). */
+    long long calls = calls_of(s);
+    if (killed_agent >= 0) calls -= calls / s->agents;
+    r->failed = (int)(calls - ok);
+    judge_waits(rec, n, killed_agent, r);
+    r->share_err_pct = -1;
+    judge_tenants(s, p, rec, n, r);
+    if (!r->ntenants) r->share_err_pct = -1;
 }
 
 static void miss(sb_result *r, const char *fmt, double got, double bound) {
@@ -573,6 +863,18 @@ static void judge_bounds(const sb_scenario *s, sb_result *r) {
         miss(r, "p99 wait %.0f ms > %.0f ms", r->p99_wait_ms, b->max_p99_wait_ms);
     if (b->min_rate_pct > 0 && r->rate_after_pct < b->min_rate_pct)
         miss(r, "rate after %.1f %% < %.1f %%", r->rate_after_pct, b->min_rate_pct);
+    if (b->lane && b->max_lane_p99_ms > 0) {
+        const sb_lane_figure *l = NULL;
+        for (int i = 0; i < r->nlanes; i++)
+            if (!strcmp(r->lanes[i].name, b->lane)) l = &r->lanes[i];
+        if (!l) miss(r, "lane not granted: %.0f of %.0f", 0, 0);
+        else if (l->p99_wait_ms > b->max_lane_p99_ms)
+            miss(r, "lane p99 wait %.0f ms > %.0f ms", l->p99_wait_ms, b->max_lane_p99_ms);
+    }
+    if (b->max_share_err_pct > 0 && (r->share_err_pct < 0 || r->share_err_pct > b->max_share_err_pct))
+        miss(r, "tenant share off by %.1f %% > %.1f %%", r->share_err_pct, b->max_share_err_pct);
+    if (b->max_idle_cmds > 0 && (r->idle_cmds < 0 || r->idle_cmds > b->max_idle_cmds))
+        miss(r, "idle %.2f commands/agent/s > %.2f", r->idle_cmds, b->max_idle_cmds);
     if (s->xfail) r->verdict = r->missed ? "XFAIL" : "XPASS";
     else r->verdict = r->missed ? "FAIL" : "PASS";
 }
@@ -585,13 +887,10 @@ static double real_ms(void) {
     return (double)ts.tv_sec * 1000 + (double)ts.tv_nsec / 1e6;
 }
 
-/* The governor's YAML, as a user would write it for the world: its
- * configured limits in the provider's style. */
-static void yaml_for(const sb_scenario *s, const sim_world_cfg *wc, char *buf, size_t n) {
-    int k = snprintf(buf, n,
-                     "agent:\n  socket: /tmp/sim-unused.sock\n  heartbeat_ms: 1000\n"
-                     "deployments:\n  d:\n    style: %s\n    rpm: %.0f\n    max_wait_ms: 300000\n",
-                     s->style, wc->rpm);
+/* One deployment's YAML (name, the world's configured limits in the
+ * provider's style) into buf at *k. */
+static void yaml_deployment(const sb_scenario *s, const sim_world_cfg *wc, const char *name, char *buf, size_t n,
+                            int *k) {
     static const struct {
         const char *key;
         size_t off;
@@ -599,11 +898,36 @@ static void yaml_for(const sb_scenario *s, const sim_world_cfg *wc, char *buf, s
                 {"itpm", offsetof(sim_world_cfg, itpm)},
                 {"otpm", offsetof(sim_world_cfg, otpm)},
                 {"rpd", offsetof(sim_world_cfg, rpd)}};
-    for (size_t i = 0; i < sizeof(lims) / sizeof(lims[0]) && k > 0 && (size_t)k < n; i++) {
+    if (*k < 0 || (size_t)*k >= n) return;
+    *k += snprintf(buf + *k, n - (size_t)*k, "  %s:\n    style: %s\n    rpm: %.0f\n    max_wait_ms: 300000\n", name,
+                   s->style, wc->rpm);
+    for (size_t i = 0; i < sizeof(lims) / sizeof(lims[0]) && *k > 0 && (size_t)*k < n; i++) {
         double v = *(const double *)((const char *)wc + lims[i].off);
-        if (v > 0) k += snprintf(buf + k, n - (size_t)k, "    %s: %.0f\n", lims[i].key, v);
+        if (v > 0) *k += snprintf(buf + *k, n - (size_t)*k, "    %s: %.0f\n", lims[i].key, v);
     }
-    if (s->yaml_extra && k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, "%s", s->yaml_extra);
+}
+
+/* The governor's YAML, as a user would write it for the worlds: each
+ * one's configured limits in the provider's style; a group's members
+ * d1, d2, ... in priority order under the group d. */
+static void yaml_for(const sb_scenario *s, const sb_prov *p, char *buf, size_t n) {
+    const sb_more *x = more_of(s);
+    int k = snprintf(buf, n, "agent:\n  socket: /tmp/sim-unused.sock\n  heartbeat_ms: 1000\ndeployments:\n");
+    if (!x->nmembers) {
+        yaml_deployment(s, &p->wc[0], "d", buf, n, &k);
+        if (s->yaml_extra && k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, "%s", s->yaml_extra);
+        return;
+    }
+    for (int m = 0; m < p->n; m++) {
+        char name[16];
+        snprintf(name, sizeof(name), "d%d", m + 1);
+        yaml_deployment(s, &p->wc[m], name, buf, n, &k);
+    }
+    if (k > 0 && (size_t)k < n) k += snprintf(buf + k, n - (size_t)k, "groups:\n  d:\n    members: [");
+    for (int m = 0; m < p->n && k > 0 && (size_t)k < n; m++)
+        k += snprintf(buf + k, n - (size_t)k, "%sd%d", m ? ", " : "", m + 1);
+    if (k > 0 && (size_t)k < n) k += snprintf(buf + k, n - (size_t)k, "]\n    max_wait_ms: 300000\n");
+    if (x->group_extra && k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, "%s", x->group_extra);
 }
 
 static void apply_fault(simfleet *f, const sb_fault *x) {
@@ -641,10 +965,9 @@ static int run_to(simfleet *f, const sb_scenario *s, double t_ms) {
     return simfleet_run_until(f, t_ms) < 0 ? -1 : 0;
 }
 
-int sb_run(const sb_scenario *s, uint64_t seed, redis_fixture *fx, sb_result *r) {
-    memset(r, 0, sizeof(*r));
-    r->seed = seed;
-    r->window_dim = "-";
+/* The worlds of s on seed: one, or a group's members (the row's world,
+ * its limits scaled; each its own seed). Returns 0 or -1. */
+static int worlds_new(const sb_scenario *s, uint64_t seed, sb_prov *p) {
     sim_world_cfg wc;
     if (sim_scenario_cfg(s->world, &wc) != 0) return -1;
     if (s->tweak) s->tweak(&wc);
@@ -653,25 +976,22 @@ int sb_run(const sb_scenario *s, uint64_t seed, redis_fixture *fx, sb_result *r)
     sim_world_cfg dflt;
     sim_world_cfg_init(&dflt, wc.provider);
     if (wc.epoch_ms == dflt.epoch_ms) wc.epoch_ms = SIMFLEET_EPOCH_MS;
-    sb_prov prov = {sim_world_new(&wc, seed), s, {0}};
-    if (!prov.w) return -1;
-    char yaml[2048];
-    yaml_for(s, &wc, yaml, sizeof(yaml));
-    simfleet_opts o = {.seed = seed,
-                       .agents = s->agents,
-                       .redis = fx,
-                       .yaml = yaml,
-                       .send = sb_send,
-                       .send_ud = &prov,
-                       .epoch_ms = wc.epoch_ms};
-    simfleet *f = NULL;
-    double t0 = real_ms();
-    if (simfleet_new(&o, &f) != 0) {
-        sim_world_free(prov.w);
-        return -1;
+    const sb_more *x = more_of(s);
+    p->n = x->nmembers ? x->nmembers : 1;
+    for (int m = 0; m < p->n; m++) {
+        p->wc[m] = wc;
+        if (x->nmembers) {
+            double k = x->member_scale[m];
+            p->wc[m].rpm *= k, p->wc[m].tpm *= k, p->wc[m].itpm *= k, p->wc[m].otpm *= k, p->wc[m].rpd *= k;
+        }
+        p->w[m] = sim_world_new(&p->wc[m], seed + 7919 * (uint64_t)m);
+        if (!p->w[m]) return -1;
     }
-    int rc = 0, killed = -1;
-    for (int a = 0; a < s->agents && rc == 0; a++) {
+    return 0;
+}
+
+static int add_callers(simfleet *f, const sb_scenario *s) {
+    for (int a = 0; a < s->agents; a++) {
         sim_caller_spec sp = {.agent = a,
                               .deployment = "d",
                               .input = (s->chars + 3) / 4, /* sluice's estimate: chars / 4 */
@@ -681,7 +1001,54 @@ int sb_run(const sb_scenario *s, uint64_t seed, redis_fixture *fx, sb_result *r)
                               .calls = s->calls,
                               .max_wait_ms = 300000,
                               .max_attempts = 10};
-        rc = simfleet_add_callers(f, &sp, s->callers);
+        if (s->callers > 0 && simfleet_add_callers(f, &sp, s->callers) != 0) return -1;
+        for (int k = 0; k < more_of(s)->nclasses; k++) {
+            const sb_class *c = &more_of(s)->classes[k];
+            if (c->only_agent && c->only_agent != a + 1) continue;
+            sim_caller_spec cs = sp;
+            cs.lane = c->lane, cs.tenant = c->tenant;
+            cs.calls = c->calls;
+            cs.start_ms = c->start_ms, cs.jitter_ms = c->jitter_ms, cs.think_ms = c->think_ms;
+            if (c->max_wait_ms) cs.max_wait_ms = c->max_wait_ms;
+            if (simfleet_add_callers(f, &cs, c->callers) != 0) return -1;
+        }
+    }
+    return 0;
+}
+
+int sb_run(const sb_scenario *s, uint64_t seed, redis_fixture *fx, sb_result *r) {
+    memset(r, 0, sizeof(*r));
+    r->seed = seed;
+    r->window_dim = "-";
+    r->idle_cmds = -1;
+    sb_prov prov = {.s = s};
+    if (worlds_new(s, seed, &prov) != 0) {
+        for (int m = 0; m < SB_MAX_MEMBERS; m++) sim_world_free(prov.w[m]);
+        return -1;
+    }
+    char yaml[4096];
+    yaml_for(s, &prov, yaml, sizeof(yaml));
+    simfleet_opts o = {.seed = seed,
+                       .agents = s->agents,
+                       .redis = fx,
+                       .yaml = yaml,
+                       .send = sb_send,
+                       .send_ud = &prov,
+                       .epoch_ms = prov.wc[0].epoch_ms};
+    simfleet *f = NULL;
+    double t0 = real_ms();
+    if (simfleet_new(&o, &f) != 0) {
+        for (int m = 0; m < prov.n; m++) sim_world_free(prov.w[m]);
+        return -1;
+    }
+    int rc = add_callers(f, s), killed = -1;
+    double idle_ms = more_of(s)->idle_ms;
+    if (rc == 0 && idle_ms > 0) {
+        /* Redis' commands from t = 0 (the agents' start included). */
+        rc = run_to(f, s, idle_ms);
+        simfleet_stats st;
+        simfleet_get_stats(f, &st);
+        r->idle_cmds = (double)st.commands / s->agents / (idle_ms / 1000);
     }
     for (int i = 0; i < s->nfaults && rc == 0; i++) {
         rc = run_to(f, s, s->faults[i].at_ms);
@@ -696,14 +1063,14 @@ int sb_run(const sb_scenario *s, uint64_t seed, redis_fixture *fx, sb_result *r)
         r->done = d == 1;
     }
     if (rc == 0) {
-        sim_world_advance(prov.w, simfleet_now_ms());
-        judge_world(s, &wc, prov.w, r);
-        judge_records(s, f, killed, r);
+        for (int m = 0; m < prov.n; m++) sim_world_advance(prov.w[m], simfleet_now_ms());
+        judge_world(s, &prov, r);
+        judge_records(s, &prov, f, killed, r);
         judge_bounds(s, r);
     }
     r->real_ms = real_ms() - t0;
     simfleet_free(f);
-    sim_world_free(prov.w);
+    for (int m = 0; m < prov.n; m++) sim_world_free(prov.w[m]);
     return rc;
 }
 
@@ -715,6 +1082,19 @@ void sb_format(const sb_scenario *s, const sb_result *r, char *buf, size_t n) {
                  "(%5.1f %%) window %5.3fx %-8s p99 wait %6.1f s",
                  s->name, (unsigned long long)r->seed, r->attempts, r->throttled, pct, r->failed, r->makespan_ms / 1000,
                  r->floor_ms / 1000, r->floor_pct, r->window_x, r->window_dim, r->p99_wait_ms / 1000);
+    if (r->nlanes > 1 || (r->nlanes == 1 && strcmp(r->lanes[0].name, "-") != 0))
+        for (int i = 0; i < r->nlanes && k > 0 && (size_t)k < n; i++)
+            k += snprintf(buf + k, n - (size_t)k, "%s%s %.2f s%s", i ? ", " : " (", r->lanes[i].name,
+                          r->lanes[i].p99_wait_ms / 1000, i == r->nlanes - 1 ? ")" : "");
+    for (int i = 0; i < r->ntenants && k > 0 && (size_t)k < n; i++)
+        k += snprintf(buf + k, n - (size_t)k, "%s%s %zu %.1f %% (%.1f)", i ? ", " : " tenants ", r->tenants[i].name,
+                      r->tenants[i].admitted, r->tenants[i].share_pct, r->tenants[i].want_pct);
+    if (r->ntenants && k > 0 && (size_t)k < n)
+        k += snprintf(buf + k, n - (size_t)k, " until %.1f s off %.1f %%", r->share_until_ms / 1000, r->share_err_pct);
+    for (int i = 0; i < r->nmembers && k > 0 && (size_t)k < n; i++)
+        k += snprintf(buf + k, n - (size_t)k, "%s%zu", i ? "/" : " members ", r->member_admitted[i]);
+    if (r->idle_cmds >= 0 && k > 0 && (size_t)k < n)
+        k += snprintf(buf + k, n - (size_t)k, " idle %.2f cmd/agent/s", r->idle_cmds);
     if (k > 0 && (size_t)k < n && r->rate_after_pct >= 0)
         k += snprintf(buf + k, n - (size_t)k, " rate-after %5.1f %%", r->rate_after_pct);
     if (k > 0 && (size_t)k < n)

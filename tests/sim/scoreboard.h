@@ -25,8 +25,17 @@
  *     start plus the burst. A figure above 100 % of the floor, or a
  *     window above 1x, means more went through than the quota: the
  *     world's deeper bucket (Azure's holds a minute) let it pass;
- *   - p99 wait (slot - acquire) of the granted attempts, per lane (the
- *     simulated callers all use the deployment's one lane).
+ *   - p99 wait (slot - acquire) of the granted attempts, over all and
+ *     per lane (the lane the caller named; "-" for none);
+ *   - with tenants: each tenant's share of the fleet's admitted requests
+ *     from t = 0 until the first tenant's last admission (while every
+ *     tenant had demand), against its weight's share;
+ *   - with a group: the deployment the callers ask is a group whose
+ *     members are worlds of their own; the figures are summed over the
+ *     members' ledgers, the floor passes at the sum of their quotas, the
+ *     window is the largest of any member;
+ *   - idle cost: Redis commands per agent per second from t = 0 to the
+ *     row's idle_ms.
  * A scenario the controller misses today is marked expected-failure with
  * today's figure: a miss prints XFAIL, a pass prints XPASS and fails the
  * run (strict), so the list stays true.
@@ -43,6 +52,23 @@
 
 typedef struct sb_scenario sb_scenario;
 
+#define SB_MAX_LANES 4
+#define SB_MAX_TENANTS 4
+#define SB_MAX_MEMBERS 4
+
+/* A lane's or a tenant's figure. name "-": the default. */
+typedef struct sb_lane_figure {
+    const char *name;
+    size_t granted;
+    double p99_wait_ms;
+} sb_lane_figure;
+
+typedef struct sb_tenant_figure {
+    const char *name;
+    size_t admitted;            /* requests the world admitted until share_until_ms */
+    double share_pct, want_pct; /* of all tenants' admitted; want: weight / sum */
+} sb_tenant_figure;
+
 /* One scenario on one seed. -1 for a figure not measured. */
 typedef struct sb_result {
     uint64_t seed;
@@ -53,6 +79,15 @@ typedef struct sb_result {
     double window_x;                         /* largest 10 s window / quota */
     const char *window_dim;
     double p99_wait_ms;
+    sb_lane_figure lanes[SB_MAX_LANES]; /* in the order first granted */
+    int nlanes;
+    sb_tenant_figure tenants[SB_MAX_TENANTS]; /* the row's tenants, in its order */
+    int ntenants;
+    double share_until_ms;                  /* the tenants' window: [0, this) */
+    double share_err_pct;                   /* the largest |share / want - 1|, x 100; -1 */
+    size_t member_admitted[SB_MAX_MEMBERS]; /* a group's: fleet requests per member */
+    int nmembers;
+    double idle_cmds;      /* Redis commands per agent per second to idle_ms, -1 */
     double rate_after_pct; /* the rate_after bound's figure, -1 */
     double real_ms;
     int missed;          /* bounds missed */

@@ -251,7 +251,7 @@ int main(int argc, char **argv) {
             const sb_scenario *s = sb_at(i);
             if (c.scenario && strcmp(sb_name(s), c.scenario) != 0) continue;
             sb_result r;
-            char line[768];
+            char line[1024];
             if (sb_run(s, seed, &fx, &r) != 0) {
                 printf("%-26s seed %-3llu ERROR (the simulator failed)\n", sb_name(s), seed);
                 errors++;

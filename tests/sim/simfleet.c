@@ -105,7 +105,7 @@ static size_t rec_new(simfleet *f, caller *c) {
     }
     sim_record *r = &f->recs[f->nrecs];
     *r = (sim_record){
-        c->id, c->spec.agent, c->attempt, simfleet_now_ms(), -1, -1, -1, -1, 0, "", -1,
+        c->id, c->spec.agent, c->attempt, simfleet_now_ms(), -1, -1, -1, -1, 0, "", -1, c->spec.lane, c->spec.tenant,
     };
     return f->nrecs++;
 }

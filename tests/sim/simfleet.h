@@ -106,7 +106,8 @@ typedef struct sim_record {
     int status;     /* HTTP status; 0: shed; -1: an acquire error */
     int sl_status;  /* the acquire's SL_* status */
     const char *shed_reason;
-    long long retry_after_ms; /* a shed's hint, -1 otherwise */
+    long long retry_after_ms;  /* a shed's hint, -1 otherwise */
+    const char *lane, *tenant; /* the caller's (NULL: the default; borrowed) */
 } sim_record;
 
 int simfleet_new(const simfleet_opts *o, simfleet **out);
