@@ -97,7 +97,7 @@ static redis_fixture *node_by_port(int port) {
  * distinct from avoid_port ones: "d<k>" for the first k that fits. */
 static void name_on_master(int port, char *out, size_t len) {
     for (int k = 0; k < 10000; k++) {
-        char key[96];
+        char key[128];
         snprintf(out, len, "d%d", k);
         snprintf(key, sizeof(key), "sluice:{%s}:limits", out);
         if (master_port_for(key) == port) return;
