@@ -39,6 +39,7 @@
 #include "sim_traffic.h"
 #include "simfleet.h"
 #include "world.h"
+#include "world_send.h"
 
 typedef struct sim_opts {
     const char *config, *deployment, *trace, *provider;
@@ -211,15 +212,7 @@ static int world_send(void *ud, double t_ms, const sim_call *c, sim_outcome *out
                       .max_tokens = c->output,
                       .cached = 0,
                       .tag = (uint64_t)c->caller};
-    sim_world_send(p->w, &rq, &p->last);
-    out->status = p->last.status;
-    out->latency_ms = p->last.latency_ms;
-    out->input = p->last.input_tokens;
-    out->output = p->last.output_tokens;
-    out->cache_read = p->last.cache_read;
-    out->nheaders = 0;
-    for (int i = 0; i < p->last.nheaders && i < SIMFLEET_MAX_HEADERS; i++)
-        out->headers[out->nheaders++] = (sim_header){p->last.name[i], p->last.value[i]};
+    sim_world_answer(p->w, &rq, &p->last, out);
     return 0;
 }
 

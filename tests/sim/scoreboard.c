@@ -12,6 +12,7 @@
 #include "scenarios.h"
 #include "simfleet.h"
 #include "world.h"
+#include "world_send.h"
 #include "engine.h"
 
 enum { SB_REDIS_STOP = 1, SB_REDIS_RESTART, SB_BLACKHOLE, SB_UNBLACKHOLE, SB_DESCHEDULE, SB_KILL };
@@ -514,20 +515,12 @@ static int sb_send(void *ud, double t_ms, const sim_call *c, sim_outcome *out) {
                       .max_tokens = c->output,
                       .cached = 0,
                       .tag = (uint64_t)c->caller};
-    sim_world_send(w, &rq, &p->last);
-    out->status = p->last.status;
-    out->latency_ms = p->last.latency_ms;
-    out->input = p->last.input_tokens;
-    out->output = p->last.output_tokens;
-    out->cache_read = p->last.cache_read;
-    out->nheaders = 0;
+    sim_world_answer(w, &rq, &p->last, out);
     if (out->status != 200 && getenv("SB_DUMP")) {
         printf("world %d at %.3f retry %.0f ms:", out->status, t_ms, p->last.retry_after_ms);
         for (int i = 0; i < p->last.nheaders; i++) printf(" %s=%s", p->last.name[i], p->last.value[i]);
         printf("\n");
     }
-    for (int i = 0; i < p->last.nheaders && i < SIMFLEET_MAX_HEADERS; i++)
-        out->headers[out->nheaders++] = (sim_header){p->last.name[i], p->last.value[i]};
     return 0;
 }
 
