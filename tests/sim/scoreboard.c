@@ -36,7 +36,15 @@ typedef struct sb_bounds {
      * dimension) from rate_from_ms to the fleet's last admission, against
      * the quota. */
     double rate_from_ms, min_rate_pct;
+    double max_back_ms; /* the cut agent back on Redis after the cut ends */
 } sb_bounds;
+
+/* Callers of one agent that come late: that agent has no others. */
+typedef struct sb_late {
+    int agent;
+    double start_ms;
+    int callers, calls;
+} sb_late;
 
 struct sb_scenario {
     const char *name, *world, *what;
@@ -83,6 +91,20 @@ static void one_stray(sim_world_cfg *c) {
  * scoreboard's own (a fault may cost about a tenth). */
 #define FAULT_B                                                                                                        \
     { .max_429_pct = 1, .min_floor_pct = 90, .max_window_x = 1.02, .max_p99_wait_ms = 300000 }
+/* A fault that ends at t (ms): as FAULT_B, and the fleet back at >= 95 % of
+ * the rate from 2 s after it (issue 23: a healed path used within 1 s). */
+#define FAULT_BACK(t)                                                                                                  \
+    {                                                                                                                  \
+        .max_429_pct = 1, .min_floor_pct = 90, .max_window_x = 1.02, .max_p99_wait_ms = 300000,                        \
+        .rate_from_ms = (t) + 2000, .min_rate_pct = 95                                                                 \
+    }
+/* The issue's partition row: as FAULT_BACK, and the cut agent back on
+ * Redis within 1 s of the path's heal. */
+#define FAULT_BACK_1S(t)                                                                                               \
+    {                                                                                                                  \
+        .max_429_pct = 1, .min_floor_pct = 90, .max_window_x = 1.02, .max_p99_wait_ms = 300000,                        \
+        .rate_from_ms = (t) + 2000, .min_rate_pct = 95, .max_back_ms = 1000                                            \
+    }
 #define STD_95                                                                                                         \
     { .max_429_pct = 1, .min_floor_pct = 95, .max_window_x = 1.02, .max_p99_wait_ms = 300000 }
 
@@ -280,7 +302,7 @@ static const sb_scenario table[] = {
      {{30000, SB_REDIS_STOP, 0, 0}, {33000, SB_REDIS_RESTART, 0, 0}},
      2,
      0,
-     FAULT_B,
+     FAULT_BACK(33000),
      NULL},
     {"fault-blackhole",
      "azure-standard",
@@ -292,7 +314,29 @@ static const sb_scenario table[] = {
      {{30000, SB_BLACKHOLE, 2, 0}, {40000, SB_UNBLACKHOLE, 2, 0}},
      2,
      0,
-     FAULT_B,
+     FAULT_BACK(40000),
+     NULL},
+    /* Issue 23's partition row: agent 2 had no callers before the cut
+     * (its view of the fleet's schedule comes from its heartbeats alone),
+     * one arrives with it; the others saturate with a short queue (4
+     * callers each, about 2 s of the rate waiting), so the cut agent's
+     * local sends fall where the fleet's own would. */
+    {"fault-blackhole-idle",
+     "azure-standard",
+     "agent 2 black-holed 30..40 s: no callers before, one arrives with the cut; the others saturate",
+     NULL,
+     "azure",
+     NULL,
+     3,
+     4,
+     25,
+     SIM_LANG_EN,
+     2000,
+     500,
+     {{30000, SB_BLACKHOLE, 2, 0}, {40000, SB_UNBLACKHOLE, 2, 0}},
+     2,
+     0,
+     FAULT_BACK_1S(40000),
      NULL},
     {"fault-deschedule",
      "azure-standard",
@@ -319,6 +363,33 @@ static const sb_scenario table[] = {
      FAULT_B,
      "77.3..77.4 % of the floor: a killed agent's slots granted ahead are never given back"},
 };
+
+/* Rows whose traffic differs for one agent: its callers come late (and
+ * it has no others). */
+static const struct {
+    const char *scenario;
+    sb_late late;
+} lates[] = {
+    /* The partition row: no callers before the cut, one with it. */
+    {"fault-blackhole-idle", {2, 30000, 1, 12}},
+};
+
+static const sb_late *late_of(const sb_scenario *s) {
+    for (size_t i = 0; i < sizeof(lates) / sizeof(lates[0]); i++)
+        if (strcmp(lates[i].scenario, s->name) == 0) return &lates[i].late;
+    return NULL;
+}
+
+/* The calls of the fleet's callers, those of agent skip left out (-1:
+ * none). */
+static long long calls_of(const sb_scenario *s, int skip) {
+    const sb_late *lt = late_of(s);
+    long long n = 0;
+    for (int a = 0; a < s->agents; a++)
+        if (a != skip)
+            n += lt && lt->agent == a ? (long long)lt->callers * lt->calls : (long long)s->callers * s->calls;
+    return n;
+}
 
 size_t sb_count(void) { return sizeof(table) / sizeof(table[0]); }
 const sb_scenario *sb_at(size_t i) { return i < sb_count() ? &table[i] : NULL; }
@@ -503,7 +574,7 @@ static void judge_world(const sb_scenario *s, const sim_world_cfg *wc, sim_world
         double x = max_window_ratio(wc, w, d, 10000);
         if (x > best_window) best_window = x, r->window_dim = sim_dim_name(d);
     }
-    double demand = (double)s->agents * s->callers * s->calls;
+    double demand = (double)calls_of(s, -1);
     if (wc->rpd > 0 && t0 >= 0 && demand > wc->rpd) {
         /* The fleet's calls outgrow the provider's day: the rest pass
          * from its next day (Gemini's: Pacific midnight) at the rate. */
@@ -545,8 +616,7 @@ static void judge_records(const sb_scenario *s, simfleet *f, int killed_agent, s
         if (rec[i].status == 200) ok++;
         if (waits && rec[i].slot_ms >= 0 && rec[i].acquire_ms >= 0) waits[nw++] = rec[i].slot_ms - rec[i].acquire_ms;
     }
-    int agents = s->agents - (killed_agent >= 0 ? 1 : 0);
-    r->failed = (int)((long long)agents * s->callers * s->calls - ok);
+    r->failed = (int)(calls_of(s, killed_agent) - ok);
     r->p99_wait_ms = waits ? percentile(waits, nw, 0.99) : -1;
     free(waits);
 }
@@ -573,6 +643,8 @@ static void judge_bounds(const sb_scenario *s, sb_result *r) {
         miss(r, "p99 wait %.0f ms > %.0f ms", r->p99_wait_ms, b->max_p99_wait_ms);
     if (b->min_rate_pct > 0 && r->rate_after_pct < b->min_rate_pct)
         miss(r, "rate after %.1f %% < %.1f %%", r->rate_after_pct, b->min_rate_pct);
+    if (b->max_back_ms > 0 && (r->back_ms < 0 || r->back_ms > b->max_back_ms))
+        miss(r, "back %.0f ms > %.0f ms", r->back_ms, b->max_back_ms);
     if (s->xfail) r->verdict = r->missed ? "XFAIL" : "XPASS";
     else r->verdict = r->missed ? "FAIL" : "PASS";
 }
@@ -672,6 +744,8 @@ int sb_run(const sb_scenario *s, uint64_t seed, redis_fixture *fx, sb_result *r)
     }
     int rc = 0, killed = -1;
     for (int a = 0; a < s->agents && rc == 0; a++) {
+        const sb_late *lt = late_of(s);
+        int late = lt && lt->agent == a;
         sim_caller_spec sp = {.agent = a,
                               .deployment = "d",
                               .input = (s->chars + 3) / 4, /* sluice's estimate: chars / 4 */
@@ -681,12 +755,32 @@ int sb_run(const sb_scenario *s, uint64_t seed, redis_fixture *fx, sb_result *r)
                               .calls = s->calls,
                               .max_wait_ms = 300000,
                               .max_attempts = 10};
-        rc = simfleet_add_callers(f, &sp, s->callers);
+        if (late) {
+            sp.start_ms = lt->start_ms;
+            sp.jitter_ms = 0;
+            sp.calls = lt->calls;
+        }
+        rc = simfleet_add_callers(f, &sp, late ? lt->callers : s->callers);
     }
+    r->back_ms = -1;
     for (int i = 0; i < s->nfaults && rc == 0; i++) {
         rc = run_to(f, s, s->faults[i].at_ms);
         if (rc == 0) apply_fault(f, &s->faults[i]);
         if (s->faults[i].kind == SB_KILL) killed = s->faults[i].agent;
+        /* The cut's end: step 10 ms at a time (the run does not change)
+         * until its agent is connected to Redis again, at most 10 s. */
+        if (rc == 0 && s->faults[i].kind == SB_UNBLACKHOLE && s->b.max_back_ms > 0) {
+            double healed = s->faults[i].at_ms;
+            for (double t = healed + 10; t <= healed + 10000 && rc == 0; t += 10) {
+                rc = simfleet_run_until(f, t) < 0 ? -1 : 0;
+                engine_stats st;
+                engine_get_stats(simfleet_engine(f, s->faults[i].agent), &st);
+                if (st.redis_up) {
+                    r->back_ms = t - healed;
+                    break;
+                }
+            }
+        }
     }
     double deadline = s->deadline_ms > 0 ? s->deadline_ms : 600000;
     if (rc == 0 && getenv("SB_TRACE")) rc = run_to(f, s, fmin(deadline, atof(getenv("SB_TRACE"))));
@@ -717,6 +811,8 @@ void sb_format(const sb_scenario *s, const sb_result *r, char *buf, size_t n) {
                  r->floor_ms / 1000, r->floor_pct, r->window_x, r->window_dim, r->p99_wait_ms / 1000);
     if (k > 0 && (size_t)k < n && r->rate_after_pct >= 0)
         k += snprintf(buf + k, n - (size_t)k, " rate-after %5.1f %%", r->rate_after_pct);
+    if (k > 0 && (size_t)k < n && r->back_ms >= 0)
+        k += snprintf(buf + k, n - (size_t)k, " back %.2f s", r->back_ms / 1000);
     if (k > 0 && (size_t)k < n)
         k += snprintf(buf + k, n - (size_t)k, " %4.1f s real %s", r->real_ms / 1000, r->verdict);
     if (k > 0 && (size_t)k < n && r->missed) k += snprintf(buf + k, n - (size_t)k, " (%s)", r->why);

@@ -54,6 +54,9 @@ typedef struct sb_result {
     const char *window_dim;
     double p99_wait_ms;
     double rate_after_pct; /* the rate_after bound's figure, -1 */
+    /* From the end of a cut (SB_UNBLACKHOLE) to its agent back on Redis
+     * (connected again, engine_stats.redis_up), -1. */
+    double back_ms;
     double real_ms;
     int missed;          /* bounds missed */
     char why[160];       /* the first missed bound, "" */
