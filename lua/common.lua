@@ -556,11 +556,54 @@ local function sl_silent(limits, now)
   return share, live, quiet
 end
 
--- The part of dimension d's rate held back for silent agents, per ms (0
--- when none is silent; sl_silent ran in sl_dims).
+-- The part of dimension d's rate held back for silent agents and for the
+-- local tails agents handed over (d.hs, sl_dims), per ms (0 when none is).
 local function sl_held(d, scale)
-  local m = SL_SILENT[KEYS[9]]
-  return m and m[1] > 0 and m[1] * d.r0 * scale or 0
+  local h = d.hs
+  if h == nil then
+    local m = SL_SILENT[KEYS[9]]
+    h = m and m[1] or 0
+  end
+  return h > 0 and h * d.r0 * scale or 0
+end
+
+-- The local tails agents handed over on their return (heartbeat busy,
+-- state field `tails`: "<requests end>:<tokens end>:<share>,..."): each
+-- agent's local grants are still being released until its end (Redis
+-- ms), paced at its share of the rate. Returns {{req, tok, share}, ...}.
+local function sl_tails(st)
+  local t = {}
+  for a, b, c in string.gmatch(st.tails or '', '([^:,]+):([^:,]+):([^:,]+)') do
+    a, b, c = tonumber(a), tonumber(b), tonumber(c)
+    if a and b and c and c > 0 then t[#t + 1] = {a, b, c} end
+  end
+  return t
+end
+
+-- The share of dimension d held back for the slots still to come: the
+-- silent agents' (silent, sl_silent) and that of every local tail whose
+-- end the schedule (d.tat) has not reached. The shared schedule keeps
+-- running beside a tail at the rest of the rate, and has it all once its
+-- TAT passes the tail's end: the hold ends in the schedule's time, where
+-- the tail does, not at the return (a push past the whole tail would
+-- leave the rest of the rate unused for its length). When nothing is left
+-- (every share held: the tails of all agents after a restart of Redis),
+-- the schedule moves to the first tail's end, where a share comes free.
+-- Returns the share (at most 0.99) and whether d.tat moved.
+local function sl_dim_hold(d, tails, silent)
+  local moved = false
+  while true do
+    local h, first = silent, nil
+    for _, x in ipairs(tails) do
+      local e = d.i == 1 and x[1] or x[2]
+      if e > d.tat then
+        h = h + x[3]
+        if not first or e < first then first = e end
+      end
+    end
+    if h < 0.99 or not first then return math.min(h, 0.99), moved end
+    d.tat, moved = first, true
+  end
 end
 
 -- The rate the fleet runs a shared dimension at (units per ms): its limit
@@ -587,10 +630,11 @@ end
 -- row), i (its index there), q (its refund-bound queue), refund (settles
 -- correct it to the actual usage), per (the configured per-minute limit).
 -- A limit adopted from the provider's headers scales the burst with it,
--- and so does the share silent agents take locally (sl_silent: with now).
+-- and so does the share held back (d.hs, sl_dim_hold: with now).
 local function sl_dims(limits, st, scale, now)
   local j = sl_num(limits, 'jitter_ms', 10)
-  local held = now and sl_silent(limits, now) or 0
+  local silent = now and sl_silent(limits, now) or 0
+  local tails = now and st.tails and sl_tails(st) or {}
   local dims = {}
   for i, spec in ipairs(SL_DIMS) do
     local per = sl_num(limits, spec.per, 0)
@@ -601,9 +645,12 @@ local function sl_dims(limits, st, scale, now)
         lim = adopted
         burst = math.max(1, burst * adopted / per)
       end
-      if held > 0 then burst = math.max(1, burst * (1 - held)) end
       local d = sl_dim(spec.name, lim, burst, 1, st, j, spec)
       d.spec, d.i, d.q, d.per = spec, i, KEYS[spec.q], per
+      local held
+      held, d.moved = sl_dim_hold(d, tails, silent)
+      d.hs = held
+      if held > 0 then d.burst = math.max(1, burst * (1 - held)) end
       d.refund = spec.refund ~= nil and sl_num(limits, spec.refund, 0) == 1
       d.r = sl_dim_target(d, limits, st, scale)
       d.jitter = math.min(j, 0.5 * d.burst / d.r)
@@ -626,35 +673,39 @@ end
 -- saves every dimension).
 local function sl_dims_sync(st, dims, now, keep)
   local old, changed = {}, false
-  -- The share held back for silent agents (sl_silent), as last converted.
-  local m = SL_SILENT[KEYS[9]]
-  local held, held_was = m and m[1] or 0, sl_num(st, 'silent_share', 0)
-  local by_held = math.abs(held - held_was) > 1e-9
+  -- The share held back (d.hs: for silent agents and local tails) when
+  -- each dimension was last converted: the third part of <name>_rate
+  -- (before it had one, the deployment's silent_share).
+  local held_was0 = sl_num(st, 'silent_share', 0)
   for i, d in ipairs(dims) do
     local f = d.spec.f_rate
-    local r0, r = string.match(st[f] or '', '^([^:]+):(.+)$')
-    r0, r = tonumber(r0), tonumber(r)
-    if not r0 or not r or math.abs(r0 - d.r0) > 1e-9 * d.r0 or math.abs(r - d.r) > 1e-9 * d.r then
+    local r0, r, h = string.match(st[f] or '', '^([^:]+):([^:]+):?(.*)$')
+    r0, r, h = tonumber(r0), tonumber(r), tonumber(h) or held_was0
+    local by_held = math.abs((d.hs or 0) - h) > 1e-9
+    if d.moved then changed = true end
+    if not r0 or not r or by_held or math.abs(r0 - d.r0) > 1e-9 * d.r0 or math.abs(r - d.r) > 1e-9 * d.r then
       if r0 and r then
         -- keep[name]: the debt stays as it is (a limit adopted from the
         -- provider's headers: its remaining counts tell what its bucket
         -- holds, better than a conversion can).
-        -- A change of the share held back for silent agents keeps the
-        -- schedule's times both ways: what was granted so far was granted
-        -- at the full rate, and a silent agent's local pacing starts where
-        -- that schedule ends (it waits out its promise first,
-        -- lib/core/engine_local.c), so from there the shared rate and the
-        -- local shares add up to the rate; its burst shrinks with the rate
-        -- (sl_dims), so the tolerance stays the same. When the share comes
-        -- back, what was granted at the held rate stays as granted (see
-        -- sl_rate_changed on an increase).
+        -- A change of the share held back keeps the schedule's times both
+        -- ways: what was granted so far was granted at the rate then, and
+        -- a silent agent's local pacing starts where that schedule ends
+        -- (it waits out its promise first, lib/core/engine_local.c), so
+        -- from there the shared rate and the local shares add up to the
+        -- rate; its burst shrinks with the rate (sl_dims), so the
+        -- tolerance stays the same. When an agent comes back, the share
+        -- stays held for the slots its local tail still covers
+        -- (sl_dim_hold) and comes back where the tail ends: there the
+        -- schedule's TAT, kept in time, counts the tail's sends with the
+        -- shared ones (what each ran at adds up to the rate), so the rest
+        -- of the rate is used beside the tail and all of it after.
         if not by_held and not (keep and keep[d.name]) then old[i] = r end
         changed = true
       end
-      sl_set(st, f, string.format('%.12g:%.12g', d.r0, d.r))
+      sl_set(st, f, string.format('%.12g:%.12g:%.6g', d.r0, d.r, d.hs or 0))
     end
   end
-  if by_held then sl_set(st, 'silent_share', string.format('%.6g', held)) end
   if changed then sl_rate_changed(st, dims, now, old) end
   return changed
 end

@@ -13,7 +13,14 @@
 -- in the provider's counts and not in the fleet's, so no span of its
 -- readings may contain them. Optionally four more: the units the agent
 -- granted locally meanwhile (requests, tokens, input, output); the
--- requests are added to local_requests (status).
+-- requests are added to local_requests (status). Optionally three more:
+-- the agent's local tail (tail_requests_ms, tail_tokens_ms: until when
+-- its local grants are still released, beyond the fleet's schedule it
+-- last saw, which busy_*_ms then covers) and the share of the rate it
+-- paced them at (a decimal in (0, 1]). The schedule is then not pushed
+-- past the tail: the tail is recorded (state field `tails`) and its share
+-- stays held for the slots before its end (common.lua sl_dim_hold), so
+-- the others use the rest of the rate beside it.
 -- Reply: the number of live agents (including this one unless leaving).
 -- Grants whose lease ended are reclaimed (sl_reclaim), as a reserve does.
 --
@@ -30,7 +37,7 @@ end
 local id, window = ARGV[1], sl_uint(ARGV[2] or '')
 if not id or id == '' or #id > 256 then return redis.error_reply('ERR sluice heartbeat: agent id must be 1..256 bytes') end
 if not window or window < 1 then return redis.error_reply('ERR sluice heartbeat: window_ms must be a positive integer') end
-local busy_req, busy_tok
+local busy_req, busy_tok, tail_req, tail_tok, tail_share
 local sent = {0, 0, 0, 0}
 if ARGV[3] == 'busy' then
   if m > 1 then return redis.error_reply('ERR sluice heartbeat: busy takes one deployment') end
@@ -44,6 +51,12 @@ if ARGV[3] == 'busy' then
       if not sent[i] then
         return redis.error_reply('ERR sluice heartbeat: busy takes no or four local counts (requests, tokens, input, output; non-negative integers)')
       end
+    end
+  end
+  if ARGV[10] then
+    tail_req, tail_tok, tail_share = sl_uint(ARGV[10]), sl_uint(ARGV[11] or ''), tonumber(ARGV[12] or '')
+    if not tail_req or not tail_tok or not tail_share or tail_share <= 0 or tail_share > 1 then
+      return redis.error_reply('ERR sluice heartbeat: a local tail is tail_requests_ms, tail_tokens_ms (non-negative integers) and its share (0 < share <= 1)')
     end
   end
 end
@@ -87,9 +100,22 @@ local function beat()
     local st = sl_hash(KEYS[2])
     local dims, _, changed = sl_schedule(limits, st, now)
     local ra = sl_num(st, 'refund_after', 0)
+    -- The tails still held, and the new one (recorded only where the
+    -- schedule does not already reach past it). Beyond 32 (a fleet that
+    -- keeps falling off Redis) the new tail is covered by the push of
+    -- old: the schedule past all of it.
+    local tails, live = sl_tails(st), {}
+    for _, x in ipairs(tails) do
+      if math.max(x[1], x[2]) > now then live[#live + 1] = string.format('%.3f:%.3f:%.6g', x[1], x[2], x[3]) end
+    end
+    local tail_on = tail_req and (tail_req > 0 or tail_tok > 0) and #live < 32
+    if tail_req and not tail_on then
+      busy_req, busy_tok = math.max(busy_req, tail_req), math.max(busy_tok, tail_tok)
+    end
     -- Nothing left to release (only counts to report): the schedule
     -- stays as it is, as a plain heartbeat would leave it.
     local push = busy_req > 0 or busy_tok > 0
+    local tail_held = false
     for _, d in ipairs(dims) do
       -- busy_tokens_ms covers every token dimension: the agent hands over
       -- the longest of its local token schedules (the safe side).
@@ -101,9 +127,18 @@ local function beat()
       end
       if changed then sl_dim_save(d, st) end
       if d.tat > ra then ra = d.tat end
+      if tail_on and d.tat < now + (d.i == 1 and tail_req or tail_tok) then tail_held = true end
       sl_set(st, d.name .. '_obs', '')
     end
-    local tail = now + math.max(busy_req, busy_tok)
+    if tail_held then
+      live[#live + 1] = string.format('%.3f:%.3f:%.6g', now + tail_req, now + tail_tok, tail_share)
+      -- Refunds wait until the tail has been sent: its sends are in no
+      -- refund-bound queue.
+      local e = now + math.max(tail_req, tail_tok)
+      if e > ra then ra = e end
+    end
+    if #live > 0 or (st.tails or '') ~= '' then sl_set(st, 'tails', table.concat(live, ',')) end
+    local tail = now + math.max(busy_req, busy_tok, tail_on and math.max(tail_req, tail_tok) or 0)
     if tail > sl_num(st, 'obs_after', 0) then sl_set(st, 'obs_after', sl_fmt(tail)) end
     if sent[1] > 0 then sl_set(st, 'local_requests', sl_num(st, 'local_requests', 0) + sent[1]) end
     sl_set(st, 'refund_after', sl_fmt(ra))

@@ -239,27 +239,37 @@ static void on_handover(void *arg, redisReply *r, const char *err) {
 }
 
 /* Back from an outage with local grants still to be released, or with
- * the fleet's schedule as last seen still ahead: push the shared schedule
- * past both (heartbeat "busy"), then use Redis at once. The fleet's part
- * matters when Redis came back without its state (restarted empty, a
- * failover that lost the last writes): the grants the old schedule made
- * are still being released, and the new one would start from an empty
- * bucket beside them (twice the rate for the old schedule's reach,
- * measured by the soak). When Redis kept its state, its schedule already
- * reaches that far and the push costs at most one burst. */
+ * the fleet's schedule as last seen still ahead: hand both over in one
+ * heartbeat ("busy"), then use Redis at once. The fleet's part (its
+ * schedule as last seen) is pushed past: it matters when Redis came back
+ * without its state (restarted empty, a failover that lost the last
+ * writes): the grants the old schedule made are still being released,
+ * and the new one would start from an empty bucket beside them (twice the
+ * rate for the old schedule's reach, measured by the soak); when Redis
+ * kept its state, its schedule already reaches that far and the push
+ * costs nothing. The local tail is handed over as what it is: grants at
+ * this agent's share of the rate until its end. Redis keeps that share
+ * out of the shared schedule for the slots before the end
+ * (lua/common.lua sl_dim_hold), so the others use the rest of the rate
+ * beside it: pushing the shared schedule past the whole tail left the
+ * rest unused for its length (a 10 s cut with a long queue: a 7 s hole
+ * at a third of the rate, measured by the simulator). */
 void dep_hand_over(dep *d) {
     engine *e = d->e;
     if (d->handing_over || d->handed_over) return;
     double now = (double)uv_now(e->loop);
-    char window[24], breq[24], btok[24];
+    char window[24], breq[24], btok[24], treq[24], ttok[24], share[32];
     snprintf(window, sizeof(window), "%lld", engine_agent_window_ms(e));
     /* The heartbeat takes one token figure for every token dimension: the
-     * longest local token schedule, or the fleet's (the safe side). */
-    double tok = fmax(0.0, d->fleet_tat_tok - now);
-    for (int k = ENGINE_DIM_TOKENS; k < ENGINE_DIMS; k++) tok = fmax(tok, d->local_tat[k] - now);
-    double req = fmax(d->local_tat[ENGINE_DIM_REQUESTS], d->fleet_tat_req) - now;
-    snprintf(breq, sizeof(breq), "%.0f", ceil(fmax(0.0, req)));
-    snprintf(btok, sizeof(btok), "%.0f", ceil(tok));
+     * longest local token schedule (the safe side). */
+    double ttail = 0;
+    for (int k = ENGINE_DIM_TOKENS; k < ENGINE_DIMS; k++) ttail = fmax(ttail, d->local_tat[k] - now);
+    snprintf(breq, sizeof(breq), "%.0f", ceil(fmax(0.0, d->fleet_tat_req - now)));
+    snprintf(btok, sizeof(btok), "%.0f", ceil(fmax(0.0, d->fleet_tat_tok - now)));
+    snprintf(treq, sizeof(treq), "%.0f", ceil(fmax(0.0, d->local_tat[ENGINE_DIM_REQUESTS] - now)));
+    snprintf(ttok, sizeof(ttok), "%.0f", ceil(ttail));
+    /* The share local_slot paced at: the rate Redis held back for it. */
+    snprintf(share, sizeof(share), "%.6f", fmin(1.0, local_share(d)));
     /* And the units granted locally (requests, tokens, input, output), for
      * the fleet's count of them (STATUS local_requests). */
     char sent[ENGINE_DIMS][24];
@@ -267,7 +277,7 @@ void dep_hand_over(dep *d) {
         d->reporting[k] = floor(d->local_sent[k]);
         snprintf(sent[k], sizeof(sent[k]), "%.0f", d->reporting[k]);
     }
-    const char *argv[10] = {dep_agent_arg(d, 1),
+    const char *argv[13] = {dep_agent_arg(d, 1),
                             e->agent_id,
                             window,
                             "busy",
@@ -276,8 +286,11 @@ void dep_hand_over(dep *d) {
                             sent[ENGINE_DIM_REQUESTS],
                             sent[ENGINE_DIM_TOKENS],
                             sent[ENGINE_DIM_INPUT],
-                            sent[ENGINE_DIM_OUTPUT]};
-    if (rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, 10, argv, on_handover, d) == 0) {
+                            sent[ENGINE_DIM_OUTPUT],
+                            treq,
+                            ttok,
+                            share};
+    if (rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, 13, argv, on_handover, d) == 0) {
         e->calls_out++;
         d->handing_over = 1;
     }

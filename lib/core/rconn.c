@@ -11,8 +11,13 @@
 
 #include "sluice.h"
 
+/* Reconnect attempts start 100 ms apart, doubling, at most 1 s apart
+ * (jittered to [d/2, d)), counted from each attempt's start: an attempt
+ * that hangs (a black hole: its handshake goes unanswered until its
+ * timeout) does not add a backoff to its wait, so a healed path is tried
+ * within 1 s (issue 23). */
 #define RECONNECT_BASE_MS 100
-#define RECONNECT_CAP_MS 5000
+#define RECONNECT_CAP_MS 1000
 
 typedef enum rc_state { RC_DOWN, RC_CONNECTING, RC_HANDSHAKE, RC_READY } rc_state;
 
@@ -30,6 +35,7 @@ struct rconn {
     uv_timer_t retry_timer;   /* reconnect backoff */
     uv_timer_t connect_timer; /* connect + handshake timeout */
     int attempts;
+    uint64_t attempt_at; /* uv_now at the last attempt's start */
     int started, closing, handles_open;
     int plain;            /* RCONN_PLAIN: no AUTH/SELECT/SCRIPT LOAD */
     unsigned long ncalls; /* calls not yet freed */
@@ -241,7 +247,8 @@ static void schedule_reconnect(rconn *c) {
      * knock at once when it returns. */
     d = d / 2 + next_rand(c) % (d / 2 + 1);
     c->attempts++;
-    uv_timer_start(&c->retry_timer, on_retry_timer, d, 0);
+    uint64_t spent = uv_now(c->loop) - c->attempt_at;
+    uv_timer_start(&c->retry_timer, on_retry_timer, spent < d ? d - spent : 0, 0);
 }
 
 /* Forgets the current context (hiredis frees it) and plans a reconnect. */
@@ -310,6 +317,8 @@ static void on_handshake(redisAsyncContext *ac, void *reply, void *privdata) {
     }
 }
 
+static void on_connect_timeout(uv_timer_t *t);
+
 static void on_connect(const redisAsyncContext *cac, int status) {
     redisAsyncContext *ac = (redisAsyncContext *)cac;
     rconn *c = ac->data;
@@ -325,6 +334,10 @@ static void on_connect(const redisAsyncContext *cac, int status) {
         return;
     }
     c->state = RC_HANDSHAKE;
+    /* The handshake is calls like any other: bounded by the call timeout
+     * (a server that does not answer in time is treated as gone), not by
+     * what is left of the connect timeout. */
+    uv_timer_start(&c->connect_timer, on_connect_timeout, (uint64_t)c->timeout_ms, 0);
     if (c->plain) {
         redisAsyncCommand(ac, on_handshake, "PING", "PING");
         return;
@@ -348,13 +361,16 @@ static void on_connect_timeout(uv_timer_t *t) {
     rconn *c = t->data;
     if (c->state == RC_CONNECTING || c->state == RC_HANDSHAKE) {
         char msg[96];
-        snprintf(msg, sizeof(msg), "connect timed out after %lld ms", c->connect_timeout_ms);
+        if (c->state == RC_HANDSHAKE)
+            snprintf(msg, sizeof(msg), "handshake not answered within %lld ms", c->timeout_ms);
+        else snprintf(msg, sizeof(msg), "connect timed out after %lld ms", c->connect_timeout_ms);
         rconn_drop(c, msg);
     }
 }
 
 static void rconn_connect(rconn *c) {
     if (c->closing || c->state != RC_DOWN) return;
+    c->attempt_at = uv_now(c->loop);
     redisAsyncContext *ac = c->unix_path[0] ? redisAsyncConnectUnix(c->unix_path) : redisAsyncConnect(c->host, c->port);
     if (!ac) {
         set_error(c, "connect failed", "out of memory");

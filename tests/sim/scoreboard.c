@@ -45,6 +45,7 @@ typedef struct sb_bounds {
     double max_share_err_pct;
     /* Redis commands per agent per second from t = 0 to idle_ms. */
     double max_idle_cmds;
+    double max_back_ms; /* the cut agent back on Redis after the cut ends */
 } sb_bounds;
 
 /* Callers beyond the row's own (which name no lane or tenant): on every
@@ -124,6 +125,20 @@ static void one_stray(sim_world_cfg *c) {
  * scoreboard's own (a fault may cost about a tenth). */
 #define FAULT_B                                                                                                        \
     { .max_429_pct = 1, .min_floor_pct = 90, .max_window_x = 1.02, .max_p99_wait_ms = 300000 }
+/* A fault that ends at t (ms): as FAULT_B, and the fleet back at >= 95 % of
+ * the rate from 2 s after it (issue 23: a healed path used within 1 s). */
+#define FAULT_BACK(t)                                                                                                  \
+    {                                                                                                                  \
+        .max_429_pct = 1, .min_floor_pct = 90, .max_window_x = 1.02, .max_p99_wait_ms = 300000,                        \
+        .rate_from_ms = (t) + 2000, .min_rate_pct = 95                                                                 \
+    }
+/* The issue's partition row: as FAULT_BACK, and the cut agent back on
+ * Redis within 1 s of the path's heal. */
+#define FAULT_BACK_1S(t)                                                                                               \
+    {                                                                                                                  \
+        .max_429_pct = 1, .min_floor_pct = 90, .max_window_x = 1.02, .max_p99_wait_ms = 300000,                        \
+        .rate_from_ms = (t) + 2000, .min_rate_pct = 95, .max_back_ms = 1000                                            \
+    }
 #define STD_95                                                                                                         \
     { .max_429_pct = 1, .min_floor_pct = 95, .max_window_x = 1.02, .max_p99_wait_ms = 300000 }
 
@@ -160,6 +175,14 @@ static const sb_more tenants_more = {
 static const sb_more group_more = {.member_scale = {1, 0.6, 0.4}, .nmembers = 3};
 
 /* Idle: one call an agent at 1 s, nothing until 61 s, one more each. */
+/* The partition row's traffic: agents 0 and 1 saturate with a short queue,
+ * agent 2 has one caller, arriving with the cut at 30 s. */
+static const sb_more blackhole_idle_more = {
+    .classes = {{.callers = 4, .calls = 25, .start_ms = 1000, .jitter_ms = 200, .only_agent = 1},
+                {.callers = 4, .calls = 25, .start_ms = 1000, .jitter_ms = 200, .only_agent = 2},
+                {.callers = 1, .calls = 12, .start_ms = 30000, .only_agent = 3}},
+    .nclasses = 3};
+
 static const sb_more idle_more = {.classes = {{.callers = 1, .calls = 1, .start_ms = 1000, .jitter_ms = 200},
                                               {.callers = 1, .calls = 1, .start_ms = 61000, .jitter_ms = 200}},
                                   .nclasses = 2,
@@ -369,7 +392,7 @@ static const sb_scenario table[] = {
      {{30000, SB_REDIS_STOP, 0, 0}, {33000, SB_REDIS_RESTART, 0, 0}},
      2,
      0,
-     FAULT_B,
+     FAULT_BACK(33000),
      NULL,
      NULL},
     {"fault-blackhole",
@@ -382,9 +405,32 @@ static const sb_scenario table[] = {
      {{30000, SB_BLACKHOLE, 2, 0}, {40000, SB_UNBLACKHOLE, 2, 0}},
      2,
      0,
-     FAULT_B,
+     FAULT_BACK(40000),
      NULL,
      NULL},
+    /* Issue 23's partition row: agent 2 had no callers before the cut
+     * (its view of the fleet's schedule comes from its heartbeats alone),
+     * one arrives with it; the others saturate with a short queue (4
+     * callers each, about 2 s of the rate waiting), so the cut agent's
+     * local sends fall where the fleet's own would. */
+    {"fault-blackhole-idle",
+     "azure-standard",
+     "agent 2 black-holed 30..40 s: no callers before, one arrives with the cut; the others saturate",
+     NULL,
+     "azure",
+     NULL,
+     3,
+     0,
+     0,
+     SIM_LANG_EN,
+     2000,
+     500,
+     {{30000, SB_BLACKHOLE, 2, 0}, {40000, SB_UNBLACKHOLE, 2, 0}},
+     2,
+     0,
+     FAULT_BACK_1S(40000),
+     NULL,
+     &blackhole_idle_more},
     {"fault-deschedule",
      "azure-standard",
      "one agent descheduled for 2 s at 30 s",
@@ -868,6 +914,8 @@ static void judge_bounds(const sb_scenario *s, sb_result *r) {
         miss(r, "tenant share off by %.1f %% > %.1f %%", r->share_err_pct, b->max_share_err_pct);
     if (b->max_idle_cmds > 0 && (r->idle_cmds < 0 || r->idle_cmds > b->max_idle_cmds))
         miss(r, "idle %.2f commands/agent/s > %.2f", r->idle_cmds, b->max_idle_cmds);
+    if (b->max_back_ms > 0 && (r->back_ms < 0 || r->back_ms > b->max_back_ms))
+        miss(r, "back %.0f ms > %.0f ms", r->back_ms, b->max_back_ms);
     if (s->xfail) r->verdict = r->missed ? "XFAIL" : "XPASS";
     else r->verdict = r->missed ? "FAIL" : "PASS";
 }
@@ -1014,6 +1062,7 @@ int sb_run(const sb_scenario *s, uint64_t seed, redis_fixture *fx, sb_result *r)
     r->seed = seed;
     r->window_dim = "-";
     r->idle_cmds = -1;
+    r->back_ms = -1;
     sb_prov prov = {.s = s};
     if (worlds_new(s, seed, &prov) != 0) {
         for (int m = 0; m < SB_MAX_MEMBERS; m++) sim_world_free(prov.w[m]);
@@ -1047,6 +1096,20 @@ int sb_run(const sb_scenario *s, uint64_t seed, redis_fixture *fx, sb_result *r)
         rc = run_to(f, s, s->faults[i].at_ms);
         if (rc == 0) apply_fault(f, &s->faults[i]);
         if (s->faults[i].kind == SB_KILL) killed = s->faults[i].agent;
+        /* The cut's end: step 10 ms at a time (the run does not change)
+         * until its agent is connected to Redis again, at most 10 s. */
+        if (rc == 0 && s->faults[i].kind == SB_UNBLACKHOLE && s->b.max_back_ms > 0) {
+            double healed = s->faults[i].at_ms;
+            for (double t = healed + 10; t <= healed + 10000 && rc == 0; t += 10) {
+                rc = simfleet_run_until(f, t) < 0 ? -1 : 0;
+                engine_stats st;
+                engine_get_stats(simfleet_engine(f, s->faults[i].agent), &st);
+                if (st.redis_up) {
+                    r->back_ms = t - healed;
+                    break;
+                }
+            }
+        }
     }
     double deadline = s->deadline_ms > 0 ? s->deadline_ms : 600000;
     if (rc == 0 && getenv("SB_TRACE")) rc = run_to(f, s, fmin(deadline, atof(getenv("SB_TRACE"))));
@@ -1090,6 +1153,8 @@ void sb_format(const sb_scenario *s, const sb_result *r, char *buf, size_t n) {
         k += snprintf(buf + k, n - (size_t)k, " idle %.2f cmd/agent/s", r->idle_cmds);
     if (k > 0 && (size_t)k < n && r->rate_after_pct >= 0)
         k += snprintf(buf + k, n - (size_t)k, " rate-after %5.1f %%", r->rate_after_pct);
+    if (k > 0 && (size_t)k < n && r->back_ms >= 0)
+        k += snprintf(buf + k, n - (size_t)k, " back %.2f s", r->back_ms / 1000);
     if (k > 0 && (size_t)k < n)
         k += snprintf(buf + k, n - (size_t)k, " %4.1f s real %s", r->real_ms / 1000, r->verdict);
     if (k > 0 && (size_t)k < n && r->missed) k += snprintf(buf + k, n - (size_t)k, " (%s)", r->why);

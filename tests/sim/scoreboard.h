@@ -89,6 +89,9 @@ typedef struct sb_result {
     int nmembers;
     double idle_cmds;      /* Redis commands per agent per second to idle_ms, -1 */
     double rate_after_pct; /* the rate_after bound's figure, -1 */
+    /* From the end of a cut (SB_UNBLACKHOLE) to its agent back on Redis
+     * (connected again, engine_stats.redis_up), -1. */
+    double back_ms;
     double real_ms;
     int missed;          /* bounds missed */
     char why[160];       /* the first missed bound, "" */
