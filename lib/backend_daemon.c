@@ -4,9 +4,15 @@
  * ACQUIRE holds its connection until the slot (sluiced answers at the
  * slot), and sluiced answers a connection's commands in order, so every
  * acquire gets a connection of its own: a slow slot never delays another
- * caller's reply. Connections are reused from a small idle pool. Giving
- * up on an acquire (sl_cancel, a deadline) closes its connection: sluiced
- * cancels the command and gives the reservation back.
+ * caller's reply. Connections are reused from a small idle pool.
+ *
+ * Giving up on an acquire (sl_cancel, a deadline, sl_close) half-closes
+ * its connection and reads it to the end (dconn_abandon): sluiced takes
+ * the end of input as the caller going away and cancels the command, which
+ * gives the reservation back; but a grant it wrote before it saw the end
+ * (the reply unread here, say while this thread was stalled) is no longer
+ * its to cancel, so it is read here and settled as cancelled. Closing
+ * blind would leave such a grant outstanding until its lease ran out.
  *
  * SETTLE, RETRY and PING share one control connection, pipelined. A
  * settle that carries provider headers may pause the deployment, so
@@ -44,6 +50,8 @@ struct dconn {
     uv_pipe_t pipe;
     uv_connect_t connect_req;
     int connected, closing, is_ctl, reused, got_bytes;
+    int draining; /* half-closed by dconn_abandon: read to the end, then closed */
+    uv_shutdown_t shutdown_req;
     char *rbuf;
     size_t rlen, rcap;
     resp_buf pend;      /* written once connected */
@@ -75,6 +83,7 @@ typedef struct write_req {
 } write_req;
 
 static void dconn_close(dconn *c, int status, const char *msg);
+static void dconn_abandon(dconn *c, int status, const char *msg);
 static void dispatch_acquire(dmn *d, dreq *r);
 static void maybe_stopped(dmn *d);
 
@@ -168,7 +177,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 
 /* A connection that has answered its acquire goes back to the pool. */
 static void dconn_release(dmn *d, dconn *c) {
-    if (d->stopping || c->closing || c->head || c->rlen || d->nidle >= d->gc.max_idle_connections) {
+    if (d->stopping || c->closing || c->draining || c->head || c->rlen || d->nidle >= d->gc.max_idle_connections) {
         if (!c->closing) dconn_close(c, SL_ECLOSING, "");
         return;
     }
@@ -363,6 +372,34 @@ static void dconn_close(dconn *c, int status, const char *msg) {
     }
 }
 
+static void on_shutdown(uv_shutdown_t *req, int status) {
+    dconn *c = req->handle->data;
+    /* UV_ECANCELED: closed meanwhile (the close callback has not run yet). */
+    if (status < 0 && status != UV_ECANCELED && !c->closing) dconn_close(c, SL_EIO, "");
+}
+
+/* Gives up on the acquire connection c: fails what waits on it with
+ * status/msg now and, when its ACQUIRE may have reached sluiced,
+ * half-closes c and reads it to the end rather than closing it. sluiced
+ * sees the end of input, cancels what it has not answered (the
+ * reservation goes back) and closes; a grant it had already written comes
+ * in here with nobody waiting for it, and handle_reply settles it as
+ * cancelled. sluiced closes its side as soon as its replies are written,
+ * so a draining connection lives about one round trip; be_stop's grace
+ * period closes any still draining then. */
+static void dconn_abandon(dconn *c, int status, const char *msg) {
+    dmn *d = c->d;
+    if (c->closing || c->draining) return;
+    for (dreq *r = c->head; r; r = r->next) dreq_fail(d, r, status, msg);
+    idle_remove(d, c);
+    /* Not connected: nothing was written, sluiced has nothing to answer. */
+    if (!c->connected || !c->head || uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->pipe, on_shutdown) != 0) {
+        dconn_close(c, status, msg);
+        return;
+    }
+    c->draining = 1;
+}
+
 /* ---- commands -------------------------------------------------------------------- */
 
 static dconn *ctl_conn(dmn *d) {
@@ -433,8 +470,7 @@ static void be_cancel(backend *b, gov_op *op) {
     r->op = NULL;
     if (r->kind != DREQ_ACQUIRE) return; /* the reply is dropped when it comes */
     if (r->c) {
-        /* sluiced cancels the ACQUIRE of a client that goes away. */
-        dconn_close(r->c, SL_ECANCELED, "");
+        dconn_abandon(r->c, SL_ECANCELED, "");
         return;
     }
     /* Deferred: unlink and drop. */
@@ -529,7 +565,10 @@ static void maybe_stopped(dmn *d) {
 
 static void on_stop_grace(uv_timer_t *t) {
     dmn *d = t->data;
-    if (d->ctl) dconn_close(d->ctl, SL_ECLOSING, "the governor is shutting down");
+    for (dconn *c = d->conns, *next; c; c = next) {
+        next = c->next;
+        if (c == d->ctl || c->draining) dconn_close(c, SL_ECLOSING, "the governor is shutting down");
+    }
 }
 
 static void be_stop(backend *b, void (*done)(void *), void *arg) {
@@ -545,15 +584,18 @@ static void be_stop(backend *b, void (*done)(void *), void *arg) {
         dreq_fail(d, r, SL_ECLOSING, "the governor is shutting down");
         free(r);
     }
-    /* Every connection but the control one holds an acquire or is idle. */
+    /* Every connection but the control one holds an acquire (given up on
+     * as a cancel is, so that a grant already written is given back) or is
+     * idle. */
     dconn *c = d->conns;
     while (c) {
         dconn *next = c->next;
-        if (c != d->ctl) dconn_close(c, SL_ECLOSING, "the governor is shutting down");
+        if (c != d->ctl) dconn_abandon(c, SL_ECLOSING, "the governor is shutting down");
         c = next;
     }
     if (d->ctl && !d->ctl->head) dconn_close(d->ctl, SL_ECLOSING, "");
-    /* Settles still unanswered get a moment to be delivered. */
+    /* Settles still unanswered, and grants still to be read from the
+     * connections given up on, get a moment to be delivered. */
     uv_timer_start(&d->stop_timer, on_stop_grace, DAEMON_STOP_GRACE_MS, 0);
     maybe_stopped(d);
 }

@@ -19,6 +19,9 @@
  *     a slow slot never blocks another caller;
  *   - sl_cancel gives the reservation back (the next caller takes the
  *     cancelled slot) and the callback never runs;
+ *   - an acquire given up on (its deadline) while sluiced's grant for it
+ *     waits unread, its thread stalled, still gives the grant back at
+ *     once, not at the end of its lease;
  *   - sl_may_retry follows the fleet's retry budget;
  *   - provider feedback pauses the whole fleet once: two governors (two
  *     agents) share the pause;
@@ -68,10 +71,11 @@ static void deployments(const char *p, char *out, size_t n) {
              "  %s-m2:\n    rpm: 60000\n    endpoint: http://two.example/v1\n    tags: [us]\n"
              "  %s-quota:\n    rpm: 60000\n"
              "  %s-est:\n    rpm: 60\n    burst: { requests: 1 }\n"
+             "  %s-unread:\n    rpm: 60\n    burst: { requests: 1 }\n"
              /* The harness appends this under deployments: the last
               * top-level key. */
              "groups:\n  %s-grp:\n    members: [%s-m1, %s-m2]\n    spill_ms: 100\n",
-             p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p);
+             p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p);
 }
 
 static lib_suite S = {.name = "test_lib", .tag = "lib", .deps = deployments, .with_web = 0};
@@ -647,6 +651,129 @@ static void cancel_gives_back(int mode) {
 static void test_cancel_gives_back_embedded(void **state) { cancel_gives_back(EMBEDDED); }
 static void test_cancel_gives_back_daemon(void **state) { cancel_gives_back(DAEMON); }
 
+/* ---- a grant written but not read ----------------------------------------------------------- */
+
+/* A field of sluiced's INFO (daemon which), -1 when absent. */
+static long long sluiced_info(int which, const char *field) {
+    redisContext *c = sluiced_fixture_connect(&S.dmn[which], 2000);
+    if (!c) return -1;
+    redisReply *r = redisCommand(c, "INFO");
+    long long v = -1;
+    size_t n = strlen(field);
+    for (const char *p = r && r->type == REDIS_REPLY_STRING ? r->str : NULL; p && *p; p = strchr(p, '\n')) {
+        if (*p == '\n') p++;
+        if (strncmp(p, field, n) == 0 && p[n] == ':') {
+            v = atoll(p + n + 1);
+            break;
+        }
+    }
+    if (r) freeReplyObject(r);
+    redisFree(c);
+    return v;
+}
+
+static int sluiced_answered_all(void *arg) {
+    (void)arg;
+    return sluiced_info(0, "blocked_commands") == 0; /* INFO's own not counted */
+}
+
+typedef struct stall_rec {
+    pthread_mutex_t mu;
+    int stalled, release, done;
+} stall_rec;
+
+static int stall_flag(stall_rec *s, const int *flag) {
+    pthread_mutex_lock(&s->mu);
+    int v = *flag;
+    pthread_mutex_unlock(&s->mu);
+    return v;
+}
+
+static int stall_begun(void *arg) { return stall_flag(arg, &((stall_rec *)arg)->stalled); }
+static int stall_ended(void *arg) { return stall_flag(arg, &((stall_rec *)arg)->done); }
+
+/* Holds the governor's thread (against the rules, as a loaded machine
+ * would) until the test releases it, 20 s at most. */
+static void on_stall(void *arg, const sl_result *res) {
+    stall_rec *s = arg;
+    pthread_mutex_lock(&s->mu);
+    s->stalled = 1;
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < 20000 && !stall_flag(s, &s->release); i++) h_sleep(1);
+    if (res->grant) sl_settle(res->grant, -1, SL_OUTCOME_CANCELLED, NULL, 0);
+    pthread_mutex_lock(&s->mu);
+    s->done = 1;
+    pthread_mutex_unlock(&s->mu);
+}
+
+typedef struct past {
+    int64_t at;
+} past;
+
+static int time_passed(void *arg) { return sl_now_ms() > ((past *)arg)->at; }
+
+typedef struct status_at_most {
+    const char *dep, *field;
+    long long want;
+} status_at_most;
+
+static int status_down_to(void *arg) {
+    status_at_most *w = arg;
+    long long v = redis_status(w->dep, w->field);
+    return v >= 0 && v <= w->want;
+}
+
+/* The governor's thread stalls while sluiced writes B's grant, and B's
+ * deadline passes meanwhile. When the thread runs again it runs its timers
+ * (B's deadline) before it reads (B's grant), so it gives up on B with the
+ * grant unread on B's connection: the grant must come back to the fleet
+ * at once, not stay outstanding until its lease (120 s). Each step waits
+ * on a condition (sluiced has answered everything, the deadline is past,
+ * Redis counts the grant back), so load only makes it slower. Daemon mode
+ * only: an embedded governor has no connection to give up on. */
+static void test_unread_grant_daemon(void **state) {
+    if (skip_without_daemon(DAEMON)) return;
+    sl_gov *g = open_gov(DAEMON, 0);
+    const char *dep = "d-unread";
+    long long out0 = redis_status(dep, "outstanding_grants");
+    long long cancelled0 = redis_status(dep, "settled_cancelled");
+    /* a takes the burst: B's slot is ~1 s away, within its deadline. */
+    sl_grant *a = NULL;
+    sl_request r = request(dep, 0, -1, 0);
+    assert_int_equal(sl_acquire(g, &r, &a), 0);
+    static async_rec b = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    b.called = 0;
+    sl_request br = request(dep, 0, 60000, 1800);
+    int64_t b_deadline = br.deadline_ms;
+    assert_int_equal(sl_acquire_async(g, &br, on_async, &b, NULL), 0);
+    wait_redis_status(dep, "outstanding_grants", out0 + 2, 5000); /* B reserved: its ACQUIRE is in sluiced */
+    /* Another acquire's callback stalls the thread before B's slot. */
+    static stall_rec st = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    st.stalled = st.release = st.done = 0;
+    sl_request fr = request("d-fast", 0, -1, 0);
+    assert_int_equal(sl_acquire_async(g, &fr, on_stall, &st, NULL), 0);
+    PROC_POLL_OR_FAIL(stall_begun, &st, 5000, "the governor's thread stalled");
+    assert_int_equal(sluiced_info(0, "blocked_commands"), 1); /* B not answered yet when the stall began */
+    PROC_POLL_OR_FAIL(sluiced_answered_all, NULL, 5000, "sluiced to write B's grant");
+    past deadline = {b_deadline};
+    PROC_POLL_OR_FAIL(time_passed, &deadline, 5000, "B's deadline to pass");
+    assert_int_equal(async_called(&b), 0);
+    pthread_mutex_lock(&st.mu);
+    st.release = 1;
+    pthread_mutex_unlock(&st.mu);
+    PROC_POLL_OR_FAIL(stall_ended, &st, 5000, "the governor's thread running again");
+    PROC_POLL_OR_FAIL(async_done, &b, 5000, "B's callback");
+    print_message("  B after the stall: %s\n", sl_strerror(b.status));
+    assert_int_equal(b.status, SL_ETIMEDOUT);
+    assert_int_equal(sl_settle(a, -1, SL_OUTCOME_OK, NULL, 0), 0);
+    /* B's grant given back: outstanding back to where it was, B counted
+     * cancelled. Seconds at most, where the lease is 120 s. */
+    status_at_most back = {dep, "outstanding_grants", out0};
+    PROC_POLL_OR_FAIL(status_down_to, &back, 5000, "B's grant to be given back (outstanding_grants in Redis)");
+    assert_true(redis_status(dep, "settled_cancelled") >= cancelled0 + 1);
+    sl_close(g);
+}
+
 /* ---- retry budget ------------------------------------------------------------------------ */
 
 typedef struct retry_rec {
@@ -974,6 +1101,7 @@ int main(void) {
         cmocka_unit_test(test_slow_slot_does_not_block_daemon),
         cmocka_unit_test(test_cancel_gives_back_embedded),
         cmocka_unit_test(test_cancel_gives_back_daemon),
+        cmocka_unit_test(test_unread_grant_daemon),
         cmocka_unit_test(test_retry_budget_embedded),
         cmocka_unit_test(test_retry_budget_daemon),
         cmocka_unit_test(test_fleet_pause_embedded),
