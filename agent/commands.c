@@ -157,12 +157,20 @@ typedef struct req_args {
 } req_args;
 
 /* Parses <name> [TOKENS n | INPUT n OUTPUT m] [MAXWAIT ms] [LANE l]
- * [TENANT t] [TAG t] into *a. Returns 0, or -1 after replying the error. */
+ * [TENANT t] [TAG t] [EXACT] into *a. Returns 0, or -1 after replying the
+ * error. */
 static int parse_req(const command_req *q, req_args *a) {
     long long tokens = 0, maxwait = -1, input = -1, output = -1;
+    int exact = 0;
     memset(a, 0, sizeof(*a));
     for (int i = 2; i < q->argc; i += 2) {
         char p[160];
+        if (arg_is(q, i, "EXACT")) {
+            /* A flag without a value: the estimate was counted exactly. */
+            exact = 1;
+            i--;
+            continue;
+        }
         if (i + 1 >= q->argc) {
             reply_error(q, "syntax error: %s needs a value", printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
             return -1;
@@ -193,9 +201,10 @@ static int parse_req(const command_req *q, req_args *a) {
             memcpy(dst, q->argv[i + 1], q->argvlen[i + 1]);
             dst[q->argvlen[i + 1]] = '\0';
         } else {
-            reply_error(
-                q, "syntax error: unknown option '%s' (expected TOKENS, INPUT, OUTPUT, MAXWAIT, LANE, TENANT or TAG)",
-                printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
+            reply_error(q,
+                        "syntax error: unknown option '%s' (expected TOKENS, INPUT, OUTPUT, MAXWAIT, LANE, TENANT, TAG "
+                        "or EXACT)",
+                        printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
             return -1;
         }
     }
@@ -217,7 +226,8 @@ static int parse_req(const command_req *q, req_args *a) {
                          .tag = a->tag,
                          .split = input >= 0,
                          .input = input,
-                         .output = output};
+                         .output = output,
+                         .exact = exact};
     const char *why = engine_acquire_req_error(server_engine(q->s), &a->rq);
     if (why) {
         reply_error(q, "%s (deployment '%s')", why, a->name);
@@ -838,10 +848,12 @@ static void cmd_client(const command_req *q) {
 
 static const command command_table[] = {
     {"ACQUIRE", -2, cmd_acquire, CMD_BLOCKING,
-     "ACQUIRE <deployment|group> [TOKENS n | INPUT n OUTPUT m] [MAXWAIT ms] [LANE name] [TENANT name] [TAG tag]",
+     "ACQUIRE <deployment|group> [TOKENS n | INPUT n OUTPUT m] [MAXWAIT ms] [LANE name] [TENANT name] [TAG tag] "
+     "[EXACT]",
      "Waits for a slot; replies [grant-id, waited-ms, reserved-tokens], or -SHED <reason> retry-after-ms=<n>."},
     {"ESTIMATE", -2, cmd_estimate, CMD_BLOCKING,
-     "ESTIMATE <deployment|group> [TOKENS n | INPUT n OUTPUT m] [MAXWAIT ms] [LANE name] [TENANT name] [TAG tag]",
+     "ESTIMATE <deployment|group> [TOKENS n | INPUT n OUTPUT m] [MAXWAIT ms] [LANE name] [TENANT name] [TAG tag] "
+     "[EXACT]",
      "The wait an ACQUIRE would get now, reserving nothing; replies [wait-ms, tokens, deployment, redis|local], or "
      "-SHED <reason> retry-after-ms=<n> source=<redis|local>."},
     {"SETTLE", -2, cmd_settle, CMD_FAST,

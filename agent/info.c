@@ -108,8 +108,9 @@ static void dim_line(void *ud, const char *deployment, const char *dim, const en
     dim_lines *dl = ud;
     line(dl->o,
          "dimension%zu:deployment=%s,dimension=%s,configured=%.0f,limit=%.2f,effective=%.2f,outside=%.2f,held=%.2f,"
-         "known=%d",
-         dl->n++, deployment, dim, r->configured, r->limit, r->effective, r->outside, r->held, r->known);
+         "known=%d,estimate_ratio=%.4f",
+         dl->n++, deployment, dim, r->configured, r->limit, r->effective, r->outside, r->held, r->known,
+         r->estimate_ratio);
 }
 
 static void count_dim(void *ud, const char *deployment, const char *dim, const engine_dim_rates *r) {

@@ -333,6 +333,10 @@ static void dim_metrics(text_out *o, engine *e) {
         {"sluice_held_rate_per_minute",
          "The part of the rate kept out of the shared schedule for agents silent in Redis (cut off from it).",
          offsetof(engine_dim_rates, held)},
+        {"sluice_estimate_ratio",
+         "The ratio the dimension charges estimated input tokens at: the provider's prompt count over sluice's "
+         "estimate, learned fleet-wide (a high quantile, decaying toward 1); 1 where not calibrated.",
+         offsetof(engine_dim_rates, estimate_ratio)},
     };
     for (size_t k = 0; k < sizeof(fam) / sizeof(fam[0]); k++) {
         head(o, fam[k].name, "gauge", fam[k].help);

@@ -77,6 +77,7 @@ local SL_DEFAULTS = {
   breaker_failure_ratio = 0, breaker_min_requests = 20, breaker_window_ms = 30000,
   breaker_break_ms = 30000, quota_hold_ms = 3600000,
   silent_ms = 0, agent_window_ms = 0,
+  estimate_exact = 0, estimate_half_life_ms = 600000, estimate_learn_horizon_ms = -1,
 }
 local SL_DEFAULTS_MT = {__index = SL_DEFAULTS}
 
@@ -736,14 +737,112 @@ end
 -- which tells settle the parts are unknown), or nil. A plain c charges c
 -- to each of input and output too: an upper bound of both, so a caller
 -- that does not split its estimate is never under-charged.
+--
+-- A leading '=' marks an estimate the caller counted exactly (its own
+-- tokenizer): it is charged as sent, never calibrated, and teaches the
+-- calibration nothing. The sixth value says so (true), else false.
 local function sl_tokens(s)
   if type(s) ~= 'string' then return nil end
+  local exact = false
+  if string.byte(s, 1) == 61 then  -- '='
+    exact = true
+    s = string.sub(s, 2)
+  end
   local c = sl_uint(s)
-  if c then return c, c, c, '', '' end
+  if c then return c, c, c, '', '', exact end
   local is, os = string.match(s, '^(%d+)%+(%d+)$')
   local i, o = sl_uint(is), sl_uint(os)
   if not i or not o then return nil end
-  return i + o, i, o, is, os
+  return i + o, i, o, is, os, exact
+end
+
+-- ---- calibrated estimates (docs/redis-keys.md, "Calibrated estimates") ----
+-- sluice's own estimate of a prompt (characters / 4) is a first guess; the
+-- provider's count (usage.prompt_tokens) comes back with every settle.
+-- settle keeps the last SL_CAL_N ratios count / estimate of the estimate's
+-- input part (the only part that is a guess: max output is charged as
+-- given) in the state (estimate_ratios, decayed to estimate_ratio_at) and
+-- their SL_CAL_Q quantile (estimate_ratio): the safe side, not the mean.
+-- Without news the ratio decays toward 1 with a half-life of
+-- estimate_half_life_ms. reserve charges each estimated input part times
+-- the ratio in force, in every dimension that charges it. Until the
+-- deployment has SL_CAL_LEARN fresh ratios (within a half-life) it is
+-- learning: an item that teaches is granted no further ahead than
+-- estimate_learn_horizon_ms (when that is >= 0), so the first settles'
+-- news reaches nearly every grant instead of a schedule reserved minutes
+-- ahead at the first guess.
+local SL_CAL_N, SL_CAL_Q, SL_CAL_LEARN = 32, 0.9, 4
+local SL_CAL_MIN, SL_CAL_MAX = 0.05, 20
+
+-- The ratio in force at now, and whether the deployment is learning.
+local function sl_cal(limits, st, now)
+  local q = tonumber(st.estimate_ratio)
+  local at = tonumber(st.estimate_ratio_at)
+  if not q or not at then return 1, true end
+  local h = sl_num(limits, 'estimate_half_life_ms', 600000)
+  local age = now - at
+  if age < 0 then age = 0 end
+  local r = q
+  -- As stored (4 decimals), so that every call in a moment reads one ratio.
+  if h > 0 then r = tonumber(string.format('%.4f', 1 + (q - 1) * math.pow(0.5, age / h))) end
+  local n = 0
+  if st.estimate_ratios and st.estimate_ratios ~= '' then
+    n = select(2, string.gsub(st.estimate_ratios, ',', '')) + 1
+  end
+  return r, n < SL_CAL_LEARN or age > h
+end
+
+-- Adds the ratios of news (a list) at now: the kept ones decay to now,
+-- the news joins them, the oldest beyond SL_CAL_N drop, and the quantile
+-- is taken again. Writes estimate_ratios, estimate_ratio and
+-- estimate_ratio_at.
+local function sl_cal_learn(limits, st, now, news)
+  local h = sl_num(limits, 'estimate_half_life_ms', 600000)
+  local f = 1
+  local at = tonumber(st.estimate_ratio_at)
+  if at and h > 0 and now > at then f = math.pow(0.5, (now - at) / h) end
+  local kept = {}
+  for x in string.gmatch(st.estimate_ratios or '', '[^,]+') do
+    local v = tonumber(x)
+    if v then kept[#kept + 1] = 1 + (v - 1) * f end
+  end
+  for _, v in ipairs(news) do
+    if v < SL_CAL_MIN then v = SL_CAL_MIN elseif v > SL_CAL_MAX then v = SL_CAL_MAX end
+    kept[#kept + 1] = v
+  end
+  local first = #kept - SL_CAL_N + 1
+  if first < 1 then first = 1 end
+  local ring, sorted = {}, {}
+  for k = first, #kept do
+    local v = tonumber(string.format('%.4f', kept[k]))
+    ring[#ring + 1] = string.format('%.4f', v)
+    sorted[#sorted + 1] = v
+  end
+  table.sort(sorted)
+  local q = sorted[math.ceil(SL_CAL_Q * #sorted)]
+  sl_set(st, 'estimate_ratios', table.concat(ring, ','))
+  sl_set(st, 'estimate_ratio', string.format('%.4f', q))
+  sl_set(st, 'estimate_ratio_at', sl_fmt(now))
+end
+
+-- An item's estimate as charged: the input part times the ratio r in
+-- force (rounded up), the max output as given; a combined c whose parts
+-- are unknown times the ratio only when it is above 1 (its max output
+-- part is exact, so a lower ratio could charge less than the provider
+-- does at admission). exact items are charged as sent. Returns c, i, o,
+-- the texts of i and o for the record (both '' for a combined c), the
+-- text of c when it is unchanged as sent (else nil), and the raw input
+-- estimate for the record ('' when the item teaches nothing).
+local function sl_cal_item(r, c, i, o, is, os, cs, exact)
+  if exact then return c, i, o, is, os, cs, '' end
+  if os == '' then
+    if r <= 1 or c == 0 then return c, i, o, is, os, cs, '' end
+    local k = math.ceil(c * r - 1e-9)
+    return k, k, k, '', '', nil, ''
+  end
+  if r == 1 or i == 0 then return c, i, o, is, os, cs, is end
+  local k = math.ceil(i * r - 1e-9)
+  return k + o, k, o, string.format('%d', k), os, nil, is
 end
 
 -- Actual usage as sent to settle: "-1" (unknown), "n" (combined), "i+o"

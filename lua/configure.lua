@@ -60,6 +60,12 @@ local FIELDS = {
   silent_ms = {sl_uint, nonneg, 'a non-negative integer (0 = off)'},
   agent_window_ms = {sl_uint, nonneg, 'a non-negative integer (0 = off)'},
   silent_hold_ms = {sl_uint, nonneg, 'a non-negative integer'},
+  -- Calibrated estimates (see sl_cal): 1 = every estimate is exact (never
+  -- calibrated); the ratio's half-life without news; how far ahead an
+  -- item that teaches may be granted while the ratio is learned.
+  estimate_exact = {sl_uint, function(v) return v == 0 or v == 1 end, '0 or 1'},
+  estimate_half_life_ms = {sl_uint, positive, 'a positive integer'},
+  estimate_learn_horizon_ms = {sl_int, function(v) return v ~= nil and v >= -1 and v <= 86400000 end, 'an integer in [-1, 86400000] (-1 = off)'},
 }
 
 FIELDS.default_lane = {function(v) return v end, function(v) return string.match(v, '^[%w._-]+$') ~= nil and #v <= 64 end, 'a lane name'}

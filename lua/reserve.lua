@@ -82,7 +82,13 @@ local function reserve_open(limits, st)
     private_used = {},  -- the private dimensions committed to (saved at close)
     grants = {}, leases = {}, granted = 0, shed = 0, deferred = 0, wait = -1,
     slot_v = now, slot_s = now_s, lease_v = false, lease_s = false,
+    -- Calibrated estimates (common.lua, sl_cal): the ratio in force, the
+    -- learning state, and the raw input estimate of the item being
+    -- decided ('' when it teaches nothing), set per item by reserve_cal.
+    cal_r = 1, cal_learning = false, learn_h = sl_num(limits, 'estimate_learn_horizon_ms', -1),
+    cal_off = sl_num(limits, 'estimate_exact', 0) == 1, item_raw = '',
   }
+  if not x.cal_off then x.cal_r, x.cal_learning = sl_cal(limits, st, now) end
   for _, d in ipairs(dims) do
     d.qc = {}
     x.dim_of[d.i] = d
@@ -294,6 +300,9 @@ local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s
     -- A deployment's horizon (horizon_ms): slots no further ahead than
     -- this; beyond, the item is deferred and asks again when it is near.
     if x.plain_h >= 0 and x.plain_h < horizon then horizon = x.plain_h end
+    -- Learning the estimate's ratio (sl_cal): an item that teaches is
+    -- granted just in time, so the first settles' news reaches the rest.
+    if x.cal_learning and x.item_raw ~= '' and x.learn_h >= 0 and x.learn_h < horizon then horizon = x.learn_h end
     if L then
       ldims, tdims = lane_dims(x, L), tenant_dims(x, T)
       local shared = s
@@ -430,6 +439,11 @@ local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s
         rec = c .. ',' .. x.slot_s .. ',' .. x.now_s .. ',' .. b1 .. ',' .. b2 .. ',' .. tname .. ',' .. in_s .. ',' .. out_s
         if di or dout then rec = rec .. ',' .. b3 .. ',' .. b4 end
       end
+      -- The raw input estimate (before calibration) of an item that
+      -- teaches: settle learns the provider's count / it (field 11).
+      if x.item_raw ~= '' then
+        if di or dout then rec = rec .. ',' .. x.item_raw else rec = rec .. ',,,' .. x.item_raw end
+      end
       local grants, leases = x.grants, x.leases
       local g = 2 * x.granted
       grants[g + 1] = id
@@ -484,6 +498,17 @@ local function reserve_count_shed(x, lane, tenant, reason)
 end
 
 -- Writes back everything x decided.
+-- Calibrates an item's estimate on x (sl_cal_item: the ratio in force,
+-- unless the item or the deployment counts exactly) and decides it
+-- (reserve_one). cost is refilled with the charged figures.
+local function reserve_cal(x, c, w, L, T, cost, quiet, blocked, is, os, cs, exact)
+  local ti, to, raw = cost[3], cost[4], ''
+  c, ti, to, is, os, cs, raw = sl_cal_item(x.cal_r, c, ti, to, is, os, cs, exact or x.cal_off)
+  x.item_raw = raw
+  cost[2], cost[3], cost[4] = c, ti, to
+  return reserve_one(x, c, w, L, T, cost, quiet, blocked, is, os, cs)
+end
+
 local function reserve_close(x)
   local st, now, dims = x.st, x.now, x.dims
   if x.day_changed then redis.call('DEL', KEYS[7]) end
@@ -591,7 +616,7 @@ local function reserve_group()
   for i = 1, n do
     local b = 5 + 5 * (i - 1)
     local a = ARGV[b + 1]
-    local c, ti, to, is, os = sl_tokens(a)
+    local c, ti, to, is, os, exact = sl_tokens(a)
     local w, o = sl_uint(ARGV[b + 2]), ARGV[b + 5]
     if c == nil then
       return bad("item " .. i .. ": tokens must be a non-negative integer or input+output, got '" .. a .. "'")
@@ -615,7 +640,7 @@ local function reserve_group()
       end
       orders[o] = order
     end
-    items[i] = {c, w, ARGV[b + 3], ARGV[b + 4], order, {1, c, ti, to}, is, os, os == '' and a or nil}
+    items[i] = {c, w, ARGV[b + 3], ARGV[b + 4], order, {1, c, ti, to}, is, os, (os == '' and not exact) and a or nil, exact}
   end
   -- Every member's keys and limits are checked before anything is
   -- decided; its state is loaded when an item first asks it, once.
@@ -657,7 +682,10 @@ local function reserve_group()
       if plan.fair then x.fair = sl_fair_open(plan, x.st, x.now, {[T.name] = true}) end
       blocked = {}
     end
-    local v = reserve_one(x, it[1], wait, L, T, it[6], true, blocked, it[7], it[8], it[9])
+    -- Calibrated per member (each learns its own ratio): a copy of the
+    -- item's cost, so the next member starts from the estimate as sent.
+    local cost = it[6]
+    local v = reserve_cal(x, it[1], wait, L, T, {1, cost[2], cost[3], cost[4]}, true, blocked, it[7], it[8], it[9], it[10])
     last_wait = x.wait
     return v
   end
@@ -722,18 +750,19 @@ if stride == 0 then
   return redis.error_reply('ERR sluice reserve: ARGV must be n followed by n (tokens, max_wait_ms) pairs or n (tokens, max_wait_ms, lane, tenant) quads')
 end
 -- Validated whole before anything is decided: a bad item changes nothing.
-local C, W, TI, TO, IN, OUT, CS = {}, {}, {}, {}, {}, {}, {}
+local C, W, TI, TO, IN, OUT, CS, EX = {}, {}, {}, {}, {}, {}, {}, {}
 for i = 1, n do
   local b = 1 + stride * (i - 1)
   -- sl_tokens and sl_uint, the plain case inlined (this runs per item).
   local a, aw = ARGV[b + 1], ARGV[b + 2]
-  local c, ti, to, is, os
+  local c, ti, to, is, os, exact
   if #a <= 15 and string.find(a, '^%d+$') then
     c = tonumber(a)
-    ti, to, is, os = c, c, '', ''
+    ti, to, is, os, exact = c, c, '', '', false
     CS[i] = a
   else
-    c, ti, to, is, os = sl_tokens(a)
+    c, ti, to, is, os, exact = sl_tokens(a)
+    if exact and os == '' then CS[i] = string.sub(a, 2) end
   end
   local w
   if #aw <= 15 and string.find(aw, '^%d+$') then w = tonumber(aw) end
@@ -743,7 +772,7 @@ for i = 1, n do
   if w == nil then
     return redis.error_reply("ERR sluice reserve: item " .. i .. ": max_wait_ms must be a non-negative integer, got '" .. ARGV[b + 2] .. "'")
   end
-  C[i], W[i], TI[i], TO[i], IN[i], OUT[i] = c, w, ti, to, is, os
+  C[i], W[i], TI[i], TO[i], IN[i], OUT[i], EX[i] = c, w, ti, to, is, os, exact
 end
 
 local x = reserve_open(limits, st)
@@ -768,13 +797,13 @@ if plan then
   local blocked = {}
   for i = 1, n do
     cost[2], cost[3], cost[4] = C[i], TI[i], TO[i]
-    out[5 + i] = reserve_one(x, C[i], W[i], LS[i], TS[i], cost, false, blocked, IN[i], OUT[i], CS[i])
+    out[5 + i] = reserve_cal(x, C[i], W[i], LS[i], TS[i], cost, false, blocked, IN[i], OUT[i], CS[i], EX[i])
     if SL_DRY then DW[i] = x.wait end
   end
 else
   for i = 1, n do
     cost[2], cost[3], cost[4] = C[i], TI[i], TO[i]
-    out[5 + i] = reserve_one(x, C[i], W[i], nil, nil, cost, false, nil, IN[i], OUT[i], CS[i])
+    out[5 + i] = reserve_cal(x, C[i], W[i], nil, nil, cost, false, nil, IN[i], OUT[i], CS[i], EX[i])
     if SL_DRY then DW[i] = x.wait end
   end
 end

@@ -321,6 +321,7 @@ local refund_lag = sl_num(limits, 'refund_lag_ms', 250)
 local tmax = limits.tokens_rule == 'max'
 local out = {now_us, 0, '1', 0}
 local deposits, done = 0, {}
+local cal_news = {}  -- the provider's prompt count / the raw input estimate, per settled grant (sl_cal_learn)
 local decreased = false
 local function dim_settle(d, est, actual, slot, give)
   -- One dimension of a settled grant sent at slot: est was charged; actual
@@ -337,6 +338,12 @@ local function dim_settle(d, est, actual, slot, give)
   elseif diff < 0 then
     sl_dim_charge(d, -diff, now)
     if d.name ~= 'requests' then bump(d.name .. '_charged', -diff) end
+    -- The provider counted more than the fleet's own units say (an
+    -- estimate below its count: the ratio not learned yet, or one above
+    -- it): a span of the provider's remaining counts holding this send
+    -- would read the difference as others' use. Beyond the noise of the
+    -- shortest span, the estimate of others' use starts a new base.
+    if -diff >= 2 + 0.05 * d.r0 * OBS_SPAN_MS then sl_set(st, d.name .. '_obs', '') end
   end
   if given > 0 then bump(d.name .. '_refunded', math.floor(given + 0.5)) end
 end
@@ -411,6 +418,11 @@ for i = 1, n do
           dim_settle(d, cost[4], outp, slot)
         end
       end
+      -- Calibration (common.lua, sl_cal): a grant that teaches kept its
+      -- raw input estimate (field 11); the provider's prompt count over it
+      -- is one more ratio.
+      local raw = tonumber(f[11])
+      if split and raw and raw > 0 then cal_news[#cal_news + 1] = inp / raw end
       daily_adjust(reserved, 0, total - c, tenant)
       bump('tokens_estimated', c)
       bump('tokens_actual', total)
@@ -493,6 +505,11 @@ for i = 1, n do
   out[#out + 1] = result
 end
 
+if #cal_news > 0 then
+  sl_cal_learn(limits, st, now, cal_news)
+  bump('estimate_samples', #cal_news)
+end
+
 if retarget then
   -- A limit adopted or dropped, others' use or the AIMD scale changed:
   -- rebuild the dimensions at their limits in force and convert the debt.
@@ -535,6 +552,21 @@ for _, d in ipairs(dims) do
   rates[#rates + 1] = string.format('%.2f', d.r * 60000)
   rates[#rates + 1] = string.format('%.2f', sl_num(st, d.name .. '_outside', 0))
   rates[#rates + 1] = string.format('%.2f', sl_held(d, scale) * 60000)
+end
+-- The calibrated estimates (sl_cal), as one more five: the ratio in force,
+-- the quantile learned, the ratios kept, learning (1) or not (0). A
+-- reader of the dimensions' fives passes over a name it does not know.
+do
+  local r, learning = sl_cal(limits, st, now)
+  local kept = 0
+  if st.estimate_ratios and st.estimate_ratios ~= '' then
+    kept = select(2, string.gsub(st.estimate_ratios, ',', '')) + 1
+  end
+  rates[#rates + 1] = 'estimate'
+  rates[#rates + 1] = string.format('%.4f', r)
+  rates[#rates + 1] = st.estimate_ratio or '1.0000'
+  rates[#rates + 1] = tostring(kept)
+  rates[#rates + 1] = learning and '1' or '0'
 end
 out[#out + 1] = rates
 return sl_timed(out)

@@ -105,6 +105,28 @@ do
     out[#out + 1] = kv[2]
   end
 end
+-- Calibrated estimates (common.lua, sl_cal): the ratio in force now (1
+-- on a deployment whose estimates are exact), the quantile at the last
+-- news, the ratios kept, whether it is learning, the news' age.
+do
+  local r, learning = sl_cal(limits, st, now)
+  local exact = sl_num(limits, 'estimate_exact', 0) == 1
+  local kept = 0
+  if st.estimate_ratios and st.estimate_ratios ~= '' then
+    kept = select(2, string.gsub(st.estimate_ratios, ',', '')) + 1
+  end
+  local at = tonumber(st.estimate_ratio_at)
+  for _, kv in ipairs({{'estimate_ratio', string.format('%.4f', exact and 1 or r)},
+                       {'estimate_ratio_learned', st.estimate_ratio or '1.0000'},
+                       {'estimate_ratios_kept', kept},
+                       {'estimate_learning', (learning and not exact) and 1 or 0},
+                       {'estimate_age_ms', at and ms(now - at) or -1},
+                       {'estimate_samples', st.estimate_samples or '0'},
+                       {'estimate_exact', exact and 1 or 0}}) do
+    out[#out + 1] = kv[1]
+    out[#out + 1] = kv[2]
+  end
+end
 -- Lanes and tenants, sorted by name: lane.<name>.* and tenant.<name>.*.
 local plan = sl_plan(limits)
 if plan then

@@ -203,6 +203,7 @@ static const char *const level_names[] = {"error", "warn", "info", "debug", NULL
 static const char *const style_names[] = {"azure", "openai", "anthropic", "custom", NULL};
 static const char *const stream_usage_names[] = {"inject", "off", NULL};
 static const char *const tokens_rule_names[] = {"sum", "max", NULL};
+static const char *const estimate_names[] = {"learn", "exact", NULL};
 
 typedef struct config_deployment cfg_deployment;
 typedef struct config_lane cfg_lane;
@@ -402,6 +403,14 @@ static const cfg_row deployment_rows[] = {
     CFG_INT("horizon_ms", cfg_deployment, horizon_ms, NULL, -1, 86400000, CFG_DERIVED,
             "How far ahead of now a slot may be granted (later: asked again when near); -1 = up to the max wait; "
             "default 250 when a token dimension is corrected at the end (refund), else -1."),
+    CFG_ENUM("estimate", cfg_deployment, estimate, "learn", estimate_names,
+             "learn: estimates (the proxy's, callers' TOKENS/INPUT) are multiplied by the ratio of the provider's "
+             "prompt count to them, learned fleet-wide from settles; exact: callers count exactly, charged as given."),
+    CFG_INT("estimate_half_life_s", cfg_deployment, estimate_half_life_s, "600", 1, 86400 * 30, 0,
+            "Half-life in seconds of the learned estimate ratio without news: it decays toward 1."),
+    CFG_INT("estimate_learn_horizon_ms", cfg_deployment, estimate_learn_horizon_ms, "-1", -1, 86400000, 0,
+            "While the ratio is learned (fewer than 4 fresh ratios), how far ahead a request that teaches it may be "
+            "granted, so the first settles reach the rest; -1 = reserve ahead as usual."),
     CFG_INT("refund_lag_ms", cfg_deployment, refund_lag_ms, "250", 0, 60000, 0,
             "How long after a response ends its settle may reach Redis; a give-back counts the sends of that time."),
     CFG_LIST("lanes", cfg_deployment, lanes, nlanes, &lane_schema, 0,

@@ -37,6 +37,10 @@ enum { CONFIG_STREAM_USAGE_INJECT = 0, CONFIG_STREAM_USAGE_OFF = 1 };
  * charges a request whose input and max output are known: their sum
  * (Azure OpenAI) or the larger of them (OpenAI's rate-limit guide). */
 enum { CONFIG_TOKENS_SUM = 0, CONFIG_TOKENS_MAX = 1 };
+/* deployments.NAME.estimate: whether the fleet calibrates the estimates
+ * of this deployment by the ratio it learns from the provider's counts
+ * (learn), or its callers count exactly (exact: charged as given). */
+enum { CONFIG_ESTIMATE_LEARN = 0, CONFIG_ESTIMATE_EXACT = 1 };
 
 /* Longest deployment name; names are [A-Za-z0-9._:-]{1,64}. */
 #define CONFIG_NAME_MAX 64
@@ -198,18 +202,21 @@ struct config_deployment {
         int limits;  /* adopt a lower limit the headers report */
         int outside; /* follow others' use of the key seen in the headers */
     } adapt;
-    char *endpoint;            /* "" = none */
-    char *api_key_env;         /* "" = none */
-    int inject_key;            /* the HTTP proxy sends this deployment's key, not the caller's */
-    char *api_key_;            /* private: the key of api_key_env, read at load when inject_key; never logged */
-    int style;                 /* CONFIG_STYLE_* */
-    char *api_version;         /* "" = none */
-    int stream_usage;          /* CONFIG_STREAM_USAGE_* */
-    int tokens_rule;           /* CONFIG_TOKENS_* */
-    long long jitter_ms;       /* release jitter the schedule tolerates (configure's jitter_ms) */
-    long long refund_lag_ms;   /* a settle may reach Redis this long after the provider's give-back */
-    long long horizon_ms;      /* how far ahead a slot may be granted; -1 = up to the max wait */
-    struct config_lane *lanes; /* in file order; none = one implicit lane */
+    char *endpoint;                 /* "" = none */
+    char *api_key_env;              /* "" = none */
+    int inject_key;                 /* the HTTP proxy sends this deployment's key, not the caller's */
+    char *api_key_;                 /* private: the key of api_key_env, read at load when inject_key; never logged */
+    int style;                      /* CONFIG_STYLE_* */
+    char *api_version;              /* "" = none */
+    int stream_usage;               /* CONFIG_STREAM_USAGE_* */
+    int tokens_rule;                /* CONFIG_TOKENS_* */
+    long long jitter_ms;            /* release jitter the schedule tolerates (configure's jitter_ms) */
+    long long refund_lag_ms;        /* a settle may reach Redis this long after the provider's give-back */
+    long long horizon_ms;           /* how far ahead a slot may be granted; -1 = up to the max wait */
+    int estimate;                   /* CONFIG_ESTIMATE_* */
+    long long estimate_half_life_s; /* the learned ratio's half-life without news */
+    long long estimate_learn_horizon_ms; /* while learning: how far ahead a teaching item may be granted */
+    struct config_lane *lanes;           /* in file order; none = one implicit lane */
     size_t nlanes;
     char *default_lane;            /* "" = the highest-priority lane */
     struct config_tenant *tenants; /* in file order */

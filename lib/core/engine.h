@@ -159,6 +159,10 @@ typedef struct engine_req {
      * otherwise (engine_acquire_req_error() says why). */
     int split;
     long long input, output;
+    /* exact: the caller counted its estimate exactly (its own tokenizer):
+     * charged as given, never multiplied by the deployment's learned
+     * ratio, and it teaches the ratio nothing (ACQUIRE ... EXACT). */
+    int exact;
 } engine_req;
 
 /* engine_acquire() for a deployment or a group. A group request goes to
@@ -296,6 +300,12 @@ typedef struct engine_dim_rates {
     double configured, limit, effective, outside;
     int known;
     double held; /* per minute: the share of silent agents kept out of the shared schedule */
+    /* The ratio the dimension's estimated input part is charged at (the
+     * provider's prompt count / sluice's estimate, learned fleet-wide;
+     * docs/redis-keys.md "Calibrated estimates"), as the last settle reply
+     * gave it: 1 for requests and output tokens, before any news and on a
+     * deployment whose estimates are exact. */
+    double estimate_ratio;
 } engine_dim_rates;
 typedef void (*engine_dim_fn)(void *ud, const char *deployment, const char *dim, const engine_dim_rates *r);
 /* Calls fn for every dimension every configured deployment has. */

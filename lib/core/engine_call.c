@@ -208,4 +208,5 @@ void call_estimate(engine_call *c, const engine_req *rq) {
     c->input = rq->split ? rq->input : -1;
     c->output = rq->split ? rq->output : -1;
     c->tokens = rq->split ? rq->input + rq->output : rq->tokens;
+    c->exact = rq->exact;
 }

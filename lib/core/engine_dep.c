@@ -41,9 +41,20 @@ void dep_set_cfg(dep *d, const struct config_deployment *cfg) {
     for (int k = 0; k < ENGINE_DIMS; k++) {
         double limit, burst;
         cfg_dim(cfg, k, &limit, &burst);
-        d->rates[k] = (engine_dim_rates){limit, limit, limit, 0, 0, 0};
+        d->rates[k] = (engine_dim_rates){limit, limit, limit, 0, 0, 0, 1};
         d->burst_cfg[k] = burst;
     }
+    dep_set_est_ratio(d, d->est_ratio);
+}
+
+/* The estimate ratio r (0: none seen) as d's dimensions charge it: the
+ * dimensions that charge the prompt (tokens, input) at r, unless the
+ * deployment's estimates are exact. */
+void dep_set_est_ratio(dep *d, double r) {
+    d->est_ratio = r;
+    double v = r > 0 && d->cfg && d->cfg->estimate != CONFIG_ESTIMATE_EXACT ? r : 1;
+    d->rates[ENGINE_DIM_TOKENS].estimate_ratio = v;
+    d->rates[ENGINE_DIM_INPUT].estimate_ratio = v;
 }
 
 /* 1 when c counts input and output tokens apart. */

@@ -182,7 +182,8 @@ static int est_ask(est_member *m) {
     engine_call c = {.tokens = op->rq.split ? op->rq.input + op->rq.output : op->rq.tokens,
                      .split = op->rq.split,
                      .input = op->rq.input,
-                     .output = op->rq.output};
+                     .output = op->rq.output,
+                     .exact = op->rq.exact};
     call_tokens_arg(&c, tok, sizeof(tok));
     snprintf(wait, sizeof(wait), "%lld", op->max_wait_ms);
     /* No "@<agent>" first: a dry run is no proof of life (it writes

@@ -82,6 +82,7 @@ struct engine_call {
     long long tokens, max_wait_ms;
     int split; /* the estimate came as input and max output */
     long long input, output;
+    int exact; /* the caller counted exactly: never calibrated */
     call_state state;
     int canceled;
     uint64_t start_ms;   /* uv_now at acquire */
@@ -167,6 +168,7 @@ struct dep {
     int handing_over, handed_over;       /* the local tail was pushed into Redis after an outage */
     char script_error[256];              /* the last error a script returned, "" after a success */
     engine_dim_rates rates[ENGINE_DIMS]; /* from the last settle reply */
+    double est_ratio;                    /* the estimate ratio in the last settle reply; 0 = none seen */
     double burst_cfg[ENGINE_DIMS];       /* the configured bursts */
     uint64_t breaker_until, quota_until; /* uv_now ms: health sheds seen until then (logged once) */
     unsigned long long local_seq;
@@ -325,6 +327,7 @@ dep *dep_find(engine *e, const char *name);
 int dep_ready(const dep *d);
 dep *dep_add(engine *e, const struct config_deployment *cfg);
 void dep_set_cfg(dep *d, const struct config_deployment *cfg);
+void dep_set_est_ratio(dep *d, double r);
 int cfg_split(const struct config_deployment *c);
 int dep_class(dep *d, const char *lane, const char *tenant);
 void class_push(dep *d, engine_call *c);

@@ -49,8 +49,20 @@ static double local_earliest(double tat, double r, double b, double c, double ji
  * with tokens_rule max, as OpenAI counts), and its input and max output
  * (each the combined estimate when not split: an upper bound of both, as
  * the reserve script charges). */
-static void request_costs(const dep *d, long long tokens, int split, long long input, long long output,
+static void request_costs(const dep *d, long long tokens, int split, long long input, long long output, int exact,
                           double cost[ENGINE_DIMS]) {
+    /* Calibrated as the reserve script does (sl_cal_item), at the ratio
+     * the last settle reply gave (1 before any): the input part times it,
+     * rounded up; a combined figure only when it is above 1. */
+    double r = d->rates[ENGINE_DIM_TOKENS].estimate_ratio;
+    if (!exact && r > 0 && r != 1) {
+        if (split && input > 0) {
+            input = (long long)ceil((double)input * r - 1e-9);
+            tokens = input + output;
+        } else if (!split && r > 1 && tokens > 0) {
+            tokens = (long long)ceil((double)tokens * r - 1e-9);
+        }
+    }
     cost[ENGINE_DIM_REQUESTS] = 1;
     cost[ENGINE_DIM_TOKENS] = (double)tokens;
     if (split && d->cfg && d->cfg->tokens_rule == CONFIG_TOKENS_MAX)
@@ -133,7 +145,7 @@ void local_decide(engine_call *c) {
     }
     double cost[ENGINE_DIMS], rate[ENGINE_DIMS], tat[ENGINE_DIMS], s, fence;
     const char *reason;
-    request_costs(d, c->tokens, c->split, c->input, c->output, cost);
+    request_costs(d, c->tokens, c->split, c->input, c->output, c->exact, cost);
     if (local_slot(d, cost, &s, &reason, &fence, rate, tat)) {
         engine_shed sh = {engine_shed_reasons[ENGINE_SHED_TOO_LARGE], -1};
         call_shed(c, &sh);
@@ -169,7 +181,7 @@ int local_estimate(const dep *d, const engine_req *rq, long long max_wait_ms, en
     double cost[ENGINE_DIMS], rate[ENGINE_DIMS], tat[ENGINE_DIMS], s, fence;
     const char *reason;
     long long tokens = rq->split ? rq->input + rq->output : rq->tokens;
-    request_costs(d, tokens, rq->split, rq->input, rq->output, cost);
+    request_costs(d, tokens, rq->split, rq->input, rq->output, rq->exact, cost);
     out->local = 1;
     out->tokens = tokens;
     out->deployment = d->name;

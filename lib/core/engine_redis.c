@@ -83,8 +83,8 @@ void dep_configure(dep *d) {
     if (!d->cfg || d->configuring || !dep_ready(d) || e->stopping) return;
     const struct config_deployment *c = d->cfg;
     /* The configure script's fields (docs/redis-keys.md), from the YAML:
-     * 31 scalars, the lane and tenant settings, one per lane and tenant. */
-    size_t cap = 40 + c->nlanes + c->ntenants;
+     * 34 scalars, the lane and tenant settings, one per lane and tenant. */
+    size_t cap = 48 + c->nlanes + c->ntenants;
     struct kv {
         char name[CONFIG_NAME_MAX + 16];
         char val[96];
@@ -129,6 +129,9 @@ void dep_configure(dep *d) {
     F("refund_lag_ms", "%lld", c->refund_lag_ms);
     F("tokens_rule", "%s", c->tokens_rule == CONFIG_TOKENS_MAX ? "max" : "sum");
     F("horizon_ms", "%lld", c->horizon_ms);
+    F("estimate_exact", "%d", c->estimate == CONFIG_ESTIMATE_EXACT ? 1 : 0);
+    F("estimate_half_life_ms", "%lld", c->estimate_half_life_s * 1000);
+    F("estimate_learn_horizon_ms", "%lld", c->estimate_learn_horizon_ms);
     F("silent_ms", "%lld", engine_silent_ms(e));
     F("agent_window_ms", "%lld", engine_agent_window_ms(e));
     F("silent_hold_ms", "%lld", engine_silent_hold_ms(e));

@@ -10,10 +10,13 @@
 
 /* ---- reserve --------------------------------------------------------------- */
 
-/* An item's estimate for the reserve script: "c", or "i+o" when split. */
+/* An item's estimate for the reserve script: "c", or "i+o" when split;
+ * with a leading "=" when the caller counted it exactly (never
+ * calibrated, docs/redis-keys.md "Calibrated estimates"). */
 void call_tokens_arg(const engine_call *c, char *buf, size_t n) {
-    if (c->split) snprintf(buf, n, "%lld+%lld", c->input, c->output);
-    else snprintf(buf, n, "%lld", c->tokens);
+    const char *x = c->exact ? "=" : "";
+    if (c->split) snprintf(buf, n, "%s%lld+%lld", x, c->input, c->output);
+    else snprintf(buf, n, "%s%lld", x, c->tokens);
 }
 
 typedef struct reserve_batch {

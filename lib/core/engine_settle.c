@@ -77,6 +77,14 @@ static void dep_follow_rates(dep *d, const redisReply *rates) {
     for (size_t i = 0; i + 4 < rates->elements; i += 5) {
         const redisReply *nm = rates->element[i];
         if (nm->type != REDIS_REPLY_STRING) continue;
+        if (!strcmp(nm->str, "estimate")) {
+            /* {estimate, ratio in force, learned, kept, learning}: the
+             * local fallback charges at it (engine_local.c). */
+            const redisReply *v = rates->element[i + 1];
+            double r = v->type == REDIS_REPLY_STRING ? atof(v->str) : 0;
+            if (r > 0) dep_set_est_ratio(d, r);
+            continue;
+        }
         int k = dim_index(nm->str);
         if (k < 0) continue;
         engine_dim_rates *dr = &d->rates[k];

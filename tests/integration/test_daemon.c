@@ -118,6 +118,12 @@ static void test_redis_cli_session(void **state) {
     assert_true(!strncmp(id, "d:", 2));
     assert_true(waited >= 0 && waited < 1000);
     assert_int_equal(tokens, 10);
+    /* EXACT, a flag anywhere among the options: charged as given. */
+    assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "d", "EXACT", "INPUT", "6", "OUTPUT", "4", NULL), 0);
+    assert_int_equal(sscanf(out, "%127s\n%lld\n%lld\n", id, &waited, &tokens), 3);
+    assert_int_equal(tokens, 10);
+    assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "d", "TOKENS", "10", "EXACT", NULL), 0);
+    assert_int_equal(sscanf(out, "%127s\n%lld\n%lld\n", id, &waited, &tokens), 3);
 
     /* SETTLE with a forwarded Retry-After (delay-seconds): +OK, and the
      * deployment is paused for about a second, fleet-wide. */
@@ -139,13 +145,14 @@ static void test_redis_cli_session(void **state) {
     assert_contains(out, "\nrpm\n600\n");
     assert_contains(out, "\nretry_balance\n");
     assert_contains(out, "\nagent_paused_ms\n");
+    assert_contains(out, "\nestimate_ratio\n1.0000\n");
 
     assert_int_equal(cli(&d, out, sizeof(out), "INFO", NULL), 0);
     for (const char *sec = "# Server\0# Clients\0# Deployments\0# Redis\0# Stats\0"; *sec; sec += strlen(sec) + 1)
         assert_contains(out, sec);
     assert_contains(out, "deployment_d:rpm=600,tpm=60000,burst_requests=5,burst_tokens=10000");
     assert_contains(out, "mode:redis");
-    assert_true(info_field(out, "grants") == 1);
+    assert_true(info_field(out, "grants") == 3); /* TOKENS 10, and the two EXACT */
     assert_true(info_field(out, "settle_pauses") == 1);
     assert_true(info_field(out, "sheds_paused") == 1);
     assert_true(info_field(out, "retries_allowed") == 1);
@@ -175,7 +182,8 @@ static void test_redis_cli_session(void **state) {
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_string_equal(
         r->element[1]->str,
-        "ACQUIRE <deployment|group> [TOKENS n | INPUT n OUTPUT m] [MAXWAIT ms] [LANE name] [TENANT name] [TAG tag]");
+        "ACQUIRE <deployment|group> [TOKENS n | INPUT n OUTPUT m] [MAXWAIT ms] [LANE name] [TENANT name] [TAG tag] "
+        "[EXACT]");
     freeReplyObject(r);
     redisFree(c);
     /* Interactive-style use through stdin (redis-cli probes COMMAND). */

@@ -89,7 +89,7 @@ static void test_combined_tokens_never_refunded(void **state) {
     /* 60000 TPM = 1 token per ms; requests plentiful; a daily budget so the
      * daily counter shows. */
     configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "10000", "tpd",
-                 "100000000", NULL);
+                 "100000000", "estimate_exact", "1", NULL);
     grant g = reserve_tok(dep, "300+1000", 0);
     assert_true(g.granted);
     double tat0 = state_num(dep, "tokens_tat");
@@ -128,7 +128,7 @@ static void test_combined_tokens_never_refunded(void **state) {
 
     /* The opt-in (refund.tokens: true) gives the unused part back. */
     configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "10000",
-                 "refund_tokens", "1", NULL);
+                 "refund_tokens", "1", "estimate_exact", "1", NULL);
     g = reserve_tok(dep, "1000", 0);
     double tat4 = state_num(dep, "tokens_tat");
     settle_fb(dep, g.id, "400", "ok", -1, "-", res, sizeof(res));
@@ -158,7 +158,8 @@ static const char *limits_text(const char *dep, const char *field, char *buf, si
 
 static void test_combined_estimate_not_counted_twice(void **state) {
     const char *dep = "azure-split";
-    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "10000", NULL);
+    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "10000",
+                 "estimate_exact", "1", NULL);
     char res[32];
     struct {
         const char *est, *usage;
@@ -191,7 +192,7 @@ static void test_combined_estimate_not_counted_twice(void **state) {
 static void test_openai_max_rule(void **state) {
     const char *dep = "openai-max";
     configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "10000",
-                 "tokens_rule", "max", NULL);
+                 "tokens_rule", "max", "estimate_exact", "1", NULL);
     char rule[16];
     assert_string_equal(limits_text(dep, "tokens_rule", rule, sizeof(rule)), "max");
     char res[32];
@@ -220,7 +221,7 @@ static void test_openai_max_rule(void **state) {
     /* A cancel before the slot gives back exactly what the grant charged. */
     dep = "openai-max-cancel";
     configure_on(rc, dep, "rpm", "60", "tpm", "60000", "burst_requests", "1", "burst_tokens", "10000", "tokens_rule",
-                 "max", NULL);
+                 "max", "estimate_exact", "1", NULL);
     grant a = reserve_tok(dep, "100+300", 0);
     grant b = reserve_tok(dep, "100+300", 5000);
     assert_true(a.granted && b.granted && b.wait_ms > 0);
@@ -241,7 +242,7 @@ static void test_openai_max_rule(void **state) {
 static void test_anthropic_input_and_output(void **state) {
     const char *dep = "claude";
     configure_on(rc, dep, "rpm", "600000", "itpm", "60000", "otpm", "60000", "burst_requests", "1000", "burst_input",
-                 "10000", "burst_output", "10000", NULL);
+                 "10000", "burst_output", "10000", "estimate_exact", "1", NULL);
     grant g = reserve_tok(dep, "300+1000", 0);
     assert_true(g.granted);
     double in0 = state_num(dep, "input_tat"), out0 = state_num(dep, "output_tat");

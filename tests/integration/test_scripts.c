@@ -866,6 +866,143 @@ static char *hget_text(const char *key, const char *field) {
     return v;
 }
 
+/* ---- calibrated estimates (docs/redis-keys.md) ------------------------ */
+
+/* The tokens field (the first) of grant id's record on dep, as a number. */
+static long long record_tokens(const char *dep, long long id, char **rec_out) {
+    char key[96], ids[24];
+    snprintf(key, sizeof(key), "sluice:{%s}:grants", dep);
+    snprintf(ids, sizeof(ids), "%lld", id);
+    char *rec = hget_text(key, ids);
+    long long v = atoll(rec);
+    if (rec_out) *rec_out = rec;
+    else free(rec);
+    return v;
+}
+
+/* One settle of id on dep with usage (text) ok. */
+static void settle_usage(const char *dep, long long id, const char *usage) {
+    char ids[24];
+    snprintf(ids, sizeof(ids), "%lld", id);
+    redisReply *r = script_callv(rc, SCRIPT_SETTLE, dep, "1", ids, usage, "ok", "-1", NULL);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("settle: %s", r->str);
+    freeReplyObject(r);
+}
+
+static char *state_field(const char *dep, const char *f) {
+    char key[96];
+    snprintf(key, sizeof(key), "sluice:{%s}:state", dep);
+    return hget_text(key, f);
+}
+
+/* The provider counts 3.2x the estimate's input part: the settle learns
+ * it, the next grant charges the input part at it (the max output as
+ * given), and an exact item is charged as sent and teaches nothing. */
+static void test_calibration_learns_and_applies(void **state) {
+    (void)state;
+    configure_on(rc, "cal", "rpm", "6000", "tpm", "1000000", NULL);
+    long long id = 0;
+    assert_int_equal(reserve_lane1("cal", "500+500", "60000", "", &id), 1);
+    char *rec = NULL;
+    assert_int_equal(record_tokens("cal", id, &rec), 1000);
+    assert_non_null(strstr(rec, ",500,500,,,500")); /* the raw input estimate, field 11 */
+    free(rec);
+    settle_usage("cal", id, "1600+300");
+    char *q = state_field("cal", "estimate_ratio");
+    assert_string_equal(q, "3.2000");
+    free(q);
+    assert_int_equal(reserve_lane1("cal", "500+500", "60000", "", &id), 1);
+    assert_int_equal(record_tokens("cal", id, &rec), 1600 + 500);
+    assert_non_null(strstr(rec, ",1600,500,,,500"));
+    free(rec);
+    /* Charged as the provider counts: the settle charges nothing more. */
+    settle_usage("cal", id, "1600+200");
+    char *ch = state_field("cal", "tokens_charged");
+    assert_string_equal(ch, "1100"); /* the first grant's 1100 only */
+    free(ch);
+    /* Exact: charged as sent, no raw estimate, no sample. */
+    assert_int_equal(reserve_lane1("cal", "=500+500", "60000", "", &id), 1);
+    assert_int_equal(record_tokens("cal", id, &rec), 1000);
+    assert_null(strstr(rec, ",,,"));
+    free(rec);
+    settle_usage("cal", id, "900+200");
+    char *n = state_field("cal", "estimate_samples");
+    assert_string_equal(n, "2");
+    free(n);
+    /* A combined figure: its parts unknown, times the ratio above 1. */
+    assert_int_equal(reserve_lane1("cal", "1000", "60000", "", &id), 1);
+    assert_int_equal(record_tokens("cal", id, NULL), 3200);
+    /* The deployment counts exactly: nothing is calibrated. */
+    configure_on(rc, "cal", "rpm", "6000", "tpm", "1000000", "estimate_exact", "1", NULL);
+    assert_int_equal(reserve_lane1("cal", "500+500", "60000", "", &id), 1);
+    assert_int_equal(record_tokens("cal", id, NULL), 1000);
+}
+
+/* The safe side: the 90th percentile of the kept ratios, not the mean;
+ * a ratio below 1 lowers the charge (so the fleet uses the quota); a
+ * combined figure is never lowered; without news the ratio decays toward
+ * 1 with the half-life. */
+static void test_calibration_quantile_low_and_decay(void **state) {
+    (void)state;
+    configure_on(rc, "calq", "rpm", "6000", "tpm", "1000000", "estimate_half_life_ms", "600000", NULL);
+    /* Ten ratios 0.5 .. 0.95 (prompt 50 .. 95 of an estimate of 100). */
+    for (int k = 0; k < 10; k++) {
+        long long id = 0;
+        assert_int_equal(reserve_lane1("calq", "=0+10", "60000", "", &id), 1);
+        settle_usage("calq", id, "1+1"); /* exact: no sample */
+        assert_int_equal(reserve_lane1("calq", "100+10", "60000", "", &id), 1);
+        char u[32];
+        snprintf(u, sizeof(u), "%d+5", 50 + 5 * k);
+        settle_usage("calq", id, u);
+    }
+    char *q = state_field("calq", "estimate_ratio");
+    assert_string_equal(q, "0.9000"); /* the 9th of 10 */
+    free(q);
+    long long id = 0;
+    assert_int_equal(reserve_lane1("calq", "100+10", "60000", "", &id), 1);
+    assert_int_equal(record_tokens("calq", id, NULL), 90 + 10);
+    assert_int_equal(reserve_lane1("calq", "110", "60000", "", &id), 1);
+    assert_int_equal(record_tokens("calq", id, NULL), 110);
+    /* A half-life later: halfway back to 1 (0.95), two: 0.975. */
+    char *at = state_field("calq", "estimate_ratio_at");
+    char older[64];
+    snprintf(older, sizeof(older), "%.3f", atof(at) - 1200000);
+    free(at);
+    freeReplyObject(redisCommand(rc, "HSET sluice:{calq}:state estimate_ratio_at %s", older));
+    assert_int_equal(reserve_lane1("calq", "1000+10", "60000", "", &id), 1);
+    long long t = record_tokens("calq", id, NULL);
+    assert_true(t >= 975 + 10 && t <= 976 + 10);
+    /* STATUS shows the ratio in force and the one learned. */
+    redisReply *r = script_callv(rc, SCRIPT_STATUS, "calq", NULL);
+    assert_non_null(r);
+    int seen = 0;
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        if (!strcmp(r->element[i]->str, "estimate_ratio")) {
+            assert_true(atof(r->element[i + 1]->str) > 0.97 && atof(r->element[i + 1]->str) < 0.98);
+            seen++;
+        }
+        if (!strcmp(r->element[i]->str, "estimate_ratio_learned")) {
+            assert_string_equal(r->element[i + 1]->str, "0.9000");
+            seen++;
+        }
+    }
+    assert_int_equal(seen, 2);
+    freeReplyObject(r);
+}
+
+/* While learning (fewer than 4 fresh ratios) an item that teaches is not
+ * granted beyond estimate_learn_horizon_ms (deferred); an exact one is. */
+static void test_calibration_learning_horizon(void **state) {
+    (void)state;
+    configure_on(rc, "call", "rpm", "6000", "tpm", "6000", "burst_tokens", "100", "estimate_learn_horizon_ms", "250",
+                 NULL);
+    long long id = 0;
+    assert_int_equal(reserve_lane1("call", "50+50", "60000", "", &id), 1);  /* now */
+    assert_int_equal(reserve_lane1("call", "50+50", "60000", "", &id), 2);  /* 1 s ahead: deferred */
+    assert_int_equal(reserve_lane1("call", "=50+50", "60000", "", &id), 1); /* exact: reserved ahead */
+}
+
 /* configure writes the fields (defaults too) and the packed form the
  * scripts read, with the plan only when there are lanes or tenants; a
  * hash without the packed field (an older configure) is read as before;
@@ -900,7 +1037,8 @@ static void test_limits_packed_and_records(void **state) {
         assert_int_equal(reserve_lane1(deps[k], "1", "60000", "hi", NULL), 1);
         assert_true(hash_num(rc, deps[k], "state", "l.lo.deferred_total") == 1);
     }
-    /* Records: 8 fields without input/output tokens, 10 with. */
+    /* Records: 8 fields without input/output tokens, 10 with, and an 11th (the raw
+     * input estimate) for an item the calibration learns from. */
     configure_on(rc, "rec-a", "rpm", "60", "tpm", "1000", NULL);
     configure_on(rc, "rec-b", "rpm", "60", "itpm", "1000", "otpm", "1000", NULL);
     long long ida = 0, idb = 0;
@@ -916,7 +1054,7 @@ static void test_limits_packed_and_records(void **state) {
     for (char *c = ra; *c; c++) na += *c == ',';
     for (char *c = rb; *c; c++) nb += *c == ',';
     assert_int_equal(na, 8);
-    assert_int_equal(nb, 10);
+    assert_int_equal(nb, 11);
     /* An older record (tokens,slot,reserved,creq,ctok) settles. */
     char *comma = ra;
     for (int k = 0; k < 5; k++) comma = strchr(comma + 1, ',');
@@ -951,6 +1089,9 @@ int main(void) {
         cmocka_unit_test(test_silent_share_held),
         cmocka_unit_test(test_never_over_offer_random),
         cmocka_unit_test(test_limits_packed_and_records),
+        cmocka_unit_test(test_calibration_learns_and_applies),
+        cmocka_unit_test(test_calibration_quantile_low_and_decay),
+        cmocka_unit_test(test_calibration_learning_horizon),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

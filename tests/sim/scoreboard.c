@@ -110,6 +110,17 @@ static void one_stray(sim_world_cfg *c) {
     c->stray_ms[0] = 25000;
 }
 
+static void half_count(sim_world_cfg *c) {
+    /* The provider's tokenizer counts an English character as an eighth
+     * of a token: half of sluice's chars / 4. */
+    c->tokens_per_char[SIM_LANG_EN] = 0.125;
+}
+
+static void cjk_3_5(sim_world_cfg *c) {
+    /* 0.875 tokens a CJK character: 3.5 times sluice's chars / 4. */
+    c->tokens_per_char[SIM_LANG_CJK] = 0.875;
+}
+
 /* ---- the table ---- */
 
 #define NO_FAULTS                                                                                                      \
@@ -187,6 +198,18 @@ static const sb_more idle_more = {.classes = {{.callers = 1, .calls = 1, .start_
                                               {.callers = 1, .calls = 1, .start_ms = 61000, .jitter_ms = 200}},
                                   .nclasses = 2,
                                   .idle_ms = 61000};
+
+/* Calibrated estimates (issue 23): <= 1 % 429s after the first 5 s and
+ * at most 5 in all, >= 95 % of the floor, and the window as everywhere. */
+#define CAL_B                                                                                                          \
+    {                                                                                                                  \
+        .max_429_pct = 1, .after_ms = 5000, .max_429 = 5, .min_floor_pct = 95, .max_window_x = 1.02,                   \
+        .max_p99_wait_ms = 300000                                                                                      \
+    }
+
+/* A fleet that starts cold on prompts sluice's chars / 4 misjudges grants
+ * just in time until the ratio is learned (docs/configuration.md). */
+#define CAL_YAML "    estimate_learn_horizon_ms: 250\n"
 
 static const sb_scenario table[] = {
     {"azure-standard", "azure-standard", "Azure standard: 1 s and 10 s request windows, nobody else", NULL, "azure",
@@ -323,24 +346,13 @@ static const sb_scenario table[] = {
     {"azure-release-at-end", "azure-release-at-end", "Azure giving unused max_tokens back at the end", NULL, "azure",
      NULL, AZ_TRAFFIC, NO_FAULTS, 0, 0, STD_AZ,
      "86.7..87.2 % of the floor: style azure never refunds, this world gives unused tokens back", NULL},
-    {"cjk-estimate",
-     "azure-standard",
-     "CJK prompts: the world counts 0.8 a char, sluice estimates chars/4",
-     NULL,
-     "azure",
-     NULL,
-     3,
-     50,
-     1,
-     SIM_LANG_CJK,
-     2000,
-     500,
-     NO_FAULTS,
-     0,
-     0,
-     {.max_429_pct = 1, .after_ms = 5000, .min_floor_pct = 95, .max_window_x = 1.02, .max_p99_wait_ms = 300000},
-     "429s 4.7..5.3 %, failed 7..8, window 2.07x: the estimate is not corrected; a 429 pauses ~790 s",
-     NULL},
+    {"cjk-estimate", "azure-standard", "CJK prompts: the world counts 0.8 a char, sluice estimates chars/4", NULL,
+     "azure", CAL_YAML, 3, 50, 1, SIM_LANG_CJK, 2000, 500, NO_FAULTS, 0, 0, CAL_B, NULL, NULL},
+    {"estimate-3.5x", "azure-standard", "the world counts 3.5x sluice's estimate of the prompt (0.875 a CJK char)",
+     cjk_3_5, "azure", CAL_YAML, 3, 50, 1, SIM_LANG_CJK, 2000, 500, NO_FAULTS, 0, 0, CAL_B, NULL, NULL},
+    {"estimate-0.5x", "azure-standard",
+     "the world counts half of sluice's estimate of the prompt (0.125 an English char)", half_count, "azure", CAL_YAML,
+     3, 50, 2, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0, CAL_B, NULL, NULL},
     {"openai-standard", "openai-standard", "OpenAI at 200k TPM / 500 RPM", NULL, "openai", NULL, 3, 50, 4, SIM_LANG_EN,
      2000, 500, NO_FAULTS, 0, 0, STD_95, NULL, NULL},
     {"openai-quantized", "openai-quantized", "OpenAI enforcing a minute's limits per second", NULL, "openai", NULL, 3,
