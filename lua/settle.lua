@@ -319,6 +319,7 @@ end
 
 local refund_lag = sl_num(limits, 'refund_lag_ms', 250)
 local tmax = limits.tokens_rule == 'max'
+local burndown = sl_num(limits, 'output_burndown', 1)
 local out = {now_us, 0, '1', 0}
 local deposits, done = 0, {}
 local decreased = false
@@ -399,6 +400,10 @@ for i = 1, n do
           elseif split and tmax then
             counted = math.max(inp, outp)
           end
+          -- Bedrock's burndown: the provider counts input + output x
+          -- burndown at the end of the request, up or down from what it
+          -- reserved.
+          if split and burndown ~= 1 then counted = inp + burndown * outp end
           dim_settle(d, cost[2], counted, slot)
         elseif d.name == 'input' and split then
           -- Counted at admission as the estimate (or the prompt, when

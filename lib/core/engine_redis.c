@@ -128,6 +128,7 @@ void dep_configure(dep *d) {
     F("jitter_ms", "%lld", c->jitter_ms);
     F("refund_lag_ms", "%lld", c->refund_lag_ms);
     F("tokens_rule", "%s", c->tokens_rule == CONFIG_TOKENS_MAX ? "max" : "sum");
+    if (c->output_burndown != 1) F("output_burndown", "%.6g", c->output_burndown);
     F("horizon_ms", "%lld", c->horizon_ms);
     F("silent_ms", "%lld", engine_silent_ms(e));
     F("agent_window_ms", "%lld", engine_agent_window_ms(e));
