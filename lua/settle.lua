@@ -181,7 +181,7 @@ end
 -- The day's usage moves with what settles learn (a grant of an earlier day
 -- no longer counts). The tenant's daily tokens move with the deployment's.
 local function daily_adjust(reserved_ms, dreq, dtok, tenant)
-  if not daily or sl_num(daily, 'day', -1) ~= math.floor(reserved_ms / 86400000) then return end
+  if not daily or sl_num(daily, 'day', -1) ~= sl_day(limits, reserved_ms) then return end
   daily.requests = math.max(0, sl_num(daily, 'requests', 0) + dreq)
   daily.tokens = math.max(0, sl_num(daily, 'tokens', 0) + dtok)
   local tf = tenant and ('t.' .. tenant .. '.tokens')

@@ -12,6 +12,7 @@
 #include "config.h"
 
 #include "cfgtab.h"
+#include "tz.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -201,7 +202,7 @@ static int check_deployment_name(const char *s, size_t len, char *why, size_t n)
 
 static const char *const fail_names[] = {"open", "closed", "hold", NULL};
 static const char *const level_names[] = {"error", "warn", "info", "debug", NULL};
-static const char *const style_names[] = {"azure", "openai", "anthropic", "custom", "bedrock", NULL};
+static const char *const style_names[] = {"azure", "openai", "anthropic", "custom", "bedrock", "gemini", NULL};
 static const char *const stream_usage_names[] = {"inject", "off", NULL};
 static const char *const tokens_rule_names[] = {"sum", "max", NULL};
 
@@ -347,8 +348,11 @@ static const cfg_row deployment_rows[] = {
             "Fleet-wide cap on requests in flight; 0 = no cap."),
     CFG_INT("lease_s", cfg_deployment, lease_s, "120", 1, 86400, 0,
             "Seconds a concurrency lease or an unsettled grant lives after its slot."),
-    CFG_INT("rpd", cfg_deployment, rpd, "0", 0, 1e12, 0, "Requests per UTC day; 0 = unlimited."),
-    CFG_INT("tpd", cfg_deployment, tpd, "0", 0, 1e15, 0, "Tokens per UTC day; 0 = unlimited."),
+    CFG_INT("rpd", cfg_deployment, rpd, "0", 0, 1e12, 0, "Requests per day (see daily_reset); 0 = unlimited."),
+    CFG_INT("tpd", cfg_deployment, tpd, "0", 0, 1e15, 0, "Tokens per day (see daily_reset); 0 = unlimited."),
+    CFG_STR("daily_reset", cfg_deployment, daily_reset, NULL, NULL,
+            "Time zone (tz database name) whose midnight starts the day of rpd, tpd and tenants' daily_tokens; "
+            "default America/Los_Angeles for style gemini, else UTC."),
     CFG_INT("max_wait_ms", cfg_deployment, max_wait_ms, "60000", 0, 86400000, 0,
             "Longest wait for ACQUIRE without MAXWAIT; a longer wait is shed at once."),
     CFG_BOOL("refund", cfg_deployment, refund, "false",
@@ -389,8 +393,8 @@ static const cfg_row deployment_rows[] = {
              "The HTTP proxy sends the key of api_key_env upstream instead of the caller's credentials; TCP callers "
              "must then present a client key (agent.http.clients)."),
     CFG_ENUM("style", cfg_deployment, style, "azure", style_names,
-             "Provider profile: azure, openai, anthropic, bedrock or custom; the API style and how tokens are "
-             "counted."),
+             "Provider profile: azure, openai, anthropic, bedrock, gemini or custom; the API style and how tokens "
+             "are counted."),
     CFG_STR("api_version", cfg_deployment, api_version, NULL, check_token,
             "api-version query parameter (style azure), or the anthropic-version header (style anthropic)."),
     CFG_ENUM("stream_usage", cfg_deployment, stream_usage, "inject", stream_usage_names,
@@ -586,6 +590,11 @@ static int profile_check(cfg_ctx *ctx, cfg_entity *ent, const cfg_deployment *d)
     } else if (d->style == CONFIG_STYLE_ANTHROPIC) {
         bad = combined;
         has = "input and output tokens apart (itpm, otpm), no combined tpm";
+    } else if (d->style == CONFIG_STYLE_GEMINI) {
+        static const char *const gemini_bad[] = {"tpm",  "burst.tokens",        "refund.tokens",        "tokens_rule",
+                                                 "otpm", "burst.output_tokens", "refund.output_tokens", NULL};
+        bad = gemini_bad;
+        has = "input tokens only (itpm: its \"Tokens per minute (input)\")";
     }
     for (int i = 0; bad && bad[i]; i++)
         if (cfg_entity_seen(ent, bad[i]))
@@ -636,6 +645,21 @@ static int deployment_finish(cfg_ctx *ctx, cfg_entity *ent) {
         if (read_secret(ctx, ent, "api_key_env", d->api_key_env, NULL, "", &d->api_key_) != 0) return -1;
     }
     if (!cfg_entity_seen(ent, "tokens_rule") && d->style == CONFIG_STYLE_OPENAI) d->tokens_rule = CONFIG_TOKENS_MAX;
+    if (!cfg_entity_seen(ent, "daily_reset") && d->style == CONFIG_STYLE_GEMINI) {
+        /* Gemini: "Requests per day (RPD) quotas reset at midnight Pacific
+         * time" (ai.google.dev/gemini-api/docs/rate-limits). */
+        char *la = cfg_strndup("America/Los_Angeles", 19);
+        if (!la) return cfg_entity_fail(ctx, ent, "daily_reset", "out of memory");
+        free(d->daily_reset);
+        d->daily_reset = la;
+    }
+    if (d->daily_reset[0]) {
+        tz_zone *z = NULL;
+        char why[256];
+        if (tz_load(NULL, d->daily_reset, &z, why, sizeof(why)) != 0)
+            return cfg_entity_fail(ctx, ent, "daily_reset", "%s", why);
+        tz_free(z);
+    }
     if (!cfg_entity_seen(ent, "output_burndown"))
         d->output_burndown = d->style == CONFIG_STYLE_BEDROCK ? default_burndown(d) : 1;
     /* Bedrock reserves input + max_tokens and settles to what the request

@@ -80,7 +80,7 @@ typedef struct sb_more {
 struct sb_scenario {
     const char *name, *world, *what;
     void (*tweak)(sim_world_cfg *c); /* NULL: the world as scenarios.c has it */
-    const char *style;               /* azure, openai, anthropic, bedrock, custom */
+    const char *style;               /* azure, openai, anthropic, bedrock, gemini, custom */
     const char *yaml_extra;          /* more deployment keys, indented 4 */
     int agents, callers, calls;      /* callers per agent */
     sim_lang lang;
@@ -353,14 +353,12 @@ static const sb_scenario table[] = {
      NULL},
     {"bedrock-burndown-1", "bedrock-burndown-1", "Bedrock for a model outside the 5x list", NULL, "bedrock", NULL, 3,
      25, 2, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0, STD_95, NULL, NULL},
-    {"gemini-standard", "gemini-standard", "Gemini: input-only TPM, wall-clock minutes", NULL, "custom", NULL, 3, 50, 6,
+    {"gemini-standard", "gemini-standard", "Gemini: input-only TPM, wall-clock minutes", NULL, "gemini", NULL, 3, 50, 6,
      SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0, STD_95, NULL, NULL},
     {"gemini-rpd-spring", "gemini-rpd-spring", "Gemini: 300 a day, the Pacific day turns 10 min in (23 h)", NULL,
-     "custom", NULL, 3, 20, 7, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 900000, STD_95,
-     "failed 120 of 420: the governor's day turns at UTC midnight (16 h), Gemini's at Pacific (10 min)", NULL},
+     "gemini", NULL, 3, 20, 7, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 900000, STD_95, NULL, NULL},
     {"gemini-rpd-autumn", "gemini-rpd-autumn", "Gemini: 300 a day, the Pacific day turns 10 min in (25 h)", NULL,
-     "custom", NULL, 3, 20, 7, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 900000, STD_95,
-     "failed 120 of 420: the governor's day turns at UTC midnight (16 h), Gemini's at Pacific (10 min)", NULL},
+     "gemini", NULL, 3, 20, 7, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 900000, STD_95, NULL, NULL},
     {"fault-redis-restart",
      "azure-standard",
      "Redis stopped at 30 s for 3 s and restarted empty",

@@ -331,6 +331,17 @@ static void test_bedrock_profile(void **state) {
     c = config_deployment(cfg, "mine");
     assert_true(c->output_burndown == 3);
     assert_int_equal(c->refunds.tokens, 0);
+    assert_string_equal(c->daily_reset, "");
+    config_free(cfg);
+    /* Gemini: input tokens only, its day at midnight Pacific time. */
+    cfg = load_ok("deployments:\n"
+                  "  flash: {style: gemini, rpm: 1000, itpm: 1000000, rpd: 10000}\n"
+                  "  utc: {style: gemini, rpm: 10, daily_reset: UTC}\n");
+    c = config_deployment(cfg, "flash");
+    assert_int_equal(c->style, CONFIG_STYLE_GEMINI);
+    assert_string_equal(c->daily_reset, "America/Los_Angeles");
+    assert_int_equal(c->refunds.input_tokens, 0);
+    assert_string_equal(config_deployment(cfg, "utc")->daily_reset, "UTC");
     config_free(cfg);
 }
 
@@ -517,8 +528,8 @@ static const bad_case bad_cases[] = {
     /* other types */
     {DEP "    rpm: 1\n    refund: maybe\n",
      ":4: key 'deployments.gpt-4o.refund': must be true or false, got \"maybe\""},
-    {DEP "    rpm: 1\n    style: Azure\n",
-     ":4: key 'deployments.gpt-4o.style': must be one of azure, openai, anthropic, custom, bedrock, got \"Azure\""},
+    {DEP "    rpm: 1\n    style: Azure\n", ":4: key 'deployments.gpt-4o.style': must be one of azure, openai, "
+                                           "anthropic, custom, bedrock, gemini, got \"Azure\""},
     /* provider profiles: a dimension the profile does not have, at its key */
     {DEP "    rpm: 1\n    tpm: 1000\n    itpm: 500\n",
      ":5: key 'deployments.gpt-4o.itpm': style azure has combined tokens (tpm): input and output are not limited "
@@ -542,6 +553,12 @@ static const bad_case bad_cases[] = {
     {DEP "    rpm: 1\n    style: custom\n    itpm: 1000\n    output_burndown: 2\n",
      ":6: key 'deployments.gpt-4o.output_burndown': counts output tokens in the combined tokens (tpm), which this "
      "deployment does not limit"},
+    {DEP "    rpm: 1\n    rpd: 300\n    daily_reset: Mars/Olympus_Mons\n",
+     ":5: key 'deployments.gpt-4o.daily_reset': unknown time zone 'Mars/Olympus_Mons' (no "
+     "/usr/share/zoneinfo/Mars/Olympus_Mons in the tz database; install tzdata)"},
+    {DEP "    rpm: 1\n    style: gemini\n    tpm: 1000\n",
+     ":5: key 'deployments.gpt-4o.tpm': style gemini has input tokens only (itpm: its \"Tokens per minute "
+     "(input)\"); use style custom to configure any dimension (docs/providers.md)"},
     {DEP "    rpm: 1\n    style: anthropic\n    itpm: -1\n",
      ":5: key 'deployments.gpt-4o.itpm': must be a non-negative integer, got \"-1\""},
     {DEP "    rpm: 1\n    refund: {output: true}\n", ":4: key 'deployments.gpt-4o.refund.output': unknown key"},
