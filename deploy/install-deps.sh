@@ -6,7 +6,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config git
       libhiredis-dev libuv1-dev libcurl4-openssl-dev libyaml-dev libcmocka-dev
-      libhttp-parser-dev libjansson-dev
+      libhttp-parser-dev libjansson-dev tzdata
       redis-server redis-tools python3 python3-yaml python3-redis python3-httpx shellcheck clang clang-format-14 libclang-rt-14-dev valgrind)
 missing=()
 for p in "${PKGS[@]}"; do

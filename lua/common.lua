@@ -169,6 +169,33 @@ local function sl_now(limits)
   return us / 1000, us
 end
 
+-- The day of the daily limits at t (ms): its number and the start of the
+-- next one (ms since the epoch). UTC days, or those of a time zone
+-- (daily_reset: Gemini's day starts at midnight Pacific time): then
+-- limits.day_zone holds the zone's offsets as "off0,t1,off1,t2,off2,..."
+-- (off_i in force from t_i on, ms), which the agent computes from the tz
+-- database (Redis has none), so a day is 23 or 25 hours across DST.
+local function sl_day(limits, t)
+  local z = limits.day_zone
+  if not z or z == '' then
+    local day = math.floor(t / 86400000)
+    return day, (day + 1) * 86400000
+  end
+  local function offset_at(u)
+    local it = string.gmatch(z, '[^,]+')
+    local off = tonumber(it())
+    while true do
+      local at, o = it(), it()
+      if not at or not o or tonumber(at) > u then return off end
+      off = tonumber(o)
+    end
+  end
+  local day = math.floor((t + offset_at(t)) / 86400000)
+  -- The next local midnight: its offset may differ from now's.
+  local guess = (day + 1) * 86400000 - offset_at(t)
+  return day, (day + 1) * 86400000 - offset_at(guess)
+end
+
 -- The schedule of one dimension: configured rate r0 (units per ms), the
 -- effective rate r (r0 x rate_scale), burst B, and its state fields.
 -- Callers start a little after their slot (timers, the network), so the

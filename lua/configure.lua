@@ -45,6 +45,14 @@ local FIELDS = {
   jitter_ms = {sl_uint, function(v) return v ~= nil and v <= 10000 end, 'an integer in [0, 10000]'},
   tokens_rule = {function(v) return v end, function(v) return v == 'sum' or v == 'max' end,
                  "sum (input + max output: Azure) or max (the larger of them: OpenAI)"},
+  -- Bedrock's burndown rate: quota tokens per output token in tpm (1 when
+  -- absent; settle.lua).
+  output_burndown = {tonumber, function(v) return v ~= nil and v > 0 and v <= 100 end, 'a number in (0, 100]'},
+  -- The day of the daily limits: a time zone's offsets, "off0,t1,off1,..."
+  -- (ms; sl_day), written by the agent from the tz database.
+  day_zone = {function(v) return v end,
+              function(v) return #v <= 4096 and string.match(v, '^%-?%d+[-,%d]*$') ~= nil end,
+              "'off0,t1,off1,...' (integers, ms)"},
   refund_lag_ms = {sl_uint, function(v) return v ~= nil and v <= 60000 end, 'an integer in [0, 60000]'},
   horizon_ms = {sl_int, function(v) return v ~= nil and v >= -1 and v <= 86400000 end, 'an integer in [-1, 86400000] (-1 = up to the max wait)'},
   test_clock_offset_ms = {sl_int, function(v) return v ~= nil end, 'an integer (tests only)'},

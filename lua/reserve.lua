@@ -77,7 +77,7 @@ local function reserve_open(limits, st)
     -- The day's usage: loaded now when the deployment has daily limits, or
     -- by the first item whose tenant has daily tokens (reserve_daily).
     daily_on = rpd > 0 or tpd > 0, daily = false, day_changed = false, daily_dirty = false,
-    to_midnight = sl_ceil(86400000 - (now % 86400000)),
+    to_midnight = false,  -- the next day's start less now (sl_day)
     private = {},       -- lane and tenant buckets, by their plan object
     private_used = {},  -- the private dimensions committed to (saved at close)
     grants = {}, leases = {}, granted = 0, shed = 0, deferred = 0, wait = -1,
@@ -89,6 +89,8 @@ local function reserve_open(limits, st)
     cal_off = sl_num(limits, 'estimate_exact', 0) == 1, item_raw = '',
   }
   if not x.cal_off then x.cal_r, x.cal_learning = sl_cal(limits, st, now) end
+  local day, next_day = sl_day(limits, now)
+  x.day, x.to_midnight = day, sl_ceil(next_day - now)
   for _, d in ipairs(dims) do
     d.qc = {}
     x.dim_of[d.i] = d
@@ -123,12 +125,12 @@ local function reserve_open(limits, st)
   return x
 end
 
--- The day's usage of x, loaded on first use (replaced at a new UTC day).
+-- The day's usage of x, loaded on first use (replaced at a new day, sl_day).
 local function reserve_daily(x)
   local daily = x.daily
   if daily then return daily end
   daily = sl_hash(KEYS[7])
-  local day = math.floor(x.now / 86400000)
+  local day = x.day
   if sl_num(daily, 'day', -1) ~= day then
     daily = {day = day, requests = 0, tokens = 0}
     x.day_changed = true

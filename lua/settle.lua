@@ -181,7 +181,7 @@ end
 -- The day's usage moves with what settles learn (a grant of an earlier day
 -- no longer counts). The tenant's daily tokens move with the deployment's.
 local function daily_adjust(reserved_ms, dreq, dtok, tenant)
-  if not daily or sl_num(daily, 'day', -1) ~= math.floor(reserved_ms / 86400000) then return end
+  if not daily or sl_num(daily, 'day', -1) ~= sl_day(limits, reserved_ms) then return end
   daily.requests = math.max(0, sl_num(daily, 'requests', 0) + dreq)
   daily.tokens = math.max(0, sl_num(daily, 'tokens', 0) + dtok)
   local tf = tenant and ('t.' .. tenant .. '.tokens')
@@ -319,6 +319,7 @@ end
 
 local refund_lag = sl_num(limits, 'refund_lag_ms', 250)
 local tmax = limits.tokens_rule == 'max'
+local burndown = sl_num(limits, 'output_burndown', 1)
 local out = {now_us, 0, '1', 0}
 local deposits, done = 0, {}
 local cal_news = {}  -- the provider's prompt count / the raw input estimate, per settled grant (sl_cal_learn)
@@ -406,6 +407,10 @@ for i = 1, n do
           elseif split and tmax then
             counted = math.max(inp, outp)
           end
+          -- Bedrock's burndown: the provider counts input + output x
+          -- burndown at the end of the request, up or down from what it
+          -- reserved.
+          if split and burndown ~= 1 then counted = inp + burndown * outp end
           dim_settle(d, cost[2], counted, slot)
         elseif d.name == 'input' and split then
           -- Counted at admission as the estimate (or the prompt, when

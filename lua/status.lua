@@ -26,7 +26,7 @@ do
   end
 end
 local daily = sl_hash(KEYS[7])
-local today_day = math.floor(now / 86400000)
+local today_day = sl_day(limits, now)
 local today = today_day
 local out = {
   'deployment', name,

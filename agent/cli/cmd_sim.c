@@ -195,6 +195,8 @@ static int provider_of(const struct config_deployment *d, const char *flag, sim_
     case CONFIG_STYLE_AZURE: *p = SIM_AZURE; return 0;
     case CONFIG_STYLE_OPENAI: *p = SIM_OPENAI; return 0;
     case CONFIG_STYLE_ANTHROPIC: *p = SIM_ANTHROPIC; return 0;
+    case CONFIG_STYLE_BEDROCK: *p = SIM_BEDROCK; return 0;
+    case CONFIG_STYLE_GEMINI: *p = SIM_GEMINI; return 0;
     default:
         fprintf(stderr, "sluice sim: deployment '%s' has style custom: say which provider it is with --provider\n",
                 d->name);

@@ -12,6 +12,7 @@
 #include "config.h"
 
 #include "cfgtab.h"
+#include "tz.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -200,7 +202,7 @@ static int check_deployment_name(const char *s, size_t len, char *why, size_t n)
 
 static const char *const fail_names[] = {"open", "closed", "hold", NULL};
 static const char *const level_names[] = {"error", "warn", "info", "debug", NULL};
-static const char *const style_names[] = {"azure", "openai", "anthropic", "custom", NULL};
+static const char *const style_names[] = {"azure", "openai", "anthropic", "custom", "bedrock", "gemini", NULL};
 static const char *const stream_usage_names[] = {"inject", "off", NULL};
 static const char *const tokens_rule_names[] = {"sum", "max", NULL};
 static const char *const estimate_names[] = {"learn", "exact", NULL};
@@ -347,8 +349,11 @@ static const cfg_row deployment_rows[] = {
             "Fleet-wide cap on requests in flight; 0 = no cap."),
     CFG_INT("lease_s", cfg_deployment, lease_s, "120", 1, 86400, 0,
             "Seconds a concurrency lease or an unsettled grant lives after its slot."),
-    CFG_INT("rpd", cfg_deployment, rpd, "0", 0, 1e12, 0, "Requests per UTC day; 0 = unlimited."),
-    CFG_INT("tpd", cfg_deployment, tpd, "0", 0, 1e15, 0, "Tokens per UTC day; 0 = unlimited."),
+    CFG_INT("rpd", cfg_deployment, rpd, "0", 0, 1e12, 0, "Requests per day (see daily_reset); 0 = unlimited."),
+    CFG_INT("tpd", cfg_deployment, tpd, "0", 0, 1e15, 0, "Tokens per day (see daily_reset); 0 = unlimited."),
+    CFG_STR("daily_reset", cfg_deployment, daily_reset, NULL, NULL,
+            "Time zone (tz database name) whose midnight starts the day of rpd, tpd and tenants' daily_tokens; "
+            "default America/Los_Angeles for style gemini, else UTC."),
     CFG_INT("max_wait_ms", cfg_deployment, max_wait_ms, "60000", 0, 86400000, 0,
             "Longest wait for ACQUIRE without MAXWAIT; a longer wait is shed at once."),
     CFG_BOOL("refund", cfg_deployment, refund, "false",
@@ -389,7 +394,8 @@ static const cfg_row deployment_rows[] = {
              "The HTTP proxy sends the key of api_key_env upstream instead of the caller's credentials; TCP callers "
              "must then present a client key (agent.http.clients)."),
     CFG_ENUM("style", cfg_deployment, style, "azure", style_names,
-             "Provider profile: azure, openai, anthropic or custom; the API style and how tokens are counted."),
+             "Provider profile: azure, openai, anthropic, bedrock, gemini or custom; the API style and how tokens "
+             "are counted."),
     CFG_STR("api_version", cfg_deployment, api_version, NULL, check_token,
             "api-version query parameter (style azure), or the anthropic-version header (style anthropic)."),
     CFG_ENUM("stream_usage", cfg_deployment, stream_usage, "inject", stream_usage_names,
@@ -398,6 +404,9 @@ static const cfg_row deployment_rows[] = {
     CFG_ENUM("tokens_rule", cfg_deployment, tokens_rule, "sum", tokens_rule_names,
              "How tpm charges a request at admission: sum (prompt + max output, Azure OpenAI) or max (the larger "
              "of them, OpenAI); default max for style openai, else sum."),
+    CFG_NUM("output_burndown", cfg_deployment, output_burndown, NULL, 0, 100, CFG_MIN_OPEN | CFG_DERIVED,
+            "Quota tokens one output token counts as in tpm (Bedrock's burndown rate; styles bedrock, custom); "
+            "default 5 for style bedrock when the name or an alias is one of the 5x Claude models, else 1."),
     CFG_INT("jitter_ms", cfg_deployment, jitter_ms, "10", 0, 10000, 0,
             "Release jitter in ms the schedule tolerates: callers may start this late without exceeding the burst."),
     CFG_INT("horizon_ms", cfg_deployment, horizon_ms, NULL, -1, 86400000, CFG_DERIVED,
@@ -584,19 +593,56 @@ static int profile_check(cfg_ctx *ctx, cfg_entity *ent, const cfg_deployment *d)
         NULL};
     const char *const *bad = NULL;
     const char *has = "";
-    if (d->style == CONFIG_STYLE_AZURE || d->style == CONFIG_STYLE_OPENAI) {
+    if (d->style == CONFIG_STYLE_AZURE || d->style == CONFIG_STYLE_OPENAI || d->style == CONFIG_STYLE_BEDROCK) {
         bad = split;
         has = "combined tokens (tpm): input and output are not limited apart";
     } else if (d->style == CONFIG_STYLE_ANTHROPIC) {
         bad = combined;
         has = "input and output tokens apart (itpm, otpm), no combined tpm";
+    } else if (d->style == CONFIG_STYLE_GEMINI) {
+        static const char *const gemini_bad[] = {"tpm",  "burst.tokens",        "refund.tokens",        "tokens_rule",
+                                                 "otpm", "burst.output_tokens", "refund.output_tokens", NULL};
+        bad = gemini_bad;
+        has = "input tokens only (itpm: its \"Tokens per minute (input)\")";
     }
     for (int i = 0; bad && bad[i]; i++)
         if (cfg_entity_seen(ent, bad[i]))
             return cfg_entity_fail(ctx, ent, bad[i],
                                    "style %s has %s; use style custom to configure any dimension (docs/providers.md)",
                                    config_style_name(d->style), has);
+    if (cfg_entity_seen(ent, "output_burndown") && d->style != CONFIG_STYLE_BEDROCK && d->style != CONFIG_STYLE_CUSTOM)
+        return cfg_entity_fail(ctx, ent, "output_burndown", "applies to styles bedrock and custom only (style is %s)",
+                               config_style_name(d->style));
+    if (cfg_entity_seen(ent, "output_burndown") && d->tpm <= 0)
+        return cfg_entity_fail(ctx, ent, "output_burndown",
+                               "counts output tokens in the combined tokens (tpm), which this deployment does not "
+                               "limit");
     return 0;
+}
+
+/* Bedrock's models whose output tokens burn down the tokens-per-minute
+ * quota at 5x ("The burndown rate for the following models is 5x for
+ * output tokens", docs.aws.amazon.com/bedrock/latest/userguide/
+ * quotas-token-burndown.html), as parts of their model IDs
+ * (anthropic.claude-sonnet-4-20250514-v1:0, us.anthropic.claude-opus-4-1-...). */
+static const char *const burndown_5x_models[] = {"claude-3-7-sonnet", "claude-sonnet-4", "claude-opus-4", NULL};
+
+static int name_has(const char *name, const char *part) {
+    size_t n = strlen(part);
+    for (const char *p = name; *p; p++)
+        if (!strncasecmp(p, part, n)) return 1;
+    return 0;
+}
+
+/* Bedrock's burndown rate for d: 5 when its name or an alias names one of
+ * the 5x models, else 1 (AWS: "all other models" burn down at 1). */
+static double default_burndown(const cfg_deployment *d) {
+    for (size_t k = 0; burndown_5x_models[k]; k++) {
+        if (name_has(d->name, burndown_5x_models[k])) return 5;
+        for (size_t i = 0; i < d->naliases; i++)
+            if (name_has(d->aliases[i], burndown_5x_models[k])) return 5;
+    }
+    return 1;
 }
 
 static int deployment_finish(cfg_ctx *ctx, cfg_entity *ent) {
@@ -608,6 +654,27 @@ static int deployment_finish(cfg_ctx *ctx, cfg_entity *ent) {
         if (read_secret(ctx, ent, "api_key_env", d->api_key_env, NULL, "", &d->api_key_) != 0) return -1;
     }
     if (!cfg_entity_seen(ent, "tokens_rule") && d->style == CONFIG_STYLE_OPENAI) d->tokens_rule = CONFIG_TOKENS_MAX;
+    if (!cfg_entity_seen(ent, "daily_reset") && d->style == CONFIG_STYLE_GEMINI) {
+        /* Gemini: "Requests per day (RPD) quotas reset at midnight Pacific
+         * time" (ai.google.dev/gemini-api/docs/rate-limits). */
+        char *la = cfg_strndup("America/Los_Angeles", 19);
+        if (!la) return cfg_entity_fail(ctx, ent, "daily_reset", "out of memory");
+        free(d->daily_reset);
+        d->daily_reset = la;
+    }
+    if (d->daily_reset[0]) {
+        tz_zone *z = NULL;
+        char why[256];
+        if (tz_load(NULL, d->daily_reset, &z, why, sizeof(why)) != 0)
+            return cfg_entity_fail(ctx, ent, "daily_reset", "%s", why);
+        tz_free(z);
+    }
+    if (!cfg_entity_seen(ent, "output_burndown"))
+        d->output_burndown = d->style == CONFIG_STYLE_BEDROCK ? default_burndown(d) : 1;
+    /* Bedrock reserves input + max_tokens and settles to what the request
+     * used, up or down: its tokens are corrected at the end. */
+    if (d->style == CONFIG_STYLE_BEDROCK && !cfg_entity_seen(ent, "refund") && !cfg_entity_seen(ent, "refund.tokens"))
+        d->refunds.tokens = 1;
     if (!cfg_entity_seen(ent, "burst.requests")) d->burst.requests = d->rpm / 60 > 1 ? d->rpm / 60 : 1;
     if (!cfg_entity_seen(ent, "burst.tokens")) d->burst.tokens = d->tpm / 60 > 1 ? d->tpm / 60 : 1;
     if (!cfg_entity_seen(ent, "burst.input_tokens")) d->burst.input_tokens = d->itpm / 60 > 1 ? d->itpm / 60 : 1;
@@ -1187,7 +1254,9 @@ static const char *enum_name(const char *const *names, size_t n, int v) {
 
 const char *config_fail_name(int fail) { return enum_name(fail_names, 3, fail); }
 const char *config_log_level_name(int level) { return enum_name(level_names, 4, level); }
-const char *config_style_name(int style) { return enum_name(style_names, 4, style); }
+const char *config_style_name(int style) {
+    return enum_name(style_names, sizeof(style_names) / sizeof(style_names[0]) - 1, style);
+}
 
 /* ---- schema listing ---- */
 

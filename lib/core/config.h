@@ -27,9 +27,17 @@ enum { CONFIG_FAIL_OPEN = 0, CONFIG_FAIL_CLOSED = 1, CONFIG_FAIL_HOLD = 2 };
 /* agent.log_level */
 enum { CONFIG_LOG_ERROR = 0, CONFIG_LOG_WARN, CONFIG_LOG_INFO, CONFIG_LOG_DEBUG };
 /* deployments.NAME.style: the provider profile (docs/providers.md). It says
- * which token dimensions the deployment has (azure, openai: tpm; anthropic:
- * itpm and otpm; custom: any) and how each is corrected at settle. */
-enum { CONFIG_STYLE_AZURE = 0, CONFIG_STYLE_OPENAI = 1, CONFIG_STYLE_ANTHROPIC = 2, CONFIG_STYLE_CUSTOM = 3 };
+ * which token dimensions the deployment has (azure, openai, bedrock: tpm;
+ * anthropic: itpm and otpm; gemini: itpm; custom: any) and how each is
+ * corrected at settle (bedrock: to input + output x output_burndown). */
+enum {
+    CONFIG_STYLE_AZURE = 0,
+    CONFIG_STYLE_OPENAI = 1,
+    CONFIG_STYLE_ANTHROPIC = 2,
+    CONFIG_STYLE_CUSTOM = 3,
+    CONFIG_STYLE_BEDROCK = 4,
+    CONFIG_STYLE_GEMINI = 5
+};
 /* deployments.NAME.stream_usage: whether the HTTP proxy asks an OpenAI-
  * format stream for its usage chunk (stream_options.include_usage). */
 enum { CONFIG_STREAM_USAGE_INJECT = 0, CONFIG_STREAM_USAGE_OFF = 1 };
@@ -210,6 +218,8 @@ struct config_deployment {
     char *api_version;              /* "" = none */
     int stream_usage;               /* CONFIG_STREAM_USAGE_* */
     int tokens_rule;                /* CONFIG_TOKENS_* */
+    double output_burndown;         /* tokens one output token counts as in tpm (Bedrock's burndown rate) */
+    char *daily_reset;              /* the time zone whose midnight starts the day of rpd/tpd; "" = UTC */
     long long jitter_ms;            /* release jitter the schedule tolerates (configure's jitter_ms) */
     long long refund_lag_ms;        /* a settle may reach Redis this long after the provider's give-back */
     long long horizon_ms;           /* how far ahead a slot may be granted; -1 = up to the max wait */

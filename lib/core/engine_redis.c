@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "engine_internal.h"
 #include "timeutil.h"
+#include "tz.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -89,7 +90,7 @@ void dep_configure(dep *d) {
         char name[CONFIG_NAME_MAX + 16];
         char val[96];
     } *kv = calloc(cap, sizeof(*kv));
-    const char **argv = calloc(2 * cap, sizeof(*argv));
+    const char **argv = calloc(2 * cap + 2, sizeof(*argv));
     if (!kv || !argv) {
         free(kv);
         free(argv);
@@ -128,6 +129,7 @@ void dep_configure(dep *d) {
     F("jitter_ms", "%lld", c->jitter_ms);
     F("refund_lag_ms", "%lld", c->refund_lag_ms);
     F("tokens_rule", "%s", c->tokens_rule == CONFIG_TOKENS_MAX ? "max" : "sum");
+    if (c->output_burndown != 1) F("output_burndown", "%.6g", c->output_burndown);
     F("horizon_ms", "%lld", c->horizon_ms);
     F("estimate_exact", "%d", c->estimate == CONFIG_ESTIMATE_EXACT ? 1 : 0);
     F("estimate_half_life_ms", "%lld", c->estimate_half_life_s * 1000);
@@ -165,10 +167,30 @@ void dep_configure(dep *d) {
         argv[2 * i] = kv[i].name;
         argv[2 * i + 1] = kv[i].val;
     }
-    if (rrouter_script(e->redis, SCRIPT_CONFIGURE, d->keys, 2 * n, argv, on_configure, d) == 0) {
+    /* The day of the daily limits in a time zone (daily_reset): its
+     * offsets from two days ago to ten years on, which lua/common.lua's
+     * sl_day reads (Redis has no tz database). Rewritten at every
+     * configure (start, reload, Redis back). */
+    char *zone = NULL;
+    int na = 2 * n;
+    if (c->daily_reset[0]) {
+        tz_zone *z = NULL;
+        if (tz_load(NULL, c->daily_reset, &z, NULL, 0) == 0) {
+            long long now = wall_clock_ms(), to = now + 3653LL * 86400000;
+            int len = tz_changes(z, now - 2 * 86400000LL, to, NULL, 0);
+            zone = len > 0 ? malloc((size_t)len + 1) : NULL;
+            if (zone && tz_changes(z, now - 2 * 86400000LL, to, zone, (size_t)len + 1) == len) {
+                argv[na++] = "day_zone";
+                argv[na++] = zone;
+            }
+            tz_free(z);
+        }
+    }
+    if (rrouter_script(e->redis, SCRIPT_CONFIGURE, d->keys, na, argv, on_configure, d) == 0) {
         d->configuring = 1;
         e->calls_out++;
     }
+    free(zone);
     free(kv);
     free(argv);
 }

@@ -135,6 +135,42 @@ static void test_combined_tokens_never_refunded(void **state) {
     assert_true(fabs(tat4 - state_num(dep, "tokens_tat") - 600.0) < 0.01);
 }
 
+/* Bedrock (style bedrock, output_burndown 5): input + max output charged
+ * at admission, as Bedrock reserves it; at settle the tokens are counted
+ * as input + 5 x output, the excess charged, a shortfall given back
+ * (refund_tokens 1, Bedrock adjusts up or down). */
+static void test_bedrock_burndown(void **state) {
+    (void)state;
+    const char *dep = "bedrock";
+    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "10000",
+                 "refund_tokens", "1", "output_burndown", "5", NULL);
+    grant g = reserve_tok(dep, "300+1000", 0);
+    assert_true(g.granted);
+    double tat0 = state_num(dep, "tokens_tat");
+    char res[32];
+    /* 300 in, 400 out: Bedrock counts 300 + 2000 = 2300, 1000 above the
+     * 1300 it reserved. */
+    settle_fb(dep, g.id, "300+400", "ok", -1, "-", res, sizeof(res));
+    assert_string_equal(res, "settled");
+    assert_true(fabs(state_num(dep, "tokens_tat") - tat0 - 1000.0) < 0.01);
+    assert_true(state_num(dep, "tokens_charged") == 1000);
+    assert_true(state_num(dep, "tokens_counted") == 2300);
+    assert_true(state_num(dep, "tokens_actual") == 700); /* the usage itself */
+    /* 300 in, 100 out: 800 counted, 500 of the 1300 given back (the
+     * schedule is ahead of now, so the bound allows it). */
+    g = reserve_tok(dep, "300+1000", 0);
+    double tat1 = state_num(dep, "tokens_tat");
+    settle_fb(dep, g.id, "300+100", "ok", -1, "-", res, sizeof(res));
+    assert_true(fabs(tat1 - state_num(dep, "tokens_tat") - 500.0) < 0.01);
+    assert_true(state_num(dep, "tokens_counted") == 3100);
+    /* Without the burndown (a model outside the 5x list), the usage. */
+    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "10000",
+                 "refund_tokens", "1", NULL);
+    g = reserve_tok(dep, "300+1000", 0);
+    settle_fb(dep, g.id, "300+400", "ok", -1, "-", res, sizeof(res));
+    assert_true(state_num(dep, "tokens_counted") == 3800);
+}
+
 /* A combined estimate whose parts are unknown is never counted twice: the
  * usage arrives split (prompt, completion) but the grant knows only its
  * total, so the settle compares the usage as a whole (issue 21: the
@@ -688,6 +724,7 @@ static void test_feedback_form_checked(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_combined_tokens_never_refunded),
+        cmocka_unit_test(test_bedrock_burndown),
         cmocka_unit_test(test_combined_estimate_not_counted_twice),
         cmocka_unit_test(test_openai_max_rule),
         cmocka_unit_test(test_anthropic_input_and_output),

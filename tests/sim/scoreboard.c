@@ -82,7 +82,7 @@ typedef struct sb_more {
 struct sb_scenario {
     const char *name, *world, *what;
     void (*tweak)(sim_world_cfg *c); /* NULL: the world as scenarios.c has it */
-    const char *style;               /* azure, openai, anthropic, custom */
+    const char *style;               /* azure, openai, anthropic, bedrock, gemini, custom */
     const char *yaml_extra;          /* more deployment keys, indented 4 */
     int agents, callers, calls;      /* callers per agent */
     sim_lang lang;
@@ -381,19 +381,20 @@ static const sb_scenario table[] = {
      {.max_429_pct = 5, .min_floor_pct = 90, .max_p99_wait_ms = 300000},
      "429s 10.3..10.6 %",
      NULL},
-    {"bedrock-5x", "bedrock-claude4", "Bedrock: input + max reserved, output burned down at 5x", NULL, "custom", NULL,
-     3, 25, 2, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0, STD_95,
-     "window 2.27..2.34x tokens, 429s up to 3.2 %: the 5x output burn-down is not charged", NULL},
-    {"bedrock-burndown-1", "bedrock-burndown-1", "Bedrock for a model outside the 5x list", NULL, "custom", NULL, 3, 25,
-     2, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0, STD_95, NULL, NULL},
-    {"gemini-standard", "gemini-standard", "Gemini: input-only TPM, wall-clock minutes", NULL, "custom", NULL, 3, 50, 6,
+    {"bedrock-5x", "bedrock-claude4", "Bedrock: input + max reserved, output burned down at 5x", NULL, "bedrock",
+     "    aliases: [anthropic.claude-sonnet-4-20250514-v1:0]\n", 3, 25, 2, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0,
+     STD_95,
+     "window 1.05..1.16x tokens (0 429s, 100..103 % of the floor): the burn-down above the reservation is known "
+     "when a response ends, and the fleet sent in the meantime",
+     NULL},
+    {"bedrock-burndown-1", "bedrock-burndown-1", "Bedrock for a model outside the 5x list", NULL, "bedrock", NULL, 3,
+     25, 2, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0, STD_95, NULL, NULL},
+    {"gemini-standard", "gemini-standard", "Gemini: input-only TPM, wall-clock minutes", NULL, "gemini", NULL, 3, 50, 6,
      SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0, STD_95, NULL, NULL},
     {"gemini-rpd-spring", "gemini-rpd-spring", "Gemini: 300 a day, the Pacific day turns 10 min in (23 h)", NULL,
-     "custom", NULL, 3, 20, 7, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 900000, STD_95,
-     "failed 120 of 420: the governor's day turns at UTC midnight (16 h), Gemini's at Pacific (10 min)", NULL},
+     "gemini", NULL, 3, 20, 7, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 900000, STD_95, NULL, NULL},
     {"gemini-rpd-autumn", "gemini-rpd-autumn", "Gemini: 300 a day, the Pacific day turns 10 min in (25 h)", NULL,
-     "custom", NULL, 3, 20, 7, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 900000, STD_95,
-     "failed 120 of 420: the governor's day turns at UTC midnight (16 h), Gemini's at Pacific (10 min)", NULL},
+     "gemini", NULL, 3, 20, 7, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 900000, STD_95, NULL, NULL},
     {"fault-redis-restart",
      "azure-standard",
      "Redis stopped at 30 s for 3 s and restarted empty",

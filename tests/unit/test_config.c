@@ -303,6 +303,45 @@ static void test_profiles(void **state) {
     c = config_deployment(cfg, "mixed");
     assert_int_equal(c->refunds.tokens, 1);
     assert_int_equal(c->refunds.output_tokens, 1);
+    assert_true(c->output_burndown == 1);
+    config_free(cfg);
+}
+
+/* Bedrock: tpm corrected at the end (refund.tokens on), the burndown 5 for
+ * the 5x Claude models named by the deployment or an alias, else 1. */
+static void test_bedrock_profile(void **state) {
+    (void)state;
+    config *cfg = load_ok("deployments:\n"
+                          "  us.anthropic.claude-sonnet-4-20250514-v1:0: {style: bedrock, rpm: 200, tpm: 200000}\n"
+                          "  opus: {style: bedrock, rpm: 50, tpm: 50000, aliases: [anthropic.claude-opus-4-1-v1:0]}\n"
+                          "  titan: {style: bedrock, rpm: 50, tpm: 50000}\n"
+                          "  set: {style: bedrock, rpm: 50, tpm: 50000, output_burndown: 2.5, refund: false}\n"
+                          "  mine: {style: custom, rpm: 50, tpm: 50000, output_burndown: 3}\n");
+    const struct config_deployment *c = config_deployment(cfg, "us.anthropic.claude-sonnet-4-20250514-v1:0");
+    assert_int_equal(c->style, CONFIG_STYLE_BEDROCK);
+    assert_string_equal(config_style_name(c->style), "bedrock");
+    assert_true(c->output_burndown == 5);
+    assert_int_equal(c->refunds.tokens, 1);
+    assert_int_equal(c->horizon_ms, 250); /* corrected at the end: just in time */
+    assert_true(config_deployment(cfg, "opus")->output_burndown == 5);
+    assert_true(config_deployment(cfg, "titan")->output_burndown == 1);
+    c = config_deployment(cfg, "set");
+    assert_true(c->output_burndown == 2.5);
+    assert_int_equal(c->refunds.tokens, 0);
+    c = config_deployment(cfg, "mine");
+    assert_true(c->output_burndown == 3);
+    assert_int_equal(c->refunds.tokens, 0);
+    assert_string_equal(c->daily_reset, "");
+    config_free(cfg);
+    /* Gemini: input tokens only, its day at midnight Pacific time. */
+    cfg = load_ok("deployments:\n"
+                  "  flash: {style: gemini, rpm: 1000, itpm: 1000000, rpd: 10000}\n"
+                  "  utc: {style: gemini, rpm: 10, daily_reset: UTC}\n");
+    c = config_deployment(cfg, "flash");
+    assert_int_equal(c->style, CONFIG_STYLE_GEMINI);
+    assert_string_equal(c->daily_reset, "America/Los_Angeles");
+    assert_int_equal(c->refunds.input_tokens, 0);
+    assert_string_equal(config_deployment(cfg, "utc")->daily_reset, "UTC");
     config_free(cfg);
 }
 
@@ -489,8 +528,8 @@ static const bad_case bad_cases[] = {
     /* other types */
     {DEP "    rpm: 1\n    refund: maybe\n",
      ":4: key 'deployments.gpt-4o.refund': must be true or false, got \"maybe\""},
-    {DEP "    rpm: 1\n    style: Azure\n",
-     ":4: key 'deployments.gpt-4o.style': must be one of azure, openai, anthropic, custom, got \"Azure\""},
+    {DEP "    rpm: 1\n    style: Azure\n", ":4: key 'deployments.gpt-4o.style': must be one of azure, openai, "
+                                           "anthropic, custom, bedrock, gemini, got \"Azure\""},
     /* provider profiles: a dimension the profile does not have, at its key */
     {DEP "    rpm: 1\n    tpm: 1000\n    itpm: 500\n",
      ":5: key 'deployments.gpt-4o.itpm': style azure has combined tokens (tpm): input and output are not limited "
@@ -504,6 +543,22 @@ static const bad_case bad_cases[] = {
     {DEP "    rpm: 1\n    style: anthropic\n    refund: {tokens: true}\n",
      ":5: key 'deployments.gpt-4o.refund.tokens': style anthropic has input and output tokens apart (itpm, otpm), "
      "no combined tpm; use style custom to configure any dimension (docs/providers.md)"},
+    {DEP "    rpm: 1\n    style: bedrock\n    itpm: 100\n",
+     ":5: key 'deployments.gpt-4o.itpm': style bedrock has combined tokens (tpm): input and output are not limited "
+     "apart; use style custom to configure any dimension (docs/providers.md)"},
+    {DEP "    rpm: 1\n    tpm: 1000\n    output_burndown: 5\n",
+     ":5: key 'deployments.gpt-4o.output_burndown': applies to styles bedrock and custom only (style is azure)"},
+    {DEP "    rpm: 1\n    style: bedrock\n    tpm: 1000\n    output_burndown: 0\n",
+     ":6: key 'deployments.gpt-4o.output_burndown': must be a number in (0, 100], got \"0\""},
+    {DEP "    rpm: 1\n    style: custom\n    itpm: 1000\n    output_burndown: 2\n",
+     ":6: key 'deployments.gpt-4o.output_burndown': counts output tokens in the combined tokens (tpm), which this "
+     "deployment does not limit"},
+    {DEP "    rpm: 1\n    rpd: 300\n    daily_reset: Mars/Olympus_Mons\n",
+     ":5: key 'deployments.gpt-4o.daily_reset': unknown time zone 'Mars/Olympus_Mons' (no "
+     "/usr/share/zoneinfo/Mars/Olympus_Mons in the tz database; install tzdata)"},
+    {DEP "    rpm: 1\n    style: gemini\n    tpm: 1000\n",
+     ":5: key 'deployments.gpt-4o.tpm': style gemini has input tokens only (itpm: its \"Tokens per minute "
+     "(input)\"); use style custom to configure any dimension (docs/providers.md)"},
     {DEP "    rpm: 1\n    style: anthropic\n    itpm: -1\n",
      ":5: key 'deployments.gpt-4o.itpm': must be a non-negative integer, got \"-1\""},
     {DEP "    rpm: 1\n    refund: {output: true}\n", ":4: key 'deployments.gpt-4o.refund.output': unknown key"},
@@ -773,12 +828,19 @@ static void test_example_loads(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_full),           cmocka_unit_test(test_defaults),
-        cmocka_unit_test(test_max_script_ms),  cmocka_unit_test(test_profiles),
-        cmocka_unit_test(test_flow_and_order), cmocka_unit_test(test_redis_urls),
-        cmocka_unit_test(test_bad_configs),    cmocka_unit_test(test_password_sources),
-        cmocka_unit_test(test_api_edges),      cmocka_unit_test(test_docs_cover_schema),
-        cmocka_unit_test(test_example_loads),  cmocka_unit_test(test_one_string_is_a_list),
+        cmocka_unit_test(test_full),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_max_script_ms),
+        cmocka_unit_test(test_profiles),
+        cmocka_unit_test(test_flow_and_order),
+        cmocka_unit_test(test_redis_urls),
+        cmocka_unit_test(test_bad_configs),
+        cmocka_unit_test(test_password_sources),
+        cmocka_unit_test(test_api_edges),
+        cmocka_unit_test(test_docs_cover_schema),
+        cmocka_unit_test(test_example_loads),
+        cmocka_unit_test(test_one_string_is_a_list),
+        cmocka_unit_test(test_bedrock_profile),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
