@@ -49,16 +49,20 @@ local SL_NKEYS = #SUFFIX
 local SL_DIMS = {
   {name = 'requests', per = 'rpm', burst = 'burst_requests', q = 5, reason = 'rpm', letter = 'r',
    f_tat = 'requests_tat', f_granted = 'requests_granted', f_rate = 'requests_rate',
-   f_adopted = 'requests_adopted', f_outside = 'requests_outside'},
+   f_adopted = 'requests_adopted', f_outside = 'requests_outside',
+   f_cmt = 'requests_cmt', f_chi = 'requests_chi'},
   {name = 'tokens', per = 'tpm', burst = 'burst_tokens', q = 6, reason = 'tpm', letter = 't',
    refund = 'refund_tokens', f_tat = 'tokens_tat', f_granted = 'tokens_granted', f_rate = 'tokens_rate',
-   f_adopted = 'tokens_adopted', f_outside = 'tokens_outside'},
+   f_adopted = 'tokens_adopted', f_outside = 'tokens_outside',
+   f_cmt = 'tokens_cmt', f_chi = 'tokens_chi'},
   {name = 'input', per = 'itpm', burst = 'burst_input', q = 10, reason = 'itpm', letter = 'i',
    refund = 'refund_input', f_tat = 'input_tat', f_granted = 'input_granted', f_rate = 'input_rate',
-   f_adopted = 'input_adopted', f_outside = 'input_outside'},
+   f_adopted = 'input_adopted', f_outside = 'input_outside',
+   f_cmt = 'input_cmt', f_chi = 'input_chi'},
   {name = 'output', per = 'otpm', burst = 'burst_output', q = 11, reason = 'otpm', letter = 'o',
    refund = 'refund_output', f_tat = 'output_tat', f_granted = 'output_granted', f_rate = 'output_rate',
-   f_adopted = 'output_adopted', f_outside = 'output_outside'},
+   f_adopted = 'output_adopted', f_outside = 'output_outside',
+   f_cmt = 'output_cmt', f_chi = 'output_chi'},
 }
 
 -- The defaults configure writes for the fields a deployment's
@@ -208,11 +212,15 @@ end
 local function sl_dim(name, per_minute, burst, scale, state, jitter_ms, spec)
   local r0 = per_minute / 60000
   local f_tat = spec and spec.f_tat or name .. '_tat'
+  local tat = sl_num(state, f_tat, 0)
   -- One constructor, with room for what sl_dims and reserve add (Lua sizes
-  -- a table for the fields a constructor names).
+  -- a table for the fields a constructor names). cg and chi: the
+  -- committed tail (sl_rate_changed; a schedule written before it had one
+  -- reads as all committed, as it was treated then).
   local d = {name = name, r0 = r0, r = r0 * scale, burst = burst,
              jitter = math.min(jitter_ms or 0, 0.5 * burst / (r0 * scale)), f_tat = f_tat,
-             tat = sl_num(state, f_tat, 0), granted = spec and sl_num(state, spec.f_granted, 0) or 0,
+             tat = tat, granted = spec and sl_num(state, spec.f_granted, 0) or 0,
+             cg = spec and sl_num(state, spec.f_cmt, tat) or tat, chi = spec and sl_num(state, spec.f_chi, 0) or 0,
              spec = spec or false, i = false, q = false, per = false, refund = false, tol = false, qc = false}
   return d
 end
@@ -287,6 +295,28 @@ local function sl_dim_flush(d, st, qs, n)
   end
 end
 
+-- The committed tail of a shared dimension (d.cg, state <name>_cmt): where
+-- the sends granted so far end, each counted at the rate it was granted
+-- at (cg = max(cg, slot) + cost / r per grant), and d.chi (<name>_chi)
+-- the highest of those rates among the sends still ahead. TAT is never
+-- below it; what TAT holds beyond it is debt a rate decrease converted
+-- (sl_rate_changed), which no send occupies yet: reserve grants into it
+-- only just in time, and an increase gives it back. Extends the tail by
+-- dt ms of sends from `from` on (a grant's slot, a charge's now, a
+-- hand-over's start) at the current rate.
+local function sl_dim_commit(d, now, from, dt)
+  local cg = d.cg
+  if cg <= now then
+    -- Nothing committed lies ahead any more: the rates of the old sends
+    -- no longer matter.
+    d.chi = d.r
+  elseif d.r > d.chi then
+    d.chi = d.r
+  end
+  if from > cg then cg = from end
+  d.cg = cg + dt
+end
+
 -- Gives back `amount` units, as exactly as the provider's capped bucket
 -- allows. Moving TAT back by amount/r would over-offer when future sends are
 -- already scheduled: the real bucket caps at B before they run. With slots
@@ -351,6 +381,13 @@ local function sl_dim_refund(d, amount, now, qkey, st, scale, cg, since)
   if new >= d.tat then return 0 end
   local given = (d.tat - new) * d.r0
   d.tat = new
+  -- The committed tail may not reach past the schedule (sl_rate_changed):
+  -- lowered to it, it bounds the sends ahead at the limit's rate (the
+  -- bound above is at r0), so it counts them as committed at r0.
+  if d.cg > new then
+    d.cg = new
+    if d.r0 > d.chi then d.chi = d.r0 end
+  end
   return given
 end
 
@@ -361,11 +398,16 @@ local function sl_dim_charge(d, amount, now)
   local base = d.tat
   if now > base then base = now end
   d.tat = base + amount / d.r
+  -- Usage, not a bet on the rate: the committed tail moves with it (a
+  -- later tail is only more conservative, sl_rate_changed).
+  sl_dim_commit(d, now, now, amount / d.r)
 end
 
 local function sl_dim_save(d, st)
   sl_set(st, d.f_tat, sl_fmt(d.tat))
   sl_set(st, d.spec.f_granted, d.granted)
+  sl_set(st, d.spec.f_cmt, sl_fmt(d.cg))
+  sl_set(st, d.spec.f_chi, string.format('%.9g', d.chi))
 end
 
 -- Additive increase of rate_scale: +increase per interval of quiet time
@@ -387,19 +429,36 @@ local function sl_aimd_tick(limits, st, now)
   return scale
 end
 
--- After a change of the effective rate. On a decrease the outstanding debt
--- of each dimension is kept in units, not in time (TAT - now stretches by
--- old/new rate), so the wider tolerance of a slower rate cannot become an
--- over-offer. On an increase TAT stays where it is: a TAT built at the
--- slower rate bounds the faster one's from above, while shrinking it would
--- ignore sends already granted at the old spacing. The refund queues no
--- longer describe the schedule: drop them and refund nothing until the
--- schedule granted so far has passed.
+-- After a change of the effective rate, the outstanding debt of each
+-- dimension is kept in units, not in time, both ways: TAT - now scales by
+-- old / new rate. On a decrease that keeps the wider tolerance of a slower
+-- rate from becoming an over-offer: the sends already granted at the
+-- faster spacing count at the slower rate. On an increase the debt shrinks
+-- back, but never below what the sends already granted need at the new
+-- rate: the committed tail (sl_dim_commit) counted at the new rate, at
+-- most chi / new times as long (each of those sends was granted at a rate
+-- of at most chi), and never above TAT as it was (a schedule built at a
+-- slower rate bounds the faster one's). Without the give-back a cut of a
+-- second (a 429's AIMD decrease, a false reading of others' use) stretched
+-- a backlog of a minute by half for good: the sends already granted kept
+-- their times and the stretch became a hole after them
+-- (docs/redis-keys.md, "Rate changes"). The refund queues no longer
+-- describe the schedule: drop them and refund nothing until the schedule
+-- granted so far has passed.
 local function sl_rate_changed(st, dims, now, old_r)
   local ra = sl_num(st, 'refund_after', 0)
   for i, d in ipairs(dims) do
-    if old_r and old_r[i] and d.r < old_r[i] and d.tat > now then
-      d.tat = now + (d.tat - now) * old_r[i] / d.r
+    local o = old_r and old_r[i]
+    if o and d.tat > now and math.abs(d.r - o) > 1e-12 * o then
+      local t = now + (d.tat - now) * o / d.r
+      if d.r > o then
+        if d.cg > now then
+          local tb = now + (d.cg - now) * math.max(1, d.chi / d.r)
+          if t < tb then t = tb end
+        end
+        if t > d.tat then t = d.tat end
+      end
+      d.tat = t
     end
     if d.tat > ra then ra = d.tat end
   end
@@ -631,6 +690,7 @@ local function sl_dim_hold(d, tails, silent)
     end
     if h < 0.99 or not first then return math.min(h, 0.99), moved end
     d.tat, moved = first, true
+    if d.cg < first then d.cg = first end
   end
 end
 

@@ -125,6 +125,12 @@ local function beat()
         d.tat = floor_tat
         changed = true
       end
+      -- The hand-over's sends are committed: the committed tail reaches
+      -- past them (common.lua, sl_dim_commit).
+      if push and d.cg < floor_tat then
+        sl_dim_commit(d, now, now, floor_tat - math.max(d.cg, now))
+        changed = true
+      end
       if changed then sl_dim_save(d, st) end
       if d.tat > ra then ra = d.tat end
       if tail_on and d.tat < now + (d.i == 1 and tail_req or tail_tok) then tail_held = true end

@@ -25,9 +25,12 @@
 -- `breaker` with a short hint, until the probe settles. A probe reclaimed
 -- unsettled (its lease expired) is not a verdict: the next call sends a
 -- new one.
--- Deferrals happen only on deployments with lanes or tenants configured
--- (see sl_plan). A shed or deferred item consumes nothing. now_us is the
--- Redis clock, for tests only: callers use the relative wait.
+-- Deferrals happen on deployments with lanes or tenants configured (see
+-- sl_plan), with a horizon (horizon_ms, or estimate_learn_horizon_ms while
+-- learning), and while the schedule carries debt a rate decrease
+-- converted (reserve_one). A shed or deferred item consumes nothing.
+-- now_us is the Redis clock, for tests only: callers use the relative
+-- wait.
 -- A last ARGV '@timed' (in either mode) appends the call's own time in µs
 -- to the reply (sl_timed in common.lua): the agent sizes its batches by it.
 -- A dry run (a last ARGV '@dry', before '@timed'; in either mode) decides
@@ -45,6 +48,11 @@
 -- one item in memory, reserve_close writes everything back at once (the
 -- state in one HSET, the grants in one HSET, the leases in one ZADD, each
 -- refund-bound queue in one RPUSH).
+
+-- How far ahead a slot past the committed tail is granted (reserve_one):
+-- enough for the agents' next ask to arrive before the committed sends
+-- run out, as the learning horizon's default.
+local SL_CONV_LEAD_MS = 250
 
 -- Opens the deployment KEYS names, limits and st its loaded hashes.
 -- Returns the call's context x.
@@ -257,10 +265,16 @@ local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s
   local s, reason, maxj = now, 'rpm', 0
   if paused_until > s then s, reason = paused_until, 'paused' end
   if x.last_slot > s then s, reason = x.last_slot, 'rpm' end
+  -- conv: the earliest committed tail of the dimensions whose TAT reaches
+  -- more than a burst past it (debt a rate decrease converted, see below).
+  local conv = false
   for j = 1, nd do
     local d = dims[j]
     local cd = cost[d.i]
     if cd > d.per and j > 1 then too_large = true end
+    local cg = d.cg
+    if cg < now then cg = now end
+    if d.tat - cg > d.burst / d.r and (not conv or cg < conv) then conv = cg end
     local room = d.tol - cd
     local e
     if room < 0 then
@@ -348,12 +362,27 @@ local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s
       end
       if horizon < 0 or horizon > w then horizon = w end
     end
+    -- Debt a rate decrease converted (common.lua, sl_rate_changed) is a
+    -- bet that the lower rate lasts; a slot beyond it granted now would
+    -- leave a hole where the debt was if the rate comes back (an increase
+    -- gives the debt back, not the slots granted). So past the committed
+    -- tail the slots are granted just in time (SL_CONV_LEAD_MS ahead), and
+    -- an item asks again just before the committed sends run out, when the
+    -- schedule knows more: back at the rate, the debt is gone and the item
+    -- follows the committed sends; still at the lower rate, it waits for
+    -- its slot. A persistent cut costs nothing (the same slots, one or two
+    -- more asks per class); a transient one no longer costs the backlog.
+    if conv and horizon > SL_CONV_LEAD_MS then horizon = SL_CONV_LEAD_MS end
     local wait = s - now
     x.wait = sl_ceil(wait)
     if wait > w then
       verdict = {0, reason, math.max(1, sl_ceil(wait - w))}
     elseif wait > horizon + 1e-6 then
       local ask = wait - horizon
+      if conv then
+        local lead = conv - now - SL_CONV_LEAD_MS
+        if lead >= SL_CONV_LEAD_MS and lead < ask then ask = lead end
+      end
       local why = reason
       if not in_share then
         why = 'share'
@@ -391,6 +420,7 @@ local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s
         local base = d.tat
         if s > base then base = s end
         d.tat = base + cd / d.r
+        sl_dim_commit(d, now, s, cd / d.r)
         d.qc[q] = d.granted
         d.granted = d.granted + cd
       end

@@ -499,6 +499,7 @@ for i = 1, n do
       local ra = sl_num(st, 'refund_after', 0)
       for _, d in ipairs(dims) do
         if d.tat > now then d.tat = d.tat + shift end
+        if d.cg > now then d.cg = d.cg + shift end
         if d.tat > ra then ra = d.tat end
       end
       local ls = sl_num(st, 'last_slot', 0)
@@ -520,7 +521,8 @@ if retarget then
   -- rebuild the dimensions at their limits in force and convert the debt.
   local nd = sl_dims(limits, st, scale, now)
   for k, d in ipairs(nd) do
-    d.tat, d.granted = dims[k].tat, dims[k].granted
+    local o = dims[k]
+    d.tat, d.granted, d.cg, d.chi = o.tat, o.granted, o.cg, o.chi
   end
   dims = nd
   sl_dims_sync(st, dims, now, keep_debt)

@@ -79,6 +79,23 @@ static char *schedule_of(sim *s) {
     return out;
 }
 
+/* Whether a shed consumed something: a schedule (schedule_of) that moved
+ * on. Only the TATs (the first four fields) may move back: the reserve
+ * applies the lazy AIMD increase first, and an increase gives back the
+ * debt a decrease converted (lua/common.lua, sl_rate_changed); anything
+ * else changed is a shed that consumed. */
+static int schedule_consumed(const char *before, const char *after) {
+    for (int i = 0; *before || *after; i++) {
+        size_t nb = strcspn(before, ";"), na = strcspn(after, ";");
+        if (nb != na || strncmp(before, after, nb) != 0) {
+            if (i >= 4 || nb == 0 || na == 0 || strtod(after, NULL) > strtod(before, NULL)) return 1;
+        }
+        before += nb + (before[nb] == ';');
+        after += na + (after[na] == ';');
+    }
+    return 0;
+}
+
 typedef enum { C_IDLE, C_GRANTED, C_SENT } cstate;
 
 typedef struct caller {
@@ -208,7 +225,7 @@ static int do_reserve(sim *s, caller *k, prop_stats *out) {
     } else {
         out->sheds++;
         char *after = schedule_of(s);
-        if (!before || !after || strcmp(before, after) != 0) {
+        if (!before || !after || schedule_consumed(before, after)) {
             out->shed_changed++;
             if (getenv("SLUICE_PROP_DEBUG")) {
                 fprintf(stderr, "shed %s: before %s\n           after  %s\n", it->element[1]->str,

@@ -43,7 +43,7 @@ typedef struct prop_stats {
     size_t reserves, grants, sheds, cancels, sends, oks, throttles, failures, quotas;
     size_t rejections[PM_DIMS];
     double first_rejection[PM_DIMS]; /* ms from the run's start, where rejections[d] > 0 */
-    size_t shed_changed;             /* sheds that changed the schedule (must be 0) */
+    size_t shed_changed;             /* sheds that moved the schedule on (must be 0) */
     double span_ms;                  /* simulated time covered */
     long long rpm, tpm, itpm, otpm;
 } prop_stats;
