@@ -552,10 +552,14 @@ static void test_redis_returns_while_local_grants_are_outstanding(void **state) 
                   o.t_kill, o.t_restart, o.t_connected[0], a.local, a.local_after_restart, a.last_local, rej_local,
                   a.first_redis_after_local, a.redis_after_restart, got, span, rej);
     /* The hand-over ran: the agent was connected again while local grants
-     * were still to be released, and Redis served the callers after them. */
+     * were still to be released, and Redis served callers beside them: the
+     * tail's share stays held only until the tail ends (lua/heartbeat.lua,
+     * `tails`; docs/redis-keys.md), so the rest of the rate is used
+     * meanwhile instead of waiting behind the whole tail. Safe: the replay
+     * of every release of the run below rejects nothing. */
     assert_true(o.t_connected[0] > 0 && o.t_connected[0] < a.last_local);
     assert_true(a.redis_after_restart > 0);
-    assert_true(a.first_redis_after_local > a.last_local);
+    assert_true(a.first_redis_after_local < a.last_local);
     /* The local schedule kept to the heartbeats' share (1/3, burst 2). */
     assert_int_equal(rej_local, 0);
     assert_int_equal(rej, 0);
@@ -565,15 +569,17 @@ static void test_redis_returns_while_local_grants_are_outstanding(void **state) 
 }
 
 /* All three agents carry traffic and rejoin one by one (their reconnects
- * are jittered): each pushes its own local tail into the shared schedule,
- * so each agent's Redis grants start after its own local grants end.
+ * are jittered): each hands over its local tail, whose share the shared
+ * schedule holds until the tail ends, so each agent's Redis grants run
+ * beside its own local ones at the rest of the rate.
  *
- * Not asserted here: the fleet-wide replay. An agent that rejoins first
- * takes Redis slots after its own tail while the others still release
- * local grants at their shares, so the fleet can offer more than the quota
- * until the last agent is back (docs/architecture.md, "When Redis is
- * unreachable"; measured: 1 to 3 rejections in 2 runs of 10). The figure is
- * printed. */
+ * The fleet-wide replay is printed, not asserted: before the tails were
+ * held as shares (an agent's Redis grants started after its own whole
+ * tail), an agent that rejoined first could take Redis slots while the
+ * others still released local grants at their shares, and the fleet
+ * offered more than the quota until the last agent was back (measured: 1
+ * to 3 rejections in 2 runs of 10; docs/architecture.md, "When Redis is
+ * unreachable"). With the tails held: 0 and 1 in the two runs since. */
 static void test_fleet_rejoin_each_agent_hands_over_its_tail(void **state) {
     daemon_proc d[AGENTS];
     start_agents(d, "hf", ho_agent,
@@ -606,9 +612,13 @@ static void test_fleet_rejoin_each_agent_hands_over_its_tail(void **state) {
         print_message("    agent %d: connected again at %.0f ms; %zu local grants, %zu after the restart, the last "
                       "at %.0f ms; first Redis grant after them at %.0f ms\n",
                       i, o.t_connected[i], a.local, a.local_after_restart, a.last_local, a.first_redis_after_local);
+        /* Whether an agent's Redis grants start before its tail ends
+         * depends on the order of the rejoins (while every agent's tail is
+         * held, the schedule moves to the first tail's end): measured both
+         * (agent 0's at 7.1 s before its tail's end at 9.7 s, agent 1's at
+         * 9.93 s after its tail's end at 9.91 s). */
         assert_true(o.t_connected[i] > 0 && o.t_connected[i] < a.last_local);
         assert_true(a.redis_after_restart > 0);
-        assert_true(a.first_redis_after_local > a.last_local);
     }
     assert_int_equal(rej_local, 0);
     fleet_close(&f);
