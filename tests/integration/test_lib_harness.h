@@ -372,6 +372,33 @@ H_FN int h_agent_joined(void *arg) {
     return in;
 }
 
+/* Takes every other agent out of the agents sets the new engine joined.
+ * An engine closed by an earlier test says no goodbye (sl_close does not
+ * leave the deployments it announced: a gap, not a test's choice), so once
+ * its promise lapses it counts as silent and the fleet holds its share
+ * back (lua/common.lua, sl_silent): half the rate for the next few
+ * seconds, which made the embedded tests here fail now and then (a shed
+ * hint of 1709 ms where the fleet's is 710 ms, a slot at 2 s instead of
+ * 1 s). The tests here are about one engine at a time. */
+H_FN void h_forget_other_agents(const redis_fixture *fx, const char *agent) {
+    redisContext *c = redis_fixture_connect(fx);
+    if (!c) fail_msg("cannot connect to the test's Redis");
+    /* Only the embedded engines' deployments (prefix e-): the daemons of
+     * the suite keep theirs (d-). */
+    redisReply *keys = redisCommand(c, "KEYS sluice:{e-*}:agents");
+    for (size_t i = 0; keys && keys->type == REDIS_REPLY_ARRAY && i < keys->elements; i++) {
+        redisReply *m = redisCommand(c, "ZRANGE %s 0 -1", keys->element[i]->str);
+        for (size_t j = 0; m && m->type == REDIS_REPLY_ARRAY && j < m->elements; j++) {
+            if (strcmp(m->element[j]->str, agent) == 0) continue;
+            redisReply *z = redisCommand(c, "ZREM %s %s", keys->element[i]->str, m->element[j]->str);
+            if (z) freeReplyObject(z);
+        }
+        if (m) freeReplyObject(m);
+    }
+    if (keys) freeReplyObject(keys);
+    redisFree(c);
+}
+
 /* ---- sluiced -------------------------------------------------------------------- */
 
 /* A sluiced the library talks to (sock is what sl_options.socket_path gets). */
@@ -486,6 +513,7 @@ H_FN sl_gov *lib_suite_open(lib_suite *s, int mode, int which) {
     if (mode != DAEMON) { /* the fleet's schedule from the first call */
         h_agent_at w = {&s->fx, agent};
         PROC_POLL_OR_FAIL(h_agent_joined, &w, 10000, "the embedded engine in Redis' agents");
+        h_forget_other_agents(&s->fx, agent);
     }
     return g;
 }
