@@ -896,6 +896,13 @@ static char *state_field(const char *dep, const char *f) {
     return hget_text(key, f);
 }
 
+/* The state hash of dep has field f equal to want. */
+static void assert_state_field(const char *dep, const char *f, const char *want) {
+    char *got = state_field(dep, f);
+    assert_string_equal(got, want);
+    free(got);
+}
+
 /* The provider counts 3.2x the estimate's input part: the settle learns
  * it, the next grant charges the input part at it (the max output as
  * given), and an exact item is charged as sent and teaches nothing. */
@@ -909,27 +916,21 @@ static void test_calibration_learns_and_applies(void **state) {
     assert_non_null(strstr(rec, ",500,500,,,500")); /* the raw input estimate, field 11 */
     free(rec);
     settle_usage("cal", id, "1600+300");
-    char *q = state_field("cal", "estimate_ratio");
-    assert_string_equal(q, "3.2000");
-    free(q);
+    assert_state_field("cal", "estimate_ratio", "3.2000");
     assert_int_equal(reserve_lane1("cal", "500+500", "60000", "", &id), 1);
     assert_int_equal(record_tokens("cal", id, &rec), 1600 + 500);
     assert_non_null(strstr(rec, ",1600,500,,,500"));
     free(rec);
     /* Charged as the provider counts: the settle charges nothing more. */
     settle_usage("cal", id, "1600+200");
-    char *ch = state_field("cal", "tokens_charged");
-    assert_string_equal(ch, "1100"); /* the first grant's 1100 only */
-    free(ch);
+    assert_state_field("cal", "tokens_charged", "1100"); /* the first grant's 1100 only */
     /* Exact: charged as sent, no raw estimate, no sample. */
     assert_int_equal(reserve_lane1("cal", "=500+500", "60000", "", &id), 1);
     assert_int_equal(record_tokens("cal", id, &rec), 1000);
     assert_null(strstr(rec, ",,,"));
     free(rec);
     settle_usage("cal", id, "900+200");
-    char *n = state_field("cal", "estimate_samples");
-    assert_string_equal(n, "2");
-    free(n);
+    assert_state_field("cal", "estimate_samples", "2");
     /* A combined figure: its parts unknown, times the ratio above 1. */
     assert_int_equal(reserve_lane1("cal", "1000", "60000", "", &id), 1);
     assert_int_equal(record_tokens("cal", id, NULL), 3200);
@@ -956,9 +957,7 @@ static void test_calibration_quantile_low_and_decay(void **state) {
         snprintf(u, sizeof(u), "%d+5", 50 + 5 * k);
         settle_usage("calq", id, u);
     }
-    char *q = state_field("calq", "estimate_ratio");
-    assert_string_equal(q, "0.9000"); /* the 9th of 10 */
-    free(q);
+    assert_state_field("calq", "estimate_ratio", "0.9000"); /* the 9th of 10 */
     long long id = 0;
     assert_int_equal(reserve_lane1("calq", "100+10", "60000", "", &id), 1);
     assert_int_equal(record_tokens("calq", id, NULL), 90 + 10);
