@@ -141,6 +141,21 @@ static void on_release(uv_timer_t *t) {
     }
     list_remove(&d->waiting, c);
     c->e->stats.waiting--;
+    /* Released long after its slot (the process was descheduled, the loop
+     * blocked): every slot that passed meanwhile would go at once, a burst
+     * the fleet's schedule never planned. A grant of Redis' is given back
+     * (cancelled; its slot has passed, so nothing is refunded) and the call
+     * asks again at the head of its class. */
+    if (!c->grant.local && !c->canceled && !c->e->stopping && now > c->release_ms + ENGINE_LATE_RELEASE_MS &&
+        dep_ready(d)) {
+        const char *num = grant_number(c->grant.id);
+        if (num) queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
+        c->e->stats.late_reasks++;
+        c->state = CALL_PENDING;
+        class_push_front(d, c);
+        flush_arm(c->e);
+        return;
+    }
     call_complete(c, SL_OK, NULL, NULL);
 }
 
@@ -163,9 +178,11 @@ void call_granted(engine_call *c, long long wait_ms) {
     }
     c->state = CALL_WAITING;
     c->release_ms = at;
-    uv_timer_init(e->loop, &c->timer);
-    c->timer.data = c;
-    c->timer_live = 1;
+    if (!c->timer_live) { /* a call asking again (on_release) has its timer */
+        uv_timer_init(e->loop, &c->timer);
+        c->timer.data = c;
+        c->timer_live = 1;
+    }
     uv_timer_start(&c->timer, on_release, at - now, 0);
     list_push(&d->waiting, c);
     e->stats.waiting++;

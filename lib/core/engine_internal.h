@@ -38,6 +38,10 @@
 #define ENGINE_SETTLE_DELAY_MS 5
 /* How long a deployment waits after a cluster redirect or TRYAGAIN. */
 #define ENGINE_REDIRECT_HOLD_MS 20
+/* A caller released this much later than its slot gives the slot back
+ * and asks again (on_release): a quarter of the default burst (a second
+ * of the rate), so loop lag is absorbed and a stall is not a burst. */
+#define ENGINE_LATE_RELEASE_MS 250
 /* Items of one lane and tenant per reserve call on a deployment with lanes
  * or tenants: after a deferral the rest of the class would be deferred
  * too, so sending its whole backlog would only cost Redis time. */

@@ -24,10 +24,11 @@
  *
  * What is not virtual: Redis' own key expiry (PEXPIRE) runs on real time,
  * which is harmless while a run is shorter than the TTLs the scripts set
- * (10 s and more); and a write larger than the socket's buffer (the
- * connect's SCRIPT LOADs) arrives in pieces the kernel's buffer size
- * decides, each piece's complete commands a batch of its own: the same on
- * one machine, possibly not across kernels with other defaults. */
+ * (10 s and more). A write larger than the socket's buffer (the connect's
+ * SCRIPT LOADs) arrives in pieces the kernel's buffer size decides; they
+ * are gathered into one batch (a batch is forwarded only when it ends on a
+ * complete command), so neither the kernel nor the scripts' length
+ * changes a run. */
 #ifndef SLUICE_SIMREDIS_H
 #define SLUICE_SIMREDIS_H
 
