@@ -187,6 +187,8 @@ static void section_stats(info_out *o, server *s, const server_stats *st, const 
     for (int i = 0; i < ENGINE_SHED_REASONS; i++)
         line(o, "sheds_%s:%llu", engine_shed_reasons[i], es->shed_by_reason[i]);
     line(o, "deferrals:%llu", es->deferrals);
+    line(o, "retimed:%llu", es->retimed);
+    line(o, "late_reasks:%llu", es->late_reasks);
     line(o, "acquire_errors:%llu", es->errors);
     line(o, "queued:%llu", es->queued);
     line(o, "waiting:%llu", es->waiting);

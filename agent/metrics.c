@@ -400,6 +400,11 @@ int metrics_render(server *s, resp_buf *b) {
     one(&o, "sluice_deferrals_total", "counter",
         "Times Redis deferred a request (its slot beyond its lane's or tenant's horizon); the agent asks again.",
         (double)es.deferrals);
+    one(&o, "sluice_retimed_total", "counter",
+        "Held callers moved because a limit from the headers re-timed the fleet's schedule.", (double)es.retimed);
+    one(&o, "sluice_late_reasks_total", "counter",
+        "Callers released long after their slot (a stalled loop) that gave it back and asked again.",
+        (double)es.late_reasks);
 
     head(&o, "sluice_wait_seconds", "histogram", "Time from ACQUIRE to the release of its slot.");
     wait_histogram(&o, "sluice_wait_seconds", "", es.wait_hist, es.wait_sum_ms);

@@ -445,25 +445,213 @@ end
 -- (docs/redis-keys.md, "Rate changes"). The refund queues no longer
 -- describe the schedule: drop them and refund nothing until the schedule
 -- granted so far has passed.
-local function sl_rate_changed(st, dims, now, old_r)
+local SL_RETIMES, SL_RETIME_LAG_MS = 8, 1000
+
+-- Where a grant's slot is after the stretches made since it was granted
+-- (its agent re-timed it, sl_rate_changed): before, the units of each
+-- SL_DIMS dimension granted before it (its record). nil when it was
+-- granted before the oldest stretch kept: where it went is not known.
+local function sl_retimed_slot(st, slot, before)
+  local r = st.retimes
+  if not r or r == '' then return slot end
+  local n = 0
+  for i, u, at, k in string.gmatch(r, '(%d+),([^,]+),([^,]+),([^;]+)') do
+    n = n + 1
+    local b = before[tonumber(i)]
+    if not b then return nil end
+    if b < tonumber(u) then
+      -- Granted before this stretch: moved by it (and by every later one).
+      -- Before the oldest kept of a full list, older ones may be missing.
+      if n == 1 and select(2, string.gsub(r, ';', '')) + 1 >= SL_RETIMES then return nil end
+      -- An agent re-times what it still holds when it hears of the
+      -- stretch, which may be up to a heartbeat later: a slot in that
+      -- second may have gone out as granted.
+      at = tonumber(at)
+      if slot > at and slot <= at + SL_RETIME_LAG_MS then return nil end
+      if slot > at then slot = at + (slot - at) * tonumber(k) end
+    end
+  end
+  return slot
+end
+
+-- The sends granted and not yet due, where their agents hold them (the
+-- grant records' slots, re-timed by the stretches since): a list of {s,
+-- cost by SL_DIMS index} sorted by s, or nil when one cannot be placed.
+local function sl_held_sends(st, now)
+  local flat = redis.call('HGETALL', KEYS[3])
+  local out = {}
+  for i = 2, #flat, 2 do
+    local f = {}
+    for x in string.gmatch(flat[i] .. ',', '([^,]*),') do f[#f + 1] = x end
+    local c, slot = tonumber(f[1]), tonumber(f[2])
+    if c and slot then
+      local s = sl_retimed_slot(st, slot, {tonumber(f[4]), tonumber(f[5]), tonumber(f[9]) or 0, tonumber(f[10]) or 0})
+      if not s then return nil end
+      if s > now then out[#out + 1] = {s, {1, c, tonumber(f[7]) or c, tonumber(f[8]) or c}} end
+    end
+  end
+  table.sort(out, function(x, y) return x[1] < y[1] end)
+  return out
+end
+
+-- Replays the held sends of d through its schedule at its new rate, the
+-- slots after `at` compressed K times toward it (those before stay as
+-- granted), from the most its bucket can owe at now (every send before
+-- now conformed, so its TAT is at most now plus the tolerance and one
+-- send). Returns where the schedule ends, or nil when a compressed send
+-- would not conform.
+local function sl_replay(d, sends, now, K, at)
+  local r, i = d.r, d.i
+  local tau = math.max(0, d.burst - d.jitter * r) / r
+  local cmax = 0
+  for _, e in ipairs(sends) do if e[2][i] > cmax then cmax = e[2][i] end end
+  local tat = math.max(now, math.min(d.tat, now + tau + cmax / r))
+  for _, e in ipairs(sends) do
+    local s = e[1]
+    if s > at then
+      s = at + (s - at) * K
+      if s < tat - tau - 1e-6 then return nil end
+    end
+    if s > tat then tat = s end
+    tat = tat + e[2][i] / r
+  end
+  return tat
+end
+
+-- The smallest compression K in [want, 1) under which every dimension's
+-- held sends still conform at its new rate (sl_replay), the schedule's
+-- end per dimension under it, and the time it is anchored at: the held
+-- sends within a bucket's worth of now (the tolerance and one send of
+-- the slowest dimension) keep their slots, the rest compress toward the
+-- end of that. Returns 1 when there is no such K.
+local function sl_compress(st, dims, now, want)
+  local sends = sl_held_sends(st, now)
+  if not sends or #sends == 0 then return 1 end
+  local lead = 0
+  for _, d in ipairs(dims) do
+    local cmax = 0
+    for _, e in ipairs(sends) do if e[2][d.i] > cmax then cmax = e[2][d.i] end end
+    local l = (math.max(0, d.burst - d.jitter * d.r) + cmax) / d.r
+    if l > lead then lead = l end
+  end
+  local at = now + lead
+  local function fits(K)
+    local ends = {}
+    for j, d in ipairs(dims) do
+      ends[j] = sl_replay(d, sends, now, K, at)
+      if not ends[j] then return nil end
+    end
+    return ends
+  end
+  local ends = fits(want)
+  if ends then return want, ends, at end
+  local lo, hi, best = want, 1, nil
+  for _ = 1, 12 do
+    local mid = (lo + hi) / 2
+    local e = fits(mid)
+    if e then hi, best = mid, e else lo = mid end
+  end
+  if not best or hi > 0.995 then return 1 end
+  return hi, best, at
+end
+
+local function sl_rate_changed(st, dims, now, old_r, retime)
   local ra = sl_num(st, 'refund_after', 0)
+  -- The factor K by which the sends already granted are re-timed
+  -- (docs/redis-keys.md, "Re-timed grants"), for a change of the
+  -- dimensions in retime (a limit the provider's headers said, settle's
+  -- observe: evidence, not a reading that may swing back). The agents hold
+  -- those sends (their callers wait for their slots) and re-time them: a
+  -- slot s becomes now + (s - now) K.
+  --  * A stretch (K > 1): the largest old / new among them that slowed
+  --    down with a schedule ahead, so what was granted at the faster rate
+  --    is sent at the slower one instead of over-running it for as long
+  --    as the backlog lasts.
+  --  * A compression (K < 1), when they sped up: toward the largest old /
+  --    new among them, but only as far as every dimension's held sends
+  --    still conform at its new rate (sl_compress: a send moved earlier
+  --    could crowd a dimension whose rate did not change), anchored a
+  --    bucket's worth after now (at): a slot s after it becomes
+  --    at + (s - at) K, those before keep theirs.
+  local K, ends, at = 1, nil, now
+  local faster = nil
   for i, d in ipairs(dims) do
     local o = old_r and old_r[i]
+    if o and retime and retime[d.name] and d.tat > now then
+      if o > d.r * (1 + 1e-9) and o / d.r > K then K = o / d.r end
+      if o < d.r * (1 - 1e-9) and (not faster or o / d.r > faster) then faster = o / d.r end
+    end
+  end
+  if K == 1 and faster and not SL_DRY then
+    K, ends, at = sl_compress(st, dims, now, faster)
+    at = at or now
+  end
+  for i, d in ipairs(dims) do
+    local o = old_r and old_r[i]
+    local cg, chi = d.cg, d.chi
+    if K ~= 1 and cg > at then
+      -- The committed sends ahead run at 1 / K of the rate they had.
+      cg = at + (cg - at) * K
+      chi = chi / K
+    end
     if o and d.tat > now and math.abs(d.r - o) > 1e-12 * o then
       local t = now + (d.tat - now) * o / d.r
       if d.r > o then
-        if d.cg > now then
-          local tb = now + (d.cg - now) * math.max(1, d.chi / d.r)
+        if cg > now then
+          -- Compressed, the committed sends end at cg (sl_compress replayed
+          -- them at the new rate); otherwise they keep the spacing of the
+          -- rates they were granted at, at most chi.
+          local tb = cg
+          if K >= 1 then tb = now + (cg - now) * math.max(1, chi / d.r) end
           if t < tb then t = tb end
         end
-        if t > d.tat then t = d.tat end
+        if K <= 1 and t > d.tat then t = d.tat end
       end
       d.tat = t
+    elseif K < 1 and d.tat > at then
+      -- A dimension whose rate stayed: its schedule ends where the
+      -- compressed held sends end at the latest.
+      d.tat = at + (d.tat - at) * K
+    end
+    if K ~= 1 then
+      d.cg, d.chi = cg, chi
+      -- Never before the committed sends: they hold their new slots.
+      if d.tat < cg then d.tat = cg end
+      if ends and ends[i] and d.tat < ends[i] then d.tat = ends[i] end
     end
     if d.tat > ra then ra = d.tat end
   end
+  if K ~= 1 then
+    -- The running sum of log K and the time of the latest re-timing: an
+    -- agent applies the change of the sum since it last looked (pause_shift
+    -- is the same idea for pauses, added instead of multiplied).
+    local lg = string.match(st.retime or '', '^([^:]+):') or 0
+    sl_set(st, 'retime', string.format('%.12g:%s', tonumber(lg) + math.log(K), sl_fmt(at)))
+    -- The last SL_RETIMES re-timings, for settle to place a grant's slot
+    -- where its agent sent it (sl_retimed_slot): "i,u,at,K;..." with u
+    -- the units of SL_DIMS[i] granted before it.
+    local d1 = dims[1]
+    local list = {}
+    for e in string.gmatch(st.retimes or '', '[^;]+') do list[#list + 1] = e end
+    list[#list + 1] = string.format('%d,%.14g,%s,%.9g', d1.i or 1, d1.granted, sl_fmt(at), K)
+    while #list > SL_RETIMES do table.remove(list, 1) end
+    sl_set(st, 'retimes', table.concat(list, ';'))
+    -- Slots are granted in order after the last one, which moved too.
+    local ls = sl_num(st, 'last_slot', 0)
+    if ls > at then sl_set(st, 'last_slot', sl_fmt(at + (ls - at) * K)) end
+  end
   sl_set(st, 'refund_after', sl_fmt(ra))
   if not SL_DRY then redis.call('DEL', KEYS[5], KEYS[6], KEYS[10], KEYS[11]) end
+end
+
+-- The pause_shift_ms field of the reserve and settle replies: the running
+-- pause shift in ms, followed, once the schedule was ever stretched, by
+-- ":<sum of log K>:<time of the latest stretch, ms>" (sl_rate_changed).
+-- A reader that takes the leading integer only sees the pause shift.
+local function sl_shift_field(st)
+  local shift = sl_ceil(sl_num(st, 'pause_shift_ms', 0))
+  if not st.retime or st.retime == '' then return shift end
+  return shift .. ':' .. st.retime
 end
 
 -- Reclaims grants whose lease expired (a crashed or silent worker). Their
@@ -756,10 +944,11 @@ end
 
 -- The schedule remembers the rates it was built at (<name>_rate, "r0:r"
 -- per ms); a change since (AIMD, a limit adopted from the headers, others'
--- use of the key, a new configuration) converts it here, once, except for
--- the dimensions in keep. Returns true when it converted (the caller then
--- saves every dimension).
-local function sl_dims_sync(st, dims, now, keep)
+-- use of the key, a new configuration) converts it here, once; a decrease
+-- of a dimension in retime also re-times the sends already granted
+-- (sl_rate_changed). Returns true when it converted (the caller then saves
+-- every dimension).
+local function sl_dims_sync(st, dims, now, retime)
   local old, changed = {}, false
   -- The share held back (d.hs: for silent agents and local tails) when
   -- each dimension was last converted: the third part of <name>_rate
@@ -773,9 +962,6 @@ local function sl_dims_sync(st, dims, now, keep)
     if d.moved then changed = true end
     if not r0 or not r or by_held or math.abs(r0 - d.r0) > 1e-9 * d.r0 or math.abs(r - d.r) > 1e-9 * d.r then
       if r0 and r then
-        -- keep[name]: the debt stays as it is (a limit adopted from the
-        -- provider's headers: its remaining counts tell what its bucket
-        -- holds, better than a conversion can).
         -- A change of the share held back keeps the schedule's times both
         -- ways: what was granted so far was granted at the rate then, and
         -- a silent agent's local pacing starts where that schedule ends
@@ -788,13 +974,13 @@ local function sl_dims_sync(st, dims, now, keep)
         -- schedule's TAT, kept in time, counts the tail's sends with the
         -- shared ones (what each ran at adds up to the rate), so the rest
         -- of the rate is used beside the tail and all of it after.
-        if not by_held and not (keep and keep[d.name]) then old[i] = r end
+        if not by_held then old[i] = r end
         changed = true
       end
       sl_set(st, f, string.format('%.12g:%.12g:%.6g', d.r0, d.r, d.hs or 0))
     end
   end
-  if changed then sl_rate_changed(st, dims, now, old) end
+  if changed then sl_rate_changed(st, dims, now, old, retime) end
   return changed
 end
 

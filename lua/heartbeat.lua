@@ -21,13 +21,17 @@
 -- past the tail: the tail is recorded (state field `tails`) and its share
 -- stays held for the slots before its end (common.lua sl_dim_hold), so
 -- the others use the rest of the rate beside it.
--- Reply: the number of live agents (including this one unless leaving).
+-- Reply: {live, pause_shift_ms, now_us}: the number of live agents
+-- (including this one unless leaving), the pause shift and re-timing an
+-- agent follows (the field reserve and settle reply with, common.lua
+-- sl_shift_field: an agent holding callers hears of a re-timing within a
+-- heartbeat even when it has nothing else to ask) and the server time.
 -- Grants whose lease ended are reclaimed (sl_reclaim), as a reserve does.
 --
 -- Several deployments at once (one call where each would cost one: an
 -- agent's heartbeats of one interval): KEYS are the 11 keys of each of m
 -- deployments (all on one node, so not with Redis Cluster), ARGV as above
--- without busy; reply: the live agents of each, in order.
+-- without busy; reply: the replies of each, in order.
 
 local ALL = KEYS
 local m = math.floor(#ALL / SL_NKEYS)
@@ -77,7 +81,8 @@ end
 -- hand-over.
 local function beat()
   local limits = sl_limits()
-  local now = sl_now(limits)
+  local now, now_us = sl_now(limits)
+  local st
   if ARGV[3] == 'leave' then
     redis.call('ZREM', KEYS[9], id)
   else
@@ -97,7 +102,7 @@ local function beat()
     redis.call('HINCRBY', KEYS[2], 'expired_total', reclaimed)
   end
   if busy_req and limits.rpm then
-    local st = sl_hash(KEYS[2])
+    st = sl_hash(KEYS[2])
     local dims, _, changed = sl_schedule(limits, st, now)
     local ra = sl_num(st, 'refund_after', 0)
     -- The tails still held, and the new one (recorded only where the
@@ -150,7 +155,11 @@ local function beat()
     sl_set(st, 'refund_after', sl_fmt(ra))
     sl_save_state(st)
   end
-  return redis.call('ZCOUNT', KEYS[9], '(' .. sl_fmt(now - window), '+inf')
+  if not st then
+    local v = redis.call('HMGET', KEYS[2], 'pause_shift_ms', 'retime')
+    st = {pause_shift_ms = v[1] or nil, retime = v[2] or nil}
+  end
+  return {redis.call('ZCOUNT', KEYS[9], '(' .. sl_fmt(now - window), '+inf'), sl_shift_field(st), now_us}
 end
 
 if m == 1 then return beat() end

@@ -76,7 +76,7 @@ local function reserve_open(limits, st)
     next_id = sl_num(st, 'next_grant', 0), lease_ms = sl_num(limits, 'lease_ms', 120000),
     maxc = maxc, rpd = rpd, tpd = tpd, plain_h = sl_num(limits, 'horizon_ms', -1),
     interval_ms = 1 / req.r, jitter = sl_num(limits, 'jitter_ms', 10), tmax = limits.tokens_rule == 'max',
-    pause_shift = sl_ceil(sl_num(st, 'pause_shift_ms', 0)),
+    pause_shift = sl_shift_field(st),
     -- Lanes and tenants: only a deployment that has a plan looks for one.
     plan = sl_plan(limits), fair = false,
     quota_until = sl_num(st, 'quota_until', 0), bstate = false, bopen_until = false, probe_out = false,

@@ -214,24 +214,29 @@ end
 -- depends on other requests' outcomes, which the fleet does not know yet.
 local OBS_SPAN_MS, OBS_GAIN, DEFICIT_MS = 1000, 0.5, 5000
 local adapt_limits = sl_num(limits, 'adapt_limits', 1) == 1
-local keep_debt = {}
 local adapt_outside = sl_num(limits, 'adapt_outside', 1) == 1
+local retime_dims = {}
 local retarget = false
-local function observe(d, seen, slot, u_after, cost, throttled)
+local function observe(d, seen, slot, u_after, cost, throttled, order)
   local lim, rem = seen[1], seen[2]
   local f = d.name
-  if adapt_limits and lim and lim > 0 then
+  -- order: the units of the first dimension granted before this grant
+  -- (its record's; for feedback without a grant, all granted so far). A
+  -- response to a grant made before the one whose headers changed the
+  -- limit was sent before it too: its limit is older news (taken, it
+  -- would flap the limit back and forth, each flap a stretch).
+  if adapt_limits and lim and lim > 0 and order >= sl_num(st, f .. '_lim_order', 0) then
     local adopted = sl_num(st, f .. '_adopted', 0)
     local want = 0
     if lim < d.per then want = lim end
     if want ~= adopted then
       if want > 0 then sl_set(st, f .. '_adopted', want) else sl_set(st, f .. '_adopted', '') end
-      -- The slots granted at the old limit are sent as granted; stretching
-      -- the schedule behind them to the new limit would idle the provider
-      -- for as long as they over-ran it, where its remaining counts say
-      -- whether its bucket took them (the deficit rule below repays what
-      -- it did not).
-      keep_debt[d.name] = true
+      sl_set(st, f .. '_lim_order', order)
+      -- The schedule converts to the new limit, and the slots already
+      -- granted at the old one are re-timed with it (sl_rate_changed):
+      -- a lower limit holds from the moment it is read, not after the
+      -- backlog granted before it.
+      retime_dims[d.name] = true
       -- The provider's bucket is another one now: learn it again.
       sl_set(st, f .. '_cap', '')
       sl_set(st, f .. '_obs', '')
@@ -240,7 +245,8 @@ local function observe(d, seen, slot, u_after, cost, throttled)
       return
     end
   end
-  if not adapt_outside or d.refund or not rem or throttled then return end
+  -- slot: nil when the grant was re-timed by stretches no longer known.
+  if not adapt_outside or d.refund or not rem or throttled or not slot then return end
   local cap = math.max(sl_num(st, f .. '_cap', 0), rem + cost)
   if cap > sl_num(st, f .. '_cap', 0) then sl_set(st, f .. '_cap', cap) end
   local s0, u0, r0 = string.match(st[f .. '_obs'] or '', '^([^:]+):([^:]+):(.+)$')
@@ -432,13 +438,15 @@ for i = 1, n do
       bump('tokens_estimated', c)
       bump('tokens_actual', total)
     end
+    -- Where its agent sent it: re-timed by the stretches since the grant.
+    local sent = (outcome == 'ok' or outcome == 'throttled') and next(seen) and sl_retimed_slot(st, slot, before)
     if outcome == 'ok' then
       for _, d in ipairs(dims) do
-        if seen[d.i] then observe(d, seen[d.i], slot, before[d.i] + cost[d.i], cost[d.i], false) end
+        if seen[d.i] then observe(d, seen[d.i], sent, before[d.i] + cost[d.i], cost[d.i], false, before[1]) end
       end
     elseif outcome == 'throttled' then
       for _, d in ipairs(dims) do
-        if seen[d.i] then observe(d, seen[d.i], slot, before[d.i], cost[d.i], true) end
+        if seen[d.i] then observe(d, seen[d.i], sent, before[d.i], cost[d.i], true, before[1]) end
       end
     end
     if outcome == 'throttled' and reserved > last_decrease and not decreased and not explained
@@ -468,7 +476,7 @@ for i = 1, n do
     -- Feedback without a grant (a local grant, an ungoverned call): its
     -- limits still tell, its remaining cannot be placed in the schedule.
     for _, d in ipairs(dims) do
-      if seen[d.i] and seen[d.i][1] then observe(d, {seen[d.i][1], nil}, now, 0, 0, true) end
+      if seen[d.i] and seen[d.i][1] then observe(d, {seen[d.i][1], nil}, now, 0, 0, true, dims[1].granted) end
     end
   end
   if outcome == 'throttled' then bump('throttles_seen') end
@@ -525,7 +533,7 @@ if retarget then
     d.tat, d.granted, d.cg, d.chi = o.tat, o.granted, o.cg, o.chi
   end
   dims = nd
-  sl_dims_sync(st, dims, now, keep_debt)
+  sl_dims_sync(st, dims, now, retime_dims)
 end
 
 if #done > 0 then
@@ -550,7 +558,7 @@ sl_count(st, counts)
 sl_save_state(st)
 if paused_until > now then out[2] = sl_ceil(paused_until - now) end
 out[3] = string.format('%.4f', scale)
-out[4] = sl_ceil(sl_num(st, 'pause_shift_ms', 0))
+out[4] = sl_shift_field(st)
 if not ext then return sl_timed(out) end
 local rates = {}
 for _, d in ipairs(dims) do

@@ -105,11 +105,61 @@ static void dep_shift_waiting(dep *d, double shift) {
     }
 }
 
-/* Follows Redis' running pause shift (pause_shift_ms in replies): held
- * callers move by its growth, so every agent shifts by the same amount. */
-void dep_follow_shift(dep *d, double total) {
+/* Re-times the callers held on Redis' grants after the fleet's schedule
+ * was stretched (k > 1) or compressed (k < 1) from a time at (lua/common.lua
+ * sl_rate_changed): a slot s after it becomes at + (s - at) k, with at
+ * lag_ms before now (after, when negative). A compression learned late is
+ * applied from now: anchored in the past it would release at once every
+ * caller whose new slot passed meanwhile, a burst nobody planned. Local
+ * grants follow the local schedule, not Redis'. */
+static void dep_retime_waiting(dep *d, double k, double lag_ms) {
+    uint64_t now = uv_now(d->e->loop);
+    double at = (double)now - lag_ms;
+    if (k < 1 && at < (double)now) at = (double)now;
+    for (engine_call *c = d->waiting.head; c; c = c->next) {
+        if (c->grant.local || (double)c->release_ms <= at) continue;
+        double t = at + ((double)c->release_ms - at) * k;
+        c->release_ms = t > (double)now ? (uint64_t)ceil(t) : now;
+        uv_timer_start(&c->timer, on_release, c->release_ms - now, 0);
+        d->e->stats.retimed++;
+    }
+    /* A class told to ask again later was told so by the schedule before;
+     * compressed, the answer may come sooner: ask at the re-timed time. */
+    if (k < 1) {
+        for (size_t i = 0; i < d->nclasses; i++) {
+            call_class *q = &d->classes[i];
+            if ((double)q->ask_at > at) q->ask_at = (uint64_t)ceil(at + ((double)q->ask_at - at) * k);
+            if (q->ask_at < now) q->ask_at = now;
+        }
+        if (d->npending) flush_arm(d->e);
+    }
+}
+
+/* Follows Redis' running pause shift and re-timing (the pause_shift_ms
+ * field of reserve and settle replies: "<shift>" or "<shift>:<sum of log
+ * k>:<at ms>"; redis_now_us the reply's own time): held callers move by
+ * the shift's growth and are re-timed by the change of the sum, so every
+ * agent moves what it holds the way Redis moved its schedule. A field
+ * without the sum (Redis lost its state) only resets what was applied. */
+void dep_follow_shift(dep *d, const redisReply *field, long long redis_now_us) {
+    double total = (double)reply_int(field), lg = 0, at = 0;
+    if (field && field->type == REDIS_REPLY_STRING) {
+        const char *colon = strchr(field->str, ':');
+        if (colon) {
+            char *end;
+            lg = strtod(colon + 1, &end);
+            if (*end == ':') at = strtod(end + 1, NULL);
+        }
+    }
     if (d->shift_known && total > d->applied_shift) dep_shift_waiting(d, total - d->applied_shift);
-    d->applied_shift = total; /* also resets when Redis lost its state */
+    if (d->shift_known && at > 0 && fabs(lg - d->applied_retime) > 1e-12) {
+        double lag = (double)redis_now_us / 1000.0 - at;
+        if (!(lag > -ENGINE_RETIME_LAG_MAX_MS)) lag = -ENGINE_RETIME_LAG_MAX_MS;
+        if (lag > ENGINE_RETIME_LAG_MAX_MS) lag = ENGINE_RETIME_LAG_MAX_MS;
+        dep_retime_waiting(d, exp(lg - d->applied_retime), lag);
+    }
+    d->applied_shift = total;
+    d->applied_retime = lg;
     d->shift_known = 1;
 }
 

@@ -42,6 +42,9 @@
  * and asks again (on_release): a quarter of the default burst (a second
  * of the rate), so loop lag is absorbed and a stall is not a burst. */
 #define ENGINE_LATE_RELEASE_MS 250
+/* A stretch learned later than this after Redis made it is applied as if
+ * learned this late: a clock step must not move held callers wildly. */
+#define ENGINE_RETIME_LAG_MAX_MS 5000
 /* Items of one lane and tenant per reserve call on a deployment with lanes
  * or tenants: after a deferral the rest of the class would be deferred
  * too, so sending its whole backlog would only cost Redis time. */
@@ -148,6 +151,7 @@ struct dep {
     double rate_scale;                           /* last known */
     uint64_t paused_until;                       /* uv_now ms; callers are held until then */
     double applied_shift;                        /* Redis' pause_shift_ms already applied to held callers */
+    double applied_retime;                       /* Redis' running sum of log stretch already applied */
     int shift_known;                             /* applied_shift was read from Redis at least once */
     uint64_t hold_until;                         /* uv_now ms; no reserve before (cluster redirect) */
     double local_tat[ENGINE_DIMS];               /* local fallback schedule per dimension, uv_now ms */
@@ -350,7 +354,8 @@ void call_shed(engine_call *c, const engine_shed *shed);
 void call_complete(engine_call *c, int status, const engine_shed *shed, const char *msg);
 void call_free(engine_call *c);
 const char *grant_number(const char *id);
-void dep_follow_shift(dep *d, double total);
+void dep_follow_shift(dep *d, const redisReply *field, long long redis_now_us);
+long long dep_heartbeat_reply(dep *d, const redisReply *r);
 void dep_pause(dep *d, long long pause_ms, int local);
 
 /* ---- engine_reserve.c ---- */

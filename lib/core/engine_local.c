@@ -238,12 +238,13 @@ static void on_handover(void *arg, redisReply *r, const char *err) {
     dep *d = arg;
     d->e->calls_out--;
     d->handing_over = 0;
-    if (r && r->type == REDIS_REPLY_INTEGER) {
+    long long live = dep_heartbeat_reply(d, r);
+    if (live >= 0) {
         /* Redis counts them now (grants made meanwhile wait for the next). */
         for (int k = 0; k < ENGINE_DIMS; k++) d->local_sent[k] = fmax(0.0, d->local_sent[k] - d->reporting[k]);
         d->handed_over = 1;
         d->member = 1;
-        if (r->integer > 0) d->live_agents = r->integer;
+        if (live > 0) d->live_agents = live;
         dep_seen(d);
     }
     flush_arm(d->e);

@@ -247,10 +247,23 @@ static void dep_counted(dep *d, long long live) {
     if (live > 0) d->live_agents = live;
 }
 
+/* One deployment's heartbeat reply: {live, pause_shift_ms, now_us}
+ * (lua/heartbeat.lua; a bare count from older scripts). Follows the pause
+ * shift and re-timing it carries, and returns the live count, or -1 when
+ * r is not a heartbeat's reply. */
+long long dep_heartbeat_reply(dep *d, const redisReply *r) {
+    if (!r) return -1;
+    if (r->type == REDIS_REPLY_INTEGER) return r->integer;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_INTEGER) return -1;
+    dep_follow_shift(d, r->element[1], reply_int(r->element[2]));
+    return r->element[0]->integer;
+}
+
 static void on_heartbeat(void *arg, redisReply *r, const char *err) {
     dep *d = arg;
     d->e->calls_out--;
-    if (r && r->type == REDIS_REPLY_INTEGER) dep_counted(d, r->integer);
+    long long live = dep_heartbeat_reply(d, r);
+    if (live >= 0) dep_counted(d, live);
     /* The first heartbeat follows the connect: a script that cannot run
      * (an ACL without a command it calls) shows here, before any caller. */
     if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str)) dep_script_error(d, "heartbeat", r->str);
@@ -294,7 +307,8 @@ static void on_heartbeats(void *arg, redisReply *r, const char *err) {
     int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == b->n;
     for (size_t i = 0; i < b->n; i++) {
         dep *d = b->deps[i];
-        if (ok && r->element[i]->type == REDIS_REPLY_INTEGER) dep_counted(d, r->element[i]->integer);
+        long long live = ok ? dep_heartbeat_reply(d, r->element[i]) : -1;
+        if (live >= 0) dep_counted(d, live);
     }
     if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str) && b->n)
         dep_script_error(b->deps[0], "heartbeat", r->str);

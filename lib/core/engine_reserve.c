@@ -48,7 +48,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
         d->fleet_tat_tok = (double)now + d->fleet_backlog_tok;
         dep_seen(d);
         /* Before the new grants: they are already behind any new shift. */
-        dep_follow_shift(d, (double)reply_int(r->element[4]));
+        dep_follow_shift(d, r->element[4], reply_int(r->element[0]));
     }
     int lost_limits = r && r->type == REDIS_REPLY_ERROR && strstr(r->str, "unknown deployment");
     /* A cluster redirection the router could not follow, or a slot being

@@ -128,7 +128,7 @@ static void on_settle(void *arg, redisReply *r, const char *err) {
             if (until > d->paused_until) d->paused_until = until;
         }
         if (r->element[2]->type == REDIS_REPLY_STRING) d->rate_scale = atof(r->element[2]->str);
-        if (r->elements >= 4) dep_follow_shift(d, (double)reply_int(r->element[3]));
+        if (r->elements >= 4) dep_follow_shift(d, r->element[3], reply_int(r->element[0]));
         if (r->elements >= 5 + b->n) dep_follow_rates(d, r->element[4 + b->n]);
     }
     free(b);

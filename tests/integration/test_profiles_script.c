@@ -501,6 +501,70 @@ static sim_result simulate(const char *dep, provider *p, double neighbour_rpm, d
     return out;
 }
 
+/* A lower limit the headers report re-times what is already granted: the
+ * schedule's backlog stretches by old / new, the replies carry the stretch
+ * for the agents to re-time the callers they hold ("<shift>:<log K>:<at>"),
+ * and a response to a grant made before the one that told the new limit
+ * (older news) does not flap it back. */
+static void test_lower_limit_retimes_grants(void **state) {
+    (void)state;
+    const char *dep = "retime";
+    configure_on(rc, dep, "rpm", "600", "burst_requests", "10", "jitter_ms", "0", NULL);
+    clock_at(dep, 1000000);
+    grant g[30];
+    for (int i = 0; i < 30; i++) {
+        g[i] = reserve_tok(dep, "0", 600000);
+        assert_true(g[i].granted);
+    }
+    /* 10 at once, then 100 ms apart: TAT is 30 x 100 ms past now (the
+     * burst is its tolerance). */
+    double tat0 = state_num(dep, "requests_tat") - g[29].now_ms;
+    assert_true(tat0 > 2900 && tat0 < 3100);
+    assert_false(state_num(dep, "retime") > 0);
+    /* Grant 10 (9 granted before it) reports 300 a minute. */
+    clock_at(dep, 1000000);
+    char ids[24];
+    snprintf(ids, sizeof(ids), "%lld", g[9].id);
+    redisReply *r = script_callv(rc, SCRIPT_SETTLE, dep, "feedback", "1", ids, "-1", "ok", "-1", "r=300/0", NULL);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    double now = (double)r->element[0]->integer / 1000.0;
+    assert_int_equal(r->element[3]->type, REDIS_REPLY_STRING);
+    double lg = -1, at = -1;
+    long long shift = -1;
+    assert_int_equal(sscanf(r->element[3]->str, "%lld:%lf:%lf", &shift, &lg, &at), 3);
+    freeReplyObject(r);
+    assert_int_equal(shift, 0);
+    assert_true(fabs(lg - log(2.0)) < 1e-9);
+    assert_true(fabs(at - now) < 1.0);
+    assert_true(status_num(rc, dep, "adopted_rpm") == 300);
+    /* The backlog is twice as long: every slot granted now comes twice as
+     * far from now (the agents move their held callers the same way). */
+    double tat1 = state_num(dep, "requests_tat") - now;
+    assert_true(fabs(tat1 - 2 * (tat0 - (now - g[29].now_ms))) < 5);
+    /* The next reserve carries the same stretch, and its slot follows the
+     * stretched backlog at the new rate. */
+    clock_at(dep, 1000000);
+    redisReply *rr = script_callv(rc, SCRIPT_RESERVE, dep, "1", "0", "600000", NULL);
+    assert_non_null(rr);
+    assert_int_equal(rr->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(rr->element[4]->type, REDIS_REPLY_STRING);
+    assert_non_null(strstr(rr->element[4]->str, ":0.693147"));
+    freeReplyObject(rr);
+    /* Grant 5 (4 before it) was sent before grant 10: its limit is older
+     * news and changes nothing; grant 20's is news. */
+    char res[32];
+    settle_fb(dep, g[4].id, "-1", "ok", -1, "r=600/0", res, sizeof(res));
+    assert_string_equal(res, "settled");
+    assert_true(status_num(rc, dep, "adopted_rpm") == 300);
+    assert_true(state_num(dep, "limit_changes") == 1);
+    settle_fb(dep, g[19].id, "-1", "ok", -1, "r=600/0", res, sizeof(res));
+    assert_true(status_num(rc, dep, "adopted_rpm") == 0);
+    assert_true(state_num(dep, "limit_changes") == 2);
+    /* A raised limit does not re-time: the sum of log K stays. */
+    assert_true(fabs(state_num(dep, "retime") - log(2.0)) < 1e-9);
+}
+
 static void test_outside_use_followed(void **state) {
     const char *dep = "neighbour";
     /* 600 RPM; the fleet plans with a burst of 10 (one second); the
@@ -558,7 +622,8 @@ static int outage(const char *dep, provider *p, double ms, int report) {
         redisReply *r =
             script_callv(rc, SCRIPT_HEARTBEAT, dep, "agent-1", "600", "busy", "0", "0", sent, "0", "0", "0", NULL);
         assert_non_null(r);
-        assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+        assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+        assert_int_equal(r->element[0]->type, REDIS_REPLY_INTEGER);
         freeReplyObject(r);
         assert_true(status_num(rc, dep, "local_requests") == n);
     }
@@ -619,7 +684,11 @@ static void test_local_sends_are_the_fleets_own(void **state) {
 static long long script_int(redisReply *r) {
     assert_non_null(r);
     if (r->type == REDIS_REPLY_ERROR) fail_msg("script: %s", r->str);
-    long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    /* A heartbeat answers {live, pause_shift_ms, now_us}. */
+    long long v = r->type == REDIS_REPLY_INTEGER ? r->integer
+                  : r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_INTEGER
+                      ? r->element[0]->integer
+                      : -1;
     freeReplyObject(r);
     return v;
 }
@@ -731,6 +800,7 @@ int main(void) {
         cmocka_unit_test(test_split_dimensions_bind),
         cmocka_unit_test(test_isolated_429_only_pauses),
         cmocka_unit_test(test_reported_limit_adopted),
+        cmocka_unit_test(test_lower_limit_retimes_grants),
         cmocka_unit_test(test_outside_use_followed),
         cmocka_unit_test(test_local_sends_are_the_fleets_own),
         cmocka_unit_test(test_silent_fleet_not_a_neighbour),
