@@ -13,13 +13,17 @@
 #   early    release timers fire 20 ms before the slot
 #   held     the share held back for silent agents is ignored
 #   stray    every 429, a stray one too, cuts the rate by aimd_decrease (0.7)
+#   retime   agents ignore a re-timing of the schedule (the callers they
+#            hold keep their slots when a limit from the headers changes)
+#   late     a caller released long after its slot goes out anyway (no
+#            re-ask: a frozen agent sends the slots that passed at once)
 #
 # Each builds the simulator in a release build of its own copy (about a
 # minute each on 2 cores) and runs the checks there. Not part of tests/run:
 # run it before changing the controller (docs/simulator.md).
 set -uo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
-all=(refund early held stray)
+all=(refund early held stray retime late)
 want=("$@")
 [ ${#want[@]} -eq 0 ] && want=("${all[@]}")
 work=$(mktemp -d /tmp/sluice-mutations-XXXXXX)
@@ -37,6 +41,10 @@ mutate() { # NAME DIR: applies the mutation; fails when the code it edits moved
     stray)  sed -i -e "s/if outcome == 'throttled' and reserved > last_decrease and not decreased and not explained\$/if outcome == 'throttled' and not decreased and (true or not explained)/" \
                    -e 's/and throttle_count() then/and (throttle_count() or true) then/' "$d/lua/settle.lua"
             grep -q 'throttle_count() or true' "$d/lua/settle.lua" && grep -q '(true or not explained)' "$d/lua/settle.lua" ;;
+    retime) sed -i 's/^static void dep_retime_waiting(dep \*d, double k, double lag_ms) {$/&\n    if (k > 0) return;/' "$d/lib/core/engine_call.c"
+            grep -q '    if (k > 0) return;' "$d/lib/core/engine_call.c" ;;
+    late)   sed -i 's/now > c->release_ms + ENGINE_LATE_RELEASE_MS \&\&/0 \&\&/' "$d/lib/core/engine_call.c"
+            grep -q '!c->e->stopping && 0 &&' "$d/lib/core/engine_call.c" ;;
     *) echo "mutations.sh: unknown mutation '$1' (one of: ${all[*]})" >&2; return 2 ;;
   esac
 }
