@@ -1047,10 +1047,12 @@ end
 local SL_CAL_N, SL_CAL_Q, SL_CAL_LEARN = 32, 0.9, 4
 local SL_CAL_MIN, SL_CAL_MAX = 0.05, 20
 
--- The ratio in force at now, and whether the deployment is learning.
-local function sl_cal(limits, st, now)
-  local q = tonumber(st.estimate_ratio)
-  local at = tonumber(st.estimate_ratio_at)
+-- The ratio in force at now of the ratios kept under pfx ('estimate':
+-- <pfx>_ratios, <pfx>_ratio, <pfx>_ratio_at), and whether the deployment
+-- is learning it.
+local function sl_ratio(limits, st, now, pfx)
+  local q = tonumber(st[pfx .. '_ratio'])
+  local at = tonumber(st[pfx .. '_ratio_at'])
   if not q or not at then return 1, true end
   local h = sl_num(limits, 'estimate_half_life_ms', 600000)
   local age = now - at
@@ -1059,28 +1061,29 @@ local function sl_cal(limits, st, now)
   -- As stored (4 decimals), so that every call in a moment reads one ratio.
   if h > 0 then r = tonumber(string.format('%.4f', 1 + (q - 1) * math.pow(0.5, age / h))) end
   local n = 0
-  if st.estimate_ratios and st.estimate_ratios ~= '' then
-    n = select(2, string.gsub(st.estimate_ratios, ',', '')) + 1
-  end
+  local ring = st[pfx .. '_ratios']
+  if ring and ring ~= '' then n = select(2, string.gsub(ring, ',', '')) + 1 end
   return r, n < SL_CAL_LEARN or age > h
 end
 
--- Adds the ratios of news (a list) at now: the kept ones decay to now,
--- the news joins them, the oldest beyond SL_CAL_N drop, and the quantile
--- is taken again. Writes estimate_ratios, estimate_ratio and
--- estimate_ratio_at.
-local function sl_cal_learn(limits, st, now, news)
+local function sl_cal(limits, st, now) return sl_ratio(limits, st, now, 'estimate') end
+
+-- Adds the ratios of news (a list, each clamped to [lo, hi]) at now: the
+-- kept ones decay to now, the news joins them, the oldest beyond SL_CAL_N
+-- drop, and the quantile is taken again. Writes <pfx>_ratios,
+-- <pfx>_ratio and <pfx>_ratio_at.
+local function sl_ratio_learn(limits, st, now, news, pfx, lo, hi)
   local h = sl_num(limits, 'estimate_half_life_ms', 600000)
   local f = 1
-  local at = tonumber(st.estimate_ratio_at)
+  local at = tonumber(st[pfx .. '_ratio_at'])
   if at and h > 0 and now > at then f = math.pow(0.5, (now - at) / h) end
   local kept = {}
-  for x in string.gmatch(st.estimate_ratios or '', '[^,]+') do
+  for x in string.gmatch(st[pfx .. '_ratios'] or '', '[^,]+') do
     local v = tonumber(x)
     if v then kept[#kept + 1] = 1 + (v - 1) * f end
   end
   for _, v in ipairs(news) do
-    if v < SL_CAL_MIN then v = SL_CAL_MIN elseif v > SL_CAL_MAX then v = SL_CAL_MAX end
+    if v < lo then v = lo elseif v > hi then v = hi end
     kept[#kept + 1] = v
   end
   local first = #kept - SL_CAL_N + 1
@@ -1093,9 +1096,33 @@ local function sl_cal_learn(limits, st, now, news)
   end
   table.sort(sorted)
   local q = sorted[math.ceil(SL_CAL_Q * #sorted)]
-  sl_set(st, 'estimate_ratios', table.concat(ring, ','))
-  sl_set(st, 'estimate_ratio', string.format('%.4f', q))
-  sl_set(st, 'estimate_ratio_at', sl_fmt(now))
+  sl_set(st, pfx .. '_ratios', table.concat(ring, ','))
+  sl_set(st, pfx .. '_ratio', string.format('%.4f', q))
+  sl_set(st, pfx .. '_ratio_at', sl_fmt(now))
+end
+
+local function sl_cal_learn(limits, st, now, news)
+  sl_ratio_learn(limits, st, now, news, 'estimate', SL_CAL_MIN, SL_CAL_MAX)
+end
+
+-- ---- expected output (docs/redis-keys.md, "Expected output") -------------
+-- With output_charge 'expected' (Anthropic's current rule: OTPM counts
+-- the tokens generated, max_tokens does not factor in), the output
+-- dimension charges an item its max output times the ratio in force of
+-- actual / max output (output_ratio: the SL_CAL_Q quantile of the last
+-- SL_CAL_N answers, decaying toward 1 without news), rounded up, at least
+-- 1; the settle corrects it to the actual either way (refund_output): a
+-- long answer is charged at the schedule's tail as debt. Until
+-- SL_CAL_LEARN fresh ratios are known, the max output.
+local SL_OUT_MIN = 0.001
+
+-- The output an item is charged: o its max output, r the ratio in force
+-- (nil: the max). Returns the charge.
+local function sl_out_item(r, o)
+  if not r or r >= 1 or o <= 1 then return o end
+  local k = math.ceil(o * r - 1e-9)
+  if k < 1 then k = 1 end
+  return k
 end
 
 -- An item's estimate as charged: the input part times the ratio r in

@@ -72,6 +72,10 @@ local FIELDS = {
   -- calibrated); the ratio's half-life without news; how far ahead an
   -- item that teaches may be granted while the ratio is learned.
   estimate_exact = {sl_uint, function(v) return v == 0 or v == 1 end, '0 or 1'},
+  -- What otpm charges at admission (see sl_out_item): the max output, or
+  -- the expected output learned from the settles.
+  output_charge = {function(v) return v end, function(v) return v == 'max' or v == 'expected' end,
+                   "max (the max output) or expected (learned from recent answers)"},
   estimate_half_life_ms = {sl_uint, positive, 'a positive integer'},
   estimate_learn_horizon_ms = {sl_int, function(v) return v ~= nil and v >= -1 and v <= 86400000 end, 'an integer in [-1, 86400000] (-1 = off)'},
 }

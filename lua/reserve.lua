@@ -95,8 +95,16 @@ local function reserve_open(limits, st)
     -- decided ('' when it teaches nothing), set per item by reserve_cal.
     cal_r = 1, cal_learning = false, learn_h = sl_num(limits, 'estimate_learn_horizon_ms', -1),
     cal_off = sl_num(limits, 'estimate_exact', 0) == 1, item_raw = '',
+    -- Expected output (common.lua, sl_out_item): the ratio in force (false:
+    -- charge the max output) and the output charged to the item being
+    -- decided ('' when its max output).
+    out_r = false, item_out = '',
   }
   if not x.cal_off then x.cal_r, x.cal_learning = sl_cal(limits, st, now) end
+  if limits.output_charge == 'expected' and sl_num(limits, 'otpm', 0) > 0 then
+    local r, learning = sl_ratio(limits, st, now, 'output')
+    if not learning and r < 1 then x.out_r = r end
+  end
   local day, next_day = sl_day(limits, now)
   x.day, x.to_midnight = day, sl_ceil(next_day - now)
   for _, d in ipairs(dims) do
@@ -249,7 +257,8 @@ local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s
   -- OpenAI's combined tokens (tokens_rule max): the larger of the input
   -- and the max output, where the parts are known (docs/providers.md).
   if x.tmax and out_s ~= '' then
-    local m = cost[3] > cost[4] and cost[3] or cost[4]
+    local o = tonumber(out_s) or cost[4]  -- the max output, whatever otpm charges
+    local m = cost[3] > o and cost[3] or o
     if m ~= cost[2] then cost = {cost[1], m, cost[3], cost[4]} end
   end
   local verdict
@@ -472,9 +481,12 @@ local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s
         if di or dout then rec = rec .. ',' .. b3 .. ',' .. b4 end
       end
       -- The raw input estimate (before calibration) of an item that
-      -- teaches: settle learns the provider's count / it (field 11).
-      if x.item_raw ~= '' then
+      -- teaches: settle learns the provider's count / it (field 11); the
+      -- output the output dimension charged, when below the max output
+      -- (field 12: only on a deployment with output tokens).
+      if x.item_raw ~= '' or x.item_out ~= '' then
         if di or dout then rec = rec .. ',' .. x.item_raw else rec = rec .. ',,,' .. x.item_raw end
+        if x.item_out ~= '' then rec = rec .. ',' .. x.item_out end
       end
       local grants, leases = x.grants, x.leases
       local g = 2 * x.granted
@@ -538,6 +550,16 @@ local function reserve_cal(x, c, w, L, T, cost, quiet, blocked, is, os, cs, exac
   c, ti, to, is, os, cs, raw = sl_cal_item(x.cal_r, c, ti, to, is, os, cs, exact or x.cal_off)
   x.item_raw = raw
   cost[2], cost[3], cost[4] = c, ti, to
+  -- The output dimension's charge: the expected output of a split item
+  -- (its max output known; the record keeps both, field 12).
+  x.item_out = ''
+  if x.out_r and os ~= '' then
+    local k = sl_out_item(x.out_r, to)
+    if k < to then
+      cost[4] = k
+      x.item_out = string.format('%d', k)
+    end
+  end
   return reserve_one(x, c, w, L, T, cost, quiet, blocked, is, os, cs)
 end
 

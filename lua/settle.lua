@@ -329,6 +329,8 @@ local burndown = sl_num(limits, 'output_burndown', 1)
 local out = {now_us, 0, '1', 0}
 local deposits, done = 0, {}
 local cal_news = {}  -- the provider's prompt count / the raw input estimate, per settled grant (sl_cal_learn)
+local out_news = {}  -- actual / max output, per settled grant (sl_out_item)
+local out_expected = limits.output_charge == 'expected' and sl_num(limits, 'otpm', 0) > 0
 local decreased = false
 local function dim_settle(d, est, actual, slot, give)
   -- One dimension of a settled grant sent at slot: est was charged; actual
@@ -380,6 +382,10 @@ for i = 1, n do
     local known = f[8] ~= nil and f[8] ~= ''
     local cost = {1, c, tonumber(f[7]) or c, tonumber(f[8]) or c}
     if tmax and known then cost[2] = math.max(cost[3], cost[4]) end
+    -- The output dimension was charged the expected output when the
+    -- record says one (field 12), else the max output.
+    local max_out = cost[4]
+    if f[12] and f[12] ~= '' then cost[4] = tonumber(f[12]) or max_out end
     local before = {tonumber(f[4]), tonumber(f[5]), tonumber(f[9]) or 0, tonumber(f[10]) or 0}
     bump('settled_' .. outcome)
     if outcome == 'ok' then deposits = deposits + 1 end
@@ -409,7 +415,7 @@ for i = 1, n do
           if d.refund then
             counted = total
           elseif split and known then
-            counted = tmax and math.max(inp, cost[4]) or inp + cost[4]
+            counted = tmax and math.max(inp, max_out) or inp + max_out
           elseif split and tmax then
             counted = math.max(inp, outp)
           end
@@ -434,6 +440,10 @@ for i = 1, n do
       -- is one more ratio.
       local raw = tonumber(f[11])
       if split and raw and raw > 0 then cal_news[#cal_news + 1] = inp / raw end
+      -- What share of its max output an answer used (sl_out_item).
+      if out_expected and split and known and outcome == 'ok' and max_out > 0 then
+        out_news[#out_news + 1] = outp / max_out
+      end
       daily_adjust(reserved, 0, total - c, tenant)
       bump('tokens_estimated', c)
       bump('tokens_actual', total)
@@ -523,6 +533,7 @@ if #cal_news > 0 then
   sl_cal_learn(limits, st, now, cal_news)
   bump('estimate_samples', #cal_news)
 end
+if #out_news > 0 then sl_ratio_learn(limits, st, now, out_news, 'output', SL_OUT_MIN, 1) end
 
 if retarget then
   -- A limit adopted or dropped, others' use or the AIMD scale changed:

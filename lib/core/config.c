@@ -206,6 +206,7 @@ static const char *const style_names[] = {"azure", "openai", "anthropic", "custo
 static const char *const stream_usage_names[] = {"inject", "off", NULL};
 static const char *const tokens_rule_names[] = {"sum", "max", NULL};
 static const char *const estimate_names[] = {"learn", "exact", NULL};
+static const char *const output_charge_names[] = {"max", "expected", NULL};
 
 typedef struct config_deployment cfg_deployment;
 typedef struct config_lane cfg_lane;
@@ -415,6 +416,11 @@ static const cfg_row deployment_rows[] = {
     CFG_ENUM("estimate", cfg_deployment, estimate, "learn", estimate_names,
              "learn: estimates (the proxy's, callers' TOKENS/INPUT) are multiplied by the ratio of the provider's "
              "prompt count to them, learned fleet-wide from settles; exact: callers count exactly, charged as given."),
+    CFG_ENUM("output_charge", cfg_deployment, output_charge, "max", output_charge_names,
+             "What otpm charges a request at admission: max (its max output; Anthropic's 2025 rule: max_tokens at "
+             "admission, corrected at the end) or expected (a 90th percentile of recent answers' actual / max "
+             "output, learned fleet-wide, corrected at the settle; Anthropic's current rule: OTPM counts the "
+             "tokens generated); default expected for style anthropic, else max."),
     CFG_INT("estimate_half_life_s", cfg_deployment, estimate_half_life_s, "600", 1, 86400 * 30, 0,
             "Half-life in seconds of the learned estimate ratio without news: it decays toward 1."),
     CFG_INT("estimate_learn_horizon_ms", cfg_deployment, estimate_learn_horizon_ms, "-1", -1, 86400000, 0,
@@ -654,6 +660,11 @@ static int deployment_finish(cfg_ctx *ctx, cfg_entity *ent) {
         if (read_secret(ctx, ent, "api_key_env", d->api_key_env, NULL, "", &d->api_key_) != 0) return -1;
     }
     if (!cfg_entity_seen(ent, "tokens_rule") && d->style == CONFIG_STYLE_OPENAI) d->tokens_rule = CONFIG_TOKENS_MAX;
+    /* Anthropic: "OTPM is calculated based on the number of output tokens
+     * generated ... max_tokens does not factor into OTPM"
+     * (docs.claude.com rate limits, docs/providers.md). */
+    if (!cfg_entity_seen(ent, "output_charge") && d->style == CONFIG_STYLE_ANTHROPIC)
+        d->output_charge = CONFIG_OUTPUT_EXPECTED;
     if (!cfg_entity_seen(ent, "daily_reset") && d->style == CONFIG_STYLE_GEMINI) {
         /* Gemini: "Requests per day (RPD) quotas reset at midnight Pacific
          * time" (ai.google.dev/gemini-api/docs/rate-limits). */

@@ -49,6 +49,11 @@ enum { CONFIG_TOKENS_SUM = 0, CONFIG_TOKENS_MAX = 1 };
  * of this deployment by the ratio it learns from the provider's counts
  * (learn), or its callers count exactly (exact: charged as given). */
 enum { CONFIG_ESTIMATE_LEARN = 0, CONFIG_ESTIMATE_EXACT = 1 };
+/* deployments.NAME.output_charge: what otpm charges a request at
+ * admission: its max output (max), or the output the deployment's recent
+ * answers suggest (expected: a high quantile of actual / max output,
+ * learned fleet-wide, corrected at the settle). */
+enum { CONFIG_OUTPUT_MAX = 0, CONFIG_OUTPUT_EXPECTED = 1 };
 
 /* Longest deployment name; names are [A-Za-z0-9._:-]{1,64}. */
 #define CONFIG_NAME_MAX 64
@@ -224,6 +229,7 @@ struct config_deployment {
     long long refund_lag_ms;        /* a settle may reach Redis this long after the provider's give-back */
     long long horizon_ms;           /* how far ahead a slot may be granted; -1 = up to the max wait */
     int estimate;                   /* CONFIG_ESTIMATE_* */
+    int output_charge;              /* CONFIG_OUTPUT_* */
     long long estimate_half_life_s; /* the learned ratio's half-life without news */
     long long estimate_learn_horizon_ms; /* while learning: how far ahead a teaching item may be granted */
     struct config_lane *lanes;           /* in file order; none = one implicit lane */

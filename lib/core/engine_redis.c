@@ -132,6 +132,7 @@ void dep_configure(dep *d) {
     if (c->output_burndown != 1) F("output_burndown", "%.6g", c->output_burndown);
     F("horizon_ms", "%lld", c->horizon_ms);
     F("estimate_exact", "%d", c->estimate == CONFIG_ESTIMATE_EXACT ? 1 : 0);
+    F("output_charge", "%s", c->output_charge == CONFIG_OUTPUT_EXPECTED ? "expected" : "max");
     F("estimate_half_life_ms", "%lld", c->estimate_half_life_s * 1000);
     F("estimate_learn_horizon_ms", "%lld", c->estimate_learn_horizon_ms);
     F("silent_ms", "%lld", engine_silent_ms(e));

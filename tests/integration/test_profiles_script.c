@@ -333,6 +333,61 @@ static void test_anthropic_input_and_output(void **state) {
     assert_string_equal(g.reason, "too_large");
 }
 
+/* output_charge expected (Anthropic's current rule): once four answers
+ * said how much of their max output they use, the output bucket charges
+ * the 90th percentile of that share, not the max; an answer above it is
+ * charged as it was counted, and max charged stays the rule without the
+ * option. */
+static void test_expected_output(void **state) {
+    (void)state;
+    const char *dep = "outexp";
+    configure_on(rc, dep, "rpm", "600000", "itpm", "600000", "otpm", "60000", "burst_requests", "1000", "burst_input",
+                 "10000", "burst_output", "10000", "estimate_exact", "1", "output_charge", "expected", NULL);
+    char res[32];
+    /* Learning: the max output is charged. */
+    for (int i = 0; i < 4; i++) {
+        double before = state_num(dep, "output_granted");
+        grant g = reserve_tok(dep, "300+1000", 0);
+        assert_true(g.granted);
+        assert_true(state_num(dep, "output_granted") - before == 1000);
+        settle_fb(dep, g.id, i == 3 ? "300+250+0" : "300+200+0", "ok", -1, "-", res, sizeof(res));
+        assert_string_equal(res, "settled");
+    }
+    /* Four shares 0.2, 0.2, 0.2, 0.25: the 90th percentile is 0.25. */
+    assert_true(fabs(state_num(dep, "output_ratio") - 0.25) < 1e-9);
+    double before = state_num(dep, "output_granted");
+    grant g = reserve_tok(dep, "300+1000", 0);
+    assert_true(g.granted);
+    assert_true(state_num(dep, "output_granted") - before == 250);
+    /* A long answer: 600 counted, 350 more than charged. */
+    double charged = state_num(dep, "output_charged"), refunded = state_num(dep, "output_refunded");
+    settle_fb(dep, g.id, "300+600+0", "ok", -1, "-", res, sizeof(res));
+    assert_string_equal(res, "settled");
+    assert_true(state_num(dep, "output_charged") - charged == 350);
+    assert_true(state_num(dep, "output_refunded") == refunded);
+    /* The long answer is one more share (0.6, now the 90th percentile of
+     * five); a short one is given back from that, not from the max. */
+    assert_true(fabs(state_num(dep, "output_ratio") - 0.6) < 1e-9);
+    before = state_num(dep, "output_granted");
+    g = reserve_tok(dep, "300+1000", 0);
+    assert_true(state_num(dep, "output_granted") - before == 600);
+    refunded = state_num(dep, "output_refunded");
+    settle_fb(dep, g.id, "300+100+0", "ok", -1, "-", res, sizeof(res));
+    assert_true(state_num(dep, "output_refunded") - refunded <= 500);
+    /* Without the option the max is charged whatever was learned. */
+    configure_on(rc, dep, "rpm", "600000", "itpm", "600000", "otpm", "60000", "burst_requests", "1000", "burst_input",
+                 "10000", "burst_output", "10000", "estimate_exact", "1", "output_charge", "max", NULL);
+    before = state_num(dep, "output_granted");
+    g = reserve_tok(dep, "300+1000", 0);
+    assert_true(state_num(dep, "output_granted") - before == 1000);
+    /* A bad value is refused by name. */
+    redisReply *r = script_callv(rc, SCRIPT_CONFIGURE, dep, "rpm", "600", "output_charge", "most", NULL);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    assert_non_null(strstr(r->str, "output_charge"));
+    freeReplyObject(r);
+}
+
 /* The dimension that binds names the shed: itpm or otpm. */
 static void test_split_dimensions_bind(void **state) {
     const char *dep = "bind";
@@ -797,6 +852,7 @@ int main(void) {
         cmocka_unit_test(test_combined_estimate_not_counted_twice),
         cmocka_unit_test(test_openai_max_rule),
         cmocka_unit_test(test_anthropic_input_and_output),
+        cmocka_unit_test(test_expected_output),
         cmocka_unit_test(test_split_dimensions_bind),
         cmocka_unit_test(test_isolated_429_only_pauses),
         cmocka_unit_test(test_reported_limit_adopted),
