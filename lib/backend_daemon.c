@@ -438,7 +438,7 @@ static void dispatch_acquire(dmn *d, dreq *r) {
         return;
     }
     if (dproto_acquire_split(&c->pend, op->dep, op->tokens, op->split ? op->input : -1, op->split ? op->output : -1,
-                             op->eff_wait_ms, op->lane, op->tenant, op->tag) != 0) {
+                             op->eff_wait_ms, op->lane, op->tenant, op->tag, op->exact) != 0) {
         dreq_fail(d, r, SL_ENOMEM, "out of memory");
         free(r);
         dconn_release(d, c);
@@ -540,7 +540,7 @@ static int be_ping(backend *b, gov_op *op) { return send_ctl((dmn *)b, DREQ_PING
 
 static int build_estimate(resp_buf *b, const gov_op *op, const void *ud) {
     return dproto_estimate(b, op->dep, op->tokens, op->split ? op->input : -1, op->split ? op->output : -1,
-                           op->eff_wait_ms, op->lane, op->tenant, op->tag);
+                           op->eff_wait_ms, op->lane, op->tenant, op->tag, op->exact);
 }
 
 /* On the control connection: sluiced answers ESTIMATE at once (one Redis

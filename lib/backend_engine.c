@@ -41,7 +41,8 @@ static engine_req op_req(const gov_op *op) {
                      .tag = op->tag,
                      .split = op->split,
                      .input = op->input,
-                     .output = op->output};
+                     .output = op->output,
+                     .exact = op->exact};
     return rq;
 }
 

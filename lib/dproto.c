@@ -20,12 +20,12 @@ _Static_assert(DPROTO_NOUTCOMES == (size_t)SL_OUTCOME_QUOTA + 1, "an sl_outcome 
 
 int dproto_acquire(resp_buf *b, const char *dep, long long tokens, long long max_wait_ms, const char *lane,
                    const char *tenant, const char *tag) {
-    return dproto_acquire_split(b, dep, tokens, -1, -1, max_wait_ms, lane, tenant, tag);
+    return dproto_acquire_split(b, dep, tokens, -1, -1, max_wait_ms, lane, tenant, tag, 0);
 }
 
 /* ACQUIRE or ESTIMATE (word): the same arguments. */
 static int request(resp_buf *b, const char *word, const char *dep, long long tokens, long long input, long long output,
-                   long long max_wait_ms, const char *lane, const char *tenant, const char *tag) {
+                   long long max_wait_ms, const char *lane, const char *tenant, const char *tag, int exact) {
     const char *argv[16];
     char tok[24], in[24], out[24], wait[24];
     size_t n = 0;
@@ -60,17 +60,18 @@ static int request(resp_buf *b, const char *word, const char *dep, long long tok
         argv[n++] = "TAG";
         argv[n++] = tag;
     }
+    if (exact) argv[n++] = "EXACT";
     return resp_add_bulk_array(b, argv, NULL, n);
 }
 
 int dproto_acquire_split(resp_buf *b, const char *dep, long long tokens, long long input, long long output,
-                         long long max_wait_ms, const char *lane, const char *tenant, const char *tag) {
-    return request(b, "ACQUIRE", dep, tokens, input, output, max_wait_ms, lane, tenant, tag);
+                         long long max_wait_ms, const char *lane, const char *tenant, const char *tag, int exact) {
+    return request(b, "ACQUIRE", dep, tokens, input, output, max_wait_ms, lane, tenant, tag, exact);
 }
 
 int dproto_estimate(resp_buf *b, const char *dep, long long tokens, long long input, long long output,
-                    long long max_wait_ms, const char *lane, const char *tenant, const char *tag) {
-    return request(b, "ESTIMATE", dep, tokens, input, output, max_wait_ms, lane, tenant, tag);
+                    long long max_wait_ms, const char *lane, const char *tenant, const char *tag, int exact) {
+    return request(b, "ESTIMATE", dep, tokens, input, output, max_wait_ms, lane, tenant, tag, exact);
 }
 
 int dproto_settle(resp_buf *b, const char *grant_id, long long actual, sl_outcome outcome, const sl_header *h,

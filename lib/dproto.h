@@ -33,13 +33,14 @@ int dproto_acquire(resp_buf *b, const char *dep, long long tokens, long long max
                    const char *tenant, const char *tag);
 
 /* ACQUIRE with the estimate split: INPUT <i> OUTPUT <o> instead of TOKENS
- * when both are >= 0. */
+ * when both are >= 0; EXACT when exact is nonzero (the estimate is the
+ * provider's own count). */
 int dproto_acquire_split(resp_buf *b, const char *dep, long long tokens, long long input, long long output,
-                         long long max_wait_ms, const char *lane, const char *tenant, const char *tag);
+                         long long max_wait_ms, const char *lane, const char *tenant, const char *tag, int exact);
 
 /* ESTIMATE with ACQUIRE's arguments (dproto_acquire_split). */
 int dproto_estimate(resp_buf *b, const char *dep, long long tokens, long long input, long long output,
-                    long long max_wait_ms, const char *lane, const char *tenant, const char *tag);
+                    long long max_wait_ms, const char *lane, const char *tenant, const char *tag, int exact);
 
 /* What an ESTIMATE reply said: granted with the wait, tokens, deployment
  * and source; or a shed (SL_ESHED) with its reason, hint and source. */

@@ -259,6 +259,7 @@ static void step_acquire(sl_call *call) {
     req.tokens = o->tokens;
     req.input_tokens = o->input_tokens;
     req.output_tokens = o->output_tokens;
+    req.exact = o->exact;
     req.max_wait_ms = o->max_wait_ms;
     req.lane = o->lane;
     req.tenant = o->tenant;

@@ -49,6 +49,7 @@ struct gov_op {
     char lane[GOV_NAME_MAX + 1], tenant[GOV_NAME_MAX + 1], tag[GOV_NAME_MAX + 1];
     long long tokens, max_wait_ms;
     int split; /* input and output given (docs/providers.md) */
+    int exact; /* the estimate is the provider's own count (EXACT) */
     long long input, output;
     long long eff_wait_ms; /* max wait at dispatch (deadline applied), < 0 default */
     int64_t deadline_ms;   /* sl_now_ms() clock, 0 none */

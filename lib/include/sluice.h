@@ -206,6 +206,12 @@ typedef struct sl_request {
      * tokens alone is SL_EINVAL there. */
     long long input_tokens;
     long long output_tokens;
+    /* Nonzero: the estimate was counted with the provider's own tokenizer
+     * and is charged as given, never multiplied by the deployment's
+     * learned estimate ratio, and teaches it nothing (ACQUIRE ... EXACT;
+     * a deployment configured `estimate: exact` treats every call so).
+     * 0 by init. */
+    int exact;
 } sl_request;
 
 SL_API void sl_request_init_size(sl_request *req, size_t size);
@@ -482,6 +488,8 @@ typedef struct sl_call_opts {
                                     sluiced that shuts down, no answer to the retry
                                     question within call_timeout_ms): ask again
                                     every second for up to this long; 0: end the call */
+    int exact;                    /* as sl_request: the estimate is the provider's
+                                    own count (EXACT); 0 by init */
 } sl_call_opts;
 
 /* sl_call_opts.settle_headers */
