@@ -221,7 +221,8 @@ local function sl_dim(name, per_minute, burst, scale, state, jitter_ms, spec)
              jitter = math.min(jitter_ms or 0, 0.5 * burst / (r0 * scale)), f_tat = f_tat,
              tat = tat, granted = spec and sl_num(state, spec.f_granted, 0) or 0,
              cg = spec and sl_num(state, spec.f_cmt, tat) or tat, chi = spec and sl_num(state, spec.f_chi, 0) or 0,
-             spec = spec or false, i = false, q = false, per = false, refund = false, tol = false, qc = false}
+             spec = spec or false, i = false, q = false, per = false, refund = false, tol = false, qc = false,
+             share_burst = false}
   return d
 end
 
@@ -898,7 +899,21 @@ local function sl_dim_target(d, limits, st, scale)
   -- never quite nothing.
   local held = sl_held(d, scale)
   if held > 0 then r = math.max(r - held, 0.01 * d.r0) end
+  -- A request count per window (requests_window_ms W, Azure: "evaluated
+  -- over 1 s or 10 s"): one send at a time (burst 1, no jitter tolerance,
+  -- sl_dim_jitter), spaced so that any W ms holds at most the window's
+  -- count even when each send starts up to jitter_ms late: W + J over the
+  -- count, the rate times W / (W + J).
+  local w = d.i == 1 and sl_num(limits, 'requests_window_ms', 0) or 0
+  if w > 0 then r = r * w / (w + sl_num(limits, 'jitter_ms', 10)) end
   return r
+end
+
+-- The release jitter the schedule of d tolerates (sl_dim): none for a
+-- request count per window, whose spacing covers it (sl_dim_target).
+local function sl_dim_jitter(d, limits, j)
+  if d.i == 1 and sl_num(limits, 'requests_window_ms', 0) > 0 then return 0 end
+  return math.min(j, 0.5 * d.burst / d.r)
 end
 
 -- The shared dimensions of the deployment (requests first, then those of
@@ -921,15 +936,19 @@ local function sl_dims(limits, st, scale, now)
         lim = adopted
         burst = math.max(1, burst * adopted / per)
       end
+      -- A request count per window sends one at a time; the configured
+      -- burst still sets the tenants' share tolerance (reserve, fair.tau).
+      local share_burst = burst
+      if i == 1 and sl_num(limits, 'requests_window_ms', 0) > 0 then burst = 1 end
       local d = sl_dim(spec.name, lim, burst, 1, st, j, spec)
-      d.spec, d.i, d.q, d.per = spec, i, KEYS[spec.q], per
+      d.spec, d.i, d.q, d.per, d.share_burst = spec, i, KEYS[spec.q], per, share_burst
       local held
       held, d.moved = sl_dim_hold(d, tails, silent)
       d.hs = held
       if held > 0 then d.burst = math.max(1, burst * (1 - held)) end
       d.refund = spec.refund ~= nil and sl_num(limits, spec.refund, 0) == 1
       d.r = sl_dim_target(d, limits, st, scale)
-      d.jitter = math.min(j, 0.5 * d.burst / d.r)
+      d.jitter = sl_dim_jitter(d, limits, j)
       dims[#dims + 1] = d
     end
   end
@@ -990,7 +1009,7 @@ end
 local function sl_dims_retarget(limits, st, dims, scale, now)
   for _, d in ipairs(dims) do
     d.r = sl_dim_target(d, limits, st, scale)
-    d.jitter = math.min(sl_num(limits, 'jitter_ms', 10), 0.5 * d.burst / d.r)
+    d.jitter = sl_dim_jitter(d, limits, sl_num(limits, 'jitter_ms', 10))
   end
   return sl_dims_sync(st, dims, now)
 end

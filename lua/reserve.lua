@@ -347,7 +347,7 @@ local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s
         end
         tau = fair.tau
         if not tau then
-          tau = x.req.burst / x.req.r / fair.w
+          tau = (x.req.share_burst or x.req.burst) / x.req.r / fair.w
           fair.tau = tau
         end
         vt = tenant_vt(x, T)

@@ -413,6 +413,11 @@ static const cfg_row deployment_rows[] = {
     CFG_INT("horizon_ms", cfg_deployment, horizon_ms, NULL, -1, 86400000, CFG_DERIVED,
             "How far ahead of now a slot may be granted (later: asked again when near); -1 = up to the max wait; "
             "default 250 when a token dimension is corrected at the end (refund), else -1."),
+    CFG_INT("requests_window_ms", cfg_deployment, requests_window_ms, "0", 0, 60000, 0,
+            "The provider counts requests per window of this many ms, not in a bucket (Azure OpenAI: \"evaluated "
+            "over 1 s or 10 s\"): the fleet sends them one at a time, spaced so that any window holds at most its "
+            "share of rpm even when a send starts jitter_ms late (burst.requests is then 1); 0 = a bucket. "
+            "Recommended 1000 for Azure OpenAI."),
     CFG_ENUM("estimate", cfg_deployment, estimate, "learn", estimate_names,
              "learn: estimates (the proxy's, callers' TOKENS/INPUT) are multiplied by the ratio of the provider's "
              "prompt count to them, learned fleet-wide from settles; exact: callers count exactly, charged as given."),

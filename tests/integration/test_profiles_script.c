@@ -333,6 +333,29 @@ static void test_anthropic_input_and_output(void **state) {
     assert_string_equal(g.reason, "too_large");
 }
 
+/* requests_window_ms (Azure counts requests per 1 s window): one send at
+ * a time, no burst, spaced (W + J) / count so that a send up to J late
+ * never puts one more in a window. 600 RPM, W 1000, J 10: 10 a second,
+ * 101 ms apart. */
+static void test_requests_window(void **state) {
+    (void)state;
+    const char *dep = "azwin";
+    configure_on(rc, dep, "rpm", "600", "burst_requests", "10", "jitter_ms", "10", "requests_window_ms", "1000", NULL);
+    double prev = 0;
+    for (int i = 0; i < 12; i++) {
+        grant g = reserve_tok(dep, "0", 600000);
+        assert_true(g.granted);
+        double slot = g.now_ms + (double)g.wait_ms;
+        if (i == 0) assert_true(g.wait_ms <= 1); /* the first at once */
+        if (i > 0) assert_true(fabs(slot - prev - 101.0) <= 1.0);
+        prev = slot;
+    }
+    /* Without the window the burst goes at once (10 less the jitter's
+     * tenth of a request: 9). */
+    configure_on(rc, "azbucket", "rpm", "600", "burst_requests", "10", "jitter_ms", "10", NULL);
+    for (int i = 0; i < 9; i++) assert_true(reserve_tok("azbucket", "0", 600000).wait_ms <= 1);
+}
+
 /* output_charge expected (Anthropic's current rule): once four answers
  * said how much of their max output they use, the output bucket charges
  * the 90th percentile of that share, not the max; an answer above it is
@@ -852,6 +875,7 @@ int main(void) {
         cmocka_unit_test(test_combined_estimate_not_counted_twice),
         cmocka_unit_test(test_openai_max_rule),
         cmocka_unit_test(test_anthropic_input_and_output),
+        cmocka_unit_test(test_requests_window),
         cmocka_unit_test(test_expected_output),
         cmocka_unit_test(test_split_dimensions_bind),
         cmocka_unit_test(test_isolated_429_only_pauses),
