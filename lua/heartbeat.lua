@@ -156,8 +156,11 @@ local function beat()
     sl_save_state(st)
   end
   if not st then
-    local v = redis.call('HMGET', KEYS[2], 'pause_shift_ms', 'retime')
-    st = {pause_shift_ms = v[1] or nil, retime = v[2] or nil}
+    -- Two HGETs, not an HMGET: the commands the scripts call are the ACL
+    -- deploy/acl.conf grants (docs/security.md), and a deployed ACL
+    -- without HMGET would refuse every heartbeat.
+    st = {pause_shift_ms = redis.call('HGET', KEYS[2], 'pause_shift_ms') or nil,
+          retime = redis.call('HGET', KEYS[2], 'retime') or nil}
   end
   return {redis.call('ZCOUNT', KEYS[9], '(' .. sl_fmt(now - window), '+inf'), sl_shift_field(st), now_us}
 end
