@@ -475,6 +475,20 @@ local function sl_retimed_slot(st, slot, before)
   return slot
 end
 
+-- A grant record (reserve): tokens,slot,reserved,creq,ctok[,tenant[,input,
+-- output,cin,cout[,raw[,out]]]] (records of older scripts end after ctok
+-- or the tenant). Returns its fields, the combined estimate c, the slot,
+-- its cost per SL_DIMS index as sent (a combined c charged c to input and
+-- output alike; the output's max, whatever field 12 says) and the units
+-- granted before it per SL_DIMS index.
+local function sl_record(rec)
+  local f = {}
+  for x in string.gmatch(rec .. ',', '([^,]*),') do f[#f + 1] = x end
+  local c = tonumber(f[1])
+  return f, c, tonumber(f[2]), {1, c, tonumber(f[7]) or c, tonumber(f[8]) or c},
+         {tonumber(f[4]), tonumber(f[5]), tonumber(f[9]) or 0, tonumber(f[10]) or 0}
+end
+
 -- The sends granted and not yet due, where their agents hold them (the
 -- grant records' slots, re-timed by the stretches since): a list of {s,
 -- cost by SL_DIMS index} sorted by s, or nil when one cannot be placed.
@@ -482,13 +496,11 @@ local function sl_held_sends(st, now)
   local flat = redis.call('HGETALL', KEYS[3])
   local out = {}
   for i = 2, #flat, 2 do
-    local f = {}
-    for x in string.gmatch(flat[i] .. ',', '([^,]*),') do f[#f + 1] = x end
-    local c, slot = tonumber(f[1]), tonumber(f[2])
+    local f, c, slot, cost, before = sl_record(flat[i])
     if c and slot then
-      local s = sl_retimed_slot(st, slot, {tonumber(f[4]), tonumber(f[5]), tonumber(f[9]) or 0, tonumber(f[10]) or 0})
+      local s = sl_retimed_slot(st, slot, before)
       if not s then return nil end
-      if s > now then out[#out + 1] = {s, {1, c, tonumber(f[7]) or c, tonumber(f[8]) or c}} end
+      if s > now then out[#out + 1] = {s, cost} end
     end
   end
   table.sort(out, function(x, y) return x[1] < y[1] end)
@@ -497,16 +509,12 @@ end
 
 -- Replays the held sends of d through its schedule at its new rate, the
 -- slots after `at` compressed K times toward it (those before stay as
--- granted), from the most its bucket can owe at now (every send before
--- now conformed, so its TAT is at most now plus the tolerance and one
--- send). Returns where the schedule ends, or nil when a compressed send
--- would not conform.
-local function sl_replay(d, sends, now, K, at)
+-- granted), with tolerance tau (ms), from tat: the most its bucket can owe
+-- at now (every send before now conformed, so its TAT is at most now plus
+-- the tolerance and one send; sl_compress). Returns where the schedule
+-- ends, or nil when a compressed send would not conform.
+local function sl_replay(d, sends, K, at, tau, tat)
   local r, i = d.r, d.i
-  local tau = math.max(0, d.burst - d.jitter * r) / r
-  local cmax = 0
-  for _, e in ipairs(sends) do if e[2][i] > cmax then cmax = e[2][i] end end
-  local tat = math.max(now, math.min(d.tat, now + tau + cmax / r))
   for _, e in ipairs(sends) do
     local s = e[1]
     if s > at then
@@ -528,18 +536,21 @@ end
 local function sl_compress(st, dims, now, want)
   local sends = sl_held_sends(st, now)
   if not sends or #sends == 0 then return 1 end
-  local lead = 0
-  for _, d in ipairs(dims) do
+  -- Per dimension, once: its tolerance (ms) and where its replay starts.
+  local lead, tau, start = 0, {}, {}
+  for j, d in ipairs(dims) do
     local cmax = 0
     for _, e in ipairs(sends) do if e[2][d.i] > cmax then cmax = e[2][d.i] end end
-    local l = (math.max(0, d.burst - d.jitter * d.r) + cmax) / d.r
+    tau[j] = math.max(0, d.burst - d.jitter * d.r) / d.r
+    start[j] = math.max(now, math.min(d.tat, now + tau[j] + cmax / d.r))
+    local l = tau[j] + cmax / d.r
     if l > lead then lead = l end
   end
   local at = now + lead
   local function fits(K)
     local ends = {}
     for j, d in ipairs(dims) do
-      ends[j] = sl_replay(d, sends, now, K, at)
+      ends[j] = sl_replay(d, sends, K, at, tau[j], start[j])
       if not ends[j] then return nil end
     end
     return ends

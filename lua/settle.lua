@@ -370,23 +370,18 @@ for i = 1, n do
   end
   if rec then
     done[#done + 1] = id
-    -- tokens,slot,reserved,creq,ctok[,tenant[,input,output,cin,cout]]
-    -- (records of older scripts end after ctok or the tenant).
-    local f = {}
-    for x in string.gmatch(rec .. ',', '([^,]*),') do f[#f + 1] = x end
-    local c, slot, reserved = tonumber(f[1]), tonumber(f[2]), tonumber(f[3])
+    local f, c, slot, cost, before = sl_record(rec)
+    local reserved = tonumber(f[3])
     local tenant = f[6]
     if tenant == '' then tenant = nil end
     -- The parts of the estimate are known when the grant was asked as
     -- i+o (f[8] set); a combined c charged c to input and output alike.
     local known = f[8] ~= nil and f[8] ~= ''
-    local cost = {1, c, tonumber(f[7]) or c, tonumber(f[8]) or c}
     if tmax and known then cost[2] = math.max(cost[3], cost[4]) end
     -- The output dimension was charged the expected output when the
     -- record says one (field 12), else the max output.
     local max_out = cost[4]
     if f[12] and f[12] ~= '' then cost[4] = tonumber(f[12]) or max_out end
-    local before = {tonumber(f[4]), tonumber(f[5]), tonumber(f[9]) or 0, tonumber(f[10]) or 0}
     bump('settled_' .. outcome)
     if outcome == 'ok' then deposits = deposits + 1 end
     if outcome == 'cancelled' then
