@@ -272,6 +272,7 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
   if not s0 then return end
   local full = cap - cost - math.max(1, 0.1 * d.burst)  -- at or above: the bucket may have wasted refill
   local x = sl_num(st, f .. '_outside_ms', 0)
+  local rise = tonumber(st[f .. '_rise'])  -- a rise seen in the last span, not yet confirmed
   if rem < full and r0 < full then
     local span = slot - s0
     local units = d.r0 * span - (u_after - u0) - (rem - r0)
@@ -279,13 +280,36 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
     -- either side of an observation) or 5 % of the limit over the span.
     local noise = 2 + 0.05 * d.r0 * span
     if math.abs(units) < noise then units = 0 end
-    -- A change beyond the noise is followed at once (a neighbour starts
-    -- or stops); within it, smoothed.
-    if math.abs(units - x * span) >= noise then x = units / span else x = x + OBS_GAIN * (units / span - x) end
+    -- A change beyond the noise is followed (a neighbour starts or
+    -- stops); within it, smoothed. A fall is followed at once. A rise
+    -- is a rate only when the next span shows it too: one span's lump
+    -- (a one-off burst) is no rate, it is what the bucket lost, and the
+    -- deficit below repays it once. Read as a rate, a 40-request burst
+    -- over one span became 7 000 tokens a second, and callers asking
+    -- just then were shed with a five-minute hint.
+    local rate = units / span
+    if math.abs(units - x * span) >= noise then
+      if rate < x then
+        x = rate
+        rise = nil
+      elseif rise then
+        x = math.min(rise, rate)
+        rise = nil
+      else
+        -- The lump beyond the rate is owed once: the schedule moves by it.
+        rise = rate
+        sl_dim_charge(d, units - x * span, now)
+      end
+    else
+      x = x + OBS_GAIN * (rate - x)
+      rise = nil
+    end
   else
     -- A (nearly) full bucket: nobody else is taking much of it now.
     x = x * (1 - OBS_GAIN)
+    rise = nil
   end
+  sl_set(st, f .. '_rise', rise and string.format('%.9g', rise) or '')
   if x < 0 then x = 0 end
   -- The fleet sends up to its burst at once when its own bucket is full:
   -- the provider's must hold that much, or the next burst meets a 429.

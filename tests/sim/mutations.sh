@@ -17,13 +17,15 @@
 #            hold keep their slots when a limit from the headers changes)
 #   late     a caller released long after its slot goes out anyway (no
 #            re-ask: a frozen agent sends the slots that passed at once)
+#   lump     a rise of others' use seen over one span is taken as a lasting
+#            rate at once (a neighbour's one-off burst slows the fleet)
 #
 # Each builds the simulator in a release build of its own copy (about a
 # minute each on 2 cores) and runs the checks there. Not part of tests/run:
 # run it before changing the controller (docs/simulator.md).
 set -uo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
-all=(refund early held stray retime late)
+all=(refund early held stray retime late lump)
 want=("$@")
 [ ${#want[@]} -eq 0 ] && want=("${all[@]}")
 work=$(mktemp -d /tmp/sluice-mutations-XXXXXX)
@@ -45,6 +47,8 @@ mutate() { # NAME DIR: applies the mutation; fails when the code it edits moved
             grep -q '    if (k > 0) return;' "$d/lib/core/engine_call.c" ;;
     late)   sed -i 's/now > c->release_ms + ENGINE_LATE_RELEASE_MS \&\&/0 \&\&/' "$d/lib/core/engine_call.c"
             grep -q '!c->e->stopping && 0 &&' "$d/lib/core/engine_call.c" ;;
+    lump)   sed -i -e 's/^      elseif rise then$/      elseif true then/' -e 's/^        x = math.min(rise, rate)$/        x = rate/' "$d/lua/settle.lua"
+            grep -q '^      elseif true then$' "$d/lua/settle.lua" && grep -q '^        x = rate$' "$d/lua/settle.lua" ;;
     *) echo "mutations.sh: unknown mutation '$1' (one of: ${all[*]})" >&2; return 2 ;;
   esac
 }

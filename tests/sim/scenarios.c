@@ -50,6 +50,16 @@ static void azure_greedy_neighbour(sim_world_cfg *c) {
     add_nb(c, nb);
 }
 
+/* The issue's greedy neighbour: it takes every token it can, up to 30 %
+ * of the rate; what the provider refuses it sends again on its next tick
+ * (every 100 ms), so it grabs each refill before the fleet's next send. */
+static void azure_greedy_30(sim_world_cfg *c) {
+    azure_standard(c);
+    sim_neighbour nb = nb_of(SIM_NB_GREEDY);
+    nb.rate_per_min = 0.3 * c->tpm / AZ_NB_TOKENS;
+    add_nb(c, nb);
+}
+
 static void azure_burst_neighbour(sim_world_cfg *c) {
     azure_standard(c);
     sim_neighbour nb = nb_of(SIM_NB_BURST);
@@ -194,6 +204,7 @@ static const sim_scenario scenarios[] = {
     {"azure-paced-neighbour", "another user of the key takes a fifth of the TPM, evenly", azure_paced_neighbour},
     {"azure-greedy-neighbour", "from 30 s to 90 s another user takes every token as it refills",
      azure_greedy_neighbour},
+    {"azure-greedy-30", "another user takes every token it can, up to 30 % of the TPM", azure_greedy_30},
     {"azure-burst-neighbour", "another user sends 40 requests at once at 20 s", azure_burst_neighbour},
     {"azure-periodic-neighbour", "another user sends 10 requests every 15 s from 10 s", azure_periodic_neighbour},
     {"azure-neighbour-leaves", "another user takes 40 % of the TPM and stops at 60 s", azure_neighbour_leaves},

@@ -170,6 +170,8 @@ struct sim_world {
     int stray_next;
     size_t clock_errors;
     uint64_t nb_sent[SIM_MAX_NEIGHBOURS];
+    double nb_allow[SIM_MAX_NEIGHBOURS]; /* a capped greedy neighbour's requests not yet sent */
+    double nb_last[SIM_MAX_NEIGHBOURS];  /* its last tick */
 };
 
 static uint64_t next_rand(sim_world *w) {
@@ -760,6 +762,14 @@ static void neighbour_act(sim_world *w, size_t k, double t) {
     case SIM_NB_GREEDY:
         n = nb->burst > 0 ? nb->burst : 1000;
         next = t + (nb->tick_ms > 0 ? nb->tick_ms : 100);
+        if (nb->rate_per_min > 0) {
+            /* Capped: what its own rate allows since the last tick, and
+             * what the provider refused before, sent as soon as it can. */
+            double since = w->nb_last[k] > 0 ? t - w->nb_last[k] : 0;
+            w->nb_last[k] = t;
+            w->nb_allow[k] += since * nb->rate_per_min / MIN_MS;
+            if ((double)n > w->nb_allow[k]) n = (int)w->nb_allow[k];
+        }
         break;
     case SIM_NB_BURST: n = nb->burst; break;
     case SIM_NB_PERIODIC:
@@ -772,6 +782,7 @@ static void neighbour_act(sim_world *w, size_t k, double t) {
         rq.tag = ((uint64_t)(k + 1) << 48) | w->nb_sent[k]++;
         int st = decide(w, t, (int)k + 1, &rq, 0, NULL);
         if (st < 0 || (nb->shape == SIM_NB_GREEDY && st != 200)) break;
+        if (nb->shape == SIM_NB_GREEDY && nb->rate_per_min > 0) w->nb_allow[k] -= 1;
     }
     if (next >= 0 && (nb->leave_ms <= 0 || next < nb->leave_ms)) heap_push(w, next, EV_NB, k);
 }

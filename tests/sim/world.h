@@ -78,7 +78,7 @@ typedef enum sim_nb_shape {
 typedef struct sim_neighbour {
     sim_nb_shape shape;
     double start_ms, leave_ms;
-    double rate_per_min; /* paced */
+    double rate_per_min; /* paced; greedy: its own cap (0: none), what it refused retried each tick */
     double tick_ms;      /* greedy (0: 100) */
     int burst;           /* burst, periodic; greedy: a cap per tick (0: 1000) */
     double period_ms;    /* periodic */
