@@ -88,6 +88,17 @@ static const mock_flag mock_flags[] = {
      "what an OpenAI-style call (/v1/..., /openai/v1/...) costs the token bucket: max = "
      "max(ceil(chars/4), max_tokens), OpenAI's documented rule; sum = ceil(chars/4) + max_tokens, "
      "as Azure (default max)"},
+    {"--compat", "openai|bedrock|gemini", FLAG_CHOICE, OPT(o.compat), 0, 0,
+     "whose OpenAI-compatible endpoint the OpenAI-style chat routes are: openai; bedrock = input + "
+     "max_tokens at admission, corrected to input + output x burndown at the end; gemini = TPM on the "
+     "input only, --rpd; both send no rate-limit headers (default openai)"},
+    {"--burndown", "N", FLAG_DOUBLE, OPT(o.burndown), 1, 1000,
+     "bedrock: quota tokens per output token (default by model: 5 for claude-opus-4, "
+     "claude-sonnet-4, claude-3-7-sonnet; else 1)"},
+    {"--rpd", "N", FLAG_DOUBLE, OPT(o.rpd), 0, 1e12,
+     "gemini: requests per day per deployment, the day from midnight Pacific time; 0 = no limit"},
+    {"--wall-start", "UNIX_MS", FLAG_DOUBLE, OPT(o.wall_start_ms), 1, 1e15,
+     "the mock's wall clock at start, in Unix ms (default: the real clock; for tests of a day's end)"},
     {"--no-headers", NULL, FLAG_BOOL, OPT(o.no_headers), 0, 0,
      "send no rate-limit headers (x-ratelimit-*, anthropic-ratelimit-*), like a provider "
      "that has none"},

@@ -473,6 +473,22 @@ static void mock_on_request(mock_http_req *req, void *arg) {
  * was charged and not generated, now, and the ledger lists it. */
 static void pending_settle(mock_pending *p, uint64_t generated) {
     mock *m = p->m;
+    if (p->settle.tokens && !p->settled) {
+        /* Bedrock: the token bucket held max_tokens for the output; the
+         * call costs generated x burndown: the difference is taken (the
+         * bucket may go into debt) or given back. */
+        p->settled = 1;
+        double now = mock_now_ms(m);
+        int64_t adj = (int64_t)llround((double)generated * p->settle.burndown) - (int64_t)p->settle.max_tokens;
+        mock_bucket *b = &p->dep->b[MOCK_TOKENS];
+        if (adj != 0 && p->dep->per_min[MOCK_TOKENS] > 0) {
+            mock_bucket_refill(b, now);
+            if (adj > 0) mock_bucket_take(b, (double)adj);
+            else mock_bucket_give(b, (double)-adj);
+        }
+        if (adj != 0) mock_ledger_adjust(m->ledger, &p->ref, now, adj, p->id);
+        return;
+    }
     if (!p->settle.output || p->settled) return;
     p->settled = 1;
     if (generated >= p->settle.max_tokens) return;
@@ -570,6 +586,13 @@ static int options_check(const mock_options *o, char *err, size_t n) {
     if (o->max_body < 1) return fail(err, n, "max body must be >= 1");
     if (o->openai_tpm != MOCK_OPENAI_TPM_MAX && o->openai_tpm != MOCK_OPENAI_TPM_SUM)
         return fail(err, n, "openai_tpm must be max or sum");
+    if (o->compat < MOCK_COMPAT_OPENAI || o->compat > MOCK_COMPAT_GEMINI)
+        return fail(err, n, "compat must be openai, bedrock or gemini");
+    if (!(o->burndown >= 0 && o->burndown <= 1000)) return fail(err, n, "burndown must be in 0..1000");
+    if (o->burndown > 0 && o->compat != MOCK_COMPAT_BEDROCK) return fail(err, n, "burndown applies to compat bedrock");
+    if (!(o->rpd >= 0 && o->rpd <= 1e12)) return fail(err, n, "rpd must be >= 0");
+    if (o->rpd > 0 && o->compat != MOCK_COMPAT_GEMINI) return fail(err, n, "rpd applies to compat gemini");
+    if (!(o->wall_start_ms >= 0 && o->wall_start_ms < 1e15)) return fail(err, n, "wall start must be Unix ms >= 0");
     for (size_t i = 0; i < o->n_deployments; i++)
         if (!o->deployments[i] || !mock_name_ok(o->deployments[i]))
             return fail(err, n, "deployment name '%s' is invalid (1-%d of A-Z a-z 0-9 . _ -)",
@@ -618,6 +641,7 @@ int mock_start(uv_loop_t *loop, const mock_options *o, mock **out, char *err, si
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         m->wall0_ms = (double)ts.tv_sec * 1000 + ts.tv_nsec / 1e6 - (double)(uv_hrtime() - m->t0_ns) / 1e6;
+        if (o->wall_start_ms > 0) m->wall0_ms = o->wall_start_ms;
     }
     rng_seed(m->rng, o->seed);
     for (size_t i = 0; i < o->n_deployments; i++) {
@@ -694,6 +718,13 @@ json_t *mock_stats(const mock *m) {
         "seed", (json_int_t)o->seed, "deployments", fixed, "max_body", (json_int_t)o->max_body, "cache_read_tokens",
         (int)o->cache_read_tokens, "headers", m->headers, "inject_429", (json_int_t)m->inject_429, "openai_tpm",
         o->openai_tpm == MOCK_OPENAI_TPM_SUM ? "sum" : "max");
+    static const char *const compat_names[] = {"openai", "bedrock", "gemini"};
+    if (more && (json_object_set_new(more, "compat", json_string(compat_names[o->compat])) != 0 ||
+                 json_object_set_new(more, "burndown", json_real(o->burndown)) != 0 ||
+                 json_object_set_new(more, "rpd", json_real(o->rpd)) != 0)) {
+        json_decref(more);
+        more = NULL;
+    }
     if (!cfg || !more || json_object_update(cfg, more) != 0) {
         json_decref(cfg);
         cfg = NULL;

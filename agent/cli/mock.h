@@ -64,7 +64,19 @@ typedef struct mock_options {
     unsigned cache_read_tokens; /* Anthropic: input tokens read from the cache per call */
     int no_headers;             /* send no rate-limit headers */
     int openai_tpm;             /* the charge of the OpenAI-style routes: a mock_openai_tpm */
+    int compat;                 /* whose OpenAI-compatible endpoint those routes are: a mock_compat */
+    double burndown;            /* bedrock: quota tokens per output token; 0: by model (5 or 1) */
+    double rpd;                 /* gemini: requests per Pacific day per deployment; 0: no limit */
+    double wall_start_ms;       /* the wall clock (Unix ms) at start; 0: the real one */
 } mock_options;
+
+/* Whose OpenAI-compatible chat completions the OpenAI-style routes stand
+ * in for (docs/mock.md, "Bedrock and Gemini"): OpenAI's own; Amazon
+ * Bedrock's (input + max_tokens at admission, corrected at the end to
+ * input + output x burndown; no rate-limit headers); the Gemini API's
+ * (input-only TPM, requests per day reset at midnight Pacific time; no
+ * rate-limit headers). */
+typedef enum mock_compat { MOCK_COMPAT_OPENAI = 0, MOCK_COMPAT_BEDROCK = 1, MOCK_COMPAT_GEMINI = 2 } mock_compat;
 
 /* How the OpenAI-style routes (/v1/..., /openai/v1/...) charge the token
  * bucket: OpenAI's documented rule, max(ceil(chars / 4), max_tokens), or

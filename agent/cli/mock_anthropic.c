@@ -317,7 +317,7 @@ void mock_route_anthropic(mock_call *c, const char *unused) {
                       .output = (uint64_t)max_tokens,
                       .charged = uncached + (uint64_t)max_tokens,
                       .reported = uncached + cached + output};
-    c->settle = (mock_settle){1, (uint64_t)max_tokens, output};
+    c->settle = (mock_settle){.output = 1, .max_tokens = (uint64_t)max_tokens, .output_tokens = output};
     if (streaming) {
         mock_events e = {0};
         message_events(m, &e, name, uncached, cached, output, stop);

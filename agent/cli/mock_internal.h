@@ -60,6 +60,10 @@ typedef struct mock_deployment {
      * REQUESTS) and their buckets (unused while the limit is 0). */
     double per_min[MOCK_DIMS];
     mock_bucket b[MOCK_DIMS];
+    /* Gemini's requests per day: the Pacific day they count in, and how
+     * many were admitted in it. */
+    long long day;
+    double day_requests;
 } mock_deployment;
 
 struct mock {
@@ -96,6 +100,10 @@ typedef struct mock_settle {
     int output; /* 1: settle the output bucket */
     uint64_t max_tokens;
     uint64_t output_tokens; /* what the whole answer generates */
+    /* Bedrock: the token bucket, charged max_tokens for the output, is
+     * corrected to output x burndown (up or down) at the end. */
+    int tokens;
+    double burndown;
 } mock_settle;
 
 /* One chat call while it is being decided. */
@@ -273,8 +281,22 @@ uint64_t mock_oai_charge(const mock_call *c, uint64_t prompt, uint64_t max_outpu
  * the call was answered (429, 503). */
 int mock_oai_admit(mock_call *c, uint64_t charge);
 
+/* Whose rules an OpenAI-style call follows (a mock_compat; the Azure
+ * routes: MOCK_COMPAT_OPENAI, never another). */
+int mock_oai_compat(const mock_call *c);
+
+/* Bedrock's burndown rate for model: --burndown, else 5 for the Claude
+ * models AWS lists, else 1. */
+double mock_oai_burndown(const mock *m, const char *model);
+
+/* The Pacific day (days since the Unix epoch, local) of unix_ms, and the
+ * Unix ms of the next midnight Pacific time after it (Gemini's RPD). */
+long long mock_pacific_day(double unix_ms);
+double mock_pacific_next_midnight(double unix_ms);
+
 /* Appends the x-ratelimit-* headers of the call's deployment as they are
- * now (none while they are switched off). */
+ * now (none while they are switched off, nor for Bedrock and Gemini, which
+ * send none). */
 void mock_oai_headers(mock_call *c);
 
 /* Answers 400 in OpenAI's shape naming param (may be NULL), with the

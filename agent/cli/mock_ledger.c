@@ -21,6 +21,13 @@ typedef struct ledger_entry {
     uint64_t *refund_id;
     size_t n_refunds, cap_refunds;
     int refunds_truncated;
+    /* The corrections of the token bucket at the end of a call (Bedrock:
+     * input + output x burndown against input + max_tokens), signed. */
+    double *adjust_ms;
+    int64_t *adjust;
+    uint64_t *adjust_id;
+    size_t n_adjusts, cap_adjusts;
+    int adjusts_truncated;
 } ledger_entry;
 
 struct mock_ledger {
@@ -48,6 +55,9 @@ static void entry_free(void *p) {
     free(e->refund_ms);
     free(e->refund);
     free(e->refund_id);
+    free(e->adjust_ms);
+    free(e->adjust);
+    free(e->adjust_id);
     free(e);
 }
 
@@ -223,6 +233,31 @@ void mock_ledger_refund(mock_ledger *l, const mock_ledger_ref *ref, double t_ms,
     e->n_refunds++;
 }
 
+void mock_ledger_adjust(mock_ledger *l, const mock_ledger_ref *ref, double t_ms, int64_t amount, uint64_t id) {
+    ledger_entry *e = ref->deployment;
+    ledger_entry *c[3] = {ref->deployment, ref->client, ref->credential};
+    l->totals.tokens_charged += (uint64_t)amount; /* unsigned wrap: adds a negative amount */
+    for (int i = 0; i < 3; i++)
+        if (c[i]) c[i]->c.tokens_charged += (uint64_t)amount;
+    if (!e) return;
+    if (e->n_adjusts >= l->max_accepts) {
+        e->adjusts_truncated = 1;
+        return;
+    }
+    if (e->n_adjusts == e->cap_adjusts) {
+        size_t cap = e->cap_adjusts ? e->cap_adjusts * 2 : 64;
+        int64_t *a = realloc(e->adjust, cap * sizeof(*a));
+        if (!a) return;
+        e->adjust = a;
+        if (grow_ms(&e->adjust_ms, cap) || grow_u64(&e->adjust_id, cap)) return;
+        e->cap_adjusts = cap;
+    }
+    e->adjust_ms[e->n_adjusts] = t_ms;
+    e->adjust[e->n_adjusts] = amount;
+    e->adjust_id[e->n_adjusts] = id;
+    e->n_adjusts++;
+}
+
 void mock_ledger_abandoned(mock_ledger *l, const mock_ledger_ref *ref) {
     ledger_entry *d = ref->deployment, *c = ref->client, *k = ref->credential;
     l->totals.abandoned++;
@@ -239,6 +274,8 @@ static void map_reset(mock_map *m) {
         e->truncated = 0;
         e->n_refunds = 0;
         e->refunds_truncated = 0;
+        e->n_adjusts = 0;
+        e->adjusts_truncated = 0;
     }
 }
 
@@ -278,14 +315,23 @@ static json_t *counts_json(const mock_counts *c) {
 static int entry_lists(json_t *o, const ledger_entry *e) {
     json_t *t = json_array(), *id = json_array(), *k = json_array(), *in = json_array(), *out = json_array();
     json_t *rt = json_array(), *r = json_array(), *rid = json_array();
+    json_t *at = json_array(), *a = json_array(), *aid = json_array();
     if (json_object_set_new(o, "accept_ms", t) != 0 || json_object_set_new(o, "accept_id", id) != 0 ||
         json_object_set_new(o, "accept_tokens", k) != 0 || json_object_set_new(o, "accept_input", in) != 0 ||
         json_object_set_new(o, "accept_output", out) != 0 ||
         json_object_set_new(o, "accepts_truncated", json_boolean(e->truncated)) != 0 ||
         json_object_set_new(o, "output_refund_ms", rt) != 0 || json_object_set_new(o, "output_refund", r) != 0 ||
         json_object_set_new(o, "output_refund_id", rid) != 0 ||
-        json_object_set_new(o, "refunds_truncated", json_boolean(e->refunds_truncated)) != 0)
+        json_object_set_new(o, "refunds_truncated", json_boolean(e->refunds_truncated)) != 0 ||
+        json_object_set_new(o, "tokens_adjust_ms", at) != 0 || json_object_set_new(o, "tokens_adjust", a) != 0 ||
+        json_object_set_new(o, "tokens_adjust_id", aid) != 0 ||
+        json_object_set_new(o, "adjusts_truncated", json_boolean(e->adjusts_truncated)) != 0)
         return -1;
+    for (size_t i = 0; i < e->n_adjusts; i++)
+        if (json_array_append_new(at, json_real(e->adjust_ms[i])) != 0 ||
+            json_array_append_new(a, json_integer((json_int_t)e->adjust[i])) != 0 ||
+            json_array_append_new(aid, json_integer((json_int_t)e->adjust_id[i])) != 0)
+            return -1;
     for (size_t i = 0; i < e->n_accepts; i++)
         if (json_array_append_new(t, json_real(e->accept_ms[i])) != 0 ||
             json_array_append_new(id, json_integer((json_int_t)e->accept_id[i])) != 0 ||

@@ -31,7 +31,7 @@ static void dim_headers(mock_call *c, const char *what, double limit, const mock
  * now (none while the headers are switched off). */
 void mock_oai_headers(mock_call *c) {
     const mock_deployment *d = c->dep;
-    if (!c->m->headers) return;
+    if (!c->m->headers || mock_oai_compat(c) != MOCK_COMPAT_OPENAI) return;
     dim_headers(c, "requests", d->per_min[MOCK_REQUESTS], &d->b[MOCK_REQUESTS]);
     if (d->per_min[MOCK_TOKENS] > 0) dim_headers(c, "tokens", d->per_min[MOCK_TOKENS], &d->b[MOCK_TOKENS]);
 }
@@ -54,10 +54,82 @@ long long mock_utf8_points(const char *s) {
     return n;
 }
 
+int mock_oai_compat(const mock_call *c) { return c->style == MOCK_OPENAI ? c->m->opt.compat : MOCK_COMPAT_OPENAI; }
+
 uint64_t mock_oai_charge(const mock_call *c, uint64_t prompt, uint64_t max_output) {
+    switch (mock_oai_compat(c)) {
+    case MOCK_COMPAT_BEDROCK: return prompt + max_output; /* input + max_tokens, corrected at the end */
+    case MOCK_COMPAT_GEMINI: return prompt;               /* "Tokens per minute (input)" */
+    default: break;
+    }
     if (c->style == MOCK_OPENAI && c->m->opt.openai_tpm == MOCK_OPENAI_TPM_MAX)
         return prompt > max_output ? prompt : max_output;
     return prompt + max_output;
+}
+
+/* Bedrock's models whose output burns down the quota at 5x: "The burndown
+ * rate for the following models is 5x for output tokens (1 output token
+ * consumes 5 tokens from your quotas)" (docs.aws.amazon.com/bedrock/latest/
+ * userguide/quotas-token-burndown.html: Claude Opus 4, Claude Sonnet 4,
+ * Claude 3.7 Sonnet), matched in the model ID the body names; "all other
+ * models" 1. --burndown overrides it. */
+double mock_oai_burndown(const mock *m, const char *model) {
+    static const char *const five[] = {"claude-opus-4", "claude-sonnet-4", "claude-3-7-sonnet"};
+    if (m->opt.burndown > 0) return m->opt.burndown;
+    for (size_t i = 0; i < sizeof(five) / sizeof(five[0]); i++)
+        if (model && strstr(model, five[i])) return 5;
+    return 1;
+}
+
+/* ---- Gemini's day ------------------------------------------------------ */
+
+/* Gemini: "Requests per day (RPD) quotas reset at midnight Pacific time"
+ * (ai.google.dev/gemini-api/docs/rate-limits). Pacific time is UTC-8, and
+ * UTC-7 from the second Sunday of March at 2:00 local (10:00 UTC) to the
+ * first Sunday of November at 2:00 local (9:00 UTC), the US rule since
+ * 2007. Days are counted from the Unix epoch. */
+static long long days_from_civil(long long y, int mo, int d) {
+    y -= mo <= 2;
+    long long era = (y >= 0 ? y : y - 399) / 400;
+    long long yoe = y - era * 400;
+    long long doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    long long doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+/* The n-th (1-based) Sunday of month mo of year y, as a day number. */
+static long long nth_sunday(long long y, int mo, int n) {
+    long long first = days_from_civil(y, mo, 1);
+    long long wd = ((first % 7) + 7 + 4) % 7; /* 1970-01-01 was a Thursday (4) */
+    return first + (7 - wd) % 7 + 7 * (n - 1);
+}
+
+static long long civil_year(long long day) {
+    long long y = 1970 + day / 366;
+    while (days_from_civil(y + 1, 1, 1) <= day) y++;
+    while (days_from_civil(y, 1, 1) > day) y--;
+    return y;
+}
+
+/* The offset of Pacific time from UTC at unix_ms, in ms (-8 h or -7 h). */
+static double pacific_offset_ms(double unix_ms) {
+    const double h = 3600000.0, day = 86400000.0;
+    long long y = civil_year((long long)floor(unix_ms / day));
+    double dst_on = (double)nth_sunday(y, 3, 2) * day + 10 * h;
+    double dst_off = (double)nth_sunday(y, 11, 1) * day + 9 * h;
+    return unix_ms >= dst_on && unix_ms < dst_off ? -7 * h : -8 * h;
+}
+
+long long mock_pacific_day(double unix_ms) {
+    return (long long)floor((unix_ms + pacific_offset_ms(unix_ms)) / 86400000.0);
+}
+
+double mock_pacific_next_midnight(double unix_ms) {
+    long long next = mock_pacific_day(unix_ms) + 1;
+    /* Midnight is local: its UTC instant uses the offset in force then
+     * (the same as 2 h before it, no change happens at midnight). */
+    double guess = (double)next * 86400000.0 + 8 * 3600000.0;
+    return (double)next * 86400000.0 - pacific_offset_ms(guess - 2 * 3600000.0);
 }
 
 /* ---- the chat endpoints ----------------------------------------------- */
@@ -162,9 +234,27 @@ static void call_rate_limited(mock_call *c, double wait_ms, int by_tokens, doubl
     char msg[512], dur[32];
     if (ms < 1) ms = 1;
     secs = mock_retry_after_s(ms);
+    json_t *body;
+    if (mock_oai_compat(c) == MOCK_COMPAT_BEDROCK) {
+        /* Bedrock's ThrottlingException: no Retry-After, no limits said. */
+        mock_call_header(c, "x-amzn-ErrorType: ThrottlingException\r\n");
+        body = json_pack("{ss}", "message", "Too many tokens, please wait before trying again.");
+        mock_call_finish(c, 429, o, body, NULL, m->opt.slow_ms);
+        return;
+    }
+    if (mock_oai_compat(c) == MOCK_COMPAT_GEMINI) {
+        /* Google's RESOURCE_EXHAUSTED with its RetryInfo; no Retry-After. */
+        char delay[32];
+        snprintf(delay, sizeof(delay), "%llus", (unsigned long long)secs);
+        body = json_pack("{s{sisssss[{ssss}]}}", "error", "code", 429, "message",
+                         "You exceeded your current quota, please check your plan and billing details.", "status",
+                         "RESOURCE_EXHAUSTED", "details", "@type", "type.googleapis.com/google.rpc.RetryInfo",
+                         "retryDelay", delay);
+        mock_call_finish(c, 429, o, body, NULL, m->opt.slow_ms);
+        return;
+    }
     mock_call_header(c, "Retry-After: %llu\r\nretry-after-ms: %llu\r\n", (unsigned long long)secs,
                      (unsigned long long)ms);
-    json_t *body;
     if (c->style == MOCK_AZURE) {
         snprintf(msg, sizeof(msg),
                  "Requests to the %s Operation under Azure OpenAI API version "
@@ -268,14 +358,26 @@ int mock_oai_admit(mock_call *c, uint64_t charge) {
         call_rate_limited(c, 60000.0 / c->dep->per_min[MOCK_REQUESTS], 0, (double)charge, MOCK_INJECTED_429);
         return -1;
     }
+    mock_deployment *d = c->dep;
+    int rpd = mock_oai_compat(c) == MOCK_COMPAT_GEMINI && m->opt.rpd > 0;
+    if (rpd) {
+        double wall = m->wall0_ms + c->now_ms;
+        long long day = mock_pacific_day(wall);
+        if (day != d->day) d->day = day, d->day_requests = 0;
+        if (d->day_requests + 1 > m->opt.rpd) {
+            call_rate_limited(c, mock_pacific_next_midnight(wall) - wall, 0, (double)charge, MOCK_RATE_LIMITED);
+            return -1;
+        }
+    }
     const double cost[MOCK_DIMS] = {1, (double)charge, MOCK_NO_COST, MOCK_NO_COST};
     mock_dim longest;
-    double wait = mock_dep_admit(c->dep, cost, &longest);
+    double wait = mock_dep_admit(d, cost, &longest);
     mock_oai_headers(c);
     if (wait > 0) {
         call_rate_limited(c, wait, longest == MOCK_TOKENS, (double)charge, MOCK_RATE_LIMITED);
         return -1;
     }
+    if (rpd) d->day_requests += 1;
     return 0;
 }
 
@@ -338,6 +440,11 @@ static void chat(mock_call *c, const char *deployment) {
     uint64_t service = mock_rng_range(m->rng, m->opt.service_ms_min, m->opt.service_ms_max);
     uint64_t delay = service + m->opt.slow_ms;
     mock_charge ch = {.tokens = charge, .charged = charge, .reported = prompt + completion};
+    if (mock_oai_compat(c) == MOCK_COMPAT_BEDROCK)
+        c->settle = (mock_settle){.tokens = 1,
+                                  .max_tokens = (uint64_t)max_tokens,
+                                  .output_tokens = completion,
+                                  .burndown = mock_oai_burndown(m, name)};
     if (streaming) {
         mock_events e = {0};
         completion_events(m, &e, name, prompt, completion, (uint64_t)max_tokens, include_usage);

@@ -2852,6 +2852,153 @@ static void test_openai_tpm_rule(void **state) {
     assert_non_null(strstr(out, "--openai-tpm max|sum"));
 }
 
+/* Entries of a deployment's ledger list, 0 while it has none. */
+typedef struct list_wait {
+    int port;
+    const char *dep, *list;
+    size_t want;
+} list_wait;
+
+static int list_reached(void *arg) {
+    list_wait *w = arg;
+    json_t *s = get_stats(w->port, "");
+    json_t *l = json_object_get(json_object_get(json_object_get(s, "deployments"), w->dep), w->list);
+    size_t n = json_array_size(l);
+    json_decref(s);
+    return n >= w->want;
+}
+
+/* --compat bedrock: input + max_tokens at admission on the TPM bucket,
+ * corrected at the end to input + output x burndown (5 for the Claude
+ * models AWS lists, 1 for the others), up or down, in the ledger's
+ * tokens_adjust; no rate-limit headers; a ThrottlingException 429. */
+static void test_compat_bedrock(void **state) {
+    static response r;
+    char body[1024], out[8192];
+    mock_child c;
+    (void)state;
+    char *text = content_of("abcd", 100); /* 100 tokens */
+    child_start(&c, "--compat", "bedrock", "--tpm", "6", "--token-burst", "1000", "--completion-tokens", "10",
+                "--service-ms", "1", NULL);
+    static const char *const model[] = {"us.anthropic.claude-sonnet-4-20250514-v1", "amazon.nova-pro-v1"};
+    long long ids[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(body, sizeof(body),
+                 "{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":40}", model[k],
+                 text);
+        call(c.port, "/v1/chat/completions", "t", body, &r);
+        assert_int_equal(r.status, 200);
+        char none[64];
+        assert_null(header(&r, "x-ratelimit-remaining-tokens", none, sizeof(none))); /* Bedrock sends none */
+        ids[k] = request_id(&r);
+    }
+    for (int k = 0; k < 2; k++) {
+        list_wait w = {c.port, model[k], "tokens_adjust", 1};
+        PROC_POLL_OR_FAIL(list_reached, &w, 5000, "the end-of-call correction on the ledger");
+    }
+    json_t *s = get_stats(c.port, "");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(s, "config"), "compat")), "bedrock");
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(list_int(s, model[k], "accept_tokens", 0), 140);
+        /* 10 output tokens: 50 quota tokens (5x) or 10, against the 40 held */
+        assert_int_equal(list_int(s, model[k], "tokens_adjust", 0), k ? -30 : 10);
+        assert_int_equal(list_int(s, model[k], "tokens_adjust_id", 0), ids[k]);
+    }
+    assert_int_equal(jint(s, "deployments/amazon.nova-pro-v1/tokens_charged"), 110);
+    assert_int_equal(jint(s, "totals/tokens_charged"), 150 + 110);
+    json_decref(s);
+    /* What is left of the Nova deployment: 1000 - 110 = 890; a call of
+     * 100 + 800 does not fit, one of 100 + 700 does. */
+    snprintf(body, sizeof(body),
+             "{\"model\":\"amazon.nova-pro-v1\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],"
+             "\"max_tokens\":800}",
+             text);
+    call(c.port, "/v1/chat/completions", "t", body, &r);
+    assert_int_equal(r.status, 429);
+    char et[64];
+    assert_non_null(header(&r, "x-amzn-ErrorType", et, sizeof(et)));
+    assert_string_equal(et, "ThrottlingException");
+    assert_null(header(&r, "retry-after", et, sizeof(et)));
+    assert_non_null(strstr(r.body, "Too many tokens"));
+    snprintf(body, sizeof(body),
+             "{\"model\":\"amazon.nova-pro-v1\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],"
+             "\"max_tokens\":700}",
+             text);
+    call(c.port, "/v1/chat/completions", "t", body, &r);
+    assert_int_equal(r.status, 200);
+    json_decref(child_stop(&c));
+    /* --burndown overrides the model's rate; it and --rpd belong to their
+     * compat only. */
+    child_start(&c, "--compat", "bedrock", "--burndown", "2", "--tpm", "6", "--token-burst", "1000",
+                "--completion-tokens", "10", "--service-ms", "1", NULL);
+    snprintf(body, sizeof(body),
+             "{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":40}", model[0],
+             text);
+    call(c.port, "/v1/chat/completions", "t", body, &r);
+    assert_int_equal(r.status, 200);
+    list_wait w = {c.port, model[0], "tokens_adjust", 1};
+    PROC_POLL_OR_FAIL(list_reached, &w, 5000, "the end-of-call correction on the ledger");
+    s = get_stats(c.port, "");
+    assert_int_equal(list_int(s, model[0], "tokens_adjust", 0), 20 - 40);
+    json_decref(s);
+    /* the Azure route keeps Azure's rule and headers */
+    call(c.port, AZURE_PATH("az"), "t", body, &r);
+    assert_int_equal(r.status, 200);
+    assert_true(header_long(&r, "x-ratelimit-remaining-tokens") >= 0);
+    json_decref(child_stop(&c));
+    free(text);
+    assert_int_equal(run_cli(out, sizeof(out), "mock", "--rpd", "5", NULL), 2);
+    assert_int_equal(run_cli(out, sizeof(out), "mock", "--compat", "vertex", NULL), 2);
+    assert_int_equal(run_cli(out, sizeof(out), "mock", "--help", NULL), 0);
+    assert_non_null(strstr(out, "--compat openai|bedrock|gemini"));
+}
+
+/* --compat gemini: TPM counts the input only; --rpd requests a day, the
+ * day from midnight Pacific time (PST or PDT as the date says): the one
+ * past the limit is refused RESOURCE_EXHAUSTED with a retryDelay to that
+ * midnight, and the first after it is admitted. The mock's wall clock
+ * starts 1.5 s before a midnight (--wall-start); the test computes each
+ * midnight from the calendar, apart from the mock's code. */
+static void test_compat_gemini(void **state) {
+    static response r;
+    char out[8192], start[32];
+    (void)state;
+    /* 2026-01-15 00:00 PST = 08:00 UTC; 2026-03-09 00:00 PDT = 07:00 UTC
+     * (the day after the change, 23 h long); 2026-11-02 00:00 PST = 08:00
+     * UTC (the day after the change back, 25 h). */
+    static const long long midnight[] = {1768464000000LL, 1773039600000LL, 1793606400000LL};
+    const char *b = "{\"model\":\"gemini-2.5-flash\",\"messages\":[{\"role\":\"user\",\"content\":\"abcdefgh\"}],"
+                    "\"max_tokens\":50}";
+    for (int k = 0; k < 3; k++) {
+        mock_child c;
+        snprintf(start, sizeof(start), "%lld", midnight[k] - 1500);
+        child_start(&c, "--compat", "gemini", "--rpd", "2", "--tpm", "6", "--token-burst", "1000", "--service-ms", "1",
+                    "--completion-tokens", "10", "--wall-start", start, NULL);
+        for (int i = 0; i < 2; i++) {
+            call(c.port, "/v1/chat/completions", "t", b, &r);
+            assert_int_equal(r.status, 200);
+            char none[64];
+            assert_null(header(&r, "x-ratelimit-remaining-requests", none, sizeof(none))); /* Gemini sends none */
+        }
+        call(c.port, "/v1/chat/completions", "t", b, &r);
+        assert_int_equal(r.status, 429);
+        assert_non_null(strstr(r.body, "RESOURCE_EXHAUSTED"));
+        /* the retry delay: to the midnight 1.5 s after the start, whole
+         * seconds rounded up; far from it when the day is wrong by an hour */
+        if (!strstr(r.body, "\"retryDelay\":\"1s\"") && !strstr(r.body, "\"retryDelay\":\"2s\""))
+            fail_msg("the retry delay is not to the midnight 1.5 s away: %s", r.body);
+        sleep_ms(1600); /* past the midnight: waiting longer changes nothing */
+        call(c.port, "/v1/chat/completions", "t", b, &r);
+        assert_int_equal(r.status, 200);
+        json_t *s = get_stats(c.port, "");
+        assert_int_equal(list_int(s, "gemini-2.5-flash", "accept_tokens", 0), 2); /* 8 characters: input only */
+        assert_int_equal(jint(s, "deployments/gemini-2.5-flash/status_429"), 1);
+        json_decref(s);
+        json_decref(child_stop(&c));
+    }
+    assert_int_equal(run_cli(out, sizeof(out), "mock", "--compat", "gemini", "--burndown", "5", NULL), 2);
+}
+
 /* The mock's bucket (agent/cli/mock_bucket.c) and the replay that judges
  * schedules (tests/support/replay.c) are two implementations of the
  * provider's rule, not one: on the same random traces of sends, oversize
@@ -2976,6 +3123,8 @@ int main(void) {
         cmocka_unit_test(test_responses),
         cmocka_unit_test(test_responses_stream),
         cmocka_unit_test(test_openai_tpm_rule),
+        cmocka_unit_test(test_compat_bedrock),
+        cmocka_unit_test(test_compat_gemini),
         cmocka_unit_test(test_bucket_matches_replay),
         cmocka_unit_test(test_bucket_and_replay_reject_alike),
     };
