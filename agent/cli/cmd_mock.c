@@ -88,6 +88,10 @@ static const mock_flag mock_flags[] = {
      "what an OpenAI-style call (/v1/..., /openai/v1/...) costs the token bucket: max = "
      "max(ceil(chars/4), max_tokens), OpenAI's documented rule; sum = ceil(chars/4) + max_tokens, "
      "as Azure (default max)"},
+    {"--anthropic-otpm", "generated|max", FLAG_CHOICE, OPT(o.anthropic_otpm), 0, 0,
+     "how the Messages route counts OTPM: generated = the output generated, charged at the end (the bucket "
+     "must hold 1 at admission), Anthropic's current rule; max = max_tokens at admission, the unused part "
+     "given back at the end, its 2025 rule (default generated)"},
     {"--compat", "openai|bedrock|gemini", FLAG_CHOICE, OPT(o.compat), 0, 0,
      "whose OpenAI-compatible endpoint the OpenAI-style chat routes are: openai; bedrock = input + "
      "max_tokens at admission, corrected to input + output x burndown at the end; gemini = TPM on the "

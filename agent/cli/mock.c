@@ -486,11 +486,25 @@ static void pending_settle(mock_pending *p, uint64_t generated) {
             if (adj > 0) mock_bucket_take(b, (double)adj);
             else mock_bucket_give(b, (double)-adj);
         }
-        if (adj != 0) mock_ledger_adjust(m->ledger, &p->ref, now, adj, p->id);
+        if (adj != 0) mock_ledger_adjust(m->ledger, &p->ref, MOCK_ADJUST_TOKENS, now, adj, p->id);
         return;
     }
     if (!p->settle.output || p->settled) return;
     p->settled = 1;
+    if (p->settle.generated) {
+        /* Anthropic's current rule: the output bucket took 1 at admission
+         * and is charged what was generated (it may go into debt). */
+        double now = mock_now_ms(m);
+        int64_t adj = (int64_t)generated - 1;
+        mock_bucket *b = &p->dep->b[MOCK_OUTPUT];
+        if (adj != 0 && p->dep->per_min[MOCK_OUTPUT] > 0) {
+            mock_bucket_refill(b, now);
+            if (adj > 0) mock_bucket_take(b, (double)adj);
+            else mock_bucket_give(b, (double)-adj);
+        }
+        if (adj != 0) mock_ledger_adjust(m->ledger, &p->ref, MOCK_ADJUST_OUTPUT, now, adj, p->id);
+        return;
+    }
     if (generated >= p->settle.max_tokens) return;
     uint64_t back = p->settle.max_tokens - generated;
     double now = mock_now_ms(m);
@@ -525,20 +539,27 @@ static void mock_on_done(void *udata, int delivered, size_t released, void *arg)
 
 /* Every neighbour request costs 1 request and neighbour_tokens on each
  * token bucket the deployment has, never given back. */
-static void neighbour_tick(uv_timer_t *t) {
-    mock *m = t->data;
-    double now = mock_now_ms(m), interval = 60000.0 / m->opt.neighbour_rpm;
+static void neighbour_send(mock *m, uint64_t count) {
+    double now = mock_now_ms(m);
     uint64_t n = m->opt.neighbour_tokens;
     const double cost[MOCK_DIMS] = {1, (double)n, (double)n, (double)n};
     const mock_charge ch = {.tokens = n, .input = n, .output = n, .charged = n, .reported = n};
     for (mock_map_entry *e = m->deps.first; e; e = e->next) {
         mock_deployment *d = e->value;
-        mock_dim longest;
         mock_dep_refill(d, now);
-        double wait = mock_dep_admit(d, cost, &longest);
-        mock_ledger_record(m->ledger, e->key, MOCK_NEIGHBOUR, wait > 0 ? MOCK_RATE_LIMITED : MOCK_ACCEPTED, now, &ch,
-                           NULL);
+        for (uint64_t i = 0; i < count; i++) {
+            mock_dim longest;
+            double wait = mock_dep_admit(d, cost, &longest);
+            mock_ledger_record(m->ledger, e->key, MOCK_NEIGHBOUR, wait > 0 ? MOCK_RATE_LIMITED : MOCK_ACCEPTED, now,
+                               &ch, NULL);
+        }
     }
+}
+
+static void neighbour_tick(uv_timer_t *t) {
+    mock *m = t->data;
+    double interval = 60000.0 / m->opt.neighbour_rpm;
+    neighbour_send(m, 1);
     /* Due times advance by the exact interval, so the long-run rate is exact
      * even when the timer fires late. */
     m->neighbour_due_ms += interval;
@@ -586,6 +607,8 @@ static int options_check(const mock_options *o, char *err, size_t n) {
     if (o->max_body < 1) return fail(err, n, "max body must be >= 1");
     if (o->openai_tpm != MOCK_OPENAI_TPM_MAX && o->openai_tpm != MOCK_OPENAI_TPM_SUM)
         return fail(err, n, "openai_tpm must be max or sum");
+    if (o->anthropic_otpm != MOCK_ANTH_OTPM_GENERATED && o->anthropic_otpm != MOCK_ANTH_OTPM_MAX)
+        return fail(err, n, "anthropic_otpm must be generated or max");
     if (o->compat < MOCK_COMPAT_OPENAI || o->compat > MOCK_COMPAT_GEMINI)
         return fail(err, n, "compat must be openai, bedrock or gemini");
     if (!(o->burndown >= 0 && o->burndown <= 1000)) return fail(err, n, "burndown must be in 0..1000");
@@ -719,9 +742,12 @@ json_t *mock_stats(const mock *m) {
         (int)o->cache_read_tokens, "headers", m->headers, "inject_429", (json_int_t)m->inject_429, "openai_tpm",
         o->openai_tpm == MOCK_OPENAI_TPM_SUM ? "sum" : "max");
     static const char *const compat_names[] = {"openai", "bedrock", "gemini"};
-    if (more && (json_object_set_new(more, "compat", json_string(compat_names[o->compat])) != 0 ||
-                 json_object_set_new(more, "burndown", json_real(o->burndown)) != 0 ||
-                 json_object_set_new(more, "rpd", json_real(o->rpd)) != 0)) {
+    if (more &&
+        (json_object_set_new(more, "compat", json_string(compat_names[o->compat])) != 0 ||
+         json_object_set_new(more, "burndown", json_real(o->burndown)) != 0 ||
+         json_object_set_new(more, "rpd", json_real(o->rpd)) != 0 ||
+         json_object_set_new(more, "anthropic_otpm",
+                             json_string(o->anthropic_otpm == MOCK_ANTH_OTPM_MAX ? "max" : "generated")) != 0)) {
         json_decref(more);
         more = NULL;
     }
@@ -776,6 +802,8 @@ int mock_set_neighbour(mock *m, double rpm, unsigned tokens) {
     uv_timer_start(&m->neighbour, neighbour_tick, mock_ceil_ms(60000.0 / rpm), 0);
     return 0;
 }
+
+void mock_neighbour_burst(mock *m, uint64_t count) { neighbour_send(m, count); }
 
 int mock_set_faults(mock *m, double fail_503, int quota_exhausted) {
     if (!(fail_503 >= 0 && fail_503 <= 1)) return UV_EINVAL;

@@ -68,7 +68,16 @@ typedef struct mock_options {
     double burndown;            /* bedrock: quota tokens per output token; 0: by model (5 or 1) */
     double rpd;                 /* gemini: requests per Pacific day per deployment; 0: no limit */
     double wall_start_ms;       /* the wall clock (Unix ms) at start; 0: the real one */
+    int anthropic_otpm;         /* how the Messages route counts OTPM: a mock_anthropic_otpm */
 } mock_options;
+
+/* How the Anthropic route counts output tokens (docs/mock.md): as
+ * Anthropic's rate-limit page says today, "OTPM ... based on the number of
+ * output tokens generated ... max_tokens does not factor into OTPM" (the
+ * bucket must hold 1 at admission, the output is charged at the end); or as
+ * it said in 2025, max_tokens charged at admission and the unused part
+ * given back at the end. */
+typedef enum mock_anthropic_otpm { MOCK_ANTH_OTPM_GENERATED = 0, MOCK_ANTH_OTPM_MAX = 1 } mock_anthropic_otpm;
 
 /* Whose OpenAI-compatible chat completions the OpenAI-style routes stand
  * in for (docs/mock.md, "Bedrock and Gemini"): OpenAI's own; Amazon
@@ -121,6 +130,11 @@ int mock_set_faults(mock *m, double fail_503, int quota_exhausted);
  * sends its first request one interval from now. Returns 0, or UV_EINVAL
  * (nothing changed) when rpm is not in [0, 600000]. */
 int mock_set_neighbour(mock *m, double rpm, unsigned tokens);
+
+/* The neighbour sends count requests at once, now, to every deployment
+ * (each 1 request and neighbour_tokens; the ones that do not fit are
+ * refused, counted as its 429s). */
+void mock_neighbour_burst(mock *m, uint64_t count);
 
 /* Applies a POST /control query ("neighbour_rpm=60&inject_429=2", without
  * the '?'; see docs/mock.md) to a running mock: every pair is checked

@@ -302,7 +302,9 @@ void mock_route_anthropic(mock_call *c, const char *unused) {
         anth_rate_limited(c, 60000.0 / c->dep->per_min[MOCK_REQUESTS], MOCK_REQUESTS, MOCK_INJECTED_429);
         return;
     }
-    const double cost[MOCK_DIMS] = {1, MOCK_NO_COST, (double)uncached, (double)max_tokens};
+    int generated = m->opt.anthropic_otpm == MOCK_ANTH_OTPM_GENERATED;
+    uint64_t held = generated ? 1 : (uint64_t)max_tokens; /* the output bucket's charge at admission */
+    const double cost[MOCK_DIMS] = {1, MOCK_NO_COST, (double)uncached, (double)held};
     mock_dim longest;
     double wait = mock_dep_admit(c->dep, cost, &longest);
     anth_ratelimit_headers(c);
@@ -313,11 +315,10 @@ void mock_route_anthropic(mock_call *c, const char *unused) {
     uint64_t output = mock_draw_output(m, (uint64_t)max_tokens);
     uint64_t service = mock_rng_range(m->rng, m->opt.service_ms_min, m->opt.service_ms_max);
     const char *stop = output >= (uint64_t)max_tokens ? "max_tokens" : "end_turn";
-    mock_charge ch = {.input = uncached,
-                      .output = (uint64_t)max_tokens,
-                      .charged = uncached + (uint64_t)max_tokens,
-                      .reported = uncached + cached + output};
-    c->settle = (mock_settle){.output = 1, .max_tokens = (uint64_t)max_tokens, .output_tokens = output};
+    mock_charge ch = {
+        .input = uncached, .output = held, .charged = uncached + held, .reported = uncached + cached + output};
+    c->settle =
+        (mock_settle){.output = 1, .max_tokens = (uint64_t)max_tokens, .output_tokens = output, .generated = generated};
     if (streaming) {
         mock_events e = {0};
         message_events(m, &e, name, uncached, cached, output, stop);

@@ -16,6 +16,7 @@ typedef enum control_key {
     K_QUOTA,
     K_NEIGHBOUR_RPM,
     K_NEIGHBOUR_TOKENS,
+    K_NEIGHBOUR_BURST,
     K_INJECT_429,
     K_HEADERS,
     K_RPM,
@@ -36,6 +37,7 @@ static const struct {
     [K_QUOTA] = {"quota_exhausted", 0, 1, 1, 0},
     [K_NEIGHBOUR_RPM] = {"neighbour_rpm", 0, 600000, 0, 0},
     [K_NEIGHBOUR_TOKENS] = {"neighbour_tokens", 0, 1e9, 1, 0},
+    [K_NEIGHBOUR_BURST] = {"neighbour_burst", 0, 1e6, 1, 0},
     [K_INJECT_429] = {"inject_429", 0, 1e9, 1, 0},
     [K_HEADERS] = {"headers", 0, 1, 1, 0},
     [K_RPM] = {"rpm", 0, 1e9, 0, 1},
@@ -95,7 +97,7 @@ static int control_parse(mock *m, const char *q, control_req *r, char **answer) 
         if (k == K_COUNT)
             return fail_msg(answer,
                             "bad control '%.*s': expected KEY=VALUE with KEY one of fail_503, "
-                            "quota_exhausted, neighbour_rpm, neighbour_tokens, inject_429, "
+                            "quota_exhausted, neighbour_rpm, neighbour_tokens, neighbour_burst, inject_429, "
                             "headers, rpm, tpm, itpm, otpm, deployment",
                             p, len);
         if (k == K_DEPLOYMENT) {
@@ -148,6 +150,7 @@ int mock_control(mock *m, const char *query, char **answer) {
     if (r.has[K_NEIGHBOUR_RPM] || r.has[K_NEIGHBOUR_TOKENS])
         mock_set_neighbour(m, r.has[K_NEIGHBOUR_RPM] ? r.v[K_NEIGHBOUR_RPM] : m->opt.neighbour_rpm,
                            r.has[K_NEIGHBOUR_TOKENS] ? (unsigned)r.v[K_NEIGHBOUR_TOKENS] : m->opt.neighbour_tokens);
+    if (r.has[K_NEIGHBOUR_BURST]) mock_neighbour_burst(m, (uint64_t)r.v[K_NEIGHBOUR_BURST]);
     if (r.has[K_INJECT_429]) m->inject_429 = (uint64_t)r.v[K_INJECT_429];
     if (r.has[K_HEADERS]) m->headers = r.v[K_HEADERS] != 0;
     for (int k = K_RPM; k <= K_OTPM; k++) {

@@ -104,6 +104,10 @@ typedef struct mock_settle {
      * corrected to output x burndown (up or down) at the end. */
     int tokens;
     double burndown;
+    /* Anthropic's current rule (--anthropic-otpm generated): 1 output
+     * token was taken at admission, the output generated is charged at
+     * the end. */
+    int generated;
 } mock_settle;
 
 /* One chat call while it is being decided. */

@@ -1,11 +1,20 @@
 #include "mock_ledger.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mock_map.h"
 
 #define MOCK_LEDGER_OTHER "(other)"
+
+typedef struct adjust_list {
+    double *ms;
+    int64_t *v;
+    uint64_t *id;
+    size_t n, cap;
+    int truncated;
+} adjust_list;
 
 typedef struct ledger_entry {
     mock_counts c;
@@ -21,13 +30,11 @@ typedef struct ledger_entry {
     uint64_t *refund_id;
     size_t n_refunds, cap_refunds;
     int refunds_truncated;
-    /* The corrections of the token bucket at the end of a call (Bedrock:
-     * input + output x burndown against input + max_tokens), signed. */
-    double *adjust_ms;
-    int64_t *adjust;
-    uint64_t *adjust_id;
-    size_t n_adjusts, cap_adjusts;
-    int adjusts_truncated;
+    /* The corrections at the end of a call, signed, per MOCK_ADJUST_*: the
+     * token bucket (Bedrock: input + output x burndown against input +
+     * max_tokens) and the output bucket (Anthropic's current rule: the
+     * output generated against the 1 taken at admission). */
+    adjust_list adj[MOCK_ADJUST_KINDS];
 } ledger_entry;
 
 struct mock_ledger {
@@ -55,9 +62,11 @@ static void entry_free(void *p) {
     free(e->refund_ms);
     free(e->refund);
     free(e->refund_id);
-    free(e->adjust_ms);
-    free(e->adjust);
-    free(e->adjust_id);
+    for (int k = 0; k < MOCK_ADJUST_KINDS; k++) {
+        free(e->adj[k].ms);
+        free(e->adj[k].v);
+        free(e->adj[k].id);
+    }
     free(e);
 }
 
@@ -233,29 +242,31 @@ void mock_ledger_refund(mock_ledger *l, const mock_ledger_ref *ref, double t_ms,
     e->n_refunds++;
 }
 
-void mock_ledger_adjust(mock_ledger *l, const mock_ledger_ref *ref, double t_ms, int64_t amount, uint64_t id) {
+void mock_ledger_adjust(mock_ledger *l, const mock_ledger_ref *ref, mock_adjust kind, double t_ms, int64_t amount,
+                        uint64_t id) {
     ledger_entry *e = ref->deployment;
     ledger_entry *c[3] = {ref->deployment, ref->client, ref->credential};
     l->totals.tokens_charged += (uint64_t)amount; /* unsigned wrap: adds a negative amount */
     for (int i = 0; i < 3; i++)
         if (c[i]) c[i]->c.tokens_charged += (uint64_t)amount;
-    if (!e) return;
-    if (e->n_adjusts >= l->max_accepts) {
-        e->adjusts_truncated = 1;
+    if (!e || kind < 0 || kind >= MOCK_ADJUST_KINDS) return;
+    adjust_list *a = &e->adj[kind];
+    if (a->n >= l->max_accepts) {
+        a->truncated = 1;
         return;
     }
-    if (e->n_adjusts == e->cap_adjusts) {
-        size_t cap = e->cap_adjusts ? e->cap_adjusts * 2 : 64;
-        int64_t *a = realloc(e->adjust, cap * sizeof(*a));
-        if (!a) return;
-        e->adjust = a;
-        if (grow_ms(&e->adjust_ms, cap) || grow_u64(&e->adjust_id, cap)) return;
-        e->cap_adjusts = cap;
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 64;
+        int64_t *v = realloc(a->v, cap * sizeof(*v));
+        if (!v) return;
+        a->v = v;
+        if (grow_ms(&a->ms, cap) || grow_u64(&a->id, cap)) return;
+        a->cap = cap;
     }
-    e->adjust_ms[e->n_adjusts] = t_ms;
-    e->adjust[e->n_adjusts] = amount;
-    e->adjust_id[e->n_adjusts] = id;
-    e->n_adjusts++;
+    a->ms[a->n] = t_ms;
+    a->v[a->n] = amount;
+    a->id[a->n] = id;
+    a->n++;
 }
 
 void mock_ledger_abandoned(mock_ledger *l, const mock_ledger_ref *ref) {
@@ -274,8 +285,7 @@ static void map_reset(mock_map *m) {
         e->truncated = 0;
         e->n_refunds = 0;
         e->refunds_truncated = 0;
-        e->n_adjusts = 0;
-        e->adjusts_truncated = 0;
+        for (int k = 0; k < MOCK_ADJUST_KINDS; k++) e->adj[k].n = 0, e->adj[k].truncated = 0;
     }
 }
 
@@ -315,23 +325,34 @@ static json_t *counts_json(const mock_counts *c) {
 static int entry_lists(json_t *o, const ledger_entry *e) {
     json_t *t = json_array(), *id = json_array(), *k = json_array(), *in = json_array(), *out = json_array();
     json_t *rt = json_array(), *r = json_array(), *rid = json_array();
-    json_t *at = json_array(), *a = json_array(), *aid = json_array();
     if (json_object_set_new(o, "accept_ms", t) != 0 || json_object_set_new(o, "accept_id", id) != 0 ||
         json_object_set_new(o, "accept_tokens", k) != 0 || json_object_set_new(o, "accept_input", in) != 0 ||
         json_object_set_new(o, "accept_output", out) != 0 ||
         json_object_set_new(o, "accepts_truncated", json_boolean(e->truncated)) != 0 ||
         json_object_set_new(o, "output_refund_ms", rt) != 0 || json_object_set_new(o, "output_refund", r) != 0 ||
         json_object_set_new(o, "output_refund_id", rid) != 0 ||
-        json_object_set_new(o, "refunds_truncated", json_boolean(e->refunds_truncated)) != 0 ||
-        json_object_set_new(o, "tokens_adjust_ms", at) != 0 || json_object_set_new(o, "tokens_adjust", a) != 0 ||
-        json_object_set_new(o, "tokens_adjust_id", aid) != 0 ||
-        json_object_set_new(o, "adjusts_truncated", json_boolean(e->adjusts_truncated)) != 0)
+        json_object_set_new(o, "refunds_truncated", json_boolean(e->refunds_truncated)) != 0)
         return -1;
-    for (size_t i = 0; i < e->n_adjusts; i++)
-        if (json_array_append_new(at, json_real(e->adjust_ms[i])) != 0 ||
-            json_array_append_new(a, json_integer((json_int_t)e->adjust[i])) != 0 ||
-            json_array_append_new(aid, json_integer((json_int_t)e->adjust_id[i])) != 0)
-            return -1;
+    static const char *const kind[MOCK_ADJUST_KINDS] = {"tokens", "output"};
+    int truncated = 0;
+    for (int j = 0; j < MOCK_ADJUST_KINDS; j++) {
+        const adjust_list *al = &e->adj[j];
+        char name[32];
+        json_t *at = json_array(), *a = json_array(), *aid = json_array();
+        snprintf(name, sizeof(name), "%s_adjust_ms", kind[j]);
+        if (json_object_set_new(o, name, at) != 0) return -1;
+        snprintf(name, sizeof(name), "%s_adjust", kind[j]);
+        if (json_object_set_new(o, name, a) != 0) return -1;
+        snprintf(name, sizeof(name), "%s_adjust_id", kind[j]);
+        if (json_object_set_new(o, name, aid) != 0) return -1;
+        truncated |= al->truncated;
+        for (size_t i = 0; i < al->n; i++)
+            if (json_array_append_new(at, json_real(al->ms[i])) != 0 ||
+                json_array_append_new(a, json_integer((json_int_t)al->v[i])) != 0 ||
+                json_array_append_new(aid, json_integer((json_int_t)al->id[i])) != 0)
+                return -1;
+    }
+    if (json_object_set_new(o, "adjusts_truncated", json_boolean(truncated)) != 0) return -1;
     for (size_t i = 0; i < e->n_accepts; i++)
         if (json_array_append_new(t, json_real(e->accept_ms[i])) != 0 ||
             json_array_append_new(id, json_integer((json_int_t)e->accept_id[i])) != 0 ||

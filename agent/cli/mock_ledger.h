@@ -95,12 +95,20 @@ int mock_ledger_credential(mock_ledger *l, const char *credential, mock_outcome 
  * is id (output_refund_id). */
 void mock_ledger_refund(mock_ledger *l, const mock_ledger_ref *ref, double t_ms, uint64_t amount, uint64_t id);
 
+/* The buckets an end-of-call correction applies to. */
+typedef enum mock_adjust {
+    MOCK_ADJUST_TOKENS, /* Bedrock: input + output x burndown against input + max_tokens */
+    MOCK_ADJUST_OUTPUT, /* Anthropic's current rule: the output generated against 1 */
+    MOCK_ADJUST_KINDS
+} mock_adjust;
+
 /* Lists a correction of amount tokens (signed: more charged, or given
- * back) of the token bucket at t_ms in the deployment of ref
- * (tokens_adjust_ms, tokens_adjust), for the accept whose request id is id
- * (tokens_adjust_id), and adds it to tokens_charged wherever the call was
- * counted (Bedrock's end-of-call correction). */
-void mock_ledger_adjust(mock_ledger *l, const mock_ledger_ref *ref, double t_ms, int64_t amount, uint64_t id);
+ * back) of bucket kind at t_ms in the deployment of ref (<kind>_adjust_ms,
+ * <kind>_adjust), for the accept whose request id is id
+ * (<kind>_adjust_id), and adds it to tokens_charged wherever the call was
+ * counted. */
+void mock_ledger_adjust(mock_ledger *l, const mock_ledger_ref *ref, mock_adjust kind, double t_ms, int64_t amount,
+                        uint64_t id);
 
 /* Counts an accepted request whose response could not be delivered. */
 void mock_ledger_abandoned(mock_ledger *l, const mock_ledger_ref *ref);

@@ -12,8 +12,10 @@
  *             above the estimate) and what the settle says the provider
  *             counted (<dim>_counted)
  *   provider  the mock's ledger: what the accept charged each bucket
- *             (accept_tokens, accept_input, accept_output) and the output
- *             it gave back at the end (output_refund)
+ *             (accept_tokens, accept_input, accept_output), the output
+ *             it gave back at the end (output_refund, Anthropic's 2025
+ *             rule) or charged at the end (output_adjust, its current
+ *             rule: 1 at admission, the output generated at the end)
  *
  * Paths: the proxy's chat completions (Azure, OpenAI), the Responses API,
  * embeddings and Anthropic Messages, streamed and not, with and without
@@ -21,7 +23,9 @@
  * SETTLE with the usage split), where a combined estimate whose parts are
  * unknown must not be counted twice. Profiles: azure (tpm = prompt + max
  * output), openai (tpm = the larger of them), anthropic (itpm without
- * cache reads, otpm max_tokens corrected to the output).
+ * cache reads, otpm counted as generated: the mock's default, and the
+ * profile's output_charge: expected, which charges the schedule the
+ * learned expected output rather than the 1 Anthropic takes at admission).
  *
  * The mock counts a prompt as a quarter token per character of its text,
  * as sluice's estimate does, so the estimate is exact here and every
@@ -114,7 +118,8 @@ typedef struct sluice_side {
 
 typedef struct provider_side {
     double admitted[ND]; /* what the accepts charged each bucket */
-    double refunded;     /* output given back at the end */
+    double refunded;     /* output given back at the end (2025 rule) */
+    double adjusted;     /* output charged at the end (current rule) */
     double accepted;
 } provider_side;
 
@@ -151,7 +156,7 @@ static double json_sum(const json_t *dep, const char *list) {
 }
 
 static provider_side provider_read(const mock_fixture *m, const char *dep) {
-    provider_side p = {{0}, 0, 0};
+    provider_side p = {{0}, 0, 0, 0};
     json_t *st = mock_fixture_stats(m, "");
     assert_non_null(st);
     const json_t *d = json_object_get(json_object_get(st, "deployments"), dep);
@@ -160,6 +165,7 @@ static provider_side provider_read(const mock_fixture *m, const char *dep) {
         p.admitted[D_INPUT] = json_sum(d, "accept_input");
         p.admitted[D_OUTPUT] = json_sum(d, "accept_output");
         p.refunded = json_sum(d, "output_refund");
+        p.adjusted = json_sum(d, "output_adjust");
         p.accepted = json_number_value(json_object_get(d, "accepted"));
     }
     json_decref(st);
@@ -191,6 +197,10 @@ static void compare(const char *what, const char *dep, const sluice_side *s0, co
         sched[k] = (s1->granted[k] - s0->granted[k]) + (s1->charged[k] - s0->charged[k]);
     }
     prov[D_OUTPUT] -= p1->refunded - p0->refunded;
+    prov[D_OUTPUT] += p1->adjusted - p0->adjusted;
+    /* The current rule takes 1 output token at admission, whatever the
+     * schedule charged (the expected output): no admission to compare. */
+    int generated = p1->adjusted != p0->adjusted;
     if (p1->accepted - p0->accepted != 1)
         fail_msg("%s: the provider accepted %.0f requests", what, p1->accepted - p0->accepted);
     int bad = 0;
@@ -201,7 +211,8 @@ static void compare(const char *what, const char *dep, const sluice_side *s0, co
      * given back), otpm's max_tokens, itpm's estimate (the cache reads
      * are the provider's own saving, given back at the settle). */
     if (sched[D_TOKENS] != adm[D_TOKENS]) bad = 1;
-    if ((s1->granted[D_OUTPUT] - s0->granted[D_OUTPUT]) != adm[D_OUTPUT]) bad = 1;
+    if (!generated && (s1->granted[D_OUTPUT] - s0->granted[D_OUTPUT]) != adm[D_OUTPUT]) bad = 1;
+    if (generated && adm[D_OUTPUT] != 1) bad = 1;
     if (sched[D_INPUT] != adm[D_INPUT] + (cached ? CACHE_READ : 0)) bad = 1;
     print_message("%-34s %-8s provider t/i/o %6.0f %6.0f %6.0f  sluice counted %6.0f %6.0f %6.0f  schedule %6.0f "
                   "%6.0f %6.0f\n",

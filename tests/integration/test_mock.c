@@ -1568,8 +1568,11 @@ static double dep_real(json_t *ledger, const char *dep, const char *field) {
 /* Limits that refill 0.0001 a ms (6 a minute): over a test of a few
  * seconds the buckets gain less than one unit, so every level a header or
  * the ledger shows is the exact sum of what was charged and given back. */
+/* The tests of Anthropic's 2025 OTPM rule (max_tokens at admission, the
+ * rest given back) ask for it; test_anthropic_generated checks today's. */
 #define SLOW_LIMITS                                                                                                    \
-    "--rpm", "6", "--burst", "10", "--itpm", "6", "--input-burst", "1000", "--otpm", "6", "--output-burst", "1000"
+    "--rpm", "6", "--burst", "10", "--itpm", "6", "--input-burst", "1000", "--otpm", "6", "--output-burst", "1000",    \
+        "--anthropic-otpm", "max"
 
 /* A plain Messages call and the accounting Anthropic documents: the input
  * tokens (ceil(chars / 4) over system and messages) charged to the input
@@ -1760,8 +1763,8 @@ static void test_anthropic_rate_limits(void **state) {
     char req[4096], v[64];
     mock_child c;
     (void)state;
-    child_start(&c, "--rpm", "6000", "--burst", "100", "--itpm", "6", "--input-burst", "10", "--otpm", "6",
-                "--output-burst", "100", "--completion-tokens", "30", "--service-ms", "1500", NULL);
+    child_start(&c, "--anthropic-otpm", "max", "--rpm", "6000", "--burst", "100", "--itpm", "6", "--input-burst", "10",
+                "--otpm", "6", "--output-burst", "100", "--completion-tokens", "30", "--service-ms", "1500", NULL);
     /* 44 code points, 11 input tokens > 10: into the full bucket, to -1 */
     const char *big = "{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":"
                       "\"abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqr\"}]}";
@@ -2160,6 +2163,23 @@ static void test_control_neighbour(void **state) {
     s = get_stats(c.port, "");
     assert_int_equal(jint(s, "clients/(neighbour)/requests"), n);
     json_decref(s);
+    /* a one-off burst: 1200 at once into the full bucket of 1000 (the
+     * neighbour stopped, the reset refilled it: a full bucket stays full
+     * however long the control takes); what does not fit is the
+     * neighbour's 429s, and nothing more follows */
+    json_decref(get_stats(c.port, "?reset=all"));
+    assert_int_equal(control(c.port, "?neighbour_burst=1200", &r), 200);
+    s = get_stats(c.port, "");
+    assert_int_equal(jint(s, "clients/(neighbour)/requests"), 1200);
+    long long took = jint(s, "clients/(neighbour)/accepted");
+    assert_int_equal(took, 1000);
+    assert_int_equal(jint(s, "clients/(neighbour)/status_429"), 1200 - took);
+    json_decref(s);
+    sleep_ms(100);
+    s = get_stats(c.port, "");
+    assert_int_equal(jint(s, "clients/(neighbour)/requests"), 1200);
+    json_decref(s);
+    assert_int_equal(control(c.port, "?neighbour_burst=-3", &r), 400);
     /* bad values change nothing */
     assert_int_equal(control(c.port, "?neighbour_rpm=600001", &r), 400);
     assert_int_equal(control(c.port, "?neighbour_rpm=60&neighbour_tokens=1.5", &r), 400);
@@ -2282,8 +2302,8 @@ static void test_control_limits(void **state) {
                        "\"content\":\"abcd\"}]}";
     (void)state;
     /* rpm 60: 0.001 a ms, so the levels below stay put for the test's ~ms */
-    child_start(&c, "--rpm", "60", "--itpm", "6", "--input-burst", "1000", "--otpm", "6", "--output-burst", "1000",
-                "--completion-tokens", "100", "--service-ms", "1", NULL);
+    child_start(&c, "--anthropic-otpm", "max", "--rpm", "60", "--itpm", "6", "--input-burst", "1000", "--otpm", "6",
+                "--output-burst", "1000", "--completion-tokens", "100", "--service-ms", "1", NULL);
     call(c.port, AZURE_PATH("gpt-4o"), "l", simple_body, &r);
     assert_int_equal(header_long(&r, "x-ratelimit-remaining-requests"), 9);
     /* every deployment: capacity rpm/6 = 5, the level 9 capped at it */
@@ -2789,11 +2809,12 @@ static void test_openai_tpm_rule(void **state) {
     char *text = content_of("abcd", 100); /* 100 tokens */
     for (int sum = 0; sum < 2; sum++) {
         if (sum)
-            child_start(&c, "--tpm", "6", "--token-burst", "1000", "--otpm", "6", "--output-burst", "1000",
-                        "--completion-tokens", "10", "--service-ms", "1", "--openai-tpm", "sum", NULL);
+            child_start(&c, "--anthropic-otpm", "max", "--tpm", "6", "--token-burst", "1000", "--otpm", "6",
+                        "--output-burst", "1000", "--completion-tokens", "10", "--service-ms", "1", "--openai-tpm",
+                        "sum", NULL);
         else
-            child_start(&c, "--tpm", "6", "--token-burst", "1000", "--otpm", "6", "--output-burst", "1000",
-                        "--completion-tokens", "10", "--service-ms", "1", NULL);
+            child_start(&c, "--anthropic-otpm", "max", "--tpm", "6", "--token-burst", "1000", "--otpm", "6",
+                        "--output-burst", "1000", "--completion-tokens", "10", "--service-ms", "1", NULL);
         static const long long mt[] = {50, 300};
         long long ids[4], want[4];
         for (int k = 0; k < 2; k++) {
@@ -2999,6 +3020,44 @@ static void test_compat_gemini(void **state) {
     assert_int_equal(run_cli(out, sizeof(out), "mock", "--compat", "gemini", "--burndown", "5", NULL), 2);
 }
 
+/* Anthropic's current OTPM rule, the default: "OTPM is calculated based on
+ * the number of output tokens generated ... max_tokens does not factor
+ * into OTPM". Admission needs 1 output token in the bucket and takes it;
+ * the answer's output is charged at its end, into debt if need be
+ * (output_adjust); max_tokens above the bucket's size is no obstacle. */
+static void test_anthropic_generated(void **state) {
+    static response r;
+    mock_child c;
+    (void)state;
+    child_start(&c, "--rpm", "6000", "--burst", "100", "--itpm", "6", "--input-burst", "100000", "--otpm", "6",
+                "--output-burst", "1000", "--completion-tokens", "300", "--service-ms", "1", NULL);
+    const char *b =
+        "{\"model\":\"claude\",\"max_tokens\":4000,\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}]}";
+    /* the bucket before each: 1000, 700, 400, 100; after the 4th -200 */
+    for (int i = 0; i < 4; i++) {
+        anth_call(c.port, "t", b, &r);
+        assert_int_equal(r.status, 200);
+        list_wait w = {c.port, "claude", "output_adjust", (size_t)i + 1};
+        PROC_POLL_OR_FAIL(list_reached, &w, 5000, "the output charged at the end on the ledger");
+    }
+    anth_call(c.port, "t", b, &r);
+    assert_int_equal(r.status, 429);
+    assert_int_equal(anth_header(&r, "output-tokens", "remaining"), 0);
+    json_t *s = get_stats(c.port, "");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(s, "config"), "anthropic_otpm")),
+                        "generated");
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(list_int(s, "claude", "accept_output", i), 1);
+        assert_int_equal(list_int(s, "claude", "output_adjust", i), 299);
+        assert_int_equal(list_int(s, "claude", "output_adjust_id", i), list_int(s, "claude", "accept_id", i));
+    }
+    assert_int_equal(json_array_size(ledger_list(s, "claude", "output_refund")), 0);
+    /* input 1 + output 300, four times */
+    assert_int_equal(jint(s, "deployments/claude/tokens_charged"), 4 * 301);
+    json_decref(s);
+    json_decref(child_stop(&c));
+}
+
 /* The mock's bucket (agent/cli/mock_bucket.c) and the replay that judges
  * schedules (tests/support/replay.c) are two implementations of the
  * provider's rule, not one: on the same random traces of sends, oversize
@@ -3125,6 +3184,7 @@ int main(void) {
         cmocka_unit_test(test_openai_tpm_rule),
         cmocka_unit_test(test_compat_bedrock),
         cmocka_unit_test(test_compat_gemini),
+        cmocka_unit_test(test_anthropic_generated),
         cmocka_unit_test(test_bucket_matches_replay),
         cmocka_unit_test(test_bucket_and_replay_reject_alike),
     };

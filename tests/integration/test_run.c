@@ -648,11 +648,27 @@ static void test_openai_style_and_bad_lines(void **state) {
  * Through sluiced and embedded. */
 static void test_anthropic_style(void **state) {
     (void)state;
-    static const char *const args[] = {
-        "--rpm", "1200",         "--burst", "10", "--itpm", "600000", "--otpm", "600000", "--completion-tokens",
-        "7",     "--service-ms", "20-40",   NULL};
+    /* Anthropic's 2025 OTPM rule on both sides: the max_tokens each line
+     * asked for (or the 16 sluice run filled in) is what the provider
+     * charged at admission. */
+    static const char *const args[] = {"--rpm",
+                                       "1200",
+                                       "--burst",
+                                       "10",
+                                       "--itpm",
+                                       "600000",
+                                       "--otpm",
+                                       "600000",
+                                       "--anthropic-otpm",
+                                       "max",
+                                       "--completion-tokens",
+                                       "7",
+                                       "--service-ms",
+                                       "20-40",
+                                       NULL};
     world_up(1200, 10, args,
-             "    style: anthropic\n    itpm: 600000\n    otpm: 600000\n    api_key_env: SLUICE_TEST_KEY\n");
+             "    style: anthropic\n    itpm: 600000\n    otpm: 600000\n    output_charge: max\n"
+             "    api_key_env: SLUICE_TEST_KEY\n");
     setenv("SLUICE_TEST_KEY", "sk-test", 1);
     char in[300], oa[300], ob[300];
     path_in(in, sizeof(in), "in.jsonl");
