@@ -40,7 +40,7 @@ typedef struct opts {
 static const opt_row rows[] = {
     {"--rounds", OPT_NUM, offsetof(opts, rounds), 1, 20, "rounds (default 1)"},
     {"--scenarios", OPT_STR, offsetof(opts, scenarios), 0, 0,
-     "comma-separated: azure,anthropic,stray,neighbour,limit (default all)"},
+     "comma-separated: azure,anthropic,stray,neighbour,burst,callers,limit (default all)"},
     {"--help", OPT_FLAG, offsetof(opts, help), 0, 0, "this text"},
 };
 
@@ -51,7 +51,7 @@ typedef struct run_def {
     int kind;        /* 0 makespan vs floor, 1 neighbour, 2 lower limit */
 } run_def;
 
-#define MAX_RUNS 16
+#define MAX_RUNS 24
 #define MAX_ROUNDS 20
 
 typedef struct figures {
@@ -139,6 +139,17 @@ int main(int argc, char **argv) {
     if (WANT("neighbour")) {
         runs[n++] = (run_def){"neighbour", scen_neighbour(0), 0, 1};
         runs[n++] = (run_def){"neighbour", scen_neighbour(1), 0, 1};
+    }
+    if (WANT("burst")) {
+        runs[n++] = (run_def){"burst", scen_burst_neighbour(0), SCEN_BURST_FLOOR_MS, 0};
+        runs[n++] = (run_def){"burst", scen_burst_neighbour(1), SCEN_BURST_FLOOR_MS, 0};
+    }
+    if (WANT("callers")) {
+        static const int per_agent[] = {2, 8, 32};
+        for (int k = 0; k < 3; k++)
+            runs[n++] =
+                (run_def){"callers", scen_anthropic_callers(per_agent[k], 0), SCEN_ANTHROPIC_CALLERS_FLOOR_MS, 0};
+        runs[n++] = (run_def){"callers", scen_anthropic_callers(8, 1), SCEN_ANTHROPIC_CALLERS_FLOOR_MS, 0};
     }
     if (WANT("limit")) {
         runs[n++] = (run_def){"limit", scen_lower_limit(0), 0, 2};
