@@ -268,6 +268,16 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
     return
   end
   if s0 and slot - s0 < min_span then return end       -- too close to the base to tell
+  -- A span across a pause of the fleet tells nothing the fleet owes:
+  -- its schedule gave up that time (the pause shifted it), so what others
+  -- took meanwhile was never the fleet's. Read as a lump, a greedy
+  -- neighbour's minute behind a pause became a minute of debt. The
+  -- reading is the next base.
+  if s0 and sl_num(st, 'pause_from', 0) > s0 then
+    sl_set(st, f .. '_obs', sl_fmt(slot) .. ':' .. u_after .. ':' .. rem)
+    sl_set(st, f .. '_rise', '')
+    return
+  end
   sl_set(st, f .. '_obs', sl_fmt(slot) .. ':' .. u_after .. ':' .. rem)
   if not s0 then return end
   local full = cap - cost - math.max(1, 0.1 * d.burst)  -- at or above: the bucket may have wasted refill
@@ -380,10 +390,12 @@ local function dim_settle(d, est, actual, slot, give)
   end
   if given > 0 then bump(d.name .. '_refunded', math.floor(given + 0.5)) end
 end
+local item_sent
 for i = 1, n do
   local id, usage, outcome, pause, seen = items[i][1], items[i][2], items[i][3], items[i][4], items[i][5]
   local result = 'feedback'
   local rec = nil
+  item_sent = nil
   local explained = false  -- the headers say how full the provider's bucket is
   for _, d in ipairs(dims) do
     if seen[d.i] and seen[d.i][2] then explained = true end
@@ -469,6 +481,7 @@ for i = 1, n do
     end
     -- Where its agent sent it: re-timed by the stretches since the grant.
     local sent = (outcome == 'ok' or outcome == 'throttled') and next(seen) and sl_retimed_slot(st, slot, before)
+    item_sent = sent or slot
     if outcome == 'ok' then
       for _, d in ipairs(dims) do
         if seen[d.i] then observe(d, seen[d.i], sent, before[d.i] + cost[d.i], cost[d.i], false, before[1]) end
@@ -522,6 +535,24 @@ for i = 1, n do
       sl_set(st, 'quota_until', sl_fmt(quota_until))
     end
   elseif pause >= 0 then
+    -- 429s in a row: one that arrives after the fleet's last pause ended
+    -- (a send made after it) while the pause before was recent doubles
+    -- it, up to pause_max_ms; after a quiet spell as long as that pause
+    -- (at least a second) the count starts again. A neighbour that takes
+    -- every token as it refills leaves nothing, and a pause of what the
+    -- 429 says (Azure: 200 ms) probes it five times a second; a stray 429
+    -- pauses only as it says.
+    local ends, cap = sl_num(st, 'streak_at', 0), sl_num(limits, 'pause_max_ms', 20000)
+    if outcome == 'throttled' and now >= ends and cap > 0 then
+      local k = sl_num(st, 'streak', 0) + 1
+      if now > ends + math.max(sl_num(st, 'streak_pause', 0), 1000) then k = 1 end
+      sl_set(st, 'streak', k)
+      local grown = pause * math.pow(2, math.min(k - 1, 20))
+      pause = math.max(pause, math.min(grown, cap))
+      sl_set(st, 'streak_at', sl_fmt(now + pause))
+      sl_set(st, 'streak_pause', sl_fmt(pause))
+      if k > 1 then bump('pause_doublings') end
+    end
     local until_ms = now + pause
     local pbase = math.max(now, paused_until)
     if until_ms > pbase then
@@ -530,7 +561,10 @@ for i = 1, n do
       -- agents shift the callers they hold by it (pause_shift_ms is the
       -- running total they follow), and refunds wait until after it.
       local shift = until_ms - pbase
-      if paused_until <= now then bump('pauses') end
+      if paused_until <= now then
+        bump('pauses')
+        sl_set(st, 'pause_from', sl_fmt(now))
+      end
       paused_until = until_ms
       sl_set(st, 'paused_until', sl_fmt(paused_until))
       local ra = sl_num(st, 'refund_after', 0)

@@ -418,6 +418,10 @@ static const cfg_row deployment_rows[] = {
             "over 1 s or 10 s\"): the fleet sends them one at a time, spaced so that any window holds at most its "
             "share of rpm even when a send starts jitter_ms late (burst.requests is then 1); 0 = a bucket. "
             "Recommended 1000 for Azure OpenAI."),
+    CFG_INT("pause_max_ms", cfg_deployment, pause_max_ms, "20000", 0, 3600000, 0,
+            "429s in a row double the fleet's pause: one arriving after the last pause ended, while that pause was "
+            "recent, pauses twice as long as it says, up to this many ms; after a quiet spell the count starts "
+            "again. 0 = each 429 pauses as it says."),
     CFG_ENUM("estimate", cfg_deployment, estimate, "learn", estimate_names,
              "learn: estimates (the proxy's, callers' TOKENS/INPUT) are multiplied by the ratio of the provider's "
              "prompt count to them, learned fleet-wide from settles; exact: callers count exactly, charged as given."),

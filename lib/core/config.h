@@ -229,6 +229,7 @@ struct config_deployment {
     long long refund_lag_ms;        /* a settle may reach Redis this long after the provider's give-back */
     long long horizon_ms;           /* how far ahead a slot may be granted; -1 = up to the max wait */
     long long requests_window_ms;   /* the provider counts requests per window of this many ms; 0 = a bucket */
+    long long pause_max_ms;         /* 429s in a row double the fleet's pause up to this; 0 = as each says */
     int estimate;                   /* CONFIG_ESTIMATE_* */
     int output_charge;              /* CONFIG_OUTPUT_* */
     long long estimate_half_life_s; /* the learned ratio's half-life without news */

@@ -106,6 +106,7 @@ void dep_configure(dep *d) {
     F("otpm", "%lld", c->otpm);
     F("burst_requests", "%lld", c->burst.requests);
     F("requests_window_ms", "%lld", c->requests_window_ms);
+    F("pause_max_ms", "%lld", c->pause_max_ms);
     F("burst_tokens", "%lld", c->burst.tokens);
     F("burst_input", "%lld", c->burst.input_tokens);
     F("burst_output", "%lld", c->burst.output_tokens);

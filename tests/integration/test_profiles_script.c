@@ -711,6 +711,57 @@ static int outage(const char *dep, provider *p, double ms, int report) {
     return n;
 }
 
+/* Settles one grant throttled at the pinned time t, the 429 asking for
+ * pause_ms: returns the pause the reply says is left (ms). */
+static long long throttled_at(const char *dep, double t, long long pause_ms) {
+    clock_at(dep, t);
+    grant g = reserve_tok(dep, "0", 600000);
+    char ids[24], p[24];
+    snprintf(ids, sizeof(ids), "%lld", g.granted ? g.id : -1LL);
+    snprintf(p, sizeof(p), "%lld", pause_ms);
+    redisReply *r =
+        script_callv(rc, SCRIPT_SETTLE, dep, "feedback", "1", g.granted ? ids : "-", "-1", "throttled", p, "-", NULL);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("settle: %s", r->str);
+    long long left = r->element[1]->integer;
+    freeReplyObject(r);
+    return left;
+}
+
+/* 429s in a row back off fleet-wide (pause_max_ms): one arriving after the
+ * last pause ended doubles it; one arriving within it is one of the same
+ * sends and changes nothing; after a quiet spell the count starts again;
+ * pause_max_ms caps it. Times are pinned with margins of 500 ms over the
+ * few ms a call takes. */
+static void test_429s_in_a_row_back_off(void **state) {
+    const char *dep = "streak";
+    configure_on(rc, dep, "rpm", "6000", "burst_requests", "1", "jitter_ms", "0", NULL);
+    double t0 = reserve_tok(dep, "0", 0).now_ms + 1000;
+    assert_int_equal(throttled_at(dep, t0, 1000), 1000);
+    assert_int_equal(throttled_at(dep, t0 + 1500, 1000), 2000);
+    assert_int_equal(throttled_at(dep, t0 + 4000, 1000), 4000);
+    /* within that pause (it ends at about t0 + 8000): no doubling (a doubling
+     * would leave 8000) */
+    long long left = throttled_at(dep, t0 + 5000, 1000);
+    if (!(left > 2500 && left < 3500)) fail_msg("the pause left: %lld ms, not about 3000", left);
+    assert_true(state_num(dep, "pause_doublings") == 2);
+    /* quiet for longer than the last pause: the count starts again */
+    assert_int_equal(throttled_at(dep, t0 + 12500, 1000), 1000);
+    /* capped */
+    const char *capped = "streak-capped";
+    configure_on(rc, capped, "rpm", "6000", "burst_requests", "1", "jitter_ms", "0", "pause_max_ms", "1500", NULL);
+    t0 = reserve_tok(capped, "0", 0).now_ms + 1000;
+    assert_int_equal(throttled_at(capped, t0, 1000), 1000);
+    assert_int_equal(throttled_at(capped, t0 + 1500, 1000), 1500);
+    assert_int_equal(throttled_at(capped, t0 + 3500, 1000), 1500);
+    /* off: each 429 as it says */
+    const char *off = "streak-off";
+    configure_on(rc, off, "rpm", "6000", "burst_requests", "1", "jitter_ms", "0", "pause_max_ms", "0", NULL);
+    t0 = reserve_tok(off, "0", 0).now_ms + 1000;
+    assert_int_equal(throttled_at(off, t0, 1000), 1000);
+    assert_int_equal(throttled_at(off, t0 + 1500, 1000), 1000);
+}
+
 /* The fleet's own local sends are not a neighbour's use. After an outage
  * in which the agents paced locally (5 s at the full rate), the provider's
  * remaining counts are lower by what they sent than the fleet's counts
@@ -885,6 +936,7 @@ int main(void) {
         cmocka_unit_test(test_outside_use_followed),
         cmocka_unit_test(test_local_sends_are_the_fleets_own),
         cmocka_unit_test(test_silent_fleet_not_a_neighbour),
+        cmocka_unit_test(test_429s_in_a_row_back_off),
         cmocka_unit_test(test_feedback_form_checked),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -19,13 +19,17 @@
 #            re-ask: a frozen agent sends the slots that passed at once)
 #   lump     a rise of others' use seen over one span is taken as a lasting
 #            rate at once (a neighbour's one-off burst slows the fleet)
+#   doubling 429s in a row pause the fleet only as each says (a neighbour
+#            that takes every token is probed five times a second)
+#   pausespan a span of the headers across a fleet pause is read as
+#            others' use (a greedy neighbour's minute becomes debt)
 #
 # Each builds the simulator in a release build of its own copy (about a
 # minute each on 2 cores) and runs the checks there. Not part of tests/run:
 # run it before changing the controller (docs/simulator.md).
 set -uo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
-all=(refund early held stray retime late lump)
+all=(refund early held stray retime late lump doubling pausespan)
 want=("$@")
 [ ${#want[@]} -eq 0 ] && want=("${all[@]}")
 work=$(mktemp -d /tmp/sluice-mutations-XXXXXX)
@@ -49,6 +53,10 @@ mutate() { # NAME DIR: applies the mutation; fails when the code it edits moved
             grep -q '!c->e->stopping && 0 &&' "$d/lib/core/engine_call.c" ;;
     lump)   sed -i -e 's/^      elseif rise then$/      elseif true then/' -e 's/^        x = math.min(rise, rate)$/        x = rate/' "$d/lua/settle.lua"
             grep -q '^      elseif true then$' "$d/lua/settle.lua" && grep -q '^        x = rate$' "$d/lua/settle.lua" ;;
+    doubling) sed -i 's/^      local grown = pause \* math.pow(2, math.min(k - 1, 20))$/      local grown = pause/' "$d/lua/settle.lua"
+            grep -q '^      local grown = pause$' "$d/lua/settle.lua" ;;
+    pausespan) sed -i "s/^  if s0 and sl_num(st, 'pause_from', 0) > s0 then$/  if false then/" "$d/lua/settle.lua"
+            grep -q '^  if false then$' "$d/lua/settle.lua" ;;
     *) echo "mutations.sh: unknown mutation '$1' (one of: ${all[*]})" >&2; return 2 ;;
   esac
 }
