@@ -77,6 +77,7 @@ struct pcall {
     char lane[CONFIG_NAME_MAX + 1], tenant[CONFIG_NAME_MAX + 1], tag[CONFIG_NAME_MAX + 1];
     long long est_input, est_output;
     int split;
+    int exact; /* x-sluice-input-tokens: the input counted by the caller */
     long long max_wait_ms;
     int64_t started, deadline; /* loop ms; deadline -1: none */
     int stream, include_usage;
@@ -865,7 +866,8 @@ static void step_acquire(pcall *pc) {
                      .tag = pc->tag,
                      .split = pc->split,
                      .input = pc->split ? pc->est_input : -1,
-                     .output = pc->split ? pc->est_output : -1};
+                     .output = pc->split ? pc->est_output : -1,
+                     .exact = pc->exact};
     const char *why = engine_acquire_req_error(pc->set->e, &rq);
     if (why) {
         answer_error(pc, PROXY_ERR_BAD_REQUEST, "%s (deployment '%s')", why, pc->name);
@@ -1077,6 +1079,7 @@ void proxy_call_start(proxy_calls *set, http_request *r, const proxy_request *pr
     pc->est_input = pr->est.input;
     pc->est_output = pr->est.output;
     pc->split = pr->split;
+    pc->exact = pr->exact;
     pc->max_wait_ms = pr->max_wait_ms;
     pc->started = mono_ms();
     pc->deadline = pr->deadline_ms >= 0 ? pc->started + pr->deadline_ms : -1;

@@ -301,7 +301,10 @@ static int name_header(const http_msg *m, const char *name, char *dst, size_t ca
     return 0;
 }
 
-static int ms_header(const http_msg *m, const char *name, long long min, long long *dst, proxy_error *err) {
+/* One x-sluice-* header holding an integer in [min, max] (unit: what it
+ * counts, for the message), at most once. *dst is -1 when absent. */
+static int int_header(const http_msg *m, const char *name, long long min, long long max, const char *unit,
+                      long long *dst, proxy_error *err) {
     const char *v;
     char shownv[96];
     if (one_header(m, name, &v, err) != 0) return -1;
@@ -314,12 +317,15 @@ static int ms_header(const http_msg *m, const char *name, long long min, long lo
         ok = v[i] >= '0' && v[i] <= '9';
         x = x * 10 + (v[i] - '0');
     }
-    if (!ok || x < min || x > PROXY_WAIT_MAX_MS)
-        return fail(err, PROXY_ERR_BAD_REQUEST, name,
-                    "%s must be an integer from %lld to %lld (milliseconds), got '%s'", name, min, PROXY_WAIT_MAX_MS,
-                    shown(v, shownv, sizeof(shownv)));
+    if (!ok || x < min || x > max)
+        return fail(err, PROXY_ERR_BAD_REQUEST, name, "%s must be an integer from %lld to %lld (%s), got '%s'", name,
+                    min, max, unit, shown(v, shownv, sizeof(shownv)));
     *dst = x;
     return 0;
+}
+
+static int ms_header(const http_msg *m, const char *name, long long min, long long *dst, proxy_error *err) {
+    return int_header(m, name, min, PROXY_WAIT_MAX_MS, "milliseconds", dst, err);
 }
 
 static int model_not_found(const proxy_request *r, proxy_error *err) {
@@ -411,6 +417,8 @@ int proxy_parse(const config *cfg, const http_msg *m, proxy_request *out, proxy_
         ms_header(m, "x-sluice-max-wait-ms", 0, &out->max_wait_ms, err) != 0 ||
         ms_header(m, "x-sluice-deadline-ms", 1, &out->deadline_ms, err) != 0)
         return -1;
+    long long counted;
+    if (int_header(m, "x-sluice-input-tokens", 0, PROXY_INPUT_TOKENS_MAX, "tokens", &counted, err) != 0) return -1;
     const struct config_deployment *d = out->target.deployment;
     if (d && out->lane[0] && !config_lane(d, out->lane)) {
         char lanes[256];
@@ -423,6 +431,12 @@ int proxy_parse(const config *cfg, const http_msg *m, proxy_request *out, proxy_
                     "deployment '%s' does not carry tag '%s' (x-sluice-tag applies to groups and tagged deployments)",
                     d->name, out->tag);
     estimate_request(out->body, estimate_api_of(out->route.op), &out->est);
+    /* The caller counted the prompt itself (the provider's tokenizer): its
+     * count is the input estimate, exact, never calibrated. */
+    if (counted >= 0) {
+        out->est.input = counted;
+        out->exact = 1;
+    }
     /* The proxy knows both parts of its estimate: it books them apart, so
      * that each dimension is charged as its provider counts (a combined
      * figure would be compared at settle with usage it cannot be split

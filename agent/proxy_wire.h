@@ -50,6 +50,8 @@
 #define PROXY_MODEL_MAX 256
 /* Largest x-sluice-max-wait-ms and x-sluice-deadline-ms: a week, as lanes. */
 #define PROXY_WAIT_MAX_MS 604800000LL
+/* The largest x-sluice-input-tokens a request may carry. */
+#define PROXY_INPUT_TOKENS_MAX 1000000000LL
 
 typedef enum proxy_api { PROXY_API_OPENAI = 0, PROXY_API_AZURE, PROXY_API_ANTHROPIC } proxy_api;
 
@@ -137,6 +139,7 @@ typedef struct proxy_request {
     int include_usage;               /* "stream_options": {"include_usage": true} */
     estimate est;                    /* the prompt and the max output */
     int split;                       /* the estimate is booked as input + output (always, today) */
+    int exact;                       /* x-sluice-input-tokens: the input counted by the caller, exactly */
     char lane[CONFIG_NAME_MAX + 1], tenant[CONFIG_NAME_MAX + 1], tag[CONFIG_NAME_MAX + 1]; /* "" when not given */
     long long max_wait_ms; /* x-sluice-max-wait-ms, -1 when not given */
     long long deadline_ms; /* x-sluice-deadline-ms, -1 when not given */

@@ -130,6 +130,9 @@ static void test_routes_on_the_wire(void **state) {
         {"/v1/chat/completions", NULL, "not json", 400, "We could not parse the JSON body"},
         {"/v1/chat/completions", "x-sluice-lane: a b\r\n", chat, 400, "\"param\":\"x-sluice-lane\""},
         {"/v1/chat/completions", "x-sluice-max-wait-ms: 5000\r\nx-sluice-tenant: team-a\r\n", chat, 501, "gpt-4o"},
+        {"/v1/chat/completions", "x-sluice-input-tokens: -3\r\n", chat, 400, "\"param\":\"x-sluice-input-tokens\""},
+        {"/v1/chat/completions", "x-sluice-input-tokens: 12x\r\n", chat, 400, "must be an integer from 0"},
+        {"/v1/chat/completions", "x-sluice-input-tokens: 77\r\n", chat, 501, "estimate 77 input"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         hc_response r;
@@ -198,7 +201,7 @@ static void test_routes_on_the_wire(void **state) {
     assert_contains(info, "http_governing:1\r\n");
     assert_true(info_field(info, "http_no_endpoint") >= 10);
     assert_true(info_field(info, "http_forwarded") == 0);
-    assert_true(info_field(info, "http_requests") == 19);
+    assert_true(info_field(info, "http_requests") == 22);
     assert_true(info_field(info, "http_recognised_anthropic") >= 3);
     assert_true(info_field(info, "http_unknown_models") == 3);
     assert_true(info_field(info, "http_unknown_routes") == 1);

@@ -125,6 +125,14 @@ static const char three[] =
 
 /* ---- the three APIs, credentials ----------------------------------------------------------- */
 
+/* A field of dep's state hash in Redis as an integer, 0 when absent. */
+static long long state_ll(redisContext *rc, const char *dep, const char *field) {
+    redisReply *r = redisCommand(rc, "HGET sluice:{%s}:state %s", dep, field);
+    long long v = r && r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+    freeReplyObject(r);
+    return v;
+}
+
 static void test_three_apis(void **state) {
     (void)state;
     proxyd p;
@@ -202,6 +210,33 @@ static void test_three_apis(void **state) {
     assert_true(info_num(&p.d, "http_forwarded") == 4);
     assert_true(info_num(&p.d, "http_answered_upstream") == 4);
     assert_true(info_num(&p.d, "http_calls") == 0);
+    /* A caller that counted its prompt says so (x-sluice-input-tokens):
+     * its count is the input estimate, exact, and teaches the calibration
+     * nothing; the same request without it is one sample. Read in Redis
+     * once both settles are there: tokens_estimated grows by the caller's
+     * 40 + 8 and the proxy's chars / 4 = 2 + 8, estimate_samples by 1 (the
+     * proxy's count ignored, it would be 20 and 2). */
+    redisContext *rc = redisConnectUnix(fx.sock);
+    assert_true(rc && !rc->err);
+    long long est0 = state_ll(rc, "gpt-4o", "tokens_estimated"), samples0 = state_ll(rc, "gpt-4o", "estimate_samples");
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    for (int counted = 1; counted >= 0; counted--) {
+        assert_int_equal(hc_post(&c, "/v1/chat/completions",
+                                 counted ? "Authorization: Bearer sk-caller-one\r\nx-sluice-input-tokens: 40\r\n"
+                                         : "Authorization: Bearer sk-caller-one\r\n",
+                                 "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"abcdefgh\"}],"
+                                 "\"max_tokens\":8}",
+                                 &r, 10000),
+                         0);
+        if (r.status != 200) fail_msg("counted %d: %d %s", counted, r.status, r.body);
+        hc_response_free(&r);
+    }
+    double deadline = now_ms() + 10000;
+    while (state_ll(rc, "gpt-4o", "tokens_estimated") < est0 + 58 && now_ms() < deadline) sleep_ms(10);
+    assert_int_equal(state_ll(rc, "gpt-4o", "tokens_estimated"), est0 + 58);
+    assert_int_equal(state_ll(rc, "gpt-4o", "estimate_samples"), samples0 + 1);
+    hc_close(&c);
+    redisFree(rc);
     assert_int_equal(daemon_stop(&p.d), 0);
 }
 
