@@ -471,38 +471,36 @@ static void mock_on_request(mock_http_req *req, void *arg) {
 
 /* The end of an accepted Anthropic call: the output bucket gets back what
  * was charged and not generated, now, and the ledger lists it. */
+/* A signed correction of bucket dim at the end of a call: adj more taken
+ * (into debt if need be) or given back, listed in the ledger as kind. */
+static void settle_correct(mock_pending *p, mock_dim dim, mock_adjust kind, int64_t adj) {
+    if (adj == 0) return;
+    double now = mock_now_ms(p->m);
+    mock_bucket *b = &p->dep->b[dim];
+    if (p->dep->per_min[dim] > 0) {
+        mock_bucket_refill(b, now);
+        if (adj > 0) mock_bucket_take(b, (double)adj);
+        else mock_bucket_give(b, (double)-adj);
+    }
+    mock_ledger_adjust(p->m->ledger, &p->ref, kind, now, adj, p->id);
+}
+
 static void pending_settle(mock_pending *p, uint64_t generated) {
     mock *m = p->m;
-    if (p->settle.tokens && !p->settled) {
+    if ((!p->settle.tokens && !p->settle.output) || p->settled) return;
+    p->settled = 1;
+    if (p->settle.tokens) {
         /* Bedrock: the token bucket held max_tokens for the output; the
-         * call costs generated x burndown: the difference is taken (the
-         * bucket may go into debt) or given back. */
-        p->settled = 1;
-        double now = mock_now_ms(m);
-        int64_t adj = (int64_t)llround((double)generated * p->settle.burndown) - (int64_t)p->settle.max_tokens;
-        mock_bucket *b = &p->dep->b[MOCK_TOKENS];
-        if (adj != 0 && p->dep->per_min[MOCK_TOKENS] > 0) {
-            mock_bucket_refill(b, now);
-            if (adj > 0) mock_bucket_take(b, (double)adj);
-            else mock_bucket_give(b, (double)-adj);
-        }
-        if (adj != 0) mock_ledger_adjust(m->ledger, &p->ref, MOCK_ADJUST_TOKENS, now, adj, p->id);
+         * call costs generated x burndown. */
+        settle_correct(p, MOCK_TOKENS, MOCK_ADJUST_TOKENS,
+                       (int64_t)llround((double)generated * p->settle.burndown) - (int64_t)p->settle.max_tokens);
         return;
     }
-    if (!p->settle.output || p->settled) return;
-    p->settled = 1;
     if (p->settle.generated) {
-        /* Anthropic's current rule: the output bucket took 1 at admission
-         * and is charged what was generated (it may go into debt). */
-        double now = mock_now_ms(m);
-        int64_t adj = (int64_t)generated - 1;
-        mock_bucket *b = &p->dep->b[MOCK_OUTPUT];
-        if (adj != 0 && p->dep->per_min[MOCK_OUTPUT] > 0) {
-            mock_bucket_refill(b, now);
-            if (adj > 0) mock_bucket_take(b, (double)adj);
-            else mock_bucket_give(b, (double)-adj);
-        }
-        if (adj != 0) mock_ledger_adjust(m->ledger, &p->ref, MOCK_ADJUST_OUTPUT, now, adj, p->id);
+        /* Anthropic's current rule: the output bucket took
+         * MOCK_OTPM_ADMISSION at admission and is charged what was
+         * generated. */
+        settle_correct(p, MOCK_OUTPUT, MOCK_ADJUST_OUTPUT, (int64_t)generated - MOCK_OTPM_ADMISSION);
         return;
     }
     if (generated >= p->settle.max_tokens) return;

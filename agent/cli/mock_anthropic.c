@@ -303,7 +303,7 @@ void mock_route_anthropic(mock_call *c, const char *unused) {
         return;
     }
     int generated = m->opt.anthropic_otpm == MOCK_ANTH_OTPM_GENERATED;
-    uint64_t held = generated ? 1 : (uint64_t)max_tokens; /* the output bucket's charge at admission */
+    uint64_t held = generated ? MOCK_OTPM_ADMISSION : (uint64_t)max_tokens; /* the output bucket's at admission */
     const double cost[MOCK_DIMS] = {1, MOCK_NO_COST, (double)uncached, (double)held};
     mock_dim longest;
     double wait = mock_dep_admit(c->dep, cost, &longest);

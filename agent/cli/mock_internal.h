@@ -52,6 +52,11 @@ typedef enum mock_dim {
     MOCK_DIMS
 } mock_dim;
 
+/* What an Anthropic call takes from the output bucket at admission under
+ * its current rule (--anthropic-otpm generated): an exhausted bucket
+ * refuses; the output generated is charged at the end. */
+#define MOCK_OTPM_ADMISSION 1
+
 /* A cost on a dimension the call does not touch. */
 #define MOCK_NO_COST (-1.0)
 
@@ -284,19 +289,6 @@ uint64_t mock_oai_charge(const mock_call *c, uint64_t prompt, uint64_t max_outpu
  * tokens. 0 when admitted (the rate-limit headers are appended); -1 when
  * the call was answered (429, 503). */
 int mock_oai_admit(mock_call *c, uint64_t charge);
-
-/* Whose rules an OpenAI-style call follows (a mock_compat; the Azure
- * routes: MOCK_COMPAT_OPENAI, never another). */
-int mock_oai_compat(const mock_call *c);
-
-/* Bedrock's burndown rate for model: --burndown, else 5 for the Claude
- * models AWS lists, else 1. */
-double mock_oai_burndown(const mock *m, const char *model);
-
-/* The Pacific day (days since the Unix epoch, local) of unix_ms, and the
- * Unix ms of the next midnight Pacific time after it (Gemini's RPD). */
-long long mock_pacific_day(double unix_ms);
-double mock_pacific_next_midnight(double unix_ms);
 
 /* Appends the x-ratelimit-* headers of the call's deployment as they are
  * now (none while they are switched off, nor for Bedrock and Gemini, which

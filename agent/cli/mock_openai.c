@@ -27,6 +27,12 @@ static void dim_headers(mock_call *c, const char *what, double limit, const mock
                      what, decimals(limit), limit, what, mock_bucket_remaining(b), what, reset);
 }
 
+/* Whose rules an OpenAI-style call follows (a mock_compat; the Azure
+ * routes: MOCK_COMPAT_OPENAI, never another). */
+static int mock_oai_compat(const mock_call *c) {
+    return c->style == MOCK_OPENAI ? c->m->opt.compat : MOCK_COMPAT_OPENAI;
+}
+
 /* Appends the x-ratelimit-* headers describing the buckets as they are
  * now (none while the headers are switched off). */
 void mock_oai_headers(mock_call *c) {
@@ -54,8 +60,6 @@ long long mock_utf8_points(const char *s) {
     return n;
 }
 
-int mock_oai_compat(const mock_call *c) { return c->style == MOCK_OPENAI ? c->m->opt.compat : MOCK_COMPAT_OPENAI; }
-
 uint64_t mock_oai_charge(const mock_call *c, uint64_t prompt, uint64_t max_output) {
     switch (mock_oai_compat(c)) {
     case MOCK_COMPAT_BEDROCK: return prompt + max_output; /* input + max_tokens, corrected at the end */
@@ -73,7 +77,7 @@ uint64_t mock_oai_charge(const mock_call *c, uint64_t prompt, uint64_t max_outpu
  * userguide/quotas-token-burndown.html: Claude Opus 4, Claude Sonnet 4,
  * Claude 3.7 Sonnet), matched in the model ID the body names; "all other
  * models" 1. --burndown overrides it. */
-double mock_oai_burndown(const mock *m, const char *model) {
+static double oai_burndown(const mock *m, const char *model) {
     static const char *const five[] = {"claude-opus-4", "claude-sonnet-4", "claude-3-7-sonnet"};
     if (m->opt.burndown > 0) return m->opt.burndown;
     for (size_t i = 0; i < sizeof(five) / sizeof(five[0]); i++)
@@ -120,12 +124,14 @@ static double pacific_offset_ms(double unix_ms) {
     return unix_ms >= dst_on && unix_ms < dst_off ? -7 * h : -8 * h;
 }
 
-long long mock_pacific_day(double unix_ms) {
+/* The Pacific day (days since the Unix epoch, local) of unix_ms. */
+static long long pacific_day(double unix_ms) {
     return (long long)floor((unix_ms + pacific_offset_ms(unix_ms)) / 86400000.0);
 }
 
-double mock_pacific_next_midnight(double unix_ms) {
-    long long next = mock_pacific_day(unix_ms) + 1;
+/* The Unix ms of the next midnight Pacific time after unix_ms. */
+static double pacific_next_midnight(double unix_ms) {
+    long long next = pacific_day(unix_ms) + 1;
     /* Midnight is local: its UTC instant uses the offset in force then
      * (the same as 2 h before it, no change happens at midnight). */
     double guess = (double)next * 86400000.0 + 8 * 3600000.0;
@@ -362,10 +368,10 @@ int mock_oai_admit(mock_call *c, uint64_t charge) {
     int rpd = mock_oai_compat(c) == MOCK_COMPAT_GEMINI && m->opt.rpd > 0;
     if (rpd) {
         double wall = m->wall0_ms + c->now_ms;
-        long long day = mock_pacific_day(wall);
+        long long day = pacific_day(wall);
         if (day != d->day) d->day = day, d->day_requests = 0;
         if (d->day_requests + 1 > m->opt.rpd) {
-            call_rate_limited(c, mock_pacific_next_midnight(wall) - wall, 0, (double)charge, MOCK_RATE_LIMITED);
+            call_rate_limited(c, pacific_next_midnight(wall) - wall, 0, (double)charge, MOCK_RATE_LIMITED);
             return -1;
         }
     }
@@ -444,7 +450,7 @@ static void chat(mock_call *c, const char *deployment) {
         c->settle = (mock_settle){.tokens = 1,
                                   .max_tokens = (uint64_t)max_tokens,
                                   .output_tokens = completion,
-                                  .burndown = mock_oai_burndown(m, name)};
+                                  .burndown = oai_burndown(m, name)};
     if (streaming) {
         mock_events e = {0};
         completion_events(m, &e, name, prompt, completion, (uint64_t)max_tokens, include_usage);

@@ -2893,6 +2893,14 @@ static int list_reached(void *arg) {
  * corrected at the end to input + output x burndown (5 for the Claude
  * models AWS lists, 1 for the others), up or down, in the ledger's
  * tokens_adjust; no rate-limit headers; a ThrottlingException 429. */
+/* An OpenAI-style chat body for model: one user message of text. */
+static void chat_body(char *buf, size_t n, const char *model, const char *text, int max_tokens) {
+    int len =
+        snprintf(buf, n, "{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d}",
+                 model, text, max_tokens);
+    assert_true(len > 0 && (size_t)len < n);
+}
+
 static void test_compat_bedrock(void **state) {
     static response r;
     char body[1024], out[8192];
@@ -2904,9 +2912,7 @@ static void test_compat_bedrock(void **state) {
     static const char *const model[] = {"us.anthropic.claude-sonnet-4-20250514-v1", "amazon.nova-pro-v1"};
     long long ids[2];
     for (int k = 0; k < 2; k++) {
-        snprintf(body, sizeof(body),
-                 "{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":40}", model[k],
-                 text);
+        chat_body(body, sizeof(body), model[k], text, 40);
         call(c.port, "/v1/chat/completions", "t", body, &r);
         assert_int_equal(r.status, 200);
         char none[64];
@@ -2930,10 +2936,7 @@ static void test_compat_bedrock(void **state) {
     json_decref(s);
     /* What is left of the Nova deployment: 1000 - 110 = 890; a call of
      * 100 + 800 does not fit, one of 100 + 700 does. */
-    snprintf(body, sizeof(body),
-             "{\"model\":\"amazon.nova-pro-v1\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],"
-             "\"max_tokens\":800}",
-             text);
+    chat_body(body, sizeof(body), model[1], text, 800);
     call(c.port, "/v1/chat/completions", "t", body, &r);
     assert_int_equal(r.status, 429);
     char et[64];
@@ -2941,10 +2944,7 @@ static void test_compat_bedrock(void **state) {
     assert_string_equal(et, "ThrottlingException");
     assert_null(header(&r, "retry-after", et, sizeof(et)));
     assert_non_null(strstr(r.body, "Too many tokens"));
-    snprintf(body, sizeof(body),
-             "{\"model\":\"amazon.nova-pro-v1\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],"
-             "\"max_tokens\":700}",
-             text);
+    chat_body(body, sizeof(body), model[1], text, 700);
     call(c.port, "/v1/chat/completions", "t", body, &r);
     assert_int_equal(r.status, 200);
     json_decref(child_stop(&c));
@@ -2952,9 +2952,7 @@ static void test_compat_bedrock(void **state) {
      * compat only. */
     child_start(&c, "--compat", "bedrock", "--burndown", "2", "--tpm", "6", "--token-burst", "1000",
                 "--completion-tokens", "10", "--service-ms", "1", NULL);
-    snprintf(body, sizeof(body),
-             "{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":40}", model[0],
-             text);
+    chat_body(body, sizeof(body), model[0], text, 40);
     call(c.port, "/v1/chat/completions", "t", body, &r);
     assert_int_equal(r.status, 200);
     list_wait w = {c.port, model[0], "tokens_adjust", 1};
