@@ -43,8 +43,9 @@ local FIELDS = {
   adapt_limits = {sl_uint, function(v) return v == 0 or v == 1 end, '0 or 1'},
   adapt_outside = {sl_uint, function(v) return v == 0 or v == 1 end, '0 or 1'},
   jitter_ms = {sl_uint, function(v) return v ~= nil and v <= 10000 end, 'an integer in [0, 10000]'},
-  -- A request count per window of this many ms (Azure); 0 = a bucket.
+  -- 429s in a row double the fleet's pause up to this many ms; 0 = off.
   pause_max_ms = {sl_uint, function(v) return v ~= nil and v <= 3600000 end, 'an integer in [0, 3600000] (0 = off)'},
+  -- A request count per window of this many ms (Azure); 0 = a bucket.
   requests_window_ms = {sl_uint, function(v) return v ~= nil and v <= 60000 end, 'an integer in [0, 60000] (0 = off)'},
   tokens_rule = {function(v) return v end, function(v) return v == 'sum' or v == 'max' end,
                  "sum (input + max output: Azure) or max (the larger of them: OpenAI)"},

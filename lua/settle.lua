@@ -268,18 +268,17 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
     return
   end
   if s0 and slot - s0 < min_span then return end       -- too close to the base to tell
+  sl_set(st, f .. '_obs', sl_fmt(slot) .. ':' .. u_after .. ':' .. rem)
+  if not s0 then return end
   -- A span across a pause of the fleet tells nothing the fleet owes:
   -- its schedule gave up that time (the pause shifted it), so what others
   -- took meanwhile was never the fleet's. Read as a lump, a greedy
   -- neighbour's minute behind a pause became a minute of debt. The
-  -- reading is the next base.
-  if s0 and sl_num(st, 'pause_from', 0) > s0 then
-    sl_set(st, f .. '_obs', sl_fmt(slot) .. ':' .. u_after .. ':' .. rem)
+  -- reading is only the next base.
+  if sl_num(st, 'pause_from', 0) > s0 then
     sl_set(st, f .. '_rise', '')
     return
   end
-  sl_set(st, f .. '_obs', sl_fmt(slot) .. ':' .. u_after .. ':' .. rem)
-  if not s0 then return end
   local full = cap - cost - math.max(1, 0.1 * d.burst)  -- at or above: the bucket may have wasted refill
   local x = sl_num(st, f .. '_outside_ms', 0)
   local rise = tonumber(st[f .. '_rise'])  -- a rise seen in the last span, not yet confirmed
@@ -293,10 +292,10 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
     -- A change beyond the noise is followed (a neighbour starts or
     -- stops); within it, smoothed. A fall is followed at once. A rise
     -- is a rate only when the next span shows it too: one span's lump
-    -- (a one-off burst) is no rate, it is what the bucket lost, and the
-    -- deficit below repays it once. Read as a rate, a 40-request burst
-    -- over one span became 7 000 tokens a second, and callers asking
-    -- just then were shed with a five-minute hint.
+    -- (a one-off burst) is no rate, it is what the bucket lost, charged
+    -- to the schedule once. Read as a rate, a 40-request burst over one
+    -- span became 7 000 tokens a second, and callers asking just then
+    -- were shed with a five-minute hint.
     local rate = units / span
     if math.abs(units - x * span) >= noise then
       if rate < x then
@@ -390,12 +389,10 @@ local function dim_settle(d, est, actual, slot, give)
   end
   if given > 0 then bump(d.name .. '_refunded', math.floor(given + 0.5)) end
 end
-local item_sent
 for i = 1, n do
   local id, usage, outcome, pause, seen = items[i][1], items[i][2], items[i][3], items[i][4], items[i][5]
   local result = 'feedback'
   local rec = nil
-  item_sent = nil
   local explained = false  -- the headers say how full the provider's bucket is
   for _, d in ipairs(dims) do
     if seen[d.i] and seen[d.i][2] then explained = true end
@@ -481,7 +478,6 @@ for i = 1, n do
     end
     -- Where its agent sent it: re-timed by the stretches since the grant.
     local sent = (outcome == 'ok' or outcome == 'throttled') and next(seen) and sl_retimed_slot(st, slot, before)
-    item_sent = sent or slot
     if outcome == 'ok' then
       for _, d in ipairs(dims) do
         if seen[d.i] then observe(d, seen[d.i], sent, before[d.i] + cost[d.i], cost[d.i], false, before[1]) end

@@ -55,7 +55,7 @@ mutate() { # NAME DIR: applies the mutation; fails when the code it edits moved
             grep -q '^      elseif true then$' "$d/lua/settle.lua" && grep -q '^        x = rate$' "$d/lua/settle.lua" ;;
     doubling) sed -i 's/^      local grown = pause \* math.pow(2, math.min(k - 1, 20))$/      local grown = pause/' "$d/lua/settle.lua"
             grep -q '^      local grown = pause$' "$d/lua/settle.lua" ;;
-    pausespan) sed -i "s/^  if s0 and sl_num(st, 'pause_from', 0) > s0 then$/  if false then/" "$d/lua/settle.lua"
+    pausespan) sed -i "s/^  if sl_num(st, 'pause_from', 0) > s0 then$/  if false then/" "$d/lua/settle.lua"
             grep -q '^  if false then$' "$d/lua/settle.lua" ;;
     *) echo "mutations.sh: unknown mutation '$1' (one of: ${all[*]})" >&2; return 2 ;;
   esac
