@@ -103,6 +103,10 @@ static const mock_flag mock_flags[] = {
      "gemini: requests per day per deployment, the day from midnight Pacific time; 0 = no limit"},
     {"--wall-start", "UNIX_MS", FLAG_DOUBLE, OPT(o.wall_start_ms), 1, 1e15,
      "the mock's wall clock at start, in Unix ms (default: the real clock; for tests of a day's end)"},
+    {"--tokens-per-char", "R", FLAG_DOUBLE, OPT(o.tokens_per_char), 0.01, 10,
+     "the tokenizer: tokens a character of text counts (default 0.25: 4 characters a token)"},
+    {"--cjk-tokens-per-char", "R", FLAG_DOUBLE, OPT(o.cjk_tokens_per_char), 0.01, 10,
+     "tokens a Japanese, Chinese or Korean character counts (kana, Han, Hangul; default 1)"},
     {"--no-headers", NULL, FLAG_BOOL, OPT(o.no_headers), 0, 0,
      "send no rate-limit headers (x-ratelimit-*, anthropic-ratelimit-*), like a provider "
      "that has none"},

@@ -576,6 +576,8 @@ void mock_options_init(mock_options *o) {
     o->service_ms_max = 900;
     o->seed = 1;
     o->max_body = 1 << 20;
+    o->tokens_per_char = 0.25;
+    o->cjk_tokens_per_char = 1;
 }
 
 static int fail(char *err, size_t n, const char *fmt, ...) {
@@ -611,6 +613,9 @@ static int options_check(const mock_options *o, char *err, size_t n) {
         return fail(err, n, "compat must be openai, bedrock or gemini");
     if (!(o->burndown >= 0 && o->burndown <= 1000)) return fail(err, n, "burndown must be in 0..1000");
     if (o->burndown > 0 && o->compat != MOCK_COMPAT_BEDROCK) return fail(err, n, "burndown applies to compat bedrock");
+    if (!(o->tokens_per_char >= 0.01 && o->tokens_per_char <= 10) ||
+        !(o->cjk_tokens_per_char >= 0.01 && o->cjk_tokens_per_char <= 10))
+        return fail(err, n, "tokens per character must be in 0.01..10");
     if (!(o->rpd >= 0 && o->rpd <= 1e12)) return fail(err, n, "rpd must be >= 0");
     if (o->rpd > 0 && o->compat != MOCK_COMPAT_GEMINI) return fail(err, n, "rpd applies to compat gemini");
     if (!(o->wall_start_ms >= 0 && o->wall_start_ms < 1e15)) return fail(err, n, "wall start must be Unix ms >= 0");
@@ -744,6 +749,8 @@ json_t *mock_stats(const mock *m) {
         (json_object_set_new(more, "compat", json_string(compat_names[o->compat])) != 0 ||
          json_object_set_new(more, "burndown", json_real(o->burndown)) != 0 ||
          json_object_set_new(more, "rpd", json_real(o->rpd)) != 0 ||
+         json_object_set_new(more, "tokens_per_char", json_real(o->tokens_per_char)) != 0 ||
+         json_object_set_new(more, "cjk_tokens_per_char", json_real(o->cjk_tokens_per_char)) != 0 ||
          json_object_set_new(more, "anthropic_otpm",
                              json_string(o->anthropic_otpm == MOCK_ANTH_OTPM_MAX ? "max" : "generated")) != 0)) {
         json_decref(more);

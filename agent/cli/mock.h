@@ -69,6 +69,8 @@ typedef struct mock_options {
     double rpd;                 /* gemini: requests per Pacific day per deployment; 0: no limit */
     double wall_start_ms;       /* the wall clock (Unix ms) at start; 0: the real one */
     int anthropic_otpm;         /* how the Messages route counts OTPM: a mock_anthropic_otpm */
+    double tokens_per_char;     /* the tokenizer: tokens a code point of text (default 0.25) */
+    double cjk_tokens_per_char; /* ... and a code point of kana, Han or Hangul (default 1) */
 } mock_options;
 
 /* How the Anthropic route counts output tokens (docs/mock.md): as

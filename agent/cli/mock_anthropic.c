@@ -4,7 +4,8 @@
  * Anthropic documents its limits, the answer (plain or streamed), and
  * Anthropic's error shapes and headers (docs/mock.md, "Anthropic style").
  *
- * Input tokens are the estimate ceil(chars / 4) over system and messages,
+ * Input tokens are the text of system and messages as the mock counts it
+ * (mock_text_milli: a quarter token a character, one a CJK character),
  * less the cache reads of --cache-read-tokens (Anthropic does not count
  * those toward ITPM); they are charged at admission and never given back.
  * Output is charged max_tokens at admission and settled to what the answer
@@ -77,20 +78,16 @@ static void anth_ratelimit_headers(mock_call *c) {
 
 /* ---- the request ------------------------------------------------------ */
 
-static void count_utf8(const char *s, long long *n) {
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        if ((*p & 0xC0) != 0x80) (*n)++;
-}
-
 /* Checks a content value (a string, or an array of content blocks each
  * with a string "type"; text blocks need a string "text") and adds the
- * code points of its text to *n. With text_only (system) every block must
+ * tokens of its text (mock_text_milli) to *n. With text_only (system) every block must
  * be a text block. 0, or -1 with the problem, "<where>...: ...", in why. */
-static int content_chars(json_t *v, int text_only, const char *where, long long *n, char *why, size_t wn) {
+static int content_milli(const mock *m, json_t *v, int text_only, const char *where, long long *n, char *why,
+                         size_t wn) {
     size_t i;
     json_t *block;
     if (json_is_string(v)) {
-        count_utf8(json_string_value(v), n);
+        *n += mock_text_milli(m, json_string_value(v));
         return 0;
     }
     if (!json_is_array(v)) {
@@ -118,15 +115,16 @@ static int content_chars(json_t *v, int text_only, const char *where, long long 
                 snprintf(why, wn, "%s.%zu.text: Field required", where, i);
                 return -1;
             }
-            count_utf8(text, n);
+            *n += mock_text_milli(m, text);
         }
     }
     return 0;
 }
 
 /* Checks "messages" (a non-empty list of {role: user|assistant, content})
- * and counts the code points of their text. 0, or -1 with why. */
-static int messages_chars(json_t *msgs, long long *n, char *why, size_t wn) {
+ * and counts the tokens of their text (mock_text_milli). 0, or -1 with why.
+ */
+static int messages_milli(const mock *m, json_t *msgs, long long *n, char *why, size_t wn) {
     size_t i;
     json_t *msg;
     if (!msgs || json_is_null(msgs)) return snprintf(why, wn, "messages: Field required"), -1;
@@ -141,7 +139,7 @@ static int messages_chars(json_t *msgs, long long *n, char *why, size_t wn) {
         json_t *content = json_object_get(msg, "content");
         if (!content) return snprintf(why, wn, "messages.%zu.content: Field required", i), -1;
         snprintf(where, sizeof(where), "messages.%zu.content", i);
-        if (content_chars(content, 0, where, n, why, wn) != 0) return -1;
+        if (content_milli(m, content, 0, where, n, why, wn) != 0) return -1;
     }
     return 0;
 }
@@ -252,7 +250,7 @@ void mock_route_anthropic(mock_call *c, const char *unused) {
     /* Every field is checked before anything is charged. */
     json_t *mt = json_object_get(body, "max_tokens"), *stream = json_object_get(body, "stream");
     json_t *system = json_object_get(body, "system");
-    long long chars = 0, max_tokens = json_is_integer(mt) ? json_integer_value(mt) : 0;
+    long long milli = 0, max_tokens = json_is_integer(mt) ? json_integer_value(mt) : 0;
     int bad = 1;
     if (!mt || json_is_null(mt)) snprintf(why, sizeof(why), "max_tokens: Field required");
     else if (!json_is_integer(mt)) snprintf(why, sizeof(why), "max_tokens: Input should be a valid integer");
@@ -262,9 +260,9 @@ void mock_route_anthropic(mock_call *c, const char *unused) {
                  "max_tokens: %lld > %d, which is the maximum allowed number of output tokens "
                  "for %s",
                  max_tokens, MOCK_MAX_TOKENS, name);
-    else if (messages_chars(json_object_get(body, "messages"), &chars, why, sizeof(why)) != 0)
+    else if (messages_milli(m, json_object_get(body, "messages"), &milli, why, sizeof(why)) != 0)
         ;
-    else if (system && !json_is_null(system) && content_chars(system, 1, "system", &chars, why, sizeof(why)) != 0)
+    else if (system && !json_is_null(system) && content_milli(m, system, 1, "system", &milli, why, sizeof(why)) != 0)
         ;
     else if (stream && !json_is_null(stream) && !json_is_boolean(stream))
         snprintf(why, sizeof(why), "stream: Input should be a valid boolean");
@@ -277,7 +275,7 @@ void mock_route_anthropic(mock_call *c, const char *unused) {
         return;
     }
 
-    uint64_t input = (uint64_t)(chars + 3) / 4;
+    uint64_t input = mock_tokens(milli);
     uint64_t cached = m->opt.cache_read_tokens < input ? m->opt.cache_read_tokens : input;
     uint64_t uncached = input - cached;
     if (m->opt.quota_exhausted) {

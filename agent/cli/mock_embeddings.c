@@ -32,17 +32,17 @@ static long long token_array(json_t *a) {
 
 /* The prompt tokens of "input" and its number of inputs: a string, an
  * array of strings, an array of token integers (one input), or an array of
- * token arrays. Each string is ceil(code points / 4) tokens, each token
+ * token arrays. Each string is its mock_text_milli() rounded up, each token
  * integer one. -1 when input has none of these forms, or holds an empty
  * string or array. */
-static long long input_tokens(json_t *input, size_t *count) {
+static long long input_tokens(const mock *m, json_t *input, size_t *count) {
     size_t i;
     json_t *x;
     long long total = 0;
     *count = 1;
     if (json_is_string(input)) {
-        long long p = mock_utf8_points(json_string_value(input));
-        return p > 0 ? (p + 3) / 4 : -1;
+        long long p = mock_text_milli(m, json_string_value(input));
+        return p > 0 ? (long long)mock_tokens(p) : -1;
     }
     if (!json_is_array(input) || json_array_size(input) == 0 || json_array_size(input) > EMB_MAX_INPUTS) return -1;
     json_t *first = json_array_get(input, 0);
@@ -50,8 +50,8 @@ static long long input_tokens(json_t *input, size_t *count) {
     json_array_foreach(input, i, x) {
         long long t;
         if (json_is_string(first) && json_is_string(x)) {
-            long long p = mock_utf8_points(json_string_value(x));
-            t = p > 0 ? (p + 3) / 4 : -1;
+            long long p = mock_text_milli(m, json_string_value(x));
+            t = p > 0 ? (long long)mock_tokens(p) : -1;
         } else if (json_is_array(first) && json_is_array(x)) {
             t = token_array(x);
         } else {
@@ -138,7 +138,7 @@ static void embeddings(mock_call *c, const char *deployment) {
     const char *format = json_string_value(fmt);
     size_t count = 0;
     int missing = !input || json_is_null(input);
-    long long tokens = missing ? -1 : input_tokens(input, &count);
+    long long tokens = missing ? -1 : input_tokens(c->m, input, &count);
     int fmt_bad = fmt && !json_is_null(fmt) && (!format || (strcmp(format, "float") && strcmp(format, "base64")));
     int base64 = format && !strcmp(format, "base64");
     long long dims = EMB_DIMENSIONS;

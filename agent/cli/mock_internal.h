@@ -261,8 +261,13 @@ void mock_call_not_found(mock_call *c, json_t *body);
 
 /* ---- mock_openai.c ---------------------------------------------------- */
 
-/* The code points of s (UTF-8; continuation bytes are not counted). */
-long long mock_utf8_points(const char *s);
+/* The tokens of the UTF-8 text s as this mock counts them, in thousandths
+ * of a token: opt.cjk_tokens_per_char for each code point of a CJK script,
+ * opt.tokens_per_char for every other one (docs/mock.md). */
+long long mock_text_milli(const mock *m, const char *s);
+
+/* A sum of mock_text_milli() in whole tokens, rounded up (0 for <= 0). */
+uint64_t mock_tokens(long long milli);
 
 /* Sets the call's style and Azure operation name, and (Azure) its
  * api-version from the query string. Every route of the family calls it

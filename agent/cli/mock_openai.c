@@ -53,12 +53,31 @@ void mock_oai_bad_request(mock_call *c, const char *param, const char *fmt, ...)
                      c->dep ? c->m->opt.slow_ms : 0);
 }
 
-long long mock_utf8_points(const char *s) {
+/* Kana, Han ideographs (and their extensions), Hangul syllables, CJK
+ * punctuation and the full-width forms: the scripts a BPE tokenizer
+ * trained mostly on English splits into about a token a character. */
+static int cjk_point(uint32_t cp) {
+    return (cp >= 0x3000 && cp <= 0x30FF) || (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x4E00 && cp <= 0x9FFF) ||
+           (cp >= 0xAC00 && cp <= 0xD7AF) || (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFF00 && cp <= 0xFFEF) ||
+           (cp >= 0x20000 && cp <= 0x3FFFF);
+}
+
+long long mock_text_milli(const mock *m, const char *s) {
+    long long plain = llround(m->opt.tokens_per_char * 1000.0), cjk = llround(m->opt.cjk_tokens_per_char * 1000.0);
     long long n = 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        if ((*p & 0xC0) != 0x80) n++;
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        uint32_t cp = *p;
+        int more = cp >= 0xF0 ? 3 : cp >= 0xE0 ? 2 : cp >= 0xC0 ? 1 : 0;
+        if (more) cp &= 0x3F >> more;
+        p++;
+        for (; more > 0 && (*p & 0xC0) == 0x80; more--, p++) cp = (cp << 6) | (*p & 0x3F);
+        n += cjk_point(cp) ? cjk : plain;
+    }
     return n;
 }
+
+uint64_t mock_tokens(long long milli) { return milli > 0 ? (uint64_t)((milli + 999) / 1000) : 0; }
 
 uint64_t mock_oai_charge(const mock_call *c, uint64_t prompt, uint64_t max_output) {
     switch (mock_oai_compat(c)) {
@@ -140,10 +159,10 @@ static double pacific_next_midnight(double unix_ms) {
 
 /* ---- the chat endpoints ----------------------------------------------- */
 
-/* Counts the code points of the messages' text: string contents and the
+/* Counts the messages' text (mock_text_milli): string contents and the
  * "text" of content parts. -1 when messages is not a non-empty array of
  * objects. */
-static long long messages_chars(json_t *messages) {
+static long long messages_milli(const mock *m, json_t *messages) {
     long long n = 0;
     size_t i, j;
     json_t *msg, *part;
@@ -152,12 +171,12 @@ static long long messages_chars(json_t *messages) {
         if (!json_is_object(msg)) return -1;
         json_t *content = json_object_get(msg, "content");
         if (json_is_string(content)) {
-            n += mock_utf8_points(json_string_value(content));
+            n += mock_text_milli(m, json_string_value(content));
         } else if (json_is_array(content)) {
             /* Every part counts, however many there are. */
             json_array_foreach(content, j, part) {
                 const char *t = json_string_value(json_object_get(part, "text"));
-                if (t) n += mock_utf8_points(t);
+                if (t) n += mock_text_milli(m, t);
             }
         }
     }
@@ -405,7 +424,7 @@ static void chat(mock_call *c, const char *deployment) {
     int sopt_given = sopt && !json_is_null(sopt);
     int sopt_bad = sopt_given && (!json_is_object(sopt) || (iu && !json_is_null(iu) && !json_is_boolean(iu)));
     int include_usage = json_is_true(iu);
-    long long chars = messages_chars(json_object_get(body, "messages"));
+    long long milli = messages_milli(m, json_object_get(body, "messages"));
     json_t *mt = json_object_get(body, "max_tokens");
     const char *mt_name = "max_tokens";
     if (!mt || json_is_null(mt)) {
@@ -431,7 +450,7 @@ static void chat(mock_call *c, const char *deployment) {
                              "boolean.");
         return;
     }
-    if (chars < 0) {
+    if (milli < 0) {
         mock_oai_bad_request(c, "messages", "'messages' must be a non-empty array of message objects.");
         return;
     }
@@ -439,7 +458,7 @@ static void chat(mock_call *c, const char *deployment) {
         mock_oai_bad_request(c, mt_name, "'%s' must be an integer between 1 and %d.", mt_name, MOCK_MAX_TOKENS);
         return;
     }
-    uint64_t prompt = (uint64_t)(chars + 3) / 4;
+    uint64_t prompt = mock_tokens(milli);
     uint64_t charge = mock_oai_charge(c, prompt, (uint64_t)max_tokens);
     if (mock_oai_admit(c, charge) != 0) return;
     uint64_t completion = mock_draw_output(m, (uint64_t)max_tokens);

@@ -14,43 +14,43 @@
 
 #include "mock_internal.h"
 
-/* Adds the code points of a content value (a string, or an array of parts
+/* Adds the tokens (mock_text_milli) of a content value (a string, or an array of parts
  * whose string "text" counts; other parts, images and files, count none)
  * to *n. -1 when it is neither, or a part is not an object or has a "text"
  * that is not a string. */
-static int content_points(json_t *content, long long *n) {
+static int content_milli(const mock *m, json_t *content, long long *n) {
     size_t i;
     json_t *part;
     if (json_is_string(content)) {
-        *n += mock_utf8_points(json_string_value(content));
+        *n += mock_text_milli(m, json_string_value(content));
         return 0;
     }
     if (!json_is_array(content)) return -1;
     json_array_foreach(content, i, part) {
         json_t *text = json_object_get(part, "text");
         if (!json_is_object(part) || (text && !json_is_string(text))) return -1;
-        if (text) *n += mock_utf8_points(json_string_value(text));
+        if (text) *n += mock_text_milli(m, json_string_value(text));
     }
     return 0;
 }
 
-/* The code points of "input": a string, or an array of items (objects):
+/* The tokens (mock_text_milli) of "input": a string, or an array of items (objects):
  * a message's "content" and a tool output's "output" string count; items
  * without either (function calls, reasoning) count none. -1 when malformed,
  * with the offending index in *bad (-1: input itself). */
-static long long input_points(json_t *input, long *bad) {
+static long long input_milli(const mock *m, json_t *input, long *bad) {
     size_t i;
     json_t *item;
     long long n = 0;
     *bad = -1;
-    if (json_is_string(input)) return mock_utf8_points(json_string_value(input));
+    if (json_is_string(input)) return mock_text_milli(m, json_string_value(input));
     if (!json_is_array(input)) return -1;
     json_array_foreach(input, i, item) {
         json_t *content = json_object_get(item, "content"), *output = json_object_get(item, "output");
         *bad = (long)i;
         if (!json_is_object(item)) return -1;
-        if (content && content_points(content, &n) != 0) return -1;
-        if (json_is_string(output)) n += mock_utf8_points(json_string_value(output));
+        if (content && content_milli(m, content, &n) != 0) return -1;
+        if (json_is_string(output)) n += mock_text_milli(m, json_string_value(output));
     }
     *bad = -1;
     return n;
@@ -170,10 +170,10 @@ static void responses(mock_call *c, const char *deployment) {
     json_t *mt = json_object_get(body, "max_output_tokens"), *stream = json_object_get(body, "stream");
     long bad_item = -1;
     int missing = !input || json_is_null(input), mt_given = mt && !json_is_null(mt);
-    long long points = missing ? -1 : input_points(input, &bad_item);
+    long long points = missing ? -1 : input_milli(m, input, &bad_item);
     int ins_bad = ins && !json_is_null(ins) && !json_is_string(ins);
     int has_ins = json_is_string(ins);
-    if (has_ins && points >= 0) points += mock_utf8_points(json_string_value(ins));
+    if (has_ins && points >= 0) points += mock_text_milli(m, json_string_value(ins));
     long long max_output = -1;
     if (mt_given) max_output = json_is_integer(mt) ? json_integer_value(mt) : 0;
     int stream_bad = stream && !json_is_null(stream) && !json_is_boolean(stream);
@@ -214,7 +214,7 @@ static void responses(mock_call *c, const char *deployment) {
         return;
     }
     uint64_t limit = max_output > 0 ? (uint64_t)max_output : MOCK_DEFAULT_MAX_TOKENS;
-    uint64_t prompt = (uint64_t)(points + 3) / 4, charge = mock_oai_charge(c, prompt, limit);
+    uint64_t prompt = mock_tokens(points), charge = mock_oai_charge(c, prompt, limit);
     if (mock_oai_admit(c, charge) != 0) {
         free(ins_copy);
         return;

@@ -3023,6 +3023,70 @@ static void test_compat_gemini(void **state) {
     assert_int_equal(run_cli(out, sizeof(out), "mock", "--compat", "gemini", "--burndown", "5", NULL), 2);
 }
 
+/* The tokenizer (docs/mock.md): a quarter token a character, a token a
+ * CJK character (kana, Han, Hangul) by default, each rate a flag; the
+ * sum over the request's text is rounded up once, on every route. */
+static void test_tokenizer(void **state) {
+    static response r;
+    char out[4096];
+    mock_child c;
+    (void)state;
+    static const struct {
+        const char *path, *body, *field;
+        long long def, cjk08, plain8; /* defaults; --cjk 0.8; --tokens-per-char 0.125 */
+    } row[] = {
+        /* 7 CJK + 4 plain: 7 + 1; 5.6 + 1 = 6.6; 7 + 0.5 */
+        {AZURE_PATH("t"),
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"\xe3\x81\x93\xe3\x82\x93\xe3\x81\xab"
+         "\xe3\x81\xa1\xe3\x81\xaf\xe4\xb8\x96\xe7\x95\x8c"
+         "abcd\"}],\"max_tokens\":5}",
+         "usage/prompt_tokens", 8, 7, 8},
+        /* Hangul 3 (한국어) + an ideographic comma: 4; 3.2; 4 */
+        {"/v1/responses",
+         "{\"model\":\"t\",\"input\":\"\xed\x95\x9c\xea\xb5\xad\xec\x96\xb4\xe3\x80\x81\","
+         "\"max_output_tokens\":5}",
+         "usage/input_tokens", 4, 4, 4},
+        /* 中文 + 8 plain: 2 + 2; 1.6 + 2 = 3.6; 2 + 1 */
+        {"/v1/embeddings",
+         "{\"model\":\"t\",\"input\":\"\xe4\xb8\xad\xe6\x96\x87"
+         "abcdefgh\"}",
+         "usage/prompt_tokens", 4, 4, 3},
+        /* é x 4 is not CJK: 1; 1; 0.5 */
+        {AZURE_PATH("t"),
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"}],"
+         "\"max_tokens\":5}",
+         "usage/prompt_tokens", 1, 1, 1},
+    };
+    for (int mode = 0; mode < 3; mode++) {
+        if (mode == 0) child_start(&c, "--rpm", "6000", "--service-ms", "1-2", NULL);
+        else if (mode == 1)
+            child_start(&c, "--rpm", "6000", "--service-ms", "1-2", "--cjk-tokens-per-char", "0.8", NULL);
+        else child_start(&c, "--rpm", "6000", "--service-ms", "1-2", "--tokens-per-char", "0.125", NULL);
+        for (size_t i = 0; i < sizeof(row) / sizeof(row[0]); i++) {
+            call(c.port, row[i].path, "t", row[i].body, &r);
+            if (r.status != 200) fail_msg("%s: %d %s", row[i].path, r.status, r.body);
+            json_t *j = body_json(&r);
+            long long want = mode == 0 ? row[i].def : mode == 1 ? row[i].cjk08 : row[i].plain8;
+            if (jint(j, row[i].field) != want)
+                fail_msg("mode %d, %s: %s %lld, want %lld", mode, row[i].path, row[i].field, jint(j, row[i].field),
+                         want);
+            json_decref(j);
+        }
+        /* Anthropic: 日本語 in the messages, 8 plain in system: 3 + 2; 2.4 + 2; 3 + 1 */
+        anth_call(c.port, "t",
+                  "{\"model\":\"t\",\"max_tokens\":5,\"system\":\"abcdefgh\",\"messages\":[{\"role\":\"user\","
+                  "\"content\":\"\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\"}]}",
+                  &r);
+        assert_int_equal(r.status, 200);
+        json_t *j = body_json(&r);
+        assert_int_equal(jint(j, "usage/input_tokens"), mode == 0 ? 5 : mode == 1 ? 5 : 4);
+        json_decref(j);
+        json_decref(child_stop(&c));
+    }
+    assert_int_equal(run_cli(out, sizeof(out), "mock", "--tokens-per-char", "0", NULL), 2);
+    assert_int_equal(run_cli(out, sizeof(out), "mock", "--cjk-tokens-per-char", "11", NULL), 2);
+}
+
 /* Anthropic's current OTPM rule, the default: "OTPM is calculated based on
  * the number of output tokens generated ... max_tokens does not factor
  * into OTPM". Admission needs 1 output token in the bucket and takes it;
@@ -3188,6 +3252,7 @@ int main(void) {
         cmocka_unit_test(test_compat_bedrock),
         cmocka_unit_test(test_compat_gemini),
         cmocka_unit_test(test_anthropic_generated),
+        cmocka_unit_test(test_tokenizer),
         cmocka_unit_test(test_bucket_matches_replay),
         cmocka_unit_test(test_bucket_and_replay_reject_alike),
     };
