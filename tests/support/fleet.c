@@ -47,12 +47,24 @@ struct fleet {
     atomic_int first_sent; /* 1 once a call went out */
     double t0;             /* proc_now_ms() at the start */
     double first_ms;       /* when the first call went out (from t0) */
+    long long seen_429;    /* the fleet's 429s at the first look, -1 before it */
     pthread_mutex_t mu;
     worker w[FLEET_MAX_AGENTS * FLEET_MAX_CALLERS];
     int nw;
 };
 
 long long fleet_input_tokens(const char *content) { return ((long long)strlen(content) + 3) / 4; }
+
+/* The 429s the ledger counts for the fleet's workers (clients "w..."). */
+static long long ledger_fleet_429(json_t *ledger) {
+    json_t *clients = json_object_get(ledger, "clients"), *v;
+    const char *name;
+    long long n = 0;
+    json_object_foreach(clients, name, v) {
+        if (name[0] == 'w') n += json_integer_value(json_object_get(v, "status_429"));
+    }
+    return n;
+}
 
 static void *worker_main(void *arg) {
     worker *k = arg;
@@ -61,19 +73,24 @@ static void *worker_main(void *arg) {
     worker_call w;
     char id[64];
     snprintf(id, sizeof(id), "w%d-%d", k->agent, k->index);
-    if (worker_call_open(&w, f->agent[k->agent].sock, FLEET_MAX_WAIT_MS + 5000, id) != 0) {
+    char http_sock[300];
+    snprintf(http_sock, sizeof(http_sock), "%s.http", f->agent[k->agent].sock);
+    if (worker_call_open(&w, s->proxy ? NULL : f->agent[k->agent].sock, FLEET_MAX_WAIT_MS + 5000, id) != 0) {
         snprintf(k->error, sizeof(k->error), "%s", w.error);
         worker_call_close(&w);
         return NULL;
     }
+    if (s->proxy) curl_easy_setopt(w.curl, CURLOPT_UNIX_SOCKET_PATH, http_sock);
+    const char *endpoint = s->proxy ? "http://localhost" : f->endpoint;
     for (;;) {
         int req = atomic_fetch_add(&f->next, 1);
         if (req >= s->requests) break;
         int done = 0, attempts = 0;
         while (!done && attempts < FLEET_MAX_ATTEMPTS) {
             worker_acquire a =
-                s->split ? worker_call_acquire_split(&w, "d", f->input, s->max_tokens, FLEET_MAX_WAIT_MS, NULL, NULL)
-                         : worker_call_acquire(&w, "d", f->input + s->max_tokens, FLEET_MAX_WAIT_MS, NULL, NULL);
+                s->proxy   ? WORKER_GRANTED
+                : s->split ? worker_call_acquire_split(&w, "d", f->input, s->max_tokens, FLEET_MAX_WAIT_MS, NULL, NULL)
+                           : worker_call_acquire(&w, "d", f->input + s->max_tokens, FLEET_MAX_WAIT_MS, NULL, NULL);
             if (a == WORKER_SHED) {
                 long long ra = w.retry_after_ms;
                 proc_sleep_ms((int)(ra > 0 && ra < 2000 ? ra : 100));
@@ -92,11 +109,24 @@ static void *worker_main(void *arg) {
             }
             long st =
                 s->style == FLEET_ANTHROPIC
-                    ? worker_call_post_messages(&w, f->endpoint, "d", s->content, s->max_tokens, FLEET_HTTP_TIMEOUT_MS)
-                    : worker_call_post(&w, f->endpoint, "d", s->content, s->max_tokens, FLEET_HTTP_TIMEOUT_MS);
+                    ? worker_call_post_messages(&w, endpoint, "d", s->content, s->max_tokens, FLEET_HTTP_TIMEOUT_MS)
+                    : worker_call_post(&w, endpoint, "d", s->content, s->max_tokens, FLEET_HTTP_TIMEOUT_MS);
             attempts++;
             k->attempts++;
-            worker_call_settle(&w, st == 200 ? "ok" : st == 429 ? "throttled" : "failed");
+            if (s->proxy && st != 200) {
+                /* The proxy answered for the fleet (its own shed, or the
+                 * provider's 429 after its retries): ask again when it says. */
+                const char *ra = worker_call_header(&w, "retry-after-ms");
+                const char *ras = worker_call_header(&w, "retry-after");
+                long long ms = ra ? atoll(ra) : ras ? 1000 * atoll(ras) : 100;
+                proc_sleep_ms((int)(ms > 0 && ms < 2000 ? ms : ms <= 0 ? 10 : 2000));
+                if (st == 0) {
+                    snprintf(k->error, sizeof(k->error), "%s", w.error);
+                    attempts = FLEET_MAX_ATTEMPTS;
+                }
+                continue;
+            }
+            if (!s->proxy) worker_call_settle(&w, st == 200 ? "ok" : st == 429 ? "throttled" : "failed");
             if (st == 200) {
                 if (k->nsent == k->cap) {
                     size_t cap = k->cap ? 2 * k->cap : 256;
@@ -126,6 +156,12 @@ static void *events_main(void *arg) {
     for (int i = 0; i < s->nevents; i++) {
         while (proc_now_ms() - f->t0 < base + s->events[i].at_ms && atomic_load(&f->next) < s->requests + f->nw)
             proc_sleep_ms(5);
+        if (!s->events[i].control) {
+            json_t *l = f->seen_429 < 0 ? mock_fixture_stats(&f->mock, "") : NULL;
+            if (l) f->seen_429 = ledger_fleet_429(l);
+            json_decref(l);
+            continue;
+        }
         char q[256];
         snprintf(q, sizeof(q), "?%s", s->events[i].control);
         if (mock_fixture_control(&f->mock, q) != 200)
@@ -220,6 +256,7 @@ int fleet_run(const fleet_spec *s, fleet_result *out) {
     f->spec = s;
     pthread_mutex_init(&f->mu, NULL);
     f->input = fleet_input_tokens(s->content);
+    f->seen_429 = -1;
     int rc = -1, agents = 0;
     const char *args[FLEET_MAX_ARGS + 8];
     int na = 0;
@@ -233,10 +270,11 @@ int fleet_run(const fleet_spec *s, fleet_result *out) {
     char yaml[2048];
     snprintf(yaml, sizeof(yaml),
              "redis: {url: \"unix://%s\"}\n"
-             "agent: {socket: \"%%SOCK%%\", heartbeat_ms: 200, max_clients: 256}\n"
+             "agent: {socket: \"%%SOCK%%\", heartbeat_ms: 200, max_clients: 256%s}\n"
              "deployments:\n"
              "  d: {%s, endpoint: \"%s\", max_wait_ms: %d}\n",
-             f->redis.sock, s->deployment, f->endpoint, FLEET_MAX_WAIT_MS);
+             f->redis.sock, s->proxy ? ", http: {listen: \"unix:%SOCK%.http\", max_connections: 512}" : "",
+             s->deployment, f->endpoint, FLEET_MAX_WAIT_MS);
     for (; agents < s->agents; agents++) {
         char name[16];
         snprintf(name, sizeof(name), "agent%d", agents);
@@ -292,14 +330,32 @@ int fleet_run(const fleet_spec *s, fleet_result *out) {
         const char *name;
         json_t *v;
         json_object_foreach(clients, name, v) {
-            long long n429 = json_integer_value(json_object_get(v, "status_429"));
             if (!strcmp(name, "(neighbour)")) {
                 out->neighbour_accepted = json_integer_value(json_object_get(v, "accepted"));
-                out->neighbour_429 = n429;
-            } else if (name[0] == 'w') {
-                out->fleet_429 += n429;
+                out->neighbour_429 = json_integer_value(json_object_get(v, "status_429"));
             }
         }
+        out->fleet_429 = ledger_fleet_429(out->ledger);
+        json_t *acc = json_object_get(json_object_get(json_object_get(out->ledger, "deployments"), "d"), "accept_ms");
+        if (s->proxy && json_array_size(acc) > 0) {
+            /* The workers' clocks say when they asked the proxy, not when it
+             * sent: the provider's accept times do, moved so that the first
+             * is when the first worker asked. */
+            size_t n = json_array_size(acc);
+            double *t = calloc(n, sizeof(double)), base = json_number_value(json_array_get(acc, 0));
+            for (size_t i = 0; t && i < n; i++) t[i] = json_number_value(json_array_get(acc, i));
+            if (t) {
+                qsort(t, n, sizeof(double), cmp_double);
+                base = t[0];
+                for (size_t i = 0; i < n; i++) t[i] = t[i] - base + f->first_ms;
+                free(out->send_ms);
+                out->send_ms = t;
+                out->nsend = n;
+                out->first_send_ms = t[0];
+                out->last_send_ms = t[n - 1];
+            }
+        }
+        out->fleet_429_seen = f->seen_429;
         out->injected_429 = mock_fixture_count(out->ledger, "deployments/d/injected_429");
         rc = 0;
     }

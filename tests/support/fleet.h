@@ -12,6 +12,12 @@
  * mock (POST /control: a stray 429, a neighbour starting or stopping) at
  * given times; that is load shaping, nothing waits on it.
  *
+ * With `proxy` set the workers are an SDK pointed at the agents' HTTP
+ * proxy instead (agent.http on a UNIX socket per agent): each POSTs the
+ * same call to its agent and the proxy governs, forwards and settles it;
+ * a refusal (a 429 or 503 from the proxy) is asked again after its
+ * Retry-After.
+ *
  * The result comes from the mock's final ledger (accepted calls, 429s per
  * client, the neighbour's) and from the workers' own log of when each of
  * their successful calls was sent, for rates over windows.
@@ -33,7 +39,8 @@ typedef enum fleet_style { FLEET_AZURE = 0, FLEET_ANTHROPIC } fleet_style;
 
 typedef struct fleet_event {
     double at_ms;        /* after the first request is sent */
-    const char *control; /* the query of POST /control, e.g. "inject_429=1" */
+    const char *control; /* the query of POST /control, e.g. "inject_429=1"; NULL: a
+                          * look at the ledger instead (fleet_result.fleet_429_seen) */
 } fleet_event;
 
 typedef struct fleet_spec {
@@ -49,14 +56,16 @@ typedef struct fleet_spec {
     const char *content; /* the prompt: plain text, no quotes */
     int max_tokens;
     int split; /* ACQUIRE INPUT/OUTPUT, else TOKENS */
+    int proxy; /* through the agents' HTTP proxy (no ACQUIRE/SETTLE by the workers) */
     fleet_event events[FLEET_MAX_EVENTS];
     int nevents;
 } fleet_spec;
 
 typedef struct fleet_result {
     int requests, succeeded, lost;
-    long long attempts;  /* provider calls by the workers */
-    long long fleet_429; /* 429s the workers got (from the ledger) */
+    long long attempts;       /* provider calls by the workers */
+    long long fleet_429;      /* 429s the workers got (from the ledger) */
+    long long fleet_429_seen; /* of them, counted by the first look (a NULL event), -1 if none */
     long long neighbour_accepted, neighbour_429;
     long long injected_429;
     double first_send_ms, last_send_ms; /* of the successful calls, from the run's start */

@@ -168,6 +168,71 @@ static inline fleet_spec scen_anthropic_callers(int per_agent, int reserve_max) 
 /* The output actually used, less the bucket's three max_tokens. */
 #define SCEN_ANTHROPIC_CALLERS_FLOOR_MS ((600.0 * 200 - 3000) / (120000.0 / 60000))
 
+/* Issue 23's first row in real time: an SDK through the agents' HTTP
+ * proxy (8 requests in flight per agent) on a TPM-bound Azure deployment,
+ * the prompts in Japanese. 252 characters: the mock counts 0.8 a
+ * character (202 tokens), sluice's estimate is a quarter (63), so each
+ * request costs the provider 302 with max_tokens 100 and the fleet's
+ * first estimate 163. mode 0: the defaults; 1: the cold-start horizon
+ * (estimate_learn_horizon_ms: 250, as the simulator's cjk-estimate row
+ * runs); 2: nothing learned (estimate: exact, the behaviour before
+ * calibration). */
+#define SCEN_PROMPT_JA_18                                                                                              \
+    "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x81\xae\xe3\x83\x97\xe3\x83\xad\xe3\x83\xb3\xe3\x83\x97\xe3\x83\x88\xe3" \
+    "\x81\xaf\xe3\x83\x88\xe3\x83\xbc\xe3\x82\xaf\xe3\x83\xb3\xe3\x81\x8c\xe5\xa4\x9a\xe3\x81\x84\xe3\x80\x82"
+#define SCEN_PROMPT_JA_252                                                                                             \
+    SCEN_PROMPT_JA_18 SCEN_PROMPT_JA_18 SCEN_PROMPT_JA_18 SCEN_PROMPT_JA_18 SCEN_PROMPT_JA_18 SCEN_PROMPT_JA_18        \
+        SCEN_PROMPT_JA_18 SCEN_PROMPT_JA_18 SCEN_PROMPT_JA_18 SCEN_PROMPT_JA_18 SCEN_PROMPT_JA_18 SCEN_PROMPT_JA_18    \
+            SCEN_PROMPT_JA_18 SCEN_PROMPT_JA_18
+#define SCEN_CJK_REQUESTS 400
+#define SCEN_CJK_LOOK_MS 5000.0
+static inline fleet_spec scen_cjk_proxy(int mode) {
+    static const char *const name[3] = {"japanese prompts, proxy", "japanese prompts, proxy, horizon 250",
+                                        "japanese prompts, proxy (exact)"};
+    static const char *const dep[3] = {"rpm: 6000, tpm: 120000",
+                                       "rpm: 6000, tpm: 120000, estimate_learn_horizon_ms: 250",
+                                       "rpm: 6000, tpm: 120000, estimate: exact"};
+    fleet_spec s = {.name = name[mode],
+                    .style = FLEET_AZURE,
+                    .agents = 3,
+                    .callers = 8,
+                    .requests = SCEN_CJK_REQUESTS,
+                    .mock_args = {"--rpm", "6000", "--tpm", "120000", "--token-burst", "2000", "--completion-tokens",
+                                  "100", "--cjk-tokens-per-char", "0.8", "--service-ms", "20-60", "--seed", "8", NULL},
+                    .deployment = dep[mode],
+                    .content = SCEN_PROMPT_JA_252,
+                    .max_tokens = 100,
+                    .proxy = 1,
+                    .events = {{SCEN_CJK_LOOK_MS, NULL}},
+                    .nevents = 1};
+    return s;
+}
+/* What the provider charges (302 a request), less its burst, at the rate. */
+#define SCEN_CJK_FLOOR_MS ((SCEN_CJK_REQUESTS * 302.0 - 2000) / (120000.0 / 60000))
+
+/* The calibration's other side: the provider counts half of sluice's
+ * estimate (an eighth of a token a character), so a fleet that never
+ * learns leaves part of the quota idle. 400 characters: 50 tokens to the
+ * provider, 100 to the estimate; 150 and 200 with max_tokens. mode 0
+ * learns (the defaults), mode 2 does not (estimate: exact). */
+static inline fleet_spec scen_half_count(int mode) {
+    fleet_spec s = {.name = mode ? "provider counts half (exact)" : "provider counts half",
+                    .style = FLEET_AZURE,
+                    .agents = 3,
+                    .callers = 8,
+                    .requests = 600,
+                    .mock_args = {"--rpm", "6000", "--tpm", "120000", "--token-burst", "2000", "--completion-tokens",
+                                  "100", "--tokens-per-char", "0.125", "--service-ms", "20-60", "--seed", "9", NULL},
+                    .deployment = mode ? "rpm: 6000, tpm: 120000, estimate: exact" : "rpm: 6000, tpm: 120000",
+                    .content = SCEN_PROMPT_100,
+                    .max_tokens = 100,
+                    .proxy = 1,
+                    .events = {{SCEN_CJK_LOOK_MS, NULL}},
+                    .nevents = 1};
+    return s;
+}
+#define SCEN_HALF_FLOOR_MS ((600 * 150.0 - 2000) / (120000.0 / 60000))
+
 /* The provider's real limit is 480 RPM (and its headers say so, per
  * minute, as OpenAI documents its x-ratelimit-limit-requests); the fleet
  * is configured at 600. The deployment is style openai: an Azure one does
