@@ -78,6 +78,8 @@ static const mock_flag mock_flags[] = {
      "a noisy neighbour takes N requests/min from every deployment's bucket (default 0)"},
     {"--neighbour-tokens", "N", FLAG_UINT, OPT(o.neighbour_tokens), 0, 1000000000,
      "tokens each neighbour request charges (default 0)"},
+    {"--neighbour-greedy", NULL, FLAG_BOOL, OPT(o.neighbour_greedy), 0, 0,
+     "the neighbour takes every token it can as it refills, up to --neighbour-rpm"},
     {"--fail-503", "P", FLAG_DOUBLE, OPT(o.fail_503), 0, 1,
      "probability in [0,1] that a chat call gets an injected 503 (default 0)"},
     {"--retry-after-503", "S", FLAG_UINT, OPT(o.retry_after_503), 0, 86400,

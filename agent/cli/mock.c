@@ -536,8 +536,10 @@ static void mock_on_done(void *udata, int delivered, size_t released, void *arg)
 /* ---- the noisy neighbour ---------------------------------------------- */
 
 /* Every neighbour request costs 1 request and neighbour_tokens on each
- * token bucket the deployment has, never given back. */
-static void neighbour_send(mock *m, uint64_t count) {
+ * token bucket the deployment has, never given back. Greedy, it stops at
+ * a deployment's first refusal. Returns the most any deployment took. */
+static uint64_t neighbour_send(mock *m, uint64_t count, int greedy) {
+    uint64_t most = 0;
     double now = mock_now_ms(m);
     uint64_t n = m->opt.neighbour_tokens;
     const double cost[MOCK_DIMS] = {1, (double)n, (double)n, (double)n};
@@ -545,19 +547,34 @@ static void neighbour_send(mock *m, uint64_t count) {
     for (mock_map_entry *e = m->deps.first; e; e = e->next) {
         mock_deployment *d = e->value;
         mock_dep_refill(d, now);
+        uint64_t took = 0;
         for (uint64_t i = 0; i < count; i++) {
             mock_dim longest;
             double wait = mock_dep_admit(d, cost, &longest);
             mock_ledger_record(m->ledger, e->key, MOCK_NEIGHBOUR, wait > 0 ? MOCK_RATE_LIMITED : MOCK_ACCEPTED, now,
                                &ch, NULL);
+            if (wait > 0 && greedy) break;
+            if (wait <= 0) took++;
         }
+        if (took > most) most = took;
     }
+    return most;
 }
+
+#define MOCK_GREEDY_TICK_MS 100
 
 static void neighbour_tick(uv_timer_t *t) {
     mock *m = t->data;
+    if (m->opt.neighbour_greedy) {
+        double now = mock_now_ms(m);
+        m->greedy_allow += (now - m->greedy_last_ms) * m->opt.neighbour_rpm / 60000.0;
+        m->greedy_last_ms = now;
+        if (m->greedy_allow >= 1) m->greedy_allow -= (double)neighbour_send(m, (uint64_t)m->greedy_allow, 1);
+        uv_timer_start(&m->neighbour, neighbour_tick, MOCK_GREEDY_TICK_MS, 0);
+        return;
+    }
     double interval = 60000.0 / m->opt.neighbour_rpm;
-    neighbour_send(m, 1);
+    neighbour_send(m, 1, 0);
     /* Due times advance by the exact interval, so the long-run rate is exact
      * even when the timer fires late. */
     m->neighbour_due_ms += interval;
@@ -694,7 +711,8 @@ int mock_start(uv_loop_t *loop, const mock_options *o, mock **out, char *err, si
     m->neighbour.data = m;
     m->neighbour_live = 1;
     m->opt.neighbour_rpm = 0;
-    mock_set_neighbour(m, o->neighbour_rpm, o->neighbour_tokens);
+    m->opt.neighbour_greedy = 0;
+    mock_set_neighbour(m, o->neighbour_rpm, o->neighbour_tokens, o->neighbour_greedy);
     *out = m;
     return 0;
 oom:
@@ -749,6 +767,7 @@ json_t *mock_stats(const mock *m) {
         (json_object_set_new(more, "compat", json_string(compat_names[o->compat])) != 0 ||
          json_object_set_new(more, "burndown", json_real(o->burndown)) != 0 ||
          json_object_set_new(more, "rpd", json_real(o->rpd)) != 0 ||
+         json_object_set_new(more, "neighbour_greedy", json_boolean(o->neighbour_greedy)) != 0 ||
          json_object_set_new(more, "tokens_per_char", json_real(o->tokens_per_char)) != 0 ||
          json_object_set_new(more, "cjk_tokens_per_char", json_real(o->cjk_tokens_per_char)) != 0 ||
          json_object_set_new(more, "anthropic_otpm",
@@ -792,23 +811,32 @@ void mock_reset(mock *m, int buckets) {
         for (mock_map_entry *e = m->deps.first; e; e = e->next) dep_fill(m, e->value, now);
 }
 
-int mock_set_neighbour(mock *m, double rpm, unsigned tokens) {
+int mock_set_neighbour(mock *m, double rpm, unsigned tokens, int greedy) {
     if (!(rpm >= 0 && rpm <= 600000)) return UV_EINVAL;
     m->opt.neighbour_tokens = tokens;
-    if (rpm == m->opt.neighbour_rpm) return 0;
+    greedy = greedy != 0;
+    if (rpm == m->opt.neighbour_rpm && greedy == m->opt.neighbour_greedy) return 0;
     m->opt.neighbour_rpm = rpm;
+    m->opt.neighbour_greedy = greedy;
     if (rpm == 0) {
         uv_timer_stop(&m->neighbour);
         return 0;
     }
-    /* A new rate starts a new schedule: the first request one interval
-     * from now. */
-    m->neighbour_due_ms = mock_now_ms(m) + 60000.0 / rpm;
+    /* A new rate starts a new schedule: paced, the first request one
+     * interval from now; greedy, its allowance from now. */
+    double now = mock_now_ms(m);
+    if (greedy) {
+        m->greedy_allow = 0;
+        m->greedy_last_ms = now;
+        uv_timer_start(&m->neighbour, neighbour_tick, MOCK_GREEDY_TICK_MS, 0);
+        return 0;
+    }
+    m->neighbour_due_ms = now + 60000.0 / rpm;
     uv_timer_start(&m->neighbour, neighbour_tick, mock_ceil_ms(60000.0 / rpm), 0);
     return 0;
 }
 
-void mock_neighbour_burst(mock *m, uint64_t count) { neighbour_send(m, count); }
+void mock_neighbour_burst(mock *m, uint64_t count) { neighbour_send(m, count, 0); }
 
 int mock_set_faults(mock *m, double fail_503, int quota_exhausted) {
     if (!(fail_503 >= 0 && fail_503 <= 1)) return UV_EINVAL;

@@ -49,6 +49,7 @@ typedef struct mock_options {
     unsigned completion_tokens;     /* 0: uniform in [1, max_tokens]; else min(this, max_tokens) */
     double neighbour_rpm;           /* requests/min another tenant takes from every deployment */
     unsigned neighbour_tokens;      /* tokens each neighbour request charges */
+    int neighbour_greedy;           /* the neighbour takes what it can, as soon as it can, up to its rpm */
     double fail_503;                /* probability of an injected 503, in [0, 1] */
     unsigned retry_after_503;       /* Retry-After (s) on injected 503s; 0: none */
     int quota_exhausted;            /* every chat call: 429 insufficient_quota */
@@ -128,10 +129,14 @@ void mock_reset(mock *m, int buckets);
 int mock_set_faults(mock *m, double fail_503, int quota_exhausted);
 
 /* Starts, changes or stops (rpm 0) the noisy neighbour of a running mock
- * (what --neighbour-rpm and --neighbour-tokens set at start). A new rate
- * sends its first request one interval from now. Returns 0, or UV_EINVAL
- * (nothing changed) when rpm is not in [0, 600000]. */
-int mock_set_neighbour(mock *m, double rpm, unsigned tokens);
+ * (what --neighbour-rpm, --neighbour-tokens and --neighbour-greedy set at
+ * start). Paced, a new rate sends its first request one interval from
+ * now. Greedy, it looks every 100 ms and sends what its rate allowed
+ * since it started, less what it sent, until the provider refuses one
+ * (counted as its 429): it takes every token as it refills, and what was
+ * refused is sent as soon as the provider admits it. Returns 0, or
+ * UV_EINVAL (nothing changed) when rpm is not in [0, 600000]. */
+int mock_set_neighbour(mock *m, double rpm, unsigned tokens, int greedy);
 
 /* The neighbour sends count requests at once, now, to every deployment
  * (each 1 request and neighbour_tokens; the ones that do not fit are

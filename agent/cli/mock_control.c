@@ -17,6 +17,7 @@ typedef enum control_key {
     K_NEIGHBOUR_RPM,
     K_NEIGHBOUR_TOKENS,
     K_NEIGHBOUR_BURST,
+    K_NEIGHBOUR_GREEDY,
     K_INJECT_429,
     K_HEADERS,
     K_RPM,
@@ -38,6 +39,7 @@ static const struct {
     [K_NEIGHBOUR_RPM] = {"neighbour_rpm", 0, 600000, 0, 0},
     [K_NEIGHBOUR_TOKENS] = {"neighbour_tokens", 0, 1e9, 1, 0},
     [K_NEIGHBOUR_BURST] = {"neighbour_burst", 0, 1e6, 1, 0},
+    [K_NEIGHBOUR_GREEDY] = {"neighbour_greedy", 0, 1, 1, 0},
     [K_INJECT_429] = {"inject_429", 0, 1e9, 1, 0},
     [K_HEADERS] = {"headers", 0, 1, 1, 0},
     [K_RPM] = {"rpm", 0, 1e9, 0, 1},
@@ -97,7 +99,8 @@ static int control_parse(mock *m, const char *q, control_req *r, char **answer) 
         if (k == K_COUNT)
             return fail_msg(answer,
                             "bad control '%.*s': expected KEY=VALUE with KEY one of fail_503, "
-                            "quota_exhausted, neighbour_rpm, neighbour_tokens, neighbour_burst, inject_429, "
+                            "quota_exhausted, neighbour_rpm, neighbour_tokens, neighbour_burst, neighbour_greedy, "
+                            "inject_429, "
                             "headers, rpm, tpm, itpm, otpm, deployment",
                             p, len);
         if (k == K_DEPLOYMENT) {
@@ -124,9 +127,10 @@ static int control_parse(mock *m, const char *q, control_req *r, char **answer) 
 /* The settings in force, with the limits of deployment d when given. */
 static char *control_answer(const mock *m, const char *name, const mock_deployment *d) {
     json_t *j =
-        json_pack("{sfsbsfsIsIsbso}", "fail_503", m->opt.fail_503, "quota_exhausted", m->opt.quota_exhausted,
+        json_pack("{sfsbsfsIsbsIsbso}", "fail_503", m->opt.fail_503, "quota_exhausted", m->opt.quota_exhausted,
                   "neighbour_rpm", m->opt.neighbour_rpm, "neighbour_tokens", (json_int_t)m->opt.neighbour_tokens,
-                  "inject_429", (json_int_t)m->inject_429, "headers", m->headers, "limits", mock_limits_json(m, NULL));
+                  "neighbour_greedy", m->opt.neighbour_greedy, "inject_429", (json_int_t)m->inject_429, "headers",
+                  m->headers, "limits", mock_limits_json(m, NULL));
     if (j && d)
         json_object_set_new(j, "deployment", json_pack("{ssso}", "name", name, "limits", mock_limits_json(m, d)));
     char *text = j ? json_dumps(j, MOCK_JSON_FLAGS) : NULL;
@@ -147,9 +151,10 @@ int mock_control(mock *m, const char *query, char **answer) {
     if (r.has[K_FAIL_503] || r.has[K_QUOTA])
         mock_set_faults(m, r.has[K_FAIL_503] ? r.v[K_FAIL_503] : m->opt.fail_503,
                         r.has[K_QUOTA] ? (int)r.v[K_QUOTA] : m->opt.quota_exhausted);
-    if (r.has[K_NEIGHBOUR_RPM] || r.has[K_NEIGHBOUR_TOKENS])
+    if (r.has[K_NEIGHBOUR_RPM] || r.has[K_NEIGHBOUR_TOKENS] || r.has[K_NEIGHBOUR_GREEDY])
         mock_set_neighbour(m, r.has[K_NEIGHBOUR_RPM] ? r.v[K_NEIGHBOUR_RPM] : m->opt.neighbour_rpm,
-                           r.has[K_NEIGHBOUR_TOKENS] ? (unsigned)r.v[K_NEIGHBOUR_TOKENS] : m->opt.neighbour_tokens);
+                           r.has[K_NEIGHBOUR_TOKENS] ? (unsigned)r.v[K_NEIGHBOUR_TOKENS] : m->opt.neighbour_tokens,
+                           r.has[K_NEIGHBOUR_GREEDY] ? (int)r.v[K_NEIGHBOUR_GREEDY] : m->opt.neighbour_greedy);
     if (r.has[K_NEIGHBOUR_BURST]) mock_neighbour_burst(m, (uint64_t)r.v[K_NEIGHBOUR_BURST]);
     if (r.has[K_INJECT_429]) m->inject_429 = (uint64_t)r.v[K_INJECT_429];
     if (r.has[K_HEADERS]) m->headers = r.v[K_HEADERS] != 0;

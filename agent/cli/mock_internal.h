@@ -90,6 +90,7 @@ struct mock {
     uv_timer_t neighbour;
     int neighbour_live;
     double neighbour_due_ms;
+    double greedy_allow, greedy_last_ms; /* a greedy neighbour's unspent rate, and when it last looked */
     int pending_closes;
     int port;
     void (*done)(mock *, void *);

@@ -2190,6 +2190,51 @@ static void test_control_neighbour(void **state) {
     json_decref(child_stop(&c));
 }
 
+/* neighbour_greedy=1: the neighbour takes every token it can as it
+ * refills, up to its rate: it looks every 100 ms, sends what its rate
+ * allowed since it started less what it took, and stops at a refusal.
+ * The provider here refills 10 tokens a second (one of its 10-token
+ * requests) where its rate asks 100 a second: it gets the full bucket (10
+ * requests) and then one a second, and at most one refusal per look. */
+static void test_control_neighbour_greedy(void **state) {
+    static response r;
+    mock_child c;
+    (void)state;
+    child_start(&c, "--deployment", "g", "--rpm", "600000", "--burst", "100000", "--tpm", "600", "--token-burst", "100",
+                NULL);
+    double t0 = now_ms();
+    assert_int_equal(control(c.port, "?neighbour_rpm=6000&neighbour_tokens=10&neighbour_greedy=1", &r), 200);
+    assert_true(answer_num(&r, "neighbour_greedy") == 1);
+    wait_for(c.port, "clients/(neighbour)/accepted", 11, 1);
+    json_t *s = get_stats(c.port, "");
+    double el = now_ms() - t0;
+    long long took = jint(s, "clients/(neighbour)/accepted"), refused = jint(s, "clients/(neighbour)/status_429");
+    json_decref(s);
+    /* the 11th needed a refill of 10 tokens: at least a second */
+    assert_true(el >= 1000 - 5);
+    assert_true(took <= 10 + (long long)(el / 1000) + 1);
+    assert_true(refused >= 1);
+    assert_true(refused <= (long long)(el / 100) + 1);
+    /* Capped by its own rate: 600 a minute into a bucket that holds far
+     * more: never more than the rate allowed since it was set. */
+    assert_int_equal(control(c.port, "?neighbour_rpm=0", &r), 200);
+    json_decref(get_stats(c.port, "?reset=all"));
+    assert_int_equal(control(c.port, "?tpm=6000000", &r), 200);
+    t0 = now_ms();
+    assert_int_equal(control(c.port, "?neighbour_rpm=600&neighbour_tokens=10&neighbour_greedy=1", &r), 200);
+    wait_for(c.port, "clients/(neighbour)/accepted", 5, 1);
+    s = get_stats(c.port, "");
+    el = now_ms() - t0;
+    took = jint(s, "clients/(neighbour)/accepted");
+    assert_true(took <= (long long)(el * 600 / 60000) + 1);
+    assert_int_equal(jint(s, "clients/(neighbour)/status_429"), 0);
+    json_decref(s);
+    assert_int_equal(control(c.port, "?neighbour_greedy=2", &r), 400);
+    assert_int_equal(control(c.port, "?neighbour_greedy=0&neighbour_rpm=0", &r), 200);
+    assert_true(answer_num(&r, "neighbour_greedy") == 0);
+    json_decref(child_stop(&c));
+}
+
 /* inject_429=N: the next N calls (either style) are refused as a release
  * slightly ahead of the bucket would be: the true headers, retry-after-ms
  * the time one request takes to refill (Azure / OpenAI), Retry-After its
@@ -3230,6 +3275,7 @@ int main(void) {
         cmocka_unit_test(test_control_at_run_time),
         cmocka_unit_test(test_noisy_neighbour),
         cmocka_unit_test(test_control_neighbour),
+        cmocka_unit_test(test_control_neighbour_greedy),
         cmocka_unit_test(test_control_inject_429),
         cmocka_unit_test(test_control_headers),
         cmocka_unit_test(test_control_limits),
