@@ -40,7 +40,7 @@ typedef struct opts {
 static const opt_row rows[] = {
     {"--rounds", OPT_NUM, offsetof(opts, rounds), 1, 20, "rounds (default 1)"},
     {"--scenarios", OPT_STR, offsetof(opts, scenarios), 0, 0,
-     "comma-separated: azure,anthropic,stray,neighbour,burst,callers,limit,cjk,half (default all)"},
+     "comma-separated: azure,anthropic,stray,neighbour,burst,callers,limit,cjk,half,greedy (default all)"},
     {"--help", OPT_FLAG, offsetof(opts, help), 0, 0, "this text"},
 };
 
@@ -48,7 +48,7 @@ typedef struct run_def {
     const char *key; /* the scenario family */
     fleet_spec spec;
     double floor_ms; /* 0: none */
-    int kind;        /* 0 makespan vs floor, 1 neighbour, 2 lower limit, 3 floor and 429s after 5 s */
+    int kind; /* 0 makespan vs floor, 1 neighbour, 2 lower limit, 3 floor and 429s after 5 s, 4 the neighbour too */
 } run_def;
 
 #define MAX_RUNS 24
@@ -100,6 +100,7 @@ static int run_one(const run_def *d, figures *f) {
            : d->kind == 2 ? "of 480 RPM from 12 s"
                           : "of the floor",
            f->share);
+    if (d->kind == 4) printf("  neighbour took %lld, refused %lld", r.neighbour_accepted, r.neighbour_429);
     if (d->kind == 3) {
         long long after = r.fleet_429_seen >= 0 ? r.fleet_429 - r.fleet_429_seen : -1;
         printf("  429s after 5 s: %lld", after);
@@ -154,6 +155,10 @@ int main(int argc, char **argv) {
             runs[n++] =
                 (run_def){"callers", scen_anthropic_callers(per_agent[k], 0), SCEN_ANTHROPIC_CALLERS_FLOOR_MS, 0};
         runs[n++] = (run_def){"callers", scen_anthropic_callers(8, 1), SCEN_ANTHROPIC_CALLERS_FLOOR_MS, 0};
+    }
+    if (WANT("greedy")) {
+        runs[n++] = (run_def){"greedy", scen_greedy_neighbour(0), SCEN_GREEDY_FLOOR_MS, 4};
+        runs[n++] = (run_def){"greedy", scen_greedy_neighbour(1), SCEN_GREEDY_FLOOR_MS, 4};
     }
     if (WANT("cjk")) {
         for (int m = 0; m < 3; m++) runs[n++] = (run_def){"cjk", scen_cjk_proxy(m), SCEN_CJK_FLOOR_MS, 3};
