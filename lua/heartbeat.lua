@@ -21,11 +21,16 @@
 -- past the tail: the tail is recorded (state field `tails`) and its share
 -- stays held for the slots before its end (common.lua sl_dim_hold), so
 -- the others use the rest of the rate beside it.
--- Reply: {live, pause_shift_ms, now_us}: the number of live agents
--- (including this one unless leaving), the pause shift and re-timing an
--- agent follows (the field reserve and settle reply with, common.lua
--- sl_shift_field: an agent holding callers hears of a re-timing within a
--- heartbeat even when it has nothing else to ask) and the server time.
+-- Reply: {live, pause_shift_ms, now_us, requests_backlog_ms,
+-- tokens_backlog_ms}: the number of live agents (including this one
+-- unless leaving), the pause shift and re-timing an agent follows (the
+-- field reserve and settle reply with, common.lua sl_shift_field: an agent
+-- holding callers hears of a re-timing within a heartbeat even when it has
+-- nothing else to ask), the server time, and how far the fleet's schedule
+-- reaches past now, as reserve's reply head says it (the longest token
+-- dimension's for tokens): an agent with no callers of its own learns it
+-- too, so that should it lose Redis its local schedule starts after the
+-- slots the others already hold.
 -- Grants whose lease ended are reclaimed (sl_reclaim), as a reserve does.
 --
 -- Several deployments at once (one call where each would cost one: an
@@ -156,13 +161,21 @@ local function beat()
     sl_save_state(st)
   end
   if not st then
-    -- Two HGETs, not an HMGET: the commands the scripts call are the ACL
+    -- HGETs, not an HMGET: the commands the scripts call are the ACL
     -- deploy/acl.conf grants (docs/security.md), and a deployed ACL
     -- without HMGET would refuse every heartbeat.
     st = {pause_shift_ms = redis.call('HGET', KEYS[2], 'pause_shift_ms') or nil,
           retime = redis.call('HGET', KEYS[2], 'retime') or nil}
+    for _, spec in ipairs(SL_DIMS) do st[spec.f_tat] = redis.call('HGET', KEYS[2], spec.f_tat) or nil end
   end
-  return {redis.call('ZCOUNT', KEYS[9], '(' .. sl_fmt(now - window), '+inf'), sl_shift_field(st), now_us}
+  local backlog = {0, 0}
+  for i, spec in ipairs(SL_DIMS) do
+    local b = sl_num(st, spec.f_tat, 0) - now
+    local k = i == 1 and 1 or 2
+    if b > 0 and sl_ceil(b) > backlog[k] then backlog[k] = sl_ceil(b) end
+  end
+  return {redis.call('ZCOUNT', KEYS[9], '(' .. sl_fmt(now - window), '+inf'), sl_shift_field(st), now_us,
+          backlog[1], backlog[2]}
 end
 
 if m == 1 then return beat() end

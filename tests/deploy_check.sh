@@ -282,7 +282,7 @@ check_acl() {
   r=$("${S[@]}" EVALSHA "${SHA[settle]}" "${#K[@]}" "${K[@]}" 1 "$gid" 800 ok -1 2>&1)
   [[ "$r" == *settled* ]] && [ "$("${A[@]}" HGET 'sluice:{gpt-4o}:state' settled_ok)" = 1 ]
   v $? "sluice: EVALSHA settle of grant $gid"
-  # {live, pause_shift_ms, now_us}: the first line is the live count.
+  # {live, pause_shift_ms, now_us, backlogs}: the first line is the live count.
   r=$("${S[@]}" EVALSHA "${SHA[heartbeat]}" "${#K[@]}" "${K[@]}" agent-1 5000 2>&1 | head -1)
   [ "$r" = 1 ]; v $? "sluice: EVALSHA heartbeat ($r live)"
   r=$("${S[@]}" EVALSHA "${SHA[retry]}" "${#K[@]}" "${K[@]}" withdraw 2>&1 | head -1)

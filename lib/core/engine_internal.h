@@ -390,6 +390,11 @@ int local_estimate(const dep *d, const engine_req *rq, long long max_wait_ms, en
 int dep_uses_redis(const dep *d);
 int dep_local_drained(const dep *d);
 int dep_fleet_pending(const dep *d);
+/* Where the fleet's schedule ends, from a reply that says how far it
+ * reaches past now (reserve's head, a heartbeat): local pacing starts
+ * there should Redis be lost, so grants Redis made and local ones do not
+ * stack. */
+void dep_fleet_seen(dep *d, long long backlog_req_ms, long long backlog_tok_ms);
 int dep_needs_hand_over(const dep *d);
 void dep_hand_over(dep *d);
 

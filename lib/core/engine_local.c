@@ -208,9 +208,17 @@ int local_estimate(const dep *d, const engine_req *rq, long long max_wait_ms, en
  * stays within the quota when agents rejoin). */
 int dep_uses_redis(const dep *d) { return dep_ready(d) && d->configured && (d->handed_over || dep_local_drained(d)); }
 
-/* The fleet's schedule as this agent last saw it (its last reserve reply)
- * still reaches past now: grants Redis made, to this agent's callers or
- * others', may still be waiting for their slot. */
+void dep_fleet_seen(dep *d, long long backlog_req_ms, long long backlog_tok_ms) {
+    double now = (double)uv_now(d->e->loop);
+    d->fleet_backlog_req = (double)backlog_req_ms;
+    d->fleet_backlog_tok = (double)backlog_tok_ms;
+    d->fleet_tat_req = now + d->fleet_backlog_req;
+    d->fleet_tat_tok = now + d->fleet_backlog_tok;
+}
+
+/* The fleet's schedule as this agent last saw it (its last reserve reply
+ * or heartbeat) still reaches past now: grants Redis made, to this agent's
+ * callers or others', may still be waiting for their slot. */
 int dep_fleet_pending(const dep *d) {
     double now = (double)uv_now(d->e->loop);
     return d->fleet_tat_req > now || d->fleet_tat_tok > now;

@@ -250,15 +250,19 @@ static void dep_counted(dep *d, long long live) {
     if (live > 0) d->live_agents = live;
 }
 
-/* One deployment's heartbeat reply: {live, pause_shift_ms, now_us}
- * (lua/heartbeat.lua; a bare count from older scripts). Follows the pause
- * shift and re-timing it carries, and returns the live count, or -1 when
- * r is not a heartbeat's reply. */
+/* One deployment's heartbeat reply: {live, pause_shift_ms, now_us,
+ * requests_backlog_ms, tokens_backlog_ms} (lua/heartbeat.lua; without the
+ * backlogs, or a bare count, from older scripts). Follows the pause shift
+ * and re-timing it carries, keeps where the fleet's schedule ends (as a
+ * reserve's reply does: an agent without callers knows it too, should it
+ * lose Redis), and returns the live count, or -1 when r is not a
+ * heartbeat's reply. */
 long long dep_heartbeat_reply(dep *d, const redisReply *r) {
     if (!r) return -1;
     if (r->type == REDIS_REPLY_INTEGER) return r->integer;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_INTEGER) return -1;
     dep_follow_shift(d, r->element[1], reply_int(r->element[2]));
+    if (r->elements >= 5) dep_fleet_seen(d, reply_int(r->element[3]), reply_int(r->element[4]));
     return r->element[0]->integer;
 }
 

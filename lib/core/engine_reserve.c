@@ -42,10 +42,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
         /* Where the fleet's schedule ends: local pacing starts there if
          * Redis is lost, so grants already made by Redis and local ones do
          * not stack. */
-        d->fleet_backlog_req = (double)reply_int(r->element[2]);
-        d->fleet_backlog_tok = (double)reply_int(r->element[3]);
-        d->fleet_tat_req = (double)now + d->fleet_backlog_req;
-        d->fleet_tat_tok = (double)now + d->fleet_backlog_tok;
+        dep_fleet_seen(d, reply_int(r->element[2]), reply_int(r->element[3]));
         dep_seen(d);
         /* Before the new grants: they are already behind any new shift. */
         dep_follow_shift(d, r->element[4], reply_int(r->element[0]));

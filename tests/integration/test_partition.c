@@ -23,7 +23,10 @@
  *               agent.silent_hold_ms 3000 (the expiry: 3 heartbeats);
  *   long-hold   agent 1 cut for 14 s, longer than the expiry
  *               (silent_hold_ms 7000), with agent.fail: hold;
- *   long-open   the same with agent.fail: open (the control).
+ *   long-open   the same with agent.fail: open (the control);
+ *   idle-hole   issue 23's row: agent 1 has no callers before the cut, one
+ *               arrives with it, and it is black-holed for 10 s while the
+ *               other two saturate.
  *
  * Figures, from the mock's ledger (deployments.d.accept_ms) and the
  * workers' own logs: accepts per second; the largest number of accepts in
@@ -52,7 +55,11 @@
  *   - after a kill -9 the others at >= 95 % within its promise + the
  *     expiry + 2 s (1.25 + 3 + 2 s);
  *   - long-hold: the cut agent served locally, and no local send later
- *     than the expiry after the cut.
+ *     than the expiry after the cut;
+ *   - idle-hole (issue 23): the cut agent back in mode redis within 1 s
+ *     of the heal (its one caller is not judged at a third of the rate).
+ *     When the fleet is back at >= 95 % of the rate is printed: issue 23
+ *     asks for 2 s, which is not met (about 2.8 s: docs/operations.md).
  * Harness checks (the cut really put the agent in local mode, it came
  * back to redis, traffic flowed) fail the scenario outright.
  *
@@ -116,6 +123,7 @@ typedef struct scenario {
     int hold_ms;      /* agent.silent_hold_ms (0: the default, 20 heartbeats) */
     int cut_ms;       /* how long the cut lasts (0: FAULT_MS) */
     const char *fail; /* agent.fail (NULL: open) */
+    int idle1;        /* agent 1 has no callers until the cut, then one */
 } scenario;
 
 /* The expiry after which the others stop holding a silent agent's share
@@ -159,6 +167,8 @@ typedef struct pfleet {
     double offset; /* local = ledger + offset */
     atomic_int stop;
     atomic_int dead[AGENTS]; /* killed on purpose: its workers stop */
+    int idle1;               /* scenario.idle1 */
+    atomic_int go1;          /* idle1: agent 1's caller may start */
     pworker w[AGENTS * CALLERS];
     pthread_t sampler;
     int have_sampler;
@@ -201,6 +211,11 @@ static void *worker_main(void *arg) {
     worker_call w;
     char id[32];
     snprintf(id, sizeof(id), "w%d-%d", k->agent, k->index);
+    if (f->idle1 && k->agent == 1) {
+        /* One caller arrives with the cut; the others never do. */
+        if (k->index > 0) return NULL;
+        while (!atomic_load(&f->go1) && !atomic_load(&f->stop)) proc_sleep_ms(5);
+    }
     int open = worker_call_open(&w, f->agent[k->agent].sock, MAX_WAIT_MS + 5000, id) == 0;
     while (!atomic_load(&f->stop) && !atomic_load(&f->dead[k->agent])) {
         if (!open) {
@@ -317,6 +332,7 @@ static void fleet_stop(pfleet *f) {
 
 static void fleet_start(pfleet *f, const scenario *s) {
     memset(f, 0, sizeof(*f));
+    f->idle1 = s->idle1;
     assert_int_equal(redis_fixture_start_ex(&f->redis, "", 0), 0);
     const char *margs[] = {"--deployment", "d", "--rpm", "600", "--service-ms", "100-300", "--seed", "15", NULL};
     assert_int_equal(mock_fixture_start(&f->mock, margs, 10000), 0);
@@ -473,6 +489,7 @@ static void run_scenario(const scenario *s) {
             } else {
                 for (int i = 1; i <= s->ncut; i++)
                     if (relay_set_mode(f.relay[i], s->how) != 0) harness_fail("relay %d: mode not applied", i);
+                atomic_store(&f.go1, 1);
             }
         }
         if (faulted && !healed && !s->kill && now >= t_fault + cut_ms) {
@@ -573,6 +590,21 @@ static void run_scenario(const scenario *s) {
         if (back_at < 0) harness_fail("agent%d never came back to mode redis", a);
     }
     double recovered = -1;
+    if (s->idle1) {
+        double back_at = first_mode(&f, 1, t_heal, "redis", 0);
+        recovered = recovered_from(acc, n, lh, lend);
+        printf("  idle-hole: agent1 back in mode redis %.0f ms after the heal; the fleet at >= 95 %% of the rate "
+               "from %.0f ms after it (every 2 s window from then, for 4 s)\n",
+               back_at < 0 ? -1 : back_at - t_heal, recovered < 0 ? -1 : recovered - lh);
+        BOUND(back_at >= 0 && back_at - t_heal <= 1000, "idle-hole: agent1 back within 1 s of the heal: %.0f ms",
+              back_at < 0 ? -1 : back_at - t_heal);
+        /* Issue 23 asks for 2 s; not met (docs/operations.md: the slots
+         * granted at the held rate are released as granted, about 3 s of
+         * them here): printed, not judged. */
+        printf("  NOT MET (issue 23's goal, not a bound here): the fleet at >= 95 %% of the rate within 2 s of the "
+               "heal: %.0f ms\n",
+               recovered < 0 ? -1 : recovered - lh);
+    }
     if (s->kill) {
         double expired = first_live(&f, 0, t_fault, AGENTS - 1);
         recovered = recovered_from(acc, n, lf, lend);
@@ -619,6 +651,7 @@ static void run_scenario(const scenario *s) {
                a, sp.redis, sp.last_redis < 0 ? -1 : sp.last_redis - t_fault, sp.local,
                sp.first_local < 0 ? -1 : sp.first_local - t_fault, sp.last_local < 0 ? -1 : sp.last_local - t_fault,
                local_rate, share, local_rate < 0 ? 0 : 100 * local_rate / share);
+        if (s->idle1) continue; /* one caller: judged above */
         if (long_cut) {
             if (s->fail && !strcmp(s->fail, "hold"))
                 BOUND(sp.local > 0 && sp.last_local - t_fault <= expiry_ms(s),
@@ -653,23 +686,30 @@ static void run_scenario(const scenario *s) {
     if (nfail) fail_msg("%s: %d bound(s) of issue 15 failed (figures above)", s->name, nfail);
 }
 
-static void test_cut1(void **state) { run_scenario(&(scenario){"cut1", 1, RELAY_CUT, 0, 0, 0, NULL}); }
-static void test_cut1_hole(void **state) { run_scenario(&(scenario){"cut1-hole", 1, RELAY_BLACKHOLE, 0, 0, 0, NULL}); }
-static void test_cut2(void **state) { run_scenario(&(scenario){"cut2", 2, RELAY_CUT, 0, 0, 0, NULL}); }
-static void test_cut2_hole(void **state) { run_scenario(&(scenario){"cut2-hole", 2, RELAY_BLACKHOLE, 0, 0, 0, NULL}); }
+static void test_cut1(void **state) { run_scenario(&(scenario){"cut1", 1, RELAY_CUT, 0, 0, 0, NULL, 0}); }
+static void test_cut1_hole(void **state) {
+    run_scenario(&(scenario){"cut1-hole", 1, RELAY_BLACKHOLE, 0, 0, 0, NULL, 0});
+}
+static void test_cut2(void **state) { run_scenario(&(scenario){"cut2", 2, RELAY_CUT, 0, 0, 0, NULL, 0}); }
+static void test_cut2_hole(void **state) {
+    run_scenario(&(scenario){"cut2-hole", 2, RELAY_BLACKHOLE, 0, 0, 0, NULL, 0});
+}
 /* A short expiry (3 heartbeats, the least there is): quick, and the bound
  * is judged from what is configured. */
-static void test_kill9(void **state) { run_scenario(&(scenario){"kill9", 0, RELAY_PASS, 1, EXPIRY_MS, 0, NULL}); }
+static void test_kill9(void **state) { run_scenario(&(scenario){"kill9", 0, RELAY_PASS, 1, EXPIRY_MS, 0, NULL, 0}); }
 /* A cut longer than the expiry (7 s, cut 14 s): with agent.fail: hold the
  * cut agent paces locally (from about 4 s: its promise and the fleet's
  * schedule come first) and stops granting before the others take its
  * share back; the control, agent.fail: open, over-offers after the
  * expiry. */
 static void test_long_hold(void **state) {
-    run_scenario(&(scenario){"long-hold", 1, RELAY_CUT, 0, 7000, 14000, "hold"});
+    run_scenario(&(scenario){"long-hold", 1, RELAY_CUT, 0, 7000, 14000, "hold", 0});
 }
 static void test_long_open(void **state) {
-    run_scenario(&(scenario){"long-open", 1, RELAY_CUT, 0, 7000, 14000, "open"});
+    run_scenario(&(scenario){"long-open", 1, RELAY_CUT, 0, 7000, 14000, "open", 0});
+}
+static void test_idle_hole(void **state) {
+    run_scenario(&(scenario){"idle-hole", 1, RELAY_BLACKHOLE, 0, 0, 0, NULL, 1});
 }
 
 static int teardown(void **state) {
@@ -685,7 +725,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_cut1, teardown),      cmocka_unit_test_teardown(test_cut1_hole, teardown),
         cmocka_unit_test_teardown(test_cut2, teardown),      cmocka_unit_test_teardown(test_cut2_hole, teardown),
         cmocka_unit_test_teardown(test_kill9, teardown),     cmocka_unit_test_teardown(test_long_hold, teardown),
-        cmocka_unit_test_teardown(test_long_open, teardown),
+        cmocka_unit_test_teardown(test_long_open, teardown), cmocka_unit_test_teardown(test_idle_hole, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();

@@ -814,9 +814,10 @@ static void test_local_sends_are_the_fleets_own(void **state) {
 static long long script_int(redisReply *r) {
     assert_non_null(r);
     if (r->type == REDIS_REPLY_ERROR) fail_msg("script: %s", r->str);
-    /* A heartbeat answers {live, pause_shift_ms, now_us}. */
+    /* A heartbeat answers {live, pause_shift_ms, now_us, requests_backlog_ms,
+     * tokens_backlog_ms}. */
     long long v = r->type == REDIS_REPLY_INTEGER ? r->integer
-                  : r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_INTEGER
+                  : r->type == REDIS_REPLY_ARRAY && r->elements == 5 && r->element[0]->type == REDIS_REPLY_INTEGER
                       ? r->element[0]->integer
                       : -1;
     freeReplyObject(r);

@@ -710,12 +710,13 @@ static void test_bad_arguments_change_nothing(void **state) {
     expect_error(dep, SCRIPT_HEARTBEAT, "window_ms", "agent-1", "0", NULL);
 }
 
-/* The live count of a heartbeat's reply {live, pause_shift_ms, now_us}. */
+/* The live count of a heartbeat's reply {live, pause_shift_ms, now_us,
+ * requests_backlog_ms, tokens_backlog_ms}. */
 static long long hb_live(const redisReply *r) {
     assert_non_null(r);
     if (r->type == REDIS_REPLY_ERROR) fail_msg("heartbeat: %s", r->str);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    assert_int_equal(r->elements, 3);
+    assert_int_equal(r->elements, 5);
     assert_int_equal(r->element[0]->type, REDIS_REPLY_INTEGER);
     return r->element[0]->integer;
 }
@@ -743,6 +744,40 @@ static void test_heartbeat_counts_live_agents(void **state) {
     assert_int_equal(hb_live(r), 1);
     freeReplyObject(r);
     assert_true(status_num(rc, dep, "live_agents") == 1);
+}
+
+/* A heartbeat says how far the fleet's schedule reaches past now, as a
+ * reserve's reply head does: an agent without callers of its own knows
+ * where local pacing would have to start should it lose Redis. */
+static void test_heartbeat_reports_the_backlog(void **state) {
+    (void)state;
+    const char *dep = "hbb";
+    configure_on(rc, dep, "rpm", "60", "tpm", "60000", NULL);
+    redisReply *r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "idle", "3000", NULL);
+    assert_int_equal(hb_live(r), 1);
+    assert_int_equal(r->element[3]->integer, 0);
+    assert_int_equal(r->element[4]->integer, 0);
+    freeReplyObject(r);
+    long long req = -1, tok = -1;
+    for (int i = 0; i < 5; i++) {
+        r = script_callv(rc, SCRIPT_RESERVE, dep, "1", "1000", "600000", NULL);
+        assert_non_null(r);
+        if (r->type == REDIS_REPLY_ERROR) fail_msg("reserve: %s", r->str);
+        req = r->element[2]->integer;
+        tok = r->element[3]->integer;
+        freeReplyObject(r);
+    }
+    assert_true(req > 2000); /* a slot a second: five of them reach seconds ahead */
+    assert_true(tok > 0);
+    r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "idle", "3000", NULL);
+    assert_int_equal(hb_live(r), 1);
+    assert_int_equal(r->element[3]->integer, req);
+    assert_int_equal(r->element[4]->integer, tok);
+    freeReplyObject(r);
+    advance_on(rc, dep, 1000);
+    r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "idle", "3000", NULL);
+    assert_int_equal(r->element[3]->integer, req - 1000);
+    freeReplyObject(r);
 }
 
 /* Partition safety (lua/common.lua sl_silent): an agent whose promise
@@ -1094,6 +1129,7 @@ int main(void) {
         cmocka_unit_test(test_daily_resets_at_utc_midnight),
         cmocka_unit_test(test_bad_arguments_change_nothing),
         cmocka_unit_test(test_heartbeat_counts_live_agents),
+        cmocka_unit_test(test_heartbeat_reports_the_backlog),
         cmocka_unit_test(test_heartbeat_reclaims),
         cmocka_unit_test(test_silent_share_held),
         cmocka_unit_test(test_never_over_offer_random),
