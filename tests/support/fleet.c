@@ -73,7 +73,7 @@ static void *worker_main(void *arg) {
     worker_call w;
     char id[64];
     snprintf(id, sizeof(id), "w%d-%d", k->agent, k->index);
-    char http_sock[300];
+    char http_sock[sizeof(f->agent[0].sock) + 8];
     snprintf(http_sock, sizeof(http_sock), "%s.http", f->agent[k->agent].sock);
     if (worker_call_open(&w, s->proxy ? NULL : f->agent[k->agent].sock, FLEET_MAX_WAIT_MS + 5000, id) != 0) {
         snprintf(k->error, sizeof(k->error), "%s", w.error);
