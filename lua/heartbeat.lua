@@ -169,8 +169,11 @@ local function beat()
     for _, spec in ipairs(SL_DIMS) do st[spec.f_tat] = redis.call('HGET', KEYS[2], spec.f_tat) or nil end
   end
   local backlog = {0, 0}
+  -- The dimensions the deployment has (a field left from an old
+  -- configuration says nothing), as stored: a rate change since the last
+  -- reserve or settle is converted by the next one, not here.
   for i, spec in ipairs(SL_DIMS) do
-    local b = sl_num(st, spec.f_tat, 0) - now
+    local b = sl_num(limits, spec.per, 0) > 0 and sl_num(st, spec.f_tat, 0) - now or 0
     local k = i == 1 and 1 or 2
     if b > 0 and sl_ceil(b) > backlog[k] then backlog[k] = sl_ceil(b) end
   end

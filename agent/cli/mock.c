@@ -567,7 +567,10 @@ static void neighbour_tick(uv_timer_t *t) {
     mock *m = t->data;
     if (m->opt.neighbour_greedy) {
         double now = mock_now_ms(m);
+        /* What was refused stays owed, up to 10 s of its rate: a client's
+         * queue, not a debt that grows for as long as it is refused. */
         m->greedy_allow += (now - m->greedy_last_ms) * m->opt.neighbour_rpm / 60000.0;
+        m->greedy_allow = fmin(m->greedy_allow, fmax(1.0, m->opt.neighbour_rpm / 6));
         m->greedy_last_ms = now;
         if (m->greedy_allow >= 1) m->greedy_allow -= (double)neighbour_send(m, (uint64_t)m->greedy_allow, 1);
         uv_timer_start(&m->neighbour, neighbour_tick, MOCK_GREEDY_TICK_MS, 0);

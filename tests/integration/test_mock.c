@@ -2215,13 +2215,14 @@ static void test_control_neighbour_greedy(void **state) {
     assert_true(took <= 10 + (long long)(el / 1000) + 1);
     assert_true(refused >= 1);
     assert_true(refused <= (long long)(el / 100) + 1);
-    /* Capped by its own rate: 600 a minute into a bucket that holds far
-     * more: never more than the rate allowed since it was set. */
+    /* Capped by its own rate: 600 a minute of 1 token into a bucket that
+     * refills 100 a millisecond: never more than the rate allowed since it
+     * was set, however late a look comes. */
     assert_int_equal(control(c.port, "?neighbour_rpm=0", &r), 200);
     json_decref(get_stats(c.port, "?reset=all"));
     assert_int_equal(control(c.port, "?tpm=6000000", &r), 200);
     t0 = now_ms();
-    assert_int_equal(control(c.port, "?neighbour_rpm=600&neighbour_tokens=10&neighbour_greedy=1", &r), 200);
+    assert_int_equal(control(c.port, "?neighbour_rpm=600&neighbour_tokens=1&neighbour_greedy=1", &r), 200);
     wait_for(c.port, "clients/(neighbour)/accepted", 5, 1);
     s = get_stats(c.port, "");
     el = now_ms() - t0;

@@ -746,15 +746,15 @@ static void test_heartbeat_counts_live_agents(void **state) {
     assert_true(status_num(rc, dep, "live_agents") == 1);
 }
 
-/* A heartbeat says how far the fleet's schedule reaches past now, as a
- * reserve's reply head does: an agent without callers of its own knows
- * where local pacing would have to start should it lose Redis. */
 static double wall_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
 }
 
+/* A heartbeat says how far the fleet's schedule reaches past now, as a
+ * reserve's reply head does: an agent without callers of its own knows
+ * where local pacing would have to start should it lose Redis. */
 static void test_heartbeat_reports_the_backlog(void **state) {
     (void)state;
     const char *dep = "hbb";
@@ -779,6 +779,7 @@ static void test_heartbeat_reports_the_backlog(void **state) {
     assert_true(tok > 0);
     /* Redis' clock runs on (the test only moves it further): the backlog
      * is what the reserve said, less the time since, to the millisecond. */
+    double t1 = wall_ms();
     r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "idle", "3000", NULL);
     double el = wall_ms() - t0 + 1;
     assert_int_equal(hb_live(r), 1);
@@ -786,10 +787,9 @@ static void test_heartbeat_reports_the_backlog(void **state) {
     freeReplyObject(r);
     assert_true(hreq <= req && hreq >= req - (long long)el - 1);
     assert_true(htok <= tok && htok >= tok - (long long)el - 1);
-    t0 = wall_ms();
     advance_on(rc, dep, 1000);
     r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "idle", "3000", NULL);
-    el = wall_ms() - t0 + 1;
+    el = wall_ms() - t1 + 1;
     long long h2 = r->element[3]->integer;
     freeReplyObject(r);
     assert_true(h2 <= hreq - 1000 && h2 >= hreq - 1000 - (long long)el - 1);

@@ -53,7 +53,12 @@ struct fleet {
     int nw;
 };
 
-long long fleet_input_tokens(const char *content) { return ((long long)strlen(content) + 3) / 4; }
+long long fleet_input_tokens(const char *content) {
+    long long points = 0;
+    for (const unsigned char *p = (const unsigned char *)content; *p; p++)
+        if ((*p & 0xC0) != 0x80) points++;
+    return (points + 3) / 4;
+}
 
 /* The 429s the ledger counts for the fleet's workers (clients "w..."). */
 static long long ledger_fleet_429(json_t *ledger) {

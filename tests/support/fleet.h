@@ -98,7 +98,8 @@ double fleet_longest_gap(const fleet_result *r);
 /* A number of the final STATUS of d ("effective_rpm"), or -1. */
 double fleet_status_num(const fleet_result *r, const char *field);
 
-/* The ceil(chars / 4) input estimate of content, as the mock counts it. */
+/* The ceil(code points / 4) input estimate of content: what the mock
+ * counts for English text (docs/mock.md, "The tokenizer"). */
 long long fleet_input_tokens(const char *content);
 
 #endif
