@@ -64,7 +64,7 @@ int engine_shed_reason_index(const char *reason) {
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-void elog(engine *e, int level, const char *fmt, ...) {
+void engine__elog(engine *e, int level, const char *fmt, ...) {
     if (!e->log) return;
     char msg[512];
     va_list ap;
@@ -80,7 +80,7 @@ void dep_script_error(dep *d, const char *what, const char *err) {
     char buf[256];
     snprintf(buf, sizeof(buf), "%s failed: %s", what, err ? err : "no reply");
     if (strcmp(buf, d->script_error) != 0)
-        elog(d->e, CONFIG_LOG_ERROR, "deployment %s: %s (serving it locally meanwhile)", d->name, buf);
+        engine__elog(d->e, CONFIG_LOG_ERROR, "deployment %s: %s (serving it locally meanwhile)", d->name, buf);
     snprintf(d->script_error, sizeof(d->script_error), "%s", buf);
 }
 
@@ -112,7 +112,7 @@ int engine_new(uv_loop_t *loop, config *cfg, const char *agent_id, engine **out)
             return SL_EINVAL;
         }
     }
-    rconn_events ev = {on_redis_up, on_redis_down};
+    rconn_events ev = {engine__on_redis_up, engine__on_redis_down};
     int rc = rrouter_new(loop, &cfg->redis, ev, e, &e->redis);
     if (rc != 0) {
         for (dep *d = e->deps, *nx; d; d = nx) {
@@ -144,7 +144,7 @@ void engine_start(engine *e) {
     e->start_ms = uv_now(e->loop);
     rrouter_start(e->redis);
     uint64_t tick = (uint64_t)engine_tick_ms(e);
-    uv_timer_start(&e->heartbeat_timer, on_heartbeat_timer, tick, tick);
+    uv_timer_start(&e->heartbeat_timer, engine__on_heartbeat_timer, tick, tick);
 }
 
 int engine_acquire(engine *e, const char *deployment, long long tokens, long long max_wait_ms, const char *lane,
@@ -163,8 +163,8 @@ const char *engine_acquire_req_error(const engine *e, const engine_req *rq) {
     if (rq->split || rq->tokens <= 0) return NULL;
     const struct config_deployment *d = config_deployment(e->cfg, rq->name);
     const struct config_group *g = d ? NULL : config_group(e->cfg, rq->name);
-    int need = d ? cfg_split(d) : 0;
-    for (size_t i = 0; g && i < g->nmembers; i++) need |= cfg_split(g->members_[i]);
+    int need = d ? engine__cfg_split(d) : 0;
+    for (size_t i = 0; g && i < g->nmembers; i++) need |= engine__cfg_split(g->members_[i]);
     if (need)
         return d ? "this deployment counts input and output tokens apart (itpm, otpm): give INPUT and OUTPUT, "
                    "not TOKENS"
@@ -205,10 +205,10 @@ int engine_acquire_req(engine *e, const engine_req *rq, engine_acquire_cb cb, vo
     else c->max_wait_ms = d->cfg->max_wait_ms;
     c->start_ms = uv_now(e->loop);
     c->state = CALL_PENDING;
-    class_push(d, c);
+    engine__class_push(d, c);
     e->stats.acquires++;
     d->classes[cls].st.acquires++;
-    flush_arm(e);
+    engine__flush_arm(e);
     if (out) *out = c;
     return 0;
 }
@@ -222,19 +222,19 @@ void engine_cancel(engine_call *c) {
     switch (c->state) {
     case CALL_PENDING:
         if (c->route && c->route->gq) {
-            list_remove(&c->route->gq->q, c);
+            engine__list_remove(&c->route->gq->q, c);
             e->stats.queued--;
             c->route->gq = NULL;
         } else {
-            class_remove(d, c);
+            engine__class_remove(d, c);
         }
         call_free(c);
         break;
     case CALL_INFLIGHT: break; /* on_reserve gives a grant back and frees the call */
     case CALL_WAITING: {
-        const char *num = grant_number(c->grant.id);
-        if (num) queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
-        list_remove(&d->waiting, c);
+        const char *num = engine__grant_number(c->grant.id);
+        if (num) engine__queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
+        engine__list_remove(&d->waiting, c);
         e->stats.waiting--;
         uv_timer_stop(&c->timer);
         c->state = CALL_DONE;
@@ -276,8 +276,9 @@ int engine_settle_usage(engine *e, const char *grant_id, const engine_usage *usa
     if (outcome == ENGINE_THROTTLED) e->stats.throttled++;
     if (outcome == ENGINE_QUOTA) {
         e->stats.quota_events++;
-        elog(e, CONFIG_LOG_WARN, "deployment %s: the provider reported a hard quota error: it is out until its reset%s",
-             d->name, d->cfg->group_ ? " (its group routes to the other members)" : "");
+        engine__elog(e, CONFIG_LOG_WARN,
+                     "deployment %s: the provider reported a hard quota error: it is out until its reset%s", d->name,
+                     d->cfg->group_ ? " (its group routes to the other members)" : "");
     }
     if (u.tokens >= 0) e->stats.tokens_actual += (unsigned long long)u.tokens;
     /* With Redis, the settle's reply brings the pause and its shift for the
@@ -286,10 +287,10 @@ int engine_settle_usage(engine *e, const char *grant_id, const engine_usage *usa
     if (local) {
         /* A local grant: only its feedback reaches Redis (if reachable). */
         if (outcome == ENGINE_THROTTLED || outcome == ENGINE_QUOTA || pause_ms >= 0 || seen)
-            queue_settle(d, "-", NULL, outcome, pause_ms, seen);
+            engine__queue_settle(d, "-", NULL, outcome, pause_ms, seen);
         return 0;
     }
-    queue_settle(d, num, &u, outcome, pause_ms, seen);
+    engine__queue_settle(d, num, &u, outcome, pause_ms, seen);
     return 0;
 }
 
@@ -305,7 +306,7 @@ int engine_feedback_seen(engine *e, const char *deployment, engine_outcome outco
     /* With Redis, the settle's reply brings the pause and its shift for the
      * whole fleet (one round trip later); without, it applies here. */
     if (pause_ms > 0 && !dep_uses_redis(d)) dep_pause(d, pause_ms, 1);
-    queue_settle(d, "-", NULL, outcome, pause_ms, seen);
+    engine__queue_settle(d, "-", NULL, outcome, pause_ms, seen);
     return 0;
 }
 
@@ -359,7 +360,7 @@ static void on_redis_closed(void *arg) {
     on_engine_handle_closed((uv_handle_t *)&e->heartbeat_timer);
 }
 
-void maybe_finish_stop(engine *e) {
+void engine__maybe_finish_stop(engine *e) {
     if (!e->stopping || e->stopped) return;
     for (dep *d = e->deps; d; d = d->next)
         if (d->nsettles && dep_ready(d) && d->configured && !d->settling) dep_flush_settles(d);
@@ -386,21 +387,21 @@ void engine_stop(engine *e, void (*done)(void *arg), void *arg) {
     e->stopping = 1;
     e->stop_done = done;
     e->stop_arg = arg;
-    for (gq *q = e->gqs; q; q = q->next) gq_drain(q, SL_ECLOSING, SLUICE_MSG_CLOSING);
+    for (gq *q = e->gqs; q; q = q->next) engine__gq_drain(q, SL_ECLOSING, SLUICE_MSG_CLOSING);
     for (dep *d = e->deps; d; d = d->next) {
         engine_call *c;
         while ((c = dep_pop_any(d)) != NULL) call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
         while (d->waiting.n) {
-            c = list_pop(&d->waiting);
+            c = engine__list_pop(&d->waiting);
             e->stats.waiting--;
             uv_timer_stop(&c->timer);
-            const char *num = grant_number(c->grant.id);
-            if (num) queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
+            const char *num = engine__grant_number(c->grant.id);
+            if (num) engine__queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
             call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
         }
         if (dep_ready(d) && d->cfg) dep_heartbeat(d, 1);
     }
-    maybe_finish_stop(e);
+    engine__maybe_finish_stop(e);
 }
 
 void engine_free(engine *e) {

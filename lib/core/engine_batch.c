@@ -14,13 +14,13 @@
 #define _GNU_SOURCE
 #include "engine_internal.h"
 
-size_t batch_cap(const engine *e, const costmodel *m, size_t max) {
+size_t engine__batch_cap(const engine *e, const costmodel *m, size_t max) {
     return costmodel_cap(m, e->cfg->redis.max_script_ms * 1000.0 * ENGINE_SCRIPT_BUDGET_SHARE, max);
 }
 
 /* A call of n items answered r, which holds nhead elements besides the
  * items and then the call's own time; sent at sent_ns (uv_hrtime). */
-void batch_seen(engine *e, costmodel *m, size_t n, const redisReply *r, size_t nhead, uint64_t sent_ns) {
+void engine__batch_seen(engine *e, costmodel *m, size_t n, const redisReply *r, size_t nhead, uint64_t sent_ns) {
     double us = -1;
     if (r->elements == nhead + n + 1) {
         const redisReply *t = r->element[nhead + n];
@@ -37,7 +37,7 @@ void batch_seen(engine *e, costmodel *m, size_t n, const redisReply *r, size_t n
 }
 
 static void batch_report(const engine *e, const costmodel *m, size_t max, engine_batch *b) {
-    b->cap = batch_cap(e, m, max);
+    b->cap = engine__batch_cap(e, m, max);
     b->item_us = m->item_us;
     b->fixed_us = m->fixed_us;
     b->last_items = m->last_n;

@@ -86,7 +86,7 @@ void call_complete(engine_call *c, int status, const engine_shed *shed, const ch
 }
 
 /* The Redis grant number inside "<deployment>:<n>", or NULL for local. */
-const char *grant_number(const char *id) {
+const char *engine__grant_number(const char *id) {
     const char *colon = strrchr(id, ':');
     if (!colon || colon[1] == 'L' || colon[1] == '\0') return NULL;
     return colon + 1;
@@ -131,7 +131,7 @@ static void dep_retime_waiting(dep *d, double k, double lag_ms) {
             if ((double)q->ask_at > at) q->ask_at = (uint64_t)ceil(at + ((double)q->ask_at - at) * k);
             if (q->ask_at < now) q->ask_at = now;
         }
-        if (d->npending) flush_arm(d->e);
+        if (d->npending) engine__flush_arm(d->e);
     }
 }
 
@@ -142,7 +142,7 @@ static void dep_retime_waiting(dep *d, double k, double lag_ms) {
  * agent moves what it holds the way Redis moved its schedule. A field
  * without the sum (Redis lost its state) only resets what was applied. */
 void dep_follow_shift(dep *d, const redisReply *field, long long redis_now_us) {
-    double total = (double)reply_int(field), lg = 0, at = 0;
+    double total = (double)engine__reply_int(field), lg = 0, at = 0;
     if (field && field->type == REDIS_REPLY_STRING) {
         const char *colon = strchr(field->str, ':');
         if (colon) {
@@ -189,7 +189,7 @@ static void on_release(uv_timer_t *t) {
         uv_timer_start(&c->timer, on_release, d->paused_until - now, 0);
         return;
     }
-    list_remove(&d->waiting, c);
+    engine__list_remove(&d->waiting, c);
     c->e->stats.waiting--;
     /* Released long after its slot (the process was descheduled, the loop
      * blocked): every slot that passed meanwhile would go at once, a burst
@@ -198,12 +198,12 @@ static void on_release(uv_timer_t *t) {
      * asks again at the head of its class. */
     if (!c->grant.local && !c->canceled && !c->e->stopping && now > c->release_ms + ENGINE_LATE_RELEASE_MS &&
         dep_ready(d)) {
-        const char *num = grant_number(c->grant.id);
-        if (num) queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
+        const char *num = engine__grant_number(c->grant.id);
+        if (num) engine__queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
         c->e->stats.late_reasks++;
         c->state = CALL_PENDING;
-        class_push_front(d, c);
-        flush_arm(c->e);
+        engine__class_push_front(d, c);
+        engine__flush_arm(c->e);
         return;
     }
     call_complete(c, SL_OK, NULL, NULL);
@@ -214,8 +214,8 @@ void call_granted(engine_call *c, long long wait_ms) {
     engine *e = c->e;
     dep *d = c->d;
     if (c->canceled) {
-        const char *num = grant_number(c->grant.id);
-        if (num) queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
+        const char *num = engine__grant_number(c->grant.id);
+        if (num) engine__queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
         call_free(c);
         return;
     }
@@ -234,7 +234,7 @@ void call_granted(engine_call *c, long long wait_ms) {
         c->timer_live = 1;
     }
     uv_timer_start(&c->timer, on_release, at - now, 0);
-    list_push(&d->waiting, c);
+    engine__list_push(&d->waiting, c);
     e->stats.waiting++;
 }
 
@@ -246,7 +246,7 @@ void call_reply_granted(engine_call *c, dep *d, long long grant, long long wait_
     c->grant.local = 0;
     if (c->e->stopping) {
         /* Stopped while this call was in flight: give the slot back. */
-        queue_settle(d, grant_number(c->grant.id), NULL, ENGINE_CANCELLED, -1, NULL);
+        engine__queue_settle(d, engine__grant_number(c->grant.id), NULL, ENGINE_CANCELLED, -1, NULL);
         if (c->canceled) call_free(c);
         else call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
         return;

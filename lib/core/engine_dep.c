@@ -58,7 +58,7 @@ void dep_set_est_ratio(dep *d, double r) {
 }
 
 /* 1 when c counts input and output tokens apart. */
-int cfg_split(const struct config_deployment *c) { return c->itpm > 0 || c->otpm > 0; }
+int engine__cfg_split(const struct config_deployment *c) { return c->itpm > 0 || c->otpm > 0; }
 
 dep *dep_add(engine *e, const struct config_deployment *cfg) {
     dep *d = calloc(1, sizeof(*d));
@@ -96,20 +96,20 @@ int dep_class(dep *d, const char *lane, const char *tenant) {
     return (int)d->nclasses++;
 }
 
-void class_push(dep *d, engine_call *c) {
-    list_push(&d->classes[c->cls].q, c);
+void engine__class_push(dep *d, engine_call *c) {
+    engine__list_push(&d->classes[c->cls].q, c);
     d->npending++;
     d->e->stats.queued++;
 }
 
-void class_push_front(dep *d, engine_call *c) {
-    list_push_front(&d->classes[c->cls].q, c);
+void engine__class_push_front(dep *d, engine_call *c) {
+    engine__list_push_front(&d->classes[c->cls].q, c);
     d->npending++;
     d->e->stats.queued++;
 }
 
-void class_remove(dep *d, engine_call *c) {
-    list_remove(&d->classes[c->cls].q, c);
+void engine__class_remove(dep *d, engine_call *c) {
+    engine__list_remove(&d->classes[c->cls].q, c);
     d->npending--;
     d->e->stats.queued--;
 }
@@ -120,7 +120,7 @@ engine_call *dep_pop_any(dep *d) {
     for (size_t i = 0; i < d->nclasses; i++) {
         engine_call *c = d->classes[i].q.head;
         if (c) {
-            class_remove(d, c);
+            engine__class_remove(d, c);
             return c;
         }
     }
@@ -128,7 +128,7 @@ engine_call *dep_pop_any(dep *d) {
 }
 
 /* The lane's priority for ordering a batch (0 without lanes). */
-long long class_priority(const dep *d, const call_class *k) {
+long long engine__class_priority(const dep *d, const call_class *k) {
     const struct config_lane *l = d->cfg ? config_lane(d->cfg, k->lane) : NULL;
     return l ? l->priority : 0;
 }
@@ -142,9 +142,10 @@ void dep_health_seen(dep *d, const char *reason, long long retry_after_ms) {
     uint64_t now = uv_now(d->e->loop), until = now + (uint64_t)(retry_after_ms > 0 ? retry_after_ms : 0);
     uint64_t *seen = breaker ? &d->breaker_until : &d->quota_until;
     if (now > *seen)
-        elog(d->e, CONFIG_LOG_WARN, "deployment %s: %s for %lld ms; requests are shed with reason %s%s", d->name,
-             breaker ? "circuit breaker open (server errors or timeouts past its threshold)" : "out of quota",
-             retry_after_ms, reason, d->cfg && d->cfg->group_ ? " and its group routes to the other members" : "");
+        engine__elog(
+            d->e, CONFIG_LOG_WARN, "deployment %s: %s for %lld ms; requests are shed with reason %s%s", d->name,
+            breaker ? "circuit breaker open (server errors or timeouts past its threshold)" : "out of quota",
+            retry_after_ms, reason, d->cfg && d->cfg->group_ ? " and its group routes to the other members" : "");
     if (until > *seen) *seen = until;
     if (breaker) d->e->stats.breaker_sheds++;
 }

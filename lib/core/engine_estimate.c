@@ -140,7 +140,7 @@ static void on_est_reply(void *arg, redisReply *r, const char *err) {
      * last: {1, id, wait, tokens, w}, {2, reason, ask_in, w} or
      * {0, reason, retry_after, w}. */
     redisReply *it = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 6 ? r->element[5] : NULL;
-    long long kind = it && it->type == REDIS_REPLY_ARRAY && it->elements >= 4 ? reply_int(it->element[0]) : -1;
+    long long kind = it && it->type == REDIS_REPLY_ARRAY && it->elements >= 4 ? engine__reply_int(it->element[0]) : -1;
     if (kind == 1 && it->elements < 5) kind = -1;
     if (kind < 0 || kind > 2) {
         /* A timeout, a lost connection or an error: as an acquire would be
@@ -151,11 +151,11 @@ static void on_est_reply(void *arg, redisReply *r, const char *err) {
         x->local = 0;
         x->deployment = m->d->name;
         x->tokens = op->rq.split ? op->rq.input + op->rq.output : op->rq.tokens;
-        long long wait = reply_int(it->element[it->elements - 1]);
+        long long wait = engine__reply_int(it->element[it->elements - 1]);
         x->granted = kind != 0;
-        x->wait_ms = kind == 1 ? reply_int(it->element[2]) : wait;
+        x->wait_ms = kind == 1 ? engine__reply_int(it->element[2]) : wait;
         if (kind != 0 && x->wait_ms < 0) x->wait_ms = 0;
-        x->retry_after_ms = kind == 0 ? reply_int(it->element[2]) : -1;
+        x->retry_after_ms = kind == 0 ? engine__reply_int(it->element[2]) : -1;
         if (kind == 0) {
             const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str : "";
             snprintf(m->reason, sizeof(m->reason), "%s", engine_shed_reasons[engine_shed_reason_index(rs)]);
@@ -165,7 +165,7 @@ static void on_est_reply(void *arg, redisReply *r, const char *err) {
         }
     }
     if (--op->left == 0) est_finish(op);
-    maybe_finish_stop(e);
+    engine__maybe_finish_stop(e);
 }
 
 /* Asks m: the reserve script run dry when an acquire would go to Redis,

@@ -87,9 +87,9 @@ static int call_target(engine_call *c, const struct config_deployment *m, long l
     c->deferred = 0;
     c->max_wait_ms = (long long)(uv_now(e->loop) - c->start_ms) + (step_ms > 0 ? step_ms : 0);
     c->state = CALL_PENDING;
-    class_push(d, c);
+    engine__class_push(d, c);
     d->classes[cls].st.acquires++;
-    flush_arm(e);
+    engine__flush_arm(e);
     return 0;
 }
 
@@ -205,9 +205,9 @@ static int group_route_steps(engine_call *c) {
 }
 
 /* Answers every request still queued on q with status. */
-void gq_drain(gq *q, int status, const char *msg) {
+void engine__gq_drain(gq *q, int status, const char *msg) {
     engine_call *c;
-    while ((c = list_pop(&q->q)) != NULL) {
+    while ((c = engine__list_pop(&q->q)) != NULL) {
         c->e->stats.queued--;
         c->route->gq = NULL;
         call_complete(c, status, NULL, msg);
@@ -237,24 +237,26 @@ static void on_group_reserve(void *arg, redisReply *r, const char *err) {
     q->reserving = 0;
     /* now_us, the items, and the call's own time (ENGINE_TIMED_ARG). */
     int ok = r && r->type == REDIS_REPLY_ARRAY && (r->elements == 1 + b->n || r->elements == 2 + b->n);
-    if (ok) batch_seen(e, &q->cost, b->n, r, 1, b->sent_ns);
+    if (ok) engine__batch_seen(e, &q->cost, b->n, r, 1, b->sent_ns);
     if (!ok && r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str))
-        elog(e, CONFIG_LOG_WARN, "group %s: the group script failed (%s); routing member by member", q->name, r->str);
+        engine__elog(e, CONFIG_LOG_WARN, "group %s: the group script failed (%s); routing member by member", q->name,
+                     r->str);
     uint64_t now = uv_now(e->loop);
     for (size_t i = 0; i < b->n; i++) {
         engine_call *c = b->items[i];
         c->route->gq = NULL;
         redisReply *it = ok ? r->element[1 + i] : NULL;
-        long long kind = it && it->type == REDIS_REPLY_ARRAY && it->elements >= 3 ? reply_int(it->element[0]) : -1;
-        long long j = kind == 1 || kind == 2 ? reply_int(it->element[1]) - 1 : 0;
+        long long kind =
+            it && it->type == REDIS_REPLY_ARRAY && it->elements >= 3 ? engine__reply_int(it->element[0]) : -1;
+        long long j = kind == 1 || kind == 2 ? engine__reply_int(it->element[1]) - 1 : 0;
         if ((kind == 1 || kind == 2) && (j < 0 || (size_t)j >= b->m || it->elements < 4)) kind = -1;
         if (kind == 1 && it->elements < 5) kind = -1;
         dep *d = kind == 1 || kind == 2 ? b->md[j] : NULL;
         if (c->canceled) {
             if (kind == 1) {
                 char num[24];
-                snprintf(num, sizeof(num), "%lld", reply_int(it->element[2]));
-                queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
+                snprintf(num, sizeof(num), "%lld", engine__reply_int(it->element[2]));
+                engine__queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
             }
             call_free(c);
             continue;
@@ -269,7 +271,8 @@ static void on_group_reserve(void *arg, redisReply *r, const char *err) {
                 c->d = d;
                 c->cls = cls;
             }
-            call_reply_granted(c, d, reply_int(it->element[2]), reply_int(it->element[3]), reply_int(it->element[4]));
+            call_reply_granted(c, d, engine__reply_int(it->element[2]), engine__reply_int(it->element[3]),
+                               engine__reply_int(it->element[4]));
         } else if (kind == 2) {
             /* Deferred on that member (its lanes or tenants): held in its
              * class and asked there again; no more spilling. */
@@ -283,28 +286,28 @@ static void on_group_reserve(void *arg, redisReply *r, const char *err) {
             const struct config_group *g = config_group(e->cfg, c->route->group);
             c->route->next = g ? (int)g->nmembers : 0;
             c->max_wait_ms = (long long)(c->route->deadline > c->start_ms ? c->route->deadline - c->start_ms : 0);
-            call_deferred(c, it->element[2], reply_int(it->element[3]), now);
-            class_push(d, c);
+            call_deferred(c, it->element[2], engine__reply_int(it->element[3]), now);
+            engine__class_push(d, c);
         } else if (kind == 0) {
             const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str
                                                                         : engine_shed_reasons[ENGINE_SHED_OTHER];
-            engine_shed sh = {engine_shed_reasons[engine_shed_reason_index(rs)], reply_int(it->element[2])};
+            engine_shed sh = {engine_shed_reasons[engine_shed_reason_index(rs)], engine__reply_int(it->element[2])};
             call_complete(c, SL_ESHED, &sh, NULL);
         } else {
             gq_fallback(c);
         }
     }
     free(b);
-    if (q->q.n) flush_arm(e);
-    maybe_finish_stop(e);
+    if (q->q.n) engine__flush_arm(e);
+    engine__maybe_finish_stop(e);
 }
 
-void gq_flush(engine *e, gq *q) {
+void engine__gq_flush(engine *e, gq *q) {
     if (q->reserving || !q->q.n) return;
     const struct config_group *g = config_group(e->cfg, q->name);
     engine_call *c;
     if (!g) {
-        gq_drain(q, SL_EUNKNOWN, "group removed by a configuration reload");
+        engine__gq_drain(q, SL_EUNKNOWN, "group removed by a configuration reload");
         return;
     }
     uint64_t now = uv_now(e->loop);
@@ -321,7 +324,7 @@ void gq_flush(engine *e, gq *q) {
         /* A member paces locally or its limits are being written: each
          * member decides for itself, step by step. */
         free(b);
-        while ((c = list_pop(&q->q)) != NULL) {
+        while ((c = engine__list_pop(&q->q)) != NULL) {
             e->stats.queued--;
             c->route->gq = NULL;
             gq_fallback(c);
@@ -350,8 +353,8 @@ void gq_flush(engine *e, gq *q) {
     argv[3] = g->policy == CONFIG_POLICY_WEIGHTED ? "weighted" : "priority";
     /* Under redis.max_script_ms, like a deployment's batch; the rest wait
      * for the next call, in order. */
-    size_t cap = batch_cap(e, &q->cost, RESERVE_BATCH_MAX);
-    while (b->n < cap && (c = list_pop(&q->q)) != NULL) {
+    size_t cap = engine__batch_cap(e, &q->cost, RESERVE_BATCH_MAX);
+    while (b->n < cap && (c = engine__list_pop(&q->q)) != NULL) {
         e->stats.queued--;
         size_t k = b->n;
         char *tok = buf[4 + 3 * k], *left = buf[5 + 3 * k], *order = buf[6 + 3 * k];
@@ -398,7 +401,7 @@ void gq_flush(engine *e, gq *q) {
 
 static void on_no_member(uv_timer_t *t) {
     engine_call *c = t->data;
-    list_remove(&c->d->waiting, c);
+    engine__list_remove(&c->d->waiting, c);
     c->e->stats.waiting--;
     engine_shed sh = {engine_shed_reasons[ENGINE_SHED_TAG], -1};
     call_shed(c, &sh);
@@ -448,7 +451,7 @@ int group_acquire(engine *e, const struct config_group *g, const engine_req *rq,
         c->timer.data = c;
         c->timer_live = 1;
         uv_timer_start(&c->timer, on_no_member, 0, 0);
-        list_push(&c->d->waiting, c);
+        engine__list_push(&c->d->waiting, c);
         e->stats.waiting++;
     } else {
         if (g->policy == CONFIG_POLICY_WEIGHTED) first = group_turn(e, g, c);
@@ -463,9 +466,9 @@ int group_acquire(engine *e, const struct config_group *g, const engine_req *rq,
             d->classes[cls].st.acquires++;
             c->state = CALL_PENDING;
             c->route->gq = q;
-            list_push(&q->q, c);
+            engine__list_push(&q->q, c);
             e->stats.queued++;
-            flush_arm(e);
+            engine__flush_arm(e);
         } else if (group_route_steps(c) != 0) {
             free(rt);
             free(c);

@@ -19,6 +19,10 @@
  *   engine_estimate.c ESTIMATE (the reserve script run dry) and patience
  *   engine_batch.c   how many items a reserve or settle call may carry
  *                    (redis.max_script_ms), learned from the calls' times
+ *
+ * Names: what concerns one thing keeps its thing's prefix (dep_, call_,
+ * group_, local_); the rest shared between these files is engine__ (as
+ * libuv's uv__), never a generic global name such as list_push.
  */
 #ifndef SLUICE_ENGINE_INTERNAL_H
 #define SLUICE_ENGINE_INTERNAL_H
@@ -282,7 +286,7 @@ static inline long long engine_tick_ms(const engine *e) {
 
 /* ---- lists ---------------------------------------------------------------- */
 
-static inline void list_push(call_list *l, engine_call *c) {
+static inline void engine__list_push(call_list *l, engine_call *c) {
     c->prev = l->tail;
     c->next = NULL;
     if (l->tail) l->tail->next = c;
@@ -291,7 +295,7 @@ static inline void list_push(call_list *l, engine_call *c) {
     l->n++;
 }
 
-static inline void list_push_front(call_list *l, engine_call *c) {
+static inline void engine__list_push_front(call_list *l, engine_call *c) {
     c->prev = NULL;
     c->next = l->head;
     if (l->head) l->head->prev = c;
@@ -300,7 +304,7 @@ static inline void list_push_front(call_list *l, engine_call *c) {
     l->n++;
 }
 
-static inline void list_remove(call_list *l, engine_call *c) {
+static inline void engine__list_remove(call_list *l, engine_call *c) {
     if (c->prev) c->prev->next = c->next;
     else l->head = c->next;
     if (c->next) c->next->prev = c->prev;
@@ -309,13 +313,13 @@ static inline void list_remove(call_list *l, engine_call *c) {
     l->n--;
 }
 
-static inline engine_call *list_pop(call_list *l) {
+static inline engine_call *engine__list_pop(call_list *l) {
     engine_call *c = l->head;
-    if (c) list_remove(l, c);
+    if (c) engine__list_remove(l, c);
     return c;
 }
 
-static inline long long reply_int(const redisReply *r) {
+static inline long long engine__reply_int(const redisReply *r) {
     if (!r) return 0;
     if (r->type == REDIS_REPLY_INTEGER) return r->integer;
     if (r->type == REDIS_REPLY_STRING) return atoll(r->str);
@@ -326,9 +330,9 @@ static inline long long reply_int(const redisReply *r) {
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-void elog(engine *e, int level, const char *fmt, ...);
+void engine__elog(engine *e, int level, const char *fmt, ...);
 void dep_script_error(dep *d, const char *what, const char *err);
-void maybe_finish_stop(engine *e);
+void engine__maybe_finish_stop(engine *e);
 
 /* ---- engine_dep.c ---- */
 dep *dep_find(engine *e, const char *name);
@@ -336,13 +340,13 @@ int dep_ready(const dep *d);
 dep *dep_add(engine *e, const struct config_deployment *cfg);
 void dep_set_cfg(dep *d, const struct config_deployment *cfg);
 void dep_set_est_ratio(dep *d, double r);
-int cfg_split(const struct config_deployment *c);
+int engine__cfg_split(const struct config_deployment *c);
 int dep_class(dep *d, const char *lane, const char *tenant);
-void class_push(dep *d, engine_call *c);
-void class_push_front(dep *d, engine_call *c);
-void class_remove(dep *d, engine_call *c);
+void engine__class_push(dep *d, engine_call *c);
+void engine__class_push_front(dep *d, engine_call *c);
+void engine__class_remove(dep *d, engine_call *c);
 engine_call *dep_pop_any(dep *d);
-long long class_priority(const dep *d, const call_class *k);
+long long engine__class_priority(const dep *d, const call_class *k);
 void dep_health_seen(dep *d, const char *reason, long long retry_after_ms);
 
 /* ---- engine_call.c ---- */
@@ -353,7 +357,7 @@ void call_deferred(engine_call *c, const redisReply *reason, long long ask_in, u
 void call_shed(engine_call *c, const engine_shed *shed);
 void call_complete(engine_call *c, int status, const engine_shed *shed, const char *msg);
 void call_free(engine_call *c);
-const char *grant_number(const char *id);
+const char *engine__grant_number(const char *id);
 void dep_follow_shift(dep *d, const redisReply *field, long long redis_now_us);
 long long dep_heartbeat_reply(dep *d, const redisReply *r);
 void dep_pause(dep *d, long long pause_ms, int local);
@@ -371,12 +375,12 @@ int group_acquire(engine *e, const struct config_group *g, const engine_req *rq,
                   engine_call **out);
 int group_next(engine_call *c, const engine_shed *shed, engine_shed *final);
 group_stat *group_stats(engine *e, const char *name);
-void gq_flush(engine *e, gq *q);
-void gq_drain(gq *q, int status, const char *msg);
+void engine__gq_flush(engine *e, gq *q);
+void engine__gq_drain(gq *q, int status, const char *msg);
 
 /* ---- engine_settle.c ---- */
-void queue_settle(dep *d, const char *id, const engine_usage *u, engine_outcome o, long long pause_ms,
-                  const engine_seen *seen);
+void engine__queue_settle(dep *d, const char *id, const engine_usage *u, engine_outcome o, long long pause_ms,
+                          const engine_seen *seen);
 void dep_flush_settles(dep *d);
 
 /* ---- engine_local.c ---- */
@@ -399,16 +403,16 @@ int dep_needs_hand_over(const dep *d);
 void dep_hand_over(dep *d);
 
 /* ---- engine_batch.c ---- */
-size_t batch_cap(const engine *e, const costmodel *m, size_t max);
-void batch_seen(engine *e, costmodel *m, size_t n, const redisReply *r, size_t nhead, uint64_t sent_ns);
+size_t engine__batch_cap(const engine *e, const costmodel *m, size_t max);
+void engine__batch_seen(engine *e, costmodel *m, size_t n, const redisReply *r, size_t nhead, uint64_t sent_ns);
 
 /* ---- engine_redis.c ---- */
-void flush_arm(engine *e);
-void on_hold_timer(uv_timer_t *t);
-void on_settle_timer(uv_timer_t *t);
-void on_heartbeat_timer(uv_timer_t *t);
-void on_redis_up(void *ud);
-void on_redis_down(void *ud, const char *why);
+void engine__flush_arm(engine *e);
+void engine__on_hold_timer(uv_timer_t *t);
+void engine__on_settle_timer(uv_timer_t *t);
+void engine__on_heartbeat_timer(uv_timer_t *t);
+void engine__on_redis_up(void *ud);
+void engine__on_redis_down(void *ud, const char *why);
 void dep_configure(dep *d);
 void dep_heartbeat(dep *d, int leave);
 void dep_announce(dep *d);

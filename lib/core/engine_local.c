@@ -255,8 +255,8 @@ static void on_handover(void *arg, redisReply *r, const char *err) {
         if (live > 0) d->live_agents = live;
         dep_seen(d);
     }
-    flush_arm(d->e);
-    maybe_finish_stop(d->e);
+    engine__flush_arm(d->e);
+    engine__maybe_finish_stop(d->e);
 }
 
 /* Back from an outage with local grants still to be released, or with

@@ -37,7 +37,7 @@ static void on_query_reply(void *arg, redisReply *r, const char *err) {
     e->calls_out--;
     q->answer(q, (r && r->type == REDIS_REPLY_ARRAY) ? r : NULL, 1);
     free(q);
-    maybe_finish_stop(e);
+    engine__maybe_finish_stop(e);
 }
 
 static void on_query_local(uv_timer_t *t) {
@@ -73,10 +73,10 @@ static void retry_answer(dep_query *q, redisReply *r, int via_redis) {
     engine *e = q->e;
     dep *d = q->d;
     if (r && r->elements >= 3) {
-        int allowed = (int)reply_int(r->element[0]);
+        int allowed = (int)engine__reply_int(r->element[0]);
         if (allowed) e->stats.retries_allowed++;
         else e->stats.retries_refused++;
-        q->cb.retry(q->arg, SL_OK, allowed, reply_int(r->element[1]), reply_int(r->element[2]));
+        q->cb.retry(q->arg, SL_OK, allowed, engine__reply_int(r->element[1]), engine__reply_int(r->element[2]));
         return;
     }
     if (via_redis) {
@@ -163,7 +163,7 @@ static void status_emit(dep_query *q, redisReply *r) {
     FIELD_FMT("local_share", "%.4f", local_share(d));
     FIELD_FMT("agent_paused_ms", "%llu", (unsigned long long)(d->paused_until > now ? d->paused_until - now : 0));
     FIELD_FMT("agent_rate_scale", "%.4f", d->rate_scale);
-    FIELD_FMT("agent_batch_cap", "%zu", batch_cap(e, &d->cost, RESERVE_BATCH_MAX));
+    FIELD_FMT("agent_batch_cap", "%zu", engine__batch_cap(e, &d->cost, RESERVE_BATCH_MAX));
     FIELD_FMT("agent_script_item_us", "%.1f", d->cost.item_us);
     FIELD_FMT("agent_script_fixed_us", "%.1f", d->cost.fixed_us);
     unsigned long long answered = 0, within = 0;

@@ -28,11 +28,11 @@ static void on_flush(uv_check_t *h) {
             d->settle_urgent = 0;
             dep_flush_settles(d);
             if (d->nsettles && !uv_is_active((uv_handle_t *)&e->settle_timer))
-                uv_timer_start(&e->settle_timer, on_settle_timer, ENGINE_SETTLE_DELAY_MS, 0);
+                uv_timer_start(&e->settle_timer, engine__on_settle_timer, ENGINE_SETTLE_DELAY_MS, 0);
         }
         dep_flush_reserves(d);
     }
-    for (gq *q = e->gqs; q; q = q->next) gq_flush(e, q);
+    for (gq *q = e->gqs; q; q = q->next) engine__gq_flush(e, q);
     /* Classes Redis deferred ask again when it said capacity opens. */
     uint64_t now = uv_now(e->loop), next = 0;
     for (dep *d = e->deps; d; d = d->next)
@@ -40,20 +40,20 @@ static void on_flush(uv_check_t *h) {
             call_class *k = &d->classes[i];
             if (k->q.n && k->ask_at > now && (!next || k->ask_at < next)) next = k->ask_at;
         }
-    if (next && !e->stopping) uv_timer_start(&e->defer_timer, on_hold_timer, next - now, 0);
+    if (next && !e->stopping) uv_timer_start(&e->defer_timer, engine__on_hold_timer, next - now, 0);
 }
 
 static void on_idle(uv_idle_t *h) { (void)h; }
 
-void on_hold_timer(uv_timer_t *t) { flush_arm(t->data); }
+void engine__on_hold_timer(uv_timer_t *t) { engine__flush_arm(t->data); }
 
-void on_settle_timer(uv_timer_t *t) {
+void engine__on_settle_timer(uv_timer_t *t) {
     engine *e = t->data;
     e->settle_due = 1;
-    flush_arm(e);
+    engine__flush_arm(e);
 }
 
-void flush_arm(engine *e) {
+void engine__flush_arm(engine *e) {
     if (e->flush_armed || e->stopped) return;
     e->flush_armed = 1;
     uv_check_start(&e->flush_check, on_flush);
@@ -75,8 +75,8 @@ static void on_configure(void *arg, redisReply *r, const char *err) {
         e->stats.errors++;
         if (r && r->type == REDIS_REPLY_ERROR) dep_script_error(d, "configure", r->str);
     }
-    flush_arm(e); /* pending callers go to Redis, or local on failure */
-    maybe_finish_stop(e);
+    engine__flush_arm(e); /* pending callers go to Redis, or local on failure */
+    engine__maybe_finish_stop(e);
 }
 
 void dep_configure(dep *d) {
@@ -209,7 +209,7 @@ static int dep_in_use(const dep *d) { return d->npending || d->waiting.n || d->n
  * after it is cut off, and one that calls seldom costs nothing more. A
  * heartbeat sent to keep a promise (keepalive) doubles it, so a pause
  * costs a few of them before the pace of one a heartbeat. Schedules that
- * heartbeat if nothing else goes before (on_heartbeat_timer). keepalive:
+ * heartbeat if nothing else goes before (engine__on_heartbeat_timer). keepalive:
  * 0 for a reserve or settle, 1 for a heartbeat. */
 const char *dep_agent_arg(dep *d, int keepalive) {
     engine *e = d->e;
@@ -261,8 +261,8 @@ long long dep_heartbeat_reply(dep *d, const redisReply *r) {
     if (!r) return -1;
     if (r->type == REDIS_REPLY_INTEGER) return r->integer;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_INTEGER) return -1;
-    dep_follow_shift(d, r->element[1], reply_int(r->element[2]));
-    if (r->elements >= 5) dep_fleet_seen(d, reply_int(r->element[3]), reply_int(r->element[4]));
+    dep_follow_shift(d, r->element[1], engine__reply_int(r->element[2]));
+    if (r->elements >= 5) dep_fleet_seen(d, engine__reply_int(r->element[3]), engine__reply_int(r->element[4]));
     return r->element[0]->integer;
 }
 
@@ -274,7 +274,7 @@ static void on_heartbeat(void *arg, redisReply *r, const char *err) {
     /* The first heartbeat follows the connect: a script that cannot run
      * (an ACL without a command it calls) shows here, before any caller. */
     if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str)) dep_script_error(d, "heartbeat", r->str);
-    maybe_finish_stop(d->e);
+    engine__maybe_finish_stop(d->e);
 }
 
 void dep_heartbeat(dep *d, int leave) {
@@ -320,7 +320,7 @@ static void on_heartbeats(void *arg, redisReply *r, const char *err) {
     if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str) && b->n)
         dep_script_error(b->deps[0], "heartbeat", r->str);
     free(b);
-    maybe_finish_stop(e);
+    engine__maybe_finish_stop(e);
 }
 
 /* One heartbeat for the n deployments in deps (n >= 2, all ready and
@@ -381,7 +381,7 @@ static int dep_list_add(dep ***list, size_t *n, size_t *cap, dep *d) {
  * fallback share counts the agents that use the deployment. On one Redis
  * (or Sentinel) the heartbeats of a tick go in one call whatever the
  * number of deployments: one call per agent per interval. */
-void on_heartbeat_timer(uv_timer_t *t) {
+void engine__on_heartbeat_timer(uv_timer_t *t) {
     engine *e = t->data;
     double now = (double)uv_now(e->loop);
     int batch = strcmp(rrouter_mode(e->redis), "cluster") != 0;
@@ -408,12 +408,12 @@ void on_heartbeat_timer(uv_timer_t *t) {
     }
 }
 
-void on_redis_up(void *ud) {
+void engine__on_redis_up(void *ud) {
     engine *e = ud;
     e->ever_ready = 1;
     int any = rrouter_any_ready(e->redis);
     if (any && !e->redis_up)
-        elog(e, CONFIG_LOG_INFO, "Redis connected (%s): using the shared budget", rrouter_mode(e->redis));
+        engine__elog(e, CONFIG_LOG_INFO, "Redis connected (%s): using the shared budget", rrouter_mode(e->redis));
     if (any && !e->redis_up) e->mode_since_ms = wall_clock_ms();
     e->redis_up = any;
     e->stats.redis_up = any;
@@ -428,13 +428,14 @@ void on_redis_up(void *ud) {
     }
 }
 
-void on_redis_down(void *ud, const char *why) {
+void engine__on_redis_down(void *ud, const char *why) {
     engine *e = ud;
     e->ever_down = 1;
     int any = rrouter_any_ready(e->redis);
-    elog(e, any ? CONFIG_LOG_WARN : CONFIG_LOG_ERROR, "Redis unreachable: %s; %s", why ? why : "connection lost",
-         e->cfg->agent.fail == CONFIG_FAIL_CLOSED ? "refusing (agent.fail: closed)"
-                                                  : "pacing locally at this agent's share");
+    engine__elog(e, any ? CONFIG_LOG_WARN : CONFIG_LOG_ERROR, "Redis unreachable: %s; %s",
+                 why ? why : "connection lost",
+                 e->cfg->agent.fail == CONFIG_FAIL_CLOSED ? "refusing (agent.fail: closed)"
+                                                          : "pacing locally at this agent's share");
     if (!any && e->redis_up) e->mode_since_ms = wall_clock_ms();
     e->redis_up = any;
     e->stats.redis_up = any;
@@ -446,5 +447,5 @@ void on_redis_down(void *ud, const char *why) {
             d->handed_over = 0;
         }
     }
-    flush_arm(e); /* queued callers are decided locally now */
+    engine__flush_arm(e); /* queued callers are decided locally now */
 }

@@ -36,16 +36,16 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
     int ok = r && r->type == REDIS_REPLY_ARRAY && (r->elements == 5 + b->n || r->elements == 6 + b->n);
     uint64_t now = uv_now(e->loop);
     if (ok) {
-        batch_seen(e, &d->cost, b->n, r, 5, b->sent_ns);
-        long long paused = reply_int(r->element[1]);
+        engine__batch_seen(e, &d->cost, b->n, r, 5, b->sent_ns);
+        long long paused = engine__reply_int(r->element[1]);
         if (paused > 0 && now + (uint64_t)paused > d->paused_until) d->paused_until = now + (uint64_t)paused;
         /* Where the fleet's schedule ends: local pacing starts there if
          * Redis is lost, so grants already made by Redis and local ones do
          * not stack. */
-        dep_fleet_seen(d, reply_int(r->element[2]), reply_int(r->element[3]));
+        dep_fleet_seen(d, engine__reply_int(r->element[2]), engine__reply_int(r->element[3]));
         dep_seen(d);
         /* Before the new grants: they are already behind any new shift. */
-        dep_follow_shift(d, r->element[4], reply_int(r->element[0]));
+        dep_follow_shift(d, r->element[4], engine__reply_int(r->element[0]));
     }
     int lost_limits = r && r->type == REDIS_REPLY_ERROR && strstr(r->str, "unknown deployment");
     /* A cluster redirection the router could not follow, or a slot being
@@ -56,7 +56,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
     if (redirect) {
         e->stats.redirect_holds++;
         d->hold_until = uv_now(e->loop) + ENGINE_REDIRECT_HOLD_MS;
-        uv_timer_start(&e->hold_timer, on_hold_timer, ENGINE_REDIRECT_HOLD_MS, 0);
+        uv_timer_start(&e->hold_timer, engine__on_hold_timer, ENGINE_REDIRECT_HOLD_MS, 0);
     }
     if (lost_limits) {
         /* Redis lost our limits (flushed or restarted empty): write them
@@ -95,9 +95,10 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
             local_decide(c);
             continue;
         }
-        long long kind = reply_int(it->element[0]);
+        long long kind = engine__reply_int(it->element[0]);
         if (kind == 1 && it->elements >= 4) {
-            call_reply_granted(c, d, reply_int(it->element[1]), reply_int(it->element[2]), reply_int(it->element[3]));
+            call_reply_granted(c, d, engine__reply_int(it->element[1]), engine__reply_int(it->element[2]),
+                               engine__reply_int(it->element[3]));
         } else if (kind == 2) {
             /* Deferred: beyond its horizon. The class waits until Redis
              * said capacity opens; the call keeps its place at the head. */
@@ -109,7 +110,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
                 call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
                 continue;
             }
-            call_deferred(c, it->element[1], reply_int(it->element[2]), now);
+            call_deferred(c, it->element[1], engine__reply_int(it->element[2]), now);
             back[nback++] = c;
         } else {
             if (c->canceled) {
@@ -118,15 +119,15 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
             }
             const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str
                                                                         : engine_shed_reasons[ENGINE_SHED_OTHER];
-            engine_shed sh = {engine_shed_reasons[engine_shed_reason_index(rs)], reply_int(it->element[2])};
+            engine_shed sh = {engine_shed_reasons[engine_shed_reason_index(rs)], engine__reply_int(it->element[2])};
             dep_health_seen(d, sh.reason, sh.retry_after_ms);
             call_shed(c, &sh);
         }
     }
-    while (nback) class_push_front(d, back[--nback]);
+    while (nback) engine__class_push_front(d, back[--nback]);
     free(b);
-    if (d->npending) flush_arm(e);
-    maybe_finish_stop(e);
+    if (d->npending) engine__flush_arm(e);
+    engine__maybe_finish_stop(e);
 }
 
 /* The classes that may ask now, by lane priority (stable). */
@@ -136,8 +137,8 @@ static size_t dep_ready_classes(dep *d, uint64_t now, size_t *order) {
         call_class *k = &d->classes[i];
         if (!k->q.n || k->ask_at > now) continue;
         size_t j = n++;
-        long long p = class_priority(d, k);
-        while (j > 0 && class_priority(d, &d->classes[order[j - 1]]) > p) {
+        long long p = engine__class_priority(d, k);
+        while (j > 0 && engine__class_priority(d, &d->classes[order[j - 1]]) > p) {
             order[j] = order[j - 1];
             j--;
         }
@@ -173,7 +174,7 @@ void dep_flush_reserves(dep *d) {
         uint64_t grace = (uint64_t)e->cfg->redis.connect_timeout_ms + 500;
         uint64_t now = uv_now(e->loop);
         if (!e->ever_ready && !e->ever_down && now - e->start_ms < grace) {
-            uv_timer_start(&e->hold_timer, on_hold_timer, e->start_ms + grace - now, 0);
+            uv_timer_start(&e->hold_timer, engine__on_hold_timer, e->start_ms + grace - now, 0);
             return;
         }
         engine_call *c;
@@ -203,7 +204,7 @@ void dep_flush_reserves(dep *d) {
     size_t stride = quads ? 4 : 2;
     /* The items this call may carry under redis.max_script_ms; the rest
      * ride the next call, in order, once this one is answered. */
-    size_t cap = batch_cap(e, &d->cost, RESERVE_BATCH_MAX);
+    size_t cap = engine__batch_cap(e, &d->cost, RESERVE_BATCH_MAX);
     /* argv0[0]: who asks ("@<agent id>", a proof of life: lua/common.lua
      * sl_silent); the last: ENGINE_TIMED_ARG (the call's own time). */
     const char **argv0 = malloc(sizeof(*argv0) * (3 + 4 * RESERVE_BATCH_MAX)), **argv = argv0 ? argv0 + 1 : NULL;
@@ -221,8 +222,8 @@ void dep_flush_reserves(dep *d) {
     }
     for (size_t i = 0; i < nready && b->n < cap;) {
         size_t j = i;
-        long long p = class_priority(d, &d->classes[order[i]]);
-        while (j < nready && class_priority(d, &d->classes[order[j]]) == p) j++;
+        long long p = engine__class_priority(d, &d->classes[order[i]]);
+        while (j < nready && engine__class_priority(d, &d->classes[order[j]]) == p) j++;
         for (size_t round = 0; round < per_class && b->n < cap; round++) {
             int any = 0;
             /* The classes of a lane take turns: after a full batch the next
@@ -232,7 +233,7 @@ void dep_flush_reserves(dep *d) {
                 call_class *k = &d->classes[order[g]];
                 engine_call *c = k->q.head;
                 if (!c) continue;
-                class_remove(d, c);
+                engine__class_remove(d, c);
                 long long left;
                 if (call_expired(c, now, &left)) {
                     any = 1;
@@ -263,7 +264,7 @@ void dep_flush_reserves(dep *d) {
         free(buf);
         free(names);
         free(b);
-        if (d->npending) flush_arm(e);
+        if (d->npending) engine__flush_arm(e);
         return;
     }
     d->turn = b->n < cap ? 0 : d->turn + 1;

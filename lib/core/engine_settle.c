@@ -16,8 +16,8 @@ static int settle_is_urgent(const settle_item *it) {
 
 /* Queues one settle item for d's next settle call. u: the usage (NULL:
  * unknown); seen: what the headers said (NULL: nothing). */
-void queue_settle(dep *d, const char *id, const engine_usage *u, engine_outcome o, long long pause_ms,
-                  const engine_seen *seen) {
+void engine__queue_settle(dep *d, const char *id, const engine_usage *u, engine_outcome o, long long pause_ms,
+                          const engine_seen *seen) {
     if (d->nsettles == d->capsettles) {
         size_t cap = d->capsettles ? d->capsettles * 2 : 64;
         settle_item *s = realloc(d->settles, cap * sizeof(*s));
@@ -48,9 +48,9 @@ void queue_settle(dep *d, const char *id, const engine_usage *u, engine_outcome 
      * settles of callers working one at a time share a call. */
     if (settle_is_urgent(it) || d->nsettles >= 64 || e->stopping) {
         d->settle_urgent = 1;
-        flush_arm(e);
+        engine__flush_arm(e);
     } else if (!uv_is_active((uv_handle_t *)&e->settle_timer)) {
-        uv_timer_start(&e->settle_timer, on_settle_timer, ENGINE_SETTLE_DELAY_MS, 0);
+        uv_timer_start(&e->settle_timer, engine__on_settle_timer, ENGINE_SETTLE_DELAY_MS, 0);
     }
 }
 
@@ -93,14 +93,15 @@ static void dep_follow_rates(dep *d, const redisReply *rates) {
         if (limit > 0 && fabs(limit - was) > 0.5) {
             d->e->stats.limit_changes++;
             if (limit + 0.5 < dr->configured)
-                elog(d->e, CONFIG_LOG_WARN,
-                     "deployment %s: the provider reports a %s limit of %.0f per minute, below the %.0f configured: "
-                     "the fleet runs at %.0f",
-                     d->name, engine_dim_names[k], limit, dr->configured, limit);
+                engine__elog(
+                    d->e, CONFIG_LOG_WARN,
+                    "deployment %s: the provider reports a %s limit of %.0f per minute, below the %.0f configured: "
+                    "the fleet runs at %.0f",
+                    d->name, engine_dim_names[k], limit, dr->configured, limit);
             else
-                elog(d->e, CONFIG_LOG_INFO,
-                     "deployment %s: the provider reports the configured %s limit again (%.0f per minute)", d->name,
-                     engine_dim_names[k], limit);
+                engine__elog(d->e, CONFIG_LOG_INFO,
+                             "deployment %s: the provider reports the configured %s limit again (%.0f per minute)",
+                             d->name, engine_dim_names[k], limit);
         }
         dr->limit = limit;
         dr->effective = rates->element[i + 2]->type == REDIS_REPLY_STRING ? atof(rates->element[i + 2]->str) : 0;
@@ -119,24 +120,24 @@ static void on_settle(void *arg, redisReply *r, const char *err) {
     if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str)) dep_script_error(d, "settle", r->str);
     /* The head (4), the items, the rates, the call's own time. */
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 5 + b->n)
-        batch_seen(e, &d->settle_cost, b->n, r, 5, b->sent_ns);
+        engine__batch_seen(e, &d->settle_cost, b->n, r, 5, b->sent_ns);
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3) {
         dep_seen(d);
-        long long paused = reply_int(r->element[1]);
+        long long paused = engine__reply_int(r->element[1]);
         if (paused > 0) {
             uint64_t until = uv_now(e->loop) + (uint64_t)paused;
             if (until > d->paused_until) d->paused_until = until;
         }
         if (r->element[2]->type == REDIS_REPLY_STRING) d->rate_scale = atof(r->element[2]->str);
-        if (r->elements >= 4) dep_follow_shift(d, r->element[3], reply_int(r->element[0]));
+        if (r->elements >= 4) dep_follow_shift(d, r->element[3], engine__reply_int(r->element[0]));
         if (r->elements >= 5 + b->n) dep_follow_rates(d, r->element[4 + b->n]);
     }
     free(b);
     if (d->nsettles) {
         d->settle_urgent = 1; /* they waited behind the call in flight */
-        flush_arm(e);
+        engine__flush_arm(e);
     }
-    maybe_finish_stop(e);
+    engine__maybe_finish_stop(e);
 }
 
 /* When not every settle fits in this call: the urgent ones first (in
@@ -164,7 +165,7 @@ void dep_flush_settles(dep *d) {
         return;
     }
     /* As many as fit under redis.max_script_ms; the rest go next. */
-    size_t cap = batch_cap(e, &d->settle_cost, SETTLE_BATCH_MAX);
+    size_t cap = engine__batch_cap(e, &d->settle_cost, SETTLE_BATCH_MAX);
     size_t n = d->nsettles < cap ? d->nsettles : cap;
     if (n < d->nsettles) urgent_first(d);
     /* The feedback form (lua/settle.lua): 'feedback', n, then per item the

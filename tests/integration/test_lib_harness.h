@@ -348,7 +348,7 @@ H_FN void h_wait_redis_status(const redis_fixture *fx, const char *dep, const ch
 
 /* An engine has joined the fleet when it is in some deployment's agents
  * zset (it announces every configured deployment once Redis is up,
- * on_redis_up). Until then its calls are paced locally, and a local tail
+ * engine__on_redis_up). Until then its calls are paced locally, and a local tail
  * handed over costs one more slot (engine_local.c): a test that judges
  * the fleet's schedule waits for this first. */
 typedef struct h_agent_at {
