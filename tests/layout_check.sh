@@ -8,9 +8,9 @@
 #      (lib/*.h): the core stands on lib/http, lib/include and the
 #      embedded scripts only;
 #   3. the simulator's provider worlds (tests/sim/world.[ch],
-#      scenarios.[ch]) include nothing but their own headers and the C
-#      library's: a model of the providers that shared the governor's code
-#      would prove nothing.
+#      scenarios.[ch]) and the mock provider (agent/mock/) include nothing
+#      but their own headers and system ones: a model of the providers
+#      that shared the governor's code would prove nothing.
 # Usage: tests/layout_check.sh BUILD_DIR   (from the source tree's root)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -59,8 +59,14 @@ for f in tests/sim/world.c tests/sim/world.h tests/sim/scenarios.c tests/sim/sce
   bad=$(grep -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" | grep -Ev '"(world|scenarios)\.h"')
   [ -z "$bad" ] || say "$f includes $(echo $bad): the provider worlds share nothing with lib/ or lua/"
 done
+# ... and so does the mock provider (agent/mock/): its own headers only.
+for f in agent/mock/*.c agent/mock/*.h; do
+  [ -f "$f" ] || continue
+  bad=$(grep -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" | grep -Ev '"mock[a-z_]*\.h"')
+  [ -z "$bad" ] || say "$f includes $(echo $bad): the mock provider shares nothing with lib/ or lua/"
+done
 
 if [ "$fail" -eq 0 ]; then
-  echo "layout_check: libsluice exports only sl_* ($(nm -D --defined-only "${so:-/dev/null}" 2>/dev/null | grep -c ' sl_') symbols); lib/ includes no agent/ header; lib/core/ nothing of lib/; tests/sim/world nothing of the project"
+  echo "layout_check: libsluice exports only sl_* ($(nm -D --defined-only "${so:-/dev/null}" 2>/dev/null | grep -c ' sl_') symbols); lib/ includes no agent/ header; lib/core/ nothing of lib/; tests/sim/world and agent/mock nothing of the project"
 fi
 exit "$fail"

@@ -446,7 +446,7 @@ static void stream_read_all(client *cl, stream *s) {
 
 /* Events written one by one over the service time, judged by lower bounds
  * that a loaded machine cannot break: the mock writes event i no earlier
- * than service * i / (n - 1) after it read the request (agent/cli/mock.c),
+ * than service * i / (n - 1) after it read the request (agent/mock/mock.c),
  * so it reaches the test no earlier than that after the test sent it,
  * however late the test gets to read it (5 ms for the loop's cached
  * clock). Spacing measured between two reads of the test instead failed
@@ -3171,7 +3171,7 @@ static void test_anthropic_generated(void **state) {
     json_decref(child_stop(&c));
 }
 
-/* The mock's bucket (agent/cli/mock_bucket.c) and the replay that judges
+/* The mock's bucket (agent/mock/mock_bucket.c) and the replay that judges
  * schedules (tests/support/replay.c) are two implementations of the
  * provider's rule, not one: on the same random traces of sends, oversize
  * sends and refunds they must admit exactly the same sends. For every

@@ -1,5 +1,8 @@
-/* mock: an Azure OpenAI / OpenAI chat-completions front door to test
- * against, with the provider's rate limits and its own ledger.
+/* mock: a stand-in provider to test against (`sluice mock`; users may run
+ * it too, to try a fleet without a provider key): Azure OpenAI, OpenAI,
+ * Anthropic, Bedrock- and Gemini-compatible front doors with the
+ * providers' rate limits as their documentation describes them, and its
+ * own ledger. It shares no code with lib/ or lua/ (docs/mock.md).
  *
  * Serves POST /openai/deployments/<name>/chat/completions (Azure style),
  * POST /v1/chat/completions and /openai/v1/chat/completions (OpenAI style,
@@ -10,7 +13,8 @@
  * headers and limits changed at run time). Each
  * deployment has a request bucket (rpm, burst) and optionally a token
  * bucket (tpm, token_burst); admission charges 1 request and the estimate
- * ceil(chars of the messages' text / 4) + max_tokens (16 when absent), as
+ * of the messages' text (its tokenizer: a quarter token a character, one
+ * a CJK character) + max_tokens (16 when absent), as
  * Azure does, or on the OpenAI-style routes the larger of the two, as
  * OpenAI documents. Rejections are 429 with Retry-After and retry-after-ms;
  * every deployment response carries x-ratelimit-* headers. Accepted calls
