@@ -2,6 +2,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "run_input.h"
 
+#include "estimate.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,37 +69,14 @@ int run_line_blank(const char *line, size_t len) {
     return 1;
 }
 
-static long long code_points(const char *s) {
-    long long n = 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        if ((*p & 0xC0) != 0x80) n++;
-    return n;
-}
-
-/* The code points of a content value: a string, or an array of parts
- * whose "text" counts (OpenAI's content parts, Anthropic's blocks). */
-static long long content_points(const json_t *content) {
-    long long chars = 0;
-    size_t j;
-    json_t *part;
-    if (json_is_string(content)) return code_points(json_string_value(content));
-    json_array_foreach(content, j, part) {
-        const char *t = json_string_value(json_object_get(part, "text"));
-        if (t) chars += code_points(t);
-    }
-    return chars;
-}
-
+/* One body estimator for the proxy and `sluice run` (lib/core/estimate.c):
+ * a chat body's rule also counts Anthropic's "system", so both styles'
+ * bodies estimate alike. */
 void run_estimate_split(const json_t *body, long long *input, long long *output) {
-    long long chars = content_points(json_object_get(body, "system")); /* Anthropic's system prompt */
-    size_t i;
-    json_t *msg;
-    json_array_foreach(json_object_get(body, "messages"), i, msg) chars +=
-        content_points(json_object_get(msg, "content"));
-    json_t *mt = json_object_get(body, "max_tokens");
-    if (!json_is_integer(mt)) mt = json_object_get(body, "max_completion_tokens");
-    *input = (chars + 3) / 4;
-    *output = json_is_integer(mt) && json_integer_value(mt) > 0 ? (long long)json_integer_value(mt) : 16;
+    estimate e;
+    estimate_request(body, ESTIMATE_CHAT, &e);
+    *input = e.input;
+    *output = e.output;
 }
 
 long long run_estimate_tokens(const json_t *body) {

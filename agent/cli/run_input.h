@@ -60,7 +60,8 @@ typedef struct run_request {
 char *run_id_key(const json_t *id);
 
 /* The estimate of body split: the prompt's tokens (ceil(code points of the
- * text of "messages" and "system" / 4)) and the max output. */
+ * text of "messages" and "system" / 4)) and the max output, as the HTTP
+ * proxy estimates (lib/core/estimate.h, estimate_request(), chat). */
 void run_estimate_split(const json_t *body, long long *input, long long *output);
 
 /* Parses line (len bytes, no newline) number lineno. model: set as "model"

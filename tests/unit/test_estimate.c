@@ -1,8 +1,8 @@
 /* Unit tests for lib/core/estimate: hand-computed estimates for every API
  * the proxy serves (chat, completions, embeddings, responses, messages),
- * and the same estimate as `sluice run` (agent/cli/run_input.c's
- * run_estimate_split, compiled into this test) on chat and Anthropic
- * bodies: fixed shapes and 2000 random ones with multi-byte text. */
+ * and on chat and Anthropic bodies (fixed shapes and 2000 random ones with
+ * multi-byte text) the count of an independent oracle, and the same
+ * estimate from `sluice run` (agent/cli/run_input.c, compiled in). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -91,18 +91,54 @@ static void test_vectors(void **state) {
     }
 }
 
-/* Equal to sluice run's estimate: the bodies it governs (chat completions
- * and Anthropic messages). */
+/* The oracle: the count of chat and Anthropic bodies written apart from
+ * lib/core/estimate.c (what `sluice run` counted before it used it): the
+ * code points of "system" and of every message's content (a string, or
+ * the "text" of its parts), a quarter token each, rounded up; max_tokens,
+ * else max_completion_tokens, else 16. Strings are counted to their end. */
+static long long oracle_points(const json_t *v) {
+    long long n = 0;
+    const unsigned char *p = (const unsigned char *)json_string_value(v);
+    for (size_t i = 0, len = json_string_length(v); p && i < len; i++)
+        if ((p[i] & 0xC0) != 0x80) n++;
+    return n;
+}
+
+static long long oracle_content(const json_t *content) {
+    long long n = 0;
+    size_t j;
+    json_t *part;
+    if (json_is_string(content)) return oracle_points(content);
+    json_array_foreach(content, j, part) n += oracle_points(json_object_get(part, "text"));
+    return n;
+}
+
+static void oracle_split(const json_t *body, long long *input, long long *output) {
+    long long n = oracle_content(json_object_get(body, "system"));
+    size_t i;
+    json_t *msg;
+    json_array_foreach(json_object_get(body, "messages"), i, msg) n += oracle_content(json_object_get(msg, "content"));
+    json_t *mt = json_object_get(body, "max_tokens");
+    if (!json_is_integer(mt)) mt = json_object_get(body, "max_completion_tokens");
+    *input = (n + 3) / 4;
+    *output = json_is_integer(mt) && json_integer_value(mt) > 0 ? (long long)json_integer_value(mt) : 16;
+}
+
+/* The estimate equals the oracle's count, and `sluice run` uses it: the
+ * bodies it governs (chat completions and Anthropic messages). */
 static void assert_same_as_run(const json_t *body, estimate_api api, const char *what) {
     estimate e;
-    long long in = -1, out = -1;
+    long long in = -1, out = -1, oin = -1, oout = -1;
     estimate_request(body, api, &e);
-    run_estimate_split(body, &in, &out);
-    if (e.input != in || e.output != out) {
+    oracle_split(body, &oin, &oout);
+    if (e.input != oin || e.output != oout) {
         char *text = json_dumps(body, JSON_COMPACT);
-        fail_msg("%s: estimate %lld/%lld, run_estimate_split %lld/%lld for %s", what, e.input, e.output, in, out,
+        fail_msg("%s: estimate %lld/%lld, the oracle %lld/%lld for %s", what, e.input, e.output, oin, oout,
                  text ? text : "?");
     }
+    run_estimate_split(body, &in, &out);
+    if (api == ESTIMATE_CHAT && (e.input != in || e.output != out))
+        fail_msg("%s: sluice run estimates %lld/%lld, the proxy %lld/%lld", what, in, out, e.input, e.output);
 }
 
 static const char *const fixed_bodies[] = {
