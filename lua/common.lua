@@ -155,8 +155,10 @@ local function sl_ceil(x)
 end
 
 -- The Redis clock in ms (float) and µs (integer). limits.test_clock_offset_ms
--- shifts it for tests of day boundaries; configure accepts that field only
--- when asked explicitly, and production never sets it. Read once per call:
+-- shifts it for tests of day boundaries, or, written "=<ms>", replaces it
+-- (a test that must not see the real time pass between its calls: a
+-- verdict a loaded machine cannot change); configure accepts that field
+-- only when asked explicitly, and production never sets it. Read once per call:
 -- a group reserve decides many items on several members, and its grants
 -- must share one now, or a slot decided late in a long call would be
 -- released together with those decided at its start (the agent releases
@@ -168,8 +170,13 @@ local function sl_now(limits)
     SL_TIME_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
   local us = SL_TIME_US
-  local off = sl_num(limits, 'test_clock_offset_ms', 0)
-  us = us + off * 1000
+  local off = limits.test_clock_offset_ms
+  if type(off) == 'string' and string.byte(off, 1) == 61 then -- '=': the clock itself
+    local at = tonumber(string.sub(off, 2))
+    if at then us = math.floor(at * 1000 + 0.5) end
+  else
+    us = us + (tonumber(off) or 0) * 1000
+  end
   return us / 1000, us
 end
 
@@ -738,7 +745,7 @@ local function sl_limits()
   if packed then
     local ok, l = pcall(cjson.decode, packed)
     if ok and type(l) == 'table' and l.v == 1 then
-      l.test_clock_offset_ms = tonumber(redis.call('HGET', KEYS[1], 'test_clock_offset_ms'))
+      l.test_clock_offset_ms = redis.call('HGET', KEYS[1], 'test_clock_offset_ms') or nil
       l._packed = true
       return setmetatable(l, SL_DEFAULTS_MT)
     end

@@ -42,12 +42,14 @@ static int fail(sim *s, const char *fmt, ...) {
     return -1;
 }
 
-/* Moves the scripts' clock to t (never back). */
+/* Moves the scripts' clock to t (never back). The clock is set, not
+ * shifted ("=<ms>", lua/common.lua sl_now): the real time that passes
+ * between two calls, more on a loaded machine, does not move it, so a
+ * seed decides the same run everywhere. */
 static int clock_to(sim *s, double t) {
     if (t <= s->now + 1e-3) return 0;
-    redisReply *r =
-        redisCommand(s->c, "HINCRBYFLOAT sluice:{%s}:limits test_clock_offset_ms %f", s->cfg->dep, t - s->now);
-    if (!r || r->type != REDIS_REPLY_STRING) {
+    redisReply *r = redisCommand(s->c, "HSET sluice:{%s}:limits test_clock_offset_ms =%.3f", s->cfg->dep, t);
+    if (!r || r->type != REDIS_REPLY_INTEGER) {
         if (r) freeReplyObject(r);
         return fail(s, "moving the test clock failed");
     }
@@ -279,6 +281,12 @@ int prop_run(redisContext *c, const prop_cfg *cfg, prop_rand_fn rnd, void *ud, p
     for (size_t i = 0; i + 1 < t->elements; i += 2)
         if (!strcmp(t->element[i]->str, "now_us")) s.now = atof(t->element[i + 1]->str) / 1000.0;
     freeReplyObject(t);
+    /* From here the scripts' clock is the run's own (clock_to), from a
+     * whole millisecond: the scripts round waits to milliseconds, so a
+     * start's fraction would change the run. */
+    double t0 = ceil(s.now) + 1;
+    s.now = t0 - 1;
+    if (clock_to(&s, t0) != 0) return -1;
     double start = s.now;
     pm_limits lim;
     model_limits(out, cfg->profile, &lim);
