@@ -166,7 +166,9 @@ local function beat()
     -- without HMGET would refuse every heartbeat.
     st = {pause_shift_ms = redis.call('HGET', KEYS[2], 'pause_shift_ms') or nil,
           retime = redis.call('HGET', KEYS[2], 'retime') or nil}
-    for _, spec in ipairs(SL_DIMS) do st[spec.f_tat] = redis.call('HGET', KEYS[2], spec.f_tat) or nil end
+    for _, spec in ipairs(SL_DIMS) do
+      if sl_num(limits, spec.per, 0) > 0 then st[spec.f_tat] = redis.call('HGET', KEYS[2], spec.f_tat) or nil end
+    end
   end
   local backlog = {0, 0}
   -- The dimensions the deployment has (a field left from an old

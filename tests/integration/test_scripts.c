@@ -17,6 +17,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "proc.h"
 #include "replay.h"
 #include "script_test.h"
 
@@ -746,12 +747,6 @@ static void test_heartbeat_counts_live_agents(void **state) {
     assert_true(status_num(rc, dep, "live_agents") == 1);
 }
 
-static double wall_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
-
 /* A heartbeat says how far the fleet's schedule reaches past now, as a
  * reserve's reply head does: an agent without callers of its own knows
  * where local pacing would have to start should it lose Redis. */
@@ -767,7 +762,7 @@ static void test_heartbeat_reports_the_backlog(void **state) {
     long long req = -1, tok = -1;
     double t0 = 0;
     for (int i = 0; i < 5; i++) {
-        t0 = wall_ms();
+        t0 = proc_now_ms();
         r = script_callv(rc, SCRIPT_RESERVE, dep, "1", "1000", "600000", NULL);
         assert_non_null(r);
         if (r->type == REDIS_REPLY_ERROR) fail_msg("reserve: %s", r->str);
@@ -779,9 +774,9 @@ static void test_heartbeat_reports_the_backlog(void **state) {
     assert_true(tok > 0);
     /* Redis' clock runs on (the test only moves it further): the backlog
      * is what the reserve said, less the time since, to the millisecond. */
-    double t1 = wall_ms();
+    double t1 = proc_now_ms();
     r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "idle", "3000", NULL);
-    double el = wall_ms() - t0 + 1;
+    double el = proc_now_ms() - t0 + 1;
     assert_int_equal(hb_live(r), 1);
     long long hreq = r->element[3]->integer, htok = r->element[4]->integer;
     freeReplyObject(r);
@@ -789,7 +784,7 @@ static void test_heartbeat_reports_the_backlog(void **state) {
     assert_true(htok <= tok && htok >= tok - (long long)el - 1);
     advance_on(rc, dep, 1000);
     r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "idle", "3000", NULL);
-    el = wall_ms() - t1 + 1;
+    el = proc_now_ms() - t1 + 1;
     long long h2 = r->element[3]->integer;
     freeReplyObject(r);
     assert_true(h2 <= hreq - 1000 && h2 >= hreq - 1000 - (long long)el - 1);

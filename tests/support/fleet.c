@@ -347,11 +347,11 @@ int fleet_run(const fleet_spec *s, fleet_result *out) {
              * sent: the provider's accept times do, moved so that the first
              * is when the first worker asked. */
             size_t n = json_array_size(acc);
-            double *t = calloc(n, sizeof(double)), base = json_number_value(json_array_get(acc, 0));
+            double *t = calloc(n, sizeof(double));
             for (size_t i = 0; t && i < n; i++) t[i] = json_number_value(json_array_get(acc, i));
             if (t) {
                 qsort(t, n, sizeof(double), cmp_double);
-                base = t[0];
+                double base = t[0];
                 for (size_t i = 0; i < n; i++) t[i] = t[i] - base + f->first_ms;
                 free(out->send_ms);
                 out->send_ms = t;

@@ -42,12 +42,11 @@ static int fail(sim *s, const char *fmt, ...) {
     return -1;
 }
 
-/* Moves the scripts' clock to t (never back). The clock is set, not
- * shifted ("=<ms>", lua/common.lua sl_now): the real time that passes
- * between two calls, more on a loaded machine, does not move it, so a
- * seed decides the same run everywhere. */
-static int clock_to(sim *s, double t) {
-    if (t <= s->now + 1e-3) return 0;
+/* Sets the scripts' clock to t. The clock is set, not shifted ("=<ms>",
+ * lua/common.lua sl_now): the real time that passes between two calls,
+ * more on a loaded machine, does not move it, so a seed decides the same
+ * run everywhere. */
+static int clock_set(sim *s, double t) {
     redisReply *r = redisCommand(s->c, "HSET sluice:{%s}:limits test_clock_offset_ms =%.3f", s->cfg->dep, t);
     if (!r || r->type != REDIS_REPLY_INTEGER) {
         if (r) freeReplyObject(r);
@@ -57,6 +56,9 @@ static int clock_to(sim *s, double t) {
     s->now = t;
     return 0;
 }
+
+/* Moves it to t, never back. */
+static int clock_to(sim *s, double t) { return t <= s->now + 1e-3 ? 0 : clock_set(s, t); }
 
 /* The schedule's fields of the state hash, as one string (for "a shed
  * consumes nothing"). */
@@ -284,9 +286,7 @@ int prop_run(redisContext *c, const prop_cfg *cfg, prop_rand_fn rnd, void *ud, p
     /* From here the scripts' clock is the run's own (clock_to), from a
      * whole millisecond: the scripts round waits to milliseconds, so a
      * start's fraction would change the run. */
-    double t0 = ceil(s.now) + 1;
-    s.now = t0 - 1;
-    if (clock_to(&s, t0) != 0) return -1;
+    if (clock_set(&s, ceil(s.now) + 1) != 0) return -1;
     double start = s.now;
     pm_limits lim;
     model_limits(out, cfg->profile, &lim);
