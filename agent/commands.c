@@ -110,6 +110,7 @@ typedef struct acquire_op {
     char dep[CONFIG_NAME_MAX + 1];
     char lane[CONFIG_NAME_MAX + 1], tenant[CONFIG_NAME_MAX + 1];
     long long max_wait_ms; /* the deadline its patience is judged by (engine_max_wait) */
+    uint64_t started_ms;   /* uv_now when it arrived */
 } acquire_op;
 
 static void on_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed, const char *msg) {
@@ -131,6 +132,10 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
             resp_add_bulk_str(b, g->endpoint);
         }
         if (g->tokens > 0) server_counters(op->s)->tokens_reserved += (unsigned long long)g->tokens;
+    } else if (status == SL_ESHED && shed->budget) {
+        resp_add_errorf(b, "-%s %s retry-after-ms=%lld budget=%s period=%s left=%lld.%06lld currency=%s",
+                        sluice_error_word(SL_ESHED), shed->reason, shed->retry_after_ms, shed->budget, shed->period,
+                        shed->left_u / 1000000, shed->left_u % 1000000, shed->currency);
     } else if (status == SL_ESHED) {
         resp_add_errorf(b, "-%s %s retry-after-ms=%lld", sluice_error_word(SL_ESHED), shed->reason,
                         shed->retry_after_ms);
@@ -145,6 +150,8 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
  * an answer: patience does not count it (docs/protocol.md, "Patience"). */
 static void acquire_abandon(void *arg) {
     acquire_op *op = arg;
+    engine *e = server_engine(op->s);
+    engine_note_abandoned(e, op->dep, op->lane, op->tenant, (long long)(uv_now(server_loop(op->s)) - op->started_ms));
     engine_cancel(op->call);
     free(op);
 }
@@ -272,6 +279,7 @@ static void cmd_acquire(const command_req *q) {
     memcpy(op->lane, a.lane, sizeof(op->lane));
     memcpy(op->tenant, a.tenant, sizeof(op->tenant));
     op->max_wait_ms = engine_max_wait(server_engine(q->s), &a.rq);
+    op->started_ms = uv_now(server_loop(q->s));
     int rc = engine_acquire_req(server_engine(q->s), &a.rq, on_acquired, op, &op->call);
     if (rc != 0) {
         reply_req_error(q, rc, &a);
@@ -316,7 +324,7 @@ static void cmd_estimate(const command_req *q) {
 
 static void cmd_settle(const command_req *q) {
     server_stats *st = server_counters(q->s);
-    long long actual = -1, in = -1, out = -1, cache_read = -1;
+    long long actual = -1, in = -1, out = -1, cache_read = -1, cache_write = -1;
     engine_outcome outcome = ENGINE_OK;
     ratelimit_feedback fb;
     ratelimit_init(&fb, -1);
@@ -340,9 +348,10 @@ static void cmd_settle(const command_req *q) {
             reply_error(q, "syntax error: %s needs a value", printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
             return;
         }
-        if (arg_is(q, i, "TOKENS") || arg_is(q, i, "INPUT") || arg_is(q, i, "OUTPUT") || arg_is(q, i, "CACHE_READ")) {
-            static const char *const words[] = {"TOKENS", "INPUT", "OUTPUT", "CACHE_READ"};
-            long long *dst[] = {&actual, &in, &out, &cache_read};
+        if (arg_is(q, i, "TOKENS") || arg_is(q, i, "INPUT") || arg_is(q, i, "OUTPUT") || arg_is(q, i, "CACHE_READ") ||
+            arg_is(q, i, "CACHE_WRITE")) {
+            static const char *const words[] = {"TOKENS", "INPUT", "OUTPUT", "CACHE_READ", "CACHE_WRITE"};
+            long long *dst[] = {&actual, &in, &out, &cache_read, &cache_write};
             int w = 0;
             while (!arg_is(q, i, words[w])) w++;
             if (arg_uint(q->argv[i + 1], q->argvlen[i + 1], dst[w]) != 0) {
@@ -364,9 +373,10 @@ static void cmd_settle(const command_req *q) {
                 return;
             }
         } else {
-            reply_error(
-                q, "syntax error: unknown option '%s' (expected TOKENS, INPUT, OUTPUT, CACHE_READ, STATUS or HEADER)",
-                printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
+            reply_error(q,
+                        "syntax error: unknown option '%s' (expected TOKENS, INPUT, OUTPUT, CACHE_READ, CACHE_WRITE, "
+                        "STATUS or HEADER)",
+                        printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
             return;
         }
         i += 2;
@@ -387,11 +397,16 @@ static void cmd_settle(const command_req *q) {
         reply_error(q, "CACHE_READ is the part of INPUT read from the prompt cache: it needs INPUT and is at most it");
         return;
     }
+    if (cache_write >= 0 && (in < 0 || cache_write + (cache_read > 0 ? cache_read : 0) > in)) {
+        reply_error(q, "CACHE_WRITE is the part of INPUT written to the prompt cache: it needs INPUT and, with "
+                       "CACHE_READ, is at most it");
+        return;
+    }
     if (actual >= 0 && in >= 0 && actual != in + out) {
         reply_error(q, "TOKENS must be INPUT + OUTPUT when all three are given");
         return;
     }
-    engine_usage usage = {actual, in, out, cache_read};
+    engine_usage usage = {actual, in, out, cache_read, cache_write};
     engine_seen seen;
     engine_seen_from_feedback(&fb, &seen);
     const char *id = q->argv[1];
@@ -857,7 +872,8 @@ static const command command_table[] = {
      "The wait an ACQUIRE would get now, reserving nothing; replies [wait-ms, tokens, deployment, redis|local], or "
      "-SHED <reason> retry-after-ms=<n> source=<redis|local>."},
     {"SETTLE", -2, cmd_settle, CMD_FAST,
-     "SETTLE <grant-id> [TOKENS actual | INPUT a OUTPUT b [CACHE_READ c]] [STATUS ok|throttled|failed|cancelled|quota] "
+     "SETTLE <grant-id> [TOKENS actual | INPUT a OUTPUT b [CACHE_READ c] [CACHE_WRITE w]] [STATUS "
+     "ok|throttled|failed|cancelled|quota] "
      "[HEADER name value]...",
      "Closes a grant with its outcome and the provider's rate-limit headers; replies +OK."},
     {"RETRY", 2, cmd_retry, CMD_BLOCKING, "RETRY <deployment>",

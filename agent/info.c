@@ -292,6 +292,55 @@ static void section_patience(info_out *o, server *s, const server_stats *st, con
     engine_foreach_class(server_engine(s), patience_line, &pl);
 }
 
+/* Budgets in money: one line per budget and period,
+ * budget<i>:name=..,period=day,currency=USD,limit=..,spent=..,reserved=..,
+ * left=..,renews_in_ms=..,warn=0|1 (amounts in the currency, as the last
+ * look at Redis found them, every 2 s), then what this agent's settles
+ * cost, spend<k>:deployment=..,tenant=..,client=..,currency=..,spent=..,
+ * requests=... */
+typedef struct budget_lines {
+    info_out *o;
+    size_t n;
+} budget_lines;
+
+static void budget_line(void *ud, const engine_budget_view *v) {
+    budget_lines *bl = ud;
+    for (int p = 0; p < ENGINE_PERIODS; p++) {
+        if (!v->limit[p]) continue;
+        long long left = v->limit[p] - v->spent[p] - v->reserved[p];
+        long long renew = p == ENGINE_PERIOD_TOTAL ? -1 : v->renew_ms[p];
+        int warn = v->limit[p] && (double)(v->spent[p] + v->reserved[p]) >= v->warn_at * (double)v->limit[p];
+        line(bl->o,
+             "budget%zu:name=%s,period=%s,currency=%s,limit=%.6f,spent=%.6f,reserved=%.6f,left=%.6f,"
+             "renews_in_ms=%lld,warn=%d,known=%d",
+             bl->n++, v->name, engine_period_names[p], v->currency, (double)v->limit[p] / 1e6,
+             (double)v->spent[p] / 1e6, (double)v->reserved[p] / 1e6, (double)(left > 0 ? left : 0) / 1e6,
+             v->known ? renew : -1, warn, v->known);
+    }
+}
+
+static void spend_line(void *ud, const char *deployment, const char *tenant, const char *client_name,
+                       const char *currency, long long spent_u, unsigned long long requests) {
+    budget_lines *bl = ud;
+    line(bl->o, "spend%zu:deployment=%s,tenant=%s,client=%s,currency=%s,spent=%.6f,requests=%llu", bl->n++, deployment,
+         tenant, client_name, currency, (double)spent_u / 1e6, requests);
+}
+
+static void section_budgets(info_out *o, server *s, const server_stats *st, const engine_stats *es) {
+    (void)st;
+    line(o, "# Budgets");
+    line(o, "budgets:%zu", engine_config(server_engine(s))->nbudgets);
+    line(o, "budget_reserves:%llu", es->budget_reserves);
+    line(o, "budget_sheds:%llu", es->shed_by_reason[ENGINE_SHED_BUDGET]);
+    line(o, "budget_errors:%llu", es->budget_errors);
+    line(o, "budget_unchecked:%llu", es->budget_unchecked);
+    line(o, "budget_warnings:%llu", es->budget_warnings);
+    budget_lines bl = {o, 0};
+    engine_foreach_budget(server_engine(s), budget_line, &bl);
+    bl.n = 0;
+    engine_foreach_spend(server_engine(s), spend_line, &bl);
+}
+
 /* One line per group and one per (group, member), in the style of the
  * lane rows: group<i>:group=..,acquires=.. and group_member<k>:group=..,
  * member=..,priority=<index in members>,grants=... A request counts once
@@ -412,11 +461,12 @@ static const struct {
     {"server", section_server},         {"clients", section_clients}, {"deployments", section_deployments},
     {"dimensions", section_dimensions}, {"redis", section_redis},     {"stats", section_stats},
     {"lanes", section_lanes},           {"tenants", section_tenants}, {"groups", section_groups},
-    {"patience", section_patience},     {"http", section_http},       {"memory", section_memory},
+    {"patience", section_patience},     {"http", section_http},       {"budgets", section_budgets},
+    {"memory", section_memory},
 };
 
-const char *const info_sections[] = {"server",  "clients", "deployments", "dimensions", "redis",  "stats", "lanes",
-                                     "tenants", "groups",  "patience",    "http",       "memory", NULL};
+const char *const info_sections[] = {"server",  "clients", "deployments", "dimensions", "redis",   "stats",  "lanes",
+                                     "tenants", "groups",  "patience",    "http",       "budgets", "memory", NULL};
 
 int info_render(server *s, const char *section, resp_buf *out) {
     int all = !section || !*section || !strcasecmp(section, "all") || !strcasecmp(section, "default") ||

@@ -250,6 +250,60 @@ static void patience_metric(void *ud, const char *deployment, const char *lane, 
              (double)st->within / (double)st->answered);
 }
 
+static void abandon_metric(void *ud, const char *deployment, const char *lane, const char *tenant,
+                           const engine_class_stats *st) {
+    patience_out *po = ud;
+    char dl[2 * CONFIG_NAME_MAX + 1], ll[2 * CONFIG_NAME_MAX + 1], tl[2 * CONFIG_NAME_MAX + 1];
+    label_escape(deployment, dl, sizeof(dl));
+    label_escape(lane, ll, sizeof(ll));
+    label_escape(tenant, tl, sizeof(tl));
+    if (po->what == 0) {
+        emit(po->o, "sluice_requests_abandoned_total{deployment=\"%s\",lane=\"%s\",tenant=\"%s\"} %llu\n", dl, ll, tl,
+             st->abandoned);
+    } else {
+        char labels[8 * CONFIG_NAME_MAX];
+        snprintf(labels, sizeof(labels), "deployment=\"%s\",lane=\"%s\",tenant=\"%s\"", dl, ll, tl);
+        wait_histogram(po->o, "sluice_abandon_seconds", labels, st->abandon_hist, st->abandon_sum_ms);
+    }
+}
+
+/* Per deployment: settles by outcome, RETRY answers by result. */
+static void dep_count_metric(void *ud, const char *deployment, const engine_dep_counts *c) {
+    patience_out *po = ud;
+    char dl[2 * CONFIG_NAME_MAX + 1];
+    label_escape(deployment, dl, sizeof(dl));
+    if (po->what == 0) {
+        for (int k = 0; k < ENGINE_OUTCOMES; k++)
+            emit(po->o, "sluice_settle_outcomes_total{deployment=\"%s\",outcome=\"%s\"} %llu\n", dl,
+                 engine_outcome_names[k], c->outcomes[k]);
+    } else {
+        emit(po->o, "sluice_deployment_retries_total{deployment=\"%s\",result=\"allowed\"} %llu\n", dl,
+             c->retries_allowed);
+        emit(po->o, "sluice_deployment_retries_total{deployment=\"%s\",result=\"refused\"} %llu\n", dl,
+             c->retries_refused);
+    }
+}
+
+/* The product figures of docs/operations.md "Reading the dashboard":
+ * abandonment and time to abandon, outcomes (the share of failures that
+ * are rate limits; attempts for retry amplification), retries. */
+static void product_metrics(text_out *o, engine *e) {
+    head(o, "sluice_requests_abandoned_total", "counter",
+         "Requests whose caller left before they were answered, by deployment, lane and tenant.");
+    patience_out po = {o, 0};
+    engine_foreach_class(e, abandon_metric, &po);
+    head(o, "sluice_abandon_seconds", "histogram", "Time from a request's arrival to its caller leaving unanswered.");
+    po.what = 1;
+    engine_foreach_class(e, abandon_metric, &po);
+    head(o, "sluice_settle_outcomes_total", "counter",
+         "Settled calls by how they ended (ok, throttled, failed, cancelled, quota): the provider attempts.");
+    po.what = 0;
+    engine_foreach_dep_counts(e, dep_count_metric, &po);
+    head(o, "sluice_deployment_retries_total", "counter", "RETRY answers per deployment, by result.");
+    po.what = 1;
+    engine_foreach_dep_counts(e, dep_count_metric, &po);
+}
+
 static void patience_metrics(text_out *o, engine *e) {
     head(o, "sluice_requests_answered_total", "counter",
          "Requests answered (ACQUIREs on the socket, requests of the HTTP proxy), by deployment, lane and tenant.");
@@ -374,6 +428,62 @@ static void batch_metrics(text_out *o, engine *e) {
     engine_foreach_batch(e, batch_metric, &bo);
 }
 
+/* Budgets in money (engine_foreach_budget): per budget and period, in
+ * the currency. what: 0 limit, 1 spent, 2 reserved, 3 remaining. */
+typedef struct budget_out {
+    text_out *o;
+    int what;
+    const char *name;
+} budget_out;
+
+static void budget_metric(void *ud, const engine_budget_view *v) {
+    budget_out *bo = ud;
+    char bl[2 * CONFIG_NAME_MAX + 1];
+    label_escape(v->name, bl, sizeof(bl));
+    for (int p = 0; p < ENGINE_PERIODS; p++) {
+        if (!v->limit[p]) continue;
+        long long x = bo->what == 0   ? v->limit[p]
+                      : bo->what == 1 ? v->spent[p]
+                      : bo->what == 2 ? v->reserved[p]
+                                      : v->limit[p] - v->spent[p] - v->reserved[p];
+        if (bo->what == 3 && x < 0) x = 0;
+        emit(bo->o, "%s{budget=\"%s\",period=\"%s\",currency=\"%s\"} %.6f\n", bo->name, bl, engine_period_names[p],
+             v->currency, (double)x / 1e6);
+    }
+}
+
+static void spend_metric(void *ud, const char *deployment, const char *tenant, const char *client_name,
+                         const char *currency, long long spent_u, unsigned long long requests) {
+    text_out *o = ud;
+    (void)requests;
+    char dl[2 * CONFIG_NAME_MAX + 1], tl[2 * CONFIG_NAME_MAX + 1], cl[2 * CONFIG_NAME_MAX + 1];
+    label_escape(deployment, dl, sizeof(dl));
+    label_escape(tenant, tl, sizeof(tl));
+    label_escape(client_name, cl, sizeof(cl));
+    emit(o, "sluice_spend_total{deployment=\"%s\",tenant=\"%s\",client=\"%s\",currency=\"%s\"} %.6f\n", dl, tl, cl,
+         currency, (double)spent_u / 1e6);
+}
+
+static void budget_metrics(text_out *o, engine *e) {
+    static const struct {
+        const char *name, *help;
+    } fam[] = {
+        {"sluice_budget_limit", "A budget's limit for the period (day, month, total), in its currency."},
+        {"sluice_budget_spent", "What the fleet spent from the budget in the current period (Redis, every 2 s)."},
+        {"sluice_budget_reserved",
+         "What requests in flight hold of the budget: their largest possible cost, until their settle."},
+        {"sluice_budget_remaining", "What the budget has left in the period: limit less spent and reserved."},
+    };
+    for (int k = 0; k < 4; k++) {
+        head(o, fam[k].name, "gauge", fam[k].help);
+        budget_out bo = {o, k, fam[k].name};
+        engine_foreach_budget(e, budget_metric, &bo);
+    }
+    head(o, "sluice_spend_total", "counter",
+         "What this agent's settled requests cost at their deployment's prices, in the currency.");
+    engine_foreach_spend(e, spend_metric, o);
+}
+
 int metrics_render(server *s, resp_buf *b) {
     engine *e = server_engine(s);
     const config *cfg = engine_config(e);
@@ -429,6 +539,7 @@ int metrics_render(server *s, resp_buf *b) {
     emit(&o, "sluice_estimates_total{source=\"redis\"} %llu\n", es.estimates - es.estimates_local);
     emit(&o, "sluice_estimates_total{source=\"local\"} %llu\n", es.estimates_local);
     patience_metrics(&o, e);
+    product_metrics(&o, e);
     head(&o, "sluice_retries_total", "counter", "RETRY answers, by result.");
     emit(&o, "sluice_retries_total{result=\"allowed\"} %llu\n", es.retries_allowed);
     emit(&o, "sluice_retries_total{result=\"refused\"} %llu\n", es.retries_refused);
@@ -439,6 +550,7 @@ int metrics_render(server *s, resp_buf *b) {
         "Limits adopted from the provider's headers (or dropped when they report the configured one again).",
         (double)es.limit_changes);
     dim_metrics(&o, e);
+    budget_metrics(&o, e);
 
     one(&o, "sluice_redis_calls_total", "counter", "Redis script calls.", (double)es.redis_calls);
     one(&o, "sluice_redis_errors_total", "counter", "Redis calls that failed.", (double)es.redis_errors);

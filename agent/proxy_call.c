@@ -75,6 +75,7 @@ struct pcall {
     int model_in_path;
     char api_version[64];
     char lane[CONFIG_NAME_MAX + 1], tenant[CONFIG_NAME_MAX + 1], tag[CONFIG_NAME_MAX + 1];
+    char client[CONFIG_NAME_MAX + 1]; /* the client key's name (agent.http.clients), "" when none */
     long long est_input, est_output;
     int split;
     int exact; /* x-sluice-input-tokens: the input counted by the caller */
@@ -200,6 +201,8 @@ static void pcall_finish(pcall *pc, int answered) {
     int within = pc->deadline < 0 || mono_ms() <= pc->deadline;
     if (!answered) {
         pc->set->st->abandoned++;
+        engine_note_abandoned(pc->set->e, pc->member[0] ? pc->member : pc->name, pc->lane, pc->tenant,
+                              mono_ms() - pc->started);
         return; /* as on the socket: a request its client gave up on is not counted */
     }
     engine_note_patience(pc->set->e, pc->member[0] ? pc->member : pc->name, pc->lane, pc->tenant, within);
@@ -214,7 +217,7 @@ static void pcall_finish(pcall *pc, int answered) {
 
 static void settle(pcall *pc, engine_outcome outcome, const usage_counts *u) {
     if (!pc->grant[0] && !pc->shadow) return;
-    engine_usage usage = {-1, -1, -1, -1};
+    engine_usage usage = {-1, -1, -1, -1, -1};
     if (u && u->tokens >= 0) {
         usage.tokens = u->tokens;
         /* Split only when the parts add up, as libsluice's settle does. */
@@ -222,6 +225,7 @@ static void settle(pcall *pc, engine_outcome outcome, const usage_counts *u) {
             usage.input = u->input;
             usage.output = u->output;
             usage.cache_read = u->cache_read >= 0 && u->cache_read <= u->input ? u->cache_read : -1;
+            usage.cache_write = u->cache_write >= 0 && u->cache_write <= u->input ? u->cache_write : -1;
         }
     }
     ratelimit_feedback fb;
@@ -362,7 +366,10 @@ static void answer_shed(pcall *pc, const engine_shed *shed) {
     resp_buf_init(&body);
     http_header h[4 + 16];
     proxy_retry_headers store;
-    int n = proxy_shed_answer(pc->api, shed->reason, shed->retry_after_ms, &body, h, &store);
+    int budget = shed->budget != NULL;
+    int n = budget ? proxy_budget_answer(pc->api, shed->budget, shed->period, shed->left_u, shed->currency,
+                                         shed->retry_after_ms, &body, h, &store)
+                   : proxy_shed_answer(pc->api, shed->reason, shed->retry_after_ms, &body, h, &store);
     /* The fleet's budget of the deployment asked for (a group has none of
      * its own), as on a granted answer: what the client was shed against. */
     sluice_headers sb;
@@ -376,6 +383,9 @@ static void answer_shed(pcall *pc, const engine_shed *shed) {
         return;
     }
     h[n++] = (http_header){"x-sluice-shed", shed->reason ? shed->reason : "other"};
+    /* A budget does not come back on a retry: the SDKs that honour it
+     * (OpenAI's, Anthropic's) give up at once. */
+    if (budget) h[n++] = (http_header){"x-should-retry", "false"};
     for (size_t i = 0; i < sb.n; i++) h[n++] = sb.h[i];
     http_request *r = pc->r;
     pc->r = NULL;
@@ -788,7 +798,7 @@ static void shadow_end(pshadow *sh, engine_outcome outcome, const engine_usage *
                        const engine_seen *seen) {
     sh->ended = 1;
     sh->outcome = outcome;
-    sh->usage = usage ? *usage : (engine_usage){-1, -1, -1, -1};
+    sh->usage = usage ? *usage : (engine_usage){-1, -1, -1, -1, -1};
     sh->pause = pause;
     sh->have_seen = seen != NULL;
     if (seen) sh->seen = *seen;
@@ -867,7 +877,8 @@ static void step_acquire(pcall *pc) {
                      .split = pc->split,
                      .input = pc->split ? pc->est_input : -1,
                      .output = pc->split ? pc->est_output : -1,
-                     .exact = pc->exact};
+                     .exact = pc->exact,
+                     .client = pc->client};
     const char *why = engine_acquire_req_error(pc->set->e, &rq);
     if (why) {
         answer_error(pc, PROXY_ERR_BAD_REQUEST, "%s (deployment '%s')", why, pc->name);
@@ -1014,7 +1025,13 @@ static void on_transfer_done(void *arg, CURLcode cc) {
     for (size_t i = 0; i < pc->nrh; i++) hs[i] = (sl_header){pc->rh[i].name, pc->rh[i].value};
     sl_verdict v;
     verdict_compute(status, cc == CURLE_OPERATION_TIMEDOUT, pc->rbody, pc->rlen, hs, pc->nrh, -1, &v);
-    usage_counts u = {v.tokens, v.input_tokens, v.output_tokens, v.cache_read_tokens};
+    usage_counts u = {v.tokens, v.input_tokens, v.output_tokens, v.cache_read_tokens, -1};
+    /* The cache writes, which the verdict does not carry, for a budget's
+     * price of them (lib/core/budget.h). */
+    if (v.input_tokens >= 0 && engine_config(pc->set->e)->nbudgets) {
+        usage_counts full;
+        if (usage_split(pc->rbody, pc->rlen, &full) == 0) u.cache_write = full.cache_write;
+    }
     settle(pc, (engine_outcome)v.outcome, v.tokens >= 0 ? &u : NULL);
     if (v.cls != SL_CLASS_OK) {
         pc->set->st->upstream_errors++;
@@ -1074,6 +1091,7 @@ void proxy_call_start(proxy_calls *set, http_request *r, const proxy_request *pr
     /* A client key binds its requests to the client's tenant and lane. */
     if (auth->client && auth->client->tenant[0]) snprintf(pc->tenant, sizeof(pc->tenant), "%s", auth->client->tenant);
     if (auth->client && auth->client->lane[0]) snprintf(pc->lane, sizeof(pc->lane), "%s", auth->client->lane);
+    if (auth->client) snprintf(pc->client, sizeof(pc->client), "%s", auth->client->name);
     pc->inject = auth->inject;
     pc->observe = engine_config(set->e)->agent.http.mode == CONFIG_HTTP_OBSERVE;
     pc->est_input = pr->est.input;
@@ -1181,7 +1199,7 @@ void proxy_calls_close(proxy_calls *set) {
         pshadow *sh = set->shadows;
         if (sh->acq) engine_cancel(sh->acq);
         else if (sh->grant[0])
-            engine_settle_usage(set->e, sh->grant, &(engine_usage){-1, -1, -1, -1}, ENGINE_CANCELLED, -1, NULL);
+            engine_settle_usage(set->e, sh->grant, &(engine_usage){-1, -1, -1, -1, -1}, ENGINE_CANCELLED, -1, NULL);
         shadow_free(sh);
     }
     upstream_close(set->up);

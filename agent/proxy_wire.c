@@ -113,6 +113,17 @@ int proxy_error_body(proxy_api api, proxy_error_kind kind, const char *message, 
     return error_body_typed(api, kind, NULL, message, param, out);
 }
 
+/* Retry-After in whole seconds, rounded up, and retry-after-ms; none for
+ * a wait < 0 (never). Returns how many. */
+static int retry_headers(long long retry_after_ms, http_header *h, proxy_retry_headers *storage) {
+    if (retry_after_ms < 0) return 0;
+    snprintf(storage->seconds, sizeof(storage->seconds), "%lld", (retry_after_ms + 999) / 1000);
+    snprintf(storage->ms, sizeof(storage->ms), "%lld", retry_after_ms);
+    h[0] = (http_header){"retry-after", storage->seconds};
+    h[1] = (http_header){"retry-after-ms", storage->ms};
+    return 2;
+}
+
 int proxy_shed_answer(proxy_api api, const char *reason, long long retry_after_ms, resp_buf *body, http_header *h,
                       proxy_retry_headers *storage) {
     char msg[256];
@@ -126,12 +137,25 @@ int proxy_shed_answer(proxy_api api, const char *reason, long long retry_after_m
                  r, retry_after_ms);
     else snprintf(msg, sizeof(msg), "sluice: this request can never fit the fleet's budget (limit: %s)", r);
     if (error_body_typed(api, PROXY_ERR_RATE_LIMITED, otype, msg, NULL, body) != 0) return -1;
-    if (retry_after_ms < 0) return 0;
-    snprintf(storage->seconds, sizeof(storage->seconds), "%lld", (retry_after_ms + 999) / 1000);
-    snprintf(storage->ms, sizeof(storage->ms), "%lld", retry_after_ms);
-    h[0] = (http_header){"retry-after", storage->seconds};
-    h[1] = (http_header){"retry-after-ms", storage->ms};
-    return 2;
+    return retry_headers(retry_after_ms, h, storage);
+}
+
+int proxy_budget_answer(proxy_api api, const char *budget, const char *period, long long left_u, const char *currency,
+                        long long retry_after_ms, resp_buf *body, http_header *h, proxy_retry_headers *storage) {
+    char msg[384], when[96];
+    const char *p = period && *period ? period : "total";
+    if (retry_after_ms >= 0) snprintf(when, sizeof(when), "it renews in %lld s", (retry_after_ms + 999) / 1000);
+    else
+        snprintf(when, sizeof(when), "%s",
+                 !strcmp(p, "total") ? "it never renews"
+                                     : "this request costs more than "
+                                       "the whole limit");
+    snprintf(msg, sizeof(msg),
+             "sluice: budget '%s' has %lld.%06lld %s left this %s, less than this request may cost; %s",
+             budget ? budget : "", left_u / 1000000, left_u % 1000000, currency ? currency : "",
+             !strcmp(p, "total") ? "budget" : p, when);
+    if (error_body_typed(api, PROXY_ERR_RATE_LIMITED, "insufficient_quota", msg, NULL, body) != 0) return -1;
+    return retry_headers(retry_after_ms, h, storage);
 }
 
 /* ---- routes ----------------------------------------------------------------------------- */

@@ -172,4 +172,12 @@ struct http_header;
 int proxy_shed_answer(proxy_api api, const char *reason, long long retry_after_ms, resp_buf *body,
                       struct http_header *h, proxy_retry_headers *storage);
 
+/* The 429 of a shed for a budget in money: the provider's shape with
+ * OpenAI's type insufficient_quota, a message that names the budget, its
+ * period, what it has left (1e-6 of currency) and when it renews, and
+ * Retry-After until then (none when it never does). Returns as
+ * proxy_shed_answer(). */
+int proxy_budget_answer(proxy_api api, const char *budget, const char *period, long long left_u, const char *currency,
+                        long long retry_after_ms, resp_buf *body, struct http_header *h, proxy_retry_headers *storage);
+
 #endif

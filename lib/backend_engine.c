@@ -122,7 +122,7 @@ static void be_settle(backend *b, gov_op *op) {
      * sl_settle() does not wait, like the agent's coalesced settles. The
      * headers kept are read again for what the settle script learns from
      * them, as sluiced reads the forwarded ones (agent/commands.c). */
-    engine_usage u = {op->actual, op->actual_in, op->actual_out, op->actual_cache};
+    engine_usage u = {op->actual, op->actual_in, op->actual_out, op->actual_cache, -1};
     engine_seen seen;
     ratelimit_feedback fb;
     ratelimit_init(&fb, -1);

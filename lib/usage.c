@@ -5,7 +5,7 @@
 #include <string.h>
 
 typedef struct tally {
-    long long total, input, output, cache_read; /* -1 unseen; the largest seen */
+    long long total, input, output, cache_read, cache_write; /* -1 unseen; the largest seen */
 } tally;
 
 static void keep_max(long long *slot, json_t *v) {
@@ -40,6 +40,7 @@ static void tally_usage(tally *t, json_t *u) {
     if (in > t->input) t->input = in;
     if (out > t->output) t->output = out;
     if (read > t->cache_read) t->cache_read = read;
+    if (cache > t->cache_write) t->cache_write = cache;
 }
 
 static void tally_event(tally *t, json_t *root) {
@@ -80,9 +81,9 @@ static void tally_sse(tally *t, const char *s, size_t n) {
 }
 
 int usage_split(const char *body, size_t len, usage_counts *out) {
-    *out = (usage_counts){-1, -1, -1, -1};
+    *out = (usage_counts){-1, -1, -1, -1, -1};
     if (!body || len == 0 || len > USAGE_MAX_BODY) return -1;
-    tally t = {-1, -1, -1, -1};
+    tally t = {-1, -1, -1, -1, -1};
     size_t i = 0;
     while (i < len && is_ws(body[i])) i++;
     if (i < len && body[i] == '{') tally_json(&t, body + i, len - i);
@@ -91,6 +92,10 @@ int usage_split(const char *body, size_t len, usage_counts *out) {
         out->input = t.input > 0 ? t.input : 0;
         out->output = t.output > 0 ? t.output : 0;
         out->cache_read = t.cache_read > 0 ? (t.cache_read < out->input ? t.cache_read : out->input) : 0;
+        out->cache_write =
+            t.cache_write > 0
+                ? (t.cache_write < out->input - out->cache_read ? t.cache_write : out->input - out->cache_read)
+                : 0;
     }
     /* The combined count: all of the prompt and the output, which is what
      * total_tokens says where a provider sends it. */

@@ -24,6 +24,7 @@
  * total_tokens when larger). */
 typedef struct usage_counts {
     long long tokens, input, output, cache_read;
+    long long cache_write; /* the part of input written to the prompt cache (Anthropic's cache_creation_input_tokens) */
 } usage_counts;
 
 /* 0 and *out when the body reports usage, -1 (all fields -1) when not. */

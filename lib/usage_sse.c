@@ -41,7 +41,7 @@ struct usage_sse {
 
 usage_sse *usage_sse_new(void) {
     usage_sse *r = calloc(1, sizeof(*r));
-    if (r) r->most = (usage_counts){-1, -1, -1, -1};
+    if (r) r->most = (usage_counts){-1, -1, -1, -1, -1};
     return r;
 }
 
@@ -94,6 +94,7 @@ static void dispatch(usage_sse *r) {
             keep_most(&r->most.input, u.input);
             keep_most(&r->most.output, u.output);
             keep_most(&r->most.cache_read, u.cache_read);
+            keep_most(&r->most.cache_write, u.cache_write);
             keep_most(&r->most.tokens, u.tokens);
             /* Anthropic's message_start counts the input and one output
              * token: the output is final only in message_delta. */
@@ -238,12 +239,14 @@ int usage_sse_feed(usage_sse *r, const char *data, size_t len) {
 }
 
 int usage_sse_result(const usage_sse *r, usage_counts *out) {
-    *out = (usage_counts){-1, -1, -1, -1};
+    *out = (usage_counts){-1, -1, -1, -1, -1};
     if (!r->st.usage_events) return -1;
     out->input = r->most.input > 0 ? r->most.input : 0;
     out->output = r->most.output > 0 ? r->most.output : 0;
     long long cache = r->most.cache_read > 0 ? r->most.cache_read : 0;
     out->cache_read = cache < out->input ? cache : out->input;
+    long long write = r->most.cache_write > 0 ? r->most.cache_write : 0;
+    out->cache_write = write < out->input - out->cache_read ? write : out->input - out->cache_read;
     out->tokens = out->input + out->output;
     if (r->most.tokens > out->tokens) out->tokens = r->most.tokens;
     return 0;

@@ -426,6 +426,72 @@ static int daemon_groups(status_src *s, status_group **out, int *n, char *err, s
 
 /* ---- printing ------------------------------------------------------------------ */
 
+static void fmt_ms(char *b, size_t n, double ms);
+
+/* Budgets in money, below the deployments: from a sluiced's INFO budgets
+ * (as its last look at Redis found them), or from Redis' budget hashes
+ * (the periods as last written: a period that has rolled since shows its
+ * old day until the next request). */
+static void print_budgets(status_src *s) {
+    if (s->sock) {
+        redisReply *r = redisCommand(s->c, "INFO budgets");
+        if (!r || r->type != REDIS_REPLY_STRING) {
+            if (r) freeReplyObject(r);
+            return;
+        }
+        int head = 0;
+        for (const char *p = r->str; *p;) {
+            size_t len = strcspn(p, "\r\n");
+            const char *colon = memchr(p, ':', len);
+            char v[8][64] = {{0}};
+            static const char *const keys[8] = {"name",  "period",   "currency", "limit",
+                                                "spent", "reserved", "left",     "renews_in_ms"};
+            if (!strncmp(p, "budget", 6) && p[6] >= '0' && p[6] <= '9' && colon) {
+                for (int k = 0; k < 8; k++)
+                    info_value(colon + 1, len - (size_t)(colon + 1 - p), keys[k], v[k], sizeof(v[k]));
+                if (!head++)
+                    printf("\n%-20s %-6s %-4s %14s %14s %14s %14s %12s\n", "BUDGET", "PERIOD", "CUR", "LIMIT", "SPENT",
+                           "RESERVED", "LEFT", "RENEWS IN");
+                char when[32];
+                long long ms = atoll(v[7]);
+                if (ms < 0) snprintf(when, sizeof(when), "never");
+                else fmt_ms(when, sizeof(when), (double)ms);
+                printf("%-20s %-6s %-4s %14s %14s %14s %14s %12s\n", v[0], v[1], v[2], v[3], v[4], v[5], v[6], when);
+            }
+            p += len;
+            while (*p == '\r' || *p == '\n') p++;
+        }
+        freeReplyObject(r);
+        return;
+    }
+    for (size_t i = 0; s->cfg && i < s->cfg->nbudgets; i++) {
+        const struct config_budget *b = &s->cfg->budgets[i];
+        redisReply *r = redisCommand(s->c, "HGETALL sluice:{$budgets}:b:%s", b->name);
+        if (i == 0)
+            printf("\n%-20s %-10s %-4s %14s %14s %14s %14s\n", "BUDGET", "PERIOD", "CUR", "LIMIT", "SPENT", "RESERVED",
+                   "LEFT");
+        static const char *const per[3][4] = {{"day", "daily_limit", "day_spent", "day_reserved"},
+                                              {"month", "monthly_limit", "month_spent", "month_reserved"},
+                                              {"total", "total_limit", "total_spent", "total_reserved"}};
+        long long lim[3] = {b->daily_u, b->monthly_u, b->total_u};
+        for (int p = 0; p < 3; p++) {
+            if (!lim[p]) continue;
+            long long sp = 0, rs = 0;
+            const char *when = p == 2 ? "total" : "-";
+            for (size_t k = 0; r && r->type == REDIS_REPLY_ARRAY && k + 1 < r->elements; k += 2) {
+                const char *f = r->element[k]->str;
+                if (!strcmp(f, per[p][2])) sp = atoll(r->element[k + 1]->str);
+                if (!strcmp(f, per[p][3])) rs = atoll(r->element[k + 1]->str);
+                if (p < 2 && !strcmp(f, per[p][0])) when = r->element[k + 1]->str;
+            }
+            long long left = lim[p] - sp - rs;
+            printf("%-20s %-10s %-4s %14.6f %14.6f %14.6f %14.6f\n", b->name, when, b->currency, (double)lim[p] / 1e6,
+                   (double)sp / 1e6, (double)rs / 1e6, (double)(left > 0 ? left : 0) / 1e6);
+        }
+        if (r) freeReplyObject(r);
+    }
+}
+
 static double num(const json_t *o, const char *k) {
     const json_t *v = json_object_get(o, k);
     return json_is_number(v) ? json_number_value(v) : NAN;
@@ -920,6 +986,7 @@ static int status_main(const char *cmd, int top, int argc, char **argv) {
             } else {
                 int below = print_table(rows, NULL, pl.show, n, 0, s.sock != NULL, 0);
                 print_groups(&pl, rows, NULL, cfg, 0, 0, below);
+                print_budgets(&s);
             }
         }
         goto out;
@@ -947,6 +1014,7 @@ static int status_main(const char *cmd, int top, int argc, char **argv) {
                    s.sock ? s.sock : "", cli.interval_ms);
             int below = print_table(rows, prev, pl.show, n, t_now - t_prev, s.sock != NULL, 1);
             print_groups(&pl, rows, prev, cfg, t_now - t_prev, 1, below);
+            print_budgets(&s);
         }
         fflush(stdout);
         json_t **swap = prev;

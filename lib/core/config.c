@@ -14,6 +14,8 @@
 #include "cfgtab.h"
 #include "tz.h"
 
+#include <math.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -329,6 +331,84 @@ static const cfg_schema group_schema = {
 
 static int check_tag(const char *s, char *why, size_t n) { return check_class_name(s, strlen(s), why, n); }
 
+/* ISO 4217's active codes (the list of 2024), sorted. */
+static const char *const currencies[] = {
+    "AED", "AFN", "ALL", "AMD", "ANG", "AOA", "ARS", "AUD", "AWG", "AZN", "BAM", "BBD", "BDT", "BGN", "BHD", "BIF",
+    "BMD", "BND", "BOB", "BRL", "BSD", "BTN", "BWP", "BYN", "BZD", "CAD", "CDF", "CHF", "CLP", "CNY", "COP", "CRC",
+    "CUP", "CVE", "CZK", "DJF", "DKK", "DOP", "DZD", "EGP", "ERN", "ETB", "EUR", "FJD", "FKP", "GBP", "GEL", "GHS",
+    "GIP", "GMD", "GNF", "GTQ", "GYD", "HKD", "HNL", "HTG", "HUF", "IDR", "ILS", "INR", "IQD", "IRR", "ISK", "JMD",
+    "JOD", "JPY", "KES", "KGS", "KHR", "KMF", "KPW", "KRW", "KWD", "KYD", "KZT", "LAK", "LBP", "LKR", "LRD", "LSL",
+    "LYD", "MAD", "MDL", "MGA", "MKD", "MMK", "MNT", "MOP", "MRU", "MUR", "MVR", "MWK", "MXN", "MYR", "MZN", "NAD",
+    "NGN", "NIO", "NOK", "NPR", "NZD", "OMR", "PAB", "PEN", "PGK", "PHP", "PKR", "PLN", "PYG", "QAR", "RON", "RSD",
+    "RUB", "RWF", "SAR", "SBD", "SCR", "SDG", "SEK", "SGD", "SHP", "SLE", "SOS", "SRD", "SSP", "STN", "SVC", "SYP",
+    "SZL", "THB", "TJS", "TMT", "TND", "TOP", "TRY", "TTD", "TWD", "TZS", "UAH", "UGX", "USD", "UYU", "UZS", "VES",
+    "VND", "VUV", "WST", "XAF", "XCD", "XOF", "XPF", "YER", "ZAR", "ZMW", "ZWG"};
+
+static int currency_cmp(const void *a, const void *b) { return strcmp(a, *(const char *const *)b); }
+
+int config_currency_ok(const char *code) {
+    return code && strlen(code) == 3 &&
+           bsearch(code, currencies, sizeof(currencies) / sizeof(currencies[0]), sizeof(currencies[0]), currency_cmp) !=
+               NULL;
+}
+
+static int check_currency(const char *s, char *why, size_t n) {
+    if (!s[0] || config_currency_ok(s)) return 0;
+    snprintf(why, n, "must be an ISO 4217 currency code in capitals (USD, EUR, GBP, JPY, ...)");
+    return -1;
+}
+
+/* A budget's currency: required, so "" is what the file said. */
+static int check_currency_given(const char *s, char *why, size_t n) {
+    if (!s[0]) {
+        snprintf(why, n, "must be an ISO 4217 currency code in capitals (USD, EUR, GBP, JPY, ...)");
+        return -1;
+    }
+    return check_currency(s, why, n);
+}
+
+static int check_zone(const char *s, char *why, size_t n) {
+    if (!s[0]) return 0;
+    tz_zone *z = NULL;
+    if (tz_load(NULL, s, &z, why, n) != 0) return -1;
+    tz_free(z);
+    return 0;
+}
+
+typedef struct config_budget cfg_budget;
+
+static int budget_finish(cfg_ctx *ctx, cfg_entity *ent);
+
+static const cfg_row budget_rows[] = {
+    CFG_STR("tenant", cfg_budget, tenant, NULL, check_tag, "Only requests of this tenant draw from it; empty = any."),
+    CFG_STR("client", cfg_budget, client, NULL, check_tag,
+            "Only requests of this client key of the HTTP proxy (agent.http.clients) draw from it; empty = any."),
+    CFG_STR("deployment", cfg_budget, deployment, NULL, check_tag,
+            "Only requests to this deployment or group draw from it; empty = any."),
+    CFG_STRF("currency", cfg_budget, currency, NULL, check_currency_given, CFG_REQUIRED,
+             "ISO 4217 code: the prices of every deployment it draws from must be in it."),
+    CFG_NUM("daily", cfg_budget, daily, "0", 0, 1e9, 0, "What may be spent per day (time_zone's); 0 = no daily limit."),
+    CFG_NUM("monthly", cfg_budget, monthly, "0", 0, 1e9, 0,
+            "What may be spent per calendar month (time_zone's); 0 = no monthly limit."),
+    CFG_NUM("total", cfg_budget, total, "0", 0, 1e9, 0, "What may be spent in all; 0 = no total limit."),
+    CFG_STR("time_zone", cfg_budget, time_zone, NULL, check_zone,
+            "Time zone (tz database name) whose midnight starts a day and whose first of the month a month; empty = "
+            "UTC."),
+    CFG_NUM("warn_at", cfg_budget, warn_at, "0.8", 0, 1, CFG_MIN_OPEN,
+            "The soft limit: the share of a limit spent or reserved that warns (log, metrics, STATUS)."),
+};
+
+static const cfg_schema budget_schema = {
+    .what = "budget",
+    .rows = budget_rows,
+    .nrows = sizeof(budget_rows) / sizeof(budget_rows[0]),
+    .size = sizeof(cfg_budget),
+    .name_off = offsetof(cfg_budget, name),
+    .line_off = offsetof(cfg_budget, line),
+    .check_name = check_class_name,
+    .finish = budget_finish,
+};
+
 static const cfg_row deployment_rows[] = {
     CFG_INT("rpm", cfg_deployment, rpm, NULL, 1, 1e9, CFG_REQUIRED, "Requests per minute the provider allows."),
     CFG_INT("tpm", cfg_deployment, tpm, "0", 0, 1e12, 0,
@@ -451,6 +531,15 @@ static const cfg_row deployment_rows[] = {
              "Labels a group request or tenant may be restricted to (e.g. eu for data residency)."),
     CFG_STRS("aliases", cfg_deployment, aliases, naliases, check_alias,
              "Other model names the HTTP proxy maps to this deployment (the request body's model)."),
+    CFG_NUM("price.input", cfg_deployment, price.input, "0", 0, 1e6, 0,
+            "Price of a million input tokens (not read from the prompt cache), in price.currency."),
+    CFG_NUM("price.output", cfg_deployment, price.output, "0", 0, 1e6, 0, "Price of a million output tokens."),
+    CFG_NUM("price.cache_read", cfg_deployment, price.cache_read, NULL, 0, 1e6, CFG_DERIVED,
+            "Price of a million input tokens read from the prompt cache; default price.input."),
+    CFG_NUM("price.cache_write", cfg_deployment, price.cache_write, NULL, 0, 1e6, CFG_DERIVED,
+            "Price of a million input tokens written to the prompt cache; default price.input."),
+    CFG_STR("price.currency", cfg_deployment, price.currency, NULL, check_currency,
+            "ISO 4217 code of the prices (USD, EUR, ...); required with any price."),
 };
 _Static_assert(sizeof(deployment_rows) / sizeof(deployment_rows[0]) <= CFG_MAX_ROWS, "too many rows");
 
@@ -576,6 +665,9 @@ static const cfg_row root_rows[] = {
              "The governed deployments, by name."),
     CFG_LIST("groups", config, groups, ngroups, &group_schema, 0,
              "Groups of deployments that serve one model: ACQUIRE <group> picks the member."),
+    CFG_LIST("budgets", config, budgets, nbudgets, &budget_schema, 0,
+             "Budgets in money by name: per day, month and in all, for a tenant, a client key, a deployment or the "
+             "fleet."),
 };
 _Static_assert(sizeof(root_rows) / sizeof(root_rows[0]) <= CFG_MAX_ROWS, "too many rows");
 
@@ -660,6 +752,98 @@ static double default_burndown(const cfg_deployment *d) {
     return 1;
 }
 
+/* A price per million tokens as 1e-12 of the currency per token: exact
+ * for prices of up to six decimals (what providers publish has four). */
+static int price_units(cfg_ctx *ctx, cfg_entity *ent, const char *key, double per_million, long long *out) {
+    double p = per_million * 1e6;
+    *out = llround(p);
+    if (fabs(p - (double)*out) > 1e-6 * (p > 1 ? p : 1))
+        return cfg_entity_fail(ctx, ent, key, "at most six decimals, got %.10g", per_million);
+    return 0;
+}
+
+static int price_finish(cfg_ctx *ctx, cfg_entity *ent, cfg_deployment *d) {
+    static const char *const keys[] = {"price.input", "price.output", "price.cache_read", "price.cache_write"};
+    int any = 0;
+    for (size_t i = 0; i < 4; i++) any |= cfg_entity_seen(ent, keys[i]);
+    if (any && !d->price.currency[0])
+        return cfg_entity_fail(ctx, ent, "price", "needs price.currency (an ISO 4217 code: USD, EUR, ...)");
+    if (!any && d->price.currency[0])
+        return cfg_entity_fail(ctx, ent, "price.currency",
+                               "a currency without a price: give price.input and "
+                               "price.output");
+    if (!cfg_entity_seen(ent, "price.cache_read")) d->price.cache_read = d->price.input;
+    if (!cfg_entity_seen(ent, "price.cache_write")) d->price.cache_write = d->price.input;
+    if (price_units(ctx, ent, keys[0], d->price.input, &d->price.input_p) != 0 ||
+        price_units(ctx, ent, keys[1], d->price.output, &d->price.output_p) != 0 ||
+        price_units(ctx, ent, keys[2], d->price.cache_read, &d->price.cache_read_p) != 0 ||
+        price_units(ctx, ent, keys[3], d->price.cache_write, &d->price.cache_write_p) != 0)
+        return -1;
+    return 0;
+}
+
+/* A budget in the currency as 1e-6 of it, exact to the micro-unit. */
+static int budget_units(cfg_ctx *ctx, cfg_entity *ent, const char *key, double v, long long *out) {
+    double u = v * 1e6;
+    *out = llround(u);
+    if (fabs(u - (double)*out) > 1e-6 * (u > 1 ? u : 1))
+        return cfg_entity_fail(ctx, ent, key, "at most six decimals, got %.10g", v);
+    return 0;
+}
+
+static int budget_finish(cfg_ctx *ctx, cfg_entity *ent) {
+    cfg_budget *b = ent->base;
+    if (b->daily <= 0 && b->monthly <= 0 && b->total <= 0)
+        return cfg_entity_fail(ctx, ent, "daily", "a budget needs at least one of daily, monthly and total above 0");
+    if (budget_units(ctx, ent, "daily", b->daily, &b->daily_u) != 0 ||
+        budget_units(ctx, ent, "monthly", b->monthly, &b->monthly_u) != 0 ||
+        budget_units(ctx, ent, "total", b->total, &b->total_u) != 0)
+        return -1;
+    return 0;
+}
+
+/* 1 when a request to d may draw from budget b (its deployment scope):
+ * none, d's own name, or a group d is a member of. */
+static int budget_covers(const config *cfg, const cfg_budget *b, const cfg_deployment *d) {
+    if (!b->deployment[0] || !strcmp(b->deployment, d->name)) return 1;
+    const struct config_group *g = config_group(cfg, b->deployment);
+    for (size_t i = 0; g && i < g->nmembers; i++)
+        if (!strcmp(g->members[i], d->name)) return 1;
+    return 0;
+}
+
+static int budgets_finish(cfg_ctx *ctx, config *cfg) {
+    for (size_t i = 0; i < cfg->nbudgets; i++) {
+        cfg_budget *b = &cfg->budgets[i];
+        if (b->deployment[0] && !config_deployment(cfg, b->deployment) && !config_group(cfg, b->deployment))
+            return cfg_fail_plain(ctx, b->line, "key 'budgets.%s.deployment': '%s' is not a deployment or a group",
+                                  b->name, b->deployment);
+        if (b->client[0]) {
+            size_t k = 0;
+            while (k < cfg->agent.http.nclients && strcmp(cfg->agent.http.clients[k].name, b->client)) k++;
+            if (k == cfg->agent.http.nclients)
+                return cfg_fail_plain(ctx, b->line,
+                                      "key 'budgets.%s.client': '%s' is not a client key "
+                                      "(agent.http.clients)",
+                                      b->name, b->client);
+        }
+        for (size_t j = 0; j < cfg->ndeployments; j++) {
+            const cfg_deployment *d = &cfg->deployments[j];
+            if (!budget_covers(cfg, b, d)) continue;
+            if (!d->price.currency[0])
+                return cfg_fail_plain(ctx, b->line,
+                                      "key 'budgets.%s': it applies to deployment '%s', which has no price (give "
+                                      "deployments.%s.price, or scope the budget with deployment:)",
+                                      b->name, d->name, d->name);
+            if (strcmp(d->price.currency, b->currency))
+                return cfg_fail_plain(ctx, b->line,
+                                      "key 'budgets.%s.currency': %s, but deployment '%s' is priced in %s", b->name,
+                                      b->currency, d->name, d->price.currency);
+        }
+    }
+    return 0;
+}
+
 static int deployment_finish(cfg_ctx *ctx, cfg_entity *ent) {
     cfg_deployment *d = ent->base;
     if (profile_check(ctx, ent, d) != 0) return -1;
@@ -689,6 +873,7 @@ static int deployment_finish(cfg_ctx *ctx, cfg_entity *ent) {
             return cfg_entity_fail(ctx, ent, "daily_reset", "%s", why);
         tz_free(z);
     }
+    if (price_finish(ctx, ent, d) != 0) return -1;
     if (!cfg_entity_seen(ent, "output_burndown"))
         d->output_burndown = d->style == CONFIG_STYLE_BEDROCK ? default_burndown(d) : 1;
     /* Bedrock reserves input + max_tokens and settles to what the request
@@ -1132,6 +1317,7 @@ static int root_finish(cfg_ctx *ctx, cfg_entity *ent) {
                                       g->tenants[j].name, tag);
         }
     }
+    if (budgets_finish(ctx, cfg) != 0) return -1;
     return build_models(ctx, cfg);
 }
 

@@ -241,6 +241,16 @@ struct config_deployment {
     size_t ntenants;
     long long tenant_idle_ms;
     long long lane_step_ms;
+    /* What a million tokens cost (budgets in money): per input token not
+     * read from the cache, per cache read, per cache write, per output
+     * token. cache_read and cache_write default to input. */
+    struct {
+        double input, output, cache_read, cache_write; /* per million tokens, >= 0 */
+        char *currency;                                /* ISO 4217; "" = no price */
+        /* The same per token in 1e-12 of the currency (exact integers):
+         * what lib/core/budget.c multiplies usage by. */
+        long long input_p, output_p, cache_read_p, cache_write_p;
+    } price;
     char **tags; /* e.g. "eu": which group requests may use it */
     size_t ntags;
     char **aliases; /* other model names the proxy maps to it */
@@ -283,6 +293,23 @@ struct config_group {
     const struct config_deployment **members_; /* resolved, nmembers of them */
 };
 
+/* budgets.NAME: a budget in money (docs/configuration.md "Budgets"). A
+ * request draws from every budget whose scope it matches: each of tenant,
+ * client and deployment that is given must match ("" = any; all three
+ * empty = the whole fleet). */
+struct config_budget {
+    char *name;
+    int line;
+    char *tenant;                          /* the tenant the request names (or its client is bound to) */
+    char *client;                          /* agent.http.clients.NAME */
+    char *deployment;                      /* a deployment or a group, as the request names it */
+    char *currency;                        /* ISO 4217, the deployments' prices' */
+    double daily, monthly, total;          /* in the currency; 0 = none */
+    char *time_zone;                       /* whose midnight starts a day and a month; "" = UTC */
+    double warn_at;                        /* the share spent that warns (the soft limit), (0, 1] */
+    long long daily_u, monthly_u, total_u; /* the same in 1e-6 of the currency */
+};
+
 typedef struct config {
     char *source; /* the name used in messages (file path) */
     config_redis redis;
@@ -291,10 +318,15 @@ typedef struct config {
     size_t ndeployments;                   /* >= 1 */
     struct config_group *groups;           /* in file order */
     size_t ngroups;
+    struct config_budget *budgets; /* in file order */
+    size_t nbudgets;
     const struct config_deployment **by_name_; /* private: sorted index */
     struct config_model_entry *models_;        /* private: names and aliases, sorted */
     size_t nmodels_;
 } config;
+
+/* 1 when code is an ISO 4217 currency code ("USD", "EUR", ...). */
+int config_currency_ok(const char *code);
 
 /* Loads and validates the YAML file at path. Returns 0 and a new config in
  * *out, or -1 with *out = NULL and a message in err (always NUL-terminated

@@ -173,7 +173,32 @@ const char *engine_acquire_req_error(const engine *e, const engine_req *rq) {
     return NULL;
 }
 
+/* What engine_acquire_req() refuses at once, before any budget is asked. */
+static int acquire_check(engine *e, const engine_req *rq, engine_acquire_cb cb) {
+    if (e->stopping) return SL_ECLOSING;
+    if (!cb || !rq || !rq->name || rq->tokens < 0 || !name_ok(rq->lane) || !name_ok(rq->tenant) || !name_ok(rq->tag) ||
+        !name_ok(rq->client))
+        return SL_EINVAL;
+    if (engine_acquire_req_error(e, rq)) return SL_EINVAL;
+    dep *d = dep_find(e, rq->name);
+    if (!d || !d->cfg) return config_group(e->cfg, rq->name) ? 0 : SL_EUNKNOWN;
+    if (rq->tag && rq->tag[0] && !config_has_tag(d->cfg, rq->tag)) return SL_EINVAL;
+    if (!config_lane(d->cfg, rq->lane) && rq->lane && rq->lane[0]) return SL_EINVAL;
+    return 0;
+}
+
 int engine_acquire_req(engine *e, const engine_req *rq, engine_acquire_cb cb, void *arg, engine_call **out) {
+    if (out) *out = NULL;
+    int rc = acquire_check(e, rq, cb);
+    if (rc != 0) return rc;
+    /* A request that draws from a budget in money reserves it first
+     * (engine_budget.c), then comes back to engine__acquire_direct(). */
+    rc = engine__budget_acquire(e, rq, cb, arg, out);
+    if (rc != 1) return rc;
+    return engine__acquire_direct(e, rq, cb, arg, out);
+}
+
+int engine__acquire_direct(engine *e, const engine_req *rq, engine_acquire_cb cb, void *arg, engine_call **out) {
     if (out) *out = NULL;
     if (e->stopping) return SL_ECLOSING;
     if (!cb || !rq || !rq->name || rq->tokens < 0 || !name_ok(rq->lane) || !name_ok(rq->tenant) || !name_ok(rq->tag))
@@ -242,18 +267,19 @@ void engine_cancel(engine_call *c) {
         break;
     }
     case CALL_DONE: break;
+    case CALL_BUDGET: engine__budget_cancel(c); break;
     }
 }
 
 int engine_settle(engine *e, const char *grant_id, long long actual_tokens, engine_outcome outcome,
                   long long pause_ms) {
-    engine_usage u = {actual_tokens < 0 ? -1 : actual_tokens, -1, -1, -1};
+    engine_usage u = {actual_tokens < 0 ? -1 : actual_tokens, -1, -1, -1, -1};
     return engine_settle_usage(e, grant_id, &u, outcome, pause_ms, NULL);
 }
 
 int engine_settle_usage(engine *e, const char *grant_id, const engine_usage *usage, engine_outcome outcome,
                         long long pause_ms, const engine_seen *seen) {
-    engine_usage u = usage ? *usage : (engine_usage){-1, -1, -1, -1};
+    engine_usage u = usage ? *usage : (engine_usage){-1, -1, -1, -1, -1};
     /* One figure for the combined usage: input + output when only those
      * were given; input and output together or not at all; cache reads
      * within the input. */
@@ -273,6 +299,7 @@ int engine_settle_usage(engine *e, const char *grant_id, const engine_usage *usa
     dep *d = dep_find(e, name);
     if (!d || !d->cfg) return SL_EUNKNOWN;
     e->stats.settles++;
+    d->outcomes[outcome]++;
     if (outcome == ENGINE_THROTTLED) e->stats.throttled++;
     if (outcome == ENGINE_QUOTA) {
         e->stats.quota_events++;
@@ -281,6 +308,7 @@ int engine_settle_usage(engine *e, const char *grant_id, const engine_usage *usa
                      d->cfg->group_ ? " (its group routes to the other members)" : "");
     }
     if (u.tokens >= 0) e->stats.tokens_actual += (unsigned long long)u.tokens;
+    engine__budget_settle(e, grant_id, &u, outcome);
     /* With Redis, the settle's reply brings the pause and its shift for the
      * whole fleet (one round trip later); without, it applies here. */
     if (pause_ms > 0 && !dep_uses_redis(d)) dep_pause(d, pause_ms, 1);
@@ -413,12 +441,24 @@ void engine_free(engine *e) {
         free(d);
     }
     free(e->gstats);
+    engine__budget_free(e);
     for (gq *q = e->gqs, *nx; q; q = nx) {
         nx = q->next;
         free(q);
     }
     config_free(e->cfg);
     free(e);
+}
+
+void engine_foreach_dep_counts(const engine *e, engine_dep_counts_fn fn, void *ud) {
+    for (const dep *d = e->deps; d; d = d->next) {
+        if (!d->cfg) continue;
+        engine_dep_counts c;
+        memcpy(c.outcomes, d->outcomes, sizeof(c.outcomes));
+        c.retries_allowed = d->retries[0];
+        c.retries_refused = d->retries[1];
+        fn(ud, d->name, &c);
+    }
 }
 
 void engine_get_stats(const engine *e, engine_stats *out) {

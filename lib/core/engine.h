@@ -50,9 +50,11 @@ extern const char *const engine_dim_names[ENGINE_DIMS]; /* "requests", "tokens",
 
 /* What a provider reported a call used; -1 where unknown. tokens is the
  * combined usage (input + output); input includes cache_read, the part of
- * it read from the provider's prompt cache. */
+ * it read from the provider's prompt cache, and cache_write, the part
+ * written to it (priced apart: budgets in money; 0 or -1 = none known). */
 typedef struct engine_usage {
     long long tokens, input, output, cache_read;
+    long long cache_write;
 } engine_usage;
 
 /* What one response's rate-limit headers said, per dimension: the limit
@@ -101,8 +103,13 @@ typedef struct engine_grant {
 
 typedef struct engine_shed {
     const char *reason;       /* rpm tpm itpm otpm paused daily concurrency too_large lane
-                                     ceiling tenant_daily breaker quota tag */
-    long long retry_after_ms; /* -1: never (too_large) */
+                                     ceiling tenant_daily breaker quota tag budget */
+    long long retry_after_ms; /* -1: never (too_large); budget: until the period renews */
+    /* reason budget: the budget that has no room, its period ("day",
+     * "month", "total"), what it has left (1e-6 of its currency) and the
+     * currency; NULL and 0 otherwise. */
+    const char *budget, *period, *currency;
+    long long left_u;
 } engine_shed;
 
 /* Outcome of an acquire: status SL_OK with g, SL_ESHED with shed, or
@@ -163,6 +170,10 @@ typedef struct engine_req {
      * charged as given, never multiplied by the deployment's learned
      * ratio, and it teaches the ratio nothing (ACQUIRE ... EXACT). */
     int exact;
+    /* client: the client key of the HTTP proxy the request came with
+     * (agent.http.clients.NAME), NULL or "" for none: a budget scoped to
+     * a client draws only from its requests. */
+    const char *client;
 } engine_req;
 
 /* engine_acquire() for a deployment or a group. A group request goes to
@@ -228,6 +239,21 @@ int engine_estimate_req(engine *e, const engine_req *rq, engine_estimate_cb cb, 
  * or SL_ENOMEM. */
 int engine_note_patience(engine *e, const char *deployment, const char *lane, const char *tenant, int within_deadline);
 
+/* Abandonment: one request whose caller left before it was answered
+ * (a socket client gone while its ACQUIRE waited, an HTTP client gone
+ * before its response), waited_ms after it arrived. Counted in the class
+ * as engine_note_patience counts. Returns as engine_note_patience. */
+int engine_note_abandoned(engine *e, const char *deployment, const char *lane, const char *tenant, long long waited_ms);
+
+/* Per deployment: settles by outcome (engine_outcome order) and RETRY
+ * answers, summed over this agent's calls. */
+typedef struct engine_dep_counts {
+    unsigned long long outcomes[ENGINE_OUTCOMES];
+    unsigned long long retries_allowed, retries_refused;
+} engine_dep_counts;
+typedef void (*engine_dep_counts_fn)(void *ud, const char *deployment, const engine_dep_counts *c);
+void engine_foreach_dep_counts(const engine *e, engine_dep_counts_fn fn, void *ud);
+
 /* Observe mode (agent.http.mode: observe): what governing would have done
  * with one request that went upstream at once: its acquire granted a
  * slot waited_ms ahead (0: none), or shed it (shed). Counted in the class
@@ -255,6 +281,11 @@ typedef struct engine_class_stats {
     /* Patience (engine_note_patience): requests answered, and of those the
      * ones answered within their deadline. */
     unsigned long long answered, within;
+    /* Requests whose caller left before their answer (engine_note_abandoned),
+     * and how long after arriving, as a histogram of engine_wait_bounds_ms. */
+    unsigned long long abandoned;
+    unsigned long long abandon_hist[ENGINE_WAIT_BUCKETS + 1];
+    unsigned long long abandon_sum_ms;
     /* Observe mode of the HTTP proxy (engine_note_observed): requests
      * forwarded at once whose acquire said they would have waited (and
      * the sum of those waits), or would have been shed. */
@@ -329,6 +360,31 @@ typedef void (*engine_batch_fn)(void *ud, const char *kind, const char *name, co
  * during the call. */
 void engine_foreach_batch(const engine *e, engine_batch_fn fn, void *ud);
 
+/* Budgets in money (config budgets:), as the last look at Redis found
+ * them (refreshed every few heartbeats): per period (day, month, total)
+ * the limit (0 = none), what was spent and what is reserved, in 1e-6 of
+ * the currency. known is 0 before the first look. */
+enum { ENGINE_PERIOD_DAY = 0, ENGINE_PERIOD_MONTH, ENGINE_PERIOD_TOTAL, ENGINE_PERIODS };
+extern const char *const engine_period_names[ENGINE_PERIODS]; /* "day", "month", "total" */
+typedef struct engine_budget_view {
+    const char *name, *currency;
+    int known;
+    long long limit[ENGINE_PERIODS], spent[ENGINE_PERIODS], reserved[ENGINE_PERIODS];
+    long long renew_ms[2];   /* day, month: until the next one starts (as of the look) */
+    const char *day, *month; /* the current ones, "2026-12-04", "2026-12"; "" before a look */
+    double warn_at;
+    unsigned long long granted, sheds, expired; /* fleet-wide, from Redis */
+} engine_budget_view;
+typedef void (*engine_budget_fn)(void *ud, const engine_budget_view *v);
+void engine_foreach_budget(const engine *e, engine_budget_fn fn, void *ud);
+
+/* What this agent's settled requests cost, by deployment (the member a
+ * group request went to), tenant ("" none), client ("" none) and
+ * currency: 1e-6 of the currency, counted at each settle. */
+typedef void (*engine_spend_fn)(void *ud, const char *deployment, const char *tenant, const char *client,
+                                const char *currency, long long spent_u, unsigned long long requests);
+void engine_foreach_spend(const engine *e, engine_spend_fn fn, void *ud);
+
 /* "May this deployment's fleet retry now?" cb gets status SL_OK with
  * allowed 1/0, the balance left and, when refused, a retry-after hint.
  * Returns 0 or SL_EUNKNOWN / SL_ECLOSING (then cb never runs). */
@@ -374,6 +430,9 @@ typedef struct engine_stats {
     unsigned long long retries_allowed, retries_refused;
     unsigned long long tokens_estimated, tokens_actual;
     unsigned long long limit_changes; /* limits adopted from (or dropped after) the headers, as seen here */
+    unsigned long long budget_reserves, budget_errors; /* reservations in money made, and failed (Redis) */
+    unsigned long long budget_unchecked; /* requests let through unbudgeted: Redis unreachable, agent.fail open */
+    unsigned long long budget_warnings;  /* periods that crossed a budget's warn_at (this agent saw it) */
     unsigned long long redis_calls, redis_errors, redis_timeouts, noscript_reloads;
     unsigned long long reserve_calls, reserve_items, settle_calls, settle_items;
     unsigned long long

@@ -328,6 +328,20 @@ int engine_note_patience(engine *e, const char *deployment, const char *lane, co
     return 0;
 }
 
+int engine_note_abandoned(engine *e, const char *deployment, const char *lane, const char *tenant,
+                          long long waited_ms) {
+    int rc;
+    engine_class_stats *st = class_of(e, deployment, lane, tenant, &rc);
+    if (!st) return rc;
+    if (waited_ms < 0) waited_ms = 0;
+    st->abandoned++;
+    int b = 0;
+    while (b < ENGINE_WAIT_BUCKETS && waited_ms > engine_wait_bounds_ms[b]) b++;
+    st->abandon_hist[b]++;
+    st->abandon_sum_ms += (unsigned long long)waited_ms;
+    return 0;
+}
+
 int engine_note_observed(engine *e, const char *deployment, const char *lane, const char *tenant, long long waited_ms,
                          int shed) {
     int rc;

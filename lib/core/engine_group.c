@@ -291,7 +291,8 @@ static void on_group_reserve(void *arg, redisReply *r, const char *err) {
         } else if (kind == 0) {
             const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str
                                                                         : engine_shed_reasons[ENGINE_SHED_OTHER];
-            engine_shed sh = {engine_shed_reasons[engine_shed_reason_index(rs)], engine__reply_int(it->element[2])};
+            engine_shed sh = {.reason = engine_shed_reasons[engine_shed_reason_index(rs)],
+                              .retry_after_ms = engine__reply_int(it->element[2])};
             call_complete(c, SL_ESHED, &sh, NULL);
         } else {
             gq_fallback(c);
@@ -403,7 +404,7 @@ static void on_no_member(uv_timer_t *t) {
     engine_call *c = t->data;
     engine__list_remove(&c->d->waiting, c);
     c->e->stats.waiting--;
-    engine_shed sh = {engine_shed_reasons[ENGINE_SHED_TAG], -1};
+    engine_shed sh = {.reason = engine_shed_reasons[ENGINE_SHED_TAG], .retry_after_ms = -1};
     call_shed(c, &sh);
 }
 
@@ -445,7 +446,7 @@ int group_acquire(engine *e, const struct config_group *g, const engine_req *rq,
             return SL_ENOMEM;
         }
         c->route->next = (int)g->nmembers;
-        c->route->first = (engine_shed){engine_shed_reasons[ENGINE_SHED_TAG], -1};
+        c->route->first = (engine_shed){.reason = engine_shed_reasons[ENGINE_SHED_TAG], .retry_after_ms = -1};
         c->state = CALL_WAITING;
         uv_timer_init(e->loop, &c->timer);
         c->timer.data = c;

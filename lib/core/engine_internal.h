@@ -66,7 +66,9 @@
 /* The last ARGV that asks a script for its own time (lua/common.lua). */
 #define ENGINE_TIMED_ARG "@timed"
 
-typedef enum call_state { CALL_PENDING, CALL_INFLIGHT, CALL_WAITING, CALL_DONE } call_state;
+/* CALL_BUDGET: a request that draws from budgets in money, waiting for
+ * its reservation, then for the call it made (engine_budget.c). */
+typedef enum call_state { CALL_PENDING, CALL_INFLIGHT, CALL_WAITING, CALL_DONE, CALL_BUDGET } call_state;
 
 typedef struct dep dep;
 
@@ -106,6 +108,8 @@ struct engine_call {
     uv_timer_t timer;      /* release timer; memory freed in its close callback */
     int timer_live;
     engine_call *prev, *next; /* in a class queue or d->waiting */
+    struct budget_hold *bh;   /* CALL_BUDGET: its reservation (engine_budget.c) */
+    engine_call *inner;       /* CALL_BUDGET: the call it made once reserved */
 };
 
 typedef struct call_list {
@@ -139,12 +143,14 @@ struct dep {
     const struct config_deployment *cfg; /* NULL when removed by a reload */
     call_class *classes;                 /* not yet sent to Redis, by lane and tenant */
     size_t nclasses, capclasses;
-    size_t npending;       /* calls in all class queues */
-    call_list waiting;     /* granted, timer armed */
-    int reserving;         /* reserve calls in flight (at most 1) */
-    costmodel cost;        /* its reserve calls' time in Redis, learned */
-    costmodel settle_cost; /* its settle calls' */
-    size_t turn;           /* classes of one lane take turns across full batches */
+    size_t npending;                              /* calls in all class queues */
+    call_list waiting;                            /* granted, timer armed */
+    int reserving;                                /* reserve calls in flight (at most 1) */
+    costmodel cost;                               /* its reserve calls' time in Redis, learned */
+    costmodel settle_cost;                        /* its settle calls' */
+    unsigned long long outcomes[ENGINE_OUTCOMES]; /* settles by outcome */
+    unsigned long long retries[2];                /* RETRY answers: allowed, refused */
+    size_t turn;                                  /* classes of one lane take turns across full batches */
     settle_item *settles;
     size_t nsettles, capsettles;
     int settling;
@@ -237,6 +243,7 @@ struct engine {
     group_stat *gstats;
     size_t ngstats;
     gq *gqs;
+    struct budget_book *book; /* budgets in money (engine_budget.c); NULL until first used */
 };
 
 /* Partition safety (lua/common.lua sl_silent, docs/operations.md "Part of
@@ -401,6 +408,18 @@ int dep_fleet_pending(const dep *d);
 void dep_fleet_seen(dep *d, long long backlog_req_ms, long long backlog_tok_ms);
 int dep_needs_hand_over(const dep *d);
 void dep_hand_over(dep *d);
+
+/* ---- engine_budget.c ---- */
+/* A request that draws from a budget in money: reserves its largest cost
+ * first, then makes the call. Returns 1 when no budget applies (go on as
+ * usual), 0 when taken (*out the call), or SL_E*. */
+int engine__acquire_direct(engine *e, const engine_req *rq, engine_acquire_cb cb, void *arg, engine_call **out);
+int engine__budget_acquire(engine *e, const engine_req *rq, engine_acquire_cb cb, void *arg, engine_call **out);
+void engine__budget_cancel(engine_call *c);
+/* A grant's settle: its budgets are corrected to what it cost. */
+void engine__budget_settle(engine *e, const char *grant_id, const engine_usage *u, engine_outcome o);
+void engine__budget_tick(engine *e);
+void engine__budget_free(engine *e);
 
 /* ---- engine_batch.c ---- */
 size_t engine__batch_cap(const engine *e, const costmodel *m, size_t max);

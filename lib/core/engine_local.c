@@ -147,7 +147,7 @@ void local_decide(engine_call *c) {
     const char *reason;
     request_costs(d, c->tokens, c->split, c->input, c->output, c->exact, cost);
     if (local_slot(d, cost, &s, &reason, &fence, rate, tat)) {
-        engine_shed sh = {engine_shed_reasons[ENGINE_SHED_TOO_LARGE], -1};
+        engine_shed sh = {.reason = engine_shed_reasons[ENGINE_SHED_TOO_LARGE], .retry_after_ms = -1};
         call_shed(c, &sh);
         return;
     }
@@ -159,7 +159,7 @@ void local_decide(engine_call *c) {
     }
     double wait = s - (double)uv_now(e->loop);
     if (wait > (double)c->max_wait_ms) {
-        engine_shed sh = {reason, (long long)ceil(wait - (double)c->max_wait_ms)};
+        engine_shed sh = {.reason = reason, .retry_after_ms = (long long)ceil(wait - (double)c->max_wait_ms)};
         call_shed(c, &sh);
         return;
     }

@@ -74,14 +74,15 @@ static void retry_answer(dep_query *q, redisReply *r, int via_redis) {
     dep *d = q->d;
     if (r && r->elements >= 3) {
         int allowed = (int)engine__reply_int(r->element[0]);
-        if (allowed) e->stats.retries_allowed++;
-        else e->stats.retries_refused++;
+        if (allowed) e->stats.retries_allowed++, d->retries[0]++;
+        else e->stats.retries_refused++, d->retries[1]++;
         q->cb.retry(q->arg, SL_OK, allowed, engine__reply_int(r->element[1]), engine__reply_int(r->element[2]));
         return;
     }
     if (via_redis) {
         /* Redis failed mid-call: refuse (the safe answer for a retry). */
         e->stats.retries_refused++;
+        d->retries[1]++;
         q->cb.retry(q->arg, SL_OK, 0, 0, 1000);
         return;
     }
@@ -103,8 +104,8 @@ static void retry_answer(dep_query *q, redisReply *r, int via_redis) {
             wait_ms = (long long)ceil(tat - now - (burst - 1) / per_ms);
         }
     }
-    if (allowed) e->stats.retries_allowed++;
-    else e->stats.retries_refused++;
+    if (allowed) e->stats.retries_allowed++, d->retries[0]++;
+    else e->stats.retries_refused++, d->retries[1]++;
     long long balance = 0;
     if (per_ms > 0) balance = (long long)floor(burst - fmax(0.0, d->local_retry_tat - now) * per_ms);
     q->cb.retry(q->arg, SL_OK, allowed, balance > 0 ? balance : 0, allowed ? 0 : wait_ms);

@@ -384,6 +384,7 @@ static int dep_list_add(dep ***list, size_t *n, size_t *cap, dep *d) {
 void engine__on_heartbeat_timer(uv_timer_t *t) {
     engine *e = t->data;
     double now = (double)uv_now(e->loop);
+    engine__budget_tick(e);
     int batch = strcmp(rrouter_mode(e->redis), "cluster") != 0;
     dep **lists[2] = {NULL, NULL}; /* due, leaving */
     size_t n[2] = {0, 0}, cap[2] = {0, 0};

@@ -119,7 +119,8 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
             }
             const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str
                                                                         : engine_shed_reasons[ENGINE_SHED_OTHER];
-            engine_shed sh = {engine_shed_reasons[engine_shed_reason_index(rs)], engine__reply_int(it->element[2])};
+            engine_shed sh = {.reason = engine_shed_reasons[engine_shed_reason_index(rs)],
+                              .retry_after_ms = engine__reply_int(it->element[2])};
             dep_health_seen(d, sh.reason, sh.retry_after_ms);
             call_shed(c, &sh);
         }
@@ -155,7 +156,7 @@ static int call_expired(engine_call *c, uint64_t now, long long *left) {
         *left = 0;
         return 0;
     }
-    engine_shed sh = {engine_shed_reasons[engine_shed_reason_index(c->defer_reason)], 1};
+    engine_shed sh = {.reason = engine_shed_reasons[engine_shed_reason_index(c->defer_reason)], .retry_after_ms = 1};
     call_shed(c, &sh);
     return 1;
 }

@@ -28,7 +28,7 @@ void engine__queue_settle(dep *d, const char *id, const engine_usage *u, engine_
     settle_item *it = &d->settles[d->nsettles++];
     snprintf(it->id, sizeof(it->id), "%s", id);
     if (u) it->usage = *u;
-    else it->usage = (engine_usage){-1, -1, -1, -1};
+    else it->usage = (engine_usage){-1, -1, -1, -1, -1};
     it->outcome = o;
     it->pause_ms = pause_ms;
     if (seen) it->seen = *seen;

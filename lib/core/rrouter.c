@@ -344,7 +344,9 @@ int rrouter_script(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int 
 int rrouter_script_n(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int nkeys, int argc, const char **argv,
                      rconn_reply_cb cb, void *arg) {
     if (r->closing) return SL_EUNAVAIL;
-    if (r->cluster) return SL_EINVAL;
+    /* Under Cluster only keys of one slot (the budgets' {$budgets}). */
+    for (int i = 1; r->cluster && i < nkeys; i++)
+        if (rrouter_key_slot(keys[i], strlen(keys[i])) != rrouter_key_slot(keys[0], strlen(keys[0]))) return SL_EINVAL;
     int node = node_for(r, keys[0]);
     if (node < 0 || !r->nodes[node].ready) return SL_EUNAVAIL;
     return rconn_script_n(r->nodes[node].conn, id, keys, nkeys, argc, argv, NULL, cb, arg);

@@ -44,7 +44,8 @@ int rrouter_script(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int 
 
 /* A script over nkeys keys of several deployments (a group's members):
  * one Redis or Sentinel only, where every key lives on one server;
- * SL_EINVAL with Redis Cluster, where they live in different slots. */
+ * SL_EINVAL with Redis Cluster unless every key is in one slot (the
+ * budgets'); a redirect is not followed (it reaches cb as an error). */
 int rrouter_script_n(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int nkeys, int argc, const char **argv,
                      rconn_reply_cb cb, void *arg);
 

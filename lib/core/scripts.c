@@ -8,7 +8,7 @@
 
 /* The order here must match script_id. */
 static const char *const script_names[SCRIPT__COUNT] = {
-    "configure", "reserve", "settle", "retry", "heartbeat", "status",
+    "configure", "reserve", "settle", "retry", "heartbeat", "status", "budget",
 };
 
 static script table[SCRIPT__COUNT];

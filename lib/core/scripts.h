@@ -17,6 +17,7 @@ typedef enum script_id {
     SCRIPT_RETRY,
     SCRIPT_HEARTBEAT,
     SCRIPT_STATUS,
+    SCRIPT_BUDGET, /* lua/budget.lua: its own KEYS (the {$budgets} slot) */
     SCRIPT__COUNT
 } script_id;
 

@@ -28,6 +28,7 @@
     X(ITPM, "itpm", LUA)                                                                                               \
     X(OTPM, "otpm", LUA)                                                                                               \
     X(SHARE, "share", LUA)                                                                                             \
+    X(BUDGET, "budget", ENGINE)                                                                                        \
     X(OTHER, "other", ENGINE)
 
 /* How a call ended, as SETTLE and the settle script take it: X(NAME,

@@ -637,6 +637,121 @@ static void test_daily_resets_at_utc_midnight(void **state) {
     assert_true(status_num(rc, dep, "today_tokens") == 100);
 }
 
+/* ---- budgets in money (lua/budget.lua) ------------------------------------ */
+
+/* One budget "b" of daily/total limits (1e-6 units), UTC. reserve/settle
+ * over the {$budgets} keys; the reply's first element. */
+static redisReply *budget_call(int nb, const char *const *names, int argc, const char **argv) {
+    char keys[8][SCRIPTS_KEY_MAX];
+    snprintf(keys[0], SCRIPTS_KEY_MAX, "sluice:{$budgets}:held");
+    snprintf(keys[1], SCRIPTS_KEY_MAX, "sluice:{$budgets}:leases");
+    snprintf(keys[2], SCRIPTS_KEY_MAX, "sluice:{$budgets}:clock");
+    for (int i = 0; i < nb; i++) snprintf(keys[3 + i], SCRIPTS_KEY_MAX, "sluice:{$budgets}:b:%s", names[i]);
+    redisReply *r = script_call_keys(rc, SCRIPT_BUDGET, 3 + nb, keys, argc, argv);
+    assert_non_null(r);
+    return r;
+}
+
+static long long budget_reserve(const char *rid, const char *amount, const char *lease, const char *daily,
+                                const char *total, long long *out) {
+    const char *name = "b";
+    const char *argv[] = {"reserve", rid, amount, lease, "1", "b", "USD", daily, "0", total, "", "0.8"};
+    redisReply *r = budget_call(1, &name, 12, argv);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("budget reserve: %s", r->str);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    long long v = r->element[0]->integer;
+    for (size_t i = 0; out && i < r->elements && i < 6; i++)
+        out[i] = r->element[i]->type == REDIS_REPLY_INTEGER ? r->element[i]->integer
+                 : r->element[i]->type == REDIS_REPLY_STRING && !strcmp(r->element[i]->str, "b day") ? 1
+                                                                                                     : 0;
+    freeReplyObject(r);
+    return v;
+}
+
+static void budget_settle(const char *rid, const char *actual, long long want_found) {
+    const char *argv[] = {"settle", "1", rid, actual};
+    redisReply *r = budget_call(0, NULL, 4, argv);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("budget settle: %s", r->str);
+    assert_int_equal(r->element[0]->integer, want_found);
+    freeReplyObject(r);
+}
+
+static long long budget_field(const char *f) {
+    redisReply *r = redisCommand(rc, "HGET sluice:{$budgets}:b:b %s", f);
+    long long v = r && r->type == REDIS_REPLY_STRING ? atoll(r->str) : -1;
+    freeReplyObject(r);
+    return v;
+}
+
+/* Reserve at the largest cost, shed what can never fit, wait what fits
+ * once in-flight requests settle, settle to the actual, charge a lease's
+ * end in full; everything in one cluster slot. */
+static void test_budget_reserve_settle_expire(void **state) {
+    (void)state;
+    redisReply *z = redisCommand(rc, "DEL sluice:{$budgets}:b:b sluice:{$budgets}:held sluice:{$budgets}:leases");
+    freeReplyObject(z);
+    long long out[6];
+    /* 100 units a day: 60 + 40 fit; 1 more does not, and with 100 held
+     * it may once they settle for less: "not now" (2). */
+    assert_int_equal(budget_reserve("r1", "60", "60000", "100", "0", out), 1);
+    assert_int_equal(out[1], 40);
+    assert_int_equal(budget_reserve("r2", "40", "60000", "100", "0", out), 1);
+    assert_int_equal(out[1], 0);
+    /* warn_at 0.8 crossed by this grant: the reply names the budget and the period. */
+    assert_int_equal(out[2], 1);
+    const char *name = "b";
+    const char *argv2[] = {"reserve", "r2w", "0", "60000", "1", "b", "USD", "100", "0", "0", "", "0.8"};
+    redisReply *w = budget_call(1, &name, 12, argv2);
+    assert_int_equal(w->element[0]->integer, 1);
+    assert_int_equal(w->element[2]->type, REDIS_REPLY_INTEGER); /* once per period: not again */
+    freeReplyObject(w);
+    budget_settle("r2w", "0", 1);
+    assert_int_equal(budget_reserve("r3", "1", "60000", "100", "0", out), 2);
+    assert_int_equal(budget_field("sheds"), -1); /* "not now" is no shed */
+    /* 101 can never fit the day: shed, and never renews (more than the limit). */
+    assert_int_equal(budget_reserve("r4", "101", "60000", "100", "0", out), 0);
+    assert_int_equal(out[4], -1);
+    /* r1 cost 10 of its 60: 50 come back. */
+    budget_settle("r1", "10", 1);
+    assert_int_equal(budget_field("day_spent"), 10);
+    assert_int_equal(budget_field("day_reserved"), 40);
+    assert_int_equal(budget_reserve("r3", "50", "60000", "100", "0", out), 1);
+    /* Now spent 10, held 90: 1 more is "not now"; after r2 settles at 40
+     * (its whole reservation) and r3 at 50, nothing is left: a shed
+     * that renews at the next UTC midnight (within a day). */
+    budget_settle("r2", "40", 1);
+    budget_settle("r3", "50", 1);
+    assert_int_equal(budget_field("day_spent"), 100);
+    assert_int_equal(budget_field("day_reserved"), 0);
+    assert_int_equal(budget_reserve("r5", "1", "60000", "100", "0", out), 0);
+    assert_true(out[4] > 0 && out[4] <= 86400000);
+    assert_int_equal(budget_field("sheds"), 2);
+    budget_settle("r1", "10", 0); /* settled already: nothing found */
+    assert_int_equal(budget_field("day_spent"), 100);
+    /* A total budget: a reservation nobody settles is charged in full at
+     * its lease end (1 ms here), on the next call. */
+    z = redisCommand(rc, "DEL sluice:{$budgets}:b:b");
+    freeReplyObject(z);
+    assert_int_equal(budget_reserve("r6", "30", "1", "0", "100", out), 1);
+    redisReply *t = redisCommand(rc, "HSET sluice:{$budgets}:clock test_clock_offset_ms 10");
+    freeReplyObject(t);
+    assert_int_equal(budget_reserve("r7", "70", "60000", "0", "100", out), 1);
+    assert_int_equal(budget_field("total_spent"), 30);
+    assert_int_equal(budget_field("total_reserved"), 70);
+    assert_int_equal(budget_field("expired"), 1);
+    t = redisCommand(rc, "DEL sluice:{$budgets}:clock");
+    freeReplyObject(t);
+    /* Bad arguments: an error, nothing written. */
+    const char *bad[] = {"settle", "1", "r7", "-3"};
+    redisReply *r = budget_call(0, NULL, 4, bad);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    assert_int_equal(budget_field("total_reserved"), 70);
+    budget_settle("r7", "0", 1);
+    assert_int_equal(budget_field("total_reserved"), 0);
+    assert_int_equal(budget_field("total_spent"), 30);
+}
+
 /* ---- keys, hash tags, bad arguments -------------------------------------- */
 
 static void test_keys_share_one_slot(void **state) {
@@ -1126,6 +1241,7 @@ static void test_limits_packed_and_records(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keys_share_one_slot),
+        cmocka_unit_test(test_budget_reserve_settle_expire),
         cmocka_unit_test(test_use_all_of_it),
         cmocka_unit_test(test_shed_consumes_nothing),
         cmocka_unit_test(test_settle_refund_and_charge_exact),

@@ -44,6 +44,10 @@ typedef struct caller {
     long long pause_ms;
     engine_seen seen;
     int have_seen, status;
+    engine_call *call;   /* the acquire in progress, for a cancel */
+    unsigned gen;        /* attempts made: a scheduled cancel names its attempt */
+    int cancel_sent;     /* this attempt is cancelled once sent */
+    unsigned cancel_gen; /* the attempt a scheduled cancel while waiting is for */
 } caller;
 
 struct simfleet {
@@ -165,16 +169,36 @@ static void caller_settle(void *arg) {
     if (f->closing) return;
     sim_agent *a = &f->agents[c->spec.agent];
     f->recs[c->rec].done_ms = simfleet_now_ms();
+    if (c->cancel_sent) {
+        /* The caller gave up on a sent request: nobody says what it used. */
+        engine_usage none = {-1, -1, -1, -1, -1};
+        if (!a->killed) engine_settle_usage(a->e, c->grant_id, &none, ENGINE_CANCELLED, -1, NULL);
+        caller_next_call(c);
+        return;
+    }
     if (!a->killed)
         engine_settle_usage(a->e, c->grant_id, &c->usage, c->outcome, c->pause_ms, c->have_seen ? &c->seen : NULL);
     if (c->status == 429 || c->status >= 500) caller_retry(c, 0);
     else caller_next_call(c);
 }
 
+/* A cancel while waiting, if the attempt it names is still waiting. */
+static void caller_cancel(void *arg) {
+    caller *c = arg;
+    simfleet *f = c->f;
+    if (f->closing || c->cancel_gen != c->gen || !c->call || f->agents[c->spec.agent].killed) return;
+    engine_cancel(c->call);
+    c->call = NULL;
+    f->recs[c->rec].status = -2;
+    f->recs[c->rec].done_ms = simfleet_now_ms();
+    caller_next_call(c);
+}
+
 static void on_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed, const char *msg) {
     caller *c = arg;
     simfleet *f = c->f;
     (void)msg;
+    c->call = NULL;
     if (f->closing) return;
     sim_record *r = &f->recs[c->rec];
     r->sl_status = status;
@@ -195,8 +219,15 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
     double now = simfleet_now_ms();
     r->slot_ms = r->acquire_ms + (double)g->waited_ms;
     r->send_ms = now;
-    sim_call call = {c->id, c->spec.agent, c->attempt,     g->deployment,
-                     g->id, c->spec.input, c->spec.output, r->acquire_ms};
+    sim_call call = {.caller = c->id,
+                     .agent = c->spec.agent,
+                     .attempt = c->attempt,
+                     .deployment = g->deployment,
+                     .grant_id = g->id,
+                     .input = c->spec.input,
+                     .output = c->spec.output,
+                     .acquire_ms = r->acquire_ms,
+                     .cancelled = c->cancel_sent};
     sim_outcome out;
     memset(&out, 0, sizeof(out));
     out.input = out.output = out.cache_read = -1;
@@ -209,7 +240,7 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
     c->status = out.status;
     c->outcome = out.status == 429 ? ENGINE_THROTTLED : out.status >= 400 ? ENGINE_FAILED : ENGINE_OK;
     long long tokens = out.input >= 0 && out.output >= 0 ? out.input + out.output : -1;
-    c->usage = (engine_usage){tokens, out.input, out.output, out.cache_read};
+    c->usage = (engine_usage){tokens, out.input, out.output, out.cache_read, -1};
     /* The headers as sluiced reads a SETTLE's (agent/commands.c), at the
      * virtual wall time the response ends. */
     c->pause_ms = -1;
@@ -226,7 +257,8 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
         c->pause_ms = ratelimit_settle_pause_ms(&fb, c->outcome == ENGINE_THROTTLED, NULL);
         if (c->pause_ms > SLUICE_PAUSE_MAX_MS) c->pause_ms = SLUICE_PAUSE_MAX_MS;
     }
-    uvsim_at(uvsim_now_us() + (uint64_t)(out.latency_ms * 1000), caller_settle, c);
+    double latency = c->cancel_sent ? out.latency_ms / 2 : out.latency_ms;
+    uvsim_at(uvsim_now_us() + (uint64_t)(latency * 1000), caller_settle, c);
 }
 
 static void caller_acquire(void *arg) {
@@ -247,10 +279,24 @@ static void caller_acquire(void *arg) {
                      .max_wait_ms = c->spec.max_wait_ms,
                      .lane = c->spec.lane,
                      .tenant = c->spec.tenant,
+                     .client = c->spec.client,
                      .split = 1,
                      .input = c->spec.input,
                      .output = c->spec.output};
-    int rc = engine_acquire_req(a->e, &rq, on_acquired, c, NULL);
+    c->gen++;
+    c->cancel_sent = 0;
+    int cancel_wait = 0;
+    if (c->spec.cancel_permille > 0 && (int)(next_rand(f) % 1000) < c->spec.cancel_permille) {
+        if (next_rand(f) % 2) c->cancel_sent = 1;
+        else cancel_wait = 1;
+    }
+    c->call = NULL;
+    int rc = engine_acquire_req(a->e, &rq, on_acquired, c, &c->call);
+    if (rc == 0 && cancel_wait) {
+        c->cancel_gen = c->gen;
+        long long mw = c->spec.max_wait_ms > 0 ? c->spec.max_wait_ms : 1000;
+        uvsim_at(uvsim_now_us() + (uint64_t)(next_rand(f) % (uint64_t)(mw * 1000)), caller_cancel, c);
+    }
     if (rc != 0) {
         f->recs[c->rec].status = -1;
         f->recs[c->rec].sl_status = rc;

@@ -52,6 +52,7 @@ typedef struct sim_call {
     const char *grant_id;
     long long input, output; /* the caller's estimate (max output) */
     double acquire_ms;       /* when this attempt asked */
+    int cancelled;           /* the caller cancels it once sent (sim_caller_spec.cancel_permille) */
 } sim_call;
 
 /* What the provider answered; send() fills it. Header strings need to be
@@ -93,6 +94,13 @@ typedef struct sim_caller_spec {
     long long max_wait_ms;     /* -1: the deployment's */
     int max_attempts;          /* tries per call (shed, 429, error); 0: 1 */
     const char *lane, *tenant; /* NULL: the default lane, tenant (borrowed for the run) */
+    const char *client;        /* NULL: none (engine_req.client; borrowed for the run) */
+    /* Cancels, per mille of attempts (from the seed): half of them while
+     * waiting for the slot (engine_cancel at a time drawn in the max
+     * wait; the grant wins a tie), half after the send (the provider
+     * already has it: send() is told with sim_call.cancelled set, and the
+     * caller settles it cancelled without usage). */
+    int cancel_permille;
 } sim_caller_spec;
 
 /* One attempt. Times in virtual ms since the start; -1 when it did not
@@ -103,7 +111,7 @@ typedef struct sim_record {
     double slot_ms; /* acquire + the grant's waited_ms */
     double send_ms; /* released (and sent) */
     double done_ms; /* settled, or shed / failed */
-    int status;     /* HTTP status; 0: shed; -1: an acquire error */
+    int status;     /* HTTP status; 0: shed; -1: an acquire error; -2: cancelled while waiting */
     int sl_status;  /* the acquire's SL_* status */
     const char *shed_reason;
     long long retry_after_ms;  /* a shed's hint, -1 otherwise */

@@ -453,7 +453,27 @@ typedef struct bad_case {
 
 #define DEP "deployments:\n  gpt-4o:\n"
 
+#define PRICED DEP "    rpm: 1\n    price: { input: 2.5, output: 10, currency: USD }\n"
+
 static const bad_case bad_cases[] = {
+    /* prices and budgets in money (issue 25) */
+    {DEP "    rpm: 1\n    price: { input: -1, output: 10, currency: USD }\n", "@price.input"},
+    {DEP "    rpm: 1\n    price: { input: abc, output: 10, currency: USD }\n", "@price.input"},
+    {DEP "    rpm: 1\n    price: { input: 2.5, output: 10, currency: usd }\n", "@price.currency"},
+    {DEP "    rpm: 1\n    price: { input: 2.5, output: 10, currency: XYZ }\n", "@price.currency"},
+    {DEP "    rpm: 1\n    price: { input: 2.5, output: 10 }\n", "@price"},
+    {DEP "    rpm: 1\n    price: { input: 0.0000001, output: 10, currency: USD }\n", "@price.input"},
+    {PRICED "budgets:\n  team:\n    currency: USD\n    daily: -5\n", "@budgets.team.daily"},
+    {PRICED "budgets:\n  team:\n    currency: USD\n    daily: lots\n", "@budgets.team.daily"},
+    {PRICED "budgets:\n  team:\n    currency: EURO\n    daily: 5\n", "@budgets.team.currency"},
+    {PRICED "budgets:\n  team:\n    daily: 5\n", "@budgets.team.currency"},
+    {PRICED "budgets:\n  team:\n    currency: USD\n", "@budgets.team.daily"},
+    {PRICED "budgets:\n  team:\n    currency: EUR\n    daily: 5\n", "@budgets.team.currency"},
+    {PRICED "budgets:\n  team:\n    currency: USD\n    daily: 5\n    time_zone: Mars/Base\n",
+     "@budgets.team.time_zone"},
+    {PRICED "budgets:\n  team:\n    currency: USD\n    daily: 5\n    deployment: nope\n", "@budgets.team.deployment"},
+    {PRICED "budgets:\n  team:\n    currency: USD\n    daily: 5\n    client: nope\n", "@budgets.team.client"},
+    {PRICED "  other:\n    rpm: 1\nbudgets:\n  team:\n    currency: USD\n    monthly: 5\n", "@budgets.team"},
     /* lanes and tenants */
     {DEP "    rpm: 1\n    lanes:\n      hi: { headroom: 0.6 }\n      mid: { priority: 1, headroom: 0.5 }\n"
          "      lo: { priority: 2 }\n",
@@ -674,6 +694,24 @@ static void test_bad_configs(void **state) {
         config *cfg = (config *)&failures; /* must be reset to NULL */
         char err[512];
         int rc = load(bad_cases[i].yaml, &cfg, err, sizeof(err));
+        char want[256];
+        const char *msg = bad_cases[i].msg;
+        if (msg[0] == '@') {
+            /* The key named, at a line, whatever the words (budgets' rows:
+             * test_budget_errors prints them for the docs). */
+            snprintf(want, sizeof(want), "key '%s%s'", strncmp(msg + 1, "budgets", 7) ? "deployments.gpt-4o." : "",
+                     msg + 1);
+            int named = rc == -1 && !cfg && !strncmp(err, cfgpath, plen) && err[plen] == ':' && err[plen + 1] >= '1' &&
+                        err[plen + 1] <= '9' && strstr(err + plen, want);
+            if (!named) {
+                print_error("case %zu:\n  want %s:<line>: %s...\n  got  %s (rc %d)\n", i, cfgpath, want, err, rc);
+                failures++;
+            } else {
+                print_message("  %s\n", err + plen);
+            }
+            if (rc == 0) config_free(cfg);
+            continue;
+        }
         if (rc != -1 || cfg != NULL || strncmp(err, cfgpath, plen) != 0 || strcmp(err + plen, bad_cases[i].msg)) {
             print_error("case %zu:\n  want %s%s\n  got  %s (rc %d)\n", i, cfgpath, bad_cases[i].msg, err, rc);
             failures++;
@@ -813,6 +851,44 @@ static void test_docs_cover_schema(void **state) {
     assert_int_equal(dc.missing, 0);
 }
 
+/* Prices and budgets load as given: per token in 1e-12, limits in 1e-6. */
+static void test_budgets(void **state) {
+    (void)state;
+    setenv("SLUICE_TEST_CLIENT_KEY", "sk-ci-0123456789abcdef", 1);
+    config *cfg =
+        load_ok("agent:\n  http:\n    listen: 127.0.0.1:8790\n    clients:\n"
+                "      ci: { key_env: SLUICE_TEST_CLIENT_KEY, tenant: t }\n"
+                "deployments:\n"
+                "  gpt:\n    rpm: 10\n    price: { input: 2.5, output: 10, cache_read: 1.25, currency: USD }\n"
+                "  claude:\n    rpm: 10\n    style: anthropic\n"
+                "    price: { input: 3, output: 15, cache_read: 0.3, cache_write: 3.75, currency: USD }\n"
+                "groups:\n  both: { members: [gpt, claude] }\n"
+                "budgets:\n"
+                "  team: { tenant: t, currency: USD, daily: 50, monthly: 1000, time_zone: Europe/Oslo }\n"
+                "  ci: { client: ci, currency: USD, total: 12.345678, warn_at: 0.5 }\n"
+                "  group: { deployment: both, currency: USD, monthly: 100 }\n");
+    const struct config_deployment *g = config_deployment(cfg, "gpt"), *c = config_deployment(cfg, "claude");
+    assert_int_equal(g->price.input_p, 2500000);
+    assert_int_equal(g->price.output_p, 10000000);
+    assert_int_equal(g->price.cache_read_p, 1250000);
+    assert_int_equal(g->price.cache_write_p, 2500000); /* defaults to input */
+    assert_int_equal(c->price.cache_write_p, 3750000);
+    assert_string_equal(c->price.currency, "USD");
+    assert_int_equal(cfg->nbudgets, 3);
+    assert_string_equal(cfg->budgets[0].name, "team");
+    assert_int_equal(cfg->budgets[0].daily_u, 50000000);
+    assert_int_equal(cfg->budgets[0].monthly_u, 1000000000);
+    assert_int_equal(cfg->budgets[0].total_u, 0);
+    assert_string_equal(cfg->budgets[0].time_zone, "Europe/Oslo");
+    assert_true(cfg->budgets[0].warn_at == 0.8);
+    assert_int_equal(cfg->budgets[1].total_u, 12345678);
+    assert_true(cfg->budgets[1].warn_at == 0.5);
+    assert_string_equal(cfg->budgets[2].deployment, "both");
+    config_free(cfg);
+    assert_true(config_currency_ok("EUR") && config_currency_ok("JPY") && !config_currency_ok("EURO") &&
+                !config_currency_ok("eur") && !config_currency_ok(""));
+}
+
 static void test_example_loads(void **state) {
     (void)state;
     const char *src = getenv("SLUICE_SOURCE_DIR");
@@ -841,6 +917,7 @@ int main(void) {
         cmocka_unit_test(test_example_loads),
         cmocka_unit_test(test_one_string_is_a_list),
         cmocka_unit_test(test_bedrock_profile),
+        cmocka_unit_test(test_budgets),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -450,6 +450,20 @@ static void test_shed_answer(void **state) {
     assert_int_equal(proxy_shed_answer(PROXY_API_OPENAI, "rpm", 5, &b, h, &st), 2);
     resp_buf_append(&b, "", 1);
     assert_json_field(b.data, "error.type", "requests");
+    /* A budget in money: OpenAI's insufficient_quota, the budget, what is
+     * left and when it renews; no Retry-After for a total. */
+    resp_buf_reset(&b);
+    assert_int_equal(proxy_budget_answer(PROXY_API_OPENAI, "team", "day", 1234567, "USD", 61000, &b, h, &st), 2);
+    resp_buf_append(&b, "", 1);
+    assert_json_field(b.data, "error.type", "insufficient_quota");
+    assert_non_null(strstr(b.data, "budget 'team' has 1.234567 USD left this day"));
+    assert_non_null(strstr(b.data, "renews in 61 s"));
+    assert_string_equal(h[0].value, "61");
+    resp_buf_reset(&b);
+    assert_int_equal(proxy_budget_answer(PROXY_API_ANTHROPIC, "ci", "total", 0, "EUR", -1, &b, h, &st), 0);
+    resp_buf_append(&b, "", 1);
+    assert_json_field(b.data, "error.type", "rate_limit_error");
+    assert_non_null(strstr(b.data, "it never renews"));
     resp_buf_free(&b);
 }
 

@@ -1,0 +1,726 @@
+/* engine_budget: budgets in money (config budgets:, lua/budget.lua).
+ *
+ * A request that draws from any budget reserves its largest possible
+ * cost (lib/core/budget.h: its input estimate at the deployment's learned
+ * ratio, unless exact, and its max output) from all of them in one
+ * atomic call first; a
+ * request that does not fit is shed with reason `budget`, the budget's
+ * name, what it has left and when it renews, and costs nothing. Once
+ * reserved, the request asks for its slot as any other (the call it makes
+ * is `inner`); a shed, an error or a cancel before the slot gives the
+ * reservation back whole. The grant is remembered by its id, and its
+ * settle corrects the reservation to what the call cost at the prices of
+ * the deployment that served it; a grant never settled is charged in full
+ * by Redis when its lease ends.
+ *
+ * The budgets' keys share one slot ({$budgets}), apart from the
+ * deployments': the reservation and the slot are two steps, never one
+ * script, so they work under Redis Cluster too. */
+#define _GNU_SOURCE
+#include "engine_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "budget.h"
+#include "timeutil.h"
+#include "tz.h"
+
+const char *const engine_period_names[ENGINE_PERIODS] = {"day", "month", "total"};
+
+#define BUDGET_MAP 1024
+#define BUDGET_RETRY_MS 50          /* Redis not ready: ask again this often, within the max wait */
+#define BUDGET_WAIT_MIN_MS 25       /* no room until requests in flight settle: ask again after 25, 50, 100, 200 ms */
+#define BUDGET_WAIT_HINT_MS 1000    /* ... and the retry-after of a request that waited its max wait for it */
+#define BUDGET_LOOK_MS 2000         /* how often the budgets are looked at for metrics and STATUS */
+#define BUDGET_ZONE_DAYS 45         /* a zone's offsets are sent for this many days ahead */
+#define BUDGET_LEASE_PAD_MS 60000LL /* a reservation outlives its call's max wait and lease by this */
+
+typedef struct budget_hold {
+    char rid[ENGINE_GRANT_ID_MAX + 160];
+    long long amount, tokens;
+    budget_price price;
+    char currency[4];
+    char name[CONFIG_NAME_MAX + 1], lane[CONFIG_NAME_MAX + 1], tenant[CONFIG_NAME_MAX + 1];
+    char tag[CONFIG_NAME_MAX + 1], client[CONFIG_NAME_MAX + 1];
+    engine_req rq;
+    uint64_t deadline;                  /* uv_now: asking Redis gives up (max wait) */
+    unsigned waits;                     /* times Redis said "not now" */
+    uint64_t expires;                   /* uv_now: the map forgets it (Redis charged it in full by then) */
+    char grant_id[ENGINE_GRANT_ID_MAX]; /* once granted */
+    char member[CONFIG_NAME_MAX + 1];   /* the deployment that served it */
+    struct budget_hold *next;           /* in the map */
+} budget_hold;
+
+typedef struct spend_row {
+    char deployment[CONFIG_NAME_MAX + 1], tenant[CONFIG_NAME_MAX + 1], client[CONFIG_NAME_MAX + 1], currency[4];
+    long long spent;
+    unsigned long long requests;
+} spend_row;
+
+typedef struct budget_look {
+    engine_budget_view v;
+    char day[16], month[16];
+} budget_look;
+
+typedef struct budget_book {
+    budget_hold *map[BUDGET_MAP];
+    unsigned long long seq;
+    const config *cfg;  /* the configuration the arrays below follow */
+    char **zone;        /* per budget: its offsets, "" for UTC */
+    long long *zone_to; /* per budget: wall ms until which zone holds */
+    budget_look *looks; /* per budget */
+    int looking;
+    uint64_t looked_at;
+    spend_row *spend;
+    size_t nspend, capspend;
+} budget_book;
+
+static budget_book *book_get(engine *e) {
+    if (!e->book) e->book = calloc(1, sizeof(*e->book));
+    budget_book *b = e->book;
+    if (!b || b->cfg == e->cfg) return b;
+    /* A new configuration: zones and looks follow its budgets. */
+    for (size_t i = 0; b->zone && b->cfg && i < b->cfg->nbudgets; i++) free(b->zone[i]);
+    free(b->zone);
+    free(b->zone_to);
+    free(b->looks);
+    size_t n = e->cfg->nbudgets ? e->cfg->nbudgets : 1;
+    b->zone = calloc(n, sizeof(*b->zone));
+    b->zone_to = calloc(n, sizeof(*b->zone_to));
+    b->looks = calloc(n, sizeof(*b->looks));
+    b->cfg = e->cfg;
+    if (!b->zone || !b->zone_to || !b->looks) {
+        free(b->zone);
+        free(b->zone_to);
+        free(b->looks);
+        b->zone = NULL;
+        b->zone_to = NULL;
+        b->looks = NULL;
+        b->cfg = NULL;
+        return NULL;
+    }
+    return b;
+}
+
+void engine__budget_free(engine *e) {
+    budget_book *b = e->book;
+    if (!b) return;
+    for (size_t i = 0; i < BUDGET_MAP; i++)
+        for (budget_hold *h = b->map[i], *nx; h; h = nx) {
+            nx = h->next;
+            free(h);
+        }
+    for (size_t i = 0; b->zone && b->cfg && i < b->cfg->nbudgets; i++) free(b->zone[i]);
+    free(b->zone);
+    free(b->zone_to);
+    free(b->looks);
+    free(b->spend);
+    free(b);
+    e->book = NULL;
+}
+
+/* ---- which budgets, at what price ---- */
+
+static int budget_applies(const config *cfg, const struct config_budget *b, const engine_req *rq) {
+    if (b->tenant[0] && (!rq->tenant || strcmp(b->tenant, rq->tenant))) return 0;
+    if (b->client[0] && (!rq->client || strcmp(b->client, rq->client))) return 0;
+    if (!b->deployment[0] || !strcmp(b->deployment, rq->name)) return 1;
+    /* A budget of a group covers a request to one of its members. */
+    const struct config_group *g = config_group(cfg, b->deployment);
+    for (size_t i = 0; g && i < g->nmembers; i++)
+        if (!strcmp(g->members[i], rq->name)) return 1;
+    return 0;
+}
+
+static void price_of(const struct config_deployment *d, budget_price *p) {
+    *p = (budget_price){d->price.input_p, d->price.output_p, d->price.cache_read_p, d->price.cache_write_p};
+}
+
+/* The price a request to name is reserved at: its deployment's, or for a
+ * group each part at its dearest member's. Returns 0 or -1 (no price). */
+static int price_for(const config *cfg, const char *name, budget_price *p, char currency[4]) {
+    const struct config_deployment *d = config_deployment(cfg, name);
+    if (d) {
+        if (!d->price.currency[0]) return -1;
+        price_of(d, p);
+        snprintf(currency, 4, "%s", d->price.currency);
+        return 0;
+    }
+    const struct config_group *g = config_group(cfg, name);
+    if (!g) return -1;
+    *p = (budget_price){0, 0, 0, 0};
+    currency[0] = '\0';
+    for (size_t i = 0; i < g->nmembers; i++) {
+        const struct config_deployment *m = g->members_[i];
+        if (!m->price.currency[0]) return -1;
+        budget_price q;
+        price_of(m, &q);
+        if (q.input > p->input) p->input = q.input;
+        if (q.output > p->output) p->output = q.output;
+        if (q.cache_read > p->cache_read) p->cache_read = q.cache_read;
+        if (q.cache_write > p->cache_write) p->cache_write = q.cache_write;
+        snprintf(currency, 4, "%s", m->price.currency);
+    }
+    return currency[0] ? 0 : -1;
+}
+
+/* Budget i's time zone as the script reads it ("" for UTC), recomputed
+ * from the tz database every day. */
+static const char *zone_of(engine *e, budget_book *b, size_t i) {
+    const struct config_budget *cb = &e->cfg->budgets[i];
+    if (!cb->time_zone[0]) return "";
+    long long now = wall_clock_ms();
+    if (b->zone[i] && now < b->zone_to[i]) return b->zone[i];
+    tz_zone *z = NULL;
+    if (tz_load(NULL, cb->time_zone, &z, NULL, 0) != 0) return b->zone[i] ? b->zone[i] : "";
+    long long from = now - 2 * 86400000LL, to = now + BUDGET_ZONE_DAYS * 86400000LL;
+    int len = tz_changes(z, from, to, NULL, 0);
+    char *s = len > 0 ? malloc((size_t)len + 1) : NULL;
+    if (s && tz_changes(z, from, to, s, (size_t)len + 1) == len) {
+        free(b->zone[i]);
+        b->zone[i] = s;
+        b->zone_to[i] = now + 86400000LL;
+    } else {
+        free(s);
+    }
+    tz_free(z);
+    return b->zone[i] ? b->zone[i] : "";
+}
+
+/* ---- the script's arguments ---- */
+
+#define BUDGET_ARGS 7
+
+typedef struct budget_args {
+    char (*keys)[SCRIPTS_KEY_MAX];
+    const char **argv;
+    char (*num)[24]; /* the numbers' text */
+    int nkeys, argc;
+} budget_args;
+
+static void args_free(budget_args *a) {
+    free(a->keys);
+    free(a->argv);
+    free(a->num);
+}
+
+/* Keys and ARGV for op over the budgets in idx (nb of them), after head
+ * (nhead ARGV before the budgets). Returns 0 or -1 (out of memory). */
+static int args_build(engine *e, budget_book *b, const size_t *idx, size_t nb, const char **head, int nhead,
+                      budget_args *a) {
+    a->nkeys = 3 + (int)nb;
+    a->argc = nhead + BUDGET_ARGS * (int)nb;
+    a->keys = calloc((size_t)a->nkeys, sizeof(*a->keys));
+    a->argv = calloc((size_t)a->argc, sizeof(*a->argv));
+    a->num = calloc(4 * nb + 1, sizeof(*a->num));
+    if (!a->keys || !a->argv || !a->num) {
+        args_free(a);
+        return -1;
+    }
+    snprintf(a->keys[0], SCRIPTS_KEY_MAX, "sluice:{$budgets}:held");
+    snprintf(a->keys[1], SCRIPTS_KEY_MAX, "sluice:{$budgets}:leases");
+    snprintf(a->keys[2], SCRIPTS_KEY_MAX, "sluice:{$budgets}:clock");
+    for (int i = 0; i < nhead; i++) a->argv[i] = head[i];
+    for (size_t k = 0; k < nb; k++) {
+        const struct config_budget *cb = &e->cfg->budgets[idx[k]];
+        snprintf(a->keys[3 + k], SCRIPTS_KEY_MAX, "sluice:{$budgets}:b:%s", cb->name);
+        const char **v = a->argv + nhead + BUDGET_ARGS * k;
+        snprintf(a->num[4 * k], 24, "%lld", cb->daily_u);
+        snprintf(a->num[4 * k + 1], 24, "%lld", cb->monthly_u);
+        snprintf(a->num[4 * k + 2], 24, "%lld", cb->total_u);
+        snprintf(a->num[4 * k + 3], 24, "%.6g", cb->warn_at);
+        v[0] = cb->name;
+        v[1] = cb->currency;
+        v[2] = a->num[4 * k];
+        v[3] = a->num[4 * k + 1];
+        v[4] = a->num[4 * k + 2];
+        v[5] = zone_of(e, b, idx[k]);
+        v[6] = a->num[4 * k + 3];
+    }
+    return 0;
+}
+
+/* ---- the map of grants to their reservations ---- */
+
+static size_t map_slot(const char *id) {
+    uint64_t h = 1469598103934665603ULL;
+    for (; *id; id++) h = (h ^ (unsigned char)*id) * 1099511628211ULL;
+    return (size_t)(h % BUDGET_MAP);
+}
+
+static void map_put(budget_book *b, budget_hold *h) {
+    size_t s = map_slot(h->grant_id);
+    h->next = b->map[s];
+    b->map[s] = h;
+}
+
+static budget_hold *map_take(budget_book *b, const char *id) {
+    for (budget_hold **p = &b->map[map_slot(id)]; *p; p = &(*p)->next)
+        if (!strcmp((*p)->grant_id, id)) {
+            budget_hold *h = *p;
+            *p = h->next;
+            return h;
+        }
+    return NULL;
+}
+
+/* ---- settles ---- */
+
+static void on_settle_reply(void *arg, redisReply *r, const char *err) {
+    engine *e = arg;
+    e->calls_out--;
+    if (!r || r->type != REDIS_REPLY_ARRAY) {
+        e->stats.budget_errors++;
+        engine__elog(e, CONFIG_LOG_WARN,
+                     "budget settle failed: %s (the reservation is charged in full at its lease "
+                     "end)",
+                     err ? err : "no reply");
+    }
+    engine__maybe_finish_stop(e);
+}
+
+/* Corrects reservation rid to actual (1e-6 units): fire and forget; one
+ * that never arrives is charged in full at its lease end. */
+static void send_settle(engine *e, const char *rid, long long actual) {
+    if (!strcmp(rid, "-")) return; /* let through unreserved (Redis was out of reach) */
+    char num[24];
+    snprintf(num, sizeof(num), "%lld", actual > 0 ? actual : 0);
+    const char *argv[4] = {"settle", "1", rid, num};
+    budget_args a;
+    if (args_build(e, e->book, NULL, 0, argv, 4, &a) != 0) return;
+    if (rrouter_script_n(e->redis, SCRIPT_BUDGET, a.keys, a.nkeys, a.argc, a.argv, on_settle_reply, e) == 0)
+        e->calls_out++;
+    else e->stats.budget_errors++;
+    args_free(&a);
+}
+
+static void spend_add(engine *e, const budget_hold *h, long long cost) {
+    budget_book *b = e->book;
+    const char *dname = h->member[0] ? h->member : h->name;
+    for (size_t i = 0; i < b->nspend; i++) {
+        spend_row *s = &b->spend[i];
+        if (!strcmp(s->deployment, dname) && !strcmp(s->tenant, h->tenant) && !strcmp(s->client, h->client) &&
+            !strcmp(s->currency, h->currency)) {
+            s->spent += cost;
+            s->requests++;
+            return;
+        }
+    }
+    if (b->nspend == b->capspend) {
+        size_t cap = b->capspend ? 2 * b->capspend : 8;
+        spend_row *n = realloc(b->spend, cap * sizeof(*n));
+        if (!n) return;
+        b->spend = n;
+        b->capspend = cap;
+    }
+    spend_row *s = &b->spend[b->nspend++];
+    memset(s, 0, sizeof(*s));
+    snprintf(s->deployment, sizeof(s->deployment), "%s", dname);
+    snprintf(s->tenant, sizeof(s->tenant), "%s", h->tenant);
+    snprintf(s->client, sizeof(s->client), "%s", h->client);
+    snprintf(s->currency, sizeof(s->currency), "%s", h->currency);
+    s->spent = cost;
+    s->requests = 1;
+}
+
+void engine__budget_settle(engine *e, const char *grant_id, const engine_usage *u, engine_outcome o) {
+    budget_book *b = e->book;
+    budget_hold *h = b ? map_take(b, grant_id) : NULL;
+    if (!h) return;
+    long long cost;
+    int known = u && (u->tokens >= 0 || u->input >= 0);
+    if (o == ENGINE_THROTTLED || o == ENGINE_QUOTA || (o == ENGINE_FAILED && !known)) {
+        /* Refused or failed before any work: the providers bill nothing. */
+        cost = 0;
+    } else if (!known) {
+        /* Sent, and nobody says what it cost (a cancel after the send). */
+        cost = h->amount;
+    } else {
+        cost = budget_actual_cost(&h->price, u, h->amount, h->tokens);
+    }
+    spend_add(e, h, cost);
+    send_settle(e, h->rid, cost);
+    free(h);
+}
+
+/* ---- reservations ---- */
+
+static void send_reserve(engine_call *c);
+static void on_retry_timer(uv_timer_t *t);
+
+static void budget_done(engine_call *c) {
+    free(c->bh);
+    c->bh = NULL;
+    c->state = CALL_DONE;
+    call_free(c);
+}
+
+/* The call made after the reservation has ended: a grant keeps the
+ * reservation (until its settle), anything else gives it back. */
+static void on_inner(void *arg, int status, const engine_grant *g, const engine_shed *shed, const char *msg) {
+    engine_call *c = arg;
+    engine *e = c->e;
+    budget_hold *h = c->bh;
+    c->inner = NULL;
+    if (status == SL_OK && g) {
+        snprintf(h->grant_id, sizeof(h->grant_id), "%s", g->id);
+        snprintf(h->member, sizeof(h->member), "%s", g->deployment ? g->deployment : h->name);
+        /* Settled at the prices of the member that served it. */
+        const struct config_deployment *m = config_deployment(e->cfg, h->member);
+        if (m && m->price.currency[0]) price_of(m, &h->price);
+        h->expires = uv_now(e->loop) + (uint64_t)(m ? m->lease_s * 1000 : 120000) + BUDGET_LEASE_PAD_MS;
+        budget_book *b = book_get(e);
+        if (b) {
+            map_put(b, h);
+            c->bh = NULL;
+        }
+    } else {
+        send_settle(e, h->rid, 0);
+    }
+    c->cb(c->arg, status, g, shed, msg);
+    budget_done(c);
+}
+
+static void on_reserve_reply(void *arg, redisReply *r, const char *err) {
+    engine_call *c = arg;
+    engine *e = c->e;
+    budget_hold *h = c->bh;
+    e->calls_out--;
+    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3;
+    long long verdict = ok ? engine__reply_int(r->element[0]) : -1;
+    int granted = verdict == 1;
+    if (c->canceled) {
+        if (granted) send_settle(e, h->rid, 0);
+        budget_done(c);
+        engine__maybe_finish_stop(e);
+        return;
+    }
+    if (!ok) {
+        e->stats.budget_errors++;
+        char msg[256];
+        snprintf(msg, sizeof(msg), "budget: Redis did not answer the reservation (%s)",
+                 err ? err : (r && r->type == REDIS_REPLY_ERROR ? r->str : "no reply"));
+        engine__elog(e, CONFIG_LOG_WARN, "%s", msg);
+        c->cb(c->arg, e->stopping ? SL_ECLOSING : SL_EUNAVAIL, NULL, NULL, msg);
+        budget_done(c);
+        engine__maybe_finish_stop(e);
+        return;
+    }
+    if (verdict == 2) {
+        /* Room once requests in flight settle: ask again, sooner at
+         * first, while the max wait lasts; then shed, with a hint of when
+         * in-flight requests will likely have settled. */
+        uint64_t now = uv_now(e->loop);
+        uint64_t delay = BUDGET_WAIT_MIN_MS << (h->waits < 3 ? h->waits : 3);
+        h->waits++;
+        if (now + delay <= h->deadline && !e->stopping) {
+            uv_timer_start(&c->timer, on_retry_timer, delay, 0);
+            engine__maybe_finish_stop(e);
+            return;
+        }
+    }
+    if (!granted) {
+        /* {0 or 2, name, period, left, renew_ms, limit} */
+        char name[CONFIG_NAME_MAX + 1] = "", period[8] = "";
+        if (r->elements >= 6 && r->element[1]->type == REDIS_REPLY_STRING)
+            snprintf(name, sizeof(name), "%s", r->element[1]->str);
+        if (r->elements >= 6 && r->element[2]->type == REDIS_REPLY_STRING)
+            snprintf(period, sizeof(period), "%s", r->element[2]->str);
+        const char *pname = "total";
+        for (int i = 0; i < ENGINE_PERIODS; i++)
+            if (!strcmp(period, engine_period_names[i])) pname = engine_period_names[i];
+        engine_shed sh = {.reason = engine_shed_reasons[ENGINE_SHED_BUDGET],
+                          .retry_after_ms = verdict == 2       ? BUDGET_WAIT_HINT_MS
+                                            : r->elements >= 6 ? engine__reply_int(r->element[4])
+                                                               : -1,
+                          .budget = name,
+                          .period = pname,
+                          .currency = h->currency,
+                          .left_u = r->elements >= 6 ? engine__reply_int(r->element[3]) : 0};
+        e->stats.sheds++;
+        e->stats.shed_by_reason[ENGINE_SHED_BUDGET]++;
+        c->cb(c->arg, SL_ESHED, NULL, &sh, NULL);
+        budget_done(c);
+        engine__maybe_finish_stop(e);
+        return;
+    }
+    e->stats.budget_reserves++;
+    if (r->element[2]->type == REDIS_REPLY_STRING) {
+        /* "<budget> <period>": this grant crossed its warn_at first. */
+        e->stats.budget_warnings++;
+        engine__elog(e, CONFIG_LOG_WARN,
+                     "budget %s passed its warn_at (a request to %s, tenant '%s', client '%s'); the least any of its "
+                     "limits has left is %.6f %s",
+                     r->element[2]->str, h->name, h->tenant, h->client, (double)engine__reply_int(r->element[1]) / 1e6,
+                     h->currency);
+    }
+    int rc = e->stopping ? SL_ECLOSING : engine__acquire_direct(e, &h->rq, on_inner, c, &c->inner);
+    if (rc != 0) {
+        send_settle(e, h->rid, 0);
+        c->cb(c->arg, rc, NULL, NULL, "the request could not be queued after its budget reservation");
+        budget_done(c);
+    }
+    engine__maybe_finish_stop(e);
+}
+
+static void on_retry_timer(uv_timer_t *t) { send_reserve(t->data); }
+
+static void send_reserve(engine_call *c) {
+    engine *e = c->e;
+    budget_hold *h = c->bh;
+    budget_book *b = book_get(e);
+    size_t idx[64], nb = 0;
+    for (size_t i = 0; b && i < e->cfg->nbudgets && nb < 64; i++)
+        if (budget_applies(e->cfg, &e->cfg->budgets[i], &h->rq)) idx[nb++] = i;
+    char amount[24], lease[24];
+    snprintf(amount, sizeof(amount), "%lld", h->amount);
+    /* Redis charges it in full if nobody settles it by then. */
+    long long lease_ms = c->max_wait_ms + BUDGET_LEASE_PAD_MS;
+    const struct config_deployment *d = config_deployment(e->cfg, h->name);
+    const struct config_group *g = d ? NULL : config_group(e->cfg, h->name);
+    long long lease_s = d ? d->lease_s : 0;
+    for (size_t i = 0; g && i < g->nmembers; i++)
+        if (g->members_[i]->lease_s > lease_s) lease_s = g->members_[i]->lease_s;
+    lease_ms += lease_s * 1000;
+    snprintf(lease, sizeof(lease), "%lld", lease_ms);
+    char nbs[8];
+    snprintf(nbs, sizeof(nbs), "%zu", nb);
+    const char *head[5] = {"reserve", h->rid, amount, lease, nbs};
+    budget_args a;
+    int rc = -1;
+    if (nb && args_build(e, b, idx, nb, head, 5, &a) == 0) {
+        if (rrouter_ready(e->redis, a.keys[0]))
+            rc = rrouter_script_n(e->redis, SCRIPT_BUDGET, a.keys, a.nkeys, a.argc, a.argv, on_reserve_reply, c);
+        args_free(&a);
+    }
+    if (rc == 0) {
+        e->calls_out++;
+        return;
+    }
+    if (!nb) {
+        /* A reload took its budgets away: on without one. */
+        int arc = engine__acquire_direct(e, &h->rq, on_inner, c, &c->inner);
+        if (arc != 0) {
+            c->cb(c->arg, arc, NULL, NULL, "the request could not be queued");
+            budget_done(c);
+        }
+        return;
+    }
+    if (uv_now(e->loop) + BUDGET_RETRY_MS < h->deadline && !e->stopping) {
+        uv_timer_start(&c->timer, on_retry_timer, BUDGET_RETRY_MS, 0);
+        return;
+    }
+    /* Redis stayed out of reach for the whole wait. */
+    if (e->cfg->agent.fail == CONFIG_FAIL_OPEN && !e->stopping) {
+        e->stats.budget_unchecked++;
+        int arc = engine__acquire_direct(e, &h->rq, on_inner, c, &c->inner);
+        if (arc == 0) {
+            /* Not reserved: nothing to give back or correct. */
+            snprintf(h->rid, sizeof(h->rid), "-");
+            return;
+        }
+        c->cb(c->arg, arc, NULL, NULL, "the request could not be queued");
+    } else {
+        c->cb(c->arg, e->stopping ? SL_ECLOSING : SL_EUNAVAIL, NULL, NULL,
+              "Redis is unreachable: a request that draws from a budget in money waits for it (agent.fail is not "
+              "open)");
+    }
+    budget_done(c);
+}
+
+int engine__budget_acquire(engine *e, const engine_req *rq, engine_acquire_cb cb, void *arg, engine_call **out) {
+    if (!e->cfg->nbudgets) return 1;
+    size_t nb = 0;
+    for (size_t i = 0; i < e->cfg->nbudgets; i++) nb += (size_t)budget_applies(e->cfg, &e->cfg->budgets[i], rq);
+    if (!nb) return 1;
+    budget_book *b = book_get(e);
+    engine_call *c = calloc(1, sizeof(*c));
+    budget_hold *h = calloc(1, sizeof(*h));
+    if (!b || !c || !h) {
+        free(c);
+        free(h);
+        return SL_ENOMEM;
+    }
+    if (price_for(e->cfg, rq->name, &h->price, h->currency) != 0) {
+        /* The configuration forbids it (config.c budgets_finish). */
+        free(c);
+        free(h);
+        return SL_EINVAL;
+    }
+    c->e = e;
+    c->cb = cb;
+    c->arg = arg;
+    c->bh = h;
+    c->state = CALL_BUDGET;
+    c->start_ms = uv_now(e->loop);
+    c->max_wait_ms = engine_max_wait(e, rq);
+    if (c->max_wait_ms < 0) c->max_wait_ms = 0;
+    uv_timer_init(e->loop, &c->timer);
+    c->timer.data = c;
+    c->timer_live = 1;
+    snprintf(h->name, sizeof(h->name), "%s", rq->name);
+    snprintf(h->lane, sizeof(h->lane), "%s", rq->lane ? rq->lane : "");
+    snprintf(h->tenant, sizeof(h->tenant), "%s", rq->tenant ? rq->tenant : "");
+    snprintf(h->tag, sizeof(h->tag), "%s", rq->tag ? rq->tag : "");
+    snprintf(h->client, sizeof(h->client), "%s", rq->client ? rq->client : "");
+    h->rq = *rq;
+    h->rq.name = h->name;
+    h->rq.lane = h->lane;
+    h->rq.tenant = h->tenant;
+    h->rq.tag = h->tag;
+    h->rq.client = h->client;
+    /* The input as the provider will count it: the caller's estimate at
+     * the ratio the fleet learned (the dearest member's, for a group),
+     * unless the caller counted it exactly. */
+    double ratio = 1;
+    const struct config_group *grp = config_group(e->cfg, rq->name);
+    for (size_t i = 0; i < (grp ? grp->nmembers : 1); i++) {
+        dep *d = dep_find(e, grp ? grp->members[i] : rq->name);
+        if (d && d->est_ratio > ratio) ratio = d->est_ratio;
+    }
+    if (rq->exact) ratio = 1;
+    long long input = rq->split ? (long long)ceil((double)rq->input * ratio) : -1;
+    long long tokens = rq->split ? input + rq->output : (long long)ceil((double)rq->tokens * ratio);
+    h->tokens = tokens;
+    h->amount = budget_max_cost(&h->price, rq->split, tokens, input, rq->output);
+    h->deadline = c->start_ms + (uint64_t)c->max_wait_ms;
+    snprintf(h->rid, sizeof(h->rid), "%s:%llu", e->agent_id, ++b->seq);
+    if (rrouter_ready(e->redis, "sluice:{$budgets}:held")) {
+        send_reserve(c);
+    } else {
+        /* Asked on the next turn: an answer never comes from within the
+         * call that asks. */
+        uv_timer_start(&c->timer, on_retry_timer, 0, 0);
+    }
+    if (out) *out = c;
+    return 0;
+}
+
+void engine__budget_cancel(engine_call *c) {
+    if (c->inner) {
+        engine_cancel(c->inner);
+        c->inner = NULL;
+        if (c->bh && strcmp(c->bh->rid, "-")) send_settle(c->e, c->bh->rid, 0);
+        budget_done(c);
+        return;
+    }
+    if (c->timer_live && uv_is_active((uv_handle_t *)&c->timer)) {
+        /* Waiting to ask again: nothing reserved. */
+        uv_timer_stop(&c->timer);
+        budget_done(c);
+        return;
+    }
+    /* The reservation's reply frees it (and gives back what it reserved). */
+}
+
+/* ---- looks, for metrics and STATUS ---- */
+
+static void on_look_reply(void *arg, redisReply *r, const char *err) {
+    (void)err;
+    engine *e = arg;
+    budget_book *b = e->book;
+    e->calls_out--;
+    if (b) b->looking = 0;
+    if (b && b->cfg == e->cfg && r && r->type == REDIS_REPLY_ARRAY) {
+        for (size_t i = 0; i < r->elements && i < e->cfg->nbudgets; i++) {
+            const redisReply *x = r->element[i];
+            budget_look *l = &b->looks[i];
+            if (!x || x->type != REDIS_REPLY_ARRAY) continue;
+            for (size_t k = 0; k + 1 < x->elements; k += 2) {
+                const char *f = x->element[k]->str;
+                const redisReply *v = x->element[k + 1];
+                if (!f || v->type != REDIS_REPLY_STRING) continue;
+                long long n = atoll(v->str);
+                if (!strcmp(f, "day")) snprintf(l->day, sizeof(l->day), "%s", v->str);
+                else if (!strcmp(f, "month")) snprintf(l->month, sizeof(l->month), "%s", v->str);
+                else if (!strcmp(f, "daily_limit")) l->v.limit[ENGINE_PERIOD_DAY] = n;
+                else if (!strcmp(f, "monthly_limit")) l->v.limit[ENGINE_PERIOD_MONTH] = n;
+                else if (!strcmp(f, "total_limit")) l->v.limit[ENGINE_PERIOD_TOTAL] = n;
+                else if (!strcmp(f, "day_spent")) l->v.spent[ENGINE_PERIOD_DAY] = n;
+                else if (!strcmp(f, "month_spent")) l->v.spent[ENGINE_PERIOD_MONTH] = n;
+                else if (!strcmp(f, "total_spent")) l->v.spent[ENGINE_PERIOD_TOTAL] = n;
+                else if (!strcmp(f, "day_reserved")) l->v.reserved[ENGINE_PERIOD_DAY] = n;
+                else if (!strcmp(f, "month_reserved")) l->v.reserved[ENGINE_PERIOD_MONTH] = n;
+                else if (!strcmp(f, "total_reserved")) l->v.reserved[ENGINE_PERIOD_TOTAL] = n;
+                else if (!strcmp(f, "day_renew_ms")) l->v.renew_ms[0] = n;
+                else if (!strcmp(f, "month_renew_ms")) l->v.renew_ms[1] = n;
+                else if (!strcmp(f, "granted")) l->v.granted = (unsigned long long)n;
+                else if (!strcmp(f, "sheds")) l->v.sheds = (unsigned long long)n;
+                else if (!strcmp(f, "expired")) l->v.expired = (unsigned long long)n;
+            }
+            l->v.known = 1;
+        }
+    }
+    engine__maybe_finish_stop(e);
+}
+
+void engine__budget_tick(engine *e) {
+    budget_book *b = e->book;
+    if (!e->cfg->nbudgets || e->stopping) return;
+    if (!b) b = book_get(e);
+    else b = book_get(e);
+    if (!b) return;
+    uint64_t now = uv_now(e->loop);
+    /* Grants nobody settled: Redis charged them in full at their lease. */
+    for (size_t i = 0; i < BUDGET_MAP; i++)
+        for (budget_hold **p = &b->map[i]; *p;) {
+            if ((*p)->expires <= now) {
+                budget_hold *h = *p;
+                *p = h->next;
+                free(h);
+            } else {
+                p = &(*p)->next;
+            }
+        }
+    if (b->looking || (b->looked_at && now - b->looked_at < BUDGET_LOOK_MS)) return;
+    size_t nb = e->cfg->nbudgets > 64 ? 64 : e->cfg->nbudgets;
+    size_t idx[64];
+    for (size_t i = 0; i < nb; i++) idx[i] = i;
+    char nbs[8];
+    snprintf(nbs, sizeof(nbs), "%zu", nb);
+    const char *head[2] = {"status", nbs};
+    budget_args a;
+    if (args_build(e, b, idx, nb, head, 2, &a) != 0) return;
+    if (rrouter_ready(e->redis, a.keys[0]) &&
+        rrouter_script_n(e->redis, SCRIPT_BUDGET, a.keys, a.nkeys, a.argc, a.argv, on_look_reply, e) == 0) {
+        e->calls_out++;
+        b->looking = 1;
+        b->looked_at = now;
+    }
+    args_free(&a);
+}
+
+void engine_foreach_budget(const engine *e, engine_budget_fn fn, void *ud) {
+    const budget_book *b = e->book;
+    for (size_t i = 0; i < e->cfg->nbudgets; i++) {
+        const struct config_budget *cb = &e->cfg->budgets[i];
+        engine_budget_view v = {0};
+        if (b && b->cfg == e->cfg && b->looks) {
+            v = b->looks[i].v;
+            v.day = b->looks[i].day;
+            v.month = b->looks[i].month;
+        } else {
+            v.day = v.month = "";
+        }
+        v.name = cb->name;
+        v.currency = cb->currency;
+        v.warn_at = cb->warn_at;
+        if (!v.known) {
+            v.limit[ENGINE_PERIOD_DAY] = cb->daily_u;
+            v.limit[ENGINE_PERIOD_MONTH] = cb->monthly_u;
+            v.limit[ENGINE_PERIOD_TOTAL] = cb->total_u;
+        }
+        fn(ud, &v);
+    }
+}
+
+void engine_foreach_spend(const engine *e, engine_spend_fn fn, void *ud) {
+    const budget_book *b = e->book;
+    for (size_t i = 0; b && i < b->nspend; i++) {
+        const spend_row *s = &b->spend[i];
+        fn(ud, s->deployment, s->tenant, s->client, s->currency, s->spent, s->requests);
+    }
+}
