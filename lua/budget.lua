@@ -34,7 +34,8 @@
 -- ARGV: 'settle', n, n x (rid, actual) -> {found_1, ..., found_n}: 0 for
 --      a reservation no longer held (charged in full at its lease end)
 -- ARGV: 'status', nb, nb x budget -> per budget a flat list of field,
---      value pairs, the periods rolled to now (nothing written)
+--      value pairs, the periods rolled to now (nothing written but the
+--      charges of reservations whose lease ended)
 
 local held_key, leases_key = KEYS[1], KEYS[2]
 if #KEYS < 3 or held_key ~= 'sluice:{$budgets}:held' or leases_key ~= 'sluice:{$budgets}:leases'
@@ -300,6 +301,9 @@ elseif op == 'settle' then
   end
   return out
 elseif op == 'status' then
+  -- The agents look every 2 s: reservations whose lease ended are
+  -- charged here too, so an idle fleet's budgets show them.
+  expire()
   local nb = tonumber(ARGV[2]) or 0
   if nb < 1 or #KEYS ~= 3 + nb then
     return redis.error_reply('ERR sluice budget: status takes nb, nb x 7 budget fields and 3 + nb KEYS')

@@ -31,12 +31,12 @@
 const char *const engine_period_names[ENGINE_PERIODS] = {"day", "month", "total"};
 
 #define BUDGET_MAP 1024
-#define BUDGET_RETRY_MS 50          /* Redis not ready: ask again this often, within the max wait */
-#define BUDGET_WAIT_MIN_MS 25       /* no room until requests in flight settle: ask again after 25, 50, 100, 200 ms */
-#define BUDGET_WAIT_HINT_MS 1000    /* ... and the retry-after of a request that waited its max wait for it */
-#define BUDGET_LOOK_MS 2000         /* how often the budgets are looked at for metrics and STATUS */
-#define BUDGET_ZONE_DAYS 45         /* a zone's offsets are sent for this many days ahead */
-#define BUDGET_LEASE_PAD_MS 60000LL /* a reservation outlives its call's max wait and lease by this */
+#define BUDGET_RETRY_MS 50         /* Redis not ready: ask again this often, within the max wait */
+#define BUDGET_WAIT_MIN_MS 25      /* no room until requests in flight settle: ask again after 25, 50, 100, 200 ms */
+#define BUDGET_WAIT_HINT_MS 1000   /* ... and the retry-after of a request that waited its max wait for it */
+#define BUDGET_LOOK_MS 2000        /* how often the budgets are looked at for metrics and STATUS */
+#define BUDGET_ZONE_DAYS 45        /* a zone's offsets are sent for this many days ahead */
+#define BUDGET_LEASE_PAD_MS 5000LL /* a reservation outlives its call's max wait and lease by this */
 
 typedef struct budget_hold {
     char rid[ENGINE_GRANT_ID_MAX + 160];
@@ -693,26 +693,44 @@ void engine__budget_tick(engine *e) {
     args_free(&a);
 }
 
-void engine_foreach_budget(const engine *e, engine_budget_fn fn, void *ud) {
+void engine__budget_view(const engine *e, size_t i, engine_budget_view *v) {
     const budget_book *b = e->book;
+    const struct config_budget *cb = &e->cfg->budgets[i];
+    memset(v, 0, sizeof(*v));
+    if (b && b->cfg == e->cfg && b->looks) {
+        *v = b->looks[i].v;
+        v->day = b->looks[i].day;
+        v->month = b->looks[i].month;
+    } else {
+        v->day = v->month = "";
+    }
+    v->name = cb->name;
+    v->currency = cb->currency;
+    v->warn_at = cb->warn_at;
+    if (!v->known) {
+        v->limit[ENGINE_PERIOD_DAY] = cb->daily_u;
+        v->limit[ENGINE_PERIOD_MONTH] = cb->monthly_u;
+        v->limit[ENGINE_PERIOD_TOTAL] = cb->total_u;
+    }
+}
+
+int engine__budget_covers(const engine *e, size_t i, const char *deployment) {
+    const struct config_budget *cb = &e->cfg->budgets[i];
+    engine_req rq = {.name = deployment};
+    if (cb->tenant[0] || cb->client[0]) {
+        /* Scoped by who asks, not where: it can draw from any deployment
+         * its deployment scope covers. */
+        if (!cb->deployment[0]) return 1;
+    }
+    struct config_budget open = *cb;
+    open.tenant = open.client = (char *)"";
+    return budget_applies(e->cfg, &open, &rq);
+}
+
+void engine_foreach_budget(const engine *e, engine_budget_fn fn, void *ud) {
     for (size_t i = 0; i < e->cfg->nbudgets; i++) {
-        const struct config_budget *cb = &e->cfg->budgets[i];
-        engine_budget_view v = {0};
-        if (b && b->cfg == e->cfg && b->looks) {
-            v = b->looks[i].v;
-            v.day = b->looks[i].day;
-            v.month = b->looks[i].month;
-        } else {
-            v.day = v.month = "";
-        }
-        v.name = cb->name;
-        v.currency = cb->currency;
-        v.warn_at = cb->warn_at;
-        if (!v.known) {
-            v.limit[ENGINE_PERIOD_DAY] = cb->daily_u;
-            v.limit[ENGINE_PERIOD_MONTH] = cb->monthly_u;
-            v.limit[ENGINE_PERIOD_TOTAL] = cb->total_u;
-        }
+        engine_budget_view v;
+        engine__budget_view(e, i, &v);
         fn(ud, &v);
     }
 }

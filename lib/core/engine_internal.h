@@ -419,6 +419,11 @@ void engine__budget_cancel(engine_call *c);
 /* A grant's settle: its budgets are corrected to what it cost. */
 void engine__budget_settle(engine *e, const char *grant_id, const engine_usage *u, engine_outcome o);
 void engine__budget_tick(engine *e);
+/* Budget i's view (as engine_foreach_budget gives it); 1 when budget i
+ * can draw from deployment name (its scope's deployment: none, name, or a
+ * group name is a member of). */
+void engine__budget_view(const engine *e, size_t i, engine_budget_view *v);
+int engine__budget_covers(const engine *e, size_t i, const char *deployment);
 void engine__budget_free(engine *e);
 
 /* ---- engine_batch.c ---- */

@@ -137,11 +137,15 @@ static void status_emit(dep_query *q, redisReply *r) {
     /* This agent's patience: the deployment's, and by lane and by tenant
      * (3 fields each) on a deployment with lanes or tenants. */
     size_t nclass = d->cfg ? d->cfg->nlanes + d->cfg->ntenants + 1 : 0;
-    size_t n = nr + STATUS_LOCAL_FIELDS + 3 + 3 * nclass;
+    /* Budgets in money it can draw from: 4 fields per period of each. */
+    size_t nbud = 0;
+    for (size_t i = 0; i < e->cfg->nbudgets; i++) nbud += (size_t)engine__budget_covers(e, i, d->name);
+    size_t n = nr + STATUS_LOCAL_FIELDS + 3 + 3 * nclass + 12 * nbud;
     const char **f = calloc(n, sizeof(*f));
     const char **v = calloc(n, sizeof(*v));
     char(*buf)[64] = calloc(n, 64); /* formatted values, one slot per field */
-    char(*names)[2 * CONFIG_NAME_MAX + 48] = calloc(3 * nclass + 1, sizeof(*names)); /* per class field names */
+    char(*names)[2 * CONFIG_NAME_MAX + 48] =
+        calloc(3 * nclass + 12 * nbud + 1, sizeof(*names)); /* per class and budget field names */
     if (!f || !v || !buf || !names) {
         free(f);
         free(v);
@@ -208,6 +212,24 @@ static void status_emit(dep_query *q, redisReply *r) {
                 f[k] = names[nn++];
                 if (x == 2) patience_text(buf[k], 64, a, w);
                 else snprintf(buf[k], 64, "%llu", x ? w : a);
+                v[k] = buf[k];
+                k++;
+            }
+        }
+    }
+    /* budget.<name>.<period>.limit|spent|reserved|left, in the currency. */
+    for (size_t i = 0; i < e->cfg->nbudgets; i++) {
+        if (!engine__budget_covers(e, i, d->name)) continue;
+        engine_budget_view bv;
+        engine__budget_view(e, i, &bv);
+        for (int p = 0; p < ENGINE_PERIODS; p++) {
+            long long left = bv.limit[p] - bv.spent[p] - bv.reserved[p];
+            long long x[4] = {bv.limit[p], bv.spent[p], bv.reserved[p], left > 0 ? left : 0};
+            static const char *const what[4] = {"limit", "spent", "reserved", "left"};
+            for (int w = 0; w < 4 && bv.limit[p]; w++) {
+                snprintf(names[nn], sizeof(names[0]), "budget.%s.%s.%s", bv.name, engine_period_names[p], what[w]);
+                f[k] = names[nn++];
+                snprintf(buf[k], 64, "%.6f", (double)x[w] / 1e6);
                 v[k] = buf[k];
                 k++;
             }

@@ -587,6 +587,109 @@ static void test_reload_bad_then_good(void **state) {
     assert_int_equal(daemon_stop(&d), 0);
 }
 
+/* Budgets in money over the socket: the shed's fields; a bad reload
+ * keeps the budgets and what they spent, a good one applies a new limit
+ * to the next reservation, the spend carried over. */
+static void test_budget_reload(void **state) {
+    (void)state;
+    daemon_proc d;
+    /* 1000 in + 1000 out at 2.50 / 10.00 per million: USD 0.0125 each,
+     * 4 fit a day of 0.05. */
+    start_daemon(&d, "budget", NULL,
+                 "  bd:\n    rpm: 6000\n    tpm: 1000000\n    price: { input: 2.5, output: 10, currency: USD }\n"
+                 "budgets:\n  team:\n    tenant: a\n    currency: USD\n    daily: 0.05\n");
+    char out[4096];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(
+            cli(&d, out, sizeof(out), "ACQUIRE", "bd", "INPUT", "1000", "OUTPUT", "1000", "TENANT", "a", NULL), 0);
+        assert_contains(out, "bd:");
+    }
+    char *good = read_file_all(d.config);
+    char broken[8192];
+    snprintf(broken, sizeof(broken), "%s    monthly: -1\n", good);
+    assert_int_equal(write_file(d.config, broken), 0);
+    kill(d.pid, SIGHUP);
+    double deadline = now_ms() + 5000;
+    char *log = NULL;
+    while (now_ms() < deadline) {
+        free(log);
+        log = read_file_all(d.log);
+        if (strstr(log, "reload failed")) break;
+        sleep_ms(20);
+    }
+    assert_contains(log, "key 'budgets.team.monthly': must be a number in [0, 1000000000], got \"-1\"");
+    free(log);
+    /* The old budget holds: 2 more fit, the 5th is shed with its fields. */
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(
+            cli(&d, out, sizeof(out), "ACQUIRE", "bd", "INPUT", "1000", "OUTPUT", "1000", "TENANT", "a", NULL), 0);
+        assert_contains(out, "bd:");
+    }
+    assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "bd", "INPUT", "1000", "OUTPUT", "1000", "TENANT", "a", NULL),
+                     0);
+    assert_contains(out, "SHED budget retry-after-ms=");
+    assert_contains(out, "budget=team period=day left=0.000000 currency=USD");
+    /* Another tenant draws from no budget. */
+    assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "bd", "INPUT", "1000", "OUTPUT", "1000", "TENANT", "b", NULL),
+                     0);
+    assert_contains(out, "bd:");
+    /* Settle one at a tenth of its output: 2500 + 1000 micro charged. */
+    assert_int_equal(cli(&d, out, sizeof(out), "SETTLE", "bd:1", "INPUT", "1000", "OUTPUT", "100", NULL), 0);
+    /* A good reload: 0.06 a day; what was spent and held stays (3.5 of
+     * 12.5 charged, 3 x 12.5 held = 41 000 of 60 000 micro). */
+    char *p = strstr(good, "daily: 0.05");
+    assert_non_null(p);
+    memcpy(p, "daily: 0.06", 11);
+    assert_int_equal(write_file(d.config, good), 0);
+    kill(d.pid, SIGHUP);
+    deadline = now_ms() + 5000;
+    int granted = 0;
+    while (!granted && now_ms() < deadline) {
+        assert_int_equal(
+            cli(&d, out, sizeof(out), "ACQUIRE", "bd", "INPUT", "1000", "OUTPUT", "1000", "TENANT", "a", NULL), 0);
+        granted = strstr(out, "bd:") != NULL;
+        if (!granted) sleep_ms(20);
+    }
+    assert_true(granted);
+    redisContext *c = redis_fixture_connect(&fx);
+    assert_non_null(c);
+    redisReply *r = redisCommand(c, "HGET sluice:{$budgets}:b:team day_spent");
+    assert_string_equal(r->str, "3500");
+    freeReplyObject(r);
+    r = redisCommand(c, "HGET sluice:{$budgets}:b:team day_reserved");
+    assert_string_equal(r->str, "50000");
+    freeReplyObject(r);
+    r = redisCommand(c, "HGET sluice:{$budgets}:b:team daily_limit");
+    assert_string_equal(r->str, "60000");
+    freeReplyObject(r);
+    redisFree(c);
+    /* The next one does not fit: 3 500 + 50 000 + 12 500 > 60 000, and would
+     * were the held ones to come back: it waits its max wait, then is shed. */
+    assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "bd", "INPUT", "1000", "OUTPUT", "1000", "TENANT", "a",
+                         "MAXWAIT", "100", NULL),
+                     0);
+    assert_contains(out, "SHED budget retry-after-ms=1000 budget=team period=day");
+    char *info = daemon_info(&d);
+    assert_contains(info, "budget0:name=team,period=day,currency=USD,limit=0.060000");
+    free(info);
+    /* STATUS of the deployment shows the budgets it draws from (the
+     * agent's look at Redis, every 2 s: wait for the reload's). */
+    char v[64] = "";
+    deadline = now_ms() + 5000;
+    while (now_ms() < deadline) {
+        daemon_status_field(&d, "bd", "budget.team.day.spent", v, sizeof(v));
+        if (!strcmp(v, "0.003500")) break;
+        sleep_ms(50);
+    }
+    assert_string_equal(v, "0.003500");
+    daemon_status_field(&d, "bd", "budget.team.day.reserved", v, sizeof(v));
+    assert_string_equal(v, "0.050000");
+    daemon_status_field(&d, "bd", "budget.team.day.left", v, sizeof(v));
+    assert_string_equal(v, "0.006500");
+    free(good);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
 /* ---- 6. SIGTERM -------------------------------------------------------------------------- */
 
 static void test_sigterm_answers_waiting_callers(void **state) {
@@ -754,6 +857,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_socket_stale_and_live, test_teardown),
         cmocka_unit_test_teardown(test_bad_config_refused, test_teardown),
         cmocka_unit_test_teardown(test_reload_bad_then_good, test_teardown),
+        cmocka_unit_test_teardown(test_budget_reload, test_teardown),
         cmocka_unit_test_teardown(test_sigterm_answers_waiting_callers, test_teardown),
         cmocka_unit_test_teardown(test_metrics_endpoint, test_teardown),
         cmocka_unit_test_teardown(test_valgrind_session, test_teardown),
