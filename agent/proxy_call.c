@@ -383,9 +383,10 @@ static void answer_shed(pcall *pc, const engine_shed *shed) {
         return;
     }
     h[n++] = (http_header){"x-sluice-shed", shed->reason ? shed->reason : "other"};
-    /* A budget does not come back on a retry: the SDKs that honour it
-     * (OpenAI's, Anthropic's) give up at once. */
-    if (budget) h[n++] = (http_header){"x-should-retry", "false"};
+    /* A budget spent does not come back on a retry: the SDKs that honour
+     * it (OpenAI's, Anthropic's) give up at once. One that waited for
+     * requests in flight to settle may fit soon: no such header. */
+    if (budget && !shed->budget_waited) h[n++] = (http_header){"x-should-retry", "false"};
     for (size_t i = 0; i < sb.n; i++) h[n++] = sb.h[i];
     http_request *r = pc->r;
     pc->r = NULL;

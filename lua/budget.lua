@@ -21,8 +21,8 @@
 --
 -- ARGV: 'reserve', rid, amount, lease_ms, nb, nb x budget
 --   -> {1, left, warn}: left the least any limit has left after it; warn
---      '<budget> <period>' when this grant first crossed that limit's
---      warn_at in its period, else 0
+--      '<budget> <period>[; <budget> <period>...]' for the limits this
+--      grant first took past their warn_at in their period, else 0
 --   -> {0, name, period, left, renew_ms, limit}: shed (nothing written
 --      but the budget's sheds count): it would not fit even were every
 --      reservation held settled at nothing; period day|month|total;
@@ -31,8 +31,11 @@
 --   -> {2, name, period, left, renew_ms, limit}: not now (nothing
 --      written): it fits once requests in flight settle below their
 --      reservations; the agent asks again within the request's max wait
--- ARGV: 'settle', n, n x (rid, actual) -> {found_1, ..., found_n}: 0 for
---      a reservation no longer held (charged in full at its lease end)
+-- ARGV: 'settle', n, n x (rid, actual, skip) -> {found_1, ..., found_n}:
+--      0 for a reservation no longer held (charged in full at its lease
+--      end); skip: budgets (comma-separated) that get the reservation back
+--      whole instead (a group's request reserved from every member's
+--      budgets; the member that served it keeps the charge on its own)
 -- ARGV: 'status', nb, nb x budget -> per budget a flat list of field,
 --      value pairs, the periods rolled to now (nothing written but the
 --      charges of reservations whose lease ended)
@@ -180,8 +183,9 @@ local function charge(b, day, month, amount, actual)
   b.total_spent = b.total_spent + actual
 end
 
--- Settles reservation rid at actual (nil: in full). Returns 1 when held.
-local function settle_one(rid, actual)
+-- Settles reservation rid at actual (nil: in full); the budgets in skip
+-- (a set) at nothing. Returns 1 when held.
+local function settle_one(rid, actual, skip)
   local rec = redis.call('HGET', held_key, rid)
   if not rec then return 0 end
   local amount
@@ -199,7 +203,7 @@ local function settle_one(rid, actual)
                    day_spent = num(h, 'day_spent'), day_reserved = num(h, 'day_reserved'),
                    month_spent = num(h, 'month_spent'), month_reserved = num(h, 'month_reserved'),
                    total_spent = num(h, 'total_spent'), total_reserved = num(h, 'total_reserved')}
-        charge(b, day, month, amount, actual)
+        charge(b, day, month, amount, (skip and skip[name]) and 0 or actual)
         redis.call('HSET', key, 'day_reserved', amt(b.day_reserved), 'day_spent', amt(b.day_spent),
                    'month_reserved', amt(b.month_reserved), 'month_spent', amt(b.month_spent),
                    'total_reserved', amt(b.total_reserved), 'total_spent', amt(b.total_spent))
@@ -268,7 +272,7 @@ if op == 'reserve' then
       if not left or l_left < left then left = l_left end
       local tag = l[1] == 'day' and b.day or (l[1] == 'month' and b.month or 'total')
       if l[2] - l_left >= b.warn_at * l[2] and not has_token(b.warned, tag) then
-        if warn == 0 then warn = b.name .. ' ' .. l[1] end
+        warn = (warn == 0 and '' or (warn .. '; ')) .. b.name .. ' ' .. l[1]
         mark = mark == '' and tag or (mark .. ' ' .. tag)
       end
     end
@@ -287,17 +291,21 @@ if op == 'reserve' then
 elseif op == 'settle' then
   expire()
   local n = tonumber(ARGV[2]) or -1
-  if n < 0 or #ARGV ~= 2 + 2 * n then
-    return redis.error_reply('ERR sluice budget: settle takes n, then n x (rid, actual)')
+  if n < 0 or #ARGV ~= 2 + 3 * n then
+    return redis.error_reply('ERR sluice budget: settle takes n, then n x (rid, actual, skip)')
+  end
+  for i = 1, n do
+    local actual = tonumber(ARGV[1 + 3 * i])
+    if not actual or actual < 0 then
+      return redis.error_reply("ERR sluice budget: an actual cost must be an integer >= 0, got '"
+                               .. tostring(ARGV[1 + 3 * i]) .. "'")
+    end
   end
   local out = {}
   for i = 1, n do
-    local actual = tonumber(ARGV[2 + 2 * i])
-    if not actual or actual < 0 then
-      return redis.error_reply("ERR sluice budget: an actual cost must be an integer >= 0, got '"
-                               .. tostring(ARGV[2 + 2 * i]) .. "'")
-    end
-    out[i] = settle_one(ARGV[1 + 2 * i], math.floor(actual))
+    local skip = {}
+    for name in string.gmatch(ARGV[2 + 3 * i], '[^,]+') do skip[name] = true end
+    out[i] = settle_one(ARGV[3 * i], math.floor(tonumber(ARGV[1 + 3 * i])), skip)
   end
   return out
 elseif op == 'status' then

@@ -16,7 +16,7 @@ typedef struct budget_price {
 } budget_price;
 
 /* The largest a request of this estimate may cost: every input token at
- * the dearer of the input and cache-write prices, every output token of
+ * the dearest of the input, cache-read and cache-write prices, every output token of
  * the max output at the output price. Without the split (split 0) every
  * token at the dearest price. In 1e-6 of the currency, rounded up. */
 long long budget_max_cost(const budget_price *p, int split, long long tokens, long long input, long long output);

@@ -160,6 +160,9 @@ const char *engine_acquire_req_error(const engine *e, const engine_req *rq) {
     if (rq->split && (rq->input < 0 || rq->output < 0)) return "INPUT and OUTPUT must be non-negative integers";
     if (rq->split && rq->tokens != 0 && rq->tokens != rq->input + rq->output)
         return "TOKENS must be INPUT + OUTPUT when all three are given";
+    if (rq->tokens <= 0 && (!rq->split || rq->input + rq->output <= 0) && engine__budget_applies_any(e, rq))
+        return "this request draws from a budget in money: give its estimate (INPUT and OUTPUT, or TOKENS), which "
+               "it reserves at its largest cost";
     if (rq->split || rq->tokens <= 0) return NULL;
     const struct config_deployment *d = config_deployment(e->cfg, rq->name);
     const struct config_group *g = d ? NULL : config_group(e->cfg, rq->name);
@@ -351,6 +354,7 @@ int engine_reload(engine *e, config *cfg) {
         d->configured = 0;
     }
     e->cfg = cfg;
+    engine__budget_reconfigure(e);
     for (dep *d = e->deps; d; d = d->next) {
         if (d->cfg) {
             dep_configure(d);
@@ -415,6 +419,7 @@ void engine_stop(engine *e, void (*done)(void *arg), void *arg) {
     e->stopping = 1;
     e->stop_done = done;
     e->stop_arg = arg;
+    engine__budget_stop(e);
     for (gq *q = e->gqs; q; q = q->next) engine__gq_drain(q, SL_ECLOSING, SLUICE_MSG_CLOSING);
     for (dep *d = e->deps; d; d = d->next) {
         engine_call *c;

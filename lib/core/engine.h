@@ -110,6 +110,7 @@ typedef struct engine_shed {
      * currency; NULL and 0 otherwise. */
     const char *budget, *period, *currency;
     long long left_u;
+    int budget_waited; /* 1: it would fit once requests in flight settle, and waited its max wait for that */
 } engine_shed;
 
 /* Outcome of an acquire: status SL_OK with g, SL_ESHED with shed, or

@@ -48,6 +48,9 @@ typedef struct budget_hold {
     engine_req rq;
     uint64_t deadline;                  /* uv_now: asking Redis gives up (max wait) */
     unsigned waits;                     /* times Redis said "not now" */
+    int asking;                         /* a reserve call is in flight */
+    char names[1024];                   /* the budgets reserved from, comma-separated */
+    char skip[1024];                    /* of those, the ones the serving member does not draw from */
     uint64_t expires;                   /* uv_now: the map forgets it (Redis charged it in full by then) */
     char grant_id[ENGINE_GRANT_ID_MAX]; /* once granted */
     char member[CONFIG_NAME_MAX + 1];   /* the deployment that served it */
@@ -68,30 +71,31 @@ typedef struct budget_look {
 typedef struct budget_book {
     budget_hold *map[BUDGET_MAP];
     unsigned long long seq;
-    const config *cfg;  /* the configuration the arrays below follow */
+    const config *cfg;  /* the configuration the arrays below follow (compared, never read: a reload frees it) */
+    size_t n;           /* the arrays' length */
     char **zone;        /* per budget: its offsets, "" for UTC */
     long long *zone_to; /* per budget: wall ms until which zone holds */
     budget_look *looks; /* per budget */
     int looking;
+    unsigned gen, look_gen; /* reloads seen; the one the look in flight was asked under */
     uint64_t looked_at;
     spend_row *spend;
     size_t nspend, capspend;
+    engine_call *calls; /* in CALL_BUDGET */
 } budget_book;
 
 static budget_book *book_get(engine *e) {
     if (!e->book) e->book = calloc(1, sizeof(*e->book));
     budget_book *b = e->book;
     if (!b || b->cfg == e->cfg) return b;
-    /* A new configuration: zones and looks follow its budgets. */
-    for (size_t i = 0; b->zone && b->cfg && i < b->cfg->nbudgets; i++) free(b->zone[i]);
-    free(b->zone);
-    free(b->zone_to);
-    free(b->looks);
+    /* A new configuration (engine__budget_reconfigure dropped the old
+     * arrays): zones and looks follow its budgets. */
     size_t n = e->cfg->nbudgets ? e->cfg->nbudgets : 1;
     b->zone = calloc(n, sizeof(*b->zone));
     b->zone_to = calloc(n, sizeof(*b->zone_to));
     b->looks = calloc(n, sizeof(*b->looks));
     b->cfg = e->cfg;
+    b->n = n;
     if (!b->zone || !b->zone_to || !b->looks) {
         free(b->zone);
         free(b->zone_to);
@@ -100,9 +104,27 @@ static budget_book *book_get(engine *e) {
         b->zone_to = NULL;
         b->looks = NULL;
         b->cfg = NULL;
+        b->n = 0;
         return NULL;
     }
     return b;
+}
+
+void engine__budget_reconfigure(engine *e) {
+    budget_book *b = e->book;
+    if (!b) return;
+    /* The arrays follow the old configuration's budgets: dropped now (a
+     * look in flight is then ignored), made again on first use. */
+    for (size_t i = 0; b->zone && i < b->n; i++) free(b->zone[i]);
+    free(b->zone);
+    free(b->zone_to);
+    free(b->looks);
+    b->zone = NULL;
+    b->zone_to = NULL;
+    b->looks = NULL;
+    b->cfg = NULL;
+    b->n = 0;
+    b->gen++;
 }
 
 void engine__budget_free(engine *e) {
@@ -113,7 +135,7 @@ void engine__budget_free(engine *e) {
             nx = h->next;
             free(h);
         }
-    for (size_t i = 0; b->zone && b->cfg && i < b->cfg->nbudgets; i++) free(b->zone[i]);
+    for (size_t i = 0; b->zone && i < b->n; i++) free(b->zone[i]);
     free(b->zone);
     free(b->zone_to);
     free(b->looks);
@@ -132,6 +154,11 @@ static int budget_applies(const config *cfg, const struct config_budget *b, cons
     const struct config_group *g = config_group(cfg, b->deployment);
     for (size_t i = 0; g && i < g->nmembers; i++)
         if (!strcmp(g->members[i], rq->name)) return 1;
+    /* A request to a group draws from the budgets of every member it may
+     * be served by (the serving member's keep the charge at the settle). */
+    g = config_group(cfg, rq->name);
+    for (size_t i = 0; g && i < g->nmembers; i++)
+        if (!strcmp(g->members[i], b->deployment)) return 1;
     return 0;
 }
 
@@ -284,13 +311,14 @@ static void on_settle_reply(void *arg, redisReply *r, const char *err) {
 
 /* Corrects reservation rid to actual (1e-6 units): fire and forget; one
  * that never arrives is charged in full at its lease end. */
-static void send_settle(engine *e, const char *rid, long long actual) {
+static void send_settle(engine *e, const char *rid, long long actual, const char *skip) {
     if (!strcmp(rid, "-")) return; /* let through unreserved (Redis was out of reach) */
+    if (!e->redis) return;         /* stopped: Redis charges it in full at its lease end */
     char num[24];
     snprintf(num, sizeof(num), "%lld", actual > 0 ? actual : 0);
-    const char *argv[4] = {"settle", "1", rid, num};
+    const char *argv[5] = {"settle", "1", rid, num, skip};
     budget_args a;
-    if (args_build(e, e->book, NULL, 0, argv, 4, &a) != 0) return;
+    if (args_build(e, e->book, NULL, 0, argv, 5, &a) != 0) return;
     if (rrouter_script_n(e->redis, SCRIPT_BUDGET, a.keys, a.nkeys, a.argc, a.argv, on_settle_reply, e) == 0)
         e->calls_out++;
     else e->stats.budget_errors++;
@@ -332,17 +360,18 @@ void engine__budget_settle(engine *e, const char *grant_id, const engine_usage *
     if (!h) return;
     long long cost;
     int known = u && (u->tokens >= 0 || u->input >= 0);
-    if (o == ENGINE_THROTTLED || o == ENGINE_QUOTA || (o == ENGINE_FAILED && !known)) {
-        /* Refused or failed before any work: the providers bill nothing. */
+    if (o == ENGINE_THROTTLED || o == ENGINE_QUOTA) {
+        /* Refused before any work: the providers bill nothing. */
         cost = 0;
     } else if (!known) {
-        /* Sent, and nobody says what it cost (a cancel after the send). */
+        /* Sent, and nobody says what it cost: a cancel after the send, a
+         * timeout or a 5xx whose work may have been done. */
         cost = h->amount;
     } else {
         cost = budget_actual_cost(&h->price, u, h->amount, h->tokens);
     }
     spend_add(e, h, cost);
-    send_settle(e, h->rid, cost);
+    send_settle(e, h->rid, cost, h->skip);
     free(h);
 }
 
@@ -351,11 +380,57 @@ void engine__budget_settle(engine *e, const char *grant_id, const engine_usage *
 static void send_reserve(engine_call *c);
 static void on_retry_timer(uv_timer_t *t);
 
+/* The calls in CALL_BUDGET, linked through prev / next (they are in no
+ * other list), so that engine_stop answers those waiting on a timer. */
+static void outer_link(engine *e, engine_call *c) {
+    budget_book *b = e->book;
+    c->prev = NULL;
+    c->next = b->calls;
+    if (b->calls) b->calls->prev = c;
+    b->calls = c;
+}
+
+static void outer_unlink(engine_call *c) {
+    budget_book *b = c->e->book;
+    if (c->prev) c->prev->next = c->next;
+    else if (b && b->calls == c) b->calls = c->next;
+    if (c->next) c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+}
+
 static void budget_done(engine_call *c) {
+    outer_unlink(c);
     free(c->bh);
     c->bh = NULL;
     c->state = CALL_DONE;
     call_free(c);
+}
+
+/* Answers the caller and ends the call (the reservation already dealt with). */
+static void budget_answer(engine_call *c, int status, const engine_grant *g, const engine_shed *sh, const char *msg) {
+    if (!c->canceled) c->cb(c->arg, status, g, sh, msg);
+    budget_done(c);
+}
+
+/* The budgets of h's reservation (by name, as sent) that a grant served
+ * by member does not draw from: a group's request reserved from the
+ * budgets of every member it might be served by. */
+static void skip_of(engine *e, budget_hold *h, char *out, size_t n) {
+    size_t used = 0;
+    out[0] = '\0';
+    engine_req rq = h->rq;
+    rq.name = h->member;
+    for (const char *p = h->names; *p;) {
+        size_t len = strcspn(p, ",");
+        for (size_t i = 0; i < e->cfg->nbudgets; i++) {
+            const struct config_budget *cb = &e->cfg->budgets[i];
+            if (strlen(cb->name) != len || strncmp(cb->name, p, len)) continue;
+            if (!budget_applies(e->cfg, cb, &rq) && used + len + 2 < n)
+                used += (size_t)snprintf(out + used, n - used, "%s%.*s", used ? "," : "", (int)len, p);
+        }
+        p += len;
+        if (*p == ',') p++;
+    }
 }
 
 /* The call made after the reservation has ended: a grant keeps the
@@ -368,9 +443,11 @@ static void on_inner(void *arg, int status, const engine_grant *g, const engine_
     if (status == SL_OK && g) {
         snprintf(h->grant_id, sizeof(h->grant_id), "%s", g->id);
         snprintf(h->member, sizeof(h->member), "%s", g->deployment ? g->deployment : h->name);
-        /* Settled at the prices of the member that served it. */
+        /* Settled at the prices of the member that served it, and only
+         * to the budgets that member draws from. */
         const struct config_deployment *m = config_deployment(e->cfg, h->member);
         if (m && m->price.currency[0]) price_of(m, &h->price);
+        skip_of(e, h, h->skip, sizeof(h->skip));
         h->expires = uv_now(e->loop) + (uint64_t)(m ? m->lease_s * 1000 : 120000) + BUDGET_LEASE_PAD_MS;
         budget_book *b = book_get(e);
         if (b) {
@@ -378,10 +455,49 @@ static void on_inner(void *arg, int status, const engine_grant *g, const engine_
             c->bh = NULL;
         }
     } else {
-        send_settle(e, h->rid, 0);
+        send_settle(e, h->rid, 0, "");
     }
-    c->cb(c->arg, status, g, shed, msg);
-    budget_done(c);
+    budget_answer(c, status, g, shed, msg);
+}
+
+/* On to the slot with what is left of the max wait. */
+static int go_on(engine_call *c) {
+    engine *e = c->e;
+    budget_hold *h = c->bh;
+    uint64_t now = uv_now(e->loop);
+    h->rq.max_wait_ms = h->deadline > now ? (long long)(h->deadline - now) : 0;
+    return engine__acquire_direct(e, &h->rq, on_inner, c, &c->inner);
+}
+
+/* Redis did not take the reservation (out of reach, an error, a
+ * redirect): asked again within the max wait; then, with agent.fail:
+ * open, on unbudgeted, else failed. */
+static void budget_unreachable(engine_call *c, const char *why) {
+    engine *e = c->e;
+    budget_hold *h = c->bh;
+    if (e->stopping) {
+        budget_answer(c, SL_ECLOSING, NULL, NULL, SLUICE_MSG_CLOSING);
+        return;
+    }
+    if (uv_now(e->loop) + BUDGET_RETRY_MS < h->deadline) {
+        uv_timer_start(&c->timer, on_retry_timer, BUDGET_RETRY_MS, 0);
+        return;
+    }
+    if (e->cfg->agent.fail == CONFIG_FAIL_OPEN) {
+        e->stats.budget_unchecked++;
+        /* Not reserved: nothing to give back or correct. */
+        snprintf(h->rid, sizeof(h->rid), "-");
+        int arc = go_on(c);
+        if (arc == 0) return;
+        budget_answer(c, arc, NULL, NULL, "the request could not be queued");
+        return;
+    }
+    char msg[320];
+    snprintf(msg, sizeof(msg),
+             "a request that draws from a budget in money needs Redis for its reservation, and Redis did not take it "
+             "within the max wait (%s; agent.fail is not open)",
+             why);
+    budget_answer(c, SL_EUNAVAIL, NULL, NULL, msg);
 }
 
 static void on_reserve_reply(void *arg, redisReply *r, const char *err) {
@@ -389,23 +505,22 @@ static void on_reserve_reply(void *arg, redisReply *r, const char *err) {
     engine *e = c->e;
     budget_hold *h = c->bh;
     e->calls_out--;
+    h->asking = 0;
     int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3;
     long long verdict = ok ? engine__reply_int(r->element[0]) : -1;
     int granted = verdict == 1;
-    if (c->canceled) {
-        if (granted) send_settle(e, h->rid, 0);
-        budget_done(c);
+    if (c->canceled || e->stopping) {
+        if (granted) send_settle(e, h->rid, 0, "");
+        budget_answer(c, SL_ECLOSING, NULL, NULL, SLUICE_MSG_CLOSING);
         engine__maybe_finish_stop(e);
         return;
     }
     if (!ok) {
         e->stats.budget_errors++;
-        char msg[256];
-        snprintf(msg, sizeof(msg), "budget: Redis did not answer the reservation (%s)",
-                 err ? err : (r && r->type == REDIS_REPLY_ERROR ? r->str : "no reply"));
-        engine__elog(e, CONFIG_LOG_WARN, "%s", msg);
-        c->cb(c->arg, e->stopping ? SL_ECLOSING : SL_EUNAVAIL, NULL, NULL, msg);
-        budget_done(c);
+        char why[200];
+        snprintf(why, sizeof(why), "%s", err ? err : (r && r->type == REDIS_REPLY_ERROR ? r->str : "no reply"));
+        engine__elog(e, CONFIG_LOG_WARN, "budget: Redis did not take a reservation: %s", why);
+        budget_unreachable(c, why);
         engine__maybe_finish_stop(e);
         return;
     }
@@ -416,7 +531,7 @@ static void on_reserve_reply(void *arg, redisReply *r, const char *err) {
         uint64_t now = uv_now(e->loop);
         uint64_t delay = BUDGET_WAIT_MIN_MS << (h->waits < 3 ? h->waits : 3);
         h->waits++;
-        if (now + delay <= h->deadline && !e->stopping) {
+        if (now + delay <= h->deadline) {
             uv_timer_start(&c->timer, on_retry_timer, delay, 0);
             engine__maybe_finish_stop(e);
             return;
@@ -439,29 +554,29 @@ static void on_reserve_reply(void *arg, redisReply *r, const char *err) {
                           .budget = name,
                           .period = pname,
                           .currency = h->currency,
-                          .left_u = r->elements >= 6 ? engine__reply_int(r->element[3]) : 0};
+                          .left_u = r->elements >= 6 ? engine__reply_int(r->element[3]) : 0,
+                          .budget_waited = verdict == 2};
         e->stats.sheds++;
         e->stats.shed_by_reason[ENGINE_SHED_BUDGET]++;
-        c->cb(c->arg, SL_ESHED, NULL, &sh, NULL);
-        budget_done(c);
+        budget_answer(c, SL_ESHED, NULL, &sh, NULL);
         engine__maybe_finish_stop(e);
         return;
     }
     e->stats.budget_reserves++;
     if (r->element[2]->type == REDIS_REPLY_STRING) {
-        /* "<budget> <period>": this grant crossed its warn_at first. */
-        e->stats.budget_warnings++;
+        /* "<budget> <period>[; ...]": the limits this grant took past
+         * their warn_at first. */
+        for (const char *p = r->element[2]->str; p; p = strchr(p + 1, ';')) e->stats.budget_warnings++;
         engine__elog(e, CONFIG_LOG_WARN,
-                     "budget %s passed its warn_at (a request to %s, tenant '%s', client '%s'); the least any of its "
-                     "limits has left is %.6f %s",
+                     "budget %s passed warn_at (a request to %s, tenant '%s', client '%s'); the least any limit it "
+                     "draws from has left is %.6f %s",
                      r->element[2]->str, h->name, h->tenant, h->client, (double)engine__reply_int(r->element[1]) / 1e6,
                      h->currency);
     }
-    int rc = e->stopping ? SL_ECLOSING : engine__acquire_direct(e, &h->rq, on_inner, c, &c->inner);
+    int rc = go_on(c);
     if (rc != 0) {
-        send_settle(e, h->rid, 0);
-        c->cb(c->arg, rc, NULL, NULL, "the request could not be queued after its budget reservation");
-        budget_done(c);
+        send_settle(e, h->rid, 0, "");
+        budget_answer(c, rc, NULL, NULL, "the request could not be queued after its budget reservation");
     }
     engine__maybe_finish_stop(e);
 }
@@ -471,10 +586,27 @@ static void on_retry_timer(uv_timer_t *t) { send_reserve(t->data); }
 static void send_reserve(engine_call *c) {
     engine *e = c->e;
     budget_hold *h = c->bh;
+    if (e->stopping || !e->redis) {
+        budget_answer(c, SL_ECLOSING, NULL, NULL, SLUICE_MSG_CLOSING);
+        return;
+    }
     budget_book *b = book_get(e);
     size_t idx[64], nb = 0;
-    for (size_t i = 0; b && i < e->cfg->nbudgets && nb < 64; i++)
-        if (budget_applies(e->cfg, &e->cfg->budgets[i], &h->rq)) idx[nb++] = i;
+    size_t used = 0;
+    h->names[0] = '\0';
+    for (size_t i = 0; b && i < e->cfg->nbudgets && nb < 64; i++) {
+        if (!budget_applies(e->cfg, &e->cfg->budgets[i], &h->rq)) continue;
+        idx[nb++] = i;
+        used += (size_t)snprintf(h->names + used, used < sizeof(h->names) ? sizeof(h->names) - used : 0, "%s%s",
+                                 used ? "," : "", e->cfg->budgets[i].name);
+    }
+    if (!nb) {
+        /* A reload took its budgets away: on without one. */
+        snprintf(h->rid, sizeof(h->rid), "-");
+        int arc = go_on(c);
+        if (arc != 0) budget_answer(c, arc, NULL, NULL, "the request could not be queued");
+        return;
+    }
     char amount[24], lease[24];
     snprintf(amount, sizeof(amount), "%lld", h->amount);
     /* Redis charges it in full if nobody settles it by then. */
@@ -491,51 +623,29 @@ static void send_reserve(engine_call *c) {
     const char *head[5] = {"reserve", h->rid, amount, lease, nbs};
     budget_args a;
     int rc = -1;
-    if (nb && args_build(e, b, idx, nb, head, 5, &a) == 0) {
+    if (args_build(e, b, idx, nb, head, 5, &a) == 0) {
         if (rrouter_ready(e->redis, a.keys[0]))
             rc = rrouter_script_n(e->redis, SCRIPT_BUDGET, a.keys, a.nkeys, a.argc, a.argv, on_reserve_reply, c);
         args_free(&a);
     }
     if (rc == 0) {
         e->calls_out++;
+        h->asking = 1;
         return;
     }
-    if (!nb) {
-        /* A reload took its budgets away: on without one. */
-        int arc = engine__acquire_direct(e, &h->rq, on_inner, c, &c->inner);
-        if (arc != 0) {
-            c->cb(c->arg, arc, NULL, NULL, "the request could not be queued");
-            budget_done(c);
-        }
-        return;
-    }
-    if (uv_now(e->loop) + BUDGET_RETRY_MS < h->deadline && !e->stopping) {
-        uv_timer_start(&c->timer, on_retry_timer, BUDGET_RETRY_MS, 0);
-        return;
-    }
-    /* Redis stayed out of reach for the whole wait. */
-    if (e->cfg->agent.fail == CONFIG_FAIL_OPEN && !e->stopping) {
-        e->stats.budget_unchecked++;
-        int arc = engine__acquire_direct(e, &h->rq, on_inner, c, &c->inner);
-        if (arc == 0) {
-            /* Not reserved: nothing to give back or correct. */
-            snprintf(h->rid, sizeof(h->rid), "-");
-            return;
-        }
-        c->cb(c->arg, arc, NULL, NULL, "the request could not be queued");
-    } else {
-        c->cb(c->arg, e->stopping ? SL_ECLOSING : SL_EUNAVAIL, NULL, NULL,
-              "Redis is unreachable: a request that draws from a budget in money waits for it (agent.fail is not "
-              "open)");
-    }
-    budget_done(c);
+    budget_unreachable(c, "Redis is unreachable");
+}
+
+int engine__budget_applies_any(const engine *e, const engine_req *rq) {
+    for (size_t i = 0; rq && rq->name && i < e->cfg->nbudgets; i++)
+        if (budget_applies(e->cfg, &e->cfg->budgets[i], rq)) return 1;
+    return 0;
 }
 
 int engine__budget_acquire(engine *e, const engine_req *rq, engine_acquire_cb cb, void *arg, engine_call **out) {
-    if (!e->cfg->nbudgets) return 1;
-    size_t nb = 0;
-    for (size_t i = 0; i < e->cfg->nbudgets; i++) nb += (size_t)budget_applies(e->cfg, &e->cfg->budgets[i], rq);
-    if (!nb) return 1;
+    if (!engine__budget_applies_any(e, rq)) return 1;
+    /* A request without an estimate would reserve nothing. */
+    if (rq->tokens <= 0 && (!rq->split || rq->input + rq->output <= 0)) return SL_EINVAL;
     budget_book *b = book_get(e);
     engine_call *c = calloc(1, sizeof(*c));
     budget_hold *h = calloc(1, sizeof(*h));
@@ -588,32 +698,40 @@ int engine__budget_acquire(engine *e, const engine_req *rq, engine_acquire_cb cb
     h->amount = budget_max_cost(&h->price, rq->split, tokens, input, rq->output);
     h->deadline = c->start_ms + (uint64_t)c->max_wait_ms;
     snprintf(h->rid, sizeof(h->rid), "%s:%llu", e->agent_id, ++b->seq);
-    if (rrouter_ready(e->redis, "sluice:{$budgets}:held")) {
-        send_reserve(c);
-    } else {
-        /* Asked on the next turn: an answer never comes from within the
-         * call that asks. */
-        uv_timer_start(&c->timer, on_retry_timer, 0, 0);
-    }
+    outer_link(e, c);
+    /* Asked on the next turn: an answer never comes from within the call
+     * that asks. */
+    uv_timer_start(&c->timer, on_retry_timer, 0, 0);
     if (out) *out = c;
     return 0;
 }
 
 void engine__budget_cancel(engine_call *c) {
+    engine *e = c->e;
     if (c->inner) {
-        engine_cancel(c->inner);
+        engine_cancel(c->inner); /* its callback will not run */
+        e->stats.cancels--;      /* one cancel, counted by the outer call */
         c->inner = NULL;
-        if (c->bh && strcmp(c->bh->rid, "-")) send_settle(c->e, c->bh->rid, 0);
+        if (c->bh && strcmp(c->bh->rid, "-")) send_settle(e, c->bh->rid, 0, "");
         budget_done(c);
         return;
     }
-    if (c->timer_live && uv_is_active((uv_handle_t *)&c->timer)) {
-        /* Waiting to ask again: nothing reserved. */
+    if (c->bh && c->bh->asking) return; /* the reservation's reply ends it (and gives back what it reserved) */
+    /* Waiting to ask (again): nothing reserved. */
+    uv_timer_stop(&c->timer);
+    budget_done(c);
+}
+
+void engine__budget_stop(engine *e) {
+    budget_book *b = e->book;
+    for (engine_call *c = b ? b->calls : NULL, *nx; c; c = nx) {
+        nx = c->next;
+        /* An inner call is answered by engine_stop's drain (on_inner); a
+         * reservation in flight by its reply. */
+        if (c->inner || (c->bh && c->bh->asking)) continue;
         uv_timer_stop(&c->timer);
-        budget_done(c);
-        return;
+        budget_answer(c, SL_ECLOSING, NULL, NULL, SLUICE_MSG_CLOSING);
     }
-    /* The reservation's reply frees it (and gives back what it reserved). */
 }
 
 /* ---- looks, for metrics and STATUS ---- */
@@ -624,7 +742,7 @@ static void on_look_reply(void *arg, redisReply *r, const char *err) {
     budget_book *b = e->book;
     e->calls_out--;
     if (b) b->looking = 0;
-    if (b && b->cfg == e->cfg && r && r->type == REDIS_REPLY_ARRAY) {
+    if (b && b->look_gen == b->gen && b->cfg == e->cfg && b->looks && r && r->type == REDIS_REPLY_ARRAY) {
         for (size_t i = 0; i < r->elements && i < e->cfg->nbudgets; i++) {
             const redisReply *x = r->element[i];
             budget_look *l = &b->looks[i];
@@ -688,6 +806,7 @@ void engine__budget_tick(engine *e) {
         rrouter_script_n(e->redis, SCRIPT_BUDGET, a.keys, a.nkeys, a.argc, a.argv, on_look_reply, e) == 0) {
         e->calls_out++;
         b->looking = 1;
+        b->look_gen = b->gen;
         b->looked_at = now;
     }
     args_free(&a);

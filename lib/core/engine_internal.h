@@ -425,6 +425,12 @@ void engine__budget_tick(engine *e);
 void engine__budget_view(const engine *e, size_t i, engine_budget_view *v);
 int engine__budget_covers(const engine *e, size_t i, const char *deployment);
 void engine__budget_free(engine *e);
+void engine__budget_reconfigure(engine *e);
+/* engine_stop: answers the calls waiting to ask for a reservation. */
+void engine__budget_stop(engine *e);
+/* 1 when rq draws from any budget in money. */
+int engine__budget_applies_any(const engine *e,
+                               const engine_req *rq); /* engine_reload: before the old configuration is freed */
 
 /* ---- engine_batch.c ---- */
 size_t engine__batch_cap(const engine *e, const costmodel *m, size_t max);

@@ -619,58 +619,68 @@ static void test_budget_reload(void **state) {
     }
     assert_contains(log, "key 'budgets.team.monthly': must be a number in [0, 1000000000], got \"-1\"");
     free(log);
-    /* The old budget holds: 2 more fit, the 5th is shed with its fields. */
+    /* The old budget holds: 2 more fit (50 000 micro held); a 5th would
+     * fit only if those in flight cost less: it waits its max wait (0
+     * here) for room, then is shed with a 1 s hint. */
     for (int i = 0; i < 2; i++) {
         assert_int_equal(
             cli(&d, out, sizeof(out), "ACQUIRE", "bd", "INPUT", "1000", "OUTPUT", "1000", "TENANT", "a", NULL), 0);
         assert_contains(out, "bd:");
     }
-    assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "bd", "INPUT", "1000", "OUTPUT", "1000", "TENANT", "a", NULL),
+    assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "bd", "INPUT", "1000", "OUTPUT", "1000", "TENANT", "a",
+                         "MAXWAIT", "0", NULL),
+                     0);
+    assert_contains(out, "SHED budget retry-after-ms=1000 budget=team period=day left=0.000000 currency=USD");
+    /* One settled in full (12 500 spent): 40 000 more can never fit the
+     * day, shed at once until midnight UTC. */
+    assert_int_equal(cli(&d, out, sizeof(out), "SETTLE", "bd:1", "INPUT", "1000", "OUTPUT", "1000", NULL), 0);
+    assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "bd", "INPUT", "1000", "OUTPUT", "3750", "TENANT", "a", NULL),
                      0);
     assert_contains(out, "SHED budget retry-after-ms=");
     assert_contains(out, "budget=team period=day left=0.000000 currency=USD");
+    assert_true(strstr(out, "retry-after-ms=1000 ") == NULL && strstr(out, "retry-after-ms=-1") == NULL);
     /* Another tenant draws from no budget. */
     assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "bd", "INPUT", "1000", "OUTPUT", "1000", "TENANT", "b", NULL),
                      0);
     assert_contains(out, "bd:");
-    /* Settle one at a tenth of its output: 2500 + 1000 micro charged. */
-    assert_int_equal(cli(&d, out, sizeof(out), "SETTLE", "bd:1", "INPUT", "1000", "OUTPUT", "100", NULL), 0);
-    /* A good reload: 0.06 a day; what was spent and held stays (3.5 of
-     * 12.5 charged, 3 x 12.5 held = 41 000 of 60 000 micro). */
+    /* A good reload: 0.07 a day; what was spent and held stays (12 500
+     * spent, 37 500 held: one more fits in 70 000). */
     char *p = strstr(good, "daily: 0.05");
     assert_non_null(p);
-    memcpy(p, "daily: 0.06", 11);
+    memcpy(p, "daily: 0.07", 11);
     assert_int_equal(write_file(d.config, good), 0);
     kill(d.pid, SIGHUP);
     deadline = now_ms() + 5000;
     int granted = 0;
     while (!granted && now_ms() < deadline) {
-        assert_int_equal(
-            cli(&d, out, sizeof(out), "ACQUIRE", "bd", "INPUT", "1000", "OUTPUT", "1000", "TENANT", "a", NULL), 0);
-        granted = strstr(out, "bd:") != NULL;
+        /* MAXWAIT 0: until the reload applies, it would wait for room. */
+        int rc = cli(&d, out, sizeof(out), "ACQUIRE", "bd", "INPUT", "1000", "OUTPUT", "1000", "TENANT", "a", "MAXWAIT",
+                     "0", NULL);
+        granted = rc == 0 && strstr(out, "bd:") != NULL;
         if (!granted) sleep_ms(20);
     }
-    assert_true(granted);
+    if (!granted) fail_msg("no grant after the reload: %s", out);
     redisContext *c = redis_fixture_connect(&fx);
     assert_non_null(c);
     redisReply *r = redisCommand(c, "HGET sluice:{$budgets}:b:team day_spent");
-    assert_string_equal(r->str, "3500");
+    assert_string_equal(r->str, "12500");
     freeReplyObject(r);
     r = redisCommand(c, "HGET sluice:{$budgets}:b:team day_reserved");
     assert_string_equal(r->str, "50000");
     freeReplyObject(r);
     r = redisCommand(c, "HGET sluice:{$budgets}:b:team daily_limit");
-    assert_string_equal(r->str, "60000");
+    assert_string_equal(r->str, "70000");
     freeReplyObject(r);
     redisFree(c);
-    /* The next one does not fit: 3 500 + 50 000 + 12 500 > 60 000, and would
-     * were the held ones to come back: it waits its max wait, then is shed. */
+    /* The next one does not fit: 12 500 + 50 000 + 12 500 > 70 000, and
+     * would were the held ones to come back: it waits its max wait, then is
+     * shed. */
     assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "bd", "INPUT", "1000", "OUTPUT", "1000", "TENANT", "a",
                          "MAXWAIT", "100", NULL),
                      0);
     assert_contains(out, "SHED budget retry-after-ms=1000 budget=team period=day");
     char *info = daemon_info(&d);
-    assert_contains(info, "budget0:name=team,period=day,currency=USD,limit=0.060000");
+    assert_contains(info, "budget0:name=team,period=day,currency=USD,limit=0.070000");
     free(info);
     /* STATUS of the deployment shows the budgets it draws from (the
      * agent's look at Redis, every 2 s: wait for the reload's). */
@@ -678,14 +688,14 @@ static void test_budget_reload(void **state) {
     deadline = now_ms() + 5000;
     while (now_ms() < deadline) {
         daemon_status_field(&d, "bd", "budget.team.day.spent", v, sizeof(v));
-        if (!strcmp(v, "0.003500")) break;
+        if (!strcmp(v, "0.012500")) break;
         sleep_ms(50);
     }
-    assert_string_equal(v, "0.003500");
+    assert_string_equal(v, "0.012500");
     daemon_status_field(&d, "bd", "budget.team.day.reserved", v, sizeof(v));
     assert_string_equal(v, "0.050000");
     daemon_status_field(&d, "bd", "budget.team.day.left", v, sizeof(v));
-    assert_string_equal(v, "0.006500");
+    assert_string_equal(v, "0.007500");
     free(good);
     assert_int_equal(daemon_stop(&d), 0);
 }

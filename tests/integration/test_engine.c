@@ -633,6 +633,71 @@ static void capture_log(void *ud, int level, const char *msg) {
 /* A user that may load the scripts but not run a command they call (TIME):
  * each call fails, and that is an error in STATUS and the log, not a
  * silent fallback. */
+/* Budgets in money when Redis is out of reach (agent.fail: closed): an
+ * acquire is answered on a later turn, never from within the call; a
+ * cancel while it waits to ask again frees it; engine_stop answers the
+ * ones still waiting with SL_ECLOSING (ASan checks the lifetimes); a
+ * request without an estimate is refused at once. */
+typedef struct budget_seen {
+    int calls, status;
+} budget_seen;
+
+static void on_budget_acquired(void *arg, int status, const engine_grant *g, const engine_shed *sh, const char *msg) {
+    (void)g;
+    (void)sh;
+    (void)msg;
+    budget_seen *s = arg;
+    s->calls++;
+    s->status = status;
+}
+
+static void test_budget_calls_without_redis(void **state) {
+    (void)state;
+    char text[2048], err[512];
+    snprintf(text, sizeof(text),
+             "redis:\n  url: unix://%s.gone\n  timeout_ms: 100\n  connect_timeout_ms: 100\n"
+             "agent:\n  socket: /tmp/unused.sock\n  fail: closed\n"
+             "deployments:\n  bd:\n    rpm: 600\n    price: { input: 1, output: 2, currency: EUR }\n"
+             "budgets:\n  all:\n    currency: EUR\n    monthly: 10\n",
+             fx.sock);
+    config *cfg = NULL;
+    if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0) fail_msg("config: %s", err);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    engine *e;
+    assert_int_equal(engine_new(&loop, cfg, "budget-test", &e), 0);
+    engine_start(e);
+    budget_seen quick = {0}, cancelled = {0}, waiting = {0}, none = {0};
+    engine_req rq = {.name = "bd", .split = 1, .input = 100, .output = 100, .max_wait_ms = 0};
+    engine_call *call = NULL;
+    assert_int_equal(engine_acquire_req(e, &rq, on_budget_acquired, &quick, &call), 0);
+    assert_non_null(call);
+    assert_int_equal(quick.calls, 0); /* never from within the call */
+    rq.max_wait_ms = 60000;
+    assert_int_equal(engine_acquire_req(e, &rq, on_budget_acquired, &cancelled, &call), 0);
+    engine_call *to_cancel = call;
+    assert_int_equal(engine_acquire_req(e, &rq, on_budget_acquired, &waiting, &call), 0);
+    engine_req empty = {.name = "bd", .max_wait_ms = 1000};
+    assert_int_equal(engine_acquire_req(e, &empty, on_budget_acquired, &none, NULL), SL_EINVAL);
+    assert_non_null(engine_acquire_req_error(e, &empty));
+    /* A few turns: the quick one is answered (Redis out of reach, no wait
+     * left), the others wait to ask again. */
+    for (int i = 0; i < 20 && !quick.calls; i++) uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(quick.calls, 1);
+    assert_int_equal(quick.status, SL_EUNAVAIL);
+    engine_cancel(to_cancel);
+    engine_stop(e, on_stopped, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(cancelled.calls, 0);
+    assert_int_equal(waiting.calls, 1);
+    assert_int_equal(waiting.status, SL_ECLOSING);
+    assert_int_equal(none.calls, 0);
+    /* A settle after the stop is harmless. */
+    assert_int_equal(engine_settle(e, "bd:1", 10, ENGINE_OK, -1), 0);
+    engine_free(e);
+    uv_loop_close(&loop);
+}
+
 static void test_script_permission_error_is_loud(void **state) {
     redisContext *c = redis_fixture_connect(&fx);
     freeReplyObject(redisCommand(c, "ACL SETUSER sluice-notime on >right ~sluice:* +@all -time"));
@@ -694,6 +759,7 @@ int main(void) {
         cmocka_unit_test(test_redis_killed_local_fallback_then_rejoin),
         cmocka_unit_test(test_wrong_password_and_missing_acl_are_clear_errors),
         cmocka_unit_test(test_script_permission_error_is_loud),
+        cmocka_unit_test(test_budget_calls_without_redis),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -669,8 +669,8 @@ static long long budget_reserve(const char *rid, const char *amount, const char 
 }
 
 static void budget_settle(const char *rid, const char *actual, long long want_found) {
-    const char *argv[] = {"settle", "1", rid, actual};
-    redisReply *r = budget_call(0, NULL, 4, argv);
+    const char *argv[] = {"settle", "1", rid, actual, ""};
+    redisReply *r = budget_call(0, NULL, 5, argv);
     if (r->type == REDIS_REPLY_ERROR) fail_msg("budget settle: %s", r->str);
     assert_int_equal(r->element[0]->integer, want_found);
     freeReplyObject(r);
@@ -742,14 +742,31 @@ static void test_budget_reserve_settle_expire(void **state) {
     t = redisCommand(rc, "DEL sluice:{$budgets}:clock");
     freeReplyObject(t);
     /* Bad arguments: an error, nothing written. */
-    const char *bad[] = {"settle", "1", "r7", "-3"};
-    redisReply *r = budget_call(0, NULL, 4, bad);
+    const char *bad[] = {"settle", "1", "r7", "-3", ""};
+    redisReply *r = budget_call(0, NULL, 5, bad);
     assert_int_equal(r->type, REDIS_REPLY_ERROR);
     freeReplyObject(r);
     assert_int_equal(budget_field("total_reserved"), 70);
     budget_settle("r7", "0", 1);
     assert_int_equal(budget_field("total_reserved"), 0);
     assert_int_equal(budget_field("total_spent"), 30);
+    /* Two budgets in one reservation (a group's request: its own and a
+     * member's); the settle skips the member that did not serve it. */
+    const char *two[2] = {"b", "m"};
+    const char *argv3[] = {"reserve", "r9",  "20", "60000", "2", "b", "USD", "0", "0",  "100",
+                           "",        "0.8", "m",  "USD",   "0", "0", "100", "",  "0.8"};
+    redisReply *g = budget_call(2, two, 19, argv3);
+    assert_int_equal(g->element[0]->integer, 1);
+    freeReplyObject(g);
+    const char *st[] = {"settle", "1", "r9", "15", "m"};
+    g = budget_call(0, NULL, 5, st);
+    assert_int_equal(g->element[0]->integer, 1);
+    freeReplyObject(g);
+    assert_int_equal(budget_field("total_spent"), 45);
+    redisReply *m = redisCommand(rc, "HMGET sluice:{$budgets}:b:m total_spent total_reserved");
+    assert_string_equal(m->element[0]->str, "0");
+    assert_string_equal(m->element[1]->str, "0");
+    freeReplyObject(m);
 }
 
 /* ---- keys, hash tags, bad arguments -------------------------------------- */

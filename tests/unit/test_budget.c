@@ -26,6 +26,15 @@ static void test_max_cost(void **state) {
     /* Rounded up: 1 token at 2.50 per million is 2.5 micro -> 3. */
     assert_int_equal(budget_max_cost(&gpt, 1, 1, 1, 0), 3);
     assert_int_equal(budget_max_cost(&gpt, 1, 0, 0, 0), 0);
+    /* A cache read priced above the input (allowed): the input reserved at it. */
+    const budget_price odd = {1000000, 1000000, 5000000, 0};
+    assert_int_equal(budget_max_cost(&odd, 1, 1000, 1000, 0), 5000);
+    /* Beyond any budget: saturates (a product that would overflow), never
+     * wraps to a small or negative cost. */
+    const budget_price dear = {1000000000000LL, 1000000000000LL, 0, 0};
+    long long huge = budget_max_cost(&dear, 1, 0, 1000000000000000LL, 1000000000000000LL);
+    assert_true(huge >= 1000000000000000LL);
+    assert_true(budget_max_cost(&dear, 0, 1000000000000000LL, -1, -1) == huge);
 }
 
 static void test_actual_cost(void **state) {
