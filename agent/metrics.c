@@ -432,23 +432,35 @@ static void batch_metrics(text_out *o, engine *e) {
  * the currency. what: 0 limit, 1 spent, 2 reserved, 3 remaining. */
 typedef struct budget_out {
     text_out *o;
-    int what;
+    int what; /* 0 limit, 1 spent, 2 reserved, 3 remaining, 4 warn */
     const char *name;
+    const config *cfg;
 } budget_out;
 
 static void budget_metric(void *ud, const engine_budget_view *v) {
     budget_out *bo = ud;
-    char bl[2 * CONFIG_NAME_MAX + 1];
+    /* The budget's scope as labels: "" where it takes any. */
+    const struct config_budget *cb = NULL;
+    for (size_t i = 0; i < bo->cfg->nbudgets && !cb; i++)
+        if (!strcmp(bo->cfg->budgets[i].name, v->name)) cb = &bo->cfg->budgets[i];
+    char bl[2 * CONFIG_NAME_MAX + 1], tl[2 * CONFIG_NAME_MAX + 1], cl[2 * CONFIG_NAME_MAX + 1];
+    char dl[2 * CONFIG_NAME_MAX + 1];
     label_escape(v->name, bl, sizeof(bl));
+    label_escape(cb ? cb->tenant : "", tl, sizeof(tl));
+    label_escape(cb ? cb->client : "", cl, sizeof(cl));
+    label_escape(cb ? cb->deployment : "", dl, sizeof(dl));
     for (int p = 0; p < ENGINE_PERIODS; p++) {
         if (!v->limit[p]) continue;
-        long long x = bo->what == 0   ? v->limit[p]
-                      : bo->what == 1 ? v->spent[p]
-                      : bo->what == 2 ? v->reserved[p]
-                                      : v->limit[p] - v->spent[p] - v->reserved[p];
-        if (bo->what == 3 && x < 0) x = 0;
-        emit(bo->o, "%s{budget=\"%s\",period=\"%s\",currency=\"%s\"} %.6f\n", bo->name, bl, engine_period_names[p],
-             v->currency, (double)x / 1e6);
+        long long held = v->spent[p] + v->reserved[p];
+        double x;
+        if (bo->what == 0) x = (double)v->limit[p] / 1e6;
+        else if (bo->what == 1) x = (double)v->spent[p] / 1e6;
+        else if (bo->what == 2) x = (double)v->reserved[p] / 1e6;
+        else if (bo->what == 3) x = held < v->limit[p] ? (double)(v->limit[p] - held) / 1e6 : 0;
+        else x = (double)held >= v->warn_at * (double)v->limit[p] ? 1 : 0;
+        emit(bo->o,
+             "%s{budget=\"%s\",period=\"%s\",currency=\"%s\",tenant=\"%s\",client=\"%s\",deployment=\"%s\"} %.6f\n",
+             bo->name, bl, engine_period_names[p], v->currency, tl, cl, dl, x);
     }
 }
 
@@ -473,10 +485,13 @@ static void budget_metrics(text_out *o, engine *e) {
         {"sluice_budget_reserved",
          "What requests in flight hold of the budget: their largest possible cost, until their settle."},
         {"sluice_budget_remaining", "What the budget has left in the period: limit less spent and reserved."},
+        {"sluice_budget_warn",
+         "1 while the budget's spent and reserved are at or past its warn_at share of the period's limit (the soft "
+         "limit)."},
     };
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
         head(o, fam[k].name, "gauge", fam[k].help);
-        budget_out bo = {o, k, fam[k].name};
+        budget_out bo = {o, k, fam[k].name, engine_config(e)};
         engine_foreach_budget(e, budget_metric, &bo);
     }
     head(o, "sluice_spend_total", "counter",
