@@ -19,7 +19,10 @@
 -- none), zone ("off0,t1,off1,...", the time zone's UTC offsets in ms as
 -- tz_changes writes them; "" = UTC), warn_at (share of a limit).
 --
--- ARGV: 'reserve', rid, amount, lease_ms, nb, nb x budget
+-- ARGV: 'reserve', nb, nb x budget, n, n x (rid, amount, lease_ms, k,
+--   k x index of a budget above, 1-based): the items in order, each all
+--   or none as if alone (an agent's requests of one loop turn in one
+--   call); the reply is one of these per item:
 --   -> {1, left, warn}: left the least any limit has left after it; warn
 --      '<budget> <period>[; <budget> <period>...]' for the limits this
 --      grant first took past their warn_at in their period, else 0
@@ -229,19 +232,11 @@ local function expire()
 end
 
 local op = ARGV[1]
-if op == 'reserve' then
-  expire()
-  local rid, amount, lease_ms, nb = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-  if not rid or not amount or amount < 0 or not lease_ms or not nb or nb < 1 or #KEYS ~= 3 + nb then
-    return redis.error_reply('ERR sluice budget: reserve takes rid, amount >= 0, lease_ms, nb, nb x 7 budget '
-                             .. 'fields and 3 + nb KEYS')
-  end
-  amount = math.floor(amount)
-  local bs = {}
+-- One item of a reserve call: amount from the budgets bs (loaded and
+-- rolled), all or none. Returns its reply; updates bs in memory.
+local function reserve_item(rid, amount, lease_ms, bs)
   local wait = false
-  for i = 1, nb do
-    local b = load_budget(i, 6)
-    bs[i] = b
+  for _, b in ipairs(bs) do
     for _, l in ipairs(limits_of(b)) do
       if amount > l[3] then
         local reserved = (l[1] == 'day' and b.day_reserved) or (l[1] == 'month' and b.month_reserved)
@@ -250,7 +245,7 @@ if op == 'reserve' then
           -- It would not fit were every reservation settled at nothing.
           local renew = l[4]
           if amount > l[2] then renew = -1 end
-          redis.call('HINCRBY', b.key, 'sheds', 1)
+          b.sheds_add = b.sheds_add + 1
           return {0, b.name, l[1], math.max(0, l[3]), renew, l[2]}
         end
         -- It fits once requests in flight cost less than their
@@ -266,12 +261,13 @@ if op == 'reserve' then
     b.day_reserved = b.day_reserved + amount
     b.month_reserved = b.month_reserved + amount
     b.total_reserved = b.total_reserved + amount
+    b.granted_add = b.granted_add + 1
     local mark = b.warned
     for _, l in ipairs(limits_of(b)) do
       local l_left = l[3]
       if not left or l_left < left then left = l_left end
       local tag = l[1] == 'day' and b.day or (l[1] == 'month' and b.month or 'total')
-      if l[2] - l_left >= b.warn_at * l[2] and not has_token(b.warned, tag) then
+      if l[2] - l_left >= b.warn_at * l[2] and not has_token(mark, tag) then
         warn = (warn == 0 and '' or (warn .. '; ')) .. b.name .. ' ' .. l[1]
         mark = mark == '' and tag or (mark .. ' ' .. tag)
       end
@@ -282,12 +278,56 @@ if op == 'reserve' then
       if t == b.day or t == b.month or t == 'total' then kept[#kept + 1] = t end
     end
     b.warned = table.concat(kept, ' ')
-    write_budget(b, {granted = num(b.h, 'granted') + 1})
+    b.touched = true
     rec[#rec + 1] = b.name .. ',' .. b.day .. ',' .. b.month
   end
   redis.call('HSET', held_key, rid, table.concat(rec, ';'))
   redis.call('ZADD', leases_key, now + lease_ms, rid)
   return {1, left or 0, warn}
+end
+
+if op == 'reserve' then
+  -- 'reserve', nb, nb x 7 budget fields, n, n x (rid, amount, lease_ms,
+  -- k, k x budget index 1..nb): the items in order, each as if alone.
+  expire()
+  local nb = tonumber(ARGV[2]) or 0
+  local n = tonumber(ARGV[3 + 7 * nb]) or -1
+  if nb < 1 or #KEYS ~= 3 + nb or n < 0 then
+    return redis.error_reply('ERR sluice budget: reserve takes nb, nb x 7 budget fields, n, n x (rid, amount, '
+                             .. 'lease_ms, k, k x index) and 3 + nb KEYS')
+  end
+  local all = {}
+  for i = 1, nb do
+    local b = load_budget(i, 3)
+    b.sheds_add, b.granted_add = 0, 0
+    all[i] = b
+  end
+  local out = {}
+  local a = 4 + 7 * nb
+  for i = 1, n do
+    local rid, amount, lease_ms, k = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    if not rid or not amount or amount < 0 or not lease_ms or not k or k < 1 then
+      return redis.error_reply('ERR sluice budget: reserve item ' .. i .. ': rid, amount >= 0, lease_ms, k >= 1')
+    end
+    local bs = {}
+    for j = 1, k do
+      local b = all[tonumber(ARGV[a + 3 + j]) or 0]
+      if not b then
+        return redis.error_reply('ERR sluice budget: reserve item ' .. i .. ': a budget index out of 1..' .. nb)
+      end
+      bs[j] = b
+    end
+    a = a + 4 + k
+    out[i] = reserve_item(rid, math.floor(amount), lease_ms, bs)
+  end
+  for _, b in ipairs(all) do
+    if b.touched then
+      write_budget(b, {granted = num(b.h, 'granted') + b.granted_add, sheds = num(b.h, 'sheds') + b.sheds_add})
+    elseif b.sheds_add > 0 then
+      redis.call('HINCRBY', b.key, 'sheds', b.sheds_add)
+    end
+  end
+  return out
 elseif op == 'settle' then
   expire()
   local n = tonumber(ARGV[2]) or -1

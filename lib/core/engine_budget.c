@@ -37,6 +37,8 @@ const char *const engine_period_names[ENGINE_PERIODS] = {"day", "month", "total"
 #define BUDGET_LOOK_MS 2000        /* how often the budgets are looked at for metrics and STATUS */
 #define BUDGET_ZONE_DAYS 45        /* a zone's offsets are sent for this many days ahead */
 #define BUDGET_LEASE_PAD_MS 5000LL /* a reservation outlives its call's max wait and lease by this */
+#define BUDGET_BATCH 128           /* reservations per reserve call */
+#define BUDGET_SETTLE_BATCH 256    /* settles per settle call */
 
 typedef struct budget_hold {
     char rid[ENGINE_GRANT_ID_MAX + 160];
@@ -49,6 +51,8 @@ typedef struct budget_hold {
     uint64_t deadline;                  /* uv_now: asking Redis gives up (max wait) */
     unsigned waits;                     /* times Redis said "not now" */
     int asking;                         /* a reserve call is in flight */
+    int queued;                         /* in the book's queue, to go in the next reserve call */
+    struct engine_call *qprev, *qnext;  /* that queue */
     char names[1024];                   /* the budgets reserved from, comma-separated */
     char skip[1024];                    /* of those, the ones the serving member does not draw from */
     uint64_t expires;                   /* uv_now: the map forgets it (Redis charged it in full by then) */
@@ -81,8 +85,17 @@ typedef struct budget_book {
     uint64_t looked_at;
     spend_row *spend;
     size_t nspend, capspend;
-    engine_call *calls; /* in CALL_BUDGET */
+    engine_call *calls;            /* in CALL_BUDGET */
+    engine_call *askq, *asktail;   /* waiting to go in the next reserve call, in order */
+    struct budget_settle *settles; /* waiting to go in the next settle call */
+    size_t nsettles, capsettles;
 } budget_book;
+
+typedef struct budget_settle {
+    char rid[ENGINE_GRANT_ID_MAX + 160];
+    long long actual;
+    char skip[1024];
+} budget_settle;
 
 static budget_book *book_get(engine *e) {
     if (!e->book) e->book = calloc(1, sizeof(*e->book));
@@ -140,6 +153,7 @@ void engine__budget_free(engine *e) {
     free(b->zone_to);
     free(b->looks);
     free(b->spend);
+    free(b->settles);
     free(b);
     e->book = NULL;
 }
@@ -302,27 +316,68 @@ static void on_settle_reply(void *arg, redisReply *r, const char *err) {
     if (!r || r->type != REDIS_REPLY_ARRAY) {
         e->stats.budget_errors++;
         engine__elog(e, CONFIG_LOG_WARN,
-                     "budget settle failed: %s (the reservation is charged in full at its lease "
-                     "end)",
-                     err ? err : "no reply");
+                     "budget settle failed: %s (the reservations are charged in full at their "
+                     "lease end)",
+                     err ? err : (r && r->type == REDIS_REPLY_ERROR ? r->str : "no reply"));
     }
     engine__maybe_finish_stop(e);
 }
 
-/* Corrects reservation rid to actual (1e-6 units): fire and forget; one
- * that never arrives is charged in full at its lease end. */
+/* Sends the settles queued, BUDGET_SETTLE_BATCH per call; fire and
+ * forget: one that never arrives is charged in full at its lease end. */
+static void flush_settles(engine *e) {
+    budget_book *b = e->book;
+    if (!b || !b->nsettles) return;
+    for (size_t from = 0; from < b->nsettles; from += BUDGET_SETTLE_BATCH) {
+        size_t n = b->nsettles - from < BUDGET_SETTLE_BATCH ? b->nsettles - from : BUDGET_SETTLE_BATCH;
+        const char **argv = calloc(2 + 3 * n, sizeof(*argv));
+        char(*num)[24] = calloc(n + 1, sizeof(*num));
+        budget_args a;
+        if (argv && num && e->redis) {
+            argv[0] = "settle";
+            snprintf(num[n], 24, "%zu", n);
+            argv[1] = num[n];
+            for (size_t i = 0; i < n; i++) {
+                budget_settle *st = &b->settles[from + i];
+                snprintf(num[i], 24, "%lld", st->actual > 0 ? st->actual : 0);
+                argv[2 + 3 * i] = st->rid;
+                argv[3 + 3 * i] = num[i];
+                argv[4 + 3 * i] = st->skip;
+            }
+            if (args_build(e, b, NULL, 0, argv, (int)(2 + 3 * n), &a) == 0) {
+                if (rrouter_script_n(e->redis, SCRIPT_BUDGET, a.keys, a.nkeys, a.argc, a.argv, on_settle_reply, e) == 0)
+                    e->calls_out++;
+                else e->stats.budget_errors++;
+                args_free(&a);
+            }
+        }
+        free(argv);
+        free(num);
+    }
+    b->nsettles = 0;
+}
+
+/* Corrects reservation rid to actual (1e-6 units), the budgets in skip
+ * given it back whole: queued for this turn's settle call (at once while
+ * the engine stops, so that it still reaches Redis). */
 static void send_settle(engine *e, const char *rid, long long actual, const char *skip) {
     if (!strcmp(rid, "-")) return; /* let through unreserved (Redis was out of reach) */
     if (!e->redis) return;         /* stopped: Redis charges it in full at its lease end */
-    char num[24];
-    snprintf(num, sizeof(num), "%lld", actual > 0 ? actual : 0);
-    const char *argv[5] = {"settle", "1", rid, num, skip};
-    budget_args a;
-    if (args_build(e, e->book, NULL, 0, argv, 5, &a) != 0) return;
-    if (rrouter_script_n(e->redis, SCRIPT_BUDGET, a.keys, a.nkeys, a.argc, a.argv, on_settle_reply, e) == 0)
-        e->calls_out++;
-    else e->stats.budget_errors++;
-    args_free(&a);
+    budget_book *b = e->book;
+    if (!b) return;
+    if (b->nsettles == b->capsettles) {
+        size_t cap = b->capsettles ? 2 * b->capsettles : 16;
+        budget_settle *n = realloc(b->settles, cap * sizeof(*n));
+        if (!n) return;
+        b->settles = n;
+        b->capsettles = cap;
+    }
+    budget_settle *st = &b->settles[b->nsettles++];
+    snprintf(st->rid, sizeof(st->rid), "%s", rid);
+    st->actual = actual;
+    snprintf(st->skip, sizeof(st->skip), "%s", skip ? skip : "");
+    if (e->stopping) flush_settles(e);
+    else engine__flush_arm(e);
 }
 
 static void spend_add(engine *e, const budget_hold *h, long long cost) {
@@ -377,7 +432,7 @@ void engine__budget_settle(engine *e, const char *grant_id, const engine_usage *
 
 /* ---- reservations ---- */
 
-static void send_reserve(engine_call *c);
+static void ask(engine_call *c);
 static void on_retry_timer(uv_timer_t *t);
 
 /* The calls in CALL_BUDGET, linked through prev / next (they are in no
@@ -398,7 +453,10 @@ static void outer_unlink(engine_call *c) {
     c->prev = c->next = NULL;
 }
 
+static void unqueue(engine_call *c);
+
 static void budget_done(engine_call *c) {
+    unqueue(c);
     outer_unlink(c);
     free(c->bh);
     c->bh = NULL;
@@ -500,11 +558,10 @@ static void budget_unreachable(engine_call *c, const char *why) {
     budget_answer(c, SL_EUNAVAIL, NULL, NULL, msg);
 }
 
-static void on_reserve_reply(void *arg, redisReply *r, const char *err) {
-    engine_call *c = arg;
+/* One item's reply r (NULL with err: the call failed). */
+static void on_item(engine_call *c, redisReply *r, const char *err) {
     engine *e = c->e;
     budget_hold *h = c->bh;
-    e->calls_out--;
     h->asking = 0;
     int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3;
     long long verdict = ok ? engine__reply_int(r->element[0]) : -1;
@@ -581,59 +638,194 @@ static void on_reserve_reply(void *arg, redisReply *r, const char *err) {
     engine__maybe_finish_stop(e);
 }
 
-static void on_retry_timer(uv_timer_t *t) { send_reserve(t->data); }
+static void on_retry_timer(uv_timer_t *t) { ask(t->data); }
 
-static void send_reserve(engine_call *c) {
+/* Queues c for this turn's reserve call (engine__budget_flush). */
+static void ask(engine_call *c) {
     engine *e = c->e;
     budget_hold *h = c->bh;
-    if (e->stopping || !e->redis) {
+    budget_book *b = e->book;
+    if (e->stopping || !e->redis || !b) {
         budget_answer(c, SL_ECLOSING, NULL, NULL, SLUICE_MSG_CLOSING);
         return;
     }
-    budget_book *b = book_get(e);
-    size_t idx[64], nb = 0;
-    size_t used = 0;
-    h->names[0] = '\0';
-    for (size_t i = 0; b && i < e->cfg->nbudgets && nb < 64; i++) {
-        if (!budget_applies(e->cfg, &e->cfg->budgets[i], &h->rq)) continue;
-        idx[nb++] = i;
-        used += (size_t)snprintf(h->names + used, used < sizeof(h->names) ? sizeof(h->names) - used : 0, "%s%s",
-                                 used ? "," : "", e->cfg->budgets[i].name);
-    }
-    if (!nb) {
-        /* A reload took its budgets away: on without one. */
-        snprintf(h->rid, sizeof(h->rid), "-");
-        int arc = go_on(c);
-        if (arc != 0) budget_answer(c, arc, NULL, NULL, "the request could not be queued");
-        return;
-    }
-    char amount[24], lease[24];
-    snprintf(amount, sizeof(amount), "%lld", h->amount);
-    /* Redis charges it in full if nobody settles it by then. */
-    long long lease_ms = c->max_wait_ms + BUDGET_LEASE_PAD_MS;
+    if (h->queued) return;
+    h->queued = 1;
+    h->qnext = NULL;
+    h->qprev = b->asktail;
+    if (b->asktail) b->asktail->bh->qnext = c;
+    else b->askq = c;
+    b->asktail = c;
+    engine__flush_arm(e);
+}
+
+static void unqueue(engine_call *c) {
+    budget_book *b = c->e->book;
+    budget_hold *h = c->bh;
+    if (!h || !h->queued || !b) return;
+    if (h->qprev) h->qprev->bh->qnext = h->qnext;
+    else b->askq = h->qnext;
+    if (h->qnext) h->qnext->bh->qprev = h->qprev;
+    else b->asktail = h->qprev;
+    h->qprev = h->qnext = NULL;
+    h->queued = 0;
+}
+
+typedef struct reserve_batch {
+    engine *e;
+    size_t n;
+    engine_call *calls[BUDGET_BATCH];
+} reserve_batch;
+
+static void on_reserve_reply(void *arg, redisReply *r, const char *err) {
+    reserve_batch *rb = arg;
+    engine *e = rb->e;
+    e->calls_out--;
+    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == rb->n;
+    char why[200] = "";
+    if (!ok) snprintf(why, sizeof(why), "%s", err ? err : (r && r->type == REDIS_REPLY_ERROR ? r->str : "no reply"));
+    for (size_t i = 0; i < rb->n; i++) on_item(rb->calls[i], ok ? r->element[i] : NULL, ok ? NULL : why);
+    free(rb);
+    engine__maybe_finish_stop(e);
+}
+
+/* The lease of h's reservation: its max wait, the longest lease of the
+ * deployments it may be served by, and a pad. */
+static long long lease_of(engine *e, engine_call *c) {
+    budget_hold *h = c->bh;
     const struct config_deployment *d = config_deployment(e->cfg, h->name);
     const struct config_group *g = d ? NULL : config_group(e->cfg, h->name);
     long long lease_s = d ? d->lease_s : 0;
     for (size_t i = 0; g && i < g->nmembers; i++)
         if (g->members_[i]->lease_s > lease_s) lease_s = g->members_[i]->lease_s;
-    lease_ms += lease_s * 1000;
-    snprintf(lease, sizeof(lease), "%lld", lease_ms);
-    char nbs[8];
-    snprintf(nbs, sizeof(nbs), "%zu", nb);
-    const char *head[5] = {"reserve", h->rid, amount, lease, nbs};
-    budget_args a;
-    int rc = -1;
-    if (args_build(e, b, idx, nb, head, 5, &a) == 0) {
-        if (rrouter_ready(e->redis, a.keys[0]))
-            rc = rrouter_script_n(e->redis, SCRIPT_BUDGET, a.keys, a.nkeys, a.argc, a.argv, on_reserve_reply, c);
-        args_free(&a);
-    }
-    if (rc == 0) {
-        e->calls_out++;
-        h->asking = 1;
+    return c->max_wait_ms + BUDGET_LEASE_PAD_MS + lease_s * 1000;
+}
+
+/* Sends one reserve call with up to BUDGET_BATCH queued calls: each
+ * names its budgets by index into the call's list of budgets. */
+static void flush_reserves_once(engine *e) {
+    budget_book *b = book_get(e);
+    if (!b) return;
+    reserve_batch *rb = calloc(1, sizeof(*rb));
+    size_t used[64], nused = 0; /* budget indexes in the configuration, in the call's order */
+    /* Per call: its budgets as indexes into used (1-based), at most 64. */
+    static const size_t per = 64;
+    unsigned char(*which)[64] = calloc(BUDGET_BATCH, per);
+    size_t nwhich[BUDGET_BATCH];
+    if (!rb || !which) {
+        free(rb);
+        free(which);
         return;
     }
-    budget_unreachable(c, "Redis is unreachable");
+    rb->e = e;
+    while (b->askq && rb->n < BUDGET_BATCH) {
+        engine_call *c = b->askq;
+        budget_hold *h = c->bh;
+        /* Its budgets; a call whose budgets do not all fit the call's list
+         * waits for the next call. */
+        size_t idx[64], nb = 0, extra = 0;
+        for (size_t i = 0; i < e->cfg->nbudgets && nb < 64; i++)
+            if (budget_applies(e->cfg, &e->cfg->budgets[i], &h->rq)) idx[nb++] = i;
+        for (size_t k = 0; k < nb; k++) {
+            size_t j = 0;
+            while (j < nused && used[j] != idx[k]) j++;
+            if (j == nused) extra++;
+        }
+        if (nused + extra > 64) break;
+        unqueue(c);
+        if (!nb) {
+            /* A reload took its budgets away: on without one. */
+            snprintf(h->rid, sizeof(h->rid), "-");
+            int arc = go_on(c);
+            if (arc != 0) budget_answer(c, arc, NULL, NULL, "the request could not be queued");
+            continue;
+        }
+        size_t hu = 0;
+        h->names[0] = '\0';
+        for (size_t k = 0; k < nb; k++) {
+            size_t j = 0;
+            while (j < nused && used[j] != idx[k]) j++;
+            if (j == nused) used[nused++] = idx[k];
+            which[rb->n][k] = (unsigned char)(j + 1);
+            const char *nm = e->cfg->budgets[idx[k]].name;
+            hu += (size_t)snprintf(h->names + hu, hu < sizeof(h->names) ? sizeof(h->names) - hu : 0, "%s%s",
+                                   hu ? "," : "", nm);
+        }
+        nwhich[rb->n] = nb;
+        h->asking = 1;
+        rb->calls[rb->n++] = c;
+    }
+    if (!rb->n) {
+        free(rb);
+        free(which);
+        return;
+    }
+    /* ARGV: reserve, nb, nb x 7, n, n x (rid, amount, lease, k, k x index). */
+    size_t argc_items = 0;
+    for (size_t i = 0; i < rb->n; i++) argc_items += 4 + nwhich[i];
+    size_t nhead = 2;
+    const char **items = calloc(argc_items + 1, sizeof(*items));
+    char(*num)[24] = calloc(rb->n * (3 + 64) + 2, sizeof(*num));
+    int rc = -1;
+    if (items && num) {
+        size_t k = 0, q = 0;
+        for (size_t i = 0; i < rb->n; i++) {
+            budget_hold *h = rb->calls[i]->bh;
+            items[k++] = h->rid;
+            snprintf(num[q], 24, "%lld", h->amount);
+            items[k++] = num[q++];
+            snprintf(num[q], 24, "%lld", lease_of(e, rb->calls[i]));
+            items[k++] = num[q++];
+            snprintf(num[q], 24, "%zu", nwhich[i]);
+            items[k++] = num[q++];
+            for (size_t j = 0; j < nwhich[i]; j++) {
+                snprintf(num[q], 24, "%u", (unsigned)which[i][j]);
+                items[k++] = num[q++];
+            }
+        }
+        char nbs[24], ns[24];
+        snprintf(nbs, sizeof(nbs), "%zu", nused);
+        snprintf(ns, sizeof(ns), "%zu", rb->n);
+        const char *head[2] = {"reserve", nbs};
+        budget_args a;
+        if (args_build(e, b, used, nused, head, (int)nhead, &a) == 0) {
+            /* The items after the budgets: n, then each item. */
+            const char **argv = calloc((size_t)a.argc + 1 + argc_items, sizeof(*argv));
+            if (argv) {
+                memcpy(argv, a.argv, (size_t)a.argc * sizeof(*argv));
+                argv[a.argc] = ns;
+                memcpy(argv + a.argc + 1, items, argc_items * sizeof(*argv));
+                if (rrouter_ready(e->redis, a.keys[0]))
+                    rc = rrouter_script_n(e->redis, SCRIPT_BUDGET, a.keys, a.nkeys, (int)(a.argc + 1 + argc_items),
+                                          argv, on_reserve_reply, rb);
+                free(argv);
+            }
+            args_free(&a);
+        }
+    }
+    free(items);
+    free(num);
+    free(which);
+    if (rc == 0) {
+        e->calls_out++;
+        return;
+    }
+    for (size_t i = 0; i < rb->n; i++) {
+        rb->calls[i]->bh->asking = 0;
+        budget_unreachable(rb->calls[i], "Redis is unreachable");
+    }
+    free(rb);
+}
+
+void engine__budget_flush(engine *e) {
+    budget_book *b = e->book;
+    if (!b) return;
+    flush_settles(e);
+    while (b->askq) {
+        engine_call *head = b->askq;
+        flush_reserves_once(e);
+        if (b->askq == head) break; /* nothing taken (out of memory): the next turn */
+    }
 }
 
 int engine__budget_applies_any(const engine *e, const engine_req *rq) {
@@ -699,9 +891,9 @@ int engine__budget_acquire(engine *e, const engine_req *rq, engine_acquire_cb cb
     h->deadline = c->start_ms + (uint64_t)c->max_wait_ms;
     snprintf(h->rid, sizeof(h->rid), "%s:%llu", e->agent_id, ++b->seq);
     outer_link(e, c);
-    /* Asked on the next turn: an answer never comes from within the call
-     * that asks. */
-    uv_timer_start(&c->timer, on_retry_timer, 0, 0);
+    /* Asked in this turn's reserve call (the flush after the turn): an
+     * answer never comes from within the call that asks. */
+    ask(c);
     if (out) *out = c;
     return 0;
 }
@@ -718,6 +910,7 @@ void engine__budget_cancel(engine_call *c) {
     }
     if (c->bh && c->bh->asking) return; /* the reservation's reply ends it (and gives back what it reserved) */
     /* Waiting to ask (again): nothing reserved. */
+    unqueue(c);
     uv_timer_stop(&c->timer);
     budget_done(c);
 }
@@ -729,6 +922,7 @@ void engine__budget_stop(engine *e) {
         /* An inner call is answered by engine_stop's drain (on_inner); a
          * reservation in flight by its reply. */
         if (c->inner || (c->bh && c->bh->asking)) continue;
+        unqueue(c);
         uv_timer_stop(&c->timer);
         budget_answer(c, SL_ECLOSING, NULL, NULL, SLUICE_MSG_CLOSING);
     }

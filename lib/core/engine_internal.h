@@ -419,6 +419,9 @@ void engine__budget_cancel(engine_call *c);
 /* A grant's settle: its budgets are corrected to what it cost. */
 void engine__budget_settle(engine *e, const char *grant_id, const engine_usage *u, engine_outcome o);
 void engine__budget_tick(engine *e);
+/* Once per loop turn (engine_redis.c's flush): this turn's budget settles
+ * and reservations, each kind in as few script calls as fit. */
+void engine__budget_flush(engine *e);
 /* Budget i's view (as engine_foreach_budget gives it); 1 when budget i
  * can draw from deployment name (its scope's deployment: none, name, or a
  * group name is a member of). */

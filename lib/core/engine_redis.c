@@ -23,6 +23,7 @@ static void on_flush(uv_check_t *h) {
      * flushing every turn do not send them one by one. */
     int due = e->settle_due || e->stopping;
     e->settle_due = 0;
+    engine__budget_flush(e);
     for (dep *d = e->deps; d; d = d->next) {
         if (due || d->settle_urgent) {
             d->settle_urgent = 0;

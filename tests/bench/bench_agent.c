@@ -11,6 +11,7 @@
  *     script calls per grant (from Redis' own INFO commandstats, so
  *     reserve + settle + heartbeats all count).
  * Prints figures only. Usage: bench_agent [seconds per throughput run (3)]
+ * (BENCH_BUDGET=1: every acquire also draws from a budget in money)
  *
  * bench_agent --redis-time [seconds (3)] [rounds (3)] [bounds (1,0)]:
  * Redis' own figures for redis.max_script_ms (docs/benchmarks.md). A fleet
@@ -483,12 +484,19 @@ int main(int argc, char **argv) {
     redis_fixture rf;
     if (redis_fixture_start(&rf, 0) != 0) return 1;
     char yaml[2048];
+    /* BENCH_BUDGET=1: every acquire also draws from a budget in money
+     * (one that never binds): the cost of its reservation and settle. */
+    int budget = getenv("BENCH_BUDGET") != NULL;
     snprintf(yaml, sizeof(yaml),
              "redis:\n  url: unix://%s\n  timeout_ms: 1000\n"
              "agent:\n  socket: %%SOCK%%\n  max_clients: 4096\n  log_level: warn\n"
              "deployments:\n  bench:\n    rpm: 1000000000\n    tpm: 1000000000000\n"
-             "    burst: { requests: 1000000, tokens: 1000000000 }\n    lease_s: 1\n    max_wait_ms: 60000\n",
-             rf.sock);
+             "    burst: { requests: 1000000, tokens: 1000000000 }\n    lease_s: 1\n    max_wait_ms: 60000\n%s",
+             rf.sock,
+             budget ? "    price: { input: 1, output: 1, currency: USD }\n"
+                      "budgets:\n  all: { currency: USD, total: 1000000000 }\n"
+                    : "");
+    if (budget) printf("bench_agent: every acquire draws from a budget in money (BENCH_BUDGET)\n");
     sluiced_fixture sf;
     if (sluiced_fixture_start(&sf, yaml) != 0) {
         redis_fixture_stop(&rf);

@@ -655,16 +655,18 @@ static redisReply *budget_call(int nb, const char *const *names, int argc, const
 static long long budget_reserve(const char *rid, const char *amount, const char *lease, const char *daily,
                                 const char *total, long long *out) {
     const char *name = "b";
-    const char *argv[] = {"reserve", rid, amount, lease, "1", "b", "USD", daily, "0", total, "", "0.8"};
-    redisReply *r = budget_call(1, &name, 12, argv);
-    if (r->type == REDIS_REPLY_ERROR) fail_msg("budget reserve: %s", r->str);
-    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    const char *argv[] = {"reserve", "1", "b", "USD", daily, "0", total, "", "0.8", "1", rid, amount, lease, "1", "1"};
+    redisReply *all = budget_call(1, &name, 15, argv);
+    if (all->type == REDIS_REPLY_ERROR) fail_msg("budget reserve: %s", all->str);
+    assert_int_equal(all->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(all->elements, 1);
+    redisReply *r = all->element[0];
     long long v = r->element[0]->integer;
     for (size_t i = 0; out && i < r->elements && i < 6; i++)
         out[i] = r->element[i]->type == REDIS_REPLY_INTEGER ? r->element[i]->integer
                  : r->element[i]->type == REDIS_REPLY_STRING && !strcmp(r->element[i]->str, "b day") ? 1
                                                                                                      : 0;
-    freeReplyObject(r);
+    freeReplyObject(all);
     return v;
 }
 
@@ -700,14 +702,14 @@ static void test_budget_reserve_settle_expire(void **state) {
     /* warn_at 0.8 crossed by this grant: the reply names the budget and the period. */
     assert_int_equal(out[2], 1);
     const char *name = "b";
-    const char *argv2[] = {"reserve", "r2w", "0", "60000", "1", "b", "USD", "100", "0", "0", "", "0.8"};
-    redisReply *w = budget_call(1, &name, 12, argv2);
-    assert_int_equal(w->element[0]->integer, 1);
-    assert_int_equal(w->element[2]->type, REDIS_REPLY_INTEGER); /* once per period: not again */
+    const char *argv2[] = {"reserve", "1", "b", "USD", "100", "0", "0", "", "0.8", "1", "r2w", "0", "60000", "1", "1"};
+    redisReply *w = budget_call(1, &name, 15, argv2);
+    assert_int_equal(w->element[0]->element[0]->integer, 1);
+    assert_int_equal(w->element[0]->element[2]->type, REDIS_REPLY_INTEGER); /* once per period: not again */
     freeReplyObject(w);
     budget_settle("r2w", "0", 1);
     assert_int_equal(budget_reserve("r3", "1", "60000", "100", "0", out), 2);
-    assert_int_equal(budget_field("sheds"), -1); /* "not now" is no shed */
+    assert_int_equal(budget_field("sheds"), 0); /* "not now" is no shed */
     /* 101 can never fit the day: shed, and never renews (more than the limit). */
     assert_int_equal(budget_reserve("r4", "101", "60000", "100", "0", out), 0);
     assert_int_equal(out[4], -1);
@@ -753,11 +755,27 @@ static void test_budget_reserve_settle_expire(void **state) {
     /* Two budgets in one reservation (a group's request: its own and a
      * member's); the settle skips the member that did not serve it. */
     const char *two[2] = {"b", "m"};
-    const char *argv3[] = {"reserve", "r9",  "20", "60000", "2", "b", "USD", "0", "0",  "100",
-                           "",        "0.8", "m",  "USD",   "0", "0", "100", "",  "0.8"};
-    redisReply *g = budget_call(2, two, 19, argv3);
-    assert_int_equal(g->element[0]->integer, 1);
+    const char *argv3[] = {"reserve", "2",   "b", "USD", "0", "0",  "100", "",      "0.8", "m", "USD", "0",
+                           "0",       "100", "",  "0.8", "1", "r9", "20",  "60000", "2",   "1", "2"};
+    redisReply *g = budget_call(2, two, 23, argv3);
+    assert_int_equal(g->element[0]->element[0]->integer, 1);
     freeReplyObject(g);
+    /* Several items in one call, in order, each all or none: 50 and 30
+     * fit the 80 left of m's total, the third (20) then waits for room. */
+    const char *argv4[] = {"reserve", "2",     "b", "USD", "0",  "0",  "1000",  "",      "0.8", "m", "USD", "0",
+                           "0",       "100",   "",  "0.8", "3",  "x1", "50",    "60000", "2",   "1", "2",   "x2",
+                           "30",      "60000", "1", "2",   "x3", "20", "60000", "2",     "1",   "2"};
+    g = budget_call(2, two, 34, argv4);
+    assert_int_equal(g->elements, 3);
+    assert_int_equal(g->element[0]->element[0]->integer, 1);
+    assert_int_equal(g->element[1]->element[0]->integer, 1);
+    assert_int_equal(g->element[2]->element[0]->integer, 2);
+    freeReplyObject(g);
+    for (int i = 0; i < 2; i++) {
+        const char *st0[] = {"settle", "1", i ? "x2" : "x1", "0", ""};
+        g = budget_call(0, NULL, 5, st0);
+        freeReplyObject(g);
+    }
     const char *st[] = {"settle", "1", "r9", "15", "m"};
     g = budget_call(0, NULL, 5, st);
     assert_int_equal(g->element[0]->integer, 1);
