@@ -23,6 +23,26 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
+/* The workers of the random workloads run reserve() and settle1() on
+ * their own threads, where a cmocka assertion cannot unwind (it longjmps
+ * into the main thread's test: the process dies with no message). There
+ * CHECK records the first failure and unwinds the worker alone; the main
+ * thread then fails the test with it. On the main thread it is a cmocka
+ * failure as usual. */
+static __thread jmp_buf *t_unwind;
+static __thread char t_why[512];
+
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            if (t_unwind) {                                                                                            \
+                snprintf(t_why, sizeof(t_why), __VA_ARGS__);                                                           \
+                longjmp(*t_unwind, 1);                                                                                 \
+            }                                                                                                          \
+            fail_msg(__VA_ARGS__);                                                                                     \
+        }                                                                                                              \
+    } while (0)
+
 typedef struct verdict {
     int granted;
     long long id, wait_ms, tokens, retry_after_ms;
@@ -34,7 +54,7 @@ static double reserve(redisContext *c, const char *dep, int n, const long long *
                       verdict *out, long long *paused_ms) {
     const char *argv[1 + 2 * 256];
     char buf[1 + 2 * 256][24];
-    assert_true(n <= 256);
+    CHECK(n <= 256, "reserve: %d items", n);
     snprintf(buf[0], sizeof(buf[0]), "%d", n);
     argv[0] = buf[0];
     for (int i = 0; i < n; i++) {
@@ -44,10 +64,10 @@ static double reserve(redisContext *c, const char *dep, int n, const long long *
         argv[2 + 2 * i] = buf[2 + 2 * i];
     }
     redisReply *r = script_call(c, SCRIPT_RESERVE, dep, 1 + 2 * n, argv);
-    assert_non_null(r);
-    if (r->type == REDIS_REPLY_ERROR) fail_msg("reserve: %s", r->str);
-    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    assert_int_equal(r->elements, (size_t)(5 + n));
+    CHECK(r != NULL, "reserve: no reply (%s)", c->errstr);
+    CHECK(r->type != REDIS_REPLY_ERROR, "reserve: %s", r->str);
+    CHECK(r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)(5 + n),
+          "reserve: a reply of type %d with %zu elements", r->type, r->elements);
     double now_ms = (double)r->element[0]->integer / 1000.0;
     if (paused_ms) *paused_ms = r->element[1]->integer;
     for (int i = 0; i < n; i++) {
@@ -55,14 +75,14 @@ static double reserve(redisContext *c, const char *dep, int n, const long long *
         memset(&out[i], 0, sizeof(out[i]));
         out[i].granted = (int)it->element[0]->integer;
         if (out[i].granted) {
-            assert_int_equal(it->elements, 4);
+            CHECK(it->elements == 4, "reserve: a grant of %zu elements", it->elements);
             out[i].id = it->element[1]->integer;
             out[i].wait_ms = it->element[2]->integer;
             out[i].tokens = it->element[3]->integer;
-            assert_true(out[i].wait_ms >= 0);
-            assert_true(out[i].wait_ms <= maxwait[i]);
+            CHECK(out[i].wait_ms >= 0 && out[i].wait_ms <= maxwait[i], "reserve: a wait of %lld ms, max wait %lld",
+                  out[i].wait_ms, maxwait[i]);
         } else {
-            assert_int_equal(it->elements, 3);
+            CHECK(it->elements == 3, "reserve: a shed of %zu elements", it->elements);
             snprintf(out[i].reason, sizeof(out[i].reason), "%s", it->element[1]->str);
             out[i].retry_after_ms = it->element[2]->integer;
         }
@@ -85,10 +105,10 @@ static double settle1(redisContext *c, const char *dep, const char *id, long lon
     snprintf(a, sizeof(a), "%lld", actual);
     snprintf(p, sizeof(p), "%lld", pause_ms);
     redisReply *r = script_callv(c, SCRIPT_SETTLE, dep, "1", id, a, outcome, p, NULL);
-    assert_non_null(r);
-    if (r->type == REDIS_REPLY_ERROR) fail_msg("settle: %s", r->str);
-    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    assert_int_equal(r->elements, 5);
+    CHECK(r != NULL, "settle: no reply (%s)", c->errstr);
+    CHECK(r->type != REDIS_REPLY_ERROR, "settle: %s", r->str);
+    CHECK(r->type == REDIS_REPLY_ARRAY && r->elements == 5, "settle: a reply of type %d with %zu elements", r->type,
+          r->elements);
     if (res) snprintf(res, reslen, "%s", r->element[4]->str);
     double now = (double)r->element[0]->integer / 1000.0;
     freeReplyObject(r);
@@ -127,6 +147,7 @@ typedef struct caller {
     pthread_mutex_t *mu;
     replay *req, *tok;
     long long grants, sheds, refunded_units, cancels;
+    char why[600]; /* the first failure on this worker, "" when none */
 } caller;
 
 typedef struct outstanding {
@@ -139,13 +160,28 @@ static void *caller_main(void *arg) {
     caller *k = arg;
     const workload *w = k->w;
     uint64_t rng = w->seed * 7919 + (uint64_t)k->index;
-    outstanding *out = calloc(4096, sizeof(*out));
+    outstanding *volatile out = calloc(4096, sizeof(*out));
     size_t nout = 0;
-    double server_now = 0;
+    volatile double server_now = 0;
+    jmp_buf unwind;
+    if (setjmp(unwind)) {
+        /* A CHECK failed on this thread (never with the mutex held):
+         * report it to the main thread. */
+        snprintf(k->why, sizeof(k->why), "caller %d: %s", k->index, t_why);
+        t_unwind = NULL;
+        free(out);
+        return NULL;
+    }
+    t_unwind = &unwind;
     for (int step = 0; step < w->steps; step++) {
         int op = (int)rng_range(&rng, 0, 99);
         if (op < 10) {
-            advance_on(k->c, w->dep, (double)rng_range(&rng, 0, 400));
+            {
+                redisReply *ar = redisCommand(k->c, "HINCRBYFLOAT sluice:{%s}:limits test_clock_offset_ms %f", w->dep,
+                                              (double)rng_range(&rng, 0, 400));
+                CHECK(ar && ar->type == REDIS_REPLY_STRING, "advance: %s", ar ? "not a number" : k->c->errstr);
+                freeReplyObject(ar);
+            }
         } else if (op < 60) {
             int n = (int)rng_range(&rng, 1, 8);
             long long tokens[8], maxwait[8];
@@ -207,6 +243,7 @@ static void *caller_main(void *arg) {
             out[i] = out[--nout];
         }
     }
+    t_unwind = NULL;
     free(out);
     return NULL;
 }
@@ -236,6 +273,7 @@ static double run_workload(const workload *w, int ncallers) {
     for (int i = 0; i < ncallers; i++) {
         pthread_join(th[i], NULL);
         redisFree(callers[i].c);
+        if (callers[i].why[0]) fail_msg("%s: %s", w->dep, callers[i].why);
         grants += callers[i].grants;
         sheds += callers[i].sheds;
         refunded += callers[i].refunded_units;
