@@ -30,6 +30,30 @@ local KEYS = KEYS
 -- nothing then either.
 local SL_DRY = false
 
+-- The kinds of a verdict (lib/core/vocab.h SLUICE_VERDICT_MAP; test_vocab
+-- checks the numbers).
+local SL_SHED, SL_GRANT, SL_DEFER = 0, 1, 2
+
+-- A verdict of the reserve script, the one shape of plain and group calls
+-- (docs/redis-keys.md "Verdicts"; lib/core/wire.c reads it):
+--   {SL_GRANT, grant_id, wait_ms, tokens}
+--   {SL_DEFER, reason, ask_in_ms}
+--   {SL_SHED, reason, retry_after_ms}
+-- after which a group call adds the member that decided a grant or a
+-- deferral (sl_on_member), and a dry run the wait to the slot.
+local function sl_verdict(kind, a, b, c)
+  if kind == SL_GRANT then return {kind, a, b, c} end
+  return {kind, a, b}
+end
+
+-- v decided on group member j: a copy (a verdict may be shared by the
+-- items behind a deferred one) with the member added.
+local function sl_on_member(v, j)
+  local out = sl_verdict(v[1], v[2], v[3], v[4])
+  if v[1] ~= SL_SHED then out[#out + 1] = j end
+  return out
+end
+
 local SUFFIX = {'limits', 'state', 'grants', 'leases', 'refq:requests',
                 'refq:tokens', 'daily', 'retry', 'agents', 'refq:input', 'refq:output'}
 local SL_NKEYS = #SUFFIX
@@ -1054,7 +1078,7 @@ end
 local function sl_tokens(s)
   if type(s) ~= 'string' then return nil end
   local exact = false
-  if string.byte(s, 1) == 61 then  -- '='
+  if string.byte(s, 1) == 61 then  -- '=' (vocab.h's EXACT marker)
     exact = true
     s = string.sub(s, 2)
   end

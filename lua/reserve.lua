@@ -8,7 +8,8 @@
 -- Reply: {now_us, paused_ms, requests_backlog_ms, tokens_backlog_ms,
 --        pause_shift_ms, item_1, ..., item_n} where the backlogs are how far
 -- the fleet's schedule reaches past now after this call (an agent that
--- loses Redis starts its local pacing there), and an item is
+-- loses Redis starts its local pacing there), and an item a verdict
+-- (common.lua sl_verdict, the kinds SL_GRANT 1, SL_DEFER 2, SL_SHED 0):
 --   {1, grant_id, wait_ms, tokens}                  a grant
 --   {2, reason, ask_in_ms}                          a deferral: the slot is
 --        beyond the item's horizon (its lane's, or the excess horizon when
@@ -299,22 +300,22 @@ local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s
   -- or its tenant daily tokens (or, in one plain call, any item's tenant).
   local daily = (x.daily_on or (T and T.daily > 0)) and reserve_daily(x) or nil
   if too_large then
-    verdict = {0, 'too_large', -1}
+    verdict = sl_verdict(SL_SHED, 'too_large', -1)
   elseif x.quota_until > now then
-    verdict = {0, 'quota', math.max(1, sl_ceil(x.quota_until - now))}
+    verdict = sl_verdict(SL_SHED, 'quota', math.max(1, sl_ceil(x.quota_until - now)))
   elseif x.bstate == 'open' then
-    verdict = {0, 'breaker', math.max(1, sl_ceil(x.bopen_until - now))}
+    verdict = sl_verdict(SL_SHED, 'breaker', math.max(1, sl_ceil(x.bopen_until - now)))
   elseif x.bstate == 'half_open' and x.probe_out then
-    verdict = {0, 'breaker', x.probe_hint}
+    verdict = sl_verdict(SL_SHED, 'breaker', x.probe_hint)
   elseif bl and bl[T] then
     -- Items of one lane and tenant stay in order: behind a deferred one.
     verdict = bl[T]
   elseif daily and ((x.rpd > 0 and daily.requests + 1 > x.rpd) or (x.tpd > 0 and daily.tokens + c > x.tpd)) then
-    verdict = {0, 'daily', x.to_midnight}
+    verdict = sl_verdict(SL_SHED, 'daily', x.to_midnight)
   elseif T and T.daily > 0 and sl_num(daily, 't.' .. T.name .. '.tokens', 0) + c > T.daily then
-    verdict = {0, 'tenant_daily', x.to_midnight}
+    verdict = sl_verdict(SL_SHED, 'tenant_daily', x.to_midnight)
   elseif x.maxc > 0 and x.active >= x.maxc then
-    verdict = {0, 'concurrency', math.max(1, sl_ceil(x.interval_ms))}
+    verdict = sl_verdict(SL_SHED, 'concurrency', math.max(1, sl_ceil(x.interval_ms)))
   else
     -- While the provider's pause lasts, the pause is the reason: the
     -- schedule behind it is the backlog the pause shifted.
@@ -385,7 +386,7 @@ local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s
     local wait = s - now
     x.wait = sl_ceil(wait)
     if wait > w then
-      verdict = {0, reason, math.max(1, sl_ceil(wait - w))}
+      verdict = sl_verdict(SL_SHED, reason, math.max(1, sl_ceil(wait - w)))
     elseif wait > horizon + 1e-6 then
       local ask = wait - horizon
       if conv then
@@ -400,7 +401,7 @@ local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s
         local s_in = fair.at + fair.w * (vt - tau - fair.v)
         if s_in - now < ask then ask = s_in - now end
       end
-      verdict = {2, why, math.max(1, sl_ceil(ask))}
+      verdict = sl_verdict(SL_DEFER, why, math.max(1, sl_ceil(ask)))
       if L then
         if not bl then bl = {}; blocked[L] = bl end
         bl[T] = verdict
@@ -504,7 +505,7 @@ local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s
         daily.tokens = daily.tokens + c
         x.daily_dirty = true
       end
-      verdict = {1, id, math.ceil(wait - 1e-6), c}
+      verdict = sl_verdict(SL_GRANT, id, math.ceil(wait - 1e-6), c)
       if x.bstate == 'half_open' then
         x.probe_out = true
         sl_set(x.st, 'breaker_probe', tostring(id))
@@ -513,9 +514,9 @@ local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s
     end
   end
   local kind = verdict[1]
-  if kind == 1 then
+  if kind == SL_GRANT then
     x.granted = x.granted + 1
-  elseif kind == 2 then
+  elseif kind == SL_DEFER then
     x.deferred = x.deferred + 1
     if L and L.name ~= '' then lt_bump(L, 'deferred_total') end
   elseif not quiet then
@@ -635,9 +636,11 @@ end
 -- (tokens, max_wait_ms, lane, tenant, order), order the 1-based indexes of
 -- the members allowed for the item, comma-separated, in the order to try
 -- them (the agent computes tags and the weighted turn).
--- Reply: {now_us, item_1, ..., item_n}, an item being
---   {1, member, grant_id, wait_ms, tokens}  granted on that member
---   {2, member, reason, ask_in_ms}          deferred on that member
+-- Reply: {now_us, item_1, ..., item_n}, an item being a verdict of the
+-- plain form's shape (sl_verdict) with the member (1-based) that decided
+-- it added (sl_on_member):
+--   {1, grant_id, wait_ms, tokens, member}  granted on that member
+--   {2, reason, ask_in_ms, member}          deferred on that member
 --   {0, reason, retry_after_ms}             shed: no allowed member within
 --        the max wait; the reason is the first member's, retry_after when
 --        the soonest allowed member could serve it past the max wait
@@ -752,8 +755,7 @@ local function reserve_group()
     for t = 1, tries do
       local j = order[t]
       local v = ask(j, it, ws)
-      if v[1] == 1 then res = {1, j, v[2], v[3], v[4]} break end
-      if v[1] == 2 then res = {2, j, v[2], v[3]} break end
+      if v[1] ~= SL_SHED then res = sl_on_member(v, j) break end
       first = first or v
       if v[3] >= 0 and RATE_SHED[v[2]] then
         local s = v[3] + ws
@@ -765,15 +767,14 @@ local function reserve_group()
     end
     if not res and best then
       local v = ask(best, it, w)
-      if v[1] == 1 then res = {1, best, v[2], v[3], v[4]}
-      elseif v[1] == 2 then res = {2, best, v[2], v[3]} end
+      if v[1] ~= SL_SHED then res = sl_on_member(v, best) end
     end
     if not res then
       local ra = -1
       if soon then
         if soon > w then ra = math.max(1, sl_ceil(soon - w)) else ra = math.max(1, sl_ceil(soon)) end
       end
-      res = {0, first[2], ra}
+      res = sl_verdict(SL_SHED, first[2], ra)
       last_wait = -1
       reserve_count_shed(ctx(order[1]), lane, tenant, first[2])
     end

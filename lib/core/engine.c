@@ -33,7 +33,11 @@ int engine_outcome_index(const char *word) {
     return -1;
 }
 
-const char *const engine_dim_names[ENGINE_DIMS] = {"requests", "tokens", "input", "output"};
+const char *const engine_dim_names[ENGINE_DIMS] = {
+#define ENGINE_DIM_NAME(name, word, letter, field) word,
+    SLUICE_DIM_MAP(ENGINE_DIM_NAME)
+#undef ENGINE_DIM_NAME
+};
 
 void engine_seen_init(engine_seen *s) {
     for (int i = 0; i < ENGINE_DIMS; i++) s->limit[i] = s->remaining[i] = -1;

@@ -3,7 +3,7 @@
  * reserves and its settles apart) and per group queue (lib/core/costmodel.h)
  * from the calls' own times.
  *
- * The time: the scripts, asked with a last ARGV ENGINE_TIMED_ARG, append
+ * The time: the scripts, asked with a last ARGV "@timed" (WIRE_TIMED), append
  * their own time in µs to the reply (TIME at their start and end; TIME is
  * gettimeofday and runs during a script). What that leaves out (the script
  * text's definitions, the arguments, the reply's encoding) is why a call
@@ -18,14 +18,10 @@ size_t engine__batch_cap(const engine *e, const costmodel *m, size_t max) {
     return costmodel_cap(m, e->cfg->redis.max_script_ms * 1000.0 * ENGINE_SCRIPT_BUDGET_SHARE, max);
 }
 
-/* A call of n items answered r, which holds nhead elements besides the
- * items and then the call's own time; sent at sent_ns (uv_hrtime). */
-void engine__batch_seen(engine *e, costmodel *m, size_t n, const redisReply *r, size_t nhead, uint64_t sent_ns) {
-    double us = -1;
-    if (r->elements == nhead + n + 1) {
-        const redisReply *t = r->element[nhead + n];
-        if (t->type == REDIS_REPLY_INTEGER && t->integer > 0) us = (double)t->integer;
-    }
+/* A call of n items was answered; script_us the script's own time as the
+ * reply said it (-1: not said); sent at sent_ns (uv_hrtime). */
+void engine__batch_seen(engine *e, costmodel *m, size_t n, long long script_us, uint64_t sent_ns) {
+    double us = script_us > 0 ? (double)script_us : -1;
     /* script_calls_over_bound counts the script's own time only; the
      * round trip (no figure in the reply) feeds the model, an upper bound
      * that can only make batches smaller. */

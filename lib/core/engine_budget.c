@@ -233,55 +233,35 @@ static const char *zone_of(engine *e, budget_book *b, size_t i) {
 
 /* ---- the script's arguments ---- */
 
-#define BUDGET_ARGS 7
-
-typedef struct budget_args {
-    char (*keys)[SCRIPTS_KEY_MAX];
-    const char **argv;
-    char (*num)[24]; /* the numbers' text */
-    int nkeys, argc;
-} budget_args;
-
-static void args_free(budget_args *a) {
-    free(a->keys);
-    free(a->argv);
-    free(a->num);
+/* The keys of a call over the budgets in idx (nb of them): the three
+ * the script always takes, then one hash per budget. NULL when out of
+ * memory; *nkeys their number. */
+static char (*budget_keys(const engine *e, const size_t *idx, size_t nb, int *nkeys))[SCRIPTS_KEY_MAX] {
+    char(*keys)[SCRIPTS_KEY_MAX] = calloc(3 + nb, sizeof(*keys));
+    if (!keys) return NULL;
+    snprintf(keys[0], SCRIPTS_KEY_MAX, "sluice:{$budgets}:held");
+    snprintf(keys[1], SCRIPTS_KEY_MAX, "sluice:{$budgets}:leases");
+    snprintf(keys[2], SCRIPTS_KEY_MAX, "sluice:{$budgets}:clock");
+    for (size_t k = 0; k < nb; k++)
+        snprintf(keys[3 + k], SCRIPTS_KEY_MAX, "sluice:{$budgets}:b:%s", e->cfg->budgets[idx[k]].name);
+    *nkeys = 3 + (int)nb;
+    return keys;
 }
 
-/* Keys and ARGV for op over the budgets in idx (nb of them), after head
- * (nhead ARGV before the budgets). Returns 0 or -1 (out of memory). */
-static int args_build(engine *e, budget_book *b, const size_t *idx, size_t nb, const char **head, int nhead,
-                      budget_args *a) {
-    a->nkeys = 3 + (int)nb;
-    a->argc = nhead + BUDGET_ARGS * (int)nb;
-    a->keys = calloc((size_t)a->nkeys, sizeof(*a->keys));
-    a->argv = calloc((size_t)a->argc, sizeof(*a->argv));
-    a->num = calloc(4 * nb + 1, sizeof(*a->num));
-    if (!a->keys || !a->argv || !a->num) {
-        args_free(a);
-        return -1;
-    }
-    snprintf(a->keys[0], SCRIPTS_KEY_MAX, "sluice:{$budgets}:held");
-    snprintf(a->keys[1], SCRIPTS_KEY_MAX, "sluice:{$budgets}:leases");
-    snprintf(a->keys[2], SCRIPTS_KEY_MAX, "sluice:{$budgets}:clock");
-    for (int i = 0; i < nhead; i++) a->argv[i] = head[i];
+/* op's head and the budgets in idx (lua/budget.lua; wire_budget_one). */
+static void budget_args_head(engine *e, budget_book *b, wire_args *a, const char *op, const size_t *idx, size_t nb) {
+    wire_budget_begin(a, op, nb);
     for (size_t k = 0; k < nb; k++) {
         const struct config_budget *cb = &e->cfg->budgets[idx[k]];
-        snprintf(a->keys[3 + k], SCRIPTS_KEY_MAX, "sluice:{$budgets}:b:%s", cb->name);
-        const char **v = a->argv + nhead + BUDGET_ARGS * k;
-        snprintf(a->num[4 * k], 24, "%lld", cb->daily_u);
-        snprintf(a->num[4 * k + 1], 24, "%lld", cb->monthly_u);
-        snprintf(a->num[4 * k + 2], 24, "%lld", cb->total_u);
-        snprintf(a->num[4 * k + 3], 24, "%.6g", cb->warn_at);
-        v[0] = cb->name;
-        v[1] = cb->currency;
-        v[2] = a->num[4 * k];
-        v[3] = a->num[4 * k + 1];
-        v[4] = a->num[4 * k + 2];
-        v[5] = zone_of(e, b, idx[k]);
-        v[6] = a->num[4 * k + 3];
+        wire_budget w = {.name = cb->name,
+                         .currency = cb->currency,
+                         .daily_u = cb->daily_u,
+                         .monthly_u = cb->monthly_u,
+                         .total_u = cb->total_u,
+                         .zone = zone_of(e, b, idx[k]),
+                         .warn_at = cb->warn_at};
+        wire_budget_one(a, &w);
     }
-    return 0;
 }
 
 /* ---- the map of grants to their reservations ---- */
@@ -330,29 +310,22 @@ static void flush_settles(engine *e) {
     if (!b || !b->nsettles) return;
     for (size_t from = 0; from < b->nsettles; from += BUDGET_SETTLE_BATCH) {
         size_t n = b->nsettles - from < BUDGET_SETTLE_BATCH ? b->nsettles - from : BUDGET_SETTLE_BATCH;
-        const char **argv = calloc(2 + 3 * n, sizeof(*argv));
-        char(*num)[24] = calloc(n + 1, sizeof(*num));
-        budget_args a;
-        if (argv && num && e->redis) {
-            argv[0] = "settle";
-            snprintf(num[n], 24, "%zu", n);
-            argv[1] = num[n];
-            for (size_t i = 0; i < n; i++) {
-                budget_settle *st = &b->settles[from + i];
-                snprintf(num[i], 24, "%lld", st->actual > 0 ? st->actual : 0);
-                argv[2 + 3 * i] = st->rid;
-                argv[3 + 3 * i] = num[i];
-                argv[4 + 3 * i] = st->skip;
-            }
-            if (args_build(e, b, NULL, 0, argv, (int)(2 + 3 * n), &a) == 0) {
-                if (rrouter_script_n(e->redis, SCRIPT_BUDGET, a.keys, a.nkeys, a.argc, a.argv, on_settle_reply, e) == 0)
-                    e->calls_out++;
-                else e->stats.budget_errors++;
-                args_free(&a);
-            }
+        int nkeys;
+        char(*keys)[SCRIPTS_KEY_MAX] = e->redis ? budget_keys(e, NULL, 0, &nkeys) : NULL;
+        if (!keys) continue;
+        wire_args a;
+        wire_args_init(&a);
+        wire_budget_settle_begin(&a);
+        for (size_t i = 0; i < n; i++) {
+            const budget_settle *st = &b->settles[from + i];
+            wire_budget_settle_item(&a, st->rid, st->actual, st->skip);
         }
-        free(argv);
-        free(num);
+        if (wire_args_done(&a, 0) == 0 &&
+            rrouter_script_n(e->redis, SCRIPT_BUDGET, keys, nkeys, a.argc, a.argv, on_settle_reply, e) == 0)
+            e->calls_out++;
+        else e->stats.budget_errors++;
+        wire_args_free(&a);
+        free(keys);
     }
     b->nsettles = 0;
 }
@@ -558,14 +531,15 @@ static void budget_unreachable(engine_call *c, const char *why) {
     budget_answer(c, SL_EUNAVAIL, NULL, NULL, msg);
 }
 
-/* One item's reply r (NULL with err: the call failed). */
-static void on_item(engine_call *c, redisReply *r, const char *err) {
+/* Item i of a reply r of n items (r NULL with err: the call failed). */
+static void on_item(engine_call *c, const redisReply *r, size_t n, size_t i, const char *err) {
     engine *e = c->e;
     budget_hold *h = c->bh;
     h->asking = 0;
-    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3;
-    long long verdict = ok ? engine__reply_int(r->element[0]) : -1;
-    int granted = verdict == 1;
+    wire_budget_verdict v;
+    int ok = r && wire_read_budget_verdict(r, n, i, &v) == 0;
+    int verdict = ok ? v.kind : -1;
+    int granted = verdict == WIRE_GRANT;
     if (c->canceled || e->stopping) {
         if (granted) send_settle(e, h->rid, 0, "");
         budget_answer(c, SL_ECLOSING, NULL, NULL, SLUICE_MSG_CLOSING);
@@ -575,13 +549,13 @@ static void on_item(engine_call *c, redisReply *r, const char *err) {
     if (!ok) {
         e->stats.budget_errors++;
         char why[200];
-        snprintf(why, sizeof(why), "%s", err ? err : (r && r->type == REDIS_REPLY_ERROR ? r->str : "no reply"));
+        snprintf(why, sizeof(why), "%s", err ? err : "a reply the budget script does not give");
         engine__elog(e, CONFIG_LOG_WARN, "budget: Redis did not take a reservation: %s", why);
         budget_unreachable(c, why);
         engine__maybe_finish_stop(e);
         return;
     }
-    if (verdict == 2) {
+    if (verdict == WIRE_DEFER) {
         /* Room once requests in flight settle: ask again, sooner at
          * first, while the max wait lasts; then shed, with a hint of when
          * in-flight requests will likely have settled. */
@@ -595,24 +569,19 @@ static void on_item(engine_call *c, redisReply *r, const char *err) {
         }
     }
     if (!granted) {
-        /* {0 or 2, name, period, left, renew_ms, limit} */
         char name[CONFIG_NAME_MAX + 1] = "", period[8] = "";
-        if (r->elements >= 6 && r->element[1]->type == REDIS_REPLY_STRING)
-            snprintf(name, sizeof(name), "%s", r->element[1]->str);
-        if (r->elements >= 6 && r->element[2]->type == REDIS_REPLY_STRING)
-            snprintf(period, sizeof(period), "%s", r->element[2]->str);
+        snprintf(name, sizeof(name), "%s", v.name);
+        snprintf(period, sizeof(period), "%s", v.period);
         const char *pname = "total";
-        for (int i = 0; i < ENGINE_PERIODS; i++)
-            if (!strcmp(period, engine_period_names[i])) pname = engine_period_names[i];
+        for (int k = 0; k < ENGINE_PERIODS; k++)
+            if (!strcmp(period, engine_period_names[k])) pname = engine_period_names[k];
         engine_shed sh = {.reason = engine_shed_reasons[ENGINE_SHED_BUDGET],
-                          .retry_after_ms = verdict == 2       ? BUDGET_WAIT_HINT_MS
-                                            : r->elements >= 6 ? engine__reply_int(r->element[4])
-                                                               : -1,
+                          .retry_after_ms = verdict == WIRE_DEFER ? BUDGET_WAIT_HINT_MS : v.renew_ms,
                           .budget = name,
                           .period = pname,
                           .currency = h->currency,
-                          .left_u = r->elements >= 6 ? engine__reply_int(r->element[3]) : 0,
-                          .budget_waited = verdict == 2};
+                          .left_u = v.left_u,
+                          .budget_waited = verdict == WIRE_DEFER};
         e->stats.sheds++;
         e->stats.shed_by_reason[ENGINE_SHED_BUDGET]++;
         budget_answer(c, SL_ESHED, NULL, &sh, NULL);
@@ -620,15 +589,14 @@ static void on_item(engine_call *c, redisReply *r, const char *err) {
         return;
     }
     e->stats.budget_reserves++;
-    if (r->element[2]->type == REDIS_REPLY_STRING) {
+    if (v.warn) {
         /* "<budget> <period>[; ...]": the limits this grant took past
          * their warn_at first. */
-        for (const char *p = r->element[2]->str; p; p = strchr(p + 1, ';')) e->stats.budget_warnings++;
+        for (const char *p = v.warn; p; p = strchr(p + 1, ';')) e->stats.budget_warnings++;
         engine__elog(e, CONFIG_LOG_WARN,
                      "budget %s passed warn_at (a request to %s, tenant '%s', client '%s'); the least any limit it "
                      "draws from has left is %.6f %s",
-                     r->element[2]->str, h->name, h->tenant, h->client, (double)engine__reply_int(r->element[1]) / 1e6,
-                     h->currency);
+                     v.warn, h->name, h->tenant, h->client, (double)v.left_u / 1e6, h->currency);
     }
     int rc = go_on(c);
     if (rc != 0) {
@@ -684,7 +652,7 @@ static void on_reserve_reply(void *arg, redisReply *r, const char *err) {
     int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == rb->n;
     char why[200] = "";
     if (!ok) snprintf(why, sizeof(why), "%s", err ? err : (r && r->type == REDIS_REPLY_ERROR ? r->str : "no reply"));
-    for (size_t i = 0; i < rb->n; i++) on_item(rb->calls[i], ok ? r->element[i] : NULL, ok ? NULL : why);
+    for (size_t i = 0; i < rb->n; i++) on_item(rb->calls[i], ok ? r : NULL, rb->n, i, ok ? NULL : why);
     free(rb);
     engine__maybe_finish_stop(e);
 }
@@ -760,51 +728,23 @@ static void flush_reserves_once(engine *e) {
         free(which);
         return;
     }
-    /* ARGV: reserve, nb, nb x 7, n, n x (rid, amount, lease, k, k x index). */
-    size_t argc_items = 0;
-    for (size_t i = 0; i < rb->n; i++) argc_items += 4 + nwhich[i];
-    size_t nhead = 2;
-    const char **items = calloc(argc_items + 1, sizeof(*items));
-    char(*num)[24] = calloc(rb->n * (3 + 64) + 2, sizeof(*num));
-    int rc = -1;
-    if (items && num) {
-        size_t k = 0, q = 0;
+    /* reserve, the budgets used, then the items (wire_budget_*). */
+    int rc = -1, nkeys;
+    char(*keys)[SCRIPTS_KEY_MAX] = budget_keys(e, used, nused, &nkeys);
+    if (keys) {
+        wire_args a;
+        wire_args_init(&a);
+        budget_args_head(e, b, &a, "reserve", used, nused);
+        wire_budget_items(&a);
         for (size_t i = 0; i < rb->n; i++) {
-            budget_hold *h = rb->calls[i]->bh;
-            items[k++] = h->rid;
-            snprintf(num[q], 24, "%lld", h->amount);
-            items[k++] = num[q++];
-            snprintf(num[q], 24, "%lld", lease_of(e, rb->calls[i]));
-            items[k++] = num[q++];
-            snprintf(num[q], 24, "%zu", nwhich[i]);
-            items[k++] = num[q++];
-            for (size_t j = 0; j < nwhich[i]; j++) {
-                snprintf(num[q], 24, "%u", (unsigned)which[i][j]);
-                items[k++] = num[q++];
-            }
+            const budget_hold *h = rb->calls[i]->bh;
+            wire_budget_reserve_item(&a, h->rid, h->amount, lease_of(e, rb->calls[i]), nwhich[i], which[i]);
         }
-        char nbs[24], ns[24];
-        snprintf(nbs, sizeof(nbs), "%zu", nused);
-        snprintf(ns, sizeof(ns), "%zu", rb->n);
-        const char *head[2] = {"reserve", nbs};
-        budget_args a;
-        if (args_build(e, b, used, nused, head, (int)nhead, &a) == 0) {
-            /* The items after the budgets: n, then each item. */
-            const char **argv = calloc((size_t)a.argc + 1 + argc_items, sizeof(*argv));
-            if (argv) {
-                memcpy(argv, a.argv, (size_t)a.argc * sizeof(*argv));
-                argv[a.argc] = ns;
-                memcpy(argv + a.argc + 1, items, argc_items * sizeof(*argv));
-                if (rrouter_ready(e->redis, a.keys[0]))
-                    rc = rrouter_script_n(e->redis, SCRIPT_BUDGET, a.keys, a.nkeys, (int)(a.argc + 1 + argc_items),
-                                          argv, on_reserve_reply, rb);
-                free(argv);
-            }
-            args_free(&a);
-        }
+        if (wire_args_done(&a, 0) == 0 && rrouter_ready(e->redis, keys[0]))
+            rc = rrouter_script_n(e->redis, SCRIPT_BUDGET, keys, nkeys, a.argc, a.argv, on_reserve_reply, rb);
+        wire_args_free(&a);
+        free(keys);
     }
-    free(items);
-    free(num);
     free(which);
     if (rc == 0) {
         e->calls_out++;
@@ -938,16 +878,13 @@ static void on_look_reply(void *arg, redisReply *r, const char *err) {
     if (b) b->looking = 0;
     if (b && b->look_gen == b->gen && b->cfg == e->cfg && b->looks && r && r->type == REDIS_REPLY_ARRAY) {
         for (size_t i = 0; i < r->elements && i < e->cfg->nbudgets; i++) {
-            const redisReply *x = r->element[i];
             budget_look *l = &b->looks[i];
-            if (!x || x->type != REDIS_REPLY_ARRAY) continue;
-            for (size_t k = 0; k + 1 < x->elements; k += 2) {
-                const char *f = x->element[k]->str;
-                const redisReply *v = x->element[k + 1];
-                if (!f || v->type != REDIS_REPLY_STRING) continue;
-                long long n = atoll(v->str);
-                if (!strcmp(f, "day")) snprintf(l->day, sizeof(l->day), "%s", v->str);
-                else if (!strcmp(f, "month")) snprintf(l->month, sizeof(l->month), "%s", v->str);
+            const char *f, *val;
+            size_t pos = 0;
+            while (wire_budget_field_next(r, i, &pos, &f, &val)) {
+                long long n = atoll(val);
+                if (!strcmp(f, "day")) snprintf(l->day, sizeof(l->day), "%s", val);
+                else if (!strcmp(f, "month")) snprintf(l->month, sizeof(l->month), "%s", val);
                 else if (!strcmp(f, "daily_limit")) l->v.limit[ENGINE_PERIOD_DAY] = n;
                 else if (!strcmp(f, "monthly_limit")) l->v.limit[ENGINE_PERIOD_MONTH] = n;
                 else if (!strcmp(f, "total_limit")) l->v.limit[ENGINE_PERIOD_TOTAL] = n;
@@ -963,6 +900,7 @@ static void on_look_reply(void *arg, redisReply *r, const char *err) {
                 else if (!strcmp(f, "sheds")) l->v.sheds = (unsigned long long)n;
                 else if (!strcmp(f, "expired")) l->v.expired = (unsigned long long)n;
             }
+            if (!wire_budget_listed(r, i)) continue;
             l->v.known = 1;
         }
     }
@@ -991,19 +929,21 @@ void engine__budget_tick(engine *e) {
     size_t nb = e->cfg->nbudgets > 64 ? 64 : e->cfg->nbudgets;
     size_t idx[64];
     for (size_t i = 0; i < nb; i++) idx[i] = i;
-    char nbs[8];
-    snprintf(nbs, sizeof(nbs), "%zu", nb);
-    const char *head[2] = {"status", nbs};
-    budget_args a;
-    if (args_build(e, b, idx, nb, head, 2, &a) != 0) return;
-    if (rrouter_ready(e->redis, a.keys[0]) &&
-        rrouter_script_n(e->redis, SCRIPT_BUDGET, a.keys, a.nkeys, a.argc, a.argv, on_look_reply, e) == 0) {
+    int nkeys;
+    char(*keys)[SCRIPTS_KEY_MAX] = budget_keys(e, idx, nb, &nkeys);
+    if (!keys) return;
+    wire_args a;
+    wire_args_init(&a);
+    budget_args_head(e, b, &a, "status", idx, nb);
+    if (wire_args_done(&a, 0) == 0 && rrouter_ready(e->redis, keys[0]) &&
+        rrouter_script_n(e->redis, SCRIPT_BUDGET, keys, nkeys, a.argc, a.argv, on_look_reply, e) == 0) {
         e->calls_out++;
         b->looking = 1;
         b->look_gen = b->gen;
         b->looked_at = now;
     }
-    args_free(&a);
+    wire_args_free(&a);
+    free(keys);
 }
 
 void engine__budget_view(const engine *e, size_t i, engine_budget_view *v) {

@@ -141,16 +141,8 @@ static void dep_retime_waiting(dep *d, double k, double lag_ms) {
  * the shift's growth and are re-timed by the change of the sum, so every
  * agent moves what it holds the way Redis moved its schedule. A field
  * without the sum (Redis lost its state) only resets what was applied. */
-void dep_follow_shift(dep *d, const redisReply *field, long long redis_now_us) {
-    double total = (double)engine__reply_int(field), lg = 0, at = 0;
-    if (field && field->type == REDIS_REPLY_STRING) {
-        const char *colon = strchr(field->str, ':');
-        if (colon) {
-            char *end;
-            lg = strtod(colon + 1, &end);
-            if (*end == ':') at = strtod(end + 1, NULL);
-        }
-    }
+void dep_follow_shift(dep *d, const wire_shift *s, long long redis_now_us) {
+    double total = s->total_ms, lg = s->retime_log, at = s->retime_at_ms;
     if (d->shift_known && total > d->applied_shift) dep_shift_waiting(d, total - d->applied_shift);
     if (d->shift_known && at > 0 && fabs(lg - d->applied_retime) > 1e-12) {
         double lag = (double)redis_now_us / 1000.0 - at;
@@ -257,13 +249,12 @@ void call_reply_granted(engine_call *c, dep *d, long long grant, long long wait_
 /* A deferral from a reserve reply (plain or group): c's class on c->d
  * waits until Redis said capacity opens (ask_in ms); the caller queues c
  * again. */
-void call_deferred(engine_call *c, const redisReply *reason, long long ask_in, uint64_t now) {
+void call_deferred(engine_call *c, const char *reason, long long ask_in, uint64_t now) {
     call_class *k = &c->d->classes[c->cls];
     uint64_t at = now + (uint64_t)(ask_in > 0 ? ask_in : 1);
     if (at > k->ask_at) k->ask_at = at;
     c->deferred = 1;
-    snprintf(c->defer_reason, sizeof(c->defer_reason), "%s",
-             reason->type == REDIS_REPLY_STRING ? reason->str : engine_shed_reasons[ENGINE_SHED_RPM]);
+    snprintf(c->defer_reason, sizeof(c->defer_reason), "%s", reason ? reason : engine_shed_reasons[ENGINE_SHED_RPM]);
     c->e->stats.deferrals++;
     k->st.deferrals++;
     c->state = CALL_PENDING;

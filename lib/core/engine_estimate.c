@@ -15,9 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The last ARGV that makes a reserve a dry run (lua/common.lua, SL_DRY). */
-#define ENGINE_DRY_ARG "@dry"
-
 typedef struct est_op est_op;
 
 /* One deployment asked: a group's member, or the deployment itself. */
@@ -136,13 +133,11 @@ static void on_est_reply(void *arg, redisReply *r, const char *err) {
     est_op *op = m->op;
     engine *e = op->e;
     e->calls_out--;
-    /* {now_us, paused, backlogs x2, shift, item}, the item with its wait
-     * last: {1, id, wait, tokens, w}, {2, reason, ask_in, w} or
-     * {0, reason, retry_after, w}. */
-    redisReply *it = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 6 ? r->element[5] : NULL;
-    long long kind = it && it->type == REDIS_REPLY_ARRAY && it->elements >= 4 ? engine__reply_int(it->element[0]) : -1;
-    if (kind == 1 && it->elements < 5) kind = -1;
-    if (kind < 0 || kind > 2) {
+    /* The reserve reply of one item, run dry: its verdict carries the
+     * wait to its slot last (wire_read_verdict). */
+    wire_reserve_reply rr;
+    wire_verdict v;
+    if (wire_read_reserve(r, 1, &rr) != 0 || wire_read_verdict(rr.items, 0, WIRE_DRY, 0, &v) != 0) {
         /* A timeout, a lost connection or an error: as an acquire would be
          * decided then, locally. */
         est_local(m);
@@ -151,13 +146,12 @@ static void on_est_reply(void *arg, redisReply *r, const char *err) {
         x->local = 0;
         x->deployment = m->d->name;
         x->tokens = op->rq.split ? op->rq.input + op->rq.output : op->rq.tokens;
-        long long wait = engine__reply_int(it->element[it->elements - 1]);
-        x->granted = kind != 0;
-        x->wait_ms = kind == 1 ? engine__reply_int(it->element[2]) : wait;
-        if (kind != 0 && x->wait_ms < 0) x->wait_ms = 0;
-        x->retry_after_ms = kind == 0 ? engine__reply_int(it->element[2]) : -1;
-        if (kind == 0) {
-            const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str : "";
+        x->granted = v.kind != WIRE_SHED;
+        x->wait_ms = v.kind == WIRE_GRANT ? v.wait_ms : v.dry_wait_ms;
+        if (v.kind != WIRE_SHED && x->wait_ms < 0) x->wait_ms = 0;
+        x->retry_after_ms = v.kind == WIRE_SHED ? v.after_ms : -1;
+        if (v.kind == WIRE_SHED) {
+            const char *rs = v.reason ? v.reason : "";
             snprintf(m->reason, sizeof(m->reason), "%s", engine_shed_reasons[engine_shed_reason_index(rs)]);
             x->reason = m->reason;
         } else {
@@ -178,19 +172,22 @@ static int est_ask(est_member *m) {
         est_local(m);
         return 0;
     }
-    char tok[48], wait[24];
-    engine_call c = {.tokens = op->rq.split ? op->rq.input + op->rq.output : op->rq.tokens,
-                     .split = op->rq.split,
-                     .input = op->rq.input,
-                     .output = op->rq.output,
-                     .exact = op->rq.exact};
-    call_tokens_arg(&c, tok, sizeof(tok));
-    snprintf(wait, sizeof(wait), "%lld", op->max_wait_ms);
+    wire_estimate x = {.tokens = op->rq.split ? op->rq.input + op->rq.output : op->rq.tokens,
+                       .split = op->rq.split,
+                       .input = op->rq.input,
+                       .output = op->rq.output,
+                       .exact = op->rq.exact};
     /* No "@<agent>" first: a dry run is no proof of life (it writes
      * nothing, the agents set included). */
     int quads = d->cfg->nlanes || d->cfg->ntenants;
-    const char *argv[6] = {"1", tok, wait, quads ? m->lane : ENGINE_DRY_ARG, m->tenant, ENGINE_DRY_ARG};
-    if (rrouter_script(e->redis, SCRIPT_RESERVE, d->keys, quads ? 6 : 4, argv, on_est_reply, m) != 0) {
+    wire_args a;
+    wire_args_init(&a);
+    wire_reserve_begin(&a, NULL);
+    wire_reserve_item(&a, &x, op->max_wait_ms, quads ? m->lane : NULL, m->tenant);
+    int rc = wire_args_done(&a, WIRE_DRY);
+    if (rc == 0) rc = rrouter_script(e->redis, SCRIPT_RESERVE, d->keys, a.argc, a.argv, on_est_reply, m);
+    wire_args_free(&a);
+    if (rc != 0) {
         est_local(m);
         return 0;
     }

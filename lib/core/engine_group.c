@@ -235,9 +235,9 @@ static void on_group_reserve(void *arg, redisReply *r, const char *err) {
     engine *e = b->md[0]->e;
     e->calls_out--;
     q->reserving = 0;
-    /* now_us, the items, and the call's own time (ENGINE_TIMED_ARG). */
-    int ok = r && r->type == REDIS_REPLY_ARRAY && (r->elements == 1 + b->n || r->elements == 2 + b->n);
-    if (ok) engine__batch_seen(e, &q->cost, b->n, r, 1, b->sent_ns);
+    wire_group_reply gr;
+    int ok = wire_read_group(r, b->n, &gr) == 0;
+    if (ok) engine__batch_seen(e, &q->cost, b->n, gr.script_us, b->sent_ns);
     if (!ok && r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str))
         engine__elog(e, CONFIG_LOG_WARN, "group %s: the group script failed (%s); routing member by member", q->name,
                      r->str);
@@ -245,35 +245,31 @@ static void on_group_reserve(void *arg, redisReply *r, const char *err) {
     for (size_t i = 0; i < b->n; i++) {
         engine_call *c = b->items[i];
         c->route->gq = NULL;
-        redisReply *it = ok ? r->element[1 + i] : NULL;
-        long long kind =
-            it && it->type == REDIS_REPLY_ARRAY && it->elements >= 3 ? engine__reply_int(it->element[0]) : -1;
-        long long j = kind == 1 || kind == 2 ? engine__reply_int(it->element[1]) - 1 : 0;
-        if ((kind == 1 || kind == 2) && (j < 0 || (size_t)j >= b->m || it->elements < 4)) kind = -1;
-        if (kind == 1 && it->elements < 5) kind = -1;
-        dep *d = kind == 1 || kind == 2 ? b->md[j] : NULL;
+        wire_verdict v;
+        int kind = ok && wire_read_verdict(gr.items, i, 0, 1, &v) == 0 ? v.kind : -1;
+        if (kind != -1 && kind != WIRE_SHED && (size_t)v.member >= b->m) kind = -1;
+        dep *d = kind == WIRE_GRANT || kind == WIRE_DEFER ? b->md[v.member] : NULL;
         if (c->canceled) {
-            if (kind == 1) {
+            if (kind == WIRE_GRANT) {
                 char num[24];
-                snprintf(num, sizeof(num), "%lld", engine__reply_int(it->element[2]));
+                snprintf(num, sizeof(num), "%lld", v.id);
                 engine__queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
             }
             call_free(c);
             continue;
         }
-        if (e->stopping && kind != 1) {
+        if (e->stopping && kind != WIRE_GRANT) {
             call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
             continue;
         }
-        if (kind == 1) {
+        if (kind == WIRE_GRANT) {
             int cls = member_class(c, d);
             if (cls >= 0) {
                 c->d = d;
                 c->cls = cls;
             }
-            call_reply_granted(c, d, engine__reply_int(it->element[2]), engine__reply_int(it->element[3]),
-                               engine__reply_int(it->element[4]));
-        } else if (kind == 2) {
+            call_reply_granted(c, d, v.id, v.wait_ms, v.tokens);
+        } else if (kind == WIRE_DEFER) {
             /* Deferred on that member (its lanes or tenants): held in its
              * class and asked there again; no more spilling. */
             int cls = member_class(c, d);
@@ -286,13 +282,12 @@ static void on_group_reserve(void *arg, redisReply *r, const char *err) {
             const struct config_group *g = config_group(e->cfg, c->route->group);
             c->route->next = g ? (int)g->nmembers : 0;
             c->max_wait_ms = (long long)(c->route->deadline > c->start_ms ? c->route->deadline - c->start_ms : 0);
-            call_deferred(c, it->element[2], engine__reply_int(it->element[3]), now);
+            call_deferred(c, v.reason, v.after_ms, now);
             engine__class_push(d, c);
-        } else if (kind == 0) {
-            const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str
-                                                                        : engine_shed_reasons[ENGINE_SHED_OTHER];
+        } else if (kind == WIRE_SHED) {
+            const char *rs = v.reason ? v.reason : engine_shed_reasons[ENGINE_SHED_OTHER];
             engine_shed sh = {.reason = engine_shed_reasons[engine_shed_reason_index(rs)],
-                              .retry_after_ms = engine__reply_int(it->element[2])};
+                              .retry_after_ms = v.after_ms};
             call_complete(c, SL_ESHED, &sh, NULL);
         } else {
             gq_fallback(c);
@@ -334,57 +329,40 @@ void engine__gq_flush(engine *e, gq *q) {
     }
     size_t m = g->nmembers, nk = SCRIPTS_NKEYS * m;
     char(*keys)[SCRIPTS_KEY_MAX] = malloc(nk * sizeof(*keys));
-    /* argv0[0]: who asks ("@<agent id>", a proof of life: lua/common.lua
-     * sl_silent); the last: ENGINE_TIMED_ARG (the call's own time). */
-    const char **argv0 = malloc(sizeof(*argv0) * (7 + 5 * RESERVE_BATCH_MAX)), **argv = argv0 ? argv0 + 1 : NULL;
-    char(*buf)[64] = malloc(sizeof(*buf) * (4 + 3 * RESERVE_BATCH_MAX));
-    if (!keys || !argv || !buf) {
-        free(keys);
-        free(argv0);
-        free(buf);
+    if (!keys) {
         free(b);
         return;
     }
     for (size_t i = 0; i < m; i++) memcpy(keys[SCRIPTS_NKEYS * i], b->md[i]->keys, sizeof(b->md[i]->keys));
-    snprintf(buf[0], 64, "%zu", m);
-    snprintf(buf[1], 64, "%lld", g->spill_ms);
-    argv[0] = "group";
-    argv[1] = buf[0];
-    argv[2] = buf[1];
-    argv[3] = g->policy == CONFIG_POLICY_WEIGHTED ? "weighted" : "priority";
+    /* From this agent ("@<agent id>", a proof of life: lua/common.lua
+     * sl_silent), timed. */
+    wire_args a;
+    wire_args_init(&a);
+    wire_group_begin(&a, e->agent_arg, m, g->spill_ms, g->policy == CONFIG_POLICY_WEIGHTED ? "weighted" : "priority");
     /* Under redis.max_script_ms, like a deployment's batch; the rest wait
      * for the next call, in order. */
     size_t cap = engine__batch_cap(e, &q->cost, RESERVE_BATCH_MAX);
     while (b->n < cap && (c = engine__list_pop(&q->q)) != NULL) {
         e->stats.queued--;
-        size_t k = b->n;
-        char *tok = buf[4 + 3 * k], *left = buf[5 + 3 * k], *order = buf[6 + 3 * k];
         long long l = c->route->deadline > now ? (long long)(c->route->deadline - now) : 0;
-        call_tokens_arg(c, tok, 64);
-        snprintf(left, 64, "%lld", l);
         /* The members it may use, the one whose turn it is first. */
-        size_t used = (size_t)snprintf(order, 64, "%d", c->route->turn + 1);
+        char order[64];
+        size_t used = (size_t)snprintf(order, sizeof(order), "%d", c->route->turn + 1);
         for (size_t i = 0; i < m && used < 60; i++)
             if ((int)i != c->route->turn && group_allows(g, g->members_[i], c))
-                used += (size_t)snprintf(order + used, 64 - used, ",%zu", i + 1);
-        argv[5 + 5 * k] = tok;
-        argv[6 + 5 * k] = left;
-        argv[7 + 5 * k] = c->route->lane;
-        argv[8 + 5 * k] = c->route->tenant;
-        argv[9 + 5 * k] = order;
+                used += (size_t)snprintf(order + used, sizeof(order) - used, ",%zu", i + 1);
+        wire_estimate x;
+        call_wire_estimate(c, &x);
+        wire_group_item(&a, &x, l, c->route->lane, c->route->tenant, order);
         c->state = CALL_INFLIGHT;
         b->items[b->n++] = c;
     }
-    snprintf(buf[2], 64, "%zu", b->n);
-    argv[4] = buf[2];
-    argv[5 + 5 * b->n] = ENGINE_TIMED_ARG;
-    argv0[0] = e->agent_arg;
     e->group_sent_at = (double)uv_now(e->loop);
     b->sent_ns = uv_hrtime();
-    int rc = rrouter_script_n(e->redis, SCRIPT_RESERVE, keys, (int)nk, (int)(7 + 5 * b->n), argv0, on_group_reserve, b);
+    int rc = wire_args_done(&a, WIRE_TIMED);
+    if (rc == 0) rc = rrouter_script_n(e->redis, SCRIPT_RESERVE, keys, (int)nk, a.argc, a.argv, on_group_reserve, b);
+    wire_args_free(&a);
     free(keys);
-    free(argv0);
-    free(buf);
     if (rc != 0) {
         for (size_t i = 0; i < b->n; i++) {
             b->items[i]->route->gq = NULL;

@@ -19,6 +19,9 @@
  *   engine_estimate.c ESTIMATE (the reserve script run dry) and patience
  *   engine_batch.c   how many items a reserve or settle call may carry
  *                    (redis.max_script_ms), learned from the calls' times
+ * Every script call's arguments are encoded and every reply decoded in
+ * wire.c (wire.h): these files name fields, never argv[] or element[]
+ * positions of the reserve, group, settle and heartbeat forms.
  *
  * Names: what concerns one thing keeps its thing's prefix (dep_, call_,
  * group_, local_); the rest shared between these files is engine__ (as
@@ -35,6 +38,7 @@
 #include "rrouter.h"
 #include "scripts.h"
 #include "sluice.h"
+#include "wire.h"
 
 #define RESERVE_BATCH_MAX 128
 #define SETTLE_BATCH_MAX 256
@@ -63,8 +67,6 @@
  * that aiming at 75 % had, with the same grants per second (bench_agent
  * --redis-time, docs/benchmarks.md). */
 #define ENGINE_SCRIPT_BUDGET_SHARE 0.5
-/* The last ARGV that asks a script for its own time (lua/common.lua). */
-#define ENGINE_TIMED_ARG "@timed"
 
 /* CALL_BUDGET: a request that draws from budgets in money, waiting for
  * its reservation, then for the call it made (engine_budget.c). */
@@ -360,17 +362,17 @@ void dep_health_seen(dep *d, const char *reason, long long retry_after_ms);
 void call_estimate(engine_call *c, const engine_req *rq);
 void call_granted(engine_call *c, long long wait_ms);
 void call_reply_granted(engine_call *c, dep *d, long long grant, long long wait_ms, long long tokens);
-void call_deferred(engine_call *c, const redisReply *reason, long long ask_in, uint64_t now);
+void call_deferred(engine_call *c, const char *reason, long long ask_in, uint64_t now);
 void call_shed(engine_call *c, const engine_shed *shed);
 void call_complete(engine_call *c, int status, const engine_shed *shed, const char *msg);
 void call_free(engine_call *c);
 const char *engine__grant_number(const char *id);
-void dep_follow_shift(dep *d, const redisReply *field, long long redis_now_us);
+void dep_follow_shift(dep *d, const wire_shift *s, long long redis_now_us);
 long long dep_heartbeat_reply(dep *d, const redisReply *r);
 void dep_pause(dep *d, long long pause_ms, int local);
 
 /* ---- engine_reserve.c ---- */
-void call_tokens_arg(const engine_call *c, char *buf, size_t n);
+void call_wire_estimate(const engine_call *c, wire_estimate *x);
 void dep_flush_reserves(dep *d);
 
 /* ---- engine_group.c ---- */
@@ -437,7 +439,7 @@ int engine__budget_applies_any(const engine *e,
 
 /* ---- engine_batch.c ---- */
 size_t engine__batch_cap(const engine *e, const costmodel *m, size_t max);
-void engine__batch_seen(engine *e, costmodel *m, size_t n, const redisReply *r, size_t nhead, uint64_t sent_ns);
+void engine__batch_seen(engine *e, costmodel *m, size_t n, long long script_us, uint64_t sent_ns);
 
 /* ---- engine_redis.c ---- */
 void engine__flush_arm(engine *e);

@@ -259,12 +259,11 @@ static void dep_counted(dep *d, long long live) {
  * lose Redis), and returns the live count, or -1 when r is not a
  * heartbeat's reply. */
 long long dep_heartbeat_reply(dep *d, const redisReply *r) {
-    if (!r) return -1;
-    if (r->type == REDIS_REPLY_INTEGER) return r->integer;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_INTEGER) return -1;
-    dep_follow_shift(d, r->element[1], engine__reply_int(r->element[2]));
-    if (r->elements >= 5) dep_fleet_seen(d, engine__reply_int(r->element[3]), engine__reply_int(r->element[4]));
-    return r->element[0]->integer;
+    wire_heartbeat_reply h;
+    if (wire_read_heartbeat(r, &h) != 0) return -1;
+    if (h.has_shift) dep_follow_shift(d, &h.shift, h.now_us);
+    if (h.requests_backlog_ms >= 0) dep_fleet_seen(d, h.requests_backlog_ms, h.tokens_backlog_ms);
+    return h.live;
 }
 
 static void on_heartbeat(void *arg, redisReply *r, const char *err) {

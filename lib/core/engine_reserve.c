@@ -10,13 +10,10 @@
 
 /* ---- reserve --------------------------------------------------------------- */
 
-/* An item's estimate for the reserve script: "c", or "i+o" when split;
- * with a leading "=" when the caller counted it exactly (never
- * calibrated, docs/redis-keys.md "Calibrated estimates"). */
-void call_tokens_arg(const engine_call *c, char *buf, size_t n) {
-    const char *x = c->exact ? "=" : "";
-    if (c->split) snprintf(buf, n, "%s%lld+%lld", x, c->input, c->output);
-    else snprintf(buf, n, "%s%lld", x, c->tokens);
+/* An item's estimate for the scripts (wire_estimate_format). */
+void call_wire_estimate(const engine_call *c, wire_estimate *x) {
+    *x = (wire_estimate){
+        .tokens = c->tokens, .input = c->input, .output = c->output, .split = c->split, .exact = c->exact};
 }
 
 typedef struct reserve_batch {
@@ -32,20 +29,20 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
     engine *e = d->e;
     e->calls_out--;
     d->reserving--;
-    /* 5 head fields, the items, and the call's own time (ENGINE_TIMED_ARG). */
-    int ok = r && r->type == REDIS_REPLY_ARRAY && (r->elements == 5 + b->n || r->elements == 6 + b->n);
+    wire_reserve_reply rr;
+    int ok = wire_read_reserve(r, b->n, &rr) == 0;
     uint64_t now = uv_now(e->loop);
     if (ok) {
-        engine__batch_seen(e, &d->cost, b->n, r, 5, b->sent_ns);
-        long long paused = engine__reply_int(r->element[1]);
-        if (paused > 0 && now + (uint64_t)paused > d->paused_until) d->paused_until = now + (uint64_t)paused;
+        engine__batch_seen(e, &d->cost, b->n, rr.script_us, b->sent_ns);
+        if (rr.paused_ms > 0 && now + (uint64_t)rr.paused_ms > d->paused_until)
+            d->paused_until = now + (uint64_t)rr.paused_ms;
         /* Where the fleet's schedule ends: local pacing starts there if
          * Redis is lost, so grants already made by Redis and local ones do
          * not stack. */
-        dep_fleet_seen(d, engine__reply_int(r->element[2]), engine__reply_int(r->element[3]));
+        dep_fleet_seen(d, rr.requests_backlog_ms, rr.tokens_backlog_ms);
         dep_seen(d);
         /* Before the new grants: they are already behind any new shift. */
-        dep_follow_shift(d, r->element[4], engine__reply_int(r->element[0]));
+        dep_follow_shift(d, &rr.shift, rr.now_us);
     }
     int lost_limits = r && r->type == REDIS_REPLY_ERROR && strstr(r->str, "unknown deployment");
     /* A cluster redirection the router could not follow, or a slot being
@@ -90,16 +87,14 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
             local_decide(c);
             continue;
         }
-        redisReply *it = r->element[5 + i];
-        if (it->type != REDIS_REPLY_ARRAY || it->elements < 3) {
+        wire_verdict v;
+        if (wire_read_verdict(rr.items, i, 0, 0, &v) != 0) {
             local_decide(c);
             continue;
         }
-        long long kind = engine__reply_int(it->element[0]);
-        if (kind == 1 && it->elements >= 4) {
-            call_reply_granted(c, d, engine__reply_int(it->element[1]), engine__reply_int(it->element[2]),
-                               engine__reply_int(it->element[3]));
-        } else if (kind == 2) {
+        if (v.kind == WIRE_GRANT) {
+            call_reply_granted(c, d, v.id, v.wait_ms, v.tokens);
+        } else if (v.kind == WIRE_DEFER) {
             /* Deferred: beyond its horizon. The class waits until Redis
              * said capacity opens; the call keeps its place at the head. */
             if (c->canceled) {
@@ -110,17 +105,16 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
                 call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
                 continue;
             }
-            call_deferred(c, it->element[1], engine__reply_int(it->element[2]), now);
+            call_deferred(c, v.reason, v.after_ms, now);
             back[nback++] = c;
         } else {
             if (c->canceled) {
                 call_free(c);
                 continue;
             }
-            const char *rs = it->element[1]->type == REDIS_REPLY_STRING ? it->element[1]->str
-                                                                        : engine_shed_reasons[ENGINE_SHED_OTHER];
+            const char *rs = v.reason ? v.reason : engine_shed_reasons[ENGINE_SHED_OTHER];
             engine_shed sh = {.reason = engine_shed_reasons[engine_shed_reason_index(rs)],
-                              .retry_after_ms = engine__reply_int(it->element[2])};
+                              .retry_after_ms = v.after_ms};
             dep_health_seen(d, sh.reason, sh.retry_after_ms);
             call_shed(c, &sh);
         }
@@ -202,25 +196,16 @@ void dep_flush_reserves(dep *d) {
      * lane taking turns, a few per class; otherwise plain pairs. */
     int quads = d->cfg && (d->cfg->nlanes || d->cfg->ntenants);
     size_t per_class = quads ? ENGINE_CLASS_BATCH : RESERVE_BATCH_MAX;
-    size_t stride = quads ? 4 : 2;
     /* The items this call may carry under redis.max_script_ms; the rest
      * ride the next call, in order, once this one is answered. */
     size_t cap = engine__batch_cap(e, &d->cost, RESERVE_BATCH_MAX);
-    /* argv0[0]: who asks ("@<agent id>", a proof of life: lua/common.lua
-     * sl_silent); the last: ENGINE_TIMED_ARG (the call's own time). */
-    const char **argv0 = malloc(sizeof(*argv0) * (3 + 4 * RESERVE_BATCH_MAX)), **argv = argv0 ? argv0 + 1 : NULL;
-    char(*buf)[48] = malloc(sizeof(*buf) * (1 + 2 * RESERVE_BATCH_MAX));
-    /* Copies: shedding an expired group call below may queue it on another
-     * class and move d->classes. */
-    char(*names)[2][CONFIG_NAME_MAX + 1] = quads ? malloc(sizeof(*names) * RESERVE_BATCH_MAX) : NULL;
-    if (!argv || !buf || (quads && !names)) {
-        free(argv0);
-        free(buf);
-        free(names);
-        free(b);
-        free(order);
-        return;
-    }
+    /* Who asks ("@<agent id>/<promise>", a proof of life: lua/common.lua
+     * sl_silent); the arguments are copied as they go (shedding an expired
+     * group call below may queue it on another class and move
+     * d->classes). */
+    wire_args a;
+    wire_args_init(&a);
+    wire_reserve_begin(&a, dep_agent_arg(d, 0));
     for (size_t i = 0; i < nready && b->n < cap;) {
         size_t j = i;
         long long p = engine__class_priority(d, &d->classes[order[i]]);
@@ -242,17 +227,9 @@ void dep_flush_reserves(dep *d) {
                 }
                 any = 1;
                 c->state = CALL_INFLIGHT;
-                size_t at = 1 + stride * b->n;
-                call_tokens_arg(c, buf[1 + 2 * b->n], sizeof(buf[0]));
-                snprintf(buf[2 + 2 * b->n], sizeof(buf[0]), "%lld", left);
-                argv[at] = buf[1 + 2 * b->n];
-                argv[at + 1] = buf[2 + 2 * b->n];
-                if (quads) {
-                    memcpy(names[b->n][0], k->lane, sizeof(names[0][0]));
-                    memcpy(names[b->n][1], k->tenant, sizeof(names[0][1]));
-                    argv[at + 2] = names[b->n][0];
-                    argv[at + 3] = names[b->n][1];
-                }
+                wire_estimate x;
+                call_wire_estimate(c, &x);
+                wire_reserve_item(&a, &x, left, quads ? k->lane : NULL, k->tenant);
                 b->items[b->n++] = c;
             }
             if (!any) break;
@@ -261,23 +238,16 @@ void dep_flush_reserves(dep *d) {
     }
     free(order);
     if (!b->n) {
-        free(argv0);
-        free(buf);
-        free(names);
+        wire_args_free(&a);
         free(b);
         if (d->npending) engine__flush_arm(e);
         return;
     }
     d->turn = b->n < cap ? 0 : d->turn + 1;
-    snprintf(buf[0], sizeof(buf[0]), "%zu", b->n);
-    argv[0] = buf[0];
-    argv[1 + stride * b->n] = ENGINE_TIMED_ARG;
-    argv0[0] = dep_agent_arg(d, 0);
     b->sent_ns = uv_hrtime();
-    int rc = rrouter_script(e->redis, SCRIPT_RESERVE, d->keys, (int)(3 + stride * b->n), argv0, on_reserve, b);
-    free(argv0);
-    free(buf);
-    free(names);
+    int rc = wire_args_done(&a, WIRE_TIMED);
+    if (rc == 0) rc = rrouter_script(e->redis, SCRIPT_RESERVE, d->keys, a.argc, a.argv, on_reserve, b);
+    wire_args_free(&a);
     if (rc != 0) {
         for (size_t i = 0; i < b->n; i++) {
             if (b->items[i]->canceled) call_free(b->items[i]);

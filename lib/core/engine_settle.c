@@ -72,23 +72,20 @@ static int dim_index(const char *name) {
  * others' use, held back for silent agents, per dimension): kept for INFO
  * and metrics, and a limit the provider's headers lowered (or raised back)
  * is logged once. */
-static void dep_follow_rates(dep *d, const redisReply *rates) {
-    if (!rates || rates->type != REDIS_REPLY_ARRAY || rates->elements % 5) return;
-    for (size_t i = 0; i + 4 < rates->elements; i += 5) {
-        const redisReply *nm = rates->element[i];
-        if (nm->type != REDIS_REPLY_STRING) continue;
-        if (!strcmp(nm->str, "estimate")) {
+static void dep_follow_rates(dep *d, const wire_settle_reply *s) {
+    wire_rate rt;
+    size_t pos = 0;
+    while (wire_rate_next(s, &pos, &rt)) {
+        if (!strcmp(rt.name, "estimate")) {
             /* {estimate, ratio in force, learned, kept, learning}: the
              * local fallback charges at it (engine_local.c). */
-            const redisReply *v = rates->element[i + 1];
-            double r = v->type == REDIS_REPLY_STRING ? atof(v->str) : 0;
-            if (r > 0) dep_set_est_ratio(d, r);
+            if (rt.limit > 0) dep_set_est_ratio(d, rt.limit);
             continue;
         }
-        int k = dim_index(nm->str);
+        int k = dim_index(rt.name);
         if (k < 0) continue;
         engine_dim_rates *dr = &d->rates[k];
-        double limit = rates->element[i + 1]->type == REDIS_REPLY_STRING ? atof(rates->element[i + 1]->str) : 0;
+        double limit = rt.limit;
         double was = dr->known ? dr->limit : dr->configured;
         if (limit > 0 && fabs(limit - was) > 0.5) {
             d->e->stats.limit_changes++;
@@ -104,9 +101,9 @@ static void dep_follow_rates(dep *d, const redisReply *rates) {
                              d->name, engine_dim_names[k], limit);
         }
         dr->limit = limit;
-        dr->effective = rates->element[i + 2]->type == REDIS_REPLY_STRING ? atof(rates->element[i + 2]->str) : 0;
-        dr->outside = rates->element[i + 3]->type == REDIS_REPLY_STRING ? atof(rates->element[i + 3]->str) : 0;
-        dr->held = rates->element[i + 4]->type == REDIS_REPLY_STRING ? atof(rates->element[i + 4]->str) : 0;
+        dr->effective = rt.effective;
+        dr->outside = rt.outside;
+        dr->held = rt.held;
         dr->known = 1;
     }
 }
@@ -118,19 +115,17 @@ static void on_settle(void *arg, redisReply *r, const char *err) {
     e->calls_out--;
     d->settling--;
     if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str)) dep_script_error(d, "settle", r->str);
-    /* The head (4), the items, the rates, the call's own time. */
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 5 + b->n)
-        engine__batch_seen(e, &d->settle_cost, b->n, r, 5, b->sent_ns);
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3) {
+    wire_settle_reply sr;
+    if (wire_read_settle(r, b->n, &sr) == 0) {
+        if (sr.rates) engine__batch_seen(e, &d->settle_cost, b->n, sr.script_us, b->sent_ns);
         dep_seen(d);
-        long long paused = engine__reply_int(r->element[1]);
-        if (paused > 0) {
-            uint64_t until = uv_now(e->loop) + (uint64_t)paused;
+        if (sr.paused_ms > 0) {
+            uint64_t until = uv_now(e->loop) + (uint64_t)sr.paused_ms;
             if (until > d->paused_until) d->paused_until = until;
         }
-        if (r->element[2]->type == REDIS_REPLY_STRING) d->rate_scale = atof(r->element[2]->str);
-        if (r->elements >= 4) dep_follow_shift(d, r->element[3], engine__reply_int(r->element[0]));
-        if (r->elements >= 5 + b->n) dep_follow_rates(d, r->element[4 + b->n]);
+        if (sr.rate_scale >= 0) d->rate_scale = sr.rate_scale;
+        if (sr.has_shift) dep_follow_shift(d, &sr.shift, sr.now_us);
+        dep_follow_rates(d, &sr);
     }
     free(b);
     if (d->nsettles) {
@@ -168,57 +163,23 @@ void dep_flush_settles(dep *d) {
     size_t cap = engine__batch_cap(e, &d->settle_cost, SETTLE_BATCH_MAX);
     size_t n = d->nsettles < cap ? d->nsettles : cap;
     if (n < d->nsettles) urgent_first(d);
-    /* The feedback form (lua/settle.lua): 'feedback', n, then per item the
-     * grant, the usage ("-1", "n", "i+o" or "i+o+r"), the outcome, the
-     * pause and what the headers said ("r=L/R,..." or "-"). */
-    /* argv0[0]: who asks ("@<agent id>", lua/common.lua sl_silent); the
-     * last: ENGINE_TIMED_ARG (the call's own time). */
-    const char **argv0 = malloc(sizeof(*argv0) * (4 + 5 * n)), **argv = argv0 ? argv0 + 1 : NULL;
-    char(*buf)[96] = malloc(sizeof(*buf) * (2 + 5 * n));
+    /* The feedback form (lua/settle.lua, wire_settle_item), from this
+     * agent ("@<agent id>", lua/common.lua sl_silent), timed. */
     settle_batch *b = malloc(sizeof(*b));
-    if (!argv || !buf || !b) {
-        free(argv0);
-        free(buf);
-        free(b);
-        return;
-    }
-    static const char letters[ENGINE_DIMS] = {'r', 't', 'i', 'o'};
-    argv[0] = "feedback";
-    snprintf(buf[1], 96, "%zu", n);
-    argv[1] = buf[1];
+    if (!b) return;
+    wire_args a;
+    wire_args_init(&a);
+    wire_settle_begin(&a, dep_agent_arg(d, 0));
     for (size_t i = 0; i < n; i++) {
-        settle_item *it = &d->settles[i];
-        const engine_usage *u = &it->usage;
-        size_t k = 2 + 5 * i;
-        argv[k] = it->id;
-        if (u->input >= 0 && u->output >= 0)
-            snprintf(buf[k + 1], 96, "%lld+%lld+%lld", u->input, u->output, u->cache_read > 0 ? u->cache_read : 0);
-        else snprintf(buf[k + 1], 96, "%lld", u->tokens < 0 ? -1 : u->tokens);
-        argv[k + 1] = buf[k + 1];
-        argv[k + 2] = engine_outcome_names[it->outcome];
-        snprintf(buf[k + 3], 96, "%lld", it->pause_ms < 0 ? -1 : it->pause_ms);
-        argv[k + 3] = buf[k + 3];
-        size_t used = 0;
-        for (int j = 0; j < ENGINE_DIMS && used < 80; j++) {
-            if (it->seen.limit[j] < 0 && it->seen.remaining[j] < 0) continue;
-            char lim[24] = "", rem[24] = "";
-            if (it->seen.limit[j] >= 0) snprintf(lim, sizeof(lim), "%lld", it->seen.limit[j]);
-            if (it->seen.remaining[j] >= 0) snprintf(rem, sizeof(rem), "%lld", it->seen.remaining[j]);
-            int w = snprintf(buf[k + 4] + used, 96 - used, "%s%c=%.15s/%.15s", used ? "," : "", letters[j], lim, rem);
-            if (w < 0 || (size_t)w >= 96 - used) break;
-            used += (size_t)w;
-        }
-        if (!used) snprintf(buf[k + 4], 96, "-");
-        argv[k + 4] = buf[k + 4];
+        const settle_item *it = &d->settles[i];
+        wire_settle_item(&a, it->id, &it->usage, it->outcome, it->pause_ms, &it->seen);
     }
     b->d = d;
     b->n = n;
-    argv[2 + 5 * n] = ENGINE_TIMED_ARG;
-    argv0[0] = dep_agent_arg(d, 0);
     b->sent_ns = uv_hrtime();
-    int rc = rrouter_script(e->redis, SCRIPT_SETTLE, d->keys, (int)(4 + 5 * n), argv0, on_settle, b);
-    free(argv0);
-    free(buf);
+    int rc = wire_args_done(&a, WIRE_TIMED);
+    if (rc == 0) rc = rrouter_script(e->redis, SCRIPT_SETTLE, d->keys, a.argc, a.argv, on_settle, b);
+    wire_args_free(&a);
     if (rc != 0) {
         free(b);
         return;

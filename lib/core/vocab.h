@@ -40,6 +40,39 @@
     X(CANCELLED, "cancelled")                                                                                          \
     X(QUOTA, "quota")
 
+/* The kinds of a verdict of the reserve script: X(NAME, number). The
+ * script builds every verdict with one constructor (lua/common.lua
+ * sl_verdict, whose SL_SHED, SL_GRANT and SL_DEFER are these numbers);
+ * lib/core/wire.c reads them (docs/redis-keys.md, "Verdicts"). */
+#define SLUICE_VERDICT_MAP(X)                                                                                          \
+    X(SHED, 0)                                                                                                         \
+    X(GRANT, 1)                                                                                                        \
+    X(DEFER, 2)
+
+/* The dimensions of a deployment's budget, in the scripts' order
+ * (lua/common.lua SL_DIMS): X(NAME, "name", 'letter', "limit field"),
+ * the letter naming it in a settle's "what the headers said". */
+#define SLUICE_DIM_MAP(X)                                                                                              \
+    X(REQUESTS, "requests", 'r', "rpm")                                                                                \
+    X(TOKENS, "tokens", 't', "tpm")                                                                                    \
+    X(INPUT, "input", 'i', "itpm")                                                                                     \
+    X(OUTPUT, "output", 'o', "otpm")
+
+/* The markers among the scripts' arguments (lua/common.lua): X(NAME,
+ * "text"). AGENT starts the first argument ("@<agent id>/<promise ms>",
+ * a proof of life); TIMED last asks for the call's own time; DRY (before
+ * TIMED) runs the reserve script without writing (ESTIMATE); EXACT
+ * starts an estimate the caller counted exactly; GROUP and FEEDBACK open
+ * the reserve script's group form and the settle script's feedback
+ * form. */
+#define SLUICE_ARG_MARKER_MAP(X)                                                                                       \
+    X(AGENT, "@")                                                                                                      \
+    X(TIMED, "@timed")                                                                                                 \
+    X(DRY, "@dry")                                                                                                     \
+    X(EXACT, "=")                                                                                                      \
+    X(GROUP, "group")                                                                                                  \
+    X(FEEDBACK, "feedback")
+
 /* The first word of the daemon's error replies that are not plain ERR:
  * X(WORD, sl_errno), as the daemon writes them and the library reads
  * them back (docs/protocol.md, "Errors"). */

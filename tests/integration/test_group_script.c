@@ -85,17 +85,19 @@ static void group_call(int m, const char **members, long long spill, const char 
         out[i].kind = (int)it->element[0]->integer;
         if (out[i].kind == 1) {
             assert_int_equal(it->elements, 5);
-            out[i].member = (int)it->element[1]->integer;
-            out[i].id = it->element[2]->integer;
-            out[i].wait_ms = it->element[3]->integer;
-            out[i].tokens = it->element[4]->integer;
+            /* {1, grant_id, wait_ms, tokens, member}: the plain verdict,
+             * the member added (lua/common.lua sl_on_member). */
+            out[i].id = it->element[1]->integer;
+            out[i].wait_ms = it->element[2]->integer;
+            out[i].tokens = it->element[3]->integer;
+            out[i].member = (int)it->element[4]->integer;
             assert_true(out[i].wait_ms >= 0 && out[i].wait_ms <= maxwait[i]);
             assert_int_equal(out[i].tokens, tokens[i]);
         } else if (out[i].kind == 2) {
             assert_int_equal(it->elements, 4);
-            out[i].member = (int)it->element[1]->integer;
-            snprintf(out[i].reason, sizeof(out[i].reason), "%s", it->element[2]->str);
-            out[i].after_ms = it->element[3]->integer;
+            snprintf(out[i].reason, sizeof(out[i].reason), "%s", it->element[1]->str);
+            out[i].after_ms = it->element[2]->integer;
+            out[i].member = (int)it->element[3]->integer;
         } else {
             assert_int_equal(out[i].kind, 0);
             assert_int_equal(it->elements, 3);
@@ -439,9 +441,9 @@ static void test_deferral_on_member(void **state) {
     redisReply *it = r->element[1];
     assert_int_equal(it->elements, 4);
     assert_int_equal(it->element[0]->integer, 2);
-    assert_int_equal(it->element[1]->integer, 1);
-    assert_string_equal(it->element[2]->str, "rpm");
-    assert_true(it->element[3]->integer >= 1 && it->element[3]->integer <= 200);
+    assert_string_equal(it->element[1]->str, "rpm");
+    assert_true(it->element[2]->integer >= 1 && it->element[2]->integer <= 200);
+    assert_int_equal(it->element[3]->integer, 1);
     freeReplyObject(r);
     assert_int_equal((long long)hget(mem[0], "deferred_total"), 1);
     assert_int_equal((long long)hget(mem[0], "l.batch.deferred_total"), 1);

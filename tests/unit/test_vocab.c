@@ -4,6 +4,13 @@
  *     verdict literals, the reasons it assigns, the dimensions' reasons in
  *     common.lua's SL_DIMS) are exactly the table's LUA words, and the
  *     ENGINE words are never the script's (else they would be LUA);
+ *   - the verdict kinds (common.lua SL_SHED, SL_GRANT, SL_DEFER) are the
+ *     table's numbers, and reserve.lua builds every verdict with
+ *     sl_verdict and compares kinds by name, never by a bare number;
+ *   - the dimensions (common.lua SL_DIMS: name, letter, limit field and
+ *     reason) are SLUICE_DIM_MAP's, in its order, as are engine_dim_names;
+ *   - each argument marker of SLUICE_ARG_MARKER_MAP is one the scripts
+ *     read;
  *   - the outcomes the settle script accepts (settle.lua: OUTCOMES) are
  *     exactly the outcome table, in the order of sl_outcome;
  *   - the engine's tables and indexes follow the X-macros (an unknown word
@@ -96,8 +103,10 @@ static void test_shed_reasons_match_the_scripts(void **state) {
     (void)state;
     char *reserve = slurp_script("reserve.lua"), *common = slurp_script("common.lua");
     words lua = {0};
-    /* Verdicts: {0, 'word', ...} sheds, {2, 'word', ...} deferrals. */
-    collect(&lua, reserve, "\\{[02], '([a-z_]+)'");
+    /* Verdicts: sl_verdict(SL_SHED, 'word', ...) sheds,
+     * sl_verdict(SL_DEFER, 'word', ...) deferrals. */
+    collect(&lua, reserve, "sl_verdict\\(SL_SHED, '([a-z_]+)'");
+    collect(&lua, reserve, "sl_verdict\\(SL_DEFER, '([a-z_]+)'");
     /* Reasons assigned: reason = 'w', s, reason = x, 'w', why = 'w'. */
     collect(&lua, reserve, " reason = '([a-z_]+)'");
     collect(&lua, reserve, "[a-z_0-9]+, reason = [^,]+, '([a-z_]+)'");
@@ -126,6 +135,109 @@ static void test_shed_reasons_match_the_scripts(void **state) {
     for (size_t i = 0; i < engine_table.n; i++)
         if (words_has(&lua, engine_table.w[i]))
             fail_msg("'%s' is an ENGINE reason in lib/core/vocab.h, but reserve.lua says it", engine_table.w[i]);
+}
+
+/* The text of a Lua file with its comments blanked (from "--" to the end
+ * of each line), so a pattern sees code only. */
+static char *lua_code(const char *name) {
+    char *s = slurp_script(name);
+    for (char *p = s; (p = strstr(p, "--")) != NULL;)
+        while (*p && *p != '\n') *p++ = ' ';
+    return s;
+}
+
+static int matches(const char *text, const char *pattern) {
+    regex_t re;
+    assert_int_equal(regcomp(&re, pattern, REG_EXTENDED | REG_NEWLINE), 0);
+    int hit = regexec(&re, text, 0, NULL, 0) == 0;
+    regfree(&re);
+    return hit;
+}
+
+static void test_verdict_kinds_match_the_scripts(void **state) {
+    (void)state;
+    char *common = lua_code("common.lua"), *reserve = lua_code("reserve.lua");
+    char want[128];
+    /* One line declares the kinds, in the table's order. */
+    size_t used = 0;
+    used += (size_t)snprintf(want + used, sizeof(want) - used, "local ");
+#define KIND_NAME(name, number) used += (size_t)snprintf(want + used, sizeof(want) - used, "SL_" #name ", ");
+    SLUICE_VERDICT_MAP(KIND_NAME)
+#undef KIND_NAME
+    used -= 2;
+    used += (size_t)snprintf(want + used, sizeof(want) - used, " = ");
+#define KIND_NUMBER(name, number) used += (size_t)snprintf(want + used, sizeof(want) - used, "%d, ", number);
+    SLUICE_VERDICT_MAP(KIND_NUMBER)
+#undef KIND_NUMBER
+    want[used - 2] = '\0';
+    if (!strstr(common, want)) fail_msg("common.lua does not declare the verdict kinds as vocab.h: '%s'", want);
+    /* Every verdict by the constructor; kinds compared by name. */
+    if (matches(reserve, "(verdict|res) = \\{ *[012] *,"))
+        fail_msg("reserve.lua builds a verdict as a literal table, not with sl_verdict");
+    if (matches(reserve, "(v|verdict|kind|res)(\\[1\\])? *[=~]= *[0-9]"))
+        fail_msg("reserve.lua compares a verdict's kind with a bare number");
+    assert_true(matches(reserve, "sl_verdict\\(SL_GRANT, "));
+    assert_true(matches(reserve, "sl_on_member\\("));
+    assert_true(matches(common, "local function sl_verdict\\(kind"));
+    free(common);
+    free(reserve);
+}
+
+static void test_dimensions_match_the_scripts(void **state) {
+    (void)state;
+    char *common = lua_code("common.lua");
+    const char *at = strstr(common, "local SL_DIMS = {");
+    if (!at) fail_msg("common.lua has no 'local SL_DIMS = {' table");
+    int k = 0;
+#define CHECK_DIM(name, word, letter, field)                                                                           \
+    {                                                                                                                  \
+        char row[160];                                                                                                 \
+        snprintf(row, sizeof(row), "{name = '%s', per = '%s', ", word, field);                                         \
+        const char *r = strstr(at, row);                                                                               \
+        if (!r) fail_msg("SL_DIMS has no row '%s'", row);                                                              \
+        if (r < at) fail_msg("SL_DIMS row '%s' out of order", row);                                                    \
+        at = r + 1;                                                                                                    \
+        const char *end = strchr(r, '}');                                                                              \
+        char letter_field[32];                                                                                         \
+        snprintf(letter_field, sizeof(letter_field), "letter = '%c'", letter);                                         \
+        const char *l = strstr(r, letter_field);                                                                       \
+        if (!l || l > end) fail_msg("SL_DIMS row '%s' has not %s", word, letter_field);                                \
+        assert_string_equal(engine_dim_names[k], word);                                                                \
+        k++;                                                                                                           \
+    }
+    SLUICE_DIM_MAP(CHECK_DIM)
+#undef CHECK_DIM
+    assert_int_equal(k, ENGINE_DIMS);
+    free(common);
+}
+
+/* Where the scripts read the marker name, whose text the table gives. */
+static void check_marker(const char *name, const char *text, const char *common, const char *reserve,
+                         const char *settle) {
+    char want[128];
+    const char *in = common;
+    if (!strcmp(name, "AGENT")) snprintf(want, sizeof(want), "string.sub(ARGV[1], 1, 1) == '%s'", text);
+    else if (!strcmp(name, "TIMED") || !strcmp(name, "DRY")) snprintf(want, sizeof(want), "ARGV[#ARGV] == '%s'", text);
+    else if (!strcmp(name, "EXACT")) snprintf(want, sizeof(want), "string.byte(s, 1) == %d", (unsigned char)text[0]);
+    else if (!strcmp(name, "GROUP")) snprintf(want, sizeof(want), "ARGV[1] == '%s'", text), in = reserve;
+    else if (!strcmp(name, "FEEDBACK")) snprintf(want, sizeof(want), "ARGV[1] == '%s'", text), in = settle;
+    else fail_msg("marker %s: this test does not know where the scripts read it", name);
+    if (!strstr(in, want)) fail_msg("marker %s ('%s'): the scripts do not read it as '%s'", name, text, want);
+}
+
+static void test_markers_match_the_scripts(void **state) {
+    (void)state;
+    char *common = lua_code("common.lua"), *reserve = lua_code("reserve.lua"), *settle = lua_code("settle.lua");
+    int n = 0;
+#define CHECK_MARKER(name, text)                                                                                       \
+    check_marker(#name, text, common, reserve, settle);                                                                \
+    n++;
+    SLUICE_ARG_MARKER_MAP(CHECK_MARKER)
+#undef CHECK_MARKER
+    assert_int_equal(n, 6);
+    free(common);
+    free(reserve);
+    free(settle);
 }
 
 static void test_outcomes_match_the_settle_script(void **state) {
@@ -194,6 +306,9 @@ static void test_error_words(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shed_reasons_match_the_scripts),
+        cmocka_unit_test(test_verdict_kinds_match_the_scripts),
+        cmocka_unit_test(test_dimensions_match_the_scripts),
+        cmocka_unit_test(test_markers_match_the_scripts),
         cmocka_unit_test(test_outcomes_match_the_settle_script),
         cmocka_unit_test(test_engine_tables_follow_the_maps),
         cmocka_unit_test(test_error_words),
