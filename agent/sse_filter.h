@@ -10,10 +10,11 @@
  * arrived, and holds back that one; the caller reads the usage from the
  * whole stream (usage_sse) before filtering.
  *
- * An event is held until it is complete (lines end in CRLF, LF or CR, an
- * event in a blank line, as the SSE specification says); one longer than
- * SSE_FILTER_MAX_EVENT turns the filter into a plain pass-through for the
- * rest of the stream (such an event carries text, not usage).
+ * An event is held until it is complete (split by sse_framer.h as the SSE
+ * specification says: lines end in CRLF, LF or CR, an event in a blank
+ * line); one longer than SSE_FILTER_MAX_EVENT turns the filter into a
+ * plain pass-through for the rest of the stream (such an event carries
+ * text, not usage).
  *
  * No globals; one filter per stream, used by one thread. */
 #ifndef SLUICE_SSE_FILTER_H
@@ -39,7 +40,8 @@ void sse_filter_free(sse_filter *f);
 int sse_filter_feed(sse_filter *f, const char *data, size_t len);
 
 /* The stream ended: passes what is held (an event without its blank line,
- * as it came). Returns as sse_filter_feed. */
+ * as it came); anything fed after it passes through. Returns as
+ * sse_filter_feed. */
 int sse_filter_flush(sse_filter *f);
 
 /* Usage-only chunks left out so far. */

@@ -5,12 +5,11 @@
  * arrive (a line, an event or a field may be cut anywhere, even between
  * CR and LF) and never changes them: the caller forwards the very bytes it
  * fed, so a proxy can settle a stream without buffering it. It splits the
- * stream into events as the SSE specification does (lines end in CRLF, LF
- * or CR; `data:` lines of an event are joined with LF; `event:` names it;
- * `:` lines are comments; a blank line dispatches; a leading BOM is
- * skipped) and reads the usage of each event whose data mentions "usage"
- * with usage.h's parser (usage_split), so whole bodies and streams are
- * read by one set of rules:
+ * stream into events with sse_framer.h (the SSE specification's rules:
+ * line ends, `data:` lines joined with LF, `event:`, comments, a blank
+ * line dispatches, a leading BOM skipped) and reads the usage of each
+ * event whose data mentions "usage" with usage.h's parser (usage_split),
+ * so whole bodies and streams are read by one set of rules:
  *   - OpenAI and Azure chat completions: the last chunk, sent when the
  *     request asked for stream_options.include_usage (choices empty,
  *     usage prompt_tokens / completion_tokens / total_tokens);
@@ -27,7 +26,7 @@
  * An event's data beyond USAGE_SSE_MAX_EVENT bytes is not kept (such an
  * event carries text, not usage); the stream is still followed.
  *
- * Depends on usage.h (jansson). No globals; a reader is used by one
+ * Depends on sse_framer.h and usage.h (jansson). No globals; a reader is used by one
  * thread at a time. Ownership: usage_sse_new() returns a reader freed
  * with usage_sse_free() (NULL is a no-op). */
 #ifndef SLUICE_USAGE_SSE_H
