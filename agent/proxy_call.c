@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "backoff.h"
+#include "curlm.h"
 #include "endpoint.h"
 #include "gcall.h"
 #include "proxy.h"
@@ -18,7 +19,6 @@
 #include "sluice.h"
 #include "sse_filter.h"
 #include "timeutil.h"
-#include "upstream.h"
 #include "usage_sse.h"
 #include "verdict.h"
 
@@ -42,7 +42,7 @@ struct proxy_calls {
     uv_loop_t *loop;
     engine *e;
     proxy_stats *st;
-    upstream *up;
+    curlm *up; /* the upstream transfers (lib/curlm.h) */
     pcall *live;
     size_t nlive;
     pshadow *shadows; /* observe mode: acquires beside requests, until both ended */
@@ -96,6 +96,7 @@ struct pcall {
     uint64_t rng;
     long long delay_ms;
     CURL *easy;
+    curlm_xfer xfer; /* easy's transfer on set->up */
     struct curl_slist *hdrs;
     char *sent; /* the body sent, when it differs from raw */
     char url[2048];
@@ -728,7 +729,7 @@ static void step_send(pcall *pc) {
     free_response(pc);
     pc->want_pause = pc->paused = 0;
     pc->state = PC_SENDING;
-    int rc = upstream_start(pc->set->up, e, on_transfer_done, pc);
+    int rc = curlm_add(pc->set->up, &pc->xfer, e, on_transfer_done, pc);
     if (rc != 0) {
         settle(pc, ENGINE_CANCELLED, NULL);
         answer_error(pc, PROXY_ERR_UNAVAILABLE, "sluice: cannot start the upstream transfer: %s", sl_strerror(rc));
@@ -1061,7 +1062,7 @@ static void on_abandon(void *ud) {
         pc->set->st->abandoned_waiting++;
         break;
     case PC_SENDING:
-        upstream_abort(pc->set->up, pc->easy);
+        curlm_remove(&pc->xfer);
         settle_abandoned(pc);
         break;
     default: /* ASKING: the answer is dropped when it comes; BACKOFF holds nothing */ break;
@@ -1168,7 +1169,7 @@ int proxy_calls_new(uv_loop_t *loop, engine *e, proxy_stats *st, proxy_calls **o
     set->loop = loop;
     set->e = e;
     set->st = st;
-    int rc = upstream_new(loop, &set->up);
+    int rc = curlm_new_uv(loop, &set->up);
     if (rc != 0) {
         free(set);
         return rc;
@@ -1203,12 +1204,12 @@ void proxy_calls_close(proxy_calls *set) {
             engine_settle_usage(set->e, sh->grant, &(engine_usage){-1, -1, -1, -1, -1}, ENGINE_CANCELLED, -1, NULL);
         shadow_free(sh);
     }
-    upstream_close(set->up);
+    curlm_free(set->up);
     set->up = NULL;
 }
 
 void proxy_calls_free(proxy_calls *set) {
     if (!set) return;
-    if (set->up) upstream_close(set->up);
+    curlm_free(set->up);
     free(set);
 }

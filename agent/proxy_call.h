@@ -28,9 +28,9 @@
  * (engine_cancel), aborts the transfer and settles what was used during
  * it, and stops a backoff.
  *
- * Depends on the engine, http_server, proxy_wire, upstream (libcurl on
- * the loop), endpoint, usage_sse, verdict, classify, backoff and
- * ratelimit. Loop thread only. Never prints. */
+ * Depends on the engine, http_server, proxy_wire, libsluice's curlm
+ * (libcurl multi on the loop), endpoint, usage_sse, verdict, classify,
+ * backoff and ratelimit. Loop thread only. Never prints. */
 #ifndef SLUICE_PROXY_CALL_H
 #define SLUICE_PROXY_CALL_H
 

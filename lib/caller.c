@@ -1,11 +1,9 @@
 /* caller: an sl_caller, the part of the governed call that meets the event
- * loop. See gcall.h for the split with gcall.c. The pattern for libcurl is
- * its multi_socket API (as in libcurl's multi-uv example): the multi
- * handle says which sockets to watch (CURLMOPT_SOCKETFUNCTION, passed on
- * to sl_loop.watch) and when to call back without socket activity
- * (CURLMOPT_TIMERFUNCTION). That timeout and every call's own waits share
- * the loop's one timer through a binary heap, so an adapter provides a
- * single timer whatever the number of calls. */
+ * loop. See gcall.h for the split with gcall.c. Its transfers run on the
+ * libcurl multi driver (curlm.h): the sockets libcurl names are passed on
+ * to sl_loop.watch, and libcurl's timeout and every call's own waits
+ * share the loop's one timer through a binary heap, so an adapter
+ * provides a single timer whatever the number of calls. */
 #define _GNU_SOURCE
 #include <curl/curl.h>
 #include <stdlib.h>
@@ -138,60 +136,34 @@ void caller_unsleep(sl_caller *c, sl_call *call) {
 
 /* ---- libcurl multi --------------------------------------------------------------- */
 
-static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp) {
-    (void)easy;
-    sl_caller *c = userp;
-    int events = 0;
-    if (what == CURL_POLL_IN || what == CURL_POLL_INOUT) events |= SL_LOOP_READ;
-    if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT) events |= SL_LOOP_WRITE;
-    void *slot = socketp;
-    int rc = c->loop.watch(c->loop.data, (int)fd, events, &slot);
-    if (slot != socketp) curl_multi_assign(c->multi, fd, slot);
-    return rc < 0 ? -1 : 0;
+/* The multi driver's loop: its sockets are the adapter's (sl_loop.watch),
+ * its timeout shares the loop's one timer with the heap. */
+static int caller_watch(void *data, int fd, int events, void **sock) {
+    sl_caller *c = data;
+    return c->loop.watch(c->loop.data, fd, events, sock);
 }
 
-static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp) {
-    (void)multi;
-    sl_caller *c = userp;
-    /* libcurl must not be re-entered from here: the loop's timer, even at
-     * 0 ms, calls back from the loop. */
-    c->curl_due = timeout_ms < 0 ? -1 : sl_now_ms() + timeout_ms;
+static void caller_curl_timer(void *data, long long ms) {
+    sl_caller *c = data;
+    c->curl_due = ms < 0 ? -1 : sl_now_ms() + ms;
     caller_rearm(c);
-    return 0;
+}
+
+/* A transfer ended, outside libcurl's callbacks (so the call may start the
+ * next one from here); none is delivered once the caller is being freed. */
+static void caller_transfer_done(void *arg, CURLcode cc) {
+    sl_call *call = arg;
+    if (call->c->free_pending) return;
+    gcall_transfer_done(call, (int)cc);
 }
 
 int caller_add_transfer(sl_caller *c, sl_call *call) {
-    char *priv = NULL;
-    curl_easy_getinfo(call->easy, CURLINFO_PRIVATE, &priv);
-    call->saved_private = priv;
-    curl_easy_setopt(call->easy, CURLOPT_PRIVATE, call);
-    CURLMcode mc = curl_multi_add_handle(c->multi, call->easy);
-    if (mc == CURLM_OK) return 0;
-    curl_easy_setopt(call->easy, CURLOPT_PRIVATE, call->saved_private);
-    return mc == CURLM_OUT_OF_MEMORY ? SL_ENOMEM : SL_EINVAL;
+    return curlm_add(c->multi, &call->xfer, call->easy, caller_transfer_done, call);
 }
 
 void caller_abort_transfer(sl_caller *c, sl_call *call) {
-    curl_multi_remove_handle(c->multi, call->easy);
-    curl_easy_setopt(call->easy, CURLOPT_PRIVATE, call->saved_private);
-}
-
-/* Hands every finished transfer to its call. Runs outside libcurl's
- * callbacks, so a call may start the next transfer from here. */
-static void check_done(sl_caller *c) {
-    CURLMsg *m;
-    int left;
-    while (!c->free_pending && (m = curl_multi_info_read(c->multi, &left)) != NULL) {
-        if (m->msg != CURLMSG_DONE) continue;
-        CURL *easy = m->easy_handle;
-        CURLcode cc = m->data.result;
-        char *priv = NULL;
-        curl_easy_getinfo(easy, CURLINFO_PRIVATE, &priv);
-        sl_call *call = (sl_call *)(void *)priv;
-        curl_multi_remove_handle(c->multi, easy);
-        curl_easy_setopt(easy, CURLOPT_PRIVATE, call->saved_private);
-        gcall_transfer_done(call, (int)cc);
-    }
+    (void)c;
+    curlm_remove(&call->xfer);
 }
 
 /* ---- the caller -------------------------------------------------------------------- */
@@ -209,16 +181,12 @@ int caller_create(sl_gov *gov, int blocking, sl_caller **out) {
     c->blocking = blocking;
     c->curl_due = c->armed_due = -1;
     if (!blocking) {
-        c->multi = curl_multi_init();
-        if (!c->multi) {
+        curlm_io io = {c, caller_watch, caller_curl_timer, NULL};
+        if (curlm_new(&io, &c->multi) != 0) {
             pthread_mutex_destroy(&c->mu);
             free(c);
             return SL_ENOMEM;
         }
-        curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
-        curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
-        curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
-        curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
     }
     *out = c;
     return 0;
@@ -304,7 +272,7 @@ static void caller_do_free(sl_caller *c) {
         gcall_unref(call);
     }
     c->done_tail = NULL;
-    if (c->multi) curl_multi_cleanup(c->multi);
+    curlm_free(c->multi);
     c->multi = NULL;
     if (c->attached && c->loop.close) c->loop.close(c->loop.data);
     caller_unref(c);
@@ -344,14 +312,7 @@ void caller_leave(sl_caller *c) {
 void sl_caller_io(sl_caller *c, int fd, int events) {
     if (!c || !c->multi) return;
     caller_enter(c);
-    if (!c->free_pending) {
-        int flags = 0, running;
-        if (events & SL_LOOP_READ) flags |= CURL_CSELECT_IN;
-        if (events & SL_LOOP_WRITE) flags |= CURL_CSELECT_OUT;
-        if (events & SL_LOOP_ERROR) flags |= CURL_CSELECT_ERR;
-        curl_multi_socket_action(c->multi, (curl_socket_t)fd, flags, &running);
-        check_done(c);
-    }
+    if (!c->free_pending) curlm_socket(c->multi, fd, events);
     caller_leave(c);
 }
 
@@ -361,10 +322,8 @@ void sl_caller_timer(sl_caller *c) {
     c->armed_due = -1; /* one-shot: it fired */
     int64_t now = sl_now_ms();
     if (!c->free_pending && c->multi && c->curl_due >= 0 && c->curl_due <= now) {
-        int running;
         c->curl_due = -1;
-        curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-        check_done(c);
+        curlm_timeout(c->multi);
     }
     /* The calls due by now. Each step then waits for an answer or a later
      * time (a 0 ms wait is due again at once, and its step is an acquire

@@ -2,7 +2,7 @@
  * in two modules that share this header (prefixes gcall_ and caller_; the
  * core's engine has call_* of its own):
  *   caller.c  the sl_caller: the loop it is attached to (sl_loop), its
- *             libcurl multi handle driven by that loop's sockets and timer,
+ *             libcurl multi driver (curlm.h) on that loop's sockets and timer,
  *             one timer heap for every call's waits, the hand-over of
  *             governor answers from the governor's thread, and the queue
  *             of completions delivered from the loop;
@@ -26,6 +26,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "curlm.h"
 #include "sluice.h"
 
 /* What an answer from the governor's thread carries (copied there). */
@@ -63,7 +64,7 @@ struct sl_call {
 
     void *easy; /* the caller's, or own_easy */
     int own_easy;
-    void *saved_private;     /* the caller's CURLOPT_PRIVATE while in flight */
+    curlm_xfer xfer;         /* its transfer on c->multi */
     struct curl_slist *hdrs; /* own_easy's headers */
     char *body;              /* own_easy's body */
     sl_capture *cap;
@@ -91,7 +92,7 @@ struct sl_caller {
     sl_loop loop;
     int attached;
     int blocking; /* sl_curl_perform: transfers block, no multi */
-    void *multi;  /* CURLM * */
+    curlm *multi; /* the transfers' driver; NULL when blocking */
 
     pthread_mutex_t mu;
     int refs;                      /* under mu */
