@@ -406,7 +406,7 @@ static void cmd_settle(const command_req *q) {
         reply_error(q, "TOKENS must be INPUT + OUTPUT when all three are given");
         return;
     }
-    engine_usage usage = {actual, in, out, cache_read, cache_write};
+    usage_rec usage = {actual, in, out, cache_read, cache_write};
     engine_seen seen;
     engine_seen_from_feedback(&fb, &seen);
     const char *id = q->argv[1];

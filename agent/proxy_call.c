@@ -116,7 +116,7 @@ struct pcall {
     sse_filter *filter; /* ... by this, when streaming */
 };
 
-static void shadow_end(pshadow *sh, engine_outcome outcome, const engine_usage *usage, long long pause,
+static void shadow_end(pshadow *sh, engine_outcome outcome, const usage_rec *usage, long long pause,
                        const engine_seen *seen);
 
 /* The monotonic clock of deadlines and backoffs. */
@@ -216,9 +216,9 @@ static void pcall_finish(pcall *pc, int answered) {
  * does: the pause they ask for (Retry-After; a reset at remaining 0 when
  * throttled or out of quota) and what they say of the limits. */
 
-static void settle(pcall *pc, engine_outcome outcome, const usage_counts *u) {
+static void settle(pcall *pc, engine_outcome outcome, const usage_rec *u) {
     if (!pc->grant[0] && !pc->shadow) return;
-    engine_usage usage = {-1, -1, -1, -1, -1};
+    usage_rec usage = USAGE_REC_UNKNOWN;
     if (u && u->tokens >= 0) {
         usage.tokens = u->tokens;
         /* Split only when the parts add up, as libsluice's settle does. */
@@ -774,7 +774,7 @@ struct pshadow {
     int answered;                                                                           /* the acquire answered */
     int ended; /* the request's attempt ended: its settle is below */
     engine_outcome outcome;
-    engine_usage usage;
+    usage_rec usage;
     long long pause;
     int have_seen;
     engine_seen seen;
@@ -796,11 +796,11 @@ static void shadow_settle(pshadow *sh) {
     shadow_free(sh);
 }
 
-static void shadow_end(pshadow *sh, engine_outcome outcome, const engine_usage *usage, long long pause,
+static void shadow_end(pshadow *sh, engine_outcome outcome, const usage_rec *usage, long long pause,
                        const engine_seen *seen) {
     sh->ended = 1;
     sh->outcome = outcome;
-    sh->usage = usage ? *usage : (engine_usage){-1, -1, -1, -1, -1};
+    sh->usage = usage ? *usage : USAGE_REC_UNKNOWN;
     sh->pause = pause;
     sh->have_seen = seen != NULL;
     if (seen) sh->seen = *seen;
@@ -954,7 +954,7 @@ static int maybe_retry(pcall *pc, const sl_verdict *v) {
  * (the request went out) as cancelled, which keeps its charge (its slot
  * has begun) without feeding the breaker; nothing sent, cancelled too. */
 static void settle_abandoned(pcall *pc) {
-    usage_counts u;
+    usage_rec u;
     if (pc->streaming && pc->sse && usage_sse_result(pc->sse, &u) == 0) settle(pc, ENGINE_OK, &u);
     else if (pc->streaming) settle(pc, ENGINE_OK, NULL);
     else settle(pc, ENGINE_CANCELLED, NULL);
@@ -967,7 +967,7 @@ static void settle_abandoned(pcall *pc) {
 static void stream_done(pcall *pc, CURLcode cc) {
     usage_sse_state ss = {0};
     if (pc->sse) usage_sse_get_state(pc->sse, &ss);
-    usage_counts u;
+    usage_rec u;
     int have = pc->sse && usage_sse_result(pc->sse, &u) == 0;
     int ok = cc == CURLE_OK && !ss.error;
     if (pc->filter) sse_filter_flush(pc->filter); /* an event cut short goes as it came */
@@ -1027,11 +1027,11 @@ static void on_transfer_done(void *arg, CURLcode cc) {
     for (size_t i = 0; i < pc->nrh; i++) hs[i] = (sl_header){pc->rh[i].name, pc->rh[i].value};
     sl_verdict v;
     verdict_compute(status, cc == CURLE_OPERATION_TIMEDOUT, pc->rbody, pc->rlen, hs, pc->nrh, -1, &v);
-    usage_counts u = {v.tokens, v.input_tokens, v.output_tokens, v.cache_read_tokens, -1};
+    usage_rec u = {v.tokens, v.input_tokens, v.output_tokens, v.cache_read_tokens, -1};
     /* The cache writes, which the verdict does not carry, for a budget's
      * price of them (lib/core/budget.h). */
     if (v.input_tokens >= 0 && engine_config(pc->set->e)->nbudgets) {
-        usage_counts full;
+        usage_rec full;
         if (usage_split(pc->rbody, pc->rlen, &full) == 0) u.cache_write = full.cache_write;
     }
     settle(pc, (engine_outcome)v.outcome, v.tokens >= 0 ? &u : NULL);
@@ -1200,8 +1200,7 @@ void proxy_calls_close(proxy_calls *set) {
     while (set->shadows) {
         pshadow *sh = set->shadows;
         if (sh->acq) engine_cancel(sh->acq);
-        else if (sh->grant[0])
-            engine_settle_usage(set->e, sh->grant, &(engine_usage){-1, -1, -1, -1, -1}, ENGINE_CANCELLED, -1, NULL);
+        else if (sh->grant[0]) engine_settle_usage(set->e, sh->grant, &USAGE_REC_UNKNOWN, ENGINE_CANCELLED, -1, NULL);
         shadow_free(sh);
     }
     curlm_free(set->up);

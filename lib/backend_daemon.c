@@ -508,7 +508,7 @@ static int send_ctl(dmn *d, dreq_kind kind, gov_op *op, int feedback,
 
 typedef struct settle_args {
     const char *id;
-    dproto_usage usage;
+    usage_rec usage;
     sl_outcome outcome;
     const sl_header *h;
     size_t nh;
@@ -520,13 +520,12 @@ static int build_settle(resp_buf *b, const gov_op *op, const void *ud) {
 }
 
 static void be_give_back(backend *b, const char *grant_id) {
-    settle_args a = {grant_id, {-1, -1, -1, -1}, SL_OUTCOME_CANCELLED, NULL, 0};
+    settle_args a = {grant_id, USAGE_REC_UNKNOWN, SL_OUTCOME_CANCELLED, NULL, 0};
     send_ctl((dmn *)b, DREQ_SETTLE, NULL, 0, build_settle, &a);
 }
 
 static void be_settle(backend *b, gov_op *op) {
-    settle_args a = {
-        op->grant_id, {op->actual, op->actual_in, op->actual_out, op->actual_cache}, op->outcome, op->hdrs, op->nhdrs};
+    settle_args a = {op->grant_id, op->actual, op->outcome, op->hdrs, op->nhdrs};
     /* The settle op is freed by the caller right after: nothing refers to it. */
     send_ctl((dmn *)b, DREQ_SETTLE, NULL, op->nhdrs > 0, build_settle, &a);
 }

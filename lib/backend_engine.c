@@ -122,7 +122,6 @@ static void be_settle(backend *b, gov_op *op) {
      * sl_settle() does not wait, like the agent's coalesced settles. The
      * headers kept are read again for what the settle script learns from
      * them, as sluiced reads the forwarded ones (agent/commands.c). */
-    engine_usage u = {op->actual, op->actual_in, op->actual_out, op->actual_cache, -1};
     engine_seen seen;
     ratelimit_feedback fb;
     ratelimit_init(&fb, -1);
@@ -130,7 +129,8 @@ static void be_settle(backend *b, gov_op *op) {
         ratelimit_add_header(&fb, op->hdrs[i].name, strlen(op->hdrs[i].name), op->hdrs[i].value,
                              strlen(op->hdrs[i].value), 0);
     engine_seen_from_feedback(&fb, &seen);
-    engine_settle_usage(eng(b), op->grant_id, &u, (engine_outcome)op->outcome, op->pause_ms, op->nhdrs ? &seen : NULL);
+    engine_settle_usage(eng(b), op->grant_id, &op->actual, (engine_outcome)op->outcome, op->pause_ms,
+                        op->nhdrs ? &seen : NULL);
 }
 
 static void on_retry(void *arg, int status, int allowed, long long balance, long long retry_after_ms) {

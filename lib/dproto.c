@@ -76,17 +76,18 @@ int dproto_estimate(resp_buf *b, const char *dep, long long tokens, long long in
 
 int dproto_settle(resp_buf *b, const char *grant_id, long long actual, sl_outcome outcome, const sl_header *h,
                   size_t nh) {
-    dproto_usage u = {actual, -1, -1, -1};
+    usage_rec u = USAGE_REC_UNKNOWN;
+    u.tokens = actual;
     return dproto_settle_usage(b, grant_id, &u, outcome, h, nh);
 }
 
-int dproto_settle_usage(resp_buf *b, const char *grant_id, const dproto_usage *u, sl_outcome outcome,
-                        const sl_header *h, size_t nh) {
+int dproto_settle_usage(resp_buf *b, const char *grant_id, const usage_rec *u, sl_outcome outcome, const sl_header *h,
+                        size_t nh) {
     if ((int)outcome < 0 || (size_t)outcome >= DPROTO_NOUTCOMES) return RESP_EPROTO;
     size_t cap = 12 + 3 * nh;
     const char **argv = malloc(cap * sizeof(*argv));
     if (!argv) return RESP_ENOMEM;
-    char tok[24], in[24], out[24], cr[24];
+    char tok[24], in[24], out[24], cr[24], cw[24];
     size_t n = 0;
     argv[n++] = "SETTLE";
     argv[n++] = grant_id;
@@ -101,6 +102,11 @@ int dproto_settle_usage(resp_buf *b, const char *grant_id, const dproto_usage *u
             snprintf(cr, sizeof(cr), "%lld", u->cache_read);
             argv[n++] = "CACHE_READ";
             argv[n++] = cr;
+        }
+        if (u->cache_write > 0) {
+            snprintf(cw, sizeof(cw), "%lld", u->cache_write);
+            argv[n++] = "CACHE_WRITE";
+            argv[n++] = cw;
         }
     } else if (u && u->tokens >= 0) {
         snprintf(tok, sizeof(tok), "%lld", u->tokens);

@@ -15,6 +15,7 @@
 #include "resp.h"
 #include "rreply.h"
 #include "sluice.h"
+#include "usage_rec.h"
 
 typedef struct dproto_grant {
     char id[96];
@@ -60,15 +61,12 @@ int dproto_estimate_reply(const rreply *r, dproto_estimate_result *e, char *msg,
 int dproto_settle(resp_buf *b, const char *grant_id, long long actual, sl_outcome outcome, const sl_header *h,
                   size_t nh);
 
-/* The usage of a settle; -1 where unknown. */
-typedef struct dproto_usage {
-    long long tokens, input, output, cache_read;
-} dproto_usage;
-
-/* SETTLE with INPUT <i> OUTPUT <o> [CACHE_READ <c>] when input and output
- * are known, else TOKENS <n> when tokens is, else neither. */
-int dproto_settle_usage(resp_buf *b, const char *grant_id, const dproto_usage *u, sl_outcome outcome,
-                        const sl_header *h, size_t nh);
+/* SETTLE with the usage u (usage_rec.h; -1 where unknown): INPUT <i>
+ * OUTPUT <o> [CACHE_READ <c>] [CACHE_WRITE <w>] when input and output are
+ * known (the cache counts when > 0), else TOKENS <n> when tokens is, else
+ * neither. */
+int dproto_settle_usage(resp_buf *b, const char *grant_id, const usage_rec *u, sl_outcome outcome, const sl_header *h,
+                        size_t nh);
 
 int dproto_retry(resp_buf *b, const char *dep);
 int dproto_ping(resp_buf *b);

@@ -929,16 +929,14 @@ int sl_settle_usage(sl_grant *gr, const sl_usage *usage_in, sl_outcome outcome, 
     sl_gov *g = gr->gov;
     int rc = 0;
     gov_op *op = NULL;
-    sl_usage u;
-    sl_usage_init(&u);
-    if (usage_in && usage_in->size >= sizeof(size_t)) verdict_read(&u, sizeof(u), usage_in);
+    usage_rec u;
+    verdict_usage_read(&u, usage_in);
     if ((int)outcome < SL_OUTCOME_OK || (int)outcome > SL_OUTCOME_QUOTA) {
         rc = set_err(g, SL_EINVAL, NULL, -1, "outcome must be one of SL_OUTCOME_*");
         goto out;
     }
-    if ((u.input_tokens < 0) != (u.output_tokens < 0) ||
-        (u.cache_read_tokens >= 0 && (u.input_tokens < 0 || u.cache_read_tokens > u.input_tokens)) ||
-        (u.tokens >= 0 && u.input_tokens >= 0 && u.tokens != u.input_tokens + u.output_tokens)) {
+    if ((u.input < 0) != (u.output < 0) || (u.cache_read >= 0 && (u.input < 0 || u.cache_read > u.input)) ||
+        (u.tokens >= 0 && u.input >= 0 && u.tokens != u.input + u.output)) {
         rc = set_err(g, SL_EINVAL, NULL, -1,
                      "usage: input_tokens and output_tokens go together, cache_read_tokens is part of "
                      "input_tokens, tokens is their sum");
@@ -955,10 +953,9 @@ int sl_settle_usage(sl_grant *gr, const sl_usage *usage_in, sl_outcome outcome, 
     }
     snprintf(op->grant_id, sizeof(op->grant_id), "%s", gr->id);
     snprintf(op->dep, sizeof(op->dep), "%s", gr->dep);
-    op->actual = u.tokens >= 0 ? u.tokens : (u.input_tokens >= 0 ? u.input_tokens + u.output_tokens : -1);
-    op->actual_in = u.input_tokens < 0 ? -1 : u.input_tokens;
-    op->actual_out = u.input_tokens < 0 ? -1 : u.output_tokens;
-    op->actual_cache = u.input_tokens < 0 || u.cache_read_tokens < 0 ? -1 : u.cache_read_tokens;
+    /* Valid: input and output known together, cache_read within input. */
+    op->actual = u;
+    if (u.tokens < 0 && u.input >= 0) op->actual.tokens = u.input + u.output;
     op->outcome = outcome;
     if (settle_headers(op, headers, nheaders) != 0) {
         rc = set_err(g, SL_ENOMEM, NULL, -1, "out of memory");

@@ -25,6 +25,7 @@
 #include <uv.h>
 
 #include "sluice.h"
+#include "usage_rec.h"
 
 #define GOV_NAME_MAX 64 /* deployment, lane, tenant names (config.h: CONFIG_NAME_MAX) */
 #define GOV_ID_MAX 96   /* grant ids (engine.h: ENGINE_GRANT_ID_MAX) */
@@ -56,8 +57,7 @@ struct gov_op {
     int64_t timeout_ms;    /* RETRY/PING: answer within this, 0 none */
     /* OP_SETTLE */
     char grant_id[GOV_ID_MAX];
-    long long actual;                              /* combined */
-    long long actual_in, actual_out, actual_cache; /* -1 unknown */
+    usage_rec actual; /* what the provider reported (cache_write -1: sl_usage has none) */
     sl_outcome outcome;
     long long pause_ms; /* from the headers, -1 none */
     sl_header *hdrs;    /* the recognised headers, one allocation */

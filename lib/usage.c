@@ -80,8 +80,8 @@ static void tally_sse(tally *t, const char *s, size_t n) {
     }
 }
 
-int usage_split(const char *body, size_t len, usage_counts *out) {
-    *out = (usage_counts){-1, -1, -1, -1, -1};
+int usage_split(const char *body, size_t len, usage_rec *out) {
+    *out = USAGE_REC_UNKNOWN;
     if (!body || len == 0 || len > USAGE_MAX_BODY) return -1;
     tally t = {-1, -1, -1, -1, -1};
     size_t i = 0;
@@ -105,6 +105,6 @@ int usage_split(const char *body, size_t len, usage_counts *out) {
 }
 
 long long usage_tokens(const char *body, size_t len) {
-    usage_counts u;
+    usage_rec u;
     return usage_split(body, len, &u) == 0 ? u.tokens : -1;
 }

@@ -14,21 +14,15 @@
 
 #include <stddef.h>
 
+#include "usage_rec.h"
+
 #define USAGE_MAX_BODY (16 * 1024 * 1024)
 
-/* The usage split as the rate limits count it; -1 where unknown. input is
- * all of the prompt (cache reads and writes included: Anthropic's
- * input_tokens + cache_creation_input_tokens + cache_read_input_tokens,
- * OpenAI's prompt_tokens), cache_read the part of it read from the
- * provider's prompt cache, tokens the combined count (input + output, or
- * total_tokens when larger). */
-typedef struct usage_counts {
-    long long tokens, input, output, cache_read;
-    long long cache_write; /* the part of input written to the prompt cache (Anthropic's cache_creation_input_tokens) */
-} usage_counts;
-
-/* 0 and *out when the body reports usage, -1 (all fields -1) when not. */
-int usage_split(const char *body, size_t len, usage_counts *out);
+/* The usage split as the rate limits count it (usage_rec.h: input all of
+ * the prompt, cache reads and writes included; tokens the combined count,
+ * input + output or total_tokens when larger): 0 and *out when the body
+ * reports usage, -1 (all fields -1) when not. */
+int usage_split(const char *body, size_t len, usage_rec *out);
 
 /* The combined tokens used (usage_split's tokens), or -1. */
 long long usage_tokens(const char *body, size_t len);

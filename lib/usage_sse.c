@@ -13,7 +13,7 @@
 
 struct usage_sse {
     sse_framer *framer;
-    usage_counts most; /* per field, the largest seen; -1 unseen */
+    usage_rec most; /* per field, the largest seen; -1 unseen */
     usage_sse_state st;
 };
 
@@ -27,7 +27,7 @@ usage_sse *usage_sse_new(void) {
         free(r);
         return NULL;
     }
-    r->most = (usage_counts){-1, -1, -1, -1, -1};
+    r->most = USAGE_REC_UNKNOWN;
     return r;
 }
 
@@ -71,7 +71,7 @@ static int on_event(void *ud, const sse_framer_event *ev) {
         !strcmp(t, "response.failed") || (n == 6 && !memcmp(d, "[DONE]", 6)))
         st->done = 1;
     if (!strcmp(t, "error") || data_is_error(d, n)) st->error = 1;
-    usage_counts u;
+    usage_rec u;
     if (n && contains(d, n, "\"usage\"") && usage_split(d, n, &u) == 0) {
         st->usage_events++;
         keep_most(&r->most.input, u.input);
@@ -88,8 +88,8 @@ static int on_event(void *ud, const sse_framer_event *ev) {
 
 int usage_sse_feed(usage_sse *r, const char *data, size_t len) { return sse_framer_feed(r->framer, data, len); }
 
-int usage_sse_result(const usage_sse *r, usage_counts *out) {
-    *out = (usage_counts){-1, -1, -1, -1, -1};
+int usage_sse_result(const usage_sse *r, usage_rec *out) {
+    *out = USAGE_REC_UNKNOWN;
     if (!r->st.usage_events) return -1;
     out->input = r->most.input > 0 ? r->most.input : 0;
     out->output = r->most.output > 0 ? r->most.output : 0;

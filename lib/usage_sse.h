@@ -53,7 +53,7 @@ int usage_sse_feed(usage_sse *r, const char *data, size_t len);
 /* The usage reported so far: 0 with *out filled (as usage_split does:
  * input all of the prompt, cache reads and writes included; tokens the
  * combined count), or -1 with every field -1 when no event reported any. */
-int usage_sse_result(const usage_sse *r, usage_counts *out);
+int usage_sse_result(const usage_sse *r, usage_rec *out);
 
 /* What the stream has shown so far. */
 typedef struct usage_sse_state {

@@ -27,16 +27,31 @@ long long sl_usage_tokens(const char *body, size_t len) { return usage_tokens(bo
 
 int sl_usage_of(const char *body, size_t len, sl_usage *out) {
     if (!out || out->size < sizeof(size_t) || (len && !body)) return SL_EINVAL;
-    usage_counts u;
+    usage_rec u;
     int rc = usage_split(body, len, &u);
+    verdict_usage_write(out, &u);
+    return rc == 0 ? 0 : SL_EUNKNOWN;
+}
+
+void verdict_usage_read(usage_rec *out, const sl_usage *in) {
     sl_usage full;
     sl_usage_init(&full);
-    full.tokens = u.tokens;
-    full.input_tokens = u.input;
-    full.output_tokens = u.output;
-    full.cache_read_tokens = u.cache_read;
+    if (in && in->size >= sizeof(size_t)) verdict_read(&full, sizeof(full), in);
+    *out = USAGE_REC_UNKNOWN;
+    out->tokens = full.tokens < 0 ? -1 : full.tokens;
+    out->input = full.input_tokens < 0 ? -1 : full.input_tokens;
+    out->output = full.output_tokens < 0 ? -1 : full.output_tokens;
+    out->cache_read = full.cache_read_tokens < 0 ? -1 : full.cache_read_tokens;
+}
+
+void verdict_usage_write(sl_usage *out, const usage_rec *in) {
+    sl_usage full;
+    sl_usage_init(&full);
+    full.tokens = in->tokens;
+    full.input_tokens = in->input;
+    full.output_tokens = in->output;
+    full.cache_read_tokens = in->cache_read;
     verdict_write(out, &full, sizeof(full));
-    return rc == 0 ? 0 : SL_EUNKNOWN;
 }
 
 void verdict_write(void *out, const void *full, size_t full_size) {
@@ -131,7 +146,7 @@ void verdict_compute(int status, int timed_out, const char *body, size_t body_le
     switch (cr.cls) {
     case CLASSIFY_OK: {
         v->outcome = SL_OUTCOME_OK;
-        usage_counts u;
+        usage_rec u;
         usage_split(body, in.body_len, &u);
         v->tokens = u.tokens;
         v->input_tokens = u.input;

@@ -32,8 +32,7 @@ long long budget_max_cost(const budget_price *p, int split, long long tokens, lo
     return to_micro(mul_add(input > 0 ? input : 0, in_price, mul_add(output > 0 ? output : 0, p->output, 0)));
 }
 
-long long budget_actual_cost(const budget_price *p, const engine_usage *u, long long reserved,
-                             long long reserved_tokens) {
+long long budget_actual_cost(const budget_price *p, const usage_rec *u, long long reserved, long long reserved_tokens) {
     if (u->input >= 0 && u->output >= 0) {
         long long read = u->cache_read > 0 ? u->cache_read : 0;
         long long write = u->cache_write > 0 ? u->cache_write : 0;

@@ -27,7 +27,6 @@ long long budget_max_cost(const budget_price *p, int split, long long tokens, lo
  * unknown (-1): tokens (when known) at the dearest price, at most the
  * reservation when they are within the reserved tokens; nothing known:
  * the reservation (reserved). 1e-6 of the currency, rounded up. */
-long long budget_actual_cost(const budget_price *p, const engine_usage *u, long long reserved,
-                             long long reserved_tokens);
+long long budget_actual_cost(const budget_price *p, const usage_rec *u, long long reserved, long long reserved_tokens);
 
 #endif

@@ -280,13 +280,13 @@ void engine_cancel(engine_call *c) {
 
 int engine_settle(engine *e, const char *grant_id, long long actual_tokens, engine_outcome outcome,
                   long long pause_ms) {
-    engine_usage u = {actual_tokens < 0 ? -1 : actual_tokens, -1, -1, -1, -1};
+    usage_rec u = {actual_tokens < 0 ? -1 : actual_tokens, -1, -1, -1, -1};
     return engine_settle_usage(e, grant_id, &u, outcome, pause_ms, NULL);
 }
 
-int engine_settle_usage(engine *e, const char *grant_id, const engine_usage *usage, engine_outcome outcome,
+int engine_settle_usage(engine *e, const char *grant_id, const usage_rec *usage, engine_outcome outcome,
                         long long pause_ms, const engine_seen *seen) {
-    engine_usage u = usage ? *usage : (engine_usage){-1, -1, -1, -1, -1};
+    usage_rec u = usage ? *usage : USAGE_REC_UNKNOWN;
     /* One figure for the combined usage: input + output when only those
      * were given; input and output together or not at all; cache reads
      * within the input. */

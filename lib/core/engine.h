@@ -26,6 +26,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "usage_rec.h"
 #include "vocab.h"
 
 typedef struct engine engine;
@@ -47,15 +48,6 @@ enum {
 #define ENGINE_DIMS 4
 enum { ENGINE_DIM_REQUESTS = 0, ENGINE_DIM_TOKENS, ENGINE_DIM_INPUT, ENGINE_DIM_OUTPUT };
 extern const char *const engine_dim_names[ENGINE_DIMS]; /* "requests", "tokens", "input", "output" */
-
-/* What a provider reported a call used; -1 where unknown. tokens is the
- * combined usage (input + output); input includes cache_read, the part of
- * it read from the provider's prompt cache, and cache_write, the part
- * written to it (priced apart: budgets in money; 0 or -1 = none known). */
-typedef struct engine_usage {
-    long long tokens, input, output, cache_read;
-    long long cache_write;
-} engine_usage;
 
 /* What one response's rate-limit headers said, per dimension: the limit
  * (per minute) and the remaining count; -1 where absent. */
@@ -314,7 +306,7 @@ int engine_settle(engine *e, const char *grant_id, long long actual_tokens, engi
  * rate-limit headers said (seen may be NULL). Each dimension is corrected
  * as its provider counts (docs/providers.md); the headers adopt a lower
  * limit and show others' use of the key, fleet-wide. */
-int engine_settle_usage(engine *e, const char *grant_id, const engine_usage *usage, engine_outcome outcome,
+int engine_settle_usage(engine *e, const char *grant_id, const usage_rec *usage, engine_outcome outcome,
                         long long pause_ms, const engine_seen *seen);
 
 /* Provider feedback without a grant (e.g. a 429 on an ungoverned call). */

@@ -382,7 +382,7 @@ static void spend_add(engine *e, const budget_hold *h, long long cost) {
     s->requests = 1;
 }
 
-void engine__budget_settle(engine *e, const char *grant_id, const engine_usage *u, engine_outcome o) {
+void engine__budget_settle(engine *e, const char *grant_id, const usage_rec *u, engine_outcome o) {
     budget_book *b = e->book;
     budget_hold *h = b ? map_take(b, grant_id) : NULL;
     if (!h) return;

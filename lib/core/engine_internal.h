@@ -132,7 +132,7 @@ typedef struct call_class {
 
 typedef struct settle_item {
     char id[24]; /* the Redis grant number, or "-" */
-    engine_usage usage;
+    usage_rec usage;
     long long pause_ms;
     engine_outcome outcome;
     engine_seen seen;
@@ -388,7 +388,7 @@ void engine__gq_flush(engine *e, gq *q);
 void engine__gq_drain(gq *q, int status, const char *msg);
 
 /* ---- engine_settle.c ---- */
-void engine__queue_settle(dep *d, const char *id, const engine_usage *u, engine_outcome o, long long pause_ms,
+void engine__queue_settle(dep *d, const char *id, const usage_rec *u, engine_outcome o, long long pause_ms,
                           const engine_seen *seen);
 void dep_flush_settles(dep *d);
 
@@ -419,7 +419,7 @@ int engine__acquire_direct(engine *e, const engine_req *rq, engine_acquire_cb cb
 int engine__budget_acquire(engine *e, const engine_req *rq, engine_acquire_cb cb, void *arg, engine_call **out);
 void engine__budget_cancel(engine_call *c);
 /* A grant's settle: its budgets are corrected to what it cost. */
-void engine__budget_settle(engine *e, const char *grant_id, const engine_usage *u, engine_outcome o);
+void engine__budget_settle(engine *e, const char *grant_id, const usage_rec *u, engine_outcome o);
 void engine__budget_tick(engine *e);
 /* Once per loop turn (engine_redis.c's flush): this turn's budget settles
  * and reservations, each kind in as few script calls as fit. */

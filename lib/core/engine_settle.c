@@ -16,7 +16,7 @@ static int settle_is_urgent(const settle_item *it) {
 
 /* Queues one settle item for d's next settle call. u: the usage (NULL:
  * unknown); seen: what the headers said (NULL: nothing). */
-void engine__queue_settle(dep *d, const char *id, const engine_usage *u, engine_outcome o, long long pause_ms,
+void engine__queue_settle(dep *d, const char *id, const usage_rec *u, engine_outcome o, long long pause_ms,
                           const engine_seen *seen) {
     if (d->nsettles == d->capsettles) {
         size_t cap = d->capsettles ? d->capsettles * 2 : 64;
@@ -28,7 +28,7 @@ void engine__queue_settle(dep *d, const char *id, const engine_usage *u, engine_
     settle_item *it = &d->settles[d->nsettles++];
     snprintf(it->id, sizeof(it->id), "%s", id);
     if (u) it->usage = *u;
-    else it->usage = (engine_usage){-1, -1, -1, -1, -1};
+    else it->usage = USAGE_REC_UNKNOWN;
     it->outcome = o;
     it->pause_ms = pause_ms;
     if (seen) it->seen = *seen;

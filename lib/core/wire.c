@@ -147,7 +147,7 @@ void wire_settle_begin(wire_args *a, const char *agent) {
     wire_add_count(a);
 }
 
-void wire_settle_item(wire_args *a, const char *grant, const engine_usage *u, engine_outcome o, long long pause_ms,
+void wire_settle_item(wire_args *a, const char *grant, const usage_rec *u, engine_outcome o, long long pause_ms,
                       const engine_seen *seen) {
     static const char letters[ENGINE_DIMS] = {
 #define WIRE_DIM_LETTER(name, word, letter, field) letter,

@@ -97,7 +97,7 @@ void wire_group_item(wire_args *a, const wire_estimate *x, long long max_wait_ms
  * ("-" or "r=L/R,t=L/R,..." by SLUICE_DIM_MAP's letters). u: NULL when
  * unknown; seen: NULL when nothing. */
 void wire_settle_begin(wire_args *a, const char *agent);
-void wire_settle_item(wire_args *a, const char *grant, const engine_usage *u, engine_outcome o, long long pause_ms,
+void wire_settle_item(wire_args *a, const char *grant, const usage_rec *u, engine_outcome o, long long pause_ms,
                       const engine_seen *seen);
 
 /* ---- the budget script (lua/budget.lua) ---------------------------------- */

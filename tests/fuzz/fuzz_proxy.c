@@ -107,7 +107,7 @@ static void sse_same(const char *text, size_t len, size_t step) {
     if (!whole || !cut) abort();
     usage_sse_feed(whole, text, len);
     for (size_t at = 0; at < len; at += step) usage_sse_feed(cut, text + at, len - at < step ? len - at : step);
-    usage_counts a, b;
+    usage_rec a, b;
     usage_sse_state sa, sb;
     int ra = usage_sse_result(whole, &a), rb = usage_sse_result(cut, &b);
     usage_sse_get_state(whole, &sa);

@@ -39,7 +39,7 @@ typedef struct caller {
     size_t rec; /* the current attempt's record */
     /* The pending settle. */
     char grant_id[ENGINE_GRANT_ID_MAX];
-    engine_usage usage;
+    usage_rec usage;
     engine_outcome outcome;
     long long pause_ms;
     engine_seen seen;
@@ -171,7 +171,7 @@ static void caller_settle(void *arg) {
     f->recs[c->rec].done_ms = simfleet_now_ms();
     if (c->cancel_sent) {
         /* The caller gave up on a sent request: nobody says what it used. */
-        engine_usage none = {-1, -1, -1, -1, -1};
+        usage_rec none = {-1, -1, -1, -1, -1};
         if (!a->killed) engine_settle_usage(a->e, c->grant_id, &none, ENGINE_CANCELLED, -1, NULL);
         caller_next_call(c);
         return;
@@ -240,7 +240,7 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
     c->status = out.status;
     c->outcome = out.status == 429 ? ENGINE_THROTTLED : out.status >= 400 ? ENGINE_FAILED : ENGINE_OK;
     long long tokens = out.input >= 0 && out.output >= 0 ? out.input + out.output : -1;
-    c->usage = (engine_usage){tokens, out.input, out.output, out.cache_read, -1};
+    c->usage = (usage_rec){tokens, out.input, out.output, out.cache_read, -1};
     /* The headers as sluiced reads a SETTLE's (agent/commands.c), at the
      * virtual wall time the response ends. */
     c->pause_ms = -1;

@@ -41,24 +41,24 @@ static void test_actual_cost(void **state) {
     (void)state;
     /* 1000 in of which 400 cache reads, 100 out: 600 x 2.5 + 400 x 1.25 +
      * 100 x 10 = 1500 + 500 + 1000. */
-    engine_usage u = {1100, 1000, 100, 400, -1};
+    usage_rec u = {1100, 1000, 100, 400, -1};
     assert_int_equal(budget_actual_cost(&gpt, &u, 12500, 2000), 3000);
     /* Sonnet: 1000 in, 200 read, 300 written, 500 out: 500 x 3 + 200 x 0.3
      * + 300 x 3.75 + 500 x 15 = 1500 + 60 + 1125 + 7500. */
-    engine_usage s = {1500, 1000, 500, 200, 300};
+    usage_rec s = {1500, 1000, 500, 200, 300};
     assert_int_equal(budget_actual_cost(&sonnet, &s, 100000, 2000), 10185);
     /* Only the combined count: at the dearest price, at most the
      * reservation when within the reserved tokens. */
-    engine_usage t = {1500, -1, -1, -1, -1};
+    usage_rec t = {1500, -1, -1, -1, -1};
     assert_int_equal(budget_actual_cost(&gpt, &t, 12500, 2000), 12500);
     assert_int_equal(budget_actual_cost(&gpt, &t, 99999, 2000), 15000);
-    engine_usage big = {3000, -1, -1, -1, -1};
+    usage_rec big = {3000, -1, -1, -1, -1};
     assert_int_equal(budget_actual_cost(&gpt, &big, 12500, 2000), 30000);
     /* Nothing known: the reservation. */
-    engine_usage none = {-1, -1, -1, -1, -1};
+    usage_rec none = {-1, -1, -1, -1, -1};
     assert_int_equal(budget_actual_cost(&gpt, &none, 12500, 2000), 12500);
     /* Reads and writes beyond the input are cut to it. */
-    engine_usage odd = {100, 100, 0, 80, 80};
+    usage_rec odd = {100, 100, 0, 80, 80};
     assert_int_equal(budget_actual_cost(&gpt, &odd, 0, 0), (80 * 1250000LL + 20 * 2500000LL + 999999) / 1000000);
 }
 

@@ -39,10 +39,23 @@ static void test_commands(void **state) {
                      "$4\r\n1000\r\n$7\r\nMAXWAIT\r\n$3\r\n250\r\n$5\r\nEXACT\r\n");
     assert_int_equal(dproto_estimate(&b, "d", 40, -1, -1, -1, NULL, NULL, NULL, 1), 0);
     expect_bytes(&b, "*5\r\n$8\r\nESTIMATE\r\n$1\r\nd\r\n$6\r\nTOKENS\r\n$2\r\n40\r\n$5\r\nEXACT\r\n");
-    dproto_usage u = {487, 300, 187, 120};
+    usage_rec u = {487, 300, 187, 120, -1};
     assert_int_equal(dproto_settle_usage(&b, "claude:7", &u, SL_OUTCOME_OK, NULL, 0), 0);
     expect_bytes(&b, "*10\r\n$6\r\nSETTLE\r\n$8\r\nclaude:7\r\n$5\r\nINPUT\r\n$3\r\n300\r\n$6\r\nOUTPUT\r\n"
                      "$3\r\n187\r\n$10\r\nCACHE_READ\r\n$3\r\n120\r\n$6\r\nSTATUS\r\n$2\r\nok\r\n");
+    /* The whole record goes: the cache writes too (SETTLE's CACHE_WRITE);
+     * known tokens without the split go as TOKENS; nothing known, neither. */
+    u.cache_write = 80;
+    assert_int_equal(dproto_settle_usage(&b, "claude:8", &u, SL_OUTCOME_OK, NULL, 0), 0);
+    expect_bytes(&b, "*12\r\n$6\r\nSETTLE\r\n$8\r\nclaude:8\r\n$5\r\nINPUT\r\n$3\r\n300\r\n$6\r\nOUTPUT\r\n"
+                     "$3\r\n187\r\n$10\r\nCACHE_READ\r\n$3\r\n120\r\n$11\r\nCACHE_WRITE\r\n$2\r\n80\r\n"
+                     "$6\r\nSTATUS\r\n$2\r\nok\r\n");
+    u = USAGE_REC_UNKNOWN;
+    u.tokens = 9;
+    assert_int_equal(dproto_settle_usage(&b, "d:9", &u, SL_OUTCOME_OK, NULL, 0), 0);
+    expect_bytes(&b, "*6\r\n$6\r\nSETTLE\r\n$3\r\nd:9\r\n$6\r\nTOKENS\r\n$1\r\n9\r\n$6\r\nSTATUS\r\n$2\r\nok\r\n");
+    assert_int_equal(dproto_settle_usage(&b, "d:9", NULL, SL_OUTCOME_OK, NULL, 0), 0);
+    expect_bytes(&b, "*4\r\n$6\r\nSETTLE\r\n$3\r\nd:9\r\n$6\r\nSTATUS\r\n$2\r\nok\r\n");
     sl_header h[] = {{"retry-after", "2"}};
     assert_int_equal(dproto_settle(&b, "d:5", 37, SL_OUTCOME_THROTTLED, h, 1), 0);
     expect_bytes(&b, "*9\r\n$6\r\nSETTLE\r\n$3\r\nd:5\r\n$6\r\nTOKENS\r\n$2\r\n37\r\n$6\r\nSTATUS\r\n"

@@ -148,7 +148,7 @@ static const struct {
 
 typedef struct seen {
     int rc;
-    usage_counts u;
+    usage_rec u;
     usage_sse_state st;
 } seen;
 
@@ -339,7 +339,7 @@ static void test_oversized_event(void **state) {
         "\"}}],\"usage\":{\"total_tokens\":1}}\n\n"
         "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":22,\"total_tokens\":33}}\n\n";
     assert_int_equal(usage_sse_feed(r, tail, strlen(tail)), 0);
-    usage_counts u;
+    usage_rec u;
     usage_sse_state st;
     assert_int_equal(usage_sse_result(r, &u), 0);
     usage_sse_get_state(r, &st);

@@ -2,7 +2,8 @@
  * (class, retryability, outcome, pause, usage of one response),
  * sl_backoff_ms() (deadline-aware, server wait as a floor), the versioned
  * structs (an older, smaller caller struct is never written past its
- * size), and the effective max wait of a request with a deadline. */
+ * size), the usage record mapped to and from sl_usage at the API edge,
+ * and the effective max wait of a request with a deadline. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 
 #include "gov.h"
 #include "sluice.h"
+#include "verdict.h"
 
 static sl_verdict verdict(int status, int timed_out, const char *body, const sl_header *h, size_t nh) {
     sl_verdict v;
@@ -179,6 +181,58 @@ static void test_versioned_structs(void **state) {
     sl_call_report_free(NULL);
 }
 
+/* A caller compiled against an sl_usage of tokens alone. */
+typedef struct old_usage {
+    size_t size;
+    long long tokens;
+    long long canary;
+} old_usage;
+
+static void test_usage_edge(void **state) {
+    /* In: the four public counts, a negative one unknown, cache_write
+     * unknown (sl_usage has none). */
+    sl_usage pub;
+    sl_usage_init(&pub);
+    pub.tokens = 1100;
+    pub.input_tokens = 1000;
+    pub.output_tokens = 100;
+    pub.cache_read_tokens = -7;
+    usage_rec u;
+    verdict_usage_read(&u, &pub);
+    assert_int_equal(u.tokens, 1100);
+    assert_int_equal(u.input, 1000);
+    assert_int_equal(u.output, 100);
+    assert_int_equal(u.cache_read, -1);
+    assert_int_equal(u.cache_write, -1);
+    /* NULL, unsized, or an older caller's struct: what it does not carry
+     * is unknown. */
+    u.tokens = 5;
+    verdict_usage_read(&u, NULL);
+    assert_int_equal(u.tokens, -1);
+    assert_int_equal(u.input, -1);
+    assert_int_equal(u.cache_write, -1);
+    old_usage ou = {offsetof(old_usage, canary), 42, 0x5151};
+    verdict_usage_read(&u, (const sl_usage *)&ou);
+    assert_int_equal(u.tokens, 42);
+    assert_int_equal(u.input, -1);
+    assert_int_equal(u.output, -1);
+
+    /* Out: within the caller's size; cache_write stays inside. */
+    usage_rec full = {1500, 1000, 500, 200, 300};
+    sl_usage_init(&pub);
+    verdict_usage_write(&pub, &full);
+    assert_int_equal(pub.size, sizeof(pub));
+    assert_int_equal(pub.tokens, 1500);
+    assert_int_equal(pub.input_tokens, 1000);
+    assert_int_equal(pub.output_tokens, 500);
+    assert_int_equal(pub.cache_read_tokens, 200);
+    ou.tokens = 0;
+    verdict_usage_write((sl_usage *)&ou, &full);
+    assert_int_equal(ou.tokens, 1500);
+    assert_int_equal(ou.canary, 0x5151);
+    assert_int_equal(ou.size, offsetof(old_usage, canary));
+}
+
 static void test_effective_max_wait(void **state) {
     assert_int_equal(gov_effective_max_wait(-1, 0, 1000), -1); /* the deployment's */
     assert_int_equal(gov_effective_max_wait(500, 0, 1000), 500);
@@ -228,7 +282,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_verdicts),          cmocka_unit_test(test_backoff),
         cmocka_unit_test(test_versioned_structs), cmocka_unit_test(test_effective_max_wait),
-        cmocka_unit_test(test_strings),
+        cmocka_unit_test(test_strings),           cmocka_unit_test(test_usage_edge),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -113,14 +113,14 @@ static void test_settle_args(void **state) {
     wire_args a;
     wire_args_init(&a);
     wire_settle_begin(&a, "@s/100");
-    engine_usage u = {.tokens = 130, .input = 100, .output = 30, .cache_read = 40, .cache_write = -1};
+    usage_rec u = {.tokens = 130, .input = 100, .output = 30, .cache_read = 40, .cache_write = -1};
     engine_seen seen;
     engine_seen_init(&seen);
     seen.limit[ENGINE_DIM_REQUESTS] = 60;
     seen.remaining[ENGINE_DIM_REQUESTS] = 59;
     seen.remaining[ENGINE_DIM_OUTPUT] = 800;
     wire_settle_item(&a, "17", &u, ENGINE_OK, -1, &seen);
-    engine_usage only = {.tokens = 90, .input = -1, .output = -1, .cache_read = -1, .cache_write = -1};
+    usage_rec only = {.tokens = 90, .input = -1, .output = -1, .cache_read = -1, .cache_write = -1};
     wire_settle_item(&a, "18", &only, ENGINE_THROTTLED, 2500, NULL);
     wire_settle_item(&a, "19", NULL, ENGINE_CANCELLED, -7, NULL);
     assert_int_equal(wire_args_done(&a, WIRE_TIMED), 0);
