@@ -23,10 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sluice.h"
-#include "unixsock.h"
-
-#define HTTP_BACKLOG 511
 #define HTTP_PENDING_MAX (64 * 1024) /* bytes buffered while a request is with the handler */
 #define HTTP_READ_CHUNK (64 * 1024)
 #define HTTP_LINGER_MS 2000         /* after a last response: input drained this long at most */
@@ -52,7 +48,8 @@ typedef struct listener {
     http_server *srv;
     http_transport kind;
     int open;
-    unixsock sock;
+    int port;               /* TCP: the bound port */
+    http_unix_hooks uhooks; /* UNIX: the caller's part */
     char name[140];
 } listener;
 
@@ -111,12 +108,12 @@ typedef struct write_req {
 struct http_server {
     uv_loop_t *loop;
     http_server_hooks hooks;
-    listener *ls;
+    listener **ls;
     size_t nls;
     /* limits */
     http_limits lim;
     size_t max_connections;
-    uint64_t header_ms, body_ms, idle_ms, drain_ms;
+    uint64_t header_ms, body_ms, idle_ms, drain_ms; /* 0: none (drain: at once) */
     http_conn *conns;
     size_t nconns; /* connections whose memory is not yet freed */
     unsigned long long next_id;
@@ -148,6 +145,10 @@ static void slog(http_server *s, int level, const char *fmt, ...) {
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     s->hooks.log(s->hooks.log_ud, level, msg);
+}
+
+void http_server_log(http_server *s, int level, const char *msg) {
+    if (s->hooks.log) s->hooks.log(s->hooks.log_ud, level, msg);
 }
 
 static void maybe_done(http_server *s) {
@@ -195,6 +196,27 @@ const char *http_status_text(int status) {
     return "Status";
 }
 
+int http_buf_append(http_buf *b, const void *s, size_t n) {
+    if (n > SIZE_MAX - b->len - 1) return HTTP_ENOMEM;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap = cap > SIZE_MAX / 2 ? b->len + n + 1 : cap * 2;
+        char *p = realloc(b->data, cap);
+        if (!p) return HTTP_ENOMEM;
+        b->data = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+void http_buf_free(http_buf *b) {
+    free(b->data);
+    *b = (http_buf){0};
+}
+
 static int headers_ok(const http_header *h, size_t nh, const char *content_type) {
     static const char *const reserved[] = {"content-length", "transfer-encoding", "connection", "keep-alive",
                                            "upgrade"};
@@ -208,33 +230,46 @@ static int headers_ok(const http_header *h, size_t nh, const char *content_type)
     return 1;
 }
 
-/* The status line and headers. length < 0: no Content-Length (a stream,
- * or a status without a body). */
-static int build_head(resp_buf *b, int status, const http_header *h, size_t nh, const char *content_type,
-                      long long length, int chunked, int keep_alive) {
+int http_refusal_header(http_refusal *rf, const char *name, const char *value) {
+    http_header h = {name, value};
+    if (!headers_ok(&h, 1, NULL)) return HTTP_EINVAL;
+    size_t len = rf->head.len;
+    int rc = http_buf_append(&rf->head, name, strlen(name));
+    if (!rc) rc = http_buf_append(&rf->head, ": ", 2);
+    if (!rc) rc = http_buf_append(&rf->head, value, strlen(value));
+    if (!rc) rc = http_buf_append(&rf->head, "\r\n", 2);
+    if (rc) rf->head.len = len;
+    return rc;
+}
+
+/* The status line and headers (h, then the ready lines when not NULL).
+ * length < 0: no Content-Length (a stream, or a status without a body). */
+static int build_head(http_buf *b, int status, const http_header *h, size_t nh, const char *content_type,
+                      long long length, int chunked, int keep_alive, const http_buf *lines) {
     char line[128];
     int n = snprintf(line, sizeof(line), "HTTP/1.1 %d %s\r\n", status, http_status_text(status));
-    int rc = resp_buf_append(b, line, (size_t)n);
+    int rc = http_buf_append(b, line, (size_t)n);
     if (!rc && content_type && *content_type) {
-        rc = resp_buf_append(b, "Content-Type: ", 14);
-        if (!rc) rc = resp_buf_append(b, content_type, strlen(content_type));
-        if (!rc) rc = resp_buf_append(b, "\r\n", 2);
+        rc = http_buf_append(b, "Content-Type: ", 14);
+        if (!rc) rc = http_buf_append(b, content_type, strlen(content_type));
+        if (!rc) rc = http_buf_append(b, "\r\n", 2);
     }
     for (size_t i = 0; !rc && i < nh; i++) {
-        rc = resp_buf_append(b, h[i].name, strlen(h[i].name));
-        if (!rc) rc = resp_buf_append(b, ": ", 2);
-        if (!rc) rc = resp_buf_append(b, h[i].value, strlen(h[i].value));
-        if (!rc) rc = resp_buf_append(b, "\r\n", 2);
+        rc = http_buf_append(b, h[i].name, strlen(h[i].name));
+        if (!rc) rc = http_buf_append(b, ": ", 2);
+        if (!rc) rc = http_buf_append(b, h[i].value, strlen(h[i].value));
+        if (!rc) rc = http_buf_append(b, "\r\n", 2);
     }
+    if (!rc && lines && lines->len) rc = http_buf_append(b, lines->data, lines->len);
     if (!rc && length >= 0) {
         n = snprintf(line, sizeof(line), "Content-Length: %lld\r\n", length);
-        rc = resp_buf_append(b, line, (size_t)n);
+        rc = http_buf_append(b, line, (size_t)n);
     }
-    if (!rc && chunked) rc = resp_buf_append(b, "Transfer-Encoding: chunked\r\n", 28);
+    if (!rc && chunked) rc = http_buf_append(b, "Transfer-Encoding: chunked\r\n", 28);
     if (!rc)
-        rc = keep_alive ? resp_buf_append(b, "Connection: keep-alive\r\n\r\n", 26)
-                        : resp_buf_append(b, "Connection: close\r\n\r\n", 21);
-    return rc ? SL_ENOMEM : 0;
+        rc = keep_alive ? http_buf_append(b, "Connection: keep-alive\r\n\r\n", 26)
+                        : http_buf_append(b, "Connection: close\r\n\r\n", 21);
+    return rc ? HTTP_ENOMEM : 0;
 }
 
 /* ---- writing ------------------------------------------------------------------------- */
@@ -252,7 +287,7 @@ static void on_write(uv_write_t *w, int status) {
             c->gone_counted = 1;
             c->srv->st.closed_client_gone++;
         }
-        slog(c->srv, CONFIG_LOG_DEBUG, "http client %llu: write failed: %s", c->id, uv_strerror(status));
+        slog(c->srv, HTTP_LOG_DEBUG, "http client %llu: write failed: %s", c->id, uv_strerror(status));
         conn_close(c);
         return;
     }
@@ -269,7 +304,7 @@ static void on_write(uv_write_t *w, int status) {
     conn_process(c);
 }
 
-/* Queues bytes (copied) on the connection. 0, SL_ENOMEM, or SL_EIO (the
+/* Queues bytes (copied) on the connection. 0, HTTP_ENOMEM, or HTTP_EIO (the
  * connection is closed then). */
 static int conn_write(http_conn *c, const void *a, size_t alen, const void *b, size_t blen, const void *d,
                       size_t dlen) {
@@ -278,7 +313,7 @@ static int conn_write(http_conn *c, const void *a, size_t alen, const void *b, s
     write_req *wr = malloc(sizeof(*wr) + len);
     if (!wr) {
         conn_close(c);
-        return SL_ENOMEM;
+        return HTTP_ENOMEM;
     }
     wr->c = c;
     wr->len = len;
@@ -290,9 +325,9 @@ static int conn_write(http_conn *c, const void *a, size_t alen, const void *b, s
     int rc = uv_write(&wr->w, &c->io.s, &ub, 1, on_write);
     if (rc < 0) {
         free(wr);
-        slog(c->srv, CONFIG_LOG_DEBUG, "http client %llu: write failed: %s", c->id, uv_strerror(rc));
+        slog(c->srv, HTTP_LOG_DEBUG, "http client %llu: write failed: %s", c->id, uv_strerror(rc));
         conn_close(c);
-        return SL_EIO;
+        return HTTP_EIO;
     }
     c->writes_out++;
     return 0;
@@ -341,7 +376,7 @@ static void req_abandon(http_request *r) {
         req_free(r);
     }
     /* Without a hook, or during the handler's own call (which returns
-     * SL_ECANCELED): orphaned, freed when the handler finishes it. */
+     * HTTP_ECANCELED): orphaned, freed when the handler finishes it. */
 }
 
 const http_msg *http_request_msg(const http_request *r) { return r->msg; }
@@ -376,23 +411,22 @@ static int keeps_alive(const http_request *r) {
 static int after_write(http_request *r, int rc) {
     r->in_call = 0;
     if (r->c) return rc;
-    return rc ? rc : SL_ECANCELED;
+    return rc ? rc : HTTP_ECANCELED;
 }
 
 int http_respond(http_request *r, int status, const http_header *h, size_t nh, const char *content_type,
                  const void *body, size_t len) {
-    if (status < 200 || status > 599 || r->streaming || !headers_ok(h, nh, content_type)) return SL_EINVAL;
+    if (status < 200 || status > 599 || r->streaming || !headers_ok(h, nh, content_type)) return HTTP_EINVAL;
     http_conn *c = r->c;
     if (!c) {
         req_free(r);
-        return SL_ECANCELED;
+        return HTTP_ECANCELED;
     }
     int keep = keeps_alive(r);
     int no_body = status == 204 || status == 304;
-    resp_buf head;
-    resp_buf_init(&head);
+    http_buf head = {0};
     r->in_call = 1;
-    int rc = build_head(&head, status, h, nh, content_type, no_body ? -1 : (long long)len, 0, keep);
+    int rc = build_head(&head, status, h, nh, content_type, no_body ? -1 : (long long)len, 0, keep, NULL);
     if (rc == 0) {
         if (!keep) c->final = 1;
         count_response(c->srv, status);
@@ -401,7 +435,7 @@ int http_respond(http_request *r, int status, const http_header *h, size_t nh, c
     } else {
         conn_close(c);
     }
-    resp_buf_free(&head);
+    http_buf_free(&head);
     rc = after_write(r, rc);
     if (rc == 0) req_finished(r);
     else req_free(r);
@@ -409,18 +443,17 @@ int http_respond(http_request *r, int status, const http_header *h, size_t nh, c
 }
 
 int http_stream_begin(http_request *r, int status, const http_header *h, size_t nh, const char *content_type) {
-    if (status < 200 || status > 599 || r->streaming || !headers_ok(h, nh, content_type)) return SL_EINVAL;
+    if (status < 200 || status > 599 || r->streaming || !headers_ok(h, nh, content_type)) return HTTP_EINVAL;
     http_conn *c = r->c;
-    if (!c) return SL_ECANCELED;
+    if (!c) return HTTP_ECANCELED;
     r->streaming = 1;
     r->head_only = http_msg_is_head(r->msg);
     r->chunked = !http_msg_http10(r->msg) && !r->head_only;
     int keep = keeps_alive(r) && (r->chunked || r->head_only);
     if (!keep) c->final = 1;
-    resp_buf head;
-    resp_buf_init(&head);
+    http_buf head = {0};
     r->in_call = 1;
-    int rc = build_head(&head, status, h, nh, content_type, r->head_only ? 0 : -1, r->chunked, keep);
+    int rc = build_head(&head, status, h, nh, content_type, r->head_only ? 0 : -1, r->chunked, keep, NULL);
     if (rc == 0) {
         count_response(c->srv, status);
         c->srv->st.streams++;
@@ -428,14 +461,14 @@ int http_stream_begin(http_request *r, int status, const http_header *h, size_t 
     } else {
         conn_close(c);
     }
-    resp_buf_free(&head);
+    http_buf_free(&head);
     return after_write(r, rc);
 }
 
 int http_stream_write(http_request *r, const void *data, size_t len) {
-    if (!r->streaming) return SL_EINVAL;
+    if (!r->streaming) return HTTP_EINVAL;
     http_conn *c = r->c;
-    if (!c) return SL_ECANCELED;
+    if (!c) return HTTP_ECANCELED;
     if (len > 0 && !r->head_only) {
         char size[24];
         int n = r->chunked ? snprintf(size, sizeof(size), "%zx\r\n", len) : 0;
@@ -454,11 +487,11 @@ int http_stream_write(http_request *r, const void *data, size_t len) {
 }
 
 int http_stream_end(http_request *r) {
-    if (!r->streaming) return SL_EINVAL;
+    if (!r->streaming) return HTTP_EINVAL;
     http_conn *c = r->c;
     if (!c) {
         req_free(r);
-        return SL_ECANCELED;
+        return HTTP_ECANCELED;
     }
     r->in_call = 1;
     int rc = after_write(r, r->chunked ? conn_write(c, "0\r\n\r\n", 5, NULL, 0, NULL, 0) : 0);
@@ -517,7 +550,7 @@ static void conn_gone(http_conn *c, const char *why) {
     if (mid && !c->lingering && !c->gone_counted) {
         c->gone_counted = 1;
         c->srv->st.closed_client_gone++;
-        slog(c->srv, CONFIG_LOG_DEBUG, "http client %llu: %s mid-request; closing it", c->id, why);
+        slog(c->srv, HTTP_LOG_DEBUG, "http client %llu: %s mid-request; closing it", c->id, why);
     }
     conn_close(c);
 }
@@ -547,27 +580,25 @@ static void conn_maybe_shut(http_conn *c) {
  * after it. */
 static void conn_refuse(http_conn *c, int status, const char *reason) {
     http_server *s = c->srv;
-    resp_buf body;
-    resp_buf_init(&body);
-    const char *ctype = "text/plain; charset=utf-8";
-    const http_msg *partial = http_reader_current(c->rd);
-    if (!s->hooks.error_body || s->hooks.error_body(s->hooks.arg, partial, status, reason, &body, &ctype) != 0) {
-        resp_buf_reset(&body);
-        ctype = "text/plain; charset=utf-8";
-        if (resp_buf_append(&body, reason, strlen(reason)) || resp_buf_append(&body, "\n", 1)) resp_buf_reset(&body);
+    http_refusal rf = {.partial = http_reader_current(c->rd), .peer = c->peer, .status = status, .reason = reason};
+    rf.content_type = "text/plain; charset=utf-8";
+    if (!s->hooks.error_body || s->hooks.error_body(s->hooks.arg, &rf) != 0) {
+        rf.body.len = rf.head.len = 0;
+        rf.content_type = "text/plain; charset=utf-8";
+        if (http_buf_append(&rf.body, reason, strlen(reason)) || http_buf_append(&rf.body, "\n", 1)) rf.body.len = 0;
     }
-    resp_buf head;
-    resp_buf_init(&head);
+    http_buf head = {0};
     c->final = 1;
-    if (build_head(&head, status, NULL, 0, ctype, (long long)body.len, 0, 0) == 0) {
+    if (build_head(&head, status, NULL, 0, rf.content_type, (long long)rf.body.len, 0, 0, &rf.head) == 0) {
         count_response(s, status);
-        conn_write(c, head.data, head.len, body.data, body.len, NULL, 0);
+        conn_write(c, head.data, head.len, rf.body.data, rf.body.len, NULL, 0);
     } else {
         conn_close(c);
     }
-    resp_buf_free(&head);
-    resp_buf_free(&body);
-    slog(s, CONFIG_LOG_DEBUG, "http client %llu: %d %s; closing it", c->id, status, reason);
+    http_buf_free(&head);
+    http_buf_free(&rf.body);
+    http_buf_free(&rf.head);
+    slog(s, HTTP_LOG_DEBUG, "http client %llu: %d %s; closing it", c->id, status, reason);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -694,16 +725,19 @@ static void conn_process(http_conn *c) {
 
 /* ---- deadlines ------------------------------------------------------------------------ */
 
+/* since + ms, or 0 (no deadline) when the timeout is 0 (none). */
+static uint64_t after(uint64_t since, uint64_t ms) { return ms ? since + ms : 0; }
+
 /* The next deadline of c by what it waits for; 0 when none. */
 static uint64_t conn_deadline(const http_conn *c) {
     const http_server *s = c->srv;
     if (c->lingering) return c->linger_since + HTTP_LINGER_MS;
-    uint64_t w = queued(c) > 0 ? c->write_progress + s->idle_ms : 0; /* a client that does not read */
+    uint64_t w = queued(c) > 0 ? after(c->write_progress, s->idle_ms) : 0; /* a client that does not read */
     uint64_t r = 0;
     if (!c->final) {
-        if (c->phase == PHASE_WAIT) r = c->since + (c->nrequests ? s->idle_ms : s->header_ms);
-        else if (c->phase == PHASE_HEAD) r = c->since + s->header_ms;
-        else if (c->phase == PHASE_BODY) r = c->since + s->body_ms;
+        if (c->phase == PHASE_WAIT) r = after(c->since, c->nrequests ? s->idle_ms : s->header_ms);
+        else if (c->phase == PHASE_HEAD) r = after(c->since, s->header_ms);
+        else if (c->phase == PHASE_BODY) r = after(c->since, s->body_ms);
     }
     if (!w) return r;
     if (!r) return w;
@@ -733,9 +767,9 @@ static void on_conn_timer(uv_timer_t *t) {
     }
     if (c->lingering) {
         conn_close(c);
-    } else if (queued(c) > 0 && now >= c->write_progress + s->idle_ms) {
+    } else if (queued(c) > 0 && s->idle_ms && now >= c->write_progress + s->idle_ms) {
         s->st.closed_write_timeout++;
-        slog(s, CONFIG_LOG_DEBUG, "http client %llu: took none of its response for %llu ms; closing it", c->id,
+        slog(s, HTTP_LOG_DEBUG, "http client %llu: took none of its response for %llu ms; closing it", c->id,
              (unsigned long long)s->idle_ms);
         conn_close(c);
     } else if (c->phase == PHASE_BODY) {
@@ -797,7 +831,7 @@ static void refuse_connection(http_server *s, listener *l) {
         uv_try_write((uv_stream_t *)h, &b, 1);
         if (!s->closing) {
             s->st.rejected_max_connections++;
-            slog(s, CONFIG_LOG_WARN, "refused an HTTP connection: max connections (%zu) reached", s->max_connections);
+            slog(s, HTTP_LOG_WARN, "refused an HTTP connection: max connections (%zu) reached", s->max_connections);
         }
     }
     uv_close((uv_handle_t *)h, on_rejected_closed);
@@ -807,7 +841,7 @@ static void on_connection(uv_stream_t *ls, int status) {
     listener *l = ls->data;
     http_server *s = l->srv;
     if (status < 0) {
-        slog(s, CONFIG_LOG_WARN, "http accept failed on %s: %s", l->name, uv_strerror(status));
+        slog(s, HTTP_LOG_WARN, "http accept failed on %s: %s", l->name, uv_strerror(status));
         return;
     }
     if (s->closing || s->nconns >= s->max_connections) {
@@ -845,31 +879,30 @@ static void on_connection(uv_stream_t *ls, int status) {
 
 /* ---- the server ------------------------------------------------------------------------- */
 
-static void take_limits(http_server *s, const config *cfg) {
-    const config_http *h = &cfg->agent.http;
-    s->lim.max_header_bytes = (size_t)h->max_header_bytes;
-    s->lim.max_body_bytes = (size_t)h->max_body_bytes;
-    s->max_connections = (size_t)h->max_connections;
-    s->header_ms = (uint64_t)h->header_timeout_ms;
-    s->body_ms = (uint64_t)h->body_timeout_ms;
-    s->idle_ms = (uint64_t)h->idle_timeout_ms;
-    s->drain_ms = (uint64_t)h->drain_timeout_ms;
+static void take_limits(http_server *s, const http_server_limits *lim) {
+    s->lim.max_header_bytes = lim->max_header_bytes;
+    s->lim.max_body_bytes = lim->max_body_bytes;
+    s->max_connections = lim->max_connections;
+    s->header_ms = lim->header_timeout_ms;
+    s->body_ms = lim->body_timeout_ms;
+    s->idle_ms = lim->idle_timeout_ms;
+    s->drain_ms = lim->drain_timeout_ms;
 }
 
-int http_server_new(uv_loop_t *loop, const config *cfg, const http_server_hooks *hooks, http_server **out) {
+int http_server_new(uv_loop_t *loop, const http_server_limits *lim, const http_server_hooks *hooks, http_server **out) {
     *out = NULL;
-    if (!hooks || !hooks->on_request) return SL_EINVAL;
+    if (!lim || !hooks || !hooks->on_request) return HTTP_EINVAL;
     http_server *s = calloc(1, sizeof(*s));
-    if (!s) return SL_ENOMEM;
+    if (!s) return HTTP_ENOMEM;
     s->loop = loop;
     s->hooks = *hooks;
-    take_limits(s, cfg);
+    take_limits(s, lim);
     *out = s;
     return 0;
 }
 
-void http_server_configure(http_server *s, const config *cfg) {
-    take_limits(s, cfg);
+void http_server_configure(http_server *s, const http_server_limits *lim) {
+    take_limits(s, lim);
     /* Connections between requests read the next one with the new limits. */
     for (http_conn *c = s->conns; c; c = c->next) http_reader_set_limits(c->rd, &s->lim);
 }
@@ -886,92 +919,117 @@ static void on_listener_closed(uv_handle_t *h) {
     maybe_done(l->srv);
 }
 
-static int listen_one(http_server *s, listener *l, const config_listen *cl, const config *cfg, char *err,
-                      size_t errlen) {
-    int rc;
+/* A new listener, kept in s->ls (its handle must not move). */
+static listener *listener_add(http_server *s, http_transport kind) {
+    listener **ls = realloc(s->ls, (s->nls + 1) * sizeof(*ls));
+    if (!ls) return NULL;
+    s->ls = ls;
+    listener *l = calloc(1, sizeof(*l));
+    if (!l) return NULL;
     l->srv = s;
-    if (cl->kind == CONFIG_LISTEN_UNIX) {
-        l->kind = HTTP_TRANSPORT_UNIX;
-        snprintf(l->name, sizeof(l->name), "unix:%s", cl->path);
-        int removed = 0;
-        if (unixsock_clear(cl->path, &removed, err, errlen) != 0) return SL_EIO;
-        if (removed) slog(s, CONFIG_LOG_INFO, "removed a stale socket file at %s", cl->path);
-        uv_pipe_init(s->loop, &l->io.pipe, 0);
-        l->io.h.data = l;
-        l->open = 1;
-        s->handles_open++;
-        rc = uv_pipe_bind(&l->io.pipe, cl->path);
-        if (rc == 0 && unixsock_secure(&l->sock, cl->path, cfg->agent.socket_mode, cfg->agent.socket_owner,
-                                       cfg->agent.socket_group, err, errlen) != 0)
-            return SL_EIO;
-    } else {
-        struct sockaddr_storage ss;
-        l->kind = HTTP_TRANSPORT_TCP;
-        int v6 = strchr(cl->host, ':') != NULL;
-        rc = v6 ? uv_ip6_addr(cl->host, cl->port, (struct sockaddr_in6 *)&ss)
-                : uv_ip4_addr(cl->host, cl->port, (struct sockaddr_in *)&ss);
-        if (rc != 0) {
-            snprintf(err, errlen, "agent.http.listen: bad address %s: %s", cl->host, uv_strerror(rc));
-            return SL_EIO;
-        }
-        uv_tcp_init(s->loop, &l->io.tcp);
-        l->io.h.data = l;
-        l->open = 1;
-        s->handles_open++;
-        rc = uv_tcp_bind(&l->io.tcp, (struct sockaddr *)&ss, 0);
-        if (rc == 0) {
-            int len = sizeof(ss);
-            rc = uv_tcp_getsockname(&l->io.tcp, (struct sockaddr *)&ss, &len);
-            int port =
-                v6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) : ntohs(((struct sockaddr_in *)&ss)->sin_port);
-            snprintf(l->name, sizeof(l->name), v6 ? "[%s]:%d" : "%s:%d", cl->host, port);
-        } else {
-            snprintf(l->name, sizeof(l->name), v6 ? "[%s]:%d" : "%s:%d", cl->host, cl->port);
-        }
-    }
-    if (rc == 0) rc = uv_listen(&l->io.s, HTTP_BACKLOG, on_connection);
+    l->kind = kind;
+    s->ls[s->nls++] = l;
+    return l;
+}
+
+/* The listener's handle is initialized: it is closed with the server. */
+static void listener_opened(http_server *s, listener *l) {
+    l->io.h.data = l;
+    l->open = 1;
+    s->handles_open++;
+}
+
+static int listener_listen(http_server *s, listener *l, int backlog, char *err, size_t errlen) {
+    int rc = uv_listen(&l->io.s, backlog, on_connection);
     if (rc != 0) {
-        snprintf(err, errlen, "agent.http.listen: cannot listen on %s: %s", l->name, uv_strerror(rc));
-        return SL_EIO;
+        snprintf(err, errlen, "cannot listen on %s: %s", l->name, uv_strerror(rc));
+        return rc;
     }
     s->st.listeners++;
     return 0;
 }
 
-int http_server_listen(http_server *s, const config *cfg, char *err, size_t errlen) {
-    const config_http *h = &cfg->agent.http;
-    if (!h->nlisten) return 0;
-    s->ls = calloc(h->nlisten, sizeof(*s->ls));
-    if (!s->ls) {
+int http_server_listen_tcp(http_server *s, const char *host, int port, int backlog, char *err, size_t errlen) {
+    struct sockaddr_storage ss;
+    int v6 = strchr(host, ':') != NULL;
+    int rc = port < 0 || port > 65535 ? UV_EINVAL
+             : v6                     ? uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss)
+                                      : uv_ip4_addr(host, port, (struct sockaddr_in *)&ss);
+    if (rc != 0) {
+        snprintf(err, errlen, "bad address %s: %s", host, uv_strerror(rc));
+        return rc;
+    }
+    listener *l = listener_add(s, HTTP_TRANSPORT_TCP);
+    if (!l) {
         snprintf(err, errlen, "out of memory");
-        return SL_ENOMEM;
+        return UV_ENOMEM;
     }
-    for (size_t i = 0; i < h->nlisten; i++) {
-        s->nls = i + 1;
-        int rc = listen_one(s, &s->ls[i], &h->listeners[i], cfg, err, errlen);
-        if (rc) return rc;
+    uv_tcp_init(s->loop, &l->io.tcp);
+    listener_opened(s, l);
+    rc = uv_tcp_bind(&l->io.tcp, (struct sockaddr *)&ss, 0);
+    if (rc == 0) {
+        int len = sizeof(ss);
+        rc = uv_tcp_getsockname(&l->io.tcp, (struct sockaddr *)&ss, &len);
+        l->port = v6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        snprintf(l->name, sizeof(l->name), v6 ? "[%s]:%d" : "%s:%d", host, l->port);
+    } else {
+        snprintf(l->name, sizeof(l->name), v6 ? "[%s]:%d" : "%s:%d", host, port);
     }
-    return 0;
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot listen on %s: %s", l->name, uv_strerror(rc));
+        return rc;
+    }
+    return listener_listen(s, l, backlog, err, errlen);
 }
 
-const char *http_server_address(const http_server *s, size_t i) { return i < s->nls ? s->ls[i].name : NULL; }
+int http_server_listen_unix(http_server *s, const char *path, int backlog, const http_unix_hooks *uh, char *err,
+                            size_t errlen) {
+    listener *l = listener_add(s, HTTP_TRANSPORT_UNIX);
+    if (!l) {
+        if (uh && uh->release) uh->release(uh->ud);
+        snprintf(err, errlen, "out of memory");
+        return UV_ENOMEM;
+    }
+    if (uh) l->uhooks = *uh;
+    snprintf(l->name, sizeof(l->name), "unix:%s", path);
+    uv_pipe_init(s->loop, &l->io.pipe, 0);
+    listener_opened(s, l);
+    int rc = uv_pipe_bind(&l->io.pipe, path);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot listen on %s: %s", l->name, uv_strerror(rc));
+        return rc;
+    }
+    if (l->uhooks.secure && l->uhooks.secure(l->uhooks.ud, path, err, errlen) != 0) return UV_EPERM;
+    return listener_listen(s, l, backlog, err, errlen);
+}
+
+/* The caller's part in a UNIX socket ends once. */
+static void listener_release(listener *l) {
+    void (*release)(void *) = l->uhooks.release;
+    l->uhooks.release = NULL;
+    if (release) release(l->uhooks.ud);
+}
+
+const char *http_server_address(const http_server *s, size_t i) { return i < s->nls ? s->ls[i]->name : NULL; }
+
+int http_server_port(const http_server *s, size_t i) { return i < s->nls ? s->ls[i]->port : 0; }
 
 void http_server_stop_accepting(http_server *s) {
     for (size_t i = 0; i < s->nls; i++) {
-        listener *l = &s->ls[i];
+        listener *l = s->ls[i];
         if (l->open) {
             l->open = 0;
             uv_close(&l->io.h, on_listener_closed);
             if (s->st.listeners) s->st.listeners--;
         }
-        unixsock_remove(&l->sock);
+        listener_release(l);
     }
 }
 
 static void on_drain_timer(uv_timer_t *t) {
     http_server *s = t->data;
     if (s->conns)
-        slog(s, CONFIG_LOG_WARN, "drain: closing HTTP connections with responses still in progress after %llu ms",
+        slog(s, HTTP_LOG_WARN, "drain: closing HTTP connections with responses still in progress after %llu ms",
              (unsigned long long)s->drain_ms);
     s->drain_active = 0;
     uv_close((uv_handle_t *)&s->drain, on_server_handle_closed);
@@ -1009,6 +1067,10 @@ void http_server_close(http_server *s, void (*done)(void *arg), void *arg) {
 
 void http_server_free(http_server *s) {
     if (!s) return;
+    for (size_t i = 0; i < s->nls; i++) {
+        listener_release(s->ls[i]);
+        free(s->ls[i]);
+    }
     free(s->ls);
     free(s);
 }

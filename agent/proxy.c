@@ -3,6 +3,7 @@
 
 #include "proxy.h"
 
+#include "http_config.h"
 #include "proxy_auth.h"
 
 #include "proxy_call.h"
@@ -53,19 +54,24 @@ static void on_request(http_request *r, void *arg) {
 }
 
 /* The server's own refusals, in the shape of the request's API. */
-static int error_body(void *arg, const http_msg *partial, int status, const char *reason, resp_buf *body,
-                      const char **content_type) {
+static int error_body(void *arg, http_refusal *rf) {
     proxy *p = arg;
+    const http_msg *partial = rf->partial;
     const char *path = partial ? http_msg_path(partial) : "";
     if (!*path && partial) path = http_msg_target(partial);
     proxy_api api = proxy_api_of(path, partial && http_msg_header(partial, "anthropic-version"));
-    proxy_error_kind kind = proxy_error_kind_of(status);
+    proxy_error_kind kind = proxy_error_kind_of(rf->status);
     p->st.errors[kind]++;
     char msg[200];
-    snprintf(msg, sizeof(msg), "sluice: %s", reason);
-    if (proxy_error_body(api, kind, msg, NULL, body) != 0) return -1;
-    *content_type = json_ctype;
-    return 0;
+    snprintf(msg, sizeof(msg), "sluice: %s", rf->reason);
+    resp_buf body;
+    resp_buf_init(&body);
+    int rc = proxy_error_body(api, kind, msg, NULL, &body) == 0 && http_buf_append(&rf->body, body.data, body.len) == 0
+                 ? 0
+                 : -1;
+    resp_buf_free(&body);
+    rf->content_type = json_ctype;
+    return rc;
 }
 
 int proxy_new(uv_loop_t *loop, engine *e, void (*log)(void *ud, int level, const char *msg), void *log_ud,
@@ -83,7 +89,7 @@ int proxy_new(uv_loop_t *loop, engine *e, void (*log)(void *ud, int level, const
         .log_ud = log_ud,
     };
     int rc = proxy_calls_new(loop, e, &p->st, &p->calls);
-    if (rc == 0) rc = http_server_new(loop, engine_config(e), &hooks, &p->srv);
+    if (rc == 0) rc = http_config_server(loop, engine_config(e), &hooks, &p->srv);
     if (rc != 0) {
         proxy_calls_free(p->calls);
         free(p);
@@ -94,10 +100,10 @@ int proxy_new(uv_loop_t *loop, engine *e, void (*log)(void *ud, int level, const
 }
 
 int proxy_listen(proxy *p, char *err, size_t errlen) {
-    return http_server_listen(p->srv, engine_config(p->e), err, errlen);
+    return http_config_listen(p->srv, engine_config(p->e), err, errlen);
 }
 
-void proxy_apply_config(proxy *p) { http_server_configure(p->srv, engine_config(p->e)); }
+void proxy_apply_config(proxy *p) { http_config_apply(p->srv, engine_config(p->e)); }
 
 void proxy_stop_accepting(proxy *p) { http_server_stop_accepting(p->srv); }
 

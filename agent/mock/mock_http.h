@@ -1,24 +1,27 @@
-/* mock_http: a minimal HTTP/1.1 server on a libuv loop, for the mock
- * provider.
+/* mock_http: the mock provider's side of HTTP: its requests, and answers
+ * that come due on the mock's clock, served on the daemon's HTTP/1.1
+ * transport (agent/http_server.h, which reads requests with
+ * http_reader.h; a transport holds no belief about providers, so the
+ * mock may share it: tests/layout_check.sh).
  *
- * Parses requests with libhttp-parser, supports keep-alive and pipelining:
- * every parsed request is handed to the handler at once (so admission
- * happens in arrival order), and responses are written in request order
- * even when a later one is ready first. A response may be delayed by a
- * libuv timer, or streamed: a schedule of pieces, each due some time after
- * the response starts, sent with chunked transfer encoding (Server-Sent
- * Events), one write per piece. Nothing here ever blocks the loop.
- * Malformed input and oversize bodies are handed to the handler as a
- * request whose mock_http_error_status() is non-zero, so the handler
- * shapes and counts the error; the connection is closed after that
- * response.
+ * The transport parses requests (libhttp-parser), keeps connections
+ * alive and answers pipelined requests in order, one at a time: the next
+ * request of a connection goes to the handler once the answer to the one
+ * before is complete. A response may be delayed by a libuv timer, or
+ * streamed: a schedule of pieces, each due some time after the response
+ * starts, sent with chunked transfer encoding (Server-Sent Events), one
+ * write per piece. Nothing here ever blocks the loop. Malformed input and
+ * oversize requests are handed to the handler as a request whose
+ * mock_http_error_status() is non-zero (400, 413, 431, 505), so the
+ * handler shapes and counts the error; the connection is closed after
+ * that response.
  *
  * Ownership: a mock_http_req belongs to the server. The handler must call
  * mock_http_respond() or mock_http_respond_stream() exactly once before it
  * returns (delays are the server's business); after that the request must
  * not be touched. What the handler needs to know later goes in udata,
  * which comes back through on_ready and on_done.
- * Depends on libuv and libhttp-parser. Single-threaded (the loop's). */
+ * Depends on libuv and the transport. Single-threaded (the loop's). */
 #ifndef SLUICE_MOCK_HTTP_H
 #define SLUICE_MOCK_HTTP_H
 
@@ -34,9 +37,8 @@ typedef struct mock_http_handlers {
     /* A complete request (or an error). Must answer it before returning. */
     void (*on_request)(mock_http_req *req, void *arg);
     /* Optional, for requests with udata: the whole response is due (its
-     * delay has passed; a stream: its last piece is due), whether or not
-     * the responses before it have gone out yet. Not called when the
-     * connection went first. */
+     * delay has passed; a stream: its last piece is due). Not called when
+     * the connection went first. */
     void (*on_ready)(void *udata, void *arg);
     /* Optional, for requests with udata, exactly once: the server lets go
      * of the request. delivered is 1 when the whole response was handed to
@@ -71,7 +73,8 @@ const char *mock_http_body(const mock_http_req *r, size_t *len);
 const char *mock_http_header(const mock_http_req *r, const char *name);
 /* The peer's address without the port, e.g. "127.0.0.1". */
 const char *mock_http_peer(const mock_http_req *r);
-/* 0 for a well-formed request, else 400 or 413 with a short reason. */
+/* 0 for a well-formed request, else the status the transport refused it
+ * with (400, 413, 431, 505) and a short reason. */
 int mock_http_error_status(const mock_http_req *r, const char **reason);
 
 /* Handler data kept with the request until on_done. Set it before the

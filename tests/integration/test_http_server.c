@@ -31,6 +31,7 @@
 
 #include "config.h"
 #include "http_client.h"
+#include "http_config.h"
 #include "http_server.h"
 #include "proc.h"
 #include "sluice.h"
@@ -280,8 +281,8 @@ static int start(const char *extra) {
     fx.cfg->agent.http.listeners[0].port = 0;
     uv_loop_init(&fx.loop);
     http_server_hooks hooks = {.on_request = on_request};
-    if (http_server_new(&fx.loop, fx.cfg, &hooks, &fx.srv) != 0) return -1;
-    if (http_server_listen(fx.srv, fx.cfg, err, sizeof(err)) != 0) {
+    if (http_config_server(&fx.loop, fx.cfg, &hooks, &fx.srv) != 0) return -1;
+    if (http_config_listen(fx.srv, fx.cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "%s\n", err);
         return -1;
     }
