@@ -234,6 +234,20 @@ static void on_request(http_request *r, void *arg) {
     }
 }
 
+/* The server's own refusals: shaped for /shaped, the default elsewhere. */
+static int error_body(void *arg, http_refusal *rf) {
+    /* Before the headers, the path may not be taken out yet: the target is. */
+    if (!rf->partial || strcmp(http_msg_target(rf->partial), "/shaped") != 0) return -1;
+    char status[16], body[160];
+    snprintf(status, sizeof(status), "%d", rf->status);
+    int bad = http_refusal_header(rf, "Connection", "keep-alive"); /* the server's: refused */
+    if (http_refusal_header(rf, "X-Refused", status) != 0) return -1;
+    int n = snprintf(body, sizeof(body), "{\"refused\":%d,\"reserved\":%d,\"peer\":\"%s\"}", rf->status, bad, rf->peer);
+    if (http_buf_append(&rf->body, body, (size_t)n) != 0) return -1;
+    rf->content_type = "application/json";
+    return 0;
+}
+
 static void on_snap(uv_timer_t *t) {
     lock();
     if (fx.srv) http_server_get_stats(fx.srv, &fx.st);
@@ -280,7 +294,7 @@ static int start(const char *extra) {
     }
     fx.cfg->agent.http.listeners[0].port = 0;
     uv_loop_init(&fx.loop);
-    http_server_hooks hooks = {.on_request = on_request};
+    http_server_hooks hooks = {.on_request = on_request, .error_body = error_body};
     if (http_config_server(&fx.loop, fx.cfg, &hooks, &fx.srv) != 0) return -1;
     if (http_config_listen(fx.srv, fx.cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "%s\n", err);
@@ -552,6 +566,37 @@ static void test_forms(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* A refusal in the handler's shape, with its headers; the default shape
+ * elsewhere; and where the listeners are. */
+static void test_refusals(void **state) {
+    hc_conn c;
+    hc_response r;
+    char v[64], want[128];
+    connect_tcp(&c);
+    assert_int_equal(hc_send_str(&c, "POST /shaped HTTP/1.1\r\nBad Header\r\n\r\n"), 0);
+    assert_int_equal(hc_read_response(&c, &r, 5000), 0);
+    assert_int_equal(r.status, 400);
+    assert_string_equal(hc_header(&r, "content-type", v, sizeof(v)), "application/json");
+    assert_string_equal(hc_header(&r, "x-refused", v, sizeof(v)), "400");
+    assert_string_equal(hc_header(&r, "connection", v, sizeof(v)), "close");
+    snprintf(want, sizeof(want), "{\"refused\":400,\"reserved\":%d,\"peer\":\"127.0.0.1:", HTTP_EINVAL);
+    assert_true(!strncmp(r.body, want, strlen(want)));
+    hc_response_free(&r);
+    assert_true(hc_wait_closed(&c, 5000));
+    hc_close(&c);
+    connect_tcp(&c);
+    assert_int_equal(hc_send_str(&c, "POST /plain HTTP/1.1\r\nBad Header\r\n\r\n"), 0);
+    assert_int_equal(hc_read_response(&c, &r, 5000), 0);
+    assert_int_equal(r.status, 400);
+    assert_string_equal(hc_header(&r, "content-type", v, sizeof(v)), "text/plain; charset=utf-8");
+    assert_null(hc_header(&r, "x-refused", v, sizeof(v)));
+    hc_response_free(&r);
+    hc_close(&c);
+    assert_int_equal(http_server_port(fx.srv, 0), fx.port);
+    assert_int_equal(http_server_port(fx.srv, 1), 0); /* the UNIX socket */
+    assert_int_equal(http_server_port(fx.srv, 2), 0);
+}
+
 static void test_drain(void **state) {
     hc_conn idle, busy;
     connect_tcp(&idle);
@@ -607,6 +652,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_abandon_and_orphan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_client_not_reading, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forms, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drain_timeout, setup_short_drain, teardown),
     };
