@@ -24,7 +24,8 @@
  *
  * Embedding: mock_start() on any libuv loop, mock_stop() to close every
  * handle; the loop's thread is the only one that may call these functions.
- * Depends on libuv, jansson and (through mock_http) libhttp-parser. */
+ * Depends on libuv, jansson and (through mock_http) the daemon's HTTP
+ * transport, agent/http_server.h, on libhttp-parser. */
 #ifndef SLUICE_MOCK_H
 #define SLUICE_MOCK_H
 
