@@ -369,6 +369,7 @@ void call_free(engine_call *c);
 const char *engine__grant_number(const char *id);
 void dep_follow_shift(dep *d, const wire_shift *s, long long redis_now_us);
 long long dep_heartbeat_reply(dep *d, const redisReply *r);
+long long dep_heartbeat_seen(dep *d, const wire_heartbeat_reply *h);
 void dep_pause(dep *d, long long pause_ms, int local);
 
 /* ---- engine_reserve.c ---- */

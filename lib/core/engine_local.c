@@ -279,39 +279,30 @@ void dep_hand_over(dep *d) {
     engine *e = d->e;
     if (d->handing_over || d->handed_over) return;
     double now = (double)uv_now(e->loop);
-    char window[24], breq[24], btok[24], treq[24], ttok[24], share[32];
-    snprintf(window, sizeof(window), "%lld", engine_agent_window_ms(e));
     /* The heartbeat takes one token figure for every token dimension: the
      * longest local token schedule (the safe side). */
     double ttail = 0;
     for (int k = ENGINE_DIM_TOKENS; k < ENGINE_DIMS; k++) ttail = fmax(ttail, d->local_tat[k] - now);
-    snprintf(breq, sizeof(breq), "%.0f", ceil(fmax(0.0, d->fleet_tat_req - now)));
-    snprintf(btok, sizeof(btok), "%.0f", ceil(fmax(0.0, d->fleet_tat_tok - now)));
-    snprintf(treq, sizeof(treq), "%.0f", ceil(fmax(0.0, d->local_tat[ENGINE_DIM_REQUESTS] - now)));
-    snprintf(ttok, sizeof(ttok), "%.0f", ceil(ttail));
-    /* The share local_slot paced at: the rate Redis held back for it. */
-    snprintf(share, sizeof(share), "%.6f", fmin(1.0, local_share(d)));
+    wire_busy busy = {.fleet_requests_ms = (long long)ceil(fmax(0.0, d->fleet_tat_req - now)),
+                      .fleet_tokens_ms = (long long)ceil(fmax(0.0, d->fleet_tat_tok - now)),
+                      .local_requests_ms = (long long)ceil(fmax(0.0, d->local_tat[ENGINE_DIM_REQUESTS] - now)),
+                      .local_tokens_ms = (long long)ceil(ttail),
+                      /* The share local_slot paced at: the rate Redis held
+                       * back for it. */
+                      .share = fmin(1.0, local_share(d))};
     /* And the units granted locally (requests, tokens, input, output), for
      * the fleet's count of them (STATUS local_requests). */
-    char sent[ENGINE_DIMS][24];
     for (int k = 0; k < ENGINE_DIMS; k++) {
         d->reporting[k] = floor(d->local_sent[k]);
-        snprintf(sent[k], sizeof(sent[k]), "%.0f", d->reporting[k]);
+        busy.sent[k] = d->reporting[k];
     }
-    const char *argv[13] = {dep_agent_arg(d, 1),
-                            e->agent_id,
-                            window,
-                            "busy",
-                            breq,
-                            btok,
-                            sent[ENGINE_DIM_REQUESTS],
-                            sent[ENGINE_DIM_TOKENS],
-                            sent[ENGINE_DIM_INPUT],
-                            sent[ENGINE_DIM_OUTPUT],
-                            treq,
-                            ttok,
-                            share};
-    if (rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, 13, argv, on_handover, d) == 0) {
+    wire_args a;
+    wire_args_init(&a);
+    wire_heartbeat_busy(&a, dep_agent_arg(d, 1), e->agent_id, engine_agent_window_ms(e), &busy);
+    int rc = wire_args_done(&a, 0);
+    if (rc == 0) rc = rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, a.argc, a.argv, on_handover, d);
+    wire_args_free(&a);
+    if (rc == 0) {
         e->calls_out++;
         d->handing_over = 1;
     }

@@ -72,11 +72,12 @@ static int dep_query_start(engine *e, const char *deployment, script_id id, int 
 static void retry_answer(dep_query *q, redisReply *r, int via_redis) {
     engine *e = q->e;
     dep *d = q->d;
-    if (r && r->elements >= 3) {
-        int allowed = (int)engine__reply_int(r->element[0]);
+    long long allowed_r, balance_r, after_r;
+    if (wire_read_retry(r, &allowed_r, &balance_r, &after_r) == 0) {
+        int allowed = (int)allowed_r;
         if (allowed) e->stats.retries_allowed++, d->retries[0]++;
         else e->stats.retries_refused++, d->retries[1]++;
-        q->cb.retry(q->arg, SL_OK, allowed, engine__reply_int(r->element[1]), engine__reply_int(r->element[2]));
+        q->cb.retry(q->arg, SL_OK, allowed, balance_r, after_r);
         return;
     }
     if (via_redis) {
@@ -112,9 +113,13 @@ static void retry_answer(dep_query *q, redisReply *r, int via_redis) {
 }
 
 int engine_retry(engine *e, const char *deployment, engine_retry_cb cb, void *arg) {
-    const char *argv[1] = {"withdraw"};
+    wire_args a;
+    wire_args_init(&a);
+    wire_retry_withdraw(&a);
     dep_query *q;
-    int rc = dep_query_start(e, deployment, SCRIPT_RETRY, 1, argv, retry_answer, &q);
+    int rc = wire_args_done(&a, 0) == 0 ? dep_query_start(e, deployment, SCRIPT_RETRY, a.argc, a.argv, retry_answer, &q)
+                                        : SL_ENOMEM;
+    wire_args_free(&a);
     if (rc == 0) {
         q->cb.retry = cb;
         q->arg = arg;
@@ -133,7 +138,7 @@ static void patience_text(char *buf, size_t n, unsigned long long answered, unsi
 static void status_emit(dep_query *q, redisReply *r) {
     engine *e = q->e;
     dep *d = q->d;
-    size_t nr = (r && r->type == REDIS_REPLY_ARRAY) ? r->elements / 2 : 0;
+    size_t nr = wire_status_fields(r);
     /* This agent's patience: the deployment's, and by lane and by tenant
      * (3 fields each) on a deployment with lanes or tenants. */
     size_t nclass = d->cfg ? d->cfg->nlanes + d->cfg->ntenants + 1 : 0;
@@ -235,11 +240,12 @@ static void status_emit(dep_query *q, redisReply *r) {
             }
         }
     }
-    for (size_t i = 0; i < nr; i++) {
-        redisReply *fr = r->element[2 * i], *vr = r->element[2 * i + 1];
-        if (fr->type != REDIS_REPLY_STRING) continue;
-        if (vr->type == REDIS_REPLY_INTEGER) FIELD_FMT(fr->str, "%lld", vr->integer);
-        else FIELD_STR(fr->str, vr->type == REDIS_REPLY_STRING ? vr->str : "");
+    const char *fname, *fval;
+    char num[24];
+    size_t pos = 0;
+    while (wire_status_field_next(r, &pos, &fname, &fval, num)) {
+        if (fval == num) FIELD_FMT(fname, "%s", num);
+        else FIELD_STR(fname, fval);
     }
 #undef FIELD_STR
 #undef FIELD_FMT
@@ -253,11 +259,14 @@ static void status_emit(dep_query *q, redisReply *r) {
 static void status_answer(dep_query *q, redisReply *r, int via_redis) { status_emit(q, r); }
 
 int engine_status(engine *e, const char *deployment, engine_status_cb cb, void *arg) {
-    char window[24];
-    snprintf(window, sizeof(window), "%lld", e->cfg->agent.heartbeat_ms * 3);
-    const char *argv[1] = {window};
+    wire_args a;
+    wire_args_init(&a);
+    wire_status(&a, e->cfg->agent.heartbeat_ms * 3);
     dep_query *q;
-    int rc = dep_query_start(e, deployment, SCRIPT_STATUS, 1, argv, status_answer, &q);
+    int rc = wire_args_done(&a, 0) == 0
+                 ? dep_query_start(e, deployment, SCRIPT_STATUS, a.argc, a.argv, status_answer, &q)
+                 : SL_ENOMEM;
+    wire_args_free(&a);
     if (rc == 0) {
         q->cb.status = cb;
         q->arg = arg;

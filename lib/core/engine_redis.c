@@ -91,12 +91,7 @@ void dep_configure(dep *d) {
         char name[CONFIG_NAME_MAX + 16];
         char val[96];
     } *kv = calloc(cap, sizeof(*kv));
-    const char **argv = calloc(2 * cap + 2, sizeof(*argv));
-    if (!kv || !argv) {
-        free(kv);
-        free(argv);
-        return;
-    }
+    if (!kv) return;
     int n = 0;
 #define F(name_, fmt, ...)                                                                                             \
     (snprintf(kv[n].name, sizeof(kv[n].name), "%s", (name_)),                                                          \
@@ -167,36 +162,33 @@ void dep_configure(dep *d) {
         n++;
     }
 #undef F
-    for (int i = 0; i < n; i++) {
-        argv[2 * i] = kv[i].name;
-        argv[2 * i + 1] = kv[i].val;
-    }
+    wire_args a;
+    wire_args_init(&a);
+    for (int i = 0; i < n; i++) wire_configure_field(&a, kv[i].name, kv[i].val);
     /* The day of the daily limits in a time zone (daily_reset): its
      * offsets from two days ago to ten years on, which lua/common.lua's
      * sl_day reads (Redis has no tz database). Rewritten at every
      * configure (start, reload, Redis back). */
     char *zone = NULL;
-    int na = 2 * n;
     if (c->daily_reset[0]) {
         tz_zone *z = NULL;
         if (tz_load(NULL, c->daily_reset, &z, NULL, 0) == 0) {
             long long now = wall_clock_ms(), to = now + 3653LL * 86400000;
             int len = tz_changes(z, now - 2 * 86400000LL, to, NULL, 0);
             zone = len > 0 ? malloc((size_t)len + 1) : NULL;
-            if (zone && tz_changes(z, now - 2 * 86400000LL, to, zone, (size_t)len + 1) == len) {
-                argv[na++] = "day_zone";
-                argv[na++] = zone;
-            }
+            if (zone && tz_changes(z, now - 2 * 86400000LL, to, zone, (size_t)len + 1) == len)
+                wire_configure_field(&a, "day_zone", zone);
             tz_free(z);
         }
     }
-    if (rrouter_script(e->redis, SCRIPT_CONFIGURE, d->keys, na, argv, on_configure, d) == 0) {
+    if (wire_args_done(&a, 0) == 0 &&
+        rrouter_script(e->redis, SCRIPT_CONFIGURE, d->keys, a.argc, a.argv, on_configure, d) == 0) {
         d->configuring = 1;
         e->calls_out++;
     }
+    wire_args_free(&a);
     free(zone);
     free(kv);
-    free(argv);
 }
 
 /* In use now: callers queued or waiting for their slot, or settles queued. */
@@ -261,9 +253,13 @@ static void dep_counted(dep *d, long long live) {
 long long dep_heartbeat_reply(dep *d, const redisReply *r) {
     wire_heartbeat_reply h;
     if (wire_read_heartbeat(r, &h) != 0) return -1;
-    if (h.has_shift) dep_follow_shift(d, &h.shift, h.now_us);
-    if (h.requests_backlog_ms >= 0) dep_fleet_seen(d, h.requests_backlog_ms, h.tokens_backlog_ms);
-    return h.live;
+    return dep_heartbeat_seen(d, &h);
+}
+
+long long dep_heartbeat_seen(dep *d, const wire_heartbeat_reply *h) {
+    if (h->has_shift) dep_follow_shift(d, &h->shift, h->now_us);
+    if (h->requests_backlog_ms >= 0) dep_fleet_seen(d, h->requests_backlog_ms, h->tokens_backlog_ms);
+    return h->live;
 }
 
 static void on_heartbeat(void *arg, redisReply *r, const char *err) {
@@ -279,13 +275,15 @@ static void on_heartbeat(void *arg, redisReply *r, const char *err) {
 
 void dep_heartbeat(dep *d, int leave) {
     engine *e = d->e;
-    char window[24];
-    snprintf(window, sizeof(window), "%lld", engine_agent_window_ms(e));
-    const char *argv[4] = {dep_agent_arg(d, 1), e->agent_id, window, "leave"};
-    if (rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, leave ? 4 : 3, argv, on_heartbeat, d) == 0) {
+    wire_args a;
+    wire_args_init(&a);
+    wire_heartbeat(&a, dep_agent_arg(d, 1), e->agent_id, engine_agent_window_ms(e), leave);
+    if (wire_args_done(&a, 0) == 0 &&
+        rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, a.argc, a.argv, on_heartbeat, d) == 0) {
         e->calls_out++;
         d->member = !leave;
     }
+    wire_args_free(&a);
 }
 
 /* Says this agent is alive for d (and joins its agents set). Back from an
@@ -311,10 +309,10 @@ static void on_heartbeats(void *arg, redisReply *r, const char *err) {
     hb_batch *b = arg;
     engine *e = b->e;
     e->calls_out--;
-    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == b->n;
     for (size_t i = 0; i < b->n; i++) {
         dep *d = b->deps[i];
-        long long live = ok ? dep_heartbeat_reply(d, r->element[i]) : -1;
+        wire_heartbeat_reply h;
+        long long live = wire_read_heartbeat_of(r, b->n, i, &h) == 0 ? dep_heartbeat_seen(d, &h) : -1;
         if (live >= 0) dep_counted(d, live);
     }
     if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str) && b->n)
@@ -343,8 +341,7 @@ static void heartbeat_many(engine *e, dep **deps, size_t n, int leave) {
         dep_agent_arg(deps[i], 1);
         g = fmax(g, deps[i]->g_sent);
     }
-    char window[24], arg[sizeof(deps[0]->arg)];
-    snprintf(window, sizeof(window), "%lld", engine_agent_window_ms(e));
+    char arg[sizeof(deps[0]->arg)];
     snprintf(arg, sizeof(arg), "%s/%.0f", e->agent_arg, g);
     double now = (double)uv_now(e->loop);
     for (size_t i = 0; i < n; i++) {
@@ -352,11 +349,14 @@ static void heartbeat_many(engine *e, dep **deps, size_t n, int leave) {
         deps[i]->renew_at = now + g - fmin(g / 2, (double)engine_promise_margin_ms(e));
         deps[i]->member = !leave;
     }
-    const char *argv[4] = {arg, e->agent_id, window, "leave"};
-    if (rrouter_script_n(e->redis, SCRIPT_HEARTBEAT, keys, (int)(n * SCRIPTS_NKEYS), leave ? 4 : 3, argv, on_heartbeats,
-                         b) == 0)
+    wire_args a;
+    wire_args_init(&a);
+    wire_heartbeat(&a, arg, e->agent_id, engine_agent_window_ms(e), leave);
+    if (wire_args_done(&a, 0) == 0 && rrouter_script_n(e->redis, SCRIPT_HEARTBEAT, keys, (int)(n * SCRIPTS_NKEYS),
+                                                       a.argc, a.argv, on_heartbeats, b) == 0)
         e->calls_out++;
     else free(b);
+    wire_args_free(&a);
     free(keys);
 }
 

@@ -178,6 +178,41 @@ void wire_settle_item(wire_args *a, const char *grant, const usage_rec *u, engin
     a->items++;
 }
 
+/* ---- configure, heartbeat, retry, status --------------------------------- */
+
+void wire_configure_field(wire_args *a, const char *field, const char *value) {
+    wire_add(a, field);
+    wire_add(a, value);
+}
+
+void wire_heartbeat(wire_args *a, const char *agent, const char *agent_id, long long window_ms, int leave) {
+    if (agent) wire_add(a, agent);
+    wire_add(a, agent_id);
+    wire_add_ll(a, window_ms);
+    if (leave) wire_add(a, "leave");
+}
+
+void wire_heartbeat_busy(wire_args *a, const char *agent, const char *agent_id, long long window_ms,
+                         const wire_busy *b) {
+    char num[32];
+    wire_heartbeat(a, agent, agent_id, window_ms, 0);
+    wire_add(a, "busy");
+    wire_add_ll(a, b->fleet_requests_ms);
+    wire_add_ll(a, b->fleet_tokens_ms);
+    for (int k = 0; k < ENGINE_DIMS; k++) {
+        snprintf(num, sizeof(num), "%.0f", b->sent[k]);
+        wire_add(a, num);
+    }
+    wire_add_ll(a, b->local_requests_ms);
+    wire_add_ll(a, b->local_tokens_ms);
+    snprintf(num, sizeof(num), "%.6f", b->share);
+    wire_add(a, num);
+}
+
+void wire_retry_withdraw(wire_args *a) { wire_add(a, "withdraw"); }
+
+void wire_status(wire_args *a, long long window_ms) { wire_add_ll(a, window_ms); }
+
 /* ---- the budget script ---------------------------------------------------- */
 
 void wire_budget_begin(wire_args *a, const char *op, size_t nb) {
@@ -406,4 +441,37 @@ int wire_budget_field_next(const redisReply *r, size_t i, size_t *pos, const cha
 
 int wire_budget_listed(const redisReply *r, size_t i) {
     return wire_is_array(r) && i < r->elements && wire_is_array(r->element[i]);
+}
+
+int wire_read_retry(const redisReply *r, long long *allowed, long long *balance, long long *retry_after_ms) {
+    if (!wire_is_array(r) || r->elements < 3) return -1;
+    *allowed = wire_int(r->element[0]);
+    *balance = wire_int(r->element[1]);
+    *retry_after_ms = wire_int(r->element[2]);
+    return 0;
+}
+
+size_t wire_status_fields(const redisReply *r) { return wire_is_array(r) ? r->elements / 2 : 0; }
+
+int wire_status_field_next(const redisReply *r, size_t *pos, const char **field, const char **value, char num[24]) {
+    if (!wire_is_array(r)) return 0;
+    for (; *pos + 1 < r->elements; *pos += 2) {
+        const redisReply *f = r->element[*pos], *v = r->element[*pos + 1];
+        if (f->type != REDIS_REPLY_STRING) continue;
+        *field = f->str;
+        if (v->type == REDIS_REPLY_INTEGER) {
+            snprintf(num, 24, "%lld", v->integer);
+            *value = num;
+        } else {
+            *value = v->type == REDIS_REPLY_STRING ? v->str : "";
+        }
+        *pos += 2;
+        return 1;
+    }
+    return 0;
+}
+
+int wire_read_heartbeat_of(const redisReply *r, size_t n, size_t i, wire_heartbeat_reply *out) {
+    if (!wire_is_array(r) || r->elements != n || i >= n) return -1;
+    return wire_read_heartbeat(r->element[i], out);
 }

@@ -100,6 +100,41 @@ void wire_settle_begin(wire_args *a, const char *agent);
 void wire_settle_item(wire_args *a, const char *grant, const usage_rec *u, engine_outcome o, long long pause_ms,
                       const engine_seen *seen);
 
+/* ---- configure, heartbeat, retry, status ---------------------------------- */
+
+/* configure: field value pairs (docs/redis-keys.md, the limits hash). */
+void wire_configure_field(wire_args *a, const char *field, const char *value);
+
+/* heartbeat: [agent] agent_id, window_ms, and "leave" when leaving. */
+void wire_heartbeat(wire_args *a, const char *agent, const char *agent_id, long long window_ms, int leave);
+
+/* The hand-over heartbeat after an outage ("busy"): where the fleet's
+ * schedule was last seen to end, the units granted locally per
+ * dimension, where the local schedule ends, and the share it paced at. */
+typedef struct wire_busy {
+    long long fleet_requests_ms, fleet_tokens_ms;
+    double sent[ENGINE_DIMS];
+    long long local_requests_ms, local_tokens_ms;
+    double share;
+} wire_busy;
+void wire_heartbeat_busy(wire_args *a, const char *agent, const char *agent_id, long long window_ms,
+                         const wire_busy *b);
+
+/* retry: "withdraw" (one retry from the fleet's budget). */
+void wire_retry_withdraw(wire_args *a);
+/* status: the window in ms within which an agent counts as live. */
+void wire_status(wire_args *a, long long window_ms);
+
+/* A retry reply {allowed, balance, retry_after_ms}: 0, or -1. */
+int wire_read_retry(const redisReply *r, long long *allowed, long long *balance, long long *retry_after_ms);
+
+/* The next field of a status reply (field, value pairs; an integer value
+ * as text in num), after *pos (start at 0): 1 with them filled, 0 at the
+ * end. */
+int wire_status_field_next(const redisReply *r, size_t *pos, const char **field, const char **value, char num[24]);
+/* How many fields a status reply holds. */
+size_t wire_status_fields(const redisReply *r);
+
 /* ---- the budget script (lua/budget.lua) ---------------------------------- */
 
 /* One budget's fields as every form sends them: name, currency, the
@@ -224,6 +259,9 @@ int wire_read_reserve(const redisReply *r, size_t n, wire_reserve_reply *out);
 int wire_read_group(const redisReply *r, size_t n, wire_group_reply *out);
 int wire_read_settle(const redisReply *r, size_t n, wire_settle_reply *out);
 int wire_read_heartbeat(const redisReply *r, wire_heartbeat_reply *out);
+/* Deployment i's heartbeat in the reply of one heartbeat call for n
+ * deployments (one reply each, in the order of the keys). */
+int wire_read_heartbeat_of(const redisReply *r, size_t n, size_t i, wire_heartbeat_reply *out);
 
 /* Item i's verdict; flags WIRE_DRY as sent, group when the call was the
  * group form. Returns 0, or -1 when malformed (decided locally). */

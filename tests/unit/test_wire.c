@@ -301,6 +301,149 @@ static void test_read_heartbeat(void **state) {
     freeReplyObject(r);
 }
 
+static void test_other_forms_args(void **state) {
+    (void)state;
+    char buf[512];
+    wire_args a;
+    wire_args_init(&a);
+    wire_configure_field(&a, "rpm", "600");
+    wire_configure_field(&a, "lane.batch", "1,0,0.2");
+    assert_int_equal(wire_args_done(&a, 0), 0);
+    joined(&a, buf, sizeof(buf));
+    assert_string_equal(buf, "rpm|600|lane.batch|1,0,0.2");
+    wire_args_free(&a);
+
+    wire_args_init(&a);
+    wire_heartbeat(&a, "@a1/3000", "a1", 6000, 1);
+    assert_int_equal(wire_args_done(&a, 0), 0);
+    joined(&a, buf, sizeof(buf));
+    assert_string_equal(buf, "@a1/3000|a1|6000|leave");
+    wire_args_free(&a);
+
+    wire_args_init(&a);
+    wire_busy busy = {.fleet_requests_ms = 1500,
+                      .fleet_tokens_ms = 20,
+                      .sent = {12, 3400, 3000, 400},
+                      .local_requests_ms = 900,
+                      .local_tokens_ms = 0,
+                      .share = 1.0 / 3};
+    wire_heartbeat_busy(&a, "@a1/3000", "a1", 6000, &busy);
+    assert_int_equal(wire_args_done(&a, 0), 0);
+    joined(&a, buf, sizeof(buf));
+    assert_string_equal(buf, "@a1/3000|a1|6000|busy|1500|20|12|3400|3000|400|900|0|0.333333");
+    wire_args_free(&a);
+
+    wire_args_init(&a);
+    wire_retry_withdraw(&a);
+    assert_int_equal(wire_args_done(&a, 0), 0);
+    joined(&a, buf, sizeof(buf));
+    assert_string_equal(buf, "withdraw");
+    wire_args_free(&a);
+
+    /* Budgets: reserve over two budgets, two items; a settle. */
+    wire_args_init(&a);
+    wire_budget_begin(&a, "reserve", 2);
+    wire_budget w = {.name = "team", .currency = "USD", .daily_u = 50000000, .zone = "0", .warn_at = 0.8};
+    wire_budget_one(&a, &w);
+    w = (wire_budget){.name = "all", .currency = "USD", .monthly_u = 7, .total_u = 9, .zone = "3600", .warn_at = 1};
+    wire_budget_one(&a, &w);
+    wire_budget_items(&a);
+    const unsigned char both[2] = {1, 2}, second[1] = {2};
+    wire_budget_reserve_item(&a, "r1", 1234, 65000, 2, both);
+    wire_budget_reserve_item(&a, "r2", 5, 1000, 1, second);
+    assert_int_equal(wire_args_done(&a, 0), 0);
+    joined(&a, buf, sizeof(buf));
+    assert_string_equal(buf, "reserve|2|team|USD|50000000|0|0|0|0.8|all|USD|0|7|9|3600|1|2|r1|1234|65000|2|1|2|r2|5|"
+                             "1000|1|2");
+    wire_args_free(&a);
+    wire_args_init(&a);
+    wire_budget_settle_begin(&a);
+    wire_budget_settle_item(&a, "r1", 1000, "");
+    wire_budget_settle_item(&a, "r2", -3, "all");
+    assert_int_equal(wire_args_done(&a, 0), 0);
+    joined(&a, buf, sizeof(buf));
+    assert_string_equal(buf, "settle|2|r1|1000||r2|0|all");
+    wire_args_free(&a);
+}
+
+static void test_read_other_replies(void **state) {
+    (void)state;
+    long long allowed, balance, after;
+    redisReply *r = resp("*3\r\n:0\r\n:4\r\n:250\r\n");
+    assert_int_equal(wire_read_retry(r, &allowed, &balance, &after), 0);
+    assert_int_equal(allowed, 0);
+    assert_int_equal(balance, 4);
+    assert_int_equal(after, 250);
+    freeReplyObject(r);
+    r = resp("*2\r\n:1\r\n:4\r\n");
+    assert_int_equal(wire_read_retry(r, &allowed, &balance, &after), -1);
+    freeReplyObject(r);
+
+    /* STATUS: pairs; an integer value comes back as text; a field that is
+     * not a word is skipped. */
+    r = resp("*6\r\n$3\r\nrpm\r\n:600\r\n$4\r\nmode\r\n$5\r\nredis\r\n:7\r\n$1\r\nx\r\n");
+    assert_int_equal(wire_status_fields(r), 3);
+    const char *f, *v;
+    char num[24];
+    size_t pos = 0;
+    assert_int_equal(wire_status_field_next(r, &pos, &f, &v, num), 1);
+    assert_string_equal(f, "rpm");
+    assert_string_equal(v, "600");
+    assert_int_equal(wire_status_field_next(r, &pos, &f, &v, num), 1);
+    assert_string_equal(f, "mode");
+    assert_string_equal(v, "redis");
+    assert_int_equal(wire_status_field_next(r, &pos, &f, &v, num), 0);
+    freeReplyObject(r);
+
+    /* One heartbeat call for two deployments. */
+    r = resp("*2\r\n:3\r\n*5\r\n:2\r\n:0\r\n:9\r\n:100\r\n:200\r\n");
+    wire_heartbeat_reply h;
+    assert_int_equal(wire_read_heartbeat_of(r, 2, 0, &h), 0);
+    assert_int_equal(h.live, 3);
+    assert_int_equal(wire_read_heartbeat_of(r, 2, 1, &h), 0);
+    assert_int_equal(h.tokens_backlog_ms, 200);
+    assert_int_equal(wire_read_heartbeat_of(r, 3, 1, &h), -1);
+    freeReplyObject(r);
+
+    /* Budget verdicts: granted with a warning, shed, not now, malformed. */
+    r = resp("*4\r\n*3\r\n:1\r\n:400\r\n$9\r\nteam date\r\n*6\r\n:0\r\n$4\r\nteam\r\n$3\r\nday\r\n:12\r\n:3600000\r\n"
+             ":50000000\r\n*6\r\n:2\r\n$3\r\nall\r\n$5\r\nmonth\r\n:1\r\n:9\r\n:7\r\n*3\r\n:0\r\n$4\r\nteam\r\n:1\r\n");
+    wire_budget_verdict bv;
+    assert_int_equal(wire_read_budget_verdict(r, 4, 0, &bv), 0);
+    assert_int_equal(bv.kind, WIRE_GRANT);
+    assert_int_equal(bv.left_u, 400);
+    assert_string_equal(bv.warn, "team date");
+    assert_int_equal(wire_read_budget_verdict(r, 4, 1, &bv), 0);
+    assert_int_equal(bv.kind, WIRE_SHED);
+    assert_string_equal(bv.name, "team");
+    assert_string_equal(bv.period, "day");
+    assert_int_equal(bv.left_u, 12);
+    assert_int_equal(bv.renew_ms, 3600000);
+    assert_int_equal(bv.limit_u, 50000000);
+    assert_int_equal(wire_read_budget_verdict(r, 4, 2, &bv), 0);
+    assert_int_equal(bv.kind, WIRE_DEFER);
+    assert_string_equal(bv.period, "month");
+    assert_int_equal(wire_read_budget_verdict(r, 4, 3, &bv), -1);
+    assert_int_equal(wire_read_budget_verdict(r, 3, 0, &bv), -1);
+    freeReplyObject(r);
+
+    /* A budget status: one hash per budget, maybe empty. */
+    r = resp("*2\r\n*4\r\n$9\r\nday_spent\r\n$3\r\n120\r\n$3\r\nday\r\n$10\r\n2026-12-04\r\n*0\r\n");
+    pos = 0;
+    assert_int_equal(wire_budget_listed(r, 0), 1);
+    assert_int_equal(wire_budget_field_next(r, 0, &pos, &f, &v), 1);
+    assert_string_equal(f, "day_spent");
+    assert_string_equal(v, "120");
+    assert_int_equal(wire_budget_field_next(r, 0, &pos, &f, &v), 1);
+    assert_string_equal(v, "2026-12-04");
+    assert_int_equal(wire_budget_field_next(r, 0, &pos, &f, &v), 0);
+    assert_int_equal(wire_budget_listed(r, 1), 1);
+    pos = 0;
+    assert_int_equal(wire_budget_field_next(r, 1, &pos, &f, &v), 0);
+    assert_int_equal(wire_budget_listed(r, 2), 0);
+    freeReplyObject(r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_estimate_format),
@@ -311,6 +454,8 @@ int main(void) {
         cmocka_unit_test(test_read_verdict_shapes),
         cmocka_unit_test(test_read_settle_and_rates),
         cmocka_unit_test(test_read_heartbeat),
+        cmocka_unit_test(test_other_forms_args),
+        cmocka_unit_test(test_read_other_replies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
