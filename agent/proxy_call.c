@@ -9,13 +9,13 @@
 #include <string.h>
 #include <strings.h>
 
-#include "backoff.h"
 #include "curlm.h"
 #include "endpoint.h"
 #include "gcall.h"
 #include "proxy.h"
 #include "proxy_auth.h"
 #include "ratelimit.h"
+#include "retry_after.h"
 #include "sluice.h"
 #include "sse_filter.h"
 #include "timeutil.h"
@@ -32,8 +32,6 @@
 #define PCALL_KEY_LINE_MAX 4200
 /* An attempt needs at least this long before the deadline. */
 #define PCALL_MIN_ATTEMPT_MS 50
-
-typedef enum pcall_state { PC_ACQUIRING, PC_SENDING, PC_ASKING, PC_BACKOFF, PC_DONE } pcall_state;
 
 typedef struct pcall pcall;
 typedef struct pshadow pshadow;
@@ -57,15 +55,15 @@ typedef struct pc_header {
 struct pcall {
     proxy_calls *set;
     pcall *prev, *next;
-    http_request *r; /* NULL once answered or abandoned */
-    pcall_state state;
+    http_request *r;   /* NULL once answered or abandoned */
+    gcall_sm sm;       /* its step, on the governed call's machine (gcall.h) */
     int finished;      /* pcall_finish ran: the outcome is known */
     int retry_pending; /* an engine_retry answer is on its way */
     int releasing;     /* the timer is closing; freed in its close callback */
     int inject;        /* send the deployment's own key, not the caller's (proxy_auth) */
     int observe;       /* agent.http.mode observe: forward at once, the acquire beside it */
     pshadow *shadow;   /* observe: that acquire, until this request's attempt ends */
-    uv_timer_t timer;  /* the backoff */
+    uv_timer_t timer;  /* the machine's timer: a backoff */
 
     /* The request, copied from the parse. */
     proxy_api api;
@@ -92,9 +90,7 @@ struct pcall {
     char grant[ENGINE_GRANT_ID_MAX];
     char member[CONFIG_NAME_MAX + 1];
     long long waited_ms;
-    int attempts, retries;
-    uint64_t rng;
-    long long delay_ms;
+    int attempts; /* sent (the retries are the machine's) */
     CURL *easy;
     curlm_xfer xfer; /* easy's transfer on set->up */
     struct curl_slist *hdrs;
@@ -119,8 +115,8 @@ struct pcall {
 static void shadow_end(pshadow *sh, engine_outcome outcome, const usage_rec *usage, long long pause,
                        const engine_seen *seen);
 
-/* The monotonic clock of deadlines and backoffs. */
-static int64_t mono_ms(void) { return (int64_t)(uv_hrtime() / 1000000); }
+/* The monotonic clock of deadlines and backoffs: the machine's. */
+static int64_t mono_ms(void) { return sl_now_ms(); }
 
 /* ---- errors -------------------------------------------------------------------------- */
 
@@ -198,7 +194,7 @@ static void pcall_release(pcall *pc) {
 static void pcall_finish(pcall *pc, int answered) {
     if (pc->finished) return;
     pc->finished = 1;
-    pc->state = PC_DONE;
+    pc->sm.state = SL_CALL_DONE;
     int within = pc->deadline < 0 || mono_ms() <= pc->deadline;
     if (!answered) {
         pc->set->st->abandoned++;
@@ -661,7 +657,6 @@ static void begin_stream(pcall *pc) {
 
 /* ---- steps -------------------------------------------------------------------------------- */
 
-static void step_acquire(pcall *pc);
 static void on_transfer_done(void *arg, CURLcode cc);
 
 /* The classes of engine_acquire_req's refusals and errors, answered. */
@@ -679,7 +674,10 @@ static void answer_engine_error(pcall *pc, int status, const char *msg) {
     }
 }
 
-static void step_send(pcall *pc) {
+#define PCALL_OF(m) ((pcall *)(void *)((char *)(m)-offsetof(pcall, sm)))
+
+static int step_send(gcall_sm *m) {
+    pcall *pc = PCALL_OF(m);
     const config *cfg = engine_config(pc->set->e);
     const struct config_deployment *d = config_deployment(cfg, pc->member);
     if (!d || !d->endpoint[0]) {
@@ -689,7 +687,7 @@ static void step_send(pcall *pc) {
                      "cannot forward the request",
                      pc->member, pc->member);
         pcall_release(pc);
-        return;
+        return 0;
     }
     const char *v = pc->model_in_path && d->style == CONFIG_STYLE_AZURE ? pc->api_version : NULL;
     size_t blen = 0;
@@ -703,7 +701,7 @@ static void step_send(pcall *pc) {
         answer_error(pc, PROXY_ERR_INTERNAL, "sluice: out of memory, the URL of '%s' is too long%s", pc->member,
                      pc->inject ? ", or its key (inject_key) is no longer loaded" : "");
         pcall_release(pc);
-        return;
+        return 0;
     }
     const config_http *hc = &cfg->agent.http;
     long long limit = hc->upstream_timeout_ms;
@@ -728,17 +726,17 @@ static void step_send(pcall *pc) {
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     free_response(pc);
     pc->want_pause = pc->paused = 0;
-    pc->state = PC_SENDING;
     int rc = curlm_add(pc->set->up, &pc->xfer, e, on_transfer_done, pc);
     if (rc != 0) {
         settle(pc, ENGINE_CANCELLED, NULL);
         answer_error(pc, PROXY_ERR_UNAVAILABLE, "sluice: cannot start the upstream transfer: %s", sl_strerror(rc));
         pcall_release(pc);
-        return;
+        return 0;
     }
     pc->attempts++;
     pc->set->st->forwarded++;
     if (pc->inject) pc->set->st->injected++;
+    return 0;
 }
 
 static void on_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed, const char *msg) {
@@ -748,7 +746,7 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
         snprintf(pc->grant, sizeof(pc->grant), "%s", g->id);
         snprintf(pc->member, sizeof(pc->member), "%s", g->deployment);
         pc->waited_ms += g->waited_ms;
-        step_send(pc);
+        gcall_sm_go(&pc->sm, SL_CALL_SENDING);
         return;
     }
     if (status == SL_ESHED) answer_shed(pc, shed);
@@ -860,10 +858,11 @@ static void observe_and_send(pcall *pc, const engine_req *rq) {
         }
     } else set->st->observe_errors++;
     snprintf(pc->member, sizeof(pc->member), "%s", d->name);
-    step_send(pc);
+    gcall_sm_go(&pc->sm, SL_CALL_SENDING);
 }
 
-static void step_acquire(pcall *pc) {
+static int step_acquire(gcall_sm *m) {
+    pcall *pc = PCALL_OF(m);
     long long max_wait = pc->max_wait_ms;
     if (pc->deadline >= 0) {
         long long left = pc->deadline - mono_ms() - PCALL_MIN_ATTEMPT_MS;
@@ -885,26 +884,36 @@ static void step_acquire(pcall *pc) {
     if (why) {
         answer_error(pc, PROXY_ERR_BAD_REQUEST, "%s (deployment '%s')", why, pc->name);
         pcall_release(pc);
-        return;
+        return 0;
     }
     if (pc->observe) {
         observe_and_send(pc, &rq);
-        return;
+        return 0;
     }
-    pc->state = PC_ACQUIRING;
     int rc = engine_acquire_req(pc->set->e, &rq, on_acquired, pc, &pc->acq);
-    if (rc == 0) return;
+    if (rc == 0) return 0;
     pc->acq = NULL;
     if (rc == SL_EINVAL)
         answer_error(pc, PROXY_ERR_BAD_REQUEST, "'%s' cannot serve this request (lane '%s', tag '%s')", pc->name,
                      pc->lane, pc->tag);
     else answer_engine_error(pc, rc, NULL);
     pcall_release(pc);
+    return 0;
 }
 
 static void on_backoff_over(uv_timer_t *t) {
     pcall *pc = t->data;
-    step_acquire(pc);
+    gcall_sm_wakeup(&pc->sm);
+}
+
+static void pcall_sleep(gcall_sm *m, int64_t due) {
+    pcall *pc = PCALL_OF(m);
+    if (due < 0) {
+        uv_timer_stop(&pc->timer);
+        return;
+    }
+    int64_t now = mono_ms();
+    uv_timer_start(&pc->timer, on_backoff_over, (uint64_t)(due > now ? due - now : 0), 0);
 }
 
 static void on_retry_answer(void *arg, int status, int allowed, long long balance, long long retry_after_ms) {
@@ -916,10 +925,8 @@ static void on_retry_answer(void *arg, int status, int allowed, long long balanc
         return;
     }
     if (status == SL_OK && allowed) {
-        pc->retries++;
         pc->set->st->retried++;
-        pc->state = PC_BACKOFF;
-        uv_timer_start(&pc->timer, on_backoff_over, (uint64_t)(pc->delay_ms > 0 ? pc->delay_ms : 0), 0);
+        gcall_sm_allowed(&pc->sm);
         return;
     }
     pc->set->st->retries_refused++;
@@ -930,23 +937,28 @@ static void on_retry_answer(void *arg, int status, int allowed, long long balanc
 /* After a failed attempt whose answer was buffered: 1 when a retry is
  * under way (asking the fleet's retry budget), 0 to answer now. */
 static int maybe_retry(pcall *pc, const sl_verdict *v) {
-    const config *cfg = engine_config(pc->set->e);
-    if (!v->retryable || pc->observe || pc->attempts >= cfg->agent.http.max_attempts) return 0;
-    backoff_policy bp;
-    backoff_policy_init(&bp);
-    bp.min_attempt_ms = PCALL_MIN_ATTEMPT_MS;
-    backoff_decision d;
-    int64_t now = mono_ms();
-    backoff_next(&bp, pc->retries, true, v->pause_ms, now, pc->deadline, &pc->rng, &d);
-    if (d.verdict != BACKOFF_RETRY) return 0;
-    pc->delay_ms = d.delay_ms;
-    pc->state = PC_ASKING;
+    if (pc->observe) return 0;
+    /* The proxy's policy: agent.http.max_attempts as the configuration
+     * says now, the backoff's defaults (full jitter from 500 ms to 30 s, a
+     * server's wait as a floor up to 2 minutes), an attempt's minimum. */
+    sl_call_opts o;
+    sl_call_opts_init(&o);
+    o.deployment = pc->name;
+    o.max_attempts = engine_config(pc->set->e)->agent.http.max_attempts;
+    o.retry_after_cap_ms = RETRY_AFTER_DEFAULT_CAP_MS;
+    o.min_attempt_ms = PCALL_MIN_ATTEMPT_MS;
+    o.deadline_ms = pc->deadline >= 0 ? pc->deadline : 0;
+    if (gcall_sm_failed(&pc->sm, &o, v) < 0) return 0;
+    return gcall_sm_go(&pc->sm, SL_CALL_ASKING) == 0;
+}
+
+/* ASKING: the fleet's retry budget of the member that failed. */
+static int step_ask(gcall_sm *m) {
+    pcall *pc = PCALL_OF(m);
     pc->retry_pending = 1;
-    if (engine_retry(pc->set->e, pc->member, on_retry_answer, pc) != 0) {
-        pc->retry_pending = 0;
-        return 0;
-    }
-    return 1;
+    int rc = engine_retry(pc->set->e, pc->member, on_retry_answer, pc);
+    if (rc != 0) pc->retry_pending = 0;
+    return rc;
 }
 
 /* The settle of an attempt the client abandoned: a stream with the usage
@@ -1055,21 +1067,37 @@ static void on_transfer_done(void *arg, CURLcode cc) {
 static void on_abandon(void *ud) {
     pcall *pc = ud;
     pc->r = NULL;
-    switch (pc->state) {
-    case PC_ACQUIRING:
-        if (pc->acq) engine_cancel(pc->acq); /* the reservation goes back */
-        pc->acq = NULL;
-        pc->set->st->abandoned_waiting++;
-        break;
-    case PC_SENDING:
-        curlm_remove(&pc->xfer);
-        settle_abandoned(pc);
-        break;
-    default: /* ASKING: the answer is dropped when it comes; BACKOFF holds nothing */ break;
-    }
+    gcall_sm_stop(&pc->sm);
     pcall_finish(pc, 0);
     pcall_release(pc);
 }
+
+/* ACQUIRING's stop: the reservation goes back. */
+static void stop_acquire(gcall_sm *m) {
+    pcall *pc = PCALL_OF(m);
+    if (pc->acq) engine_cancel(pc->acq);
+    pc->acq = NULL;
+    pc->set->st->abandoned_waiting++;
+}
+
+/* SENDING's stop: the transfer ends, what it used is settled. */
+static void stop_send(gcall_sm *m) {
+    pcall *pc = PCALL_OF(m);
+    curlm_remove(&pc->xfer);
+    settle_abandoned(pc);
+}
+
+/* The proxy's row of each step. ASKING holds nothing: its answer is
+ * dropped when it comes. */
+static const gcall_steps pcall_steps = {
+    .step =
+        {
+            [SL_CALL_ACQUIRING] = {step_acquire, stop_acquire},
+            [SL_CALL_SENDING] = {step_send, stop_send},
+            [SL_CALL_ASKING] = {step_ask, NULL},
+        },
+    .sleep = pcall_sleep,
+};
 
 /* ---- start ---------------------------------------------------------------------------------- */
 
@@ -1106,7 +1134,7 @@ void proxy_call_start(proxy_calls *set, http_request *r, const proxy_request *pr
     pc->stream = pr->stream;
     pc->include_usage = pr->include_usage;
     pc->body = json_incref(pr->body);
-    pc->rng = (uint64_t)uv_hrtime() ^ (uint64_t)(uintptr_t)pc;
+    gcall_sm_init(&pc->sm, &pcall_steps, (uint64_t)uv_hrtime() ^ (uint64_t)(uintptr_t)pc);
     const http_msg *m = http_request_msg(r);
     size_t len;
     const char *raw = http_msg_body(m, &len);
@@ -1157,7 +1185,7 @@ void proxy_call_start(proxy_calls *set, http_request *r, const proxy_request *pr
         return;
     }
     http_request_on_abandon(r, on_abandon, pc);
-    step_acquire(pc);
+    gcall_sm_go(&pc->sm, SL_CALL_ACQUIRING);
 }
 
 /* ---- the set ---------------------------------------------------------------------------------- */

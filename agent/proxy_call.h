@@ -27,10 +27,15 @@
  * The client leaving gives the slot back while waiting for it
  * (engine_cancel), aborts the transfer and settles what was used during
  * it, and stops a backoff.
+ * These steps are the rows of the proxy's step table on libsluice's
+ * governed-call state machine (gcall_sm, lib/gcall.h): the machine holds
+ * the step, decides the retry (agent.http.max_attempts, the backoff, the
+ * deadline) and runs the backoff on the call's timer; the proxy supplies
+ * how each step is done and what the client is answered.
  *
- * Depends on the engine, http_server, proxy_wire, libsluice's curlm
- * (libcurl multi on the loop), endpoint, usage_sse, verdict, classify,
- * backoff and ratelimit. Loop thread only. Never prints. */
+ * Depends on the engine, http_server, proxy_wire, libsluice's gcall_sm
+ * and curlm (libcurl multi on the loop), endpoint, usage_sse, verdict,
+ * classify and ratelimit. Loop thread only. Never prints. */
 #ifndef SLUICE_PROXY_CALL_H
 #define SLUICE_PROXY_CALL_H
 

@@ -50,8 +50,80 @@ static const char *const gcall_shed_words[] = {
 };
 #define SHED_WORD(name) gcall_shed_words[GCALL_SHED_##name]
 
-static void step_acquire(sl_call *call);
-static void step_ask(sl_call *call);
+/* ---- the state machine (gcall.h) ------------------------------------------------------ */
+
+void gcall_sm_init(gcall_sm *m, const gcall_steps *steps, uint64_t seed) {
+    memset(m, 0, sizeof(*m));
+    m->steps = steps;
+    m->state = m->after = SL_CALL_ACQUIRING;
+    m->rng = seed;
+}
+
+int gcall_sm_go(gcall_sm *m, int state) {
+    m->state = state;
+    const gcall_step *s = &m->steps->step[state];
+    return s->enter ? s->enter(m) : 0;
+}
+
+void gcall_sm_pause(gcall_sm *m, int64_t due, int then) {
+    m->state = SL_CALL_BACKOFF;
+    m->after = then;
+    m->steps->sleep(m, due);
+}
+
+/* A step entered from a backoff ends the call itself when it cannot begin
+ * (there is no one else to tell): what its enter returns is not used. */
+void gcall_sm_wakeup(gcall_sm *m) {
+    if (m->state == SL_CALL_BACKOFF) gcall_sm_go(m, m->after);
+}
+
+long long gcall_sm_failed(gcall_sm *m, const sl_call_opts *o, const sl_verdict *v) {
+    int64_t now = sl_now_ms();
+    /* The attempt number is the retries so far: each allowed retry leads
+     * to exactly one more attempt, or the call ends. */
+    long long delay = sl_backoff_ms(o, m->retries, v, now, &m->rng);
+    if (delay >= 0) {
+        m->decided = now;
+        m->delay = delay;
+    }
+    return delay;
+}
+
+void gcall_sm_allowed(gcall_sm *m) {
+    m->retries++;
+    gcall_sm_pause(m, m->decided + m->delay, SL_CALL_ACQUIRING);
+}
+
+void gcall_sm_stop(gcall_sm *m) {
+    int state = m->state;
+    if (state == SL_CALL_BACKOFF) m->steps->sleep(m, -1);
+    else if (state >= 0 && state < SL_CALL_DONE && m->steps->step[state].stop) m->steps->step[state].stop(m);
+    m->state = SL_CALL_DONE;
+}
+
+/* ---- sl_call's steps ---------------------------------------------------------------------- */
+
+#define CALL_OF(m) ((sl_call *)(void *)((char *)(m)-offsetof(sl_call, sm)))
+
+static int step_acquire(gcall_sm *m);
+static int step_send(gcall_sm *m);
+static int step_ask(gcall_sm *m);
+static void stop_acquire(gcall_sm *m);
+static void stop_send(gcall_sm *m);
+static void call_sleep(gcall_sm *m, int64_t due);
+
+/* sl_call's row of each step. ASKING holds nothing: its answer is dropped
+ * when it comes. */
+static const gcall_steps call_steps = {
+    .step =
+        {
+            [SL_CALL_ACQUIRING] = {step_acquire, stop_acquire},
+            [SL_CALL_SENDING] = {step_send, stop_send},
+            [SL_CALL_ASKING] = {step_ask, NULL},
+        },
+    .sleep = call_sleep,
+};
+
 static void end(sl_call *call, int status, const char *outcome, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -94,10 +166,11 @@ static void gcall_finish(sl_call *call) {
     int64_t now = sl_now_ms();
     r->elapsed_ms = now - call->t0;
     r->within_deadline = call->o.deadline_ms <= 0 || now <= call->o.deadline_ms;
+    r->retries = call->sm.retries;
     if (call->cap) r->body = curl_capture_take(call->cap, &r->body_len);
     unlink_live(call);
     gcall_release(call);
-    call->state = SL_CALL_DONE;
+    call->sm.state = SL_CALL_DONE;
     caller_complete(call->c, call);
 }
 
@@ -118,11 +191,12 @@ static void give_back(sl_call *call) {
     call->grant = NULL;
 }
 
-/* Aborts the transfer in flight and settles its grant: failed (the
- * estimate stays charged) once any byte of the request went out, since
- * the provider may have admitted and counted it; cancelled (the slot goes
- * back) when nothing did. Returns 1 when the request was (partly) sent. */
-static int abort_send(sl_call *call) {
+/* SENDING's stop: aborts the transfer in flight and settles its grant:
+ * failed (the estimate stays charged) once any byte of the request went
+ * out, since the provider may have admitted and counted it; cancelled
+ * (the slot goes back) when nothing did. call->sent_some says which. */
+static void stop_send(gcall_sm *m) {
+    sl_call *call = CALL_OF(m);
     sl_caller *c = call->c;
     if (!c->blocking) caller_abort_transfer(c, call);
     long sent = 0;
@@ -130,15 +204,27 @@ static int abort_send(sl_call *call) {
     if (call->grant) sl_settle(call->grant, -1, sent > 0 ? SL_OUTCOME_FAILED : SL_OUTCOME_CANCELLED, NULL, 0);
     call->grant = NULL;
     sl_capture_reset(call->cap); /* half a response is no body */
-    return sent > 0;
+    call->sent_some = sent > 0;
+}
+
+/* ACQUIRING's stop: an acquire on its way is cancelled (0: its answer will
+ * never come; else it is dropped, its grant given back, when it comes),
+ * and a grant held (the prepare hook's) goes back. */
+static void stop_acquire(gcall_sm *m) {
+    sl_call *call = CALL_OF(m);
+    if (call->acq_pending && sl_cancel(call->c->gov, call->acq) == 0) {
+        call->acq_pending = 0;
+        gcall_unref(call);
+    }
+    give_back(call);
 }
 
 /* ---- waiting --------------------------------------------------------------------- */
 
-static void pause_until(sl_call *call, int64_t due, int then) {
-    call->state = SL_CALL_BACKOFF;
-    call->after = then;
-    caller_sleep(call->c, call, due);
+static void call_sleep(gcall_sm *m, int64_t due) {
+    sl_call *call = CALL_OF(m);
+    if (due < 0) caller_unsleep(call->c, call);
+    else caller_sleep(call->c, call, due);
 }
 
 static void acquire_too_late(sl_call *call);
@@ -147,10 +233,9 @@ static void answer_too_late(sl_call *call);
 /* The call's timer fired: the end of a backoff, or, while it waits for
  * the governor, its deadline guard. */
 void gcall_wakeup(sl_call *call) {
-    if (call->state == SL_CALL_ACQUIRING) acquire_too_late(call);
-    else if (call->state == SL_CALL_ASKING) answer_too_late(call);
-    else if (call->after == SL_CALL_ASKING) step_ask(call);
-    else step_acquire(call);
+    if (call->sm.state == SL_CALL_ACQUIRING) acquire_too_late(call);
+    else if (call->sm.state == SL_CALL_ASKING) answer_too_late(call);
+    else gcall_sm_wakeup(&call->sm);
 }
 
 /* The deadline, kept on the caller's loop whatever the governor's thread
@@ -192,7 +277,7 @@ static void on_acquired(void *arg, const sl_result *r) {
     gcall_post(call);
 }
 
-static void step_send(sl_call *call);
+static int prepare(sl_call *call);
 
 static void handle_acquired(sl_call *call, int sync) {
     gcall_ev *ev = &call->ev;
@@ -208,7 +293,7 @@ static void handle_acquired(sl_call *call, int sync) {
          * budget is the one to ask, and the grant is gone after the settle. */
         snprintf(call->member, sizeof(call->member), "%s", sl_grant_deployment(call->grant));
         snprintf(r->deployment, sizeof(r->deployment), "%s", call->member);
-        step_send(call);
+        if (prepare(call) == 0) gcall_sm_go(&call->sm, SL_CALL_SENDING);
         return;
     }
     if (st == SL_ESHED) {
@@ -228,7 +313,7 @@ static void handle_acquired(sl_call *call, int sync) {
                     return;
                 }
                 r->waited_ms += ra;
-                pause_until(call, now + ra, SL_CALL_ACQUIRING);
+                gcall_sm_pause(&call->sm, now + ra, SL_CALL_ACQUIRING);
                 return;
             }
         }
@@ -244,13 +329,14 @@ static void handle_acquired(sl_call *call, int sync) {
         return;
     }
     if (governor_away(call, st, sync, 0)) {
-        pause_until(call, sl_now_ms() + GCALL_UNAVAIL_PAUSE_MS, SL_CALL_ACQUIRING);
+        gcall_sm_pause(&call->sm, sl_now_ms() + GCALL_UNAVAIL_PAUSE_MS, SL_CALL_ACQUIRING);
         return;
     }
     end(call, st, "error", "%s", ev->msg[0] ? ev->msg : sl_strerror(st));
 }
 
-static void step_acquire(sl_call *call) {
+static int step_acquire(gcall_sm *m) {
+    sl_call *call = CALL_OF(m);
     sl_caller *c = call->c;
     sl_call_opts *o = &call->o;
     sl_request req;
@@ -270,10 +356,9 @@ static void step_acquire(sl_call *call) {
         if (req.deadline_ms <= sl_now_ms()) {
             end(call, SL_EDEADLINE, "deadline", "'%s': less than min_attempt_ms (%lld) left before the deadline",
                 o->deployment, o->min_attempt_ms);
-            return;
+            return 0;
         }
     }
-    call->state = SL_CALL_ACQUIRING;
     call->acq_pending = 1;
     gcall_ref(call); /* the answer's */
     int rc = sl_acquire_async(c->gov, &req, on_acquired, call, &call->acq);
@@ -291,24 +376,31 @@ static void step_acquire(sl_call *call) {
         snprintf(ev->msg, sizeof(ev->msg), "%s", sl_errmsg(c->gov));
         handle_acquired(call, 1);
     }
+    return 0;
 }
 
 /* ---- send ------------------------------------------------------------------------------ */
 
-static void step_send(sl_call *call) {
+/* The prepare hook, on the grant, before SENDING (a cancel from it finds
+ * the call still ACQUIRING: the slot goes back). 0: the attempt goes
+ * ahead; else the call ended. */
+static int prepare(sl_call *call) {
+    if (!call->prepare) return 0;
+    call->in_hook = 1;
+    int rc = call->prepare(call->arg, call, call->grant, call->easy);
+    call->in_hook = 0;
+    if (call->sm.state == SL_CALL_DONE) return SL_ECANCELED; /* cancelled from the hook */
+    if (rc != 0) {
+        give_back(call);
+        end(call, rc, "error", "'%s': the prepare hook refused the attempt: %s", call->o.deployment, sl_strerror(rc));
+    }
+    return rc;
+}
+
+static int step_send(gcall_sm *m) {
+    sl_call *call = CALL_OF(m);
     sl_caller *c = call->c;
     sl_call_opts *o = &call->o;
-    if (call->prepare) {
-        call->in_hook = 1;
-        int rc = call->prepare(call->arg, call, call->grant, call->easy);
-        call->in_hook = 0;
-        if (call->state == SL_CALL_DONE) return; /* cancelled from the hook */
-        if (rc != 0) {
-            give_back(call);
-            end(call, rc, "error", "'%s': the prepare hook refused the attempt: %s", o->deployment, sl_strerror(rc));
-            return;
-        }
-    }
     sl_capture_attach(call->cap, call->easy);
     long long limit = o->attempt_timeout_ms > 0 ? o->attempt_timeout_ms : -1;
     if (o->deadline_ms > 0) {
@@ -319,11 +411,10 @@ static void step_send(sl_call *call) {
         if (limit < 0 || left < limit) limit = left;
     }
     if (limit >= 0) curl_easy_setopt(call->easy, CURLOPT_TIMEOUT_MS, (long)limit);
-    call->state = SL_CALL_SENDING;
     if (c->blocking) {
         CURLcode cc = curl_easy_perform(call->easy);
         gcall_transfer_done(call, (int)cc);
-        return;
+        return 0;
     }
     int rc = caller_add_transfer(c, call);
     if (rc != 0) {
@@ -331,6 +422,7 @@ static void step_send(sl_call *call) {
         end(call, rc, "error", "'%s': libcurl refused the transfer (is the easy handle in use elsewhere?)",
             o->deployment);
     }
+    return 0;
 }
 
 void gcall_transfer_done(sl_call *call, int cc) {
@@ -369,8 +461,7 @@ void gcall_transfer_done(sl_call *call, int cc) {
     }
 
     /* Retry only when the class, the deadline and the fleet allow. */
-    int64_t decided = sl_now_ms();
-    long long delay = sl_backoff_ms(o, r->attempts - 1, &v, decided, &call->rng);
+    long long delay = gcall_sm_failed(&call->sm, o, &v);
     const char *what = cc != CURLE_OK ? curl_easy_strerror((CURLcode)cc) : "";
     if (delay < 0) {
         int rc = (int)delay;
@@ -391,9 +482,7 @@ void gcall_transfer_done(sl_call *call, int cc) {
             sl_class_name(v.cls), v.http_status);
         return;
     }
-    call->decided = decided;
-    call->delay = delay;
-    step_ask(call);
+    gcall_sm_go(&call->sm, SL_CALL_ASKING);
 }
 
 /* ---- the fleet's retry budget ---------------------------------------------------------- */
@@ -416,8 +505,7 @@ static void handle_retry(sl_call *call, int sync) {
     const char *dep = call->o.deployment, *cls = sl_class_name(r->cls);
     if (ev->status == 1) {
         call->unavail_since = 0;
-        r->retries++;
-        pause_until(call, call->decided + call->delay, SL_CALL_ACQUIRING);
+        gcall_sm_allowed(&call->sm);
         return;
     }
     if (ev->status == 0) {
@@ -428,16 +516,16 @@ static void handle_retry(sl_call *call, int sync) {
         return;
     }
     if (governor_away(call, ev->status, sync, 1)) {
-        pause_until(call, sl_now_ms() + GCALL_UNAVAIL_PAUSE_MS, SL_CALL_ASKING);
+        gcall_sm_pause(&call->sm, sl_now_ms() + GCALL_UNAVAIL_PAUSE_MS, SL_CALL_ASKING);
         return;
     }
     end(call, ev->status, "error", "'%s': %s (HTTP %d) and %s", dep, cls, r->http_status,
         ev->msg[0] ? ev->msg : sl_strerror(ev->status));
 }
 
-static void step_ask(sl_call *call) {
+static int step_ask(gcall_sm *m) {
+    sl_call *call = CALL_OF(m);
     sl_caller *c = call->c;
-    call->state = SL_CALL_ASKING;
     call->ask_pending = 1;
     gcall_ref(call); /* the answer's */
     int rc = sl_may_retry_async(c->gov, call->member, on_retry_answer, call);
@@ -452,14 +540,15 @@ static void step_ask(sl_call *call) {
         snprintf(ev->msg, sizeof(ev->msg), "%s", sl_errmsg(c->gov));
         handle_retry(call, 1);
     }
+    return 0;
 }
 
 void gcall_answer(sl_call *call) {
     gcall_ev *ev = &call->ev;
     if (ev->kind == GCALL_EV_ACQUIRED) call->acq_pending = 0;
     else call->ask_pending = 0;
-    if (call->state != SL_CALL_DONE) caller_unsleep(call->c, call); /* the deadline guard */
-    if (call->state == SL_CALL_DONE) {
+    if (call->sm.state != SL_CALL_DONE) caller_unsleep(call->c, call); /* the deadline guard */
+    if (call->sm.state == SL_CALL_DONE) {
         /* Cancelled while the answer was on its way: a slot goes back. */
         if (ev->kind == GCALL_EV_ACQUIRED && ev->grant) sl_settle(ev->grant, -1, SL_OUTCOME_CANCELLED, NULL, 0);
         ev->grant = NULL;
@@ -474,10 +563,7 @@ void gcall_answer(sl_call *call) {
 /* The deadline passed before the slot: the acquire is cancelled (its
  * reservation goes back, also when the answer is on its way). */
 static void acquire_too_late(sl_call *call) {
-    if (call->acq_pending && sl_cancel(call->c->gov, call->acq) == 0) {
-        call->acq_pending = 0;
-        gcall_unref(call);
-    }
+    gcall_sm_stop(&call->sm);
     end(call, SL_EDEADLINE, "deadline", "'%s': the deadline passed before the slot (reservation given back)",
         call->o.deployment);
 }
@@ -588,7 +674,8 @@ int sl_call_start(sl_caller *c, const sl_call_opts *opts, const sl_call_http *ht
     r->cls = -1;
     r->outcome = "error";
     call->t0 = sl_now_ms();
-    call->rng = call->o.seed ? call->o.seed : (uint64_t)call->t0 * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)call;
+    gcall_sm_init(&call->sm, &call_steps,
+                  call->o.seed ? call->o.seed : (uint64_t)call->t0 * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)call);
     int rc = bad ? SL_ENOMEM : sl_capture_new(call->o.max_body, &call->cap);
     if (rc == 0) {
         if (h.easy) call->easy = h.easy;
@@ -606,68 +693,40 @@ int sl_call_start(sl_caller *c, const sl_call_opts *opts, const sl_call_http *ht
     c->live = call;
     c->nlive++;
     if (out) *out = call;
-    step_acquire(call);
+    gcall_sm_go(&call->sm, SL_CALL_ACQUIRING);
     return 0;
 }
 
 void gcall_discard(sl_call *call) {
-    sl_caller *c = call->c;
-    switch (call->state) {
-    case SL_CALL_ACQUIRING:
-        /* 0: the answer will never come. Else it is on its way and is
-         * dropped (its grant given back) when it arrives. */
-        if (call->acq_pending && sl_cancel(c->gov, call->acq) == 0) {
-            call->acq_pending = 0;
-            gcall_unref(call);
-        }
-        break;
-    case SL_CALL_SENDING: abort_send(call); break;
-    default: /* ASKING: the answer is dropped when it comes; BACKOFF holds nothing */ break;
-    }
-    caller_unsleep(c, call); /* a backoff, or a deadline guard */
+    gcall_sm_stop(&call->sm);
+    caller_unsleep(call->c, call); /* a deadline guard */
     give_back(call);
     unlink_live(call);
     gcall_release(call);
-    call->state = SL_CALL_DONE;
     gcall_unref(call); /* the owner's: no completion */
 }
 
 int sl_call_cancel(sl_call *call, int mode) {
     if (!call || (mode != SL_CANCEL_NOW && mode != SL_CANCEL_AFTER_SEND)) return SL_EINVAL;
-    if (call->state == SL_CALL_DONE) return SL_EALREADY;
-    sl_caller *c = call->c;
-    const char *where = "";
-    switch (call->state) {
-    case SL_CALL_ACQUIRING:
-        if (call->acq_pending) {
-            where = "while waiting for a slot (the reservation went back)";
-            if (sl_cancel(c->gov, call->acq) == 0) {
-                call->acq_pending = 0;
-                gcall_unref(call);
-            }
-        } else {
-            where = "before sending (the slot went back)"; /* the prepare hook */
-            give_back(call);
-        }
-        break;
-    case SL_CALL_SENDING:
-        /* From the attempted hook the transfer is over: the same as
-         * letting it finish. */
-        if (mode == SL_CANCEL_AFTER_SEND || call->in_hook) {
-            call->stop_after_send = 1;
-            return 0;
-        }
-        if (abort_send(call)) {
-            call->rep.attempts++;
-            where = "mid-send (aborted; settled as failed: the provider may have counted it)";
-        } else {
-            where = "before the request went out (aborted; the slot went back)";
-        }
-        break;
-    case SL_CALL_ASKING: where = "while asking the fleet's retry budget"; break;
-    default:
-        where = "while waiting for the next attempt"; /* gcall_finish stops the wait */
-        break;
+    int state = call->sm.state;
+    if (state == SL_CALL_DONE) return SL_EALREADY;
+    /* From the attempted hook the transfer is over: the same as letting it
+     * finish. */
+    if (state == SL_CALL_SENDING && (mode == SL_CANCEL_AFTER_SEND || call->in_hook)) {
+        call->stop_after_send = 1;
+        return 0;
+    }
+    const char *where = state == SL_CALL_ACQUIRING
+                            ? (call->acq_pending ? "while waiting for a slot (the reservation went back)"
+                                                 : "before sending (the slot went back)") /* the prepare hook */
+                        : state == SL_CALL_ASKING ? "while asking the fleet's retry budget"
+                                                  : "while waiting for the next attempt";
+    gcall_sm_stop(&call->sm);
+    if (state == SL_CALL_SENDING && call->sent_some) {
+        call->rep.attempts++;
+        where = "mid-send (aborted; settled as failed: the provider may have counted it)";
+    } else if (state == SL_CALL_SENDING) {
+        where = "before the request went out (aborted; the slot went back)";
     }
     call->rep.outcome = "cancelled";
     snprintf(call->rep.message, sizeof(call->rep.message), "'%s': cancelled %s", call->o.deployment, where);
@@ -676,4 +735,4 @@ int sl_call_cancel(sl_call *call, int mode) {
     return 0;
 }
 
-int sl_call_state(const sl_call *call) { return call ? call->state : SL_EINVAL; }
+int sl_call_state(const sl_call *call) { return call ? call->sm.state : SL_EINVAL; }

@@ -6,7 +6,9 @@
  *             one timer heap for every call's waits, the hand-over of
  *             governor answers from the governor's thread, and the queue
  *             of completions delivered from the loop;
- *   gcall.c   one call's steps: acquire -> prepare -> send -> classify ->
+ *   gcall.c   the governed call's state machine (gcall_sm: one step
+ *             table, also run by the daemon's HTTP proxy) and sl_call's
+ *             steps on it: acquire -> prepare -> send -> classify ->
  *             settle -> backoff -> retry budget -> acquire again, and
  *             cancellation at each of them.
  * curl.c runs a caller in blocking mode for sl_curl_perform(): a private
@@ -29,6 +31,77 @@
 #include "curlm.h"
 #include "sluice.h"
 
+/* ---- the state machine ------------------------------------------------------------
+ * One governed call's steps, whoever governs it and however it sends:
+ * libsluice's sl_call (below: the governor's async API, libcurl on the
+ * caller's loop) and the daemon's HTTP proxy (agent/proxy_call.c: the
+ * engine, the client's request streamed back) both run on it. The
+ * machine holds the step a call is in and decides what comes next; its
+ * user's step table says how each step is done, and what it gives back
+ * when the call ends during it:
+ *   SL_CALL_ACQUIRING  ask for a slot; granted: gcall_sm_go(SENDING).
+ *   SL_CALL_SENDING    one attempt; a failure: gcall_sm_failed() decides
+ *                      whether another fits (sl_backoff_ms: retryable,
+ *                      attempts, the server's wait, the deadline), then
+ *                      gcall_sm_go(ASKING).
+ *   SL_CALL_ASKING     the fleet's retry budget; yes: gcall_sm_allowed()
+ *                      waits out the backoff decided, then ACQUIRING.
+ *   SL_CALL_BACKOFF    the user's one timer (steps->sleep); when it fires
+ *                      the user calls gcall_sm_wakeup(), which enters the
+ *                      step gcall_sm_pause() named.
+ * The outcome, the answer and the settle are the user's; the machine
+ * never ends a call itself. Times are sl_now_ms()'s clock. Loop thread
+ * only; no allocation. */
+typedef struct gcall_sm gcall_sm;
+
+typedef struct gcall_step {
+    /* Begins the step (NULL: nothing to do). Returns 0, or an error that
+     * gcall_sm_go() returns: the step did not begin, the user decides. */
+    int (*enter)(gcall_sm *m);
+    /* The call ends during the step: give back what it holds (NULL:
+     * nothing; a BACKOFF's timer is the machine's to stop). */
+    void (*stop)(gcall_sm *m);
+} gcall_step;
+
+typedef struct gcall_steps {
+    gcall_step step[SL_CALL_DONE]; /* by SL_CALL_*; BACKOFF's is the timer */
+    /* Arms the call's one timer for due (sl_now_ms() clock; -1 stops
+     * it). */
+    void (*sleep)(gcall_sm *m, int64_t due);
+} gcall_steps;
+
+struct gcall_sm {
+    const gcall_steps *steps;
+    int state;       /* SL_CALL_* */
+    int after;       /* what a BACKOFF leads to */
+    int retries;     /* retries the fleet allowed */
+    int64_t decided; /* when the last backoff was decided */
+    long long delay; /* that backoff */
+    uint64_t rng;    /* the backoff's jitter (splitmix64) */
+};
+
+void gcall_sm_init(gcall_sm *m, const gcall_steps *steps, uint64_t seed);
+/* Enters step state (its table row's enter); returns what enter returned. */
+int gcall_sm_go(gcall_sm *m, int state);
+/* Waits (BACKOFF) until due, then enters step then. */
+void gcall_sm_pause(gcall_sm *m, int64_t due, int then);
+/* The timer of a BACKOFF fired. */
+void gcall_sm_wakeup(gcall_sm *m);
+/* After a failed attempt (v its verdict, o the call's policy: attempts,
+ * backoff, retry_after_cap_ms, min_attempt_ms, deadline_ms): the delay
+ * before the next attempt (>= 0, kept for gcall_sm_allowed), or why there
+ * is none: SL_EFATAL (not retryable), SL_EATTEMPTS, SL_EDEADLINE (no time
+ * left, or the server's wait is beyond the cap). */
+long long gcall_sm_failed(gcall_sm *m, const sl_call_opts *o, const sl_verdict *v);
+/* The fleet's retry budget allowed the retry: counted, and the backoff
+ * decided by gcall_sm_failed runs (from when it was decided). */
+void gcall_sm_allowed(gcall_sm *m);
+/* Ends the call in whatever step it is: that step's stop (a BACKOFF's
+ * timer stopped); the state becomes SL_CALL_DONE. */
+void gcall_sm_stop(gcall_sm *m);
+
+/* ---- sl_call ------------------------------------------------------------------------- */
+
 /* What an answer from the governor's thread carries (copied there). */
 typedef enum gcall_ev_kind { GCALL_EV_ACQUIRED, GCALL_EV_RETRY } gcall_ev_kind;
 
@@ -47,9 +120,9 @@ struct sl_call {
     sl_call *evnext;      /* c->events */
     sl_call *donenext;    /* c->done */
     int refs;             /* under c->mu */
-    int state;            /* SL_CALL_* */
-    int after;            /* what a BACKOFF leads to: ACQUIRING or ASKING */
+    gcall_sm sm;          /* its step, retries and backoff */
     int stop_after_send;  /* SL_CANCEL_AFTER_SEND during a transfer */
+    int sent_some;        /* the aborted attempt had sent bytes (abort_send) */
     int cancelled;        /* sl_call_cancel() ended it */
     int in_hook;          /* a hook of this call is running */
     int acq_pending;      /* an acquire's answer is on its way */
@@ -69,12 +142,10 @@ struct sl_call {
     char *body;              /* own_easy's body */
     sl_capture *cap;
 
-    sl_call_id acq;  /* the pending acquire, for sl_cancel */
-    sl_grant *grant; /* held from the slot to the settle */
-    char member[72]; /* the deployment of the grant */
-    uint64_t rng;
-    int64_t t0, decided;   /* start; when the backoff was decided */
-    long long delay;       /* that backoff */
+    sl_call_id acq;        /* the pending acquire, for sl_cancel */
+    sl_grant *grant;       /* held from the slot to the settle */
+    char member[72];       /* the deployment of the grant */
+    int64_t t0;            /* start */
     int64_t unavail_since; /* the governor unreachable since, 0 */
     int64_t due;           /* its timer: a BACKOFF's end, or the deadline guard
                                     while it waits for the governor */
