@@ -262,8 +262,9 @@ end
 -- (jitter-reduced) burst B - J r is "big": it gets no tolerance, waits for
 -- a full bucket plus the jitter (tat + J) so that sends before it that
 -- start late cannot rob it, leaves the bucket in debt, and fences the slot
--- after it by J so that nothing can arrive before it. (reserve_one and its
--- private_scan compute this inline, with d.tol = B - J r, per item.)
+-- after it by J so that nothing can arrive before it. (reserve.lua's
+-- item_slot and private_scan compute this inline, with d.tol = B - J r,
+-- per item.)
 
 -- The refund bound's queue (see sl_dim_refund) gets one entry per send
 -- committed on the dimension: "s,K,C" with C the units granted before it

@@ -50,7 +50,8 @@
 -- state in one HSET, the grants in one HSET, the leases in one ZADD, each
 -- refund-bound queue in one RPUSH).
 
--- How far ahead a slot past the committed tail is granted (reserve_one):
+-- How far ahead a slot past the committed tail is granted (reserve_one's
+-- horizon):
 -- enough for the agents' next ask to arrive before the committed sends
 -- run out, as the learning horizon's default.
 local SL_CONV_LEAD_MS = 250
@@ -89,17 +90,15 @@ local function reserve_open(limits, st)
     to_midnight = false,  -- the next day's start less now (sl_day)
     private = {},       -- lane and tenant buckets, by their plan object
     private_used = {},  -- the private dimensions committed to (saved at close)
-    grants = {}, leases = {}, granted = 0, shed = 0, deferred = 0, wait = -1,
+    grants = {}, leases = {}, granted = 0, shed = 0, deferred = 0,
     slot_v = now, slot_s = now_s, lease_v = false, lease_s = false,
-    -- Calibrated estimates (common.lua, sl_cal): the ratio in force, the
-    -- learning state, and the raw input estimate of the item being
-    -- decided ('' when it teaches nothing), set per item by reserve_cal.
+    -- Calibrated estimates (common.lua, sl_cal): the ratio in force and
+    -- the learning state (each item's charge: item_charge).
     cal_r = 1, cal_learning = false, learn_h = sl_num(limits, 'estimate_learn_horizon_ms', -1),
-    cal_off = sl_num(limits, 'estimate_exact', 0) == 1, item_raw = '',
+    cal_off = sl_num(limits, 'estimate_exact', 0) == 1,
     -- Expected output (common.lua, sl_out_item): the ratio in force (false:
-    -- charge the max output) and the output charged to the item being
-    -- decided ('' when its max output).
-    out_r = false, item_out = '',
+    -- charge the max output).
+    out_r = false,
   }
   if not x.cal_off then x.cal_r, x.cal_learning = sl_cal(limits, st, now) end
   if limits.output_charge == 'expected' and sl_num(limits, 'otpm', 0) > 0 then
@@ -198,7 +197,7 @@ local function tenant_dims(x, T)
 end
 -- The earliest slot the private buckets p allow for an item of costs
 -- cost, and the fence a grant needs on them: the largest jitter of those
--- the item is "big" for (the same rule as reserve_one's for the shared
+-- the item is "big" for (the same rule as item_slot's for the shared
 -- ones).
 local function private_scan(p, cost)
   local s, maxj = -1e18, 0
@@ -244,44 +243,100 @@ local function lt_bump(o, k, v)
   c[k] = (c[k] or 0) + (v or 1)
 end
 
--- Decides one item on x: c the combined estimate, w the max wait, L and T
--- its lane and tenant (plan objects, nil without a plan), cost its cost by
--- SL_DIMS index, in_s and out_s the text of its input and max output for
--- the record (as sent: "i+o", or c for both), c_s the text of c when it
--- was sent as one number (nil: made here). quiet: a shed is not counted
--- (group mode's asks; the verdict the caller returns is counted by
--- reserve_count_shed). blocked: the verdicts of the deferred lane and
--- tenant classes so far (items of a class stay behind a deferred one).
--- Returns the verdict.
-local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s)
-  local now, dims, nd = x.now, x.dims, x.nd
-  -- OpenAI's combined tokens (tokens_rule max): the larger of the input
-  -- and the max output, where the parts are known (docs/providers.md).
-  if x.tmax and out_s ~= '' then
-    local o = tonumber(out_s) or cost[4]  -- the max output, whatever otpm charges
-    local m = cost[3] > o and cost[3] or o
-    if m ~= cost[2] then cost = {cost[1], m, cost[3], cost[4]} end
+-- An item as reserve_one decides it. One table per call (item_new), filled
+-- for each item by the plain path and for each ask by the group path, so
+-- that deciding an item makes no table but its verdict (and, when it is
+-- deferred first in its class, its lane's blocked list). Filled by the
+-- caller, as sent:
+--   c          the combined estimate (item_charge replaces it with the
+--              calibrated one)
+--   w          the max wait (ms)
+--   L, T       its lane and tenant (plan objects; false without a plan)
+--   cost       its cost by SL_DIMS index, {1, c, input, output} (the
+--              charged figures once item_charge has run)
+--   in_s, out_s  the text of its input and max output for the record (as
+--              sent: "i+o"; '' for both when c was sent as one number)
+--   c_s        the text of c when it was sent as one number (false: made
+--              when recorded)
+--   exact      counted exactly: charged as sent (vocab.h's EXACT marker)
+-- Set while it is decided:
+--   raw, out   item_charge's: the raw input estimate of an item that
+--              teaches ('' when it teaches nothing) and the output charged
+--              when below the max output ('' when the max), for the record
+--   wait       the wait to the slot found, for a dry run's reply (-1 when
+--              it was decided before a slot was looked for; set in a dry
+--              run only)
+--   ldims, tdims, in_share, vt, k, tau  item_plan's, for an item with a
+--              lane: its private buckets, whether it is within its
+--              tenant's share, and the fair share's figures
+local function item_new()
+  return {c = 0, w = 0, L = false, T = false, cost = {1, 0, 0, 0}, in_s = '', out_s = '', c_s = false,
+          exact = false, raw = '', out = '', wait = -1,
+          ldims = false, tdims = false, in_share = true, vt = false, k = false, tau = false}
+end
+
+-- The charge of the item it on x: its estimate calibrated (sl_cal_item:
+-- the ratio in force, unless the item or the deployment counts exactly),
+-- the output dimension's charge (the expected output of a split item: its
+-- max output known; the record keeps both, field 12), and OpenAI's
+-- combined tokens (tokens_rule max): the larger of the input and the max
+-- output, where the parts are known (docs/providers.md). Refills it.c,
+-- it.cost, it.in_s, it.c_s, it.raw and it.out; returns it.c.
+local function item_charge(x, it)
+  local cost, c0, is0, cs0 = it.cost, it.c, it.in_s, it.c_s
+  local c, ti, to, is, os, cs, raw = sl_cal_item(x.cal_r, c0, cost[3], cost[4], is0, it.out_s, cs0,
+                                                 it.exact or x.cal_off)
+  -- Written when calibrated (sl_cal_item gives the rest back as given;
+  -- the parts change only with c).
+  if c ~= c0 then
+    it.c = c
+    cost[2], cost[3], cost[4] = c, ti, to
   end
-  local verdict
-  x.wait = -1  -- the wait to the slot found, for a dry run's reply
-  -- One pass over the dimensions: whether the item can ever fit, its
-  -- earliest slot on each (common.lua, "Earliest time a send of cost c
-  -- conforms", inlined: this is the per-item path), and the fence after
-  -- it (the largest jitter of those it is big for). The slot: the latest
-  -- of now, the previous slot (slots stay monotone, which the refund bound
-  -- relies on), the pause and each dimension.
-  local too_large = (x.tpd > 0 and c > x.tpd) or (T and T.ctpm > 0 and c > T.ctpm) or (T and T.daily > 0 and c > T.daily)
+  if cs ~= cs0 then it.c_s = cs or false end
+  if is ~= is0 then it.in_s = is end
+  it.raw = raw
+  local out = ''
+  if x.out_r and os ~= '' then
+    local k = sl_out_item(x.out_r, to)
+    if k < to then
+      cost[4] = k
+      out = string.format('%d', k)
+    end
+  end
+  it.out = out
+  if x.tmax and os ~= '' then
+    local o = tonumber(os) or cost[4]  -- the max output, whatever otpm charges
+    -- The tokens dimension's cost only: c stays the combined estimate.
+    cost[2] = cost[3] > o and cost[3] or o
+  end
+  return c
+end
+
+-- The slot of an item of costs cost on x: one pass over the dimensions
+-- (common.lua, "Earliest time a send of cost c conforms", inlined: this is
+-- the per-item path). Returns
+--   s       the earliest slot: the latest of now, the previous slot (slots
+--           stay monotone, which the refund bound relies on), the pause
+--           and each dimension
+--   reason  why it is not sooner (while the provider's pause lasts, the
+--           pause: the schedule behind it is the backlog the pause shifted)
+--   maxj    the fence after it: the largest jitter of the dimensions it is
+--           big for
+--   conv    the earliest committed tail of the dimensions whose TAT
+--           reaches more than a burst past it (debt a rate decrease
+--           converted, see reserve_one), or false
+--   big     whether its cost on a token dimension is above that
+--           dimension's limit (it can never fit: item_health)
+local function item_slot(x, cost)
+  local now, dims = x.now, x.dims
   local paused_until = x.paused_until
-  local s, reason, maxj = now, 'rpm', 0
+  local s, reason, maxj, conv, big = now, 'rpm', 0, false, false
   if paused_until > s then s, reason = paused_until, 'paused' end
   if x.last_slot > s then s, reason = x.last_slot, 'rpm' end
-  -- conv: the earliest committed tail of the dimensions whose TAT reaches
-  -- more than a burst past it (debt a rate decrease converted, see below).
-  local conv = false
-  for j = 1, nd do
+  for j = 1, x.nd do
     local d = dims[j]
     local cd = cost[d.i]
-    if cd > d.per and j > 1 then too_large = true end
+    if cd > d.per and j > 1 then big = true end
     local cg = d.cg
     if cg < now then cg = now end
     if d.tat - cg > d.burst / d.r and (not conv or cg < conv) then conv = cg end
@@ -295,82 +350,276 @@ local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s
     end
     if e > s then s, reason = e, d.spec.reason end
   end
+  if paused_until > now then reason = 'paused' end
+  return s, reason, maxj, conv, big
+end
+
+-- The health of the deployment and the item's admission, before its slot
+-- counts: the verdict of an item that is not granted whatever its slot, or
+-- nil. A shed (too_large, quota, breaker, daily, tenant_daily,
+-- concurrency), or the verdict of the deferred item of its lane and tenant
+-- class it stays behind (bl: its lane's blocked verdicts by tenant). c
+-- and T: the item's charged estimate and tenant; big: item_slot's; daily:
+-- the day's usage when it counts this item.
+local function item_health(x, c, T, big, bl, daily)
+  local now = x.now
+  if big or (x.tpd > 0 and c > x.tpd) or (T and T.ctpm > 0 and c > T.ctpm) or (T and T.daily > 0 and c > T.daily) then
+    return sl_verdict(SL_SHED, 'too_large', -1)
+  elseif x.quota_until > now then
+    return sl_verdict(SL_SHED, 'quota', math.max(1, sl_ceil(x.quota_until - now)))
+  elseif x.bstate == 'open' then
+    return sl_verdict(SL_SHED, 'breaker', math.max(1, sl_ceil(x.bopen_until - now)))
+  elseif x.bstate == 'half_open' and x.probe_out then
+    return sl_verdict(SL_SHED, 'breaker', x.probe_hint)
+  elseif bl and bl[T] then
+    -- Items of one lane and tenant stay in order: behind a deferred one.
+    return bl[T]
+  elseif daily and ((x.rpd > 0 and daily.requests + 1 > x.rpd) or (x.tpd > 0 and daily.tokens + c > x.tpd)) then
+    return sl_verdict(SL_SHED, 'daily', x.to_midnight)
+  elseif T and T.daily > 0 and sl_num(daily, 't.' .. T.name .. '.tokens', 0) + c > T.daily then
+    return sl_verdict(SL_SHED, 'tenant_daily', x.to_midnight)
+  elseif x.maxc > 0 and x.active >= x.maxc then
+    return sl_verdict(SL_SHED, 'concurrency', math.max(1, sl_ceil(x.interval_ms)))
+  end
+  return nil
+end
+
+-- The plan of an item with a lane (lanes and tenants, sl_plan): its
+-- lane's and tenant's private buckets, its tenant's fair share, and its
+-- horizon. s, reason and maxj are the slot so far (item_slot), which the
+-- private buckets may move. Keeps in it what the deferral and the grant
+-- need (ldims, tdims, in_share, vt, k, tau). Returns the slot, its reason,
+-- the fence and the horizon.
+local function item_plan(x, it, s, reason, maxj)
+  local L, T, cost, w = it.L, it.T, it.cost, it.w
+  local ldims, tdims = lane_dims(x, L), tenant_dims(x, T)
+  local shared = s
+  local e1, j1 = private_scan(ldims, cost)
+  local e2, j2 = private_scan(tdims, cost)
+  if e1 > s then s, reason = e1, 'lane' end
+  if e2 > s then s, reason = e2, 'ceiling' end
+  if j1 > maxj then maxj = j1 end
+  if j2 > maxj then maxj = j2 end
+  local in_share, vt, k, tau, lag = true, false, false, false, nil
+  local fair = x.fair
+  if fair then
+    -- The deployment time the send occupies: its largest share of a
+    -- dimension (dominant-resource style).
+    local dims = x.dims
+    k = 0
+    for j = 1, x.nd do
+      local d = dims[j]
+      if cost[d.i] / d.r > k then k = cost[d.i] / d.r end
+    end
+    tau = fair.tau
+    if not tau then
+      tau = (x.req.share_burst or x.req.burst) / x.req.r / fair.w
+      fair.tau = tau
+    end
+    vt = tenant_vt(x, T)
+    lag = fair.v + (s - fair.at) / fair.w + tau - vt
+    in_share = lag >= 0
+  end
+  -- An item held back by its own bucket or beyond its share may only
+  -- take capacity that is free about now (its lane's excess horizon):
+  -- reserving further ahead would fence the shared schedule. Within
+  -- their shares, the tenant further behind sees a slot first: its
+  -- horizon grows with its lag, from the excess horizon at the edge
+  -- of its share to the lane's at a full burst behind (start-time
+  -- fair queueing, with agents asking in lag order).
+  local horizon
+  if in_share and s <= shared then
+    horizon = L.in_h
+    if fair and L.in_h > L.ex_h then
+      horizon = L.ex_h + (L.in_h - L.ex_h) * math.min(1, lag / tau)
+    end
+  else
+    horizon = L.ex_h
+  end
+  if horizon < 0 or horizon > w then horizon = w end
+  it.ldims, it.tdims, it.in_share, it.vt, it.k, it.tau = ldims or false, tdims or false, in_share, vt, k, tau
+  return s, reason, maxj, horizon
+end
+
+-- The deferral of an item whose slot is beyond its horizon by ask ms:
+-- it asks again then, or sooner when the committed sends run out first
+-- (conv: item_slot's) or when it comes within its tenant's share. reason:
+-- why the slot is not sooner (item_slot, item_plan). Returns the verdict.
+local function item_defer(x, it, ask, reason, conv)
+  local now = x.now
+  if conv then
+    local lead = conv - now - SL_CONV_LEAD_MS
+    if lead >= SL_CONV_LEAD_MS and lead < ask then ask = lead end
+  end
+  local why = reason
+  if it.L and not it.in_share then
+    why = 'share'
+    -- The item is within its share for slots from s_in on, which it
+    -- reaches by the time s_in at the latest.
+    local fair = x.fair
+    local s_in = fair.at + fair.w * (it.vt - it.tau - fair.v)
+    if s_in - now < ask then ask = s_in - now end
+  end
+  return sl_verdict(SL_DEFER, why, math.max(1, sl_ceil(ask)))
+end
+
+-- A grant's part in the plan of an item with a lane: the send committed on
+-- its private buckets, its tenant's virtual finish moved on (within its
+-- share) or its excess counted, its tenant's daily tokens (c its charged
+-- estimate; daily: the day's usage), the lane's and tenant's counts.
+local function plan_grant(x, it, c, s, daily)
+  local L, T, cost = it.L, it.T, it.cost
+  private_commit(x, it.ldims, cost, s)
+  private_commit(x, it.tdims, cost, s)
+  local fair = x.fair
+  if fair then
+    if it.in_share then
+      local v = fair.v + (s - fair.at) / fair.w  -- V(s)
+      local vt = it.vt
+      if vt > v then v = vt end
+      -- As stored (3 decimals): the next grant of the tenant reads
+      -- what a later call would read.
+      T.vt = tonumber(sl_fmt(v + it.k / T.w))
+      T.vt_dirty = true
+    else
+      lt_bump(T, 'excess_total')
+    end
+  end
+  if T.daily > 0 then
+    local f = 't.' .. T.name .. '.tokens'
+    daily[f] = sl_num(daily, f, 0) + c
+  end
+  if L.name ~= '' then lt_bump(L, 'granted_total') end
+  local tc = T.counts
+  if not tc then tc = {}; T.counts = tc end
+  tc.granted_total = (tc.granted_total or 0) + 1
+  tc.tokens_total = (tc.tokens_total or 0) + c
+end
+
+-- Grants the item it (c its charged estimate) on x at slot s (wait ms
+-- ahead) with the fence maxj after it: its record, the send committed on
+-- each dimension (and on its lane's and tenant's, plan_grant), its lease,
+-- the day's usage (daily, when it counts it), and the breaker's probe
+-- while half-open. Returns the verdict.
+local function item_grant(x, it, c, s, maxj, wait, daily)
+  local now, dims, cost = x.now, x.dims, it.cost
+  -- The grant record (settle reads it): each dimension's cost and the
+  -- units granted before it (for a cancel's refund bound, see
+  -- sl_dim_refund), so made before the send is committed:
+  -- tokens,slot,reserved,creq,ctok,tenant,input,output[,cin,cout] (cin
+  -- and cout only on a deployment with input or output tokens: settle
+  -- reads them as 0 when absent), then the raw input estimate of an item
+  -- that teaches (settle learns the provider's count / it, field 11) and
+  -- the output the output dimension charged, when below the max output
+  -- (field 12: only on a deployment with output tokens).
+  local dim_of = x.dim_of
+  local b1 = dims[1].granted
+  local dt, di, dout = dim_of[2], dim_of[3], dim_of[4]
+  local b2 = dt and dt.granted or 0
+  local b3 = di and di.granted or 0
+  local b4 = dout and dout.granted or 0
+  local L = it.L
+  local tname = L and it.T.name or ''
+  local in_s, out_s = it.in_s, it.out_s
+  -- The numbers take the text tostring() gives them (%.14g: all the
+  -- digits of an integer below 1e14); made with %d (much cheaper than
+  -- tostring's %g) while they are integers below that, as they are
+  -- (costs are whole units). The estimate as sent when it was one
+  -- number; the slot with 3 decimals, made once for the slots that
+  -- repeat (every grant of a call at now while the budget is
+  -- plentiful).
+  if s ~= x.slot_v then x.slot_v, x.slot_s = s, sl_fmt(s) end
+  local rec
+  if x.int_ok and c + b1 + b2 + b3 + b4 < 1e14 then
+    rec = (it.c_s or string.format('%d', c)) .. ',' .. x.slot_s .. ',' .. x.now_s .. ',' .. string.format('%d,%d', b1, b2)
+          .. ',' .. tname .. ',' .. in_s .. ',' .. out_s
+    if di or dout then rec = rec .. ',' .. string.format('%d,%d', b3, b4) end
+  else
+    rec = c .. ',' .. x.slot_s .. ',' .. x.now_s .. ',' .. b1 .. ',' .. b2 .. ',' .. tname .. ',' .. in_s .. ',' .. out_s
+    if di or dout then rec = rec .. ',' .. b3 .. ',' .. b4 end
+  end
+  local raw, out = it.raw, it.out
+  if raw ~= '' or out ~= '' then
+    if di or dout then rec = rec .. ',' .. raw else rec = rec .. ',,,' .. raw end
+    if out ~= '' then rec = rec .. ',' .. out end
+  end
+  -- Commit on each dimension: TAT moves on by the cost at the rate (from
+  -- the slot if it is later); the send is recorded for the refund bound's
+  -- queue (sl_dim_flush, at close).
+  local q = x.nq + 1
+  x.nq = q
+  x.qs[q] = s
+  for j = 1, x.nd do
+    local d = dims[j]
+    local cd = cost[d.i]
+    local base = d.tat
+    if s > base then base = s end
+    d.tat = base + cd / d.r
+    sl_dim_commit(d, now, s, cd / d.r)
+    d.qc[q] = d.granted
+    d.granted = d.granted + cd
+  end
+  x.last_slot = s + maxj
+  local id = x.next_id + 1
+  x.next_id = id
+  if L then plan_grant(x, it, c, s, daily) end
+  local grants, leases = x.grants, x.leases
+  local g = 2 * x.granted
+  grants[g + 1] = id
+  grants[g + 2] = rec
+  -- The lease's expiry in whole ms (rounded up: never earlier), as text
+  -- made in Lua (%d is cheap; a number would be formatted %.17g by Redis
+  -- and parsed back).
+  if s ~= x.lease_v then x.lease_v, x.lease_s = s, string.format('%d', math.ceil(s + x.lease_ms)) end
+  leases[g + 1] = x.lease_s
+  leases[g + 2] = id
+  x.active = x.active + 1
+  if daily then
+    daily.requests = daily.requests + 1
+    daily.tokens = daily.tokens + c
+    x.daily_dirty = true
+  end
+  local verdict = sl_verdict(SL_GRANT, id, math.ceil(wait - 1e-6), c)
+  if x.bstate == 'half_open' then
+    x.probe_out = true
+    sl_set(x.st, 'breaker_probe', tostring(id))
+    x.counts.breaker_probes_total = (x.counts.breaker_probes_total or 0) + 1
+  end
+  return verdict
+end
+
+-- Decides the item it (item_new) on x: its charge (item_charge), its slot
+-- (item_slot), the deployment's health and the item's admission
+-- (item_health), its plan (item_plan, or the plain horizon), then a shed,
+-- a deferral (item_defer) or a grant (item_grant); and counts the verdict.
+-- quiet: a shed is not counted (group mode's asks; the verdict the caller
+-- returns is counted by reserve_count_shed). blocked: the verdicts of the
+-- deferred lane and tenant classes so far, by lane then tenant (items of
+-- a class stay behind a deferred one; nil without a plan). Returns the
+-- verdict.
+local function reserve_one(x, it, quiet, blocked)
+  local c = item_charge(x, it)
+  -- The wait to the slot found is only read by a dry run.
+  if SL_DRY then it.wait = -1 end
+  local s, reason, maxj, conv, big = item_slot(x, it.cost)
+  local L, T = it.L, it.T
   local bl = L and blocked[L]
   -- The day's usage counts this item when the deployment has daily limits
   -- or its tenant daily tokens (or, in one plain call, any item's tenant).
   local daily = (x.daily_on or (T and T.daily > 0)) and reserve_daily(x) or nil
-  if too_large then
-    verdict = sl_verdict(SL_SHED, 'too_large', -1)
-  elseif x.quota_until > now then
-    verdict = sl_verdict(SL_SHED, 'quota', math.max(1, sl_ceil(x.quota_until - now)))
-  elseif x.bstate == 'open' then
-    verdict = sl_verdict(SL_SHED, 'breaker', math.max(1, sl_ceil(x.bopen_until - now)))
-  elseif x.bstate == 'half_open' and x.probe_out then
-    verdict = sl_verdict(SL_SHED, 'breaker', x.probe_hint)
-  elseif bl and bl[T] then
-    -- Items of one lane and tenant stay in order: behind a deferred one.
-    verdict = bl[T]
-  elseif daily and ((x.rpd > 0 and daily.requests + 1 > x.rpd) or (x.tpd > 0 and daily.tokens + c > x.tpd)) then
-    verdict = sl_verdict(SL_SHED, 'daily', x.to_midnight)
-  elseif T and T.daily > 0 and sl_num(daily, 't.' .. T.name .. '.tokens', 0) + c > T.daily then
-    verdict = sl_verdict(SL_SHED, 'tenant_daily', x.to_midnight)
-  elseif x.maxc > 0 and x.active >= x.maxc then
-    verdict = sl_verdict(SL_SHED, 'concurrency', math.max(1, sl_ceil(x.interval_ms)))
-  else
-    -- While the provider's pause lasts, the pause is the reason: the
-    -- schedule behind it is the backlog the pause shifted.
-    if paused_until > now then reason = 'paused' end
-    -- Lanes and tenants: private buckets, the share, and the horizon.
-    local horizon, in_share, ldims, tdims, vt, k, tau, lag = w, true, nil, nil, nil, nil, nil, nil
-    local fair = x.fair
-    -- A deployment's horizon (horizon_ms): slots no further ahead than
-    -- this; beyond, the item is deferred and asks again when it is near.
-    if x.plain_h >= 0 and x.plain_h < horizon then horizon = x.plain_h end
-    -- Learning the estimate's ratio (sl_cal): an item that teaches is
-    -- granted just in time, so the first settles' news reaches the rest.
-    if x.cal_learning and x.item_raw ~= '' and x.learn_h >= 0 and x.learn_h < horizon then horizon = x.learn_h end
+  local verdict = item_health(x, c, T, big, bl, daily)
+  if not verdict then
+    local w, horizon = it.w, nil
     if L then
-      ldims, tdims = lane_dims(x, L), tenant_dims(x, T)
-      local shared = s
-      local e1, j1 = private_scan(ldims, cost)
-      local e2, j2 = private_scan(tdims, cost)
-      if e1 > s then s, reason = e1, 'lane' end
-      if e2 > s then s, reason = e2, 'ceiling' end
-      if j1 > maxj then maxj = j1 end
-      if j2 > maxj then maxj = j2 end
-      if fair then
-        -- The deployment time the send occupies: its largest share of a
-        -- dimension (dominant-resource style).
-        k = 0
-        for j = 1, nd do
-          local d = dims[j]
-          if cost[d.i] / d.r > k then k = cost[d.i] / d.r end
-        end
-        tau = fair.tau
-        if not tau then
-          tau = (x.req.share_burst or x.req.burst) / x.req.r / fair.w
-          fair.tau = tau
-        end
-        vt = tenant_vt(x, T)
-        lag = fair.v + (s - fair.at) / fair.w + tau - vt
-        in_share = lag >= 0
-      end
-      -- An item held back by its own bucket or beyond its share may only
-      -- take capacity that is free about now (its lane's excess horizon):
-      -- reserving further ahead would fence the shared schedule. Within
-      -- their shares, the tenant further behind sees a slot first: its
-      -- horizon grows with its lag, from the excess horizon at the edge
-      -- of its share to the lane's at a full burst behind (start-time
-      -- fair queueing, with agents asking in lag order).
-      if in_share and s <= shared then
-        horizon = L.in_h
-        if fair and L.in_h > L.ex_h then
-          horizon = L.ex_h + (L.in_h - L.ex_h) * math.min(1, lag / tau)
-        end
-      else
-        horizon = L.ex_h
-      end
-      if horizon < 0 or horizon > w then horizon = w end
+      s, reason, maxj, horizon = item_plan(x, it, s, reason, maxj)
+    else
+      -- A deployment's horizon (horizon_ms): slots no further ahead than
+      -- this; beyond, the item is deferred and asks again when it is near.
+      horizon = w
+      if x.plain_h >= 0 and x.plain_h < horizon then horizon = x.plain_h end
+      -- Learning the estimate's ratio (sl_cal): an item that teaches is
+      -- granted just in time, so the first settles' news reaches the rest.
+      if x.cal_learning and it.raw ~= '' and x.learn_h >= 0 and x.learn_h < horizon then horizon = x.learn_h end
     end
     -- Debt a rate decrease converted (common.lua, sl_rate_changed) is a
     -- bet that the lower rate lasts; a slot beyond it granted now would
@@ -383,134 +632,18 @@ local function reserve_one(x, c, w, L, T, cost, quiet, blocked, in_s, out_s, c_s
     -- its slot. A persistent cut costs nothing (the same slots, one or two
     -- more asks per class); a transient one no longer costs the backlog.
     if conv and horizon > SL_CONV_LEAD_MS then horizon = SL_CONV_LEAD_MS end
-    local wait = s - now
-    x.wait = sl_ceil(wait)
+    local wait = s - x.now
+    if SL_DRY then it.wait = sl_ceil(wait) end
     if wait > w then
       verdict = sl_verdict(SL_SHED, reason, math.max(1, sl_ceil(wait - w)))
     elseif wait > horizon + 1e-6 then
-      local ask = wait - horizon
-      if conv then
-        local lead = conv - now - SL_CONV_LEAD_MS
-        if lead >= SL_CONV_LEAD_MS and lead < ask then ask = lead end
-      end
-      local why = reason
-      if not in_share then
-        why = 'share'
-        -- The item is within its share for slots from s_in on, which it
-        -- reaches by the time s_in at the latest.
-        local s_in = fair.at + fair.w * (vt - tau - fair.v)
-        if s_in - now < ask then ask = s_in - now end
-      end
-      verdict = sl_verdict(SL_DEFER, why, math.max(1, sl_ceil(ask)))
+      verdict = item_defer(x, it, wait - horizon, reason, conv)
       if L then
         if not bl then bl = {}; blocked[L] = bl end
         bl[T] = verdict
       end
     else
-      -- The record keeps each dimension's cost and the units granted
-      -- before it (for a cancel's refund bound, see sl_dim_refund):
-      -- tokens,slot,reserved,creq,ctok,tenant,input,output[,cin,cout]
-      -- (cin and cout only on a deployment with input or output tokens:
-      -- settle reads them as 0 when absent).
-      local dim_of = x.dim_of
-      local b1 = dims[1].granted
-      local dt, di, dout = dim_of[2], dim_of[3], dim_of[4]
-      local b2 = dt and dt.granted or 0
-      local b3 = di and di.granted or 0
-      local b4 = dout and dout.granted or 0
-      -- Commit on each dimension: TAT moves on by the cost at the rate
-      -- (from the slot if it is later); the send is recorded for the
-      -- refund bound's queue (sl_dim_flush, at close).
-      local q = x.nq + 1
-      x.nq = q
-      x.qs[q] = s
-      for j = 1, nd do
-        local d = dims[j]
-        local cd = cost[d.i]
-        local base = d.tat
-        if s > base then base = s end
-        d.tat = base + cd / d.r
-        sl_dim_commit(d, now, s, cd / d.r)
-        d.qc[q] = d.granted
-        d.granted = d.granted + cd
-      end
-      x.last_slot = s + maxj
-      local id = x.next_id + 1
-      x.next_id = id
-      local tname = ''
-      if L then
-        private_commit(x, ldims, cost, s)
-        private_commit(x, tdims, cost, s)
-        if fair then
-          if in_share then
-            local v = fair.v + (s - fair.at) / fair.w  -- V(s)
-            if vt > v then v = vt end
-            -- As stored (3 decimals): the next grant of the tenant reads
-            -- what a later call would read.
-            T.vt = tonumber(sl_fmt(v + k / T.w))
-            T.vt_dirty = true
-          else
-            lt_bump(T, 'excess_total')
-          end
-        end
-        if T.daily > 0 then
-          local f = 't.' .. T.name .. '.tokens'
-          daily[f] = sl_num(daily, f, 0) + c
-        end
-        tname = T.name
-        if L.name ~= '' then lt_bump(L, 'granted_total') end
-        local tc = T.counts
-        if not tc then tc = {}; T.counts = tc end
-        tc.granted_total = (tc.granted_total or 0) + 1
-        tc.tokens_total = (tc.tokens_total or 0) + c
-      end
-      -- The numbers take the text tostring() gives them (%.14g: all the
-      -- digits of an integer below 1e14); made with %d (much cheaper than
-      -- tostring's %g) while they are integers below that, as they are
-      -- (costs are whole units). The estimate as sent when it was one
-      -- number; the slot with 3 decimals, made once for the slots that
-      -- repeat (every grant of a call at now while the budget is
-      -- plentiful).
-      if s ~= x.slot_v then x.slot_v, x.slot_s = s, sl_fmt(s) end
-      local rec
-      if x.int_ok and c + b1 + b2 + b3 + b4 < 1e14 then
-        rec = (c_s or string.format('%d', c)) .. ',' .. x.slot_s .. ',' .. x.now_s .. ',' .. string.format('%d,%d', b1, b2)
-              .. ',' .. tname .. ',' .. in_s .. ',' .. out_s
-        if di or dout then rec = rec .. ',' .. string.format('%d,%d', b3, b4) end
-      else
-        rec = c .. ',' .. x.slot_s .. ',' .. x.now_s .. ',' .. b1 .. ',' .. b2 .. ',' .. tname .. ',' .. in_s .. ',' .. out_s
-        if di or dout then rec = rec .. ',' .. b3 .. ',' .. b4 end
-      end
-      -- The raw input estimate (before calibration) of an item that
-      -- teaches: settle learns the provider's count / it (field 11); the
-      -- output the output dimension charged, when below the max output
-      -- (field 12: only on a deployment with output tokens).
-      if x.item_raw ~= '' or x.item_out ~= '' then
-        if di or dout then rec = rec .. ',' .. x.item_raw else rec = rec .. ',,,' .. x.item_raw end
-        if x.item_out ~= '' then rec = rec .. ',' .. x.item_out end
-      end
-      local grants, leases = x.grants, x.leases
-      local g = 2 * x.granted
-      grants[g + 1] = id
-      grants[g + 2] = rec
-      -- The lease's expiry in whole ms (rounded up: never earlier), as
-      -- text made in Lua (%d is cheap; a number would be formatted %.17g
-      -- by Redis and parsed back).
-      if s ~= x.lease_v then x.lease_v, x.lease_s = s, string.format('%d', math.ceil(s + x.lease_ms)) end
-      leases[g + 1] = x.lease_s
-      leases[g + 2] = id
-      x.active = x.active + 1
-      if daily then
-        daily.requests = daily.requests + 1
-        daily.tokens = daily.tokens + c
-        x.daily_dirty = true
-      end
-      verdict = sl_verdict(SL_GRANT, id, math.ceil(wait - 1e-6), c)
-      if x.bstate == 'half_open' then
-        x.probe_out = true
-        sl_set(x.st, 'breaker_probe', tostring(id))
-        x.counts.breaker_probes_total = (x.counts.breaker_probes_total or 0) + 1
-      end
+      verdict = item_grant(x, it, c, s, maxj, wait, daily)
     end
   end
   local kind = verdict[1]
@@ -543,27 +676,6 @@ local function reserve_count_shed(x, lane, tenant, reason)
 end
 
 -- Writes back everything x decided.
--- Calibrates an item's estimate on x (sl_cal_item: the ratio in force,
--- unless the item or the deployment counts exactly) and decides it
--- (reserve_one). cost is refilled with the charged figures.
-local function reserve_cal(x, c, w, L, T, cost, quiet, blocked, is, os, cs, exact)
-  local ti, to, raw = cost[3], cost[4], ''
-  c, ti, to, is, os, cs, raw = sl_cal_item(x.cal_r, c, ti, to, is, os, cs, exact or x.cal_off)
-  x.item_raw = raw
-  cost[2], cost[3], cost[4] = c, ti, to
-  -- The output dimension's charge: the expected output of a split item
-  -- (its max output known; the record keeps both, field 12).
-  x.item_out = ''
-  if x.out_r and os ~= '' then
-    local k = sl_out_item(x.out_r, to)
-    if k < to then
-      cost[4] = k
-      x.item_out = string.format('%d', k)
-    end
-  end
-  return reserve_one(x, c, w, L, T, cost, quiet, blocked, is, os, cs)
-end
-
 local function reserve_close(x)
   local st, now, dims = x.st, x.now, x.dims
   if x.day_changed then redis.call('DEL', KEYS[7]) end
@@ -697,7 +809,9 @@ local function reserve_group()
       end
       orders[o] = order
     end
-    items[i] = {c, w, ARGV[b + 3], ARGV[b + 4], order, {1, c, ti, to}, is, os, (os == '' and not exact) and a or nil, exact}
+    -- The item as sent (each ask fills the item decided from it).
+    items[i] = {c = c, w = w, lane = ARGV[b + 3], tenant = ARGV[b + 4], order = order, ti = ti, to = to, in_s = is,
+                out_s = os, c_s = (os == '' and not exact) and a or false, exact = exact}
   end
   -- Every member's keys and limits are checked before anything is
   -- decided; its state is loaded when an item first asks it, once.
@@ -727,28 +841,31 @@ local function reserve_group()
 
   local now_us, last_wait
   local reply = {}
+  local dec = item_new()  -- the item decided, filled per ask
   -- One ask of member j for item it, as a plain reserve of this one item
   -- would decide it (quiet: its shed is not counted).
   local function ask(j, it, wait)
     local x = ctx(j)
     if not now_us then now_us = x.now_us end
-    local L, T, blocked
+    local L, T, blocked = false, false, nil
     local plan = x.plan
     if plan then
-      L, T = sl_plan_lane(plan, it[3]), sl_plan_tenant(plan, it[4])
+      L, T = sl_plan_lane(plan, it.lane), sl_plan_tenant(plan, it.tenant)
       if plan.fair then x.fair = sl_fair_open(plan, x.st, x.now, {[T.name] = true}) end
       blocked = {}
     end
-    -- Calibrated per member (each learns its own ratio): a copy of the
-    -- item's cost, so the next member starts from the estimate as sent.
-    local cost = it[6]
-    local v = reserve_cal(x, it[1], wait, L, T, {1, cost[2], cost[3], cost[4]}, true, blocked, it[7], it[8], it[9], it[10])
-    last_wait = x.wait
+    -- Calibrated per member (each learns its own ratio): filled from the
+    -- item as sent, so the next member starts from the estimate as sent.
+    local d, cost = dec, dec.cost
+    d.c, d.w, d.L, d.T, d.in_s, d.out_s, d.c_s, d.exact = it.c, wait, L, T, it.in_s, it.out_s, it.c_s, it.exact
+    cost[2], cost[3], cost[4] = it.c, it.ti, it.to
+    local v = reserve_one(x, d, true, blocked)
+    last_wait = d.wait
     return v
   end
   for i = 1, n do
     local it = items[i]
-    local w, lane, tenant, order = it[2], it[3], it[4], it[5]
+    local w, lane, tenant, order = it.w, it.lane, it.tenant, it.order
     local ws = math.min(spill, w)
     local tries = policy == 'priority' and #order or 1
     local first, best, best_s, soon, res
@@ -832,9 +949,9 @@ end
 
 local x = reserve_open(limits, st)
 local out = {}
--- The item's cost by SL_DIMS index, one table refilled per item (reserve_one
--- only reads it while it decides).
-local cost = {1, 0, 0, 0}
+-- The item decided, one table filled per item (item_new).
+local it = item_new()
+local cost = it.cost
 local DW = {}  -- a dry run: each item's wait to its slot
 local plan = x.plan
 if plan then
@@ -851,15 +968,18 @@ if plan then
   if plan.fair then x.fair = sl_fair_open(plan, st, x.now, names) end
   local blocked = {}
   for i = 1, n do
+    it.L, it.T = LS[i], TS[i]
+    it.c, it.w, it.in_s, it.out_s, it.c_s, it.exact = C[i], W[i], IN[i], OUT[i], CS[i] or false, EX[i]
     cost[2], cost[3], cost[4] = C[i], TI[i], TO[i]
-    out[5 + i] = reserve_cal(x, C[i], W[i], LS[i], TS[i], cost, false, blocked, IN[i], OUT[i], CS[i], EX[i])
-    if SL_DRY then DW[i] = x.wait end
+    out[5 + i] = reserve_one(x, it, false, blocked)
+    if SL_DRY then DW[i] = it.wait end
   end
 else
   for i = 1, n do
+    it.c, it.w, it.in_s, it.out_s, it.c_s, it.exact = C[i], W[i], IN[i], OUT[i], CS[i] or false, EX[i]
     cost[2], cost[3], cost[4] = C[i], TI[i], TO[i]
-    out[5 + i] = reserve_cal(x, C[i], W[i], nil, nil, cost, false, nil, IN[i], OUT[i], CS[i], EX[i])
-    if SL_DRY then DW[i] = x.wait end
+    out[5 + i] = reserve_one(x, it, false, nil)
+    if SL_DRY then DW[i] = it.wait end
   end
 end
 if SL_DRY then
