@@ -44,7 +44,7 @@ static __thread char t_why[512];
     } while (0)
 
 typedef struct verdict {
-    int granted;
+    int granted, deferred; /* a deferral (kind 2) is neither granted nor shed */
     long long id, wait_ms, tokens, retry_after_ms;
     char reason[32];
 } verdict;
@@ -73,7 +73,9 @@ static double reserve(redisContext *c, const char *dep, int n, const long long *
     for (int i = 0; i < n; i++) {
         redisReply *it = r->element[5 + i];
         memset(&out[i], 0, sizeof(out[i]));
-        out[i].granted = (int)it->element[0]->integer;
+        long long kind = it->element[0]->integer;
+        out[i].granted = kind == 1;
+        out[i].deferred = kind == 2;
         if (out[i].granted) {
             CHECK(it->elements == 4, "reserve: a grant of %zu elements", it->elements);
             out[i].id = it->element[1]->integer;
@@ -82,7 +84,8 @@ static double reserve(redisContext *c, const char *dep, int n, const long long *
             CHECK(out[i].wait_ms >= 0 && out[i].wait_ms <= maxwait[i], "reserve: a wait of %lld ms, max wait %lld",
                   out[i].wait_ms, maxwait[i]);
         } else {
-            CHECK(it->elements == 3, "reserve: a shed of %zu elements", it->elements);
+            CHECK(kind == 0 || kind == 2, "reserve: a verdict of kind %lld", kind);
+            CHECK(it->elements == 3, "reserve: a %s of %zu elements", kind ? "deferral" : "shed", it->elements);
             snprintf(out[i].reason, sizeof(out[i].reason), "%s", it->element[1]->str);
             out[i].retry_after_ms = it->element[2]->integer;
         }
