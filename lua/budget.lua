@@ -22,7 +22,8 @@
 -- ARGV: 'reserve', nb, nb x budget, n, n x (rid, amount, lease_ms, k,
 --   k x index of a budget above, 1-based): the items in order, each all
 --   or none as if alone (an agent's requests of one loop turn in one
---   call); the reply is one of these per item:
+--   call); the reply is one of these per item, its kind first (SL_GRANT 1,
+--   SL_SHED 0, SL_DEFER 2: common.lua's, vocab.h's SLUICE_VERDICT_MAP):
 --   -> {1, left, warn}: left the least any limit has left after it; warn
 --      '<budget> <period>[; <budget> <period>...]' for the limits this
 --      grant first took past their warn_at in their period, else 0
@@ -246,11 +247,11 @@ local function reserve_item(rid, amount, lease_ms, bs)
           local renew = l[4]
           if amount > l[2] then renew = -1 end
           b.sheds_add = b.sheds_add + 1
-          return {0, b.name, l[1], math.max(0, l[3]), renew, l[2]}
+          return {SL_SHED, b.name, l[1], math.max(0, l[3]), renew, l[2]}
         end
         -- It fits once requests in flight cost less than their
         -- reservations: the agent asks again within the max wait.
-        if not wait then wait = {2, b.name, l[1], math.max(0, l[3]), l[4], l[2]} end
+        if not wait then wait = {SL_DEFER, b.name, l[1], math.max(0, l[3]), l[4], l[2]} end
       end
     end
   end
@@ -283,7 +284,7 @@ local function reserve_item(rid, amount, lease_ms, bs)
   end
   redis.call('HSET', held_key, rid, table.concat(rec, ';'))
   redis.call('ZADD', leases_key, now + lease_ms, rid)
-  return {1, left or 0, warn}
+  return {SL_GRANT, left or 0, warn}
 end
 
 if op == 'reserve' then

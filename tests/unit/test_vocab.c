@@ -179,6 +179,14 @@ static void test_verdict_kinds_match_the_scripts(void **state) {
     assert_true(matches(reserve, "sl_verdict\\(SL_GRANT, "));
     assert_true(matches(reserve, "sl_on_member\\("));
     assert_true(matches(common, "local function sl_verdict\\(kind"));
+    /* The budget script's verdicts have fields of their own, and the same
+     * kinds by name. */
+    char *budget = lua_code("budget.lua");
+    if (matches(budget, "(return|wait =) \\{ *[012] *,"))
+        fail_msg("budget.lua builds a verdict with a bare kind number");
+    assert_true(matches(budget, "\\{SL_GRANT, ") && matches(budget, "\\{SL_SHED, ") &&
+                matches(budget, "\\{SL_DEFER, "));
+    free(budget);
     free(common);
     free(reserve);
 }
