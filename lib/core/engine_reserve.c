@@ -199,13 +199,15 @@ void dep_flush_reserves(dep *d) {
     /* The items this call may carry under redis.max_script_ms; the rest
      * ride the next call, in order, once this one is answered. */
     size_t cap = engine__batch_cap(e, &d->cost, RESERVE_BATCH_MAX);
-    /* Who asks ("@<agent id>/<promise>", a proof of life: lua/common.lua
-     * sl_silent); the arguments are copied as they go (shedding an expired
-     * group call below may queue it on another class and move
-     * d->classes). */
+    /* The arguments are copied as they go (shedding an expired group call
+     * below may queue it on another class and move d->classes). Who asks
+     * ("@<agent id>/<promise>", a proof of life: lua/common.lua sl_silent)
+     * is filled in once the call is sure to go: dep_agent_arg() records
+     * the promise as made. */
     wire_args a;
     wire_args_init(&a);
-    wire_reserve_begin(&a, dep_agent_arg(d, 0));
+    size_t agent_at = wire_slot(&a);
+    wire_reserve_begin(&a, NULL);
     for (size_t i = 0; i < nready && b->n < cap;) {
         size_t j = i;
         long long p = engine__class_priority(d, &d->classes[order[i]]);
@@ -244,6 +246,7 @@ void dep_flush_reserves(dep *d) {
         return;
     }
     d->turn = b->n < cap ? 0 : d->turn + 1;
+    wire_fill(&a, agent_at, dep_agent_arg(d, 0));
     b->sent_ns = uv_hrtime();
     int rc = wire_args_done(&a, WIRE_TIMED);
     if (rc == 0) rc = rrouter_script(e->redis, SCRIPT_RESERVE, d->keys, a.argc, a.argv, on_reserve, b);

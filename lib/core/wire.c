@@ -60,6 +60,21 @@ void wire_add_ll(wire_args *a, long long v) {
     wire_addn(a, num, (size_t)w);
 }
 
+size_t wire_slot(wire_args *a) {
+    size_t at = a->n;
+    wire_addn(a, "", 0);
+    return at;
+}
+
+void wire_fill(wire_args *a, size_t slot, const char *s) {
+    size_t len = s ? strlen(s) : 0;
+    if (slot >= a->n || wire_room(a, len) != 0) return;
+    a->off[slot] = a->len;
+    memcpy(a->buf + a->len, s ? s : "", len);
+    a->len += len;
+    a->buf[a->len++] = '\0';
+}
+
 /* A place for the item count, written by wire_args_done (the count is
  * known only once every item is in). */
 static void wire_add_count(wire_args *a) {

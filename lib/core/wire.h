@@ -55,6 +55,11 @@ void wire_args_init(wire_args *a);
 void wire_args_free(wire_args *a);
 void wire_add(wire_args *a, const char *s);
 void wire_add_ll(wire_args *a, long long v);
+/* A place for an argument known only later (the agent's promise, whose
+ * making has side effects: made only when the call goes): its index,
+ * for wire_fill. Unfilled, it is "". */
+size_t wire_slot(wire_args *a);
+void wire_fill(wire_args *a, size_t slot, const char *s);
 /* Adds the run's tail markers (WIRE_DRY: "@dry"; WIRE_TIMED: "@timed",
  * last), writes the item count where the form's head left a place for it,
  * and builds argv. Returns 0, or -1 when out of memory. */

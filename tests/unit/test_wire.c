@@ -76,6 +76,18 @@ static void test_reserve_args(void **state) {
     assert_string_equal(buf, "1|7|10|interactive|default|@dry");
     wire_args_free(&a);
 
+    /* The agent filled in last, into a place kept first. */
+    wire_args_init(&a);
+    size_t who = wire_slot(&a);
+    wire_reserve_begin(&a, NULL);
+    x = (wire_estimate){.tokens = 9};
+    wire_reserve_item(&a, &x, 50, NULL, NULL);
+    wire_fill(&a, who, "@late/100");
+    assert_int_equal(wire_args_done(&a, WIRE_TIMED), 0);
+    joined(&a, buf, sizeof(buf));
+    assert_string_equal(buf, "@late/100|1|9|50|@timed");
+    wire_args_free(&a);
+
     /* Many items: the storage grows under the pointers already given. */
     wire_args_init(&a);
     wire_reserve_begin(&a, "@a");
