@@ -328,13 +328,6 @@ static inline engine_call *engine__list_pop(call_list *l) {
     return c;
 }
 
-static inline long long engine__reply_int(const redisReply *r) {
-    if (!r) return 0;
-    if (r->type == REDIS_REPLY_INTEGER) return r->integer;
-    if (r->type == REDIS_REPLY_STRING) return atoll(r->str);
-    return 0;
-}
-
 /* ---- engine.c ---- */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))

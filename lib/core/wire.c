@@ -77,32 +77,21 @@ void wire_fill(wire_args *a, size_t slot, const char *s) {
 
 /* A place for the item count, written by wire_args_done (the count is
  * known only once every item is in). */
-static void wire_add_count(wire_args *a) {
-    a->count_at = a->n;
-    wire_addn(a, "", 0);
-}
+static void wire_add_count(wire_args *a) { a->count_at = wire_slot(a); }
 
 int wire_args_done(wire_args *a, int flags) {
     if (flags & WIRE_DRY) wire_add(a, WIRE_ARG_DRY);
     if (flags & WIRE_TIMED) wire_add(a, WIRE_ARG_TIMED);
+    if (a->count_at != WIRE_NO_COUNT) {
+        char count[24];
+        snprintf(count, sizeof(count), "%zu", a->items);
+        wire_fill(a, a->count_at, count);
+    }
     if (a->oom) return -1;
-    char count[24];
-    if (a->count_at != WIRE_NO_COUNT) snprintf(count, sizeof(count), "%zu", a->items);
     free(a->argv);
     a->argv = malloc((a->n ? a->n : 1) * sizeof(*a->argv));
     if (!a->argv) return a->oom = 1, -1;
     for (size_t i = 0; i < a->n; i++) a->argv[i] = a->buf + a->off[i];
-    /* The count's own place holds "" in buf: point it at the figure,
-     * copied where it lives as long as argv (the end of buf). */
-    if (a->count_at != WIRE_NO_COUNT) {
-        size_t len = strlen(count);
-        if (wire_room(a, len) != 0) return -1;
-        memcpy(a->buf + a->len, count, len + 1);
-        size_t at = a->len;
-        a->len += len + 1;
-        for (size_t i = 0; i < a->n; i++) a->argv[i] = a->buf + a->off[i]; /* buf may have moved */
-        a->argv[a->count_at] = a->buf + at;
-    }
     a->argc = (int)a->n;
     return 0;
 }
