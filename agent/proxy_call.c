@@ -56,7 +56,8 @@ struct pcall {
     proxy_calls *set;
     pcall *prev, *next;
     http_request *r;   /* NULL once answered or abandoned */
-    gcall_sm sm;       /* its step, on the governed call's machine (gcall.h) */
+    gcall_sm sm;       /* its step and its time, on the governed call's machine (gcall.h) */
+    sl_call_opts o;    /* the machine's policy: the deadline, attempts, an attempt's time */
     int finished;      /* pcall_finish ran: the outcome is known */
     int retry_pending; /* an engine_retry answer is on its way */
     int releasing;     /* the timer is closing; freed in its close callback */
@@ -78,7 +79,7 @@ struct pcall {
     int split;
     int exact; /* x-sluice-input-tokens: the input counted by the caller */
     long long max_wait_ms;
-    int64_t started, deadline; /* loop ms; deadline -1: none */
+    int64_t started; /* sl_now_ms() */
     int stream, include_usage;
     json_t *body; /* the parsed body (our reference) */
     char *raw;    /* the body as sent */
@@ -195,7 +196,7 @@ static void pcall_finish(pcall *pc, int answered) {
     if (pc->finished) return;
     pc->finished = 1;
     pc->sm.state = SL_CALL_DONE;
-    int within = pc->deadline < 0 || mono_ms() <= pc->deadline;
+    int within = gcall_sm_within(&pc->sm, mono_ms());
     if (!answered) {
         pc->set->st->abandoned++;
         engine_note_abandoned(pc->set->e, pc->member[0] ? pc->member : pc->name, pc->lane, pc->tenant,
@@ -704,12 +705,8 @@ static int step_send(gcall_sm *m) {
         return 0;
     }
     const config_http *hc = &cfg->agent.http;
-    long long limit = hc->upstream_timeout_ms;
-    if (pc->deadline >= 0) {
-        long long left = pc->deadline - mono_ms();
-        if (left < 1) left = 1;
-        if (left < limit) limit = left;
-    }
+    pc->o.attempt_timeout_ms = hc->upstream_timeout_ms; /* as the configuration says now */
+    long long limit = gcall_sm_attempt_ms(m, mono_ms());
     CURL *e = pc->easy;
     curl_easy_setopt(e, CURLOPT_URL, pc->url);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
@@ -864,11 +861,17 @@ static void observe_and_send(pcall *pc, const engine_req *rq) {
 static int step_acquire(gcall_sm *m) {
     pcall *pc = PCALL_OF(m);
     long long max_wait = pc->max_wait_ms;
-    if (pc->deadline >= 0) {
-        long long left = pc->deadline - mono_ms() - PCALL_MIN_ATTEMPT_MS;
-        if (left < 0) left = 0;
-        if (max_wait < 0 || max_wait > left) max_wait = left;
+    int64_t by;
+    long long left;
+    if (gcall_sm_slot_left(m, mono_ms(), &by, &left) != 0) {
+        answer_error(pc, PROXY_ERR_GATEWAY_TIMEOUT,
+                     "sluice: less than the %lld ms an attempt needs is left before the request's deadline "
+                     "(x-sluice-deadline-ms); nothing was sent upstream",
+                     pc->o.min_attempt_ms);
+        pcall_release(pc);
+        return 0;
     }
+    if (left >= 0 && (max_wait < 0 || max_wait > left)) max_wait = left;
     engine_req rq = {.name = pc->name,
                      .tokens = pc->est_input + pc->est_output,
                      .max_wait_ms = max_wait,
@@ -932,24 +935,6 @@ static void on_retry_answer(void *arg, int status, int allowed, long long balanc
     pc->set->st->retries_refused++;
     answer_upstream(pc);
     pcall_release(pc);
-}
-
-/* After a failed attempt whose answer was buffered: 1 when a retry is
- * under way (asking the fleet's retry budget), 0 to answer now. */
-static int maybe_retry(pcall *pc, const sl_verdict *v) {
-    if (pc->observe) return 0;
-    /* The proxy's policy: agent.http.max_attempts as the configuration
-     * says now, the backoff's defaults (full jitter from 500 ms to 30 s, a
-     * server's wait as a floor up to 2 minutes), an attempt's minimum. */
-    sl_call_opts o;
-    sl_call_opts_init(&o);
-    o.deployment = pc->name;
-    o.max_attempts = engine_config(pc->set->e)->agent.http.max_attempts;
-    o.retry_after_cap_ms = RETRY_AFTER_DEFAULT_CAP_MS;
-    o.min_attempt_ms = PCALL_MIN_ATTEMPT_MS;
-    o.deadline_ms = pc->deadline >= 0 ? pc->deadline : 0;
-    if (gcall_sm_failed(&pc->sm, &o, v) < 0) return 0;
-    return gcall_sm_go(&pc->sm, SL_CALL_ASKING) == 0;
 }
 
 /* ASKING: the fleet's retry budget of the member that failed. */
@@ -1039,19 +1024,15 @@ static void on_transfer_done(void *arg, CURLcode cc) {
     for (size_t i = 0; i < pc->nrh; i++) hs[i] = (sl_header){pc->rh[i].name, pc->rh[i].value};
     sl_verdict v;
     verdict_compute(status, cc == CURLE_OPERATION_TIMEDOUT, pc->rbody, pc->rlen, hs, pc->nrh, -1, &v);
-    usage_rec u = {v.tokens, v.input_tokens, v.output_tokens, v.cache_read_tokens, -1};
-    /* The cache writes, which the verdict does not carry, for a budget's
-     * price of them (lib/core/budget.h). */
-    if (v.input_tokens >= 0 && engine_config(pc->set->e)->nbudgets) {
-        usage_rec full;
-        if (usage_split(pc->rbody, pc->rlen, &full) == 0) u.cache_write = full.cache_write;
-    }
-    settle(pc, (engine_outcome)v.outcome, v.tokens >= 0 ? &u : NULL);
     if (v.cls != SL_CLASS_OK) {
         pc->set->st->upstream_errors++;
         if (cc == CURLE_OPERATION_TIMEDOUT) pc->set->st->upstream_timeouts++;
     }
-    if (v.cls != SL_CLASS_OK && maybe_retry(pc, &v)) return;
+    /* Settled, then retried when the machine finds another attempt fits
+     * (agent.http.max_attempts as the configuration says now) and the
+     * fleet's retry budget allows; observe mode never retries. */
+    pc->o.max_attempts = engine_config(pc->set->e)->agent.http.max_attempts;
+    if (gcall_sm_attempt_end(&pc->sm, &v, !pc->observe) == 1) return;
     if (status == 0) {
         answer_error(pc, cc == CURLE_OPERATION_TIMEDOUT ? PROXY_ERR_GATEWAY_TIMEOUT : PROXY_ERR_BAD_GATEWAY,
                      "sluice: no answer from '%s' after %d attempt%s: %s", pc->member, pc->attempts,
@@ -1070,6 +1051,19 @@ static void on_abandon(void *ud) {
     gcall_sm_stop(&pc->sm);
     pcall_finish(pc, 0);
     pcall_release(pc);
+}
+
+/* The settle of a buffered attempt (gcall_sm_attempt_end): its usage,
+ * with the cache writes the verdict does not carry for a budget's price
+ * of them (lib/core/budget.h). */
+static void pcall_settle(gcall_sm *m, const sl_verdict *v) {
+    pcall *pc = PCALL_OF(m);
+    usage_rec u = {v->tokens, v->input_tokens, v->output_tokens, v->cache_read_tokens, -1};
+    if (v->input_tokens >= 0 && engine_config(pc->set->e)->nbudgets) {
+        usage_rec full;
+        if (usage_split(pc->rbody, pc->rlen, &full) == 0) u.cache_write = full.cache_write;
+    }
+    settle(pc, (engine_outcome)v->outcome, v->tokens >= 0 ? &u : NULL);
 }
 
 /* ACQUIRING's stop: the reservation goes back. */
@@ -1097,6 +1091,7 @@ static const gcall_steps pcall_steps = {
             [SL_CALL_ASKING] = {step_ask, NULL},
         },
     .sleep = pcall_sleep,
+    .settle = pcall_settle,
 };
 
 /* ---- start ---------------------------------------------------------------------------------- */
@@ -1130,11 +1125,20 @@ void proxy_call_start(proxy_calls *set, http_request *r, const proxy_request *pr
     pc->exact = pr->exact;
     pc->max_wait_ms = pr->max_wait_ms;
     pc->started = mono_ms();
-    pc->deadline = pr->deadline_ms >= 0 ? pc->started + pr->deadline_ms : -1;
+    /* The proxy's policy on the machine: agent.http.max_attempts and
+     * upstream_timeout_ms (read again at each attempt), the backoff's
+     * defaults (full jitter from 500 ms to 30 s, a server's wait as a
+     * floor up to 2 minutes), an attempt's minimum, the deadline. */
+    sl_call_opts_init(&pc->o);
+    pc->o.deployment = pc->name;
+    pc->o.max_attempts = engine_config(set->e)->agent.http.max_attempts;
+    pc->o.retry_after_cap_ms = RETRY_AFTER_DEFAULT_CAP_MS;
+    pc->o.min_attempt_ms = PCALL_MIN_ATTEMPT_MS;
+    pc->o.deadline_ms = pr->deadline_ms >= 0 ? pc->started + pr->deadline_ms : 0;
     pc->stream = pr->stream;
     pc->include_usage = pr->include_usage;
     pc->body = json_incref(pr->body);
-    gcall_sm_init(&pc->sm, &pcall_steps, (uint64_t)uv_hrtime() ^ (uint64_t)(uintptr_t)pc);
+    gcall_sm_init(&pc->sm, &pcall_steps, &pc->o, (uint64_t)uv_hrtime() ^ (uint64_t)(uintptr_t)pc);
     const http_msg *m = http_request_msg(r);
     size_t len;
     const char *raw = http_msg_body(m, &len);

@@ -29,9 +29,6 @@
 #include "verdict.h"
 #include "vocab.h"
 
-/* An attempt ends this long before the call's deadline, so that the
- * settle and the completion also happen within it. */
-#define GCALL_DEADLINE_MARGIN_MS 10
 /* Every allowed member behind an open breaker, with no hint: ask again. */
 #define GCALL_BREAKER_WAIT_MS 5000
 /* The governor unreachable: ask again after this. */
@@ -52,9 +49,10 @@ static const char *const gcall_shed_words[] = {
 
 /* ---- the state machine (gcall.h) ------------------------------------------------------ */
 
-void gcall_sm_init(gcall_sm *m, const gcall_steps *steps, uint64_t seed) {
+void gcall_sm_init(gcall_sm *m, const gcall_steps *steps, const sl_call_opts *o, uint64_t seed) {
     memset(m, 0, sizeof(*m));
     m->steps = steps;
+    m->o = o;
     m->state = m->after = SL_CALL_ACQUIRING;
     m->rng = seed;
 }
@@ -77,16 +75,51 @@ void gcall_sm_wakeup(gcall_sm *m) {
     if (m->state == SL_CALL_BACKOFF) gcall_sm_go(m, m->after);
 }
 
-long long gcall_sm_failed(gcall_sm *m, const sl_call_opts *o, const sl_verdict *v) {
+int gcall_sm_slot_left(const gcall_sm *m, int64_t now, int64_t *by, long long *left) {
+    *by = -1;
+    *left = -1;
+    if (m->o->deadline_ms <= 0) return 0;
+    *by = m->o->deadline_ms - m->o->min_attempt_ms;
+    *left = *by > now ? *by - now : 0;
+    return *by > now ? 0 : SL_EDEADLINE;
+}
+
+int gcall_sm_wait_fits(const gcall_sm *m, int64_t now, long long wait_ms) {
+    return m->o->deadline_ms <= 0 || now + wait_ms + m->o->min_attempt_ms <= m->o->deadline_ms;
+}
+
+long long gcall_sm_attempt_ms(const gcall_sm *m, int64_t now) {
+    long long limit = m->o->attempt_timeout_ms > 0 ? m->o->attempt_timeout_ms : -1;
+    if (m->o->deadline_ms > 0) {
+        long long left = m->o->deadline_ms - now - GCALL_DEADLINE_MARGIN_MS;
+        if (left < 1) left = 1;
+        if (limit < 0 || left < limit) limit = left;
+    }
+    return limit;
+}
+
+int gcall_sm_within(const gcall_sm *m, int64_t now) { return m->o->deadline_ms <= 0 || now <= m->o->deadline_ms; }
+
+long long gcall_sm_failed(gcall_sm *m, const sl_verdict *v) {
     int64_t now = sl_now_ms();
     /* The attempt number is the retries so far: each allowed retry leads
      * to exactly one more attempt, or the call ends. */
-    long long delay = sl_backoff_ms(o, m->retries, v, now, &m->rng);
+    long long delay = sl_backoff_ms(m->o, m->retries, v, now, &m->rng);
     if (delay >= 0) {
         m->decided = now;
         m->delay = delay;
     }
     return delay;
+}
+
+int gcall_sm_attempt_end(gcall_sm *m, const sl_verdict *v, int may_retry) {
+    m->steps->settle(m, v);
+    if (v->cls == SL_CLASS_OK) return 0;
+    long long delay = gcall_sm_failed(m, v);
+    if (delay < 0) return (int)delay;
+    if (!may_retry) return SL_ECANCELED;
+    int rc = gcall_sm_go(m, SL_CALL_ASKING);
+    return rc ? rc : 1; /* enter's errors are SL_E*, negative */
 }
 
 void gcall_sm_allowed(gcall_sm *m) {
@@ -111,6 +144,7 @@ static int step_ask(gcall_sm *m);
 static void stop_acquire(gcall_sm *m);
 static void stop_send(gcall_sm *m);
 static void call_sleep(gcall_sm *m, int64_t due);
+static void call_settle(gcall_sm *m, const sl_verdict *v);
 
 /* sl_call's row of each step. ASKING holds nothing: its answer is dropped
  * when it comes. */
@@ -122,6 +156,7 @@ static const gcall_steps call_steps = {
             [SL_CALL_ASKING] = {step_ask, NULL},
         },
     .sleep = call_sleep,
+    .settle = call_settle,
 };
 
 static void end(sl_call *call, int status, const char *outcome, const char *fmt, ...)
@@ -165,7 +200,7 @@ static void gcall_finish(sl_call *call) {
     caller_unsleep(call->c, call); /* a backoff, or a deadline guard */
     int64_t now = sl_now_ms();
     r->elapsed_ms = now - call->t0;
-    r->within_deadline = call->o.deadline_ms <= 0 || now <= call->o.deadline_ms;
+    r->within_deadline = gcall_sm_within(&call->sm, now);
     r->retries = call->sm.retries;
     if (call->cap) r->body = curl_capture_take(call->cap, &r->body_len);
     unlink_live(call);
@@ -243,7 +278,10 @@ void gcall_wakeup(sl_call *call) {
  * loaded machine) must not keep the call past it. The latest moment an
  * attempt can start is the deadline less min_attempt_ms. */
 static void guard_deadline(sl_call *call) {
-    if (call->o.deadline_ms > 0) caller_sleep(call->c, call, call->o.deadline_ms - call->o.min_attempt_ms);
+    int64_t by;
+    long long left;
+    gcall_sm_slot_left(&call->sm, sl_now_ms(), &by, &left);
+    if (by >= 0) caller_sleep(call->c, call, by);
 }
 
 /* The governor could not answer (sluiced restarting, Redis gone with
@@ -308,7 +346,7 @@ static void handle_acquired(sl_call *call, int sync) {
             if (ra < 0 && strcmp(ev->reason, SHED_WORD(BREAKER)) == 0) ra = GCALL_BREAKER_WAIT_MS;
             if (ra >= 0) {
                 int64_t now = sl_now_ms();
-                if (o->deadline_ms > 0 && now + ra + o->min_attempt_ms > o->deadline_ms) {
+                if (!gcall_sm_wait_fits(&call->sm, now, ra)) {
                     end(call, SL_EDEADLINE, "deadline", "%s", ev->msg);
                     return;
                 }
@@ -350,15 +388,15 @@ static int step_acquire(gcall_sm *m) {
     req.lane = o->lane;
     req.tenant = o->tenant;
     req.tag = o->tag;
-    if (o->deadline_ms > 0) {
-        /* Leave an attempt's worth of time after the slot. */
-        req.deadline_ms = o->deadline_ms - o->min_attempt_ms;
-        if (req.deadline_ms <= sl_now_ms()) {
-            end(call, SL_EDEADLINE, "deadline", "'%s': less than min_attempt_ms (%lld) left before the deadline",
-                o->deployment, o->min_attempt_ms);
-            return 0;
-        }
+    /* Leave an attempt's worth of time after the slot. */
+    int64_t by;
+    long long left;
+    if (gcall_sm_slot_left(m, sl_now_ms(), &by, &left) != 0) {
+        end(call, SL_EDEADLINE, "deadline", "'%s': less than min_attempt_ms (%lld) left before the deadline",
+            o->deployment, o->min_attempt_ms);
+        return 0;
     }
+    if (by >= 0) req.deadline_ms = by;
     call->acq_pending = 1;
     gcall_ref(call); /* the answer's */
     int rc = sl_acquire_async(c->gov, &req, on_acquired, call, &call->acq);
@@ -402,14 +440,7 @@ static int step_send(gcall_sm *m) {
     sl_caller *c = call->c;
     sl_call_opts *o = &call->o;
     sl_capture_attach(call->cap, call->easy);
-    long long limit = o->attempt_timeout_ms > 0 ? o->attempt_timeout_ms : -1;
-    if (o->deadline_ms > 0) {
-        /* Cut the attempt a little before the deadline, so that the settle
-         * and the completion also happen within it. */
-        long long left = o->deadline_ms - sl_now_ms() - GCALL_DEADLINE_MARGIN_MS;
-        if (left < 1) left = 1;
-        if (limit < 0 || left < limit) limit = left;
-    }
+    long long limit = gcall_sm_attempt_ms(m, sl_now_ms());
     if (limit >= 0) curl_easy_setopt(call->easy, CURLOPT_TIMEOUT_MS, (long)limit);
     if (c->blocking) {
         CURLcode cc = curl_easy_perform(call->easy);
@@ -425,33 +456,46 @@ static int step_send(gcall_sm *m) {
     return 0;
 }
 
+/* The settle of an attempt (gcall_sm_attempt_end): the grant with the
+ * verdict, the usage and the headers; the report; the attempted hook. */
+static void call_settle(gcall_sm *m, const sl_verdict *v) {
+    sl_call *call = CALL_OF(m);
+    sl_call_report *r = &call->rep;
+    curl_settle_verdict(call->grant, v, call->cap, call->o.settle_headers);
+    call->grant = NULL;
+    r->http_status = v->http_status;
+    r->curl_code = call->cc;
+    r->cls = v->cls;
+    r->outcome = sl_class_name(v->cls);
+    snprintf(r->code, sizeof(r->code), "%s", v->code);
+    if (v->http_status == 429) r->status_429++;
+    if (v->pause_ms >= 0) r->retry_after_ms = v->pause_ms;
+    if (call->attempted) {
+        call->in_hook = 1;
+        call->attempted(call->arg, call, v, call->cc);
+        call->in_hook = 0;
+    }
+}
+
 void gcall_transfer_done(sl_call *call, int cc) {
     sl_call_opts *o = &call->o;
     sl_call_report *r = &call->rep;
     r->attempts++;
+    call->cc = cc;
     sl_verdict v;
     sl_verdict_init(&v);
     sl_capture_verdict(call->cap, cc, o->retry_after_cap_ms, &v);
-    curl_settle_verdict(call->grant, &v, call->cap, o->settle_headers);
-    call->grant = NULL;
-    r->http_status = v.http_status;
-    r->curl_code = cc;
-    r->cls = v.cls;
-    r->outcome = sl_class_name(v.cls);
-    snprintf(r->code, sizeof(r->code), "%s", v.code);
-    if (v.http_status == 429) r->status_429++;
-    if (v.pause_ms >= 0) r->retry_after_ms = v.pause_ms;
-    if (call->attempted) {
-        call->in_hook = 1;
-        call->attempted(call->arg, call, &v, cc);
-        call->in_hook = 0;
-    }
-    if (sl_capture_overflow(call->cap)) {
+    /* Settled, then retried only when the class, the deadline and the
+     * fleet allow (and the body fitted, and no cancel waits). */
+    int overflow = sl_capture_overflow(call->cap);
+    int rc = gcall_sm_attempt_end(&call->sm, &v, !overflow && !call->stop_after_send);
+    if (rc == 1) return; /* ASKING */
+    if (overflow) {
         end(call, SL_ETOOBIG, NULL, "'%s': the response is larger than max_body (%zu bytes)", o->deployment,
             o->max_body);
         return;
     }
-    if (v.cls == SL_CLASS_OK) {
+    if (rc == 0) {
         r->tokens = v.tokens;
         r->input_tokens = v.input_tokens;
         r->output_tokens = v.output_tokens;
@@ -459,30 +503,22 @@ void gcall_transfer_done(sl_call *call, int cc) {
         end(call, 0, NULL, "%s", "");
         return;
     }
-
-    /* Retry only when the class, the deadline and the fleet allow. */
-    long long delay = gcall_sm_failed(&call->sm, o, &v);
-    const char *what = cc != CURLE_OK ? curl_easy_strerror((CURLcode)cc) : "";
-    if (delay < 0) {
-        int rc = (int)delay;
-        end(call, rc,
-            rc == SL_EDEADLINE   ? "deadline"
-            : rc == SL_EATTEMPTS ? "attempts"
-                                 : NULL,
-            "'%s': %s (HTTP %d%s%s%s%s); %s", o->deployment, sl_class_name(v.cls), v.http_status, v.code[0] ? ", " : "",
-            v.code, *what ? ", " : "", what,
-            rc == SL_EFATAL      ? "not retryable"
-            : rc == SL_EATTEMPTS ? "no attempts left"
-            : v.over_cap         ? "the server's wait is beyond retry_after_cap_ms"
-                                 : "no time left before the deadline for another attempt");
-        return;
-    }
-    if (call->stop_after_send) {
+    if (rc == SL_ECANCELED) {
         end(call, SL_ECANCELED, "cancelled", "'%s': %s (HTTP %d); cancelled before the retry", o->deployment,
             sl_class_name(v.cls), v.http_status);
         return;
     }
-    gcall_sm_go(&call->sm, SL_CALL_ASKING);
+    const char *what = cc != CURLE_OK ? curl_easy_strerror((CURLcode)cc) : "";
+    end(call, rc,
+        rc == SL_EDEADLINE   ? "deadline"
+        : rc == SL_EATTEMPTS ? "attempts"
+                             : NULL,
+        "'%s': %s (HTTP %d%s%s%s%s); %s", o->deployment, sl_class_name(v.cls), v.http_status, v.code[0] ? ", " : "",
+        v.code, *what ? ", " : "", what,
+        rc == SL_EFATAL      ? "not retryable"
+        : rc == SL_EATTEMPTS ? "no attempts left"
+        : v.over_cap         ? "the server's wait is beyond retry_after_cap_ms"
+                             : "no time left before the deadline for another attempt");
 }
 
 /* ---- the fleet's retry budget ---------------------------------------------------------- */
@@ -674,7 +710,7 @@ int sl_call_start(sl_caller *c, const sl_call_opts *opts, const sl_call_http *ht
     r->cls = -1;
     r->outcome = "error";
     call->t0 = sl_now_ms();
-    gcall_sm_init(&call->sm, &call_steps,
+    gcall_sm_init(&call->sm, &call_steps, &call->o,
                   call->o.seed ? call->o.seed : (uint64_t)call->t0 * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)call);
     int rc = bad ? SL_ENOMEM : sl_capture_new(call->o.max_body, &call->cap);
     if (rc == 0) {

@@ -36,22 +36,26 @@
  * libsluice's sl_call (below: the governor's async API, libcurl on the
  * caller's loop) and the daemon's HTTP proxy (agent/proxy_call.c: the
  * engine, the client's request streamed back) both run on it. The
- * machine holds the step a call is in and decides what comes next; its
- * user's step table says how each step is done, and what it gives back
- * when the call ends during it:
- *   SL_CALL_ACQUIRING  ask for a slot; granted: gcall_sm_go(SENDING).
- *   SL_CALL_SENDING    one attempt; a failure: gcall_sm_failed() decides
- *                      whether another fits (sl_backoff_ms: retryable,
- *                      attempts, the server's wait, the deadline), then
- *                      gcall_sm_go(ASKING).
+ * machine holds the step a call is in, the call's time (its deadline and
+ * what an attempt needs of it) and the end of each attempt; its user's
+ * step table says how each step is done, and what it gives back when the
+ * call ends during it:
+ *   SL_CALL_ACQUIRING  ask for a slot by gcall_sm_slot_left(); granted:
+ *                      gcall_sm_go(SENDING).
+ *   SL_CALL_SENDING    one attempt, cut at gcall_sm_attempt_ms(); its
+ *                      answer classified by the user into a verdict,
+ *                      then gcall_sm_attempt_end(): settled (the table's
+ *                      settle), and on a failure whether another attempt
+ *                      fits (sl_backoff_ms: retryable, attempts, the
+ *                      server's wait, the deadline): then ASKING.
  *   SL_CALL_ASKING     the fleet's retry budget; yes: gcall_sm_allowed()
  *                      waits out the backoff decided, then ACQUIRING.
  *   SL_CALL_BACKOFF    the user's one timer (steps->sleep); when it fires
  *                      the user calls gcall_sm_wakeup(), which enters the
  *                      step gcall_sm_pause() named.
- * The outcome, the answer and the settle are the user's; the machine
- * never ends a call itself. Times are sl_now_ms()'s clock. Loop thread
- * only; no allocation. */
+ * The outcome and the answer are the user's; the machine never ends a
+ * call itself. Times are sl_now_ms()'s clock. Loop thread only; no
+ * allocation. */
 typedef struct gcall_sm gcall_sm;
 
 typedef struct gcall_step {
@@ -68,10 +72,21 @@ typedef struct gcall_steps {
     /* Arms the call's one timer for due (sl_now_ms() clock; -1 stops
      * it). */
     void (*sleep)(gcall_sm *m, int64_t due);
+    /* An attempt ended with verdict v (gcall_sm_attempt_end): its slot
+     * goes back with what the attempt used. */
+    void (*settle)(gcall_sm *m, const sl_verdict *v);
 } gcall_steps;
+
+/* An attempt ends this long before the call's deadline, so that the
+ * settle and the answer also happen within it. */
+#define GCALL_DEADLINE_MARGIN_MS 10
 
 struct gcall_sm {
     const gcall_steps *steps;
+    /* The call's policy, the user's for the call's life: deadline_ms
+     * (0: none), min_attempt_ms, attempt_timeout_ms, max_attempts, the
+     * backoff and retry_after_cap_ms. */
+    const sl_call_opts *o;
     int state;       /* SL_CALL_* */
     int after;       /* what a BACKOFF leads to */
     int retries;     /* retries the fleet allowed */
@@ -80,19 +95,38 @@ struct gcall_sm {
     uint64_t rng;    /* the backoff's jitter (splitmix64) */
 };
 
-void gcall_sm_init(gcall_sm *m, const gcall_steps *steps, uint64_t seed);
+void gcall_sm_init(gcall_sm *m, const gcall_steps *steps, const sl_call_opts *o, uint64_t seed);
 /* Enters step state (its table row's enter); returns what enter returned. */
 int gcall_sm_go(gcall_sm *m, int state);
 /* Waits (BACKOFF) until due, then enters step then. */
 void gcall_sm_pause(gcall_sm *m, int64_t due, int then);
 /* The timer of a BACKOFF fired. */
 void gcall_sm_wakeup(gcall_sm *m);
-/* After a failed attempt (v its verdict, o the call's policy: attempts,
- * backoff, retry_after_cap_ms, min_attempt_ms, deadline_ms): the delay
- * before the next attempt (>= 0, kept for gcall_sm_allowed), or why there
- * is none: SL_EFATAL (not retryable), SL_EATTEMPTS, SL_EDEADLINE (no time
- * left, or the server's wait is beyond the cap). */
-long long gcall_sm_failed(gcall_sm *m, const sl_call_opts *o, const sl_verdict *v);
+
+/* The call's time. The latest moment a slot may come is the deadline
+ * less min_attempt_ms (an attempt must fit after it): *by that moment
+ * and *left the time until it (both -1 without a deadline), or
+ * SL_EDEADLINE when it has passed. */
+int gcall_sm_slot_left(const gcall_sm *m, int64_t now, int64_t *by, long long *left);
+/* Whether a wait of wait_ms from now still leaves a slot in time. */
+int gcall_sm_wait_fits(const gcall_sm *m, int64_t now, long long wait_ms);
+/* An attempt's time limit from now: attempt_timeout_ms, cut to end
+ * GCALL_DEADLINE_MARGIN_MS before the deadline (at least 1); -1 none. */
+long long gcall_sm_attempt_ms(const gcall_sm *m, int64_t now);
+/* Whether now is within the deadline (always, without one). */
+int gcall_sm_within(const gcall_sm *m, int64_t now);
+
+/* The end of an attempt, v its verdict (the user's classification of
+ * the answer): the slot is settled (steps->settle), then 0 when it
+ * succeeded; else, when another attempt fits and may_retry, the machine
+ * enters ASKING and returns 1; else why not (< 0): SL_EFATAL (not
+ * retryable), SL_EATTEMPTS, SL_EDEADLINE (no time left, or the server's
+ * wait is beyond the cap), SL_ECANCELED (may_retry 0), or what ASKING's
+ * enter returned. */
+int gcall_sm_attempt_end(gcall_sm *m, const sl_verdict *v, int may_retry);
+/* After a failed attempt: the delay before the next one (>= 0, kept for
+ * gcall_sm_allowed), or why there is none (as gcall_sm_attempt_end). */
+long long gcall_sm_failed(gcall_sm *m, const sl_verdict *v);
 /* The fleet's retry budget allowed the retry: counted, and the backoff
  * decided by gcall_sm_failed runs (from when it was decided). */
 void gcall_sm_allowed(gcall_sm *m);
@@ -127,6 +161,7 @@ struct sl_call {
     int in_hook;          /* a hook of this call is running */
     int acq_pending;      /* an acquire's answer is on its way */
     int ask_pending;      /* a retry-budget answer is on its way */
+    int cc;               /* the last attempt's CURLcode */
 
     sl_call_opts o; /* defaults applied; the strings below */
     char *dep, *lane, *tenant, *tag;

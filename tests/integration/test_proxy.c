@@ -510,6 +510,16 @@ static void test_upstream_timeout_and_refused(void **state) {
     assert_contains(r.body, "\"code\":\"bad_gateway\"");
     assert_string_equal(hc_header(&r, "x-sluice-attempts", v, sizeof(v)), "2");
     hc_response_free(&r);
+    /* A deadline shorter than an attempt needs (50 ms): 504 at once, no
+     * slot spent, nothing sent upstream. */
+    double fw = info_num(&p.d, "http_forwarded");
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", "x-sluice-deadline-ms: 30\r\n",
+                             "{\"model\":\"t1\",\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}]}", &r, 20000),
+                     0);
+    if (r.status != 504) fail_msg("short deadline: %d %s", r.status, r.body);
+    assert_contains(r.body, "nothing was sent upstream");
+    hc_response_free(&r);
+    assert_true(info_num(&p.d, "http_forwarded") == fw);
     hc_close(&c);
     assert_true(daemon_wait_info(&p.d, "settles", 4, 10000));
     assert_true(info_num(&p.d, "http_calls") == 0);
