@@ -521,6 +521,19 @@ local function sl_record(rec)
          {tonumber(f[4]), tonumber(f[5]), tonumber(f[9]) or 0, tonumber(f[10]) or 0}
 end
 
+-- The local tails agents handed over on their return (heartbeat busy,
+-- state field `tails`: "<requests end>:<tokens end>:<share>,..."): each
+-- agent's local grants are still being released until its end (Redis
+-- ms), paced at its share of the rate. Returns {{req, tok, share}, ...}.
+local function sl_tails(st)
+  local t = {}
+  for a, b, c in string.gmatch(st.tails or '', '([^:,]+):([^:,]+):([^:,]+)') do
+    a, b, c = tonumber(a), tonumber(b), tonumber(c)
+    if a and b and c and c > 0 then t[#t + 1] = {a, b, c} end
+  end
+  return t
+end
+
 -- The sends granted and not yet due, where their agents hold them (the
 -- grant records' slots, re-timed by the stretches since): a list of {s,
 -- cost by SL_DIMS index} sorted by s, or nil when one cannot be placed.
@@ -564,10 +577,16 @@ end
 -- end per dimension under it, and the time it is anchored at: the held
 -- sends within a bucket's worth of now (the tolerance and one send of
 -- the slowest dimension) keep their slots, the rest compress toward the
--- end of that. Returns 1 when there is no such K.
-local function sl_compress(st, dims, now, want)
+-- end of that. Returns 1 when there is no such K. The local tails agents
+-- are still sending (sl_tails, and the extra ones given: {requests end,
+-- tokens end, share}) keep their room: nothing moves before the last of
+-- them ends, and each replay starts owing what they still send by then.
+local function sl_compress(st, dims, now, want, extra)
   local sends = sl_held_sends(st, now)
   if not sends or #sends == 0 then return 1 end
+  local tails, tail_end = sl_tails(st), now
+  for _, x in ipairs(extra or {}) do tails[#tails + 1] = x end
+  for _, x in ipairs(tails) do tail_end = math.max(tail_end, x[1], x[2]) end
   -- Per dimension, once: its tolerance (ms) and where its replay starts.
   local lead, tau, start = 0, {}, {}
   for j, d in ipairs(dims) do
@@ -575,10 +594,14 @@ local function sl_compress(st, dims, now, want)
     for _, e in ipairs(sends) do if e[2][d.i] > cmax then cmax = e[2][d.i] end end
     tau[j] = math.max(0, d.burst - d.jitter * d.r) / d.r
     start[j] = math.max(now, math.min(d.tat, now + tau[j] + cmax / d.r))
+    for _, x in ipairs(tails) do
+      local e = d.i == 1 and x[1] or x[2]
+      if e > now then start[j] = start[j] + (e - now) * x[3] * d.r0 / d.r end
+    end
     local l = tau[j] + cmax / d.r
     if l > lead then lead = l end
   end
-  local at = now + lead
+  local at = tail_end + lead
   local function fits(K)
     local ends = {}
     for j, d in ipairs(dims) do
@@ -599,7 +622,7 @@ local function sl_compress(st, dims, now, want)
   return hi, best, at
 end
 
-local function sl_rate_changed(st, dims, now, old_r, retime)
+local function sl_rate_changed(st, dims, now, old_r, retime, extra)
   local ra = sl_num(st, 'refund_after', 0)
   -- The factor K by which the sends already granted are re-timed
   -- (docs/redis-keys.md, "Re-timed grants"), for a change of the
@@ -627,7 +650,7 @@ local function sl_rate_changed(st, dims, now, old_r, retime)
     end
   end
   if K == 1 and faster and not SL_DRY then
-    K, ends, at = sl_compress(st, dims, now, faster)
+    K, ends, at = sl_compress(st, dims, now, faster, extra)
     at = at or now
   end
   for i, d in ipairs(dims) do
@@ -884,19 +907,6 @@ local function sl_held(d, scale)
     h = m and m[1] or 0
   end
   return h > 0 and h * d.r0 * scale or 0
-end
-
--- The local tails agents handed over on their return (heartbeat busy,
--- state field `tails`: "<requests end>:<tokens end>:<share>,..."): each
--- agent's local grants are still being released until its end (Redis
--- ms), paced at its share of the rate. Returns {{req, tok, share}, ...}.
-local function sl_tails(st)
-  local t = {}
-  for a, b, c in string.gmatch(st.tails or '', '([^:,]+):([^:,]+):([^:,]+)') do
-    a, b, c = tonumber(a), tonumber(b), tonumber(c)
-    if a and b and c and c > 0 then t[#t + 1] = {a, b, c} end
-  end
-  return t
 end
 
 -- The share of dimension d held back for the slots still to come: the

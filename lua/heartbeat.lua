@@ -20,7 +20,10 @@
 -- paced them at (a decimal in (0, 1]). The schedule is then not pushed
 -- past the tail: the tail is recorded (state field `tails`) and its share
 -- stays held for the slots before its end (common.lua sl_dim_hold), so
--- the others use the rest of the rate beside it.
+-- the others use the rest of the rate beside it. When no local tail is
+-- held after the hand-over, the sends the others were granted at the held
+-- rate are re-timed toward the rate now (sl_rate_changed: the reply's
+-- pause_shift_ms field carries it), anchored after the hand-over.
 -- Reply: {live, pause_shift_ms, now_us, requests_backlog_ms,
 -- tokens_backlog_ms}: the number of live agents (including this one
 -- unless leaving), the pause shift and re-timing an agent follows (the
@@ -108,6 +111,10 @@ local function beat()
   end
   if busy_req and limits.rpm then
     st = sl_hash(KEYS[2])
+    -- Each dimension's effective rate before the return (the second part
+    -- of <name>_rate): its share was held back while it was silent.
+    local was = {}
+    for i, spec in ipairs(SL_DIMS) do was[i] = tonumber(string.match(st[spec.f_rate] or '', '^[^:]+:([^:]+)')) end
     local dims, _, changed = sl_schedule(limits, st, now)
     local ra = sl_num(st, 'refund_after', 0)
     -- The tails still held, and the new one (recorded only where the
@@ -154,6 +161,28 @@ local function beat()
       if e > ra then ra = e end
     end
     if #live > 0 or (st.tails or '') ~= '' then sl_set(st, 'tails', table.concat(live, ',')) end
+    -- The agent is back: the share held for it is free, and the sends
+    -- the others were granted at the held rate are re-timed toward the
+    -- rate now (sl_rate_changed, as a higher limit the headers said: the
+    -- return is known, not a reading that may swing back), after every
+    -- local tail (a pushed hand-over counts as a tail at the whole rate). Without it they kept the held spacing for
+    -- as long as the backlog granted at it lasted (test_partition's
+    -- idle-hole: the fleet back at 95 % of the rate 2.7 s after the heal).
+    -- Only when no tail is held: a share held for a tail still comes
+    -- back where the tail ends in the schedule (sl_dim_hold).
+    local old, rt = {}, nil
+    for j, d in ipairs(#live == 0 and dims or {}) do
+      local o = was[d.i]
+      if o and o < d.r * (1 - 1e-9) then
+        old[j] = o
+        rt = rt or {}
+        rt[d.name] = true
+      end
+    end
+    if rt then
+      sl_rate_changed(st, dims, now, old, rt, {{now + busy_req, now + busy_tok, push and 1 or 0}})
+      for _, d in ipairs(dims) do sl_dim_save(d, st) end
+    end
     local tail = now + math.max(busy_req, busy_tok, tail_on and math.max(tail_req, tail_tok) or 0)
     if tail > sl_num(st, 'obs_after', 0) then sl_set(st, 'obs_after', sl_fmt(tail)) end
     if sent[1] > 0 then sl_set(st, 'local_requests', sl_num(st, 'local_requests', 0) + sent[1]) end

@@ -1063,6 +1063,62 @@ static void test_silent_share_held(void **state) {
     expect_silent(dep, 0, 6000);
 }
 
+/* An agent's return (heartbeat busy, lua/heartbeat.lua): the share held
+ * for it is free, and the slots the others were granted at the held rate
+ * are re-timed toward the whole rate (the reply's retime: sum of log K <
+ * 0), so the next grant comes before the end of the old schedule; with
+ * a local tail still held, nothing is re-timed. */
+static void test_return_retimes(void **state) {
+    const char *dep = "return";
+    configure_on(rc, dep, "rpm", "6000", "burst_requests", "1", "jitter_ms", "0", "silent_ms", "1250",
+                 "agent_window_ms", "3000", "silent_hold_ms", "10000", NULL);
+    heartbeat_as(dep, "a1", NULL);
+    heartbeat_as(dep, "a2", NULL);
+    heartbeat_as(dep, "a3", NULL);
+    advance_on(rc, dep, 1000);
+    heartbeat_as(dep, "a1", NULL);
+    heartbeat_as(dep, "a2", NULL);
+    advance_on(rc, dep, 500);
+    /* a3 silent: 4000 RPM, 15 ms apart; 40 slots reach 600 ms ahead. */
+    double first = 0, last = 0;
+    for (int i = 0; i < 40; i++) reserve_as(dep, "@a1/250", i == 0 ? &first : &last);
+    expect_silent(dep, 1, 4000);
+    assert_true(last - first > 580);
+    /* a3 is back with nothing of its own left to send. */
+    redisReply *r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "a3", "3000", "busy", "0", "0", NULL);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("heartbeat: %s", r->str);
+    assert_int_equal(r->element[1]->type, REDIS_REPLY_STRING); /* "<shift>:<sum of log K>:<at>" */
+    double lg = 0;
+    assert_int_equal(sscanf(r->element[1]->str, "%*[^:]:%lf", &lg), 1);
+    print_message("  return: retime %s (K %.3f)\n", r->element[1]->str, exp(lg));
+    assert_true(lg < log(0.8) && lg >= log(4000.0 / 6000.0) - 1e-9);
+    freeReplyObject(r);
+    expect_silent(dep, 0, 6000);
+    double next = 0;
+    reserve_as(dep, "@a1/250", &next);
+    print_message("  return: the next slot %.1f ms after the first, the old schedule ended at %.1f\n", next - first,
+                  last + 15 - first);
+    assert_true(next < last);
+
+    /* The same with a3's local tail still held (its sends beside the
+     * schedule's): no re-timing. */
+    const char *dep2 = "return_tail";
+    configure_on(rc, dep2, "rpm", "6000", "burst_requests", "1", "jitter_ms", "0", "silent_ms", "1250",
+                 "agent_window_ms", "3000", "silent_hold_ms", "10000", NULL);
+    heartbeat_as(dep2, "a1", NULL);
+    heartbeat_as(dep2, "a3", NULL);
+    advance_on(rc, dep2, 1500);
+    heartbeat_as(dep2, "a1", NULL);
+    for (int i = 0; i < 40; i++) reserve_as(dep2, "@a1/250", NULL);
+    r = script_callv(rc, SCRIPT_HEARTBEAT, dep2, "a3", "3000", "busy", "0", "0", "0", "0", "0", "0", "2000", "2000",
+                     "0.5", NULL);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("heartbeat: %s", r->str);
+    assert_int_equal(r->element[1]->type, REDIS_REPLY_INTEGER); /* never re-timed */
+    freeReplyObject(r);
+}
+
 /* A heartbeat reclaims grants whose lease ended, as a reserve does: a
  * fleet that stopped calling is left with none (counted expired). */
 static void test_heartbeat_reclaims(void **state) {
@@ -1334,6 +1390,7 @@ int main(void) {
         cmocka_unit_test(test_heartbeat_reports_the_backlog),
         cmocka_unit_test(test_heartbeat_reclaims),
         cmocka_unit_test(test_silent_share_held),
+        cmocka_unit_test(test_return_retimes),
         cmocka_unit_test(test_never_over_offer_random),
         cmocka_unit_test(test_limits_packed_and_records),
         cmocka_unit_test(test_calibration_learns_and_applies),
