@@ -371,7 +371,16 @@ static void wait_lines(const char *name, int n, proc *p) {
 
 /* ---- tests ------------------------------------------------------------------ */
 
-static const char *const mock_fast[] = {"--rpm", "1200", "--burst", "10", "--service-ms", "20-40", NULL};
+/* The provider of these tests: 1200 RPM as the fleet is configured, with
+ * a burst of 20 where the fleet's is 10. The 10 of slack are what a
+ * loaded 2-core machine can bunch: an ASan-built fleet released late, or
+ * the mock itself descheduled, puts sends the fleet spaced right into one
+ * moment of the mock's clock, and a saturating fleet's bucket has no room
+ * left for that (these tests met 429s in about 3 of 12 runs beside other
+ * builds). A fleet that over-offers by more than those 10 still meets
+ * 429s; that it sends exactly at the rate is judged on virtual time (the
+ * scoreboard), not here. */
+static const char *const mock_fast[] = {"--rpm", "1200", "--burst", "20", "--service-ms", "20-40", NULL};
 
 /* Two processes, one through sluiced, one embedded, split one input file
  * and share the deployment's quota. */
