@@ -49,9 +49,11 @@ end
 -- v decided on group member j: a copy (a verdict may be shared by the
 -- items behind a deferred one) with the member added.
 local function sl_on_member(v, j)
-  local out = sl_verdict(v[1], v[2], v[3], v[4])
-  if v[1] ~= SL_SHED then out[#out + 1] = j end
-  return out
+  -- Made whole (appending j to sl_verdict's table would grow it again).
+  local kind = v[1]
+  if kind == SL_GRANT then return {kind, v[2], v[3], v[4], j} end
+  if kind == SL_DEFER then return {kind, v[2], v[3], j} end
+  return {kind, v[2], v[3]}
 end
 
 local SUFFIX = {'limits', 'state', 'grants', 'leases', 'refq:requests',
@@ -283,7 +285,9 @@ end
 -- far as needed.
 local function sl_dim_qk(d, ks, i)
   if ks[i] == nil and not ks.all then
-    local raw = redis.call('LRANGE', d.q, -(i + 7), -i)
+    -- The indexes as text: Redis would format numbers with %.17g, at twice
+    -- the cost of Lua's %d (the same digits).
+    local raw = redis.call('LRANGE', d.q, string.format('%d', -(i + 7)), string.format('%d', -i))
     local m = #raw
     for j = m, 1, -1 do ks[i + m - j] = tonumber(string.match(raw[j], '^[^,]+,([^,]+)')) end
     if m < 8 then ks.all = true end
@@ -315,7 +319,7 @@ local function sl_dim_flush(d, st, qs, n)
     if not lk or lk > maxk then break end
     pop = pop + 1
   end
-  if pop > 0 then redis.call('RPOP', d.q, pop) end
+  if pop > 0 then redis.call('RPOP', d.q, string.format('%d', pop)) end  -- text: as in sl_dim_qk
   local args = {}
   for t = nk, 1, -1 do
     local j = keep[t]
@@ -383,7 +387,7 @@ local function sl_dim_refund(d, amount, now, qkey, st, scale, cg, since)
   end
   local bound = from
   if cg then
-    local raw = redis.call('LRANGE', qkey, 0, -1)
+    local raw = redis.call('LRANGE', qkey, '0', '-1')
     local kept, changed = {}, false
     for _, e in ipairs(raw) do
       local es, ek, ec = string.match(e, '^([^,]+),([^,]+),(.+)$')
@@ -725,7 +729,7 @@ end
 -- estimate stays charged. Returns the number reclaimed (in a dry run: the
 -- number it would reclaim, left in place).
 local function sl_reclaim(now)
-  local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 256)
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', '0', '256')
   if #ids == 0 or SL_DRY then return #ids end
   redis.call('HDEL', KEYS[3], unpack(ids))
   redis.call('ZREM', KEYS[4], unpack(ids))

@@ -56,9 +56,31 @@
 -- run out, as the learning horizon's default.
 local SL_CONV_LEAD_MS = 250
 
--- Opens the deployment KEYS names, limits and st its loaded hashes.
--- Returns the call's context x.
-local function reserve_open(limits, st)
+-- common.lua's names that the functions below use, as locals of this
+-- file: the same values, nearer. Every call of the script makes its
+-- functions anew, and a function made finds each local it uses from
+-- outside by walking the list of those already in use, newest first: one
+-- declared at common.lua's top is behind all of common.lua's (about a
+-- hundred steps), one declared here behind this file's few.
+local SL_DRY, SL_SHED, SL_GRANT, SL_DEFER, SL_NKEYS = SL_DRY, SL_SHED, SL_GRANT, SL_DEFER, SL_NKEYS
+local sl_num, sl_set, sl_fmt, sl_ceil, sl_uint, sl_tokens = sl_num, sl_set, sl_fmt, sl_ceil, sl_uint, sl_tokens
+local sl_verdict, sl_on_member, sl_hash, sl_deployment, sl_limits = sl_verdict, sl_on_member, sl_hash, sl_deployment, sl_limits
+local sl_now, sl_day, sl_reclaim, sl_schedule, sl_shift_field = sl_now, sl_day, sl_reclaim, sl_schedule, sl_shift_field
+local sl_dim, sl_dim_commit, sl_dim_save, sl_dim_flush = sl_dim, sl_dim_commit, sl_dim_save, sl_dim_flush
+local sl_cal, sl_ratio, sl_cal_item, sl_out_item, sl_breaker_state = sl_cal, sl_ratio, sl_cal_item, sl_out_item, sl_breaker_state
+local sl_plan, sl_plan_lane, sl_plan_tenant, sl_fair_open = sl_plan, sl_plan_lane, sl_plan_tenant, sl_fair_open
+local sl_count, sl_save_state = sl_count, sl_save_state
+-- And the globals the per-item paths read (the items' arguments, parsing
+-- and the grant's record): a global is a lookup by name, its field a
+-- second one.
+local ARGV, str_find, str_format, math_ceil = ARGV, string.find, string.format, math.ceil
+
+-- Opens the deployment keys names (KEYS, where common.lua's helpers read
+-- them), limits and st its loaded hashes. Returns the call's context x,
+-- x.keys the keys. (This file's functions read them as keys or x.keys:
+-- a function made per call that uses KEYS, common.lua's first local,
+-- finds it behind all the others, see above.)
+local function reserve_open(keys, limits, st)
   local now, now_us = sl_now(limits)
   local expired = sl_reclaim(now)
   local dims, scale, rescheduled = sl_schedule(limits, st, now)
@@ -67,7 +89,7 @@ local function reserve_open(limits, st)
   -- One constructor: Lua sizes a table for the fields it names at once
   -- (adding them one by one would grow it five times over).
   local x = {
-    keys = KEYS, limits = limits, st = st, now = now, now_us = now_us, now_s = now_s,
+    keys = keys, limits = limits, st = st, now = now, now_us = now_us, now_s = now_s,
     counts = {expired_total = expired}, dims = dims, nd = #dims, rescheduled = rescheduled, req = req,
     dim_of = {},  -- by SL_DIMS index
     -- The grant records write the units granted so far as integers (%d)
@@ -107,7 +129,8 @@ local function reserve_open(limits, st)
   end
   local day, next_day = sl_day(limits, now)
   x.day, x.to_midnight = day, sl_ceil(next_day - now)
-  for _, d in ipairs(dims) do
+  for j = 1, #dims do
+    local d = dims[j]
     d.qc = {}
     x.dim_of[d.i] = d
     if d.granted ~= math.floor(d.granted) then x.int_ok = false end
@@ -129,7 +152,7 @@ local function reserve_open(limits, st)
     if p ~= '' then
       -- HGET, not HEXISTS: the commands the scripts call are exactly those
       -- deploy/acl.conf grants (docs/security.md).
-      if redis.call('HGET', KEYS[3], p) then
+      if redis.call('HGET', keys[3], p) then
         x.probe_out = true
       else
         sl_set(st, 'breaker_probe', '')
@@ -137,7 +160,7 @@ local function reserve_open(limits, st)
     end
   end
   -- A dry run left the expired leases in place: not counted as active.
-  if maxc > 0 then x.active = redis.call('ZCARD', KEYS[4]) - (SL_DRY and expired or 0) end
+  if maxc > 0 then x.active = redis.call('ZCARD', keys[4]) - (SL_DRY and expired or 0) end
   return x
 end
 
@@ -145,7 +168,7 @@ end
 local function reserve_daily(x)
   local daily = x.daily
   if daily then return daily end
-  daily = sl_hash(KEYS[7])
+  daily = sl_hash(x.keys[7])
   local day = x.day
   if sl_num(daily, 'day', -1) ~= day then
     daily = {day = day, requests = 0, tokens = 0}
@@ -227,12 +250,6 @@ local function private_commit(x, p, cost, s)
     d.tat = base + cost[d.i] / d.r
     x.private_used[d] = true
   end
-end
-
--- A tenant's virtual finish, read once per call (kept in T, written at close).
-local function tenant_vt(x, T)
-  if T.vt == nil then T.vt = sl_num(x.st, 't.' .. T.name .. '.vt', -1e18) end
-  return T.vt
 end
 
 -- Per-lane and per-tenant counters, kept in the plan's objects for the call
@@ -394,8 +411,10 @@ local function item_plan(x, it, s, reason, maxj)
   local L, T, cost, w = it.L, it.T, it.cost, it.w
   local ldims, tdims = lane_dims(x, L), tenant_dims(x, T)
   local shared = s
-  local e1, j1 = private_scan(ldims, cost)
-  local e2, j2 = private_scan(tdims, cost)
+  -- (Without buckets, private_scan's answer is -1e18, 0: not called.)
+  local e1, j1, e2, j2 = -1e18, 0, -1e18, 0
+  if ldims then e1, j1 = private_scan(ldims, cost) end
+  if tdims then e2, j2 = private_scan(tdims, cost) end
   if e1 > s then s, reason = e1, 'lane' end
   if e2 > s then s, reason = e2, 'ceiling' end
   if j1 > maxj then maxj = j1 end
@@ -409,14 +428,21 @@ local function item_plan(x, it, s, reason, maxj)
     k = 0
     for j = 1, x.nd do
       local d = dims[j]
-      if cost[d.i] / d.r > k then k = cost[d.i] / d.r end
+      local u = cost[d.i] / d.r
+      if u > k then k = u end
     end
     tau = fair.tau
     if not tau then
       tau = (x.req.share_burst or x.req.burst) / x.req.r / fair.w
       fair.tau = tau
     end
-    vt = tenant_vt(x, T)
+    -- The tenant's virtual finish, read once per call (kept in T, written
+    -- at close).
+    vt = T.vt
+    if vt == nil then
+      vt = sl_num(x.st, 't.' .. T.name .. '.vt', -1e18)
+      T.vt = vt
+    end
     lag = fair.v + (s - fair.at) / fair.w + tau - vt
     in_share = lag >= 0
   end
@@ -468,9 +494,9 @@ end
 -- share) or its excess counted, its tenant's daily tokens (c its charged
 -- estimate; daily: the day's usage), the lane's and tenant's counts.
 local function plan_grant(x, it, c, s, daily)
-  local L, T, cost = it.L, it.T, it.cost
-  private_commit(x, it.ldims, cost, s)
-  private_commit(x, it.tdims, cost, s)
+  local L, T, cost, ldims, tdims = it.L, it.T, it.cost, it.ldims, it.tdims
+  if ldims then private_commit(x, ldims, cost, s) end
+  if tdims then private_commit(x, tdims, cost, s) end
   local fair = x.fair
   if fair then
     if it.in_share then
@@ -478,8 +504,8 @@ local function plan_grant(x, it, c, s, daily)
       local vt = it.vt
       if vt > v then v = vt end
       -- As stored (3 decimals): the next grant of the tenant reads
-      -- what a later call would read.
-      T.vt = tonumber(sl_fmt(v + it.k / T.w))
+      -- what a later call would read (+ 0: tonumber, converted once).
+      T.vt = sl_fmt(v + it.k / T.w) + 0
       T.vt_dirty = true
     else
       lt_bump(T, 'excess_total')
@@ -489,7 +515,12 @@ local function plan_grant(x, it, c, s, daily)
     local f = 't.' .. T.name .. '.tokens'
     daily[f] = sl_num(daily, f, 0) + c
   end
-  if L.name ~= '' then lt_bump(L, 'granted_total') end
+  -- (lt_bump's counting, inline: this is per grant.)
+  if L.name ~= '' then
+    local lc = L.counts
+    if not lc then lc = {}; L.counts = lc end
+    lc.granted_total = (lc.granted_total or 0) + 1
+  end
   local tc = T.counts
   if not tc then tc = {}; T.counts = tc end
   tc.granted_total = (tc.granted_total or 0) + 1
@@ -531,9 +562,9 @@ local function item_grant(x, it, c, s, maxj, wait, daily)
   if s ~= x.slot_v then x.slot_v, x.slot_s = s, sl_fmt(s) end
   local rec
   if x.int_ok and c + b1 + b2 + b3 + b4 < 1e14 then
-    rec = (it.c_s or string.format('%d', c)) .. ',' .. x.slot_s .. ',' .. x.now_s .. ',' .. string.format('%d,%d', b1, b2)
+    rec = (it.c_s or str_format('%d', c)) .. ',' .. x.slot_s .. ',' .. x.now_s .. ',' .. str_format('%d,%d', b1, b2)
           .. ',' .. tname .. ',' .. in_s .. ',' .. out_s
-    if di or dout then rec = rec .. ',' .. string.format('%d,%d', b3, b4) end
+    if di or dout then rec = rec .. ',' .. str_format('%d,%d', b3, b4) end
   else
     rec = c .. ',' .. x.slot_s .. ',' .. x.now_s .. ',' .. b1 .. ',' .. b2 .. ',' .. tname .. ',' .. in_s .. ',' .. out_s
     if di or dout then rec = rec .. ',' .. b3 .. ',' .. b4 end
@@ -565,24 +596,26 @@ local function item_grant(x, it, c, s, maxj, wait, daily)
   if L then plan_grant(x, it, c, s, daily) end
   local grants, leases = x.grants, x.leases
   local g = 2 * x.granted
-  grants[g + 1] = id
+  -- The id and the lease's expiry in whole ms (rounded up: never earlier)
+  -- as text made in Lua, the id once for both writes: %d is cheap, and a
+  -- number would be formatted %.17g by Redis (the same digits, at more
+  -- than twice the cost, each time) and the expiry parsed back.
+  local id_s = str_format('%d', id)
+  grants[g + 1] = id_s
   grants[g + 2] = rec
-  -- The lease's expiry in whole ms (rounded up: never earlier), as text
-  -- made in Lua (%d is cheap; a number would be formatted %.17g by Redis
-  -- and parsed back).
-  if s ~= x.lease_v then x.lease_v, x.lease_s = s, string.format('%d', math.ceil(s + x.lease_ms)) end
+  if s ~= x.lease_v then x.lease_v, x.lease_s = s, str_format('%d', math_ceil(s + x.lease_ms)) end
   leases[g + 1] = x.lease_s
-  leases[g + 2] = id
+  leases[g + 2] = id_s
   x.active = x.active + 1
   if daily then
     daily.requests = daily.requests + 1
     daily.tokens = daily.tokens + c
     x.daily_dirty = true
   end
-  local verdict = sl_verdict(SL_GRANT, id, math.ceil(wait - 1e-6), c)
+  local verdict = sl_verdict(SL_GRANT, id, math_ceil(wait - 1e-6), c)
   if x.bstate == 'half_open' then
     x.probe_out = true
-    sl_set(x.st, 'breaker_probe', tostring(id))
+    sl_set(x.st, 'breaker_probe', id_s)
     x.counts.breaker_probes_total = (x.counts.breaker_probes_total or 0) + 1
   end
   return verdict
@@ -662,30 +695,17 @@ local function reserve_one(x, it, quiet, blocked)
   return verdict
 end
 
--- Counts a shed of an item (lane, tenant as sent) on x, as reserve_one
--- counts one it sheds when not quiet.
-local function reserve_count_shed(x, lane, tenant, reason)
-  local f = 'shed_' .. reason
-  x.counts[f] = (x.counts[f] or 0) + 1
-  x.shed = x.shed + 1
-  if x.plan then
-    local L, T = sl_plan_lane(x.plan, lane), sl_plan_tenant(x.plan, tenant)
-    if L.name ~= '' then lt_bump(L, 'shed_total') end
-    lt_bump(T, 'shed_total')
-  end
-end
-
 -- Writes back everything x decided.
 local function reserve_close(x)
-  local st, now, dims = x.st, x.now, x.dims
-  if x.day_changed then redis.call('DEL', KEYS[7]) end
+  local st, now, dims, keys = x.st, x.now, x.dims, x.keys
+  if x.day_changed then redis.call('DEL', keys[7]) end
   if x.granted > 0 or x.rescheduled then
-    for _, d in ipairs(dims) do sl_dim_save(d, st) end
+    for j = 1, x.nd do sl_dim_save(dims[j], st) end
   end
-  for _, d in ipairs(dims) do sl_dim_flush(d, st, x.qs, x.nq) end
+  for j = 1, x.nd do sl_dim_flush(dims[j], st, x.qs, x.nq) end
   if x.granted > 0 then
-    redis.call('HSET', KEYS[3], unpack(x.grants))
-    redis.call('ZADD', KEYS[4], unpack(x.leases))
+    redis.call('HSET', keys[3], unpack(x.grants))
+    redis.call('ZADD', keys[4], unpack(x.leases))
     sl_set(st, 'last_slot', sl_fmt(x.last_slot))
     sl_set(st, 'next_grant', x.next_id)
   end
@@ -699,7 +719,7 @@ local function reserve_close(x)
         args[#args + 1] = v
       end
     end
-    redis.call('HSET', KEYS[7], unpack(args))
+    redis.call('HSET', keys[7], unpack(args))
   end
   local counts = x.counts
   counts.granted_total = x.granted
@@ -764,11 +784,24 @@ end
 -- within max_wait, is asked with the full max wait. A probe that sheds
 -- consumes nothing and is not counted; the final shed is counted on the
 -- first member of the order. One item never holds two reservations.
-local RATE_SHED = {rpm = true, tpm = true, itpm = true, otpm = true, paused = true, lane = true, ceiling = true}
-local BACK_SHED = {breaker = true, quota = true, concurrency = true}
-
 local function reserve_group()
+  -- (Made here, not per call of the script: a plain call needs neither.)
+  local RATE_SHED = {rpm = true, tpm = true, itpm = true, otpm = true, paused = true, lane = true, ceiling = true}
+  local BACK_SHED = {breaker = true, quota = true, concurrency = true}
   local function bad(msg) return redis.error_reply('ERR sluice reserve: group: ' .. msg) end
+  -- Counts a shed of an item (lane, tenant as sent) on x, as reserve_one
+  -- counts one it sheds when not quiet (made here: only group mode
+  -- counts so).
+  local function reserve_count_shed(x, lane, tenant, reason)
+    local f = 'shed_' .. reason
+    x.counts[f] = (x.counts[f] or 0) + 1
+    x.shed = x.shed + 1
+    if x.plan then
+      local L, T = sl_plan_lane(x.plan, lane), sl_plan_tenant(x.plan, tenant)
+      if L.name ~= '' then lt_bump(L, 'shed_total') end
+      lt_bump(T, 'shed_total')
+    end
+  end
   local m, spill, policy, n = sl_uint(ARGV[2]), sl_uint(ARGV[3]), ARGV[4], sl_uint(ARGV[5])
   if m == nil or m < 1 then return bad("m must be a positive integer, got '" .. tostring(ARGV[2]) .. "'") end
   if spill == nil then return bad("spill_ms must be a non-negative integer, got '" .. tostring(ARGV[3]) .. "'") end
@@ -784,9 +817,17 @@ local function reserve_group()
   local items, orders = {}, {}
   for i = 1, n do
     local b = 5 + 5 * (i - 1)
-    local a = ARGV[b + 1]
-    local c, ti, to, is, os, exact = sl_tokens(a)
-    local w, o = sl_uint(ARGV[b + 2]), ARGV[b + 5]
+    local a, aw, o = ARGV[b + 1], ARGV[b + 2], ARGV[b + 5]
+    -- sl_tokens and sl_uint, the plain case inlined (as in the plain form).
+    local c, ti, to, is, os, exact
+    if #a <= 15 and str_find(a, '^%d+$') then
+      c = a + 0
+      ti, to, is, os, exact = c, c, '', '', false
+    else
+      c, ti, to, is, os, exact = sl_tokens(a)
+    end
+    local w
+    if #aw <= 15 and str_find(aw, '^%d+$') then w = aw + 0 end
     if c == nil then
       return bad("item " .. i .. ": tokens must be a non-negative integer or input+output, got '" .. a .. "'")
     end
@@ -809,9 +850,11 @@ local function reserve_group()
       end
       orders[o] = order
     end
-    -- The item as sent (each ask fills the item decided from it).
-    items[i] = {c = c, w = w, lane = ARGV[b + 3], tenant = ARGV[b + 4], order = order, ti = ti, to = to, in_s = is,
-                out_s = os, c_s = (os == '' and not exact) and a or false, exact = exact}
+    -- The item as sent (each ask fills the item decided from it), by
+    -- position: an array costs a fraction of a table of named fields.
+    --   1 c, 2 w, 3 lane, 4 tenant, 5 order, 6 ti, 7 to, 8 in_s, 9 out_s,
+    --   10 c_s, 11 exact (item_new's fields of the same names)
+    items[i] = {c, w, ARGV[b + 3], ARGV[b + 4], order, ti, to, is, os, (os == '' and not exact) and a or false, exact}
   end
   -- Every member's keys and limits are checked before anything is
   -- decided; its state is loaded when an item first asks it, once.
@@ -833,7 +876,7 @@ local function reserve_group()
     local mem = members[j]
     KEYS = mem.keys
     if not mem.x then
-      mem.x = reserve_open(mem.limits, sl_hash(KEYS[2]))
+      mem.x = reserve_open(KEYS, mem.limits, sl_hash(KEYS[2]))
       opened[#opened + 1] = mem.x
     end
     return mem.x
@@ -850,22 +893,22 @@ local function reserve_group()
     local L, T, blocked = false, false, nil
     local plan = x.plan
     if plan then
-      L, T = sl_plan_lane(plan, it.lane), sl_plan_tenant(plan, it.tenant)
+      L, T = sl_plan_lane(plan, it[3]), sl_plan_tenant(plan, it[4])
       if plan.fair then x.fair = sl_fair_open(plan, x.st, x.now, {[T.name] = true}) end
       blocked = {}
     end
     -- Calibrated per member (each learns its own ratio): filled from the
     -- item as sent, so the next member starts from the estimate as sent.
     local d, cost = dec, dec.cost
-    d.c, d.w, d.L, d.T, d.in_s, d.out_s, d.c_s, d.exact = it.c, wait, L, T, it.in_s, it.out_s, it.c_s, it.exact
-    cost[2], cost[3], cost[4] = it.c, it.ti, it.to
+    d.c, d.w, d.L, d.T, d.in_s, d.out_s, d.c_s, d.exact = it[1], wait, L, T, it[8], it[9], it[10], it[11]
+    cost[2], cost[3], cost[4] = it[1], it[6], it[7]
     local v = reserve_one(x, d, true, blocked)
     last_wait = d.wait
     return v
   end
   for i = 1, n do
     local it = items[i]
-    local w, lane, tenant, order = it.w, it.lane, it.tenant, it.order
+    local w, lane, tenant, order = it[2], it[3], it[4], it[5]
     local ws = math.min(spill, w)
     local tries = policy == 'priority' and #order or 1
     local first, best, best_s, soon, res
@@ -926,10 +969,12 @@ local C, W, TI, TO, IN, OUT, CS, EX = {}, {}, {}, {}, {}, {}, {}, {}
 for i = 1, n do
   local b = 1 + stride * (i - 1)
   -- sl_tokens and sl_uint, the plain case inlined (this runs per item).
+  -- A string of digits converts as tonumber would with + 0, converted
+  -- once (Lua 5.1's tonumber converts it twice: to test, then to give).
   local a, aw = ARGV[b + 1], ARGV[b + 2]
   local c, ti, to, is, os, exact
-  if #a <= 15 and string.find(a, '^%d+$') then
-    c = tonumber(a)
+  if #a <= 15 and str_find(a, '^%d+$') then
+    c = a + 0
     ti, to, is, os, exact = c, c, '', '', false
     CS[i] = a
   else
@@ -937,7 +982,7 @@ for i = 1, n do
     if exact and os == '' then CS[i] = string.sub(a, 2) end
   end
   local w
-  if #aw <= 15 and string.find(aw, '^%d+$') then w = tonumber(aw) end
+  if #aw <= 15 and str_find(aw, '^%d+$') then w = aw + 0 end
   if c == nil then
     return redis.error_reply("ERR sluice reserve: item " .. i .. ": tokens must be a non-negative integer or input+output, got '" .. ARGV[b + 1] .. "'")
   end
@@ -947,7 +992,7 @@ for i = 1, n do
   C[i], W[i], TI[i], TO[i], IN[i], OUT[i], EX[i] = c, w, ti, to, is, os, exact
 end
 
-local x = reserve_open(limits, st)
+local x = reserve_open(KEYS, limits, st)
 local out = {}
 -- The item decided, one table filled per item (item_new).
 local it = item_new()
