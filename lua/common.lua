@@ -721,6 +721,8 @@ end
 -- A reader that takes the leading integer only sees the pause shift.
 local function sl_shift_field(st)
   local shift = sl_ceil(sl_num(st, 'pause_shift_ms', 0))
+  -- ceil(-1e-6) is -0, which a string shows as "-0".
+  if shift == 0 then shift = 0 end
   if not st.retime or st.retime == '' then return shift end
   return shift .. ':' .. st.retime
 end
