@@ -1126,12 +1126,11 @@ void proxy_call_start(proxy_calls *set, http_request *r, const proxy_request *pr
     pc->max_wait_ms = pr->max_wait_ms;
     pc->started = mono_ms();
     /* The proxy's policy on the machine: agent.http.max_attempts and
-     * upstream_timeout_ms (read again at each attempt), the backoff's
+     * upstream_timeout_ms (read at each attempt), the backoff's
      * defaults (full jitter from 500 ms to 30 s, a server's wait as a
      * floor up to 2 minutes), an attempt's minimum, the deadline. */
     sl_call_opts_init(&pc->o);
     pc->o.deployment = pc->name;
-    pc->o.max_attempts = engine_config(set->e)->agent.http.max_attempts;
     pc->o.retry_after_cap_ms = RETRY_AFTER_DEFAULT_CAP_MS;
     pc->o.min_attempt_ms = PCALL_MIN_ATTEMPT_MS;
     pc->o.deadline_ms = pr->deadline_ms >= 0 ? pc->started + pr->deadline_ms : 0;

@@ -434,16 +434,6 @@ static void test_settle_refund_and_charge_exact(void **state) {
     assert_true(hash_num(rc, dep, "state", "tokens_tat") == tat3);
 }
 
-/* Freezes dep's clock at ms (test_clock_offset_ms "=<ms>", lua/common.lua
- * sl_now): a verdict that real time passing between the calls, on a
- * loaded machine, cannot change. */
-static void clock_at(const char *dep, double ms) {
-    redisReply *r = redisCommand(rc, "HSET sluice:{%s}:limits test_clock_offset_ms =%.3f", dep, ms);
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
-    freeReplyObject(r);
-}
-
 static void test_refund_never_exceeds_bucket(void **state) {
     /* Two grants of a full burst each: A now, B one burst later. Refunding
      * all of A while B is still scheduled must give nothing back: the
@@ -451,7 +441,7 @@ static void test_refund_never_exceeds_bucket(void **state) {
     const char *dep = "refund-bound";
     configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "1000",
                  "jitter_ms", "0", NULL);
-    clock_at(dep, 1.8e12); /* b's wait, exactly */
+    clock_freeze(rc, dep, 1.8e12); /* b's wait, exactly */
     char res[32], id[24];
     verdict a = reserve1(rc, dep, 1000, 60000, NULL);
     verdict b = reserve1(rc, dep, 1000, 60000, NULL);
@@ -1022,10 +1012,16 @@ static void expect_silent(const char *dep, double n, double rpm) {
     assert_true(fabs(status_num(rc, dep, "effective_rpm") - rpm) < 1);
 }
 
-static void test_silent_share_held(void **state) {
-    const char *dep = "silent";
+/* 6000 RPM one at a time, an agent silent 1250 ms after its promise,
+ * counted live for 3 s, its share held 10 s. */
+static void configure_silent(const char *dep) {
     configure_on(rc, dep, "rpm", "6000", "burst_requests", "1", "jitter_ms", "0", "silent_ms", "1250",
                  "agent_window_ms", "3000", "silent_hold_ms", "10000", NULL);
+}
+
+static void test_silent_share_held(void **state) {
+    const char *dep = "silent";
+    configure_silent(dep);
     heartbeat_as(dep, "a1", NULL);
     heartbeat_as(dep, "a2", NULL);
     heartbeat_as(dep, "a3", NULL);
@@ -1079,21 +1075,20 @@ static void test_silent_share_held(void **state) {
  * are re-timed toward the whole rate (the reply's retime: sum of log K <
  * 0), so the next grant comes before the end of the old schedule; with
  * a local tail still held, nothing is re-timed. On a frozen clock
- * (clock_at): how far the compression goes depends on where now is among
+ * (clock_freeze): how far the compression goes depends on where now is among
  * the held slots, which real time passing between the calls would move. */
 static void test_return_retimes(void **state) {
     const double T = 1.8e12; /* a fixed now */
     const char *dep = "return";
-    configure_on(rc, dep, "rpm", "6000", "burst_requests", "1", "jitter_ms", "0", "silent_ms", "1250",
-                 "agent_window_ms", "3000", "silent_hold_ms", "10000", NULL);
-    clock_at(dep, T);
+    configure_silent(dep);
+    clock_freeze(rc, dep, T);
     heartbeat_as(dep, "a1", NULL);
     heartbeat_as(dep, "a2", NULL);
     heartbeat_as(dep, "a3", NULL);
-    clock_at(dep, T + 1000);
+    clock_freeze(rc, dep, T + 1000);
     heartbeat_as(dep, "a1", NULL);
     heartbeat_as(dep, "a2", NULL);
-    clock_at(dep, T + 1500);
+    clock_freeze(rc, dep, T + 1500);
     /* a3 silent: 4000 RPM, 15 ms apart; 40 slots reach 600 ms ahead. */
     double first = 0, last = 0;
     for (int i = 0; i < 40; i++) reserve_as(dep, "@a1/250", i == 0 ? &first : &last);
@@ -1121,12 +1116,11 @@ static void test_return_retimes(void **state) {
     /* The same with a3's local tail still held (its sends beside the
      * schedule's): no re-timing. */
     const char *dep2 = "return_tail";
-    configure_on(rc, dep2, "rpm", "6000", "burst_requests", "1", "jitter_ms", "0", "silent_ms", "1250",
-                 "agent_window_ms", "3000", "silent_hold_ms", "10000", NULL);
-    clock_at(dep2, T);
+    configure_silent(dep2);
+    clock_freeze(rc, dep2, T);
     heartbeat_as(dep2, "a1", NULL);
     heartbeat_as(dep2, "a3", NULL);
-    clock_at(dep2, T + 1500);
+    clock_freeze(rc, dep2, T + 1500);
     heartbeat_as(dep2, "a1", NULL);
     for (int i = 0; i < 40; i++) reserve_as(dep2, "@a1/250", NULL);
     r = script_callv(rc, SCRIPT_HEARTBEAT, dep2, "a3", "3000", "busy", "0", "0", "0", "0", "0", "0", "2000", "2000",

@@ -67,6 +67,16 @@ static inline void advance_on(redisContext *c, const char *dep, double ms) {
     freeReplyObject(r);
 }
 
+/* Freezes the scripts' clock of one deployment at ms (test_clock_offset_ms
+ * "=<ms>", lua/common.lua sl_now): a verdict that real time passing
+ * between the calls, on a loaded machine, cannot change. */
+static inline void clock_freeze(redisContext *c, const char *dep, double ms) {
+    redisReply *r = redisCommand(c, "HSET sluice:{%s}:limits test_clock_offset_ms =%.3f", dep, ms);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    freeReplyObject(r);
+}
+
 /* A field of one of dep's hashes ("state", "limits", ...) as a number, 0
  * when absent. */
 static inline double hash_num(redisContext *c, const char *dep, const char *key, const char *field) {
