@@ -189,6 +189,7 @@ static void section_stats(info_out *o, server *s, const server_stats *st, const 
     line(o, "deferrals:%llu", es->deferrals);
     line(o, "retimed:%llu", es->retimed);
     line(o, "late_reasks:%llu", es->late_reasks);
+    line(o, "lapsed_held:%llu", es->lapsed_held);
     line(o, "acquire_errors:%llu", es->errors);
     line(o, "queued:%llu", es->queued);
     line(o, "waiting:%llu", es->waiting);

@@ -530,6 +530,10 @@ int metrics_render(server *s, resp_buf *b) {
     one(&o, "sluice_late_reasks_total", "counter",
         "Callers released long after their slot (a stalled loop) that gave it back and asked again.",
         (double)es.late_reasks);
+    one(&o, "sluice_lapsed_held_total", "counter",
+        "Callers whose grant of Redis' lay past the others' hold of this agent's share while it was away from "
+        "Redis: held until Redis answered (at most their max wait), then asked again.",
+        (double)es.lapsed_held);
 
     head(&o, "sluice_wait_seconds", "histogram", "Time from ACQUIRE to the release of its slot.");
     wait_histogram(&o, "sluice_wait_seconds", "", es.wait_hist, es.wait_sum_ms);

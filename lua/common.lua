@@ -585,9 +585,11 @@ end
 -- are still sending (sl_tails, and the extra ones given: {requests end,
 -- tokens end, share}) keep their room: nothing moves before the last of
 -- them ends, and each replay starts owing what they still send by then.
-local function sl_compress(st, dims, now, want, extra)
+-- thin: sends were taken out (a dropped agent's): with none left, want
+-- and where each replay starts.
+local function sl_compress(st, dims, now, want, extra, thin)
   local sends = sl_held_sends(st, now)
-  if not sends or #sends == 0 then return 1 end
+  if not sends or (#sends == 0 and not thin) then return 1 end
   local tails, tail_end = sl_tails(st), now
   for _, x in ipairs(extra or {}) do tails[#tails + 1] = x end
   for _, x in ipairs(tails) do tail_end = math.max(tail_end, x[1], x[2]) end
@@ -626,7 +628,7 @@ local function sl_compress(st, dims, now, want, extra)
   return hi, best, at
 end
 
-local function sl_rate_changed(st, dims, now, old_r, retime, extra)
+local function sl_rate_changed(st, dims, now, old_r, retime, extra, want)
   local ra = sl_num(st, 'refund_after', 0)
   -- The factor K by which the sends already granted are re-timed
   -- (docs/redis-keys.md, "Re-timed grants"), for a change of the
@@ -644,6 +646,9 @@ local function sl_rate_changed(st, dims, now, old_r, retime, extra)
   --    could crowd a dimension whose rate did not change), anchored a
   --    bucket's worth after now (at): a slot s after it becomes
   --    at + (s - at) K, those before keep theirs.
+  --  * want (no rate changed): a compression toward it all the same, as
+  --    far as the held sends conform: a dropped agent's grants were
+  --    taken out of them (heartbeat.lua).
   local K, ends, at = 1, nil, now
   local faster = nil
   for i, d in ipairs(dims) do
@@ -653,14 +658,18 @@ local function sl_rate_changed(st, dims, now, old_r, retime, extra)
       if o < d.r * (1 - 1e-9) and (not faster or o / d.r > faster) then faster = o / d.r end
     end
   end
-  if K == 1 and faster and not SL_DRY then
-    K, ends, at = sl_compress(st, dims, now, faster, extra)
+  if K == 1 and (faster or want) and not SL_DRY then
+    K, ends, at = sl_compress(st, dims, now, faster or want, extra, want ~= nil)
     at = at or now
   end
   for i, d in ipairs(dims) do
     local o = old_r and old_r[i]
     local cg, chi = d.cg, d.chi
-    if K ~= 1 and cg > at then
+    if K ~= 1 and want and ends and ends[i] then
+      -- Thinned: the committed sends are the held ones, and end where their
+      -- replay does (at no more than the rate: it saw to that).
+      cg = ends[i]
+    elseif K ~= 1 and cg > at then
       -- The committed sends ahead run at 1 / K of the rate they had.
       cg = at + (cg - at) * K
       chi = chi / K
@@ -681,8 +690,8 @@ local function sl_rate_changed(st, dims, now, old_r, retime, extra)
       d.tat = t
     elseif K < 1 and d.tat > at then
       -- A dimension whose rate stayed: its schedule ends where the
-      -- compressed held sends end at the latest.
-      d.tat = at + (d.tat - at) * K
+      -- compressed held sends end at the latest (thinned: where they end).
+      d.tat = want and cg or at + (d.tat - at) * K
     end
     if K ~= 1 then
       d.cg, d.chi = cg, chi

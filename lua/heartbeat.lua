@@ -82,6 +82,48 @@ for j = 1, m do
   members[j] = k
 end
 
+-- Agents dropped after their hold (gone: a crashed agent, or one away
+-- from Redis for longer than the others held its share, which releases
+-- no grant of Redis' from then on: lib/core/engine_call.c) send none of
+-- the grants they were made: those still ahead (their records' field 13
+-- names the agent; slots re-timed by the stretches since) are given back
+-- (abandoned_total), and the sends the others hold are re-timed toward
+-- the room they leave (sl_rate_changed, thinned: as far as every
+-- dimension's held sends conform). Without it a killed agent's slots,
+-- granted up to a max wait ahead, stayed empty in the schedule until
+-- their time (fault-agent-killed: 77 % of the floor).
+--
+-- One factor for every held send is held back by the densest stretch
+-- (the dropped agent's part of each varies), so some room stays unused:
+-- once that stretch is sent the rest could compress further, but the
+-- grants made since fill the schedule's end at the whole rate, and no one
+-- factor moves the middle without crowding the end.
+local function abandon(limits, now, gone)
+  local set = {}
+  for _, a in ipairs(gone) do set[a] = true end
+  local st = sl_hash(KEYS[2])
+  local flat = redis.call('HGETALL', KEYS[3])
+  local ids = {}
+  for i = 2, #flat, 2 do
+    local f, _, slot, _, before = sl_record(flat[i])
+    if f[13] and set[f[13]] and slot then
+      local s = sl_retimed_slot(st, slot, before)
+      if s and s > now then ids[#ids + 1] = flat[i - 1] end
+    end
+  end
+  if #ids == 0 then return end
+  for i = 1, #ids, 1000 do
+    local part = {unpack(ids, i, math.min(i + 999, #ids))}
+    redis.call('HDEL', KEYS[3], unpack(part))
+    redis.call('ZREM', KEYS[4], unpack(part))
+  end
+  local dims = sl_schedule(limits, st, now)
+  sl_rate_changed(st, dims, now, nil, nil, nil, 0.01)
+  for _, d in ipairs(dims) do sl_dim_save(d, st) end
+  sl_set(st, 'abandoned_total', sl_num(st, 'abandoned_total', 0) + #ids)
+  sl_save_state(st)
+end
+
 -- One deployment (KEYS bound to it): the agent is counted (or leaves)
 -- first: the shared rate then no longer holds back its share if it was
 -- silent (sl_silent), and the schedule is converted to that rate before
@@ -99,6 +141,7 @@ local function beat()
   -- Entries are kept as long as a silent agent's share is held back
   -- (silent_hold_ms, sl_silent); the reply counts the live ones.
   local keep = math.max(window, sl_agents_window(limits))
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', '(' .. sl_fmt(now - keep), 'LIMIT', '0', '64')
   redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', '(' .. sl_fmt(now - keep))
   redis.call('PEXPIRE', KEYS[9], keep * 10)
   -- Grants whose lease ended (a killed agent's, or made by a call that
@@ -109,6 +152,7 @@ local function beat()
   if reclaimed > 0 and limits.rpm then
     redis.call('HINCRBY', KEYS[2], 'expired_total', reclaimed)
   end
+  if #gone > 0 and limits.rpm then abandon(limits, now, gone) end
   if busy_req and limits.rpm then
     st = sl_hash(KEYS[2])
     -- Each dimension's effective rate before the return (the second part

@@ -121,6 +121,12 @@ local function reserve_open(keys, limits, st)
     -- Expected output (common.lua, sl_out_item): the ratio in force (false:
     -- charge the max output).
     out_r = false,
+    -- The agent the grants are for, as the records' field 13 (',<id>';
+    -- '' without one, or with an id a record cannot hold): a heartbeat
+    -- that drops the agent after its hold gives back its grants not yet
+    -- due (heartbeat.lua).
+    agent_f = (SL_AGENT and SL_AGENT ~= '' and #SL_AGENT <= 256 and not string.find(SL_AGENT, ',', 1, true))
+              and (',' .. SL_AGENT) or '',
   }
   if not x.cal_off then x.cal_r, x.cal_learning = sl_cal(limits, st, now) end
   if limits.output_charge == 'expected' and sl_num(limits, 'otpm', 0) > 0 then
@@ -569,10 +575,10 @@ local function item_grant(x, it, c, s, maxj, wait, daily)
     rec = c .. ',' .. x.slot_s .. ',' .. x.now_s .. ',' .. b1 .. ',' .. b2 .. ',' .. tname .. ',' .. in_s .. ',' .. out_s
     if di or dout then rec = rec .. ',' .. b3 .. ',' .. b4 end
   end
-  local raw, out = it.raw, it.out
-  if raw ~= '' or out ~= '' then
+  local raw, out, ag = it.raw, it.out, x.agent_f
+  if raw ~= '' or out ~= '' or ag ~= '' then
     if di or dout then rec = rec .. ',' .. raw else rec = rec .. ',,,' .. raw end
-    if out ~= '' then rec = rec .. ',' .. out end
+    if out ~= '' or ag ~= '' then rec = rec .. ',' .. out .. ag end
   end
   -- Commit on each dimension: TAT moves on by the cost at the rate (from
   -- the slot if it is later); the send is recorded for the refund bound's

@@ -432,6 +432,7 @@ typedef struct engine_stats {
         script_over_bound; /* reserve and settle calls whose own time in Redis reached redis.max_script_ms */
     unsigned long long redirect_holds;    /* cluster redirects/TRYAGAIN that held a batch */
     unsigned long long late_reasks;       /* callers released long after their slot that asked again */
+    unsigned long long lapsed_held;       /* callers whose grant of Redis' lay past this agent's hold: asked again */
     unsigned long long retimed;           /* held callers re-timed by a stretch of the fleet's schedule */
     unsigned long long cluster_redirects; /* MOVED/ASK followed by the router */
     unsigned long long slot_map_refreshes;

@@ -171,6 +171,19 @@ void dep_pause(dep *d, long long pause_ms, int local) {
     d->paused_until = until;
 }
 
+/* A caller taken off the waiting list gives its grant of Redis' back
+ * (cancelled) and asks again at the head of its class: through Redis, or
+ * locally when Redis is away. */
+static void call_reask(engine_call *c) {
+    dep *d = c->d;
+    const char *num = engine__grant_number(c->grant.id);
+    if (num) engine__queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
+    c->lapsed = 0;
+    c->state = CALL_PENDING;
+    engine__class_push_front(d, c);
+    engine__flush_arm(c->e);
+}
+
 static void on_release(uv_timer_t *t) {
     engine_call *c = t->data;
     dep *d = c->d;
@@ -181,24 +194,55 @@ static void on_release(uv_timer_t *t) {
         uv_timer_start(&c->timer, on_release, d->paused_until - now, 0);
         return;
     }
+    int redis_grant = !c->grant.local && !c->canceled && !c->e->stopping;
+    /* Away from Redis past the others' hold of this agent's share (no
+     * answer since): Redis gives the slots from then on to the others
+     * (lua/heartbeat.lua, abandon), so this one is not sent. The caller
+     * stays held until Redis answers (dep_lapse_sweep asks again then), at
+     * most until its max wait passes: a local slot would be sent beside the
+     * others' whole rate (agent.fail: open) or refused (hold, closed). */
+    double give_up = (double)c->start_ms + (double)c->max_wait_ms;
+    if (redis_grant && dep_lapsed(d, (double)now) && (double)now < give_up) {
+        if (!c->lapsed) c->e->stats.lapsed_held++;
+        c->lapsed = 1;
+        uv_timer_start(&c->timer, on_release, (uint64_t)ceil(give_up - (double)now), 0);
+        return;
+    }
     engine__list_remove(&d->waiting, c);
     c->e->stats.waiting--;
     /* Released long after its slot (the process was descheduled, the loop
      * blocked): every slot that passed meanwhile would go at once, a burst
      * the fleet's schedule never planned. A grant of Redis' is given back
      * (cancelled; its slot has passed, so nothing is refunded) and the call
-     * asks again at the head of its class. */
-    if (!c->grant.local && !c->canceled && !c->e->stopping && now > c->release_ms + ENGINE_LATE_RELEASE_MS &&
-        dep_ready(d)) {
-        const char *num = engine__grant_number(c->grant.id);
-        if (num) engine__queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
-        c->e->stats.late_reasks++;
-        c->state = CALL_PENDING;
-        engine__class_push_front(d, c);
-        engine__flush_arm(c->e);
+     * asks again. So does one held past the hold whose max wait passed. */
+    if (redis_grant && (c->lapsed || (now > c->release_ms + ENGINE_LATE_RELEASE_MS && dep_ready(d)))) {
+        if (!c->lapsed) c->e->stats.late_reasks++;
+        call_reask(c);
         return;
     }
     call_complete(c, SL_OK, NULL, NULL);
+}
+
+/* Redis answers again (before replied_at moves): when the others may have
+ * dropped this agent meanwhile (dep_lapsed), its grants of Redis' with
+ * slots from the end of its hold on went to them; their callers, and those
+ * held at their slots since (on_release), ask again. */
+void dep_lapse_sweep(dep *d) {
+    double now = (double)uv_now(d->e->loop);
+    if (!dep_lapsed(d, now) || d->e->stopping) return;
+    double from = dep_lapse_at(d);
+    engine_call *c = d->waiting.head;
+    while (c) {
+        engine_call *next = c->next;
+        if (!c->grant.local && !c->canceled && (c->lapsed || (double)c->release_ms >= from)) {
+            if (!c->lapsed) d->e->stats.lapsed_held++;
+            uv_timer_stop(&c->timer);
+            engine__list_remove(&d->waiting, c);
+            d->e->stats.waiting--;
+            call_reask(c);
+        }
+        c = next;
+    }
 }
 
 /* A grant: release the caller now or at its slot. */

@@ -106,6 +106,7 @@ struct engine_call {
     int cls;               /* index into d->classes */
     call_route *route;     /* a request to a group: its routing; NULL otherwise */
     int deferred;          /* Redis deferred it at least once */
+    int lapsed;            /* held on a grant of Redis' past this agent's hold (dep_lapsed) */
     char defer_reason[16]; /* the last deferral's reason */
     uv_timer_t timer;      /* release timer; memory freed in its close callback */
     int timer_live;
@@ -183,6 +184,9 @@ struct dep {
     double renew_at;                     /* uv_now: the next call is due (a heartbeat if nothing else goes) */
     double seen_until;                   /* uv_now: what Redis was promised, as of the replies */
     double replied_at;                   /* uv_now of the last reply to a call that named this agent */
+    double ran_after;                    /* uv_now: a call of this agent ran in Redis no earlier (dep_seen) */
+    double hb_sent;                      /* uv_now: the oldest heartbeat in flight was sent no earlier */
+    int hb_out;                          /* heartbeats (and hand-overs) in flight */
     double used_at;                      /* uv_now of the last use (acquire, settle) or of the join */
     int member;                          /* in the agents set (joined, not left) */
     int handing_over, handed_over;       /* the local tail was pushed into Redis after an outage */
@@ -389,6 +393,9 @@ void dep_flush_settles(dep *d);
 /* ---- engine_local.c ---- */
 #define LOCAL_CLOSED_MSG "Redis is unreachable and agent.fail is closed: refusing to pace locally"
 double local_share(const dep *d);
+double dep_lapse_at(const dep *d);
+int dep_lapsed(const dep *d, double t);
+void dep_lapse_sweep(dep *d);
 void local_decide(engine_call *c);
 /* What local_decide() would decide for rq now against max_wait_ms, into
  * *out (local = 1), committing nothing. Returns 0, or SL_EUNAVAIL when
@@ -446,6 +453,8 @@ void dep_configure(dep *d);
 void dep_heartbeat(dep *d, int leave);
 void dep_announce(dep *d);
 const char *dep_agent_arg(dep *d, int keepalive);
-void dep_seen(dep *d);
+void dep_seen(dep *d, double sent_at);
+void dep_hb_sent(dep *d);
+double dep_hb_answered(dep *d);
 
 #endif

@@ -34,6 +34,22 @@ static double local_held_until(const dep *d) {
     return d->replied_at + (double)engine_agent_window_ms(e) - (double)timeout - (double)engine_promise_margin_ms(e);
 }
 
+/* When the others may drop this agent (lua/heartbeat.lua, abandon) and
+ * give the grants it was made with slots from then on to the rest of the
+ * fleet: a call of its ran in Redis no earlier than ran_after (the send of
+ * the latest one answered), Redis scored it then plus its promise, and
+ * drops it once that score is agent_window_ms old; a promise margin keeps
+ * clear of a late timer. Unlike local_held_until, no redis.timeout_ms is
+ * taken off: the answered call's own send time bounds when it ran. */
+double dep_lapse_at(const dep *d) {
+    return d->ran_after + (double)engine_agent_window_ms(d->e) - (double)engine_promise_margin_ms(d->e);
+}
+
+/* Whether this agent may have been dropped by time t: a member, answered
+ * once, and t at or past dep_lapse_at. It must then release no grant of
+ * Redis' (engine_call.c). */
+int dep_lapsed(const dep *d, double t) { return d->member && d->ran_after > 0 && t >= dep_lapse_at(d); }
+
 /* The earliest local slot for cost c on one dimension (rate r per ms,
  * burst b), with the release-jitter margin of the reserve script: plan
  * against b - r J; a cost above that waits for a full bucket plus J. */
@@ -246,6 +262,7 @@ static void on_handover(void *arg, redisReply *r, const char *err) {
     dep *d = arg;
     d->e->calls_out--;
     d->handing_over = 0;
+    double sent_at = dep_hb_answered(d);
     long long live = dep_heartbeat_reply(d, r);
     if (live >= 0) {
         /* Redis counts them now (grants made meanwhile wait for the next). */
@@ -253,7 +270,7 @@ static void on_handover(void *arg, redisReply *r, const char *err) {
         d->handed_over = 1;
         d->member = 1;
         if (live > 0) d->live_agents = live;
-        dep_seen(d);
+        dep_seen(d, sent_at);
     }
     engine__flush_arm(d->e);
     engine__maybe_finish_stop(d->e);
@@ -304,6 +321,7 @@ void dep_hand_over(dep *d) {
     wire_args_free(&a);
     if (rc == 0) {
         e->calls_out++;
+        dep_hb_sent(d);
         d->handing_over = 1;
     }
 }

@@ -223,9 +223,27 @@ const char *dep_agent_arg(dep *d, int keepalive) {
     return d->arg;
 }
 
-/* A reply to a call that named this agent: Redis counts it live until
- * the promise of that call passes (at the latest). */
-void dep_seen(dep *d) {
+/* A heartbeat (or hand-over) of d goes out: the oldest in flight was
+ * sent no earlier than this (dep_hb_answered). */
+void dep_hb_sent(dep *d) {
+    if (d->hb_out++ == 0) d->hb_sent = (double)uv_now(d->e->loop);
+}
+
+/* Its reply (or failure) came: when the call it answers was sent, at the
+ * earliest. Replies come in the order of the calls (one connection);
+ * with more in flight the oldest's time stands for them all. */
+double dep_hb_answered(dep *d) {
+    double s = d->hb_sent;
+    if (d->hb_out > 0) d->hb_out--;
+    return s;
+}
+
+/* A reply to a call that named this agent, sent at sent_at (uv_now):
+ * Redis counts it live until the promise of that call passes (at the
+ * latest), and it ran there no earlier than sent_at (dep_lapsed). */
+void dep_seen(dep *d, double sent_at) {
+    dep_lapse_sweep(d);
+    if (sent_at > d->ran_after) d->ran_after = sent_at;
     double now = (double)uv_now(d->e->loop);
     d->seen_until = fmax(d->seen_until, now + d->g_sent);
     d->replied_at = now;
@@ -234,12 +252,12 @@ void dep_seen(dep *d) {
 /* A heartbeat's reply: the live agents of d. After a leave this agent is
  * not among them, but should it have to pace d without Redis it would be
  * one more: its fallback share counts itself. */
-static void dep_counted(dep *d, long long live) {
+static void dep_counted(dep *d, long long live, double sent_at) {
     /* Sent when there was nothing to hand over (dep_announce): nothing is
      * left to hand over after it either, until the next outage. */
     d->handed_over = 1;
     if (!d->member) live++;
-    else dep_seen(d);
+    else dep_seen(d, sent_at);
     if (live > 0) d->live_agents = live;
 }
 
@@ -265,8 +283,9 @@ long long dep_heartbeat_seen(dep *d, const wire_heartbeat_reply *h) {
 static void on_heartbeat(void *arg, redisReply *r, const char *err) {
     dep *d = arg;
     d->e->calls_out--;
+    double sent_at = dep_hb_answered(d);
     long long live = dep_heartbeat_reply(d, r);
-    if (live >= 0) dep_counted(d, live);
+    if (live >= 0) dep_counted(d, live, sent_at);
     /* The first heartbeat follows the connect: a script that cannot run
      * (an ACL without a command it calls) shows here, before any caller. */
     if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str)) dep_script_error(d, "heartbeat", r->str);
@@ -281,6 +300,7 @@ void dep_heartbeat(dep *d, int leave) {
     if (wire_args_done(&a, 0) == 0 &&
         rrouter_script(e->redis, SCRIPT_HEARTBEAT, d->keys, a.argc, a.argv, on_heartbeat, d) == 0) {
         e->calls_out++;
+        dep_hb_sent(d);
         d->member = !leave;
     }
     wire_args_free(&a);
@@ -311,9 +331,10 @@ static void on_heartbeats(void *arg, redisReply *r, const char *err) {
     e->calls_out--;
     for (size_t i = 0; i < b->n; i++) {
         dep *d = b->deps[i];
+        double sent_at = dep_hb_answered(d);
         wire_heartbeat_reply h;
         long long live = wire_read_heartbeat_of(r, b->n, i, &h) == 0 ? dep_heartbeat_seen(d, &h) : -1;
-        if (live >= 0) dep_counted(d, live);
+        if (live >= 0) dep_counted(d, live, sent_at);
     }
     if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str) && b->n)
         dep_script_error(b->deps[0], "heartbeat", r->str);
@@ -353,9 +374,12 @@ static void heartbeat_many(engine *e, dep **deps, size_t n, int leave) {
     wire_args_init(&a);
     wire_heartbeat(&a, arg, e->agent_id, engine_agent_window_ms(e), leave);
     if (wire_args_done(&a, 0) == 0 && rrouter_script_n(e->redis, SCRIPT_HEARTBEAT, keys, (int)(n * SCRIPTS_NKEYS),
-                                                       a.argc, a.argv, on_heartbeats, b) == 0)
+                                                       a.argc, a.argv, on_heartbeats, b) == 0) {
         e->calls_out++;
-    else free(b);
+        for (size_t i = 0; i < n; i++) dep_hb_sent(deps[i]);
+    } else {
+        free(b);
+    }
     wire_args_free(&a);
     free(keys);
 }

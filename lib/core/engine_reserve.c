@@ -20,6 +20,7 @@ typedef struct reserve_batch {
     dep *d;
     size_t n;
     uint64_t sent_ns; /* uv_hrtime at the send */
+    double sent_at;   /* uv_now at the send (dep_seen) */
     engine_call *items[RESERVE_BATCH_MAX];
 } reserve_batch;
 
@@ -40,7 +41,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
          * Redis is lost, so grants already made by Redis and local ones do
          * not stack. */
         dep_fleet_seen(d, rr.requests_backlog_ms, rr.tokens_backlog_ms);
-        dep_seen(d);
+        dep_seen(d, b->sent_at);
         /* Before the new grants: they are already behind any new shift. */
         dep_follow_shift(d, &rr.shift, rr.now_us);
     }
@@ -248,6 +249,7 @@ void dep_flush_reserves(dep *d) {
     d->turn = b->n < cap ? 0 : d->turn + 1;
     wire_fill(&a, agent_at, dep_agent_arg(d, 0));
     b->sent_ns = uv_hrtime();
+    b->sent_at = d->sent_at;
     int rc = wire_args_done(&a, WIRE_TIMED);
     if (rc == 0) rc = rrouter_script(e->redis, SCRIPT_RESERVE, d->keys, a.argc, a.argv, on_reserve, b);
     wire_args_free(&a);

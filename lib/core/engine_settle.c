@@ -60,6 +60,7 @@ typedef struct settle_batch {
     dep *d;
     size_t n;
     uint64_t sent_ns; /* uv_hrtime at the send */
+    double sent_at;   /* uv_now at the send (dep_seen) */
 } settle_batch;
 
 static int dim_index(const char *name) {
@@ -118,7 +119,7 @@ static void on_settle(void *arg, redisReply *r, const char *err) {
     wire_settle_reply sr;
     if (wire_read_settle(r, b->n, &sr) == 0) {
         if (sr.rates) engine__batch_seen(e, &d->settle_cost, b->n, sr.script_us, b->sent_ns);
-        dep_seen(d);
+        dep_seen(d, b->sent_at);
         if (sr.paused_ms > 0) {
             uint64_t until = uv_now(e->loop) + (uint64_t)sr.paused_ms;
             if (until > d->paused_until) d->paused_until = until;
@@ -177,6 +178,7 @@ void dep_flush_settles(dep *d) {
     b->d = d;
     b->n = n;
     b->sent_ns = uv_hrtime();
+    b->sent_at = d->sent_at;
     int rc = wire_args_done(&a, WIRE_TIMED);
     if (rc == 0) rc = rrouter_script(e->redis, SCRIPT_SETTLE, d->keys, a.argc, a.argv, on_settle, b);
     wire_args_free(&a);

@@ -17,7 +17,9 @@
 # batch: a fresh ledger, then calls of that batch worth 400 items (at
 # least 40 calls), all granted (checked). Prints, per workload and batch,
 # the instructions per item of each version and new / old, and per
-# workload the ratio of the summed counts over its batches.
+# workload the ratio of the summed counts over its batches. With
+# AGENT=<id> every call names an agent ("@<id>/1000" before its ARGV, as
+# sluiced's calls do): the records then carry it (field 13).
 # Needs valgrind, redis-server and the redis module of Debian's python3
 # (deploy/install-deps.sh). About 2 minutes on the project's machine.
 set -euo pipefail
@@ -59,9 +61,9 @@ count() {
   local pid=$!
   for _ in $(seq 1 300); do [ -S "$sock" ] && break; sleep 0.1; done
   [ -S "$sock" ] || { echo "reserve_instructions: redis-server did not start" >&2; cat "$tmp/vg.log" >&2; exit 1; }
-  /usr/bin/python3 - "$sock" "$dir" "$w" "$b" <<'EOF'
+  /usr/bin/python3 - "$sock" "$dir" "$w" "$b" "${AGENT:-}" <<'EOF'
 import sys, redis
-sock, d, w, b = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+sock, d, w, b, agent = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 r = redis.Redis(unix_socket_path=sock)
 for _ in range(100):
     try:
@@ -98,6 +100,7 @@ else:
         argv += ['60+40' if w == 'split' else '100', '60000']
         if w == 'lt': argv += ['batch', 'a' if i % 2 else 'b']
     ks, at = keys(w), 5
+if agent: argv = ['@%s/1000' % agent] + argv
 calls = max(40, 400 // b)
 for _ in range(calls):
     rep = r.evalsha(sha, len(ks), *ks, *argv)

@@ -1131,6 +1131,93 @@ static void test_return_retimes(void **state) {
     freeReplyObject(r);
 }
 
+/* dep holds n outstanding grants: n records, n leases. */
+static void expect_outstanding(const char *dep, long long n) {
+    redisReply *r = redisCommand(rc, "HLEN sluice:{%s}:grants", dep);
+    assert_int_equal(r->integer, n);
+    freeReplyObject(r);
+    r = redisCommand(rc, "ZCARD sluice:{%s}:leases", dep);
+    assert_int_equal(r->integer, n);
+    freeReplyObject(r);
+}
+
+/* An agent dropped after its hold (killed) sends none of its grants: a
+ * heartbeat that drops it gives back those still ahead and re-times the
+ * sends the others hold into the room they leave (lua/heartbeat.lua,
+ * abandon). 60 RPM one at a time; a1 and a2 take turns, 40 slots 1 s
+ * apart; a2 falls silent at T + 250 ms, its share is held 10 s and it is
+ * dropped by a1's heartbeat at T + 11 s. Every verdict on a frozen clock. */
+static void test_dropped_agent_gives_back(void **state) {
+    const double T = 1.8e12;
+    const char *dep = "dropped";
+    configure_on(rc, dep, "rpm", "60", "burst_requests", "1", "jitter_ms", "0", "silent_ms", "1250", "agent_window_ms",
+                 "3000", "silent_hold_ms", "10000", NULL);
+    clock_freeze(rc, dep, T);
+    heartbeat_as(dep, "a1", NULL);
+    heartbeat_as(dep, "a2", NULL);
+    long long a2_first = 0;
+    for (int i = 0; i < 40; i++) {
+        long long id = reserve_as(dep, i % 2 ? "@a2/250" : "@a1/250", NULL);
+        if (i == 1) a2_first = id;
+    }
+    /* The record names its agent (field 13). */
+    redisReply *r = redisCommand(rc, "HGET sluice:{%s}:grants %lld", dep, a2_first);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    int commas = 0;
+    for (const char *p = r->str; *p; p++) commas += *p == ',';
+    assert_int_equal(commas, 12);
+    assert_true(strlen(r->str) > 3 && strcmp(r->str + strlen(r->str) - 3, ",a2") == 0);
+    freeReplyObject(r);
+    double tat0 = hash_num(rc, dep, "state", "requests_tat");
+    assert_true(fabs(tat0 - (T + 40000)) < 1);
+    /* Within the hold nothing is given back. */
+    clock_freeze(rc, dep, T + 10000);
+    heartbeat_as(dep, "a1", NULL);
+    expect_outstanding(dep, 40);
+    /* Past it: a2's 14 slots from T + 13 s on go back (T + 1, 3, .., 11 s
+     * have passed), a1's 20 stay. */
+    clock_freeze(rc, dep, T + 11000);
+    r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "a1", "3000", NULL);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("heartbeat: %s", r->str);
+    assert_int_equal(r->element[1]->type, REDIS_REPLY_STRING); /* "<shift>:<sum of log K>:<at>" */
+    double lg = 0, at = 0;
+    assert_int_equal(sscanf(r->element[1]->str, "%*[^:]:%lf:%lf", &lg, &at), 2);
+    freeReplyObject(r);
+    expect_outstanding(dep, 26);
+    assert_true(hash_num(rc, dep, "state", "abandoned_total") == 14);
+    /* a1's 13 sends after the anchor (a bucket's worth and one send after
+     * now: T + 13 s), 2 s apart, compress toward 1 s apart: K near 1/2
+     * (a little less: the bucket's tolerance), and the schedule ends where
+     * they do: replayed from the most the bucket can owe at now (T + 13 s),
+     * the send at T + 12 s and those 13 end at T + 27 s. */
+    double K = exp(lg), tat1 = hash_num(rc, dep, "state", "requests_tat");
+    print_message("  dropped: K %.3f at T + %.0f ms, schedule end T + %.0f ms (was T + %.0f)\n", K, at - T, tat1 - T,
+                  tat0 - T);
+    assert_true(fabs(at - (T + 13000)) < 1);
+    assert_true(K > 0.45 && K < 0.5 + 1e-6);
+    assert_true(fabs(tat1 - (T + 27000)) < 1);
+    /* The next grant comes at the new end. */
+    double next = 0;
+    reserve_as(dep, "@a1/250", &next);
+    assert_true(fabs(next - tat1) < 2);
+}
+
+/* An agent id a record cannot hold (a comma) is left out of it. */
+static void test_record_agent_comma(void **state) {
+    const char *dep = "agentcomma";
+    configure_on(rc, dep, "rpm", "60", NULL);
+    long long id = reserve_as(dep, "@a,b/250", NULL);
+    redisReply *r = redisCommand(rc, "HGET sluice:{%s}:grants %lld", dep, id);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_null(strstr(r->str, "a,b"));
+    freeReplyObject(r);
+    id = reserve_as(dep, "@ab/250", NULL);
+    r = redisCommand(rc, "HGET sluice:{%s}:grants %lld", dep, id);
+    assert_non_null(strstr(r->str, ",ab"));
+    freeReplyObject(r);
+}
+
 /* A heartbeat reclaims grants whose lease ended, as a reserve does: a
  * fleet that stopped calling is left with none (counted expired). */
 static void test_heartbeat_reclaims(void **state) {
@@ -1138,22 +1225,13 @@ static void test_heartbeat_reclaims(void **state) {
     configure_on(rc, dep, "rpm", "600", "lease_ms", "1000", NULL);
     reserve_as(dep, "@a1/250", NULL);
     reserve_as(dep, "@a1/250", NULL);
-    redisReply *r = redisCommand(rc, "HLEN sluice:{%s}:grants", dep);
-    assert_int_equal(r->integer, 2);
-    freeReplyObject(r);
+    expect_outstanding(dep, 2);
     advance_on(rc, dep, 500);
     heartbeat_as(dep, "a1", NULL); /* within the lease: kept */
-    r = redisCommand(rc, "ZCARD sluice:{%s}:leases", dep);
-    assert_int_equal(r->integer, 2);
-    freeReplyObject(r);
+    expect_outstanding(dep, 2);
     advance_on(rc, dep, 2000);
     heartbeat_as(dep, "a1", NULL);
-    r = redisCommand(rc, "HLEN sluice:{%s}:grants", dep);
-    assert_int_equal(r->integer, 0);
-    freeReplyObject(r);
-    r = redisCommand(rc, "ZCARD sluice:{%s}:leases", dep);
-    assert_int_equal(r->integer, 0);
-    freeReplyObject(r);
+    expect_outstanding(dep, 0);
     assert_true(status_num(rc, dep, "expired_total") == 2);
 }
 
@@ -1403,6 +1481,8 @@ int main(void) {
         cmocka_unit_test(test_heartbeat_reclaims),
         cmocka_unit_test(test_silent_share_held),
         cmocka_unit_test(test_return_retimes),
+        cmocka_unit_test(test_dropped_agent_gives_back),
+        cmocka_unit_test(test_record_agent_comma),
         cmocka_unit_test(test_never_over_offer_random),
         cmocka_unit_test(test_limits_packed_and_records),
         cmocka_unit_test(test_calibration_learns_and_applies),

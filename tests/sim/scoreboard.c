@@ -47,6 +47,7 @@ typedef struct sb_bounds {
     /* Redis commands per agent per second from t = 0 to idle_ms. */
     double max_idle_cmds;
     double max_back_ms; /* the cut agent back on Redis after the cut ends */
+    int max_failed;     /* calls that may fail (agent.fail: hold refuses; 0: none) */
 } sb_bounds;
 
 /* Callers beyond the row's own (which name no lane or tenant): on every
@@ -81,6 +82,8 @@ typedef struct sb_more {
     /* The responses carry no usage (a stream without include_usage and
      * the proxy's stream_usage: off): settles say only the headers. */
     int no_usage;
+    /* More agent: keys, indented 2 (agent.fail: hold). */
+    const char *agent_extra;
 } sb_more;
 
 struct sb_scenario {
@@ -174,6 +177,7 @@ static void short_answers(sim_world_cfg *c) {
 #define LANES_YAML                                                                                                     \
     "    lanes:\n      interactive: { priority: 0, max_wait_ms: 5000 }\n"                                              \
     "      batch: { priority: 1, max_wait_ms: 600000 }\n"
+static const sb_more fail_hold_more = {.agent_extra = "  fail: hold\n"};
 static const sb_more lanes_more = {
     .classes = {{.lane = "batch", .callers = 20, .calls = 2, .start_ms = 1000, .jitter_ms = 200},
                 {.lane = "interactive",
@@ -504,6 +508,28 @@ static const sb_scenario table[] = {
      FAULT_BACK(40000),
      NULL,
      NULL},
+    /* Past the hold, with agent.fail: hold (the mode that never over-offers
+     * however long a partition lasts): the others drop agent 2 at about
+     * 51 s and take the grants it held with slots from then on
+     * (lua/heartbeat.lua, abandon); it sends none of them, neither while
+     * cut off nor once back (lib/core/engine_call.c, dep_lapsed). */
+    {"fault-blackhole-long",
+     "azure-standard",
+     "one of 3 agents (fail: hold) black-holed 30..55 s, past the others' 20 s hold of its share",
+     NULL,
+     "azure",
+     NULL,
+     AZ_TRAFFIC,
+     {{30000, SB_BLACKHOLE, 2, 0}, {55000, SB_UNBLACKHOLE, 2, 0}},
+     2,
+     0,
+     /* hold refuses agent 2's new callers once its share is no longer
+      * held (16..24 of its 100 calls, before this row's change too), and
+      * the callers it held past that ask again at the schedule's end when
+      * it is back: the floor share is lower than a short fault's. */
+     {.max_429_pct = 1, .min_floor_pct = 80, .max_window_x = 1.02, .max_p99_wait_ms = 300000, .max_failed = 30},
+     NULL,
+     &fail_hold_more},
     /* Issue 23's partition row: agent 2 had no callers before the cut
      * (its view of the fleet's schedule comes from its heartbeats alone),
      * one arrives with it; the others saturate with a short queue (4
@@ -576,7 +602,9 @@ static const sb_scenario table[] = {
      1,
      300000,
      FAULT_B,
-     "77.3..77.4 % of the floor: a killed agent's slots granted ahead are never given back",
+     "76.6..89.8 % of the floor (77.3..77.4 before its slots were given back): its share is held for 20 s "
+     "as for a partition, and one factor re-times the others' held sends into the room its slots leave, "
+     "only as far as the densest stretch allows",
      NULL},
     {.name = "lanes",
      .world = "azure-standard",
@@ -1025,7 +1053,7 @@ static void miss(sb_result *r, const char *fmt, double got, double bound) {
 
 static void judge_bounds(const sb_scenario *s, sb_result *r) {
     const sb_bounds *b = &s->b;
-    if (r->failed > 0) miss(r, "failed %.0f > %.0f", (double)r->failed, 0);
+    if (r->failed > b->max_failed) miss(r, "failed %.0f > %.0f", (double)r->failed, (double)b->max_failed);
     if (b->max_429_pct > 0) {
         double after = r->attempts_after ? 100.0 * (double)r->throttled_after / (double)r->attempts_after : 0;
         if (after > b->max_429_pct) miss(r, "429s %.2f %% > %.2f %%", after, b->max_429_pct);
@@ -1091,7 +1119,8 @@ static void yaml_deployment(const sb_scenario *s, const sim_world_cfg *wc, const
  * d1, d2, ... in priority order under the group d. */
 static void yaml_for(const sb_scenario *s, const sb_prov *p, char *buf, size_t n) {
     const sb_more *x = more_of(s);
-    int k = snprintf(buf, n, "agent:\n  socket: /tmp/sim-unused.sock\n  heartbeat_ms: 1000\ndeployments:\n");
+    int k = snprintf(buf, n, "agent:\n  socket: /tmp/sim-unused.sock\n  heartbeat_ms: 1000\n%sdeployments:\n",
+                     x->agent_extra ? x->agent_extra : "");
     if (!x->nmembers) {
         yaml_deployment(s, &p->wc[0], "d", buf, n, &k);
         if (s->yaml_extra && k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, "%s", s->yaml_extra);
