@@ -608,24 +608,43 @@ local function sl_compress(st, dims, now, want, extra, thin)
     if l > lead then lead = l end
   end
   local at = tail_end + lead
-  local function fits(K)
+  local function fits(K, a)
     local ends = {}
     for j, d in ipairs(dims) do
-      ends[j] = sl_replay(d, sends, K, at, tau[j], start[j])
+      ends[j] = sl_replay(d, sends, K, a, tau[j], start[j])
       if not ends[j] then return nil end
     end
     return ends
   end
-  local ends = fits(want)
-  if ends then return want, ends, at end
-  local lo, hi, best = want, 1, nil
-  for _ = 1, 12 do
-    local mid = (lo + hi) / 2
-    local e = fits(mid)
-    if e then hi, best = mid, e else lo = mid end
+  -- The smallest K for the anchor a (nil: none below 0.995).
+  local function least(a)
+    local e = fits(want, a)
+    if e then return want, e end
+    local lo, hi, best = want, 1, nil
+    for _ = 1, 12 do
+      local mid = (lo + hi) / 2
+      e = fits(mid, a)
+      if e then hi, best = mid, e else lo = mid end
+    end
+    if not best or hi > 0.995 then return nil end
+    return hi, best
   end
-  if not best or hi > 0.995 then return 1 end
-  return hi, best, at
+  local K, ends = least(at)
+  -- Thinned, the room is uneven (a dropped agent's part of each stretch
+  -- varies), and one K for every held send is held back by the densest
+  -- stretch: a later anchor leaves a dense start as it is and compresses
+  -- the rest further. The anchor of ten that frees the most (the last
+  -- send's distance from it times 1 - K).
+  local last = #sends > 0 and sends[#sends][1] or at
+  if thin and last > at then
+    local gain, step = K and (last - at) * (1 - K) or 0, math.max(1000, (last - at) / 10)
+    for a = at + step, last - step, step do
+      local k, e = least(a)
+      if k and (last - a) * (1 - k) > gain then gain, K, ends, at = (last - a) * (1 - k), k, e, a end
+    end
+  end
+  if not K then return 1 end
+  return K, ends, at
 end
 
 local function sl_rate_changed(st, dims, now, old_r, retime, extra, want)

@@ -93,11 +93,12 @@ end
 -- granted up to a max wait ahead, stayed empty in the schedule until
 -- their time (fault-agent-killed: 77 % of the floor).
 --
--- One factor for every held send is held back by the densest stretch
--- (the dropped agent's part of each varies), so some room stays unused:
--- once that stretch is sent the rest could compress further, but the
--- grants made since fill the schedule's end at the whole rate, and no one
--- factor moves the middle without crowding the end.
+-- One factor is held back by the densest stretch after its anchor (the
+-- dropped agent's part of each varies): sl_compress picks the anchor of
+-- ten that frees the most, and some room stays unused all the same. A
+-- later try found nothing: the grants made since fill the schedule's end
+-- at the whole rate, and no one factor moves the middle without crowding
+-- the end.
 local function abandon(limits, now, gone)
   local set = {}
   for _, a in ipairs(gone) do set[a] = true end

@@ -146,7 +146,7 @@ void dep_follow_shift(dep *d, const wire_shift *s, long long redis_now_us) {
     if (d->shift_known && total > d->applied_shift) dep_shift_waiting(d, total - d->applied_shift);
     if (d->shift_known && at > 0 && fabs(lg - d->applied_retime) > 1e-12) {
         double lag = (double)redis_now_us / 1000.0 - at;
-        if (!(lag > -ENGINE_RETIME_LAG_MAX_MS)) lag = -ENGINE_RETIME_LAG_MAX_MS;
+        if (!(lag > -ENGINE_RETIME_AHEAD_MAX_MS)) lag = -ENGINE_RETIME_AHEAD_MAX_MS;
         if (lag > ENGINE_RETIME_LAG_MAX_MS) lag = ENGINE_RETIME_LAG_MAX_MS;
         dep_retime_waiting(d, exp(lg - d->applied_retime), lag);
     }

@@ -53,6 +53,10 @@
 /* A stretch learned later than this after Redis made it is applied as if
  * learned this late: a clock step must not move held callers wildly. */
 #define ENGINE_RETIME_LAG_MAX_MS 5000
+/* A re-timing anchored ahead of now (a compression keeps what is due before
+ * its anchor: a bucket's worth, a local tail, a dense stretch) is applied
+ * from its anchor up to this far ahead: the longest wait a grant has. */
+#define ENGINE_RETIME_AHEAD_MAX_MS 600000
 /* Items of one lane and tenant per reserve call on a deployment with lanes
  * or tenants: after a deferral the rest of the class would be deferred
  * too, so sending its whole backlog would only cost Redis time. */

@@ -1203,6 +1203,40 @@ static void test_dropped_agent_gives_back(void **state) {
     assert_true(fabs(next - tat1) < 2);
 }
 
+/* The same with a stretch only a1 had slots in (T + 13..22 s): one factor
+ * from the first anchor (T + 13 s) could not compress past that stretch
+ * (it runs at the whole rate), so the compression is anchored after it
+ * and the sends 2 s apart there move to about 1 s apart. */
+static void test_dropped_agent_dense_stretch(void **state) {
+    const double T = 1.8e12;
+    const char *dep = "dropped_dense";
+    configure_on(rc, dep, "rpm", "60", "burst_requests", "1", "jitter_ms", "0", "silent_ms", "1250", "agent_window_ms",
+                 "3000", "silent_hold_ms", "10000", NULL);
+    clock_freeze(rc, dep, T);
+    heartbeat_as(dep, "a1", NULL);
+    heartbeat_as(dep, "a2", NULL);
+    for (int i = 0; i < 53; i++) reserve_as(dep, (i < 13 || i > 22) && i % 2 ? "@a2/250" : "@a1/250", NULL);
+    double tat0 = hash_num(rc, dep, "state", "requests_tat");
+    assert_true(fabs(tat0 - (T + 53000)) < 1);
+    clock_freeze(rc, dep, T + 11000);
+    redisReply *r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "a1", "3000", NULL);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("heartbeat: %s", r->str);
+    double lg = 0, at = 0;
+    assert_int_equal(sscanf(r->element[1]->str, "%*[^:]:%lf:%lf", &lg, &at), 2);
+    freeReplyObject(r);
+    /* a2's slots from T + 13 s on: 23, 25, .., 51 s (15). */
+    assert_true(hash_num(rc, dep, "state", "abandoned_total") == 15);
+    double K = exp(lg), tat1 = hash_num(rc, dep, "state", "requests_tat");
+    print_message("  dense: K %.3f at T + %.0f ms, schedule end T + %.0f ms (was T + %.0f)\n", K, at - T, tat1 - T,
+                  tat0 - T);
+    /* The fourth of ten anchors (13 s + 3 x 3.9 s): the sends at 26, 28, ..
+     * 52 s toward 1 s apart, and the schedule ends where they do. */
+    assert_true(fabs(at - (T + 24700)) < 1);
+    assert_true(K > 0.45 && K < 0.5);
+    assert_true(fabs(tat1 - (T + 39300)) < 1);
+}
+
 /* An agent id a record cannot hold (a comma) is left out of it. */
 static void test_record_agent_comma(void **state) {
     const char *dep = "agentcomma";
@@ -1482,6 +1516,7 @@ int main(void) {
         cmocka_unit_test(test_silent_share_held),
         cmocka_unit_test(test_return_retimes),
         cmocka_unit_test(test_dropped_agent_gives_back),
+        cmocka_unit_test(test_dropped_agent_dense_stretch),
         cmocka_unit_test(test_record_agent_comma),
         cmocka_unit_test(test_never_over_offer_random),
         cmocka_unit_test(test_limits_packed_and_records),

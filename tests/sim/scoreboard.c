@@ -602,9 +602,9 @@ static const sb_scenario table[] = {
      1,
      300000,
      FAULT_B,
-     "76.6..89.8 % of the floor (77.3..77.4 before its slots were given back): its share is held for 20 s "
-     "as for a partition, and one factor re-times the others' held sends into the room its slots leave, "
-     "only as far as the densest stretch allows",
+     "84.0..89.8 % of the floor (77.3..77.4 before its slots were given back): its share is held for 20 s "
+     "as for a partition, and one factor from one anchor re-times the others' held sends into the room its "
+     "slots leave, only as far as the densest stretch after the anchor allows",
      NULL},
     {.name = "lanes",
      .world = "azure-standard",
