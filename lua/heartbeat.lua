@@ -142,8 +142,9 @@ local function beat()
   -- Entries are kept as long as a silent agent's share is held back
   -- (silent_hold_ms, sl_silent); the reply counts the live ones.
   local keep = math.max(window, sl_agents_window(limits))
+  -- (At most 64 a call: the rest go with the next heartbeat.)
   local gone = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', '(' .. sl_fmt(now - keep), 'LIMIT', '0', '64')
-  redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', '(' .. sl_fmt(now - keep))
+  if #gone > 0 then redis.call('ZREM', KEYS[9], unpack(gone)) end
   redis.call('PEXPIRE', KEYS[9], keep * 10)
   -- Grants whose lease ended (a killed agent's, or made by a call that
   -- ran after its agent gave up on it) are reclaimed here too, not only
