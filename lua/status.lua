@@ -79,7 +79,7 @@ for _, f in ipairs({'granted_total', 'shed_total', 'shed_rpm', 'shed_tpm', 'shed
                     'tokens_estimated', 'tokens_actual', 'tokens_refunded', 'tokens_charged',
                     'input_refunded', 'input_charged', 'output_refunded', 'output_charged',
                     'shed_itpm', 'shed_otpm', 'limit_changes', 'local_requests',
-                    'tokens_counted', 'input_counted', 'output_counted'}) do
+                    'tokens_counted', 'input_counted', 'output_counted', 'abandoned_total'}) do
   out[#out + 1] = f
   out[#out + 1] = st[f] or '0'
 end

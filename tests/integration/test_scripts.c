@@ -1185,7 +1185,7 @@ static void test_dropped_agent_gives_back(void **state) {
     assert_int_equal(sscanf(r->element[1]->str, "%*[^:]:%lf:%lf", &lg, &at), 2);
     freeReplyObject(r);
     expect_outstanding(dep, 26);
-    assert_true(hash_num(rc, dep, "state", "abandoned_total") == 14);
+    assert_true(status_num(rc, dep, "abandoned_total") == 14);
     /* a1's 13 sends after the anchor (a bucket's worth and one send after
      * now: T + 13 s), 2 s apart, compress toward 1 s apart: K near 1/2
      * (a little less: the bucket's tolerance), and the schedule ends where
