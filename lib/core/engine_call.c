@@ -196,7 +196,7 @@ static void on_release(uv_timer_t *t) {
     }
     int redis_grant = !c->grant.local && !c->canceled && !c->e->stopping;
     /* Away from Redis past the others' hold of this agent's share (no
-     * answer since): Redis gives the slots from then on to the others
+     * answer since, dep_lapsed): Redis gives the slots from then on to the others
      * (lua/heartbeat.lua, abandon), so this one is not sent. The caller
      * stays held until Redis answers (dep_lapse_sweep asks again then), at
      * most until its max wait passes: a local slot would be sent beside the
@@ -223,9 +223,9 @@ static void on_release(uv_timer_t *t) {
     call_complete(c, SL_OK, NULL, NULL);
 }
 
-/* Redis answers again (before replied_at moves): when the others may have
- * dropped this agent meanwhile (dep_lapsed), its grants of Redis' with
- * slots from the end of its hold on went to them; their callers, and those
+/* Redis answers again (dep_seen, before ran_after moves): when the others
+ * may have dropped this agent meanwhile (dep_lapsed), its grants of Redis'
+ * with slots from dep_lapse_at on went to them; their callers, and those
  * held at their slots since (on_release), ask again. */
 void dep_lapse_sweep(dep *d) {
     double now = (double)uv_now(d->e->loop);
