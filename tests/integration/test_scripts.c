@@ -1141,6 +1141,29 @@ static void expect_outstanding(const char *dep, long long n) {
     freeReplyObject(r);
 }
 
+/* The dropped-agent tests' deployment: 60 RPM one at a time, an agent
+ * silent 1250 ms after its promise, counted live 3 s, its share held 10 s;
+ * the clock frozen at T, a1 and a2 joined. */
+static void dropped_setup(const char *dep, double T) {
+    configure_on(rc, dep, "rpm", "60", "burst_requests", "1", "jitter_ms", "0", "silent_ms", "1250", "agent_window_ms",
+                 "3000", "silent_hold_ms", "10000", NULL);
+    clock_freeze(rc, dep, T);
+    heartbeat_as(dep, "a1", NULL);
+    heartbeat_as(dep, "a2", NULL);
+}
+
+/* a1's heartbeat at t: the re-timing its reply names (the log of K, and
+ * the anchor), from "<shift>:<sum of log K>:<at>". */
+static void dropped_beat(const char *dep, double t, double *lg, double *at) {
+    clock_freeze(rc, dep, t);
+    redisReply *r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "a1", "3000", NULL);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("heartbeat: %s", r->str);
+    assert_int_equal(r->element[1]->type, REDIS_REPLY_STRING);
+    assert_int_equal(sscanf(r->element[1]->str, "%*[^:]:%lf:%lf", lg, at), 2);
+    freeReplyObject(r);
+}
+
 /* An agent dropped after its hold (killed) sends none of its grants: a
  * heartbeat that drops it gives back those still ahead and re-times the
  * sends the others hold into the room they leave (lua/heartbeat.lua,
@@ -1150,11 +1173,7 @@ static void expect_outstanding(const char *dep, long long n) {
 static void test_dropped_agent_gives_back(void **state) {
     const double T = 1.8e12;
     const char *dep = "dropped";
-    configure_on(rc, dep, "rpm", "60", "burst_requests", "1", "jitter_ms", "0", "silent_ms", "1250", "agent_window_ms",
-                 "3000", "silent_hold_ms", "10000", NULL);
-    clock_freeze(rc, dep, T);
-    heartbeat_as(dep, "a1", NULL);
-    heartbeat_as(dep, "a2", NULL);
+    dropped_setup(dep, T);
     long long a2_first = 0;
     for (int i = 0; i < 40; i++) {
         long long id = reserve_as(dep, i % 2 ? "@a2/250" : "@a1/250", NULL);
@@ -1176,14 +1195,8 @@ static void test_dropped_agent_gives_back(void **state) {
     expect_outstanding(dep, 40);
     /* Past it: a2's 14 slots from T + 13 s on go back (T + 1, 3, .., 11 s
      * have passed), a1's 20 stay. */
-    clock_freeze(rc, dep, T + 11000);
-    r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "a1", "3000", NULL);
-    assert_non_null(r);
-    if (r->type == REDIS_REPLY_ERROR) fail_msg("heartbeat: %s", r->str);
-    assert_int_equal(r->element[1]->type, REDIS_REPLY_STRING); /* "<shift>:<sum of log K>:<at>" */
     double lg = 0, at = 0;
-    assert_int_equal(sscanf(r->element[1]->str, "%*[^:]:%lf:%lf", &lg, &at), 2);
-    freeReplyObject(r);
+    dropped_beat(dep, T + 11000, &lg, &at);
     expect_outstanding(dep, 26);
     assert_true(status_num(rc, dep, "abandoned_total") == 14);
     /* a1's 13 sends after the anchor (a bucket's worth and one send after
@@ -1210,21 +1223,12 @@ static void test_dropped_agent_gives_back(void **state) {
 static void test_dropped_agent_dense_stretch(void **state) {
     const double T = 1.8e12;
     const char *dep = "dropped_dense";
-    configure_on(rc, dep, "rpm", "60", "burst_requests", "1", "jitter_ms", "0", "silent_ms", "1250", "agent_window_ms",
-                 "3000", "silent_hold_ms", "10000", NULL);
-    clock_freeze(rc, dep, T);
-    heartbeat_as(dep, "a1", NULL);
-    heartbeat_as(dep, "a2", NULL);
+    dropped_setup(dep, T);
     for (int i = 0; i < 53; i++) reserve_as(dep, (i < 13 || i > 22) && i % 2 ? "@a2/250" : "@a1/250", NULL);
     double tat0 = hash_num(rc, dep, "state", "requests_tat");
     assert_true(fabs(tat0 - (T + 53000)) < 1);
-    clock_freeze(rc, dep, T + 11000);
-    redisReply *r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "a1", "3000", NULL);
-    assert_non_null(r);
-    if (r->type == REDIS_REPLY_ERROR) fail_msg("heartbeat: %s", r->str);
     double lg = 0, at = 0;
-    assert_int_equal(sscanf(r->element[1]->str, "%*[^:]:%lf:%lf", &lg, &at), 2);
-    freeReplyObject(r);
+    dropped_beat(dep, T + 11000, &lg, &at);
     /* a2's slots from T + 13 s on: 23, 25, .., 51 s (15). */
     assert_true(hash_num(rc, dep, "state", "abandoned_total") == 15);
     double K = exp(lg), tat1 = hash_num(rc, dep, "state", "requests_tat");
