@@ -46,7 +46,7 @@ typedef struct run_request {
     char *body; /* the request without "id", compact JSON (malloc'd) */
     size_t body_len;
     long long tokens;                    /* the admission estimate: input_tokens + output_tokens */
-    long long input_tokens;              /* the prompt's: a quarter token per code point of its text */
+    long long input_tokens;              /* the prompt's: its text weighed by script (estimate.h) */
     long long output_tokens;             /* max_tokens (else max_completion_tokens, else 16) */
     int has_max_tokens;                  /* the body gives max_tokens */
     char lane[RUN_CLASS_NAME_MAX + 1];   /* the line's "lane", "" when none */

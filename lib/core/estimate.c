@@ -3,46 +3,61 @@
 
 #include <string.h>
 
-long long estimate_code_points(const char *s, size_t len) {
-    long long n = 0;
-    for (size_t i = 0; i < len; i++)
-        if (((unsigned char)s[i] & 0xC0) != 0x80) n++;
-    return n;
+/* A code point's weight in quarter tokens, from its UTF-8 lead byte:
+ * 1 for one byte (ASCII), 2 for two (Latin accents, Greek, Cyrillic,
+ * Hebrew, Arabic), 4 for three (CJK, kana, Hangul, Indic scripts, Thai),
+ * 8 for four (emoji, rare Han). A byte that is neither a lead byte nor a
+ * continuation (0xF8..0xFF) weighs as one byte. */
+static long long lead_quarters(unsigned char b) {
+    if (b < 0xC0) return 1;
+    if (b < 0xE0) return 2;
+    if (b < 0xF0) return 4;
+    if (b < 0xF8) return 8;
+    return 1;
 }
 
-long long estimate_text_tokens(long long code_points) { return code_points > 0 ? (code_points + 3) / 4 : 0; }
+long long estimate_text_quarters(const char *s, size_t len) {
+    long long q = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char b = (unsigned char)s[i];
+        if ((b & 0xC0) != 0x80) q += lead_quarters(b);
+    }
+    return q;
+}
 
-static long long string_points(const json_t *v) {
-    return json_is_string(v) ? estimate_code_points(json_string_value(v), json_string_length(v)) : 0;
+long long estimate_text_tokens(long long quarters) { return quarters > 0 ? (quarters + 3) / 4 : 0; }
+
+static long long string_quarters(const json_t *v) {
+    return json_is_string(v) ? estimate_text_quarters(json_string_value(v), json_string_length(v)) : 0;
 }
 
 /* A content value: a string, or an array of parts whose "text" counts
  * (OpenAI's content parts, Anthropic's blocks, the Responses API's
  * input_text parts). */
-static long long content_points(const json_t *content) {
-    if (json_is_string(content)) return string_points(content);
+static long long content_quarters(const json_t *content) {
+    if (json_is_string(content)) return string_quarters(content);
     long long n = 0;
     size_t i;
     json_t *part;
-    json_array_foreach(content, i, part) n += string_points(json_object_get(part, "text"));
+    json_array_foreach(content, i, part) n += string_quarters(json_object_get(part, "text"));
     return n;
 }
 
 /* A prompt or embeddings input: a string, an array of strings, an array
- * of token ids (each a token), or an array of such arrays. Returns code
- * points in *points and exact tokens in *tokens. Each string of an array
+ * of token ids (each a token), or an array of such arrays. Returns quarter
+ * tokens in *quarters and exact tokens in *tokens. Each string of an array
  * is an input of its own, tokenized apart: it is rounded up on its own
  * (into *tokens), as a provider counts each of them. */
-static void prompt_size(const json_t *v, long long *points, long long *tokens) {
+static void prompt_size(const json_t *v, long long *quarters, long long *tokens) {
     size_t i;
     json_t *x;
     if (json_is_string(v)) {
-        *points += string_points(v);
+        *quarters += string_quarters(v);
         return;
     }
     json_array_foreach(v, i, x) {
         if (json_is_string(x)) {
-            *tokens += estimate_text_tokens(string_points(x));
+            *tokens += estimate_text_tokens(string_quarters(x));
         } else if (json_is_integer(x)) {
             (*tokens)++;
         } else if (json_is_array(x)) {
@@ -78,7 +93,7 @@ static long long choices(const json_t *body) {
 }
 
 void estimate_request(const json_t *body, estimate_api api, estimate *out) {
-    long long points = 0, tokens = 0;
+    long long quarters = 0, tokens = 0;
     size_t i;
     json_t *item;
     out->input = out->output = 0;
@@ -87,29 +102,29 @@ void estimate_request(const json_t *body, estimate_api api, estimate *out) {
     case ESTIMATE_CHAT:
     case ESTIMATE_MESSAGES:
         /* "system": Anthropic's system prompt (a string or text blocks). */
-        points = content_points(json_object_get(body, "system"));
+        quarters = content_quarters(json_object_get(body, "system"));
         json_array_foreach(json_object_get(body, "messages"), i, item) {
-            points += content_points(json_object_get(item, "content"));
+            quarters += content_quarters(json_object_get(item, "content"));
         }
         out->output = max_output(body, "max_tokens", "max_completion_tokens");
         if (api == ESTIMATE_CHAT) out->output *= choices(body);
         break;
     case ESTIMATE_COMPLETIONS:
-        prompt_size(json_object_get(body, "prompt"), &points, &tokens);
-        points += string_points(json_object_get(body, "suffix"));
+        prompt_size(json_object_get(body, "prompt"), &quarters, &tokens);
+        quarters += string_quarters(json_object_get(body, "suffix"));
         out->output = max_output(body, "max_tokens", NULL) * choices(body);
         break;
-    case ESTIMATE_EMBEDDINGS: prompt_size(json_object_get(body, "input"), &points, &tokens); break;
+    case ESTIMATE_EMBEDDINGS: prompt_size(json_object_get(body, "input"), &quarters, &tokens); break;
     case ESTIMATE_RESPONSES: {
         json_t *input = json_object_get(body, "input");
-        points = string_points(json_object_get(body, "instructions")) + string_points(input);
+        quarters = string_quarters(json_object_get(body, "instructions")) + string_quarters(input);
         json_array_foreach(input, i, item) {
-            points += content_points(json_object_get(item, "content"));
-            points += string_points(json_object_get(item, "output")); /* a tool's output */
+            quarters += content_quarters(json_object_get(item, "content"));
+            quarters += string_quarters(json_object_get(item, "output")); /* a tool's output */
         }
         out->output = max_output(body, "max_output_tokens", NULL);
         break;
     }
     }
-    out->input = estimate_text_tokens(points) + tokens;
+    out->input = estimate_text_tokens(quarters) + tokens;
 }

@@ -119,12 +119,12 @@ static void one_stray(sim_world_cfg *c) {
 
 static void half_count(sim_world_cfg *c) {
     /* The provider's tokenizer counts an English character as an eighth
-     * of a token: half of sluice's chars / 4. */
+     * of a token: half of the callers' chars / 4. */
     c->tokens_per_char[SIM_LANG_EN] = 0.125;
 }
 
 static void cjk_3_5(sim_world_cfg *c) {
-    /* 0.875 tokens a CJK character: 3.5 times sluice's chars / 4. */
+    /* 0.875 tokens a CJK character: 3.5 times the callers' chars / 4. */
     c->tokens_per_char[SIM_LANG_CJK] = 0.875;
 }
 
@@ -240,7 +240,7 @@ static const sb_more idle_more = {.classes = {{.callers = 1, .calls = 1, .start_
         .max_p99_wait_ms = 300000                                                                                      \
     }
 
-/* A fleet that starts cold on prompts sluice's chars / 4 misjudges grants
+/* A fleet that starts cold on prompts its callers' chars / 4 misjudges grants
  * just in time until the ratio is learned (docs/configuration.md). */
 #define CAL_YAML "    estimate_learn_horizon_ms: 250\n"
 
@@ -404,7 +404,7 @@ static const sb_scenario table[] = {
     {"azure-release-at-end", "azure-release-at-end", "Azure giving unused max_tokens back at the end", NULL, "azure",
      NULL, AZ_TRAFFIC, NO_FAULTS, 0, 0, STD_AZ,
      "86.7..87.2 % of the floor: style azure never refunds, this world gives unused tokens back", NULL},
-    {"cjk-estimate", "azure-standard", "CJK prompts: the world counts 0.8 a char, sluice estimates chars/4", NULL,
+    {"cjk-estimate", "azure-standard", "CJK prompts: the world counts 0.8 a char, the callers estimate chars/4", NULL,
      "azure", CAL_YAML, 3, 50, 1, SIM_LANG_CJK, 2000, 500, NO_FAULTS, 0, 0, CAL_B, NULL, NULL},
     {"cjk-no-usage", "azure-standard",
      "CJK prompts (0.8 a char against chars/4) and no usage in the responses: the headers alone", NULL, "azure",
@@ -413,11 +413,11 @@ static const sb_scenario table[] = {
      "shows only in the remaining counts, read as others' use and followed after the fact; learning the ratio "
      "from the headers is not built",
      &no_usage_more},
-    {"estimate-3.5x", "azure-standard", "the world counts 3.5x sluice's estimate of the prompt (0.875 a CJK char)",
+    {"estimate-3.5x", "azure-standard", "the world counts 3.5x the callers' estimate of the prompt (0.875 a CJK char)",
      cjk_3_5, "azure", CAL_YAML, 3, 50, 1, SIM_LANG_CJK, 2000, 500, NO_FAULTS, 0, 0, CAL_B, NULL, NULL},
     {"estimate-0.5x", "azure-standard",
-     "the world counts half of sluice's estimate of the prompt (0.125 an English char)", half_count, "azure", CAL_YAML,
-     3, 50, 2, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0, CAL_B, NULL, NULL},
+     "the world counts half of the callers' estimate of the prompt (0.125 an English char)", half_count, "azure",
+     CAL_YAML, 3, 50, 2, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0, CAL_B, NULL, NULL},
     {"openai-standard", "openai-standard", "OpenAI at 200k TPM / 500 RPM", NULL, "openai", NULL, 3, 50, 4, SIM_LANG_EN,
      2000, 500, NO_FAULTS, 0, 0, STD_95, NULL, NULL},
     {"openai-quantized", "openai-quantized", "OpenAI enforcing a minute's limits per second", NULL, "openai", NULL, 3,
@@ -698,7 +698,8 @@ static sim_world *world_of(sb_prov *p, const char *dep) {
 }
 
 /* The prompt is the scenario's characters in its language (the world
- * counts them its own way); the caller's estimate, chars / 4, is what
+ * counts them its own way); the caller's estimate, chars / 4 (as a caller that counts for
+ * itself may; the proxy's estimate of a body weighs by script), is what
  * sluice was told. */
 static int sb_send(void *ud, double t_ms, const sim_call *c, sim_outcome *out) {
     sb_prov *p = ud;
@@ -1202,7 +1203,7 @@ static int add_callers(simfleet *f, const sb_scenario *s) {
     for (int a = 0; a < s->agents; a++) {
         sim_caller_spec sp = {.agent = a,
                               .deployment = "d",
-                              .input = (s->chars + 3) / 4, /* sluice's estimate: chars / 4 */
+                              .input = (s->chars + 3) / 4, /* the caller's estimate: chars / 4 */
                               .output = s->max_tokens,
                               .start_ms = 1000,
                               .jitter_ms = 200,

@@ -1,7 +1,7 @@
 /* Unit tests for lib/core/estimate: hand-computed estimates for every API
  * the proxy serves (chat, completions, embeddings, responses, messages),
  * and on chat and Anthropic bodies (fixed shapes and 2000 random ones with
- * multi-byte text) the count of an independent oracle, and the same
+ * text of one- to four-byte code points) the count of an independent oracle, and the same
  * estimate from `sluice run` (agent/cli/run_input.c, compiled in). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -45,9 +45,17 @@ static const struct {
     {"chat zero max", ESTIMATE_CHAT, "{\"messages\":[],\"max_tokens\":0,\"max_completion_tokens\":50}", 0, 16},
     {"chat n", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"abcd\"}],\"max_tokens\":10,\"n\":3}", 1, 30},
     {"chat n capped", ESTIMATE_CHAT, "{\"messages\":[],\"max_tokens\":1,\"n\":100000}", 0, 128},
-    /* 'é' is one code point in two bytes; '€' three bytes, one point. */
+    /* Weighed by UTF-8 length: 'é' (two bytes) half a token, '€' (three)
+     * one: 2 x 2 + 3 x 4 = 16 quarters -> 4 tokens. */
     {"chat utf-8", ESTIMATE_CHAT,
-     "{\"messages\":[{\"content\":\"\\u00e9\\u00e9\\u20ac\\u20ac\\u20ac\"}],\"max_tokens\":2}", 2, 2},
+     "{\"messages\":[{\"content\":\"\\u00e9\\u00e9\\u20ac\\u20ac\\u20ac\"}],\"max_tokens\":2}", 4, 2},
+    /* Japanese: a token a character (5); Cyrillic: half (6 -> 3); an
+     * emoji (four bytes) two tokens. */
+    {"chat japanese", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"\\u3053\\u3093\\u306b\\u3061\\u306f\"}]}", 5, 16},
+    {"messages cyrillic", ESTIMATE_MESSAGES,
+     "{\"messages\":[{\"content\":\"\\u043f\\u0440\\u0438\\u0432\\u0435\\u0442\"}],\"max_tokens\":1}", 3, 1},
+    {"chat emoji", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"\\ud83d\\ude00a\"}],\"max_tokens\":1}", 3, 1},
+    {"completions strings utf-8", ESTIMATE_COMPLETIONS, "{\"prompt\":[\"\\u00e9\",\"\\u00e9\\u00e9\\u00e9\"]}", 3, 16},
     {"chat nul counts", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"\\u0000abcdefg\"}],\"max_tokens\":2}", 2, 2},
     {"messages system string", ESTIMATE_MESSAGES,
      "{\"system\":\"abcd\",\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}],\"max_tokens\":300}", 2, 300},
@@ -92,16 +100,28 @@ static void test_vectors(void **state) {
 }
 
 /* The oracle: the count of chat and Anthropic bodies written apart from
- * lib/core/estimate.c (what `sluice run` counted before it used it): the
- * code points of "system" and of every message's content (a string, or
- * the "text" of its parts), a quarter token each, rounded up; max_tokens,
- * else max_completion_tokens, else 16. Strings are counted to their end. */
+ * lib/core/estimate.c: the text of "system" and of every message's content
+ * (a string, or the "text" of its parts), each code point decoded to its
+ * value and weighed by its range (U+0000..007F a quarter token, ..07FF a
+ * half, ..FFFF one, above two), the sum rounded up once; max_tokens, else
+ * max_completion_tokens, else 16. Strings are counted to their end. The
+ * weights are kept in quarters so the sum is exact. */
 static long long oracle_points(const json_t *v) {
-    long long n = 0;
+    long long q = 0;
     const unsigned char *p = (const unsigned char *)json_string_value(v);
-    for (size_t i = 0, len = json_string_length(v); p && i < len; i++)
-        if ((p[i] & 0xC0) != 0x80) n++;
-    return n;
+    size_t len = json_string_length(v);
+    for (size_t i = 0; p && i < len;) {
+        unsigned long cp;
+        size_t n;
+        if (p[i] < 0x80) cp = p[i], n = 1;
+        else if ((p[i] & 0xE0) == 0xC0) cp = p[i] & 0x1Fu, n = 2;
+        else if ((p[i] & 0xF0) == 0xE0) cp = p[i] & 0x0Fu, n = 3;
+        else cp = p[i] & 0x07u, n = 4;
+        for (size_t k = 1; k < n && i + k < len; k++) cp = (cp << 6) | (p[i + k] & 0x3Fu);
+        i += n;
+        q += cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 4 : 8;
+    }
+    return q;
 }
 
 static long long oracle_content(const json_t *content) {
@@ -180,11 +200,12 @@ static uint64_t next_rand(void) {
 /* Text of random length mixing 1- to 4-byte code points (never NUL: run
  * stops at a NUL, as its header says). */
 static json_t *random_text(void) {
-    static const char *const pieces[] = {"a", "Z", " ", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\n", "0"};
+    static const char *const pieces[] = {
+        "a", "Z", " ", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\xe3\x81\x82", "\n", "0", "\xd0\xbf"};
     char buf[512];
     size_t n = 0, want = next_rand() % 120;
     for (size_t i = 0; i < want; i++) {
-        const char *p = pieces[next_rand() % 8];
+        const char *p = pieces[next_rand() % (sizeof(pieces) / sizeof(pieces[0]))];
         size_t l = strlen(p);
         if (n + l >= sizeof(buf)) break;
         memcpy(buf + n, p, l);
@@ -235,10 +256,14 @@ static void test_helpers(void **state) {
     assert_int_equal(estimate_text_tokens(4), 1);
     assert_int_equal(estimate_text_tokens(5), 2);
     assert_int_equal(estimate_text_tokens(-3), 0);
-    assert_int_equal(estimate_code_points("\xf0\x9f\x98\x80"
-                                          "a\0b",
-                                          7),
-                     4);
+    /* An emoji (8 quarters), 'a', NUL and 'b' (1 each). */
+    assert_int_equal(estimate_text_quarters("\xf0\x9f\x98\x80"
+                                            "a\0b",
+                                            7),
+                     11);
+    /* Han (4), Cyrillic (2); a stray continuation byte weighs nothing and
+     * a byte 0xFF one. */
+    assert_int_equal(estimate_text_quarters("\xe6\x97\xa5\xd0\xbf\x80\xff", 7), 7);
     estimate e = {-1, -1};
     estimate_request(NULL, ESTIMATE_MESSAGES, &e);
     assert_int_equal(e.input, 0);
