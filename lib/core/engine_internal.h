@@ -187,7 +187,6 @@ struct dep {
     double sent_at;                      /* uv_now of the last call sent */
     double renew_at;                     /* uv_now: the next call is due (a heartbeat if nothing else goes) */
     double seen_until;                   /* uv_now: what Redis was promised, as of the replies */
-    double replied_at;                   /* uv_now of the last reply to a call that named this agent */
     double ran_after;                    /* uv_now: a call of this agent ran in Redis no earlier (dep_seen) */
     double hb_sent;                      /* uv_now: the oldest heartbeat in flight was sent no earlier */
     int hb_out;                          /* heartbeats (and hand-overs) in flight */

@@ -16,34 +16,25 @@ double local_share(const dep *d) {
     return d->e->cfg->agent.fallback_share;
 }
 
-/* agent.fail: hold. The agents on Redis hold this agent's share back
- * until agent_window_ms (silent_hold_ms) after the promise Redis last
- * recorded for it passed; that promise was made by a call sent no earlier
- * than the last reply's time less redis.timeout_ms (a later reply is a
- * timeout), and it runs at least from that call. So its share is held
- * until at least the last reply + the window - the timeout; a promise
- * margin (at least 250 ms) keeps local slots clear of a late timer. Local
- * slots at or after that time would overlap the others' full rate: the
- * agent refuses them. 0 (refuse every local slot) when Redis never
- * answered this agent or it left the agents set: no share is held for
- * it. */
-static double local_held_until(const dep *d) {
-    const engine *e = d->e;
-    if (!d->member || d->replied_at <= 0) return 0;
-    long long timeout = e->cfg->redis.timeout_ms > 0 ? e->cfg->redis.timeout_ms : 250;
-    return d->replied_at + (double)engine_agent_window_ms(e) - (double)timeout - (double)engine_promise_margin_ms(e);
-}
-
-/* When the others may drop this agent (lua/heartbeat.lua, abandon) and
- * give the grants it was made with slots from then on to the rest of the
- * fleet: a call of its ran in Redis no earlier than ran_after (the send of
- * the latest one answered), Redis scored it then plus its promise, and
- * drops it once that score is agent_window_ms old; a promise margin keeps
- * clear of a late timer. Unlike local_held_until, no redis.timeout_ms is
- * taken off: the answered call's own send time bounds when it ran. */
+/* When the others may stop holding this agent's share and drop it
+ * (lua/heartbeat.lua, abandon), giving the grants it was made with slots
+ * from then on to the rest of the fleet: a call of its ran in Redis no
+ * earlier than ran_after (the send of the latest one answered), Redis
+ * scored it then plus its promise, and holds the share until that score
+ * is agent_window_ms old (silent_hold_ms), then drops the agent; a
+ * promise margin keeps clear of a late timer. */
 double dep_lapse_at(const dep *d) {
     return d->ran_after + (double)engine_agent_window_ms(d->e) - (double)engine_promise_margin_ms(d->e);
 }
+
+/* agent.fail: hold. Local slots at or after dep_lapse_at would overlap
+ * the others' full rate: the agent refuses them. 0 (refuse every local
+ * slot) when Redis never answered this agent or it left the agents set:
+ * no share is held for it. (Before, the last reply's time less
+ * redis.timeout_ms stood for the call's send: with a timeout longer than
+ * the window that lay before every reply, and every local slot was
+ * refused.) */
+static double local_held_until(const dep *d) { return d->member && d->ran_after > 0 ? dep_lapse_at(d) : 0; }
 
 /* Whether this agent may have been dropped by time t: a member, answered
  * once, and t at or past dep_lapse_at. It must then release no grant of

@@ -246,7 +246,6 @@ void dep_seen(dep *d, double sent_at) {
     if (sent_at > d->ran_after) d->ran_after = sent_at;
     double now = (double)uv_now(d->e->loop);
     d->seen_until = fmax(d->seen_until, now + d->g_sent);
-    d->replied_at = now;
 }
 
 /* A heartbeat's reply: the live agents of d. After a leave this agent is

@@ -77,6 +77,7 @@ typedef struct run_result {
     engine_batch reserve; /* agent 0's reserve batches, learned from the scripts' @timed figure */
     long long tat_ms;     /* the requests schedule in Redis after the run (sluice:{gpt}:state requests_tat) */
     simfleet_stats st;
+    engine_stats cut_agent; /* agent 2's engine counters at the end */
 } run_result;
 
 enum {
@@ -89,7 +90,17 @@ enum {
     F_SLOW,          /* Redis 2 ms per batch, 50 us per script command, 10 s .. 40 s */
     F_EARLY,         /* mutation: agent 0's release timers 20 ms early */
     F_EARLY_SPREAD,  /* the same, callers arriving over 20 s (grants interleave) */
+    F_CUT_HOLD,      /* agent 2 cut off 20 s .. 30 s; agent.fail: hold, a 3 s hold, redis.timeout_ms 5000;
+                      * 40 callers an agent arriving over 40 s (a third of the rate: the schedule
+                      * ends near now, so a local slot comes before the hold ends) */
 };
+
+/* F_CUT_HOLD's configuration: a Redis timeout longer than the others'
+ * hold of a silent agent's share (silent_hold_ms 3000). */
+static const char *yaml_hold = "agent:\n  socket: /tmp/sim-unused.sock\n  heartbeat_ms: 1000\n"
+                               "  fail: hold\n  silent_hold_ms: 3000\n"
+                               "deployments:\n  gpt:\n    rpm: 600\n    burst: { requests: 10 }\n"
+                               "    max_wait_ms: 120000\n";
 
 /* A provider model for the headers' path: a token bucket of the
  * configured rate and burst that answers 429 (Retry-After) when empty and
@@ -141,7 +152,8 @@ static void fleet_run_with(uint64_t seed, int fault, sim_send_fn send, void *ud,
     simfleet_opts o = {.seed = seed,
                        .agents = 3,
                        .redis = &fx,
-                       .yaml = yaml,
+                       .yaml = fault == F_CUT_HOLD ? yaml_hold : yaml,
+                       .redis_timeout_ms = fault == F_CUT_HOLD ? 5000 : 0,
                        .send = send ? send : trivial_send,
                        .send_ud = send ? ud : &prov};
     simfleet *f = NULL;
@@ -153,11 +165,13 @@ static void fleet_run_with(uint64_t seed, int fault, sim_send_fn send, void *ud,
                               .input = 100,
                               .output = 50,
                               .start_ms = 1000,
-                              .jitter_ms = fault == F_EARLY_SPREAD ? 20000 : 50,
+                              .jitter_ms = fault == F_EARLY_SPREAD ? 20000
+                                           : fault == F_CUT_HOLD   ? 40000
+                                                                   : 50,
                               .calls = 2,
                               .max_wait_ms = 120000,
                               .max_attempts = 20};
-        assert_int_equal(simfleet_add_callers(f, &sp, 100), 0);
+        assert_int_equal(simfleet_add_callers(f, &sp, fault == F_CUT_HOLD ? 40 : 100), 0);
     }
     switch (fault) {
     case F_REDIS_RESTART:
@@ -176,6 +190,12 @@ static void fleet_run_with(uint64_t seed, int fault, sim_send_fn send, void *ud,
         assert_int_equal(simfleet_run_until(f, 20000), 0);
         simfleet_agent_cut(f, 2, 1);
         assert_int_equal(simfleet_run_until(f, 25000), 0);
+        simfleet_agent_cut(f, 2, 0);
+        break;
+    case F_CUT_HOLD:
+        assert_int_equal(simfleet_run_until(f, 20000), 0);
+        simfleet_agent_cut(f, 2, 1);
+        assert_int_equal(simfleet_run_until(f, 30000), 0);
         simfleet_agent_cut(f, 2, 0);
         break;
     case F_DESCHEDULE:
@@ -230,6 +250,7 @@ static void fleet_run_with(uint64_t seed, int fault, sim_send_fn send, void *ud,
     res->makespan_ms = replay_makespan(&rp);
     replay_free(&rp);
     engine_foreach_batch(simfleet_engine(f, 0), on_batch, res);
+    if (simfleet_engine(f, 2)) engine_get_stats(simfleet_engine(f, 2), &res->cut_agent);
     simfleet_free(f);
     redisContext *rc = redis_fixture_connect(&fx);
     assert_non_null(rc);
@@ -304,7 +325,7 @@ static void test_early_release_caught(void **state) {
 
 /* Each fault: the fleet never over-offers, and the same seed replays the
  * same run. */
-static void fault_case(int fault, const char *what, int all_done) {
+static void fault_case_into(int fault, const char *what, int all_done, run_result *out) {
     run_result r, again;
     fleet_run(3, fault, &r);
     printf("%s: %zu sends, %zu sheds, %zu errors, %zu rejected; makespan %.0f ms; %.0f ms real\n", what, r.sends,
@@ -313,7 +334,10 @@ static void fault_case(int fault, const char *what, int all_done) {
     assert_int_equal(r.rejects, 0);
     if (all_done) assert_int_equal(r.done, 1);
     assert_true(r.hash == again.hash);
+    if (out) *out = r;
 }
+
+static void fault_case(int fault, const char *what, int all_done) { fault_case_into(fault, what, all_done, NULL); }
 
 static void test_redis_restart(void **state) {
     fault_case(F_REDIS_RESTART, "Redis stopped at 20 s, restarted empty at 23 s", 1);
@@ -325,6 +349,20 @@ static void test_deschedule(void **state) {
 }
 static void test_kill(void **state) { fault_case(F_KILL, "agent 2 killed at 30 s", 0); }
 static void test_slow_redis(void **state) { fault_case(F_SLOW, "Redis slow (2 ms a batch) 10 s .. 40 s", 1); }
+
+/* agent.fail: hold with a Redis timeout (5 s) longer than the others'
+ * hold of its share (3 s), on a deployment used at a third of its rate:
+ * the cut-off agent still paces locally until the hold it can count on
+ * ends (the send of its latest answered call + the hold), then refuses,
+ * and never over-offers. Its local grants prove it: when the last reply
+ * less the timeout stood for that send, the hold ended before every reply
+ * and every local acquire was refused. */
+static void test_cut_hold_long_timeout(void **state) {
+    run_result r;
+    fault_case_into(F_CUT_HOLD, "agent 2 cut off 20 s .. 30 s, fail: hold, timeout 5 s > hold 3 s", 0, &r);
+    printf("  agent 2: %llu local grants, %llu errors\n", r.cut_agent.grants_local, r.cut_agent.errors);
+    assert_true(r.cut_agent.grants_local > 0);
+}
 
 /* The headers' path: a provider bucket that reports its limit and
  * remaining count (and Retry-After on a 429) as Azure does; the settles
@@ -398,6 +436,7 @@ int main(void) {
         cmocka_unit_test(test_bucket_provider_headers),
         cmocka_unit_test(test_redis_restart),
         cmocka_unit_test(test_blackhole),
+        cmocka_unit_test(test_cut_hold_long_timeout),
         cmocka_unit_test(test_cut),
         cmocka_unit_test(test_deschedule),
         cmocka_unit_test(test_kill),
