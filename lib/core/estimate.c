@@ -1,6 +1,7 @@
 /* estimate: admission estimates from request bodies. See estimate.h. */
 #include "estimate.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* A code point's weight in quarter tokens, from its UTF-8 lead byte:
@@ -31,17 +32,66 @@ static long long string_quarters(const json_t *v) {
     return json_is_string(v) ? estimate_text_quarters(json_string_value(v), json_string_length(v)) : 0;
 }
 
+/* The weight of a JSON value written as compact JSON: a string's text and
+ * its quotes, a number's digits, the punctuation of objects and arrays,
+ * and their keys. Tool definitions and tool-call arguments given as JSON
+ * are counted so: the providers render them into the prompt. Levels
+ * deeper than ESTIMATE_JSON_DEPTH weigh nothing. */
+static long long json_quarters(const json_t *v, int depth) {
+    char num[64];
+    long long n = 0;
+    size_t i;
+    const char *key;
+    json_t *x;
+    if (depth > ESTIMATE_JSON_DEPTH) return 0;
+    switch (json_typeof(v)) {
+    case JSON_STRING: return string_quarters(v) + 2;
+    case JSON_INTEGER: return snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    case JSON_REAL: return snprintf(num, sizeof(num), "%.17g", json_real_value(v));
+    case JSON_TRUE: return 4;
+    case JSON_FALSE: return 5;
+    case JSON_NULL: return 4;
+    case JSON_OBJECT:
+        n = 2 + (json_object_size(v) > 0 ? (long long)json_object_size(v) - 1 : 0);
+        json_object_foreach((json_t *)v, key, x) {
+            n += estimate_text_quarters(key, strlen(key)) + 3 + json_quarters(x, depth + 1);
+        }
+        return n;
+    case JSON_ARRAY:
+        n = 2 + (json_array_size(v) > 0 ? (long long)json_array_size(v) - 1 : 0);
+        json_array_foreach(v, i, x) n += json_quarters(x, depth + 1);
+        return n;
+    }
+    return 0;
+}
+
+/* A value the providers count only when it is there (NULL weighs 0). */
+static long long json_quarters_of(const json_t *v) { return v ? json_quarters(v, 0) : 0; }
+
 /* A content value: a string, or an array of parts whose "text" counts
  * (OpenAI's content parts, Anthropic's blocks, the Responses API's
- * input_text parts). */
-static long long content_quarters(const json_t *content) {
+ * input_text parts); of Anthropic's tool_use blocks the name and the
+ * input, of its tool_result blocks the content (a string or blocks, the
+ * same way, one level). */
+static long long content_quarters_at(const json_t *content, int depth) {
     if (json_is_string(content)) return string_quarters(content);
     long long n = 0;
     size_t i;
     json_t *part;
-    json_array_foreach(content, i, part) n += string_quarters(json_object_get(part, "text"));
+    json_array_foreach(content, i, part) {
+        n += string_quarters(json_object_get(part, "text"));
+        const char *type = json_string_value(json_object_get(part, "type"));
+        if (!type) continue;
+        if (!strcmp(type, "tool_use")) {
+            n += string_quarters(json_object_get(part, "name")) + json_quarters_of(json_object_get(part, "input"));
+        } else if (!strcmp(type, "tool_result") && depth == 0) {
+            n += content_quarters_at(json_object_get(part, "content"), depth + 1);
+        }
+    }
     return n;
 }
+
+static long long content_quarters(const json_t *content) { return content_quarters_at(content, 0); }
 
 /* A prompt or embeddings input: a string, an array of strings, an array
  * of token ids (each a token), or an array of such arrays. Returns quarter
@@ -105,7 +155,15 @@ void estimate_request(const json_t *body, estimate_api api, estimate *out) {
         quarters = content_quarters(json_object_get(body, "system"));
         json_array_foreach(json_object_get(body, "messages"), i, item) {
             quarters += content_quarters(json_object_get(item, "content"));
+            /* An assistant's tool calls (chat: tool_calls, the legacy
+             * function_call), as JSON. */
+            quarters += json_quarters_of(json_object_get(item, "tool_calls"));
+            quarters += json_quarters_of(json_object_get(item, "function_call"));
         }
+        /* The tools offered (chat and messages: tools; chat's legacy
+         * functions), as JSON. */
+        quarters += json_quarters_of(json_object_get(body, "tools"));
+        quarters += json_quarters_of(json_object_get(body, "functions"));
         out->output = max_output(body, "max_tokens", "max_completion_tokens");
         if (api == ESTIMATE_CHAT) out->output *= choices(body);
         break;
@@ -121,7 +179,11 @@ void estimate_request(const json_t *body, estimate_api api, estimate *out) {
         json_array_foreach(input, i, item) {
             quarters += content_quarters(json_object_get(item, "content"));
             quarters += string_quarters(json_object_get(item, "output")); /* a tool's output */
+            /* A function call of the model's: its name and arguments. */
+            quarters +=
+                string_quarters(json_object_get(item, "name")) + string_quarters(json_object_get(item, "arguments"));
         }
+        quarters += json_quarters_of(json_object_get(body, "tools"));
         out->output = max_output(body, "max_output_tokens", NULL);
         break;
     }

@@ -18,19 +18,27 @@
  *
  * What counts as prompt text, per API:
  *   chat        the "content" of every message (a string, or the "text"
- *               of its parts), and a top-level "system" (below)
+ *               of its parts), and a top-level "system" (below); the
+ *               assistant's "tool_calls" and legacy "function_call", and
+ *               the "tools" (and legacy "functions") offered, as JSON
  *   messages    the same: Anthropic's "system" (a string or text blocks)
- *               and the messages' content strings or text blocks
+ *               and the messages' content strings or text blocks; of a
+ *               tool_use block its name and input (as JSON), of a
+ *               tool_result block its content; the "tools", as JSON
  *   completions "prompt" (a string, strings, or token arrays: one token a
  *               number; each string of a list rounded up on its own) and
  *               "suffix"
  *   embeddings  "input" (the same forms as prompt)
  *   responses   "instructions" and "input" (a string, or items whose
- *               "content" is a string or text parts, and tool outputs'
- *               "output" strings)
- * Images, tool definitions and tool-call arguments are not counted: an
- * estimate below what the provider counted is charged at settle (an
- * overrun), never refunded.
+ *               "content" is a string or text parts, tool outputs'
+ *               "output" strings, function calls' "name" and
+ *               "arguments"); the "tools", as JSON
+ * JSON is weighed as its compact text would be (keys, strings, digits and
+ * punctuation), by the same weights: the providers render tools into the
+ * prompt, in forms of their own (Anthropic adds a tool-use system prompt
+ * of a few hundred tokens, which the calibrated estimates learn). Images,
+ * audio and files are not counted: an estimate below what the provider
+ * counted is charged at settle (an overrun), never refunded.
  *
  * `sluice run` estimates with this too (agent/cli/run_input.c); the unit
  * test checks it against an independent count on 2000 random bodies.
@@ -43,6 +51,8 @@
 
 /* The max output assumed when a request gives none. */
 #define ESTIMATE_DEFAULT_OUTPUT 16
+/* JSON nested deeper than this in tools and tool calls weighs nothing. */
+#define ESTIMATE_JSON_DEPTH 64
 /* The most completions (n, best_of) an estimate multiplies by. */
 #define ESTIMATE_MAX_CHOICES 128
 

@@ -56,6 +56,45 @@ static const struct {
      "{\"messages\":[{\"content\":\"\\u043f\\u0440\\u0438\\u0432\\u0435\\u0442\"}],\"max_tokens\":1}", 3, 1},
     {"chat emoji", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"\\ud83d\\ude00a\"}],\"max_tokens\":1}", 3, 1},
     {"completions strings utf-8", ESTIMATE_COMPLETIONS, "{\"prompt\":[\"\\u00e9\",\"\\u00e9\\u00e9\\u00e9\"]}", 3, 16},
+    /* Tools and tool calls weigh as their compact JSON: 180 characters of tools + 4 of text = 184 quarters -> 46. */
+    {"chat tools", ESTIMATE_CHAT,
+     "{\"messages\":[{\"content\":\"abcd\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+     "\"description\":\"Weather of a "
+     "city\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":["
+     "\"city\"]}}}],\"max_tokens\":1}",
+     46, 1},
+    /* A string weighs its text, not its escapes: 77 quarters -> 20. */
+    {"chat tool_calls", ESTIMATE_CHAT,
+     "{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+     "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}}]}],\"max_tokens\":1}",
+     20, 1},
+    /* 2 + 29 + 14 = 45 -> 12. */
+    {"chat legacy functions", ESTIMATE_CHAT,
+     "{\"messages\":[{\"content\":\"ab\",\"function_call\":{\"name\":\"f\",\"arguments\":\"{}\"}}],\"functions\":[{"
+     "\"name\":\"f\"}]}",
+     12, 16},
+    /* Tools 91; tool_use name 1 + input 9; tool_results 8 + 4: 113 -> 29. */
+    {"messages tools and blocks", ESTIMATE_MESSAGES,
+     "{\"tools\":[{\"name\":\"t\",\"input_schema\":{\"type\":\"object\",\"x\":0.5,\"y\":-12,\"z\":true,\"w\":null,"
+     "\"v\":false}}],\"messages\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"tu1\",\"name\":"
+     "\"t\",\"input\":{\"q\":\"x\"}}]},{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":"
+     "\"tu1\",\"content\":[{\"type\":\"text\",\"text\":\"abcdefgh\"}]},{\"type\":\"tool_result\",\"tool_use_id\":"
+     "\"tu2\",\"content\":\"wxyz\"}]}],\"max_tokens\":5}",
+     29, 5},
+    /* Name 2 + arguments 7 + output 4 + tools 49 = 62 -> 16. */
+    {"responses function call", ESTIMATE_RESPONSES,
+     "{\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"fn\",\"arguments\":\"{\\\"a\\\":1}\"},{"
+     "\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":\"done\"}],\"tools\":[{\"type\":\"function\","
+     "\"name\":\"fn\",\"parameters\":{}}]}",
+     16, 16},
+    /* Structure 20 + two Han characters 4 each = 28 -> 7. */
+    {"tools non-ascii", ESTIMATE_CHAT, "{\"messages\":[],\"tools\":[{\"description\":\"\\u65e5\\u672c\"}]}", 7, 16},
+    /* Levels past ESTIMATE_JSON_DEPTH weigh nothing: 65 levels of 2 = 130 -> 33. */
+    {"tools nested deep", ESTIMATE_CHAT,
+     "{\"messages\":[],\"tools\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
+     "[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
+     "]}",
+     33, 16},
     {"chat nul counts", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"\\u0000abcdefg\"}],\"max_tokens\":2}", 2, 2},
     {"messages system string", ESTIMATE_MESSAGES,
      "{\"system\":\"abcd\",\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}],\"max_tokens\":300}", 2, 300},
