@@ -187,15 +187,10 @@ static void fleet_run_with(uint64_t seed, int fault, sim_send_fn send, void *ud,
         simfleet_agent_blackhole(f, 1, 0);
         break;
     case F_CUT:
-        assert_int_equal(simfleet_run_until(f, 20000), 0);
-        simfleet_agent_cut(f, 2, 1);
-        assert_int_equal(simfleet_run_until(f, 25000), 0);
-        simfleet_agent_cut(f, 2, 0);
-        break;
     case F_CUT_HOLD:
         assert_int_equal(simfleet_run_until(f, 20000), 0);
         simfleet_agent_cut(f, 2, 1);
-        assert_int_equal(simfleet_run_until(f, 30000), 0);
+        assert_int_equal(simfleet_run_until(f, fault == F_CUT ? 25000 : 30000), 0);
         simfleet_agent_cut(f, 2, 0);
         break;
     case F_DESCHEDULE:
