@@ -4,12 +4,20 @@
 #include <stdio.h>
 #include <string.h>
 
-/* A code point's weight in quarter tokens, from its UTF-8 lead byte:
- * 1 for one byte (ASCII), 2 for two (Latin accents, Greek, Cyrillic,
- * Hebrew, Arabic), 4 for three (CJK, kana, Hangul, Indic scripts, Thai),
- * 8 for four (emoji, rare Han). A byte that is neither a lead byte nor a
- * continuation (0xF8..0xFF) weighs as one byte. */
+/* The weight of an ASCII digit or punctuation mark, in quarter tokens
+ * (a letter, a space or a control character weighs 1). */
+#define PUNCT_QUARTERS 2
+
+/* A code point's weight in quarter tokens, from its UTF-8 lead byte: for
+ * one byte (ASCII) 1, or PUNCT_QUARTERS for a digit or punctuation
+ * (0x21..0x40, 0x5B..0x60, 0x7B..0x7E: the tokenizers split numbers into
+ * groups of a few digits and most marks into tokens of their own); 2 for
+ * two bytes (Latin accents, Greek, Cyrillic, Hebrew, Arabic), 4 for three
+ * (CJK, kana, Hangul, Indic scripts, Thai), 8 for four (emoji, rare Han).
+ * A byte that is neither a lead byte nor a continuation (0xF8..0xFF)
+ * weighs as one byte. */
 static long long lead_quarters(unsigned char b) {
+    if ((b >= 0x21 && b <= 0x40) || (b >= 0x5B && b <= 0x60) || (b >= 0x7B && b <= 0x7E)) return PUNCT_QUARTERS;
     if (b < 0xC0) return 1;
     if (b < 0xE0) return 2;
     if (b < 0xF0) return 4;
@@ -33,8 +41,8 @@ static long long string_quarters(const json_t *v) {
 }
 
 /* The weight of a JSON value written as compact JSON: a string's text and
- * its quotes, a number's digits, the punctuation of objects and arrays,
- * and their keys. Tool definitions and tool-call arguments given as JSON
+ * its quotes, a number's text, the punctuation of objects and arrays
+ * (PUNCT_QUARTERS a mark), and their keys. Tool definitions and tool-call arguments given as JSON
  * are counted so: the providers render them into the prompt. Levels
  * deeper than ESTIMATE_JSON_DEPTH weigh nothing. */
 static long long json_quarters(const json_t *v, int depth) {
@@ -45,20 +53,25 @@ static long long json_quarters(const json_t *v, int depth) {
     json_t *x;
     if (depth > ESTIMATE_JSON_DEPTH) return 0;
     switch (json_typeof(v)) {
-    case JSON_STRING: return string_quarters(v) + 2;
-    case JSON_INTEGER: return snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-    case JSON_REAL: return snprintf(num, sizeof(num), "%.17g", json_real_value(v));
+    case JSON_STRING: return string_quarters(v) + 2 * PUNCT_QUARTERS;
+    case JSON_INTEGER:
+        n = snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        return n > 0 ? estimate_text_quarters(num, (size_t)n) : 0;
+    case JSON_REAL:
+        n = snprintf(num, sizeof(num), "%.17g", json_real_value(v));
+        return n > 0 ? estimate_text_quarters(num, (size_t)n) : 0;
     case JSON_TRUE: return 4;
     case JSON_FALSE: return 5;
     case JSON_NULL: return 4;
     case JSON_OBJECT:
-        n = 2 + (json_object_size(v) > 0 ? (long long)json_object_size(v) - 1 : 0);
+        /* Braces, commas; each key's quotes and colon. */
+        n = PUNCT_QUARTERS * (2 + (json_object_size(v) > 0 ? (long long)json_object_size(v) - 1 : 0));
         json_object_foreach((json_t *)v, key, x) {
-            n += estimate_text_quarters(key, strlen(key)) + 3 + json_quarters(x, depth + 1);
+            n += estimate_text_quarters(key, strlen(key)) + 3 * PUNCT_QUARTERS + json_quarters(x, depth + 1);
         }
         return n;
     case JSON_ARRAY:
-        n = 2 + (json_array_size(v) > 0 ? (long long)json_array_size(v) - 1 : 0);
+        n = PUNCT_QUARTERS * (2 + (json_array_size(v) > 0 ? (long long)json_array_size(v) - 1 : 0));
         json_array_foreach(v, i, x) n += json_quarters(x, depth + 1);
         return n;
     }

@@ -3,14 +3,15 @@
  *
  * One rule for every caller (the proxy and `sluice run`): the prompt's text
  * is weighed by script, from each code point's UTF-8 length: a quarter
- * token for one byte (ASCII: English, code, JSON), half a token for two
- * (Latin accents, Greek, Cyrillic, Hebrew, Arabic), one for three (Han,
- * kana, Hangul, Indic scripts, Thai), two for four (emoji); the sum is
- * rounded up. Measured against three providers' tokenizers
- * (docs/providers.md, "The prompt estimate"), this is within 10 % of
- * their count or above it for English and CJK text, and below it for code
- * (by up to 30 %) and for Greek and Arabic on the older tokenizers; the calibrated
- * estimates learn the rest from the usage. The output
+ * token for an ASCII letter, space or control character, half a token for
+ * an ASCII digit or punctuation mark, half a token for two bytes (Latin
+ * accents, Greek, Cyrillic, Hebrew, Arabic), one for three (Han, kana,
+ * Hangul, Indic scripts, Thai), two for four (emoji); the sum is rounded
+ * up. Measured against three providers' tokenizers (docs/providers.md,
+ * "The prompt estimate"), this is at most 25 % below their count for
+ * English, code, JSON, logs, CSV and CJK text (often above it), and
+ * further below for Greek and Arabic on the older tokenizers; the
+ * calibrated estimates learn the rest from the usage. The output
  * is the request's maximum output (max_tokens, else max_completion_tokens;
  * the Responses API's max_output_tokens), 16 when it gives none (OpenAI's
  * legacy default, and the mock's), times the completions asked for (n,

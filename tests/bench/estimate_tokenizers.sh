@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # sluice's prompt estimate (lib/core/estimate.h) beside three tokenizers
-# the providers publish, over texts in ten scripts and kinds: OpenAI's
-# o200k_base (GPT-4o and later) and cl100k_base (GPT-4, GPT-3.5) from the
-# npm package gpt-tokenizer 4.0.0, and Anthropic's @anthropic-ai/tokenizer
+# the providers publish, over texts in nine scripts, CSV, a log, prose,
+# code and JSON: OpenAI's o200k_base (GPT-4o and later) and cl100k_base
+# (GPT-4, GPT-3.5) from the npm package gpt-tokenizer 4.0.0, and Anthropic's @anthropic-ai/tokenizer
 # 0.0.4 (the Claude 2 tokenizer, the only one Anthropic published; newer
 # Claude models count through the API only). The packages go under the
 # build tree (tests/integration/npm_install.sh), never the source tree.
@@ -20,7 +20,7 @@ est=$build/tests/bench_estimate
 dir=$build/npm-tokenizers
 "$src/tests/integration/npm_install.sh" "$dir" sluice-tokenizers gpt-tokenizer@4.0.0 @anthropic-ai/tokenizer@0.0.4 >/dev/null
 files=("$here"/corpus/*.txt "$src/docs/architecture.md" "$src/lib/core/engine_call.c" "$src/lua/reserve.lua"
-       "$src/deploy/grafana/sluice.json")
+       "$src/tests/bench/reserve_same.py" "$src/deploy/grafana/sluice.json")
 "$est" "${files[@]}" | (cd "$dir" && node -e '
 const o200 = require("gpt-tokenizer/encoding/o200k_base");
 const cl100 = require("gpt-tokenizer/encoding/cl100k_base");

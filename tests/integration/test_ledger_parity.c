@@ -28,8 +28,9 @@
  * learned expected output rather than the 1 Anthropic takes at admission).
  *
  * The mock counts a prompt as a quarter token per character of its text,
- * as sluice's estimate does, so the estimate is exact here and every
- * difference is an accounting rule. The mock draws each completion below
+ * as sluice's estimate does for letters and spaces (the prompts here have
+ * no digit or punctuation mark, which sluice weighs half a token), so the
+ * estimate is exact here and every difference is an accounting rule. The mock draws each completion below
  * max_tokens: a settle that charged the usage instead of max_tokens, or
  * max_tokens twice, shows. */
 #define _GNU_SOURCE
@@ -235,10 +236,10 @@ typedef struct pcase {
 
 /* 400 characters of prompt: 100 tokens. */
 #define P400                                                                                                           \
-    "The fleet sends exactly what the provider accepts, no more and no less, counted the way that provider counts "    \
-    "them. Each worker asks for a slot before it sends; every slot comes from one shared budget in Redis, drawn by "   \
-    "atomic scripts, so three replicas never offer three times the quota. Retries are rationed fleet-wide and a "      \
-    "pause is taken once by the whole fleet, not once by every caller........"
+    "The fleet sends exactly what the provider accepts  no more and no less  counted the way that provider counts "    \
+    "themz Each worker asks for a slot before it sends  every slot comes from one shared budget in Redis  drawn by "   \
+    "atomic scripts  so three replicas never offer three times the quotaz Retries are rationed fleet wide and a "      \
+    "pause is taken once by the whole fleet  not once by every callerzzzzzzzz"
 
 static void run_case(const pcase *c) {
     const mock_fixture *m = c->cached ? &mkc : &mk;
@@ -262,7 +263,7 @@ static void test_proxy_paths(void **state) {
     static const pcase cases[] = {
         /* Azure: prompt + max output. */
         {"azure chat", "az", AZ_T, AZ_H,
-         "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"" P400
+         "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief\"},{\"role\":\"user\",\"content\":\"" P400
          "\"}],\"max_tokens\":120}",
          0},
         {"azure chat streamed", "az", AZ_T, AZ_H,
@@ -281,7 +282,7 @@ static void test_proxy_paths(void **state) {
          "\"}],\"max_tokens\":90,\"stream\":true}",
          0},
         {"openai responses", "oa", "/v1/responses", OA_H,
-         "{\"model\":\"oa\",\"instructions\":\"Be brief.\",\"input\":\"" P400 "\",\"max_output_tokens\":150}", 0},
+         "{\"model\":\"oa\",\"instructions\":\"Be brief\",\"input\":\"" P400 "\",\"max_output_tokens\":150}", 0},
         {"openai responses streamed", "oa", "/v1/responses", OA_H,
          "{\"model\":\"oa\",\"input\":[{\"role\":\"user\",\"content\":\"" P400 P400
          "\"}],\"max_output_tokens\":60,\"stream\":true}",
@@ -294,7 +295,7 @@ static void test_proxy_paths(void **state) {
         /* Anthropic: input at admission (cache reads not counted), output
          * max_tokens corrected to what was generated. */
         {"anthropic messages", "claude", "/v1/messages", AN_H,
-         "{\"model\":\"claude\",\"system\":\"Be brief.\",\"max_tokens\":180,\"messages\":[{\"role\":\"user\","
+         "{\"model\":\"claude\",\"system\":\"Be brief\",\"max_tokens\":180,\"messages\":[{\"role\":\"user\","
          "\"content\":\"" P400 "\"}]}",
          0},
         {"anthropic messages streamed", "claude", "/v1/messages", AN_H,

@@ -3,6 +3,7 @@
  * and on chat and Anthropic bodies (fixed shapes and 2000 random ones with
  * text of one- to four-byte code points) the count of an independent oracle, and the same
  * estimate from `sluice run` (agent/cli/run_input.c, compiled in). */
+#include <ctype.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -56,45 +57,52 @@ static const struct {
      "{\"messages\":[{\"content\":\"\\u043f\\u0440\\u0438\\u0432\\u0435\\u0442\"}],\"max_tokens\":1}", 3, 1},
     {"chat emoji", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"\\ud83d\\ude00a\"}],\"max_tokens\":1}", 3, 1},
     {"completions strings utf-8", ESTIMATE_COMPLETIONS, "{\"prompt\":[\"\\u00e9\",\"\\u00e9\\u00e9\\u00e9\"]}", 3, 16},
-    /* Tools and tool calls weigh as their compact JSON: 180 characters of tools + 4 of text = 184 quarters -> 46. */
+    /* Tools and tool calls weigh as their compact JSON would (its 70 marks
+     * at half a token, the rest a quarter): 242 + 4 of text = 246 quarters
+     * -> 62. */
     {"chat tools", ESTIMATE_CHAT,
      "{\"messages\":[{\"content\":\"abcd\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
      "\"description\":\"Weather of a "
      "city\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":["
      "\"city\"]}}}],\"max_tokens\":1}",
-     46, 1},
-    /* A string weighs its text, not its escapes: 77 quarters -> 20. */
+     62, 1},
+    /* A string weighs its text, not its escapes: 116 quarters -> 29. */
     {"chat tool_calls", ESTIMATE_CHAT,
      "{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
      "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}}]}],\"max_tokens\":1}",
-     20, 1},
-    /* 2 + 29 + 14 = 45 -> 12. */
+     29, 1},
+    /* 2 + 44 + 23 = 69 -> 18. */
     {"chat legacy functions", ESTIMATE_CHAT,
      "{\"messages\":[{\"content\":\"ab\",\"function_call\":{\"name\":\"f\",\"arguments\":\"{}\"}}],\"functions\":[{"
      "\"name\":\"f\"}]}",
-     12, 16},
-    /* Tools 91; tool_use name 1 + input 9; tool_results 8 + 4: 113 -> 29. */
+     18, 16},
+    /* Tools 138 (numbers by their text); tool_use name and input 17;
+     * tool_results 12: 167 -> 42. */
     {"messages tools and blocks", ESTIMATE_MESSAGES,
      "{\"tools\":[{\"name\":\"t\",\"input_schema\":{\"type\":\"object\",\"x\":0.5,\"y\":-12,\"z\":true,\"w\":null,"
      "\"v\":false}}],\"messages\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"tu1\",\"name\":"
      "\"t\",\"input\":{\"q\":\"x\"}}]},{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":"
      "\"tu1\",\"content\":[{\"type\":\"text\",\"text\":\"abcdefgh\"}]},{\"type\":\"tool_result\",\"tool_use_id\":"
      "\"tu2\",\"content\":\"wxyz\"}]}],\"max_tokens\":5}",
-     29, 5},
-    /* Name 2 + arguments 7 + output 4 + tools 49 = 62 -> 16. */
+     42, 5},
+    /* Name 2 + arguments 13 + output 4 + tools 70 = 89 -> 23. */
     {"responses function call", ESTIMATE_RESPONSES,
      "{\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"fn\",\"arguments\":\"{\\\"a\\\":1}\"},{"
      "\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":\"done\"}],\"tools\":[{\"type\":\"function\","
      "\"name\":\"fn\",\"parameters\":{}}]}",
-     16, 16},
-    /* Structure 20 + two Han characters 4 each = 28 -> 7. */
-    {"tools non-ascii", ESTIMATE_CHAT, "{\"messages\":[],\"tools\":[{\"description\":\"\\u65e5\\u672c\"}]}", 7, 16},
-    /* Levels past ESTIMATE_JSON_DEPTH weigh nothing: 65 levels of 2 = 130 -> 33. */
+     23, 16},
+    /* Structure 29 + two Han characters 4 each = 37 -> 10. */
+    {"tools non-ascii", ESTIMATE_CHAT, "{\"messages\":[],\"tools\":[{\"description\":\"\\u65e5\\u672c\"}]}", 10, 16},
+    /* Levels past ESTIMATE_JSON_DEPTH weigh nothing: 65 levels of two
+     * brackets = 260 -> 65. */
     {"tools nested deep", ESTIMATE_CHAT,
      "{\"messages\":[],\"tools\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
      "[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
      "]}",
-     33, 16},
+     65, 16},
+    /* ASCII digits and punctuation weigh half a token: x, f and the spaces
+     * 5 quarters, "=(1,2);" 14: 19 -> 5. */
+    {"chat digits and marks", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"x = f(1, 2);\"}],\"max_tokens\":1}", 5, 1},
     {"chat nul counts", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"\\u0000abcdefg\"}],\"max_tokens\":2}", 2, 2},
     {"messages system string", ESTIMATE_MESSAGES,
      "{\"system\":\"abcd\",\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}],\"max_tokens\":300}", 2, 300},
@@ -141,8 +149,9 @@ static void test_vectors(void **state) {
 /* The oracle: the count of chat and Anthropic bodies written apart from
  * lib/core/estimate.c: the text of "system" and of every message's content
  * (a string, or the "text" of its parts), each code point decoded to its
- * value and weighed by its range (U+0000..007F a quarter token, ..07FF a
- * half, ..FFFF one, above two), the sum rounded up once; max_tokens, else
+ * value and weighed by its range (U+0000..007F a quarter token, a half
+ * for a digit or punctuation (ctype's, in the C locale), ..07FF a half,
+ * ..FFFF one, above two), the sum rounded up once; max_tokens, else
  * max_completion_tokens, else 16. Strings are counted to their end. The
  * weights are kept in quarters so the sum is exact. */
 static long long oracle_points(const json_t *v) {
@@ -158,7 +167,8 @@ static long long oracle_points(const json_t *v) {
         else cp = p[i] & 0x07u, n = 4;
         for (size_t k = 1; k < n && i + k < len; k++) cp = (cp << 6) | (p[i + k] & 0x3Fu);
         i += n;
-        q += cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 4 : 8;
+        if (cp < 0x80) q += isdigit((int)cp) || ispunct((int)cp) ? 2 : 1;
+        else q += cp < 0x800 ? 2 : cp < 0x10000 ? 4 : 8;
     }
     return q;
 }
@@ -240,7 +250,7 @@ static uint64_t next_rand(void) {
  * stops at a NUL, as its header says). */
 static json_t *random_text(void) {
     static const char *const pieces[] = {
-        "a", "Z", " ", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\xe3\x81\x82", "\n", "0", "\xd0\xbf"};
+        "a", "Z", " ", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\xe3\x81\x82", "\n", "0", "\xd0\xbf", ",", "{"};
     char buf[512];
     size_t n = 0, want = next_rand() % 120;
     for (size_t i = 0; i < want; i++) {

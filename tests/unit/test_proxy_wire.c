@@ -122,7 +122,7 @@ static void test_routes(void **state) {
     } ok[] = {
         {"/v1/chat/completions", NULL,
          "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"12345678\"}],\"max_tokens\":40}",
-         PROXY_API_OPENAI, PROXY_OP_CHAT, "gpt-4o", 2, 40},
+         PROXY_API_OPENAI, PROXY_OP_CHAT, "gpt-4o", 4, 40}, /* 8 digits, half a token each */
         {"/v1/completions", NULL, "{\"model\":\"mini\",\"prompt\":\"abcd\",\"max_tokens\":3}", PROXY_API_OPENAI,
          PROXY_OP_COMPLETIONS, "mini", 1, 3},
         {"/v1/embeddings", NULL, "{\"model\":\"text-embedding-3-small\",\"input\":[\"abcd\",\"abcd\"]}",
