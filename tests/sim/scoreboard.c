@@ -409,7 +409,7 @@ static const sb_scenario table[] = {
     {"cjk-no-usage", "azure-standard",
      "CJK prompts (0.8 a char against chars/4) and no usage in the responses: the headers alone", NULL, "azure",
      CAL_YAML, 3, 50, 1, SIM_LANG_CJK, 2000, 500, NO_FAULTS, 0, 0, CAL_B,
-     "window 1.07..1.38x tokens, 94..106 % of the floor, 0 429s (seeds 1..10): without usage the prompts' cost "
+     "window 1.07..1.38x tokens, 93..106 % of the floor, 0 429s (seeds 1..10): without usage the prompts' cost "
      "shows only in the remaining counts, read as others' use and followed after the fact; learning the ratio "
      "from the headers is not built",
      &no_usage_more},
@@ -424,37 +424,40 @@ static const sb_scenario table[] = {
      50, 4, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0, STD_95, NULL, NULL},
     {"anthropic-current-6", "anthropic-current", "Anthropic, OTPM on generated tokens, 6 callers", NULL, "anthropic",
      NULL, ANTH_TRAFFIC(2, 50), NO_FAULTS, 0, 0, STD_95,
-     "85.2..93.0 % of the floor, window up to 1.09x output: the expected output charged (answers 0.5..1.0 of "
+     "86.6..98.6 % of the floor, window up to 1.09x output: the expected output charged (answers 0.5..1.0 of "
      "max: its 90th percentile is near the max), a long answer repaid as debt after the provider counted it",
      NULL},
     {"anthropic-current-24", "anthropic-current", "Anthropic, OTPM on generated tokens, 24 callers", NULL, "anthropic",
-     NULL, ANTH_TRAFFIC(8, 13), NO_FAULTS, 0, 0, STD_95, "93.2..97.1 % of the floor, window up to 1.09x output", NULL},
+     NULL, ANTH_TRAFFIC(8, 13), NO_FAULTS, 0, 0, STD_95, "91.9..96.1 % of the floor, window up to 1.09x output", NULL},
     {"anthropic-current-96", "anthropic-current", "Anthropic, OTPM on generated tokens, 96 callers", NULL, "anthropic",
-     NULL, ANTH_TRAFFIC(32, 3), NO_FAULTS, 0, 0, STD_95, "90.2..94.5 % of the floor, window up to 1.04x output", NULL},
+     NULL, ANTH_TRAFFIC(32, 3), NO_FAULTS, 0, 0, STD_95, "91.2..96.6 % of the floor, window up to 1.07x output", NULL},
     /* The issue's row: answers of 200 of max_tokens 1000, a bucket three
      * max_tokens deep; OTPM counts what is generated (output_charge
      * expected, the style's default) and, beside it, the same world with
-     * the max charged (output_charge max). 96 callers (92.1..96.1 % on
-     * seeds 1..3) is left out until it passes every seed: an expected
-     * failure that passes on one seed fails the run. */
+     * the max charged (output_charge max). A seed an expected failure
+     * passes on is recorded as such in the baseline (a known XPASS); a
+     * new pass fails the run until it is recorded. */
     {"anthropic-short-6", "anthropic-current", "Anthropic, answers 200 of 1000, 6 callers (expected output)",
      short_answers, "anthropic", NULL, 3, 2, 50, SIM_LANG_EN, 1200, 1000, NO_FAULTS, 0, 0, STD_95,
-     "57..59 % of the floor, window 0.64..0.68x: six callers waiting on their answers do not fill the bucket "
+     "56..61 % of the floor, window 0.64..0.69x: six callers waiting on their answers do not fill the bucket "
      "(the floor assumes they could)",
      NULL},
     {"anthropic-short-24", "anthropic-current", "Anthropic, answers 200 of 1000, 24 callers (expected output)",
      short_answers, "anthropic", NULL, 3, 8, 13, SIM_LANG_EN, 1200, 1000, NO_FAULTS, 0, 0, STD_95,
-     "87.7..91.3 % of the floor: the 90th percentile charged, the rest given back at the settle as far as the "
-     "refund bound allows (max charged: 29 %)",
+     "90.8..96.1 % of the floor (seed 1 passes, recorded): the 90th percentile charged, the rest given back "
+     "at the settle as far as the refund bound allows (max charged: 29 %)",
      NULL},
+    {"anthropic-short-96", "anthropic-current", "Anthropic, answers 200 of 1000, 96 callers (expected output)",
+     short_answers, "anthropic", NULL, 3, 32, 3, SIM_LANG_EN, 1200, 1000, NO_FAULTS, 0, 0, STD_95,
+     "94.1..96.1 % of the floor: passes on 8 of seeds 1..10 (recorded), 94.2 and 94.1 % on seeds 4 and 10", NULL},
     {"anthropic-short-24-max", "anthropic-current", "the same, 24 callers, output_charge max (today's rule)",
      short_answers, "anthropic", "    output_charge: max\n", 3, 8, 13, SIM_LANG_EN, 1200, 1000, NO_FAULTS, 0, 0, STD_95,
      "28.9..29.6 % of the floor: the max output charged, answers of a fifth of it", NULL},
     {"anthropic-2025", "anthropic-2025", "Anthropic, max_tokens at admission corrected at the end", NULL, "anthropic",
-     "    output_charge: max\n", ANTH_TRAFFIC(8, 13), NO_FAULTS, 0, 0, STD_95, "84.4..94.9 % of the floor (output)",
+     "    output_charge: max\n", ANTH_TRAFFIC(8, 13), NO_FAULTS, 0, 0, STD_95, "86.9..92.8 % of the floor (output)",
      NULL},
     {"anthropic-per-second", "anthropic-per-second", "Anthropic enforcing its RPM per second", NULL, "anthropic", NULL,
-     ANTH_TRAFFIC(8, 13), NO_FAULTS, 0, 0, STD_95, "93.2..97.1 % of the floor (output), window up to 1.09x", NULL},
+     ANTH_TRAFFIC(8, 13), NO_FAULTS, 0, 0, STD_95, "91.9..96.1 % of the floor (output), window up to 1.09x", NULL},
     {"anthropic-greedy-neighbour",
      "anthropic-greedy-neighbour",
      "Anthropic 2025 with a greedy neighbour 20..80 s",

@@ -1,8 +1,8 @@
 /* sim_scoreboard: the scoreboard's command (scoreboard.h). One line per
  * scenario and seed, then "N passed, M failed, X xfail, Y xpass". Exits
  * 1 when a scenario not marked expected-failure misses a bound, when an
- * expected failure passes (strict), or when the simulator fails; 2 on a
- * usage error.
+ * expected failure passes on a seed its baseline does not record as
+ * passing (strict), or when the simulator fails; 2 on a usage error.
  *
  *   sim_scoreboard                    every scenario on seeds 1..3
  *   sim_scoreboard --seeds 5          seeds 1..5
@@ -38,12 +38,14 @@ typedef struct sb_cli {
 
 /* ---- the expected failures' baseline ------------------------------------ */
 
-/* One recorded figure set: "scenario seed pct429 failed floor_pct window_x". */
+/* One recorded figure set: "scenario seed pct429 failed floor_pct
+ * window_x [pass]". "pass": the expected failure passed on that seed when
+ * it was recorded (its bounds met there, missed on others). */
 typedef struct sb_base {
     char name[64];
     unsigned long long seed;
     double pct429, floor_pct, window_x;
-    int failed;
+    int failed, passed;
 } sb_base;
 
 typedef struct sb_baseline {
@@ -63,13 +65,16 @@ static int baseline_load(const char *path, sb_baseline *b) {
         lineno++;
         if (line[0] == '#' || line[0] == '\n') continue;
         sb_base e;
-        if (sscanf(line, "%63s %llu %lf %d %lf %lf", e.name, &e.seed, &e.pct429, &e.failed, &e.floor_pct,
-                   &e.window_x) != 6) {
-            fprintf(stderr, "sim_scoreboard: %s:%d: want \"scenario seed pct429 failed floor_pct window_x\"\n", path,
-                    lineno);
+        char mark[16] = "";
+        int got = sscanf(line, "%63s %llu %lf %d %lf %lf %15s", e.name, &e.seed, &e.pct429, &e.failed, &e.floor_pct,
+                         &e.window_x, mark);
+        if (got < 6 || (got == 7 && strcmp(mark, "pass") != 0)) {
+            fprintf(stderr, "sim_scoreboard: %s:%d: want \"scenario seed pct429 failed floor_pct window_x [pass]\"\n",
+                    path, lineno);
             rc = -1;
             break;
         }
+        e.passed = got == 7;
         sb_base *nv = realloc(b->v, (b->n + 1) * sizeof(*nv));
         if (!nv) {
             rc = -1;
@@ -238,13 +243,14 @@ int main(int argc, char **argv) {
             return 2;
         }
         fprintf(rec, "# The expected failures' figures (sim_scoreboard --record): scenario seed\n"
-                     "# pct429 failed floor_pct window_x. A run worse than these beyond the\n"
-                     "# margins of worse_than() (tests/sim/sim_scoreboard.c) prints XWORSE.\n");
+                     "# pct429 failed floor_pct window_x [pass]. A run worse than these beyond the\n"
+                     "# margins of worse_than() (tests/sim/sim_scoreboard.c) prints XWORSE;\n"
+                     "# \"pass\": the expected failure passed on that seed (a known XPASS).\n");
     }
     redis_fixture fx;
     if (redis_fixture_start(&fx, 0) != 0) return 1;
     double t0 = real_s();
-    int passed = 0, failed = 0, xfail = 0, xpass = 0, errors = 0;
+    int passed = 0, failed = 0, xfail = 0, xpass = 0, xpass_known = 0, errors = 0;
     for (unsigned long long seed = c.from; seed <= c.to; seed++) {
         int failed_here = 0;
         for (size_t i = 0; i < sb_count(); i++) {
@@ -259,21 +265,25 @@ int main(int argc, char **argv) {
                 continue;
             }
             const sb_base *b = strcmp(r.verdict, "XFAIL") == 0 ? baseline_find(&base, sb_name(s), seed) : NULL;
+            /* A pass of an expected failure on a seed recorded as passing
+             * is known: it does not fail the run (a new one does). */
+            const sb_base *known = strcmp(r.verdict, "XPASS") == 0 ? baseline_find(&base, sb_name(s), seed) : NULL;
+            if (known && !known->passed) known = NULL;
             char worse[128];
             if (b && worse_than(&r, b, worse, sizeof(worse))) {
                 r.verdict = "XWORSE";
                 snprintf(r.why, sizeof(r.why), "worse than recorded: %s", worse);
                 r.missed = 1;
             }
-            if (rec && strcmp(r.verdict, "XFAIL") == 0)
-                fprintf(rec, "%s %llu %.2f %d %.1f %.3f\n", sb_name(s), seed, pct429(&r), r.failed, r.floor_pct,
-                        r.window_x);
+            if (rec && (strcmp(r.verdict, "XFAIL") == 0 || strcmp(r.verdict, "XPASS") == 0))
+                fprintf(rec, "%s %llu %.2f %d %.1f %.3f%s\n", sb_name(s), seed, pct429(&r), r.failed, r.floor_pct,
+                        r.window_x, strcmp(r.verdict, "XPASS") == 0 ? " pass" : "");
             sb_format(s, &r, line, sizeof(line));
             if (!c.search || strcmp(r.verdict, "FAIL") == 0) printf("%s\n", line);
             if (strcmp(r.verdict, "PASS") == 0) passed++;
             if (strcmp(r.verdict, "FAIL") == 0 || strcmp(r.verdict, "XWORSE") == 0) failed++, failed_here = 1;
             if (strcmp(r.verdict, "XFAIL") == 0) xfail++;
-            if (strcmp(r.verdict, "XPASS") == 0) xpass++;
+            if (strcmp(r.verdict, "XPASS") == 0) xpass++, xpass_known += known != NULL;
             if (c.search && failed_here) {
                 printf("first failing seed: %llu (%s); rerun: sim_scoreboard --scenario %s --seed %llu\n", seed,
                        sb_name(s), sb_name(s), seed);
@@ -290,7 +300,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (c.search && !failed && !errors) printf("no failing seed in %llu..%llu\n", c.from, c.to);
-    printf("%d passed, %d failed, %d xfail, %d xpass%s (%.1f s real)\n", passed, failed + errors, xfail, xpass,
-           c.search ? " (search: expected failures not judged as failing)" : "", took);
-    return failed || errors || (!c.search && xpass) ? 1 : 0;
+    printf("%d passed, %d failed, %d xfail, %d xpass (%d recorded)%s (%.1f s real)\n", passed, failed + errors, xfail,
+           xpass, xpass_known, c.search ? " (search: expected failures not judged as failing)" : "", took);
+    return failed || errors || (!c.search && xpass > xpass_known) ? 1 : 0;
 }

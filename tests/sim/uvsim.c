@@ -60,7 +60,7 @@ typedef struct at_ev {
 } at_ev;
 
 static struct {
-    uint64_t now_us, seed, clock_calls, at_seq, turns;
+    uint64_t now_us, seed, clock_calls, at_seq, turns, tie;
     int64_t skew_ms;
     lrec *loops;
     at_ev *heap;
@@ -78,6 +78,7 @@ static void handle_unlink(hrec *r);
 void uvsim_reset(uint64_t start_us, uint64_t seed) {
     S.now_us = start_us;
     S.seed = seed;
+    S.tie = seed;
     S.clock_calls = 0;
     S.turns = 0;
     S.nheap = 0;
@@ -533,7 +534,19 @@ int uvsim_run_until(uint64_t t_us) {
             at_ev e = at_pop();
             e.fn(e.arg);
         }
+        /* The loops due now turn in an order drawn from the seed, as a
+         * network breaks the ties of calls sent at the same moment. */
+        lrec *due[64];
+        size_t nd = 0;
         for (lrec *L = S.loops; L; L = L->next)
-            if (loop_wake(L) <= S.now_us) turn(L);
+            if (nd < 64 && loop_wake(L) <= S.now_us) due[nd++] = L;
+        for (size_t i = nd; i > 1; i--) {
+            S.tie = S.tie * 6364136223846793005ull + 1442695040888963407ull;
+            size_t j = (size_t)((S.tie >> 33) % i);
+            lrec *t = due[i - 1];
+            due[i - 1] = due[j];
+            due[j] = t;
+        }
+        for (size_t i = 0; i < nd; i++) turn(due[i]);
     }
 }

@@ -16,7 +16,11 @@
  * handles, then the close callbacks (last closed first, as libuv). A loop
  * turns only when it has something to do (a due timer, an active idle
  * handle, a ready poll event, a handle closing), as a real loop sleeps in
- * its poll otherwise.
+ * its poll otherwise. Loops due at the same instant turn in an order drawn
+ * from the seed (uvsim_reset), as a network breaks the ties of processes
+ * that act at the same moment: in creation order, the first agent won
+ * every tie and, in the scoreboard's rows with give-backs, finished its
+ * calls in a third of the time of the last.
  *
  * Poll handles stand on real sockets, but readiness is decided here:
  * WRITABLE is ready whenever it is asked for (the peer, an uvsim_io, drains
