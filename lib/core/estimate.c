@@ -2,6 +2,7 @@
 #include "estimate.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The weight of an ASCII digit or punctuation mark, in quarter tokens
@@ -40,9 +41,10 @@ static long long string_quarters(const json_t *v) {
     return json_is_string(v) ? estimate_text_quarters(json_string_value(v), json_string_length(v)) : 0;
 }
 
-/* The weight of a JSON value written as compact JSON: a string's text and
- * its quotes, a number's text, the punctuation of objects and arrays
- * (PUNCT_QUARTERS a mark), and their keys. Tool definitions and tool-call arguments given as JSON
+/* The weight of a JSON value written as compact JSON: a string's text
+ * (without the escapes JSON would add) and its quotes, a number's
+ * shortest text, the punctuation of objects and arrays (PUNCT_QUARTERS a
+ * mark), and their keys. Tool definitions and tool-call arguments given as JSON
  * are counted so: the providers render them into the prompt. Levels
  * deeper than ESTIMATE_JSON_DEPTH weigh nothing. */
 static long long json_quarters(const json_t *v, int depth) {
@@ -58,7 +60,11 @@ static long long json_quarters(const json_t *v, int depth) {
         n = snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
         return n > 0 ? estimate_text_quarters(num, (size_t)n) : 0;
     case JSON_REAL:
-        n = snprintf(num, sizeof(num), "%.17g", json_real_value(v));
+        /* The shortest of 15 and 17 digits that reads back as the value
+         * (0.1, not 0.10000000000000001). */
+        n = snprintf(num, sizeof(num), "%.15g", json_real_value(v));
+        if (n > 0 && strtod(num, NULL) != json_real_value(v))
+            n = snprintf(num, sizeof(num), "%.17g", json_real_value(v));
         return n > 0 ? estimate_text_quarters(num, (size_t)n) : 0;
     case JSON_TRUE: return 4;
     case JSON_FALSE: return 5;
@@ -135,11 +141,14 @@ static void prompt_size(const json_t *v, long long *quarters, long long *tokens)
 
 /* The maximum output a body asks for: the first of keys that is an
  * integer (a later key is looked at only when an earlier one is not an
- * integer at all), when positive; else the default. */
+ * integer at all), when positive, at most ESTIMATE_MAX_OUTPUT (so that
+ * times the completions and plus the input it cannot overflow); else the
+ * default. */
 static long long max_output(const json_t *body, const char *k1, const char *k2) {
     json_t *mt = json_object_get(body, k1);
     if (!json_is_integer(mt) && k2) mt = json_object_get(body, k2);
-    if (json_is_integer(mt) && json_integer_value(mt) > 0) return (long long)json_integer_value(mt);
+    if (json_is_integer(mt) && json_integer_value(mt) > 0)
+        return json_integer_value(mt) > ESTIMATE_MAX_OUTPUT ? ESTIMATE_MAX_OUTPUT : (long long)json_integer_value(mt);
     return ESTIMATE_DEFAULT_OUTPUT;
 }
 

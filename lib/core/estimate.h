@@ -34,8 +34,8 @@
  *               "content" is a string or text parts, tool outputs'
  *               "output" strings, function calls' "name" and
  *               "arguments"); the "tools", as JSON
- * JSON is weighed as its compact text would be (keys, strings, digits and
- * punctuation), by the same weights: the providers render tools into the
+ * JSON is weighed as its compact text would be (keys, strings without
+ * their escapes, numbers, punctuation), by the same weights: the providers render tools into the
  * prompt, in forms of their own (Anthropic adds a tool-use system prompt
  * of a few hundred tokens, which the calibrated estimates learn). Images,
  * audio and files are not counted: an estimate below what the provider
@@ -52,6 +52,9 @@
 
 /* The max output assumed when a request gives none. */
 #define ESTIMATE_DEFAULT_OUTPUT 16
+/* The largest max output an estimate takes from a body (larger ones are
+ * taken as this: far above any model's, and no sum overflows). */
+#define ESTIMATE_MAX_OUTPUT 1000000000000LL
 /* JSON nested deeper than this in tools and tool calls weighs nothing. */
 #define ESTIMATE_JSON_DEPTH 64
 /* The most completions (n, best_of) an estimate multiplies by. */
@@ -82,8 +85,10 @@ long long estimate_text_tokens(long long quarters);
 
 /* The weight of the UTF-8 bytes s[0..len) in quarter tokens: each byte
  * that is not a continuation byte (NULs count) weighs by the length its
- * lead byte announces, 1, 2, 4 or 8 for one to four bytes (a byte
- * 0xF8..0xFF weighs 1). Invalid UTF-8 is weighed, never rejected. */
+ * lead byte announces, 2, 4 or 8 for two to four bytes; an ASCII byte 1,
+ * or 2 for a digit or punctuation mark (0x21..0x40, 0x5B..0x60,
+ * 0x7B..0x7E); a byte 0xF8..0xFF 1. Invalid UTF-8 is weighed, never
+ * rejected. */
 long long estimate_text_quarters(const char *s, size_t len);
 
 #endif

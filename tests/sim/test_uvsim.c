@@ -2,7 +2,8 @@
  * tell: timers fire in (due time, start order) on the loop's cached ms
  * clock, repeat from their firing, and report their due time; a loop turn
  * runs timers, idle, poll, check, then close callbacks (libuv's
- * uv_run order); a loop turns only when it has something to do; a frozen
+ * uv_run order); loops due at one instant each turn once, in an order
+ * drawn from the seed; a loop turns only when it has something to do; a frozen
  * loop runs its overdue timers in one turn when it thaws; poll handles
  * report WRITABLE when asked and READABLE when woken with bytes waiting;
  * the virtual clock drives uv_now, uv_hrtime and uvsim_clock_gettime. */
@@ -55,6 +56,43 @@ static void test_timer_order(void **state) {
     for (int i = 0; i < 4; i++) uv_close((uv_handle_t *)ts[i], NULL);
     assert_int_equal(uvsim_run_until(T0 + 20000), 0);
     assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+/* Loops due at one instant: each turns once, in an order drawn from the
+ * seed (the same seed, the same order; the orders differ across seeds). */
+static void tie_order(uint64_t seed, char *out, size_t n) {
+    uv_loop_t loops[4];
+    uv_timer_t ts[4];
+    const char *names[] = {"a", "b", "c", "d"};
+    trace[0] = '\0';
+    uvsim_reset(T0, seed);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(uv_loop_init(&loops[i]), 0);
+        uv_timer_init(&loops[i], &ts[i]);
+        ts[i].data = (void *)names[i];
+        uv_timer_start(&ts[i], on_timer, 7, 0);
+    }
+    assert_int_equal(uvsim_run_until(T0 + 20000), 0);
+    snprintf(out, n, "%s", trace);
+    for (int i = 0; i < 4; i++) uv_close((uv_handle_t *)&ts[i], NULL);
+    assert_int_equal(uvsim_run_until(T0 + 20000), 0);
+    for (int i = 0; i < 4; i++) assert_int_equal(uv_loop_close(&loops[i]), 0);
+}
+
+static void test_tie_order(void **state) {
+    char first[64], again[64], other[64];
+    int differs = 0;
+    tie_order(1, first, sizeof(first));
+    tie_order(1, again, sizeof(again));
+    assert_string_equal(first, again);
+    for (int k = 0; k < 4; k++) /* each of the four exactly once */
+        assert_non_null(strstr(first, (const char *[]){"a@1000007", "b@1000007", "c@1000007", "d@1000007"}[k]));
+    assert_int_equal(strlen(first), 4 * strlen("a@1000007 "));
+    for (uint64_t seed = 2; seed < 10; seed++) {
+        tie_order(seed, other, sizeof(other));
+        differs |= strcmp(first, other) != 0;
+    }
+    assert_true(differs);
 }
 
 static void test_timer_repeat(void **state) {
@@ -226,8 +264,9 @@ static void test_poll(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_timer_order), cmocka_unit_test(test_timer_repeat), cmocka_unit_test(test_phases),
-        cmocka_unit_test(test_loop_sleeps), cmocka_unit_test(test_freeze),       cmocka_unit_test(test_poll),
+        cmocka_unit_test(test_timer_order), cmocka_unit_test(test_tie_order),   cmocka_unit_test(test_timer_repeat),
+        cmocka_unit_test(test_phases),      cmocka_unit_test(test_loop_sleeps), cmocka_unit_test(test_freeze),
+        cmocka_unit_test(test_poll),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -146,8 +146,15 @@ void uvsim_set_io(const uvsim_io *io, void *ud) {
 static lrec *L_of(const uv_loop_t *loop) { return loop->internal_fields; }
 static hrec *R_of(const uv_handle_t *h) { return h->handle_queue[0]; }
 
+/* The most loops at once: uvsim_run_until shuffles the due ones in an
+ * array of this size. */
+#define UVSIM_MAX_LOOPS 64
+
 int uv_loop_init(uv_loop_t *loop) {
     memset(loop, 0, sizeof(*loop));
+    size_t n = 0;
+    for (lrec *l = S.loops; l; l = l->next) n++;
+    if (n >= UVSIM_MAX_LOOPS) return UV_EINVAL;
     lrec *L = calloc(1, sizeof(*L));
     if (!L) return UV_ENOMEM;
     L->loop = loop;
@@ -536,10 +543,10 @@ int uvsim_run_until(uint64_t t_us) {
         }
         /* The loops due now turn in an order drawn from the seed, as a
          * network breaks the ties of calls sent at the same moment. */
-        lrec *due[64];
+        lrec *due[UVSIM_MAX_LOOPS];
         size_t nd = 0;
         for (lrec *L = S.loops; L; L = L->next)
-            if (nd < 64 && loop_wake(L) <= S.now_us) due[nd++] = L;
+            if (nd < UVSIM_MAX_LOOPS && loop_wake(L) <= S.now_us) due[nd++] = L;
         for (size_t i = nd; i > 1; i--) {
             S.tie = S.tie * 6364136223846793005ull + 1442695040888963407ull;
             size_t j = (size_t)((S.tie >> 33) % i);

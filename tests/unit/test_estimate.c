@@ -103,6 +103,12 @@ static const struct {
     /* ASCII digits and punctuation weigh half a token: x, f and the spaces
      * 5 quarters, "=(1,2);" 14: 19 -> 5. */
     {"chat digits and marks", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"x = f(1, 2);\"}],\"max_tokens\":1}", 5, 1},
+    /* A real weighs its shortest text: "0.1" (6), not 0.10000000000000001:
+     * brackets 4, braces 4, x 1, its quotes and colon 6 = 21 -> 6. */
+    {"tools real", ESTIMATE_CHAT, "{\"messages\":[],\"tools\":[{\"x\":0.1}]}", 6, 16},
+    /* A max output beyond ESTIMATE_MAX_OUTPUT is taken as it, times n. */
+    {"chat huge max_tokens", ESTIMATE_CHAT, "{\"messages\":[],\"max_tokens\":9223372036854775807,\"n\":2}", 0,
+     2000000000000LL},
     {"chat nul counts", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"\\u0000abcdefg\"}],\"max_tokens\":2}", 2, 2},
     {"messages system string", ESTIMATE_MESSAGES,
      "{\"system\":\"abcd\",\"messages\":[{\"role\":\"user\",\"content\":\"abcd\"}],\"max_tokens\":300}", 2, 300},
