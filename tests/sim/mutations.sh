@@ -49,8 +49,8 @@ mutate() { # NAME DIR: applies the mutation; fails when the code it edits moved
             grep -q 'throttle_count() or true' "$d/lua/settle.lua" && grep -q '(true or not explained)' "$d/lua/settle.lua" ;;
     retime) sed -i 's/^static void dep_retime_waiting(dep \*d, double k, double lag_ms) {$/&\n    if (k > 0) return;/' "$d/lib/core/engine_call.c"
             grep -q '    if (k > 0) return;' "$d/lib/core/engine_call.c" ;;
-    late)   sed -i 's/now > c->release_ms + ENGINE_LATE_RELEASE_MS \&\&/0 \&\&/' "$d/lib/core/engine_call.c"
-            grep -q '!c->e->stopping && 0 &&' "$d/lib/core/engine_call.c" ;;
+    late)   sed -i 's/(now > c->release_ms + ENGINE_LATE_RELEASE_MS \&\& dep_ready(d))/(0 \&\& dep_ready(d))/' "$d/lib/core/engine_call.c"
+            grep -q 'c->lapsed || (0 && dep_ready(d))' "$d/lib/core/engine_call.c" ;;
     lump)   sed -i -e 's/^      elseif rise then$/      elseif true then/' -e 's/^        x = math.min(rise, rate)$/        x = rate/' "$d/lua/settle.lua"
             grep -q '^      elseif true then$' "$d/lua/settle.lua" && grep -q '^        x = rate$' "$d/lua/settle.lua" ;;
     doubling) sed -i 's/^      local grown = pause \* math.pow(2, math.min(k - 1, 20))$/      local grown = pause/' "$d/lua/settle.lua"
