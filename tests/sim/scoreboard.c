@@ -788,7 +788,8 @@ static double quota_over(const sim_world_cfg *c, int d, double t, double len) {
  * plus the burst. Like sim_world_max_window, but against a quota that
  * changes (a limit that drops or rises: each part of the window at its
  * rate) and net of give-backs. */
-static double max_window_ratio(const sim_world_cfg *c, const sim_world *w, int d, double len, double from_ms) {
+static double max_window_ratio(const sim_world_cfg *c, const sim_world *w, int d, double len, double from_ms,
+                               double *at) {
     size_t n = sim_world_ledger_len(w), k = 0;
     sb_event *ev = malloc((2 * n + 1) * sizeof(*ev));
     if (!ev) return -1;
@@ -803,7 +804,7 @@ static double max_window_ratio(const sim_world_cfg *c, const sim_world *w, int d
     for (size_t i = 0, j = 0; i < k; i++) {
         while (j < k && ev[j].t < ev[i].t + len) sum += ev[j++].amt;
         double q = quota_over(c, d, ev[i].t, len) + b;
-        if (ev[i].t >= from_ms && q > 0 && sum / q > best) best = sum / q;
+        if (ev[i].t >= from_ms && q > 0 && sum / q > best) best = sum / q, *at = ev[i].t;
         sum -= ev[i].amt;
     }
     free(ev);
@@ -895,8 +896,9 @@ static void judge_world(const sb_scenario *s, const sb_prov *p, sb_result *r) {
             total += counted(p->w[m], d, t0, t1);
             b += burst_of(&p->wc[m], d);
             q += quota_at(&p->wc[m], d, t0);
-            double x = max_window_ratio(&p->wc[m], p->w[m], d, 10000, s->b.window_from_ms);
-            if (x > best_window) best_window = x, r->window_dim = sim_dim_name(d);
+            double at = 0;
+            double x = max_window_ratio(&p->wc[m], p->w[m], d, 10000, s->b.window_from_ms, &at);
+            if (x > best_window) best_window = x, r->window_dim = sim_dim_name(d), r->window_at_ms = at;
         }
         double f = p->n == 1 ? pass_ms(wc, d, t0, total - b) : total > b ? (total - b) / q : 0;
         if (f > floor_ms) floor_ms = f, binding = d;
@@ -1232,6 +1234,7 @@ int sb_run(const sb_scenario *s, uint64_t seed, redis_fixture *fx, sb_result *r)
     memset(r, 0, sizeof(*r));
     r->seed = seed;
     r->window_dim = "-";
+    r->window_at_ms = 0;
     r->idle_cmds = -1;
     r->back_ms = -1;
     sb_prov prov = {.s = s};
@@ -1324,6 +1327,10 @@ void sb_format(const sb_scenario *s, const sb_result *r, char *buf, size_t n) {
         k += snprintf(buf + k, n - (size_t)k, " idle %.2f cmd/agent/s", r->idle_cmds);
     if (k > 0 && (size_t)k < n && r->rate_after_pct >= 0)
         k += snprintf(buf + k, n - (size_t)k, " rate-after %5.1f %%", r->rate_after_pct);
+    /* With SB_DUMP, where the largest window starts (the line stays the
+     * same without it). */
+    if (k > 0 && (size_t)k < n && getenv("SB_DUMP"))
+        k += snprintf(buf + k, n - (size_t)k, " window-at %.1f s", r->window_at_ms / 1000);
     if (k > 0 && (size_t)k < n && r->back_ms >= 0)
         k += snprintf(buf + k, n - (size_t)k, " back %.2f s", r->back_ms / 1000);
     if (k > 0 && (size_t)k < n)

@@ -78,6 +78,7 @@ typedef struct sb_result {
     double makespan_ms, floor_ms, floor_pct; /* floor_pct: floor / makespan x 100 */
     double window_x;                         /* largest 10 s window / quota */
     const char *window_dim;
+    double window_at_ms; /* where the largest window starts (virtual ms) */
     double p99_wait_ms;
     sb_lane_figure lanes[SB_MAX_LANES]; /* in the order first granted */
     int nlanes;
