@@ -27,6 +27,10 @@ double dep_lapse_at(const dep *d) {
     return d->ran_after + (double)engine_agent_window_ms(d->e) - (double)engine_promise_margin_ms(d->e);
 }
 
+/* Whether dep_lapse_at means anything: this agent is in the agents set
+ * and Redis answered one of its calls. */
+static int lapse_known(const dep *d) { return d->member && d->ran_after > 0; }
+
 /* agent.fail: hold. Local slots at or after dep_lapse_at would overlap
  * the others' full rate: the agent refuses them. 0 (refuse every local
  * slot) when Redis never answered this agent or it left the agents set:
@@ -34,12 +38,12 @@ double dep_lapse_at(const dep *d) {
  * redis.timeout_ms stood for the call's send: with a timeout longer than
  * the window that lay before every reply, and every local slot was
  * refused.) */
-static double local_held_until(const dep *d) { return d->member && d->ran_after > 0 ? dep_lapse_at(d) : 0; }
+static double local_held_until(const dep *d) { return lapse_known(d) ? dep_lapse_at(d) : 0; }
 
 /* Whether this agent may have been dropped by time t: a member, answered
  * once, and t at or past dep_lapse_at. It must then release no grant of
  * Redis' (engine_call.c). */
-int dep_lapsed(const dep *d, double t) { return d->member && d->ran_after > 0 && t >= dep_lapse_at(d); }
+int dep_lapsed(const dep *d, double t) { return lapse_known(d) && t >= dep_lapse_at(d); }
 
 /* The earliest local slot for cost c on one dimension (rate r per ms,
  * burst b), with the release-jitter margin of the reserve script: plan

@@ -41,19 +41,24 @@ static long long string_quarters(const json_t *v) {
     return json_is_string(v) ? estimate_text_quarters(json_string_value(v), json_string_length(v)) : 0;
 }
 
+/* The punctuation of an object or array of n members: its two brackets
+ * and n - 1 commas. */
+static long long container_marks(size_t n) { return PUNCT_QUARTERS * (n ? (long long)n + 1 : 2); }
+
 /* The weight of a JSON value written as compact JSON: a string's text
  * (without the escapes JSON would add) and its quotes, a number's
  * shortest text, the punctuation of objects and arrays (PUNCT_QUARTERS a
  * mark), and their keys. Tool definitions and tool-call arguments given as JSON
- * are counted so: the providers render them into the prompt. Levels
- * deeper than ESTIMATE_JSON_DEPTH weigh nothing. */
+ * are counted so: the providers render them into the prompt. A value that
+ * is not there (NULL) and levels deeper than ESTIMATE_JSON_DEPTH weigh
+ * nothing. */
 static long long json_quarters(const json_t *v, int depth) {
     char num[64];
     long long n = 0;
     size_t i;
     const char *key;
     json_t *x;
-    if (depth > ESTIMATE_JSON_DEPTH) return 0;
+    if (!v || depth > ESTIMATE_JSON_DEPTH) return 0;
     switch (json_typeof(v)) {
     case JSON_STRING: return string_quarters(v) + 2 * PUNCT_QUARTERS;
     case JSON_INTEGER:
@@ -71,21 +76,18 @@ static long long json_quarters(const json_t *v, int depth) {
     case JSON_NULL: return 4;
     case JSON_OBJECT:
         /* Braces, commas; each key's quotes and colon. */
-        n = PUNCT_QUARTERS * (2 + (json_object_size(v) > 0 ? (long long)json_object_size(v) - 1 : 0));
+        n = container_marks(json_object_size(v));
         json_object_foreach((json_t *)v, key, x) {
             n += estimate_text_quarters(key, strlen(key)) + 3 * PUNCT_QUARTERS + json_quarters(x, depth + 1);
         }
         return n;
     case JSON_ARRAY:
-        n = PUNCT_QUARTERS * (2 + (json_array_size(v) > 0 ? (long long)json_array_size(v) - 1 : 0));
+        n = container_marks(json_array_size(v));
         json_array_foreach(v, i, x) n += json_quarters(x, depth + 1);
         return n;
     }
     return 0;
 }
-
-/* A value the providers count only when it is there (NULL weighs 0). */
-static long long json_quarters_of(const json_t *v) { return v ? json_quarters(v, 0) : 0; }
 
 /* A content value: a string, or an array of parts whose "text" counts
  * (OpenAI's content parts, Anthropic's blocks, the Responses API's
@@ -102,7 +104,7 @@ static long long content_quarters_at(const json_t *content, int depth) {
         const char *type = json_string_value(json_object_get(part, "type"));
         if (!type) continue;
         if (!strcmp(type, "tool_use")) {
-            n += string_quarters(json_object_get(part, "name")) + json_quarters_of(json_object_get(part, "input"));
+            n += string_quarters(json_object_get(part, "name")) + json_quarters(json_object_get(part, "input"), 0);
         } else if (!strcmp(type, "tool_result") && depth == 0) {
             n += content_quarters_at(json_object_get(part, "content"), depth + 1);
         }
@@ -179,13 +181,13 @@ void estimate_request(const json_t *body, estimate_api api, estimate *out) {
             quarters += content_quarters(json_object_get(item, "content"));
             /* An assistant's tool calls (chat: tool_calls, the legacy
              * function_call), as JSON. */
-            quarters += json_quarters_of(json_object_get(item, "tool_calls"));
-            quarters += json_quarters_of(json_object_get(item, "function_call"));
+            quarters += json_quarters(json_object_get(item, "tool_calls"), 0);
+            quarters += json_quarters(json_object_get(item, "function_call"), 0);
         }
         /* The tools offered (chat and messages: tools; chat's legacy
          * functions), as JSON. */
-        quarters += json_quarters_of(json_object_get(body, "tools"));
-        quarters += json_quarters_of(json_object_get(body, "functions"));
+        quarters += json_quarters(json_object_get(body, "tools"), 0);
+        quarters += json_quarters(json_object_get(body, "functions"), 0);
         out->output = max_output(body, "max_tokens", "max_completion_tokens");
         if (api == ESTIMATE_CHAT) out->output *= choices(body);
         break;
@@ -205,7 +207,7 @@ void estimate_request(const json_t *body, estimate_api api, estimate *out) {
             quarters +=
                 string_quarters(json_object_get(item, "name")) + string_quarters(json_object_get(item, "arguments"));
         }
-        quarters += json_quarters_of(json_object_get(body, "tools"));
+        quarters += json_quarters(json_object_get(body, "tools"), 0);
         out->output = max_output(body, "max_output_tokens", NULL);
         break;
     }

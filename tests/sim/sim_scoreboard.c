@@ -264,11 +264,11 @@ int main(int argc, char **argv) {
                 failed_here = 1;
                 continue;
             }
-            const sb_base *b = strcmp(r.verdict, "XFAIL") == 0 ? baseline_find(&base, sb_name(s), seed) : NULL;
+            const sb_base *was = baseline_find(&base, sb_name(s), seed);
+            const sb_base *b = strcmp(r.verdict, "XFAIL") == 0 ? was : NULL;
             /* A pass of an expected failure on a seed recorded as passing
              * is known: it does not fail the run (a new one does). */
-            const sb_base *known = strcmp(r.verdict, "XPASS") == 0 ? baseline_find(&base, sb_name(s), seed) : NULL;
-            if (known && !known->passed) known = NULL;
+            const sb_base *known = strcmp(r.verdict, "XPASS") == 0 && was && was->passed ? was : NULL;
             char worse[128];
             if (b && worse_than(&r, b, worse, sizeof(worse))) {
                 r.verdict = "XWORSE";
