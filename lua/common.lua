@@ -410,7 +410,14 @@ local function sl_dim_refund(d, amount, now, qkey, st, scale, cg, since)
   else
     local front = redis.call('LINDEX', qkey, 0)
     if front then
-      bound = math.max(bound, tonumber(string.match(front, '^[^,]+,([^,]+)')) + d.granted / d.r0)
+      -- A dimension corrected at the end, whose provider's bucket is known
+      -- to be deeper than the burst (caplb), wastes a give-back only
+      -- beyond that depth: the bound moves back by the part of it beyond
+      -- two bursts (one kept for the answers still out that will count
+      -- more than they were charged).
+      local slack = 0
+      if d.refund then slack = math.max(0, sl_num(st, d.name .. '_caplb', 0) - 2 * d.burst) / d.r0 end
+      bound = math.max(bound, tonumber(string.match(front, '^[^,]+,([^,]+)')) + d.granted / d.r0 - slack)
     end
   end
   local new = d.tat - amount / d.r0
@@ -546,6 +553,8 @@ local function sl_held_sends(st, now)
   local out = {}
   for i = 2, #flat, 2 do
     local f, c, slot, cost, before = sl_record(flat[i])
+    -- The output charged: the expected one where the record says it.
+    if f[12] and f[12] ~= '' then cost[4] = tonumber(f[12]) or cost[4] end
     if c and slot then
       local s = sl_retimed_slot(st, slot, before)
       if not s then return nil end

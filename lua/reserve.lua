@@ -120,7 +120,7 @@ local function reserve_open(keys, limits, st)
     cal_off = sl_num(limits, 'estimate_exact', 0) == 1,
     -- Expected output (common.lua, sl_out_item): the ratio in force (false:
     -- charge the max output).
-    out_r = false,
+    out_r = false, out_learning = false,
     -- The agent the grants are for, as the records' field 13 (',<id>';
     -- '' without one, or with an id a record cannot hold): a heartbeat
     -- that drops the agent after its hold gives back its grants not yet
@@ -132,6 +132,7 @@ local function reserve_open(keys, limits, st)
   if limits.output_charge == 'expected' and sl_num(limits, 'otpm', 0) > 0 then
     local r, learning = sl_ratio(limits, st, now, 'output')
     if not learning and r < 1 then x.out_r = r end
+    x.out_learning = learning  -- (reserve_one: how soon a deferred item asks again)
   end
   local day, next_day = sl_day(limits, now)
   x.day, x.to_midnight = day, sl_ceil(next_day - now)
@@ -676,7 +677,16 @@ local function reserve_one(x, it, quiet, blocked)
     if wait > w then
       verdict = sl_verdict(SL_SHED, reason, math.max(1, sl_ceil(wait - w)))
     elseif wait > horizon + 1e-6 then
-      verdict = item_defer(x, it, wait - horizon, reason, conv)
+      local ask = wait - horizon
+      -- While the expected output is learned (the max charged until four
+      -- answers are known), a slot far off is mostly the max charges of
+      -- answers still out, which their settles give back within a
+      -- response's time: the item asks again within the horizon rather
+      -- than at a slot computed before those give-backs. (Asking at that
+      -- slot, six callers at 18 000 OTPM learned one answer per max_tokens
+      -- worth of schedule: 89..91 % of the floor, 96.7..98.2 % this way.)
+      if x.out_learning and it.out_s ~= '' and horizon > 0 and ask > horizon then ask = horizon end
+      verdict = item_defer(x, it, ask, reason, conv)
       if L then
         if not bl then bl = {}; blocked[L] = bl end
         bl[T] = verdict

@@ -239,11 +239,26 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
       retime_dims[d.name] = true
       -- The provider's bucket is another one now: learn it again.
       sl_set(st, f .. '_cap', '')
+      sl_set(st, f .. '_caplb', '')
       sl_set(st, f .. '_obs', '')
       bump('limit_changes')
       retarget = true
       return
     end
+  end
+  -- Counts rounded to the nearest thousand (Anthropic's: "rounded to the
+  -- nearest thousand") are off by up to 500 each (qz: the error of two).
+  -- A dimension is taken as rounded until a reading that is not a whole
+  -- thousand shows its counts exact (<dim>_hdr_exact).
+  local qz = 0
+  if rem and rem % 1000 ~= 0 and not st[f .. '_hdr_exact'] then sl_set(st, f .. '_hdr_exact', 1) end
+  if rem and rem >= 1000 and rem % 1000 == 0 and not st[f .. '_hdr_exact'] then qz = 1000 end
+  -- A dimension corrected at the end: the largest remaining seen is how
+  -- deep the provider's bucket is at least (rounded, up to 500 less),
+  -- which bounds what its give-backs may fill (sl_dim_refund).
+  if d.refund and rem and not throttled then
+    local lb = rem - qz / 2
+    if lb > sl_num(st, f .. '_caplb', 0) then sl_set(st, f .. '_caplb', lb) end
   end
   -- slot: nil when the grant was re-timed by stretches no longer known.
   if not adapt_outside or d.refund or not rem or throttled or not slot then return end
@@ -255,6 +270,9 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
   -- second), so that one unit more or less, which the whole-unit counts
   -- always have, is small against what others take.
   local min_span = math.max(OBS_SPAN_MS, 20 / d.r0)
+  -- Rounded counts: long enough that two roundings are the noise of 5 %
+  -- of the limit (others' use above a tenth of it shows beyond both).
+  if qz > 0 then min_span = math.max(min_span, qz / (0.05 * d.r0)) end
   if s0 and slot < s0 then return end                  -- older than the base: another agent's late news
   -- While agents are silent (cut off from Redis, or back from an outage
   -- and not yet handed over), and until the local tails handed over have
@@ -279,7 +297,12 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
     sl_set(st, f .. '_rise', '')
     return
   end
-  local full = cap - cost - math.max(1, 0.1 * d.burst)  -- at or above: the bucket may have wasted refill
+  -- Rounded counts widen the full mark and the noise by qz: read as
+  -- exact, a full input bucket 1 000 short of its cap looked like a
+  -- neighbour taking 386 000 a minute, and the re-timings that followed
+  -- held back the output's give-backs (anthropic-current-24: 91.9..96.1 %
+  -- of the floor, 99.4..99.9 % read with qz).
+  local full = cap - cost - math.max(1, 0.1 * d.burst) - qz  -- at or above: the bucket may have wasted refill
   local x = sl_num(st, f .. '_outside_ms', 0)
   local rise = tonumber(st[f .. '_rise'])  -- a rise seen in the last span, not yet confirmed
   if rem < full and r0 < full then
@@ -287,7 +310,7 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
     local units = d.r0 * span - (u_after - u0) - (rem - r0)
     -- Not evidence: two units (the counts are whole, a send may be on
     -- either side of an observation) or 5 % of the limit over the span.
-    local noise = 2 + 0.05 * d.r0 * span
+    local noise = 2 + 0.05 * d.r0 * span + qz
     if math.abs(units) < noise then units = 0 end
     -- A change beyond the noise is followed (a neighbour starts or
     -- stops); within it, smoothed. A fall is followed at once. A rise

@@ -677,6 +677,80 @@ static void test_outside_use_followed(void **state) {
     assert_int_equal(d.rejected, 0);
 }
 
+/* The input tokens of a fleet sending prompts of 300..700 tokens (a fixed
+ * sequence) against p for ms of the test clock, with a neighbour taking
+ * neighbour_per_s of them, the remaining reported rounded to the nearest
+ * thousand as Anthropic's are ("rounded to the nearest thousand"). The
+ * largest input_outside (per minute) after any settle. */
+static double rounded_run(const char *dep, provider *p, double neighbour_per_s, double ms, int *sent) {
+    static const int cost[] = {300, 700, 450, 620, 380, 510, 690, 330, 560, 410};
+    double most = 0;
+    grant g = reserve_tok(dep, "300+0", 600000);
+    double start = g.now_ms, clock = g.now_ms, nb_at = start;
+    char res[32], seen[64], tok[32], actual[32];
+    for (int i = 0; clock < start + ms; i++) {
+        assert_true(g.granted);
+        int c = cost[i % 10];
+        double slot = g.now_ms + (double)g.wait_ms;
+        for (; neighbour_per_s > 0 && nb_at <= slot; nb_at += 100) provider_admit(p, nb_at, neighbour_per_s / 10);
+        if (slot > clock) clock = slot;
+        clock_at(dep, clock);
+        int ok = provider_admit(p, slot, c);
+        if (sent) *sent += ok;
+        snprintf(seen, sizeof(seen), "i=60000/%.0f", 1000 * floor(fmax(0, p->level) / 1000 + 0.5));
+        snprintf(actual, sizeof(actual), "%d+0+0", c);
+        settle_fb(dep, g.id, actual, ok ? "ok" : "throttled", -1, seen, res, sizeof(res));
+        most = fmax(most, state_num(dep, "input_outside"));
+        snprintf(tok, sizeof(tok), "%d+0", cost[(i + 1) % 10]);
+        g = reserve_tok(dep, tok, 600000);
+    }
+    return most;
+}
+
+/* Rounded remaining counts are read as rounded (settle.lua, observe()).
+ * Read as exact, a count one rounding below the cap seen made a full
+ * bucket look like a neighbour (the scoreboard's anthropic-current rows
+ * read 386 000 input tokens a minute, and the re-timing that followed held
+ * back the output's give-backs: 86.6..98.6 % of the floor, 97.2..99.9 %
+ * since); and the steps of 1 000 swamped a real neighbour's signal over
+ * one-second spans, which this test shows: read as exact, a neighbour
+ * taking 30 % of an input-bound fleet's bucket was never seen (0 a minute
+ * after 90 s). Read as rounded, over spans long enough that two roundings
+ * are noise, it is (17 813 of its 18 000), and a fleet alone, at half the
+ * input rate or bound by it, reads nobody. */
+static void test_rounded_counts(void **state) {
+    (void)state;
+    const char *dep = "rounded";
+    configure_on(rc, dep, "rpm", "60", "itpm", "60000", "burst_requests", "1", "burst_input", "1000", "estimate_exact",
+                 "1", "jitter_ms", "0", NULL);
+    provider p = {60000, 60000, 60000.0 / 60000.0, 0};
+    p.at = reserve_tok(dep, "1+0", 0).now_ms;
+    int sent = 0;
+    double alone = rounded_run(dep, &p, 0, 30000, &sent);
+    print_message("  alone at half the input rate, counts rounded: %d sent in 30 s, others' use read at most %.1f a "
+                  "minute, input schedule %.0f ms ahead\n",
+                  sent, alone, state_num(dep, "input_tat") - p.at);
+    assert_true(alone == 0);
+    assert_true(state_num(dep, "input_hdr_exact") == 0);
+    const char *nb = "rounded_nb";
+    configure_on(rc, nb, "rpm", "600000", "itpm", "60000", "burst_requests", "1000", "burst_input", "1000",
+                 "estimate_exact", "1", "jitter_ms", "0", NULL);
+    provider q = {60000, 60000, 60000.0 / 60000.0, 0};
+    q.at = reserve_tok(nb, "1+0", 0).now_ms;
+    double quiet = rounded_run(nb, &q, 0, 20000, NULL);
+    double seen = rounded_run(nb, &q, 300, 90000, NULL);
+    print_message("  input-bound, alone: read at most %.1f; a neighbour of 18 000 a minute: read at most %.1f, %.1f "
+                  "at the end\n",
+                  quiet, seen, state_num(nb, "input_outside"));
+    assert_true(quiet == 0);
+    assert_true(seen > 0.5 * 18000 && seen < 1.5 * 18000);
+    /* One count that is not a whole thousand marks the counts exact. */
+    char res[32];
+    grant g = reserve_tok(dep, "300+0", 600000);
+    settle_fb(dep, g.id, "300+0+0", "ok", -1, "i=60000/12345", res, sizeof(res));
+    assert_true(state_num(dep, "input_hdr_exact") == 1);
+}
+
 /* An outage of ms (Redis stopped): the fleet's agents pace locally at the
  * full rate (as a whole fleet does, each at its share), sending to the
  * provider with no reserve. A call sent just before it is still in flight:
@@ -935,6 +1009,7 @@ int main(void) {
         cmocka_unit_test(test_reported_limit_adopted),
         cmocka_unit_test(test_lower_limit_retimes_grants),
         cmocka_unit_test(test_outside_use_followed),
+        cmocka_unit_test(test_rounded_counts),
         cmocka_unit_test(test_local_sends_are_the_fleets_own),
         cmocka_unit_test(test_silent_fleet_not_a_neighbour),
         cmocka_unit_test(test_429s_in_a_row_back_off),
