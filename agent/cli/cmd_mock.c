@@ -72,8 +72,8 @@ static const mock_flag mock_flags[] = {
      "service time of an accepted call, uniform in [LO, HI] ms, or N (default 300-900)"},
     {"--slow-ms", "N", FLAG_UINT, OPT(o.slow_ms), 0, 3600000,
      "extra delay added to every chat response, errors included (default 0)"},
-    {"--completion-tokens", "N", FLAG_UINT, OPT(o.completion_tokens), 0, 1000000,
-     "completion tokens per answer, capped by max_tokens; 0 = uniform in [1, max_tokens]"},
+    {"--completion-tokens", "N|LO-HI", FLAG_RANGE, OPT(o.completion_tokens), 0, 1000000,
+     "completion tokens per answer, or uniform in [LO, HI], capped by max_tokens; 0 = uniform in [1, max_tokens]"},
     {"--neighbour-rpm", "N", FLAG_DOUBLE, OPT(o.neighbour_rpm), 0, 600000,
      "a noisy neighbour takes N requests/min from every deployment's bucket (default 0)"},
     {"--neighbour-tokens", "N", FLAG_UINT, OPT(o.neighbour_tokens), 0, 1000000000,
@@ -94,6 +94,9 @@ static const mock_flag mock_flags[] = {
      "how the Messages route counts OTPM: generated = the output generated, charged at the end (the bucket "
      "must hold 1 at admission), Anthropic's current rule; max = max_tokens at admission, the unused part "
      "given back at the end, its 2025 rule (default generated)"},
+    {"--anthropic-round", "N", FLAG_UINT, OPT(o.anthropic_round), 0, 1000000,
+     "the Messages route's token remaining counts rounded to the nearest N, as Anthropic's page says of its "
+     "own (\"rounded to the nearest thousand\": 1000); 0 or 1 = exact (default 0)"},
     {"--compat", "openai|bedrock|gemini", FLAG_CHOICE, OPT(o.compat), 0, 0,
      "whose OpenAI-compatible endpoint the OpenAI-style chat routes are: openai; bedrock = input + "
      "max_tokens at admission, corrected to input + output x burndown at the end; gemini = TPM on the "

@@ -180,7 +180,11 @@ void mock_fmt_rfc3339(char *out, size_t n, double unix_ms) {
 }
 
 uint64_t mock_draw_output(mock *m, uint64_t max_tokens) {
-    if (m->opt.completion_tokens) return m->opt.completion_tokens < max_tokens ? m->opt.completion_tokens : max_tokens;
+    uint64_t lo = m->opt.completion_tokens, hi = m->opt.completion_tokens_max;
+    if (lo) {
+        uint64_t n = hi > lo ? mock_rng_range(m->rng, lo, hi) : lo;
+        return n < max_tokens ? n : max_tokens;
+    }
     return mock_rng_range(m->rng, 1, max_tokens);
 }
 
@@ -629,6 +633,7 @@ static int options_check(const mock_options *o, char *err, size_t n) {
         return fail(err, n, "openai_tpm must be max or sum");
     if (o->anthropic_otpm != MOCK_ANTH_OTPM_GENERATED && o->anthropic_otpm != MOCK_ANTH_OTPM_MAX)
         return fail(err, n, "anthropic_otpm must be generated or max");
+    if (o->anthropic_round > 1000000) return fail(err, n, "anthropic_round must be in 0..1000000");
     if (o->compat < MOCK_COMPAT_OPENAI || o->compat > MOCK_COMPAT_GEMINI)
         return fail(err, n, "compat must be openai, bedrock or gemini");
     if (!(o->burndown >= 0 && o->burndown <= 1000)) return fail(err, n, "burndown must be in 0..1000");
@@ -773,6 +778,11 @@ json_t *mock_stats(const mock *m) {
          json_object_set_new(more, "neighbour_greedy", json_boolean(o->neighbour_greedy)) != 0 ||
          json_object_set_new(more, "tokens_per_char", json_real(o->tokens_per_char)) != 0 ||
          json_object_set_new(more, "cjk_tokens_per_char", json_real(o->cjk_tokens_per_char)) != 0 ||
+         json_object_set_new(more, "anthropic_round", json_integer((json_int_t)o->anthropic_round)) != 0 ||
+         json_object_set_new(
+             more, "completion_tokens_max",
+             json_integer((json_int_t)(o->completion_tokens_max > o->completion_tokens ? o->completion_tokens_max
+                                                                                       : o->completion_tokens))) != 0 ||
          json_object_set_new(more, "anthropic_otpm",
                              json_string(o->anthropic_otpm == MOCK_ANTH_OTPM_MAX ? "max" : "generated")) != 0)) {
         json_decref(more);

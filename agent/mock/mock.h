@@ -52,6 +52,7 @@ typedef struct mock_options {
     unsigned service_ms_max;        /* uniformly in [min, max] */
     unsigned slow_ms;               /* added to every chat response */
     unsigned completion_tokens;     /* 0: uniform in [1, max_tokens]; else min(this, max_tokens) */
+    unsigned completion_tokens_max; /* above completion_tokens: uniform in [that, this], capped alike */
     double neighbour_rpm;           /* requests/min another tenant takes from every deployment */
     unsigned neighbour_tokens;      /* tokens each neighbour request charges */
     int neighbour_greedy;           /* the neighbour takes what it can, as soon as it can, up to its rpm */
@@ -75,6 +76,7 @@ typedef struct mock_options {
     double rpd;                 /* gemini: requests per Pacific day per deployment; 0: no limit */
     double wall_start_ms;       /* the wall clock (Unix ms) at start; 0: the real one */
     int anthropic_otpm;         /* how the Messages route counts OTPM: a mock_anthropic_otpm */
+    unsigned anthropic_round;   /* Messages: token remaining counts rounded to the nearest this many; 0, 1: exact */
     double tokens_per_char;     /* the tokenizer: tokens a code point of text (default 0.25) */
     double cjk_tokens_per_char; /* ... and a code point of kana, Han or Hangul (default 1) */
 } mock_options;

@@ -39,14 +39,18 @@ static void anth_fail(mock_call *c, int status, mock_outcome o, const char *type
 static int decimals(double v) { return v == floor(v) ? 0 : 3; }
 
 /* anthropic-ratelimit-<what>-{limit,remaining,reset} of one bucket now; the
- * reset is the moment it is full again, as an absolute RFC 3339 time. */
+ * reset is the moment it is full again, as an absolute RFC 3339 time. A
+ * token count's remaining is rounded to the nearest --anthropic-round
+ * (Anthropic's page: "rounded to the nearest thousand"), halves up. */
 static void dim_headers(mock_call *c, const char *what, double limit, const mock_bucket *b) {
     char reset[40];
+    double rem = mock_bucket_remaining(b), q = c->m->opt.anthropic_round;
+    if (q > 1 && strcmp(what, "requests") != 0) rem = q * floor(rem / q + 0.5);
     mock_fmt_rfc3339(reset, sizeof(reset), c->m->wall0_ms + c->now_ms + mock_bucket_reset_ms(b));
     mock_call_header(c,
                      "anthropic-ratelimit-%s-limit: %.*f\r\nanthropic-ratelimit-%s-remaining: "
                      "%.0f\r\nanthropic-ratelimit-%s-reset: %s\r\n",
-                     what, decimals(limit), limit, what, mock_bucket_remaining(b), what, reset);
+                     what, decimals(limit), limit, what, rem, what, reset);
 }
 
 /* 1 when bucket a is more restrictive than b: fewer whole tokens left, or

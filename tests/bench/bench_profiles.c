@@ -40,7 +40,7 @@ typedef struct opts {
 static const opt_row rows[] = {
     {"--rounds", OPT_NUM, offsetof(opts, rounds), 1, 20, "rounds (default 1)"},
     {"--scenarios", OPT_STR, offsetof(opts, scenarios), 0, 0,
-     "comma-separated: azure,anthropic,stray,neighbour,burst,callers,limit,cjk,half,greedy (default all)"},
+     "comma-separated: azure,anthropic,stray,neighbour,burst,callers,rounded,limit,cjk,half,greedy (default all)"},
     {"--help", OPT_FLAG, offsetof(opts, help), 0, 0, "this text"},
 };
 
@@ -159,6 +159,7 @@ int main(int argc, char **argv) {
                 (run_def){"callers", scen_anthropic_callers(per_agent[k], 0), SCEN_ANTHROPIC_CALLERS_FLOOR_MS, 0};
         runs[n++] = (run_def){"callers", scen_anthropic_callers(8, 1), SCEN_ANTHROPIC_CALLERS_FLOOR_MS, 0};
     }
+    if (WANT("rounded")) runs[n++] = (run_def){"rounded", scen_anthropic_rounded(), SCEN_ANTHROPIC_ROUNDED_FLOOR_MS, 0};
     if (WANT("greedy")) {
         runs[n++] = (run_def){"greedy", scen_greedy_neighbour(0), SCEN_GREEDY_FLOOR_MS, 4};
         runs[n++] = (run_def){"greedy", scen_greedy_neighbour(1), SCEN_GREEDY_FLOOR_MS, 4};

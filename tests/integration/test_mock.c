@@ -1757,6 +1757,50 @@ static void test_anthropic_cache_reads(void **state) {
  * bucket holding max_tokens of a call in flight refuses the next one until
  * that answer has given back what it did not use. 429 in Anthropic's
  * shape, retry-after in whole seconds from the bucket rules. */
+/* --anthropic-round: the token remaining counts rounded to the nearest
+ * N, as Anthropic's page says of its own ("rounded to the nearest
+ * thousand"), halves up; the requests' count stays exact. And
+ * --completion-tokens as a range. */
+static void test_anthropic_rounded_counts(void **state) {
+    static response r;
+    mock_child c;
+    (void)state;
+    child_start(&c, "--anthropic-otpm", "max", "--rpm", "6000", "--burst", "100", "--itpm", "60000", "--input-burst",
+                "10000", "--otpm", "60000", "--output-burst", "10000", "--anthropic-round", "1000", NULL);
+    /* 44 code points: 11 input tokens, 9 989 left; max_tokens 600: 9 400 */
+    anth_call(c.port, "q",
+              "{\"model\":\"m\",\"max_tokens\":600,\"messages\":[{\"role\":\"user\",\"content\":"
+              "\"abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqr\"}]}",
+              &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(anth_header(&r, "input-tokens", "remaining"), 10000);
+    assert_int_equal(anth_header(&r, "output-tokens", "remaining"), 9000);
+    assert_int_equal(anth_header(&r, "tokens", "remaining"), 9000);
+    assert_int_equal(anth_header(&r, "requests", "remaining"), 99);
+    json_decref(child_stop(&c));
+    /* --completion-tokens LO-HI: answers drawn from the range, capped by
+     * max_tokens. */
+    child_start(&c, "--completion-tokens", "5-9", "--rpm", "60000", "--burst", "100", "--seed", "3", NULL);
+    int seen[10] = {0}, kinds = 0;
+    for (int i = 0; i < 30; i++) {
+        anth_call(c.port, "q",
+                  "{\"model\":\"m\",\"max_tokens\":100,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r);
+        assert_int_equal(r.status, 200);
+        json_t *j = body_json(&r);
+        long long out = json_integer_value(json_object_get(json_object_get(j, "usage"), "output_tokens"));
+        json_decref(j);
+        assert_true(out >= 5 && out <= 9);
+        kinds += !seen[out]++;
+    }
+    assert_true(kinds >= 3);
+    anth_call(c.port, "q", "{\"model\":\"m\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+              &r);
+    json_t *j = body_json(&r);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "output_tokens")), 4);
+    json_decref(j);
+    json_decref(child_stop(&c));
+}
+
 static void test_anthropic_rate_limits(void **state) {
     static client slow;
     static response r;
@@ -3288,6 +3332,7 @@ int main(void) {
         cmocka_unit_test(test_anthropic_messages),
         cmocka_unit_test(test_anthropic_cache_reads),
         cmocka_unit_test(test_anthropic_rate_limits),
+        cmocka_unit_test(test_anthropic_rounded_counts),
         cmocka_unit_test(test_anthropic_bad_requests),
         cmocka_unit_test(test_anthropic_faults),
         cmocka_unit_test(test_anthropic_stream),

@@ -194,6 +194,31 @@ static inline fleet_spec scen_anthropic_callers(int per_agent, int reserve_max) 
 /* The output actually used, less the bucket's three max_tokens. */
 #define SCEN_ANTHROPIC_CALLERS_FLOOR_MS ((600.0 * 200 - 3000) / (120000.0 / 60000))
 
+/* Anthropic's token remaining counts "rounded to the nearest thousand"
+ * (the mock's --anthropic-round 1000), with an input limit the fleet uses
+ * a sixth of (450 000 ITPM, prompts of 300): read as exact, a full input
+ * bucket one rounding below the cap seen looked like a neighbour, and
+ * the re-timing that followed held back the output's give-backs (the
+ * simulator's anthropic-current rows, docs/simulator.md). 24 callers,
+ * answers of 500..1000 of max_tokens 1000 (their 90th percentile charged,
+ * the rest given back), the output bucket 3 000 deep. */
+static inline fleet_spec scen_anthropic_rounded(void) {
+    fleet_spec s = {.name = "anthropic, counts rounded to the thousand, 24 callers",
+                    .style = FLEET_ANTHROPIC,
+                    .agents = 3,
+                    .callers = 8,
+                    .requests = 200,
+                    .mock_args = {"--rpm", "6000", "--itpm", "450000", "--otpm", "120000", "--output-burst", "3000",
+                                  "--completion-tokens", "500-1000", "--service-ms", "200-600", "--anthropic-round",
+                                  "1000", "--seed", "7", NULL},
+                    .deployment = "style: anthropic, rpm: 6000, itpm: 450000, otpm: 120000",
+                    .content = SCEN_PROMPT_300,
+                    .max_tokens = 1000,
+                    .split = 1};
+    return s;
+}
+#define SCEN_ANTHROPIC_ROUNDED_FLOOR_MS ((200.0 * 750 - 3000) / (120000.0 / 60000))
+
 /* Issue 23's first row in real time: an SDK through the agents' HTTP
  * proxy (8 requests in flight per agent) on a TPM-bound Azure deployment,
  * the prompts in Japanese. 252 characters: the mock counts 0.8 a
