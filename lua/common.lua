@@ -1228,7 +1228,8 @@ end
 -- SL_CAL_N answers, decaying toward 1 without news), rounded up, at least
 -- 1; the settle corrects it to the actual either way (refund_output): a
 -- long answer is charged at the schedule's tail as debt. Until
--- SL_CAL_LEARN fresh ratios are known, the max output.
+-- SL_CAL_LEARN fresh ratios are known, twice the largest share seen (the
+-- max output before the first answer; reserve.lua).
 local SL_OUT_MIN = 0.001
 
 -- The output an item is charged: o its max output, r the ratio in force
