@@ -166,8 +166,9 @@ static inline fleet_spec scen_greedy_neighbour(int old) {
 #define SCEN_GREEDY_FLOOR_MS ((450.0 * 400 - 5000) / (0.7 * 300000.0 / 60000))
 
 /* Anthropic's OTPM with the issue's short answers (input 300, max_tokens
- * 1000, output 200) and a bucket three max_tokens deep, at 6, 24 or 96
- * callers (3 agents): more demand must never mean less throughput. The
+ * 1000, output 150..250 as the simulator's anthropic-short rows) and a
+ * bucket three max_tokens deep, at 6, 24 or 96 callers (3 agents): more
+ * demand must never mean less throughput. The
  * mock counts the output generated (Anthropic's current rule); reserve_max
  * configures the fleet to reserve max_tokens instead (output_charge: max,
  * the behaviour before output_charge existed). */
@@ -182,7 +183,7 @@ static inline fleet_spec scen_anthropic_callers(int per_agent, int reserve_max) 
                     .callers = per_agent,
                     .requests = 600,
                     .mock_args = {"--rpm", "6000", "--itpm", "6000000", "--otpm", "120000", "--output-burst", "3000",
-                                  "--completion-tokens", "200", "--service-ms", "200-600", "--seed", "7", NULL},
+                                  "--completion-tokens", "150-250", "--service-ms", "200-600", "--seed", "7", NULL},
                     .deployment = reserve_max
                                       ? "style: anthropic, rpm: 6000, itpm: 6000000, otpm: 120000, output_charge: max"
                                       : "style: anthropic, rpm: 6000, itpm: 6000000, otpm: 120000",
@@ -191,8 +192,12 @@ static inline fleet_spec scen_anthropic_callers(int per_agent, int reserve_max) 
                     .split = 1};
     return s;
 }
-/* The output actually used, less the bucket's three max_tokens. */
+/* The output actually used (about 200 a request: the mock's ledger says,
+ * SCEN_ANTHROPIC_CALLERS_INPUT a request less), less the bucket's three
+ * max_tokens, at the OTPM. */
 #define SCEN_ANTHROPIC_CALLERS_FLOOR_MS ((600.0 * 200 - 3000) / (120000.0 / 60000))
+#define SCEN_ANTHROPIC_CALLERS_INPUT 300
+#define SCEN_ANTHROPIC_CALLERS_FLOOR_OF(output) (((double)(output)-3000) / (120000.0 / 60000))
 
 /* Anthropic's token remaining counts "rounded to the nearest thousand"
  * (the mock's --anthropic-round 1000), with an input limit the fleet uses
