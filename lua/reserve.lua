@@ -685,10 +685,10 @@ local function reserve_one(x, it, quiet, blocked)
       verdict = sl_verdict(SL_SHED, reason, math.max(1, sl_ceil(wait - w)))
     elseif wait > horizon + 1e-6 then
       local ask = wait - horizon
-      -- While the expected output is learned (the max charged until four
-      -- answers are known), a slot far off is mostly the max charges of
-      -- answers still out, which their settles give back within a
-      -- response's time: the item asks again within the horizon rather
+      -- While the expected output is learned (more than the answers use is
+      -- charged until four are known), a slot far off is mostly the
+      -- charges of answers still out, which their settles give back within
+      -- a response's time: the item asks again within the horizon rather
       -- than at a slot computed before those give-backs. (Asking at that
       -- slot, six callers at 18 000 OTPM learned one answer per max_tokens
       -- worth of schedule: 89..91 % of the floor, 96.7..98.2 % this way.)

@@ -246,13 +246,19 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
       return
     end
   end
-  -- Counts rounded to the nearest thousand (Anthropic's: "rounded to the
-  -- nearest thousand") are off by up to 500 each (qz: the error of two).
-  -- A dimension is taken as rounded until a reading that is not a whole
-  -- thousand shows its counts exact (<dim>_hdr_exact).
+  -- Token counts rounded to the nearest thousand (Anthropic's: "rounded to
+  -- the nearest thousand"; its request counts are exact) are off by up
+  -- to 500 each (qz: the error of two). A token dimension is taken as
+  -- rounded until a reading that is not a whole thousand shows its counts
+  -- exact (<dim>_hdr_exact).
   local qz = 0
-  if rem and rem % 1000 ~= 0 and not st[f .. '_hdr_exact'] then sl_set(st, f .. '_hdr_exact', 1) end
-  if rem and rem >= 1000 and rem % 1000 == 0 and not st[f .. '_hdr_exact'] then qz = 1000 end
+  if rem and d.i > 1 and not st[f .. '_hdr_exact'] then
+    if rem % 1000 ~= 0 then
+      sl_set(st, f .. '_hdr_exact', 1)
+    elseif rem >= 1000 then
+      qz = 1000
+    end
+  end
   -- A dimension corrected at the end: the largest remaining seen is how
   -- deep the provider's bucket is at least (rounded, up to 500 less),
   -- which bounds what its give-backs may fill (sl_dim_refund).
