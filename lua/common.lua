@@ -521,15 +521,18 @@ end
 -- A grant record (reserve): tokens,slot,reserved,creq,ctok[,tenant[,input,
 -- output,cin,cout[,raw[,out]]]] (records of older scripts end after ctok
 -- or the tenant). Returns its fields, the combined estimate c, the slot,
--- its cost per SL_DIMS index as sent (a combined c charged c to input and
--- output alike; the output's max, whatever field 12 says) and the units
--- granted before it per SL_DIMS index.
+-- its cost per SL_DIMS index as charged (a combined c charged c to input
+-- and output alike; the output the expected one where field 12 says it),
+-- the units granted before it per SL_DIMS index, and its max output.
 local function sl_record(rec)
   local f = {}
   for x in string.gmatch(rec .. ',', '([^,]*),') do f[#f + 1] = x end
   local c = tonumber(f[1])
-  return f, c, tonumber(f[2]), {1, c, tonumber(f[7]) or c, tonumber(f[8]) or c},
-         {tonumber(f[4]), tonumber(f[5]), tonumber(f[9]) or 0, tonumber(f[10]) or 0}
+  local max_out = tonumber(f[8]) or c
+  local out = max_out
+  if f[12] and f[12] ~= '' then out = tonumber(f[12]) or max_out end
+  return f, c, tonumber(f[2]), {1, c, tonumber(f[7]) or c, out},
+         {tonumber(f[4]), tonumber(f[5]), tonumber(f[9]) or 0, tonumber(f[10]) or 0}, max_out
 end
 
 -- The local tails agents handed over on their return (heartbeat busy,
@@ -552,9 +555,7 @@ local function sl_held_sends(st, now)
   local flat = redis.call('HGETALL', KEYS[3])
   local out = {}
   for i = 2, #flat, 2 do
-    local f, c, slot, cost, before = sl_record(flat[i])
-    -- The output charged: the expected one where the record says it.
-    if f[12] and f[12] ~= '' then cost[4] = tonumber(f[12]) or cost[4] end
+    local _, c, slot, cost, before = sl_record(flat[i])
     if c and slot then
       local s = sl_retimed_slot(st, slot, before)
       if not s then return nil end

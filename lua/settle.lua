@@ -432,18 +432,14 @@ for i = 1, n do
   end
   if rec then
     done[#done + 1] = id
-    local f, c, slot, cost, before = sl_record(rec)
+    local f, c, slot, cost, before, max_out = sl_record(rec)
     local reserved = tonumber(f[3])
     local tenant = f[6]
     if tenant == '' then tenant = nil end
     -- The parts of the estimate are known when the grant was asked as
     -- i+o (f[8] set); a combined c charged c to input and output alike.
     local known = f[8] ~= nil and f[8] ~= ''
-    if tmax and known then cost[2] = math.max(cost[3], cost[4]) end
-    -- The output dimension was charged the expected output when the
-    -- record says one (field 12), else the max output.
-    local max_out = cost[4]
-    if f[12] and f[12] ~= '' then cost[4] = tonumber(f[12]) or max_out end
+    if tmax and known then cost[2] = math.max(cost[3], max_out) end
     bump('settled_' .. outcome)
     if outcome == 'ok' then deposits = deposits + 1 end
     if outcome == 'cancelled' then

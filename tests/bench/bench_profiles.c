@@ -160,10 +160,8 @@ int main(int argc, char **argv) {
     }
     if (WANT("callers")) {
         static const int per_agent[] = {2, 8, 32};
-        for (int k = 0; k < 3; k++)
-            runs[n++] =
-                (run_def){"callers", scen_anthropic_callers(per_agent[k], 0), SCEN_ANTHROPIC_CALLERS_FLOOR_MS, 5};
-        runs[n++] = (run_def){"callers", scen_anthropic_callers(8, 1), SCEN_ANTHROPIC_CALLERS_FLOOR_MS, 5};
+        for (int k = 0; k < 3; k++) runs[n++] = (run_def){"callers", scen_anthropic_callers(per_agent[k], 0), 0, 5};
+        runs[n++] = (run_def){"callers", scen_anthropic_callers(8, 1), 0, 5};
     }
     if (WANT("rounded")) runs[n++] = (run_def){"rounded", scen_anthropic_rounded(), SCEN_ANTHROPIC_ROUNDED_FLOOR_MS, 0};
     if (WANT("greedy")) {

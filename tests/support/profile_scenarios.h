@@ -192,10 +192,9 @@ static inline fleet_spec scen_anthropic_callers(int per_agent, int reserve_max) 
                     .split = 1};
     return s;
 }
-/* The output actually used (about 200 a request: the mock's ledger says,
- * SCEN_ANTHROPIC_CALLERS_INPUT a request less), less the bucket's three
- * max_tokens, at the OTPM. */
-#define SCEN_ANTHROPIC_CALLERS_FLOOR_MS ((600.0 * 200 - 3000) / (120000.0 / 60000))
+/* The output actually used (about 200 a request: the mock's ledger's
+ * tokens less SCEN_ANTHROPIC_CALLERS_INPUT a request), less the bucket's
+ * three max_tokens, at the OTPM. */
 #define SCEN_ANTHROPIC_CALLERS_INPUT 300
 #define SCEN_ANTHROPIC_CALLERS_FLOOR_OF(output) (((double)(output)-3000) / (120000.0 / 60000))
 
