@@ -489,7 +489,7 @@ end
 -- (docs/redis-keys.md, "Rate changes"). The refund queues no longer
 -- describe the schedule: drop them and refund nothing until the schedule
 -- granted so far has passed.
-local SL_RETIMES, SL_RETIME_LAG_MS = 8, 1000
+local SL_RETIMES, SL_RETIME_LAG_MS = 32, 1000
 
 -- Where a grant's slot is after the stretches made since it was granted
 -- (its agent re-timed it, sl_rate_changed): before, the units of each
@@ -509,10 +509,13 @@ local function sl_retimed_slot(st, slot, before)
       if n == 1 and select(2, string.gsub(r, ';', '')) + 1 >= SL_RETIMES then return nil end
       -- An agent re-times what it still holds when it hears of the
       -- stretch, which may be up to a heartbeat later: a slot in that
-      -- second may have gone out as granted.
-      at = tonumber(at)
-      if slot > at and slot <= at + SL_RETIME_LAG_MS then return nil end
-      if slot > at then slot = at + (slot - at) * tonumber(k) end
+      -- second may have gone out as granted. A compression is anchored a
+      -- bucket's worth after its time (sl_compress), and an agent that
+      -- hears of it late moves what it holds from then on: a slot sent
+      -- later than placed, never earlier.
+      at, k = tonumber(at), tonumber(k)
+      if k > 1 and slot > at and slot <= at + SL_RETIME_LAG_MS then return nil end
+      if slot > at then slot = at + (slot - at) * k end
     end
   end
   return slot
@@ -586,6 +589,23 @@ local function sl_replay(d, sends, K, at, tau, tat)
   return tat
 end
 
+-- How much of its tolerance and one send (hi) d's bucket can owe at now
+-- and still have every held send conform at d's rate (sl_replay
+-- uncompressed, tolerance tau): they were granted to conform with what it
+-- owed, and a stretch since only spread them, so it owes no more. Below
+-- hi when the sends just ahead are the ones that used the tolerance:
+-- owed twice, they kept every compression from being found. hi when they
+-- do not conform even owing nothing (compressions then fail as before).
+local function sl_owed_at_most(d, sends, tau, now, hi)
+  if sl_replay(d, sends, 1, now, tau, now + hi) or not sl_replay(d, sends, 1, now, tau, now) then return hi end
+  local lo = 0
+  for _ = 1, 16 do
+    local mid = (lo + hi) / 2
+    if sl_replay(d, sends, 1, now, tau, now + mid) then lo = mid else hi = mid end
+  end
+  return lo
+end
+
 -- The smallest compression K in [want, 1) under which every dimension's
 -- held sends still conform at its new rate (sl_replay), the schedule's
 -- end per dimension under it, and the time it is anchored at: the held
@@ -609,7 +629,7 @@ local function sl_compress(st, dims, now, want, extra, thin)
     local cmax = 0
     for _, e in ipairs(sends) do if e[2][d.i] > cmax then cmax = e[2][d.i] end end
     tau[j] = math.max(0, d.burst - d.jitter * d.r) / d.r
-    start[j] = math.max(now, math.min(d.tat, now + tau[j] + cmax / d.r))
+    start[j] = math.max(now, math.min(d.tat, now + sl_owed_at_most(d, sends, tau[j], now, tau[j] + cmax / d.r)))
     for _, x in ipairs(tails) do
       local e = d.i == 1 and x[1] or x[2]
       if e > now then start[j] = start[j] + (e - now) * x[3] * d.r0 / d.r end
@@ -678,13 +698,18 @@ local function sl_rate_changed(st, dims, now, old_r, retime, extra, want)
   --  * want (no rate changed): a compression toward it all the same, as
   --    far as the held sends conform: a dropped agent's grants were
   --    taken out of them (heartbeat.lua).
+  --  * A ratio given for a dimension (retime[name] a number: old / new,
+  --    settle's smoothed reading of others' use) stands for its o / r,
+  --    whether or not its rate changed just now.
   local K, ends, at = 1, nil, now
   local faster = nil
   for i, d in ipairs(dims) do
     local o = old_r and old_r[i]
-    if o and retime and retime[d.name] and d.tat > now then
-      if o > d.r * (1 + 1e-9) and o / d.r > K then K = o / d.r end
-      if o < d.r * (1 - 1e-9) and (not faster or o / d.r > faster) then faster = o / d.r end
+    local rt = retime and retime[d.name]
+    local k = type(rt) == 'number' and rt or (o and rt and o / d.r)
+    if k and d.tat > now then
+      if k > 1 + 1e-9 and k > K then K = k end
+      if k < 1 - 1e-9 and (not faster or k > faster) then faster = k end
     end
   end
   if K == 1 and (faster or want) and not SL_DRY then
@@ -751,6 +776,7 @@ local function sl_rate_changed(st, dims, now, old_r, retime, extra, want)
   end
   sl_set(st, 'refund_after', sl_fmt(ra))
   if not SL_DRY then redis.call('DEL', KEYS[5], KEYS[6], KEYS[10], KEYS[11]) end
+  return K
 end
 
 -- The pause_shift_ms field of the reserve and settle replies: the running
@@ -1096,8 +1122,15 @@ local function sl_dims_sync(st, dims, now, retime)
       sl_set(st, f, string.format('%.12g:%.12g:%.6g', d.r0, d.r, d.hs or 0))
     end
   end
-  if changed then sl_rate_changed(st, dims, now, old, retime) end
-  return changed
+  -- A ratio asked for (settle: others' use) re-times only what is held.
+  local asked = false
+  for _, d in ipairs(dims) do
+    local k = retime and retime[d.name]
+    if type(k) == 'number' and math.abs(k - 1) > 1e-9 and d.tat > now then asked = true end
+  end
+  local K = 1
+  if changed or asked then K = sl_rate_changed(st, dims, now, old, retime) end
+  return changed, K
 end
 
 -- Sets every dimension's effective rate from the state as it is now (after

@@ -212,10 +212,13 @@ end
 -- before the next 429 tells. Dimensions the provider corrects
 -- at the end of a request (refund on) are not observed: their remaining
 -- depends on other requests' outcomes, which the fleet does not know yet.
-local OBS_SPAN_MS, OBS_GAIN, DEFICIT_MS = 1000, 0.5, 5000
+local OBS_SPAN_MS, OBS_GAIN, DEFICIT_MS = 1000, 0.3, 5000
+-- Held grants follow others' rate in steps of OBS_RT_STEP of the limit, by
+-- at most 1 / OBS_RT_FLOOR at once (see observe).
+local OBS_RT_STEP, OBS_RT_FLOOR = 0.05, 0.5
 local adapt_limits = sl_num(limits, 'adapt_limits', 1) == 1
 local adapt_outside = sl_num(limits, 'adapt_outside', 1) == 1
-local retime_dims = {}
+local retime_dims, retime_to = {}, {}
 local retarget = false
 local function observe(d, seen, slot, u_after, cost, throttled, order)
   local lim, rem = seen[1], seen[2]
@@ -310,7 +313,9 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
   -- of the floor, 99.4..99.9 % read with qz).
   local full = cap - cost - math.max(1, 0.1 * d.burst) - qz  -- at or above: the bucket may have wasted refill
   local x = sl_num(st, f .. '_outside_ms', 0)
-  local rise = tonumber(st[f .. '_rise'])  -- a rise seen in the last span, not yet confirmed
+  -- The last span's reading when it was a lump (<dim>_rise), or 0 when it
+  -- took nothing; this span's, for the next.
+  local was, rise = tonumber(st[f .. '_rise']), nil
   if rem < full and r0 < full then
     local span = slot - s0
     local units = d.r0 * span - (u_after - u0) - (rem - r0)
@@ -318,34 +323,43 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
     -- either side of an observation) or 5 % of the limit over the span.
     local noise = 2 + 0.05 * d.r0 * span + qz
     if math.abs(units) < noise then units = 0 end
-    -- A change beyond the noise is followed (a neighbour starts or
-    -- stops); within it, smoothed. A fall is followed at once. A rise
-    -- is a rate only when the next span shows it too: one span's lump
-    -- (a one-off burst) is no rate, it is what the bucket lost, charged
-    -- to the schedule once. Read as a rate, a 40-request burst over one
-    -- span became 7 000 tokens a second, and callers asking just then
-    -- were shed with a five-minute hint.
+    -- Others' rate is the readings smoothed (OBS_GAIN a reading), so
+    -- that a paced neighbour's requests, one or two a span, read as the
+    -- rate they make and not as its lower readings. A reading far above
+    -- the rate known (twice it, and a tenth of the limit) is a lump (a
+    -- one-off burst): beyond that it is owed once, the schedule moves by
+    -- it, and only the bound enters the rate; a lump in the next span too
+    -- is a rate (a neighbour that started), the lower of the two. Read as
+    -- a rate, a 40-request burst over one span became 7 000 tokens a
+    -- second, and callers asking just then were shed with a five-minute
+    -- hint.
     local rate = units / span
-    if math.abs(units - x * span) >= noise then
-      if rate < x then
-        x = rate
-        rise = nil
-      elseif rise then
-        x = math.min(rise, rate)
-        rise = nil
-      else
-        -- The lump beyond the rate is owed once: the schedule moves by it.
-        rise = rate
-        sl_dim_charge(d, units - x * span, now)
-      end
+    local bound = 2 * x + 0.1 * d.r0
+    if rate > bound and was and was > 0 then
+      x = math.min(was, rate)
+    elseif rate > bound then
+      sl_dim_charge(d, (rate - bound) * span, now)
+      rise = rate
+      x = x + OBS_GAIN * (bound - x)
     else
       x = x + OBS_GAIN * (rate - x)
-      rise = nil
     end
+    -- Two spans in a row with nothing taken: others stopped (a paced
+    -- neighbour of any size takes something in every span of a second
+    -- or more), the rate is nothing at once.
+    if units == 0 and was == 0 then x = 0 end
+    if units == 0 then rise = 0 end
   else
-    -- A (nearly) full bucket: nobody else is taking much of it now.
-    x = x * (1 - OBS_GAIN)
-    rise = nil
+    -- A (nearly) full bucket hides others' use (its refill may be
+    -- wasted): they took at most what the fleet left of the refill, and
+    -- what was read fades, slowly: the fleet sends a little more, and
+    -- drawn below full the bucket shows them again if they are there.
+    -- Faded fast (by half a reading), a paced neighbour hidden while the
+    -- fleet sent below its share was read as gone, and the held grants
+    -- compressed for it went out 1.06x its rate.
+    local left = d.r0 - (u_after - u0) / (slot - s0)
+    if left < x then x = math.max(0, left) end
+    x = x * (1 - OBS_GAIN / 6)
   end
   sl_set(st, f .. '_rise', rise and string.format('%.9g', rise) or '')
   if x < 0 then x = 0 end
@@ -359,6 +373,26 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
   local deficit = math.max(0, keep - rem - math.max(1, 0.1 * d.burst))
   sl_set(st, f .. '_outside_ms', string.format('%.9g', x))
   sl_set(st, f .. '_deficit', string.format('%.1f', deficit))
+  -- The grants already made are re-timed too (sl_rate_changed): granted
+  -- ahead at the rate before others were seen, a queue of callers sent
+  -- it for as long as the queue lasted (a 40 % neighbour: 1.33x the rate
+  -- for a minute, then 20 s of nothing to repay it), and kept a rate
+  -- others no longer took as long after they left. They follow others'
+  -- rate (x, smoothed; not the deficit's repayment, which swings with
+  -- each of the fleet's sends) from the one they were last re-timed for
+  -- (<dim>_outside_rt) once it moved by OBS_RT_STEP of the limit or ended,
+  -- by at most 1 / OBS_RT_FLOOR at once: a neighbour that takes all of it
+  -- is waited out by the 429s' pauses, not by holding every caller ten
+  -- times as long. A compression that cannot be made yet (sl_compress)
+  -- is asked again with the next reading.
+  local xs = x < 0.01 * d.r0 and 0 or x
+  local xr = sl_num(st, f .. '_outside_rt', 0)
+  if retime_dims[d.name] ~= true and (math.abs(xs - xr) >= OBS_RT_STEP * d.r0 or (xs == 0 and xr > 0)) then
+    local lo = OBS_RT_FLOOR * d.r0
+    retime_dims[d.name] = math.max(lo, d.r0 - xr) / math.max(lo, d.r0 - xs)
+    retime_to[d.name] = {xr, xs}
+    retarget = true
+  end
   local per_min = (x + deficit / DEFICIT_MS) * 60000
   if per_min < 0.001 * d.r0 * 60000 then per_min = 0 end
   local old = sl_num(st, f .. '_outside', 0)
@@ -618,7 +652,23 @@ if retarget then
     d.tat, d.granted, d.cg, d.chi = o.tat, o.granted, o.cg, o.chi
   end
   dims = nd
-  sl_dims_sync(st, dims, now, retime_dims)
+  local _, K = sl_dims_sync(st, dims, now, retime_dims)
+  -- Others' rate the held grants are timed for now (observe): all the way
+  -- to the reading for a stretch or when nothing is held, as far as the
+  -- compression went for one.
+  for _, d0 in ipairs(dims) do
+    local v, k = retime_to[d0.name], retime_dims[d0.name]
+    if v and type(k) == 'number' then
+      local xr, xs = v[1], v[2]
+      if d0.tat <= now or (k > 1 and K > 1) then
+        xr = xs
+      elseif k < 1 and K < 1 then
+        local lo = OBS_RT_FLOOR * d0.r0
+        xr = math.max(xs, d0.r0 - math.max(lo, d0.r0 - xr) / K)
+      end
+      sl_set(st, d0.name .. '_outside_rt', xr > 0 and string.format('%.9g', xr) or '')
+    end
+  end
 end
 
 if #done > 0 then
