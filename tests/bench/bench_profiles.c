@@ -40,7 +40,8 @@ typedef struct opts {
 static const opt_row rows[] = {
     {"--rounds", OPT_NUM, offsetof(opts, rounds), 1, 20, "rounds (default 1)"},
     {"--scenarios", OPT_STR, offsetof(opts, scenarios), 0, 0,
-     "comma-separated: azure,anthropic,stray,neighbour,burst,callers,rounded,limit,cjk,half,greedy (default all)"},
+     "comma-separated: azure,anthropic,stray,neighbour,burst,callers,rounded,limit,cjk,half,greedy,paced (default "
+     "all)"},
     {"--help", OPT_FLAG, offsetof(opts, help), 0, 0, "this text"},
 };
 
@@ -52,7 +53,7 @@ typedef struct run_def {
                  5 Anthropic's callers: the floor from the output the mock counted */
 } run_def;
 
-#define MAX_RUNS 32
+#define MAX_RUNS 40
 #define MAX_ROUNDS 20
 
 typedef struct figures {
@@ -167,6 +168,10 @@ int main(int argc, char **argv) {
     if (WANT("greedy")) {
         runs[n++] = (run_def){"greedy", scen_greedy_neighbour(0), SCEN_GREEDY_FLOOR_MS, 4};
         runs[n++] = (run_def){"greedy", scen_greedy_neighbour(1), SCEN_GREEDY_FLOOR_MS, 4};
+    }
+    if (WANT("paced")) {
+        runs[n++] = (run_def){"paced", scen_paced_neighbour(0), SCEN_GREEDY_FLOOR_MS, 4};
+        runs[n++] = (run_def){"paced", scen_paced_neighbour(1), SCEN_GREEDY_FLOOR_MS, 4};
     }
     if (WANT("cjk")) {
         for (int m = 0; m < 3; m++) runs[n++] = (run_def){"cjk", scen_cjk_proxy(m), SCEN_CJK_FLOOR_MS, 3};

@@ -165,6 +165,28 @@ static inline fleet_spec scen_greedy_neighbour(int old) {
  * not know Azure's bucket holds ten), at the 70 % the neighbour leaves. */
 #define SCEN_GREEDY_FLOOR_MS ((450.0 * 400 - 5000) / (0.7 * 300000.0 / 60000))
 
+/* A paced neighbour on the same deployment: 112.5 requests of 800 tokens
+ * a minute, evenly, from the mock's start (30 % of the TPM), and a queue
+ * of 150 callers (3 agents x 50: 60 000 tokens, 12 s of the rate, granted
+ * ahead before the neighbour shows in the headers). The floor is the
+ * greedy row's: the fleet's tokens at the 70 % it leaves. Above 100 %
+ * of it the fleet took the neighbour's share while Azure's 10 s bucket
+ * lasted (the scoreboard's azure-paced-neighbour, in real time). */
+static inline fleet_spec scen_paced_neighbour(int old) {
+    fleet_spec s = {.name = old ? "paced neighbour 30 % (old)" : "paced neighbour 30 %",
+                    .style = FLEET_AZURE,
+                    .agents = 3,
+                    .callers = 50,
+                    .requests = 450,
+                    .mock_args = {"--rpm", "6000", "--tpm", "300000", "--completion-tokens", "100", "--neighbour-rpm",
+                                  "112.5", "--neighbour-tokens", "800", "--service-ms", "20-60", "--seed", "12", NULL},
+                    .deployment = old ? "rpm: 6000, tpm: 300000" SCEN_OLD : "rpm: 6000, tpm: 300000",
+                    .content = SCEN_PROMPT_100,
+                    .max_tokens = 300,
+                    .split = 1};
+    return s;
+}
+
 /* Anthropic's OTPM with the issue's short answers (input 300, max_tokens
  * 1000, output 150..250 as the simulator's anthropic-short rows) and a
  * bucket three max_tokens deep, at 6, 24 or 96 callers (3 agents): more
