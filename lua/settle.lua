@@ -304,6 +304,8 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
   -- reading is only the next base.
   if sl_num(st, 'pause_from', 0) > s0 then
     sl_set(st, f .. '_rise', '')
+    sl_dim_charge(d, sl_num(st, f .. '_lump', 0), now)
+    sl_set(st, f .. '_lump', '')
     return
   end
   -- Rounded counts widen the full mark and the noise by qz: read as
@@ -316,6 +318,10 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
   -- The last span's reading when it was a lump (<dim>_rise), or 0 when it
   -- took nothing; this span's, for the next.
   local was, rise = tonumber(st[f .. '_rise']), nil
+  -- The last lump's part above the bound, owed unless this span shows it
+  -- was a rate's start (<dim>_lump).
+  local owed = sl_num(st, f .. '_lump', 0)
+  local lump = 0
   if rem < full and r0 < full then
     local span = slot - s0
     local units = d.r0 * span - (u_after - u0) - (rem - r0)
@@ -327,18 +333,23 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
     -- that a paced neighbour's requests, one or two a span, read as the
     -- rate they make and not as its lower readings. A reading far above
     -- the rate known (twice it, and a tenth of the limit) is a lump (a
-    -- one-off burst): beyond that it is owed once, the schedule moves by
-    -- it, and only the bound enters the rate; a lump in the next span too
-    -- is a rate (a neighbour that started), the lower of the two. Read as
-    -- a rate, a 40-request burst over one span became 7 000 tokens a
-    -- second, and callers asking just then were shed with a five-minute
-    -- hint.
+    -- one-off burst): only the bound enters the rate, and beyond it the
+    -- lump is owed once (<dim>_lump: the schedule moves by it a span
+    -- later); a lump in the next span too is a rate (a neighbour that
+    -- started), the lower of the two. Read as a rate, a 40-request burst
+    -- over one span became 7 000 tokens a second, and callers asking just
+    -- then were shed with a five-minute hint.
     local rate = units / span
     local bound = 2 * x + 0.1 * d.r0
     if rate > bound and was and was > 0 then
+      -- A neighbour that started: its first span was the rate's, not a
+      -- debt. Charged, it was repaid at the schedule's end, behind a
+      -- minute of held grants: a gap of seconds after the neighbour had
+      -- left (azure-neighbour-leaves).
       x = math.min(was, rate)
+      owed = 0
     elseif rate > bound then
-      sl_dim_charge(d, (rate - bound) * span, now)
+      lump = (rate - bound) * span
       rise = rate
       x = x + OBS_GAIN * (bound - x)
     else
@@ -358,10 +369,15 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
     -- fleet sent below its share was read as gone, and the held grants
     -- compressed for it went out 1.06x its rate.
     local left = d.r0 - (u_after - u0) / (slot - s0)
+    rise = nil
     if left < x then x = math.max(0, left) end
     x = x * (1 - OBS_GAIN / 6)
   end
   sl_set(st, f .. '_rise', rise and string.format('%.9g', rise) or '')
+  -- A lump owed once (a one-off burst): charged a span late, once the
+  -- next span did not show it going on.
+  sl_dim_charge(d, owed, now)
+  sl_set(st, f .. '_lump', lump > 0 and string.format('%.9g', lump) or '')
   if x < 0 then x = 0 end
   -- The fleet sends up to its burst at once when its own bucket is full:
   -- the provider's must hold that much, or the next burst meets a 429.

@@ -946,10 +946,11 @@ static void test_local_sends_are_the_fleets_own(void **state) {
     /* Unreported: the 49 local sends read as others' use, in one span: a
      * lump charged to the schedule once (settle.lua, observe()), not a
      * lasting rate (of the reading only its bound, a tenth of the rate,
-     * enters the smoothed rate: 3 % of it), and the fleet sends at most
-     * half as much. */
+     * enters the smoothed rate: 3 % of it), and the fleet sends little
+     * more than half as much (the lump is charged a span after it is
+     * read, once the next span shows it was no neighbour's start). */
     assert_true(after[0].max_outside > 0 && after[0].max_outside <= 0.03 * 600 + 1e-6);
-    assert_true(after[0].sent <= after[1].sent / 2);
+    assert_true(after[0].sent < 0.6 * after[1].sent);
 }
 
 static long long script_int(redisReply *r) {
