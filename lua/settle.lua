@@ -369,7 +369,6 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
     -- fleet sent below its share was read as gone, and the held grants
     -- compressed for it went out 1.06x its rate.
     local left = d.r0 - (u_after - u0) / (slot - s0)
-    rise = nil
     if left < x then x = math.max(0, left) end
     x = x * (1 - OBS_GAIN / 6)
   end

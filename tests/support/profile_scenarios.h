@@ -139,53 +139,39 @@ static inline fleet_spec scen_burst_neighbour(int old) {
  * second of TPM), at the rate: within 5 % of it is the issue's goal. */
 #define SCEN_BURST_FLOOR_MS ((450.0 * 400 + 40 * 800 - 5000) / (300000.0 / 60000))
 
-/* Issue 23's greedy neighbour: another user of the key takes every token
- * it can, as it refills, up to 30 % of the TPM (112.5 requests of 800
- * tokens a minute, from the mock's start), token-bound as the burst row:
- * Azure at 300 000 TPM (its bucket holds 10 s, 50 000 tokens), 450
- * requests of 100 + 300 tokens. The goal: <= 2 % 429s, >= 90 % of what
- * it leaves. (With a one-second bucket a fleet paced at the full rate
- * keeps it below one 800-token request: the neighbour never gets in.) */
-static inline fleet_spec scen_greedy_neighbour(int old) {
-    fleet_spec s = {.name = old ? "greedy neighbour 30 % (old)" : "greedy neighbour 30 %",
+/* Issue 23's neighbours at 30 % of the TPM (112.5 requests of 800 tokens
+ * a minute, from the mock's start), token-bound as the burst row: Azure
+ * at 300 000 TPM (its bucket holds 10 s, 50 000 tokens), 450 requests of
+ * 100 + 300 tokens. The goal: <= 2 % 429s, >= 90 % of what it leaves.
+ *  - greedy: it takes every token it can, as it refills. 10 callers an
+ *    agent. (With a one-second bucket a fleet paced at the full rate keeps
+ *    it below one 800-token request: the neighbour never gets in.)
+ *  - paced: it sends evenly. 50 callers an agent (60 000 tokens, 12 s of
+ *    the rate, granted ahead before the neighbour shows in the headers):
+ *    above 100 % of the floor the fleet took the neighbour's share while
+ *    Azure's 10 s bucket lasted (the scoreboard's azure-paced-neighbour,
+ *    in real time). */
+static inline fleet_spec scen_neighbour_30(int greedy, int old) {
+    fleet_spec s = {.name = greedy ? (old ? "greedy neighbour 30 % (old)" : "greedy neighbour 30 %")
+                                   : (old ? "paced neighbour 30 % (old)" : "paced neighbour 30 %"),
                     .style = FLEET_AZURE,
                     .agents = 3,
-                    .callers = 10,
+                    .callers = greedy ? 10 : 50,
                     .requests = 450,
                     .mock_args = {"--rpm", "6000", "--tpm", "300000", "--completion-tokens", "100", "--neighbour-rpm",
-                                  "112.5", "--neighbour-tokens", "800", "--neighbour-greedy", "--service-ms", "20-60",
-                                  "--seed", "10", NULL},
+                                  "112.5", "--neighbour-tokens", "800", "--service-ms", "20-60", "--seed",
+                                  greedy ? "10" : "12", greedy ? "--neighbour-greedy" : NULL, NULL},
                     .deployment = old ? "rpm: 6000, tpm: 300000" SCEN_OLD : "rpm: 6000, tpm: 300000",
                     .content = SCEN_PROMPT_100,
                     .max_tokens = 300,
                     .split = 1};
     return s;
 }
+static inline fleet_spec scen_greedy_neighbour(int old) { return scen_neighbour_30(1, old); }
+static inline fleet_spec scen_paced_neighbour(int old) { return scen_neighbour_30(0, old); }
 /* The fleet's tokens less its configured burst (a second of TPM; it does
- * not know Azure's bucket holds ten), at the 70 % the neighbour leaves. */
+ * not know Azure's bucket holds ten), at the 70 % either neighbour leaves. */
 #define SCEN_GREEDY_FLOOR_MS ((450.0 * 400 - 5000) / (0.7 * 300000.0 / 60000))
-
-/* A paced neighbour on the same deployment: 112.5 requests of 800 tokens
- * a minute, evenly, from the mock's start (30 % of the TPM), and a queue
- * of 150 callers (3 agents x 50: 60 000 tokens, 12 s of the rate, granted
- * ahead before the neighbour shows in the headers). The floor is the
- * greedy row's: the fleet's tokens at the 70 % it leaves. Above 100 %
- * of it the fleet took the neighbour's share while Azure's 10 s bucket
- * lasted (the scoreboard's azure-paced-neighbour, in real time). */
-static inline fleet_spec scen_paced_neighbour(int old) {
-    fleet_spec s = {.name = old ? "paced neighbour 30 % (old)" : "paced neighbour 30 %",
-                    .style = FLEET_AZURE,
-                    .agents = 3,
-                    .callers = 50,
-                    .requests = 450,
-                    .mock_args = {"--rpm", "6000", "--tpm", "300000", "--completion-tokens", "100", "--neighbour-rpm",
-                                  "112.5", "--neighbour-tokens", "800", "--service-ms", "20-60", "--seed", "12", NULL},
-                    .deployment = old ? "rpm: 6000, tpm: 300000" SCEN_OLD : "rpm: 6000, tpm: 300000",
-                    .content = SCEN_PROMPT_100,
-                    .max_tokens = 300,
-                    .split = 1};
-    return s;
-}
 
 /* Anthropic's OTPM with the issue's short answers (input 300, max_tokens
  * 1000, output 150..250 as the simulator's anthropic-short rows) and a
