@@ -118,6 +118,12 @@ local function reserve_open(keys, limits, st)
     -- the learning state (each item's charge: item_charge).
     cal_r = 1, cal_learning = false, learn_h = sl_num(limits, 'estimate_learn_horizon_ms', -1),
     cal_off = sl_num(limits, 'estimate_exact', 0) == 1,
+    -- The raw input estimates and their charged input of the items that
+    -- teach, added up over every grant (cal_raw_cum, cal_in_cum): their
+    -- records keep the sums after them (fields 14 and 15), so that settle
+    -- knows a span's calibrated input when no usage comes back
+    -- (settle.lua, hdr_calibrate).
+    raw_cum = sl_num(st, 'cal_raw_cum', 0), in_cum = sl_num(st, 'cal_in_cum', 0),
     -- Expected output (common.lua, sl_out_item): the ratio in force (false:
     -- charge the max output).
     out_r = false, out_learning = false,
@@ -586,7 +592,13 @@ local function item_grant(x, it, c, s, maxj, wait, daily)
   local raw, out, ag = it.raw, it.out, x.agent_f
   if raw ~= '' or out ~= '' or ag ~= '' then
     if di or dout then rec = rec .. ',' .. raw else rec = rec .. ',,,' .. raw end
-    if out ~= '' or ag ~= '' then rec = rec .. ',' .. out .. ag end
+    if raw ~= '' then
+      x.raw_cum = x.raw_cum + tonumber(raw)
+      x.in_cum = x.in_cum + cost[3]
+      rec = rec .. ',' .. out .. (ag ~= '' and ag or ',') .. str_format(',%d,%d', x.raw_cum, x.in_cum)
+    elseif out ~= '' or ag ~= '' then
+      rec = rec .. ',' .. out .. ag
+    end
   end
   -- Commit on each dimension: TAT moves on by the cost at the rate (from
   -- the slot if it is later); the send is recorded for the refund bound's
@@ -731,6 +743,10 @@ local function reserve_close(x)
     redis.call('ZADD', keys[4], unpack(x.leases))
     sl_set(st, 'last_slot', sl_fmt(x.last_slot))
     sl_set(st, 'next_grant', x.next_id)
+    if x.raw_cum > 0 then
+      sl_set(st, 'cal_raw_cum', str_format('%d', x.raw_cum))
+      sl_set(st, 'cal_in_cum', str_format('%d', x.in_cum))
+    end
   end
   for d in pairs(x.private_used) do sl_set(st, d.f_tat, sl_fmt(d.tat)) end
   local daily = x.daily

@@ -220,6 +220,143 @@ local adapt_limits = sl_num(limits, 'adapt_limits', 1) == 1
 local adapt_outside = sl_num(limits, 'adapt_outside', 1) == 1
 local retime_dims, retime_to = {}, {}
 local retarget = false
+-- Calibration from the headers (docs/redis-keys.md, "Calibrated
+-- estimates"): a settle without usage of a grant that teaches sets
+-- obs_cal to its record's sums of the raw input estimates and their
+-- charged input granted up to it (fields 14 and 15), which observe keeps
+-- with its base (<dim>_hobs) and hdr_calibrate reads a span's ratio from
+-- (hdr_news, learned with the usage's at the end).
+local obs_cal, hdr_news, hdr_low = nil, {}, nil
+local HDR_SPREAD = 1.1
+-- The one dimension read for it: the input tokens where the deployment
+-- has them, else the combined tokens (as Azure adds input and max output;
+-- not OpenAI's larger of the two, tokens_rule max).
+local hdr_dim = limits.tokens_rule ~= 'max' and 'tokens' or nil
+for _, d in ipairs(dims) do
+  if d.name == 'input' then hdr_dim = 'input' end
+end
+-- The part of a span's reading of others' use (units) that the
+-- estimate's ratio explains, taken as one more ratio. Without usage the
+-- provider's count of the fleet's prompts shows only in the remaining
+-- counts, where it reads as others' use: followed that way alone, the
+-- ratio was never learned, every grant went out at the first guess and
+-- the excess was caught up after the fact (cjk-no-usage: windows up to
+-- 1.23x). The span's raw input (draw) and its charge (din) are exact
+-- (the records' sums); the ratio that makes the provider's count of that
+-- input the reading is k = (din + units) / draw.
+--
+-- A neighbour's excess does not scale with the prompts the fleet sent,
+-- a ratio's does: readings of a ratio agree (3.14..3.28 for prompts
+-- counting 3.2x), a neighbour's do not (1.5..2.6 for a paced 30 % one).
+-- So, while the ratio is learned:
+--  * the first reading is on probation (cal_hdr_first, "k:h0:i0:room:x"):
+--    its k is in force for the grants that follow, but it is others' use
+--    as before (the lump rule) and nothing is charged for it;
+--  * the second, if within HDR_SPREAD of it, accepts both: the larger k
+--    is charged for both spans, for the teaching sends before the first
+--    base (at most the room the provider's bucket was short of its depth
+--    then) and for the grants made since this one (in flight or held at
+--    the first guess: they settle after the window they go out in), as a
+--    usage would have been; what the lump rule made of the first reading
+--    is undone (observe: 'accept'); later readings charge only the
+--    difference for the part charged ahead (cal_hdr_upto, "raw:in:k");
+--  * a reading beyond HDR_SPREAD of those kept is not a ratio: the ratio
+--    goes, the header reading is off for a half-life (cal_hdr_off_at),
+--    and the excess is others' use, with what the ratio in force charged
+--    the span's grants added back (charged at it, a neighbour's span read
+--    small and others' use was learned over ten seconds: windows 1.05x).
+-- Taken at once, a neighbour's lump in the first span became a ratio of
+-- 7 that no later reading corrected (a full bucket reads nothing), and
+-- the fleet sent 57 % of the limit (test_header_calibration); and a
+-- neighbour there from the start was charged as the fleet's shortfall,
+-- leaving its schedule that far behind the provider's bucket for good.
+--
+-- Learned: a reading above the noise is others' use, as with usage (a
+-- neighbour that came, a lump); one within it keeps the ratio fresh; one
+-- below it (the provider counts less than the fleet charges: a neighbour
+-- read while learning has left, cheaper prompts) lowers it at once
+-- (hdr_low: the ratios kept are cut to it). Returns the units the ratio
+-- does not explain, and for observe 'accept' with the x before the first
+-- reading, or 'off' with the rate of the last reading taken for the
+-- ratio (the span before, for the lump rule).
+local function hdr_calibrate(d, units, span, draw, din, noise, h0, i0, room, x)
+  if draw < math.max(20, 0.1 * d.r0 * span) then return units end
+  local off = tonumber(st.cal_hdr_off_at)
+  if off and now - off < sl_num(limits, 'estimate_half_life_ms', 600000) then return units end
+  local r, learning = sl_cal(limits, st, now)
+  local k = (din + units) / draw
+  if k < SL_CAL_MIN then k = SL_CAL_MIN elseif k > SL_CAL_MAX then k = SL_CAL_MAX end
+  local cr, ci = sl_num(st, 'cal_raw_cum', 0), sl_num(st, 'cal_in_cum', 0)
+  if learning and ((st.cal_hdr_first or '') ~= '' or (st.estimate_ratios or '') == '') and #hdr_news == 0 then
+    local first = st.cal_hdr_first
+    local k1, f0, g0, room1, x0 = string.match(first or '', '^([^:]+):([^:]+):([^:]+):([^:]+):(.+)$')
+    k1, f0, g0, room1, x0 = tonumber(k1), tonumber(f0), tonumber(g0), tonumber(room1), tonumber(x0)
+    sl_set(st, 'cal_hdr_rate', string.format('%.9g', units / span))
+    if not k1 then
+      sl_set(st, 'cal_hdr_first', string.format('%.6g:%d:%d:%.9g:%.9g', k, h0, i0, room, x))
+      hdr_news[#hdr_news + 1] = k
+      return units
+    end
+    sl_set(st, 'cal_hdr_first', '')
+    if math.max(k, k1) > HDR_SPREAD * math.min(k, k1) then
+      -- The first reading went the lump rule's way: this one follows it.
+      for _, key in ipairs({'estimate_ratios', 'estimate_ratio', 'estimate_ratio_at'}) do sl_set(st, key, '') end
+      sl_set(st, 'cal_hdr_off_at', sl_fmt(now))
+      bump('estimate_header_off')
+      return units + math.max(0, din - draw)
+    end
+    local kk = math.max(k, k1)
+    hdr_news[#hdr_news + 1] = k
+    -- Both spans (from the first base), the sends before it, the grants
+    -- made since this one.
+    local short = math.max(0, kk * (h0 + draw - f0) - (i0 + din - g0))
+    short = short + math.max(0, math.min(kk * f0 - g0, room1))
+    short = short + math.max(0, kk * (cr - h0 - draw) - (ci - i0 - din))
+    sl_set(st, 'cal_hdr_upto', string.format('%d:%d:%.6g', cr, ci, kk))
+    if short > 0 then
+      sl_dim_charge(d, short, now)
+      bump(d.name .. '_charged', math.floor(short + 0.5))
+    end
+    return units - (k * draw - din), 'accept', x0
+  end
+  if learning then
+    local lo, hi = k, k
+    for v in string.gmatch(st.estimate_ratios or '', '[^,]+') do
+      v = tonumber(v)
+      if v then lo, hi = math.min(lo, v), math.max(hi, v) end
+    end
+    for _, v in ipairs(hdr_news) do lo, hi = math.min(lo, v), math.max(hi, v) end
+    if hi > HDR_SPREAD * lo then
+      for _, key in ipairs({'estimate_ratios', 'estimate_ratio', 'estimate_ratio_at'}) do
+        sl_set(st, key, '')
+      end
+      sl_set(st, 'cal_hdr_off_at', sl_fmt(now))
+      hdr_news, hdr_low = {}, nil
+      bump('estimate_header_off')
+      return units + math.max(0, din - draw), 'off', tonumber(st.cal_hdr_rate)
+    end
+    sl_set(st, 'cal_hdr_rate', string.format('%.9g', units / span))
+  end
+  if not learning and units > noise then return units end
+  hdr_news[#hdr_news + 1] = k
+  local explained = k * draw - din
+  if not learning then
+    if units < -noise and k < r and (not hdr_low or k < hdr_low) then hdr_low = k end
+    return units - explained
+  end
+  local short = explained
+  local ur, ui, uk = string.match(st.cal_hdr_upto or '', '^([^:]+):([^:]+):(.+)$')
+  ur, ui, uk = tonumber(ur), tonumber(ui), tonumber(uk)
+  if ur and ur > h0 then
+    local hr, hi = math.min(ur, h0 + draw), math.min(ui, i0 + din)
+    short = short - math.max(0, uk * (hr - h0) - (hi - i0))
+  end
+  if short > 0 then
+    sl_dim_charge(d, short, now)
+    bump(d.name .. '_charged', math.floor(short + 0.5))
+  end
+  return units - explained
+end
 local function observe(d, seen, slot, u_after, cost, throttled, order)
   local lim, rem = seen[1], seen[2]
   local f = d.name
@@ -296,6 +433,11 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
   end
   if s0 and slot - s0 < min_span then return end       -- too close to the base to tell
   sl_set(st, f .. '_obs', sl_fmt(slot) .. ':' .. u_after .. ':' .. rem)
+  -- The calibrated input's sums at the base and now (hdr_calibrate).
+  local h0, i0 = string.match(st[f .. '_hobs'] or '', '^([^:]+):(.+)$')
+  h0, i0 = tonumber(h0), tonumber(i0)
+  local hc = obs_cal and d.name == hdr_dim and obs_cal
+  sl_set(st, f .. '_hobs', hc and (hc[1] .. ':' .. hc[2]) or '')
   if not s0 then return end
   -- A span across a pause of the fleet tells nothing the fleet owes:
   -- its schedule gave up that time (the pause shifted it), so what others
@@ -328,6 +470,20 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
     -- Not evidence: two units (the counts are whole, a send may be on
     -- either side of an observation) or 5 % of the limit over the span.
     local noise = 2 + 0.05 * d.r0 * span + qz
+    -- The ratio reads the span as it is (its noise is the counts' and the
+    -- sends' timing, small against the prompts' cost; zeroed, a ratio 3 %
+    -- low stayed as it was); others' use what the ratio leaves of it.
+    if hc and h0 and qz == 0 then
+      local how, v
+      units, how, v = hdr_calibrate(d, units, span, hc[1] - h0, hc[2] - i0, noise, h0, i0, cap - r0, x)
+      if how == 'off' and v then
+        was = v
+      elseif how == 'accept' then
+        -- The first reading was the ratio's: no lump owed, no rate begun,
+        -- others' use as it was before it.
+        owed, was, x = 0, nil, v or x
+      end
+    end
     if math.abs(units) < noise then units = 0 end
     -- Others' rate is the readings smoothed (OBS_GAIN a reading), so
     -- that a paced neighbour's requests, one or two a span, read as the
@@ -553,9 +709,12 @@ for i = 1, n do
     -- Where its agent sent it: re-timed by the stretches since the grant.
     local sent = (outcome == 'ok' or outcome == 'throttled') and next(seen) and sl_retimed_slot(st, slot, before)
     if outcome == 'ok' then
+      local rc, ic = tonumber(f[14]), tonumber(f[15])
+      if not usage[1] and rc and ic then obs_cal = {rc, ic} end
       for _, d in ipairs(dims) do
         if seen[d.i] then observe(d, seen[d.i], sent, before[d.i] + cost[d.i], cost[d.i], false, before[1]) end
       end
+      obs_cal = nil
     elseif outcome == 'throttled' then
       for _, d in ipairs(dims) do
         if seen[d.i] then observe(d, seen[d.i], sent, before[d.i], cost[d.i], true, before[1]) end
@@ -652,6 +811,14 @@ for i = 1, n do
   out[#out + 1] = result
 end
 
+for _, k in ipairs(hdr_news) do cal_news[#cal_news + 1] = k end
+if hdr_low then
+  local kept = {}
+  for v in string.gmatch(st.estimate_ratios or '', '[^,]+') do
+    kept[#kept + 1] = string.format('%.4f', math.min(tonumber(v) or hdr_low, hdr_low))
+  end
+  sl_set(st, 'estimate_ratios', table.concat(kept, ','))
+end
 if #cal_news > 0 then
   sl_cal_learn(limits, st, now, cal_news)
   bump('estimate_samples', #cal_news)

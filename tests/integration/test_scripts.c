@@ -1466,8 +1466,10 @@ static void test_limits_packed_and_records(void **state) {
         assert_int_equal(reserve_lane1(deps[k], "1", "60000", "hi", NULL), 1);
         assert_true(hash_num(rc, deps[k], "state", "l.lo.deferred_total") == 1);
     }
-    /* Records: 8 fields without input/output tokens, 10 with, and an 11th (the raw
-     * input estimate) for an item the calibration learns from. */
+    /* Records: 8 fields without input/output tokens, 10 with, and for an item
+     * the calibration learns from an 11th (the raw input estimate), then after
+     * the 12th and 13th (empty here) the sums of the raw input and its charge
+     * over the teaching grants so far (14th and 15th). */
     configure_on(rc, "rec-a", "rpm", "60", "tpm", "1000", NULL);
     configure_on(rc, "rec-b", "rpm", "60", "itpm", "1000", "otpm", "1000", NULL);
     long long ida = 0, idb = 0;
@@ -1483,7 +1485,9 @@ static void test_limits_packed_and_records(void **state) {
     for (char *c = ra; *c; c++) na += *c == ',';
     for (char *c = rb; *c; c++) nb += *c == ',';
     assert_int_equal(na, 8);
-    assert_int_equal(nb, 11);
+    assert_int_equal(nb, 15);
+    size_t lb = strlen(rb);
+    assert_true(lb > 11 && !strcmp(rb + lb - 11, ",60,,,60,60"));
     /* An older record (tokens,slot,reserved,creq,ctok) settles. */
     char *comma = ra;
     for (int k = 0; k < 5; k++) comma = strchr(comma + 1, ',');
