@@ -40,8 +40,8 @@ typedef struct opts {
 static const opt_row rows[] = {
     {"--rounds", OPT_NUM, offsetof(opts, rounds), 1, 20, "rounds (default 1)"},
     {"--scenarios", OPT_STR, offsetof(opts, scenarios), 0, 0,
-     "comma-separated: azure,anthropic,stray,neighbour,burst,callers,rounded,limit,cjk,half,greedy,paced (default "
-     "all)"},
+     "comma-separated: azure,anthropic,stray,neighbour,burst,callers,rounded,limit,cjk,nousage,half,greedy,paced "
+     "(default all)"},
     {"--help", OPT_FLAG, offsetof(opts, help), 0, 0, "this text"},
 };
 
@@ -176,6 +176,7 @@ int main(int argc, char **argv) {
     if (WANT("cjk")) {
         for (int m = 0; m < 3; m++) runs[n++] = (run_def){"cjk", scen_cjk_proxy(m), SCEN_CJK_FLOOR_MS, 3};
     }
+    if (WANT("nousage")) runs[n++] = (run_def){"nousage", scen_cjk_proxy(3), SCEN_CJK_FLOOR_MS, 3};
     if (WANT("half")) {
         runs[n++] = (run_def){"half", scen_half_count(0), SCEN_HALF_FLOOR_MS, 3};
         runs[n++] = (run_def){"half", scen_half_count(2), SCEN_HALF_FLOOR_MS, 3};

@@ -112,10 +112,11 @@ static void *worker_main(void *arg) {
                 f->first_ms = t;
                 pthread_mutex_unlock(&f->mu);
             }
-            long st =
-                s->style == FLEET_ANTHROPIC
-                    ? worker_call_post_messages(&w, endpoint, "d", s->content, s->max_tokens, FLEET_HTTP_TIMEOUT_MS)
-                    : worker_call_post(&w, endpoint, "d", s->content, s->max_tokens, FLEET_HTTP_TIMEOUT_MS);
+            long st = s->style == FLEET_ANTHROPIC ? worker_call_post_messages(&w, endpoint, "d", s->content,
+                                                                              s->max_tokens, FLEET_HTTP_TIMEOUT_MS)
+                      : s->stream
+                          ? worker_call_post_stream(&w, endpoint, "d", s->content, s->max_tokens, FLEET_HTTP_TIMEOUT_MS)
+                          : worker_call_post(&w, endpoint, "d", s->content, s->max_tokens, FLEET_HTTP_TIMEOUT_MS);
             attempts++;
             k->attempts++;
             if (s->proxy && st != 200) {

@@ -55,8 +55,9 @@ typedef struct fleet_spec {
     const char *deployment;
     const char *content; /* the prompt: plain text, no quotes */
     int max_tokens;
-    int split; /* ACQUIRE INPUT/OUTPUT, else TOKENS */
-    int proxy; /* through the agents' HTTP proxy (no ACQUIRE/SETTLE by the workers) */
+    int split;  /* ACQUIRE INPUT/OUTPUT, else TOKENS */
+    int proxy;  /* through the agents' HTTP proxy (no ACQUIRE/SETTLE by the workers) */
+    int stream; /* with proxy: the calls streamed (no include_usage asked) */
     fleet_event events[FLEET_MAX_EVENTS];
     int nevents;
 } fleet_spec;

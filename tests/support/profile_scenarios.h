@@ -239,7 +239,9 @@ static inline fleet_spec scen_anthropic_rounded(void) {
  * first estimate 163. mode 0: the defaults; 1: the cold-start horizon
  * (estimate_learn_horizon_ms: 250, as the simulator's cjk-estimate row
  * runs); 2: nothing learned (estimate: exact, the behaviour before
- * calibration). */
+ * calibration); 3: the calls streamed to a deployment with
+ * stream_usage: off, so no usage comes back and the ratio is read from
+ * the remaining counts (with the horizon of 1). */
 #define SCEN_PROMPT_JA_18                                                                                              \
     "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x81\xae\xe3\x83\x97\xe3\x83\xad\xe3\x83\xb3\xe3\x83\x97\xe3\x83\x88\xe3" \
     "\x81\xaf\xe3\x83\x88\xe3\x83\xbc\xe3\x82\xaf\xe3\x83\xb3\xe3\x81\x8c\xe5\xa4\x9a\xe3\x81\x84\xe3\x80\x82"
@@ -250,11 +252,13 @@ static inline fleet_spec scen_anthropic_rounded(void) {
 #define SCEN_CJK_REQUESTS 400
 #define SCEN_CJK_LOOK_MS 5000.0
 static inline fleet_spec scen_cjk_proxy(int mode) {
-    static const char *const name[3] = {"japanese prompts, proxy", "japanese prompts, proxy, horizon 250",
-                                        "japanese prompts, proxy (exact)"};
-    static const char *const dep[3] = {"rpm: 6000, tpm: 120000",
+    static const char *const name[4] = {"japanese prompts, proxy", "japanese prompts, proxy, horizon 250",
+                                        "japanese prompts, proxy (exact)",
+                                        "japanese prompts, proxy, streamed, no usage, horizon 250"};
+    static const char *const dep[4] = {"rpm: 6000, tpm: 120000",
                                        "rpm: 6000, tpm: 120000, estimate_learn_horizon_ms: 250",
-                                       "rpm: 6000, tpm: 120000, estimate: exact"};
+                                       "rpm: 6000, tpm: 120000, estimate: exact",
+                                       "rpm: 6000, tpm: 120000, estimate_learn_horizon_ms: 250, stream_usage: off"};
     fleet_spec s = {.name = name[mode],
                     .style = FLEET_AZURE,
                     .agents = 3,
@@ -266,6 +270,7 @@ static inline fleet_spec scen_cjk_proxy(int mode) {
                     .content = SCEN_PROMPT_JA_252,
                     .max_tokens = 100,
                     .proxy = 1,
+                    .stream = mode == 3,
                     .events = {{SCEN_CJK_LOOK_MS, NULL}},
                     .nevents = 1};
     return s;

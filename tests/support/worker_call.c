@@ -247,15 +247,25 @@ static long post(worker_call *w, const char *url, const char *body, struct curl_
     return w->status;
 }
 
-long worker_call_post(worker_call *w, const char *endpoint, const char *deployment, const char *content, int max_tokens,
-                      long timeout_ms) {
+static long post_chat(worker_call *w, const char *endpoint, const char *deployment, const char *content, int max_tokens,
+                      int stream, long timeout_ms) {
     char url[512], body[8192];
     snprintf(url, sizeof(url), "%s/openai/deployments/%s/chat/completions?api-version=2024-06-01", endpoint,
              deployment);
     /* content is the caller's plain text: no quotes or backslashes in it. */
-    snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d}", content,
-             max_tokens);
+    snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d%s}", content,
+             max_tokens, stream ? ",\"stream\":true" : "");
     return post(w, url, body, w->hdrs, timeout_ms);
+}
+
+long worker_call_post(worker_call *w, const char *endpoint, const char *deployment, const char *content, int max_tokens,
+                      long timeout_ms) {
+    return post_chat(w, endpoint, deployment, content, max_tokens, 0, timeout_ms);
+}
+
+long worker_call_post_stream(worker_call *w, const char *endpoint, const char *deployment, const char *content,
+                             int max_tokens, long timeout_ms) {
+    return post_chat(w, endpoint, deployment, content, max_tokens, 1, timeout_ms);
 }
 
 long worker_call_post_messages(worker_call *w, const char *endpoint, const char *model, const char *content,

@@ -86,6 +86,10 @@ long worker_call_post(worker_call *w, const char *endpoint, const char *deployme
 
 /* POST endpoint/v1/messages (Anthropic's Messages API: model, max_tokens,
  * one user message; anthropic-version set), otherwise as above. */
+/* The same, streamed ("stream": true, no stream_options): the body is the
+ * events as sent, no usage is read from it. */
+long worker_call_post_stream(worker_call *w, const char *endpoint, const char *deployment, const char *content,
+                             int max_tokens, long timeout_ms);
 long worker_call_post_messages(worker_call *w, const char *endpoint, const char *model, const char *content,
                                int max_tokens, long timeout_ms);
 
