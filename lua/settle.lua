@@ -260,11 +260,14 @@ end
 --    usage would have been; what the lump rule made of the first reading
 --    is undone (observe: 'accept'); later readings charge only the
 --    difference for the part charged ahead (cal_hdr_upto, "raw:in:k");
---  * a reading beyond HDR_SPREAD of those kept is not a ratio: the ratio
---    goes, the header reading is off for a half-life (cal_hdr_off_at),
---    and the excess is others' use, with what the ratio in force charged
---    the span's grants added back (charged at it, a neighbour's span read
---    small and others' use was learned over ten seconds: windows 1.05x).
+--  * a second that disagrees takes the first's place on probation, once
+--    (cal_hdr_tries: the first span may be noise);
+--  * a reading beyond HDR_SPREAD of those kept, or a second disagreement
+--    in a row, is not a ratio: the ratio goes, the header reading is off
+--    for a half-life (cal_hdr_off_at), and the excess is others' use,
+--    with what the ratio in force charged the span's grants added back
+--    (charged at it, a neighbour's span read small and others' use was
+--    learned over ten seconds: windows 1.05x).
 -- Taken at once, a neighbour's lump in the first span became a ratio of
 -- 7 that no later reading corrected (a full bucket reads nothing), and
 -- the fleet sent 57 % of the limit (test_header_calibration); and a
