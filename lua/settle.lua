@@ -282,6 +282,25 @@ end
 -- does not explain, and for observe 'accept' with the x before the first
 -- reading, or 'off' with the rate of the last reading taken for the
 -- ratio (the span before, for the lump rule).
+-- The reading on probation (cal_hdr_first).
+local function hdr_probe(k, h0, i0, room, x)
+  sl_set(st, 'cal_hdr_first', string.format('%.6g:%d:%d:%.9g:%.9g', k, h0, i0, room, x))
+  hdr_news[#hdr_news + 1] = k
+end
+-- The header ratio goes; with give_up, not read again for a half-life.
+local function hdr_drop(give_up)
+  for _, key in ipairs({'estimate_ratios', 'estimate_ratio', 'estimate_ratio_at'}) do sl_set(st, key, '') end
+  if give_up then
+    sl_set(st, 'cal_hdr_off_at', sl_fmt(now))
+    bump('estimate_header_off')
+  end
+end
+-- The fleet's own shortfall, charged as a usage above the charge is.
+local function hdr_charge(d, short)
+  if short <= 0 then return end
+  sl_dim_charge(d, short, now)
+  bump(d.name .. '_charged', math.floor(short + 0.5))
+end
 local function hdr_calibrate(d, units, span, draw, din, noise, h0, i0, room, x)
   if draw < math.max(20, 0.1 * d.r0 * span) then return units end
   local off = tonumber(st.cal_hdr_off_at)
@@ -289,15 +308,13 @@ local function hdr_calibrate(d, units, span, draw, din, noise, h0, i0, room, x)
   local r, learning = sl_cal(limits, st, now)
   local k = (din + units) / draw
   if k < SL_CAL_MIN then k = SL_CAL_MIN elseif k > SL_CAL_MAX then k = SL_CAL_MAX end
-  local cr, ci = sl_num(st, 'cal_raw_cum', 0), sl_num(st, 'cal_in_cum', 0)
   if learning and ((st.cal_hdr_first or '') ~= '' or (st.estimate_ratios or '') == '') and #hdr_news == 0 then
     local first = st.cal_hdr_first
     local k1, f0, g0, room1, x0 = string.match(first or '', '^([^:]+):([^:]+):([^:]+):([^:]+):(.+)$')
     k1, f0, g0, room1, x0 = tonumber(k1), tonumber(f0), tonumber(g0), tonumber(room1), tonumber(x0)
     sl_set(st, 'cal_hdr_rate', string.format('%.9g', units / span))
     if not k1 then
-      sl_set(st, 'cal_hdr_first', string.format('%.6g:%d:%d:%.9g:%.9g', k, h0, i0, room, x))
-      hdr_news[#hdr_news + 1] = k
+      hdr_probe(k, h0, i0, room, x)
       return units
     end
     sl_set(st, 'cal_hdr_first', '')
@@ -310,21 +327,19 @@ local function hdr_calibrate(d, units, span, draw, din, noise, h0, i0, room, x)
       -- left one run in three at 85.6 % of the floor. So this reading is
       -- the next on probation (cal_hdr_tries), and only a second
       -- disagreement in a row is a neighbour.
-      for _, key in ipairs({'estimate_ratios', 'estimate_ratio', 'estimate_ratio_at'}) do sl_set(st, key, '') end
-      if sl_num(st, 'cal_hdr_tries', 0) < 1 then
+      local retry = sl_num(st, 'cal_hdr_tries', 0) < 1
+      hdr_drop(not retry)
+      if retry then
         -- For others' use it is a first lump again (observe: 'retry'),
         -- not the second span of a rate: read so, a ratio of 3.2 on its
         -- second try was also a neighbour taking nine tenths of the rate,
         -- and the fleet sent nothing for two minutes (cjk-no-usage seed
         -- 39: 70.5 % of the floor).
         sl_set(st, 'cal_hdr_tries', 1)
-        sl_set(st, 'cal_hdr_first', string.format('%.6g:%d:%d:%.9g:%.9g', k, h0, i0, room, x))
-        hdr_news[#hdr_news + 1] = k
+        hdr_probe(k, h0, i0, room, x)
         return units + math.max(0, din - draw), 'retry'
       end
       sl_set(st, 'cal_hdr_tries', '')
-      sl_set(st, 'cal_hdr_off_at', sl_fmt(now))
-      bump('estimate_header_off')
       return units + math.max(0, din - draw)
     end
     sl_set(st, 'cal_hdr_tries', '')
@@ -332,14 +347,12 @@ local function hdr_calibrate(d, units, span, draw, din, noise, h0, i0, room, x)
     hdr_news[#hdr_news + 1] = k
     -- Both spans (from the first base), the sends before it, the grants
     -- made since this one.
+    local cr, ci = sl_num(st, 'cal_raw_cum', 0), sl_num(st, 'cal_in_cum', 0)
     local short = math.max(0, kk * (h0 + draw - f0) - (i0 + din - g0))
     short = short + math.max(0, math.min(kk * f0 - g0, room1))
     short = short + math.max(0, kk * (cr - h0 - draw) - (ci - i0 - din))
     sl_set(st, 'cal_hdr_upto', string.format('%d:%d:%.6g', cr, ci, kk))
-    if short > 0 then
-      sl_dim_charge(d, short, now)
-      bump(d.name .. '_charged', math.floor(short + 0.5))
-    end
+    hdr_charge(d, short)
     return units - (k * draw - din), 'accept', x0
   end
   if learning then
@@ -350,12 +363,8 @@ local function hdr_calibrate(d, units, span, draw, din, noise, h0, i0, room, x)
     end
     for _, v in ipairs(hdr_news) do lo, hi = math.min(lo, v), math.max(hi, v) end
     if hi > HDR_SPREAD * lo then
-      for _, key in ipairs({'estimate_ratios', 'estimate_ratio', 'estimate_ratio_at'}) do
-        sl_set(st, key, '')
-      end
-      sl_set(st, 'cal_hdr_off_at', sl_fmt(now))
+      hdr_drop(true)
       hdr_news, hdr_low = {}, nil
-      bump('estimate_header_off')
       return units + math.max(0, din - draw), 'off', tonumber(st.cal_hdr_rate)
     end
     sl_set(st, 'cal_hdr_rate', string.format('%.9g', units / span))
@@ -374,10 +383,7 @@ local function hdr_calibrate(d, units, span, draw, din, noise, h0, i0, room, x)
     local hr, hi = math.min(ur, h0 + draw), math.min(ui, i0 + din)
     short = short - math.max(0, uk * (hr - h0) - (hi - i0))
   end
-  if short > 0 then
-    sl_dim_charge(d, short, now)
-    bump(d.name .. '_charged', math.floor(short + 0.5))
-  end
+  hdr_charge(d, short)
   return units - explained
 end
 local function observe(d, seen, slot, u_after, cost, throttled, order)
