@@ -127,6 +127,7 @@ local function reserve_open(keys, limits, st)
     -- Expected output (common.lua, sl_out_item): the ratio in force (false:
     -- charge the max output).
     out_r = false, out_learning = false,
+    burn = sl_num(limits, 'output_burndown', 1) ~= 1 and sl_num(limits, 'output_burndown', 1),
     -- The agent the grants are for, as the records' field 13 (',<id>';
     -- '' without one, or with an id a record cannot hold): a heartbeat
     -- that drops the agent after its hold gives back its grants not yet
@@ -135,7 +136,19 @@ local function reserve_open(keys, limits, st)
               and (',' .. SL_AGENT) or '',
   }
   if not x.cal_off then x.cal_r, x.cal_learning = sl_cal(limits, st, now) end
-  if limits.output_charge == 'expected' and sl_num(limits, 'otpm', 0) > 0 then
+  if x.burn then
+    -- Bedrock's burndown (docs/providers.md): the tokens dimension counts
+    -- input + output x burndown at the end. The grant charges input + the
+    -- larger of the max output (what Bedrock reserves at admission) and
+    -- the expected output burned down (output_ratio: for this style the
+    -- SL_OUT_BURN_Q quantile, settle.lua); the bound (burndown x max)
+    -- until the first answer is known, then twice the largest share seen
+    -- until four are.
+    local r, learning = sl_ratio(limits, st, now, 'output')
+    if learning then r = st.output_ratio and math.min(1, 2 * r) or 1 end
+    x.out_r = r
+    x.out_learning = learning
+  elseif limits.output_charge == 'expected' and sl_num(limits, 'otpm', 0) > 0 then
     local r, learning = sl_ratio(limits, st, now, 'output')
     if not learning and r < 1 then x.out_r = r end
     -- Learning (fewer than four answers known): twice the largest share
@@ -333,7 +346,16 @@ local function item_charge(x, it)
   if is ~= is0 then it.in_s = is end
   it.raw = raw
   local out = ''
-  if x.out_r and os ~= '' then
+  if x.burn then
+    -- Burndown: the tokens dimension's output part (field 12, sl_record).
+    if os ~= '' then
+      local k = math.ceil(to * x.burn * x.out_r - 1e-9)
+      if k > to then
+        cost[2] = cost[3] + k
+        out = string.format('t%d', k)
+      end
+    end
+  elseif x.out_r and os ~= '' then
     local k = sl_out_item(x.out_r, to)
     if k < to then
       cost[4] = k

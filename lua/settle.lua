@@ -628,7 +628,9 @@ local out = {now_us, 0, '1', 0}
 local deposits, done = 0, {}
 local cal_news = {}  -- the provider's prompt count / the raw input estimate, per settled grant (sl_cal_learn)
 local out_news = {}  -- actual / max output, per settled grant (sl_out_item)
-local out_expected = limits.output_charge == 'expected' and sl_num(limits, 'otpm', 0) > 0
+-- Answers teach the share of max output they use where the grant charges
+-- it as expected (output_charge expected) or burns it down (Bedrock).
+local out_expected = (limits.output_charge == 'expected' and sl_num(limits, 'otpm', 0) > 0) or burndown ~= 1
 local decreased = false
 local function dim_settle(d, est, actual, slot, give)
   -- One dimension of a settled grant sent at slot: est was charged; actual
@@ -854,7 +856,9 @@ if #cal_news > 0 then
   sl_cal_learn(limits, st, now, cal_news)
   bump('estimate_samples', #cal_news)
 end
-if #out_news > 0 then sl_ratio_learn(limits, st, now, out_news, 'output', SL_OUT_MIN, 1) end
+if #out_news > 0 then
+  sl_ratio_learn(limits, st, now, out_news, 'output', SL_OUT_MIN, 1, burndown ~= 1 and SL_OUT_BURN_Q or nil)
+end
 
 if retarget then
   -- A limit adopted or dropped, others' use or the AIMD scale changed:

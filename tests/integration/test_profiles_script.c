@@ -135,40 +135,106 @@ static void test_combined_tokens_never_refunded(void **state) {
     assert_true(fabs(tat4 - state_num(dep, "tokens_tat") - 600.0) < 0.01);
 }
 
-/* Bedrock (style bedrock, output_burndown 5): input + max output charged
- * at admission, as Bedrock reserves it; at settle the tokens are counted
- * as input + 5 x output, the excess charged, a shortfall given back
- * (refund_tokens 1, Bedrock adjusts up or down). */
+/* The grant record of id on dep, field k (1-based), into out. */
+static void record_field(const char *dep, long long id, int k, char *out, size_t n) {
+    redisReply *r = redisCommand(rc, "HGET sluice:{%s}:grants %lld", dep, id);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    const char *p = r->str;
+    for (int i = 1; i < k && p; i++) {
+        p = strchr(p, ',');
+        if (p) p++;
+    }
+    size_t len = p ? strcspn(p, ",") : 0;
+    if (len >= n) len = n - 1;
+    memcpy(out, p ? p : "", len);
+    out[len] = '\0';
+    freeReplyObject(r);
+}
+
+/* Bedrock (style bedrock, output_burndown 5): the provider reserves input
+ * + max output at admission and counts input + 5 x output at the end, up
+ * or down (refund_tokens 1). The grant charges input + the larger of the
+ * max output and the expected output burned down: the bound (5 x max)
+ * before any answer is known, twice the largest share seen until four
+ * are, then the 80th percentile of the answers' shares (SL_OUT_BURN_Q);
+ * never below the max output (what Bedrock holds). The record says the
+ * output part it charged (field 12, "t<k>"); the settle corrects to the
+ * count. */
 static void test_bedrock_burndown(void **state) {
     (void)state;
     const char *dep = "bedrock";
-    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "10000",
+    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "100000",
                  "refund_tokens", "1", "output_burndown", "5", NULL);
+    char res[32], f12[32];
+    double tat = state_num(dep, "tokens_tat");
     grant g = reserve_tok(dep, "300+1000", 0);
     assert_true(g.granted);
-    double tat0 = state_num(dep, "tokens_tat");
-    char res[32];
-    /* 300 in, 400 out: Bedrock counts 300 + 2000 = 2300, 1000 above the
-     * 1300 it reserved. */
+    /* No answer known: 300 + 5 x 1000. */
+    assert_true(fabs(state_num(dep, "tokens_tat") - fmax(tat, g.now_ms) - 5300.0) < 0.01);
+    record_field(dep, g.id, 12, f12, sizeof(f12));
+    assert_string_equal(f12, "t5000");
+    /* 300 in, 400 out: Bedrock counts 300 + 2000 = 2300, 3000 below the
+     * 5300 charged: given back (the schedule is ahead of now). */
+    tat = state_num(dep, "tokens_tat");
     settle_fb(dep, g.id, "300+400", "ok", -1, "-", res, sizeof(res));
     assert_string_equal(res, "settled");
-    assert_true(fabs(state_num(dep, "tokens_tat") - tat0 - 1000.0) < 0.01);
-    assert_true(state_num(dep, "tokens_charged") == 1000);
+    assert_true(fabs(tat - state_num(dep, "tokens_tat") - 3000.0) < 0.01);
     assert_true(state_num(dep, "tokens_counted") == 2300);
     assert_true(state_num(dep, "tokens_actual") == 700); /* the usage itself */
-    /* 300 in, 100 out: 800 counted, 500 of the 1300 given back (the
-     * schedule is ahead of now, so the bound allows it). */
+    /* One answer at 0.4 of its max: twice that, 300 + 5 x 800 = 4300. */
+    tat = state_num(dep, "tokens_tat");
     g = reserve_tok(dep, "300+1000", 0);
-    double tat1 = state_num(dep, "tokens_tat");
-    settle_fb(dep, g.id, "300+100", "ok", -1, "-", res, sizeof(res));
-    assert_true(fabs(tat1 - state_num(dep, "tokens_tat") - 500.0) < 0.01);
-    assert_true(state_num(dep, "tokens_counted") == 3100);
-    /* Without the burndown (a model outside the 5x list), the usage. */
-    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "10000",
+    assert_true(fabs(state_num(dep, "tokens_tat") - tat - 4300.0) < 0.01);
+    record_field(dep, g.id, 12, f12, sizeof(f12));
+    assert_string_equal(f12, "t4000");
+    /* 300 in, 1000 out: 5300 counted, 1000 above the charge. */
+    tat = state_num(dep, "tokens_tat");
+    settle_fb(dep, g.id, "300+1000", "ok", -1, "-", res, sizeof(res));
+    assert_true(fabs(state_num(dep, "tokens_tat") - tat - 1000.0) < 0.01);
+    assert_true(state_num(dep, "tokens_charged") == 1000);
+    assert_true(state_num(dep, "tokens_counted") == 7600);
+    /* Five answers known (0.4, 1, 0.5, 0.6, 0.7): the 80th percentile is
+     * 0.7, 300 + 3500. */
+    static const char *const outs[] = {"300+500", "300+600", "300+700"};
+    for (size_t i = 0; i < 3; i++) {
+        g = reserve_tok(dep, "300+1000", 0);
+        settle_fb(dep, g.id, outs[i], "ok", -1, "-", res, sizeof(res));
+        assert_string_equal(res, "settled");
+    }
+    tat = state_num(dep, "tokens_tat");
+    g = reserve_tok(dep, "300+1000", 0);
+    assert_true(fabs(state_num(dep, "tokens_tat") - tat - 3800.0) < 0.01);
+    record_field(dep, g.id, 12, f12, sizeof(f12));
+    assert_string_equal(f12, "t3500");
+    settle_fb(dep, g.id, "300+700", "ok", -1, "-", res, sizeof(res));
+
+    /* Short answers (a tenth of the max): the burned-down expectation is
+     * below the max output Bedrock holds at admission, so the grant
+     * charges input + max, as Bedrock reserves. */
+    const char *short_dep = "bedrock-short";
+    configure_on(rc, short_dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "100000",
+                 "refund_tokens", "1", "output_burndown", "5", NULL);
+    for (int i = 0; i < 5; i++) {
+        g = reserve_tok(short_dep, "300+1000", 0);
+        settle_fb(short_dep, g.id, "300+100", "ok", -1, "-", res, sizeof(res));
+    }
+    tat = state_num(short_dep, "tokens_tat");
+    g = reserve_tok(short_dep, "300+1000", 0);
+    assert_true(fabs(state_num(short_dep, "tokens_tat") - tat - 1300.0) < 0.01);
+    record_field(short_dep, g.id, 12, f12, sizeof(f12));
+    assert_string_equal(f12, "");
+
+    /* Without the burndown (a model outside the 5x list): input + max
+     * output, the usage counted. */
+    const char *one = "bedrock-1x";
+    configure_on(rc, one, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "100000",
                  "refund_tokens", "1", NULL);
-    g = reserve_tok(dep, "300+1000", 0);
-    settle_fb(dep, g.id, "300+400", "ok", -1, "-", res, sizeof(res));
-    assert_true(state_num(dep, "tokens_counted") == 3800);
+    tat = state_num(one, "tokens_tat");
+    g = reserve_tok(one, "300+1000", 0);
+    assert_true(fabs(state_num(one, "tokens_tat") - fmax(tat, g.now_ms) - 1300.0) < 0.01);
+    settle_fb(one, g.id, "300+400", "ok", -1, "-", res, sizeof(res));
+    assert_true(state_num(one, "tokens_counted") == 700);
 }
 
 /* A combined estimate whose parts are unknown is never counted twice: the
