@@ -1365,7 +1365,7 @@ local function sl_plan_scan(limits)
     if ln then
       local f = sl_csv(v)
       p.lanes[ln] = {name = ln, in_h = tonumber(f[1]), ex_h = tonumber(f[2]), cap = tonumber(f[3]),
-                     band = tonumber(f[4] or f[1])}
+                     band = tonumber(f[4] or f[1]), top = f[5] == '1'}
       any = true
     end
     local tn = string.match(k, '^tenant%.(.+)$')
@@ -1383,7 +1383,7 @@ local function sl_plan_scan(limits)
   end
   p.default_lane = limits.default_lane or ''
   if not p.lanes[p.default_lane] then
-    p.lanes[''] = {name = '', in_h = -1, ex_h = 0, cap = 1, band = sl_num(limits, 'lane_step_ms', 10)}
+    p.lanes[''] = {name = '', in_h = -1, ex_h = 0, cap = 1, band = sl_num(limits, 'lane_step_ms', 10), top = true}
     p.default_lane = ''
   end
   if p.fair then

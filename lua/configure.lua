@@ -184,7 +184,8 @@ if #lanes > 0 then
     if inh < 0 and (new.horizon_ms or -1) >= 0 then inh = new.horizon_ms end
     if inh >= 0 and inh < ex then ex = inh end
     if inh >= 0 then band = inh end
-    new['plan.' .. l.name] = inh .. ',' .. ex .. ',' .. string.format('%.6f', 1 - above) .. ',' .. band
+    new['plan.' .. l.name] = inh .. ',' .. ex .. ',' .. string.format('%.6f', 1 - above) .. ',' .. band .. ','
+                             .. (k == 0 and '1' or '0')
     if l.priority < top.priority then top = l end
   end
   if new.default_lane == nil then new.default_lane = top.name end

@@ -628,6 +628,7 @@ local out = {now_us, 0, '1', 0}
 local deposits, done = 0, {}
 local cal_news = {}  -- the provider's prompt count / the raw input estimate, per settled grant (sl_cal_learn)
 local out_news = {}  -- actual / max output, per settled grant (sl_out_item)
+local lane_news = {}  -- the same by lane, of grants that name one (reserve.lua, item_out_r)
 -- Answers teach the share of max output they use where the grant charges
 -- it as expected (output_charge expected) or burns it down (Bedrock).
 local out_expected = (limits.output_charge == 'expected' and sl_num(limits, 'otpm', 0) > 0) or burndown ~= 1
@@ -734,6 +735,13 @@ for i = 1, n do
       -- What share of its max output an answer used (sl_out_item).
       if out_expected and split and known and outcome == 'ok' and max_out > 0 then
         out_news[#out_news + 1] = outp / max_out
+        -- Its lane's too, where the grant names one (field 16).
+        local ln = f[16]
+        if ln and ln ~= '' then
+          local l = lane_news[ln]
+          if not l then l = {}; lane_news[ln] = l end
+          l[#l + 1] = outp / max_out
+        end
       end
       daily_adjust(reserved, 0, total - c, tenant)
       bump('tokens_estimated', c)
@@ -857,7 +865,9 @@ if #cal_news > 0 then
   bump('estimate_samples', #cal_news)
 end
 if #out_news > 0 then
-  sl_ratio_learn(limits, st, now, out_news, 'output', SL_OUT_MIN, 1, burndown ~= 1 and SL_OUT_BURN_Q or nil)
+  local q = burndown ~= 1 and SL_OUT_BURN_Q or nil
+  sl_ratio_learn(limits, st, now, out_news, 'output', SL_OUT_MIN, 1, q)
+  for ln, news in pairs(lane_news) do sl_ratio_learn(limits, st, now, news, 'l.' .. ln .. '.output', SL_OUT_MIN, 1, q) end
 end
 
 if retarget then

@@ -157,7 +157,7 @@ struct dep {
     costmodel settle_cost;                        /* its settle calls' */
     unsigned long long outcomes[ENGINE_OUTCOMES]; /* settles by outcome */
     unsigned long long retries[2];                /* RETRY answers: allowed, refused */
-    size_t turn;                                  /* classes of one lane take turns across full batches */
+    size_t turn;                                  /* the classes of one priority take turns going first */
     settle_item *settles;
     size_t nsettles, capsettles;
     int settling;

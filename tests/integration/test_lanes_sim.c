@@ -708,8 +708,12 @@ static void test_configure_rejects_bad_lanes(void **state) {
     freeReplyObject(r);
     configure_err("bad", err, sizeof(err), "rpm", "60", "lane.a", "0,-1,0.2", "lane.b", "1,-1,0", NULL);
     assert_string_equal(err, "");
+    /* in_h, ex_h, cap, band, top: lane b is below a, lane a the top. */
     r = redisCommand(rc, "HGET sluice:{bad}:limits plan.b");
-    assert_string_equal(r->str, "10,0,0.800000,10");
+    assert_string_equal(r->str, "10,0,0.800000,10,0");
+    freeReplyObject(r);
+    r = redisCommand(rc, "HGET sluice:{bad}:limits plan.a");
+    assert_string_equal(r->str, "-1,20,1.000000,30,1");
     freeReplyObject(r);
 }
 

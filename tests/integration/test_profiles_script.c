@@ -478,6 +478,71 @@ static void test_expected_output(void **state) {
     freeReplyObject(r);
 }
 
+/* One item (tokens, max_wait 0, lane) on dep: the grant, as reserve_tok. */
+static grant reserve_in_lane(const char *dep, const char *tok, const char *lane) {
+    redisReply *r = script_callv(rc, SCRIPT_RESERVE, dep, "1", tok, "0", lane, "", NULL);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("reserve: %s", r->str);
+    assert_int_equal(r->elements, 6);
+    grant g = {0};
+    redisReply *it = r->element[5];
+    g.granted = it->element[0]->integer == 1;
+    if (g.granted) g.id = it->element[1]->integer;
+    freeReplyObject(r);
+    return g;
+}
+
+/* The expected output is learned per lane as well (issue 23: "learned per
+ * deployment and lane"): a chat lane of short answers beside a batch lane
+ * of long ones is charged its own share once it has four answers, not the
+ * mix's 90th percentile; a lane still learning is charged the
+ * deployment's. The grant record names the lane (field 16). */
+static void test_expected_output_per_lane(void **state) {
+    (void)state;
+    const char *dep = "outlane";
+    configure_on(rc, dep, "rpm", "600000", "itpm", "600000", "otpm", "60000", "burst_requests", "1000", "burst_input",
+                 "100000", "burst_output", "100000", "estimate_exact", "1", "output_charge", "expected", "lane.chat",
+                 "0,-1,0", "lane.batch", "0,-1,0", "lane.bulk", "0,-1,0", NULL);
+    char res[32], f16[32];
+    for (int i = 0; i < 4; i++) {
+        grant g = reserve_in_lane(dep, "300+1000", "chat");
+        assert_true(g.granted);
+        record_field(dep, g.id, 16, f16, sizeof(f16));
+        assert_string_equal(f16, "chat");
+        settle_fb(dep, g.id, "300+100+0", "ok", -1, "-", res, sizeof(res));
+        assert_string_equal(res, "settled");
+        g = reserve_in_lane(dep, "300+1000", "batch");
+        assert_true(g.granted);
+        settle_fb(dep, g.id, "300+900+0", "ok", -1, "-", res, sizeof(res));
+        assert_string_equal(res, "settled");
+    }
+    /* The deployment's 90th percentile of the eight is 0.9; each lane has
+     * its own. */
+    assert_true(fabs(state_num(dep, "output_ratio") - 0.9) < 1e-9);
+    assert_true(fabs(state_num(dep, "l.chat.output_ratio") - 0.1) < 1e-9);
+    assert_true(fabs(state_num(dep, "l.batch.output_ratio") - 0.9) < 1e-9);
+    double before = state_num(dep, "output_granted");
+    grant g = reserve_in_lane(dep, "300+1000", "chat");
+    assert_true(g.granted);
+    assert_true(state_num(dep, "output_granted") - before == 100);
+    before = state_num(dep, "output_granted");
+    g = reserve_in_lane(dep, "300+1000", "batch");
+    assert_true(state_num(dep, "output_granted") - before == 900);
+    /* A lane with no answers yet: the deployment's share. */
+    before = state_num(dep, "output_granted");
+    g = reserve_in_lane(dep, "300+1000", "bulk");
+    assert_true(state_num(dep, "output_granted") - before == 900);
+    record_field(dep, g.id, 16, f16, sizeof(f16));
+    assert_string_equal(f16, "bulk");
+    /* A deployment without lanes: the record ends before field 16. */
+    configure_on(rc, "outnolane", "rpm", "600000", "itpm", "600000", "otpm", "60000", "burst_output", "100000",
+                 "estimate_exact", "1", "output_charge", "expected", NULL);
+    g = reserve_tok("outnolane", "300+1000", 0);
+    assert_true(g.granted);
+    record_field("outnolane", g.id, 16, f16, sizeof(f16));
+    assert_string_equal(f16, "");
+}
+
 /* The dimension that binds names the shed: itpm or otpm. */
 static void test_split_dimensions_bind(void **state) {
     const char *dep = "bind";
@@ -1224,6 +1289,7 @@ int main(void) {
         cmocka_unit_test(test_anthropic_input_and_output),
         cmocka_unit_test(test_requests_window),
         cmocka_unit_test(test_expected_output),
+        cmocka_unit_test(test_expected_output_per_lane),
         cmocka_unit_test(test_split_dimensions_bind),
         cmocka_unit_test(test_isolated_429_only_pauses),
         cmocka_unit_test(test_reported_limit_adopted),

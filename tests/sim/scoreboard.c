@@ -62,6 +62,7 @@ typedef struct sb_class {
     long long max_wait_ms; /* 0: 300000 as the row's; -1: the lane's */
     double weight;
     int only_agent; /* 0: on every agent; k: on agent k - 1 only */
+    int max_tokens; /* 0: the row's */
 } sb_class;
 
 #define SB_MAX_CLASSES 4
@@ -145,6 +146,16 @@ static void short_answers_tight(sim_world_cfg *c) {
     c->otpm = 18000;
 }
 
+static void lane_answers(sim_world_cfg *c) {
+    /* Answers as long as their task, not their max_tokens: 150..250
+     * tokens whatever the cap (so a lane asking max_tokens 1000 uses a
+     * fifth of it, one asking 250 three fifths to all), in the issue's
+     * bucket three max_tokens deep. */
+    c->out_tokens_lo = 150;
+    c->out_tokens_hi = 250;
+    c->burst[SIM_DIM_OUTPUT] = 3000;
+}
+
 /* ---- the table ---- */
 
 #define NO_FAULTS                                                                                                      \
@@ -186,6 +197,14 @@ static void short_answers_tight(sim_world_cfg *c) {
     "    lanes:\n      interactive: { priority: 0, max_wait_ms: 5000 }\n"                                              \
     "      batch: { priority: 1, max_wait_ms: 600000 }\n"
 static const sb_more fail_hold_more = {.agent_extra = "  fail: hold\n"};
+/* Two lanes of one priority whose answers use different shares of their
+ * max output: chat asks max_tokens 1000 (answers a fifth of it), batch
+ * 250 (three fifths to all). */
+#define ANTH_LANES_YAML "    lanes:\n      chat: { priority: 0 }\n      batch: { priority: 0 }\n"
+static const sb_more anth_lanes_more = {
+    .classes = {{.lane = "chat", .callers = 8, .calls = 13, .start_ms = 1000, .jitter_ms = 200, .max_tokens = 1000},
+                {.lane = "batch", .callers = 8, .calls = 13, .start_ms = 1000, .jitter_ms = 200, .max_tokens = 250}},
+    .nclasses = 2};
 static const sb_more lanes_more = {
     .classes = {{.lane = "batch", .callers = 20, .calls = 2, .start_ms = 1000, .jitter_ms = 200},
                 {.lane = "interactive",
@@ -495,6 +514,28 @@ static const sb_scenario table[] = {
     {"anthropic-short-24-max", "anthropic-current", "the same, 24 callers, output_charge max (today's rule)",
      short_answers, "anthropic", "    output_charge: max\n", 3, 8, 13, SIM_LANG_EN, 1200, 1000, NO_FAULTS, 0, 0, STD_95,
      "28.9..29.6 % of the floor: the max output charged, answers of a fifth of it", NULL},
+    {.name = "anthropic-lanes",
+     .world = "anthropic-current",
+     .what = "Anthropic, a chat lane using a fifth of its max output beside a batch lane using most of it",
+     .tweak = lane_answers,
+     .style = "anthropic",
+     .yaml_extra = ANTH_LANES_YAML,
+     .agents = 3,
+     .lang = SIM_LANG_EN,
+     .chars = 1200,
+     .max_tokens = 1000,
+     .b = {.max_429_pct = 1,
+           .min_floor_pct = 95,
+           .max_window_x = 1.02,
+           .max_p99_wait_ms = 300000,
+           .lane = "chat",
+           .max_lane_p99_ms = 20000},
+     .xfail = "95.1..98.7 % of the floor, both lanes' p99 wait 9..13 s; window up to 1.024x output on seeds 1, 2 "
+              "and 10 (as anthropic-current-6: answers counted when they end; the others pass, recorded). Before the "
+              "expected output was learned per "
+              "lane: 89.3..90.9 % (the chat lane charged the batch lane's share); before the classes of one "
+              "priority took turns going first: the chat lane's p99 wait 37..57 s against the batch lane's 4..11 s",
+     .more = &anth_lanes_more},
     {"anthropic-2025", "anthropic-2025", "Anthropic, max_tokens at admission corrected at the end", NULL, "anthropic",
      "    output_charge: max\n", ANTH_TRAFFIC(8, 13), NO_FAULTS, 0, 0, STD_95,
      "98.0..99.5 % of the floor (output): passes on 9 of seeds 1..10 (recorded); seed 10's window is 1.020x, "
@@ -1299,6 +1340,7 @@ static int add_callers(simfleet *f, const sb_scenario *s) {
             cs.calls = c->calls;
             cs.start_ms = c->start_ms, cs.jitter_ms = c->jitter_ms, cs.think_ms = c->think_ms;
             if (c->max_wait_ms) cs.max_wait_ms = c->max_wait_ms;
+            if (c->max_tokens) cs.output = c->max_tokens;
             if (simfleet_add_callers(f, &cs, c->callers) != 0) return -1;
         }
     }

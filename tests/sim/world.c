@@ -556,7 +556,8 @@ static int decide(sim_world *w, double t, int who, const sim_request *rq, int st
     facts f = {.chars = rq->chars, .max_tokens = rq->max_tokens < 0 ? 0 : rq->max_tokens};
     f.prompt = count_tokens(w, rq->chars, rq->lang, c->token_noise * (2 * unit_of(h) - 1));
     f.cached = rq->cached < 0 ? 0 : rq->cached > f.prompt ? f.prompt : rq->cached;
-    f.output = llround((double)f.max_tokens * (c->out_lo + (c->out_hi - c->out_lo) * u_out));
+    if (c->out_tokens_hi > 0) f.output = llround(c->out_tokens_lo + (c->out_tokens_hi - c->out_tokens_lo) * u_out);
+    else f.output = llround((double)f.max_tokens * (c->out_lo + (c->out_hi - c->out_lo) * u_out));
     if (f.output > f.max_tokens) f.output = f.max_tokens;
     if (f.output < 0) f.output = 0;
 

@@ -112,8 +112,12 @@ typedef struct sim_world_cfg {
     double token_noise;
     /* Output tokens: uniform in [out_lo, out_hi] x max_tokens (defaults
      * 0.5 and 1.0; equal for a fixed fraction). Latency: uniform in
-     * [lat_lo_ms, lat_hi_ms] (defaults 500, 2000); a 429 takes reject_ms. */
+     * [lat_lo_ms, lat_hi_ms] (defaults 500, 2000); a 429 takes reject_ms.
+     * With out_tokens_hi > 0 the answers' length is the task's, not its
+     * max_tokens': uniform in [out_tokens_lo, out_tokens_hi] tokens,
+     * capped by max_tokens. */
     double out_lo, out_hi;
+    double out_tokens_lo, out_tokens_hi;
     double lat_lo_ms, lat_hi_ms, reject_ms;
     /* Real limits: factor x configured (default 1), changing to
      * change_factor at change_at_ms (0: never). Headers tell the real. */
