@@ -522,8 +522,9 @@ local function sl_retimed_slot(st, slot, before)
 end
 
 -- A grant record (reserve): tokens,slot,reserved,creq,ctok[,tenant[,input,
--- output,cin,cout[,raw[,out]]]] (records of older scripts end after ctok
--- or the tenant). Returns its fields, the combined estimate c, the slot,
+-- output,cin,cout[,raw[,out[,agent[,raw_cum,in_cum[,lane]]]]]]] (records
+-- of older scripts end after ctok or the tenant; docs/redis-keys.md).
+-- Returns its fields, the combined estimate c, the slot,
 -- its cost per SL_DIMS index as charged (a combined c charged c to input
 -- and output alike; the output the expected one where field 12 says it,
 -- the tokens input + k where it says 't<k>'),
@@ -539,8 +540,8 @@ local function sl_record(rec)
     if string.byte(o12) == 116 then
       -- 't<k>': the tokens dimension charged the input and k for the
       -- output (Bedrock's burndown, reserve.lua's item_charge).
-      local k = tonumber(string.sub(o12, 2))
-      if k and f[7] then tok = (tonumber(f[7]) or 0) + k end
+      local k, i = tonumber(string.sub(o12, 2)), tonumber(f[7])
+      if k and i then tok = i + k end
     else
       out = tonumber(o12) or max_out
     end
@@ -1335,14 +1336,16 @@ end
 
 -- ---- lanes and tenants (docs/redis-keys.md, "Lanes and tenants") --------
 -- Configured in limits by configure:
---   plan.<lane>    "in_h,ex_h,cap,band"   derived: the lane's horizon for
+--   plan.<lane>    "in_h,ex_h,cap,band,top"   derived: the lane's horizon for
 --                  items within their tenant's share and beyond it (ms
 --                  ahead of now a grant may be; -1 = up to the item's max
 --                  wait), the share of the rate the lane may use (1 -
 --                  headroom reserved for the lanes above it), and the
 --                  in-share horizon used instead of -1 when tenants are
 --                  configured: a share is judged at the slot, so slots
---                  are given out no earlier than a band before they come
+--                  are given out no earlier than a band before they come;
+--                  top: 1 for a lane of the top priority (reserve.lua
+--                  judges its horizon on the schedule ahead of an item)
 --   default_lane   the lane of items that name none (or an unknown one)
 --   tenant.<name>  "weight,ceiling_rpm,ceiling_tpm,daily_tokens" (0 = none)
 --   tenant_idle_ms how long a tenant without demand still holds its share
@@ -1383,7 +1386,7 @@ local function sl_plan_scan(limits)
   end
   p.default_lane = limits.default_lane or ''
   if not p.lanes[p.default_lane] then
-    p.lanes[''] = {name = '', in_h = -1, ex_h = 0, cap = 1, band = sl_num(limits, 'lane_step_ms', 10), top = true}
+    p.lanes[''] = {name = '', in_h = -1, ex_h = 0, cap = 1, band = sl_num(limits, 'lane_step_ms', 10)}
     p.default_lane = ''
   end
   if p.fair then

@@ -379,6 +379,11 @@ local function item_charge(x, it)
     -- Burndown: the tokens dimension's output part (field 12, sl_record).
     if os ~= '' then
       local k = math.ceil(to * x.burn * out_r - 1e-9)
+      -- Never past what the limit holds (a large request before any
+      -- answer is known would be shed too_large forever, and learn
+      -- nothing): at most the limit less the input, at least the max.
+      local dt = x.dim_of[2]
+      if dt and cost[3] + k > dt.per then k = math.max(to, dt.per - cost[3]) end
       if k > to then
         cost[2] = cost[3] + k
         out = string.format('t%d', k)
@@ -415,12 +420,15 @@ end
 --           converted, see reserve_one), or false
 --   big     whether its cost on a token dimension is above that
 --           dimension's limit (it can never fit: item_health)
+--   s0      the slot an item of no cost would get: s less the item's own
+--           span (reserve_one's horizon for a top lane)
 local function item_slot(x, cost)
   local now, dims = x.now, x.dims
   local paused_until = x.paused_until
   local s, reason, maxj, conv, big = now, 'rpm', 0, false, false
   if paused_until > s then s, reason = paused_until, 'paused' end
   if x.last_slot > s then s, reason = x.last_slot, 'rpm' end
+  local s0 = s
   for j = 1, x.nd do
     local d = dims[j]
     local cd = cost[d.i]
@@ -437,9 +445,11 @@ local function item_slot(x, cost)
       e = d.tat - room / d.r
     end
     if e > s then s, reason = e, d.spec.reason end
+    local e0 = d.tat - d.tol / d.r
+    if e0 > s0 then s0 = e0 end
   end
   if paused_until > now then reason = 'paused' end
-  return s, reason, maxj, conv, big
+  return s, reason, maxj, conv, big, s0
 end
 
 -- The health of the deployment and the item's admission, before its slot
@@ -717,8 +727,13 @@ local function reserve_one(x, it, quiet, blocked)
   local c = item_charge(x, it)
   -- The wait to the slot found is only read by a dry run.
   if SL_DRY then it.wait = -1 end
-  local s, reason, maxj, conv, big = item_slot(x, it.cost)
+  local s, reason, maxj, conv, big, s0 = item_slot(x, it.cost)
   local L, T = it.L, it.T
+  -- The item's own span: how much later than an item of no cost it is
+  -- placed (its cost at the rate on the dimension that holds it back, or
+  -- the tolerance and jitter for one above the tolerance; 0 behind a
+  -- pause or the previous slot). Read before its plan moves s.
+  local own = s - s0
   local bl = L and blocked[L]
   -- The day's usage counts this item when the deployment has daily limits
   -- or its tenant daily tokens (or, in one plain call, any item's tenant).
@@ -765,22 +780,10 @@ local function reserve_one(x, it, quiet, blocked)
     -- backlog, and the calibrating rows' first windows rose to 1.075x);
     -- its classes are one queue per agent, a deferred item holding back
     -- the agent's later ones.
-    -- Its own span on a dimension is how much later than a send of
-    -- nothing item_slot places it: its cost at the rate, or, above the
-    -- tolerance (it waits for a full bucket), the tolerance and the
-    -- jitter. So items of every size that the same backlog holds back
-    -- ask again at the same time, and the lanes' turns (the agent's)
-    -- decide between them.
-    local own = 0
-    if L and L.top then
-      local cost = it.cost
-      for j = 1, x.nd do
-        local d = x.dims[j]
-        local u = cost[d.i]
-        local t = u > d.tol and d.tol / d.r + d.jitter or u / d.r
-        if t > own then own = t end
-      end
-    end
+    -- So items of every size that the same backlog holds back ask again
+    -- at the same time, and the lanes' turns (the agent's) decide
+    -- between them.
+    if not (L and L.top) then own = 0 end
     if wait > w then
       verdict = sl_verdict(SL_SHED, reason, math.max(1, sl_ceil(wait - w)))
     elseif wait - own > horizon + 1e-6 then

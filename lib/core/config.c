@@ -724,6 +724,12 @@ static int profile_check(cfg_ctx *ctx, cfg_entity *ent, const cfg_deployment *d)
         return cfg_entity_fail(ctx, ent, "output_burndown",
                                "counts output tokens in the combined tokens (tpm), which this deployment does not "
                                "limit");
+    /* Bedrock's count is input + output x burndown; OpenAI's max rule
+     * would charge something else at admission than the settle counts. */
+    if (d->tokens_rule == CONFIG_TOKENS_MAX &&
+        (cfg_entity_seen(ent, "output_burndown") || d->style == CONFIG_STYLE_BEDROCK))
+        return cfg_entity_fail(ctx, ent, "tokens_rule",
+                               "max cannot go with an output burndown (input + output x burndown is a sum)");
     return 0;
 }
 

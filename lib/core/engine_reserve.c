@@ -209,10 +209,12 @@ void dep_flush_reserves(dep *d) {
     wire_args_init(&a);
     size_t agent_at = wire_slot(&a);
     wire_reserve_begin(&a, NULL);
+    int shared = 0; /* some priority had two classes or more ready */
     for (size_t i = 0; i < nready && b->n < cap;) {
         size_t j = i;
         long long p = engine__class_priority(d, &d->classes[order[i]]);
         while (j < nready && engine__class_priority(d, &d->classes[order[j]]) == p) j++;
+        if (j - i > 1) shared = 1;
         for (size_t round = 0; round < per_class && b->n < cap; round++) {
             int any = 0;
             /* The classes of one priority take turns: each call starts one
@@ -246,13 +248,15 @@ void dep_flush_reserves(dep *d) {
         if (d->npending) engine__flush_arm(e);
         return;
     }
-    /* Every call starts one class further: the first item of a call
-     * takes the room a settle just made, so a class that always went
-     * first (the turn was reset after each call that was not full) kept
-     * the deployment to itself while it had demand, and a lane of one
-     * priority beside it waited (anthropic-lanes: the chat lane's p99
-     * wait 45 s against the batch lane's 4 s). */
-    d->turn++;
+    /* Every call where classes of one priority met starts one class
+     * further the next time: the first item of a call takes the room a
+     * settle just made, so a class that always went first (the turn was
+     * reset after each call that was not full) kept the deployment to
+     * itself while it had demand, and a lane of one priority beside it
+     * waited (anthropic-lanes: the chat lane's p99 wait 45 s against the
+     * batch lane's 4 s). Calls where a class asked alone do not move it,
+     * so a class that is ready only now and then still gets its turns. */
+    if (shared) d->turn++;
     wire_fill(&a, agent_at, dep_agent_arg(d, 0));
     b->sent_ns = uv_hrtime();
     b->sent_at = d->sent_at;

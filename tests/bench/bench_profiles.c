@@ -40,7 +40,8 @@ typedef struct opts {
 static const opt_row rows[] = {
     {"--rounds", OPT_NUM, offsetof(opts, rounds), 1, 20, "rounds (default 1)"},
     {"--scenarios", OPT_STR, offsetof(opts, scenarios), 0, 0,
-     "comma-separated: azure,anthropic,stray,neighbour,burst,callers,rounded,limit,cjk,nousage,half,greedy,paced "
+     "comma-separated: azure,anthropic,stray,neighbour,burst,callers,rounded,limit,cjk,nousage,half,greedy,paced,"
+     "bedrock "
      "(default all)"},
     {"--help", OPT_FLAG, offsetof(opts, help), 0, 0, "this text"},
 };
@@ -50,7 +51,8 @@ typedef struct run_def {
     fleet_spec spec;
     double floor_ms; /* 0: none */
     int kind; /* 0 makespan vs floor, 1 neighbour, 2 lower limit, 3 floor and 429s after 5 s, 4 the neighbour too,
-                 5 Anthropic's callers: the floor from the output the mock counted */
+                 5 Anthropic's callers: the floor from the output the mock counted, 6 Bedrock: the floor
+                 from the tokens the mock counted (reserved, then adjusted), and its largest 10 s window */
 } run_def;
 
 #define MAX_RUNS 40
@@ -69,6 +71,50 @@ static int cmp(const void *a, const void *b) {
 static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof(double), cmp);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* One ledger event: a count of the tokens bucket at a time. */
+typedef struct tok_event {
+    double ms, v;
+} tok_event;
+
+static int cmp_event(const void *a, const void *b) {
+    const tok_event *x = a, *y = b;
+    return x->ms < y->ms ? -1 : x->ms > y->ms;
+}
+
+/* Bedrock's count of the fleet's tokens from the mock's ledger: each
+ * accept's reservation (accept_tokens at accept_ms) and each adjustment at
+ * the end (tokens_adjust at tokens_adjust_ms), in time order. *total gets
+ * their sum; returns the largest sum in a window [s, s + 10 s) starting at
+ * an event, over the 10 s quota plus the bucket (tpm / 6 + burst), as the
+ * scoreboard judges a window. -1 when the ledger lacks the lists. */
+static double bedrock_window(const json_t *ledger, double tpm, double burst, double *total) {
+    const json_t *d = json_object_get(json_object_get(ledger, "deployments"), "d");
+    const json_t *at = json_object_get(d, "accept_ms"), *tk = json_object_get(d, "accept_tokens");
+    const json_t *adj_at = json_object_get(d, "tokens_adjust_ms"), *adj = json_object_get(d, "tokens_adjust");
+    *total = 0;
+    if (!json_is_array(at) || !json_is_array(tk) || !json_is_array(adj_at) || !json_is_array(adj)) return -1;
+    size_t na = json_array_size(at), nj = json_array_size(adj_at), n = 0;
+    tok_event *e = calloc(na + nj + 1, sizeof(*e));
+    if (!e) return -1;
+    for (size_t i = 0; i < na; i++)
+        e[n++] =
+            (tok_event){json_number_value(json_array_get(at, i)), (double)json_integer_value(json_array_get(tk, i))};
+    for (size_t i = 0; i < nj; i++)
+        e[n++] = (tok_event){json_number_value(json_array_get(adj_at, i)),
+                             (double)json_integer_value(json_array_get(adj, i))};
+    qsort(e, n, sizeof(*e), cmp_event);
+    double best = -1, sum = 0;
+    for (size_t i = 0, j = 0; i < n; i++) {
+        *total += e[i].v;
+        while (j < n && e[j].ms < e[i].ms + 10000) sum += e[j++].v;
+        double x = sum / (tpm / 6 + burst);
+        if (x > best) best = x;
+        sum -= e[i].v;
+    }
+    free(e);
+    return best;
 }
 
 static int run_one(const run_def *d, figures *f) {
@@ -99,6 +145,11 @@ static int run_one(const run_def *d, figures *f) {
         double reported = (double)json_integer_value(json_object_get(tot, "tokens_reported"));
         double out = reported - (double)r.succeeded * SCEN_ANTHROPIC_CALLERS_INPUT;
         f->share = f->makespan > 0 ? 100.0 * SCEN_ANTHROPIC_CALLERS_FLOOR_OF(out) / f->makespan : 0;
+    } else if (d->kind == 6) {
+        double total;
+        f->extra = bedrock_window(r.ledger, SCEN_BEDROCK_TPM, SCEN_BEDROCK_BURST, &total);
+        f->share =
+            f->makespan > 0 ? 100.0 * (total - SCEN_BEDROCK_BURST) / (SCEN_BEDROCK_TPM / 60000) / f->makespan : 0;
     } else if (d->kind == 2) {
         double from = r.first_send_ms + 12000;
         size_t n = fleet_sent_between(&r, from, r.last_send_ms + 1);
@@ -111,6 +162,7 @@ static int run_one(const run_def *d, figures *f) {
                           : "of the floor",
            f->share);
     if (d->kind == 4) printf("  neighbour took %lld, refused %lld", r.neighbour_accepted, r.neighbour_429);
+    if (d->kind == 6) printf("  largest 10 s window %.3fx the quota + burst", f->extra);
     if (d->kind == 3) {
         long long after = r.fleet_429_seen >= 0 ? r.fleet_429 - r.fleet_429_seen : -1;
         printf("  429s after 5 s: %lld", after);
@@ -181,6 +233,7 @@ int main(int argc, char **argv) {
         runs[n++] = (run_def){"half", scen_half_count(0), SCEN_HALF_FLOOR_MS, 3};
         runs[n++] = (run_def){"half", scen_half_count(2), SCEN_HALF_FLOOR_MS, 3};
     }
+    if (WANT("bedrock")) runs[n++] = (run_def){"bedrock", scen_bedrock_burndown(), 0, 6};
     if (WANT("limit")) {
         runs[n++] = (run_def){"limit", scen_lower_limit(0), 0, 2};
         runs[n++] = (run_def){"limit", scen_lower_limit(1), 0, 2};
@@ -190,7 +243,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     int rounds = (int)o.rounds;
-    static double mk[MAX_RUNS][MAX_ROUNDS], sh[MAX_RUNS][MAX_ROUNDS], q[MAX_RUNS][MAX_ROUNDS];
+    static double mk[MAX_RUNS][MAX_ROUNDS], sh[MAX_RUNS][MAX_ROUNDS], q[MAX_RUNS][MAX_ROUNDS], ex[MAX_RUNS][MAX_ROUNDS];
     int ok[MAX_RUNS] = {0};
     for (int round = 0; round < rounds; round++) {
         printf("round %d\n", round + 1);
@@ -204,14 +257,17 @@ int main(int argc, char **argv) {
             mk[i][ok[i]] = f.makespan;
             sh[i][ok[i]] = f.share;
             q[i][ok[i]] = f.r429;
+            ex[i][ok[i]] = f.extra;
             ok[i]++;
         }
     }
     printf("\nmedians over %d round(s)\n%-36s %12s %10s %8s\n", rounds, "scenario", "makespan ms", "share %", "429 %");
     for (int i = 0; i < n; i++) {
         if (!ok[i]) continue;
-        printf("%-36s %12.0f %10.1f %8.2f\n", runs[i].spec.name, median(mk[i], ok[i]), median(sh[i], ok[i]),
+        printf("%-36s %12.0f %10.1f %8.2f", runs[i].spec.name, median(mk[i], ok[i]), median(sh[i], ok[i]),
                median(q[i], ok[i]));
+        if (runs[i].kind == 6) printf("  largest 10 s window %.3fx", median(ex[i], ok[i]));
+        printf("\n");
     }
     curl_global_cleanup();
     return 0;

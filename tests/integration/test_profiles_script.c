@@ -209,6 +209,16 @@ static void test_bedrock_burndown(void **state) {
     assert_string_equal(f12, "t3500");
     settle_fb(dep, g.id, "300+700", "ok", -1, "-", res, sizeof(res));
 
+    /* Before any answer, a request whose bound (input + 5 x max) is above
+     * the limit is charged the limit, not shed too_large forever: 1000 +
+     * 32000 x 5 against 60000 TPM is charged 1000 + 59000. */
+    configure_on(rc, "bedrock-big", "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "100000",
+                 "refund_tokens", "1", "output_burndown", "5", NULL);
+    g = reserve_tok("bedrock-big", "1000+32000", 0);
+    assert_true(g.granted);
+    record_field("bedrock-big", g.id, 12, f12, sizeof(f12));
+    assert_string_equal(f12, "t59000");
+
     /* Short answers (a tenth of the max): the burned-down expectation is
      * below the max output Bedrock holds at admission, so the grant
      * charges input + max, as Bedrock reserves. */

@@ -114,6 +114,8 @@ static void *worker_main(void *arg) {
             }
             long st = s->style == FLEET_ANTHROPIC ? worker_call_post_messages(&w, endpoint, "d", s->content,
                                                                               s->max_tokens, FLEET_HTTP_TIMEOUT_MS)
+                      : s->style == FLEET_OPENAI_V1
+                          ? worker_call_post_v1(&w, endpoint, "d", s->content, s->max_tokens, FLEET_HTTP_TIMEOUT_MS)
                       : s->stream
                           ? worker_call_post_stream(&w, endpoint, "d", s->content, s->max_tokens, FLEET_HTTP_TIMEOUT_MS)
                           : worker_call_post(&w, endpoint, "d", s->content, s->max_tokens, FLEET_HTTP_TIMEOUT_MS);

@@ -35,7 +35,10 @@
 #define FLEET_MAX_EVENTS 8
 #define FLEET_MAX_ARGS 32
 
-typedef enum fleet_style { FLEET_AZURE = 0, FLEET_ANTHROPIC } fleet_style;
+/* Which route the workers post to: Azure's deployments route, Anthropic's
+ * Messages, or the OpenAI-compatible /v1/chat/completions with "model": "d"
+ * (the route `sluice mock --compat bedrock|gemini` counts by). */
+typedef enum fleet_style { FLEET_AZURE = 0, FLEET_ANTHROPIC, FLEET_OPENAI_V1 } fleet_style;
 
 typedef struct fleet_event {
     double at_ms;        /* after the first request is sent */

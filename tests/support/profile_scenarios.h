@@ -321,4 +321,30 @@ static inline fleet_spec scen_lower_limit(int old) {
     return s;
 }
 
+/* Bedrock's token burndown (docs/providers.md, "Amazon Bedrock"): the
+ * mock reserves input + max_tokens at admission and counts input + 5 x
+ * output at the end, up or down (--compat bedrock --burndown 5); answers
+ * of half to all of max_tokens 500 (as the scoreboard's bedrock-5x), a
+ * second or two each; 1 200 000 TPM, its bucket one second deep (the
+ * governor's default burst, so the floor is one it can reach). The
+ * workers ask with INPUT/OUTPUT and settle with the usage, on the
+ * OpenAI-compatible route. */
+static inline fleet_spec scen_bedrock_burndown(void) {
+    fleet_spec s = {.name = "bedrock, output burned down 5x",
+                    .style = FLEET_OPENAI_V1,
+                    .agents = 3,
+                    .callers = 10,
+                    .requests = 600,
+                    .mock_args = {"--compat", "bedrock", "--burndown", "5", "--rpm", "6000", "--tpm", "1200000",
+                                  "--token-burst", "20000", "--completion-tokens", "250-500", "--service-ms",
+                                  "500-2000", "--seed", "4", NULL},
+                    .deployment = "style: bedrock, rpm: 6000, tpm: 1200000, output_burndown: 5",
+                    .content = SCEN_PROMPT_300,
+                    .max_tokens = 500,
+                    .split = 1};
+    return s;
+}
+#define SCEN_BEDROCK_TPM 1200000.0
+#define SCEN_BEDROCK_BURST (SCEN_BEDROCK_TPM / 60)
+
 #endif

@@ -268,6 +268,16 @@ long worker_call_post_stream(worker_call *w, const char *endpoint, const char *d
     return post_chat(w, endpoint, deployment, content, max_tokens, 1, timeout_ms);
 }
 
+long worker_call_post_v1(worker_call *w, const char *endpoint, const char *model, const char *content, int max_tokens,
+                         long timeout_ms) {
+    char url[512], body[8192];
+    snprintf(url, sizeof(url), "%s/v1/chat/completions", endpoint);
+    snprintf(body, sizeof(body),
+             "{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d}", model,
+             content, max_tokens);
+    return post(w, url, body, w->hdrs, timeout_ms);
+}
+
 long worker_call_post_messages(worker_call *w, const char *endpoint, const char *model, const char *content,
                                int max_tokens, long timeout_ms) {
     char url[512], body[8192];

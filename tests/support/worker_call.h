@@ -92,6 +92,10 @@ long worker_call_post_stream(worker_call *w, const char *endpoint, const char *d
                              int max_tokens, long timeout_ms);
 long worker_call_post_messages(worker_call *w, const char *endpoint, const char *model, const char *content,
                                int max_tokens, long timeout_ms);
+/* POST endpoint/v1/chat/completions ("model", one user message,
+ * max_tokens: the OpenAI-compatible route), otherwise as worker_call_post. */
+long worker_call_post_v1(worker_call *w, const char *endpoint, const char *model, const char *content, int max_tokens,
+                         long timeout_ms);
 
 /* The value of a header of the last response (name in lower case), or NULL. */
 const char *worker_call_header(const worker_call *w, const char *name);

@@ -573,6 +573,9 @@ static const bad_case bad_cases[] = {
     {DEP "    rpm: 1\n    style: custom\n    itpm: 1000\n    output_burndown: 2\n",
      ":6: key 'deployments.gpt-4o.output_burndown': counts output tokens in the combined tokens (tpm), which this "
      "deployment does not limit"},
+    {DEP "    rpm: 1\n    style: custom\n    tpm: 1000\n    output_burndown: 2\n    tokens_rule: max\n",
+     ":7: key 'deployments.gpt-4o.tokens_rule': max cannot go with an output burndown (input + output x burndown is "
+     "a sum)"},
     {DEP "    rpm: 1\n    rpd: 300\n    daily_reset: Mars/Olympus_Mons\n",
      ":5: key 'deployments.gpt-4o.daily_reset': unknown time zone 'Mars/Olympus_Mons' (no "
      "/usr/share/zoneinfo/Mars/Olympus_Mons in the tz database; install tzdata)"},
