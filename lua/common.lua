@@ -1289,6 +1289,15 @@ local SL_OUT_MIN = 0.001
 -- custom) charges that its max output.
 local SL_OUT_BURN_Q = 0.8
 
+-- What the answers' share of their max output is learned for (reserve
+-- charges by it, settle learns it): Bedrock's burndown (its rate when not
+-- 1, else false) and Anthropic's expected output (output_charge expected
+-- on a deployment with otpm).
+local function sl_out_rule(limits)
+  local b = sl_num(limits, 'output_burndown', 1)
+  return b ~= 1 and b, limits.output_charge == 'expected' and sl_num(limits, 'otpm', 0) > 0
+end
+
 -- The output an item is charged: o its max output, r the ratio in force
 -- (nil: the max). Returns the charge.
 local function sl_out_item(r, o)

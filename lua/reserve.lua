@@ -84,6 +84,7 @@ local function reserve_open(keys, limits, st)
   local now, now_us = sl_now(limits)
   local expired = sl_reclaim(now)
   local dims, scale, rescheduled = sl_schedule(limits, st, now)
+  local burn, expected = sl_out_rule(limits)
   local req, now_s = dims[1], sl_fmt(now)
   local rpd, tpd, maxc = sl_num(limits, 'rpd', 0), sl_num(limits, 'tpd', 0), sl_num(limits, 'max_concurrency', 0)
   -- One constructor: Lua sizes a table for the fields it names at once
@@ -131,7 +132,7 @@ local function reserve_open(keys, limits, st)
     -- output per lane (it has lanes, and the output is expected or burned
     -- down), and each lane's ratio once looked up in this call.
     out_lane = false, lane_r = {},
-    burn = sl_num(limits, 'output_burndown', 1) ~= 1 and sl_num(limits, 'output_burndown', 1),
+    burn = burn,
     -- The agent the grants are for, as the records' field 13 (',<id>';
     -- '' without one, or with an id a record cannot hold): a heartbeat
     -- that drops the agent after its hold gives back its grants not yet
@@ -152,7 +153,7 @@ local function reserve_open(keys, limits, st)
     if learning then r = st.output_ratio and math.min(1, 2 * r) or 1 end
     x.out_r = r
     x.out_learning = learning
-  elseif limits.output_charge == 'expected' and sl_num(limits, 'otpm', 0) > 0 then
+  elseif expected then
     local r, learning = sl_ratio(limits, st, now, 'output')
     if not learning and r < 1 then x.out_r = r end
     -- Learning (fewer than four answers known): twice the largest share
@@ -164,7 +165,7 @@ local function reserve_open(keys, limits, st)
     if learning and st.output_ratio and 2 * r < 1 then x.out_r = 2 * r end
     x.out_learning = learning  -- (reserve_one: how soon a deferred item asks again)
   end
-  x.out_lane = x.plan and (x.burn or (limits.output_charge == 'expected' and sl_num(limits, 'otpm', 0) > 0)) or false
+  x.out_lane = x.plan and (burn or expected) or false
   local day, next_day = sl_day(limits, now)
   x.day, x.to_midnight = day, sl_ceil(next_day - now)
   for j = 1, #dims do

@@ -623,7 +623,8 @@ end
 
 local refund_lag = sl_num(limits, 'refund_lag_ms', 250)
 local tmax = limits.tokens_rule == 'max'
-local burndown = sl_num(limits, 'output_burndown', 1)
+local burn, out_charge_expected = sl_out_rule(limits)
+local burndown = burn or 1
 local out = {now_us, 0, '1', 0}
 local deposits, done = 0, {}
 local cal_news = {}  -- the provider's prompt count / the raw input estimate, per settled grant (sl_cal_learn)
@@ -631,7 +632,7 @@ local out_news = {}  -- actual / max output, per settled grant (sl_out_item)
 local lane_news = {}  -- the same by lane, of grants that name one (reserve.lua, item_out_r)
 -- Answers teach the share of max output they use where the grant charges
 -- it as expected (output_charge expected) or burns it down (Bedrock).
-local out_expected = (limits.output_charge == 'expected' and sl_num(limits, 'otpm', 0) > 0) or burndown ~= 1
+local out_expected = burn or out_charge_expected
 local decreased = false
 local function dim_settle(d, est, actual, slot, give)
   -- One dimension of a settled grant sent at slot: est was charged; actual
@@ -865,7 +866,7 @@ if #cal_news > 0 then
   bump('estimate_samples', #cal_news)
 end
 if #out_news > 0 then
-  local q = burndown ~= 1 and SL_OUT_BURN_Q or nil
+  local q = burn and SL_OUT_BURN_Q or nil
   sl_ratio_learn(limits, st, now, out_news, 'output', SL_OUT_MIN, 1, q)
   for ln, news in pairs(lane_news) do sl_ratio_learn(limits, st, now, news, 'l.' .. ln .. '.output', SL_OUT_MIN, 1, q) end
 end

@@ -152,6 +152,14 @@ static void record_field(const char *dep, long long id, int k, char *out, size_t
     freeReplyObject(r);
 }
 
+/* A Bedrock-like deployment at 60000 TPM (a token a ms) with room for
+ * every grant at once, refunds on, with output_burndown burndown (NULL:
+ * none). */
+static void configure_bedrock(const char *dep, const char *burndown) {
+    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "100000",
+                 "refund_tokens", "1", burndown ? "output_burndown" : NULL, burndown, NULL);
+}
+
 /* Bedrock (style bedrock, output_burndown 5): the provider reserves input
  * + max output at admission and counts input + 5 x output at the end, up
  * or down (refund_tokens 1). The grant charges input + the larger of the
@@ -164,8 +172,7 @@ static void record_field(const char *dep, long long id, int k, char *out, size_t
 static void test_bedrock_burndown(void **state) {
     (void)state;
     const char *dep = "bedrock";
-    configure_on(rc, dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "100000",
-                 "refund_tokens", "1", "output_burndown", "5", NULL);
+    configure_bedrock(dep, "5");
     char res[32], f12[32];
     double tat = state_num(dep, "tokens_tat");
     grant g = reserve_tok(dep, "300+1000", 0);
@@ -212,8 +219,7 @@ static void test_bedrock_burndown(void **state) {
     /* Before any answer, a request whose bound (input + 5 x max) is above
      * the limit is charged the limit, not shed too_large forever: 1000 +
      * 32000 x 5 against 60000 TPM is charged 1000 + 59000. */
-    configure_on(rc, "bedrock-big", "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "100000",
-                 "refund_tokens", "1", "output_burndown", "5", NULL);
+    configure_bedrock("bedrock-big", "5");
     g = reserve_tok("bedrock-big", "1000+32000", 0);
     assert_true(g.granted);
     record_field("bedrock-big", g.id, 12, f12, sizeof(f12));
@@ -223,8 +229,7 @@ static void test_bedrock_burndown(void **state) {
      * below the max output Bedrock holds at admission, so the grant
      * charges input + max, as Bedrock reserves. */
     const char *short_dep = "bedrock-short";
-    configure_on(rc, short_dep, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "100000",
-                 "refund_tokens", "1", "output_burndown", "5", NULL);
+    configure_bedrock(short_dep, "5");
     for (int i = 0; i < 5; i++) {
         g = reserve_tok(short_dep, "300+1000", 0);
         settle_fb(short_dep, g.id, "300+100", "ok", -1, "-", res, sizeof(res));
@@ -238,8 +243,7 @@ static void test_bedrock_burndown(void **state) {
     /* Without the burndown (a model outside the 5x list): input + max
      * output, the usage counted. */
     const char *one = "bedrock-1x";
-    configure_on(rc, one, "rpm", "600000", "tpm", "60000", "burst_requests", "1000", "burst_tokens", "100000",
-                 "refund_tokens", "1", NULL);
+    configure_bedrock(one, NULL);
     tat = state_num(one, "tokens_tat");
     g = reserve_tok(one, "300+1000", 0);
     assert_true(fabs(state_num(one, "tokens_tat") - fmax(tat, g.now_ms) - 1300.0) < 0.01);
