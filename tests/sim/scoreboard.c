@@ -322,7 +322,9 @@ static const sb_scenario table[] = {
      0,
      0,
      {.max_429_pct = 2, .min_floor_pct = 90, .max_window_x = 1.02, .max_p99_wait_ms = 300000, .window_from_ms = 5000},
-     "window up to 1.021x (passes on 9 of seeds 1..10, recorded): a window holds one of the neighbour's requests "
+     "window up to 1.021x (passes on 6 of seeds 1..10, recorded; 9 while uvsim dated a call into an agent at its "
+     "loop's last turn): a window holds one of the "
+     "neighbour's requests "
      "more or less (3 % of it)",
      NULL},
     {"azure-greedy-neighbour",
@@ -380,7 +382,10 @@ static const sb_scenario table[] = {
     {"azure-neighbour-leaves", "azure-neighbour-leaves",
      "a 40 % neighbour leaves at 60 s: >= 95 % from 70 s (windows from 5 s)", NULL, "azure", NULL, AZ_TRAFFIC,
      NO_FAULTS, 0, 0, LEAVES_B,
-     "93.8..96.5 % of the rate after it left (passes on 7 of seeds 1..10, recorded), window up to 1.035x", NULL},
+     "93.5..96.6 % of the rate after it left (passes on 5 of seeds 1..10, recorded; 7 while uvsim dated a call into an "
+     "agent at its loop's last turn), window up "
+     "to 1.035x",
+     NULL},
     /* Nothing tells the real limit before the first response's headers:
      * 429s are judged from t = 0 (none allowed beyond 1 %), the windows
      * from 5 s on, after the first responses. */
@@ -452,16 +457,19 @@ static const sb_scenario table[] = {
      0,
      0,
      {.max_429_pct = 2, .min_floor_pct = 90, .max_window_x = 1.02, .max_p99_wait_ms = 300000, .window_from_ms = 5000},
-     "window up to 1.093x (passes on 6 of seeds 1..10, 31 of 1..40 in session 18; 37 of 1..40 before the ratio was "
-     "read from the headers; seed 8 moves between 0.990x and 1.093x with the scripts' bytes, docs/simulator.md): as "
+     "window up to 1.091x (passes on 5 of seeds 1..10, 6 while uvsim dated a call into an agent at its loop's last "
+     "turn; 31 of 1..40 "
+     "in session 18, 37 of 1..40 before the ratio was read from the headers): as "
      "azure-paced-neighbour, a window holds one of the neighbour's requests more or less, and each of "
      "the neighbour's first two readings is in force as a ratio for a second",
      &no_usage_more},
     {"no-usage-leaves", "azure-neighbour-leaves",
      "a 40 % neighbour leaves at 60 s, no usage: >= 95 % from 70 s (windows from 5 s)", NULL, "azure", CAL_YAML,
      AZ_TRAFFIC, NO_FAULTS, 0, 0, LEAVES_B,
-     "73..93.8 % of the rate after it left, or a window from 5 s up to 1.106x (passes on 2 of seeds 1..10, 14 of "
-     "1..40; 33 of 1..40 before the ratio was read from the headers): the neighbour's first readings are in force "
+     "63..89.7 % of the rate after it left, or a window from 5 s up to 1.143x (passes on 5 of seeds 1..10, 2 "
+     "while uvsim dated a call into an agent at its loop's last turn; 14 of 1..40 then, 33 of 1..40 before the ratio "
+     "was read from the headers): "
+     "the neighbour's first readings are in force "
      "as a ratio for a second or two, two that agree by chance are taken for one until a third does not, and the "
      "fleet's schedule stays behind what that charged",
      &no_usage_more},
@@ -502,15 +510,18 @@ static const sb_scenario table[] = {
      NULL},
     {"anthropic-short-24", "anthropic-current", "Anthropic, answers 200 of 1000, 24 callers (expected output)",
      short_answers, "anthropic", NULL, 3, 8, 13, SIM_LANG_EN, 1200, 1000, NO_FAULTS, 0, 0, STD_95,
-     "92.4..98.9 % of the floor (seeds 1, 5 and 7 pass, recorded; 8 and 9 miss on the window alone), window up "
+     "90.6..97.6 % of the floor (seeds 1 and 3 pass, recorded; 5 and 8 miss on the window alone; 1, 5 and 7 "
+     "passed while uvsim dated a call into an agent at its loop's last turn), window up "
      "to 1.05x output in the first seconds, as the first answers give back what their larger charge did not "
      "use: the 90th percentile charged, the rest given back at the settle as far as the refund bound allows "
      "(max charged: 29 %)",
      NULL},
     {"anthropic-short-96", "anthropic-current", "Anthropic, answers 200 of 1000, 96 callers (expected output)",
      short_answers, "anthropic", NULL, 3, 32, 3, SIM_LANG_EN, 1200, 1000, NO_FAULTS, 0, 0, STD_95,
-     "94.4..99.2 % of the floor, window up to 1.05x output in the first seconds (as anthropic-short-24): passes "
-     "on seeds 1, 3, 5, 7 and 10 (recorded); 4, 6, 8 and 9 miss on the window alone",
+     "93.7..99.2 % of the floor, window up to 1.05x output in the first seconds (as anthropic-short-24): passes "
+     "on seeds 1, 3, 7 and 10 (recorded; 5 as well while uvsim dated a call into an agent at its loop's last turn); 4, "
+     "5, 6, 8 and 9 miss on the "
+     "window alone",
      NULL},
     {"anthropic-short-24-max", "anthropic-current", "the same, 24 callers, output_charge max (today's rule)",
      short_answers, "anthropic", "    output_charge: max\n", 3, 8, 13, SIM_LANG_EN, 1200, 1000, NO_FAULTS, 0, 0, STD_95,

@@ -6,7 +6,8 @@
  * drawn from the seed; a loop turns only when it has something to do; a frozen
  * loop runs its overdue timers in one turn when it thaws; poll handles
  * report WRITABLE when asked and READABLE when woken with bytes waiting;
- * the virtual clock drives uv_now, uv_hrtime and uvsim_clock_gettime. */
+ * the virtual clock drives uv_now, uv_hrtime and uvsim_clock_gettime; a
+ * call into a loop from outside it sees the time it runs at. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -262,11 +263,57 @@ static void test_poll(void **state) {
     close(sv[1]);
 }
 
+/* A call into a loop from outside it (an at-function: a caller's call into
+ * its agent, an answer's settle) sees the time it runs at, as libuv's
+ * callbacks see the time its poll returned at: uv_now, and a timer
+ * started there is due from it. A frozen loop keeps its time. */
+static uv_loop_t *outside_loop;
+static uv_timer_t outside_timer;
+static void from_outside(void *arg) {
+    (void)arg;
+    note("now@%llu ", (unsigned long long)uv_now(outside_loop));
+    uv_timer_start(&outside_timer, on_timer, 3, 0);
+}
+
+static void test_outside_sees_now(void **state) {
+    uv_loop_t loop, cold;
+    uv_timer_t far;
+    trace[0] = '\0';
+    uvsim_reset(T0, 1);
+    uv_loop_init(&loop);
+    uv_loop_init(&cold);
+    uv_timer_init(&loop, &far);
+    far.data = "far";
+    uv_timer_start(&far, on_timer, 1000, 0); /* the loop sleeps till then */
+    uv_timer_init(&loop, &outside_timer);
+    outside_timer.data = "t";
+    outside_loop = &loop;
+    uvsim_loop_freeze(&cold, T0 + 500000);
+    uvsim_run_until(T0 + 2000);
+    uvsim_at(T0 + 48000, from_outside, NULL);
+    assert_int_equal(uvsim_run_until(T0 + 100000), 0);
+    /* Dated at its last turn (1 000 000 ms) it would read 1000000 and its
+     * timer would fire at 1000003. */
+    assert_string_equal(trace, "now@1000048 t@1000051 ");
+    outside_loop = &cold;
+    uvsim_at(T0 + 200000, from_outside, NULL);
+    trace[0] = '\0';
+    assert_int_equal(uvsim_run_until(T0 + 200000), 0);
+    assert_string_equal(trace, "now@1000000 ");
+    uv_close((uv_handle_t *)&far, NULL);
+    uv_close((uv_handle_t *)&outside_timer, NULL);
+    uvsim_loop_freeze(&cold, 0);
+    uvsim_run_until(T0 + 600000);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    assert_int_equal(uv_loop_close(&cold), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_timer_order), cmocka_unit_test(test_tie_order),   cmocka_unit_test(test_timer_repeat),
-        cmocka_unit_test(test_phases),      cmocka_unit_test(test_loop_sleeps), cmocka_unit_test(test_freeze),
-        cmocka_unit_test(test_poll),
+        cmocka_unit_test(test_timer_order),  cmocka_unit_test(test_tie_order),
+        cmocka_unit_test(test_timer_repeat), cmocka_unit_test(test_phases),
+        cmocka_unit_test(test_loop_sleeps),  cmocka_unit_test(test_freeze),
+        cmocka_unit_test(test_poll),         cmocka_unit_test(test_outside_sees_now),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -518,6 +518,19 @@ static void turn(lrec *L) {
     }
 }
 
+/* What runs from outside the loops (a caller's call into its agent's
+ * engine, an answer's settle) reaches a process as a wake-up does, and
+ * libuv updates a loop's time when its poll returns: the callbacks see
+ * the time they run at. Left at the loop's last turn, an idle agent's
+ * uv_now was up to a timer's interval old there: a call's start (and the
+ * wait it reports) was dated that much early, and a timer started from
+ * it fired that much early. A frozen loop keeps its time. */
+static void loops_wake_time(void) {
+    uint64_t ms = S.now_us / 1000;
+    for (lrec *L = S.loops; L; L = L->next)
+        if (L->frozen_until <= S.now_us && L->time_ms < ms) L->time_ms = ms;
+}
+
 int uvsim_run_until(uint64_t t_us) {
     unsigned long spins = 0;
     for (;;) {
@@ -537,6 +550,7 @@ int uvsim_run_until(uint64_t t_us) {
             fprintf(stderr, "uvsim: a loop keeps turning at t = %llu us\n", (unsigned long long)S.now_us);
             return -1;
         }
+        if (S.nheap && S.heap[0].t <= S.now_us) loops_wake_time();
         while (S.nheap && S.heap[0].t <= S.now_us) {
             at_ev e = at_pop();
             e.fn(e.arg);
