@@ -1370,6 +1370,61 @@ static void test_calibration_learns_and_applies(void **state) {
     assert_int_equal(record_tokens("cal", id, NULL), 1000);
 }
 
+/* Field k (1-based) of grant id's record on dep, or "" past its end. */
+static void record_field(const char *dep, long long id, int k, char *out, size_t n) {
+    char *rec = NULL;
+    record_tokens(dep, id, &rec);
+    const char *p = rec;
+    for (int i = 1; i < k && p; i++) {
+        p = strchr(p, ',');
+        if (p) p++;
+    }
+    size_t len = p ? strcspn(p, ",") : 0;
+    snprintf(out, n, "%.*s", (int)len, p ? p : "");
+    free(rec);
+}
+
+/* The first answer says the provider counts 3.2x the input estimate: the
+ * grants still out, charged at the estimate, are charged the difference
+ * at once (not when each settles, after their agents reserved what
+ * follows), each record keeps it (field 17), and their own settles charge
+ * only what is left. */
+static void test_calibration_charges_grants_out_ahead(void **state) {
+    (void)state;
+    configure_on(rc, "cala", "rpm", "6000", "tpm", "1000000", NULL);
+    long long a = 0, b = 0, c = 0;
+    assert_int_equal(reserve_lane1("cala", "500+500", "60000", "", &a), 1);
+    assert_int_equal(reserve_lane1("cala", "500+500", "60000", "", &b), 1);
+    assert_int_equal(reserve_lane1("cala", "500+500", "60000", "", &c), 1);
+    settle_usage("cala", a, "1600+300");
+    assert_state_field("cala", "estimate_ratio", "3.2000");
+    /* a's own 1100, and 1100 ahead for each of b and c. */
+    assert_state_field("cala", "tokens_charged", "3300");
+    assert_state_field("cala", "estimate_ahead", "2200");
+    char f17[32];
+    record_field("cala", b, 17, f17, sizeof(f17));
+    assert_string_equal(f17, "1100");
+    record_field("cala", c, 17, f17, sizeof(f17));
+    assert_string_equal(f17, "1100");
+    /* b counts what was charged ahead: nothing more. c counts 100 more
+     * (ratio 3.4): only that. */
+    settle_usage("cala", b, "1600+300");
+    assert_state_field("cala", "tokens_charged", "3300");
+    settle_usage("cala", c, "1700+300");
+    assert_state_field("cala", "tokens_charged", "3400");
+    /* A rise within the ratio's noise (3.4 to 3.6: under 10 %) charges
+     * nothing ahead; each grant's usage charges its own. */
+    long long d = 0, e = 0;
+    assert_int_equal(reserve_lane1("cala", "500+500", "60000", "", &d), 1);
+    assert_int_equal(reserve_lane1("cala", "500+500", "60000", "", &e), 1);
+    assert_int_equal(record_tokens("cala", e, NULL), 1700 + 500);
+    settle_usage("cala", d, "1800+300");
+    assert_state_field("cala", "estimate_ratio", "3.6000");
+    record_field("cala", e, 17, f17, sizeof(f17));
+    assert_string_equal(f17, "");
+    assert_state_field("cala", "tokens_charged", "3500");
+}
+
 /* The safe side: the 90th percentile of the kept ratios, not the mean;
  * a ratio below 1 lowers the charge (so the fleet uses the quota); a
  * combined figure is never lowered; without news the ratio decays toward
@@ -1529,6 +1584,7 @@ int main(void) {
         cmocka_unit_test(test_never_over_offer_random),
         cmocka_unit_test(test_limits_packed_and_records),
         cmocka_unit_test(test_calibration_learns_and_applies),
+        cmocka_unit_test(test_calibration_charges_grants_out_ahead),
         cmocka_unit_test(test_calibration_quantile_low_and_decay),
         cmocka_unit_test(test_calibration_learning_horizon),
     };
