@@ -645,7 +645,19 @@ local function dim_settle(d, est, actual, slot, give)
   local diff = est - actual
   local given = 0
   if diff > 0 and (d.refund or give) then
-    given = sl_dim_refund(d, diff, now, d.q, st, scale, nil, math.max(slot, now - refund_lag))
+    -- Output counted as generated (output_charge expected): the provider
+    -- never took what the grant charged above the answer, so what its
+    -- bucket still holds of it is bounded from the send on, not from the
+    -- answer's end: a full bucket wasted the refill the fleet held back
+    -- meanwhile. From the end, the first answers' give-backs (charged
+    -- at the max, then at twice the largest) were spent again on a
+    -- bucket that had wasted them: the bucket three max_tokens deep ran
+    -- dry by 12 s (anthropic-short-24 seed 10: a 429 and its pause,
+    -- windows up to 1.048x on seeds 1..10; from the send: none, within
+    -- 1.012x).
+    local since = math.max(slot, now - refund_lag)
+    if d.name == 'output' and out_charge_expected then since = slot end
+    given = sl_dim_refund(d, diff, now, d.q, st, scale, nil, since)
   elseif diff < 0 then
     sl_dim_charge(d, -diff, now)
     if d.name ~= 'requests' then bump(d.name .. '_charged', -diff) end

@@ -660,6 +660,42 @@ static int provider_admit(provider *p, double t, double cost) {
     return 0;
 }
 
+/* Output counted as generated (output_charge expected) gives back what an
+ * answer did not use as far as the sends since the grant's slot allow:
+ * the provider never took it, and its bucket may have wasted the refill
+ * the fleet held back meanwhile. Taken at admission and given back at
+ * the end (output_charge max, Anthropic's 2025 rule), the bound starts
+ * at the answer's end. A at T (charged 1000, the max before any answer),
+ * B at T + 100 (slot about T + 1000: 1000 a second, a burst of 1000), A
+ * settles at T + 1300 having used 200. */
+static void clock_at(const char *dep, double t);
+static void test_expected_output_given_back_from_the_send(void **state) {
+    (void)state;
+    const char *rule[2] = {"expected", "max"};
+    const double want[2] = {0, 800};
+    const double T = 1800000000000.0;
+    for (int k = 0; k < 2; k++) {
+        char dep[32], res[32];
+        snprintf(dep, sizeof(dep), "outsince%d", k);
+        configure_on(rc, dep, "rpm", "600000", "itpm", "6000000", "otpm", "60000", "burst_requests", "1000",
+                     "burst_input", "100000", "burst_output", "1000", "estimate_exact", "1", "output_charge", rule[k],
+                     NULL);
+        clock_at(dep, T);
+        grant a = reserve_tok(dep, "300+1000", 5000);
+        assert_true(a.granted);
+        assert_int_equal(a.wait_ms, 0);
+        clock_at(dep, T + 100);
+        grant b = reserve_tok(dep, "300+1000", 5000);
+        assert_true(b.granted);
+        /* (Its slot before T + 1050: the bound from A's end leaves it out.) */
+        if (!(b.wait_ms > 800 && b.wait_ms < 950)) fail_msg("B waits %lld ms", b.wait_ms);
+        clock_at(dep, T + 1300);
+        settle_fb(dep, a.id, "300+200+0", "ok", -1, "-", res, sizeof(res));
+        assert_string_equal(res, "settled");
+        assert_true(fabs(state_num(dep, "output_refunded") - want[k]) < 0.5);
+    }
+}
+
 typedef struct sim_result {
     int sent, rejected;
     double outside_rpm, effective_rpm;
@@ -1297,6 +1333,7 @@ static void test_feedback_form_checked(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_combined_tokens_never_refunded),
+        cmocka_unit_test(test_expected_output_given_back_from_the_send),
         cmocka_unit_test(test_bedrock_burndown),
         cmocka_unit_test(test_combined_estimate_not_counted_twice),
         cmocka_unit_test(test_openai_max_rule),
