@@ -1067,7 +1067,10 @@ static sb_lane_figure *lane_of(sb_result *r, const char *lane) {
     return &r->lanes[r->nlanes++];
 }
 
-/* The granted attempts' waits: over all, then lane by lane. */
+/* The granted attempts' waits, from the call to its release on the
+ * simulator's own clock (send_ms; not the engine's waited_ms, a figure of
+ * the governor's, on its loop's cached clock): over all, then lane by
+ * lane. */
 static void judge_waits(const sim_record *rec, size_t n, int killed_agent, sb_result *r) {
     double *waits = malloc((n ? n : 1) * sizeof(double));
     if (!waits) {
@@ -1076,8 +1079,8 @@ static void judge_waits(const sim_record *rec, size_t n, int killed_agent, sb_re
     }
     size_t nw = 0;
     for (size_t i = 0; i < n; i++) {
-        if (rec[i].agent == killed_agent || rec[i].slot_ms < 0 || rec[i].acquire_ms < 0) continue;
-        waits[nw++] = rec[i].slot_ms - rec[i].acquire_ms;
+        if (rec[i].agent == killed_agent || rec[i].send_ms < 0 || rec[i].acquire_ms < 0) continue;
+        waits[nw++] = rec[i].send_ms - rec[i].acquire_ms;
         sb_lane_figure *l = lane_of(r, rec[i].lane);
         if (l) l->granted++;
     }
@@ -1085,9 +1088,9 @@ static void judge_waits(const sim_record *rec, size_t n, int killed_agent, sb_re
     for (int k = 0; k < r->nlanes; k++) {
         nw = 0;
         for (size_t i = 0; i < n; i++) {
-            if (rec[i].agent == killed_agent || rec[i].slot_ms < 0 || rec[i].acquire_ms < 0) continue;
+            if (rec[i].agent == killed_agent || rec[i].send_ms < 0 || rec[i].acquire_ms < 0) continue;
             if (strcmp(rec[i].lane ? rec[i].lane : "-", r->lanes[k].name) == 0)
-                waits[nw++] = rec[i].slot_ms - rec[i].acquire_ms;
+                waits[nw++] = rec[i].send_ms - rec[i].acquire_ms;
         }
         r->lanes[k].p99_wait_ms = percentile(waits, nw, 0.99);
     }
