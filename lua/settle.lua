@@ -634,6 +634,13 @@ local lane_news = {}  -- the same by lane, of grants that name one (reserve.lua,
 -- it as expected (output_charge expected) or burns it down (Bedrock).
 local out_expected = burn or out_charge_expected
 local decreased = false
+-- The fleet's own units of one send were short by `units` of what the
+-- provider counted: a span of its remaining counts holding that send
+-- would read the difference as others' use. Beyond the noise of the
+-- shortest span, the estimate of others' use starts a new base.
+local function obs_restart(d, units)
+  if units >= 2 + 0.05 * d.r0 * OBS_SPAN_MS then sl_set(st, d.name .. '_obs', '') end
+end
 local function dim_settle(d, est, actual, slot, give)
   -- One dimension of a settled grant sent at slot: est was charged; actual
   -- is what the provider counts (nil: unknown). The provider gave back the
@@ -663,10 +670,8 @@ local function dim_settle(d, est, actual, slot, give)
     if d.name ~= 'requests' then bump(d.name .. '_charged', -diff) end
     -- The provider counted more than the fleet's own units say (an
     -- estimate below its count: the ratio not learned yet, or one above
-    -- it): a span of the provider's remaining counts holding this send
-    -- would read the difference as others' use. Beyond the noise of the
-    -- shortest span, the estimate of others' use starts a new base.
-    if -diff >= 2 + 0.05 * d.r0 * OBS_SPAN_MS then sl_set(st, d.name .. '_obs', '') end
+    -- it).
+    obs_restart(d, -diff)
   end
   if given > 0 then bump(d.name .. '_refunded', math.floor(given + 0.5)) end
 end
@@ -692,7 +697,7 @@ local function cal_ahead(was)
   local r = sl_cal(limits, st, now)
   if r <= was * CAL_AHEAD_RISE then return end
   local flat = redis.call('HGETALL', KEYS[3])
-  local din, dtok, settled, most = 0, 0, {}, 0
+  local din, dtok, settled, most, recs = 0, 0, {}, 0, {}
   -- (The grants this call settled are still there: their usage charged
   -- them.)
   for _, id in ipairs(done) do settled[id] = true end
@@ -710,20 +715,20 @@ local function cal_ahead(was)
         dtok = dtok + (tmax and math.max(0, math.max(want, max_out) - math.max(cur, max_out)) or top)
         for k = #f + 1, 16 do f[k] = '' end
         f[17] = string.format('%d', ahead + top)
-        redis.call('HSET', KEYS[3], flat[i], table.concat(f, ','))
+        recs[#recs + 1] = flat[i]
+        recs[#recs + 1] = table.concat(f, ',')
       end
     end
   end
+  for i = 1, #recs, 2000 do redis.call('HSET', KEYS[3], unpack(recs, i, math.min(i + 1999, #recs))) end
   for _, d in ipairs(dims) do
     local a = (d.name == 'input' and din) or (d.name == 'tokens' and dtok) or 0
     if a > 0 then
       sl_dim_charge(d, a, now)
       bump(d.name .. '_charged', a)
-      -- The provider counted it at admission: a span of its remaining
-      -- counts holding one of these sends would read it as others' use,
-      -- where one send's part is beyond the noise (as where its usage
-      -- would charge it, dim_settle).
-      if most >= 2 + 0.05 * d.r0 * OBS_SPAN_MS then sl_set(st, d.name .. '_obs', '') end
+      -- The provider counted it at admission (as where a usage charges
+      -- it, dim_settle): judged by the largest part of one send.
+      obs_restart(d, most)
     end
   end
   if din > 0 then bump('estimate_ahead', din) end
@@ -765,9 +770,7 @@ for i = 1, n do
         cost[2] = math.max(cost[3], max_out)
       end
       for _, d in ipairs(dims) do
-        if (d.name == 'input' or d.name == 'tokens') and ahead >= 2 + 0.05 * d.r0 * OBS_SPAN_MS then
-          sl_set(st, d.name .. '_obs', '')
-        end
+        if d.name == 'input' or d.name == 'tokens' then obs_restart(d, ahead) end
       end
     end
     bump('settled_' .. outcome)
