@@ -22,6 +22,14 @@ local KEYS = KEYS
 --   KEYS[11] sluice:{D}:refq:output  list  refund bound queue, output tokens
 -- Times are milliseconds on the Redis clock (TIME); replies carry relative
 -- milliseconds only, plus the server time in microseconds for tests.
+--
+-- Lua 5.1 allows 200 locals in a chunk's main function, and each script is
+-- one chunk: this file's locals, the script's own and, in the simulator's
+-- build, two of tests/sim/sim_preamble.lua. settle.lua is at the limit
+-- there: a helper only one script uses belongs in that script (reserve's
+-- out_learning_r), and a new helper here takes a local from settle.lua or
+-- moves into a table. Past the limit the script does not load: the gate's
+-- simulator tests fail, and the scoreboard's verdicts all turn XWORSE.
 
 -- A dry run (ESTIMATE, docs/redis-keys.md "Dry runs"): set from a last ARGV
 -- '@dry' (before '@timed', if any) at the end of this file. Only reserve
@@ -1214,7 +1222,7 @@ local SL_CAL_MIN, SL_CAL_MAX = 0.05, 20
 local function sl_ratio(limits, st, now, pfx)
   local q = tonumber(st[pfx .. '_ratio'])
   local at = tonumber(st[pfx .. '_ratio_at'])
-  if not q or not at then return 1, true end
+  if not q or not at then return 1, true, 0 end
   local h = sl_num(limits, 'estimate_half_life_ms', 600000)
   local age = now - at
   if age < 0 then age = 0 end
@@ -1224,7 +1232,7 @@ local function sl_ratio(limits, st, now, pfx)
   local n = 0
   local ring = st[pfx .. '_ratios']
   if ring and ring ~= '' then n = select(2, string.gsub(ring, ',', '')) + 1 end
-  return r, n < SL_CAL_LEARN or age > h
+  return r, n < SL_CAL_LEARN or age > h, n
 end
 
 local function sl_cal(limits, st, now) return sl_ratio(limits, st, now, 'estimate') end
@@ -1274,9 +1282,10 @@ end
 -- SL_CAL_N answers, decaying toward 1 without news), rounded up, at least
 -- 1; the settle corrects it to the actual either way (refund_output): a
 -- long answer is charged at the schedule's tail as debt. Until
--- SL_CAL_LEARN fresh ratios are known, twice the largest share seen (the
--- max output before the first answer; reserve.lua).
+-- SL_CAL_LEARN fresh ratios are known, the largest share of the n seen
+-- times 1 + 1 / n (the max output before the first answer; reserve.lua).
 local SL_OUT_MIN = 0.001
+
 -- Bedrock's burndown charges the expected output times the burndown rate
 -- (5 for the Claude 4-class models) into the tokens dimension. A charge
 -- above what the answers use is given back at the settle only as far as
