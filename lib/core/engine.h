@@ -86,11 +86,17 @@ int engine_outcome_index(const char *word);
 typedef struct engine_grant {
     char id[ENGINE_GRANT_ID_MAX]; /* "<deployment>:<n>", or "<deployment>:L<n>" when local */
     long long waited_ms;          /* from acquire to release */
-    long long tokens;             /* the reserved estimate */
-    int local;                    /* granted by local fallback pacing */
-    const char *deployment;       /* the deployment (a group's member) the slot is on */
-    const char *endpoint;         /* its endpoint from the configuration, "" if none */
-    int group;                    /* 1: asked of a group */
+    /* The release planned, on the engine's loop clock (uv_now): the slot
+     * as Redis or the local schedule gave it, re-timed and paused as told,
+     * or the time of the grant when it was released at once. A loaded
+     * machine releases at it or later, never earlier: a verdict on the
+     * governor's decisions replays these, not the times callers woke. */
+    unsigned long long planned_ms;
+    long long tokens;       /* the reserved estimate */
+    int local;              /* granted by local fallback pacing */
+    const char *deployment; /* the deployment (a group's member) the slot is on */
+    const char *endpoint;   /* its endpoint from the configuration, "" if none */
+    int group;              /* 1: asked of a group */
 } engine_grant;
 
 typedef struct engine_shed {

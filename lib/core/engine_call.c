@@ -67,6 +67,7 @@ void call_complete(engine_call *c, int status, const engine_shed *shed, const ch
     c->grant.group = c->route != NULL;
     if (status == SL_OK) {
         c->grant.waited_ms = (long long)(uv_now(e->loop) - c->start_ms);
+        c->grant.planned_ms = c->release_ms ? c->release_ms : uv_now(e->loop);
         e->stats.grants++;
         e->stats.tokens_estimated += (unsigned long long)c->grant.tokens;
         if (c->grant.local) e->stats.grants_local++;
@@ -191,6 +192,7 @@ static void on_release(uv_timer_t *t) {
     if (d->paused_until > now) {
         /* The provider paused the deployment after this grant was made:
          * hold the caller until the pause ends, like every other agent. */
+        c->release_ms = d->paused_until;
         uv_timer_start(&c->timer, on_release, d->paused_until - now, 0);
         return;
     }
@@ -259,6 +261,7 @@ void call_granted(engine_call *c, long long wait_ms) {
     uint64_t at = now + (uint64_t)(wait_ms > 0 ? wait_ms : 0);
     if (d->paused_until > at) at = d->paused_until;
     if (at <= now) {
+        c->release_ms = now;
         call_complete(c, SL_OK, NULL, NULL);
         return;
     }

@@ -205,7 +205,12 @@ typedef struct acq {
 static void on_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed, const char *msg) {
     acq *a = arg;
     a->status = status;
-    a->at = uv_now(&a->w->loop);
+    /* The release the engine planned (its slot), not the time this
+     * callback ran: a loaded machine wakes callers late and, after a stall,
+     * several in one loop turn (one uv_now), which the provider's bucket
+     * would count as a burst the governor never granted. */
+    a->at = g ? g->planned_ms : uv_now(&a->w->loop);
+    if (g) assert_true(g->planned_ms <= uv_now(&a->w->loop)); /* released at its plan or later */
     a->local = g ? g->local : 0;
     if (status != SL_OK)
         print_message("    acquire %s: status %d %s\n", a->dep, status, msg ? msg : (shed ? shed->reason : ""));
