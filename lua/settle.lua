@@ -559,6 +559,24 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
     if left < x then x = math.max(0, left) end
     x = x * (1 - OBS_GAIN / 6)
   end
+  -- A bucket read full (wasting refill) owes nothing: the schedule's
+  -- part beyond the sends granted (debt it charged, the stretches of
+  -- others' rate that the held grants, following in steps, never took)
+  -- is room the provider has. Kept, it became a gap after the held sends,
+  -- and a class told to ask again at the schedule's end slept through it
+  -- (azure-neighbour-leaves: 4.7 s of nothing, 93.5 % of the rate after
+  -- the neighbour left). It is given back by a compression as far as the
+  -- held sends conform (at the end of this script), at most every 5 s
+  -- (forgive_at). Only full: a deep bucket a burst below its cap may
+  -- still be owed what the last seconds over-sent, and the 10 s windows
+  -- of a neighbour's rows went to 1.13..1.24x when that was forgiven.
+  -- Only with others' use read as nothing: a full bucket hides a
+  -- neighbour still there (its estimate fades), and the held sends
+  -- compressed at that rate put a paced neighbour's windows at 1.055x.
+  if rem >= full and x == 0 and d.tat > math.max(d.cg, now) + d.burst / d.r
+     and now - sl_num(st, 'forgive_at', 0) >= 5 * OBS_SPAN_MS then
+    bump('schedule_forgiven')
+  end
   sl_set(st, f .. '_rise', rise and string.format('%.9g', rise) or '')
   -- A lump owed once (a one-off burst): charged a span late, once the
   -- next span did not show it going on.
@@ -998,6 +1016,14 @@ end
 if #done > 0 then
   redis.call('HDEL', KEYS[3], unpack(done))
   redis.call('ZREM', KEYS[4], unpack(done))
+end
+-- A full bucket's reading (observe): the schedule ends where the held
+-- sends end, compressed as far as they conform, and the agents' held
+-- sends and asks move with it (the thinned compression of a dropped
+-- agent's grants, heartbeat.lua).
+if (counts.schedule_forgiven or 0) > 0 then
+  sl_set(st, 'forgive_at', sl_fmt(now))
+  sl_rate_changed(st, dims, now, nil, nil, nil, 0.01)
 end
 if deposits > 0 then
   local _, cur = sl_retry_window(limits, now)

@@ -1302,6 +1302,55 @@ static void test_silent_fleet_not_a_neighbour(void **state) {
     assert_true(status_num(rc, dep, "local_requests") == local);
 }
 
+/* A provider's bucket read full (wasting refill) owes nothing: a schedule
+ * whose TAT runs 5 s past the sends it granted (debt, or stretches for
+ * others' rate that the held grants did not take) comes back to them at
+ * the first full reading, and counts schedule_forgiven. The same reading
+ * two below full leaves it: a deep bucket a little below its cap may
+ * still be owed what the last seconds over-sent. Without this, the gap
+ * held the fleet idle after a neighbour left (azure-neighbour-leaves). */
+static void test_full_bucket_forgives_the_schedule(void **state) {
+    (void)state;
+    const double T = 1800000000000.0;
+    const int rem_at[2] = {599, 597}; /* cap 600, full 598 (one send and one unit) */
+    for (int k = 0; k < 2; k++) {
+        char dep[32], res[32], seen[32];
+        snprintf(dep, sizeof(dep), "forgive%d", k);
+        configure_on(rc, dep, "rpm", "600", "burst_requests", "10", "jitter_ms", "0", NULL);
+        /* The base reading: the bucket full (cap 600). */
+        clock_at(dep, T);
+        grant g = reserve_tok(dep, "0", 0);
+        assert_true(g.granted);
+        settle_fb(dep, g.id, "-1", "ok", -1, "r=600/599", res, sizeof(res));
+        /* 3 s on (a span of 20 sends at least): three sends held ahead,
+         * and a schedule 5 s past them. */
+        clock_at(dep, T + 3000);
+        g = reserve_tok(dep, "0", 0);
+        assert_true(g.granted && g.wait_ms == 0);
+        for (int i = 0; i < 12; i++) assert_true(reserve_tok(dep, "0", 60000).granted);
+        double cg = state_num(dep, "requests_cmt"), tat = state_num(dep, "requests_tat");
+        assert_true(cg > T + 3000 && fabs(tat - cg) < 1e-6);
+        redisReply *r = redisCommand(rc, "HSET sluice:{%s}:state requests_tat %.3f", dep, tat + 5000);
+        assert_non_null(r);
+        freeReplyObject(r);
+        snprintf(seen, sizeof(seen), "r=600/%d", rem_at[k]);
+        settle_fb(dep, g.id, "-1", "ok", -1, seen, res, sizeof(res));
+        assert_string_equal(res, "settled");
+        double after = state_num(dep, "requests_tat");
+        print_message("  remaining %d of 600: TAT %.0f ms past the held sends -> %.0f, forgiven %.0f\n", rem_at[k],
+                      tat + 5000 - cg, after - cg, state_num(dep, "schedule_forgiven"));
+        if (k == 0) {
+            /* Where the held sends' replay ends: the last one's slot and
+             * its 100 ms at 10 a second. */
+            assert_true(after <= cg + 100 + 1e-6);
+            assert_true(state_num(dep, "schedule_forgiven") == 1);
+        } else {
+            assert_true(fabs(after - (tat + 5000)) < 1e-6);
+            assert_true(state_num(dep, "schedule_forgiven") == 0);
+        }
+    }
+}
+
 static void test_feedback_form_checked(void **state) {
     const char *dep = "fbbad";
     configure_on(rc, dep, "rpm", "600", NULL);
@@ -1338,6 +1387,7 @@ int main(void) {
         cmocka_unit_test(test_expected_output_given_back_from_the_send),
         cmocka_unit_test(test_bedrock_burndown),
         cmocka_unit_test(test_combined_estimate_not_counted_twice),
+        cmocka_unit_test(test_full_bucket_forgives_the_schedule),
         cmocka_unit_test(test_openai_max_rule),
         cmocka_unit_test(test_anthropic_input_and_output),
         cmocka_unit_test(test_requests_window),
