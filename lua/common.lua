@@ -750,6 +750,18 @@ local function sl_rate_changed(st, dims, now, old_r, retime, extra, want)
     end
     if o and d.tat > now and math.abs(d.r - o) > 1e-12 * o then
       local t = now + (d.tat - now) * o / d.r
+      -- What a conversion to a faster rate could not take back because the
+      -- held sends keep their slots (below): credit, in ms, for the next
+      -- one to a slower rate while those sends last (<name>_credit,
+      -- "ms:until"). Lost, a paced neighbour's swings each way ratcheted
+      -- the schedule past the held sends (azure-neighbour-leaves). Kept as
+      -- ms, a swing there and back gives back the slower rate's share of
+      -- the exact round trip (r slow / r fast of it): kept as units, the
+      -- whole of it, and a paced neighbour's window reached 1.057x.
+      local cf = d.name .. '_credit'
+      local cr, cu = string.match(st[cf] or '', '^([^:]+):(.+)$')
+      cr, cu = tonumber(cr) or 0, tonumber(cu) or 0
+      if cu <= now then cr = 0 end
       if d.r > o then
         if cg > now then
           -- Compressed, the committed sends end at cg (sl_compress replayed
@@ -757,10 +769,17 @@ local function sl_rate_changed(st, dims, now, old_r, retime, extra, want)
           -- rates they were granted at, at most chi.
           local tb = cg
           if K >= 1 then tb = now + (cg - now) * math.max(1, chi / d.r) end
-          if t < tb then t = tb end
+          if t < tb then
+            if K == 1 then cr, cu = cr + (tb - t), cg end
+            t = tb
+          end
         end
         if K <= 1 and t > d.tat then t = d.tat end
+      elseif cr > 0 and K == 1 then
+        local c = math.min(cr, t - d.tat)
+        t, cr = t - c, cr - c
       end
+      sl_set(st, cf, cr > 0 and (string.format('%.3f', cr) .. ':' .. sl_fmt(cu)) or '')
       d.tat = t
     elseif K < 1 and d.tat > at then
       -- A dimension whose rate stayed: its schedule ends where the

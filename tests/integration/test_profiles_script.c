@@ -1351,6 +1351,44 @@ static void test_full_bucket_forgives_the_schedule(void **state) {
     }
 }
 
+/* Others' rate read lower, then back (a paced neighbour's readings swing
+ * both ways): the schedule converts to the faster rate and back, while
+ * the held sends keep their slots. The faster conversion cannot go below
+ * the held sends; what it could not take back is kept as credit
+ * (requests_credit, in ms) and taken off the slower one. Lost, each swing
+ * moved the schedule's end outward (azure-neighbour-leaves: 5 s past the
+ * held sends after a minute). At a frozen clock T, from a TAT t0 and held
+ * sends ending at c: the end is c + (t0 - T) / 2, where it was c + (c - T). */
+static void test_rate_swing_keeps_credit(void **state) {
+    (void)state;
+    const char *dep = "swing";
+    const double T = 1800000000000.0;
+    configure_on(rc, dep, "rpm", "600", "burst_requests", "10", "jitter_ms", "0", NULL);
+    clock_freeze(rc, dep, T);
+    redisReply *r = redisCommand(rc, "HSET sluice:{%s}:state requests_outside 300", dep);
+    assert_non_null(r);
+    freeReplyObject(r);
+    for (int i = 0; i < 30; i++) assert_true(reserve_tok(dep, "0", 60000).granted);
+    double t0 = state_num(dep, "requests_tat"), c = state_num(dep, "requests_cmt");
+    assert_true(c > T + 2000 && t0 >= c);
+    /* Others gone: twice the rate; the schedule stops at the held sends. */
+    r = redisCommand(rc, "HSET sluice:{%s}:state requests_outside 0", dep);
+    freeReplyObject(r);
+    assert_false(reserve_tok(dep, "0", 0).granted);
+    assert_true(fabs(state_num(dep, "requests_tat") - c) < 1e-6);
+    double credit = state_num(dep, "requests_credit");
+    assert_true(fabs(credit - (c - (T + (t0 - T) / 2))) < 1e-3);
+    /* Back: half the rate again. */
+    r = redisCommand(rc, "HSET sluice:{%s}:state requests_outside 300", dep);
+    freeReplyObject(r);
+    assert_false(reserve_tok(dep, "0", 0).granted);
+    double end = state_num(dep, "requests_tat");
+    print_message("  held sends end %.0f ms on, the schedule %.0f; after a swing and back %.0f (without credit %.0f)\n",
+                  c - T, t0 - T, end - T, 2 * (c - T));
+    assert_true(fabs(end - (c + (t0 - T) / 2)) < 1e-3);
+    assert_true(end < T + 2 * (c - T) - 100);
+}
+
 static void test_feedback_form_checked(void **state) {
     const char *dep = "fbbad";
     configure_on(rc, dep, "rpm", "600", NULL);
@@ -1388,6 +1426,7 @@ int main(void) {
         cmocka_unit_test(test_bedrock_burndown),
         cmocka_unit_test(test_combined_estimate_not_counted_twice),
         cmocka_unit_test(test_full_bucket_forgives_the_schedule),
+        cmocka_unit_test(test_rate_swing_keeps_credit),
         cmocka_unit_test(test_openai_max_rule),
         cmocka_unit_test(test_anthropic_input_and_output),
         cmocka_unit_test(test_requests_window),
