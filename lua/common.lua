@@ -779,7 +779,8 @@ local function sl_rate_changed(st, dims, now, old_r, retime, extra, want)
         local c = math.min(cr, t - d.tat)
         t, cr = t - c, cr - c
       end
-      sl_set(st, cf, cr > 0 and (string.format('%.3f', cr) .. ':' .. sl_fmt(cu)) or '')
+      local cv = cr > 0 and (string.format('%.3f', cr) .. ':' .. sl_fmt(cu)) or ''
+      if cv ~= (st[cf] or '') then sl_set(st, cf, cv) end
       d.tat = t
     elseif K < 1 and d.tat > at then
       -- A dimension whose rate stayed: its schedule ends where the
@@ -1304,7 +1305,6 @@ end
 -- SL_CAL_LEARN fresh ratios are known, the largest share of the n seen
 -- times 1 + 1 / n (the max output before the first answer; reserve.lua).
 local SL_OUT_MIN = 0.001
-
 -- Bedrock's burndown charges the expected output times the burndown rate
 -- (5 for the Claude 4-class models) into the tokens dimension. A charge
 -- above what the answers use is given back at the settle only as far as

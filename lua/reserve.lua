@@ -81,10 +81,9 @@ local ARGV, str_find, str_format, math_ceil = ARGV, string.find, string.format, 
 -- Twice the largest until the fourth answer ran the issue's short answers
 -- (a fifth of max_tokens) at under half the rate for a second more.
 local function out_learning_r(r, n)
-  if not r or n < 1 then return 1 end
+  if n < 1 then return 1 end
   return math.min(1, (1 + 1 / n) * r)
 end
-
 
 -- Opens the deployment keys names (KEYS, where common.lua's helpers read
 -- them), limits and st its loaded hashes. Returns the call's context x,
@@ -173,7 +172,10 @@ local function reserve_open(keys, limits, st)
     -- fourth answer ran the first seconds of the issue's short answers (a
     -- fifth of max_tokens) at a third of the rate (anthropic-short-24:
     -- 91.8..95.4 % of the floor, 92.4..98.9 % at twice the largest).
-    if learning and st.output_ratio and out_learning_r(r, n) < 1 then x.out_r = out_learning_r(r, n) end
+    if learning and st.output_ratio then
+      local k = out_learning_r(r, n)
+      if k < 1 then x.out_r = k end
+    end
     x.out_learning = learning  -- (reserve_one: how soon a deferred item asks again)
   end
   x.out_lane = x.plan and (burn or expected) or false
