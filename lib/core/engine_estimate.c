@@ -183,7 +183,7 @@ static int est_ask(est_member *m) {
     wire_args a;
     wire_args_init(&a);
     wire_reserve_begin(&a, NULL);
-    wire_reserve_item(&a, &x, op->max_wait_ms, quads ? m->lane : NULL, m->tenant);
+    wire_reserve_item(&a, &x, op->max_wait_ms, 0, quads ? m->lane : NULL, m->tenant);
     int rc = wire_args_done(&a, WIRE_DRY);
     if (rc == 0) rc = rrouter_script(e->redis, SCRIPT_RESERVE, d->keys, a.argc, a.argv, on_est_reply, m);
     wire_args_free(&a);

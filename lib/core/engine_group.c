@@ -353,7 +353,7 @@ void engine__gq_flush(engine *e, gq *q) {
                 used += (size_t)snprintf(order + used, sizeof(order) - used, ",%zu", i + 1);
         wire_estimate x;
         call_wire_estimate(c, &x);
-        wire_group_item(&a, &x, l, c->route->lane, c->route->tenant, order);
+        wire_group_item(&a, &x, l, (long long)(now - c->start_ms), c->route->lane, c->route->tenant, order);
         c->state = CALL_INFLIGHT;
         b->items[b->n++] = c;
     }

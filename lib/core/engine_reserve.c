@@ -234,7 +234,7 @@ void dep_flush_reserves(dep *d) {
                 c->state = CALL_INFLIGHT;
                 wire_estimate x;
                 call_wire_estimate(c, &x);
-                wire_reserve_item(&a, &x, left, quads ? k->lane : NULL, k->tenant);
+                wire_reserve_item(&a, &x, left, (long long)(now - c->start_ms), quads ? k->lane : NULL, k->tenant);
                 b->items[b->n++] = c;
             }
             if (!any) break;

@@ -115,10 +115,21 @@ void wire_reserve_begin(wire_args *a, const char *agent) {
     wire_add_count(a);
 }
 
-void wire_reserve_item(wire_args *a, const wire_estimate *x, long long max_wait_ms, const char *lane,
-                       const char *tenant) {
+/* An item's max wait, and how long it has waited when known. */
+static void wire_add_wait(wire_args *a, long long max_wait_ms, long long waited_ms) {
+    if (waited_ms < 0) {
+        wire_add_ll(a, max_wait_ms);
+        return;
+    }
+    char buf[48];
+    snprintf(buf, sizeof(buf), "%lld:%lld", max_wait_ms, waited_ms);
+    wire_add(a, buf);
+}
+
+void wire_reserve_item(wire_args *a, const wire_estimate *x, long long max_wait_ms, long long waited_ms,
+                       const char *lane, const char *tenant) {
     wire_add_estimate(a, x);
-    wire_add_ll(a, max_wait_ms);
+    wire_add_wait(a, max_wait_ms, waited_ms);
     if (lane) {
         wire_add(a, lane);
         wire_add(a, tenant);
@@ -135,10 +146,10 @@ void wire_group_begin(wire_args *a, const char *agent, size_t members, long long
     wire_add_count(a);
 }
 
-void wire_group_item(wire_args *a, const wire_estimate *x, long long max_wait_ms, const char *lane, const char *tenant,
-                     const char *order) {
+void wire_group_item(wire_args *a, const wire_estimate *x, long long max_wait_ms, long long waited_ms, const char *lane,
+                     const char *tenant, const char *order) {
     wire_add_estimate(a, x);
-    wire_add_ll(a, max_wait_ms);
+    wire_add_wait(a, max_wait_ms, waited_ms);
     wire_add(a, lane);
     wire_add(a, tenant);
     wire_add(a, order);

@@ -83,17 +83,20 @@ void wire_estimate_format(const wire_estimate *x, char *buf, size_t n);
 /* Plain form: [agent] n, then per item (tokens, max_wait_ms) or, with
  * lanes or tenants (quads), (tokens, max_wait_ms, lane, tenant). agent:
  * dep_agent_arg's "@<id>/<promise>", or NULL (a dry run is no proof of
- * life). */
+ * life). waited_ms >= 0 is how long the request has waited so far, sent
+ * as "<max_wait_ms>:<waited_ms>" (lua/reserve.lua: on a deployment that
+ * grants just in time, the longer waited asks with more of the horizon);
+ * -1 sends the max wait alone. */
 void wire_reserve_begin(wire_args *a, const char *agent);
-void wire_reserve_item(wire_args *a, const wire_estimate *x, long long max_wait_ms, const char *lane,
-                       const char *tenant);
+void wire_reserve_item(wire_args *a, const wire_estimate *x, long long max_wait_ms, long long waited_ms,
+                       const char *lane, const char *tenant);
 
 /* Group form: [agent] group, m, spill_ms, policy, n, then per item
  * (tokens, max_wait_ms, lane, tenant, order): order the members to try,
  * 1-based, comma-separated. */
 void wire_group_begin(wire_args *a, const char *agent, size_t members, long long spill_ms, const char *policy);
-void wire_group_item(wire_args *a, const wire_estimate *x, long long max_wait_ms, const char *lane, const char *tenant,
-                     const char *order);
+void wire_group_item(wire_args *a, const wire_estimate *x, long long max_wait_ms, long long waited_ms, const char *lane,
+                     const char *tenant, const char *order);
 
 /* ---- the settle script (feedback form) ----------------------------------- */
 

@@ -1389,6 +1389,67 @@ static void test_rate_swing_keeps_credit(void **state) {
     assert_true(end < T + 2 * (c - T) - 100);
 }
 
+/* One reserve item with its max wait field as sent (wait: "<max>" or
+ * "<max>:<waited>"). Returns 1 granted (*ms its wait), 2 deferred (*ms
+ * when to ask again). */
+static int reserve_waited(const char *dep, const char *wait, long long *ms) {
+    redisReply *r = script_callv(rc, SCRIPT_RESERVE, dep, "1", "1", wait, NULL);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("reserve: %s", r->str);
+    redisReply *it = r->element[5];
+    int kind = (int)it->element[0]->integer;
+    *ms = kind == 1 ? it->element[2]->integer : kind == 2 ? it->element[2]->integer : -1;
+    freeReplyObject(r);
+    return kind;
+}
+
+/* On a deployment that grants just in time (horizon_ms), an item asks
+ * with the part of the horizon its wait so far earns (lua/reserve.lua,
+ * SL_AGE_FULL_MS = 2000: all of it from 2 s on): a request that has just
+ * arrived is granted only a slot that is due, and the older ones take
+ * the room first. At a frozen clock, 1 request a second, horizon 4 s. */
+static void test_horizon_grows_with_the_wait(void **state) {
+    (void)state;
+    const char *dep = "agehz";
+    const double T = 1800000000000.0;
+    configure_on(rc, dep, "rpm", "60", "burst_requests", "1", "jitter_ms", "0", "horizon_ms", "4000", NULL);
+    clock_freeze(rc, dep, T);
+    long long ms = 0;
+    assert_int_equal(reserve_waited(dep, "60000:0", &ms), 1); /* due now */
+    assert_int_equal(ms, 0);
+    /* The next slot is 1 s off. Just arrived: no horizon; asks again then. */
+    assert_int_equal(reserve_waited(dep, "60000:0", &ms), 2);
+    assert_int_equal(ms, 1000);
+    /* Waited 400 ms: 800 ms of horizon, still short; asks again at 200. */
+    assert_int_equal(reserve_waited(dep, "60000:400", &ms), 2);
+    assert_int_equal(ms, 200);
+    /* Waited 500 ms: 1 s of horizon, granted. */
+    assert_int_equal(reserve_waited(dep, "60000:500", &ms), 1);
+    assert_int_equal(ms, 1000);
+    /* The slot 2 s off: waited 999 ms is 2 ms short, 1 s is enough. */
+    assert_int_equal(reserve_waited(dep, "60000:999", &ms), 2);
+    assert_int_equal(ms, 2);
+    assert_int_equal(reserve_waited(dep, "60000:1000", &ms), 1);
+    assert_int_equal(ms, 2000);
+    /* From 2 s of waiting, the whole horizon (the slot 3 s off). */
+    assert_int_equal(reserve_waited(dep, "60000:2000", &ms), 1);
+    assert_int_equal(ms, 3000);
+    /* Sent without its wait (an older agent): the whole horizon too. */
+    assert_int_equal(reserve_waited(dep, "60000", &ms), 1);
+    assert_int_equal(ms, 4000);
+    assert_int_equal(reserve_waited(dep, "60000:100000", &ms), 2);
+    assert_int_equal(ms, 1000);
+    /* A malformed wait is refused, naming the field. */
+    static const char *const bad[] = {"60000:", ":5", "60000:-1", "60000:1:2", "1e3:5"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+        redisReply *r = script_callv(rc, SCRIPT_RESERVE, dep, "1", "1", bad[i], NULL);
+        assert_non_null(r);
+        if (r->type != REDIS_REPLY_ERROR) fail_msg("max wait '%s' was accepted", bad[i]);
+        assert_non_null(strstr(r->str, "max_wait_ms must be"));
+        freeReplyObject(r);
+    }
+}
+
 static void test_feedback_form_checked(void **state) {
     const char *dep = "fbbad";
     configure_on(rc, dep, "rpm", "600", NULL);
@@ -1427,6 +1488,7 @@ int main(void) {
         cmocka_unit_test(test_combined_estimate_not_counted_twice),
         cmocka_unit_test(test_full_bucket_forgives_the_schedule),
         cmocka_unit_test(test_rate_swing_keeps_credit),
+        cmocka_unit_test(test_horizon_grows_with_the_wait),
         cmocka_unit_test(test_openai_max_rule),
         cmocka_unit_test(test_anthropic_input_and_output),
         cmocka_unit_test(test_requests_window),

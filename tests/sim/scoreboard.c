@@ -509,11 +509,12 @@ static const sb_scenario table[] = {
      NULL},
     {"anthropic-short-24", "anthropic-current", "Anthropic, answers 200 of 1000, 24 callers (expected output)",
      short_answers, "anthropic", NULL, 3, 8, 13, SIM_LANG_EN, 1200, 1000, NO_FAULTS, 0, 0, STD_95,
-     "92.4..97.3 % of the floor, 0 429s, windows within 1.012x (passes on seeds 1, 5, 7 and 9, recorded; 20 of "
-     "1..40; the others miss on the floor alone): the first answers' give-backs are bounded from the send (the "
-     "provider never took them, and its full bucket wasted the refill meanwhile), so the first seconds run below "
-     "the rate until the share is learned, and the last callers' tail is slow (one caller's last two calls, each "
-     "a response's time). Charged twice the largest share while learning: 18 of 1..40 (max charged: 29 %)",
+     "93.1..98.5 % of the floor, 0 429s, windows within 1.018x (passes on 7 of seeds 1..10, recorded; 36 of "
+     "1..40; the others miss on the floor alone): the max output is charged until the first answer ends (1.3..1.7 "
+     "s: 2 or 3 sends where the floor counts 15), and the last callers' tail is one response time after another. "
+     "20 of 1..40 before a request's horizon grew with its wait (the room a settle gave back went to the settling "
+     "agent's own next request, and one agent's callers fell seconds behind another's); 18 charged twice the "
+     "largest share while learning (max charged: 29 %)",
      NULL},
     {"anthropic-short-96", "anthropic-current", "Anthropic, answers 200 of 1000, 96 callers (expected output)",
      short_answers, "anthropic", NULL, 3, 32, 3, SIM_LANG_EN, 1200, 1000, NO_FAULTS, 0, 0, STD_95, NULL, NULL},

@@ -57,23 +57,26 @@ static void test_reserve_args(void **state) {
     wire_args_init(&a);
     wire_reserve_begin(&a, "@agent-1/250");
     wire_estimate x = {.tokens = 100};
-    wire_reserve_item(&a, &x, 5000, NULL, NULL);
+    wire_reserve_item(&a, &x, 5000, -1, NULL, NULL);
     x = (wire_estimate){.input = 20, .output = 30, .split = 1, .exact = 1};
-    wire_reserve_item(&a, &x, 0, NULL, NULL);
+    wire_reserve_item(&a, &x, 0, -1, NULL, NULL);
+    /* How long it waited, after its max wait. */
+    x = (wire_estimate){.tokens = 40};
+    wire_reserve_item(&a, &x, 4200, 800, NULL, NULL);
     assert_int_equal(wire_args_done(&a, WIRE_TIMED), 0);
     joined(&a, buf, sizeof(buf));
-    assert_string_equal(buf, "@agent-1/250|2|100|5000|=20+30|0|@timed");
-    assert_int_equal(a.argc, 7);
+    assert_string_equal(buf, "@agent-1/250|3|100|5000|=20+30|0|40|4200:800|@timed");
+    assert_int_equal(a.argc, 9);
     wire_args_free(&a);
 
     /* Quads (lanes or tenants), a dry run without the agent. */
     wire_args_init(&a);
     wire_reserve_begin(&a, NULL);
     x = (wire_estimate){.tokens = 7};
-    wire_reserve_item(&a, &x, 10, "interactive", "default");
+    wire_reserve_item(&a, &x, 10, 0, "interactive", "default");
     assert_int_equal(wire_args_done(&a, WIRE_DRY), 0);
     joined(&a, buf, sizeof(buf));
-    assert_string_equal(buf, "1|7|10|interactive|default|@dry");
+    assert_string_equal(buf, "1|7|10:0|interactive|default|@dry");
     wire_args_free(&a);
 
     /* The agent filled in last, into a place kept first. */
@@ -81,7 +84,7 @@ static void test_reserve_args(void **state) {
     size_t who = wire_slot(&a);
     wire_reserve_begin(&a, NULL);
     x = (wire_estimate){.tokens = 9};
-    wire_reserve_item(&a, &x, 50, NULL, NULL);
+    wire_reserve_item(&a, &x, 50, -1, NULL, NULL);
     wire_fill(&a, who, "@late/100");
     assert_int_equal(wire_args_done(&a, WIRE_TIMED), 0);
     joined(&a, buf, sizeof(buf));
@@ -93,7 +96,7 @@ static void test_reserve_args(void **state) {
     wire_reserve_begin(&a, "@a");
     for (int i = 0; i < 300; i++) {
         x = (wire_estimate){.tokens = i};
-        wire_reserve_item(&a, &x, 100000 + i, "lane-with-a-long-name", "tenant-with-a-long-name");
+        wire_reserve_item(&a, &x, 100000 + i, -1, "lane-with-a-long-name", "tenant-with-a-long-name");
     }
     assert_int_equal(wire_args_done(&a, WIRE_DRY | WIRE_TIMED), 0);
     assert_int_equal(a.argc, 2 + 4 * 300 + 2);
@@ -112,10 +115,12 @@ static void test_group_args(void **state) {
     wire_args_init(&a);
     wire_group_begin(&a, "@g", 3, 200, "priority");
     wire_estimate x = {.tokens = 50};
-    wire_group_item(&a, &x, 1000, "", "default", "2,1,3");
+    wire_group_item(&a, &x, 1000, 35, "", "default", "2,1,3");
+    x = (wire_estimate){.tokens = 60};
+    wire_group_item(&a, &x, 900, -1, "", "default", "1");
     assert_int_equal(wire_args_done(&a, WIRE_TIMED), 0);
     joined(&a, buf, sizeof(buf));
-    assert_string_equal(buf, "@g|group|3|200|priority|1|50|1000||default|2,1,3|@timed");
+    assert_string_equal(buf, "@g|group|3|200|priority|2|50|1000:35||default|2,1,3|60|900||default|1|@timed");
     wire_args_free(&a);
 }
 
