@@ -1414,31 +1414,30 @@ static void test_horizon_grows_with_the_wait(void **state) {
     const double T = 1800000000000.0;
     configure_on(rc, dep, "rpm", "60", "burst_requests", "1", "jitter_ms", "0", "horizon_ms", "4000", NULL);
     clock_freeze(rc, dep, T);
-    long long ms = 0;
-    assert_int_equal(reserve_waited(dep, "60000:0", &ms), 1); /* due now */
-    assert_int_equal(ms, 0);
-    /* The next slot is 1 s off. Just arrived: no horizon; asks again then. */
-    assert_int_equal(reserve_waited(dep, "60000:0", &ms), 2);
-    assert_int_equal(ms, 1000);
-    /* Waited 400 ms: 800 ms of horizon, still short; asks again at 200. */
-    assert_int_equal(reserve_waited(dep, "60000:400", &ms), 2);
-    assert_int_equal(ms, 200);
-    /* Waited 500 ms: 1 s of horizon, granted. */
-    assert_int_equal(reserve_waited(dep, "60000:500", &ms), 1);
-    assert_int_equal(ms, 1000);
-    /* The slot 2 s off: waited 999 ms is 2 ms short, 1 s is enough. */
-    assert_int_equal(reserve_waited(dep, "60000:999", &ms), 2);
-    assert_int_equal(ms, 2);
-    assert_int_equal(reserve_waited(dep, "60000:1000", &ms), 1);
-    assert_int_equal(ms, 2000);
-    /* From 2 s of waiting, the whole horizon (the slot 3 s off). */
-    assert_int_equal(reserve_waited(dep, "60000:2000", &ms), 1);
-    assert_int_equal(ms, 3000);
-    /* Sent without its wait (an older agent): the whole horizon too. */
-    assert_int_equal(reserve_waited(dep, "60000", &ms), 1);
-    assert_int_equal(ms, 4000);
-    assert_int_equal(reserve_waited(dep, "60000:100000", &ms), 2);
-    assert_int_equal(ms, 1000);
+    /* Each step: the field sent, the verdict (1 granted, 2 deferred) and
+     * its wait or ask time, in order against the one schedule. */
+    static const struct {
+        const char *wait;
+        int kind;
+        long long ms;
+    } steps[] = {
+        {"60000:0", 1, 0},       /* due now */
+        {"60000:0", 2, 1000},    /* the next slot 1 s off; just arrived: no horizon, asks again then */
+        {"60000:400", 2, 200},   /* 800 ms of horizon, still short */
+        {"60000:500", 1, 1000},  /* 1 s of horizon: granted */
+        {"60000:999", 2, 2},     /* the slot 2 s off: 2 ms short */
+        {"60000:1000", 1, 2000}, /* enough */
+        {"60000:2000", 1, 3000}, /* from 2 s of waiting, the whole horizon */
+        {"60000", 1, 4000},      /* sent without its wait (an older agent): the whole horizon too */
+        {"60000:100000", 2, 1000},
+    };
+    for (size_t i = 0; i < sizeof(steps) / sizeof(*steps); i++) {
+        long long ms = -1;
+        int kind = reserve_waited(dep, steps[i].wait, &ms);
+        if (kind != steps[i].kind || ms != steps[i].ms)
+            fail_msg("step %zu (%s): kind %d in %lld ms, expected %d in %lld", i, steps[i].wait, kind, ms,
+                     steps[i].kind, steps[i].ms);
+    }
     /* A malformed wait is refused, naming the field. */
     static const char *const bad[] = {"60000:", ":5", "60000:-1", "60000:1:2", "1e3:5"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
