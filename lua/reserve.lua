@@ -94,12 +94,16 @@ local ARGV, str_find, str_format, math_ceil = ARGV, string.find, string.format, 
 
 -- An item's max_wait_ms field: "<max wait>" or "<max wait>:<waited>", both
 -- non-negative integers (wire.c). Returns the max wait and how long the
--- item has waited (false when not sent), or nil when malformed. The plain
--- case inlined, as sl_uint.
+-- item has waited (false when not sent), or nil when malformed.
+local str_match = string.match
 local function sl_wait(aw)
+  -- The agent's form first (it always sends both).
+  local a, b = str_match(aw, '^(%d+):(%d+)$')
+  if a then
+    if #a <= 15 and #b <= 15 then return a + 0, b + 0 end
+    return nil
+  end
   if #aw <= 15 and str_find(aw, '^%d+$') then return aw + 0, false end
-  local a, b = string.match(aw, '^(%d+):(%d+)$')
-  if a and #a <= 15 and #b <= 15 then return a + 0, b + 0 end
   return nil
 end
 
@@ -782,7 +786,8 @@ local function reserve_one(x, it, quiet, blocked)
   local daily = (x.daily_on or (T and T.daily > 0)) and reserve_daily(x) or nil
   local verdict = item_health(x, c, T, big, bl, daily)
   if not verdict then
-    local w, horizon, whole = it.w, nil, nil
+    -- share: the part of the horizon this item may use (SL_AGE_FULL_MS).
+    local w, horizon, share = it.w, nil, 1
     if L then
       s, reason, maxj, horizon = item_plan(x, it, s, reason, maxj)
     else
@@ -790,10 +795,10 @@ local function reserve_one(x, it, quiet, blocked)
       -- this; beyond, the item is deferred and asks again when it is near.
       horizon = w
       if x.plain_h >= 0 and x.plain_h < horizon then
-        horizon, whole = x.plain_h, x.plain_h
-        -- The part of it this item may use: by how long it has waited.
+        horizon = x.plain_h
+        -- Just in time: the item uses the part of it its wait has earned.
         local age = it.age
-        if age and age < SL_AGE_FULL_MS then horizon = horizon * age / SL_AGE_FULL_MS end
+        if age and age < SL_AGE_FULL_MS then share = age / SL_AGE_FULL_MS end
       end
       -- Learning the estimate's ratio (sl_cal): an item that teaches is
       -- granted just in time, so the first settles' news reaches the rest.
@@ -810,6 +815,8 @@ local function reserve_one(x, it, quiet, blocked)
     -- its slot. A persistent cut costs nothing (the same slots, one or two
     -- more asks per class); a transient one no longer costs the backlog.
     if conv and horizon > SL_CONV_LEAD_MS then horizon = SL_CONV_LEAD_MS end
+    local whole = horizon
+    horizon = horizon * share
     local wait = s - x.now
     if SL_DRY then it.wait = sl_ceil(wait) end
     -- In the top priority's lanes the horizon bounds the schedule ahead
@@ -844,8 +851,7 @@ local function reserve_one(x, it, quiet, blocked)
       -- worth of schedule: 89..91 % of the floor, 96.7..98.2 % this way.)
       -- (Within the whole horizon: a request that has just arrived asks
       -- with none of it, SL_AGE_FULL_MS, and would ask at that slot.)
-      local h = whole or horizon
-      if x.out_learning and it.out_s ~= '' and h > 0 and ask > h then ask = h end
+      if x.out_learning and it.out_s ~= '' and whole > 0 and ask > whole then ask = whole end
       verdict = item_defer(x, it, ask, reason, conv)
       if L then
         if not bl then bl = {}; blocked[L] = bl end

@@ -280,6 +280,9 @@ static void build_call(call *k, int v, int w, int batch) {
         break;
     }
     if (w != W_MIN) k->sha = ver[v].reserve;
+    /* Each item's max wait as the agent sends it: with how long it waited
+     * to the built scripts (wire.c), alone to older ones and the floor. */
+    const char *wait = v == V_NEW && w != W_MIN ? "60000:1200" : "60000";
     for (int j = 0; j < k->ndeps; j++)
         if (scripts_keys(k->deps[j], k->keys + SCRIPTS_NKEYS * j) != 0) exit(1);
     k->nkeys = SCRIPTS_NKEYS * k->ndeps;
@@ -289,7 +292,7 @@ static void build_call(call *k, int v, int w, int batch) {
         k->argv[k->argc++] = nbuf;
         for (int i = 0; i < batch; i++) {
             k->argv[k->argc++] = "100";
-            k->argv[k->argc++] = "60000";
+            k->argv[k->argc++] = wait;
             k->argv[k->argc++] = "";
             k->argv[k->argc++] = "";
             k->argv[k->argc++] = orders[i % 3];
@@ -300,7 +303,7 @@ static void build_call(call *k, int v, int w, int batch) {
     k->argv[k->argc++] = nbuf;
     for (int i = 0; i < batch; i++) {
         k->argv[k->argc++] = w == W_SPLIT ? "60+40" : "100";
-        k->argv[k->argc++] = "60000";
+        k->argv[k->argc++] = wait;
         if (w == W_LT) {
             k->argv[k->argc++] = "batch";
             k->argv[k->argc++] = i % 2 ? "a" : "b";
