@@ -19,7 +19,9 @@
 # the instructions per item of each version and new / old, and per
 # workload the ratio of the summed counts over its batches. With
 # AGENT=<id> every call names an agent ("@<id>/1000" before its ARGV, as
-# sluiced's calls do): the records then carry it (field 13).
+# sluiced's calls do): the records then carry it (field 13). With
+# WAIT_NEW=<field> the new version's items carry that max wait field (the
+# agent's "<max>:<waited>", e.g. 60000:1200) where the old's carry 60000.
 # Needs valgrind, redis-server and the redis module of Debian's python3
 # (deploy/install-deps.sh). About 2 minutes on the project's machine.
 set -euo pipefail
@@ -51,9 +53,10 @@ fi
 NOASLR=""
 setarch "$(uname -m)" -R true 2>/dev/null && NOASLR="setarch $(uname -m) -R"
 
-# One count: the Lua of $1, workload $2, batch $3; prints the total Ir.
+# One count: the Lua of $1, workload $2, batch $3, items' max wait field
+# $4; prints the total Ir.
 count() {
-  local dir=$1 w=$2 b=$3 sock=$tmp/redis.sock out=$tmp/cg.out
+  local dir=$1 w=$2 b=$3 wait=$4 sock=$tmp/redis.sock out=$tmp/cg.out
   rm -f "$sock" "$out"
   $NOASLR valgrind --tool=callgrind --toggle-collect=evalShaCommand --callgrind-out-file="$out" \
     redis-server --port 0 --unixsocket "$sock" --save '' --appendonly no --daemonize no \
@@ -61,9 +64,9 @@ count() {
   local pid=$!
   for _ in $(seq 1 300); do [ -S "$sock" ] && break; sleep 0.1; done
   [ -S "$sock" ] || { echo "reserve_instructions: redis-server did not start" >&2; cat "$tmp/vg.log" >&2; exit 1; }
-  /usr/bin/python3 - "$sock" "$dir" "$w" "$b" "${AGENT:-}" <<'EOF'
+  /usr/bin/python3 - "$sock" "$dir" "$w" "$b" "${AGENT:-}" "$wait" <<'EOF'
 import sys, redis
-sock, d, w, b, agent = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+sock, d, w, b, agent, wait = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6]
 r = redis.Redis(unix_socket_path=sock)
 for _ in range(100):
     try:
@@ -92,12 +95,12 @@ for dep in deps:
 if w == 'group':
     orders = ['1,2,3', '2,3,1', '3,1,2']
     argv = ['group', '3', '1000', 'priority', str(b)]
-    for i in range(b): argv += ['100', '60000', '', '', orders[i % 3]]
+    for i in range(b): argv += ['100', wait, '', '', orders[i % 3]]
     ks, at = sum((keys(dep) for dep in deps), []), 1
 else:
     argv = [str(b)]
     for i in range(b):
-        argv += ['60+40' if w == 'split' else '100', '60000']
+        argv += ['60+40' if w == 'split' else '100', wait]
         if w == 'lt': argv += ['batch', 'a' if i % 2 else 'b']
     ks, at = keys(w), 5
 if agent: argv = ['@%s/1000' % agent] + argv
@@ -118,7 +121,7 @@ for w in ${WORK//,/ }; do
   sum_old[$w]=0; sum_new[$w]=0
   for b in ${BATCH//,/ }; do
     n=$(( 400 / b )); [ $n -lt 40 ] && n=40
-    o=$(count "$OLD" "$w" "$b"); v=$(count "$NEW" "$w" "$b")
+    o=$(count "$OLD" "$w" "$b" 60000); v=$(count "$NEW" "$w" "$b" "${WAIT_NEW:-60000}")
     sum_old[$w]=$(( ${sum_old[$w]} + o )); sum_new[$w]=$(( ${sum_new[$w]} + v ))
     awk -v w="$w" -v b="$b" -v o="$o" -v v="$v" -v n="$((n * b))" \
       'BEGIN {printf "| %s | %d | %.0f | %.0f | %.4f |\n", w, b, o / n, v / n, v / o}'
