@@ -573,7 +573,9 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
   -- Only with others' use read as nothing: a full bucket hides a
   -- neighbour still there (its estimate fades), and the held sends
   -- compressed at that rate put a paced neighbour's windows at 1.055x.
-  if rem >= full and x == 0 and d.tat > math.max(d.cg, now) + d.burst / d.r
+  -- Once a settle: every dimension's schedule goes back by the one
+  -- compression, so a second dimension read full counts nothing more.
+  if not counts.schedule_forgiven and rem >= full and x == 0 and d.tat > math.max(d.cg, now) + d.burst / d.r
      and now - sl_num(st, 'forgive_at', 0) >= 5 * OBS_SPAN_MS then
     bump('schedule_forgiven')
   end
@@ -1020,8 +1022,10 @@ end
 -- A full bucket's reading (observe): the schedule ends where the held
 -- sends end, compressed as far as they conform, and the agents' held
 -- sends and asks move with it (the thinned compression of a dropped
--- agent's grants, heartbeat.lua).
-if (counts.schedule_forgiven or 0) > 0 then
+-- agent's grants, heartbeat.lua). The counter is the flag: this file
+-- has no room for another top-level local (Lua 5.1's 200, common.lua's
+-- included).
+if counts.schedule_forgiven then
   sl_set(st, 'forgive_at', sl_fmt(now))
   sl_rate_changed(st, dims, now, nil, nil, nil, 0.01)
 end

@@ -93,7 +93,7 @@ void wire_reserve_item(wire_args *a, const wire_estimate *x, long long max_wait_
 
 /* Group form: [agent] group, m, spill_ms, policy, n, then per item
  * (tokens, max_wait_ms, lane, tenant, order): order the members to try,
- * 1-based, comma-separated. */
+ * 1-based, comma-separated; max_wait_ms and waited_ms as above. */
 void wire_group_begin(wire_args *a, const char *agent, size_t members, long long spill_ms, const char *policy);
 void wire_group_item(wire_args *a, const wire_estimate *x, long long max_wait_ms, long long waited_ms, const char *lane,
                      const char *tenant, const char *order);
