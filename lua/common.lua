@@ -27,7 +27,7 @@ local KEYS = KEYS
 -- one chunk: this file's locals, the script's own and, in the simulator's
 -- build, two of tests/sim/sim_preamble.lua. settle.lua is at the limit
 -- there: a helper only one script uses belongs in that script (reserve's
--- out_learning_r), and a new helper here takes a local from settle.lua or
+-- item_charge), and a new helper here takes a local from settle.lua or
 -- moves into a table. Past the limit the script does not load: the gate's
 -- simulator tests fail, and the scoreboard's verdicts all turn XWORSE.
 
@@ -1324,6 +1324,24 @@ local SL_OUT_BURN_Q = 0.8
 local function sl_out_rule(limits)
   local b = sl_num(limits, 'output_burndown', 1)
   return b ~= 1 and b, limits.output_charge == 'expected' and sl_num(limits, 'otpm', 0) > 0
+end
+
+-- The share of the max output an answer is charged on the deployment by
+-- its learned ratio (pfx 'output'; a lane's 'l.<lane>.output'): the
+-- ratio in force; while learning (fewer than SL_CAL_LEARN fresh answers
+-- known, sl_ratio) the largest share of the n known times 1 + 1 / n
+-- (twice it after one answer, 4 / 3 after three), or 1 (the max) before
+-- any. An answer longer than that is repaid as debt. Twice the largest
+-- until the fourth answer ran the issue's short answers (a fifth of
+-- max_tokens) at under half the rate for a second more. Returns the share
+-- (at most 1) and whether it is learning.
+local function sl_out_charge_r(limits, st, now, pfx)
+  local r, learning, n = sl_ratio(limits, st, now, pfx)
+  if learning then
+    if not st[pfx .. '_ratio'] or n < 1 then return 1, true end
+    r = (1 + 1 / n) * r
+  end
+  return math.min(1, r), learning
 end
 
 -- The output an item is charged: o its max output, r the ratio in force

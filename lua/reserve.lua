@@ -107,16 +107,6 @@ local function sl_wait(aw)
   return nil
 end
 
--- While the expected output is learned: the largest share of the n
--- answers known times 1 + 1 / n (twice it after one answer, 4 / 3 after
--- three), at most the max. An answer longer than that is repaid as debt.
--- Twice the largest until the fourth answer ran the issue's short answers
--- (a fifth of max_tokens) at under half the rate for a second more.
-local function out_learning_r(r, n)
-  if n < 1 then return 1 end
-  return math.min(1, (1 + 1 / n) * r)
-end
-
 -- Opens the deployment keys names (KEYS, where common.lua's helpers read
 -- them), limits and st its loaded hashes. Returns the call's context x,
 -- x.keys the keys. (This file's functions read them as keys or x.keys:
@@ -190,24 +180,17 @@ local function reserve_open(keys, limits, st)
     -- the expected output burned down (output_ratio: for this style the
     -- SL_OUT_BURN_Q quantile, settle.lua); the bound (burndown x max)
     -- until the first answer is known, then the largest share seen times
-    -- 1 + 1 / n until four are (out_learning_r).
-    local r, learning, n = sl_ratio(limits, st, now, 'output')
-    if learning then r = st.output_ratio and out_learning_r(r, n) or 1 end
-    x.out_r = r
-    x.out_learning = learning
+    -- 1 + 1 / n until four are (sl_out_charge_r).
+    x.out_r, x.out_learning = sl_out_charge_r(limits, st, now, 'output')
   elseif expected then
-    local r, learning, n = sl_ratio(limits, st, now, 'output')
-    if not learning and r < 1 then x.out_r = r end
     -- Learning (fewer than four answers known): the largest share seen
-    -- times 1 + 1 / n (out_learning_r), or the max before any. An answer
+    -- times 1 + 1 / n, or the max before any (sl_out_charge_r). An answer
     -- longer than that is repaid as debt; charging the max until the
     -- fourth answer ran the first seconds of the issue's short answers (a
     -- fifth of max_tokens) at a third of the rate (anthropic-short-24:
     -- 91.8..95.4 % of the floor, 92.4..98.9 % at twice the largest).
-    if learning and st.output_ratio then
-      local k = out_learning_r(r, n)
-      if k < 1 then x.out_r = k end
-    end
+    local k, learning = sl_out_charge_r(limits, st, now, 'output')
+    if k < 1 then x.out_r = k end
     x.out_learning = learning  -- (reserve_one: how soon a deferred item asks again)
   end
   x.out_lane = x.plan and (burn or expected) or false

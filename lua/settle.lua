@@ -644,7 +644,6 @@ end
 local refund_lag = sl_num(limits, 'refund_lag_ms', 250)
 local tmax = limits.tokens_rule == 'max'
 local burn, out_charge_expected = sl_out_rule(limits)
-local burndown = burn or 1
 local out = {now_us, 0, '1', 0}
 local deposits, done = 0, {}
 local cal_news = {}  -- the provider's prompt count / the raw input estimate, per settled grant (sl_cal_learn)
@@ -685,6 +684,8 @@ local function dim_settle(d, est, actual, slot, give)
     local since = math.max(slot, now - refund_lag)
     if d.name == 'output' and out_charge_expected then since = slot end
     given = sl_dim_refund(d, diff, now, d.q, st, scale, nil, since)
+    -- How far the bound's queue is read (out_ahead's bounds start there).
+    if not d.popped or since > d.popped then d.popped = math.min(now, since) end
   elseif diff < 0 then
     sl_dim_charge(d, -diff, now)
     if d.name ~= 'requests' then bump(d.name .. '_charged', -diff) end
@@ -705,17 +706,16 @@ end
 -- charged so (field 17: ahead, input units), which its settle adds to
 -- its charge; its own usage then charges only what is left (and where
 -- the deployment refunds, gives back what it did not use). Only a rise
--- beyond CAL_AHEAD_RISE: the ratio's own noise (a few per cent as the
+-- beyond CAL_AHEAD_RISE (1.1): the ratio's own noise (a few per cent as the
 -- 90th percentile moves) charged so at that percentile charged the
 -- grants out above what most of them counted, where nothing is given
 -- back (azure-neighbour-leaves, seeds 11..20: the rate after the
 -- neighbour left 0.5 points lower at a 2 % threshold). The header
 -- reading charges the same ahead its own way (hdr_calibrate,
 -- cal_hdr_upto).
-local CAL_AHEAD_RISE = 1.1
 local function cal_ahead(was)
   local r = sl_cal(limits, st, now)
-  if r <= was * CAL_AHEAD_RISE then return end
+  if r <= was * 1.1 then return end  -- CAL_AHEAD_RISE
   local flat = redis.call('HGETALL', KEYS[3])
   local din, dtok, settled, most, recs = 0, 0, {}, 0, {}
   -- (The grants this call settled are still there: their usage charged
@@ -752,6 +752,73 @@ local function cal_ahead(was)
     end
   end
   if din > 0 then bump('estimate_ahead', din) end
+end
+
+-- The share of the max output charged fell (output_charge expected: the
+-- first answer known after grants charged at the max, then each of the
+-- first four narrowing the margin, sl_out_charge_r): the grants still out
+-- that were charged above the new share give the excess back now, as
+-- their settles would when they end, each bounded as a settle's is from
+-- its send (dim_settle), or as a cancel's for one not yet due (its cost
+-- leaves the bound of the sends before it). Until then the excess held
+-- the schedule a response time more. Each record keeps what it is
+-- charged now (field 12, as reserve writes it), which its settle
+-- corrects. Only a fall beyond a tenth (once learned, the ratio's noise:
+-- reading every grant out at each settle would cost more than it gives
+-- back); not a lane's grants (their lanes learn their own share) nor
+-- Bedrock's burndown.
+local function out_ahead(was)
+  local k = sl_out_charge_r(limits, st, now, 'output')
+  local d = nil
+  for _, x in ipairs(dims) do
+    if x.name == 'output' and x.refund then d = x end
+  end
+  if not d or k * 1.1 >= was then return end
+  local flat = redis.call('HGETALL', KEYS[3])
+  local settled, todo, recs, total, from = {}, {}, {}, 0, nil
+  for _, id in ipairs(done) do settled[id] = true end
+  for i = 1, #flat, 2 do
+    local f, _, slot, cost, before, max_out = sl_record(flat[i + 1])
+    if not settled[flat[i]] and slot and (f[8] or '') ~= '' and (f[16] or '') == '' and string.byte(f[12] or '') ~= 116 then
+      local want = sl_out_item(k, max_out)
+      if want < cost[4] then
+        todo[#todo + 1] = {slot, flat[i], f, cost[4], want, before[4]}
+        if not from or slot < from then from = slot end
+      end
+    end
+  end
+  if d.popped and from and from < d.popped then from = d.popped end
+  -- The sends not yet due first (their costs leave the bounds of the
+  -- sends before them, read from the earliest of these), then the others
+  -- in the order of their sends: each bound's queue is read from its send
+  -- on, and what one reads is gone for the next (sl_dim_refund).
+  table.sort(todo, function(a, b) return a[1] < b[1] end)
+  local order = {}
+  for _, t in ipairs(todo) do if t[1] > now then order[#order + 1] = t end end
+  for _, t in ipairs(todo) do if t[1] <= now then order[#order + 1] = t end end
+  for _, t in ipairs(order) do
+    local given
+    if t[1] > now then
+      given = sl_dim_refund(d, t[4] - t[5], now, d.q, st, scale, t[6], from)
+    else
+      local since = math.max(t[1], from)
+      given = sl_dim_refund(d, t[4] - t[5], now, d.q, st, scale, nil, since)
+      from = since
+    end
+    if given > 0 then
+      local f = t[3]
+      for j = #f + 1, 12 do f[j] = '' end
+      f[12] = string.format('%d', math.ceil(t[4] - given - 1e-9))
+      recs[#recs + 1] = t[2]
+      recs[#recs + 1] = table.concat(f, ',')
+      total = total + given
+    end
+  end
+  for i = 1, #recs, 2000 do redis.call('HSET', KEYS[3], unpack(recs, i, math.min(i + 1999, #recs))) end
+  if total > 0 then
+    bump('output_refunded', math.floor(total + 0.5))
+    bump('output_ahead', math.floor(total + 0.5))
+  end
 end
 
 for i = 1, n do
@@ -828,7 +895,7 @@ for i = 1, n do
           -- Bedrock's burndown: the provider counts input + output x
           -- burndown at the end of the request, up or down from what it
           -- reserved.
-          if split and burndown ~= 1 then counted = inp + burndown * outp end
+          if split and burn and burn ~= 1 then counted = inp + burn * outp end
           dim_settle(d, cost[2], counted, slot)
         elseif d.name == 'input' and split then
           -- Counted at admission as the estimate (or the prompt, when
@@ -983,8 +1050,10 @@ if #cal_news > 0 then
 end
 if #out_news > 0 then
   local q = burn and SL_OUT_BURN_Q or nil
+  local was = not burn and out_charge_expected and sl_out_charge_r(limits, st, now, 'output')
   sl_ratio_learn(limits, st, now, out_news, 'output', SL_OUT_MIN, 1, q)
   for ln, news in pairs(lane_news) do sl_ratio_learn(limits, st, now, news, 'l.' .. ln .. '.output', SL_OUT_MIN, 1, q) end
+  if was then out_ahead(was) end
 end
 
 if retarget then

@@ -299,7 +299,10 @@ void call_reply_granted(engine_call *c, dep *d, long long grant, long long wait_
 void call_deferred(engine_call *c, const char *reason, long long ask_in, uint64_t now) {
     call_class *k = &c->d->classes[c->cls];
     uint64_t at = now + (uint64_t)(ask_in > 0 ? ask_in : 1);
-    if (at > k->ask_at) k->ask_at = at;
+    /* The class asks again when its earliest item may be granted: its
+     * head's time, not its youngest's (every item of a class in a reply
+     * was ready, ask_at <= now, so the reply's first deferral sets it). */
+    if (k->ask_at <= now || at < k->ask_at) k->ask_at = at;
     c->deferred = 1;
     snprintf(c->defer_reason, sizeof(c->defer_reason), "%s", reason ? reason : engine_shed_reasons[ENGINE_SHED_RPM]);
     c->e->stats.deferrals++;

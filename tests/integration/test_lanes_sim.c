@@ -253,7 +253,9 @@ static int agent_ask(sim *s, int a) {
         } else if (kind == 2) {
             sclass *k = &s->cls[a][cl[j]][ct[j]];
             double at = now + (double)it->element[2]->integer;
-            if (at > k->ask_at) k->ask_at = at;
+            /* The class asks when its earliest item may be granted (every
+             * class in the call was ready: the first deferral sets it). */
+            if (k->ask_at <= s->t || at < k->ask_at) k->ask_at = at;
             assert_true(k->head > 0);
             k->q[--k->head] = idx[j];
             k->n++;

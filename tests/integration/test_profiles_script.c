@@ -669,7 +669,10 @@ static int provider_admit(provider *p, double t, double cost) {
  * the end (output_charge max, Anthropic's 2025 rule), the bound starts
  * at the answer's end. A at T (charged 1000, the max before any answer),
  * B at T + 100 (slot about T + 1000: 1000 a second, a burst of 1000), A
- * settles at T + 1300 having used 200. */
+ * settles at T + 1300 having used 200. (With the first answer known, B,
+ * still out, is charged twice its share from then on and gives the rest
+ * back: output_ahead, test_first_answer_gives_back_the_grants_out; A's
+ * own give-back is the rest of output_refunded.) */
 static void clock_at(const char *dep, double t);
 static void test_expected_output_given_back_from_the_send(void **state) {
     (void)state;
@@ -694,8 +697,52 @@ static void test_expected_output_given_back_from_the_send(void **state) {
         clock_at(dep, T + 1300);
         settle_fb(dep, a.id, "300+200+0", "ok", -1, "-", res, sizeof(res));
         assert_string_equal(res, "settled");
-        assert_true(fabs(state_num(dep, "output_refunded") - want[k]) < 0.5);
+        assert_true(fabs(state_num(dep, "output_refunded") - state_num(dep, "output_ahead") - want[k]) < 0.5);
+        assert_true(state_num(dep, "output_ahead") == (k == 0 ? 600 : 0));
     }
+}
+
+/* The first answer known gives back, at once, what the grants still out
+ * were charged above the share it teaches (lua/settle.lua, out_ahead):
+ * three grants at the max (1000) before any answer; the first answers
+ * 200 (a fifth), so a grant is charged twice that from now on (400), and
+ * the other two give 600 each back then, not when they end. Their
+ * records say 400, which their settles correct. At a frozen clock, a
+ * bucket deep enough that no bound holds any of it back. */
+static void test_first_answer_gives_back_the_grants_out(void **state) {
+    (void)state;
+    const char *dep = "outahead";
+    const double T = 1800000000000.0;
+    char res[32], f12[32];
+    configure_on(rc, dep, "rpm", "600000", "itpm", "6000000", "otpm", "60000", "burst_requests", "1000", "burst_input",
+                 "100000", "burst_output", "100000", "estimate_exact", "1", "output_charge", "expected", NULL);
+    clock_freeze(rc, dep, T);
+    grant g[3];
+    for (int i = 0; i < 3; i++) {
+        g[i] = reserve_tok(dep, "300+1000", 0);
+        assert_true(g[i].granted);
+    }
+    assert_true(state_num(dep, "output_granted") == 3000);
+    clock_freeze(rc, dep, T + 1000);
+    settle_fb(dep, g[0].id, "300+200+0", "ok", -1, "-", res, sizeof(res));
+    assert_string_equal(res, "settled");
+    /* Its own 800, and 600 from each of the two out. */
+    assert_true(state_num(dep, "output_ahead") == 1200);
+    assert_true(state_num(dep, "output_refunded") == 2000);
+    for (int i = 1; i < 3; i++) {
+        record_field(dep, g[i].id, 12, f12, sizeof(f12));
+        assert_string_equal(f12, "400");
+    }
+    /* The schedule holds 200 + 400 + 400: the output bucket's TAT is a
+     * second past the clock (60 000 a minute: 1 a ms). */
+    assert_true(fabs(state_num(dep, "output_tat") - (T + 1000)) < 1e-6);
+    /* The second answers 300: corrected from 400, not from the max; the
+     * share learned is now 0.3 (1.5 x 0.3 = 0.45 > 0.4: nothing more). */
+    settle_fb(dep, g[1].id, "300+300+0", "ok", -1, "-", res, sizeof(res));
+    assert_true(state_num(dep, "output_refunded") == 2100);
+    assert_true(state_num(dep, "output_ahead") == 1200);
+    record_field(dep, g[2].id, 12, f12, sizeof(f12));
+    assert_string_equal(f12, "400");
 }
 
 typedef struct sim_result {
@@ -1483,6 +1530,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_combined_tokens_never_refunded),
         cmocka_unit_test(test_expected_output_given_back_from_the_send),
+        cmocka_unit_test(test_first_answer_gives_back_the_grants_out),
         cmocka_unit_test(test_bedrock_burndown),
         cmocka_unit_test(test_combined_estimate_not_counted_twice),
         cmocka_unit_test(test_full_bucket_forgives_the_schedule),

@@ -493,6 +493,78 @@ static void test_lanes_of_one_priority_take_turns(void **state) {
     assert_true((all - big) * 10 >= all * 4);
 }
 
+/* A provider whose answers take 1.2..2 s (the issue's short answers' response
+ * times), by caller and attempt. */
+static int slow_send(void *ud, double t_ms, const sim_call *c, sim_outcome *out) {
+    trivial *p = ud;
+    (void)t_ms;
+    p->sends++;
+    uint64_t z = (uint64_t)(c->caller * 7919 + c->agent * 104729) + (uint64_t)p->sends * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
+    out->status = 200;
+    out->latency_ms = 1200 + (double)(z % 800);
+    out->input = 100;
+    out->output = 50;
+    out->cache_read = 0;
+    return 0;
+}
+
+/* The oldest request goes first, on any agent: three agents of eight
+ * callers each on a deployment granting just in time (horizon_ms 250) at
+ * 7.5 requests a second, every caller asking again when its answer (1.2
+ * to 2 s) is in. No request is sent ahead of one that has waited 250 ms
+ * longer, on seeds 1..5. A class Redis told to ask again asks when its
+ * head may be granted; when it asked at its youngest item's time (the
+ * latest of the reply's deferrals), another agent's younger request
+ * asked first: 38..77 of 192 sends went ahead of a request waiting up to
+ * 1.5 s longer, the agents' callers drifted apart, and the last ones'
+ * calls ran one response time after another at the end
+ * (anthropic-short-24). */
+static void test_oldest_request_goes_first(void **state) {
+    (void)state;
+    static const char *round_yaml =
+        "agent:\n  socket: /tmp/sim-unused.sock\n  heartbeat_ms: 1000\n"
+        "deployments:\n  gpt:\n    rpm: 450\n    horizon_ms: 250\n    max_wait_ms: 120000\n";
+    for (uint64_t seed = 1; seed <= 5; seed++) {
+        trivial prov = {0};
+        simfleet_opts o = {
+            .seed = seed, .agents = 3, .redis = &fx, .yaml = round_yaml, .send = slow_send, .send_ud = &prov};
+        simfleet *f = NULL;
+        assert_int_equal(simfleet_new(&o, &f), 0);
+        for (int a = 0; a < 3; a++) {
+            sim_caller_spec sp = {.agent = a,
+                                  .deployment = "gpt",
+                                  .input = 100,
+                                  .output = 50,
+                                  .start_ms = 1000,
+                                  .jitter_ms = 200,
+                                  .calls = 8,
+                                  .max_wait_ms = 120000,
+                                  .max_attempts = 20};
+            assert_int_equal(simfleet_add_callers(f, &sp, 8), 0);
+        }
+        assert_int_equal(simfleet_run_done(f, 300000), 1);
+        size_t n, inv = 0, sends = 0;
+        double worst = 0;
+        const sim_record *r = simfleet_records(f, &n);
+        for (size_t i = 0; i < n; i++) {
+            if (r[i].send_ms < 0) continue;
+            sends++;
+            for (size_t j = 0; j < n; j++) {
+                if (r[j].send_ms < 0 || r[j].acquire_ms >= r[i].acquire_ms - 250 || r[j].send_ms <= r[i].send_ms)
+                    continue;
+                inv++;
+                if (r[i].acquire_ms - r[j].acquire_ms > worst) worst = r[i].acquire_ms - r[j].acquire_ms;
+            }
+        }
+        printf("seed %llu: %zu sends, %zu sent ahead of a request older by 250 ms or more (at most %.0f ms older)\n",
+               (unsigned long long)seed, sends, inv, worst);
+        simfleet_free(f);
+        assert_int_equal(sends, 192);
+        assert_int_equal(inv, 0);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_never_over_offer),
@@ -508,6 +580,7 @@ int main(void) {
         cmocka_unit_test(test_slow_redis),
         cmocka_unit_test(test_scale_figure),
         cmocka_unit_test(test_lanes_of_one_priority_take_turns),
+        cmocka_unit_test(test_oldest_request_goes_first),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
