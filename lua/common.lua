@@ -582,10 +582,16 @@ local function sl_held_sends(st, now)
     if c and slot then
       local s = sl_retimed_slot(st, slot, before)
       if not s then return nil end
-      if s > now then out[#out + 1] = {s, cost} end
+      if s > now then out[#out + 1] = {s, cost, tonumber(flat[i - 1])} end
     end
   end
-  table.sort(out, function(x, y) return x[1] < y[1] end)
+  -- Ties by grant id: HGETALL's order is the hash table's, which Redis'
+  -- incremental rehashing moves on its own clock (a replay that took the
+  -- sends at one slot in another order could judge them otherwise).
+  table.sort(out, function(x, y)
+    if x[1] ~= y[1] then return x[1] < y[1] end
+    return (x[3] or 0) < (y[3] or 0)
+  end)
   return out
 end
 

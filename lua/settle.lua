@@ -763,24 +763,40 @@ end
 -- leaves the bound of the sends before it). Until then the excess held
 -- the schedule a response time more. Each record keeps what it is
 -- charged now (field 12, as reserve writes it), which its settle
--- corrects. Only a fall beyond a tenth (once learned, the ratio's noise:
--- reading every grant out at each settle would cost more than it gives
--- back); not a lane's grants (their lanes learn their own share) nor
--- Bedrock's burndown.
-local function out_ahead(was)
+-- corrects. A lane's grants follow their lane's share (its own once it
+-- has four fresh answers, else the deployment's). Only a fall beyond a
+-- tenth, the deployment's or a lane's with news (once learned, the
+-- ratio's noise: reading every grant out at each settle would cost more
+-- than it gives back); not Bedrock's burndown.
+local function out_ahead(was, lanes_was)
   local k = sl_out_charge_r(limits, st, now, 'output')
-  local d = nil
+  -- A lane's grants: its own share once it has four fresh answers, else
+  -- the deployment's (reserve.lua, item_out_r).
+  local by_lane = {}
+  local function lane_k(ln)
+    local r = by_lane[ln]
+    if not r then
+      local lr, learning = sl_ratio(limits, st, now, 'l.' .. ln .. '.output')
+      r = learning and k or math.min(1, lr)
+      by_lane[ln] = r
+    end
+    return r
+  end
+  local d, fell = nil, k * 1.1 < was
   for _, x in ipairs(dims) do
     if x.name == 'output' and x.refund then d = x end
   end
-  if not d or k * 1.1 >= was then return end
+  for ln, w in pairs(lanes_was) do
+    if lane_k(ln) * 1.1 < w then fell = true end
+  end
+  if not d or not fell then return end
   local flat = redis.call('HGETALL', KEYS[3])
   local settled, todo, recs, total, from = {}, {}, {}, 0, nil
   for _, id in ipairs(done) do settled[id] = true end
   for i = 1, #flat, 2 do
     local f, _, slot, cost, before, max_out = sl_record(flat[i + 1])
-    if not settled[flat[i]] and slot and (f[8] or '') ~= '' and (f[16] or '') == '' and string.byte(f[12] or '') ~= 116 then
-      local want = sl_out_item(k, max_out)
+    if not settled[flat[i]] and slot and (f[8] or '') ~= '' and string.byte(f[12] or '') ~= 116 then
+      local want = sl_out_item((f[16] or '') == '' and k or lane_k(f[16]), max_out)
       if want < cost[4] then
         todo[#todo + 1] = {slot, flat[i], f, cost[4], want, before[4]}
         if not from or slot < from then from = slot end
@@ -792,7 +808,11 @@ local function out_ahead(was)
   -- sends before them, read from the earliest of these), then the others
   -- in the order of their sends: each bound's queue is read from its send
   -- on, and what one reads is gone for the next (sl_dim_refund).
-  table.sort(todo, function(a, b) return a[1] < b[1] end)
+  -- (Ties by grant id, as sl_held_sends.)
+  table.sort(todo, function(a, b)
+    if a[1] ~= b[1] then return a[1] < b[1] end
+    return tonumber(a[2]) < tonumber(b[2])
+  end)
   local order = {}
   for _, t in ipairs(todo) do if t[1] > now then order[#order + 1] = t end end
   for _, t in ipairs(todo) do if t[1] <= now then order[#order + 1] = t end end
@@ -1051,9 +1071,15 @@ end
 if #out_news > 0 then
   local q = burn and SL_OUT_BURN_Q or nil
   local was = not burn and out_charge_expected and sl_out_charge_r(limits, st, now, 'output')
+  -- (Each lane's share before its news, as out_ahead takes it now.)
+  local lanes_was = {}
+  for ln in pairs(was and lane_news or lanes_was) do
+    local lr, learning = sl_ratio(limits, st, now, 'l.' .. ln .. '.output')
+    lanes_was[ln] = learning and was or math.min(1, lr)
+  end
   sl_ratio_learn(limits, st, now, out_news, 'output', SL_OUT_MIN, 1, q)
   for ln, news in pairs(lane_news) do sl_ratio_learn(limits, st, now, news, 'l.' .. ln .. '.output', SL_OUT_MIN, 1, q) end
-  if was then out_ahead(was) end
+  if was then out_ahead(was, lanes_was) end
 end
 
 if retarget then

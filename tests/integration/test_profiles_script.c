@@ -743,6 +743,23 @@ static void test_first_answer_gives_back_the_grants_out(void **state) {
     assert_true(state_num(dep, "output_ahead") == 1200);
     record_field(dep, g[2].id, 12, f12, sizeof(f12));
     assert_string_equal(f12, "400");
+    /* A lane's grant follows its lane's share: the deployment's while the
+     * lane learns (then its own, reserve.lua's item_out_r). Two chat
+     * grants at the max; the first answers 100: the other is charged
+     * twice that from now on and gives 800 back. */
+    const char *ldep = "outaheadl";
+    configure_on(rc, ldep, "rpm", "600000", "itpm", "6000000", "otpm", "60000", "burst_requests", "1000", "burst_input",
+                 "100000", "burst_output", "100000", "estimate_exact", "1", "output_charge", "expected", "lane.chat",
+                 "0,-1,0", "lane.batch", "0,-1,0", NULL);
+    clock_freeze(rc, ldep, T);
+    grant c1 = reserve_in_lane(ldep, "300+1000", "chat"), c2 = reserve_in_lane(ldep, "300+1000", "chat");
+    assert_true(c1.granted && c2.granted);
+    clock_freeze(rc, ldep, T + 1000);
+    settle_fb(ldep, c1.id, "300+100+0", "ok", -1, "-", res, sizeof(res));
+    assert_string_equal(res, "settled");
+    assert_true(state_num(ldep, "output_ahead") == 800);
+    record_field(ldep, c2.id, 12, f12, sizeof(f12));
+    assert_string_equal(f12, "200");
 }
 
 typedef struct sim_result {
@@ -942,7 +959,11 @@ static void test_outside_use_retimes_grants(void **state) {
  * that the provider counts as count each, one at a time, the responses
  * without usage, for 70 s of the test clock; a neighbour takes nb_cost
  * every nb_every_ms (0: none). What the fleet was charged from 10 s on
- * (a share of the limit, 1000 a second) and the 429s. */
+ * (a share of the limit, 1000 a second) and the 429s. The clock is
+ * frozen at each step (clock_freeze): with Redis' TIME running on from
+ * it (clock_at), the real time between the calls moved the readings'
+ * spans, and on a loaded machine (CI under ASan, a scoreboard beside it)
+ * the neighbour's reading was once never dropped. */
 typedef struct hdr_result {
     int sends, rejected, deferred;
     double fleet_rate;
@@ -962,7 +983,7 @@ static hdr_result hdr_run(const char *dep, double count, double nb_every_ms, dou
          * caller deferred asks again 100 ms later. */
         for (int k = 0; !g.granted && k < 1000; k++, out.deferred++) {
             clock += 100;
-            clock_at(dep, clock);
+            clock_freeze(rc, dep, clock);
             g = reserve_tok(dep, "500+500", 600000);
         }
         assert_true(g.granted);
@@ -970,7 +991,7 @@ static hdr_result hdr_run(const char *dep, double count, double nb_every_ms, dou
         if (slot > start + 70000) break;
         for (; nb_every_ms > 0 && nb_at <= slot; nb_at += nb_every_ms) provider_admit(&p, nb_at, nb_cost);
         clock = slot;
-        clock_at(dep, slot);
+        clock_freeze(rc, dep, slot);
         int ok = provider_admit(&p, slot, count);
         out.rejected += !ok;
         out.sends++;
