@@ -59,10 +59,20 @@ static inline void configure_on(redisContext *c, const char *dep, ...) {
 }
 
 /* Moves the scripts' clock of one deployment forward by ms (the test-only
- * limits field test_clock_offset_ms). */
+ * limits field test_clock_offset_ms): the offset from Redis' TIME, or a
+ * frozen clock's time ("=<ms>", clock_freeze), which stays frozen. */
 static inline void advance_on(redisContext *c, const char *dep, double ms) {
-    redisReply *r = redisCommand(c, "HINCRBYFLOAT sluice:{%s}:limits test_clock_offset_ms %f", dep, ms);
+    static const char move[] = "local v = redis.call('HGET', KEYS[1], 'test_clock_offset_ms') "
+                               "if v and string.sub(v, 1, 1) == '=' then "
+                               "local at = string.format('=%.3f', tonumber(string.sub(v, 2)) + tonumber(ARGV[1])) "
+                               "redis.call('HSET', KEYS[1], 'test_clock_offset_ms', at) return at end "
+                               "return redis.call('HINCRBYFLOAT', KEYS[1], 'test_clock_offset_ms', ARGV[1])";
+    char key[160], d[48];
+    snprintf(key, sizeof(key), "sluice:{%s}:limits", dep);
+    snprintf(d, sizeof(d), "%f", ms);
+    redisReply *r = redisCommand(c, "EVAL %s 1 %s %s", move, key, d);
     assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("advance_on: %s", r->str);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
     freeReplyObject(r);
 }
