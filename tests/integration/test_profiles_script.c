@@ -760,6 +760,39 @@ static void test_first_answer_gives_back_the_grants_out(void **state) {
     assert_true(state_num(ldep, "output_ahead") == 800);
     record_field(ldep, c2.id, 12, f12, sizeof(f12));
     assert_string_equal(f12, "200");
+    /* Then its own, once it has four answers: batch answers of 900 teach
+     * the deployment 0.9, so chat grants are charged 900 while the chat
+     * lane learns; its fourth answer of 100 makes its share 0.1, and the
+     * chat grant still out gives back 800 (the deployment's share does
+     * not move: the 90th percentile of four 0.9s and the chat answers). */
+    const char *mdep = "outaheadm";
+    configure_on(rc, mdep, "rpm", "600000", "itpm", "6000000", "otpm", "60000", "burst_requests", "1000", "burst_input",
+                 "100000", "burst_output", "100000", "estimate_exact", "1", "output_charge", "expected", "lane.chat",
+                 "0,-1,0", "lane.batch", "0,-1,0", NULL);
+    clock_freeze(rc, mdep, T);
+    for (int i = 0; i < 4; i++) {
+        grant b = reserve_in_lane(mdep, "300+1000", "batch");
+        assert_true(b.granted);
+        settle_fb(mdep, b.id, "300+900+0", "ok", -1, "-", res, sizeof(res));
+    }
+    assert_true(fabs(state_num(mdep, "output_ratio") - 0.9) < 1e-9);
+    grant c[5];
+    for (int i = 0; i < 5; i++) {
+        c[i] = reserve_in_lane(mdep, "300+1000", "chat");
+        assert_true(c[i].granted);
+    }
+    record_field(mdep, c[4].id, 12, f12, sizeof(f12));
+    assert_string_equal(f12, "900");
+    clock_freeze(rc, mdep, T + 1000);
+    for (int i = 0; i < 4; i++) {
+        double ahead = state_num(mdep, "output_ahead");
+        settle_fb(mdep, c[i].id, "300+100+0", "ok", -1, "-", res, sizeof(res));
+        assert_string_equal(res, "settled");
+        /* Nothing before the fourth: the lane still learns. */
+        assert_true(state_num(mdep, "output_ahead") - ahead == (i == 3 ? 800 : 0));
+    }
+    record_field(mdep, c[4].id, 12, f12, sizeof(f12));
+    assert_string_equal(f12, "100");
 }
 
 typedef struct sim_result {
