@@ -1339,11 +1339,14 @@ end
 -- (twice it after one answer, 4 / 3 after three), or 1 (the max) before
 -- any. An answer longer than that is repaid as debt. Twice the largest
 -- until the fourth answer ran the issue's short answers (a fifth of
--- max_tokens) at under half the rate for a second more. Returns the share
--- (at most 1) and whether it is learning.
-local function sl_out_charge_r(limits, st, now, pfx)
+-- max_tokens) at under half the rate for a second more. A lane's share
+-- while it learns is learning_r when given (the deployment's: reserve's
+-- item_out_r, settle's out_ahead). Returns the share (at most 1) and
+-- whether it is learning.
+local function sl_out_charge_r(limits, st, now, pfx, learning_r)
   local r, learning, n = sl_ratio(limits, st, now, pfx)
   if learning then
+    if learning_r then return learning_r, true end
     if not st[pfx .. '_ratio'] or n < 1 then return 1, true end
     r = (1 + 1 / n) * r
   end

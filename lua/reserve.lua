@@ -84,7 +84,7 @@ local sl_num, sl_set, sl_fmt, sl_ceil, sl_uint, sl_tokens = sl_num, sl_set, sl_f
 local sl_verdict, sl_on_member, sl_hash, sl_deployment, sl_limits = sl_verdict, sl_on_member, sl_hash, sl_deployment, sl_limits
 local sl_now, sl_day, sl_reclaim, sl_schedule, sl_shift_field = sl_now, sl_day, sl_reclaim, sl_schedule, sl_shift_field
 local sl_dim, sl_dim_commit, sl_dim_save, sl_dim_flush = sl_dim, sl_dim_commit, sl_dim_save, sl_dim_flush
-local sl_cal, sl_ratio, sl_cal_item, sl_out_item, sl_breaker_state = sl_cal, sl_ratio, sl_cal_item, sl_out_item, sl_breaker_state
+local sl_cal, sl_out_charge_r, sl_cal_item, sl_out_item, sl_breaker_state = sl_cal, sl_out_charge_r, sl_cal_item, sl_out_item, sl_breaker_state
 local sl_plan, sl_plan_lane, sl_plan_tenant, sl_fair_open = sl_plan, sl_plan_lane, sl_plan_tenant, sl_fair_open
 local sl_count, sl_save_state = sl_count, sl_save_state
 -- And the globals the per-item paths read (the items' arguments, parsing
@@ -368,14 +368,9 @@ local function item_out_r(x, L)
   if not x.out_lane or not L or L.name == '' then return x.out_r end
   local r = x.lane_r[L]
   if r == nil then
-    local lr, learning = sl_ratio(x.limits, x.st, x.now, 'l.' .. L.name .. '.output')
-    if learning then
-      r = x.out_r
-    elseif x.burn then
-      r = lr
-    else
-      r = lr < 1 and lr
-    end
+    -- (While the lane learns, the deployment's; the max is false.)
+    r = sl_out_charge_r(x.limits, x.st, x.now, 'l.' .. L.name .. '.output', x.out_r or 1)
+    if not x.burn and r >= 1 then r = false end
     x.lane_r[L] = r
   end
   return r

@@ -776,8 +776,7 @@ local function out_ahead(was, lanes_was)
   local function lane_k(ln)
     local r = by_lane[ln]
     if not r then
-      local lr, learning = sl_ratio(limits, st, now, 'l.' .. ln .. '.output')
-      r = learning and k or math.min(1, lr)
+      r = sl_out_charge_r(limits, st, now, 'l.' .. ln .. '.output', k)
       by_lane[ln] = r
     end
     return r
@@ -807,16 +806,15 @@ local function out_ahead(was, lanes_was)
   -- The sends not yet due first (their costs leave the bounds of the
   -- sends before them, read from the earliest of these), then the others
   -- in the order of their sends: each bound's queue is read from its send
-  -- on, and what one reads is gone for the next (sl_dim_refund).
-  -- (Ties by grant id, as sl_held_sends.)
+  -- on, and what one reads is gone for the next (sl_dim_refund). Ties by
+  -- grant id, as sl_held_sends.
   table.sort(todo, function(a, b)
+    local fa, fb = a[1] > now, b[1] > now
+    if fa ~= fb then return fa end
     if a[1] ~= b[1] then return a[1] < b[1] end
     return tonumber(a[2]) < tonumber(b[2])
   end)
-  local order = {}
-  for _, t in ipairs(todo) do if t[1] > now then order[#order + 1] = t end end
-  for _, t in ipairs(todo) do if t[1] <= now then order[#order + 1] = t end end
-  for _, t in ipairs(order) do
+  for _, t in ipairs(todo) do
     local given
     if t[1] > now then
       given = sl_dim_refund(d, t[4] - t[5], now, d.q, st, scale, t[6], from)
@@ -1074,8 +1072,7 @@ if #out_news > 0 then
   -- (Each lane's share before its news, as out_ahead takes it now.)
   local lanes_was = {}
   for ln in pairs(was and lane_news or lanes_was) do
-    local lr, learning = sl_ratio(limits, st, now, 'l.' .. ln .. '.output')
-    lanes_was[ln] = learning and was or math.min(1, lr)
+    lanes_was[ln] = sl_out_charge_r(limits, st, now, 'l.' .. ln .. '.output', was)
   end
   sl_ratio_learn(limits, st, now, out_news, 'output', SL_OUT_MIN, 1, q)
   for ln, news in pairs(lane_news) do sl_ratio_learn(limits, st, now, news, 'l.' .. ln .. '.output', SL_OUT_MIN, 1, q) end

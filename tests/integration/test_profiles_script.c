@@ -702,6 +702,14 @@ static void test_expected_output_given_back_from_the_send(void **state) {
     }
 }
 
+/* dep with lanes chat and batch, expected output, room for every grant
+ * at once (a token a ms of output). */
+static void configure_chat_batch(const char *dep) {
+    configure_on(rc, dep, "rpm", "600000", "itpm", "6000000", "otpm", "60000", "burst_requests", "1000", "burst_input",
+                 "100000", "burst_output", "100000", "estimate_exact", "1", "output_charge", "expected", "lane.chat",
+                 "0,-1,0", "lane.batch", "0,-1,0", NULL);
+}
+
 /* The first answer known gives back, at once, what the grants still out
  * were charged above the share it teaches (lua/settle.lua, out_ahead):
  * three grants at the max (1000) before any answer; the first answers
@@ -748,9 +756,7 @@ static void test_first_answer_gives_back_the_grants_out(void **state) {
      * grants at the max; the first answers 100: the other is charged
      * twice that from now on and gives 800 back. */
     const char *ldep = "outaheadl";
-    configure_on(rc, ldep, "rpm", "600000", "itpm", "6000000", "otpm", "60000", "burst_requests", "1000", "burst_input",
-                 "100000", "burst_output", "100000", "estimate_exact", "1", "output_charge", "expected", "lane.chat",
-                 "0,-1,0", "lane.batch", "0,-1,0", NULL);
+    configure_chat_batch(ldep);
     clock_freeze(rc, ldep, T);
     grant c1 = reserve_in_lane(ldep, "300+1000", "chat"), c2 = reserve_in_lane(ldep, "300+1000", "chat");
     assert_true(c1.granted && c2.granted);
@@ -766,9 +772,7 @@ static void test_first_answer_gives_back_the_grants_out(void **state) {
      * chat grant still out gives back 800 (the deployment's share does
      * not move: the 90th percentile of four 0.9s and the chat answers). */
     const char *mdep = "outaheadm";
-    configure_on(rc, mdep, "rpm", "600000", "itpm", "6000000", "otpm", "60000", "burst_requests", "1000", "burst_input",
-                 "100000", "burst_output", "100000", "estimate_exact", "1", "output_charge", "expected", "lane.chat",
-                 "0,-1,0", "lane.batch", "0,-1,0", NULL);
+    configure_chat_batch(mdep);
     clock_freeze(rc, mdep, T);
     for (int i = 0; i < 4; i++) {
         grant b = reserve_in_lane(mdep, "300+1000", "batch");

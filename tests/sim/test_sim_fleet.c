@@ -69,6 +69,24 @@ static double real_ms(void) {
     return (double)ts.tv_sec * 1000 + (double)ts.tv_nsec / 1e6;
 }
 
+/* n callers of the gpt deployment on each of agents agents, asking
+ * input 100 + max output 50 from 1000 ms (plus a seeded 0..jitter_ms),
+ * calls each, up to 20 attempts, a max wait of 120 s. */
+static void callers_on_each(simfleet *f, int agents, int n, double jitter_ms, int calls) {
+    for (int a = 0; a < agents; a++) {
+        sim_caller_spec sp = {.agent = a,
+                              .deployment = "gpt",
+                              .input = 100,
+                              .output = 50,
+                              .start_ms = 1000,
+                              .jitter_ms = jitter_ms,
+                              .calls = calls,
+                              .max_wait_ms = 120000,
+                              .max_attempts = 20};
+        assert_int_equal(simfleet_add_callers(f, &sp, n), 0);
+    }
+}
+
 typedef struct run_result {
     uint64_t hash;
     size_t sends, rejects, sheds, errors, throttled;
@@ -159,20 +177,11 @@ static void fleet_run_with(uint64_t seed, int fault, sim_send_fn send, void *ud,
     simfleet *f = NULL;
     double t0 = real_ms();
     assert_int_equal(simfleet_new(&o, &f), 0);
-    for (int a = 0; a < 3; a++) {
-        sim_caller_spec sp = {.agent = a,
-                              .deployment = "gpt",
-                              .input = 100,
-                              .output = 50,
-                              .start_ms = 1000,
-                              .jitter_ms = fault == F_EARLY_SPREAD ? 20000
-                                           : fault == F_CUT_HOLD   ? 40000
-                                                                   : 50,
-                              .calls = 2,
-                              .max_wait_ms = 120000,
-                              .max_attempts = 20};
-        assert_int_equal(simfleet_add_callers(f, &sp, fault == F_CUT_HOLD ? 40 : 100), 0);
-    }
+    callers_on_each(f, 3, fault == F_CUT_HOLD ? 40 : 100,
+                    fault == F_EARLY_SPREAD ? 20000
+                    : fault == F_CUT_HOLD   ? 40000
+                                            : 50,
+                    2);
     switch (fault) {
     case F_REDIS_RESTART:
         assert_int_equal(simfleet_run_until(f, 20000), 0);
@@ -387,18 +396,7 @@ static void test_scale_figure(void **state) {
     simfleet *f = NULL;
     double t0 = real_ms();
     assert_int_equal(simfleet_new(&o, &f), 0);
-    for (int a = 0; a < 10; a++) {
-        sim_caller_spec sp = {.agent = a,
-                              .deployment = "gpt",
-                              .input = 100,
-                              .output = 50,
-                              .start_ms = 1000,
-                              .jitter_ms = 50,
-                              .calls = 6,
-                              .max_wait_ms = 120000,
-                              .max_attempts = 20};
-        assert_int_equal(simfleet_add_callers(f, &sp, 100), 0);
-    }
+    callers_on_each(f, 10, 100, 50, 6);
     assert_int_equal(simfleet_run_done(f, 200000), 1);
     double ms = real_ms() - t0;
     simfleet_stats st;
@@ -531,18 +529,7 @@ static void test_oldest_request_goes_first(void **state) {
             .seed = seed, .agents = 3, .redis = &fx, .yaml = round_yaml, .send = slow_send, .send_ud = &prov};
         simfleet *f = NULL;
         assert_int_equal(simfleet_new(&o, &f), 0);
-        for (int a = 0; a < 3; a++) {
-            sim_caller_spec sp = {.agent = a,
-                                  .deployment = "gpt",
-                                  .input = 100,
-                                  .output = 50,
-                                  .start_ms = 1000,
-                                  .jitter_ms = 200,
-                                  .calls = 8,
-                                  .max_wait_ms = 120000,
-                                  .max_attempts = 20};
-            assert_int_equal(simfleet_add_callers(f, &sp, 8), 0);
-        }
+        callers_on_each(f, 3, 8, 200, 8);
         assert_int_equal(simfleet_run_done(f, 300000), 1);
         size_t n, inv = 0, sends = 0;
         double worst = 0;
