@@ -234,7 +234,8 @@ static int parse_req(const command_req *q, req_args *a) {
                          .split = input >= 0,
                          .input = input,
                          .output = output,
-                         .exact = exact};
+                         .exact = exact,
+                         .caller = client_id(server_reply_client(q->r))};
     const char *why = engine_acquire_req_error(server_engine(q->s), &a->rq);
     if (why) {
         reply_error(q, "%s (deployment '%s')", why, a->name);

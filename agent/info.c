@@ -193,6 +193,8 @@ static void section_stats(info_out *o, server *s, const server_stats *st, const 
     line(o, "acquire_errors:%llu", es->errors);
     line(o, "queued:%llu", es->queued);
     line(o, "waiting:%llu", es->waiting);
+    line(o, "callers:%llu", es->callers);
+    line(o, "turns_passed:%llu", es->turns_passed);
     line(o, "wait_avg_ms:%.2f", ratio(es->wait_sum_ms, es->grants));
     line(o, "cancels:%llu", es->cancels);
     line(o, "estimates:%llu", es->estimates);

@@ -55,16 +55,17 @@ typedef struct pc_header {
 struct pcall {
     proxy_calls *set;
     pcall *prev, *next;
-    http_request *r;   /* NULL once answered or abandoned */
-    gcall_sm sm;       /* its step and its time, on the governed call's machine (gcall.h) */
-    sl_call_opts o;    /* the machine's policy: the deadline, attempts, an attempt's time */
-    int finished;      /* pcall_finish ran: the outcome is known */
-    int retry_pending; /* an engine_retry answer is on its way */
-    int releasing;     /* the timer is closing; freed in its close callback */
-    int inject;        /* send the deployment's own key, not the caller's (proxy_auth) */
-    int observe;       /* agent.http.mode observe: forward at once, the acquire beside it */
-    pshadow *shadow;   /* observe: that acquire, until this request's attempt ends */
-    uv_timer_t timer;  /* the machine's timer: a backoff */
+    http_request *r;           /* NULL once answered or abandoned */
+    unsigned long long caller; /* its connection, for engine_req.caller */
+    gcall_sm sm;               /* its step and its time, on the governed call's machine (gcall.h) */
+    sl_call_opts o;            /* the machine's policy: the deadline, attempts, an attempt's time */
+    int finished;              /* pcall_finish ran: the outcome is known */
+    int retry_pending;         /* an engine_retry answer is on its way */
+    int releasing;             /* the timer is closing; freed in its close callback */
+    int inject;                /* send the deployment's own key, not the caller's (proxy_auth) */
+    int observe;               /* agent.http.mode observe: forward at once, the acquire beside it */
+    pshadow *shadow;           /* observe: that acquire, until this request's attempt ends */
+    uv_timer_t timer;          /* the machine's timer: a backoff */
 
     /* The request, copied from the parse. */
     proxy_api api;
@@ -882,7 +883,8 @@ static int step_acquire(gcall_sm *m) {
                      .input = pc->split ? pc->est_input : -1,
                      .output = pc->split ? pc->est_output : -1,
                      .exact = pc->exact,
-                     .client = pc->client};
+                     .client = pc->client,
+                     .caller = pc->caller};
     const char *why = engine_acquire_req_error(pc->set->e, &rq);
     if (why) {
         answer_error(pc, PROXY_ERR_BAD_REQUEST, "%s (deployment '%s')", why, pc->name);
@@ -1104,6 +1106,8 @@ void proxy_call_start(proxy_calls *set, http_request *r, const proxy_request *pr
     }
     pc->set = set;
     pc->r = r;
+    /* Callers of the proxy apart from the socket's (server.c's ids). */
+    pc->caller = http_request_conn_id(r) | (1ULL << 63);
     pc->api = pr->route.api;
     pc->op = pr->route.op;
     snprintf(pc->name, sizeof(pc->name), "%s", pr->name);

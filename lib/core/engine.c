@@ -235,8 +235,9 @@ int engine__acquire_direct(engine *e, const engine_req *rq, engine_acquire_cb cb
     if (rq->max_wait_ms >= 0) c->max_wait_ms = rq->max_wait_ms;
     else if (l && l->max_wait_ms >= 0) c->max_wait_ms = l->max_wait_ms;
     else c->max_wait_ms = d->cfg->max_wait_ms;
-    c->start_ms = uv_now(e->loop);
+    c->start_ms = c->age_ms = uv_now(e->loop);
     c->state = CALL_PENDING;
+    engine__turn_arrive(e, c);
     engine__class_push(d, c);
     e->stats.acquires++;
     d->classes[cls].st.acquires++;
@@ -451,6 +452,7 @@ void engine_free(engine *e) {
     }
     free(e->gstats);
     engine__budget_free(e);
+    engine__turn_free(e);
     for (gq *q = e->gqs, *nx; q; q = nx) {
         nx = q->next;
         free(q);
@@ -472,6 +474,7 @@ void engine_foreach_dep_counts(const engine *e, engine_dep_counts_fn fn, void *u
 
 void engine_get_stats(const engine *e, engine_stats *out) {
     *out = e->stats;
+    out->callers = e->nturns;
     if (e->redis) {
         rconn_stats rs;
         rrouter_get_stats(e->redis, &rs, &out->cluster_redirects, &out->slot_map_refreshes, &out->redis_nodes);

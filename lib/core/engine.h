@@ -173,6 +173,12 @@ typedef struct engine_req {
      * (agent.http.clients.NAME), NULL or "" for none: a budget scoped to
      * a client draws only from its requests. */
     const char *client;
+    /* caller: who asks (a connection to the agent's socket or its HTTP
+     * proxy), 0 for nobody said. The calls waiting on one lane and tenant
+     * of a deployment, or on a group, go in turn by caller: the call of
+     * the caller served longest ago first, a caller's first call (and a
+     * call with no caller) by its arrival (lib/core/engine_turn.c). */
+    unsigned long long caller;
 } engine_req;
 
 /* engine_acquire() for a deployment or a group. A group request goes to
@@ -444,6 +450,8 @@ typedef struct engine_stats {
     unsigned long long slot_map_refreshes;
     size_t redis_nodes;
     unsigned long long queued, waiting; /* gauges: pending acquires, timers armed */
+    unsigned long long callers;         /* gauge: callers known to take turns (engine_req.caller) */
+    unsigned long long turns_passed;    /* calls sent ahead of an older one of their queue, taking their turn */
     int redis_up;                       /* gauge */
     long long mode_since_ms;            /* wall-clock ms when the mode last changed */
     const char *mode;                   /* "redis" or "local" */

@@ -13,6 +13,7 @@
 static void on_call_timer_closed(uv_handle_t *h) { free(h->data); }
 
 void call_free(engine_call *c) {
+    engine__turn_leave(c->e, c);
     free(c->route);
     c->route = NULL;
     if (c->timer_live) {
@@ -257,6 +258,7 @@ void call_granted(engine_call *c, long long wait_ms) {
         call_free(c);
         return;
     }
+    engine__turn_served(e, c);
     uint64_t now = uv_now(e->loop);
     uint64_t at = now + (uint64_t)(wait_ms > 0 ? wait_ms : 0);
     if (d->paused_until > at) at = d->paused_until;
@@ -317,4 +319,5 @@ void call_estimate(engine_call *c, const engine_req *rq) {
     c->output = rq->split ? rq->output : -1;
     c->tokens = rq->split ? rq->input + rq->output : rq->tokens;
     c->exact = rq->exact;
+    c->caller = rq->caller;
 }

@@ -342,7 +342,8 @@ void engine__gq_flush(engine *e, gq *q) {
     /* Under redis.max_script_ms, like a deployment's batch; the rest wait
      * for the next call, in order. */
     size_t cap = engine__batch_cap(e, &q->cost, RESERVE_BATCH_MAX);
-    while (b->n < cap && (c = engine__list_pop(&q->q)) != NULL) {
+    while (b->n < cap && (c = engine__list_next(e, &q->q)) != NULL) {
+        engine__list_remove(&q->q, c);
         e->stats.queued--;
         long long l = c->route->deadline > now ? (long long)(c->route->deadline - now) : 0;
         /* The members it may use, the one whose turn it is first. */
@@ -353,7 +354,7 @@ void engine__gq_flush(engine *e, gq *q) {
                 used += (size_t)snprintf(order + used, sizeof(order) - used, ",%zu", i + 1);
         wire_estimate x;
         call_wire_estimate(c, &x);
-        wire_group_item(&a, &x, l, (long long)(now - c->start_ms), c->route->lane, c->route->tenant, order);
+        wire_group_item(&a, &x, l, (long long)(now - c->age_ms), c->route->lane, c->route->tenant, order);
         c->state = CALL_INFLIGHT;
         b->items[b->n++] = c;
     }
@@ -405,7 +406,7 @@ int group_acquire(engine *e, const struct config_group *g, const engine_req *rq,
     snprintf(c->route->lane, sizeof(c->route->lane), "%s", rq->lane ? rq->lane : "");
     snprintf(c->route->tenant, sizeof(c->route->tenant), "%s", rq->tenant ? rq->tenant : "");
     snprintf(c->route->tag, sizeof(c->route->tag), "%s", rq->tag ? rq->tag : "");
-    c->start_ms = uv_now(e->loop);
+    c->start_ms = c->age_ms = uv_now(e->loop);
     c->route->deadline = c->start_ms + (uint64_t)(rq->max_wait_ms >= 0 ? rq->max_wait_ms : g->max_wait_ms);
     e->stats.acquires++;
     group_stat *gs = group_stats(e, g->name);
@@ -433,6 +434,7 @@ int group_acquire(engine *e, const struct config_group *g, const engine_req *rq,
         engine__list_push(&c->d->waiting, c);
         e->stats.waiting++;
     } else {
+        engine__turn_arrive(e, c);
         if (g->policy == CONFIG_POLICY_WEIGHTED) first = group_turn(e, g, c);
         c->route->turn = first;
         gq *q = group_atomic(e) ? gq_get(e, g->name) : NULL;
@@ -449,6 +451,7 @@ int group_acquire(engine *e, const struct config_group *g, const engine_req *rq,
             e->stats.queued++;
             engine__flush_arm(e);
         } else if (group_route_steps(c) != 0) {
+            engine__turn_leave(e, c);
             free(rt);
             free(c);
             return SL_ENOMEM;

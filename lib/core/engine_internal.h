@@ -61,6 +61,15 @@
  * or tenants: after a deferral the rest of the class would be deferred
  * too, so sending its whole backlog would only cost Redis time. */
 #define ENGINE_CLASS_BATCH 8
+/* The calls waiting on one queue go in turn by caller (engine_turn.c):
+ * how many of a queue's first calls a pick compares, the buckets of the
+ * table of callers, and how long a caller not served is remembered. */
+#define ENGINE_TURN_SCAN 64
+#define ENGINE_TURN_BUCKETS 256
+#define ENGINE_TURN_FORGET_MS 60000
+#ifndef ENGINE_TURN_CREDIT
+#define ENGINE_TURN_CREDIT 4
+#endif
 /* The share of redis.max_script_ms a script call aims at, by the script's
  * own measure. That measure leaves out the script text's definitions, the
  * arguments made Lua strings and the reply's encoding (it covers 0.80 to
@@ -101,10 +110,13 @@ struct engine_call {
     long long tokens, max_wait_ms;
     int split; /* the estimate came as input and max output */
     long long input, output;
-    int exact; /* the caller counted exactly: never calibrated */
+    int exact;        /* the caller counted exactly: never calibrated */
+    uint64_t caller;  /* who asks (engine_req.caller), 0: nobody said */
+    int turn_counted; /* counted among its caller's calls out (engine_turn.c) */
     call_state state;
     int canceled;
     uint64_t start_ms;   /* uv_now at acquire */
+    uint64_t age_ms;     /* the wire's waited counts from it: start_ms, or an older call's (engine_turn.c) */
     uint64_t release_ms; /* uv_now at the slot */
     engine_grant grant;
     int cls;               /* index into d->classes */
@@ -253,6 +265,11 @@ struct engine {
     size_t ngstats;
     gq *gqs;
     struct budget_book *book; /* budgets in money (engine_budget.c); NULL until first used */
+    /* When each caller was last served (engine_turn.c). */
+    struct caller_turn *turns[ENGINE_TURN_BUCKETS];
+    size_t nturns;
+    uint64_t turns_swept_ms;
+    double turn_floor; /* the fewest served to a caller waiting, at the last pick */
 };
 
 /* Partition safety (lua/common.lua sl_silent, docs/operations.md "Part of
@@ -328,6 +345,19 @@ static inline void engine__list_remove(call_list *l, engine_call *c) {
     c->prev = c->next = NULL;
     l->n--;
 }
+
+/* ---- engine_turn.c: the calls of a queue in turn by caller ---- */
+
+/* The call of l to send next: the one whose caller was served longest ago
+ * (a caller not served yet, or none named: by its arrival); ties by the
+ * order of l. Looks at the first ENGINE_TURN_SCAN calls. NULL: l is empty. */
+engine_call *engine__list_next(engine *e, call_list *l);
+/* c arrived, was granted, or is freed: its caller's calls out and
+ * served. */
+void engine__turn_arrive(engine *e, engine_call *c);
+void engine__turn_served(engine *e, const engine_call *c);
+void engine__turn_leave(engine *e, engine_call *c);
+void engine__turn_free(engine *e);
 
 static inline engine_call *engine__list_pop(call_list *l) {
     engine_call *c = l->head;

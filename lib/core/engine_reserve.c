@@ -222,7 +222,7 @@ void dep_flush_reserves(dep *d) {
             for (size_t t = 0; t < j - i && b->n < cap; t++) {
                 size_t g = i + (t + d->turn) % (j - i);
                 call_class *k = &d->classes[order[g]];
-                engine_call *c = k->q.head;
+                engine_call *c = engine__list_next(e, &k->q);
                 if (!c) continue;
                 engine__class_remove(d, c);
                 long long left;
@@ -234,7 +234,7 @@ void dep_flush_reserves(dep *d) {
                 c->state = CALL_INFLIGHT;
                 wire_estimate x;
                 call_wire_estimate(c, &x);
-                wire_reserve_item(&a, &x, left, (long long)(now - c->start_ms), quads ? k->lane : NULL, k->tenant);
+                wire_reserve_item(&a, &x, left, (long long)(now - c->age_ms), quads ? k->lane : NULL, k->tenant);
                 b->items[b->n++] = c;
             }
             if (!any) break;

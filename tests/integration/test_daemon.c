@@ -153,6 +153,9 @@ static void test_redis_cli_session(void **state) {
     assert_contains(out, "deployment_d:rpm=600,tpm=60000,burst_requests=5,burst_tokens=10000");
     assert_contains(out, "mode:redis");
     assert_true(info_field(out, "grants") == 3); /* TOKENS 10, and the two EXACT */
+    /* Each redis-cli is a connection of its own: the four that asked
+     * (three granted, one shed) are known callers, for the turns. */
+    assert_true(info_field(out, "callers") == 4);
     assert_true(info_field(out, "settle_pauses") == 1);
     assert_true(info_field(out, "sheds_paused") == 1);
     assert_true(info_field(out, "retries_allowed") == 1);

@@ -685,6 +685,8 @@ static void test_observe(void **state) {
     /* Every grant settled with its request's usage once both had ended. */
     assert_true(daemon_wait_info(&p.d, "settles", 4, 10000));
     assert_true(info_num(&p.d, "http_retried") == 0);
+    /* The five came on one connection: one caller, for the turns. */
+    assert_true(info_num(&p.d, "callers") == 1);
     assert_int_equal(daemon_stop(&p.d), 0);
 }
 

@@ -23,13 +23,18 @@
 #            that takes every token is probed five times a second)
 #   pausespan a span of the headers across a fleet pause is read as
 #            others' use (a greedy neighbour's minute becomes debt)
+#   turns    the calls waiting in an agent go by arrival alone (callers
+#            do not take turns: a caller whose answers are slower falls
+#            behind)
+#   turnage  a call that takes its turn keeps its own age on the wire (the
+#            turn is undone in Redis, where the oldest requests go first)
 #
 # Each builds the simulator in a release build of its own copy (about a
 # minute each on 2 cores) and runs the checks there. Not part of tests/run:
 # run it before changing the controller (docs/simulator.md).
 set -uo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
-all=(refund early held stray retime late lump doubling pausespan)
+all=(refund early held stray retime late lump doubling pausespan turns turnage)
 want=("$@")
 [ ${#want[@]} -eq 0 ] && want=("${all[@]}")
 work=$(mktemp -d /tmp/sluice-mutations-XXXXXX)
@@ -57,6 +62,10 @@ mutate() { # NAME DIR: applies the mutation; fails when the code it edits moved
             grep -q '^      local grown = pause$' "$d/lua/settle.lua" ;;
     pausespan) sed -i "s/^  if sl_num(st, 'pause_from', 0) > s0 then$/  if false then/" "$d/lua/settle.lua"
             grep -q '^  if false then$' "$d/lua/settle.lua" ;;
+    turns)  sed -i 's/^engine_call \*engine__list_next(engine \*e, call_list \*l) {$/&\n    if (e) return l->head;/' "$d/lib/core/engine_turn.c"
+            grep -q '^    if (e) return l->head;$' "$d/lib/core/engine_turn.c" ;;
+    turnage) sed -i 's/^        for (engine_call \*x = best->prev; x; x = x->prev) {$/        for (engine_call *x = best->prev; x \&\& 0; x = x->prev) {/' "$d/lib/core/engine_turn.c"
+            grep -q 'x && 0; x = x->prev' "$d/lib/core/engine_turn.c" ;;
     *) echo "mutations.sh: unknown mutation '$1' (one of: ${all[*]})" >&2; return 2 ;;
   esac
 }

@@ -282,7 +282,10 @@ static void caller_acquire(void *arg) {
                      .client = c->spec.client,
                      .split = 1,
                      .input = c->spec.input,
-                     .output = c->spec.output};
+                     .output = c->spec.output,
+                     .caller = c->spec.anonymous   ? 0
+                               : c->spec.shared_id ? c->spec.shared_id
+                                                   : (unsigned long long)c->id + 1};
     c->gen++;
     c->cancel_sent = 0;
     int cancel_wait = 0;

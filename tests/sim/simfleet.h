@@ -101,6 +101,12 @@ typedef struct sim_caller_spec {
      * already has it: send() is told with sim_call.cancelled set, and the
      * caller settles it cancelled without usage). */
     int cancel_permille;
+    /* Asks without naming itself (engine_req.caller 0): its calls go by
+     * their arrival alone, as before callers took turns. */
+    int anonymous;
+    /* Names this id instead of its own (callers naming one id are one
+     * connection carrying several callers' calls at once). */
+    unsigned long long shared_id;
 } sim_caller_spec;
 
 /* One attempt. Times in virtual ms since the start; -1 when it did not

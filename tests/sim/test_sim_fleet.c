@@ -50,17 +50,21 @@ typedef struct trivial {
     unsigned long sends;
 } trivial;
 
-static int trivial_send(void *ud, double t_ms, const sim_call *c, sim_outcome *out) {
-    trivial *p = ud;
-    (void)t_ms;
-    (void)c;
+/* A 200 of 100 input and 50 output tokens, in latency_ms. */
+static int answered(trivial *p, sim_outcome *out, double latency_ms) {
     p->sends++;
     out->status = 200;
-    out->latency_ms = 100;
+    out->latency_ms = latency_ms;
     out->input = 100;
     out->output = 50;
     out->cache_read = 0;
     return 0;
+}
+
+static int trivial_send(void *ud, double t_ms, const sim_call *c, sim_outcome *out) {
+    (void)t_ms;
+    (void)c;
+    return answered(ud, out, 100);
 }
 
 static double real_ms(void) {
@@ -72,7 +76,9 @@ static double real_ms(void) {
 /* n callers of the gpt deployment on each of agents agents, asking
  * input 100 + max output 50 from 1000 ms (plus a seeded 0..jitter_ms),
  * calls each, up to 20 attempts, a max wait of 120 s. */
-static void callers_on_each(simfleet *f, int agents, int n, double jitter_ms, int calls) {
+/* n callers on each of the first agents; anonymous: asking without naming
+ * themselves (by arrival alone, no turns). */
+static void callers_on_each(simfleet *f, int agents, int n, double jitter_ms, int calls, int anonymous) {
     for (int a = 0; a < agents; a++) {
         sim_caller_spec sp = {.agent = a,
                               .deployment = "gpt",
@@ -82,7 +88,8 @@ static void callers_on_each(simfleet *f, int agents, int n, double jitter_ms, in
                               .jitter_ms = jitter_ms,
                               .calls = calls,
                               .max_wait_ms = 120000,
-                              .max_attempts = 20};
+                              .max_attempts = 20,
+                              .anonymous = anonymous};
         assert_int_equal(simfleet_add_callers(f, &sp, n), 0);
     }
 }
@@ -181,7 +188,7 @@ static void fleet_run_with(uint64_t seed, int fault, sim_send_fn send, void *ud,
                     fault == F_EARLY_SPREAD ? 20000
                     : fault == F_CUT_HOLD   ? 40000
                                             : 50,
-                    2);
+                    2, 0);
     switch (fault) {
     case F_REDIS_RESTART:
         assert_int_equal(simfleet_run_until(f, 20000), 0);
@@ -396,7 +403,7 @@ static void test_scale_figure(void **state) {
     simfleet *f = NULL;
     double t0 = real_ms();
     assert_int_equal(simfleet_new(&o, &f), 0);
-    callers_on_each(f, 10, 100, 50, 6);
+    callers_on_each(f, 10, 100, 50, 6, 0);
     assert_int_equal(simfleet_run_done(f, 200000), 1);
     double ms = real_ms() - t0;
     simfleet_stats st;
@@ -496,15 +503,9 @@ static void test_lanes_of_one_priority_take_turns(void **state) {
 static int slow_send(void *ud, double t_ms, const sim_call *c, sim_outcome *out) {
     trivial *p = ud;
     (void)t_ms;
-    p->sends++;
-    uint64_t z = (uint64_t)(c->caller * 7919 + c->agent * 104729) + (uint64_t)p->sends * 0x9E3779B97F4A7C15ull;
+    uint64_t z = (uint64_t)(c->caller * 7919 + c->agent * 104729) + (uint64_t)(p->sends + 1) * 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
-    out->status = 200;
-    out->latency_ms = 1200 + (double)(z % 800);
-    out->input = 100;
-    out->output = 50;
-    out->cache_read = 0;
-    return 0;
+    return answered(p, out, 1200 + (double)(z % 800));
 }
 
 /* The oldest request goes first, on any agent: three agents of eight
@@ -517,7 +518,9 @@ static int slow_send(void *ud, double t_ms, const sim_call *c, sim_outcome *out)
  * asked first: 38..77 of 192 sends went ahead of a request waiting up to
  * 1.5 s longer, the agents' callers drifted apart, and the last ones'
  * calls ran one response time after another at the end
- * (anthropic-short-24). */
+ * (anthropic-short-24). The callers do not name themselves: by arrival
+ * alone, without the turns of test_callers_take_turns (which pass a
+ * request ahead of older ones of its own agent and give it their age). */
 static void test_oldest_request_goes_first(void **state) {
     (void)state;
     static const char *round_yaml =
@@ -529,7 +532,7 @@ static void test_oldest_request_goes_first(void **state) {
             .seed = seed, .agents = 3, .redis = &fx, .yaml = round_yaml, .send = slow_send, .send_ud = &prov};
         simfleet *f = NULL;
         assert_int_equal(simfleet_new(&o, &f), 0);
-        callers_on_each(f, 3, 8, 200, 8);
+        callers_on_each(f, 3, 8, 200, 8, 1);
         assert_int_equal(simfleet_run_done(f, 300000), 1);
         size_t n, inv = 0, sends = 0;
         double worst = 0;
@@ -552,6 +555,128 @@ static void test_oldest_request_goes_first(void **state) {
     }
 }
 
+/* A provider answering caller 0 in 3 s and every other caller in 0.5 s. */
+static int one_slow_send(void *ud, double t_ms, const sim_call *c, sim_outcome *out) {
+    (void)t_ms;
+    return answered(ud, out, c->caller == 0 ? 3000 : 500);
+}
+
+/* One agent at 2 requests a second, just in time, for the turns' tests;
+ * and their callers' spec: 12 calls each from 1 s. */
+static simfleet *turn_fleet(uint64_t seed, sim_send_fn send, trivial *prov) {
+    static const char *turn_yaml = "agent:\n  socket: /tmp/sim-unused.sock\n  heartbeat_ms: 1000\n"
+                                   "deployments:\n  gpt:\n    rpm: 120\n    horizon_ms: 250\n    max_wait_ms: 300000\n";
+    simfleet_opts o = {.seed = seed, .agents = 1, .redis = &fx, .yaml = turn_yaml, .send = send, .send_ud = prov};
+    simfleet *f = NULL;
+    assert_int_equal(simfleet_new(&o, &f), 0);
+    return f;
+}
+
+static sim_caller_spec turn_callers(void) {
+    return (sim_caller_spec){.agent = 0,
+                             .deployment = "gpt",
+                             .input = 100,
+                             .output = 50,
+                             .start_ms = 1000,
+                             .jitter_ms = 200,
+                             .calls = 12,
+                             .max_wait_ms = 300000,
+                             .max_attempts = 1};
+}
+
+/* Callers take turns: one agent, eight callers of 12 calls each at 2
+ * requests a second (a turn every 4 s each), one of them answered in 3 s,
+ * the others in 0.5 s. By arrival alone the slow one waits as long as the
+ * others after each answer, so it makes a call every 6 s where they make
+ * one every 3.6 s, and its last calls run alone after theirs, one answer
+ * after another: the fleet ends 8..10 s after the quota would have let it
+ * (the control: the same callers asking without naming themselves; more
+ * than 5 s after). Taking turns, a caller served fewer times than another
+ * goes first among those waiting, with the age of the oldest it passed
+ * (the wire's waited, which Redis orders by): all end within the quota's
+ * time and 2 s (measured: at it), the slow caller within 2 s of the
+ * others (0.5 s), on seeds 1..3. */
+static void test_callers_take_turns(void **state) {
+    (void)state;
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        for (int anonymous = 0; anonymous <= 1; anonymous++) {
+            trivial prov = {0};
+            simfleet *f = turn_fleet(seed, one_slow_send, &prov);
+            sim_caller_spec sp = turn_callers();
+            sp.anonymous = anonymous;
+            assert_int_equal(simfleet_add_callers(f, &sp, 8), 0);
+            assert_int_equal(simfleet_run_done(f, 300000), 1);
+            size_t n, sends = 0;
+            double first = -1, last = 0, slow_last = 0, others_last = 0;
+            const sim_record *r = simfleet_records(f, &n);
+            for (size_t i = 0; i < n; i++) {
+                if (r[i].send_ms < 0) continue;
+                sends++;
+                if (first < 0 || r[i].send_ms < first) first = r[i].send_ms;
+                if (r[i].send_ms > last) last = r[i].send_ms;
+                double *l = r[i].caller == 0 ? &slow_last : &others_last;
+                if (r[i].send_ms > *l) *l = r[i].send_ms;
+            }
+            /* The quota's time for the sends past the first second's 2. */
+            double quota_ms = (double)(sends - 2) / (120 / 60000.0);
+            printf("seed %llu %s: %zu sends in %.1f s (the quota's %.1f s); the slow caller's last %.1f s after "
+                   "the others'\n",
+                   (unsigned long long)seed, anonymous ? "by arrival" : "in turn", sends, (last - first) / 1000,
+                   quota_ms / 1000, (slow_last - others_last) / 1000);
+            simfleet_free(f);
+            assert_int_equal(sends, 96);
+            if (anonymous) {
+                assert_true(last - first > quota_ms + 5000);
+            } else {
+                assert_true(last - first <= quota_ms + 2000);
+                assert_true(slow_last - others_last <= 2000);
+            }
+        }
+    }
+}
+
+/* A connection carrying many callers' calls at once has as many turns:
+ * one agent, eight callers of 12 calls each on their own connections and
+ * eight on one (a process that multiplexes its callers on one
+ * connection), all answered in 0.1 s, 2 requests a second. Each call
+ * counts as a share of its connection's calls out, so the shared
+ * connection's callers make their calls as fast as the others (by the
+ * time either half is done, the other has made at least 5 in 6 of its
+ * calls); counted a whole turn each (the control, by hand), they had
+ * made 13 when the others had made all 96. */
+static void test_shared_connection_keeps_its_turns(void **state) {
+    (void)state;
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        trivial prov = {0};
+        simfleet *f = turn_fleet(seed, trivial_send, &prov);
+        sim_caller_spec sp = turn_callers();
+        assert_int_equal(simfleet_add_callers(f, &sp, 8), 0);
+        sp.shared_id = 1000;
+        assert_int_equal(simfleet_add_callers(f, &sp, 8), 0);
+        assert_int_equal(simfleet_run_done(f, 600000), 1);
+        size_t n, sends = 0;
+        double own_last = 0, shared_last = 0;
+        const sim_record *r = simfleet_records(f, &n);
+        for (size_t i = 0; i < n; i++) {
+            if (r[i].send_ms < 0) continue;
+            sends++;
+            double *l = r[i].caller < 8 ? &own_last : &shared_last;
+            if (r[i].send_ms > *l) *l = r[i].send_ms;
+        }
+        /* What the other half had sent when the first half was done. */
+        double done = own_last < shared_last ? own_last : shared_last;
+        size_t own = 0, shared = 0;
+        for (size_t i = 0; i < n; i++)
+            if (r[i].send_ms >= 0 && r[i].send_ms <= done) (r[i].caller < 8 ? &own : &shared)[0]++;
+        printf("seed %llu: %zu sends; when the first half was done (%.1f s) its own connections had made %zu, "
+               "the shared one %zu\n",
+               (unsigned long long)seed, sends, done / 1000, own, shared);
+        simfleet_free(f);
+        assert_int_equal(sends, 192);
+        assert_true(own * 6 >= 96 * 5 && shared * 6 >= 96 * 5);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_never_over_offer),
@@ -568,6 +693,8 @@ int main(void) {
         cmocka_unit_test(test_scale_figure),
         cmocka_unit_test(test_lanes_of_one_priority_take_turns),
         cmocka_unit_test(test_oldest_request_goes_first),
+        cmocka_unit_test(test_callers_take_turns),
+        cmocka_unit_test(test_shared_connection_keeps_its_turns),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
