@@ -182,6 +182,7 @@ static void call_reask(engine_call *c) {
     if (num) engine__queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
     c->lapsed = 0;
     c->state = CALL_PENDING;
+    engine__turn_unserve(c); /* it keeps its place, and its turn */
     engine__class_push_front(d, c);
     engine__flush_arm(c->e);
 }

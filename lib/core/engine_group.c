@@ -342,7 +342,7 @@ void engine__gq_flush(engine *e, gq *q) {
     /* Under redis.max_script_ms, like a deployment's batch; the rest wait
      * for the next call, in order. */
     size_t cap = engine__batch_cap(e, &q->cost, RESERVE_BATCH_MAX);
-    while (b->n < cap && (c = engine__list_next(e, &q->q)) != NULL) {
+    while (b->n < cap && (c = engine__list_next(e, &q->q, now)) != NULL) {
         engine__list_remove(&q->q, c);
         e->stats.queued--;
         long long l = c->route->deadline > now ? (long long)(c->route->deadline - now) : 0;
@@ -434,7 +434,6 @@ int group_acquire(engine *e, const struct config_group *g, const engine_req *rq,
         engine__list_push(&c->d->waiting, c);
         e->stats.waiting++;
     } else {
-        engine__turn_arrive(e, c);
         if (g->policy == CONFIG_POLICY_WEIGHTED) first = group_turn(e, g, c);
         c->route->turn = first;
         gq *q = group_atomic(e) ? gq_get(e, g->name) : NULL;
@@ -447,11 +446,11 @@ int group_acquire(engine *e, const struct config_group *g, const engine_req *rq,
             d->classes[cls].st.acquires++;
             c->state = CALL_PENDING;
             c->route->gq = q;
+            engine__turn_arrive(e, c, &q->q);
             engine__list_push(&q->q, c);
             e->stats.queued++;
             engine__flush_arm(e);
         } else if (group_route_steps(c) != 0) {
-            engine__turn_leave(e, c);
             free(rt);
             free(c);
             return SL_ENOMEM;

@@ -65,8 +65,8 @@
  * how many of a queue's first calls a pick compares, the buckets of the
  * table of callers, and how long a caller not served is remembered. */
 #define ENGINE_TURN_SCAN 64
-#define ENGINE_TURN_BUCKETS 256
-#define ENGINE_TURN_FORGET_MS 60000
+#define ENGINE_TURN_BUCKETS 1024
+#define ENGINE_TURN_FORGET_MS 10000
 #ifndef ENGINE_TURN_CREDIT
 #define ENGINE_TURN_CREDIT 4
 #endif
@@ -110,9 +110,11 @@ struct engine_call {
     long long tokens, max_wait_ms;
     int split; /* the estimate came as input and max output */
     long long input, output;
-    int exact;        /* the caller counted exactly: never calibrated */
-    uint64_t caller;  /* who asks (engine_req.caller), 0: nobody said */
-    int turn_counted; /* counted among its caller's calls out (engine_turn.c) */
+    int exact;                /* the caller counted exactly: never calibrated */
+    uint64_t caller;          /* who asks (engine_req.caller), 0: nobody said */
+    struct caller_turn *turn; /* its caller's turns on the queue it came to (engine_turn.c), NULL: none */
+    double turn_inc;          /* what its grant added to its caller's count (0: not counted yet) */
+    double turn_floor;        /* its queue's fewest at the pick that sent it */
     call_state state;
     int canceled;
     uint64_t start_ms;   /* uv_now at acquire */
@@ -134,6 +136,8 @@ struct engine_call {
 typedef struct call_list {
     engine_call *head, *tail;
     size_t n;
+    uint64_t turn_tag; /* names the queue for its callers' turns (engine_turn.c), 0 until used */
+    double turn_floor; /* the fewest served to a caller waiting here, at the last pick */
 } call_list;
 
 /* The requests of one lane and tenant class not yet sent to Redis, in
@@ -269,7 +273,7 @@ struct engine {
     struct caller_turn *turns[ENGINE_TURN_BUCKETS];
     size_t nturns;
     uint64_t turns_swept_ms;
-    double turn_floor; /* the fewest served to a caller waiting, at the last pick */
+    uint64_t turn_tags; /* the last call_list.turn_tag given */
 };
 
 /* Partition safety (lua/common.lua sl_silent, docs/operations.md "Part of
@@ -348,14 +352,18 @@ static inline void engine__list_remove(call_list *l, engine_call *c) {
 
 /* ---- engine_turn.c: the calls of a queue in turn by caller ---- */
 
-/* The call of l to send next: the one whose caller was served longest ago
- * (a caller not served yet, or none named: by its arrival); ties by the
- * order of l. Looks at the first ENGINE_TURN_SCAN calls. NULL: l is empty. */
-engine_call *engine__list_next(engine *e, call_list *l);
-/* c arrived, was granted, or is freed: its caller's calls out and
- * served. */
-void engine__turn_arrive(engine *e, engine_call *c);
-void engine__turn_served(engine *e, const engine_call *c);
+/* The call of l to send next (NULL: l is empty): first a call whose max
+ * wait (a group call's deadline) has passed, so that it is decided; else
+ * the one whose caller was served fewest times on l, ties and calls with
+ * no caller of l by the order of l. Looks at the first ENGINE_TURN_SCAN
+ * calls. A call picked ahead of others takes the oldest age among them
+ * (age_ms, the wire's waited). The caller removes it from l. */
+engine_call *engine__list_next(engine *e, call_list *l, uint64_t now);
+/* c arrives on l (before it is pushed there); it was granted; it asks
+ * again (its grant given back: its count too); it is freed. */
+void engine__turn_arrive(engine *e, engine_call *c, call_list *l);
+void engine__turn_served(engine *e, engine_call *c);
+void engine__turn_unserve(engine_call *c);
 void engine__turn_leave(engine *e, engine_call *c);
 void engine__turn_free(engine *e);
 

@@ -222,7 +222,7 @@ void dep_flush_reserves(dep *d) {
             for (size_t t = 0; t < j - i && b->n < cap; t++) {
                 size_t g = i + (t + d->turn) % (j - i);
                 call_class *k = &d->classes[order[g]];
-                engine_call *c = engine__list_next(e, &k->q);
+                engine_call *c = engine__list_next(e, &k->q, now);
                 if (!c) continue;
                 engine__class_remove(d, c);
                 long long left;

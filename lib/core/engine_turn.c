@@ -11,70 +11,104 @@
  * each caller was last served, the one whose answer took longer goes first
  * among those waiting, and every caller is served once a round.
  *
- * A caller not served yet, and a call that names none, go by arrival. A
- * caller is forgotten ENGINE_TURN_FORGET_MS after it was last served: its
- * next call goes by its arrival, which is later than that and still ahead
- * of any caller served since. */
+ * Counts are kept per caller and queue (the queue a call came to: a
+ * deployment's lane and tenant, or a group's queue): a caller served
+ * often on one deployment is not behind on another. A call counts as a
+ * share of the calls its caller has out on that queue, so a connection
+ * that carries many callers' calls at once has as many turns. A new
+ * caller starts one above the fewest waiting (last in the round, so a
+ * stream of new connections cannot pass a caller that keeps its own); a
+ * caller's count is kept at most ENGINE_TURN_CREDIT below the fewest
+ * waiting when it is served (one back from a pause goes first for a few
+ * calls); a caller with no call out is forgotten ENGINE_TURN_FORGET_MS
+ * after its last. A call with no caller of the queue (none named, or a
+ * group's call moved to a member) goes with the fewest, by its order. */
 #define _GNU_SOURCE
 #include "engine_internal.h"
 
 #include <stdlib.h>
 
 typedef struct caller_turn {
-    uint64_t id, seen_ms; /* seen: its last call's arrival or grant */
-    double n;             /* its calls served, each a share of its calls out */
-    size_t out;           /* its calls alive (waiting, asking, held) */
+    uint64_t id, tag; /* the caller and the queue (call_list.turn_tag) */
+    uint64_t seen_ms; /* its last call's arrival or end */
+    double n;         /* its calls served here, each a share of its calls out */
+    size_t out;       /* its calls alive (waiting, asking, held) */
     struct caller_turn *next;
 } caller_turn;
 
-static size_t turn_bucket(uint64_t id) {
-    id ^= id >> 33;
-    id *= UINT64_C(0xff51afd7ed558ccd);
-    id ^= id >> 33;
-    return (size_t)(id & (ENGINE_TURN_BUCKETS - 1));
+static size_t turn_bucket(uint64_t id, uint64_t tag) {
+    uint64_t h = id ^ (tag * UINT64_C(0x9e3779b97f4a7c15));
+    h ^= h >> 33;
+    h *= UINT64_C(0xff51afd7ed558ccd);
+    h ^= h >> 33;
+    return (size_t)(h & (ENGINE_TURN_BUCKETS - 1));
 }
 
-static caller_turn *turn_find(const engine *e, uint64_t id) {
-    for (caller_turn *t = e->turns[turn_bucket(id)]; t; t = t->next)
-        if (t->id == id) return t;
-    return NULL;
+static uint64_t list_tag(engine *e, call_list *l) {
+    if (!l->turn_tag) l->turn_tag = ++e->turn_tags;
+    return l->turn_tag;
 }
 
-/* The turn c takes: its caller's count, a call that names none at the
- * fewest of the callers waiting at the last pick. */
-static double turn_key(const engine *e, const engine_call *c) {
-    const caller_turn *t = c->caller ? turn_find(e, c->caller) : NULL;
-    return t ? t->n : e->turn_floor;
+/* c's caller's count on the queue tagged tag; -1 when c has none there. */
+static double turn_count(const engine_call *c, uint64_t tag) {
+    return c->turn && c->turn->tag == tag ? c->turn->n : -1;
 }
 
-engine_call *engine__list_next(engine *e, call_list *l) {
-    engine_call *best = l->head;
-    if (!best || !e->nturns) return best;
-    double k = turn_key(e, best);
-    size_t seen = 1;
-    for (engine_call *c = best->next; c && seen < ENGINE_TURN_SCAN; c = c->next, seen++) {
-        double ck = turn_key(e, c);
+static int overdue(const engine_call *c, uint64_t now) {
+    if (c->route && c->route->gq) return c->route->deadline <= now;
+    return (long long)(now - c->start_ms) > c->max_wait_ms;
+}
+
+/* best, picked ahead of the calls from l's head, takes the oldest of
+ * their ages; the calls from that one to best each take the next one's:
+ * the ages the queue shows Redis stay those of its arrivals. */
+static void take_oldest_age(call_list *l, engine_call *best) {
+    engine_call *old = l->head;
+    for (engine_call *x = l->head; x != best; x = x->next)
+        if (x->age_ms < old->age_ms) old = x;
+    if (old->age_ms >= best->age_ms) return;
+    uint64_t age = best->age_ms;
+    for (engine_call *x = best->prev;; x = x->prev) {
+        uint64_t was = x->age_ms;
+        x->age_ms = age;
+        age = was;
+        if (x == old) break;
+    }
+    best->age_ms = age;
+}
+
+engine_call *engine__list_next(engine *e, call_list *l, uint64_t now) {
+    engine_call *head = l->head;
+    if (!head || !e->nturns) return head;
+    uint64_t tag = list_tag(e, l);
+    /* The fewest served to a caller of l waiting; an overdue call first. */
+    double least = -1;
+    size_t seen = 0;
+    for (engine_call *c = head; c && seen < ENGINE_TURN_SCAN; c = c->next, seen++) {
+        if (overdue(c, now)) return c;
+        double n = turn_count(c, tag);
+        if (n >= 0 && (least < 0 || n < least)) least = n;
+    }
+    if (least < 0) return head;
+    l->turn_floor = least;
+    engine_call *best = head;
+    double k = turn_count(head, tag);
+    if (k < 0) k = least;
+    seen = 1;
+    for (engine_call *c = head->next; c && seen < ENGINE_TURN_SCAN && k > least; c = c->next, seen++) {
+        double ck = turn_count(c, tag);
+        if (ck < 0) ck = least;
         if (ck < k) best = c, k = ck;
     }
-    e->turn_floor = k;
-    if (best != l->head) {
+    best->turn_floor = least;
+    if (best != head) {
         e->stats.turns_passed++;
-        /* It goes with the age of the call it passed, which goes with the
-         * next one's, and so on to its own: the ages the queue shows Redis
-         * (the wire's waited, which orders requests across agents) stay
-         * those of its calls' arrivals. */
-        uint64_t age = best->age_ms;
-        for (engine_call *x = best->prev; x; x = x->prev) {
-            uint64_t was = x->age_ms;
-            x->age_ms = age;
-            age = was;
-        }
-        best->age_ms = age;
+        take_oldest_age(l, best);
     }
     return best;
 }
 
-/* Forgets the callers with no call alive and none for
+/* Forgets the callers with no call out and none for
  * ENGINE_TURN_FORGET_MS, at most once in that time. */
 static void turn_sweep(engine *e, uint64_t now) {
     if (now - e->turns_swept_ms < ENGINE_TURN_FORGET_MS) return;
@@ -92,42 +126,48 @@ static void turn_sweep(engine *e, uint64_t now) {
         }
 }
 
-void engine__turn_arrive(engine *e, engine_call *c) {
+void engine__turn_arrive(engine *e, engine_call *c, call_list *l) {
     if (!c->caller) return;
-    uint64_t now = uv_now(e->loop);
+    uint64_t now = uv_now(e->loop), tag = list_tag(e, l);
     turn_sweep(e, now);
-    caller_turn *t = turn_find(e, c->caller);
+    size_t b = turn_bucket(c->caller, tag);
+    caller_turn *t = e->turns[b];
+    while (t && (t->id != c->caller || t->tag != tag)) t = t->next;
     if (!t) {
-        /* Without memory the call goes at the fewest's turn: no error. */
+        /* Without memory the call goes with the fewest: no error. */
         if (!(t = calloc(1, sizeof(*t)))) return;
-        size_t b = turn_bucket(c->caller);
         t->id = c->caller;
-        t->n = e->turn_floor;
+        t->tag = tag;
+        t->n = l->turn_floor + 1;
         t->next = e->turns[b];
         e->turns[b] = t;
         e->nturns++;
     }
     t->out++;
     t->seen_ms = now;
-    c->turn_counted = 1;
+    c->turn = t;
+}
+
+void engine__turn_served(engine *e, engine_call *c) {
+    caller_turn *t = c->turn;
+    if (!t || c->turn_inc > 0) return; /* counted once a call */
+    (void)e;
+    double lo = c->turn_floor - ENGINE_TURN_CREDIT, was = t->n;
+    t->n = (t->n > lo ? t->n : lo) + 1.0 / (double)(t->out ? t->out : 1);
+    c->turn_inc = t->n - was;
+}
+
+void engine__turn_unserve(engine_call *c) {
+    if (!c->turn || c->turn_inc <= 0) return;
+    c->turn->n -= c->turn_inc;
+    c->turn_inc = 0;
 }
 
 void engine__turn_leave(engine *e, engine_call *c) {
-    if (!c->turn_counted) return;
-    c->turn_counted = 0;
-    caller_turn *t = turn_find(e, c->caller);
-    if (t && t->out) t->out--;
-}
-
-void engine__turn_served(engine *e, const engine_call *c) {
-    caller_turn *t = c->turn_counted ? turn_find(e, c->caller) : NULL;
+    caller_turn *t = c->turn;
     if (!t) return;
-    /* A caller back after a pause starts at most ENGINE_TURN_CREDIT
-     * behind the fewest waiting; a call counts as a share of the calls
-     * its caller has out, so a connection carrying many callers' calls at
-     * once has as many turns. */
-    double lo = e->turn_floor - ENGINE_TURN_CREDIT;
-    t->n = (t->n > lo ? t->n : lo) + 1.0 / (double)(t->out ? t->out : 1);
+    c->turn = NULL;
+    if (t->out) t->out--;
     t->seen_ms = uv_now(e->loop);
 }
 

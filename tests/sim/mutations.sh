@@ -62,10 +62,10 @@ mutate() { # NAME DIR: applies the mutation; fails when the code it edits moved
             grep -q '^      local grown = pause$' "$d/lua/settle.lua" ;;
     pausespan) sed -i "s/^  if sl_num(st, 'pause_from', 0) > s0 then$/  if false then/" "$d/lua/settle.lua"
             grep -q '^  if false then$' "$d/lua/settle.lua" ;;
-    turns)  sed -i 's/^engine_call \*engine__list_next(engine \*e, call_list \*l) {$/&\n    if (e) return l->head;/' "$d/lib/core/engine_turn.c"
+    turns)  sed -i 's/^engine_call \*engine__list_next(engine \*e, call_list \*l, uint64_t now) {$/&\n    if (e) return l->head;/' "$d/lib/core/engine_turn.c"
             grep -q '^    if (e) return l->head;$' "$d/lib/core/engine_turn.c" ;;
-    turnage) sed -i 's/^        for (engine_call \*x = best->prev; x; x = x->prev) {$/        for (engine_call *x = best->prev; x \&\& 0; x = x->prev) {/' "$d/lib/core/engine_turn.c"
-            grep -q 'x && 0; x = x->prev' "$d/lib/core/engine_turn.c" ;;
+    turnage) sed -i 's/^static void take_oldest_age(call_list \*l, engine_call \*best) {$/&\n    if (l) return;/' "$d/lib/core/engine_turn.c"
+            grep -q '^    if (l) return;$' "$d/lib/core/engine_turn.c" ;;
     *) echo "mutations.sh: unknown mutation '$1' (one of: ${all[*]})" >&2; return 2 ;;
   esac
 }
