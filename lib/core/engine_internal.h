@@ -114,7 +114,7 @@ struct engine_call {
     uint64_t caller;          /* who asks (engine_req.caller), 0: nobody said */
     struct caller_turn *turn; /* its caller's turns on the queue it came to (engine_turn.c), NULL: none */
     double turn_inc;          /* what its grant added to its caller's count (0: not counted yet) */
-    double turn_floor;        /* its queue's fewest at the pick that sent it */
+    double turn_top;          /* the most served to a caller waiting on its queue, at the pick that sent it */
     call_state state;
     int canceled;
     uint64_t start_ms;   /* uv_now at acquire */

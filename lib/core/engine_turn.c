@@ -18,9 +18,9 @@
  * that carries many callers' calls at once has as many turns. A new
  * caller starts one above the fewest waiting (last in the round, so a
  * stream of new connections cannot pass a caller that keeps its own); a
- * caller's count is kept at most ENGINE_TURN_CREDIT below the fewest
- * waiting when it is served (one back from a pause goes first for a few
- * calls); a caller with no call out is forgotten ENGINE_TURN_FORGET_MS
+ * caller's count is kept at most ENGINE_TURN_CREDIT below the most
+ * served waiting when it is served (one back from a pause, or long
+ * behind, goes first for a few calls); a caller with no call out is forgotten ENGINE_TURN_FORGET_MS
  * after its last. A call with no caller of the queue (none named, or a
  * group's call moved to a member) goes with the fewest, by its order. */
 #define _GNU_SOURCE
@@ -81,13 +81,15 @@ engine_call *engine__list_next(engine *e, call_list *l, uint64_t now) {
     engine_call *head = l->head;
     if (!head || !e->nturns) return head;
     uint64_t tag = list_tag(e, l);
-    /* The fewest served to a caller of l waiting; an overdue call first. */
-    double least = -1;
+    /* The fewest and the most served to a caller of l waiting; an
+     * overdue call first. */
+    double least = -1, most = -1;
     size_t seen = 0;
     for (engine_call *c = head; c && seen < ENGINE_TURN_SCAN; c = c->next, seen++) {
         if (overdue(c, now)) return c;
         double n = turn_count(c, tag);
         if (n >= 0 && (least < 0 || n < least)) least = n;
+        if (n > most) most = n;
     }
     if (least < 0) return head;
     l->turn_floor = least;
@@ -100,7 +102,7 @@ engine_call *engine__list_next(engine *e, call_list *l, uint64_t now) {
         if (ck < 0) ck = least;
         if (ck < k) best = c, k = ck;
     }
-    best->turn_floor = least;
+    best->turn_top = most;
     if (best != head) {
         e->stats.turns_passed++;
         take_oldest_age(l, best);
@@ -152,7 +154,7 @@ void engine__turn_served(engine *e, engine_call *c) {
     caller_turn *t = c->turn;
     if (!t || c->turn_inc > 0) return; /* counted once a call */
     (void)e;
-    double lo = c->turn_floor - ENGINE_TURN_CREDIT, was = t->n;
+    double lo = c->turn_top - ENGINE_TURN_CREDIT, was = t->n;
     t->n = (t->n > lo ? t->n : lo) + 1.0 / (double)(t->out ? t->out : 1);
     c->turn_inc = t->n - was;
 }

@@ -468,7 +468,8 @@ static const sb_scenario table[] = {
     {"no-usage-leaves", "azure-neighbour-leaves",
      "a 40 % neighbour leaves at 60 s, no usage: >= 95 % from 70 s (windows from 5 s)", NULL, "azure", CAL_YAML,
      AZ_TRAFFIC, NO_FAULTS, 0, 0, LEAVES_B,
-     "63..89.7 % of the rate after it left, or a window from 5 s up to 1.143x (passes on 5 of seeds 1..10, 2 "
+     "63..90.7 % of the rate after it left, or a window from 5 s up to 1.143x (passes on 4 of seeds 1..10, 18 of "
+     "1..40 since callers take turns, which moved seeds 3 and 7 to a miss; 5 of 1..10 and 15 of 1..40 before, 2 "
      "while uvsim dated a call into an agent at its loop's last turn; 14 of 1..40 then, 33 of 1..40 before the ratio "
      "was read from the headers): "
      "the neighbour's first readings are in force "
@@ -486,7 +487,7 @@ static const sb_scenario table[] = {
      50, 4, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0, STD_95, NULL, NULL},
     {"anthropic-current-6", "anthropic-current", "Anthropic, OTPM on generated tokens, 6 callers", NULL, "anthropic",
      NULL, ANTH_TRAFFIC(2, 50), NO_FAULTS, 0, 0, STD_95,
-     "98.8..99.7 % of the floor (97.2..99.3 before callers took turns, 86.6..98.6 while rounded headers were "
+     "98.5..99.7 % of the floor (97.2..99.3 before callers took turns, 86.6..98.6 while rounded headers were "
      "read as exact); window up to 1.10x "
      "output: the provider counts an answer when it ends, and the ends bunch by the spread of the answers' "
      "lengths and latencies, which the pace of the sends does not set (by send times with each answer's count: "
