@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 #include <cmocka.h>
+#include "realtime.h"
 
 #include <hiredis/hiredis.h>
 
@@ -305,8 +306,9 @@ static void test_never_over_offer(void **state) {
     assert_int_equal(r.rejects, 0);
     assert_true(fabs(r.makespan_ms - floor_ms) <= 0.01 * floor_ms);
 #if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__)
-    /* Issue 22: 60 virtual seconds, 3 agents, 300 callers in 1 s. */
-    assert_true(r.real_ms <= 1000);
+    /* Issue 22: 60 virtual seconds, 3 agents, 300 callers in 1 s (real
+     * time: asserted only in the reliability run). */
+    assert_realtime(r.real_ms <= 1000, "60 virtual seconds took %.0f ms of real time (bound 1000)", r.real_ms);
 #endif
 }
 
