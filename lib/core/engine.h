@@ -175,9 +175,9 @@ typedef struct engine_req {
     const char *client;
     /* caller: who asks (a connection to the agent's socket or its HTTP
      * proxy), 0 for nobody said. The calls waiting on one lane and tenant
-     * of a deployment, or on a group, go in turn by caller: the call of
-     * the caller served longest ago first, a caller's first call (and a
-     * call with no caller) by its arrival (lib/core/engine_turn.c). */
+     * of a deployment, or on a group, go in turn by caller: the caller
+     * served fewest times there first, ties and calls with no caller by
+     * arrival (lib/core/engine_turn.c). */
     unsigned long long caller;
 } engine_req;
 

@@ -259,7 +259,7 @@ void call_granted(engine_call *c, long long wait_ms) {
         call_free(c);
         return;
     }
-    engine__turn_served(e, c);
+    engine__turn_served(c);
     uint64_t now = uv_now(e->loop);
     uint64_t at = now + (uint64_t)(wait_ms > 0 ? wait_ms : 0);
     if (d->paused_until > at) at = d->paused_until;

@@ -63,13 +63,12 @@
 #define ENGINE_CLASS_BATCH 8
 /* The calls waiting on one queue go in turn by caller (engine_turn.c):
  * how many of a queue's first calls a pick compares, the buckets of the
- * table of callers, and how long a caller not served is remembered. */
+ * table of callers, how long a caller with no call out is remembered, and
+ * how far below the most served a caller's count is kept. */
 #define ENGINE_TURN_SCAN 64
 #define ENGINE_TURN_BUCKETS 1024
 #define ENGINE_TURN_FORGET_MS 10000
-#ifndef ENGINE_TURN_CREDIT
 #define ENGINE_TURN_CREDIT 4
-#endif
 /* The share of redis.max_script_ms a script call aims at, by the script's
  * own measure. That measure leaves out the script text's definitions, the
  * arguments made Lua strings and the reply's encoding (it covers 0.80 to
@@ -269,7 +268,7 @@ struct engine {
     size_t ngstats;
     gq *gqs;
     struct budget_book *book; /* budgets in money (engine_budget.c); NULL until first used */
-    /* When each caller was last served (engine_turn.c). */
+    /* Each caller's count of calls served, per queue (engine_turn.c). */
     struct caller_turn *turns[ENGINE_TURN_BUCKETS];
     size_t nturns;
     uint64_t turns_swept_ms;
@@ -362,10 +361,15 @@ engine_call *engine__list_next(engine *e, call_list *l, uint64_t now);
 /* c arrives on l (before it is pushed there); it was granted; it asks
  * again (its grant given back: its count too); it is freed. */
 void engine__turn_arrive(engine *e, engine_call *c, call_list *l);
-void engine__turn_served(engine *e, engine_call *c);
+void engine__turn_served(engine_call *c);
 void engine__turn_unserve(engine_call *c);
 void engine__turn_leave(engine *e, engine_call *c);
 void engine__turn_free(engine *e);
+
+/* What is left of c's max wait at now (negative: past it). */
+static inline long long engine__call_left_ms(const engine_call *c, uint64_t now) {
+    return c->max_wait_ms - (long long)(now - c->start_ms);
+}
 
 static inline engine_call *engine__list_pop(call_list *l) {
     engine_call *c = l->head;

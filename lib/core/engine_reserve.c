@@ -145,7 +145,7 @@ static size_t dep_ready_classes(dep *d, uint64_t now, size_t *order) {
 
 /* Sheds a call that Redis deferred past its max wait. */
 static int call_expired(engine_call *c, uint64_t now, long long *left) {
-    *left = c->max_wait_ms - (long long)(now - c->start_ms);
+    *left = engine__call_left_ms(c, now);
     if (*left >= 0) return 0;
     if (!c->deferred) {
         *left = 0;

@@ -1,15 +1,15 @@
 /* engine_turn: the calls waiting on one queue (a deployment's lane and
  * tenant, or a group) go in turn by caller: the call whose caller was
- * served longest ago goes first.
+ * served fewest times there goes first.
  *
  * A caller (engine_req.caller: a connection to the agent's socket or its
  * HTTP proxy) asks again when its last answer is in. By arrival alone, the
  * callers whose answers happened to take longer are served later every
  * time, fall a call or two behind the others, and a fleet's last calls run
  * one response time after another with the bucket idle between them
- * (anthropic-short-24: 94.3 % of the floor on seeds 2 and 8). By the time
- * each caller was last served, the one whose answer took longer goes first
- * among those waiting, and every caller is served once a round.
+ * (anthropic-short-24: 94.3 % of the floor on seeds 2 and 8). In turn,
+ * the one whose answers took longer goes first among those waiting, and
+ * every caller is served once a round.
  *
  * Counts are kept per caller and queue (the queue a call came to: a
  * deployment's lane and tenant, or a group's queue): a caller served
@@ -19,8 +19,8 @@
  * caller starts one above the fewest waiting (last in the round, so a
  * stream of new connections cannot pass a caller that keeps its own); a
  * caller's count is kept at most ENGINE_TURN_CREDIT below the most
- * served waiting when it is served (one back from a pause, or long
- * behind, goes first for a few calls); a caller with no call out is forgotten ENGINE_TURN_FORGET_MS
+ * served waiting when it is served (one long behind goes first for a few
+ * calls); a caller with no call out is forgotten ENGINE_TURN_FORGET_MS
  * after its last. A call with no caller of the queue (none named, or a
  * group's call moved to a member) goes with the fewest, by its order. */
 #define _GNU_SOURCE
@@ -56,7 +56,7 @@ static double turn_count(const engine_call *c, uint64_t tag) {
 
 static int overdue(const engine_call *c, uint64_t now) {
     if (c->route && c->route->gq) return c->route->deadline <= now;
-    return (long long)(now - c->start_ms) > c->max_wait_ms;
+    return engine__call_left_ms(c, now) < 0;
 }
 
 /* best, picked ahead of the calls from l's head, takes the oldest of
@@ -93,15 +93,10 @@ engine_call *engine__list_next(engine *e, call_list *l, uint64_t now) {
     }
     if (least < 0) return head;
     l->turn_floor = least;
+    /* The first call of the fewest (a call with no caller of l goes with
+     * them): within the calls looked at, since the fewest is among them. */
     engine_call *best = head;
-    double k = turn_count(head, tag);
-    if (k < 0) k = least;
-    seen = 1;
-    for (engine_call *c = head->next; c && seen < ENGINE_TURN_SCAN && k > least; c = c->next, seen++) {
-        double ck = turn_count(c, tag);
-        if (ck < 0) ck = least;
-        if (ck < k) best = c, k = ck;
-    }
+    while (turn_count(best, tag) > least) best = best->next;
     best->turn_top = most;
     if (best != head) {
         e->stats.turns_passed++;
@@ -150,10 +145,9 @@ void engine__turn_arrive(engine *e, engine_call *c, call_list *l) {
     c->turn = t;
 }
 
-void engine__turn_served(engine *e, engine_call *c) {
+void engine__turn_served(engine_call *c) {
     caller_turn *t = c->turn;
     if (!t || c->turn_inc > 0) return; /* counted once a call */
-    (void)e;
     double lo = c->turn_top - ENGINE_TURN_CREDIT, was = t->n;
     t->n = (t->n > lo ? t->n : lo) + 1.0 / (double)(t->out ? t->out : 1);
     c->turn_inc = t->n - was;

@@ -76,9 +76,8 @@ static double real_ms(void) {
 
 /* n callers of the gpt deployment on each of agents agents, asking
  * input 100 + max output 50 from 1000 ms (plus a seeded 0..jitter_ms),
- * calls each, up to 20 attempts, a max wait of 120 s. */
-/* n callers on each of the first agents; anonymous: asking without naming
- * themselves (by arrival alone, no turns). */
+ * calls each, up to 20 attempts, a max wait of 120 s; anonymous: asking
+ * without naming themselves (by arrival alone, no turns). */
 static void callers_on_each(simfleet *f, int agents, int n, double jitter_ms, int calls, int anonymous) {
     for (int a = 0; a < agents; a++) {
         sim_caller_spec sp = {.agent = a,
