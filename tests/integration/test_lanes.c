@@ -5,10 +5,13 @@
  * and agent id: a fleet in one process. Unlike test_lanes_sim (the Lua
  * policy over minutes of simulated time), this proves the agent's side:
  * requests held per lane and tenant, deferrals answered by asking again
- * when Redis said, and every caller released at its slot. Release times
- * come from the shared loop clock and are replayed through the provider's
- * bucket. Timing bounds carry the release jitter the schedule tolerates
- * (jitter_ms) plus loop latency under the sanitizers. */
+ * when Redis said, and every caller released at its slot. The releases
+ * the engines planned (engine_grant.planned_ms, on the shared loop clock)
+ * are replayed through the provider's bucket: a loaded machine fires the
+ * timers late and bunches the callbacks, but does not move the plans;
+ * every callback comes at its plan or later. Timing bounds carry the
+ * release jitter the schedule tolerates (jitter_ms) plus loop latency
+ * under the sanitizers. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <setjmp.h>
@@ -109,12 +112,12 @@ typedef struct req {
     fleet *f;
     int kind;           /* caller's tag: lane or tenant index */
     uint64_t asked, at; /* uv_now at acquire and at release */
+    uint64_t planned;   /* the release the engine planned (engine_grant.planned_ms) */
     int status, called;
     engine_call *call;
 } req;
 
 static void on_acquired(void *arg, int status, const engine_grant *g, const engine_shed *shed, const char *msg) {
-    (void)g;
     (void)shed;
     (void)msg;
     req *r = arg;
@@ -122,6 +125,10 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
     r->called++;
     r->call = NULL;
     r->at = uv_now(&r->f->loop);
+    if (g) {
+        r->planned = g->planned_ms;
+        assert_true(g->planned_ms <= r->at); /* released at its plan or later, never earlier */
+    }
 }
 
 static void acquire(fleet *f, int agent, req *r, int kind, const char *lane, const char *tenant) {
@@ -180,14 +187,14 @@ static void test_interactive_through_agents(void **state) {
         assert_int_equal(inter[i].called, 1);
         assert_int_equal(inter[i].status, SL_OK);
         waits[ni++] = inter[i].at - inter[i].asked;
-        replay_add(&rp, (double)inter[i].at, 1);
+        replay_add(&rp, (double)inter[i].planned, 1);
     }
     for (int a = 0; a < 3; a++)
         for (int i = 0; i < NB; i++)
             if (batch[a][i].called) {
                 assert_int_equal(batch[a][i].status, SL_OK);
                 nb++;
-                replay_add(&rp, (double)batch[a][i].at, 1);
+                replay_add(&rp, (double)batch[a][i].planned, 1);
             }
     qsort(waits, ni, sizeof(waits[0]), cmp_u64);
     size_t total = ni + nb;
@@ -254,13 +261,13 @@ static void test_tenants_through_agents(void **state) {
     for (int a = 0; a < 2; a++)
         for (int i = 0; i < N; i++)
             if (h[a][i].called) {
-                replay_add(&rp, (double)h[a][i].at, 1);
+                replay_add(&rp, (double)h[a][i].planned, 1);
                 if (h[a][i].at >= t0 + 1000 && h[a][i].at < t_idle) hv++;
                 if (h[a][i].at >= t_idle + 5000 && h[a][i].at < t_end) after++;
             }
     for (int i = 0; i < N; i++)
         if (l[i].called) {
-            replay_add(&rp, (double)l[i].at, 1);
+            replay_add(&rp, (double)l[i].planned, 1);
             if (l[i].at >= t0 + 1000 && l[i].at < t_idle) lt++;
         }
     double ratio = (double)hv / (double)lt;
