@@ -237,7 +237,7 @@ int engine__acquire_direct(engine *e, const engine_req *rq, engine_acquire_cb cb
     else c->max_wait_ms = d->cfg->max_wait_ms;
     c->start_ms = c->age_ms = uv_now(e->loop);
     c->state = CALL_PENDING;
-    engine__turn_arrive(e, c, &d->classes[cls].q);
+    engine__turn_arrive(e, c, &d->classes[cls].q, c->start_ms);
     engine__class_push(d, c);
     e->stats.acquires++;
     d->classes[cls].st.acquires++;

@@ -13,7 +13,7 @@
 static void on_call_timer_closed(uv_handle_t *h) { free(h->data); }
 
 void call_free(engine_call *c) {
-    engine__turn_leave(c->e, c);
+    engine__turn_leave(c, uv_now(c->e->loop));
     free(c->route);
     c->route = NULL;
     if (c->timer_live) {
@@ -97,11 +97,15 @@ const char *engine__grant_number(const char *id) {
 static void on_release(uv_timer_t *t);
 
 /* Moves every held caller `shift` ms later, keeping their spacing: a pause
- * shifts the schedule instead of piling callers up at its end. */
+ * shifts the schedule instead of piling callers up at its end. A group's
+ * request no member may serve waits here with no grant for its shed on
+ * the next turn (engine_group.c, on_no_member): it has no slot to move,
+ * and its timer is not a release. */
 static void dep_shift_waiting(dep *d, double shift) {
     if (shift <= 0) return;
     uint64_t now = uv_now(d->e->loop);
     for (engine_call *c = d->waiting.head; c; c = c->next) {
+        if (!c->grant.id[0]) continue;
         c->release_ms += (uint64_t)ceil(shift);
         uv_timer_start(&c->timer, on_release, c->release_ms > now ? c->release_ms - now : 0, 0);
     }

@@ -446,7 +446,7 @@ int group_acquire(engine *e, const struct config_group *g, const engine_req *rq,
             d->classes[cls].st.acquires++;
             c->state = CALL_PENDING;
             c->route->gq = q;
-            engine__turn_arrive(e, c, &q->q);
+            engine__turn_arrive(e, c, &q->q, uv_now(e->loop));
             engine__list_push(&q->q, c);
             e->stats.queued++;
             engine__flush_arm(e);

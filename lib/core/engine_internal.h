@@ -358,12 +358,12 @@ static inline void engine__list_remove(call_list *l, engine_call *c) {
  * calls. A call picked ahead of others takes the oldest age among them
  * (age_ms, the wire's waited). The caller removes it from l. */
 engine_call *engine__list_next(engine *e, call_list *l, uint64_t now);
-/* c arrives on l (before it is pushed there); it was granted; it asks
- * again (its grant given back: its count too); it is freed. */
-void engine__turn_arrive(engine *e, engine_call *c, call_list *l);
+/* c arrives on l at now (before it is pushed there); it was granted; it
+ * asks again (its grant given back: its count too); it is freed at now. */
+void engine__turn_arrive(engine *e, engine_call *c, call_list *l, uint64_t now);
 void engine__turn_served(engine_call *c);
 void engine__turn_unserve(engine_call *c);
-void engine__turn_leave(engine *e, engine_call *c);
+void engine__turn_leave(engine_call *c, uint64_t now);
 void engine__turn_free(engine *e);
 
 /* What is left of c's max wait at now (negative: past it). */

@@ -97,7 +97,10 @@ engine_call *engine__list_next(engine *e, call_list *l, uint64_t now) {
      * them): within the calls looked at, since the fewest is among them. */
     engine_call *best = head;
     while (turn_count(best, tag) > least) best = best->next;
-    best->turn_top = most;
+    /* The credit is bounded on the scale of best's own queue: a group's
+     * call moved to a member keeps its group count, which the member's
+     * callers say nothing of. */
+    if (turn_count(best, tag) >= 0) best->turn_top = most;
     if (best != head) {
         e->stats.turns_passed++;
         take_oldest_age(l, best);
@@ -123,9 +126,9 @@ static void turn_sweep(engine *e, uint64_t now) {
         }
 }
 
-void engine__turn_arrive(engine *e, engine_call *c, call_list *l) {
+void engine__turn_arrive(engine *e, engine_call *c, call_list *l, uint64_t now) {
     if (!c->caller) return;
-    uint64_t now = uv_now(e->loop), tag = list_tag(e, l);
+    uint64_t tag = list_tag(e, l);
     turn_sweep(e, now);
     size_t b = turn_bucket(c->caller, tag);
     caller_turn *t = e->turns[b];
@@ -159,12 +162,12 @@ void engine__turn_unserve(engine_call *c) {
     c->turn_inc = 0;
 }
 
-void engine__turn_leave(engine *e, engine_call *c) {
+void engine__turn_leave(engine_call *c, uint64_t now) {
     caller_turn *t = c->turn;
     if (!t) return;
     c->turn = NULL;
     if (t->out) t->out--;
-    t->seen_ms = uv_now(e->loop);
+    t->seen_ms = now;
 }
 
 void engine__turn_free(engine *e) {

@@ -342,6 +342,39 @@ static void test_tags_restrict_members(void **state) {
     world_close(&w);
 }
 
+/* A request no member may serve is shed on the next turn, even when a
+ * pause moves the member's held callers in the same turn: it waits on the
+ * first member's list with no grant, and a pause's shift used to restart
+ * its timer as a release (5 s later here, then granted with no grant id).
+ * Without Redis (an address nobody listens on) the pause applies at once,
+ * in the turn of engine_feedback. */
+static void test_no_member_shed_through_a_pause(void **state) {
+    (void)state;
+    world w;
+    char text[4096], err[512];
+    memset(&w, 0, sizeof(w));
+    uv_loop_init(&w.loop);
+    w.n = 1;
+    snprintf(text, sizeof(text),
+             "redis:\n  url: unix:///tmp/sluice-nobody-%d.sock\n  timeout_ms: 200\n"
+             "agent:\n  socket: /tmp/unused.sock\n  heartbeat_ms: 200\n%s",
+             (int)getpid(), GROUP_YAML("n"));
+    config *cfg = NULL;
+    if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0) fail_msg("config: %s", err);
+    assert_int_equal(engine_new(&w.loop, cfg, "agent-0", &w.e[0]), 0);
+    engine_start(w.e[0]);
+    loop_run_for(&w.loop, 300);
+    req r;
+    ask(&w, 0, &r, "ng", 20000, "acme", "eu");
+    assert_int_equal(engine_feedback(w.e[0], "na", ENGINE_THROTTLED, 5000), 0);
+    all_arg a = {&r, 1};
+    assert_true(loop_run_until(&w.loop, all_called, &a, 2000));
+    assert_int_equal(r.called, 1);
+    assert_int_equal(r.status, SL_ESHED);
+    assert_string_equal(r.reason, "tag");
+    world_close(&w);
+}
+
 /* Weighted: members take turns in proportion to their rpm (2:1:1), exactly
  * while each has room, whatever the order of the members. */
 static void test_weighted_shares(void **state) {
@@ -394,6 +427,7 @@ int main(void) {
         cmocka_unit_test(test_spill_in_order_then_soonest),
         cmocka_unit_test(test_group_calls_split_under_script_bound),
         cmocka_unit_test(test_tags_restrict_members),
+        cmocka_unit_test(test_no_member_shed_through_a_pause),
         cmocka_unit_test(test_weighted_shares),
         cmocka_unit_test(test_unknown_group_and_bad_tag),
     };

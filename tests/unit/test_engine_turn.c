@@ -22,8 +22,8 @@
 #define NCALLS 200
 
 typedef struct fx {
-    uv_loop_t loop;
     engine *e;
+    uint64_t now; /* the clock the module is given (uv_now in the engine) */
     call_list l;
     engine_call calls[NCALLS];
     int used;
@@ -31,10 +31,9 @@ typedef struct fx {
 
 static int setup(void **state) {
     fx *f = calloc(1, sizeof(*f));
-    if (!f || uv_loop_init(&f->loop) != 0) return -1;
+    if (!f) return -1;
     f->e = calloc(1, sizeof(*f->e));
     if (!f->e) return -1;
-    f->e->loop = &f->loop;
     *state = f;
     return 0;
 }
@@ -43,41 +42,42 @@ static int teardown(void **state) {
     fx *f = *state;
     engine__turn_free(f->e);
     free(f->e);
-    uv_loop_close(&f->loop);
     free(f);
     return 0;
 }
 
-/* The loop's clock, moved by hand: the module reads uv_now() and nothing
- * here runs the loop. */
-static void clock_set(fx *f, uint64_t ms) { f->loop.time = ms; }
+static void clock_set(fx *f, uint64_t ms) { f->now = ms; }
 
-/* A call of caller arrives on the queue (engine_acquire's order: its turn,
+/* A call of caller arrives on queue l (engine_acquire's order: its turn,
  * then the push); age is the wire's, as the engine sets it at arrival. */
-static engine_call *arrive(fx *f, uint64_t caller, uint64_t age) {
+static engine_call *arrive_on(fx *f, call_list *l, uint64_t caller, uint64_t age) {
     assert_true(f->used < NCALLS);
     engine_call *c = &f->calls[f->used++];
     memset(c, 0, sizeof(*c));
     c->e = f->e;
     c->caller = caller;
-    c->start_ms = uv_now(&f->loop);
+    c->start_ms = f->now;
     c->age_ms = age;
     c->max_wait_ms = 600000;
-    engine__turn_arrive(f->e, c, &f->l);
-    engine__list_push(&f->l, c);
+    engine__turn_arrive(f->e, c, l, f->now);
+    engine__list_push(l, c);
     return c;
 }
 
-/* The next call picked, taken off the queue and granted. */
-static engine_call *take(fx *f) {
-    engine_call *c = engine__list_next(f->e, &f->l, uv_now(&f->loop));
+static engine_call *arrive(fx *f, uint64_t caller, uint64_t age) { return arrive_on(f, &f->l, caller, age); }
+
+/* The next call picked from l, taken off it and granted. */
+static engine_call *take_from(fx *f, call_list *l) {
+    engine_call *c = engine__list_next(f->e, l, f->now);
     assert_non_null(c);
-    engine__list_remove(&f->l, c);
+    engine__list_remove(l, c);
     engine__turn_served(c);
     return c;
 }
 
-static void done(fx *f, engine_call *c) { engine__turn_leave(f->e, c); }
+static engine_call *take(fx *f) { return take_from(f, &f->l); }
+
+static void done(fx *f, engine_call *c) { engine__turn_leave(c, f->now); }
 
 /* A caller served one call after another, each answered before it asks
  * again: n calls. */
@@ -134,7 +134,7 @@ static void test_overdue_call_goes_first(void **state) {
     engine_call *a = arrive(f, 1, 1000), *b = arrive(f, 2, 1001);
     b->max_wait_ms = 500;
     clock_set(f, 1499);
-    assert_ptr_equal(engine__list_next(f->e, &f->l, uv_now(&f->loop)), a);
+    assert_ptr_equal(engine__list_next(f->e, &f->l, f->now), a);
     clock_set(f, 1501);
     assert_ptr_equal(take(f), b);
     assert_ptr_equal(take(f), a);
@@ -150,32 +150,28 @@ static void test_overdue_call_goes_first(void **state) {
 }
 
 /* A call that gives its grant back and asks again (engine_call.c's
- * call_reask) gives back what its grant added to its caller's count: it
- * keeps its turn. Counted twice, A would tie with B and B's call, ahead
- * on the queue, would go first. */
+ * call_reask: at the head of its queue) gives back what its grant added
+ * to its caller's count: it keeps its turn. B has two calls out, so each
+ * of its grants counts a half. Counted twice, A (at 2) would be above B
+ * (1.5) and B's call would go first. */
 static void test_asking_again_gives_the_count_back(void **state) {
     fx *f = *state;
-    engine_call *b1 = arrive(f, 2, 1), *a1 = arrive(f, 1, 2);
-    assert_ptr_equal(take(f), b1);
-    assert_ptr_equal(take(f), a1);
-    engine__turn_unserve(a1); /* a1 asks again: */
-    engine_call *b2 = arrive(f, 2, 3);
-    engine__list_push(&f->l, a1);
-    assert_ptr_equal(take(f), a1);
-    assert_ptr_equal(take(f), b2);
+    engine_call *b1 = arrive(f, 2, 1), *b2 = arrive(f, 2, 2), *a1 = arrive(f, 1, 3);
+    assert_ptr_equal(take(f), b1); /* all at 1: by arrival; B at 1.5 */
+    assert_ptr_equal(take(f), a1); /* A at 2 */
+    engine__turn_unserve(a1);      /* a1 asks again: A at 1 */
+    engine__list_push_front(&f->l, a1);
+    assert_ptr_equal(take(f), a1); /* A at 2 */
+    assert_ptr_equal(take(f), b2); /* B at 2 */
     /* Counted once a call: a grant given twice without a give-back
-     * counts once, so A (at 2) stays below B (2.5: two calls out). */
+     * counts once. Counted again, A (at 3) would let B's call pass. */
     double inc = a1->turn_inc;
     assert_true(inc > 0);
     engine__turn_served(a1);
     assert_true(a1->turn_inc == inc);
-    engine_call *b3 = arrive(f, 2, 5), *a2 = arrive(f, 1, 6);
-    assert_ptr_equal(take(f), a2);
+    engine_call *a2 = arrive(f, 1, 4), *b3 = arrive(f, 2, 5);
+    assert_ptr_equal(take(f), a2); /* A 2, B 2: by arrival */
     assert_ptr_equal(take(f), b3);
-    engine__turn_unserve(a1);
-    assert_true(a1->turn_inc == 0);
-    engine__turn_unserve(a1); /* nothing more to give back */
-    assert_true(a1->turn_inc == 0);
 }
 
 /* A caller long behind (its one call out while the other was served
@@ -237,20 +233,50 @@ static void test_shared_connection_counts_a_share(void **state) {
 }
 
 /* A caller with no call out is forgotten ENGINE_TURN_FORGET_MS after its
- * last; one with a call out is kept however long it waits. */
+ * last (the table is swept at most once in that time); one with a call
+ * out is kept however long it waits. */
 static void test_idle_callers_are_forgotten(void **state) {
     fx *f = *state;
     clock_set(f, 0);
-    serve_serially(f, 1, 3);
-    engine_call *b = arrive(f, 2, 0);
+    serve_serially(f, 1, 3); /* A's last at 0 */
+    arrive(f, 2, 0);
     assert_int_equal(f->e->nturns, 2);
     clock_set(f, ENGINE_TURN_FORGET_MS - 1);
     arrive(f, 3, 0);
-    assert_int_equal(f->e->nturns, 3);
-    clock_set(f, 3 * ENGINE_TURN_FORGET_MS);
+    assert_int_equal(f->e->nturns, 3); /* A kept at 9 999 ms */
+    clock_set(f, ENGINE_TURN_FORGET_MS);
     arrive(f, 4, 0);
-    assert_int_equal(f->e->nturns, 3); /* 1 forgotten; 2 and 3 wait */
-    (void)b;
+    assert_int_equal(f->e->nturns, 3); /* A forgotten at 10 000; B and C wait */
+    clock_set(f, 5 * ENGINE_TURN_FORGET_MS);
+    arrive(f, 5, 0);
+    assert_int_equal(f->e->nturns, 4); /* B, C, D wait, however long */
+}
+
+/* A group's call moved to a member's queue keeps its caller's count of
+ * the group's queue; served there beside the member's callers, it is not
+ * lifted to their counts (their scale says nothing of the group's).
+ * Lifted (to 4 below B's 21), A would no longer pass D on the group's
+ * queue. */
+static void test_moved_call_keeps_its_queue_scale(void **state) {
+    fx *f = *state;
+    call_list member = {0};
+    serve_serially(f, 4, 2); /* D at 3 on the group's queue */
+    for (int i = 0; i < 20; i++) {
+        engine_call *b = arrive_on(f, &member, 2, (uint64_t)i);
+        assert_ptr_equal(take_from(f, &member), b);
+        done(f, b);
+    }
+    engine_call *keep = arrive_on(f, &member, 2, 100); /* B at 21 waits on the member */
+    engine_call *a = arrive(f, 1, 200);                /* A: new on the group's queue, at 3 */
+    engine__list_remove(&f->l, a);
+    engine__list_push_front(&member, a);        /* moved to the member */
+    assert_ptr_equal(take_from(f, &member), a); /* no caller of the member's: with the fewest */
+    serve_serially(f, 4, 3);                    /* D at 6 while A's call is out */
+    done(f, a);
+    engine_call *d = arrive(f, 4, 300), *a2 = arrive(f, 1, 301);
+    assert_ptr_equal(take(f), a2); /* A at 4, D at 6 */
+    assert_ptr_equal(take(f), d);
+    (void)keep;
 }
 
 /* A pick compares the first ENGINE_TURN_SCAN calls: a caller behind
@@ -267,12 +293,13 @@ static void test_scan_is_bounded(void **state) {
     }
     done(f, a);
     a = arrive(f, 1, 1000);
-    assert_ptr_equal(engine__list_next(f->e, &f->l, uv_now(&f->loop)), head);
+    assert_ptr_equal(engine__list_next(f->e, &f->l, f->now), head);
     engine__list_remove(&f->l, head);
-    assert_ptr_equal(engine__list_next(f->e, &f->l, uv_now(&f->loop)), a);
+    assert_ptr_equal(engine__list_next(f->e, &f->l, f->now), a);
 }
 
-/* With no caller known, the head: the engine without a daemon names none. */
+/* With no caller known, the head, ages as they came: the engine without a
+ * daemon names none. (A fast path: the scan would find no caller either.) */
 static void test_no_callers_is_arrival_order(void **state) {
     fx *f = *state;
     engine_call *x = arrive(f, 0, 5), *y = arrive(f, 0, 1);
@@ -292,6 +319,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_new_caller_starts_behind, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shared_connection_counts_a_share, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_callers_are_forgotten, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_moved_call_keeps_its_queue_scale, setup, teardown),
         cmocka_unit_test_setup_teardown(test_scan_is_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_callers_is_arrival_order, setup, teardown),
     };
