@@ -2,7 +2,8 @@
 # mutations.sh: each mutation the simulator must catch (issue 22), made on
 # purpose in a scratch copy of the tree, must fail at least one check of
 # the virtual-time suite: the scoreboard (sim_scoreboard, when built) and
-# the fleet tests (test_sim_fleet, test_sim_fleet_world). A mutation that
+# the fleet tests (test_sim_fleet, test_sim_fleet_world), and the exact
+# picks of the callers' turns (test_engine_turn). A mutation that
 # leaves everything passing is a blind spot and fails this script.
 #
 #   tests/sim/mutations.sh [NAME...]     (default: every mutation)
@@ -28,13 +29,29 @@
 #            behind)
 #   turnage  a call that takes its turn keeps its own age on the wire (the
 #            turn is undone in Redis, where the oldest requests go first)
+#   overdue  a call past its max wait (a group call past its deadline)
+#            waits for its turn like the others
+#   giveback a call that gives its grant back and asks again keeps the
+#            count its grant added (counted twice)
+#   credit   a caller long behind keeps its count: it goes first for as
+#            long as it was behind
+#   newstart a new caller starts at the fewest waiting (a stream of new
+#            connections passes a caller that keeps its own)
+#   share    a call counts a whole turn, however many its caller has out
+#            (a connection that multiplexes callers is one caller)
+#   forget   a caller is never forgotten (the table grows with every
+#            connection ever made)
+#   once     a grant counted again without a give-back counts again
+#   top      a group's call served on a member's queue has its group count
+#            lifted on the member's callers' scale
 #
 # Each builds the simulator in a release build of its own copy (about a
 # minute each on 2 cores) and runs the checks there. Not part of tests/run:
 # run it before changing the controller (docs/simulator.md).
 set -uo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
-all=(refund early held stray retime late lump doubling pausespan turns turnage)
+all=(refund early held stray retime late lump doubling pausespan turns turnage overdue giveback credit newstart
+     share forget once top)
 want=("$@")
 [ ${#want[@]} -eq 0 ] && want=("${all[@]}")
 work=$(mktemp -d /tmp/sluice-mutations-XXXXXX)
@@ -66,6 +83,22 @@ mutate() { # NAME DIR: applies the mutation; fails when the code it edits moved
             grep -q '^    if (e) return l->head;$' "$d/lib/core/engine_turn.c" ;;
     turnage) sed -i 's/^static void take_oldest_age(call_list \*l, engine_call \*best) {$/&\n    if (l) return;/' "$d/lib/core/engine_turn.c"
             grep -q '^    if (l) return;$' "$d/lib/core/engine_turn.c" ;;
+    overdue) sed -i 's/^        if (overdue(c, now)) return c;$/        if (0 \&\& overdue(c, now)) return c;/' "$d/lib/core/engine_turn.c"
+            grep -q '^        if (0 && overdue(c, now)) return c;$' "$d/lib/core/engine_turn.c" ;;
+    giveback) sed -i 's/^    c->turn->n -= c->turn_inc;$/    c->turn->n -= 0;/' "$d/lib/core/engine_turn.c"
+            grep -q '^    c->turn->n -= 0;$' "$d/lib/core/engine_turn.c" ;;
+    credit) sed -i 's/^    double lo = c->turn_top - ENGINE_TURN_CREDIT, was = t->n;$/    double lo = -1e300, was = t->n;/' "$d/lib/core/engine_turn.c"
+            grep -q '^    double lo = -1e300, was = t->n;$' "$d/lib/core/engine_turn.c" ;;
+    newstart) sed -i 's/^        t->n = l->turn_floor + 1;$/        t->n = l->turn_floor;/' "$d/lib/core/engine_turn.c"
+            grep -q '^        t->n = l->turn_floor;$' "$d/lib/core/engine_turn.c" ;;
+    share)  sed -i 's|^    t->n = (t->n > lo ? t->n : lo) + 1.0 / (double)(t->out ? t->out : 1);$|    t->n = (t->n > lo ? t->n : lo) + 1.0;|' "$d/lib/core/engine_turn.c"
+            grep -q '^    t->n = (t->n > lo ? t->n : lo) + 1.0;$' "$d/lib/core/engine_turn.c" ;;
+    forget) sed -i 's/^            if (!t->out && now - t->seen_ms >= ENGINE_TURN_FORGET_MS) {$/            if (!t->out \&\& now < t->seen_ms) {/' "$d/lib/core/engine_turn.c"
+            grep -q '^            if (!t->out && now < t->seen_ms) {$' "$d/lib/core/engine_turn.c" ;;
+    once)   sed -i 's/^    if (!t || c->turn_inc > 0) return; \/\* counted once a call \*\/$/    if (!t) return;/' "$d/lib/core/engine_turn.c"
+            grep -q '^    if (!t) return;$' "$d/lib/core/engine_turn.c" ;;
+    top)    sed -i 's/^    if (turn_count(best, tag) >= 0) best->turn_top = most;$/    best->turn_top = most;/' "$d/lib/core/engine_turn.c"
+            grep -q '^    best->turn_top = most;$' "$d/lib/core/engine_turn.c" ;;
     *) echo "mutations.sh: unknown mutation '$1' (one of: ${all[*]})" >&2; return 2 ;;
   esac
 }
@@ -80,7 +113,7 @@ for m in "${want[@]}"; do
   fi
   b=$d/build
   cmake -S "$d" -B "$b" -DCMAKE_BUILD_TYPE=Release >/dev/null 2>&1
-  targets="test_sim_fleet test_sim_fleet_world"
+  targets="test_engine_turn test_sim_fleet test_sim_fleet_world"
   grep -q sim_scoreboard "$d/tests/sim/CMakeLists.txt" && targets="$targets sim_scoreboard"
   # shellcheck disable=SC2086
   if ! cmake --build "$b" -j"$(nproc)" --target $targets >"$d/build.log" 2>&1; then
