@@ -42,7 +42,8 @@ static engine_req op_req(const gov_op *op) {
                      .split = op->split,
                      .input = op->input,
                      .output = op->output,
-                     .exact = op->exact};
+                     .exact = op->exact,
+                     .caller = op->caller};
     return rq;
 }
 

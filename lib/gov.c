@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,16 @@ typedef struct tls_error {
 } tls_error;
 
 static _Thread_local tls_error tls_err;
+
+/* The calling thread, numbered from 1 in the order threads first ask a
+ * governor of this process. */
+static atomic_ullong thread_seq;
+static _Thread_local uint64_t tls_caller;
+
+uint64_t gov_thread_caller(void) {
+    if (!tls_caller) tls_caller = (uint64_t)atomic_fetch_add(&thread_seq, 1) + 1;
+    return tls_caller;
+}
 
 static int set_err(const sl_gov *gov, int code, const char *reason, long long retry_after_ms, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -160,6 +171,7 @@ static gov_op *op_new(sl_gov *g, gov_op_kind kind, int blocking) {
     op->retry_after_ms = -1;
     op->max_wait_ms = -1;
     op->eff_wait_ms = -1;
+    op->caller = gov_thread_caller();
     if (blocking) {
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);

@@ -52,6 +52,7 @@ struct gov_op {
     int split; /* input and output given (docs/providers.md) */
     int exact; /* the estimate is the provider's own count (EXACT) */
     long long input, output;
+    uint64_t caller;       /* the thread that asked (gov_thread_caller) */
     long long eff_wait_ms; /* max wait at dispatch (deadline applied), < 0 default */
     int64_t deadline_ms;   /* sl_now_ms() clock, 0 none */
     int64_t timeout_ms;    /* RETRY/PING: answer within this, 0 none */
@@ -140,6 +141,11 @@ void gov_op_unref(gov_op *op);
 
 /* 1 on g's own loop thread (a callback), where nothing may wait for g. */
 int gov_on_own_thread(const sl_gov *g);
+/* The calling thread as the engine's caller (engine_req.caller): in
+ * embedded mode a thread's calls wait in turn with other threads' (the
+ * callers' turns, docs/architecture.md), as a connection's do in sluiced.
+ * Threads are numbered from 1 in the order they first ask; never 0. */
+uint64_t gov_thread_caller(void);
 
 /* Completions, loop thread only. Each finishes op exactly once.
  * gov_acquired: member is the deployment the slot is on (NULL or "": the
