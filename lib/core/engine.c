@@ -366,8 +366,7 @@ int engine_reload(engine *e, config *cfg) {
             continue;
         }
         engine_call *c;
-        while ((c = dep_pop_any(d)) != NULL)
-            call_complete(c, SL_EUNKNOWN, NULL, "deployment removed by a configuration reload");
+        while ((c = dep_pop_any(d)) != NULL) call_complete(c, SL_EUNKNOWN, NULL, ENGINE_MSG_REMOVED);
     }
     config_free(old);
     return 0;

@@ -45,6 +45,12 @@ void call_shed(engine_call *c, const engine_shed *shed) {
 
 /* Runs the caller's callback exactly once and frees the call: always the
  * end of it (rerouting a group's request happens before, in call_shed). */
+int call_dep_removed(engine_call *c) {
+    if (c->d->cfg) return 0;
+    call_complete(c, SL_EUNKNOWN, NULL, ENGINE_MSG_REMOVED);
+    return 1;
+}
+
 void call_complete(engine_call *c, int status, const engine_shed *shed, const char *msg) {
     engine *e = c->e;
     if (c->route) {
@@ -184,6 +190,7 @@ static void call_reask(engine_call *c) {
     dep *d = c->d;
     const char *num = engine__grant_number(c->grant.id);
     if (num) engine__queue_settle(d, num, NULL, ENGINE_CANCELLED, -1, NULL);
+    if (call_dep_removed(c)) return;
     c->lapsed = 0;
     c->state = CALL_PENDING;
     engine__turn_unserve(c); /* it keeps its place, and its turn */
@@ -314,7 +321,6 @@ void call_deferred(engine_call *c, const char *reason, long long ask_in, uint64_
     snprintf(c->defer_reason, sizeof(c->defer_reason), "%s", reason ? reason : engine_shed_reasons[ENGINE_SHED_RPM]);
     c->e->stats.deferrals++;
     k->st.deferrals++;
-    c->state = CALL_PENDING;
 }
 
 /* Copies the estimate of rq into c (tokens the sum of a split). */

@@ -283,6 +283,7 @@ static void on_group_reserve(void *arg, redisReply *r, const char *err) {
             c->route->next = g ? (int)g->nmembers : 0;
             c->max_wait_ms = (long long)(c->route->deadline > c->start_ms ? c->route->deadline - c->start_ms : 0);
             call_deferred(c, v.reason, v.after_ms, now);
+            c->state = CALL_PENDING;
             engine__class_push(d, c);
         } else if (kind == WIRE_SHED) {
             const char *rs = v.reason ? v.reason : engine_shed_reasons[ENGINE_SHED_OTHER];

@@ -79,6 +79,8 @@
  * that aiming at 75 % had, with the same grants per second (bench_agent
  * --redis-time, docs/benchmarks.md). */
 #define ENGINE_SCRIPT_BUDGET_SHARE 0.5
+/* The answer to a call whose deployment a reload removed. */
+#define ENGINE_MSG_REMOVED "deployment removed by a configuration reload"
 
 /* CALL_BUDGET: a request that draws from budgets in money, waiting for
  * its reservation, then for the call it made (engine_budget.c). */
@@ -408,6 +410,10 @@ void call_deferred(engine_call *c, const char *reason, long long ask_in, uint64_
 void call_shed(engine_call *c, const engine_shed *shed);
 void call_complete(engine_call *c, int status, const engine_shed *shed, const char *msg);
 void call_free(engine_call *c);
+/* A call going back to its deployment's queue (or to local pacing) after
+ * a reload removed that deployment: answered SL_EUNKNOWN as the reload
+ * answered those queued there; returns 1 then, else 0. */
+int call_dep_removed(engine_call *c);
 const char *engine__grant_number(const char *id);
 void dep_follow_shift(dep *d, const wire_shift *s, long long redis_now_us);
 long long dep_heartbeat_reply(dep *d, const redisReply *r);

@@ -150,6 +150,7 @@ static int local_slot(const dep *d, const double cost[ENGINE_DIMS], double *slot
 void local_decide(engine_call *c) {
     dep *d = c->d;
     engine *e = c->e;
+    if (call_dep_removed(c)) return;
     if (e->cfg->agent.fail == CONFIG_FAIL_CLOSED) {
         call_complete(c, SL_EUNAVAIL, NULL, LOCAL_CLOSED_MSG);
         return;
@@ -168,9 +169,14 @@ void local_decide(engine_call *c) {
                       "(agent.silent_hold_ms) and agent.fail is hold: refusing");
         return;
     }
-    double wait = s - (double)uv_now(e->loop);
-    if (wait > (double)c->max_wait_ms) {
-        engine_shed sh = {.reason = reason, .retry_after_ms = (long long)ceil(wait - (double)c->max_wait_ms)};
+    /* Against what is left of its max wait, as the reserve script is told
+     * (engine__call_left_ms): a call that waited already (deferred, held
+     * through the connect grace, timed out in flight, a group's step) does
+     * not get its whole max wait again from now. */
+    uint64_t now = uv_now(e->loop);
+    double wait = s - (double)now, left = fmax(0.0, (double)engine__call_left_ms(c, now));
+    if (wait > left) {
+        engine_shed sh = {.reason = reason, .retry_after_ms = (long long)ceil(wait - left)};
         call_shed(c, &sh);
         return;
     }

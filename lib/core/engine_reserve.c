@@ -24,6 +24,20 @@ typedef struct reserve_batch {
     engine_call *items[RESERVE_BATCH_MAX];
 } reserve_batch;
 
+/* A call of a reply that is not to be decided: cancelled meanwhile (freed)
+ * or the engine stopping (answered SL_ECLOSING). Returns 1 then. */
+static int call_gone(engine *e, engine_call *c) {
+    if (c->canceled) {
+        call_free(c);
+        return 1;
+    }
+    if (e->stopping) {
+        call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
+        return 1;
+    }
+    return 0;
+}
+
 static void on_reserve(void *arg, redisReply *r, const char *err) {
     reserve_batch *b = arg;
     dep *d = b->d;
@@ -63,7 +77,11 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
         dep_configure(d);
     }
     /* Calls that go back to their class queues, at the head in their
-     * order (they are older than anything queued behind them). */
+     * order (they are older than anything queued behind them). They stay
+     * CALL_INFLIGHT, on no list, until then: a callback run for another
+     * item of this reply (a grant released at once, a shed) may cancel
+     * one (engine_cancel leaves an in-flight call to this reply) or stop
+     * the engine, and each is decided when it goes back. */
     engine_call *back[RESERVE_BATCH_MAX];
     size_t nback = 0;
     for (size_t i = 0; i < b->n; i++) {
@@ -72,16 +90,8 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
             /* Timeout, lost connection, or an error: decide locally (the
              * call may have been applied in Redis; charging it twice is the
              * safe side). A canceled call just goes away. */
-            if (c->canceled) {
-                call_free(c);
-                continue;
-            }
-            if (e->stopping) {
-                call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
-                continue;
-            }
+            if (call_gone(e, c)) continue;
             if (dep_ready(d) && (lost_limits || redirect || (d->configured && !(r && r->type == REDIS_REPLY_ERROR)))) {
-                c->state = CALL_PENDING;
                 back[nback++] = c;
                 continue;
             }
@@ -90,7 +100,9 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
         }
         wire_verdict v;
         if (wire_read_verdict(rr.items, i, 0, 0, &v) != 0) {
-            local_decide(c);
+            /* An item Redis' reply does not say: decided locally, as for
+             * a reply that never came (a cancelled call goes away). */
+            if (!call_gone(e, c)) local_decide(c);
             continue;
         }
         if (v.kind == WIRE_GRANT) {
@@ -98,14 +110,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
         } else if (v.kind == WIRE_DEFER) {
             /* Deferred: beyond its horizon. The class waits until Redis
              * said capacity opens; the call keeps its place at the head. */
-            if (c->canceled) {
-                call_free(c);
-                continue;
-            }
-            if (e->stopping) {
-                call_complete(c, SL_ECLOSING, NULL, SLUICE_MSG_CLOSING);
-                continue;
-            }
+            if (call_gone(e, c)) continue;
             call_deferred(c, v.reason, v.after_ms, now);
             back[nback++] = c;
         } else {
@@ -120,7 +125,13 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
             call_shed(c, &sh);
         }
     }
-    while (nback) engine__class_push_front(d, back[--nback]);
+    while (nback) {
+        engine_call *c = back[--nback];
+        if (!call_gone(e, c) && !call_dep_removed(c)) {
+            c->state = CALL_PENDING;
+            engine__class_push_front(d, c);
+        }
+    }
     free(b);
     if (d->npending) engine__flush_arm(e);
     engine__maybe_finish_stop(e);

@@ -754,6 +754,133 @@ static void test_script_permission_error_is_loud(void **state) {
     world_close(&w);
 }
 
+/* ---- a call's lifecycle at awkward moments ------------------------------ */
+
+/* A caller whose callback cancels another call of the same reserve reply.
+ * B's max wait is 0 (shed); its callback cancels A, which the same reply
+ * deferred. A deferred call is on no list until the reply is done with
+ * (it goes back to the head of its class then): cancelled meanwhile it is
+ * freed there, never pushed back (ASan: a use after free), and the class
+ * queue and its counts are left whole, so C, deferred beside it, is
+ * granted. */
+typedef struct canceler {
+    acq a;
+    engine_call *call;       /* this acquire, while it waits */
+    struct canceler *victim; /* cancelled from this one's callback */
+} canceler;
+
+static void on_canceler(void *arg, int status, const engine_grant *g, const engine_shed *shed, const char *msg) {
+    canceler *k = arg;
+    k->call = NULL;
+    on_acquired(&k->a, status, g, shed, msg);
+    if (k->victim && k->victim->call) {
+        engine_cancel(k->victim->call);
+        k->victim->call = NULL;
+    }
+}
+
+static void test_cancel_from_a_callback_of_the_same_reply(void **state) {
+    world w;
+    world_init(&w, "  cx:\n    rpm: 60\n    horizon_ms: 100\n", "agent-cx");
+    assert_true(run_until(&w, connected, 3000));
+    wait_status(&w, "cx", "mode", "redis", 5000);
+    static canceler x, c, a, b;
+    canceler *k[] = {&x, &c, &a, &b};
+    for (int i = 0; i < 4; i++) *k[i] = (canceler){.a = {.w = &w}};
+    b.victim = &a;
+    /* One loop turn: one reserve call. X takes the burst (1), C and A are
+     * beyond the horizon (deferred), B cannot wait (shed). */
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(
+            engine_acquire(w.e, "cx", 0, k[i] == &b ? 0 : 600000, NULL, NULL, on_canceler, k[i], &k[i]->call), 0);
+    w.target = 3; /* X, B, then C at its slot, about 1 s later */
+    assert_true(run_until(&w, all_done, 5000));
+    assert_int_equal(x.a.status, SL_OK);
+    assert_int_equal(b.a.status, SL_ESHED);
+    assert_int_equal(c.a.called, 1);
+    assert_int_equal(c.a.status, SL_OK);
+    assert_int_equal(a.a.called, 0); /* cancelled: its callback never runs */
+    engine_stats s;
+    engine_get_stats(w.e, &s);
+    assert_int_equal(s.queued, 0);
+    assert_int_equal(s.cancels, 1);
+    world_close(&w);
+}
+
+/* A call decided locally (Redis did not answer in time) is held to what is
+ * left of its max wait, not to the whole of it again from the decision.
+ * Three grants take the schedule's next 2 s; Redis is paused, so A's
+ * reserve times out after redis.timeout_ms (1 s here) and A is decided
+ * locally with 3.7 s of its 4.7 s left. Whatever the decision, its planned
+ * release is within its max wait of its acquire (a local slot 5.1 s after
+ * it was granted before the fix). */
+static void test_local_decision_counts_the_wait_spent(void **state) {
+    char text[1024], err[256];
+    snprintf(text, sizeof(text),
+             "redis:\n  url: unix://%s\n  timeout_ms: 1000\n  connect_timeout_ms: 1000\n"
+             "agent:\n  socket: /tmp/unused.sock\n  heartbeat_ms: 200\n"
+             "deployments:\n  lw:\n    rpm: 60\n",
+             fx.sock);
+    config *cfg = NULL;
+    if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0) fail_msg("config: %s", err);
+    world w;
+    memset(&w, 0, sizeof(w));
+    uv_loop_init(&w.loop);
+    assert_int_equal(engine_new(&w.loop, cfg, "agent-lw", &w.e), 0);
+    engine_start(w.e);
+    assert_true(run_until(&w, connected, 3000));
+    wait_status(&w, "lw", "mode", "redis", 5000);
+    static acq x[3], a;
+    w.target = 1;
+    for (int i = 0; i < 3; i++) {
+        x[i] = (acq){.w = &w};
+        assert_int_equal(engine_acquire(w.e, "lw", 0, 600000, NULL, NULL, on_acquired, &x[i], NULL), 0);
+    }
+    assert_true(run_until(&w, all_done, 3000)); /* the first, at once */
+    redisContext *rc = redis_fixture_connect(&fx);
+    assert_non_null(rc);
+    freeReplyObject(redisCommand(rc, "CLIENT PAUSE 3000 ALL"));
+    redisFree(rc);
+    a = (acq){.w = &w};
+    uint64_t t0 = uv_now(&w.loop);
+    w.done_count = 0;
+    w.target = 3; /* x[1], x[2] and a */
+    assert_int_equal(engine_acquire(w.e, "lw", 0, 4700, NULL, NULL, on_acquired, &a, NULL), 0);
+    assert_true(run_until(&w, all_done, 10000));
+    print_message("  A: status %d, local %d, planned +%lld ms (max wait 4700)\n", a.status, a.g.local,
+                  a.status == SL_OK ? (long long)(a.planned - t0) : -1LL);
+    if (a.status == SL_OK) assert_true(a.planned - t0 <= 4700);
+    else assert_int_equal(a.status, SL_ESHED);
+    world_close(&w);
+}
+
+/* A call in flight when a reload removes its deployment, and Redis lost
+ * before it answers: the call comes back to the removed deployment and is
+ * answered as the reload answers those queued there (SL_EUNKNOWN), not
+ * paced locally on a configuration that is gone (a NULL dereference). */
+static void test_reload_removes_a_deployment_under_a_call(void **state) {
+    world w;
+    world_init(&w, "  rx:\n    rpm: 60\n  ry:\n    rpm: 60\n", "agent-rx");
+    assert_true(run_until(&w, connected, 3000));
+    wait_status(&w, "rx", "mode", "redis", 5000);
+    redisContext *rc = redis_fixture_connect(&fx);
+    assert_non_null(rc);
+    freeReplyObject(redisCommand(rc, "CLIENT PAUSE 5000 ALL"));
+    redisFree(rc);
+    static acq a;
+    a = (acq){.w = &w};
+    w.target = 1;
+    assert_int_equal(engine_acquire(w.e, "rx", 0, 60000, NULL, NULL, on_acquired, &a, NULL), 0);
+    loop_run_for(&w.loop, 50); /* its reserve is in flight */
+    assert_int_equal(engine_reload(w.e, make_config_bound(NULL, "  ry:\n    rpm: 60\n")), 0);
+    redis_fixture_kill(&fx, 1);
+    assert_true(run_until(&w, all_done, 5000));
+    assert_int_equal(a.called, 1);
+    assert_int_equal(a.status, SL_EUNKNOWN);
+    world_close(&w);
+    assert_int_equal(redis_fixture_restart(&fx), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_coalescing_and_release_at_slot),
@@ -768,6 +895,9 @@ int main(void) {
         cmocka_unit_test(test_wrong_password_and_missing_acl_are_clear_errors),
         cmocka_unit_test(test_script_permission_error_is_loud),
         cmocka_unit_test(test_budget_calls_without_redis),
+        cmocka_unit_test(test_cancel_from_a_callback_of_the_same_reply),
+        cmocka_unit_test(test_local_decision_counts_the_wait_spent),
+        cmocka_unit_test(test_reload_removes_a_deployment_under_a_call),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
