@@ -50,15 +50,18 @@ struct client {
     resp_parser *parser;
     server_reply *head, *tail; /* replies in request order */
     size_t unfinished;         /* slots not done yet */
-    size_t writes_out;         /* uv_write requests in flight */
-    int reading;               /* uv_read_start is in effect */
-    int paused;                /* back-pressure: not reading */
-    int quitting;              /* QUIT seen: dispatch nothing more */
-    int closing;               /* no more input; close once flushed */
-    int handle_closed;         /* uv_close called */
-    int in_input;              /* inside process_input (no re-entry) */
-    int has_partial;           /* a half-written command is buffered */
-    uint64_t partial_since;    /* uv_now when it started */
+    size_t held_bytes;         /* bytes of done replies not yet written (behind an unfinished one) */
+    int resume_pending;        /* in s->resume: process_input on the next loop turn */
+    client *resume_next;
+    size_t writes_out;      /* uv_write requests in flight */
+    int reading;            /* uv_read_start is in effect */
+    int paused;             /* back-pressure: not reading */
+    int quitting;           /* QUIT seen: dispatch nothing more */
+    int closing;            /* no more input; close once flushed */
+    int handle_closed;      /* uv_close called */
+    int in_input;           /* inside process_input (no re-entry) */
+    int has_partial;        /* a half-written command is buffered */
+    uint64_t partial_since; /* uv_now when it started */
     uint64_t closing_since;
     uint64_t connected_at;                          /* uv_now at accept (CLIENT LIST age) */
     uint64_t last_command_at;                       /* uv_now of the last command (idle) */
@@ -84,6 +87,11 @@ struct server {
     int listener_open, listening;
     uv_timer_t cron;
     uint64_t cron_period;
+    /* Paused clients whose replies finished, read again on the next loop
+     * turn (server_reply_done runs inside the engine's callbacks: reading
+     * there could cancel a call the engine is still handling). */
+    uv_idle_t resume_idle;
+    client *resume;
     unixsock sock;       /* agent.socket's file */
     struct proxy *proxy; /* the HTTP proxy beside it, for INFO (borrowed) */
     client *clients;
@@ -111,6 +119,39 @@ static void process_input(client *c);
 static void flush_client(client *c);
 static void close_handle(client *c);
 static void update_reading(client *c);
+static void process_input(client *c);
+
+/* ---- reading again, on the next loop turn ---- */
+
+static void on_resume(uv_idle_t *h) {
+    server *s = h->data;
+    uv_idle_stop(h);
+    client *c;
+    while ((c = s->resume) != NULL) {
+        s->resume = c->resume_next;
+        c->resume_next = NULL;
+        c->resume_pending = 0;
+        process_input(c);
+    }
+}
+
+static void resume_later(client *c) {
+    server *s = c->s;
+    if (c->resume_pending || s->closing) return;
+    c->resume_pending = 1;
+    c->resume_next = s->resume;
+    s->resume = c;
+    uv_idle_start(&s->resume_idle, on_resume);
+}
+
+static void resume_forget(client *c) {
+    if (!c->resume_pending) return;
+    client **pp = &c->s->resume;
+    while (*pp && *pp != c) pp = &(*pp)->resume_next;
+    if (*pp) *pp = c->resume_next;
+    c->resume_next = NULL;
+    c->resume_pending = 0;
+}
 
 /* Runs the done callback of server_close() once the server's handles and
  * every client's memory are gone. */
@@ -189,7 +230,9 @@ int server_new(uv_loop_t *loop, engine *e, const server_options *opt, server **o
     take_limits(s);
     uv_timer_init(loop, &s->cron);
     s->cron.data = s;
-    s->handles_open = 1;
+    uv_idle_init(loop, &s->resume_idle);
+    s->resume_idle.data = s;
+    s->handles_open = 2;
     s->st.started_ms = wall_clock_ms();
     s->rate_at = uv_now(loop);
     *out = s;
@@ -315,11 +358,12 @@ void server_reply_done(server_reply *r, int close_after) {
     r->cancel = NULL;
     r->close_after = close_after;
     c->unfinished--;
+    c->held_bytes += r->buf.len;
     c->s->st.pending_replies--;
     if (close_after) c->quitting = 1;
     if (c->in_input) return; /* process_input flushes once at its end */
     flush_client(c);
-    if (c->paused && !c->closing) process_input(c); /* a slot freed up */
+    if (c->paused && !c->closing) resume_later(c); /* a slot freed up */
 }
 
 /* ---- writing ------------------------------------------------------------------------ */
@@ -352,6 +396,7 @@ static void flush_client(client *c) {
         server_reply *r = c->head;
         c->head = r->next;
         if (!c->head) c->tail = NULL;
+        c->held_bytes -= r->buf.len;
         if (r->buf.len && resp_buf_append(&out, r->buf.data, r->buf.len) != 0) {
             reply_free(r);
             resp_buf_free(&out);
@@ -415,6 +460,7 @@ static void close_handle(client *c) {
     server *s = c->s;
     c->handle_closed = 1;
     c->closing = 1;
+    resume_forget(c);
     if (c->prev) c->prev->next = c->next;
     else s->clients = c->next;
     if (c->next) c->next->prev = c->prev;
@@ -502,9 +548,13 @@ static void client_close(client *c, const char *fail_pending, const char *final_
 
 /* ---- reading ------------------------------------------------------------------------------ */
 
+/* Back-pressure: too many commands unanswered, or more than max_buffer
+ * bytes of replies unread: written and not yet taken by the client, or
+ * done and held behind an unfinished one (an ACQUIRE waiting for its
+ * slot with a stream of INFO behind it). */
 static int should_pause(const client *c) {
     if (c->unfinished >= c->s->max_pipeline) return 1;
-    return uv_stream_get_write_queue_size((const uv_stream_t *)&c->pipe) > c->s->max_buffer;
+    return uv_stream_get_write_queue_size((const uv_stream_t *)&c->pipe) + c->held_bytes > c->s->max_buffer;
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -766,6 +816,8 @@ void server_close(server *s, const char *why, void (*done)(void *arg), void *arg
     s->done = done;
     s->done_arg = arg;
     server_stop_accepting(s);
+    uv_idle_stop(&s->resume_idle);
+    uv_close((uv_handle_t *)&s->resume_idle, on_server_handle_closed);
     if (why) {
         s->close_why = malloc(strlen(why) + 1);
         if (s->close_why) memcpy(s->close_why, why, strlen(why) + 1);

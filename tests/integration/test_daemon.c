@@ -419,6 +419,80 @@ static void test_bad_input_never_hurts_others(void **state) {
 }
 
 /* agent.socket_owner / socket_group / socket_mode decide who may acquire. */
+/* A client that never reads its replies is paused once more than
+ * max_client_buffer bytes of them wait, counting the replies done but
+ * held behind an unfinished one: an ACQUIRE waiting for its slot with a
+ * stream of INFO behind it. Before, only the bytes already written
+ * counted, so the daemon read on and kept every reply (one connection
+ * grew it by 950 MB in 8 s from 700 KB of INFO). */
+static void test_unread_replies_pause_the_client(void **state) {
+    daemon_proc d;
+    start_daemon(&d, "unread", "  max_client_buffer: 65536\n", "  slow:\n    rpm: 1\n    max_wait_ms: 600000\n");
+    char out[4096];
+    assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "slow", NULL), 0); /* the burst */
+    int fd = raw_connect(d.sock);
+    assert_true(fd >= 0);
+    enum { N = 400 }; /* about 2 MB of INFO replies */
+    size_t len = 0;
+    char *in = malloc(64 + N * 6);
+    assert_non_null(in);
+    len += (size_t)sprintf(in, "ACQUIRE slow MAXWAIT 600000\r\n");
+    for (int i = 0; i < N; i++) len += (size_t)sprintf(in + len, "INFO\r\n");
+    assert_int_equal(raw_send(fd, in, len), 0);
+    free(in);
+    int paused = daemon_wait_info(&d, "paused_clients", 1, 5000);
+    double pending = info_num(&d, "blocked_commands");
+    print_message("  ACQUIRE waiting, %d INFO behind it: paused_clients %.0f, blocked_commands %.0f\n", N,
+                  info_num(&d, "paused_clients"), pending);
+    assert_true(paused);
+    close(fd);
+    assert_alive(&d);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
+/* A paused client whose buffered bytes hold a malformed command, resumed
+ * by a grant inside the engine's reply to two of its ACQUIREs: one granted
+ * (tenant t2), one deferred (t1 is at its ceiling). Reading on inside that
+ * callback closed the client there and cancelled the deferred call while
+ * the reply still held it (a use after free; the daemon died under ASan).
+ * The client is read again on the next loop turn now, and the engine keeps
+ * a deferred call in flight until the reply is done with it. The client is
+ * closed for its protocol error; the daemon and the others go on. */
+static void test_paused_client_closed_inside_a_grant(void **state) {
+    daemon_proc d;
+    daemon_init(&d, fx.dir, "reent");
+    /* redis.max_script_ms 0: the two ACQUIREs go in one reserve call. */
+    char text[2048];
+    snprintf(text, sizeof(text),
+             "redis:\n  url: unix://%s\n  timeout_ms: 500\n  connect_timeout_ms: 500\n  max_script_ms: 0\n"
+             "agent:\n  socket: %s\n  socket_mode: \"0600\"\n  log_level: debug\n  max_client_pipeline: 2\n"
+             "deployments:\n  dt:\n    rpm: 600\n    horizon_ms: 0\n    max_wait_ms: 600000\n    tenants:\n"
+             "      t1: { ceiling_rpm: 1 }\n      t2: { weight: 1 }\n",
+             fx.sock, d.sock);
+    assert_int_equal(sluiced_fixture_write_config(&d, text), 0);
+    assert_int_equal(daemon_start(&d), 0);
+    assert_true(daemon_wait_redis(&d, 10000));
+    char out[4096];
+    /* t1's ceiling taken; then t2, so that t1's class goes first in the
+     * next reserve call (the tenants take turns going first) and is
+     * deferred before t2's grant runs its callback. */
+    assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "dt", "TENANT", "t1", NULL), 0);
+    assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "dt", "TENANT", "t2", NULL), 0);
+    int fd = raw_connect(d.sock);
+    assert_true(fd >= 0);
+    const char in[] = "ACQUIRE dt TENANT t1\r\nACQUIRE dt TENANT t2\r\n\"unbalanced\r\n";
+    assert_int_equal(raw_send(fd, in, sizeof(in) - 1), 0);
+    char buf[1024];
+    int closed = 0;
+    raw_read(fd, buf, sizeof(buf), 5000, &closed);
+    print_message("  paused client with a malformed command behind two ACQUIREs -> %s (closed %d)\n", buf, closed);
+    assert_true(closed);
+    close(fd);
+    assert_alive(&d);
+    assert_true(info_num(&d, "closed_protocol_error") == 1);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
 static void test_socket_owner_group_mode(void **state) {
     daemon_proc d;
     start_daemon(&d, "own", "  socket_owner: \"1\"\n  socket_group: \"2\"\n", "  own:\n    rpm: 600\n");
@@ -865,6 +939,8 @@ int main(void) {
         cmocka_unit_test_teardown(test_pipelined_replies_in_order, test_teardown),
         cmocka_unit_test_teardown(test_disconnect_cancels_waiting_acquire, test_teardown),
         cmocka_unit_test_teardown(test_bad_input_never_hurts_others, test_teardown),
+        cmocka_unit_test_teardown(test_unread_replies_pause_the_client, test_teardown),
+        cmocka_unit_test_teardown(test_paused_client_closed_inside_a_grant, test_teardown),
         cmocka_unit_test_teardown(test_max_clients, test_teardown),
         cmocka_unit_test_teardown(test_socket_owner_group_mode, test_teardown),
         cmocka_unit_test_teardown(test_socket_stale_and_live, test_teardown),
