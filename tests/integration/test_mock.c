@@ -3082,7 +3082,6 @@ static void test_compat_gemini(void **state) {
         mock_child c;
         /* 4 s before the midnight: room for three calls on a loaded machine */
         snprintf(start, sizeof(start), "%lld", midnight[k] - 4000);
-        double started = now_ms();
         child_start(&c, "--compat", "gemini", "--rpd", "2", "--tpm", "6", "--token-burst", "1000", "--service-ms", "1",
                     "--completion-tokens", "10", "--wall-start", start, NULL);
         for (int i = 0; i < 2; i++) {
@@ -3099,9 +3098,12 @@ static void test_compat_gemini(void **state) {
         const char *rd = strstr(r.body, "\"retryDelay\":\"");
         long delay = rd ? strtol(rd + strlen("\"retryDelay\":\""), NULL, 10) : -1;
         if (delay < 1 || delay > 4) fail_msg("the retry delay is not to the midnight 4 s away: %s", r.body);
-        /* past the midnight (the mock started after `started`): waiting
-         * longer changes nothing */
-        sleep_ms(started + 4100 - now_ms());
+        /* past the midnight: the delay the mock gave, whole seconds
+         * rounded up on its own clock, from the moment its 429 was read
+         * (a loaded machine only makes that later; waiting longer changes
+         * nothing). Timed from this test's start instead, a mock slow to
+         * start its clock was still before its midnight. */
+        sleep_ms((double)delay * 1000 + 50);
         call(c.port, "/v1/chat/completions", "t", b, &r);
         assert_int_equal(r.status, 200);
         json_t *s = get_stats(c.port, "");
