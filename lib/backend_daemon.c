@@ -193,7 +193,7 @@ static void handle_reply(dmn *d, dconn *c, dreq *r, const rreply *rep) {
     gov_op *op = r->op;
     switch (r->kind) {
     case DREQ_ACQUIRE: {
-        dproto_grant g;
+        dproto_grant g = {0};
         char reason[24];
         long long ra;
         int rc = dproto_acquire_reply(rep, &g, reason, sizeof(reason), &ra, msg, sizeof(msg));

@@ -215,9 +215,11 @@ int dproto_acquire_reply(const rreply *r, dproto_grant *g, char *reason, size_t 
     *retry_after_ms = -1;
     if (reason_len) reason[0] = '\0';
     msg[0] = '\0';
-    if (r->type == RREPLY_ERROR) return error_reply(r, reason, reason_len, retry_after_ms, msg, msglen);
+    /* Cleared first: an error reply carries no grant, and the caller may
+     * read the id to give back a grant a malformed reply named. */
     g->id[0] = g->member[0] = '\0';
     g->endpoint = "";
+    if (r->type == RREPLY_ERROR) return error_reply(r, reason, reason_len, retry_after_ms, msg, msglen);
     if (r->type == RREPLY_ARRAY && (r->elements == 3 || r->elements >= 5) &&
         text_of(r->element[0], g->id, sizeof(g->id)) == 0 && int_of(r->element[1], &g->waited_ms) == 0 &&
         int_of(r->element[2], &g->tokens) == 0) {
