@@ -1057,8 +1057,8 @@ static void on_abandon(void *ud) {
 
 /* The settle of a buffered attempt (gcall_sm_attempt_end): its usage,
  * with the cache writes the verdict does not carry for a budget's price
- * of them (lib/core/budget.h). */
-static void pcall_settle(gcall_sm *m, const sl_verdict *v) {
+ * of them (lib/core/budget.h). It runs no hook: never a reason to stop. */
+static int pcall_settle(gcall_sm *m, const sl_verdict *v) {
     pcall *pc = PCALL_OF(m);
     usage_rec u = {v->tokens, v->input_tokens, v->output_tokens, v->cache_read_tokens, -1};
     if (v->input_tokens >= 0 && engine_config(pc->set->e)->nbudgets) {
@@ -1066,6 +1066,7 @@ static void pcall_settle(gcall_sm *m, const sl_verdict *v) {
         if (usage_split(pc->rbody, pc->rlen, &full) == 0) u.cache_write = full.cache_write;
     }
     settle(pc, (engine_outcome)v->outcome, v->tokens >= 0 ? &u : NULL);
+    return 0;
 }
 
 /* ACQUIRING's stop: the reservation goes back. */

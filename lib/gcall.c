@@ -113,7 +113,7 @@ long long gcall_sm_failed(gcall_sm *m, const sl_verdict *v) {
 }
 
 int gcall_sm_attempt_end(gcall_sm *m, const sl_verdict *v, int may_retry) {
-    m->steps->settle(m, v);
+    if (m->steps->settle(m, v)) may_retry = 0;
     if (v->cls == SL_CLASS_OK) return 0;
     long long delay = gcall_sm_failed(m, v);
     if (delay < 0) return (int)delay;
@@ -144,7 +144,7 @@ static int step_ask(gcall_sm *m);
 static void stop_acquire(gcall_sm *m);
 static void stop_send(gcall_sm *m);
 static void call_sleep(gcall_sm *m, int64_t due);
-static void call_settle(gcall_sm *m, const sl_verdict *v);
+static int call_settle(gcall_sm *m, const sl_verdict *v);
 
 /* sl_call's row of each step. ASKING holds nothing: its answer is dropped
  * when it comes. */
@@ -457,8 +457,10 @@ static int step_send(gcall_sm *m) {
 }
 
 /* The settle of an attempt (gcall_sm_attempt_end): the grant with the
- * verdict, the usage and the headers; the report; the attempted hook. */
-static void call_settle(gcall_sm *m, const sl_verdict *v) {
+ * verdict, the usage and the headers; the report; the attempted hook.
+ * Nonzero when the hook cancelled the call (sl_call_cancel from it: the
+ * call ends SL_ECANCELED rather than try again). */
+static int call_settle(gcall_sm *m, const sl_verdict *v) {
     sl_call *call = CALL_OF(m);
     sl_call_report *r = &call->rep;
     curl_settle_verdict(call->grant, v, call->cap, call->o.settle_headers);
@@ -475,6 +477,7 @@ static void call_settle(gcall_sm *m, const sl_verdict *v) {
         call->attempted(call->arg, call, v, call->cc);
         call->in_hook = 0;
     }
+    return call->stop_after_send;
 }
 
 void gcall_transfer_done(sl_call *call, int cc) {

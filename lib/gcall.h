@@ -73,8 +73,10 @@ typedef struct gcall_steps {
      * it). */
     void (*sleep)(gcall_sm *m, int64_t due);
     /* An attempt ended with verdict v (gcall_sm_attempt_end): its slot
-     * goes back with what the attempt used. */
-    void (*settle)(gcall_sm *m, const sl_verdict *v);
+     * goes back with what the attempt used. Returns nonzero when the call
+     * must not try again whatever v says (cancelled meanwhile: the user's
+     * hook ran here). */
+    int (*settle)(gcall_sm *m, const sl_verdict *v);
 } gcall_steps;
 
 /* An attempt ends this long before the call's deadline, so that the

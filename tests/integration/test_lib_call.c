@@ -133,7 +133,8 @@ typedef struct result {
     int64_t done_at;
     sl_call_report rep;
     sl_call *call;
-    int prepare_rc; /* what the prepare hook returns */
+    int prepare_rc;     /* what the prepare hook returns */
+    int hook_cancel_rc; /* sl_call_cancel's from the attempted hook */
     int cancel_in_prepare;
 } result;
 
@@ -735,6 +736,52 @@ static void cancel_mid_backoff(int mode) {
 static void test_cancel_mid_backoff_embedded(void **state) { cancel_mid_backoff(EMBEDDED); }
 static void test_cancel_mid_backoff_daemon(void **state) { cancel_mid_backoff(DAEMON); }
 
+/* sl_call_cancel from the attempted hook, after a failure that would be
+ * retried (503, three attempts allowed): the call ends SL_ECANCELED with
+ * that one attempt; the provider sees one request. The call decided
+ * whether to try again before the hook ran, so it took another slot and
+ * sent once more (attempts 2, the provider saw 2). */
+static void on_attempted_cancel(void *arg, sl_call *call, const sl_verdict *v, int curl_code) {
+    (void)v;
+    (void)curl_code;
+    result *r = arg;
+    r->attempted++;
+    if (r->attempted == 1) r->hook_cancel_rc = sl_call_cancel(call, SL_CANCEL_NOW);
+}
+
+static void cancel_in_attempted(int mode) {
+    if (skip_without_daemon(mode)) return;
+    env e;
+    env_open(&e, mode, 0);
+    http_reset(&S.web, 0, 1);
+    result r;
+    memset(&r, 0, sizeof(r));
+    sl_call_opts o = opts(0, 0);
+    o.max_attempts = 3;
+    char dep[64], url[256];
+    snprintf(dep, sizeof(dep), "%s-backoff", prefix(mode));
+    http_url(&S.web, "/503", url, sizeof(url));
+    sl_call_http h;
+    sl_call_http_init(&h);
+    h.url = url;
+    h.attempted = on_attempted_cancel;
+    o.deployment = dep;
+    assert_int_equal(sl_call_start(e.c, &o, &h, on_done, &r, &r.call), 0);
+    run_done(&e, &r, 10000);
+    print_message("  [%s] cancelled in the attempted hook: status %s, attempts %d, provider saw %d\n", prefix(mode),
+                  sl_strerror(r.status), r.rep.attempts, count_path("/503"));
+    assert_int_equal(r.hook_cancel_rc, 0);
+    assert_int_equal(r.status, SL_ECANCELED);
+    assert_int_equal(r.rep.attempts, 1);
+    assert_int_equal(r.attempted, 1);
+    assert_int_equal(count_path("/503"), 1);
+    result_free(&r);
+    env_close(&e);
+}
+
+static void test_cancel_in_attempted_embedded(void **state) { cancel_in_attempted(EMBEDDED); }
+static void test_cancel_in_attempted_daemon(void **state) { cancel_in_attempted(DAEMON); }
+
 /* ---- Retry-After ------------------------------------------------------------------------------ */
 
 /* The time between the 429 and the request after it, and the wait the
@@ -1079,6 +1126,8 @@ int main(void) {
         cmocka_unit_test(test_cancel_mid_send_daemon),
         cmocka_unit_test(test_cancel_mid_backoff_embedded),
         cmocka_unit_test(test_cancel_mid_backoff_daemon),
+        cmocka_unit_test(test_cancel_in_attempted_embedded),
+        cmocka_unit_test(test_cancel_in_attempted_daemon),
         cmocka_unit_test(test_retry_after_forms_embedded),
         cmocka_unit_test(test_retry_after_forms_daemon),
         cmocka_unit_test(test_quota_embedded),

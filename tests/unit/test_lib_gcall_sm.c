@@ -30,6 +30,7 @@ typedef struct rec {
     sl_call_opts o;            /* the call's policy */
     int settled;               /* settle calls */
     int settled_cls;           /* the last settle's verdict class */
+    int stop_in_settle;        /* the settle says: do not try again (a cancel from the hook) */
     int entered[SL_CALL_DONE]; /* enter calls by step */
     int stopped[SL_CALL_DONE]; /* stop calls by step */
     int enter_rc;              /* what enter returns */
@@ -53,10 +54,11 @@ static void rec_sleep(gcall_sm *m, int64_t due) {
     r->due = due;
 }
 
-static void rec_settle(gcall_sm *m, const sl_verdict *v) {
+static int rec_settle(gcall_sm *m, const sl_verdict *v) {
     rec *r = REC_OF(m);
     r->settled++;
     r->settled_cls = v->cls;
+    return r->stop_in_settle;
 }
 
 static const gcall_steps rec_steps = {
@@ -297,6 +299,18 @@ static void test_attempt_end(void **state) {
     assert_int_equal(gcall_sm_attempt_end(&r.sm, &v, 0), SL_ECANCELED);
     assert_int_equal(r.settled, 1);
     assert_int_equal(r.entered[SL_CALL_ASKING], 0);
+    /* The user cancels from its attempted hook, which the settle runs:
+     * asked after the settle, so no retry either (asked before it, the
+     * call took another slot and sent once more). */
+    rec_init(&r, 3);
+    r.stop_in_settle = 1;
+    gcall_sm_go(&r.sm, SL_CALL_SENDING);
+    assert_int_equal(gcall_sm_attempt_end(&r.sm, &v, 1), SL_ECANCELED);
+    assert_int_equal(r.settled, 1);
+    assert_int_equal(r.entered[SL_CALL_ASKING], 0);
+    rec_init(&r, 3);
+    gcall_sm_go(&r.sm, SL_CALL_SENDING);
+    assert_int_equal(gcall_sm_attempt_end(&r.sm, &v, 0), SL_ECANCELED);
     /* Not retryable wins over the user's no. */
     sl_verdict fatal = failure(0, -1);
     assert_int_equal(gcall_sm_attempt_end(&r.sm, &fatal, 0), SL_EFATAL);
