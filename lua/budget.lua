@@ -236,6 +236,20 @@ local op = ARGV[1]
 -- One item of a reserve call: amount from the budgets bs (loaded and
 -- rolled), all or none. Returns its reply; updates bs in memory.
 local function reserve_item(rid, amount, lease_ms, bs)
+  -- The same request asked again (its first call timed out, or the
+  -- connection dropped, after Redis ran it): it is held already, so the
+  -- grant stands and only its lease is renewed. Reserved again, the
+  -- amount would be held twice with one record to release it.
+  if redis.call('HEXISTS', held_key, rid) == 1 then
+    local left = false
+    for _, b in ipairs(bs) do
+      for _, l in ipairs(limits_of(b)) do
+        if not left or l[3] < left then left = l[3] end
+      end
+    end
+    redis.call('ZADD', leases_key, now + lease_ms, rid)
+    return {SL_GRANT, left or 0, 0}
+  end
   local wait = false
   for _, b in ipairs(bs) do
     for _, l in ipairs(limits_of(b)) do

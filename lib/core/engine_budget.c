@@ -648,11 +648,14 @@ typedef struct reserve_batch {
 static void on_reserve_reply(void *arg, redisReply *r, const char *err) {
     reserve_batch *rb = arg;
     engine *e = rb->e;
-    e->calls_out--;
     int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == rb->n;
     char why[200] = "";
     if (!ok) snprintf(why, sizeof(why), "%s", err ? err : (r && r->type == REDIS_REPLY_ERROR ? r->str : "no reply"));
+    /* The call counts as out until every item is answered: a stop that
+     * finished at the first item's answer would close the router before
+     * a later item's settle of a grant nobody will use went out. */
     for (size_t i = 0; i < rb->n; i++) on_item(rb->calls[i], ok ? r : NULL, rb->n, i, ok ? NULL : why);
+    e->calls_out--;
     free(rb);
     engine__maybe_finish_stop(e);
 }

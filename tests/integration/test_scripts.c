@@ -791,6 +791,10 @@ static void test_budget_reserve_settle_expire(void **state) {
     assert_int_equal(r->type, REDIS_REPLY_ERROR);
     freeReplyObject(r);
     assert_int_equal(budget_field("total_reserved"), 70);
+    /* r7 asked again (the agent's first call timed out after Redis ran
+     * it): granted, not reserved twice; its settle releases it all. */
+    assert_int_equal(budget_reserve("r7", "70", "60000", "0", "100", out), 1);
+    assert_int_equal(budget_field("total_reserved"), 70);
     budget_settle("r7", "0", 1);
     assert_int_equal(budget_field("total_reserved"), 0);
     assert_int_equal(budget_field("total_spent"), 30);
