@@ -350,6 +350,12 @@ int engine_feedback_seen(engine *e, const char *deployment, engine_outcome outco
 
 int engine_reload(engine *e, config *cfg) {
     config *old = e->cfg;
+    /* Read at a start only (docs/configuration.md; sluiced's log says
+     * so): the heartbeat timer ticks at the first heartbeat_ms, and the
+     * promises and the others' hold follow these two, so a reload that
+     * changed them would promise what the timer cannot keep. */
+    cfg->agent.heartbeat_ms = old->agent.heartbeat_ms;
+    cfg->agent.silent_hold_ms = old->agent.silent_hold_ms;
     for (dep *d = e->deps; d; d = d->next) d->cfg = NULL;
     for (size_t i = 0; i < cfg->ndeployments; i++) {
         dep *d = dep_find(e, cfg->deployments[i].name);

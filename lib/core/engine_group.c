@@ -271,8 +271,10 @@ static void on_group_reserve(void *arg, redisReply *r, const char *err) {
             call_reply_granted(c, d, v.id, v.wait_ms, v.tokens);
         } else if (kind == WIRE_DEFER) {
             /* Deferred on that member (its lanes or tenants): held in its
-             * class and asked there again; no more spilling. */
-            int cls = member_class(c, d);
+             * class and asked there again; no more spilling. A member a
+             * reload removed meanwhile has no class to ask from: the call
+             * is routed again among the group's members now. */
+            int cls = d->cfg ? member_class(c, d) : -1;
             if (cls < 0) {
                 gq_fallback(c);
                 continue;

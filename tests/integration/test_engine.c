@@ -881,6 +881,50 @@ static void test_reload_removes_a_deployment_under_a_call(void **state) {
     assert_int_equal(redis_fixture_restart(&fx), 0);
 }
 
+/* agent.heartbeat_ms and agent.silent_hold_ms take effect at the next
+ * start (docs/configuration.md): a reload that changes them keeps the
+ * running ones. The heartbeat timer ticks at the first value; promises
+ * and the silent limit written to Redis at the new one would promise
+ * what it cannot keep (a live agent taken for silent). */
+static void test_reload_keeps_the_heartbeat(void **state) {
+    world w;
+    world_init(&w, "  hb:\n    rpm: 600\n", "agent-hb");
+    assert_true(run_until(&w, connected, 3000));
+    wait_status(&w, "hb", "mode", "redis", 5000);
+    redisContext *rc = redis_fixture_connect(&fx);
+    assert_non_null(rc);
+    redisReply *r = redisCommand(rc, "HGET sluice:{hb}:limits silent_ms");
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    long long before = atoll(r->str);
+    freeReplyObject(r);
+    char text[1024], err[256];
+    snprintf(text, sizeof(text),
+             "redis:\n  url: unix://%s\n  timeout_ms: 300\n  connect_timeout_ms: 300\n"
+             "agent:\n  socket: /tmp/unused.sock\n  heartbeat_ms: 5000\n  fallback_share: 0.9\n"
+             "deployments:\n  hb:\n    rpm: 1200\n",
+             fx.sock);
+    config *cfg = NULL;
+    if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0) fail_msg("config: %s", err);
+    assert_int_equal(engine_reload(w.e, cfg), 0);
+    /* The reload's new rpm reaches Redis with the configure that also
+     * writes silent_ms: wait for the rpm. */
+    for (int i = 0; i < 100; i++) {
+        loop_run_for(&w.loop, 50);
+        r = redisCommand(rc, "HGET sluice:{hb}:limits rpm");
+        int done = r->type == REDIS_REPLY_STRING && atoll(r->str) == 1200;
+        freeReplyObject(r);
+        if (done) break;
+    }
+    r = redisCommand(rc, "HMGET sluice:{hb}:limits rpm silent_ms");
+    print_message("  after a reload to heartbeat_ms 5000: rpm %s, silent_ms %s (was %lld)\n",
+                  r->element[0]->str ? r->element[0]->str : "-", r->element[1]->str ? r->element[1]->str : "-", before);
+    assert_int_equal(atoll(r->element[0]->str), 1200);
+    assert_int_equal(atoll(r->element[1]->str), before);
+    freeReplyObject(r);
+    redisFree(rc);
+    world_close(&w);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_coalescing_and_release_at_slot),
@@ -898,6 +942,7 @@ int main(void) {
         cmocka_unit_test(test_cancel_from_a_callback_of_the_same_reply),
         cmocka_unit_test(test_local_decision_counts_the_wait_spent),
         cmocka_unit_test(test_reload_removes_a_deployment_under_a_call),
+        cmocka_unit_test(test_reload_keeps_the_heartbeat),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
