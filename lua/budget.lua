@@ -239,8 +239,9 @@ local function reserve_item(rid, amount, lease_ms, bs)
   -- The same request asked again (its first call timed out, or the
   -- connection dropped, after Redis ran it): it is held already, so the
   -- grant stands and only its lease is renewed. Reserved again, the
-  -- amount would be held twice with one record to release it.
-  if redis.call('HEXISTS', held_key, rid) == 1 then
+  -- amount would be held twice with one record to release it. (HGET, not
+  -- HEXISTS: deploy/acl.conf grants the scripts' commands and no more.)
+  if redis.call('HGET', held_key, rid) then
     local left = false
     for _, b in ipairs(bs) do
       for _, l in ipairs(limits_of(b)) do
