@@ -41,17 +41,23 @@ static int group_teardown(void **state) {
  * from the share the heartbeats give in the fallback test (1/3), so a
  * fallback that ignored them would show. */
 /* max_script_ms: redis.max_script_ms as written, NULL for its default. */
+/* The configuration text, loaded; fails the test when it does not load. */
+static config *config_of(const char *text) {
+    char err[512];
+    config *cfg = NULL;
+    if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0) fail_msg("config: %s", err);
+    return cfg;
+}
+
 static config *make_config_bound(const char *max_script_ms, const char *deployments) {
-    char text[4096], err[512];
+    char text[4096];
     snprintf(text, sizeof(text),
              "redis:\n  url: unix://%s\n  timeout_ms: 300\n  connect_timeout_ms: 300\n%s%s%s"
              "agent:\n  socket: /tmp/unused.sock\n  heartbeat_ms: 200\n  fallback_share: 0.9\n"
              "deployments:\n%s",
              fx.sock, max_script_ms ? "  max_script_ms: " : "", max_script_ms ? max_script_ms : "",
              max_script_ms ? "\n" : "", deployments);
-    config *cfg = NULL;
-    if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0) fail_msg("config: %s", err);
-    return cfg;
+    return config_of(text);
 }
 
 typedef struct world {
@@ -63,11 +69,15 @@ typedef struct world {
 
 static void on_stopped(void *arg) { (void)arg; }
 
-static void world_init_bound(world *w, const char *max_script_ms, const char *deployments, const char *agent) {
+static void world_init_cfg(world *w, config *cfg, const char *agent) {
     memset(w, 0, sizeof(*w));
     uv_loop_init(&w->loop);
-    assert_int_equal(engine_new(&w->loop, make_config_bound(max_script_ms, deployments), agent, &w->e), 0);
+    assert_int_equal(engine_new(&w->loop, cfg, agent, &w->e), 0);
     engine_start(w->e);
+}
+
+static void world_init_bound(world *w, const char *max_script_ms, const char *deployments, const char *agent) {
+    world_init_cfg(w, make_config_bound(max_script_ms, deployments), agent);
 }
 
 static void world_init(world *w, const char *deployments, const char *agent) {
@@ -815,19 +825,14 @@ static void test_cancel_from_a_callback_of_the_same_reply(void **state) {
  * release is within its max wait of its acquire (a local slot 5.1 s after
  * it was granted before the fix). */
 static void test_local_decision_counts_the_wait_spent(void **state) {
-    char text[1024], err[256];
+    char text[1024];
     snprintf(text, sizeof(text),
              "redis:\n  url: unix://%s\n  timeout_ms: 1000\n  connect_timeout_ms: 1000\n"
              "agent:\n  socket: /tmp/unused.sock\n  heartbeat_ms: 200\n"
              "deployments:\n  lw:\n    rpm: 60\n",
              fx.sock);
-    config *cfg = NULL;
-    if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0) fail_msg("config: %s", err);
     world w;
-    memset(&w, 0, sizeof(w));
-    uv_loop_init(&w.loop);
-    assert_int_equal(engine_new(&w.loop, cfg, "agent-lw", &w.e), 0);
-    engine_start(w.e);
+    world_init_cfg(&w, config_of(text), "agent-lw");
     assert_true(run_until(&w, connected, 3000));
     wait_status(&w, "lw", "mode", "redis", 5000);
     static acq x[3], a;
@@ -897,15 +902,13 @@ static void test_reload_keeps_the_heartbeat(void **state) {
     assert_int_equal(r->type, REDIS_REPLY_STRING);
     long long before = atoll(r->str);
     freeReplyObject(r);
-    char text[1024], err[256];
+    char text[1024];
     snprintf(text, sizeof(text),
              "redis:\n  url: unix://%s\n  timeout_ms: 300\n  connect_timeout_ms: 300\n"
              "agent:\n  socket: /tmp/unused.sock\n  heartbeat_ms: 5000\n  fallback_share: 0.9\n"
              "deployments:\n  hb:\n    rpm: 1200\n",
              fx.sock);
-    config *cfg = NULL;
-    if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0) fail_msg("config: %s", err);
-    assert_int_equal(engine_reload(w.e, cfg), 0);
+    assert_int_equal(engine_reload(w.e, config_of(text)), 0);
     /* The reload's new rpm reaches Redis with the configure that also
      * writes silent_ms: wait for the rpm. */
     for (int i = 0; i < 100; i++) {
