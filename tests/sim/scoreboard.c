@@ -34,7 +34,7 @@ typedef struct sb_bounds {
     double after_ms;       /* 429s counted from here (virtual ms) */
     int max_429;           /* a count instead of a share (0: not checked) */
     double min_floor_pct;  /* floor / makespan */
-    double max_window_x;   /* largest 10 s window / quota */
+    double max_window_x;   /* largest window (window_len_ms) / quota */
     double window_from_ms; /* windows that start from here (0: t = 0) */
     double max_p99_wait_ms;
     /* The rate the world charged (fleet and neighbours, the binding
@@ -486,19 +486,11 @@ static const sb_scenario table[] = {
     {"openai-quantized", "openai-quantized", "OpenAI enforcing a minute's limits per second", NULL, "openai", NULL, 3,
      50, 4, SIM_LANG_EN, 2000, 500, NO_FAULTS, 0, 0, STD_95, NULL, NULL},
     {"anthropic-current-6", "anthropic-current", "Anthropic, OTPM on generated tokens, 6 callers", NULL, "anthropic",
-     NULL, ANTH_TRAFFIC(2, 50), NO_FAULTS, 0, 0, STD_95,
-     "98.5..99.7 % of the floor (97.2..99.3 before callers took turns, 86.6..98.6 while rounded headers were "
-     "read as exact); window up to 1.10x "
-     "output: the provider counts an answer when it ends, and the ends bunch by the spread of the answers' "
-     "lengths and latencies, which the pace of the sends does not set (by send times with each answer's count: "
-     "1.00..1.03x; 0 429s)",
-     NULL},
+     NULL, ANTH_TRAFFIC(2, 50), NO_FAULTS, 0, 0, STD_95, NULL, NULL},
     {"anthropic-current-24", "anthropic-current", "Anthropic, OTPM on generated tokens, 24 callers", NULL, "anthropic",
-     NULL, ANTH_TRAFFIC(8, 13), NO_FAULTS, 0, 0, STD_95,
-     "99.4..99.9 % of the floor, window up to 1.10x output (as anthropic-current-6)", NULL},
+     NULL, ANTH_TRAFFIC(8, 13), NO_FAULTS, 0, 0, STD_95, NULL, NULL},
     {"anthropic-current-96", "anthropic-current", "Anthropic, OTPM on generated tokens, 96 callers", NULL, "anthropic",
-     NULL, ANTH_TRAFFIC(32, 3), NO_FAULTS, 0, 0, STD_95,
-     "99.2..99.9 % of the floor, window up to 1.10x output (as anthropic-current-6)", NULL},
+     NULL, ANTH_TRAFFIC(32, 3), NO_FAULTS, 0, 0, STD_95, NULL, NULL},
     /* The issue's row: answers of 200 of max_tokens 1000, a bucket three
      * max_tokens deep; OTPM counts what is generated (output_charge
      * expected, the style's default) and, beside it, the same world with
@@ -508,10 +500,7 @@ static const sb_scenario table[] = {
     {"anthropic-short-6", "anthropic-current", "Anthropic, answers 200 of 1000, 6 callers (expected output)",
      short_answers, "anthropic", NULL, 3, 2, 50, SIM_LANG_EN, 1200, 1000, NO_FAULTS, 0, 0, STD_95, NULL, NULL},
     {"anthropic-short-6-tight", "anthropic-current", "the same, 6 callers at 18 000 OTPM (bound by the quota)",
-     short_answers_tight, "anthropic", NULL, 3, 2, 50, SIM_LANG_EN, 1200, 1000, NO_FAULTS, 0, 0, STD_95,
-     "97.0..98.9 % of the floor (89.2..91.5 before the bucket's depth was read and the first answers' give-backs "
-     "reached the callers waiting), window 1.055..1.093x output (as anthropic-current-6; by send times 1.01..1.03x)",
-     NULL},
+     short_answers_tight, "anthropic", NULL, 3, 2, 50, SIM_LANG_EN, 1200, 1000, NO_FAULTS, 0, 0, STD_95, NULL, NULL},
     {"anthropic-short-24", "anthropic-current", "Anthropic, answers 200 of 1000, 24 callers (expected output)",
      short_answers, "anthropic", NULL, 3, 8, 13, SIM_LANG_EN, 1200, 1000, NO_FAULTS, 0, 0, STD_95, NULL, NULL},
     {"anthropic-short-96", "anthropic-current", "Anthropic, answers 200 of 1000, 96 callers (expected output)",
@@ -542,8 +531,7 @@ static const sb_scenario table[] = {
      "just over the bound",
      NULL},
     {"anthropic-per-second", "anthropic-per-second", "Anthropic enforcing its RPM per second", NULL, "anthropic", NULL,
-     ANTH_TRAFFIC(8, 13), NO_FAULTS, 0, 0, STD_95,
-     "99.4..99.9 % of the floor (output), window up to 1.10x (as anthropic-current-6)", NULL},
+     ANTH_TRAFFIC(8, 13), NO_FAULTS, 0, 0, STD_95, NULL, NULL},
     {"anthropic-greedy-neighbour",
      "anthropic-greedy-neighbour",
      "Anthropic 2025 with a greedy neighbour 20..80 s",
@@ -894,6 +882,19 @@ static double max_window_ratio(const sim_world_cfg *c, const sim_world *w, int d
     return best;
 }
 
+/* How long a window of d is judged over. 10 s, the slice Azure
+ * evaluates in and short enough to show a burst a minute-deep bucket
+ * hides (a window above 1x with 0 429s). A minute where the world counts
+ * d when the answer ends (Anthropic's output, counted as generated): the
+ * fleet sets the sends, the ends move by the spread of the answers'
+ * lengths and latencies, which no pace of sends sets, and Anthropic's
+ * bucket is continuously replenished over its minute, with no slices. A
+ * sustained excess shows in a minute as much as in 10 s. */
+static double window_len_ms(const sim_world_cfg *c, int d) {
+    if (c->provider == SIM_ANTHROPIC && d == SIM_DIM_OUTPUT && c->anthropic_output == SIM_OTPM_GENERATED) return 60000;
+    return 10000;
+}
+
 /* The time from t0 for the quota of d to pass amount. */
 static double pass_ms(const sim_world_cfg *c, int d, double t0, double amount) {
     if (amount <= 0) return 0;
@@ -1011,8 +1012,10 @@ static void judge_world(const sb_scenario *s, const sb_prov *p, sb_result *r) {
             b += burst_of(&p->wc[m], d);
             q += quota_at(&p->wc[m], d, t0);
             double at = 0;
-            double x = max_window_ratio(&p->wc[m], p->w[m], d, 10000, s->b.window_from_ms, &at);
-            if (x > best_window) best_window = x, r->window_dim = sim_dim_name(d), r->window_at_ms = at;
+            double len = window_len_ms(&p->wc[m], d);
+            double x = max_window_ratio(&p->wc[m], p->w[m], d, len, s->b.window_from_ms, &at);
+            if (x > best_window)
+                best_window = x, r->window_dim = len > 10000 ? "output/1m" : sim_dim_name(d), r->window_at_ms = at;
         }
         double f = p->n == 1 ? pass_ms(wc, d, t0, total - b) : total > b ? (total - b) / q : 0;
         if (f > floor_ms) floor_ms = f, binding = d;

@@ -76,7 +76,7 @@ typedef struct sb_result {
     size_t attempts_after, throttled_after; /* from the bound's after_ms */
     int failed, done;
     double makespan_ms, floor_ms, floor_pct; /* floor_pct: floor / makespan x 100 */
-    double window_x;                         /* largest 10 s window / quota */
+    double window_x;                         /* largest window (window_len_ms) / quota */
     const char *window_dim;
     double window_at_ms; /* where the largest window starts (virtual ms) */
     double p99_wait_ms;
