@@ -17,7 +17,6 @@
 #include "timeutil.h"
 
 /* Largest TOKENS / MAXWAIT accepted. */
-#define ARG_INT_MAX 1000000000000000LL
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
@@ -59,15 +58,18 @@ static int arg_is(const command_req *q, int i, const char *word) {
     return q->argvlen[i] == strlen(word) && strcasecmp(q->argv[i], word) == 0;
 }
 
-/* A non-negative decimal integer up to ARG_INT_MAX. */
+/* A non-negative decimal integer up to SLUICE_AMOUNT_MAX: 0, or -1 when s
+ * is not one, -2 when it is larger. */
 static int arg_uint(const char *s, size_t len, long long *out) {
-    if (len == 0 || len > 16) return -1;
+    if (len == 0) return -1;
     long long v = 0;
+    int big = 0;
     for (size_t i = 0; i < len; i++) {
         if (s[i] < '0' || s[i] > '9') return -1;
-        v = v * 10 + (s[i] - '0');
+        if (v > SLUICE_AMOUNT_MAX) big = 1;
+        else v = v * 10 + (s[i] - '0');
     }
-    if (v > ARG_INT_MAX) return -1;
+    if (big || v > SLUICE_AMOUNT_MAX) return -2;
     *out = v;
     return 0;
 }
@@ -188,10 +190,15 @@ static int parse_req(const command_req *q, req_args *a) {
             int w = 0;
             while (!arg_is(q, i, words[w])) w++;
             long long v;
-            if (arg_uint(q->argv[i + 1], q->argvlen[i + 1], &v) != 0) {
+            int rc = arg_uint(q->argv[i + 1], q->argvlen[i + 1], &v);
+            if (rc != 0) {
                 char v1[160];
-                reply_error(q, "%s must be a non-negative integer, got '%s'", words[w],
-                            printable(q->argv[i + 1], q->argvlen[i + 1], v1, sizeof(v1)));
+                if (rc == -2)
+                    reply_error(q, "%s (%s %s)", sluice_req_error(SLUICE_REQ_TOO_MANY), words[w],
+                                printable(q->argv[i + 1], q->argvlen[i + 1], v1, sizeof(v1)));
+                else
+                    reply_error(q, "%s must be a non-negative integer, got '%s'", words[w],
+                                printable(q->argv[i + 1], q->argvlen[i + 1], v1, sizeof(v1)));
                 return -1;
             }
             *dst[w] = v;

@@ -176,6 +176,11 @@ int dproto_error(const char *text, char *reason, size_t reason_len, long long *r
         }
         return error_words[i].code;
     }
+    /* A request the engine refuses for this configuration, as embedded
+     * mode returns it (vocab.h, SLUICE_REQ_ERROR_MAP). */
+    if (strncasecmp(text, "ERR ", 4) == 0)
+        for (int k = 0; k < SLUICE_REQ_NERRORS; k++)
+            if (strncmp(text + 4, sluice_req_error(k), strlen(sluice_req_error(k))) == 0) return SL_EINVAL;
     /* As embedded mode answers a lane the deployment does not have. */
     if (strncasecmp(text, "ERR unknown lane ", 17) == 0) return SL_EINVAL;
     if (strncasecmp(text, "ERR deployment ", 15) == 0 && strstr(text, " does not carry tag ")) return SL_EINVAL;

@@ -17,6 +17,7 @@
 #include "config.h"
 #include "options.h"
 #include "ratelimit.h"
+#include "vocab.h"
 
 #ifndef SLUICE_VERSION
 #define SLUICE_VERSION "0.0.0"
@@ -688,6 +689,11 @@ static int fill_acquire(sl_gov *g, gov_op *op, const sl_request *req_in) {
     if (!valid_name(req.deployment))
         return set_err(g, SL_EINVAL, NULL, -1, "deployment must be 1-64 characters of [A-Za-z0-9._:-]");
     if (req.tokens < 0) return set_err(g, SL_EINVAL, NULL, -1, "tokens must be >= 0");
+    /* The wire's bound, in both modes (sluiced refuses more). */
+    if (req.tokens > SLUICE_AMOUNT_MAX || req.input_tokens > SLUICE_AMOUNT_MAX ||
+        req.output_tokens > SLUICE_AMOUNT_MAX || req.max_wait_ms > SLUICE_AMOUNT_MAX)
+        return set_err(g, SL_EINVAL, NULL, -1,
+                       "tokens, input_tokens, output_tokens and max_wait_ms must be at most 10^15");
     if ((req.lane && !valid_name(req.lane)) || (req.tenant && !valid_name(req.tenant)) ||
         (req.tag && !valid_name(req.tag)))
         return set_err(g, SL_EINVAL, NULL, -1, "lane, tenant and tag must be 1-64 characters of [A-Za-z0-9._:-]");
@@ -945,6 +951,11 @@ int sl_settle_usage(sl_grant *gr, const sl_usage *usage_in, sl_outcome outcome, 
     verdict_usage_read(&u, usage_in);
     if ((int)outcome < SL_OUTCOME_OK || (int)outcome > SL_OUTCOME_QUOTA) {
         rc = set_err(g, SL_EINVAL, NULL, -1, "outcome must be one of SL_OUTCOME_*");
+        goto out;
+    }
+    if (u.tokens > SLUICE_AMOUNT_MAX || u.input > SLUICE_AMOUNT_MAX || u.output > SLUICE_AMOUNT_MAX ||
+        u.cache_read > SLUICE_AMOUNT_MAX || u.cache_write > SLUICE_AMOUNT_MAX) {
+        rc = set_err(g, SL_EINVAL, NULL, -1, "usage: every count must be at most 10^15");
         goto out;
     }
     if ((u.input < 0) != (u.output < 0) || (u.cache_read >= 0 && (u.input < 0 || u.cache_read > u.input)) ||

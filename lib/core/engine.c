@@ -161,22 +161,20 @@ static int name_ok(const char *s) { return !s || strlen(s) <= CONFIG_NAME_MAX; }
 
 const char *engine_acquire_req_error(const engine *e, const engine_req *rq) {
     if (!rq || !rq->name) return NULL;
-    if (rq->split && (rq->input < 0 || rq->output < 0)) return "INPUT and OUTPUT must be non-negative integers";
+    if (rq->tokens > SLUICE_AMOUNT_MAX || rq->max_wait_ms > SLUICE_AMOUNT_MAX ||
+        (rq->split && (rq->input > SLUICE_AMOUNT_MAX || rq->output > SLUICE_AMOUNT_MAX)))
+        return sluice_req_error(SLUICE_REQ_TOO_MANY);
+    if (rq->split && (rq->input < 0 || rq->output < 0)) return sluice_req_error(SLUICE_REQ_SPLIT_NEGATIVE);
     if (rq->split && rq->tokens != 0 && rq->tokens != rq->input + rq->output)
-        return "TOKENS must be INPUT + OUTPUT when all three are given";
+        return sluice_req_error(SLUICE_REQ_SPLIT_SUM);
     if (rq->tokens <= 0 && (!rq->split || rq->input + rq->output <= 0) && engine__budget_applies_any(e, rq))
-        return "this request draws from a budget in money: give its estimate (INPUT and OUTPUT, or TOKENS), which "
-               "it reserves at its largest cost";
+        return sluice_req_error(SLUICE_REQ_BUDGET_ESTIMATE);
     if (rq->split || rq->tokens <= 0) return NULL;
     const struct config_deployment *d = config_deployment(e->cfg, rq->name);
     const struct config_group *g = d ? NULL : config_group(e->cfg, rq->name);
     int need = d ? engine__cfg_split(d) : 0;
     for (size_t i = 0; g && i < g->nmembers; i++) need |= engine__cfg_split(g->members_[i]);
-    if (need)
-        return d ? "this deployment counts input and output tokens apart (itpm, otpm): give INPUT and OUTPUT, "
-                   "not TOKENS"
-                 : "a member of this group counts input and output tokens apart (itpm, otpm): give INPUT and "
-                   "OUTPUT, not TOKENS";
+    if (need) return sluice_req_error(d ? SLUICE_REQ_SPLIT_NEEDED : SLUICE_REQ_SPLIT_NEEDED_GROUP);
     return NULL;
 }
 

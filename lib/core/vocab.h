@@ -73,6 +73,44 @@
     X(GROUP, "group")                                                                                                  \
     X(FEEDBACK, "feedback")
 
+/* The largest amount a request may carry (TOKENS, INPUT, OUTPUT, MAXWAIT
+ * on the wire; tokens, input_tokens, output_tokens, max_wait_ms in
+ * libsluice): 10^15, in every mode, so a sum of two stays far from
+ * overflow and both modes refuse the same requests. */
+#define SLUICE_AMOUNT_MAX 1000000000000000LL
+
+/* What a well-formed request can still be refused for, by the engine,
+ * for this configuration (engine_acquire_req_error): X(NAME, "message").
+ * sluiced replies "ERR <message> (deployment '<name>')" and libsluice
+ * reads any of these back as SL_EINVAL, as embedded mode returns it. */
+#define SLUICE_REQ_ERROR_MAP(X)                                                                                        \
+    X(SPLIT_NEGATIVE, "INPUT and OUTPUT must be non-negative integers")                                                \
+    X(SPLIT_SUM, "TOKENS must be INPUT + OUTPUT when all three are given")                                             \
+    X(TOO_MANY, "TOKENS, INPUT, OUTPUT and MAXWAIT must be at most 10^15")                                             \
+    X(BUDGET_ESTIMATE, "this request draws from a budget in money: give its estimate (INPUT and OUTPUT, or "           \
+                       "TOKENS), which it reserves at its largest cost")                                               \
+    X(SPLIT_NEEDED, "this deployment counts input and output tokens apart (itpm, otpm): give INPUT and OUTPUT, "       \
+                    "not TOKENS")                                                                                      \
+    X(SPLIT_NEEDED_GROUP, "a member of this group counts input and output tokens apart (itpm, otpm): give INPUT "      \
+                          "and OUTPUT, not TOKENS")
+
+enum {
+#define SLUICE_REQ_ERROR_ENUM(name, msg) SLUICE_REQ_##name,
+    SLUICE_REQ_ERROR_MAP(SLUICE_REQ_ERROR_ENUM)
+#undef SLUICE_REQ_ERROR_ENUM
+        SLUICE_REQ_NERRORS
+};
+
+/* The message of request error k (SLUICE_REQ_*). */
+static inline const char *sluice_req_error(int k) {
+    static const char *const msgs[] = {
+#define SLUICE_REQ_ERROR_MSG(name, msg) msg,
+        SLUICE_REQ_ERROR_MAP(SLUICE_REQ_ERROR_MSG)
+#undef SLUICE_REQ_ERROR_MSG
+    };
+    return k >= 0 && k < SLUICE_REQ_NERRORS ? msgs[k] : "";
+}
+
 /* The first word of the daemon's error replies that are not plain ERR:
  * X(WORD, sl_errno), as the daemon writes them and the library reads
  * them back (docs/protocol.md, "Errors"). */

@@ -352,6 +352,12 @@ static void test_bad_input_never_hurts_others(void **state) {
     bad_bytes(&d, "wrong arity", arity, sizeof(arity) - 1, "-ERR wrong number of arguments for 'acquire' command", 0);
     const char badopt[] = "ACQUIRE bad TOKENS -5\r\n";
     bad_bytes(&d, "bad option value", badopt, sizeof(badopt) - 1, "-ERR TOKENS must be a non-negative integer", 0);
+    /* Over 10^15, however many digits (no overflow on the way). */
+    const char over[] = "ACQUIRE bad MAXWAIT 99999999999999999999999999\r\n";
+    bad_bytes(&d, "amount over 10^15", over, sizeof(over) - 1,
+              "-ERR TOKENS, INPUT, OUTPUT and MAXWAIT must be at most 10^15 (MAXWAIT 99999999999999999999999999)", 0);
+    const char bound[] = "ACQUIRE bad TOKENS 1000000000000001\r\n";
+    bad_bytes(&d, "10^15 + 1", bound, sizeof(bound) - 1, "-ERR TOKENS, INPUT, OUTPUT and MAXWAIT must be at most", 0);
 
     /* A client that sends half a command and stalls: closed after the
      * idle timeout (500 ms), while another client is served meanwhile. An

@@ -73,10 +73,11 @@ static void deployments(const char *p, char *out, size_t n) {
              "  %s-est:\n    rpm: 60\n    burst: { requests: 1 }\n"
              "  %s-unread:\n    rpm: 60\n    burst: { requests: 1 }\n"
              "  %s-rej:\n    rpm: 60000\n"
+             "  %s-split:\n    style: anthropic\n    rpm: 60000\n    itpm: 1000000\n    otpm: 1000000\n"
              /* The harness appends this under deployments: the last
               * top-level key. */
              "groups:\n  %s-grp:\n    members: [%s-m1, %s-m2]\n    spill_ms: 100\n",
-             p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p);
+             p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p);
 }
 
 static lib_suite S = {.name = "test_lib", .tag = "lib", .deps = deployments, .with_web = 0};
@@ -654,35 +655,68 @@ static void test_cancel_gives_back_daemon(void **state) { cancel_gives_back(DAEM
 
 /* ---- a rejected acquire --------------------------------------------------------------- */
 
-/* An ACQUIRE sluiced rejects with an error libsluice does not classify
- * (TOKENS over the wire's 10^15: SL_EPROTO) leaves every other grant
- * alone. Daemon mode read the grant id of the error reply from memory the
- * reply never wrote: the id of the grant handled before it, still in use,
- * which it then gave back (the fleet let in a call more than its quota).
- * Our own settle of that grant goes on the same control connection after
- * any such give-back: once it is counted, nothing may have been cancelled.
- * (Embedded mode has no wire and takes the request.) */
+/* A request either mode refuses is refused alike: SL_EINVAL, nothing
+ * granted. Over the wire's 10^15 (tokens, input, output, max wait, a
+ * settle's usage) libsluice refuses it in both modes before anything is
+ * sent (embedded mode took 2e15, sluiced refused it as a protocol error).
+ * TOKENS alone for a deployment that counts input and output apart is
+ * the engine's refusal for this configuration: sluiced's error reply,
+ * read back as SL_EINVAL (it was SL_EPROTO), as embedded mode returns it.
+ * That reply must leave every other grant alone: daemon mode read the
+ * grant id of an error reply from memory the reply never wrote, the id of
+ * the grant handled before it, still in use, and gave it back (the fleet
+ * let in a call more than its quota). Our own settle of that grant goes
+ * on the same control connection after any such give-back: once it is
+ * counted, nothing may have been cancelled. */
 static void rejected_acquire(int mode) {
     if (skip_without_daemon(mode)) return;
     sl_gov *g = open_gov(mode, 0);
-    char dep[64];
+    char dep[64], split[64];
     dep_name(mode, "rej", dep, sizeof(dep));
+    dep_name(mode, "split", split, sizeof(split));
     long long ok0 = redis_status(dep, "settled_ok"), canc0 = redis_status(dep, "settled_cancelled");
     sl_request r = request(dep, 1, -1, 0);
     sl_grant *a = NULL;
     assert_int_equal(sl_acquire(g, &r, &a), 0);
-    r.tokens = 2000000000000000LL;
     sl_grant *b = NULL;
+    r.tokens = 2000000000000000LL;
     int rc = sl_acquire(g, &r, &b);
-    print_message("  [%s] TOKENS 2e15: %s: %s\n", prefix(mode), sl_strerror(rc), sl_errmsg(g));
-    assert_int_equal(rc, SL_EPROTO);
+    print_message("  [%s] tokens 2e15: %s: %s\n", prefix(mode), sl_strerror(rc), sl_errmsg(g));
+    assert_int_equal(rc, SL_EINVAL);
+    assert_non_null(strstr(sl_errmsg(g), "10^15"));
+    assert_null(b);
+    r = request(split, 0, -1, 0);
+    r.input_tokens = 2000000000000000LL;
+    r.output_tokens = 10;
+    assert_int_equal(sl_acquire(g, &r, &b), SL_EINVAL);
+    r = request(dep, 1, 2000000000000000LL, 0);
+    assert_int_equal(sl_acquire(g, &r, &b), SL_EINVAL);
+    r = request(split, 10, -1, 0);
+    rc = sl_acquire(g, &r, &b);
+    print_message("  [%s] tokens alone on itpm/otpm: %s: %s\n", prefix(mode), sl_strerror(rc), sl_errmsg(g));
+    assert_int_equal(rc, SL_EINVAL);
+    assert_non_null(strstr(sl_errmsg(g), "counts input and output tokens apart"));
     assert_null(b);
     sl_settle(a, 1, SL_OUTCOME_OK, NULL, 0);
     wait_redis_status(dep, "settled_ok", (ok0 < 0 ? 0 : ok0) + 1, 5000);
     assert_int_equal(redis_status(dep, "settled_cancelled"), canc0);
+    /* The bound itself is a valid request (granted: no token limit). */
+    r = request(dep, 1000000000000000LL, -1, 0);
+    rc = sl_acquire(g, &r, &b);
+    print_message("  [%s] tokens 1e15: %s: %s\n", prefix(mode), sl_strerror(rc), rc ? sl_errmsg(g) : "");
+    assert_int_equal(rc, 0);
+    sl_settle(b, -1, SL_OUTCOME_CANCELLED, NULL, 0);
+    /* A settle's usage over the bound: refused in both modes. */
+    r = request(dep, 1, -1, 0);
+    assert_int_equal(sl_acquire(g, &r, &a), 0);
+    sl_usage u;
+    sl_usage_init(&u);
+    u.tokens = 2000000000000000LL;
+    assert_int_equal(sl_settle_usage(a, &u, SL_OUTCOME_OK, NULL, 0), SL_EINVAL);
     sl_close(g);
 }
 
+static void test_rejected_acquire_embedded(void **state) { rejected_acquire(EMBEDDED); }
 static void test_rejected_acquire_daemon(void **state) { rejected_acquire(DAEMON); }
 
 /* ---- a grant written but not read ----------------------------------------------------------- */
@@ -1136,6 +1170,7 @@ int main(void) {
         cmocka_unit_test(test_cancel_gives_back_embedded),
         cmocka_unit_test(test_cancel_gives_back_daemon),
         cmocka_unit_test(test_unread_grant_daemon),
+        cmocka_unit_test(test_rejected_acquire_embedded),
         cmocka_unit_test(test_rejected_acquire_daemon),
         cmocka_unit_test(test_retry_budget_embedded),
         cmocka_unit_test(test_retry_budget_daemon),
