@@ -166,17 +166,24 @@ typedef struct req_args {
 } req_args;
 
 /* Parses <name> [TOKENS n | INPUT n OUTPUT m] [MAXWAIT ms] [LANE l]
- * [TENANT t] [TAG t] [EXACT] into *a. Returns 0, or -1 after replying the
+ * [TENANT t] [TAG t] [EXACT] [PARTIAL] into *a. Returns 0, or -1 after replying the
  * error. */
 static int parse_req(const command_req *q, req_args *a) {
     long long tokens = 0, maxwait = -1, input = -1, output = -1;
-    int exact = 0;
+    int exact = 0, partial = 0;
     memset(a, 0, sizeof(*a));
     for (int i = 2; i < q->argc; i += 2) {
         char p[160];
         if (arg_is(q, i, "EXACT")) {
             /* A flag without a value: the estimate was counted exactly. */
             exact = 1;
+            i--;
+            continue;
+        }
+        if (arg_is(q, i, "PARTIAL")) {
+            /* A flag without a value: the estimate guesses images, audio or
+             * files, and teaches the calibration nothing. */
+            partial = 1;
             i--;
             continue;
         }
@@ -215,10 +222,11 @@ static int parse_req(const command_req *q, req_args *a) {
             memcpy(dst, q->argv[i + 1], q->argvlen[i + 1]);
             dst[q->argvlen[i + 1]] = '\0';
         } else {
-            reply_error(q,
-                        "syntax error: unknown option '%s' (expected TOKENS, INPUT, OUTPUT, MAXWAIT, LANE, TENANT, TAG "
-                        "or EXACT)",
-                        printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
+            reply_error(
+                q,
+                "syntax error: unknown option '%s' (expected TOKENS, INPUT, OUTPUT, MAXWAIT, LANE, TENANT, TAG, "
+                "EXACT or PARTIAL)",
+                printable(q->argv[i], q->argvlen[i], p, sizeof(p)));
             return -1;
         }
     }
@@ -242,6 +250,7 @@ static int parse_req(const command_req *q, req_args *a) {
                          .input = input,
                          .output = output,
                          .exact = exact,
+                         .partial = partial,
                          .caller = client_id(server_reply_client(q->r))};
     const char *why = engine_acquire_req_error(server_engine(q->s), &a->rq);
     if (why) {
@@ -872,11 +881,11 @@ static void cmd_client(const command_req *q) {
 static const command command_table[] = {
     {"ACQUIRE", -2, cmd_acquire, CMD_BLOCKING,
      "ACQUIRE <deployment|group> [TOKENS n | INPUT n OUTPUT m] [MAXWAIT ms] [LANE name] [TENANT name] [TAG tag] "
-     "[EXACT]",
+     "[EXACT] [PARTIAL]",
      "Waits for a slot; replies [grant-id, waited-ms, reserved-tokens], or -SHED <reason> retry-after-ms=<n>."},
     {"ESTIMATE", -2, cmd_estimate, CMD_BLOCKING,
      "ESTIMATE <deployment|group> [TOKENS n | INPUT n OUTPUT m] [MAXWAIT ms] [LANE name] [TENANT name] [TAG tag] "
-     "[EXACT]",
+     "[EXACT] [PARTIAL]",
      "The wait an ACQUIRE would get now, reserving nothing; replies [wait-ms, tokens, deployment, redis|local], or "
      "-SHED <reason> retry-after-ms=<n> source=<redis|local>."},
     {"SETTLE", -2, cmd_settle, CMD_FAST,

@@ -78,7 +78,8 @@ struct pcall {
     char client[CONFIG_NAME_MAX + 1]; /* the client key's name (agent.http.clients), "" when none */
     long long est_input, est_output;
     int split;
-    int exact; /* x-sluice-input-tokens: the input counted by the caller */
+    int exact;   /* x-sluice-input-tokens: the input counted by the caller */
+    int partial; /* the estimate guessed images, audio or files: teaches nothing */
     long long max_wait_ms;
     int64_t started; /* sl_now_ms() */
     int stream, include_usage;
@@ -883,6 +884,7 @@ static int step_acquire(gcall_sm *m) {
                      .input = pc->split ? pc->est_input : -1,
                      .output = pc->split ? pc->est_output : -1,
                      .exact = pc->exact,
+                     .partial = pc->partial,
                      .client = pc->client,
                      .caller = pc->caller};
     const char *why = engine_acquire_req_error(pc->set->e, &rq);
@@ -1128,6 +1130,7 @@ void proxy_call_start(proxy_calls *set, http_request *r, const proxy_request *pr
     pc->est_output = pr->est.output;
     pc->split = pr->split;
     pc->exact = pr->exact;
+    pc->partial = pr->est.media > 0;
     pc->max_wait_ms = pr->max_wait_ms;
     pc->started = mono_ms();
     /* The proxy's policy on the machine: agent.http.max_attempts and

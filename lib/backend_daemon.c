@@ -83,6 +83,9 @@ typedef struct write_req {
 } write_req;
 
 static void dconn_close(dconn *c, int status, const char *msg);
+
+/* The flags of op's estimate on the wire (dproto.h). */
+static int marks_of(const gov_op *op) { return (op->exact ? DPROTO_EXACT : 0) | (op->partial ? DPROTO_PARTIAL : 0); }
 static void dconn_abandon(dconn *c, int status, const char *msg);
 static void dispatch_acquire(dmn *d, dreq *r);
 static void maybe_stopped(dmn *d);
@@ -438,7 +441,7 @@ static void dispatch_acquire(dmn *d, dreq *r) {
         return;
     }
     if (dproto_acquire_split(&c->pend, op->dep, op->tokens, op->split ? op->input : -1, op->split ? op->output : -1,
-                             op->eff_wait_ms, op->lane, op->tenant, op->tag, op->exact) != 0) {
+                             op->eff_wait_ms, op->lane, op->tenant, op->tag, marks_of(op)) != 0) {
         dreq_fail(d, r, SL_ENOMEM, "out of memory");
         free(r);
         dconn_release(d, c);
@@ -539,7 +542,7 @@ static int be_ping(backend *b, gov_op *op) { return send_ctl((dmn *)b, DREQ_PING
 
 static int build_estimate(resp_buf *b, const gov_op *op, const void *ud) {
     return dproto_estimate(b, op->dep, op->tokens, op->split ? op->input : -1, op->split ? op->output : -1,
-                           op->eff_wait_ms, op->lane, op->tenant, op->tag, op->exact);
+                           op->eff_wait_ms, op->lane, op->tenant, op->tag, marks_of(op));
 }
 
 /* On the control connection: sluiced answers ESTIMATE at once (one Redis

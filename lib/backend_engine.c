@@ -43,6 +43,7 @@ static engine_req op_req(const gov_op *op) {
                      .input = op->input,
                      .output = op->output,
                      .exact = op->exact,
+                     .partial = op->partial,
                      .caller = op->caller};
     return rq;
 }

@@ -25,7 +25,7 @@ int dproto_acquire(resp_buf *b, const char *dep, long long tokens, long long max
 
 /* ACQUIRE or ESTIMATE (word): the same arguments. */
 static int request(resp_buf *b, const char *word, const char *dep, long long tokens, long long input, long long output,
-                   long long max_wait_ms, const char *lane, const char *tenant, const char *tag, int exact) {
+                   long long max_wait_ms, const char *lane, const char *tenant, const char *tag, int marks) {
     const char *argv[16];
     char tok[24], in[24], out[24], wait[24];
     size_t n = 0;
@@ -60,18 +60,19 @@ static int request(resp_buf *b, const char *word, const char *dep, long long tok
         argv[n++] = "TAG";
         argv[n++] = tag;
     }
-    if (exact) argv[n++] = "EXACT";
+    if (marks & DPROTO_EXACT) argv[n++] = "EXACT";
+    if (marks & DPROTO_PARTIAL) argv[n++] = "PARTIAL";
     return resp_add_bulk_array(b, argv, NULL, n);
 }
 
 int dproto_acquire_split(resp_buf *b, const char *dep, long long tokens, long long input, long long output,
-                         long long max_wait_ms, const char *lane, const char *tenant, const char *tag, int exact) {
-    return request(b, "ACQUIRE", dep, tokens, input, output, max_wait_ms, lane, tenant, tag, exact);
+                         long long max_wait_ms, const char *lane, const char *tenant, const char *tag, int marks) {
+    return request(b, "ACQUIRE", dep, tokens, input, output, max_wait_ms, lane, tenant, tag, marks);
 }
 
 int dproto_estimate(resp_buf *b, const char *dep, long long tokens, long long input, long long output,
-                    long long max_wait_ms, const char *lane, const char *tenant, const char *tag, int exact) {
-    return request(b, "ESTIMATE", dep, tokens, input, output, max_wait_ms, lane, tenant, tag, exact);
+                    long long max_wait_ms, const char *lane, const char *tenant, const char *tag, int marks) {
+    return request(b, "ESTIMATE", dep, tokens, input, output, max_wait_ms, lane, tenant, tag, marks);
 }
 
 int dproto_settle(resp_buf *b, const char *grant_id, long long actual, sl_outcome outcome, const sl_header *h,

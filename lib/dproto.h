@@ -33,15 +33,19 @@ typedef struct dproto_grant {
 int dproto_acquire(resp_buf *b, const char *dep, long long tokens, long long max_wait_ms, const char *lane,
                    const char *tenant, const char *tag);
 
+/* The flags of an estimate (dproto_acquire_split's marks). */
+enum { DPROTO_EXACT = 1, DPROTO_PARTIAL = 2 };
+
 /* ACQUIRE with the estimate split: INPUT <i> OUTPUT <o> instead of TOKENS
- * when both are >= 0; EXACT when exact is nonzero (the estimate is the
- * provider's own count). */
+ * when both are >= 0; EXACT when marks has DPROTO_EXACT (the estimate is
+ * the provider's own count), PARTIAL when it has DPROTO_PARTIAL (it
+ * guesses images, audio or files). */
 int dproto_acquire_split(resp_buf *b, const char *dep, long long tokens, long long input, long long output,
-                         long long max_wait_ms, const char *lane, const char *tenant, const char *tag, int exact);
+                         long long max_wait_ms, const char *lane, const char *tenant, const char *tag, int marks);
 
 /* ESTIMATE with ACQUIRE's arguments (dproto_acquire_split). */
 int dproto_estimate(resp_buf *b, const char *dep, long long tokens, long long input, long long output,
-                    long long max_wait_ms, const char *lane, const char *tenant, const char *tag, int exact);
+                    long long max_wait_ms, const char *lane, const char *tenant, const char *tag, int marks);
 
 /* What an ESTIMATE reply said: granted with the wait, tokens, deployment
  * and source; or a shed (SL_ESHED) with its reason, hint and source. */

@@ -384,6 +384,7 @@ static int step_acquire(gcall_sm *m) {
     req.input_tokens = o->input_tokens;
     req.output_tokens = o->output_tokens;
     req.exact = o->exact;
+    req.partial = o->partial;
     req.max_wait_ms = o->max_wait_ms;
     req.lane = o->lane;
     req.tenant = o->tenant;

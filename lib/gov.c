@@ -709,6 +709,7 @@ static int fill_acquire(sl_gov *g, gov_op *op, const sl_request *req_in) {
     snprintf(op->tag, sizeof(op->tag), "%s", req.tag ? req.tag : "");
     op->split = req.input_tokens >= 0;
     op->exact = req.exact != 0;
+    op->partial = req.partial != 0;
     op->input = req.input_tokens;
     op->output = req.output_tokens;
     op->tokens = op->split ? req.input_tokens + req.output_tokens : req.tokens;

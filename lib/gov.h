@@ -49,8 +49,9 @@ struct gov_op {
     char dep[GOV_NAME_MAX + 1]; /* a deployment or a group */
     char lane[GOV_NAME_MAX + 1], tenant[GOV_NAME_MAX + 1], tag[GOV_NAME_MAX + 1];
     long long tokens, max_wait_ms;
-    int split; /* input and output given (docs/providers.md) */
-    int exact; /* the estimate is the provider's own count (EXACT) */
+    int split;   /* input and output given (docs/providers.md) */
+    int exact;   /* the estimate is the provider's own count (EXACT) */
+    int partial; /* the estimate guesses part of the prompt (PARTIAL) */
     long long input, output;
     uint64_t caller;       /* the thread that asked (gov_thread_caller) */
     long long eff_wait_ms; /* max wait at dispatch (deadline applied), < 0 default */

@@ -1208,20 +1208,27 @@ end
 --
 -- A leading '=' marks an estimate the caller counted exactly (its own
 -- tokenizer): it is charged as sent, never calibrated, and teaches the
--- calibration nothing. The sixth value says so (true), else false.
+-- calibration nothing. The sixth value says so (true), else false. A
+-- leading '~' marks one that leaves part of the prompt out or guesses it
+-- (images, audio, files): calibrated like any other, but it teaches
+-- nothing (a mix of such requests would set the ratio of every request to
+-- theirs). The seventh value says so.
 local function sl_tokens(s)
   if type(s) ~= 'string' then return nil end
-  local exact = false
+  local exact, partial = false, false
   if string.byte(s, 1) == 61 then  -- '=' (vocab.h's EXACT marker)
     exact = true
     s = string.sub(s, 2)
+  elseif string.byte(s, 1) == 126 then  -- '~' (vocab.h's PARTIAL marker)
+    partial = true
+    s = string.sub(s, 2)
   end
   local c = sl_uint(s)
-  if c then return c, c, c, '', '', exact end
+  if c then return c, c, c, '', '', exact, partial end
   local is, os = string.match(s, '^(%d+)%+(%d+)$')
   local i, o = sl_uint(is), sl_uint(os)
   if not i or not o then return nil end
-  return i + o, i, o, is, os, exact
+  return i + o, i, o, is, os, exact, partial
 end
 
 -- ---- calibrated estimates (docs/redis-keys.md, "Calibrated estimates") ----

@@ -343,6 +343,7 @@ end
 --   c_s        the text of c when it was sent as one number (false: made
 --              when recorded)
 --   exact      counted exactly: charged as sent (vocab.h's EXACT marker)
+--   partial    leaves part of the prompt out: teaches nothing (PARTIAL)
 -- Set while it is decided:
 --   raw, out   item_charge's: the raw input estimate of an item that
 --              teaches ('' when it teaches nothing) and the output charged
@@ -355,7 +356,7 @@ end
 --              tenant's share, and the fair share's figures
 local function item_new()
   return {c = 0, w = 0, age = false, L = false, T = false, cost = {1, 0, 0, 0}, in_s = '', out_s = '', c_s = false,
-          exact = false, raw = '', out = '', wait = -1,
+          exact = false, partial = false, raw = '', out = '', wait = -1,
           ldims = false, tdims = false, in_share = true, vt = false, k = false, tau = false}
 end
 
@@ -395,7 +396,8 @@ local function item_charge(x, it)
   end
   if cs ~= cs0 then it.c_s = cs or false end
   if is ~= is0 then it.in_s = is end
-  it.raw = raw
+  -- A partial estimate (images, audio, files left out) teaches nothing.
+  it.raw = it.partial and '' or raw
   local out = ''
   local out_r = x.out_r
   if os ~= '' and x.out_lane then out_r = item_out_r(x, it.L) end
@@ -983,12 +985,12 @@ local function reserve_group()
     local b = 5 + 5 * (i - 1)
     local a, aw, o = ARGV[b + 1], ARGV[b + 2], ARGV[b + 5]
     -- sl_tokens and sl_uint, the plain case inlined (as in the plain form).
-    local c, ti, to, is, os, exact
+    local c, ti, to, is, os, exact, partial
     if #a <= 15 and str_find(a, '^%d+$') then
       c = a + 0
-      ti, to, is, os, exact = c, c, '', '', false
+      ti, to, is, os, exact, partial = c, c, '', '', false, false
     else
-      c, ti, to, is, os, exact = sl_tokens(a)
+      c, ti, to, is, os, exact, partial = sl_tokens(a)
     end
     local w, age = sl_wait(aw)
     if c == nil then
@@ -1016,8 +1018,10 @@ local function reserve_group()
     -- The item as sent (each ask fills the item decided from it), by
     -- position: an array costs a fraction of a table of named fields.
     --   1 c, 2 w, 3 lane, 4 tenant, 5 order, 6 ti, 7 to, 8 in_s, 9 out_s,
-    --   10 c_s, 11 exact, 12 age (item_new's fields of the same names)
-    items[i] = {c, w, ARGV[b + 3], ARGV[b + 4], order, ti, to, is, os, (os == '' and not exact) and a or false, exact, age}
+    --   10 c_s, 11 exact, 12 age, 13 partial (item_new's fields of the same names)
+    local cs = false
+    if os == '' and not exact then cs = partial and string.sub(a, 2) or a end
+    items[i] = {c, w, ARGV[b + 3], ARGV[b + 4], order, ti, to, is, os, cs, exact, age, partial}
   end
   -- Every member's keys and limits are checked before anything is
   -- decided; its state is loaded when an item first asks it, once.
@@ -1064,6 +1068,7 @@ local function reserve_group()
     -- item as sent, so the next member starts from the estimate as sent.
     local d, cost = dec, dec.cost
     d.c, d.w, d.L, d.T, d.in_s, d.out_s, d.c_s, d.exact, d.age = it[1], wait, L, T, it[8], it[9], it[10], it[11], it[12]
+    d.partial = it[13]
     cost[2], cost[3], cost[4] = it[1], it[6], it[7]
     local v = reserve_one(x, d, true, blocked)
     last_wait = d.wait
@@ -1128,21 +1133,21 @@ if stride == 0 then
   return redis.error_reply('ERR sluice reserve: ARGV must be n followed by n (tokens, max_wait_ms) pairs or n (tokens, max_wait_ms, lane, tenant) quads')
 end
 -- Validated whole before anything is decided: a bad item changes nothing.
-local C, W, TI, TO, IN, OUT, CS, EX, AG = {}, {}, {}, {}, {}, {}, {}, {}, {}
+local C, W, TI, TO, IN, OUT, CS, EX, AG, PA = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
 for i = 1, n do
   local b = 1 + stride * (i - 1)
   -- sl_tokens and sl_uint, the plain case inlined (this runs per item).
   -- A string of digits converts as tonumber would with + 0, converted
   -- once (Lua 5.1's tonumber converts it twice: to test, then to give).
   local a, aw = ARGV[b + 1], ARGV[b + 2]
-  local c, ti, to, is, os, exact
+  local c, ti, to, is, os, exact, partial
   if #a <= 15 and str_find(a, '^%d+$') then
     c = a + 0
-    ti, to, is, os, exact = c, c, '', '', false
+    ti, to, is, os, exact, partial = c, c, '', '', false, false
     CS[i] = a
   else
-    c, ti, to, is, os, exact = sl_tokens(a)
-    if exact and os == '' then CS[i] = string.sub(a, 2) end
+    c, ti, to, is, os, exact, partial = sl_tokens(a)
+    if (exact or partial) and os == '' then CS[i] = string.sub(a, 2) end
   end
   local w, age = sl_wait(aw)
   if c == nil then
@@ -1151,7 +1156,7 @@ for i = 1, n do
   if w == nil then
     return redis.error_reply("ERR sluice reserve: item " .. i .. ": max_wait_ms must be a non-negative integer, optionally followed by :<waited ms>, got '" .. ARGV[b + 2] .. "'")
   end
-  C[i], W[i], TI[i], TO[i], IN[i], OUT[i], EX[i], AG[i] = c, w, ti, to, is, os, exact, age
+  C[i], W[i], TI[i], TO[i], IN[i], OUT[i], EX[i], AG[i], PA[i] = c, w, ti, to, is, os, exact, age, partial
 end
 
 local x = reserve_open(KEYS, limits, st)
@@ -1177,6 +1182,7 @@ if plan then
   for i = 1, n do
     it.L, it.T = LS[i], TS[i]
     it.c, it.w, it.in_s, it.out_s, it.c_s, it.exact, it.age = C[i], W[i], IN[i], OUT[i], CS[i] or false, EX[i], AG[i]
+    it.partial = PA[i]
     cost[2], cost[3], cost[4] = C[i], TI[i], TO[i]
     out[5 + i] = reserve_one(x, it, false, blocked)
     if SL_DRY then DW[i] = it.wait end
@@ -1184,6 +1190,7 @@ if plan then
 else
   for i = 1, n do
     it.c, it.w, it.in_s, it.out_s, it.c_s, it.exact, it.age = C[i], W[i], IN[i], OUT[i], CS[i] or false, EX[i], AG[i]
+    it.partial = PA[i]
     cost[2], cost[3], cost[4] = C[i], TI[i], TO[i]
     out[5 + i] = reserve_one(x, it, false, nil)
     if SL_DRY then DW[i] = it.wait end

@@ -149,6 +149,7 @@ struct item {
     char *key, *body;
     size_t body_len;
     long long input_tokens, output_tokens; /* the estimate split (run_estimate_split) */
+    int partial;                           /* it guesses images, audio or files */
     int has_max_tokens;
     char lane[RUN_CLASS_NAME_MAX + 1];   /* "" = the deployment's default lane */
     char tenant[RUN_CLASS_NAME_MAX + 1]; /* "" = none */
@@ -417,6 +418,7 @@ static void item_start(item *it) {
     /* Split: each dimension of the member takes its part (docs/providers.md). */
     o.input_tokens = it->input_tokens;
     o.output_tokens = it->output_tokens;
+    o.partial = it->partial;
     o.lane = it->lane[0] ? it->lane : NULL;
     o.tenant = it->tenant[0] ? it->tenant : NULL;
     o.tag = it->tag[0] ? it->tag : NULL;
@@ -560,6 +562,7 @@ static void fill(run *r) {
         it->body_len = req.body_len;
         it->input_tokens = req.input_tokens;
         it->output_tokens = req.output_tokens;
+        it->partial = req.partial;
         it->has_max_tokens = req.has_max_tokens;
         snprintf(it->lane, sizeof(it->lane), "%s", lane);
         snprintf(it->tenant, sizeof(it->tenant), "%s", tenant);

@@ -152,7 +152,11 @@ int run_request_parse(const char *line, size_t len, long long lineno, const char
         json_object_del(body, "id");
         if (model && !json_object_get(body, "model")) json_object_set_new(body, "model", json_string(model));
         out->has_model = json_object_get(body, "model") != NULL;
-        run_estimate_split(body, &out->input_tokens, &out->output_tokens);
+        estimate e;
+        estimate_request(body, ESTIMATE_CHAT, &e);
+        out->input_tokens = e.input;
+        out->output_tokens = e.output;
+        out->partial = e.media > 0;
         out->tokens = out->input_tokens + out->output_tokens;
         out->has_max_tokens = json_is_integer(json_object_get(body, "max_tokens"));
         out->body = json_dumps(body, JSON_COMPACT);

@@ -49,6 +49,7 @@ typedef struct run_request {
     long long input_tokens;              /* the prompt's: its text weighed by script (estimate.h) */
     long long output_tokens;             /* max_tokens (else max_completion_tokens, else 16) */
     int has_max_tokens;                  /* the body gives max_tokens */
+    int partial;                         /* the estimate guesses images, audio or files (estimate.h) */
     char lane[RUN_CLASS_NAME_MAX + 1];   /* the line's "lane", "" when none */
     char tenant[RUN_CLASS_NAME_MAX + 1]; /* the line's "tenant", "" when none */
     char tag[RUN_CLASS_NAME_MAX + 1];    /* the line's "tag", "" when none */

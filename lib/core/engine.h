@@ -169,6 +169,11 @@ typedef struct engine_req {
      * charged as given, never multiplied by the deployment's learned
      * ratio, and it teaches the ratio nothing (ACQUIRE ... EXACT). */
     int exact;
+    /* partial: the estimate leaves part of the prompt out or guesses it
+     * (images, audio, files: estimate.h): calibrated like any estimate,
+     * but it teaches the ratio nothing, which a mix of such requests would
+     * otherwise push to their own ratio for every request. */
+    int partial;
     /* client: the client key of the HTTP proxy the request came with
      * (agent.http.clients.NAME), NULL or "" for none: a budget scoped to
      * a client draws only from its requests. */

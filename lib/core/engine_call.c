@@ -330,5 +330,6 @@ void call_estimate(engine_call *c, const engine_req *rq) {
     c->output = rq->split ? rq->output : -1;
     c->tokens = rq->split ? rq->input + rq->output : rq->tokens;
     c->exact = rq->exact;
+    c->partial = rq->partial;
     c->caller = rq->caller;
 }

@@ -176,7 +176,8 @@ static int est_ask(est_member *m) {
                        .split = op->rq.split,
                        .input = op->rq.input,
                        .output = op->rq.output,
-                       .exact = op->rq.exact};
+                       .exact = op->rq.exact,
+                       .partial = op->rq.partial};
     /* No "@<agent>" first: a dry run is no proof of life (it writes
      * nothing, the agents set included). */
     int quads = d->cfg->nlanes || d->cfg->ntenants;

@@ -112,6 +112,7 @@ struct engine_call {
     int split; /* the estimate came as input and max output */
     long long input, output;
     int exact;                /* the caller counted exactly: never calibrated */
+    int partial;              /* the estimate leaves media out: teaches nothing (engine_req.partial) */
     uint64_t caller;          /* who asks (engine_req.caller), 0: nobody said */
     struct caller_turn *turn; /* its caller's turns on the queue it came to (engine_turn.c), NULL: none */
     double turn_inc;          /* what its grant added to its caller's count (0: not counted yet) */

@@ -12,8 +12,12 @@
 
 /* An item's estimate for the scripts (wire_estimate_format). */
 void call_wire_estimate(const engine_call *c, wire_estimate *x) {
-    *x = (wire_estimate){
-        .tokens = c->tokens, .input = c->input, .output = c->output, .split = c->split, .exact = c->exact};
+    *x = (wire_estimate){.tokens = c->tokens,
+                         .input = c->input,
+                         .output = c->output,
+                         .split = c->split,
+                         .exact = c->exact,
+                         .partial = c->partial};
 }
 
 typedef struct reserve_batch {

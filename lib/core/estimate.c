@@ -89,12 +89,54 @@ static long long json_quarters(const json_t *v, int depth) {
     return 0;
 }
 
+/* The parts a prompt's text does not weigh: guessed (estimate.media). */
+typedef struct media_guess {
+    long long tokens, parts;
+} media_guess;
+
+/* An image part's guess: OpenAI's "low" detail, else what the API's
+ * provider charges an image at its usual largest (estimate.h). */
+static long long image_tokens(const json_t *part, estimate_api api) {
+    if (api == ESTIMATE_MESSAGES) return ESTIMATE_IMAGE_ANTHROPIC;
+    /* chat: {"type":"image_url","image_url":{"url":...,"detail":...}};
+     * responses: {"type":"input_image","image_url":...,"detail":...}. */
+    const json_t *detail = json_object_get(part, "detail");
+    const json_t *img = json_object_get(part, "image_url");
+    if (!detail && json_is_object(img)) detail = json_object_get(img, "detail");
+    const char *d = json_string_value(detail);
+    return d && !strcmp(d, "low") ? ESTIMATE_IMAGE_LOW : ESTIMATE_IMAGE_HIGH;
+}
+
+/* Whether a part of this type is one the estimate cannot weigh, in the
+ * API's own part types: an image (1), audio or a file (2), or neither
+ * (0). Chat: image_url, input_audio, file; Anthropic's messages: image,
+ * document; the Responses API: input_image, input_audio, input_file. */
+static int media_kind(const char *type, estimate_api api) {
+    static const struct {
+        estimate_api api;
+        const char *type;
+        int kind;
+    } kinds[] = {
+        {ESTIMATE_CHAT, "image_url", 1},
+        {ESTIMATE_CHAT, "input_audio", 2},
+        {ESTIMATE_CHAT, "file", 2},
+        {ESTIMATE_MESSAGES, "image", 1},
+        {ESTIMATE_MESSAGES, "document", 2},
+        {ESTIMATE_RESPONSES, "input_image", 1},
+        {ESTIMATE_RESPONSES, "input_audio", 2},
+        {ESTIMATE_RESPONSES, "input_file", 2},
+    };
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+        if (kinds[i].api == api && !strcmp(type, kinds[i].type)) return kinds[i].kind;
+    return 0;
+}
+
 /* A content value: a string, or an array of parts whose "text" counts
  * (OpenAI's content parts, Anthropic's blocks, the Responses API's
  * input_text parts); of Anthropic's tool_use blocks the name and the
  * input, of its tool_result blocks the content (a string or blocks, the
- * same way, one level). */
-static long long content_quarters_at(const json_t *content, int depth) {
+ * same way, one level). Images, audio and files are guessed into *m. */
+static long long content_quarters_at(const json_t *content, int depth, estimate_api api, media_guess *m) {
     if (json_is_string(content)) return string_quarters(content);
     long long n = 0;
     size_t i;
@@ -106,13 +148,19 @@ static long long content_quarters_at(const json_t *content, int depth) {
         if (!strcmp(type, "tool_use")) {
             n += string_quarters(json_object_get(part, "name")) + json_quarters(json_object_get(part, "input"), 0);
         } else if (!strcmp(type, "tool_result") && depth == 0) {
-            n += content_quarters_at(json_object_get(part, "content"), depth + 1);
+            n += content_quarters_at(json_object_get(part, "content"), depth + 1, api, m);
+        } else {
+            int kind = media_kind(type, api);
+            if (kind == 1) m->tokens += image_tokens(part, api);
+            if (kind) m->parts++;
         }
     }
     return n;
 }
 
-static long long content_quarters(const json_t *content) { return content_quarters_at(content, 0); }
+static long long content_quarters(const json_t *content, estimate_api api, media_guess *m) {
+    return content_quarters_at(content, 0, api, m);
+}
 
 /* A prompt or embeddings input: a string, an array of strings, an array
  * of token ids (each a token), or an array of such arrays. Returns quarter
@@ -168,17 +216,18 @@ static long long choices(const json_t *body) {
 
 void estimate_request(const json_t *body, estimate_api api, estimate *out) {
     long long quarters = 0, tokens = 0;
+    media_guess m = {0, 0};
     size_t i;
     json_t *item;
-    out->input = out->output = 0;
+    out->input = out->output = out->media = 0;
     if (!json_is_object(body)) body = NULL;
     switch (api) {
     case ESTIMATE_CHAT:
     case ESTIMATE_MESSAGES:
         /* "system": Anthropic's system prompt (a string or text blocks). */
-        quarters = content_quarters(json_object_get(body, "system"));
+        quarters = content_quarters(json_object_get(body, "system"), api, &m);
         json_array_foreach(json_object_get(body, "messages"), i, item) {
-            quarters += content_quarters(json_object_get(item, "content"));
+            quarters += content_quarters(json_object_get(item, "content"), api, &m);
             /* An assistant's tool calls (chat: tool_calls, the legacy
              * function_call), as JSON. */
             quarters += json_quarters(json_object_get(item, "tool_calls"), 0);
@@ -201,7 +250,7 @@ void estimate_request(const json_t *body, estimate_api api, estimate *out) {
         json_t *input = json_object_get(body, "input");
         quarters = string_quarters(json_object_get(body, "instructions")) + string_quarters(input);
         json_array_foreach(input, i, item) {
-            quarters += content_quarters(json_object_get(item, "content"));
+            quarters += content_quarters(json_object_get(item, "content"), api, &m);
             quarters += string_quarters(json_object_get(item, "output")); /* a tool's output */
             /* A function call of the model's: its name and arguments. */
             quarters +=
@@ -212,5 +261,6 @@ void estimate_request(const json_t *body, estimate_api api, estimate *out) {
         break;
     }
     }
-    out->input = estimate_text_tokens(quarters) + tokens;
+    out->input = estimate_text_tokens(quarters) + tokens + m.tokens;
+    out->media = m.parts;
 }

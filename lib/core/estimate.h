@@ -37,9 +37,18 @@
  * JSON is weighed as its compact text would be (keys, strings without
  * their escapes, numbers, punctuation), by the same weights: the providers render tools into the
  * prompt, in forms of their own (Anthropic adds a tool-use system prompt
- * of a few hundred tokens, which the calibrated estimates learn). Images,
- * audio and files are not counted: an estimate below what the provider
- * counted is charged at settle (an overrun), never refunded.
+ * of a few hundred tokens, which the calibrated estimates learn).
+ *
+ * Images, audio and files are guessed, not weighed (their bytes are no
+ * text): an image part (chat's image_url, the Responses API's
+ * input_image, Anthropic's image block) as what its provider charges an
+ * image at its usual largest, ESTIMATE_IMAGE_*; audio and files (PDF
+ * documents) as nothing. out->media counts such parts: an estimate with
+ * any is partial, and the proxy marks it so (engine_req.partial), since
+ * the provider's count of such a request says nothing of how its text
+ * weighs: learned from, a mix of them would set the ratio of every
+ * request to theirs. An estimate below what the provider counted is
+ * charged at settle (an overrun), never refunded.
  *
  * `sluice run` estimates with this too (agent/cli/run_input.c); the unit
  * test checks it against an independent count on 2000 random bodies.
@@ -59,6 +68,15 @@
 #define ESTIMATE_JSON_DEPTH 64
 /* The most completions (n, best_of) an estimate multiplies by. */
 #define ESTIMATE_MAX_CHOICES 128
+/* An image part: OpenAI's "low" detail (85 tokens); its "high" or "auto"
+ * detail at 1105 tokens, a 16:9 screenshot or the documentation's
+ * 2048 x 4096 example (85 + 170 per 512 px tile after scaling to 768 px
+ * on the short side); Anthropic's images up to about 1 600 tokens
+ * (width x height / 750, resized beyond ~1.15 megapixels). The
+ * providers' own figures: docs/providers.md, "The prompt estimate". */
+#define ESTIMATE_IMAGE_LOW 85
+#define ESTIMATE_IMAGE_HIGH 1105
+#define ESTIMATE_IMAGE_ANTHROPIC 1600
 
 /* The API a body is written for. */
 typedef enum estimate_api {
@@ -74,6 +92,7 @@ typedef enum estimate_api {
  * input + output; one that counts them apart (itpm, otpm) each part. */
 typedef struct estimate {
     long long input, output;
+    long long media; /* parts guessed, not weighed (images, audio, files): the estimate is partial */
 } estimate;
 
 /* The estimate of body (any JSON value; what is not an object estimates

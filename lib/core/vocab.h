@@ -62,14 +62,16 @@
  * "text"). AGENT starts the first argument ("@<agent id>/<promise ms>",
  * a proof of life); TIMED last asks for the call's own time; DRY (before
  * TIMED) runs the reserve script without writing (ESTIMATE); EXACT
- * starts an estimate the caller counted exactly; GROUP and FEEDBACK open
- * the reserve script's group form and the settle script's feedback
- * form. */
+ * starts an estimate the caller counted exactly; PARTIAL one that leaves
+ * part of the prompt out (it teaches the calibration nothing); GROUP and
+ * FEEDBACK open the reserve script's group form and the settle script's
+ * feedback form. */
 #define SLUICE_ARG_MARKER_MAP(X)                                                                                       \
     X(AGENT, "@")                                                                                                      \
     X(TIMED, "@timed")                                                                                                 \
     X(DRY, "@dry")                                                                                                     \
     X(EXACT, "=")                                                                                                      \
+    X(PARTIAL, "~")                                                                                                    \
     X(GROUP, "group")                                                                                                  \
     X(FEEDBACK, "feedback")
 

@@ -99,7 +99,7 @@ int wire_args_done(wire_args *a, int flags) {
 /* ---- encoders ------------------------------------------------------------ */
 
 void wire_estimate_format(const wire_estimate *x, char *buf, size_t n) {
-    const char *ex = x->exact ? WIRE_ARG_EXACT : "";
+    const char *ex = x->exact ? WIRE_ARG_EXACT : x->partial ? WIRE_ARG_PARTIAL : "";
     if (x->split) snprintf(buf, n, "%s%lld+%lld", ex, x->input, x->output);
     else snprintf(buf, n, "%s%lld", ex, x->tokens);
 }

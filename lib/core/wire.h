@@ -74,10 +74,11 @@ int wire_args_done(wire_args *a, int flags);
 typedef struct wire_estimate {
     long long tokens, input, output;
     int split, exact;
+    int partial; /* teaches the calibration nothing (engine_req.partial) */
 } wire_estimate;
 
 /* The estimate as the scripts take it: "c" or "i+o", with a leading "="
- * when exact. */
+ * when exact, else a leading "~" when partial. */
 void wire_estimate_format(const wire_estimate *x, char *buf, size_t n);
 
 /* Plain form: [agent] n, then per item (tokens, max_wait_ms) or, with

@@ -212,6 +212,11 @@ typedef struct sl_request {
      * a deployment configured `estimate: exact` treats every call so).
      * 0 by init. */
     int exact;
+    /* Nonzero: the estimate leaves part of the prompt out or guesses it
+     * (images, audio, files): multiplied by the learned ratio like any
+     * other, but it teaches the ratio nothing (ACQUIRE ... PARTIAL; needs
+     * a sluiced that knows PARTIAL in daemon mode). 0 by init. */
+    int partial;
 } sl_request;
 
 SL_API void sl_request_init_size(sl_request *req, size_t size);
@@ -490,6 +495,8 @@ typedef struct sl_call_opts {
                                     every second for up to this long; 0: end the call */
     int exact;                    /* as sl_request: the estimate is the provider's
                                     own count (EXACT); 0 by init */
+    int partial;                  /* as sl_request: the estimate guesses images,
+                                    audio or files (PARTIAL); 0 by init */
 } sl_call_opts;
 
 /* sl_call_opts.settle_headers */

@@ -124,6 +124,11 @@ static void test_redis_cli_session(void **state) {
     assert_int_equal(tokens, 10);
     assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "d", "TOKENS", "10", "EXACT", NULL), 0);
     assert_int_equal(sscanf(out, "%127s\n%lld\n%lld\n", id, &waited, &tokens), 3);
+    /* PARTIAL, a flag too: charged at the ratio (1 here), teaches nothing. */
+    assert_int_equal(cli(&d, out, sizeof(out), "ACQUIRE", "d", "PARTIAL", "INPUT", "6", "OUTPUT", "4", NULL), 0);
+    char pid_[128];
+    assert_int_equal(sscanf(out, "%127s\n%lld\n%lld\n", pid_, &waited, &tokens), 3);
+    assert_int_equal(tokens, 10);
 
     /* SETTLE with a forwarded Retry-After (delay-seconds): +OK, and the
      * deployment is paused for about a second, fleet-wide. */
@@ -152,10 +157,10 @@ static void test_redis_cli_session(void **state) {
         assert_contains(out, sec);
     assert_contains(out, "deployment_d:rpm=600,tpm=60000,burst_requests=5,burst_tokens=10000");
     assert_contains(out, "mode:redis");
-    assert_true(info_field(out, "grants") == 3); /* TOKENS 10, and the two EXACT */
-    /* Each redis-cli is a connection of its own: the four that asked
-     * (three granted, one shed) are known callers, for the turns. */
-    assert_true(info_field(out, "callers") == 4);
+    assert_true(info_field(out, "grants") == 4); /* TOKENS 10, the two EXACT, the PARTIAL */
+    /* Each redis-cli is a connection of its own: the five that asked
+     * (four granted, one shed) are known callers, for the turns. */
+    assert_true(info_field(out, "callers") == 5);
     assert_true(info_field(out, "settle_pauses") == 1);
     assert_true(info_field(out, "sheds_paused") == 1);
     assert_true(info_field(out, "retries_allowed") == 1);
@@ -186,7 +191,7 @@ static void test_redis_cli_session(void **state) {
     assert_string_equal(
         r->element[1]->str,
         "ACQUIRE <deployment|group> [TOKENS n | INPUT n OUTPUT m] [MAXWAIT ms] [LANE name] [TENANT name] [TAG tag] "
-        "[EXACT]");
+        "[EXACT] [PARTIAL]");
     freeReplyObject(r);
     redisFree(c);
     /* Interactive-style use through stdin (redis-cli probes COMMAND). */

@@ -74,10 +74,11 @@ static void deployments(const char *p, char *out, size_t n) {
              "  %s-unread:\n    rpm: 60\n    burst: { requests: 1 }\n"
              "  %s-rej:\n    rpm: 60000\n"
              "  %s-split:\n    style: anthropic\n    rpm: 60000\n    itpm: 1000000\n    otpm: 1000000\n"
+             "  %s-part:\n    rpm: 60000\n    tpm: 10000000\n"
              /* The harness appends this under deployments: the last
               * top-level key. */
              "groups:\n  %s-grp:\n    members: [%s-m1, %s-m2]\n    spill_ms: 100\n",
-             p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p);
+             p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p);
 }
 
 static lib_suite S = {.name = "test_lib", .tag = "lib", .deps = deployments, .with_web = 0};
@@ -717,6 +718,40 @@ static void rejected_acquire(int mode) {
 }
 
 static void test_rejected_acquire_embedded(void **state) { rejected_acquire(EMBEDDED); }
+
+/* ---- a partial estimate ---------------------------------------------------------------------- */
+
+/* sl_request.partial (an estimate that guesses images, audio or files)
+ * reaches the scripts in both modes: its settle teaches the calibration
+ * nothing, where the same call without it is one sample. */
+static void partial_estimate(int mode) {
+    if (skip_without_daemon(mode)) return;
+    sl_gov *g = open_gov(mode, 0);
+    char dep[64];
+    dep_name(mode, "part", dep, sizeof(dep));
+    long long s0 = redis_status(dep, "estimate_samples"), ok0 = redis_status(dep, "settled_ok");
+    if (s0 < 0) s0 = 0;
+    if (ok0 < 0) ok0 = 0;
+    for (int partial = 1; partial >= 0; partial--) {
+        sl_request r = request(dep, 0, -1, 0);
+        r.input_tokens = 100;
+        r.output_tokens = 10;
+        r.partial = partial;
+        sl_grant *gr = NULL;
+        assert_int_equal(sl_acquire(g, &r, &gr), 0);
+        sl_usage u;
+        sl_usage_init(&u);
+        u.input_tokens = 1900; /* the image the estimate guessed low */
+        u.output_tokens = 5;
+        assert_int_equal(sl_settle_usage(gr, &u, SL_OUTCOME_OK, NULL, 0), 0);
+    }
+    wait_redis_status(dep, "settled_ok", ok0 + 2, 5000);
+    assert_int_equal(redis_status(dep, "estimate_samples"), s0 + 1);
+    sl_close(g);
+}
+
+static void test_partial_estimate_embedded(void **state) { partial_estimate(EMBEDDED); }
+static void test_partial_estimate_daemon(void **state) { partial_estimate(DAEMON); }
 static void test_rejected_acquire_daemon(void **state) { rejected_acquire(DAEMON); }
 
 /* ---- a grant written but not read ----------------------------------------------------------- */
@@ -1172,6 +1207,8 @@ int main(void) {
         cmocka_unit_test(test_unread_grant_daemon),
         cmocka_unit_test(test_rejected_acquire_embedded),
         cmocka_unit_test(test_rejected_acquire_daemon),
+        cmocka_unit_test(test_partial_estimate_embedded),
+        cmocka_unit_test(test_partial_estimate_daemon),
         cmocka_unit_test(test_retry_budget_embedded),
         cmocka_unit_test(test_retry_budget_daemon),
         cmocka_unit_test(test_fleet_pause_embedded),

@@ -212,28 +212,35 @@ static void test_three_apis(void **state) {
     assert_true(info_num(&p.d, "http_calls") == 0);
     /* A caller that counted its prompt says so (x-sluice-input-tokens):
      * its count is the input estimate, exact, and teaches the calibration
-     * nothing; the same request without it is one sample. Read in Redis
-     * once both settles are there: tokens_estimated grows by the caller's
-     * 40 + 8 and the proxy's chars / 4 = 2 + 8, estimate_samples by 1 (the
-     * proxy's count ignored, it would be 20 and 2). */
+     * nothing; a request with an image is estimated with the image guessed
+     * (1105, estimate.h) and teaches nothing either; the same request
+     * without either is one sample. Read in Redis once the settles are
+     * there: tokens_estimated grows by the caller's 40 + 8, the image's
+     * 2 + 1105 + 8 and the proxy's chars / 4 = 2 + 8, estimate_samples by
+     * 1 (the proxy's count ignored, it would be 20 and 2). */
     redisContext *rc = redisConnectUnix(fx.sock);
     assert_true(rc && !rc->err);
     long long est0 = state_ll(rc, "gpt-4o", "tokens_estimated"), samples0 = state_ll(rc, "gpt-4o", "estimate_samples");
     assert_int_equal(hc_connect_tcp(&c, p.port), 0);
-    for (int counted = 1; counted >= 0; counted--) {
+    for (int k = 0; k < 3; k++) {
         assert_int_equal(hc_post(&c, "/v1/chat/completions",
-                                 counted ? "Authorization: Bearer sk-caller-one\r\nx-sluice-input-tokens: 40\r\n"
-                                         : "Authorization: Bearer sk-caller-one\r\n",
-                                 "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"abcdefgh\"}],"
-                                 "\"max_tokens\":8}",
+                                 k == 0 ? "Authorization: Bearer sk-caller-one\r\nx-sluice-input-tokens: 40\r\n"
+                                        : "Authorization: Bearer sk-caller-one\r\n",
+                                 k == 1
+                                     ? "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+                                       "\"text\",\"text\":\"abcdefgh\"},{\"type\":\"image_url\",\"image_url\":{\"url\":"
+                                       "\"https://example.com/a.png\"}}]}],\"max_tokens\":8}"
+                                     : "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":"
+                                       "\"abcdefgh\"}],\"max_tokens\":8}",
                                  &r, 10000),
                          0);
-        if (r.status != 200) fail_msg("counted %d: %d %s", counted, r.status, r.body);
+        if (r.status != 200) fail_msg("request %d: %d %s", k, r.status, r.body);
         hc_response_free(&r);
     }
+    long long want = est0 + 48 + 1115 + 10;
     double deadline = now_ms() + 10000;
-    while (state_ll(rc, "gpt-4o", "tokens_estimated") < est0 + 58 && now_ms() < deadline) sleep_ms(10);
-    assert_int_equal(state_ll(rc, "gpt-4o", "tokens_estimated"), est0 + 58);
+    while (state_ll(rc, "gpt-4o", "tokens_estimated") < want && now_ms() < deadline) sleep_ms(10);
+    assert_int_equal(state_ll(rc, "gpt-4o", "tokens_estimated"), want);
     assert_int_equal(state_ll(rc, "gpt-4o", "estimate_samples"), samples0 + 1);
     hc_close(&c);
     redisFree(rc);

@@ -1365,6 +1365,21 @@ static void test_calibration_learns_and_applies(void **state) {
     free(rec);
     settle_usage("cal", id, "900+200");
     assert_state_field("cal", "estimate_samples", "2");
+    /* Partial (an image the estimate guessed): calibrated like any other
+     * (1600 + 500), but no raw estimate and no sample, however far the
+     * provider's count is from it. */
+    assert_int_equal(reserve_lane1("cal", "~500+500", "60000", "", &id), 1);
+    assert_int_equal(record_tokens("cal", id, &rec), 1600 + 500);
+    assert_null(strstr(rec, ",,,500")); /* no raw input estimate (field 11) */
+    free(rec);
+    settle_usage("cal", id, "9000+200");
+    assert_state_field("cal", "estimate_samples", "2");
+    assert_state_field("cal", "estimate_ratio", "3.2000");
+    /* The same in a combined figure: times the ratio, the marker gone. */
+    assert_int_equal(reserve_lane1("cal", "~1000", "60000", "", &id), 1);
+    assert_int_equal(record_tokens("cal", id, &rec), 3200);
+    assert_null(strchr(rec, '~'));
+    free(rec);
     /* A combined figure: its parts unknown, times the ratio above 1. */
     assert_int_equal(reserve_lane1("cal", "1000", "60000", "", &id), 1);
     assert_int_equal(record_tokens("cal", id, NULL), 3200);

@@ -37,8 +37,12 @@ static void test_commands(void **state) {
     assert_int_equal(dproto_acquire_split(&b, "claude", 0, 300, 1000, 250, NULL, NULL, NULL, 1), 0);
     expect_bytes(&b, "*9\r\n$7\r\nACQUIRE\r\n$6\r\nclaude\r\n$5\r\nINPUT\r\n$3\r\n300\r\n$6\r\nOUTPUT\r\n"
                      "$4\r\n1000\r\n$7\r\nMAXWAIT\r\n$3\r\n250\r\n$5\r\nEXACT\r\n");
-    assert_int_equal(dproto_estimate(&b, "d", 40, -1, -1, -1, NULL, NULL, NULL, 1), 0);
+    assert_int_equal(dproto_estimate(&b, "d", 40, -1, -1, -1, NULL, NULL, NULL, DPROTO_EXACT), 0);
     expect_bytes(&b, "*5\r\n$8\r\nESTIMATE\r\n$1\r\nd\r\n$6\r\nTOKENS\r\n$2\r\n40\r\n$5\r\nEXACT\r\n");
+    /* An estimate that guesses images: the PARTIAL flag (sl_request.partial). */
+    assert_int_equal(dproto_acquire_split(&b, "claude", 0, 1900, 1000, -1, NULL, NULL, NULL, DPROTO_PARTIAL), 0);
+    expect_bytes(&b, "*7\r\n$7\r\nACQUIRE\r\n$6\r\nclaude\r\n$5\r\nINPUT\r\n$4\r\n1900\r\n$6\r\nOUTPUT\r\n"
+                     "$4\r\n1000\r\n$7\r\nPARTIAL\r\n");
     usage_rec u = {487, 300, 187, 120, -1};
     assert_int_equal(dproto_settle_usage(&b, "claude:7", &u, SL_OUTCOME_OK, NULL, 0), 0);
     expect_bytes(&b, "*10\r\n$6\r\nSETTLE\r\n$8\r\nclaude:7\r\n$5\r\nINPUT\r\n$3\r\n300\r\n$6\r\nOUTPUT\r\n"
