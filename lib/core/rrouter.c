@@ -42,6 +42,7 @@ struct rrouter {
     void *done_arg;
     char last_error[256];
     unsigned long long redirects, refreshes;
+    size_t rotate; /* where the next refresh starts asking: moves on every attempt */
 };
 
 /* ---- CRC16 (XMODEM, polynomial 0x1021), as Redis Cluster ---------------- */
@@ -206,8 +207,9 @@ static void on_master_addr(void *arg, redisReply *reply, const char *err) {
 static void ask_sentinels(rrouter *r) {
     if (r->asking_sentinels) return;
     const char *argv[] = {"SENTINEL", "get-master-addr-by-name", r->master_name};
+    size_t start = r->rotate++;
     for (size_t k = 0; k < r->nnodes; k++) {
-        rnode *n = &r->nodes[(r->refreshes + k) % r->nnodes];
+        rnode *n = &r->nodes[(start + k) % r->nnodes];
         if (n->sentinel && n->ready && rconn_command(n->conn, 3, argv, on_master_addr, r) == 0) {
             r->asking_sentinels = 1;
             return;
@@ -225,8 +227,9 @@ static void on_refresh(uv_timer_t *t) {
     if (r->closing || r->refreshing) return;
     /* Ask any ready node; rotate so a node that lies does not stick. */
     static const char *argv[] = {"CLUSTER", "SLOTS"};
+    size_t start = r->rotate++;
     for (size_t k = 0; k < r->nnodes; k++) {
-        rnode *n = &r->nodes[(r->refreshes + k) % r->nnodes];
+        rnode *n = &r->nodes[(start + k) % r->nnodes];
         if (n->ready && rconn_command(n->conn, 2, argv, on_slots, r) == 0) {
             r->refreshing = 1;
             return;
@@ -273,8 +276,6 @@ static int route_send(rcall_route *c, int node, int flags) {
 static void on_routed_reply(void *arg, redisReply *reply, const char *err) {
     rcall_route *c = arg;
     rrouter *r = c->r;
-    if (reply && reply->type == REDIS_REPLY_ERROR && r->sentinel && strncmp(reply->str, "READONLY", 8) == 0)
-        refresh_soon(r, 0); /* our master was demoted: find the new one */
     if (reply && reply->type == REDIS_REPLY_ERROR && c->redirects < MAX_REDIRECTS && !r->closing &&
         (strncmp(reply->str, "MOVED ", 6) == 0 || strncmp(reply->str, "ASK ", 4) == 0)) {
         /* "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381" */
@@ -299,6 +300,35 @@ static void on_routed_reply(void *arg, redisReply *reply, const char *err) {
     route_free(c);
 }
 
+/* Sentinel: calls go straight to the master's rconn; a READONLY reply (the
+ * master was demoted while the connection stayed up) asks the sentinels
+ * again at once. */
+typedef struct rcall_watch {
+    rrouter *r;
+    rconn_reply_cb cb;
+    void *arg;
+} rcall_watch;
+
+static void on_watched_reply(void *arg, redisReply *reply, const char *err) {
+    rcall_watch *w = arg;
+    if (reply && reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "READONLY", 8) == 0) refresh_soon(w->r, 0);
+    w->cb(w->arg, reply, err);
+    free(w);
+}
+
+static int direct_send(rrouter *r, int node, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int nkeys, int argc,
+                       const char **argv, rconn_reply_cb cb, void *arg) {
+    if (node < 0 || !r->nodes[node].ready) return SL_EUNAVAIL;
+    rconn *conn = r->nodes[node].conn;
+    if (!r->sentinel) return rconn_script_n(conn, id, keys, nkeys, argc, argv, NULL, cb, arg);
+    rcall_watch *w = malloc(sizeof(*w));
+    if (!w) return SL_ENOMEM;
+    *w = (rcall_watch){r, cb, arg};
+    int rc = rconn_script_n(conn, id, keys, nkeys, argc, argv, NULL, on_watched_reply, w);
+    if (rc != 0) free(w);
+    return rc;
+}
+
 /* The data node serving key, or -1. */
 static int node_for(const rrouter *r, const char *key) {
     if (r->sentinel) return r->master;
@@ -309,11 +339,7 @@ static int node_for(const rrouter *r, const char *key) {
 int rrouter_script(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], int argc, const char **argv,
                    rconn_reply_cb cb, void *arg) {
     if (r->closing) return SL_EUNAVAIL;
-    if (!r->cluster) {
-        int node = node_for(r, keys[0]);
-        if (node < 0 || !r->nodes[node].ready) return SL_EUNAVAIL;
-        return rconn_script(r->nodes[node].conn, id, keys, argc, argv, NULL, cb, arg);
-    }
+    if (!r->cluster) return direct_send(r, node_for(r, keys[0]), id, keys, SCRIPTS_NKEYS, argc, argv, cb, arg);
     int node = r->slots[rrouter_key_slot(keys[0], strlen(keys[0]))];
     if (node < 0 || !r->nodes[node].ready) return SL_EUNAVAIL;
     rcall_route *c = calloc(1, sizeof(*c));
@@ -347,9 +373,7 @@ int rrouter_script_n(rrouter *r, script_id id, char (*keys)[SCRIPTS_KEY_MAX], in
     /* Under Cluster only keys of one slot (the budgets' {$budgets}). */
     for (int i = 1; r->cluster && i < nkeys; i++)
         if (rrouter_key_slot(keys[i], strlen(keys[i])) != rrouter_key_slot(keys[0], strlen(keys[0]))) return SL_EINVAL;
-    int node = node_for(r, keys[0]);
-    if (node < 0 || !r->nodes[node].ready) return SL_EUNAVAIL;
-    return rconn_script_n(r->nodes[node].conn, id, keys, nkeys, argc, argv, NULL, cb, arg);
+    return direct_send(r, node_for(r, keys[0]), id, keys, nkeys, argc, argv, cb, arg);
 }
 
 int rrouter_ready(const rrouter *r, const char *key) {
