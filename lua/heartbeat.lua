@@ -137,7 +137,32 @@ local function beat()
   if ARGV[3] == 'leave' then
     redis.call('ZREM', KEYS[9], id)
   else
+    -- A hand-over from an agent this Redis does not know (it restarted
+    -- empty, or lost the set): the agents it paced beside (1 / share of
+    -- them) may still pace locally, unknown here, so nothing holds their
+    -- shares. Each missing one is held as a silent stand-in (scored now)
+    -- until its hold passes, or until an agent unknown here hands over
+    -- and takes a stand-in's place.
+    local fresh = tail_share and limits.rpm and not redis.call('ZSCORE', KEYS[9], id)
     redis.call('ZADD', KEYS[9], sl_fmt(sl_agent_due(limits, now)), id)
+    if fresh then
+      local stand = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', '+inf')
+      local n = 0
+      for _, a in ipairs(stand) do if string.sub(a, 1, 9) == '?unknown:' then n = n + 1 end end
+      if n > 0 then
+        for _, a in ipairs(stand) do
+          if string.sub(a, 1, 9) == '?unknown:' then
+            redis.call('ZREM', KEYS[9], a)
+            break
+          end
+        end
+      else
+        -- (At most 1024: a share is 1 / the live agents as last seen.)
+        local want = math.min(math.floor(1 / tail_share + 0.5), 1024)
+        local live = redis.call('ZCOUNT', KEYS[9], '(' .. sl_fmt(now - window), '+inf')
+        for i = 1, want - live do redis.call('ZADD', KEYS[9], sl_fmt(now), '?unknown:' .. i) end
+      end
+    end
   end
   -- Entries are kept as long as a silent agent's share is held back
   -- (silent_hold_ms, sl_silent); the reply counts the live ones.
@@ -226,7 +251,12 @@ local function beat()
       end
     end
     if rt then
-      sl_rate_changed(st, dims, now, old, rt, {{now + busy_req, now + busy_tok, push and 1 or 0}})
+      -- The returning agent's own tail, where the schedule already reaches
+      -- past it (not recorded): its local grants are still sent beside the
+      -- held sends until its end, so none of them moves before it.
+      local extra = {{now + busy_req, now + busy_tok, push and 1 or 0}}
+      if tail_on then extra[2] = {now + tail_req, now + tail_tok, tail_share} end
+      sl_rate_changed(st, dims, now, old, rt, extra)
       for _, d in ipairs(dims) do sl_dim_save(d, st) end
     end
     local tail = now + math.max(busy_req, busy_tok, tail_on and math.max(tail_req, tail_tok) or 0)
