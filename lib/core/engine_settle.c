@@ -59,9 +59,34 @@ void engine__queue_settle(dep *d, const char *id, const usage_rec *u, engine_out
 typedef struct settle_batch {
     dep *d;
     size_t n;
-    uint64_t sent_ns; /* uv_hrtime at the send */
-    double sent_at;   /* uv_now at the send (dep_seen) */
+    uint64_t sent_ns;    /* uv_hrtime at the send */
+    double sent_at;      /* uv_now at the send (dep_seen) */
+    settle_item items[]; /* what was sent: queued again when the script did not run */
 } settle_batch;
+
+/* A settle the script never ran (a cluster redirection the router could
+ * not follow, TRYAGAIN during a slot migration, CLUSTERDOWN) goes back to
+ * the front of the queue, and the deployment holds ENGINE_REDIRECT_HOLD_MS
+ * as a reserve does: dropped, its usage correction and its concurrency
+ * slot were lost until the grant's lease ran out. */
+static void requeue_settles(dep *d, const settle_item *items, size_t n) {
+    engine *e = d->e;
+    if (d->nsettles + n > d->capsettles) {
+        size_t cap = d->capsettles ? d->capsettles : 64;
+        while (cap < d->nsettles + n) cap *= 2;
+        settle_item *s = realloc(d->settles, cap * sizeof(*s));
+        if (!s) return; /* best effort: the grants expire with their estimates */
+        d->settles = s;
+        d->capsettles = cap;
+    }
+    memmove(d->settles + n, d->settles, d->nsettles * sizeof(*d->settles));
+    memcpy(d->settles, items, n * sizeof(*items));
+    d->nsettles += n;
+    e->stats.redirect_holds++;
+    uint64_t until = uv_now(e->loop) + ENGINE_REDIRECT_HOLD_MS;
+    if (until > d->hold_until) d->hold_until = until;
+    uv_timer_start(&e->hold_timer, engine__on_hold_timer, ENGINE_REDIRECT_HOLD_MS, 0);
+}
 
 static int dim_index(const char *name) {
     for (int i = 0; i < ENGINE_DIMS; i++)
@@ -116,6 +141,8 @@ static void on_settle(void *arg, redisReply *r, const char *err) {
     e->calls_out--;
     d->settling--;
     if (r && r->type == REDIS_REPLY_ERROR && !rrouter_is_redirect(r->str)) dep_script_error(d, "settle", r->str);
+    if (r && r->type == REDIS_REPLY_ERROR && rrouter_is_redirect(r->str) && d->cfg && !e->stopping)
+        requeue_settles(d, b->items, b->n);
     wire_settle_reply sr;
     if (wire_read_settle(r, b->n, &sr) == 0) {
         if (sr.rates) engine__batch_seen(e, &d->settle_cost, b->n, sr.script_us, b->sent_ns);
@@ -160,14 +187,16 @@ void dep_flush_settles(dep *d) {
         if (!dep_ready(d)) d->nsettles = 0; /* Redis is gone: grants expire there */
         return;
     }
+    if (d->hold_until > uv_now(e->loop)) return; /* the hold timer flushes again */
     /* As many as fit under redis.max_script_ms; the rest go next. */
     size_t cap = engine__batch_cap(e, &d->settle_cost, SETTLE_BATCH_MAX);
     size_t n = d->nsettles < cap ? d->nsettles : cap;
     if (n < d->nsettles) urgent_first(d);
     /* The feedback form (lua/settle.lua, wire_settle_item), from this
      * agent ("@<agent id>", lua/common.lua sl_silent), timed. */
-    settle_batch *b = malloc(sizeof(*b));
+    settle_batch *b = malloc(sizeof(*b) + n * sizeof(b->items[0]));
     if (!b) return;
+    memcpy(b->items, d->settles, n * sizeof(b->items[0]));
     wire_args a;
     wire_args_init(&a);
     wire_settle_begin(&a, dep_agent_arg(d, 0));

@@ -427,6 +427,90 @@ static void test_reshard_while_traffic_runs(void **state) {
     world_close(&w);
 }
 
+/* ---- a settle the script never ran ------------------------------------------ */
+
+typedef struct granted {
+    int done, status;
+    char id[ENGINE_GRANT_ID_MAX];
+} granted;
+
+static void on_granted(void *arg, int status, const engine_grant *g, const engine_shed *shed, const char *msg) {
+    (void)shed, (void)msg;
+    granted *a = arg;
+    a->status = status;
+    if (g) snprintf(a->id, sizeof(a->id), "%s", g->id);
+    a->done = 1;
+}
+
+static int granted_done(void *arg) { return ((granted *)arg)->done; }
+
+/* A field of a deployment's state hash on the master at port (-1: none). */
+static long long state_field(int port, const char *dep, const char *field) {
+    redisContext *c = redis_fixture_connect_tcp(node_by_port(port));
+    if (!c) return -1;
+    redisReply *r = redisCommand(c, "HGET sluice:{%s}:state %s", dep, field);
+    long long v = r && r->type == REDIS_REPLY_STRING ? atoll(r->str) : -1;
+    if (r) freeReplyObject(r);
+    redisFree(c);
+    return v;
+}
+
+static void node_cmd(int port, const char *fmt, unsigned slot) {
+    redisContext *c = redis_fixture_connect_tcp(node_by_port(port));
+    assert_non_null(c);
+    redisReply *r = redisCommand(c, fmt, slot);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("%s: %s", fmt, r->str);
+    freeReplyObject(r);
+    redisFree(c);
+}
+
+typedef struct settled_wait {
+    int port;
+    const char *dep;
+    long long want;
+} settled_wait;
+
+static int settled_reached(void *arg) {
+    settled_wait *s = arg;
+    return state_field(s->port, s->dep, "settled_ok") >= s->want;
+}
+
+/* A settle the script did not run (the slot unserved: CLUSTERDOWN; the
+ * same path as TRYAGAIN during a migration) is sent again once the slot
+ * is served: it used to be dropped, its usage and concurrency slot lost
+ * until the grant's lease ran out (found in review). */
+static void test_settle_survives_clusterdown(void **state) {
+    find_masters();
+    char name[32], yaml[256], key[96];
+    name_on_master(masters[0], name, sizeof(name));
+    snprintf(yaml, sizeof(yaml), "  %s:\n    rpm: 3000\n", name);
+    snprintf(key, sizeof(key), "sluice:{%s}:limits", name);
+    unsigned slot = redis_key_slot(key);
+    world w;
+    world_init(&w, yaml, 1);
+    granted g = {0};
+    assert_int_equal(engine_acquire(w.e[0], name, 0, 60000, NULL, NULL, on_granted, &g, NULL), 0);
+    assert_true(loop_run_until(&w.loop, granted_done, &g, 5000));
+    assert_int_equal(g.status, SL_OK);
+    long long ok0 = state_field(masters[0], name, "settled_ok");
+    if (ok0 < 0) ok0 = 0;
+    node_cmd(masters[0], "CLUSTER DELSLOTS %u", slot);
+    assert_int_equal(engine_settle(w.e[0], g.id, 1, ENGINE_OK, -1), 0);
+    run_for(&w, 600); /* the settle meets CLUSTERDOWN, and again */
+    engine_stats st;
+    engine_get_stats(w.e[0], &st);
+    long long during = state_field(masters[0], name, "settled_ok");
+    node_cmd(masters[0], "CLUSTER ADDSLOTS %u", slot);
+    settled_wait sw = {masters[0], name, ok0 + 1};
+    int ok = loop_run_until(&w.loop, settled_reached, &sw, 10000);
+    print_message("  slot %u unserved: settled_ok %lld during, redirect holds %llu; settled once served again: %d\n",
+                  slot, during < 0 ? 0 : during, (unsigned long long)st.redirect_holds, ok);
+    assert_true(during < ok0 + 1);
+    assert_true(ok);
+    world_close(&w);
+}
+
 static int has_remote_grant_after_failover;
 
 static void test_master_killed_replica_promoted(void **state) {
@@ -484,9 +568,8 @@ static void test_master_killed_replica_promoted(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_key_slots_are_redis_slots),
-        cmocka_unit_test(test_fleet_over_three_masters),
-        cmocka_unit_test(test_reshard_while_traffic_runs),
+        cmocka_unit_test(test_key_slots_are_redis_slots),      cmocka_unit_test(test_fleet_over_three_masters),
+        cmocka_unit_test(test_reshard_while_traffic_runs),     cmocka_unit_test(test_settle_survives_clusterdown),
         cmocka_unit_test(test_master_killed_replica_promoted),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
