@@ -137,8 +137,8 @@ static size_t check(int restart_empty, int n0, int ncallers, double back2_ms, co
         run(seed, restart_empty, n0, ncallers, back2_ms, &r);
         printf("%s, seed %llu: %zu sends, %zu failed, %zu rejected by the bucket (first at %.0f ms); "
                "largest 10 s window %d sends from %.0f ms (quota %d + burst %d)\n",
-               what, (unsigned long long)seed, r.sends, r.failed, r.rejects, r.rejects ? r.first_reject : -1.0,
-               r.max10, r.max10_at, RPM / 6, BURST);
+               what, (unsigned long long)seed, r.sends, r.failed, r.rejects, r.rejects ? r.first_reject : -1.0, r.max10,
+               r.max10_at, RPM / 6, BURST);
         rejects += r.rejects;
     }
     return rejects;
