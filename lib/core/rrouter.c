@@ -43,6 +43,7 @@ struct rrouter {
     char last_error[256];
     unsigned long long redirects, refreshes;
     size_t rotate; /* where the next refresh starts asking: moves on every attempt */
+    size_t asked;  /* the node the refresh in flight asked (its endpoint stands for an unknown one) */
 };
 
 /* ---- CRC16 (XMODEM, polynomial 0x1021), as Redis Cluster ---------------- */
@@ -167,8 +168,16 @@ static void on_slots(void *arg, redisReply *reply, const char *err) {
         redisReply *e = reply->element[i];
         if (e->type != REDIS_REPLY_ARRAY || e->elements < 3) continue;
         redisReply *m = e->element[2];
-        if (m->type != REDIS_REPLY_ARRAY || m->elements < 2 || m->element[0]->type != REDIS_REPLY_STRING) continue;
-        const char *host = m->element[0]->str[0] ? m->element[0]->str : r->nodes[0].host;
+        if (m->type != REDIS_REPLY_ARRAY || m->elements < 2) continue;
+        /* The preferred endpoint: NULL when unknown (Redis 7's
+         * cluster-preferred-endpoint-type unknown-endpoint), "?" when a
+         * hostname is preferred but not set, "" from older servers: the
+         * node that answered, with the port given (the CLUSTER SLOTS
+         * documentation). */
+        redisReply *h = m->element[0];
+        if (h->type != REDIS_REPLY_STRING && h->type != REDIS_REPLY_NIL) continue;
+        const char *host = h->type == REDIS_REPLY_STRING ? h->str : "";
+        if (!host[0] || !strcmp(host, "?")) host = r->nodes[r->asked].host;
         int idx = node_get(r, host, (int)m->element[1]->integer);
         if (idx < 0) continue;
         long long lo = e->element[0]->integer, hi = e->element[1]->integer;
@@ -232,6 +241,7 @@ static void on_refresh(uv_timer_t *t) {
         rnode *n = &r->nodes[(start + k) % r->nnodes];
         if (n->ready && rconn_command(n->conn, 2, argv, on_slots, r) == 0) {
             r->refreshing = 1;
+            r->asked = (start + k) % r->nnodes;
             return;
         }
     }

@@ -118,6 +118,31 @@ static void test_cluster_error_seed_does_not_stick(void **state) {
     redis_fixture_stop(&plain);
 }
 
+/* ---- an unknown endpoint ------------------------------------------------------ */
+
+/* A node that prefers no endpoint (cluster-preferred-endpoint-type
+ * unknown-endpoint) names its slots' masters with a NULL host: the
+ * client connects to the node it asked, at the port given (the CLUSTER
+ * SLOTS documentation). Those slots were left unmapped. */
+static void test_cluster_unknown_endpoint(void **state) {
+    redis_fixture node;
+    assert_int_equal(redis_fixture_start(&node, 1), 0);
+    cmd(&node, "CONFIG SET cluster-preferred-endpoint-type unknown-endpoint");
+    config_redis cfg = base_cfg();
+    char s0[64];
+    snprintf(s0, sizeof(s0), "127.0.0.1:%d", node.port);
+    char *seeds[] = {s0};
+    cfg.cluster = seeds;
+    cfg.ncluster = 1;
+    rt t;
+    rt_open(&t, &cfg);
+    int ok = loop_run_until(&t.loop, key_ready, &t, 6000);
+    print_message("  slots of a NULL endpoint mapped to the node asked: %d\n", ok);
+    assert_true(ok);
+    rt_close(&t);
+    redis_fixture_stop(&node);
+}
+
 /* ---- a sentinel that does not know the master ------------------------------- */
 
 static void test_sentinel_unknown_master_does_not_stick(void **state) {
@@ -322,6 +347,7 @@ static void test_close_during_redirect(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cluster_error_seed_does_not_stick),
+        cmocka_unit_test(test_cluster_unknown_endpoint),
         cmocka_unit_test(test_sentinel_unknown_master_does_not_stick),
         cmocka_unit_test(test_sentinel_readonly_asks_again),
         cmocka_unit_test(test_close_during_redirect),
