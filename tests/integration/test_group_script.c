@@ -453,6 +453,35 @@ static void test_deferral_on_member(void **state) {
 }
 
 /* Bad arguments: a clear error, and nothing changed on any member. */
+/* A partial estimate ('~', vocab.h PARTIAL: images guessed) in the group
+ * form: granted on a member as the same estimate without the marker,
+ * but its record keeps no raw input (field 11), so its settle teaches
+ * the member's calibration nothing; a combined '~c' loses the marker. */
+static void test_partial_item(void **state) {
+    (void)state;
+    const char *mem[2] = {"part-a", "part-b"};
+    for (int j = 0; j < 2; j++) configure_on(rc, mem[j], "rpm", "600", "tpm", "1000000", NULL);
+    const char *items[3] = {"100+10", "~100+10", "~110"};
+    for (int k = 0; k < 3; k++) {
+        const char *argv[9] = {"2", "200", "priority", "1", items[k], "5000", "", "", "1,2"};
+        redisReply *r = group_raw(2, mem, 9, argv);
+        if (r->type == REDIS_REPLY_ERROR) fail_msg("%s: %s", items[k], r->str);
+        redisReply *it = r->element[1];
+        assert_int_equal(it->element[0]->integer, 1);
+        long long id = it->element[1]->integer;
+        assert_int_equal(it->element[3]->integer, 110);
+        int member = (int)it->element[4]->integer;
+        freeReplyObject(r);
+        redisReply *rec = redisCommand(rc, "HGET sluice:{%s}:grants %lld", mem[member - 1], id);
+        assert_int_equal(rec->type, REDIS_REPLY_STRING);
+        print_message("  %s: %s\n", items[k], rec->str);
+        if (k == 0) assert_non_null(strstr(rec->str, ",,,100"));
+        else assert_null(strstr(rec->str, ",,,100"));
+        assert_null(strchr(rec->str, '~'));
+        freeReplyObject(rec);
+    }
+}
+
 static void test_bad_argv(void **state) {
     (void)state;
     const char *mem[2] = {"bad-a", "bad-b"};
@@ -526,6 +555,7 @@ int main(void) {
         cmocka_unit_test(test_order_restricts),      cmocka_unit_test(test_shed_consumes_nothing),
         cmocka_unit_test(test_health_skipped),       cmocka_unit_test(test_weighted_head_only),
         cmocka_unit_test(test_deferral_on_member),   cmocka_unit_test(test_bad_argv),
+        cmocka_unit_test(test_partial_item),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
