@@ -1,6 +1,7 @@
 /* estimate: admission estimates from request bodies. See estimate.h. */
 #include "estimate.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,15 +97,166 @@ typedef struct media_guess {
 
 /* An image part's guess: OpenAI's "low" detail, else what the API's
  * provider charges an image at its usual largest (estimate.h). */
+/* ---- an image's size from its bytes ---- */
+
+/* A base64 reader over a string, decoding on demand (the estimate never
+ * allocates): next() gives a byte, or -1 at the end or at a character
+ * that is not base64. At most IMAGE_SCAN_MAX bytes are read. */
+#define IMAGE_SCAN_MAX (1u << 20)
+
+typedef struct b64_reader {
+    const char *s;
+    size_t len, pos, out;
+    unsigned acc;
+    int bits;
+} b64_reader;
+
+static int b64_value(char c) {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+' || c == '-') return 62;
+    if (c == '/' || c == '_') return 63;
+    return -1;
+}
+
+static int b64_next(b64_reader *r) {
+    if (r->out >= IMAGE_SCAN_MAX) return -1;
+    while (r->bits < 8) {
+        if (r->pos >= r->len) return -1;
+        int v = b64_value(r->s[r->pos++]);
+        if (v < 0) return -1;
+        r->acc = (r->acc << 6) | (unsigned)v;
+        r->bits += 6;
+    }
+    r->bits -= 8;
+    r->out++;
+    return (int)((r->acc >> r->bits) & 0xFFu);
+}
+
+/* n bytes into b; 0, or -1 when the data ends first. */
+static int b64_read(b64_reader *r, unsigned char *b, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int c = b64_next(r);
+        if (c < 0) return -1;
+        b[i] = (unsigned char)c;
+    }
+    return 0;
+}
+
+static long be16(const unsigned char *b) { return (long)b[0] << 8 | b[1]; }
+static long le16(const unsigned char *b) { return (long)b[1] << 8 | b[0]; }
+static long le24(const unsigned char *b) { return (long)b[2] << 16 | (long)b[1] << 8 | b[0]; }
+static long be32(const unsigned char *b) { return (long)b[0] << 24 | (long)b[1] << 16 | (long)b[2] << 8 | b[3]; }
+
+/* A JPEG's size: its first start-of-frame segment (SOF0..SOF15 but DHT,
+ * JPG and DAC), after segments skipped by their lengths. */
+static int jpeg_size(b64_reader *r, long *w, long *h) {
+    unsigned char b[7];
+    for (;;) {
+        int c = b64_next(r);
+        if (c < 0) return -1;
+        if (c != 0xFF) continue;
+        int m;
+        while ((m = b64_next(r)) == 0xFF) {}
+        if (m < 0) return -1;
+        if (m == 0xD8 || m == 0x01 || (m >= 0xD0 && m <= 0xD7)) continue; /* no length */
+        if (b64_read(r, b, 2) != 0) return -1;
+        long seglen = be16(b);
+        if (seglen < 2) return -1;
+        if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
+            if (b64_read(r, b, 5) != 0) return -1;
+            *h = be16(b + 1);
+            *w = be16(b + 3);
+            return 0;
+        }
+        for (long k = 2; k < seglen; k++)
+            if (b64_next(r) < 0) return -1;
+    }
+}
+
+/* The pixel size of an image from the start of its base64 bytes: PNG,
+ * GIF, WebP (VP8, VP8L, VP8X) or JPEG. 0, or -1 when it cannot be read. */
+static int image_size(const char *b64, size_t len, long *w, long *h) {
+    b64_reader r = {b64, len, 0, 0, 0, 0};
+    unsigned char b[30];
+    if (b64_read(&r, b, 2) != 0) return -1;
+    if (b[0] == 0xFF && b[1] == 0xD8) return jpeg_size(&r, w, h);
+    if (b64_read(&r, b + 2, 28) != 0) return -1;
+    if (!memcmp(b, "\x89PNG\r\n\x1a\n", 8) && !memcmp(b + 12, "IHDR", 4)) {
+        *w = be32(b + 16), *h = be32(b + 20);
+    } else if (!memcmp(b, "GIF8", 4)) {
+        *w = le16(b + 6), *h = le16(b + 8);
+    } else if (!memcmp(b, "RIFF", 4) && !memcmp(b + 8, "WEBP", 4)) {
+        if (!memcmp(b + 12, "VP8X", 4)) *w = le24(b + 24) + 1, *h = le24(b + 27) + 1;
+        else if (!memcmp(b + 12, "VP8L", 4)) {
+            unsigned long v = (unsigned long)b[21] | (unsigned long)b[22] << 8 | (unsigned long)b[23] << 16 |
+                              (unsigned long)b[24] << 24;
+            *w = (long)(v & 0x3FFFu) + 1, *h = (long)((v >> 14) & 0x3FFFu) + 1;
+        } else if (!memcmp(b + 12, "VP8 ", 4)) *w = le16(b + 26) & 0x3FFF, *h = le16(b + 28) & 0x3FFF;
+        else return -1;
+    } else {
+        return -1;
+    }
+    return *w > 0 && *h > 0 ? 0 : -1;
+}
+
+/* The base64 bytes of a data URL ("data:image/png;base64,...") or NULL. */
+static const char *data_url_bytes(const char *url, size_t *len) {
+    if (!url || strncmp(url, "data:", 5) != 0) return NULL;
+    const char *comma = strchr(url, ',');
+    if (!comma || comma - url < 12 || strncmp(comma - 7, ";base64", 7) != 0) return NULL;
+    *len = strlen(comma + 1);
+    return comma + 1;
+}
+
+/* OpenAI's tile rule (the images and vision guide, "Calculating costs"):
+ * scaled to fit 2048 x 2048, then so that the short side is 768 (never
+ * up), 85 + 170 per 512 px tile. */
+static long long openai_image_tokens(double w, double h) {
+    double f = fmin(1.0, 2048.0 / fmax(w, h));
+    w *= f, h *= f;
+    f = fmin(1.0, 768.0 / fmin(w, h));
+    w *= f, h *= f;
+    return ESTIMATE_IMAGE_LOW + ESTIMATE_IMAGE_TILE * (long long)(ceil(w / 512) * ceil(h / 512));
+}
+
+/* Anthropic's (the vision page): width x height / 750, the long edge
+ * scaled to at most 1568 px first, and never above about 1600 tokens. */
+static long long anthropic_image_tokens(double w, double h) {
+    double f = fmin(1.0, 1568.0 / fmax(w, h));
+    long long t = (long long)ceil(w * f * h * f / 750);
+    return t < ESTIMATE_IMAGE_ANTHROPIC ? t : ESTIMATE_IMAGE_ANTHROPIC;
+}
+
+/* An image part's guess: from its size when its bytes are in the body (a
+ * data URL, a base64 source), else what its provider charges an image at
+ * its usual largest; OpenAI's "low" detail is 85 whatever the size. */
 static long long image_tokens(const json_t *part, estimate_api api) {
-    if (api == ESTIMATE_MESSAGES) return ESTIMATE_IMAGE_ANTHROPIC;
+    const char *b64 = NULL;
+    size_t len = 0;
+    long w = 0, h = 0;
+    if (api == ESTIMATE_MESSAGES) {
+        /* {"type":"image","source":{"type":"base64","data":...}} */
+        const json_t *src = json_object_get(part, "source");
+        const char *type = json_string_value(json_object_get(src, "type"));
+        if (type && !strcmp(type, "base64")) {
+            b64 = json_string_value(json_object_get(src, "data"));
+            len = b64 ? json_string_length(json_object_get(src, "data")) : 0;
+        }
+        if (b64 && image_size(b64, len, &w, &h) == 0) return anthropic_image_tokens((double)w, (double)h);
+        return ESTIMATE_IMAGE_ANTHROPIC;
+    }
     /* chat: {"type":"image_url","image_url":{"url":...,"detail":...}};
      * responses: {"type":"input_image","image_url":...,"detail":...}. */
     const json_t *detail = json_object_get(part, "detail");
     const json_t *img = json_object_get(part, "image_url");
     if (!detail && json_is_object(img)) detail = json_object_get(img, "detail");
     const char *d = json_string_value(detail);
-    return d && !strcmp(d, "low") ? ESTIMATE_IMAGE_LOW : ESTIMATE_IMAGE_HIGH;
+    if (d && !strcmp(d, "low")) return ESTIMATE_IMAGE_LOW;
+    b64 = data_url_bytes(json_string_value(json_is_object(img) ? json_object_get(img, "url") : img), &len);
+    if (b64 && image_size(b64, len, &w, &h) == 0) return openai_image_tokens((double)w, (double)h);
+    return ESTIMATE_IMAGE_HIGH;
 }
 
 /* Whether a part of this type is one the estimate cannot weigh, in the

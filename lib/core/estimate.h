@@ -68,13 +68,17 @@
 #define ESTIMATE_JSON_DEPTH 64
 /* The most completions (n, best_of) an estimate multiplies by. */
 #define ESTIMATE_MAX_CHOICES 128
-/* An image part: OpenAI's "low" detail (85 tokens); its "high" or "auto"
- * detail at 1105 tokens, a 16:9 screenshot or the documentation's
- * 2048 x 4096 example (85 + 170 per 512 px tile after scaling to 768 px
- * on the short side); Anthropic's images up to about 1 600 tokens
- * (width x height / 750, resized beyond ~1.15 megapixels). The
- * providers' own figures: docs/providers.md, "The prompt estimate". */
+/* An image part whose size is not in the body (a URL, a file id):
+ * OpenAI's "low" detail (85 tokens); its "high" or "auto" detail at 1105
+ * tokens, a 16:9 screenshot or the documentation's 2048 x 4096 example
+ * (85 + 170 per 512 px tile after scaling to 768 px on the short side);
+ * Anthropic's images up to about 1 600 tokens (width x height / 750,
+ * resized beyond ~1.15 megapixels). An image whose bytes are in the body
+ * (a base64 data URL, Anthropic's base64 source; PNG, JPEG, GIF, WebP) is
+ * counted from its size by the same rules. The providers' own figures:
+ * docs/providers.md, "The prompt estimate". */
 #define ESTIMATE_IMAGE_LOW 85
+#define ESTIMATE_IMAGE_TILE 170
 #define ESTIMATE_IMAGE_HIGH 1105
 #define ESTIMATE_IMAGE_ANTHROPIC 1600
 

@@ -382,10 +382,133 @@ static void test_media_parts(void **state) {
     }
 }
 
+/* ---- images counted from their size ---- */
+
+static void b64_encode(const unsigned char *in, size_t n, char *out) {
+    static const char t[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t k = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned)in[i] << 16 | (i + 1 < n ? (unsigned)in[i + 1] << 8 : 0) | (i + 2 < n ? in[i + 2] : 0);
+        out[k++] = t[v >> 18 & 63];
+        out[k++] = t[v >> 12 & 63];
+        out[k++] = i + 1 < n ? t[v >> 6 & 63] : '=';
+        out[k++] = i + 2 < n ? t[v & 63] : '=';
+    }
+    out[k] = '\0';
+}
+
+/* The first bytes of an image of w x h in a format: what the estimate
+ * reads of it (the rest of the file does not matter). */
+static size_t image_head(const char *fmt, long w, long h, unsigned char *b) {
+    memset(b, 0, 64);
+    if (!strcmp(fmt, "png")) {
+        memcpy(b, "\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR", 16);
+        for (int i = 0; i < 4; i++)
+            b[16 + i] = (unsigned char)(w >> (24 - 8 * i)), b[20 + i] = (unsigned char)(h >> (24 - 8 * i));
+        return 33;
+    }
+    if (!strcmp(fmt, "gif")) {
+        memcpy(b, "GIF89a", 6);
+        b[6] = (unsigned char)w, b[7] = (unsigned char)(w >> 8), b[8] = (unsigned char)h,
+        b[9] = (unsigned char)(h >> 8);
+        return 40;
+    }
+    if (!strcmp(fmt, "webp")) {
+        memcpy(b, "RIFF\0\0\0\0WEBPVP8X\x0a\0\0\0", 20);
+        for (int i = 0; i < 3; i++)
+            b[24 + i] = (unsigned char)((w - 1) >> (8 * i)), b[27 + i] = (unsigned char)((h - 1) >> (8 * i));
+        return 40;
+    }
+    /* JPEG: SOI, an APP0 segment of 16, then SOF0 (length 17, precision 8,
+     * height, width). */
+    static const unsigned char app0[] = {0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, 'J', 'F', 'I', 'F',
+                                         0,    1,    1,    0,    0,    1,    0,   1,   0,   0};
+    memcpy(b, app0, sizeof(app0));
+    unsigned char *f = b + sizeof(app0);
+    f[0] = 0xFF, f[1] = 0xC0, f[2] = 0, f[3] = 17, f[4] = 8;
+    f[5] = (unsigned char)(h >> 8), f[6] = (unsigned char)h, f[7] = (unsigned char)(w >> 8), f[8] = (unsigned char)w;
+    return sizeof(app0) + 20;
+}
+
+/* The documented rules, worked by hand: OpenAI scales to fit 2048 x 2048,
+ * then the short side to 768, 85 + 170 a 512 px tile; Anthropic
+ * width x height / 750, the long edge at most 1568, at most ~1600. */
+static void test_image_sizes(void **state) {
+    (void)state;
+    static const struct {
+        estimate_api api;
+        const char *fmt, *detail;
+        long w, h;
+        long long tokens;
+    } v[] = {
+        {ESTIMATE_CHAT, "png", "auto", 1024, 1024, 765},   /* 768 x 768: 4 tiles */
+        {ESTIMATE_CHAT, "jpeg", "high", 1920, 1080, 1105}, /* 1365 x 768: 6 tiles */
+        {ESTIMATE_CHAT, "gif", NULL, 512, 512, 255},       /* 1 tile, never scaled up */
+        {ESTIMATE_CHAT, "webp", NULL, 4096, 2048, 1105},   /* 2048 x 1024, then 1536 x 768 */
+        {ESTIMATE_CHAT, "png", "low", 4096, 4096, 85},
+        {ESTIMATE_RESPONSES, "png", NULL, 1024, 1024, 765},
+        {ESTIMATE_MESSAGES, "png", NULL, 1000, 1000, 1334}, /* 1 000 000 / 750, up */
+        {ESTIMATE_MESSAGES, "jpeg", NULL, 200, 200, 54},
+        {ESTIMATE_MESSAGES, "gif", NULL, 2000, 1000, 1600}, /* 1568 x 784: 1639, at most 1600 */
+    };
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        unsigned char head[64];
+        char b64[128], body[512];
+        b64_encode(head, image_head(v[i].fmt, v[i].w, v[i].h, head), b64);
+        char detail[32] = "";
+        if (v[i].detail) snprintf(detail, sizeof(detail), ",\"detail\":\"%s\"", v[i].detail);
+        if (v[i].api == ESTIMATE_CHAT)
+            snprintf(
+                body, sizeof(body),
+                "{\"messages\":[{\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/%s;base64,"
+                "%s\"%s}}]}]}",
+                v[i].fmt, b64, detail);
+        else if (v[i].api == ESTIMATE_RESPONSES)
+            snprintf(
+                body, sizeof(body),
+                "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"data:image/%s;"
+                "base64,%s\"%s}]}]}",
+                v[i].fmt, b64, detail);
+        else
+            snprintf(body, sizeof(body),
+                     "{\"messages\":[{\"content\":[{\"type\":\"image\",\"source\":{\"type\":\"base64\",\"media_type\":"
+                     "\"image/%s\",\"data\":\"%s\"}}]}]}",
+                     v[i].fmt, b64);
+        json_t *b = json_loads(body, 0, NULL);
+        assert_non_null(b);
+        estimate e;
+        estimate_request(b, v[i].api, &e);
+        if (e.input != v[i].tokens || e.media != 1)
+            fail_msg("%s %ldx%ld (api %d): %lld tokens, media %lld; want %lld", v[i].fmt, v[i].w, v[i].h, (int)v[i].api,
+                     e.input, e.media, v[i].tokens);
+        json_decref(b);
+    }
+    /* Bytes that are no image, or cut short: the usual largest. */
+    const char *bad[] = {
+        "{\"messages\":[{\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/"
+        "png;base64,AAAA\"}}]}]}",
+        "{\"messages\":[{\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/"
+        "png;base64,!!\"}}]}]}",
+        "{\"messages\":[{\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png,rawbytes\"}}]}]}",
+        "{\"messages\":[{\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"/9j/\"}}]}]}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        json_t *b = json_loads(bad[i], 0, NULL);
+        assert_non_null(b);
+        estimate e;
+        estimate_request(b, ESTIMATE_CHAT, &e);
+        if (e.input != 1105) fail_msg("%s: %lld tokens, want the usual largest 1105", bad[i], e.input);
+        json_decref(b);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_media_parts),       cmocka_unit_test(test_vectors),
-        cmocka_unit_test(test_same_as_run_fixed), cmocka_unit_test(test_same_as_run_random),
+        cmocka_unit_test(test_media_parts),
+        cmocka_unit_test(test_image_sizes),
+        cmocka_unit_test(test_vectors),
+        cmocka_unit_test(test_same_as_run_fixed),
+        cmocka_unit_test(test_same_as_run_random),
         cmocka_unit_test(test_helpers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
