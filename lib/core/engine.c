@@ -53,7 +53,12 @@ void engine_seen_from_feedback(const ratelimit_feedback *fb, engine_seen *s) {
          * ratelimit_get() stands the more restrictive of input and output
          * in for combined tokens, which the input and output dimensions
          * see directly. */
-        if (ratelimit_get_own(fb, from[i], &v) == RATELIMIT_SRC_NONE) continue;
+        /* Only the providers' own headers count per minute. The generic
+         * families (RateLimit, RateLimit-Policy, X-RateLimit-*) describe a
+         * window of their own (w=1 is a second) or none: read as a minute
+         * they would be adopted as the fleet's limit. Their pause still
+         * counts (ratelimit_settle_pause_ms). */
+        if (ratelimit_get_own(fb, from[i], &v) != RATELIMIT_SRC_PROVIDER) continue;
         s->limit[i] = v.limit;
         s->remaining[i] = v.remaining;
     }

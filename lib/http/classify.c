@@ -52,6 +52,7 @@ typedef struct facts {
     const char *type; /* error.type, "" when absent */
     const char *text; /* where wording is searched: the message, else the raw body */
     size_t text_len;
+    bool rpc_exhausted; /* error.status "RESOURCE_EXHAUSTED" (Google's 429) */
 } facts;
 
 static void copy_field(char dst[CLASSIFY_FIELD_SZ], json_t *v) {
@@ -80,6 +81,11 @@ static void read_json(json_t *root, classify_result *out, facts *f) {
     copy_field(out->code, json_object_get(holder, "code"));
     copy_field(out->type, json_object_get(holder, "type"));
     if (holder == root && strcmp(out->type, "error") == 0) out->type[0] = '\0';
+    /* Anthropic names a spend stop in error.details.error_code. */
+    json_t *det = json_object_get(holder, "details");
+    if (out->code[0] == '\0' && json_is_object(det)) copy_field(out->code, json_object_get(det, "error_code"));
+    json_t *st = json_object_get(holder, "status");
+    f->rpc_exhausted = json_is_string(st) && strcmp(json_string_value(st), "RESOURCE_EXHAUSTED") == 0;
     /* Without a message string the raw body stays the text searched. */
     json_t *msg = json_is_string(err) ? err : json_object_get(holder, "message");
     if (json_is_string(msg)) {
@@ -95,8 +101,16 @@ static bool says(const facts *f, const char *marker) {
 
 static bool says_quota(const facts *f, int status) {
     if (says(f, "insufficient_quota") || says(f, "billing_error") || says(f, "billing_hard_limit_reached") ||
-        contains(f->text, f->text_len, "exceeded your current quota"))
+        says(f, "enforced_spend_limit_reached"))
         return true;
+    /* Anthropic's spend limits: "You have reached your [specified]
+     * [workspace] API usage limits ... You will regain access on <date>"
+     * (400 for a limit set in the console, 429 for the tier's cap). */
+    if ((status == 400 || status == 429) && contains(f->text, f->text_len, "api usage limits")) return true;
+    /* OpenAI's insufficient_quota wording; Gemini words its per-minute 429
+     * RESOURCE_EXHAUSTED (with a retryDelay) the same, and that is a rate
+     * limit. */
+    if (!f->rpc_exhausted && contains(f->text, f->text_len, "exceeded your current quota")) return true;
     /* Anthropic: a permission or invalid-request error about credit. */
     if ((strcmp(f->type, "permission_error") == 0 || status == 400 || status == 403) &&
         (contains(f->text, f->text_len, "credit balance") || contains(f->text, f->text_len, "purchase credits")))
@@ -145,7 +159,7 @@ static classify_class decide(const classify_input *in, classify_result *out) {
     if (status < 200 || status > 599) return CLASSIFY_TRANSPORT; /* no response, or no valid final status */
     if (status < 300) return CLASSIFY_OK;
 
-    facts f = {out->code, out->type, in->body, in->body_len};
+    facts f = {out->code, out->type, in->body, in->body_len, false};
     if (in->body == NULL) f.text_len = 0;
     json_t *root = NULL;
     if (in->body != NULL && in->body_len > 0 && in->body_len <= CLASSIFY_MAX_JSON_BODY) {

@@ -128,11 +128,39 @@ static const vec vectors[] = {
      "tokens > 200000 maximum\"}}",
      NULL, CLASSIFY_BAD_REQUEST, false, "", "invalid_request_error"},
 
+    /* Anthropic's spend stops: the tier's monthly cap (429, no retry-after,
+     * "API usage pauses until 00:00 UTC on the first day of the next
+     * month") and a spend limit set in the console (400). */
+    {429, NONE,
+     "{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"You have reached your API usage "
+     "limits: your organization has crossed its monthly API usage threshold, set based on your organization's API "
+     "tier. You will regain access on 2026-09-01 at 00:00 UTC.\",\"details\":{\"error_code\":\"enforced_spend_limit_"
+     "reached\"}},\"request_id\":\"req_018EeWyXxfu5pfWkrYcMdjWG\"}",
+     NULL, CLASSIFY_QUOTA_EXHAUSTED, false, "enforced_spend_limit_reached", "rate_limit_error"},
+    {400, NONE,
+     "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"You have reached your "
+     "specified API usage limits. You will regain access on 2025-07-01 at 00:00 UTC.\"}}",
+     NULL, CLASSIFY_QUOTA_EXHAUSTED, false, "", "invalid_request_error"},
     /* other shapes */
     {429, NONE,
      "[{\"error\":{\"code\":429,\"message\":\"Resource has been exhausted\",\"status\":\"RESOURCE_EXHAUSTED\"}}]", NULL,
      CLASSIFY_RATE_LIMITED, true, "429", ""},
     {429, NONE, "{\"error\":\"Too many requests\"}", NULL, CLASSIFY_RATE_LIMITED, true, "", ""},
+    /* Gemini: a per-minute limit's 429 RESOURCE_EXHAUSTED (RetryInfo 26s) is
+     * worded like OpenAI's insufficient_quota; it is a rate limit. */
+    {429, NONE,
+     "{\"error\":{\"code\":429,\"message\":\"You exceeded your current quota, please check your plan and billing "
+     "details. For more information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.\","
+     "\"status\":\"RESOURCE_EXHAUSTED\",\"details\":[{\"@type\":\"type.googleapis.com/google.rpc.QuotaFailure\","
+     "\"violations\":[{\"quotaMetric\":\"generativelanguage.googleapis.com/generate_content_free_tier_input_token_"
+     "count\",\"quotaId\":\"GenerateContentInputTokensPerModelPerMinute-FreeTier\"}]},{\"@type\":\"type."
+     "googleapis.com/google.rpc.RetryInfo\",\"retryDelay\":\"26s\"}]}}",
+     NULL, CLASSIFY_RATE_LIMITED, true, "429", ""},
+    /* ... and on the OpenAI-compatible endpoint (an array; sluice mock --compat gemini) */
+    {429, NONE,
+     "[{\"error\":{\"code\":429,\"message\":\"You exceeded your current quota, please check your plan and billing "
+     "details.\",\"status\":\"RESOURCE_EXHAUSTED\"}}]",
+     NULL, CLASSIFY_RATE_LIMITED, true, "429", ""},
     {429, NONE, "{\"code\":\"insufficient_quota\",\"message\":\"no\"}", NULL, CLASSIFY_QUOTA_EXHAUSTED, false,
      "insufficient_quota", ""},
     {422, NONE, "{\"detail\":[{\"loc\":[\"body\"],\"msg\":\"field required\"}]}", NULL, CLASSIFY_BAD_REQUEST, false, "",

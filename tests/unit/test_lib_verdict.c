@@ -106,6 +106,23 @@ static void test_verdicts(void **state) {
     assert_int_equal(sl_verdict_of(200, 0, NULL, 0, NULL, 2, 0, &bad), SL_EINVAL);
 }
 
+/* Gemini's per-minute 429 (RESOURCE_EXHAUSTED with a RetryInfo, no
+ * Retry-After header) is a throttle, not a hard quota stop: as a quota
+ * stop without a reset it would take the deployment out for
+ * quota_hold_ms (an hour) fleet-wide. */
+static void test_gemini_rate_limit(void **state) {
+    (void)state;
+    const char *body = "{\"error\":{\"code\":429,\"message\":\"You exceeded your current quota, please check "
+                       "your plan and billing details.\",\"status\":\"RESOURCE_EXHAUSTED\",\"details\":[{\"@type\":"
+                       "\"type.googleapis.com/google.rpc.RetryInfo\",\"retryDelay\":\"26s\"}]}}";
+    sl_verdict v = verdict(429, 0, body, NULL, 0);
+    print_message("gemini 429: class %s outcome %d retryable %d pause_ms %lld\n", sl_class_name(v.cls), (int)v.outcome,
+                  (int)v.retryable, (long long)v.pause_ms);
+    assert_int_equal(v.cls, SL_CLASS_RATE_LIMITED);
+    assert_int_equal(v.outcome, SL_OUTCOME_THROTTLED);
+    assert_true(v.retryable);
+}
+
 static void test_backoff(void **state) {
     sl_call_opts o;
     sl_call_opts_init(&o);
@@ -280,9 +297,13 @@ static void test_strings(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_verdicts),          cmocka_unit_test(test_backoff),
-        cmocka_unit_test(test_versioned_structs), cmocka_unit_test(test_effective_max_wait),
-        cmocka_unit_test(test_strings),           cmocka_unit_test(test_usage_edge),
+        cmocka_unit_test(test_verdicts),
+        cmocka_unit_test(test_gemini_rate_limit),
+        cmocka_unit_test(test_backoff),
+        cmocka_unit_test(test_versioned_structs),
+        cmocka_unit_test(test_effective_max_wait),
+        cmocka_unit_test(test_strings),
+        cmocka_unit_test(test_usage_edge),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

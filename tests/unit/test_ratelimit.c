@@ -1,6 +1,7 @@
 /* Unit tests for lib/http/ratelimit: value parsers, each provider's header
  * set, the IETF structured fields, precedence, order independence and the
  * implied pause. "Now" is fixed. */
+#define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "engine.h"
 #include "ratelimit.h"
 
 /* 2023-11-14T22:13:20.000Z */
@@ -656,6 +658,42 @@ static void test_order_independence(void **state) {
     }
 }
 
+/* What the settle learns (engine_seen: limits read as per minute, as
+ * lua/settle.lua adopts them) from headers whose window is not a minute:
+ * an IETF policy of 10 requests a second is 600 a minute, not 10. */
+static void test_seen_window(void **state) {
+    (void)state;
+    static const header ietf[] = {
+        {"RateLimit-Policy", "\"burst\";q=10;w=1"},
+        {"RateLimit", "\"burst\";r=9;t=1"},
+    };
+    static const header generic[] = {
+        {"X-RateLimit-Limit", "10"},
+        {"X-RateLimit-Remaining", "9"},
+    };
+    const header *sets[] = {ietf, generic};
+    for (int k = 0; k < 2; k++) {
+        ratelimit_feedback fb;
+        ratelimit_init(&fb, -1);
+        feed(&fb, sets[k], 2);
+        engine_seen s;
+        engine_seen_from_feedback(&fb, &s);
+        print_message("%s: seen requests limit %lld remaining %lld\n", sets[k][0].name, s.limit[ENGINE_DIM_REQUESTS],
+                      s.remaining[ENGINE_DIM_REQUESTS]);
+        assert_int_equal(s.limit[ENGINE_DIM_REQUESTS], -1);
+        assert_int_equal(s.remaining[ENGINE_DIM_REQUESTS], -1);
+    }
+    /* The providers' own per-minute headers are taken as before. */
+    static const header oai[] = {{"x-ratelimit-limit-requests", "480"}, {"x-ratelimit-remaining-requests", "479"}};
+    ratelimit_feedback fb;
+    ratelimit_init(&fb, -1);
+    feed(&fb, oai, 2);
+    engine_seen s;
+    engine_seen_from_feedback(&fb, &s);
+    assert_int_equal(s.limit[ENGINE_DIM_REQUESTS], 480);
+    assert_int_equal(s.remaining[ENGINE_DIM_REQUESTS], 479);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_duration),  cmocka_unit_test(test_parse_count_and_epoch),
@@ -665,6 +703,7 @@ int main(void) {
         cmocka_unit_test(test_ietf_malformed),  cmocka_unit_test(test_x_ratelimit_generic),
         cmocka_unit_test(test_precedence),      cmocka_unit_test(test_recognition),
         cmocka_unit_test(test_policy_overflow), cmocka_unit_test(test_order_independence),
+        cmocka_unit_test(test_seen_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
