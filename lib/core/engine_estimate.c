@@ -33,7 +33,8 @@ struct est_op {
     void *arg;
     engine_req rq;
     long long max_wait_ms;
-    const struct config_group *g; /* a group's request; NULL for a deployment */
+    int group;          /* a group's request (its configuration may be reloaded meanwhile) */
+    long long spill_ms; /* the group's spill_ms when asked */
     size_t n, left;
     est_member m[CONFIG_GROUP_MAX];
     uv_timer_t timer; /* answers on the next turn when no Redis call is out */
@@ -49,7 +50,7 @@ static void est_free_timer(uv_handle_t *h) { free(h->data); }
  * a hint, when the soonest could serve it (or comes back from a health
  * shed). */
 static void est_pick(est_op *op, engine_estimate *out, int *status) {
-    long long w = op->max_wait_ms, ws = op->g->spill_ms < w ? op->g->spill_ms : w;
+    long long w = op->max_wait_ms, ws = op->spill_ms < w ? op->spill_ms : w;
     est_member *best = NULL;
     long long soon = -1;
     for (size_t t = 0; t < op->n; t++) {
@@ -108,7 +109,7 @@ static void est_pick(est_op *op, engine_estimate *out, int *status) {
 static void est_finish(est_op *op) {
     engine_estimate out;
     int status = SL_OK;
-    if (op->g) {
+    if (op->group) {
         est_pick(op, &out, &status);
     } else {
         out = op->m[0].est;
@@ -248,7 +249,8 @@ int engine_estimate_req(engine *e, const engine_req *rq, engine_estimate_cb cb, 
     op->arg = arg;
     op->rq = *rq;
     op->rq.lane = op->rq.tenant = op->rq.tag = op->rq.name = NULL; /* the strings are the caller's */
-    op->g = g;
+    op->group = g != NULL;
+    op->spill_ms = g ? g->spill_ms : 0;
     op->max_wait_ms = engine_max_wait(e, rq);
     if (g) {
         int order[CONFIG_GROUP_MAX];

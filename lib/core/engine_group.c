@@ -59,6 +59,29 @@ static int group_turn(engine *e, const struct config_group *g, const engine_call
     return group_turn_tt(e, g, c->route->tag, c->route->tenant, 1);
 }
 
+/* c's first member to try, against g as it is now: a reload may have
+ * reordered, retagged or taken out members since c's acquire chose its
+ * turn (an index into the members then). Priority: the first member
+ * allowed now; weighted: its turn while that member is allowed, else a
+ * new turn. Returns it, or -1 when no member may serve c now. */
+static int group_first(engine_call *c, const struct config_group *g) {
+    int t = c->route->turn;
+    if (g->policy == CONFIG_POLICY_WEIGHTED) {
+        if (t < 0 || (size_t)t >= g->nmembers || !group_allows(g, g->members_[t], c)) t = group_turn(c->e, g, c);
+    } else {
+        t = -1;
+        for (size_t i = 0; i < g->nmembers && t < 0; i++)
+            if (group_allows(g, g->members_[i], c)) t = (int)i;
+    }
+    return c->route->turn = t;
+}
+
+/* Nobody may serve c (its TAG, its tenant's tag). */
+static void group_shed_tag(engine_call *c) {
+    engine_shed sh = {.reason = engine_shed_reasons[ENGINE_SHED_TAG], .retry_after_ms = -1};
+    call_complete(c, SL_ESHED, &sh, NULL);
+}
+
 size_t group_ask_order(engine *e, const struct config_group *g, const engine_req *rq, int order[CONFIG_GROUP_MAX]) {
     const char *tag = rq->tag ? rq->tag : "", *tenant = rq->tenant ? rq->tenant : "";
     size_t n = 0;
@@ -215,6 +238,11 @@ void engine__gq_drain(gq *q, int status, const char *msg) {
 }
 
 static void gq_fallback(engine_call *c) {
+    const struct config_group *g = config_group(c->e->cfg, c->route->group);
+    if (g && group_first(c, g) < 0) {
+        group_shed_tag(c);
+        return;
+    }
     if (group_route_steps(c) != 0) {
         call_complete(c, SL_EUNKNOWN, NULL, "group removed by a configuration reload");
     }
@@ -242,6 +270,7 @@ static void on_group_reserve(void *arg, redisReply *r, const char *err) {
         engine__elog(e, CONFIG_LOG_WARN, "group %s: the group script failed (%s); routing member by member", q->name,
                      r->str);
     uint64_t now = uv_now(e->loop);
+    int deferred = 0;
     for (size_t i = 0; i < b->n; i++) {
         engine_call *c = b->items[i];
         c->route->gq = NULL;
@@ -287,6 +316,7 @@ static void on_group_reserve(void *arg, redisReply *r, const char *err) {
             call_deferred(c, v.reason, v.after_ms, now);
             c->state = CALL_PENDING;
             engine__class_push(d, c);
+            deferred = 1;
         } else if (kind == WIRE_SHED) {
             const char *rs = v.reason ? v.reason : engine_shed_reasons[ENGINE_SHED_OTHER];
             engine_shed sh = {.reason = engine_shed_reasons[engine_shed_reason_index(rs)],
@@ -297,7 +327,9 @@ static void on_group_reserve(void *arg, redisReply *r, const char *err) {
         }
     }
     free(b);
-    if (q->q.n) engine__flush_arm(e);
+    /* The flush sends what queued meanwhile, and sets the timer that asks
+     * again for a class a member deferred. */
+    if (q->q.n || deferred) engine__flush_arm(e);
     engine__maybe_finish_stop(e);
 }
 
@@ -344,10 +376,16 @@ void engine__gq_flush(engine *e, gq *q) {
     wire_group_begin(&a, e->agent_arg, m, g->spill_ms, g->policy == CONFIG_POLICY_WEIGHTED ? "weighted" : "priority");
     /* Under redis.max_script_ms, like a deployment's batch; the rest wait
      * for the next call, in order. */
-    size_t cap = engine__batch_cap(e, &q->cost, RESERVE_BATCH_MAX);
-    while (b->n < cap && (c = engine__list_next(e, &q->q, now)) != NULL) {
+    size_t cap = engine__batch_cap(e, &q->cost, RESERVE_BATCH_MAX), nnone = 0;
+    engine_call *none[RESERVE_BATCH_MAX]; /* no member allowed now: shed once the call is out */
+    while (b->n + nnone < cap && (c = engine__list_next(e, &q->q, now)) != NULL) {
         engine__list_remove(&q->q, c);
         e->stats.queued--;
+        if (group_first(c, g) < 0) {
+            c->route->gq = NULL;
+            none[nnone++] = c;
+            continue;
+        }
         long long l = c->route->deadline > now ? (long long)(c->route->deadline - now) : 0;
         /* The members it may use, the one whose turn it is first. */
         char order[64];
@@ -360,6 +398,13 @@ void engine__gq_flush(engine *e, gq *q) {
         wire_group_item(&a, &x, l, (long long)(now - c->age_ms), c->route->lane, c->route->tenant, order);
         c->state = CALL_INFLIGHT;
         b->items[b->n++] = c;
+    }
+    for (size_t i = 0; i < nnone; i++) group_shed_tag(none[i]);
+    if (!b->n) {
+        wire_args_free(&a);
+        free(keys);
+        free(b);
+        return;
     }
     e->group_sent_at = (double)uv_now(e->loop);
     b->sent_ns = uv_hrtime();
@@ -411,6 +456,10 @@ int group_acquire(engine *e, const struct config_group *g, const engine_req *rq,
     snprintf(c->route->tag, sizeof(c->route->tag), "%s", rq->tag ? rq->tag : "");
     c->start_ms = c->age_ms = uv_now(e->loop);
     c->route->deadline = c->start_ms + (uint64_t)(rq->max_wait_ms >= 0 ? rq->max_wait_ms : g->max_wait_ms);
+    /* Its max wait as a plain call's (routing step by step gives each step
+     * its own): a grant the group script makes is held through this
+     * agent's lapse until then (on_release), like any other. */
+    c->max_wait_ms = (long long)(c->route->deadline - c->start_ms);
     e->stats.acquires++;
     group_stat *gs = group_stats(e, g->name);
     if (gs) gs->st.acquires++;
