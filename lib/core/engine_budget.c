@@ -75,6 +75,8 @@ typedef struct budget_look {
 typedef struct budget_book {
     budget_hold *map[BUDGET_MAP];
     unsigned long long seq;
+    char run[40];       /* this engine's run, in its reservation ids: a restart under the same agent id
+                         * must not reuse the ids of reservations its last run still holds */
     const config *cfg;  /* the configuration the arrays below follow (compared, never read: a reload frees it) */
     size_t n;           /* the arrays' length */
     char **zone;        /* per budget: its offsets, "" for UTC */
@@ -98,7 +100,13 @@ typedef struct budget_settle {
 } budget_settle;
 
 static budget_book *book_get(engine *e) {
-    if (!e->book) e->book = calloc(1, sizeof(*e->book));
+    if (!e->book) {
+        static unsigned long long runs;
+        e->book = calloc(1, sizeof(*e->book));
+        if (e->book)
+            snprintf(e->book->run, sizeof(e->book->run), "%llx.%llx", (unsigned long long)wall_clock_ms(),
+                     __atomic_add_fetch(&runs, 1, __ATOMIC_RELAXED));
+    }
     budget_book *b = e->book;
     if (!b || b->cfg == e->cfg) return b;
     /* A new configuration (engine__budget_reconfigure dropped the old
@@ -832,7 +840,7 @@ int engine__budget_acquire(engine *e, const engine_req *rq, engine_acquire_cb cb
     h->tokens = tokens;
     h->amount = budget_max_cost(&h->price, rq->split, tokens, input, rq->output);
     h->deadline = c->start_ms + (uint64_t)c->max_wait_ms;
-    snprintf(h->rid, sizeof(h->rid), "%s:%llu", e->agent_id, ++b->seq);
+    snprintf(h->rid, sizeof(h->rid), "%s:%s:%llu", e->agent_id, b->run, ++b->seq);
     outer_link(e, c);
     /* Asked in this turn's reserve call (the flush after the turn): an
      * answer never comes from within the call that asks. */

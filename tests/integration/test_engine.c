@@ -716,6 +716,73 @@ static void test_budget_calls_without_redis(void **state) {
     uv_loop_close(&loop);
 }
 
+/* An agent restarted under the same id (agent.id, or hostname:pid with
+ * pid 1 in a container) while a reservation of its last run is still
+ * held in Redis (until that lease ends): the new run's requests must
+ * reserve their own amounts, never be taken for the old ones "asked
+ * again" (granted with nothing reserved, over the limit). */
+static int budget_answered(void *arg) { return ((budget_seen *)arg)->calls > 0; }
+
+static engine *budget_engine(uv_loop_t *loop, const char *id) {
+    char text[2048], err[512];
+    snprintf(text, sizeof(text),
+             "redis:\n  url: unix://%s\n"
+             "agent:\n  socket: /tmp/unused.sock\n  fail: closed\n"
+             "deployments:\n  bd:\n    rpm: 600\n    price: { input: 1, output: 2, currency: EUR }\n"
+             "budgets:\n  all:\n    currency: EUR\n    daily: 0.5\n",
+             fx.sock);
+    config *cfg = NULL;
+    if (config_load_string("test", text, strlen(text), &cfg, err, sizeof(err)) != 0) fail_msg("config: %s", err);
+    engine *e;
+    assert_int_equal(engine_new(loop, cfg, id, &e), 0);
+    engine_start(e);
+    return e;
+}
+
+static long long budget_hget(const char *f) {
+    redisContext *c = redis_fixture_connect(&fx);
+    redisReply *r = redisCommand(c, "HGET sluice:{$budgets}:b:all %s", f);
+    long long v = r && r->type == REDIS_REPLY_STRING ? atoll(r->str) : -1;
+    freeReplyObject(r);
+    redisFree(c);
+    return v;
+}
+
+static void test_budget_restart_same_id_reserves_again(void **state) {
+    (void)state;
+    redisContext *c = redis_fixture_connect(&fx);
+    freeReplyObject(redisCommand(c, "FLUSHALL"));
+    redisFree(c);
+    /* 100000 in at EUR 1 and 100000 out at EUR 2 per million: 0.3 EUR. */
+    engine_req rq = {.name = "bd", .split = 1, .input = 100000, .output = 100000, .exact = 1, .max_wait_ms = 2000};
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    engine *e1 = budget_engine(&loop, "fixed-id");
+    budget_seen first = {0};
+    assert_int_equal(engine_acquire_req(e1, &rq, on_budget_acquired, &first, NULL), 0);
+    assert_true(loop_run_until(&loop, budget_answered, &first, 5000));
+    assert_int_equal(first.status, SL_OK);
+    /* The agent goes away before the settle: Redis charges it at its lease end. */
+    engine_stop(e1, on_stopped, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    engine_free(e1);
+    assert_int_equal(budget_hget("day_reserved"), 300000);
+    /* Restarted, same id: 0.3 more would take the day to 0.6 of 0.5. */
+    engine *e2 = budget_engine(&loop, "fixed-id");
+    budget_seen second = {0};
+    rq.max_wait_ms = 300;
+    assert_int_equal(engine_acquire_req(e2, &rq, on_budget_acquired, &second, NULL), 0);
+    assert_true(loop_run_until(&loop, budget_answered, &second, 5000));
+    long long reserved = budget_hget("day_reserved");
+    engine_stop(e2, on_stopped, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    engine_free(e2);
+    uv_loop_close(&loop);
+    fprintf(stderr, "second acquire: status %d, day_reserved %lld\n", second.status, reserved);
+    assert_int_equal(second.status, SL_ESHED);
+    assert_int_equal(reserved, 300000);
+}
+
 static void test_script_permission_error_is_loud(void **state) {
     redisContext *c = redis_fixture_connect(&fx);
     freeReplyObject(redisCommand(c, "ACL SETUSER sluice-notime on >right ~sluice:* +@all -time"));
@@ -942,6 +1009,7 @@ int main(void) {
         cmocka_unit_test(test_wrong_password_and_missing_acl_are_clear_errors),
         cmocka_unit_test(test_script_permission_error_is_loud),
         cmocka_unit_test(test_budget_calls_without_redis),
+        cmocka_unit_test(test_budget_restart_same_id_reserves_again),
         cmocka_unit_test(test_cancel_from_a_callback_of_the_same_reply),
         cmocka_unit_test(test_local_decision_counts_the_wait_spent),
         cmocka_unit_test(test_reload_removes_a_deployment_under_a_call),
