@@ -78,8 +78,9 @@ struct pcall {
     char client[CONFIG_NAME_MAX + 1]; /* the client key's name (agent.http.clients), "" when none */
     long long est_input, est_output;
     int split;
-    int exact;   /* x-sluice-input-tokens: the input counted by the caller */
-    int partial; /* the estimate guessed images, audio or files: teaches nothing */
+    int exact;               /* x-sluice-input-tokens: the input counted by the caller */
+    int partial;             /* the estimate guessed images, audio or files: teaches nothing */
+    long long verdict_pause; /* the attempt's verdict's pause (a body's retryDelay too), -1: none */
     long long max_wait_ms;
     int64_t started; /* sl_now_ms() */
     int stream, include_usage;
@@ -238,6 +239,8 @@ static void settle(pcall *pc, engine_outcome outcome, const usage_rec *u) {
         pc->nrh
             ? (long long)ratelimit_settle_pause_ms(&fb, outcome == ENGINE_THROTTLED || outcome == ENGINE_QUOTA, NULL)
             : -1;
+    /* No header said how long: the body may (Gemini's RetryInfo). */
+    if (pause < 0 && outcome == ENGINE_THROTTLED && pc->verdict_pause >= 0) pause = pc->verdict_pause;
     if (pause > SLUICE_PAUSE_MAX_MS) pause = SLUICE_PAUSE_MAX_MS;
     engine_seen seen;
     engine_seen_from_feedback(&fb, &seen);
@@ -1028,6 +1031,7 @@ static void on_transfer_done(void *arg, CURLcode cc) {
     for (size_t i = 0; i < pc->nrh; i++) hs[i] = (sl_header){pc->rh[i].name, pc->rh[i].value};
     sl_verdict v;
     verdict_compute(status, cc == CURLE_OPERATION_TIMEDOUT, pc->rbody, pc->rlen, hs, pc->nrh, -1, &v);
+    pc->verdict_pause = v.pause_ms;
     if (v.cls != SL_CLASS_OK) {
         pc->set->st->upstream_errors++;
         if (cc == CURLE_OPERATION_TIMEDOUT) pc->set->st->upstream_timeouts++;
@@ -1131,6 +1135,7 @@ void proxy_call_start(proxy_calls *set, http_request *r, const proxy_request *pr
     pc->split = pr->split;
     pc->exact = pr->exact;
     pc->partial = pr->est.media > 0;
+    pc->verdict_pause = -1;
     pc->max_wait_ms = pr->max_wait_ms;
     pc->started = mono_ms();
     /* The proxy's policy on the machine: agent.http.max_attempts and

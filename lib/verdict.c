@@ -141,6 +141,11 @@ void verdict_compute(int status, int timed_out, const char *body, size_t body_le
      * used again: the settle takes it out (or pauses it) until then. */
     v->pause_ms =
         ratelimit_settle_pause_ms(&fb, cr.cls == CLASSIFY_RATE_LIMITED || cr.cls == CLASSIFY_QUOTA_EXHAUSTED, &over);
+    /* No header said how long (Gemini's 429): its body's retryDelay. */
+    if (v->pause_ms < 0 && cr.cls == CLASSIFY_RATE_LIMITED && cr.retry_delay_ms >= 0) {
+        v->pause_ms = cr.retry_delay_ms;
+        over = cap_ms > 0 && v->pause_ms > cap_ms;
+    }
     v->over_cap = over;
     snprintf(v->code, sizeof(v->code), "%s", cr.code);
     switch (cr.cls) {

@@ -68,6 +68,39 @@ static void copy_field(char dst[CLASSIFY_FIELD_SZ], json_t *v) {
     }
 }
 
+/* A google.protobuf.Duration as JSON ("26s", "0.5s", "1.000340s") in ms,
+ * rounded up; -1 when v is not one (or beyond a day). */
+static long long duration_ms(const json_t *v) {
+    const char *s = json_string_value(v);
+    if (!s) return -1;
+    long long whole = 0, frac_ms = 0, scale = 100;
+    size_t i = 0;
+    int digits = 0, extra = 0;
+    for (; s[i] >= '0' && s[i] <= '9'; i++, digits++) {
+        whole = whole * 10 + (s[i] - '0');
+        if (whole > 86400) return -1;
+    }
+    if (s[i] == '.') {
+        for (i++; s[i] >= '0' && s[i] <= '9'; i++, digits++) {
+            if (scale > 0) frac_ms += (s[i] - '0') * scale, scale /= 10;
+            else if (s[i] != '0') extra = 1;
+        }
+    }
+    if (!digits || s[i] != 's' || s[i + 1] != '\0') return -1;
+    return whole * 1000 + frac_ms + extra;
+}
+
+/* The retryDelay of a RetryInfo among error.details (Google's errors). */
+static long long retry_info_ms(const json_t *details) {
+    size_t i;
+    json_t *d;
+    json_array_foreach(details, i, d) {
+        const char *type = json_string_value(json_object_get(d, "@type"));
+        if (type && strstr(type, "google.rpc.RetryInfo")) return duration_ms(json_object_get(d, "retryDelay"));
+    }
+    return -1;
+}
+
 /* Fills out->code, out->type and the message from a parsed body:
  *   {"error": {"code": .., "type": .., "message": ..}}           OpenAI, Azure
  *   {"type": "error", "error": {"type": .., "message": ..}}      Anthropic
@@ -84,6 +117,7 @@ static void read_json(json_t *root, classify_result *out, facts *f) {
     /* Anthropic names a spend stop in error.details.error_code. */
     json_t *det = json_object_get(holder, "details");
     if (out->code[0] == '\0' && json_is_object(det)) copy_field(out->code, json_object_get(det, "error_code"));
+    if (json_is_array(det)) out->retry_delay_ms = retry_info_ms(det);
     json_t *st = json_object_get(holder, "status");
     f->rpc_exhausted = json_is_string(st) && strcmp(json_string_value(st), "RESOURCE_EXHAUSTED") == 0;
     /* Without a message string the raw body stays the text searched. */
@@ -185,6 +219,7 @@ classify_class classify_response(const classify_input *in, classify_result *out)
     out->code[0] = '\0';
     out->type[0] = '\0';
     out->overridden = false;
+    out->retry_delay_ms = -1;
     out->cls = decide(in, out);
     out->retryable = classify_retryable(out->cls);
     int sr = should_retry(in->should_retry, in->should_retry_len);

@@ -73,6 +73,11 @@ typedef struct classify_result {
     bool overridden;              /* x-should-retry changed retryable */
     char code[CLASSIFY_FIELD_SZ]; /* error.code from a JSON body, "" when absent, truncated */
     char type[CLASSIFY_FIELD_SZ]; /* error.type (or Anthropic's error.type), "" when absent */
+    /* Google's RetryInfo in error.details ("retryDelay": "26s", a
+     * google.protobuf.Duration: decimal seconds and "s"), in ms rounded
+     * up; -1 when the body gives none (Gemini's 429 carries no
+     * Retry-After header). */
+    long long retry_delay_ms;
 } classify_result;
 
 /* Classifies one attempt into *out (both non-NULL; a NULL in is treated as

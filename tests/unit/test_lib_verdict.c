@@ -121,6 +121,25 @@ static void test_gemini_rate_limit(void **state) {
     assert_int_equal(v.cls, SL_CLASS_RATE_LIMITED);
     assert_int_equal(v.outcome, SL_OUTCOME_THROTTLED);
     assert_true(v.retryable);
+    /* Its RetryInfo is the pause (no header says one). */
+    assert_int_equal(v.pause_ms, 26000);
+    /* The same wrapped in an array (the OpenAI-compatible endpoint), a
+     * fraction rounded up to the ms, and a header that wins. */
+    v = verdict(429, 0,
+                "[{\"error\":{\"code\":429,\"status\":\"RESOURCE_EXHAUSTED\",\"details\":[{\"@type\":\"type."
+                "googleapis.com/google.rpc.QuotaFailure\"},{\"@type\":\"type.googleapis.com/google.rpc.RetryInfo\","
+                "\"retryDelay\":\"0.5004s\"}]}}]",
+                NULL, 0);
+    assert_int_equal(v.pause_ms, 501);
+    sl_header ra = {"retry-after", "3"};
+    v = verdict(429, 0, body, &ra, 1);
+    assert_int_equal(v.pause_ms, 3000);
+    /* Not a duration: no pause from it. */
+    v = verdict(429, 0,
+                "{\"error\":{\"status\":\"RESOURCE_EXHAUSTED\",\"details\":[{\"@type\":\"type.googleapis.com/"
+                "google.rpc.RetryInfo\",\"retryDelay\":\"26\"}]}}",
+                NULL, 0);
+    assert_true(v.pause_ms < 0);
 }
 
 static void test_backoff(void **state) {
