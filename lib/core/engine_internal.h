@@ -441,6 +441,9 @@ void engine__gq_drain(gq *q, int status, const char *msg);
 void engine__queue_settle(dep *d, const char *id, const usage_rec *u, engine_outcome o, long long pause_ms,
                           const engine_seen *seen);
 void dep_flush_settles(dep *d);
+/* Holds d's next reserve and settle calls after a redirect the router
+ * could not follow (engine_reserve.c). */
+void dep_redirect_hold(dep *d);
 
 /* ---- engine_local.c ---- */
 #define LOCAL_CLOSED_MSG "Redis is unreachable and agent.fail is closed: refusing to pace locally"

@@ -10,6 +10,17 @@
 
 /* ---- reserve --------------------------------------------------------------- */
 
+/* A call the script did not run (a cluster redirection the router could
+ * not follow, a slot being migrated): d holds ENGINE_REDIRECT_HOLD_MS,
+ * then its batch (reserves, settles) goes again. */
+void dep_redirect_hold(dep *d) {
+    engine *e = d->e;
+    e->stats.redirect_holds++;
+    uint64_t until = uv_now(e->loop) + ENGINE_REDIRECT_HOLD_MS;
+    if (until > d->hold_until) d->hold_until = until;
+    uv_timer_start(&e->hold_timer, engine__on_hold_timer, ENGINE_REDIRECT_HOLD_MS, 0);
+}
+
 /* An item's estimate for the scripts (wire_estimate_format). */
 void call_wire_estimate(const engine_call *c, wire_estimate *x) {
     *x = (wire_estimate){.tokens = c->tokens,
@@ -69,11 +80,7 @@ static void on_reserve(void *arg, redisReply *r, const char *err) {
     int redirect = r && r->type == REDIS_REPLY_ERROR && rrouter_is_redirect(r->str);
     if (ok) d->script_error[0] = '\0';
     else if (r && r->type == REDIS_REPLY_ERROR && !redirect && !lost_limits) dep_script_error(d, "reserve", r->str);
-    if (redirect) {
-        e->stats.redirect_holds++;
-        d->hold_until = uv_now(e->loop) + ENGINE_REDIRECT_HOLD_MS;
-        uv_timer_start(&e->hold_timer, engine__on_hold_timer, ENGINE_REDIRECT_HOLD_MS, 0);
-    }
+    if (redirect) dep_redirect_hold(d);
     if (lost_limits) {
         /* Redis lost our limits (flushed or restarted empty): write them
          * again; the batch waits for that and goes again, unseen by callers. */

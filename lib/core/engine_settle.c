@@ -16,15 +16,21 @@ static int settle_is_urgent(const settle_item *it) {
 
 /* Queues one settle item for d's next settle call. u: the usage (NULL:
  * unknown); seen: what the headers said (NULL: nothing). */
+/* Room for n more settle items in d's queue: 0, or -1 (out of memory). */
+static int settles_room(dep *d, size_t n) {
+    if (d->nsettles + n <= d->capsettles) return 0;
+    size_t cap = d->capsettles ? d->capsettles * 2 : 64;
+    while (cap < d->nsettles + n) cap *= 2;
+    settle_item *s = realloc(d->settles, cap * sizeof(*s));
+    if (!s) return -1;
+    d->settles = s;
+    d->capsettles = cap;
+    return 0;
+}
+
 void engine__queue_settle(dep *d, const char *id, const usage_rec *u, engine_outcome o, long long pause_ms,
                           const engine_seen *seen) {
-    if (d->nsettles == d->capsettles) {
-        size_t cap = d->capsettles ? d->capsettles * 2 : 64;
-        settle_item *s = realloc(d->settles, cap * sizeof(*s));
-        if (!s) return; /* best effort: the grant expires with its estimate */
-        d->settles = s;
-        d->capsettles = cap;
-    }
+    if (settles_room(d, 1) != 0) return; /* best effort: the grant expires with its estimate */
     settle_item *it = &d->settles[d->nsettles++];
     snprintf(it->id, sizeof(it->id), "%s", id);
     if (u) it->usage = *u;
@@ -66,26 +72,15 @@ typedef struct settle_batch {
 
 /* A settle the script never ran (a cluster redirection the router could
  * not follow, TRYAGAIN during a slot migration, CLUSTERDOWN) goes back to
- * the front of the queue, and the deployment holds ENGINE_REDIRECT_HOLD_MS
- * as a reserve does: dropped, its usage correction and its concurrency
- * slot were lost until the grant's lease ran out. */
+ * the front of the queue, and the deployment holds as for a reserve:
+ * dropped, its usage correction and its concurrency slot were lost until
+ * the grant's lease ran out. */
 static void requeue_settles(dep *d, const settle_item *items, size_t n) {
-    engine *e = d->e;
-    if (d->nsettles + n > d->capsettles) {
-        size_t cap = d->capsettles ? d->capsettles : 64;
-        while (cap < d->nsettles + n) cap *= 2;
-        settle_item *s = realloc(d->settles, cap * sizeof(*s));
-        if (!s) return; /* best effort: the grants expire with their estimates */
-        d->settles = s;
-        d->capsettles = cap;
-    }
+    if (settles_room(d, n) != 0) return; /* best effort: the grants expire with their estimates */
     memmove(d->settles + n, d->settles, d->nsettles * sizeof(*d->settles));
     memcpy(d->settles, items, n * sizeof(*items));
     d->nsettles += n;
-    e->stats.redirect_holds++;
-    uint64_t until = uv_now(e->loop) + ENGINE_REDIRECT_HOLD_MS;
-    if (until > d->hold_until) d->hold_until = until;
-    uv_timer_start(&e->hold_timer, engine__on_hold_timer, ENGINE_REDIRECT_HOLD_MS, 0);
+    dep_redirect_hold(d);
 }
 
 static int dim_index(const char *name) {
