@@ -375,7 +375,7 @@ int engine_reload(engine *e, config *cfg) {
             continue;
         }
         engine_call *c;
-        while ((c = dep_pop_any(d)) != NULL) call_complete(c, SL_EUNKNOWN, NULL, ENGINE_MSG_REMOVED);
+        while ((c = dep_pop_any(d)) != NULL) group_member_removed(c);
     }
     config_free(old);
     return 0;

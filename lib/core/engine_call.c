@@ -47,7 +47,7 @@ void call_shed(engine_call *c, const engine_shed *shed) {
  * end of it (rerouting a group's request happens before, in call_shed). */
 int call_dep_removed(engine_call *c) {
     if (c->d->cfg) return 0;
-    call_complete(c, SL_EUNKNOWN, NULL, ENGINE_MSG_REMOVED);
+    group_member_removed(c);
     return 1;
 }
 

@@ -248,6 +248,14 @@ static void gq_fallback(engine_call *c) {
     }
 }
 
+void group_member_removed(engine_call *c) {
+    if (!c->route || c->canceled || c->e->stopping || !config_group(c->e->cfg, c->route->group)) {
+        call_complete(c, SL_EUNKNOWN, NULL, ENGINE_MSG_REMOVED);
+        return;
+    }
+    gq_fallback(c);
+}
+
 typedef struct gq_batch {
     gq *q;
     size_t n, m;

@@ -412,8 +412,8 @@ void call_shed(engine_call *c, const engine_shed *shed);
 void call_complete(engine_call *c, int status, const engine_shed *shed, const char *msg);
 void call_free(engine_call *c);
 /* A call going back to its deployment's queue (or to local pacing) after
- * a reload removed that deployment: answered SL_EUNKNOWN as the reload
- * answered those queued there; returns 1 then, else 0. */
+ * a reload removed that deployment: handled as the reload handles those
+ * queued there (group_member_removed); returns 1 then, else 0. */
 int call_dep_removed(engine_call *c);
 const char *engine__grant_number(const char *id);
 void dep_follow_shift(dep *d, const wire_shift *s, long long redis_now_us);
@@ -433,6 +433,10 @@ size_t group_ask_order(engine *e, const struct config_group *g, const engine_req
 int group_acquire(engine *e, const struct config_group *g, const engine_req *rq, engine_acquire_cb cb, void *arg,
                   engine_call **out);
 int group_next(engine_call *c, const engine_shed *shed, engine_shed *final);
+/* c was queued on, or asked of, a deployment a reload took out: a request
+ * to a group the new configuration still has is routed again among its
+ * members as they are now; anything else is answered SL_EUNKNOWN. */
+void group_member_removed(engine_call *c);
 group_stat *group_stats(engine *e, const char *name);
 void engine__gq_flush(engine *e, gq *q);
 void engine__gq_drain(gq *q, int status, const char *msg);

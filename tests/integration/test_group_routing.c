@@ -475,6 +475,32 @@ static void test_reload_keeps_tags(void **state) {
     world_close(&w);
 }
 
+/* A request queued on a member when a reload takes that member out (the
+ * deployment and its place in the group): it is routed again among the
+ * members left, not answered "deployment removed". Under Cluster it is
+ * queued on ra at once; on one Redis, in the group's queue. */
+static void test_reload_removes_member(void **state) {
+    (void)state;
+    world w;
+    world_init(&w, 1, RELOAD_YAML("ra, rb, rc"));
+    req r;
+    all_arg a = {&r, 1};
+    ask(&w, 0, &r, "rg", 5000, NULL, "eu");
+    assert_int_equal(engine_reload(w.e[0], world_config("deployments:\n"
+                                                        "  rb: { rpm: 600, burst: { requests: 10 }, endpoint: "
+                                                        "\"http://b.example\", tags: [eu] }\n"
+                                                        "  rc: { rpm: 600, burst: { requests: 10 }, endpoint: "
+                                                        "\"http://c.example\", tags: [us] }\n"
+                                                        "groups:\n"
+                                                        "  rg: { members: [rb, rc], spill_ms: 200 }\n")),
+                     0);
+    assert_true(loop_run_until(&w.loop, all_called, &a, 3000));
+    print_message("  ra taken out: status %d on %s\n", r.status, r.member);
+    assert_int_equal(r.status, SL_OK);
+    assert_string_equal(r.member, "rb");
+    world_close(&w);
+}
+
 typedef struct est_res {
     int called, status;
     long long wait_ms;
@@ -516,6 +542,7 @@ int main(void) {
         cmocka_unit_test(test_weighted_shares),
         cmocka_unit_test(test_unknown_group_and_bad_tag),
         cmocka_unit_test(test_reload_keeps_tags),
+        cmocka_unit_test(test_reload_removes_member),
         cmocka_unit_test(test_estimate_across_a_reload),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
