@@ -115,6 +115,11 @@ static void paced_30(sim_world_cfg *c) {
     c->nb[0].rate_per_min = 0.3 * c->tpm / 800.0;
 }
 
+static void small_rpm(sim_world_cfg *c) {
+    c->rpm = 60;
+    c->tpm = 1000000;
+}
+
 static void one_stray(sim_world_cfg *c) {
     /* One isolated 429 at 25 s, with room to spare. */
     c->nstray = 1;
@@ -568,6 +573,50 @@ static const sb_scenario table[] = {
      0,
      FAULT_BACK(33000),
      NULL,
+     NULL},
+    /* A deployment whose request burst (1, a second's rate) is smaller
+     * than the agent count, and Azure's 1 s window: two schedules that do
+     * not share a clock cannot keep one request a second apart. */
+    {"fault-redis-stop-small",
+     "azure-standard",
+     "60 RPM (burst 1, Azure's 1 s window): Redis stopped 20..40 s and restarted empty",
+     small_rpm,
+     "azure",
+     NULL,
+     3,
+     5,
+     20,
+     SIM_LANG_EN,
+     400,
+     50,
+     {{20000, SB_REDIS_STOP, 0, 0}, {40000, SB_REDIS_RESTART, 0, 0}},
+     2,
+     0,
+     FAULT_B,
+     "1..7 429s (passes on 1 of seeds 1..10): each agent paces locally at a third of the rate with a burst "
+     "of one, and two agents' local schedules that start together send 10 ms apart, one in Azure's 1 s window; "
+     "after the restart too, while the local tails drain",
+     NULL},
+    {"fault-blackhole-small",
+     "azure-standard",
+     "60 RPM (burst 1, Azure's 1 s window): one of 3 agents black-holed 20..40 s",
+     small_rpm,
+     "azure",
+     NULL,
+     3,
+     5,
+     20,
+     SIM_LANG_EN,
+     400,
+     50,
+     {{20000, SB_BLACKHOLE, 2, 0}, {40000, SB_UNBLACKHOLE, 2, 0}},
+     2,
+     0,
+     FAULT_B,
+     "5..7 429s: every local send of the cut agent is refused, during the cut and while "
+     "its local tail drains after it: the others' schedule at two thirds of the rate sends every 1.5 s, so any "
+     "send of a third schedule falls within 1 s of one of theirs; keeping a second apart needs the held share "
+     "as slots the shared schedule skips, not as a lower rate",
      NULL},
     {"fault-blackhole",
      "azure-standard",
