@@ -141,11 +141,15 @@ local function beat()
     -- empty, or lost the set): the agents it paced beside (1 / share of
     -- them) may still pace locally, unknown here, so nothing holds their
     -- shares. Each missing one is held as a silent stand-in (scored now)
-    -- until its hold passes, or until an agent unknown here hands over
-    -- and takes a stand-in's place.
-    local fresh = tail_share and limits.rpm and not redis.call('ZSCORE', KEYS[9], id)
+    -- until its hold passes, or until an agent unknown here comes back
+    -- and takes a stand-in's place: by a hand-over, or by a plain
+    -- heartbeat (it had nothing to hand over, and is counted live from
+    -- now on; its stand-in held its share a second time, a quarter of
+    -- the rate for the 20 s hold, test_sim_handover).
+    local unknown = limits.rpm and not redis.call('ZSCORE', KEYS[9], id)
+    local fresh = unknown and tail_share
     redis.call('ZADD', KEYS[9], sl_fmt(sl_agent_due(limits, now)), id)
-    if fresh then
+    if unknown and (fresh or not busy_req) then
       local stand = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', '+inf')
       local n = 0
       for _, a in ipairs(stand) do if string.sub(a, 1, 9) == '?unknown:' then n = n + 1 end end
@@ -156,7 +160,7 @@ local function beat()
             break
           end
         end
-      else
+      elseif fresh then
         -- (At most 1024: a share is 1 / the live agents as last seen.)
         local want = math.min(math.floor(1 / tail_share + 0.5), 1024)
         local live = redis.call('ZCOUNT', KEYS[9], '(' .. sl_fmt(now - window), '+inf')

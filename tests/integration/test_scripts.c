@@ -1135,6 +1135,42 @@ static void test_return_retimes(void **state) {
     freeReplyObject(r);
 }
 
+/* The stand-ins (?unknown:<i>) in dep's agents set. */
+static long long stand_ins(const char *dep) {
+    redisReply *r = redisCommand(rc, "ZRANGE sluice:{%s}:agents 0 -1", dep);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    long long n = 0;
+    for (size_t i = 0; i < r->elements; i++) n += !strncmp(r->element[i]->str, "?unknown:", 9);
+    freeReplyObject(r);
+    return n;
+}
+
+/* After Redis lost the agents set: a hand-over from an agent it does not
+ * know holds a stand-in for each agent its share says it paced beside;
+ * an unknown agent's plain heartbeat (it had nothing to hand over) takes
+ * one's place, a known agent's does not. */
+static void test_plain_return_takes_a_stand_in(void **state) {
+    (void)state;
+    const char *dep = "standins";
+    configure_silent(dep);
+    redisReply *r = script_callv(rc, SCRIPT_HEARTBEAT, dep, "a1", "3000", "busy", "0", "0", "0", "0", "0", "0", "2000",
+                                 "2000", "0.333333", NULL);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("heartbeat: %s", r->str);
+    freeReplyObject(r);
+    assert_int_equal(stand_ins(dep), 2);
+    heartbeat_as(dep, "a1", NULL);
+    assert_int_equal(stand_ins(dep), 2);
+    heartbeat_as(dep, "a2", NULL);
+    assert_int_equal(stand_ins(dep), 1);
+    heartbeat_as(dep, "a2", NULL);
+    assert_int_equal(stand_ins(dep), 1);
+    heartbeat_as(dep, "a3", NULL);
+    assert_int_equal(stand_ins(dep), 0);
+    heartbeat_as(dep, "a4", NULL); /* none left: a newcomer is just counted */
+    assert_int_equal(stand_ins(dep), 0);
+}
+
 /* dep holds n outstanding grants: n records, n leases. */
 static void expect_outstanding(const char *dep, long long n) {
     redisReply *r = redisCommand(rc, "HLEN sluice:{%s}:grants", dep);
@@ -1596,6 +1632,7 @@ int main(void) {
         cmocka_unit_test(test_heartbeat_reports_the_backlog),
         cmocka_unit_test(test_heartbeat_reclaims),
         cmocka_unit_test(test_silent_share_held),
+        cmocka_unit_test(test_plain_return_takes_a_stand_in),
         cmocka_unit_test(test_return_retimes),
         cmocka_unit_test(test_dropped_agent_gives_back),
         cmocka_unit_test(test_dropped_agent_dense_stretch),

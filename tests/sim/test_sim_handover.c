@@ -7,7 +7,8 @@
  * Redis keeping its state (every agent cut off), once with Redis
  * restarted empty at 23 s (agents 1 and 2 cut off until 28 s). The send
  * times are replayed through the provider's bucket: the fleet must never
- * over-offer in either case. */
+ * over-offer in either case. And with only agent 0 busy at an empty
+ * restart, the idle agents' return frees the shares held for them. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <setjmp.h>
@@ -51,7 +52,8 @@ static int send_ok(void *ud, double t_ms, const sim_call *c, sim_outcome *out) {
 
 typedef struct result {
     size_t sends, rejects, failed;
-    int max10; /* the most sends in any 10 s window */
+    int max10;   /* the most sends in any 10 s window */
+    size_t late; /* sends from 25 s to 40 s */
     double max10_at, first_reject;
 } result;
 
@@ -103,6 +105,7 @@ static void run(uint64_t seed, int restart_empty, int n0, int ncallers, double b
             replay_add(&rp, r[i].send_ms, 1);
             ts[nt++] = r[i].send_ms;
             res->sends++;
+            if (r[i].send_ms >= 25000 && r[i].send_ms < 40000) res->late++;
         } else if (r[i].status != -2) {
             res->failed++;
         }
@@ -156,10 +159,30 @@ static void test_back_one_by_one_redis_restarted_empty(void **state) {
     assert_int_equal(check(1, 10, 10, 28000, "Redis restarted empty at 23 s, agent 0 back then, 1 and 2 at 28 s"), 0);
 }
 
+/* Redis restarted empty with only agent 0 busy: it hands over and holds
+ * a silent stand-in for each agent its share says it paced beside; agents
+ * 1 and 2 had nothing to pace and come back with a plain heartbeat. Each
+ * takes a stand-in's place, so from 25 s agent 0 has the whole rate
+ * (before: the stand-ins stayed held for 20 s, 111 of 150 sends from
+ * 25 to 40 s on seeds 1 and 2). */
+static void test_idle_agents_back(void **state) {
+    (void)state;
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        result r;
+        run(seed, 2, 30, 0, 28000, &r);
+        printf("Redis restarted empty at 23 s, only agent 0 busy, seed %llu: %zu sends, %zu rejected by the bucket, "
+               "%zu sent from 25 to 40 s (the rate: %d)\n",
+               (unsigned long long)seed, r.sends, r.rejects, r.late, RPM / 4);
+        assert_int_equal(r.rejects, 0);
+        assert_true(r.late >= RPM / 4 * 95 / 100);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_back_one_by_one_redis_kept),
         cmocka_unit_test(test_back_one_by_one_redis_restarted_empty),
+        cmocka_unit_test(test_idle_agents_back),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
