@@ -318,7 +318,10 @@ if op == 'reserve' then
     b.sheds_add, b.granted_add = 0, 0
     all[i] = b
   end
-  local out = {}
+  -- Every item checked before any is reserved: an error changes nothing
+  -- (reserved one by one, the items before a bad one were held, their
+  -- amounts never added to the budgets).
+  local items = {}
   local a = 4 + 7 * nb
   for i = 1, n do
     local rid, amount, lease_ms, k = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
@@ -334,8 +337,10 @@ if op == 'reserve' then
       bs[j] = b
     end
     a = a + 4 + k
-    out[i] = reserve_item(rid, math.floor(amount), lease_ms, bs)
+    items[i] = {rid, math.floor(amount), lease_ms, bs}
   end
+  local out = {}
+  for i, it in ipairs(items) do out[i] = reserve_item(it[1], it[2], it[3], it[4]) end
   for _, b in ipairs(all) do
     if b.touched then
       write_budget(b, {granted = num(b.h, 'granted') + b.granted_add, sheds = num(b.h, 'sheds') + b.sheds_add})

@@ -130,7 +130,14 @@ local function reserve_open(keys, limits, st)
     int_ok = true,
     qs = {}, nq = 0,  -- the sends committed: their slots (their C per dimension in d.qc)
     paused_until = sl_num(st, 'paused_until', 0), last_slot = sl_num(st, 'last_slot', 0),
-    next_id = sl_num(st, 'next_grant', 0), lease_ms = sl_num(limits, 'lease_ms', 120000),
+    -- Grant ids never run behind the clock (ten per ms): a state lost or
+    -- rolled back (Redis restarted empty, an evicted or deleted state
+    -- hash, a failover to a replica behind) must not hand out again the
+    -- ids of grants the agents still hold, whose settles and cancels
+    -- would then settle someone else's grant. (14 digits: within
+    -- settle's 15 and a double's exact integers.)
+    next_id = math.max(sl_num(st, 'next_grant', 0), math.floor(now) * 10),
+    lease_ms = sl_num(limits, 'lease_ms', 120000),
     maxc = maxc, rpd = rpd, tpd = tpd, plain_h = sl_num(limits, 'horizon_ms', -1),
     interval_ms = 1 / req.r, jitter = sl_num(limits, 'jitter_ms', 10), tmax = limits.tokens_rule == 'max',
     pause_shift = sl_shift_field(st),

@@ -1046,6 +1046,20 @@ for i = 1, n do
       if ls > now then sl_set(st, 'last_slot', sl_fmt(ls + shift)) end
       sl_set(st, 'refund_after', sl_fmt(ra))
       sl_set(st, 'pause_shift_ms', sl_fmt(sl_num(st, 'pause_shift_ms', 0) + shift))
+      -- The grants not yet due are held by their agents by the shift too:
+      -- their leases (slot + lease_ms) move with them, or pauses adding
+      -- up to the lease reclaim them before they are sent (their settles
+      -- then unknown, the concurrency cap free while they run).
+      local lz = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. sl_fmt(now + sl_num(limits, 'lease_ms', 120000)),
+                            '+inf', 'WITHSCORES')
+      for i = 1, #lz, 2000 do
+        local args = {}
+        for j = i, math.min(i + 1999, #lz), 2 do
+          args[#args + 1] = string.format('%d', math.ceil(tonumber(lz[j + 1]) + shift))
+          args[#args + 1] = lz[j]
+        end
+        redis.call('ZADD', KEYS[4], unpack(args))
+      end
     end
   end
   out[#out + 1] = result

@@ -31,7 +31,10 @@ local today = today_day
 local out = {
   'deployment', name,
   'rpm', limits.rpm, 'tpm', limits.tpm or '0', 'itpm', limits.itpm or '0', 'otpm', limits.otpm or '0',
-  'burst_requests', limits.burst_requests, 'burst_tokens', limits.burst_tokens,
+  -- (A field may be absent: a hash written by hand or by an older
+  -- configure. A nil here would shift every pair after it.)
+  'burst_requests', limits.burst_requests or string.format('%d', math.max(1, math.floor(sl_num(limits, 'rpm', 0) / 60))),
+  'burst_tokens', limits.burst_tokens or string.format('%d', math.max(1, math.floor(sl_num(limits, 'tpm', 0) / 60))),
   'burst_input', limits.burst_input or '1', 'burst_output', limits.burst_output or '1',
   'refund_tokens', limits.refund_tokens or '0', 'refund_input', limits.refund_input or '0',
   'refund_output', limits.refund_output or '1',
@@ -62,10 +65,10 @@ for _, kv in ipairs({
   {'silent_agents', silent_n}, {'silent_share', string.format('%.4f', held)},
   {'paused_ms', ms(sl_num(st, 'paused_until', 0) - now)},
   {'outstanding_grants', redis.call('ZCARD', KEYS[4])},
-  {'max_concurrency', limits.max_concurrency},
+  {'max_concurrency', limits.max_concurrency or '0'},
   {'retry_balance', math.floor((sl_retry_reserve(limits) + sum + 1e-9) / 100)},
   {'live_agents', redis.call('ZCOUNT', KEYS[9], '(' .. sl_fmt(now - window), '+inf')},
-  {'rpd', limits.rpd}, {'tpd', limits.tpd},
+  {'rpd', limits.rpd or '0'}, {'tpd', limits.tpd or '0'},
   {'today_requests', (sl_num(daily, 'day', -1) == today) and sl_num(daily, 'requests', 0) or 0},
   {'today_tokens', (sl_num(daily, 'day', -1) == today) and sl_num(daily, 'tokens', 0) or 0},
   {'now_us', string.format('%.0f', now_us)}}) do

@@ -727,6 +727,44 @@ static long long budget_field(const char *f) {
     return v;
 }
 
+/* Redis restarted empty (or lost the state hash: eviction, a failover to
+ * a replica behind): the agents still hold the grants made before, and
+ * settle them. The grants made after must not reuse their ids, or an old
+ * grant's settle (here a cancel) settles a new grant someone else holds:
+ * its slot is given back while it is still sent, and its own settle is
+ * "unknown". */
+static void test_grant_ids_survive_lost_state(void **state) {
+    (void)state;
+    const char *dep = "lost-ids";
+    configure_on(rc, dep, "rpm", "60", "burst_requests", "1", "jitter_ms", "0", NULL);
+    long long tok[3] = {1, 1, 1}, mw[3] = {100000, 100000, 100000};
+    verdict before[3], after[3];
+    reserve(rc, dep, 3, tok, mw, before, NULL);
+    for (int i = 0; i < 3; i++) assert_true(before[i].granted);
+    /* Redis empty: every key of the deployment gone, limits written again. */
+    redisReply *r = redisCommand(rc,
+                                 "DEL sluice:{%s}:limits sluice:{%s}:state sluice:{%s}:grants sluice:{%s}:leases "
+                                 "sluice:{%s}:refq:requests sluice:{%s}:refq:tokens",
+                                 dep, dep, dep, dep, dep, dep);
+    assert_non_null(r);
+    freeReplyObject(r);
+    configure_on(rc, dep, "rpm", "60", "burst_requests", "1", "jitter_ms", "0", NULL);
+    advance_on(rc, dep, 5); /* a restart takes a moment */
+    reserve(rc, dep, 3, tok, mw, after, NULL);
+    for (int i = 0; i < 3; i++) {
+        assert_true(after[i].granted);
+        for (int j = 0; j < 3; j++) assert_true(after[i].id != before[j].id);
+    }
+    /* The old holder of the last grant gives it up: nothing of the new. */
+    char id[32], res[32];
+    snprintf(id, sizeof(id), "%lld", before[2].id);
+    settle1(rc, dep, id, -1, "cancelled", -1, res, sizeof(res));
+    assert_string_equal(res, "unknown");
+    snprintf(id, sizeof(id), "%lld", after[2].id);
+    settle1(rc, dep, id, -1, "cancelled", -1, res, sizeof(res));
+    assert_string_equal(res, "settled");
+}
+
 /* Reserve at the largest cost, shed what can never fit, wait what fits
  * once in-flight requests settle, settle to the actual, charge a lease's
  * end in full; everything in one cluster slot. */
@@ -1169,6 +1207,77 @@ static void test_plain_return_takes_a_stand_in(void **state) {
     assert_int_equal(stand_ins(dep), 0);
     heartbeat_as(dep, "a4", NULL); /* none left: a newcomer is just counted */
     assert_int_equal(stand_ins(dep), 0);
+}
+
+/* A grant not yet due when a pause shifts the schedule is held by its
+ * agent to the pause's end: its lease moves with it. Before, pauses adding
+ * up to lease_ms reclaimed it before it was sent: the concurrency cap let
+ * another grant run beside it and its own settle was "unknown". */
+static void test_pause_moves_leases(void **state) {
+    (void)state;
+    const char *dep = "pause-lease";
+    configure_on(rc, dep, "rpm", "60", "burst_requests", "1", "jitter_ms", "0", "max_concurrency", "1", NULL);
+    double t0 = 1796500000000.0;
+    clock_freeze(rc, dep, t0);
+    verdict a = reserve1(rc, dep, 1, 300000, NULL);
+    assert_true(a.granted);
+    char id[32], res[32];
+    snprintf(id, sizeof(id), "%lld", a.id);
+    clock_freeze(rc, dep, t0 + 500);
+    settle1(rc, dep, id, 1, "ok", -1, res, sizeof(res));
+    verdict b = reserve1(rc, dep, 1, 300000, NULL);
+    assert_true(b.granted);
+    assert_int_equal(b.wait_ms, 500);
+    /* Another call's 429 pauses the fleet 130 s: b is released after it. */
+    clock_freeze(rc, dep, t0 + 600);
+    settle1(rc, dep, "-", -1, "throttled", 130000, res, sizeof(res));
+    /* 125 s on, b still waits for its shifted slot: it holds the cap. */
+    clock_freeze(rc, dep, t0 + 125000);
+    verdict c = reserve1(rc, dep, 1, 300000, NULL);
+    assert_false(c.granted);
+    assert_string_equal(c.reason, "concurrency");
+    assert_int_equal(hash_num(rc, dep, "state", "expired_total"), 0);
+    clock_freeze(rc, dep, t0 + 160000);
+    snprintf(id, sizeof(id), "%lld", b.id);
+    settle1(rc, dep, id, 1, "ok", -1, res, sizeof(res));
+    assert_string_equal(res, "settled");
+}
+
+/* A reserve call whose second item is bad is an error and holds nothing:
+ * its first item must not stay held without its amount in the budget
+ * (a later request then fitted beside it, and both spent: 1200 of a
+ * daily 1000). */
+static void test_budget_bad_item_holds_nothing(void **state) {
+    (void)state;
+    const char *name = "bad";
+    const char *argv[] = {"reserve", "1",   "bad",   "USD", "1000", "0",  "0",  "",      "0.8", "2",
+                          "q1",      "600", "60000", "1",   "1",    "q2", "-5", "60000", "1",   "1"};
+    redisReply *r = budget_call(1, &name, 20, argv);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    r = redisCommand(rc, "HGET sluice:{$budgets}:held q1");
+    assert_int_equal(r->type, REDIS_REPLY_NIL);
+    freeReplyObject(r);
+    r = redisCommand(rc, "ZSCORE sluice:{$budgets}:leases q1");
+    assert_int_equal(r->type, REDIS_REPLY_NIL);
+    freeReplyObject(r);
+}
+
+/* status on a limits hash without some field (written by hand, as
+ * docs/redis-keys.md says to try a limit: HDEL packed too; or by an older
+ * configure): every field still answers with its value beside it. */
+static void test_status_with_fields_absent(void **state) {
+    (void)state;
+    const char *dep = "status-absent";
+    configure_on(rc, dep, "rpm", "600", NULL);
+    redisReply *r = redisCommand(rc, "HDEL sluice:{%s}:limits packed max_concurrency rpd burst_tokens", dep);
+    assert_non_null(r);
+    freeReplyObject(r);
+    char buf[64];
+    assert_string_equal(status_text(rc, dep, "max_concurrency", buf, sizeof(buf)), "0");
+    assert_string_equal(status_text(rc, dep, "rpd", buf, sizeof(buf)), "0");
+    assert_true(status_num(rc, dep, "retry_balance") == 10);
+    assert_true(status_num(rc, dep, "burst_requests") == 10);
 }
 
 /* dep holds n outstanding grants: n records, n leases. */
@@ -1616,6 +1725,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keys_share_one_slot),
         cmocka_unit_test(test_budget_reserve_settle_expire),
+        cmocka_unit_test(test_grant_ids_survive_lost_state),
         cmocka_unit_test(test_use_all_of_it),
         cmocka_unit_test(test_shed_consumes_nothing),
         cmocka_unit_test(test_settle_refund_and_charge_exact),
@@ -1633,6 +1743,9 @@ int main(void) {
         cmocka_unit_test(test_heartbeat_reclaims),
         cmocka_unit_test(test_silent_share_held),
         cmocka_unit_test(test_plain_return_takes_a_stand_in),
+        cmocka_unit_test(test_status_with_fields_absent),
+        cmocka_unit_test(test_budget_bad_item_holds_nothing),
+        cmocka_unit_test(test_pause_moves_leases),
         cmocka_unit_test(test_return_retimes),
         cmocka_unit_test(test_dropped_agent_gives_back),
         cmocka_unit_test(test_dropped_agent_dense_stretch),
