@@ -840,9 +840,38 @@ end
 -- Reclaims grants whose lease expired (a crashed or silent worker). Their
 -- estimate stays charged. Returns the number reclaimed (in a dry run: the
 -- number it would reclaim, left in place).
-local function sl_reclaim(now)
+local function sl_reclaim(now, lease_ms)
   local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', '0', '256')
   if #ids == 0 or SL_DRY then return #ids end
+  -- A lease runs from the grant's slot where its agent holds it: a
+  -- stretch since (sl_rate_changed) moved that slot later without
+  -- touching the lease, and a grant stretched further than lease_ms would
+  -- be reclaimed before it was sent (its settle then unknown, the
+  -- concurrency cap free while it runs). Such a lease is moved to its
+  -- re-timed slot's, never earlier; one that cannot be placed is
+  -- reclaimed as before.
+  local rt = lease_ms and redis.call('HGET', KEYS[2], 'retimes')
+  if rt and rt ~= '' then
+    local recs = redis.call('HMGET', KEYS[3], unpack(ids))
+    local gone, moved = {}, {}
+    for i, id in ipairs(ids) do
+      local due
+      if recs[i] then
+        local _, c, slot, _, before = sl_record(recs[i])
+        local s = c and slot and sl_retimed_slot({retimes = rt}, slot, before)
+        if s and s + lease_ms > now then due = s + lease_ms end
+      end
+      if due then
+        moved[#moved + 1] = string.format('%d', math.ceil(due))
+        moved[#moved + 1] = id
+      else
+        gone[#gone + 1] = id
+      end
+    end
+    if #moved > 0 then redis.call('ZADD', KEYS[4], unpack(moved)) end
+    ids = gone
+    if #ids == 0 then return 0 end
+  end
   redis.call('HDEL', KEYS[3], unpack(ids))
   redis.call('ZREM', KEYS[4], unpack(ids))
   return #ids

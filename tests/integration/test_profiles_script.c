@@ -856,6 +856,36 @@ static sim_result simulate(const char *dep, provider *p, double neighbour_rpm, d
     return out;
 }
 
+/* A lease runs from the grant's slot where its agent holds it: a grant the
+ * schedule was stretched past lease_ms is not reclaimed before it is sent
+ * (its settle then unknown). 60 grants 100 ms apart (after a burst of 10),
+ * lease 3 s, the backlog stretched twice at once: at 9 s the leases of
+ * the 20 last (stretched slots past 6 s) run on, the 40 first end (39:
+ * grant 10 was settled, telling the lower limit). Before, all 59. */
+static void test_stretched_grants_keep_their_lease(void **state) {
+    (void)state;
+    const char *dep = "stretch-lease";
+    configure_on(rc, dep, "rpm", "600", "burst_requests", "10", "jitter_ms", "0", "lease_ms", "3000", NULL);
+    clock_at(dep, 1000000);
+    grant g[60];
+    for (int i = 0; i < 60; i++) {
+        g[i] = reserve_tok(dep, "0", 600000);
+        assert_true(g[i].granted);
+    }
+    char ids[24], res[32];
+    snprintf(ids, sizeof(ids), "%lld", g[9].id);
+    settle_fb(dep, g[9].id, "-1", "ok", -1, "r=300/0", res, sizeof(res));
+    assert_true(fabs(state_num(dep, "retime") - log(2.0)) < 1e-9);
+    clock_at(dep, 1009000);
+    grant late = reserve_tok(dep, "0", 600000);
+    assert_true(late.granted);
+    print_message("  stretched 2x, lease 3 s: %.0f reclaimed at 9 s of 60 granted\n", state_num(dep, "expired_total"));
+    assert_true(state_num(dep, "expired_total") == 39);
+    clock_at(dep, 1010500);
+    settle_fb(dep, g[59].id, "-1", "ok", -1, "-", res, sizeof(res));
+    assert_string_equal(res, "settled");
+}
+
 /* A lower limit the headers report re-times what is already granted: the
  * schedule's backlog stretches by old / new, the replies carry the stretch
  * for the agents to re-time the callers they hold ("<shift>:<log K>:<at>"),
@@ -1591,6 +1621,7 @@ int main(void) {
         cmocka_unit_test(test_isolated_429_only_pauses),
         cmocka_unit_test(test_reported_limit_adopted),
         cmocka_unit_test(test_lower_limit_retimes_grants),
+        cmocka_unit_test(test_stretched_grants_keep_their_lease),
         cmocka_unit_test(test_outside_use_retimes_grants),
         cmocka_unit_test(test_header_calibration),
         cmocka_unit_test(test_outside_use_followed),
