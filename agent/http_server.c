@@ -759,6 +759,7 @@ static void on_conn_timer(uv_timer_t *t) {
     http_server *s = c->srv;
     if (c->closing) return;
     if (!c->req && !c->final) conn_process(c); /* a response finished: read the next request */
+    else if (!c->req) conn_maybe_shut(c);      /* the last one: no write may be left to do it */
     if (c->closing) return;
     uint64_t now = uv_now(s->loop), d = conn_deadline(c);
     if (!d || d > now) {

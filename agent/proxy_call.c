@@ -630,15 +630,19 @@ static int filter_out(void *ud, const char *data, size_t len) {
 }
 
 /* A 2xx event stream: the status and headers go to the client now, the
- * events as they come (whole events, less the usage chunk, when the usage
- * was asked for on the client's behalf: sse_filter.h). */
+ * events as they come, whole events at a time (so that a stream cut
+ * short ends with our error event, never inside one of the provider's),
+ * less the usage chunk when the usage was asked for on the client's
+ * behalf (sse_filter.h). */
 static void begin_stream(pcall *pc) {
     pc->sse = usage_sse_new();
-    if (pc->sse && pc->strip_usage) {
+    if (pc->sse) {
         pc->filter = sse_filter_new(filter_out, pc);
         if (!pc->filter) {
             usage_sse_free(pc->sse);
             pc->sse = NULL;
+        } else if (!pc->strip_usage) {
+            sse_filter_set_strip(pc->filter, 0);
         }
     }
     if (!pc->sse) {
@@ -953,13 +957,30 @@ static int step_ask(gcall_sm *m) {
     return rc;
 }
 
+/* The usage a stream reported so far, for its settle: 1 with *u filled,
+ * 0 when none (the estimate stands). Anthropic's message_start counts
+ * the input and the first output token only: a stream that ended before
+ * its final usage (message_delta) was cut, left or failed with more
+ * output generated than that, so its output is kept at the estimate's,
+ * as a stream without any usage is. */
+static int stream_usage(const pcall *pc, usage_rec *u) {
+    if (!pc->sse || usage_sse_result(pc->sse, u) != 0) return 0;
+    usage_sse_state ss;
+    usage_sse_get_state(pc->sse, &ss);
+    if (!ss.final_usage && u->output < pc->est_output) {
+        u->output = pc->est_output;
+        u->tokens = u->input + u->output;
+    }
+    return 1;
+}
+
 /* The settle of an attempt the client abandoned: a stream with the usage
  * it reported so far (none: the estimate stands); an answer under way
  * (the request went out) as cancelled, which keeps its charge (its slot
  * has begun) without feeding the breaker; nothing sent, cancelled too. */
 static void settle_abandoned(pcall *pc) {
     usage_rec u;
-    if (pc->streaming && pc->sse && usage_sse_result(pc->sse, &u) == 0) settle(pc, ENGINE_OK, &u);
+    if (pc->streaming && stream_usage(pc, &u)) settle(pc, ENGINE_OK, &u);
     else if (pc->streaming) settle(pc, ENGINE_OK, NULL);
     else settle(pc, ENGINE_CANCELLED, NULL);
 }
@@ -972,9 +993,12 @@ static void stream_done(pcall *pc, CURLcode cc) {
     usage_sse_state ss = {0};
     if (pc->sse) usage_sse_get_state(pc->sse, &ss);
     usage_rec u;
-    int have = pc->sse && usage_sse_result(pc->sse, &u) == 0;
+    int have = stream_usage(pc, &u);
     int ok = cc == CURLE_OK && !ss.error;
-    if (pc->filter) sse_filter_flush(pc->filter); /* an event cut short goes as it came */
+    /* A complete stream's last bytes go as they came; an event the
+     * upstream cut short is left out, so the error event below is read
+     * as one (appended to half an event, a client reads neither). */
+    if (pc->filter && cc == CURLE_OK) sse_filter_flush(pc->filter);
     if (cc != CURLE_OK) {
         pc->set->st->upstream_errors++;
         if (cc == CURLE_OPERATION_TIMEDOUT) pc->set->st->upstream_timeouts++;

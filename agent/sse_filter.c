@@ -19,6 +19,7 @@ struct sse_filter {
     int rc;             /* the out answers of the feed under way, folded */
     int through;        /* pass-through from here on */
     int gone;           /* out returned < 0 */
+    int keep_usage;     /* sse_filter_set_strip(f, 0) */
     unsigned dropped;
 };
 
@@ -44,6 +45,8 @@ void sse_filter_free(sse_filter *f) {
 }
 
 unsigned sse_filter_dropped(const sse_filter *f) { return f->dropped; }
+
+void sse_filter_set_strip(sse_filter *f, int strip) { f->keep_usage = !strip; }
 
 /* Passes data on; folds out's answer into f->rc. */
 static void pass(sse_filter *f, const char *data, size_t len) {
@@ -75,7 +78,7 @@ static int usage_only(const sse_framer_event *ev) {
  * passed as it came, or left out. */
 static int on_event(void *ud, const sse_framer_event *ev) {
     sse_filter *f = ud;
-    if (usage_only(ev)) f->dropped++;
+    if (!f->keep_usage && usage_only(ev)) f->dropped++;
     else pass(f, ev->raw, ev->raw_len);
     return f->gone ? -1 : 0;
 }

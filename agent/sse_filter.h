@@ -44,6 +44,10 @@ int sse_filter_feed(sse_filter *f, const char *data, size_t len);
  * sse_filter_feed. */
 int sse_filter_flush(sse_filter *f);
 
+/* strip 0: usage-only chunks pass too (the filter then only passes
+ * whole events); 1, the default: they are left out. */
+void sse_filter_set_strip(sse_filter *f, int strip);
+
 /* Usage-only chunks left out so far. */
 unsigned sse_filter_dropped(const sse_filter *f);
 

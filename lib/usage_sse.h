@@ -23,8 +23,12 @@
  * message_stop, response.completed / incomplete / failed) and an error
  * event, so a caller can tell a finished stream from one cut short.
  *
- * An event's data beyond USAGE_SSE_MAX_EVENT bytes is not kept (such an
- * event carries text, not usage); the stream is still followed.
+ * An event's data beyond USAGE_SSE_MAX_EVENT bytes (usage.h's
+ * USAGE_MAX_BODY, the most usage_split reads) is not kept; the stream is
+ * still followed. It is that large because a usage event may carry far
+ * more than usage: the Responses API's response.completed holds the whole
+ * response (its output, base64 images of image_generation_call included,
+ * and the instructions echoed) before its usage.
  *
  * Depends on sse_framer.h and usage.h (jansson). No globals; a reader is used by one
  * thread at a time. Ownership: usage_sse_new() returns a reader freed
@@ -36,7 +40,7 @@
 
 #include "usage.h"
 
-#define USAGE_SSE_MAX_EVENT (1024 * 1024)
+#define USAGE_SSE_MAX_EVENT USAGE_MAX_BODY
 
 typedef struct usage_sse usage_sse;
 

@@ -80,6 +80,7 @@ typedef struct held {
     http_request *r;
     uv_timer_t t;
     int step, answer_ms, timer_live;
+    int late_end; /* /stream?late: the end comes a tick after the last event */
     size_t sent;
 } held;
 
@@ -125,13 +126,19 @@ static void orphan_poll(uv_timer_t *t) {
 /* /stream: three SSE events 400 ms apart. */
 static void sse_next(uv_timer_t *t) {
     held *h = t->data;
+    if (h->step == 3) { /* late_end: its last event has long been written */
+        http_stream_end(h->r);
+        uv_timer_stop(t);
+        held_free(h);
+        return;
+    }
     char ev[64];
     int n = snprintf(ev, sizeof(ev), "event: tick\ndata: {\"n\":%d}\n\n", h->step + 1);
     lock();
     fx.sse_sent[h->step] = 1; /* produced: set before the client can read it */
     unlock();
     http_stream_write(h->r, ev, (size_t)n);
-    if (++h->step == 3) {
+    if (++h->step == 3 && !h->late_end) {
         http_stream_end(h->r);
         uv_timer_stop(t);
         held_free(h);
@@ -210,6 +217,7 @@ static void on_request(http_request *r, void *arg) {
     } else if (!strcmp(path, "/stream")) {
         held *h = held_new(r);
         http_request_on_abandon(r, held_abandoned, h);
+        h->late_end = !strcmp(http_msg_query(m), "late");
         http_stream_begin(r, 200, NULL, 0, "text/event-stream");
         held_arm(h, sse_next, 0, 400);
     } else if (!strcmp(path, "/flood")) {
@@ -552,6 +560,14 @@ static void test_forms(void **state) {
     assert_false(r.chunked);
     assert_non_null(strstr(r.body, "{\"n\":3}"));
     assert_string_equal(hc_header(&r, "connection", v, sizeof(v)), "close");
+    hc_response_free(&r);
+    hc_close(&c);
+    /* ... also when the stream ends after its last bytes went out (the
+     * proxy's case: the upstream's end comes after its last event). */
+    connect_tcp(&c);
+    assert_int_equal(hc_send_str(&c, "POST /stream?late HTTP/1.0\r\nContent-Length: 0\r\n\r\n"), 0);
+    assert_int_equal(hc_read_response(&c, &r, 5000), 0);
+    assert_non_null(strstr(r.body, "{\"n\":3}"));
     hc_response_free(&r);
     hc_close(&c);
     /* The UNIX socket, with the RESP socket's mode. */

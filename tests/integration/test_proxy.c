@@ -456,6 +456,9 @@ static void test_gone_mid_stream(void **state) {
                  "    endpoint: http://127.0.0.1:%PORT%\n");
     static const char body[] = "{\"model\":\"claude\",\"stream\":true,\"max_tokens\":400,\"messages\":[{\"role\":"
                                "\"user\",\"content\":\"abcdefgh\"}]}";
+    redisContext *rc = redisConnectUnix(fx.sock);
+    assert_non_null(rc);
+    long long out0 = state_ll(rc, "claude", "output_counted");
     hc_conn c;
     assert_int_equal(hc_connect_tcp(&c, p.port), 0);
     char req[512];
@@ -471,14 +474,104 @@ static void test_gone_mid_stream(void **state) {
     hc_close(&c);
     const void *arg[2] = {&p, &slow};
     PROC_POLL_OR_FAIL(upstream_cancelled, arg, 10000, "the upstream stream to be cancelled and settled");
-    /* Settled with what the stream reported: the input, and some output. */
+    /* Settled with what the stream reported: the input. Its output was
+     * still being generated (message_start counts the first token only;
+     * the count comes in message_delta): it is not settled at 1, the
+     * estimate (max_tokens) stands, as for a stream without usage. */
     double actual = info_num(&p.d, "tokens_actual");
-    assert_true(actual >= 2 && actual < 2 + 400);
+    assert_true(actual >= 2 + 400);
+    double until2 = now_ms() + 10000;
+    while (state_ll(rc, "claude", "output_counted") - out0 < 400 && now_ms() < until2) sleep_ms(10);
+    assert_int_equal(state_ll(rc, "claude", "output_counted") - out0, 400);
+    redisFree(rc);
     assert_int_equal(daemon_stop(&p.d), 0);
     mock_fixture_stop(&slow);
 }
 
 /* ---- upstream faults ---------------------------------------------------------------------------- */
+
+/* A provider that answers each of n requests with a 200 event stream of
+ * one whole event and half of the next, then closes the connection (no
+ * last chunk): a stream cut mid-event. Sets *port; returns its pid. */
+static pid_t cut_upstream(int n, int *port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof(a);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 8) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &al) != 0)
+        return -1;
+    *port = ntohs(a.sin_port);
+    pid_t pid = fork();
+    if (pid != 0) {
+        close(fd);
+        return pid;
+    }
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    static const char head[] =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    static const char *const body[] = {
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n",
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"del"};
+    for (int k = 0; k < n; k++) {
+        int c = accept(fd, NULL, NULL);
+        if (c < 0) _exit(1);
+        char req[65536];
+        size_t len = 0;
+        for (;;) { /* the request: its head, then Content-Length bytes */
+            ssize_t got = read(c, req + len, sizeof(req) - 1 - len);
+            if (got <= 0) break;
+            len += (size_t)got;
+            req[len] = '\0';
+            char *end = strstr(req, "\r\n\r\n"), *cl = strcasestr(req, "\r\ncontent-length:");
+            if (end && cl && len >= (size_t)(end + 4 - req) + (size_t)atol(cl + 17)) break;
+        }
+        char out[1024];
+        size_t o = (size_t)snprintf(out, sizeof(out), "%s", head);
+        for (int i = 0; i < 2; i++)
+            o += (size_t)snprintf(out + o, sizeof(out) - o, "%zx\r\n%s\r\n", strlen(body[i]), body[i]);
+        if (write(c, out, o) < 0) _exit(1);
+        sleep_ms(100);
+        close(c);
+    }
+    _exit(0);
+}
+
+static void test_stream_cut_mid_event(void **state) {
+    (void)state;
+    int port = 0;
+    pid_t up = cut_upstream(2, &port);
+    assert_true(up > 0);
+    mock_fixture fake = {.port = port};
+    proxyd p;
+    start_proxyd(&p, "cutmid", &fake,
+                 "  cut:\n    rpm: 6000\n    style: openai\n    endpoint: http://127.0.0.1:%PORT%\n");
+    /* Passed through as sent (include_usage asked by the client), and
+     * with the usage chunk asked for on the client's behalf. */
+    static const char *const bodies[] = {
+        "{\"model\":\"cut\",\"stream\":true,\"stream_options\":{\"include_usage\":true},\"messages\":[{\"role\":"
+        "\"user\","
+        "\"content\":\"hi\"}]}",
+        "{\"model\":\"cut\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"};
+    for (int i = 0; i < 2; i++) {
+        hc_conn c;
+        assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+        hc_response r;
+        assert_int_equal(hc_post(&c, "/v1/chat/completions", NULL, bodies[i], &r, 10000), 0);
+        assert_int_equal(r.status, 200);
+        /* The whole event, then sluice's error event, readable as one: the
+         * half event is not glued to it. */
+        assert_contains(r.body,
+                        "\"content\":\"Hel\"}}]}\n\ndata: {\"error\":{\"message\":\"sluice: the upstream stream");
+        assert_null(strstr(r.body, "deldata"));
+        hc_response_free(&r);
+        hc_close(&c);
+    }
+    assert_int_equal(daemon_stop(&p.d), 0);
+    int st;
+    waitpid(up, &st, 0);
+}
 
 static void test_upstream_timeout_and_refused(void **state) {
     (void)state;
@@ -983,6 +1076,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_gone_while_waiting, test_teardown),
         cmocka_unit_test_teardown(test_gone_mid_stream, test_teardown),
         cmocka_unit_test_teardown(test_upstream_timeout_and_refused, test_teardown),
+        cmocka_unit_test_teardown(test_stream_cut_mid_event, test_teardown),
         cmocka_unit_test_teardown(test_key_injection, test_teardown),
         cmocka_unit_test_teardown(test_observe, test_teardown),
         cmocka_unit_test_teardown(test_valgrind_proxy, test_teardown),

@@ -334,7 +334,8 @@ static void test_oversized_event(void **state) {
     assert_int_equal(usage_sse_feed(r, head, strlen(head)), 0);
     char chunk[65536];
     memset(chunk, 'x', sizeof(chunk));
-    for (int i = 0; i < 20; i++) assert_int_equal(usage_sse_feed(r, chunk, sizeof(chunk)), 0); /* 1.25 MiB */
+    int chunks = (int)(USAGE_SSE_MAX_EVENT / sizeof(chunk)) + 4; /* just over the bound */
+    for (int i = 0; i < chunks; i++) assert_int_equal(usage_sse_feed(r, chunk, sizeof(chunk)), 0);
     const char *tail =
         "\"}}],\"usage\":{\"total_tokens\":1}}\n\n"
         "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":22,\"total_tokens\":33}}\n\n";
@@ -350,6 +351,35 @@ static void test_oversized_event(void **state) {
     usage_sse_free(NULL);
 }
 
+/* The Responses API's response.completed carries the whole response
+ * (its output, an image_generation_call's base64 image included, and the
+ * instructions echoed) before its usage: megabytes are a normal size. */
+static void test_large_response_completed(void **state) {
+    (void)state;
+    size_t big = 3 * 1024 * 1024;
+    const char *head =
+        "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\",\"usage\":null}}\n\n"
+        "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"output\":[{"
+        "\"type\":\"image_generation_call\",\"result\":\"";
+    const char *tail = "\"}],\"usage\":{\"input_tokens\":1000,\"output_tokens\":500,\"total_tokens\":1500}}}\n\n";
+    usage_sse *r = usage_sse_new();
+    assert_int_equal(usage_sse_feed(r, head, strlen(head)), 0);
+    char chunk[65536];
+    memset(chunk, 'A', sizeof(chunk));
+    for (size_t i = 0; i < big / sizeof(chunk); i++) assert_int_equal(usage_sse_feed(r, chunk, sizeof(chunk)), 0);
+    assert_int_equal(usage_sse_feed(r, tail, strlen(tail)), 0);
+    usage_rec u;
+    usage_sse_state st;
+    usage_sse_get_state(r, &st);
+    assert_int_equal(st.oversized, 0);
+    assert_int_equal(st.done, 1);
+    assert_int_equal(usage_sse_result(r, &u), 0);
+    assert_int_equal(u.input, 1000);
+    assert_int_equal(u.output, 500);
+    assert_int_equal(u.tokens, 1500);
+    usage_sse_free(r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_recorded_whole),
@@ -360,6 +390,7 @@ int main(void) {
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_framing),
         cmocka_unit_test(test_oversized_event),
+        cmocka_unit_test(test_large_response_completed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
