@@ -270,6 +270,12 @@ static void warn_restart_only(daemon_ctx *d, const config *o, const config *n) {
         {"redis password", strcmp(o->redis.password, n->redis.password) != 0},
         {"redis.timeout_ms", o->redis.timeout_ms != n->redis.timeout_ms},
         {"redis.connect_timeout_ms", o->redis.connect_timeout_ms != n->redis.connect_timeout_ms},
+        {"redis.cluster", !same_strings(o->redis.cluster, o->redis.ncluster, n->redis.cluster, n->redis.ncluster)},
+        {"redis.sentinel.master", strcmp(o->redis.sentinel_master, n->redis.sentinel_master) != 0},
+        {"redis.sentinel.nodes",
+         !same_strings(o->redis.sentinels, o->redis.nsentinels, n->redis.sentinels, n->redis.nsentinels)},
+        {"agent.socket_owner", strcmp(o->agent.socket_owner, n->agent.socket_owner) != 0},
+        {"agent.socket_group", strcmp(o->agent.socket_group, n->agent.socket_group) != 0},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
         if (rows[i].differs)
@@ -367,6 +373,12 @@ static int run(daemon_ctx *d) {
     } else {
         engine_start(d->e);
         uv_signal_start(&d->sig_hup, on_hup, SIGHUP);
+        /* Blocked since main(): a SIGHUP that came during the start is
+         * delivered now, as a reload, instead of killing the process. */
+        sigset_t hup;
+        sigemptyset(&hup);
+        sigaddset(&hup, SIGHUP);
+        sigprocmask(SIG_UNBLOCK, &hup, NULL);
         uv_signal_start(&d->sig_term, on_term, SIGTERM);
         uv_signal_start(&d->sig_int, on_term, SIGINT);
         uv_timer_start(&d->watch, on_watch, WATCH_MS, WATCH_MS);
@@ -422,6 +434,14 @@ int main(int argc, char **argv) {
     }
     /* A client that vanishes mid-write must not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
+    /* Nor a SIGHUP (a reload: systemctl reload once the socket exists)
+     * before its handler is installed: its default action ends the
+     * process. Blocked until run() installs the handler (threads made
+     * meanwhile inherit the mask, so the main thread takes it). */
+    sigset_t hup;
+    sigemptyset(&hup);
+    sigaddset(&hup, SIGHUP);
+    sigprocmask(SIG_BLOCK, &hup, NULL);
     daemon_ctx d;
     memset(&d, 0, sizeof(d));
     d.config_path = o.config;

@@ -390,7 +390,8 @@ static int set_str(const cfg_row *r, void *base, const char *s, size_t len, cons
 /* Parses s[0..len) into the row's field. why gets the full reason. */
 static int set_value(const cfg_row *r, void *base, const char *s, size_t len, char *why, size_t whylen) {
     char gotq[128];
-    cfg_quote(s, len, gotq, sizeof(gotq));
+    if (r->flags & CFG_NOECHO) snprintf(gotq, sizeof(gotq), "a value not repeated here");
+    else cfg_quote(s, len, gotq, sizeof(gotq));
     switch (r->type) {
     case CFG_T_INT:
     case CFG_T_BYTES: return set_int(r, base, s, len, gotq, why, whylen);
@@ -516,8 +517,17 @@ static const char *known_mistake(const cfg_schema *sc, const char *prefix, const
 
 static int walk_map(cfg_ctx *ctx, cfg_entity *ent, yaml_node_t *map, const char *prefix);
 
+/* A row reached a second time through another spelling of its path
+ * ("burst.requests: 3" beside "burst: {requests: 2}", "redis.url" beside
+ * "redis: {url: ...}"): a duplicate key, as two equal keys in one mapping. */
+static int given_twice(cfg_ctx *ctx, cfg_entity *ent, size_t idx, yaml_node_t *val) {
+    if (!(ent->seen & ((uint64_t)1 << idx))) return 0;
+    return cfg_fail(ctx, node_line(val), "duplicate key (first given on line %d)", ent->lines[idx]);
+}
+
 static int set_row(cfg_ctx *ctx, cfg_entity *ent, const cfg_row *r, size_t idx, yaml_node_t *val) {
     char why[512];
+    if (given_twice(ctx, ent, idx, val) != 0) return -1;
     if (node_is_null(val) && !(r->flags & CFG_REQUIRED)) return 0; /* keep the default */
     if (node_is_null(val) || val->type != YAML_SCALAR_NODE) {
         describe_row(r, why, sizeof(why));
@@ -549,6 +559,7 @@ static int finish_entity(cfg_ctx *ctx, cfg_entity *ent) {
 
 static int walk_list(cfg_ctx *ctx, cfg_entity *ent, const cfg_row *r, size_t idx, yaml_node_t *val) {
     const cfg_schema *sub = r->sub;
+    if (given_twice(ctx, ent, idx, val) != 0) return -1;
     ent->seen |= (uint64_t)1 << idx;
     ent->lines[idx] = node_line(val);
     if (node_is_null(val)) return 0;
@@ -630,6 +641,7 @@ static int strs_item(cfg_ctx *ctx, const cfg_row *r, yaml_node_t *it, size_t ite
  * ("listen: 127.0.0.1:8790" as "listen: [127.0.0.1:8790]"), for every
  * such key alike; a null (nothing given) leaves the list absent. */
 static int walk_strs(cfg_ctx *ctx, cfg_entity *ent, const cfg_row *r, size_t idx, yaml_node_t *val) {
+    if (given_twice(ctx, ent, idx, val) != 0) return -1;
     ent->seen |= (uint64_t)1 << idx;
     ent->lines[idx] = node_line(val);
     if (node_is_null(val)) return 0;

@@ -49,6 +49,7 @@ typedef enum cfg_type {
 #define CFG_MIN_OPEN 4u  /* min is exclusive (numbers) */
 #define CFG_MAX_OPEN 8u  /* max is exclusive (numbers) */
 #define CFG_NONEMPTY 16u /* strings: "" is not allowed */
+#define CFG_NOECHO 32u   /* messages never repeat the value (it may hold a secret) */
 
 typedef struct cfg_ctx cfg_ctx; /* one load in progress; opaque */
 typedef struct cfg_schema cfg_schema;

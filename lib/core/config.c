@@ -581,7 +581,7 @@ static const cfg_schema http_client_schema = {
 static const char *const http_mode_names[] = {"govern", "observe", NULL};
 
 static const cfg_row root_rows[] = {
-    CFG_STRF("redis.url", config, redis.url, "redis://127.0.0.1:6379", NULL, CFG_NONEMPTY,
+    CFG_STRF("redis.url", config, redis.url, "redis://127.0.0.1:6379", NULL, CFG_NONEMPTY | CFG_NOECHO,
              "Redis to share the budget in: redis://[user@]host[:port][/db] or unix:///path/to/redis.sock."),
     CFG_STR("redis.username", config, redis.username, NULL, check_token,
             "ACL user (also possible as user@ in the URL)."),
@@ -1233,6 +1233,9 @@ static int root_finish(cfg_ctx *ctx, cfg_entity *ent) {
         }
         replace_str(&r->username, user);
     }
+    if (r->ncluster && r->db != 0)
+        return cfg_entity_fail(ctx, ent, "redis.url",
+                               "Redis Cluster has database 0 only: remove the database after '/' (redis.cluster)");
     if (r->ncluster && (r->sentinel_master[0] || r->nsentinels))
         return cfg_entity_fail(ctx, ent, "redis.sentinel", "give either redis.cluster or redis.sentinel, not both");
     if (!r->sentinel_master[0] != !r->nsentinels)

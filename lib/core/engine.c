@@ -359,6 +359,28 @@ int engine_reload(engine *e, config *cfg) {
      * changed them would promise what the timer cannot keep. */
     cfg->agent.heartbeat_ms = old->agent.heartbeat_ms;
     cfg->agent.silent_hold_ms = old->agent.silent_hold_ms;
+    /* So is the redis section but max_script_ms: the router keeps the
+     * connections it made at the start, so the configuration in force
+     * (INFO's redis_endpoint, the timeouts) must stay theirs. The new
+     * file's redis strings go with the old configuration. */
+    {
+        config_redis started = old->redis;
+        old->redis = cfg->redis;
+        started.max_script_ms = cfg->redis.max_script_ms;
+        cfg->redis = started;
+    }
+    /* And the listeners' settings, which INFO reports: the socket and the
+     * metrics endpoint stay where they were opened. */
+    {
+        char *t;
+        t = cfg->agent.socket, cfg->agent.socket = old->agent.socket, old->agent.socket = t;
+        t = cfg->agent.socket_owner, cfg->agent.socket_owner = old->agent.socket_owner, old->agent.socket_owner = t;
+        t = cfg->agent.socket_group, cfg->agent.socket_group = old->agent.socket_group, old->agent.socket_group = t;
+        t = cfg->agent.metrics, cfg->agent.metrics = old->agent.metrics, old->agent.metrics = t;
+        t = cfg->agent.metrics_host, cfg->agent.metrics_host = old->agent.metrics_host, old->agent.metrics_host = t;
+        cfg->agent.metrics_port = old->agent.metrics_port;
+        cfg->agent.socket_mode = old->agent.socket_mode;
+    }
     for (dep *d = e->deps; d; d = d->next) d->cfg = NULL;
     for (size_t i = 0; i < cfg->ndeployments; i++) {
         dep *d = dep_find(e, cfg->deployments[i].name);

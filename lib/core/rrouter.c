@@ -24,7 +24,8 @@ typedef struct rnode {
 
 struct rrouter {
     uv_loop_t *loop;
-    config_redis cfg; /* a shallow copy; strings owned by the caller's config */
+    config_redis cfg; /* a copy: the strings node_add() reads are the router's own (user, password), the
+                       * rest cleared; the caller's config may be freed (a reload) while the router lives */
     rconn_events ev;
     void *ud;
     int cluster;
@@ -122,7 +123,9 @@ static int node_add(rrouter *r, const char *host, int port, int sentinel) {
     c.host = n->host;
     c.port = port;
     c.unix_path = "";
-    c.db = 0;
+    /* Cluster nodes have database 0 only; a Sentinel master is the
+     * redis.url's Redis moved: the database of the URL applies. */
+    c.db = r->sentinel && !sentinel ? r->cfg.db : 0;
     n->sentinel = sentinel;
     rconn_events ev = {on_node_up, on_node_down};
     if (rconn_new_ex(r->loop, &c, sentinel ? RCONN_PLAIN : 0, ev, n, &n->conn) != 0) return -1;
@@ -425,12 +428,31 @@ void rrouter_get_stats(const rrouter *r, rconn_stats *out, unsigned long long *r
 
 /* ---- lifetime ------------------------------------------------------------------------ */
 
+static void free_secrets(rrouter *r) {
+    if (r->cfg.password) memset(r->cfg.password, 0, strlen(r->cfg.password));
+    free(r->cfg.password);
+    free(r->cfg.username);
+}
+
 int rrouter_new(uv_loop_t *loop, const config_redis *cfg, rconn_events ev, void *ud, rrouter **out) {
     *out = NULL;
     rrouter *r = calloc(1, sizeof(*r));
     if (!r) return SL_ENOMEM;
     r->loop = loop;
     r->cfg = *cfg;
+    /* node_add() connects to nodes found later (a slot map, a failover),
+     * long after the caller's config may have been replaced and freed. */
+    r->cfg.url = r->cfg.host = r->cfg.unix_path = r->cfg.password_file = r->cfg.password_env = NULL;
+    r->cfg.sentinel_master = NULL;
+    r->cfg.cluster = r->cfg.sentinels = NULL;
+    r->cfg.ncluster = r->cfg.nsentinels = 0;
+    r->cfg.username = strdup(cfg->username ? cfg->username : "");
+    r->cfg.password = strdup(cfg->password ? cfg->password : "");
+    if (!r->cfg.username || !r->cfg.password) {
+        free_secrets(r);
+        free(r);
+        return SL_ENOMEM;
+    }
     r->ev = ev;
     r->ud = ud;
     r->cluster = cfg->ncluster > 0;
@@ -445,6 +467,7 @@ int rrouter_new(uv_loop_t *loop, const config_redis *cfg, rconn_events ev, void 
         rconn_events nev = {on_node_up, on_node_down};
         int rc = rconn_new(loop, cfg, nev, n, &n->conn);
         if (rc != 0) {
+            free_secrets(r);
             free(r);
             return rc;
         }
@@ -478,6 +501,7 @@ static void maybe_done(rrouter *r) {
     if (--r->open > 0) return;
     void (*done)(void *) = r->done;
     void *arg = r->done_arg;
+    free_secrets(r);
     free(r);
     if (done) done(arg);
 }

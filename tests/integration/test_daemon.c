@@ -630,6 +630,36 @@ static void test_bad_config_refused(void **state) {
     assert_contains(out, "sluiced " SLUICE_VERSION);
 }
 
+/* A reload as soon as the socket exists (systemd's ExecStartPost waits
+ * for it, then `systemctl reload` may come): the daemon must not be
+ * killed by a SIGHUP that arrives before its handler is installed. */
+static void test_sighup_during_start(void **state) {
+    (void)state;
+    for (int i = 0; i < 5; i++) {
+        daemon_proc d;
+        char name[32];
+        snprintf(name, sizeof(name), "earlyhup%d", i);
+        daemon_init(&d, fx.dir, name);
+        assert_int_equal(
+            daemon_configure(&d, &fx, "  http: {listen: [\"unix:%SOCK%.http\"]}\n", "  eh:\n    rpm: 600\n"), 0);
+        const char *argv[] = {sluiced_fixture_binary(), "--config", d.config, NULL};
+        pid_t pid = proc_spawn((char *const *)argv, d.log, 1);
+        assert_true(pid > 0);
+        struct stat st;
+        double deadline = now_ms() + 10000;
+        while (stat(d.sock, &st) != 0 && now_ms() < deadline) {}
+        kill(pid, SIGHUP);
+        int status = 0;
+        if (proc_wait(pid, 300, &status) == 1)
+            fail_msg("sluiced ended by a SIGHUP during its start (wait status %d)", status);
+        int pings = daemon_pings(&d);
+        kill(pid, SIGTERM);
+        assert_int_equal(proc_wait(pid, 10000, &status), 1);
+        assert_true(pings);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+}
+
 static void test_reload_bad_then_good(void **state) {
     daemon_proc d;
     start_daemon(&d, "reload", NULL, "  rl:\n    rpm: 600\n");
@@ -670,6 +700,52 @@ static void test_reload_bad_then_good(void **state) {
     assert_true(info_field(info, "config_reloads_ok") == 1);
     assert_contains(info, "deployment_rl:rpm=900");
     print_message("  bad reload kept rpm 600; good reload applied rpm 900\n");
+    free(info);
+    free(good);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
+/* A reload that changes the redis section: it takes effect at the next
+ * start (docs/configuration.md), so the log says so for every key,
+ * Sentinel's and Cluster's too, and INFO keeps naming the Redis the
+ * agent is connected to. */
+static void test_reload_redis_is_restart_only(void **state) {
+    (void)state;
+    daemon_proc d;
+    start_daemon(&d, "reloadredis", NULL, "  rr:\n    rpm: 600\n");
+    char *info = daemon_info(&d);
+    char want[600];
+    snprintf(want, sizeof(want), "redis_endpoint:unix:%s\r\n", fx.sock);
+    assert_contains(info, want);
+    free(info);
+    char *good = read_file_all(d.config);
+    char *p = strstr(good, "unix://");
+    assert_non_null(p);
+    char moved[8192];
+    snprintf(moved, sizeof(moved),
+             "%.*sunix:///nonexistent/redis.sock\n  sentinel: {master: m, nodes: [127.0.0.1:1]}%s", (int)(p - good),
+             good, strchr(p, '\n'));
+    char *sock = strstr(moved, "  socket: ");
+    assert_non_null(sock);
+    memcpy(sock, "  socket: /nonexistent/", 23); /* agent.socket moves too */
+    assert_int_equal(write_file(d.config, moved), 0);
+    kill(d.pid, SIGHUP);
+    double deadline = now_ms() + 5000;
+    char *log = NULL;
+    while (now_ms() < deadline) {
+        free(log);
+        log = read_file_all(d.log);
+        if (strstr(log, "configuration reloaded")) break;
+        sleep_ms(20);
+    }
+    assert_contains(log, "reload: redis.url changed; it takes effect at the next restart");
+    assert_contains(log, "reload: redis.sentinel.master changed; it takes effect at the next restart");
+    assert_contains(log, "reload: redis.sentinel.nodes changed; it takes effect at the next restart");
+    free(log);
+    info = daemon_info(&d);
+    assert_contains(info, want);
+    snprintf(want, sizeof(want), "socket:%s\r\n", d.sock);
+    assert_contains(info, want);
     free(info);
     free(good);
     assert_int_equal(daemon_stop(&d), 0);
@@ -958,7 +1034,9 @@ int main(void) {
         cmocka_unit_test_teardown(test_socket_owner_group_mode, test_teardown),
         cmocka_unit_test_teardown(test_socket_stale_and_live, test_teardown),
         cmocka_unit_test_teardown(test_bad_config_refused, test_teardown),
+        cmocka_unit_test_teardown(test_sighup_during_start, test_teardown),
         cmocka_unit_test_teardown(test_reload_bad_then_good, test_teardown),
+        cmocka_unit_test_teardown(test_reload_redis_is_restart_only, test_teardown),
         cmocka_unit_test_teardown(test_budget_reload, test_teardown),
         cmocka_unit_test_teardown(test_sigterm_answers_waiting_callers, test_teardown),
         cmocka_unit_test_teardown(test_metrics_endpoint, test_teardown),

@@ -181,6 +181,48 @@ static void test_sentinel_unknown_master_does_not_stick(void **state) {
     redis_fixture_stop(&master);
 }
 
+/* ---- the caller's config freed while the router lives (a SIGHUP) ----------- */
+
+/* engine_reload() frees the configuration the router was made from; a node
+ * found afterwards (here the Sentinel master, reachable only after the
+ * reload; in Cluster mode any node of a new slot map) must still be
+ * connected to with the user and password of the start. */
+static void test_sentinel_master_found_after_config_freed(void **state) {
+    redis_fixture master, s0;
+    assert_int_equal(redis_fixture_start_ex(&master, "", 0), 0);
+    assert_int_equal(redis_fixture_start_ex(&s0, "", master.port), 0);
+    cmd(&master, "CONFIG SET requirepass sentinel-test-secret");
+    redis_fixture_kill(&s0, 1); /* down until after the "reload" */
+    config_redis cfg = base_cfg();
+    char a0[64];
+    snprintf(a0, sizeof(a0), "127.0.0.1:%d", s0.port);
+    char *sentinels[] = {a0};
+    char *user = strdup("default"), *pass = strdup("sentinel-test-secret");
+    assert_non_null(user);
+    assert_non_null(pass);
+    cfg.username = user;
+    cfg.password = pass;
+    cfg.sentinel_master = "mymaster";
+    cfg.sentinels = sentinels;
+    cfg.nsentinels = 1;
+    rt t;
+    rt_open(&t, &cfg);
+    loop_run_for(&t.loop, 300);
+    /* The reload: the old configuration's strings are wiped and freed. */
+    memset(pass, 'x', strlen(pass));
+    memset(user, 'x', strlen(user));
+    free(pass);
+    free(user);
+    cfg.username = cfg.password = NULL;
+    assert_int_equal(redis_fixture_restart(&s0), 0);
+    int ok = loop_run_until(&t.loop, key_ready, &t, 6000);
+    print_message("  master found and authenticated after the config was freed: %d\n", ok);
+    assert_true(ok);
+    rt_close(&t);
+    redis_fixture_stop(&s0);
+    redis_fixture_stop(&master);
+}
+
 /* ---- READONLY under Sentinel ------------------------------------------------ */
 
 typedef struct reply_seen {
@@ -267,6 +309,45 @@ static void test_sentinel_readonly_asks_again(void **state) {
     redis_fixture_stop(&a);
 }
 
+/* ---- the URL's database under Sentinel ---------------------------------------- */
+
+/* redis://host/2 with Sentinel: the master the sentinels name is that
+ * Redis, and the agent's keys go to database 2 as `sluice status` (which
+ * SELECTs it) reads them, not to database 0. */
+static void test_sentinel_master_uses_url_db(void **state) {
+    redis_fixture master, s0;
+    assert_int_equal(redis_fixture_start_ex(&master, "", 0), 0);
+    assert_int_equal(redis_fixture_start_ex(&s0, "", master.port), 0);
+    config_redis cfg = base_cfg();
+    char a0[64];
+    snprintf(a0, sizeof(a0), "127.0.0.1:%d", s0.port);
+    char *sentinels[] = {a0};
+    cfg.sentinel_master = "mymaster";
+    cfg.sentinels = sentinels;
+    cfg.nsentinels = 1;
+    cfg.db = 2;
+    rt t;
+    rt_open(&t, &cfg);
+    assert_true(loop_run_until(&t.loop, key_ready, &t, 6000));
+    reply_seen rs;
+    configure_call(&t, &rs);
+    assert_true(rs.ok);
+    redisContext *c = redis_fixture_connect_tcp(&master);
+    assert_non_null(c);
+    redisReply *r = redisCommand(c, "SELECT 2");
+    assert_non_null(r);
+    freeReplyObject(r);
+    r = redisCommand(c, "EXISTS %s", t.keys[0]);
+    assert_non_null(r);
+    print_message("  %s in database 2: %lld\n", t.keys[0], r->integer);
+    assert_int_equal(r->integer, 1);
+    freeReplyObject(r);
+    redisFree(c);
+    rt_close(&t);
+    redis_fixture_stop(&s0);
+    redis_fixture_stop(&master);
+}
+
 /* ---- close with routed calls in flight, one redirected ---------------------- */
 
 static void test_close_during_redirect(void **state) {
@@ -342,7 +423,9 @@ int main(void) {
         cmocka_unit_test(test_cluster_error_seed_does_not_stick),
         cmocka_unit_test(test_cluster_unknown_endpoint),
         cmocka_unit_test(test_sentinel_unknown_master_does_not_stick),
+        cmocka_unit_test(test_sentinel_master_found_after_config_freed),
         cmocka_unit_test(test_sentinel_readonly_asks_again),
+        cmocka_unit_test(test_sentinel_master_uses_url_db),
         cmocka_unit_test(test_close_during_redirect),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
