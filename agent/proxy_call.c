@@ -506,13 +506,18 @@ oom:
  * the member's name; an Azure deployment route names it in the path
  * instead), or (b) an OpenAI-format stream that did not ask for its
  * usage goes to a deployment with stream_usage: inject (stream_options.
- * include_usage is added, so the usage can be settled). Sets *len;
+ * include_usage is added, so the usage can be settled; not for an Azure
+ * api-version that predates it). Sets *len;
  * returns the body, NULL when out of memory. */
 static const char *request_body(pcall *pc, const struct config_deployment *d, size_t *len) {
     int rename = !pc->model_in_path && d->style != CONFIG_STYLE_AZURE && strcmp(pc->model, d->name) != 0 &&
                  strcmp(pc->name, d->name) != 0;
+    /* (An Azure api-version older than stream_options would refuse the
+     * request: the request's own version, else the deployment's.) */
+    const char *v = pc->model_in_path && pc->api_version[0] ? pc->api_version : d->api_version;
     int inject = pc->stream && !pc->include_usage && d->stream_usage == CONFIG_STREAM_USAGE_INJECT &&
-                 d->style != CONFIG_STYLE_ANTHROPIC && (pc->op == PROXY_OP_CHAT || pc->op == PROXY_OP_COMPLETIONS);
+                 d->style != CONFIG_STYLE_ANTHROPIC && (pc->op == PROXY_OP_CHAT || pc->op == PROXY_OP_COMPLETIONS) &&
+                 (d->style != CONFIG_STYLE_AZURE || proxy_azure_stream_options(v));
     free(pc->sent);
     pc->sent = NULL;
     pc->strip_usage = inject;

@@ -4,6 +4,7 @@
 
 #include "proxy_wire.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -412,6 +413,13 @@ static int read_body(proxy_request *r, const http_msg *m, proxy_error *err) {
         r->include_usage = json_is_true(iu);
     }
     return 0;
+}
+
+int proxy_azure_stream_options(const char *v) {
+    if (!v) return 1;
+    for (int i = 0; i < 10; i++)
+        if (i == 4 || i == 7 ? v[i] != '-' : !isdigit((unsigned char)v[i])) return 1;
+    return strncmp(v, "2024-09-01", 10) >= 0;
 }
 
 int proxy_parse(const config *cfg, const http_msg *m, proxy_request *out, proxy_error *err) {

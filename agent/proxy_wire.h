@@ -153,6 +153,13 @@ typedef struct proxy_request {
  * proxy_request_free either way). */
 int proxy_parse(const config *cfg, const http_msg *m, proxy_request *out, proxy_error *err);
 
+/* Whether an Azure OpenAI api-version takes stream_options (the usage of
+ * a stream): the REST specification has it from 2024-09-01-preview on
+ * (stable 2024-10-21); older versions answer 400 "Unrecognized request
+ * argument supplied: stream_options". A version that is not a date
+ * (empty, "v1", "latest", "preview": the newer API forms) takes it. */
+int proxy_azure_stream_options(const char *api_version);
+
 /* Frees what proxy_parse put in r (its body). */
 void proxy_request_free(proxy_request *r);
 

@@ -406,6 +406,13 @@ int mock_oai_admit(mock_call *c, uint64_t charge) {
     return 0;
 }
 
+/* A dated api-version ("YYYY-MM-DD[-preview]") before 2024-09-01. */
+static int azure_before_stream_options(const char *v) {
+    int y, mo, dd, n = 0;
+    if (sscanf(v, "%4d-%2d-%2d%n", &y, &mo, &dd, &n) != 3 || n != 10) return 0;
+    return y * 10000 + mo * 100 + dd < 20240901;
+}
+
 /* The body-dependent part of both chat routes. The deployment comes from
  * the path (Azure), resolved before the body is looked at, or from the
  * body's "model" (OpenAI). */
@@ -448,6 +455,13 @@ static void chat(mock_call *c, const char *deployment) {
         mock_oai_bad_request(c, "stream_options",
                              "'stream_options' must be an object whose 'include_usage' is a "
                              "boolean.");
+        return;
+    }
+    /* Azure's REST specification has stream_options from api-version
+     * 2024-09-01-preview (stable 2024-10-21); an older dated version
+     * refuses it as an unknown argument. */
+    if (sopt_given && c->style == MOCK_AZURE && azure_before_stream_options(c->api_version)) {
+        mock_oai_bad_request(c, NULL, "Unrecognized request argument supplied: stream_options");
         return;
     }
     if (milli < 0) {

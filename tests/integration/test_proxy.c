@@ -316,6 +316,40 @@ static void test_streams(void **state) {
     assert_int_equal(daemon_stop(&p.d), 0);
 }
 
+/* Azure api-versions before 2024-09-01-preview refuse stream_options
+ * (400, an unknown argument; the mock as Azure): the proxy asks for a
+ * stream's usage only where the version takes it. Before, every stream
+ * on an older version was refused. */
+static void test_azure_stream_versions(void **state) {
+    (void)state;
+    proxyd p;
+    start_proxyd(&p, "azver", &mk, three);
+    json_decref(mock_fixture_stats(&mk, "?reset=1"));
+    hc_conn c;
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    static const char *const versions[] = {"2024-06-01", "2024-10-21"};
+    for (size_t i = 0; i < 2; i++) {
+        char target[160];
+        snprintf(target, sizeof(target), "/openai/deployments/az-east/chat/completions?api-version=%s", versions[i]);
+        hc_response r;
+        assert_int_equal(hc_post(&c, target, "api-key: azure-caller-key\r\n",
+                                 "{\"stream\":true,\"max_tokens\":40,\"messages\":[{\"role\":\"user\","
+                                 "\"content\":\"abcdefgh\"}]}",
+                                 &r, 10000),
+                         0);
+        print_message("  api-version %s: %d\n", versions[i], r.status);
+        if (r.status != 200) fail_msg("api-version %s: %d %s", versions[i], r.status, r.body);
+        assert_contains(r.body, "data: [DONE]\n\n");
+        assert_null(strstr(r.body, "\"choices\":[]"));
+        hc_response_free(&r);
+    }
+    hc_close(&c);
+    json_t *st = mock_fixture_stats(&mk, "");
+    assert_int_equal(mock_fixture_count(st, "totals/accepted"), 2);
+    json_decref(st);
+    assert_int_equal(daemon_stop(&p.d), 0);
+}
+
 /* ---- shed, retry, quota --------------------------------------------------------------------------- */
 
 static void test_shed(void **state) {
@@ -1071,6 +1105,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_three_apis, test_teardown),
         cmocka_unit_test_teardown(test_streams, test_teardown),
+        cmocka_unit_test_teardown(test_azure_stream_versions, test_teardown),
         cmocka_unit_test_teardown(test_shed, test_teardown),
         cmocka_unit_test_teardown(test_retry_and_quota, test_teardown),
         cmocka_unit_test_teardown(test_gone_while_waiting, test_teardown),

@@ -481,12 +481,33 @@ static void test_api_of(void **state) {
     assert_string_equal(proxy_op_name(PROXY_OP_MESSAGES), "messages");
 }
 
+/* Azure's api-versions that take stream_options: from 2024-09-01(-preview)
+ * on, and every form that is not a date. */
+static void test_azure_stream_options(void **state) {
+    (void)state;
+    assert_false(proxy_azure_stream_options("2024-06-01"));
+    assert_false(proxy_azure_stream_options("2024-08-01-preview"));
+    assert_false(proxy_azure_stream_options("2023-05-15"));
+    assert_true(proxy_azure_stream_options("2024-09-01-preview"));
+    assert_true(proxy_azure_stream_options("2024-10-21"));
+    assert_true(proxy_azure_stream_options("2025-04-01-preview"));
+    assert_true(proxy_azure_stream_options(""));
+    assert_true(proxy_azure_stream_options("v1"));
+    assert_true(proxy_azure_stream_options("preview"));
+    assert_true(proxy_azure_stream_options(NULL));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_routes),         cmocka_unit_test(test_unknown_paths),
-        cmocka_unit_test(test_models),         cmocka_unit_test(test_bodies),
-        cmocka_unit_test(test_sluice_headers), cmocka_unit_test(test_error_builders),
-        cmocka_unit_test(test_shed_answer),    cmocka_unit_test(test_api_of),
+        cmocka_unit_test(test_azure_stream_options),
+        cmocka_unit_test(test_routes),
+        cmocka_unit_test(test_unknown_paths),
+        cmocka_unit_test(test_models),
+        cmocka_unit_test(test_bodies),
+        cmocka_unit_test(test_sluice_headers),
+        cmocka_unit_test(test_error_builders),
+        cmocka_unit_test(test_shed_answer),
+        cmocka_unit_test(test_api_of),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
