@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int bad(const char *cmd, const char *flag, const char *why, const char *value) {
     fprintf(stderr, "sluice %s: %s: %s%s%s%s (see sluice %s --help)\n", cmd, flag, why, value ? " '" : "",
@@ -106,4 +107,10 @@ void cli_print_flags(FILE *f, const cli_flag *flags, size_t nflags) {
                  fl->metavar ? " " : "", fl->metavar ? fl->metavar : "");
         fprintf(f, "  %-26s %s\n", left, fl->help);
     }
+}
+
+const char *cli_default_config(void) {
+    const char *env = getenv("SLUICE_CONFIG");
+    if (env && *env) return env;
+    return access("/etc/sluice/sluiced.yaml", R_OK) == 0 ? "/etc/sluice/sluiced.yaml" : NULL;
 }

@@ -35,6 +35,11 @@ typedef struct cli_flag {
  * the table has a "--help" row. Returns 0, or -1 after printing why. */
 int cli_parse(const char *cmd, const cli_flag *flags, size_t nflags, void *base, int argc, char **argv);
 
+/* The configuration a command reads when --config is not given: the
+ * SLUICE_CONFIG environment variable, else /etc/sluice/sluiced.yaml if
+ * it is readable, else NULL (docs/cli.md). */
+const char *cli_default_config(void);
+
 /* Prints one line per visible flag: "  -N, --requests N    help". */
 void cli_print_flags(FILE *f, const cli_flag *flags, size_t nflags);
 

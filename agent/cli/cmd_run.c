@@ -668,12 +668,6 @@ static void on_tick(uv_timer_t *t) {
 
 /* ---- setup ------------------------------------------------------------------ */
 
-static const char *default_config(void) {
-    const char *env = getenv("SLUICE_CONFIG");
-    if (env && *env) return env;
-    return access("/etc/sluice/sluiced.yaml", R_OK) == 0 ? "/etc/sluice/sluiced.yaml" : NULL;
-}
-
 /* Parses the flags and loads everything. Returns 0, or the exit status. */
 static int setup(run *r, int argc, char **argv) {
     run_args a;
@@ -695,7 +689,7 @@ static int setup(run *r, int argc, char **argv) {
         run_usage(stdout);
         return -1;
     }
-    if (!r->cli.config) r->cli.config = default_config();
+    if (!r->cli.config) r->cli.config = cli_default_config();
     const char *missing = !r->cli.deployment ? "--deployment"
                           : !r->cli.in       ? "--in"
                           : !r->cli.out      ? "--out"

@@ -51,7 +51,8 @@ typedef struct sim_opts {
 
 #define SOPT(f) offsetof(sim_opts, f)
 static const cli_flag sim_flags[] = {
-    {"--config", "-c", "FILE", CLI_STR, SOPT(config), 0, 0, "the sluiced configuration (required)"},
+    {"--config", "-c", "FILE", CLI_STR, SOPT(config), 0, 0,
+     "the sluiced configuration (default $SLUICE_CONFIG, else /etc/sluice/sluiced.yaml)"},
     {"--seed", NULL, "N", CLI_INT, SOPT(seed), 0, 1e15, "the seed of every random choice (default 1)"},
     {"--agents", "-a", "N", CLI_INT, SOPT(agents), 1, 64, "sluiced agents sharing the quota (default 3)"},
     {"--seconds", NULL, "S", CLI_DOUBLE, SOPT(seconds), 0.1, 86400, "virtual seconds of demand to offer (default 60)"},
@@ -602,8 +603,9 @@ int cmd_sim(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    if (!x.o.config) x.o.config = cli_default_config();
     if (!x.o.config) {
-        fprintf(stderr, "sluice sim: --config FILE is required (see sluice sim --help)\n");
+        fprintf(stderr, "sluice sim: --config FILE (or SLUICE_CONFIG) is required (see sluice sim --help)\n");
         return 2;
     }
     if (load_config(x.o.config, &x.yaml, &x.cfg) != 0) return 2;

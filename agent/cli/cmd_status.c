@@ -889,10 +889,7 @@ static int status_main(const char *cmd, int top, int argc, char **argv) {
         return 0;
     }
     if (!cli.config && !cli.socket) {
-        const char *env = getenv("SLUICE_CONFIG");
-        cli.config = env && *env                                     ? env
-                     : access("/etc/sluice/sluiced.yaml", R_OK) == 0 ? "/etc/sluice/sluiced.yaml"
-                                                                     : NULL;
+        cli.config = cli_default_config();
         if (!cli.config) {
             fprintf(stderr, "sluice %s: --config FILE (or SLUICE_CONFIG) or --socket PATH is required\n", cmd);
             run_args_free(&a);

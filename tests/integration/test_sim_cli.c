@@ -251,9 +251,16 @@ static void test_bad_config(void **state) {
     cli(&a, "sim", "--config", cfg_path, "--provider", "acme", NULL);
     assert_int_equal(a.code, 2);
     assert_non_null(strstr(a.err, "--provider: expected azure, openai, anthropic, bedrock or gemini"));
+    unsetenv("SLUICE_CONFIG");
     cli(&a, "sim", NULL);
     assert_int_equal(a.code, 2);
-    assert_non_null(strstr(a.err, "--config FILE is required"));
+    assert_non_null(strstr(a.err, "--config FILE (or SLUICE_CONFIG) is required"));
+    /* Without --config, SLUICE_CONFIG names it (as for run and status). */
+    setenv("SLUICE_CONFIG", bad_path, 1);
+    cli(&a, "sim", NULL);
+    unsetenv("SLUICE_CONFIG");
+    assert_int_equal(a.code, 2);
+    assert_non_null(strstr(a.err, want));
 }
 
 /* --lane and --tenant split the demand: each lane and tenant has its row
