@@ -154,7 +154,12 @@ static void section_redis(info_out *o, server *s, const server_stats *st, const 
     line(o, "mode_since_seconds_ago:%lld", (now - es->mode_since_ms) / 1000);
     line(o, "fail:%s", config_fail_name(cfg->agent.fail));
     line(o, "redis_connected:%d", es->redis_up);
-    if (cfg->redis.unix_path[0]) line(o, "redis_endpoint:unix:%s", cfg->redis.unix_path);
+    /* Under Cluster or Sentinel the url's address is unused: the seeds or
+     * the master's name say where the agent looks. */
+    if (cfg->redis.ncluster)
+        line(o, "redis_endpoint:cluster:%s%s", cfg->redis.cluster[0], cfg->redis.ncluster > 1 ? ",..." : "");
+    else if (cfg->redis.nsentinels) line(o, "redis_endpoint:sentinel:%s/%d", cfg->redis.sentinel_master, cfg->redis.db);
+    else if (cfg->redis.unix_path[0]) line(o, "redis_endpoint:unix:%s", cfg->redis.unix_path);
     else line(o, "redis_endpoint:%s:%d/%d", cfg->redis.host, cfg->redis.port, cfg->redis.db);
     line(o, "redis_last_error:%s", es->redis_error ? es->redis_error : "");
     line(o, "redis_calls:%llu", es->redis_calls);

@@ -751,6 +751,28 @@ static void test_reload_redis_is_restart_only(void **state) {
     assert_int_equal(daemon_stop(&d), 0);
 }
 
+/* Under Sentinel INFO names the master the agent asks the sentinels
+ * for, not the url's unused address (here no sentinel answers: local). */
+static void test_info_endpoint_sentinel(void **state) {
+    (void)state;
+    daemon_proc d;
+    daemon_init(&d, fx.dir, "infosent");
+    assert_int_equal(daemon_configure(&d, &fx, NULL, "  is:\n    rpm: 600\n"), 0);
+    char *good = read_file_all(d.config);
+    char *p = strstr(good, "unix://");
+    assert_non_null(p);
+    char moved[8192];
+    snprintf(moved, sizeof(moved), "%.*sredis://127.0.0.1:1/3\n  sentinel: {master: mymaster, nodes: [127.0.0.1:1]}%s",
+             (int)(p - good), good, strchr(p, '\n'));
+    assert_int_equal(write_file(d.config, moved), 0);
+    free(good);
+    assert_int_equal(daemon_start(&d), 0);
+    char *info = daemon_info(&d);
+    assert_contains(info, "redis_endpoint:sentinel:mymaster/3\r\n");
+    free(info);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
 /* Budgets in money over the socket: the shed's fields; a bad reload
  * keeps the budgets and what they spent, a good one applies a new limit
  * to the next reservation, the spend carried over. */
@@ -1037,6 +1059,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_sighup_during_start, test_teardown),
         cmocka_unit_test_teardown(test_reload_bad_then_good, test_teardown),
         cmocka_unit_test_teardown(test_reload_redis_is_restart_only, test_teardown),
+        cmocka_unit_test_teardown(test_info_endpoint_sentinel, test_teardown),
         cmocka_unit_test_teardown(test_budget_reload, test_teardown),
         cmocka_unit_test_teardown(test_sigterm_answers_waiting_callers, test_teardown),
         cmocka_unit_test_teardown(test_metrics_endpoint, test_teardown),
