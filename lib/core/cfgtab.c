@@ -629,8 +629,11 @@ static int strs_item(cfg_ctx *ctx, const cfg_row *r, yaml_node_t *it, size_t ite
     const char *v = (const char *)it->data.scalar.value;
     char why[160], at[32] = "";
     if (item) snprintf(at, sizeof(at), "item %zu ", item);
-    if (r->check && r->check(v, why, sizeof(why)) != 0)
-        return cfg_fail(ctx, node_line(it), "%s%s, got \"%s\"", at, why, v);
+    if (r->check && r->check(v, why, sizeof(why)) != 0) {
+        char gotq[128];
+        cfg_quote(v, it->data.scalar.length, gotq, sizeof(gotq));
+        return cfg_fail(ctx, node_line(it), "%s%s, got %s", at, why, gotq);
+    }
     *out = cfg_strndup(v, it->data.scalar.length);
     if (!*out) return cfg_fail(ctx, node_line(it), "out of memory");
     return 0;

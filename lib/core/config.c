@@ -61,6 +61,10 @@ static int split_hostport(const char *s, const char **host, size_t *hostlen, int
         *host = s;
         *hostlen = (size_t)(colon - s);
     }
+    /* (No control character or space in the host: a list item such as
+     * redis.cluster's is not checked as a plain string is.) */
+    for (size_t i = 0; i < *hostlen; i++)
+        if ((unsigned char)(*host)[i] <= ' ' || (*host)[i] == 0x7f) return -1;
     long long v;
     if (cfg_parse_decimal(colon + 1, strlen(colon + 1), &v) != 1 || v < 1 || v > 65535) return -1;
     *port = (int)v;

@@ -504,6 +504,8 @@ static const bad_case bad_cases[] = {
     {"redis:\n  cluster: []\n" DEP "    rpm: 1\n", ":2: key 'redis.cluster': must not be an empty list"},
     {"redis:\n  cluster: [127.0.0.1:7000, nope]\n" DEP "    rpm: 1\n",
      ":2: key 'redis.cluster': item 2 must be host:port with a port in 1..65535, got \"nope\""},
+    {"redis:\n  cluster: [\"127.0.0.1:7000\", \"10.0.0.\\t1:7001\"]\n" DEP "    rpm: 1\n",
+     ":2: key 'redis.cluster': item 2 must be host:port with a port in 1..65535, got \"10.0.0.\\x091:7001\""},
     {"redis:\n  sentinel:\n    master: m\n" DEP "    rpm: 1\n",
      ":1: key 'redis.sentinel.nodes': Sentinel needs both redis.sentinel.master and redis.sentinel.nodes"},
     {"redis:\n  cluster: [a:1]\n  sentinel:\n    master: m\n    nodes: [b:2]\n" DEP "    rpm: 1\n",
