@@ -54,7 +54,7 @@ static redisContext *rd; /* Redis, to read the deployments' state */
 #define CACHE_READ 40
 
 static const char deps_fmt[] =
-    "  az:\n    rpm: 60000\n    tpm: 10000000\n    style: azure\n    api_version: 2024-06-01\n"
+    "  az:\n    rpm: 60000\n    tpm: 10000000\n    style: azure\n    api_version: 2024-10-21\n"
     "    endpoint: http://127.0.0.1:%d/\n"
     "  oa:\n    rpm: 60000\n    tpm: 10000000\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
     "  emb:\n    rpm: 60000\n    tpm: 10000000\n    style: openai\n    endpoint: http://127.0.0.1:%d\n"
@@ -232,7 +232,7 @@ typedef struct pcase {
 #define AZ_H "api-key: az-key-0123456789\r\n"
 #define OA_H "Authorization: Bearer sk-parity-0123456789\r\n"
 #define AN_H "x-api-key: an-key-0123456789\r\nanthropic-version: 2023-06-01\r\n"
-#define AZ_T "/openai/deployments/az/chat/completions?api-version=2024-06-01"
+#define AZ_T "/openai/deployments/az/chat/completions?api-version=2024-10-21"
 
 /* 400 characters of prompt: 100 tokens. */
 #define P400                                                                                                           \
@@ -290,7 +290,7 @@ static void test_proxy_paths(void **state) {
         {"openai embeddings", "emb", "/v1/embeddings", OA_H, "{\"model\":\"emb\",\"input\":\"" P400 "\"}", 0},
         {"openai embeddings, a list", "emb", "/v1/embeddings", OA_H,
          "{\"model\":\"emb\",\"input\":[\"" P400 "\",\"short one\"]}", 0},
-        {"azure embeddings", "az", "/openai/deployments/az/embeddings?api-version=2024-06-01", AZ_H,
+        {"azure embeddings", "az", "/openai/deployments/az/embeddings?api-version=2024-10-21", AZ_H,
          "{\"input\":\"" P400 "\"}", 0},
         /* Anthropic: input at admission (cache reads not counted), output
          * max_tokens corrected to what was generated. */
