@@ -133,7 +133,6 @@ static void on_acquired(void *arg, int status, const engine_grant *g, const engi
             resp_add_bulk_str(b, g->deployment);
             resp_add_bulk_str(b, g->endpoint);
         }
-        if (g->tokens > 0) server_counters(op->s)->tokens_reserved += (unsigned long long)g->tokens;
     } else if (status == SL_ESHED && shed->budget) {
         resp_add_errorf(b, "-%s %s retry-after-ms=%lld budget=%s period=%s left=%lld.%06lld currency=%s",
                         sluice_error_word(SL_ESHED), shed->reason, shed->retry_after_ms, shed->budget, shed->period,
@@ -405,7 +404,6 @@ static void cmd_settle(const command_req *q) {
             ? (long long)ratelimit_settle_pause_ms(&fb, outcome == ENGINE_THROTTLED || outcome == ENGINE_QUOTA, NULL)
             : -1;
     if (pause > SLUICE_PAUSE_MAX_MS) pause = SLUICE_PAUSE_MAX_MS;
-    if (pause >= 0) st->settle_pauses++;
     if ((in < 0) != (out < 0)) {
         reply_error(q, "syntax error: INPUT and OUTPUT go together (the usage the provider reported)");
         return;

@@ -210,10 +210,10 @@ static void section_stats(info_out *o, server *s, const server_stats *st, const 
     line(o, "breaker_sheds:%llu", es->breaker_sheds);
     line(o, "settle_headers:%llu", st->settle_headers);
     line(o, "settle_headers_recognised:%llu", st->settle_headers_recognised);
-    line(o, "settle_pauses:%llu", st->settle_pauses);
+    line(o, "settle_pauses:%llu", es->settle_pauses);
     line(o, "retries_allowed:%llu", es->retries_allowed);
     line(o, "retries_refused:%llu", es->retries_refused);
-    line(o, "tokens_reserved:%llu", st->tokens_reserved);
+    line(o, "tokens_reserved:%llu", es->tokens_estimated);
     line(o, "tokens_actual:%llu", es->tokens_actual);
     line(o, "commands_processed:%llu", st->commands);
     line(o, "commands_per_sec:%.2f", st->commands_per_sec);

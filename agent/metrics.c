@@ -545,7 +545,7 @@ int metrics_render(server *s, resp_buf *b) {
     one(&o, "sluice_provider_throttled_total", "counter", "Provider 429s reported (SETTLE STATUS throttled).",
         (double)es.throttled);
     one(&o, "sluice_settle_pauses_total", "counter", "Settles whose forwarded headers asked for a pause.",
-        (double)st.settle_pauses);
+        (double)es.settle_pauses);
     one(&o, "sluice_provider_quota_errors_total", "counter",
         "Hard quota errors reported (SETTLE STATUS quota): each takes its deployment out until the reset.",
         (double)es.quota_events);
@@ -563,7 +563,7 @@ int metrics_render(server *s, resp_buf *b) {
     emit(&o, "sluice_retries_total{result=\"allowed\"} %llu\n", es.retries_allowed);
     emit(&o, "sluice_retries_total{result=\"refused\"} %llu\n", es.retries_refused);
     one(&o, "sluice_tokens_reserved_total", "counter", "Estimated tokens of the grants handed out.",
-        (double)st.tokens_reserved);
+        (double)es.tokens_estimated);
     one(&o, "sluice_tokens_actual_total", "counter", "Actual tokens reported by SETTLE.", (double)es.tokens_actual);
     one(&o, "sluice_limit_changes_total", "counter",
         "Limits adopted from the provider's headers (or dropped when they report the configured one again).",

@@ -58,8 +58,7 @@ typedef struct server_stats {
     unsigned long long closed_buffer_limit;   /* ... of which a limit (size, count) was exceeded */
     unsigned long long closed_idle_timeout;
     unsigned long long commands, unknown_commands, arity_errors;
-    unsigned long long tokens_reserved; /* sum of the estimates of grants handed out */
-    unsigned long long settle_headers, settle_headers_recognised, settle_pauses;
+    unsigned long long settle_headers, settle_headers_recognised;
     unsigned long long reloads_ok, reloads_failed;
     unsigned long long connected, paused_clients; /* gauges */
     unsigned long long pending_replies;           /* gauge: commands not answered yet (the caller's own included) */

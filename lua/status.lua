@@ -1,11 +1,14 @@
 -- status: a read-only snapshot of one deployment's live budget, as field /
 -- value pairs (like HGETALL) so redis-cli shows it readably.
--- ARGV[1]: liveness window for agents in ms (default 3000).
+-- ARGV[1]: liveness window for agents in ms (default 3000); at least the
+-- fleet's own (agent_window_ms, which agents write as max(3 heartbeats,
+-- silent_hold_ms)), so live_agents counts the agents the heartbeat counts
+-- live, a silent one whose share is held included.
 
 -- The limits hash as stored (the reply shows its fields as they are).
 local name, limits, st, err = sl_load(true)
 if not name then return redis.error_reply(err) end
-local window = sl_uint(ARGV[1] or '3000') or 3000
+local window = math.max(sl_uint(ARGV[1] or '3000') or 3000, sl_num(limits, 'agent_window_ms', 0))
 local now, now_us = sl_now(limits)
 local scale = sl_num(st, 'rate_scale', 1)
 if scale < 1 then

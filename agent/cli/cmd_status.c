@@ -506,8 +506,12 @@ static void fmt_num(char *b, size_t n, double v) {
 static void fmt_ms(char *b, size_t n, double ms) {
     if (!isfinite(ms) || ms <= 0) snprintf(b, n, "-");
     else if (ms < 1000) snprintf(b, n, "%.0fms", ms);
-    else if (ms < 60000) snprintf(b, n, "%.1fs", ms / 1000);
-    else snprintf(b, n, "%.0fm%02.0fs", floor(ms / 60000), fmod(ms / 1000, 60));
+    else if (ms < 59950) snprintf(b, n, "%.1fs", ms / 1000);
+    else {
+        /* Round once, then split: 59.6 s past a minute is the next one. */
+        long long s = llround(ms / 1000);
+        if (snprintf(b, n, "%lldm%02ds", s / 60, (int)(s % 60)) >= (int)n) snprintf(b, n, "-");
+    }
 }
 
 static double rate(const json_t *cur, const json_t *prev, const char *k, double dt) {

@@ -310,6 +310,7 @@ int engine_settle_usage(engine *e, const char *grant_id, const usage_rec *usage,
     dep *d = dep_find(e, name);
     if (!d || !d->cfg) return SL_EUNKNOWN;
     e->stats.settles++;
+    if (pause_ms >= 0) e->stats.settle_pauses++;
     d->outcomes[outcome]++;
     if (outcome == ENGINE_THROTTLED) e->stats.throttled++;
     if (outcome == ENGINE_QUOTA) {

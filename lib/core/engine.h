@@ -435,6 +435,7 @@ typedef struct engine_stats {
     unsigned long long wait_hist[ENGINE_WAIT_BUCKETS + 1];
     unsigned long long wait_sum_ms;
     unsigned long long settles, throttled, cancels;
+    unsigned long long settle_pauses;              /* settles whose headers asked for a pause (socket and HTTP proxy) */
     unsigned long long estimates, estimates_local; /* ESTIMATEs answered, and of those from local pacing */
     unsigned long long answered, within;           /* patience, summed over the classes */
     unsigned long long retries_allowed, retries_refused;

@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "rrouter.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,11 +93,33 @@ static void on_node_up(void *ud) {
     if (r->ev.up) r->ev.up(r->ud);
 }
 
+/* Sentinel mode without a master to use: why (INFO's redis_last_error,
+ * STATUS' redis_error, the log's "Redis unreachable"), reported once per
+ * distinct reason. Nothing while a master serves. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void
+sentinel_fail(rrouter *r, const char *fmt, ...) {
+    if (r->master >= 0 && r->nodes[r->master].ready) return;
+    char why[sizeof(r->last_error)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    if (!strcmp(why, r->last_error)) return;
+    memcpy(r->last_error, why, sizeof(why));
+    if (r->ev.down) r->ev.down(r->ud, r->last_error);
+}
+
 static void on_node_down(void *ud, const char *why) {
     rnode *n = ud;
     rrouter *r = n->r;
     n->ready = 0;
-    if (n->sentinel) return;
+    if (n->sentinel) {
+        sentinel_fail(r, "sentinel %.100s:%d: %.120s", n->host, n->port, why ? why : "down");
+        return;
+    }
     if (r->sentinel) refresh_soon(r, 0); /* ask the sentinels where the master went */
     snprintf(r->last_error, sizeof(r->last_error), "%.100s:%d: %.120s", n->host[0] ? n->host : "redis", n->port,
              why ? why : "down");
@@ -211,6 +234,13 @@ static void on_master_addr(void *arg, redisReply *reply, const char *err) {
             r->refreshes++;
             if (r->nodes[idx].ready && r->ev.up) r->ev.up(r->ud);
         }
+    } else {
+        const rnode *s = &r->nodes[r->asked];
+        const char *why = reply && reply->type == REDIS_REPLY_ERROR ? reply->str : err;
+        if (why) sentinel_fail(r, "sentinel %.100s:%d: %.120s", s->host, s->port, why);
+        else
+            sentinel_fail(r, "sentinel %.100s:%d does not know master '%.100s' (redis.sentinel.master)", s->host,
+                          s->port, r->master_name);
     }
     int ok = r->master >= 0 && r->nodes[r->master].ready;
     refresh_soon(r, ok ? 5000 : REFRESH_FAST_MS);
@@ -224,6 +254,7 @@ static void ask_sentinels(rrouter *r) {
         rnode *n = &r->nodes[(start + k) % r->nnodes];
         if (n->sentinel && n->ready && rconn_command(n->conn, 3, argv, on_master_addr, r) == 0) {
             r->asking_sentinels = 1;
+            r->asked = (start + k) % r->nnodes;
             return;
         }
     }

@@ -207,6 +207,10 @@ static void test_three_apis(void **state) {
     /* Settled with the usage of each answer. */
     assert_true(daemon_wait_info(&p.d, "settles", 4, 10000));
     assert_true(info_num(&p.d, "tokens_actual") == (double)reported);
+    /* ... and the estimates of its grants counted beside it (INFO
+     * tokens_reserved, sluice_tokens_reserved_total): only ACQUIREs on the
+     * socket were, so a proxy's read 0 against the actual tokens. */
+    assert_true(info_num(&p.d, "tokens_reserved") >= 4 * 8);
     assert_true(info_num(&p.d, "http_forwarded") == 4);
     assert_true(info_num(&p.d, "http_answered_upstream") == 4);
     assert_true(info_num(&p.d, "http_calls") == 0);
@@ -411,6 +415,9 @@ static void test_retry_and_quota(void **state) {
     assert_int_equal(mock_fixture_count(st, "deployments/r1/accepted"), 1);
     json_decref(st);
     assert_true(info_num(&p.d, "http_retried") == 1);
+    /* The 429's retry-after paused the deployment: counted as SETTLE's
+     * pauses are (INFO settle_pauses, sluice_settle_pauses_total). */
+    assert_true(daemon_wait_info(&p.d, "settle_pauses", 1, 10000));
     /* A hard quota error: passed on, never retried. */
     assert_int_equal(mock_fixture_control(&mk, "?quota_exhausted=1"), 200);
     assert_int_equal(hc_post(&c, "/v1/chat/completions", NULL,

@@ -181,6 +181,57 @@ static void test_sentinel_unknown_master_does_not_stick(void **state) {
     redis_fixture_stop(&master);
 }
 
+/* ---- Sentinel mode with no master to use says why ---------------------------- */
+
+static int downs;
+static char down_why[256];
+static void count_down(void *ud, const char *why) {
+    (void)ud;
+    downs++;
+    snprintf(down_why, sizeof(down_why), "%s", why ? why : "");
+}
+
+/* A master name the sentinels do not monitor (a typo in
+ * redis.sentinel.master), then every sentinel down: the agent paces
+ * locally, and rrouter_last_error() (INFO redis_last_error, STATUS
+ * redis_error) and the down event (the log's "Redis unreachable") must
+ * say why, once per reason. They said nothing. */
+static void test_sentinel_without_master_says_why(void **state) {
+    redis_fixture master, s0;
+    assert_int_equal(redis_fixture_start_ex(&master, "", 0), 0);
+    assert_int_equal(redis_fixture_start_ex(&s0, "", master.port), 0);
+    config_redis cfg = base_cfg();
+    char a0[64];
+    snprintf(a0, sizeof(a0), "127.0.0.1:%d", s0.port);
+    char *sentinels[] = {a0};
+    cfg.sentinel_master = "nosuchmaster";
+    cfg.sentinels = sentinels;
+    cfg.nsentinels = 1;
+    rt t;
+    memset(&t, 0, sizeof(t));
+    uv_loop_init(&t.loop);
+    assert_int_equal(scripts_keys("dep", t.keys), 0);
+    rconn_events ev = {noop_up, count_down};
+    downs = 0;
+    down_why[0] = '\0';
+    assert_int_equal(rrouter_new(&t.loop, &cfg, ev, NULL, &t.r), 0);
+    rrouter_start(t.r);
+    loop_run_for(&t.loop, 2500); /* the sentinel was asked twice or more */
+    print_message("  unknown master: last error '%s', %d down events\n", rrouter_last_error(t.r), downs);
+    assert_false(rrouter_any_ready(t.r));
+    assert_non_null(strstr(rrouter_last_error(t.r), "nosuchmaster"));
+    assert_int_equal(downs, 1);
+    assert_non_null(strstr(down_why, "nosuchmaster"));
+    redis_fixture_kill(&s0, 1);
+    loop_run_for(&t.loop, 1500);
+    print_message("  sentinel down: last error '%s', %d down events\n", rrouter_last_error(t.r), downs);
+    assert_non_null(strstr(rrouter_last_error(t.r), a0));
+    assert_true(downs >= 2); /* the connection lost, then refused */
+    rt_close(&t);
+    redis_fixture_stop(&s0);
+    redis_fixture_stop(&master);
+}
+
 /* ---- the caller's config freed while the router lives (a SIGHUP) ----------- */
 
 /* engine_reload() frees the configuration the router was made from; a node
@@ -423,6 +474,7 @@ int main(void) {
         cmocka_unit_test(test_cluster_error_seed_does_not_stick),
         cmocka_unit_test(test_cluster_unknown_endpoint),
         cmocka_unit_test(test_sentinel_unknown_master_does_not_stick),
+        cmocka_unit_test(test_sentinel_without_master_says_why),
         cmocka_unit_test(test_sentinel_master_found_after_config_freed),
         cmocka_unit_test(test_sentinel_readonly_asks_again),
         cmocka_unit_test(test_sentinel_master_uses_url_db),

@@ -496,12 +496,81 @@ static void test_status_group(void **state) {
     assert_non_null(strstr(o.err, "not a deployment or group of the config"));
 }
 
+/* An agent cut off from Redis (its promise passed 1.5 s ago, within the
+ * hold of 20 heartbeats) is silent: the fleet holds its share and counts
+ * it live (silent_agents, silent_share, the heartbeat's live count). The
+ * AGENTS column, live_agents, must count it too (cli.md: "agents whose
+ * heartbeat has not expired"); it counted only promises of the last 3
+ * heartbeats, so it read 1 agent beside silent_share 0.5. */
+static void test_live_agents_counts_silent(void **state) {
+    (void)state;
+    if (!up) skip();
+    redisContext *a = redisConnectUnix(agent.sock), *r = redisConnectUnix(redis.sock);
+    assert_true(a && !a->err && r && !r->err);
+    redisReply *x = redisCommand(a, "ACQUIRE d"); /* this agent joins d's agents */
+    assert_true(x && x->type == REDIS_REPLY_ARRAY);
+    freeReplyObject(x);
+    x = redisCommand(r, "TIME");
+    assert_true(x && x->type == REDIS_REPLY_ARRAY && x->elements == 2);
+    long long now_ms = atoll(x->element[0]->str) * 1000 + atoll(x->element[1]->str) / 1000;
+    freeReplyObject(x);
+    x = redisCommand(r, "ZADD sluice:{d}:agents %lld ghost", now_ms - 1500);
+    freeReplyObject(x);
+    cli("status", "--config", agent.config, "--json", "d", NULL);
+    assert_int_equal(o.code, 0);
+    json_t *doc = json_loads(o.out, 0, NULL);
+    assert_non_null(doc);
+    const json_t *d = first_deployment(doc);
+    print_message("  silent_agents %lld, live_agents %lld\n", jint(d, "silent_agents"), jint(d, "live_agents"));
+    assert_int_equal(jint(d, "silent_agents"), 1);
+    assert_int_equal(jint(d, "live_agents"), 2);
+    json_decref(doc);
+    x = redisCommand(a, "STATUS d"); /* the agent's STATUS: the same */
+    assert_true(x && x->type == REDIS_REPLY_ARRAY);
+    long long live = -1;
+    for (size_t i = 0; i + 1 < x->elements; i += 2)
+        if (!strcmp(x->element[i]->str, "live_agents")) live = atoll(x->element[i + 1]->str);
+    freeReplyObject(x);
+    assert_int_equal(live, 2);
+    x = redisCommand(r, "ZREM sluice:{d}:agents ghost");
+    freeReplyObject(x);
+    redisFree(a);
+    redisFree(r);
+}
+
+/* Times of a minute or more print as minutes and seconds, rounded once:
+ * a deployment out for an hour (a quota settle without headers) showed
+ * QUOTA.OUT "59m60s" for its first half second, and every such time
+ * whose seconds rounded up read ":60". */
+static void test_minutes_round_once(void **state) {
+    (void)state;
+    if (!up) skip();
+    redisContext *r = redisConnectUnix(redis.sock);
+    assert_true(r && !r->err);
+    redisReply *x = redisCommand(r, "TIME");
+    assert_true(x && x->type == REDIS_REPLY_ARRAY && x->elements == 2);
+    long long now_ms = atoll(x->element[0]->str) * 1000 + atoll(x->element[1]->str) / 1000;
+    freeReplyObject(x);
+    /* 59 min 59.8 s left: 59m60s before, 60m00s now. */
+    x = redisCommand(r, "HSET sluice:{l}:state quota_until %lld", now_ms + 3599800);
+    freeReplyObject(x);
+    cli("status", "--config", agent.config, "l", NULL);
+    x = redisCommand(r, "HDEL sluice:{l}:state quota_until");
+    freeReplyObject(x);
+    redisFree(r);
+    assert_int_equal(o.code, 0);
+    print_message("%s", o.out);
+    if (strstr(o.out, "m60s")) fail_msg("a time printed with 60 seconds:\n%s", o.out);
+    assert_non_null(strstr(o.out, "60m00s"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_json),        cmocka_unit_test(test_status_socket),
         cmocka_unit_test(test_status_table),       cmocka_unit_test(test_top_frames),
         cmocka_unit_test(test_unknown_deployment), cmocka_unit_test(test_status_lanes_and_tenants),
-        cmocka_unit_test(test_status_group),
+        cmocka_unit_test(test_status_group),       cmocka_unit_test(test_live_agents_counts_silent),
+        cmocka_unit_test(test_minutes_round_once),
     };
     return cmocka_run_group_tests(tests, world_up, world_down);
 }
