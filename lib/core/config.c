@@ -850,6 +850,30 @@ static int budgets_finish(cfg_ctx *ctx, config *cfg) {
                                       "key 'budgets.%s.currency': %s, but deployment '%s' is priced in %s", b->name,
                                       b->currency, d->name, d->price.currency);
         }
+        /* A request to a group with a member the budget covers is reserved
+         * at the group's dearest member's price (engine_budget.c,
+         * price_for): every member needs one, in the budget's currency, or
+         * every such request would be refused. */
+        for (size_t k = 0; k < cfg->ngroups; k++) {
+            const struct config_group *g = &cfg->groups[k];
+            const char *via = NULL;
+            for (size_t m = 0; m < g->nmembers && !via; m++) {
+                const cfg_deployment *d = config_deployment(cfg, g->members[m]);
+                if (d && budget_covers(cfg, b, d)) via = d->name;
+            }
+            for (size_t m = 0; via && m < g->nmembers; m++) {
+                const cfg_deployment *d = config_deployment(cfg, g->members[m]);
+                if (!d) continue;
+                if (!d->price.currency[0] || strcmp(d->price.currency, b->currency))
+                    return cfg_fail_plain(ctx, b->line,
+                                          "key 'budgets.%s': it applies to group '%s' through member '%s', so a "
+                                          "request to the group is reserved at its dearest member's price; member "
+                                          "'%s' %s%s (give deployments.%s.price in %s)",
+                                          b->name, g->name, via, d->name,
+                                          d->price.currency[0] ? "is priced in " : "has no price", d->price.currency,
+                                          d->name, b->currency);
+            }
+        }
     }
     return 0;
 }

@@ -474,6 +474,11 @@ static const bad_case bad_cases[] = {
     {PRICED "budgets:\n  team:\n    currency: USD\n    daily: 5\n    deployment: nope\n", "@budgets.team.deployment"},
     {PRICED "budgets:\n  team:\n    currency: USD\n    daily: 5\n    client: nope\n", "@budgets.team.client"},
     {PRICED "  other:\n    rpm: 1\nbudgets:\n  team:\n    currency: USD\n    monthly: 5\n", "@budgets.team"},
+    /* a budget on one member of a group with an unpriced member: every
+     * request to the group would be refused (priced at its dearest) */
+    {PRICED "  other:\n    rpm: 1\ngroups:\n  g:\n    members: [gpt-4o, other]\nbudgets:\n  team:\n    currency: USD\n"
+            "    daily: 5\n    deployment: gpt-4o\n",
+     "@budgets.team"},
     /* lanes and tenants */
     {DEP "    rpm: 1\n    lanes:\n      hi: { headroom: 0.6 }\n      mid: { priority: 1, headroom: 0.5 }\n"
          "      lo: { priority: 2 }\n",
