@@ -852,12 +852,12 @@ local function sl_reclaim(now, lease_ms)
   -- reclaimed as before.
   local rt = lease_ms and redis.call('HGET', KEYS[2], 'retimes')
   if rt and rt ~= '' then
-    local recs = redis.call('HMGET', KEYS[3], unpack(ids))
     local gone, moved = {}, {}
-    for i, id in ipairs(ids) do
+    for _, id in ipairs(ids) do
       local due
-      if recs[i] then
-        local _, c, slot, _, before = sl_record(recs[i])
+      local rec = redis.call('HGET', KEYS[3], id)
+      if rec then
+        local _, c, slot, _, before = sl_record(rec)
         local s = c and slot and sl_retimed_slot({retimes = rt}, slot, before)
         if s and s + lease_ms > now then due = s + lease_ms end
       end

@@ -906,7 +906,10 @@ for i = 1, n do
           if d.refund then
             counted = total
           elseif split and known then
-            counted = tmax and math.max(inp, max_out) or inp + max_out
+            -- An answer longer than the max output estimated (a request
+            -- without max_tokens, estimated at the default): the provider
+            -- counted at least what it generated.
+            counted = tmax and math.max(inp, max_out, outp or 0) or inp + math.max(max_out, outp or 0)
           elseif split and tmax then
             counted = math.max(inp, outp)
           end

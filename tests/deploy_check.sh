@@ -138,13 +138,19 @@ check_cluster() {
   done
   [ "$bad" = 0 ]; v $? "every node binds 127.0.0.1 only"
 
-  # Deployments on different masters: configure + reserve through redis-cli -c
-  # (EVAL, so no SCRIPT LOAD per node is needed here).
-  local dep q owner owners="" served=0
+  # Deployments on different masters: configure + reserve through redis-cli -c.
+  # The scripts are loaded on every node first (from stdin: a script is
+  # longer than one command-line argument may be, 128 KiB), then run by
+  # EVALSHA wherever -c follows the key.
+  local dep q owner owners="" served=0 sha_conf="" sha_res=""
+  for q in $ports; do
+    sha_conf=$(script_text configure | redis-cli -p "$q" -x SCRIPT LOAD 2>/dev/null)
+    sha_res=$(script_text reserve | redis-cli -p "$q" -x SCRIPT LOAD 2>/dev/null)
+  done
   for dep in gpt-4o gpt-4o-mini claude-3 llama-70b embed-large o1; do
     mapfile -t K < <(dep_keys "$dep")
-    if redis-cli -c -p "$p" EVAL "$(script_text configure)" "${#K[@]}" "${K[@]}" rpm 600 tpm 100000 | grep -q OK &&
-       ! redis-cli -c -p "$p" EVAL "$(script_text reserve)" "${#K[@]}" "${K[@]}" 2 100 60000 100 60000 | grep -q ERR &&
+    if redis-cli -c -p "$p" EVALSHA "$sha_conf" "${#K[@]}" "${K[@]}" rpm 600 tpm 100000 | grep -q OK &&
+       ! redis-cli -c -p "$p" EVALSHA "$sha_res" "${#K[@]}" "${K[@]}" 2 100 60000 100 60000 | grep -q ERR &&
        [ "$(redis-cli -c -p "$p" HGET "sluice:{$dep}:state" granted_total)" = 2 ]; then
       served=$((served + 1))
     fi

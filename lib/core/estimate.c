@@ -302,8 +302,14 @@ static long long content_quarters_at(const json_t *content, int depth, estimate_
         } else if (!strcmp(type, "tool_result") && depth == 0) {
             n += content_quarters_at(json_object_get(part, "content"), depth + 1, api, m);
         } else {
+            /* A chat body may be Anthropic's (`sluice run` estimates
+             * every body as chat): its image and document blocks, types
+             * no chat part has, are guessed as Anthropic's. */
+            estimate_api mapi = api;
             int kind = media_kind(type, api);
-            if (kind == 1) m->tokens += image_tokens(part, api);
+            if (!kind && api == ESTIMATE_CHAT && (kind = media_kind(type, ESTIMATE_MESSAGES)) != 0)
+                mapi = ESTIMATE_MESSAGES;
+            if (kind == 1) m->tokens += image_tokens(part, mapi);
             if (kind) m->parts++;
         }
     }
@@ -339,6 +345,20 @@ static void prompt_size(const json_t *v, long long *quarters, long long *tokens)
             }
         }
     }
+}
+
+/* The prompts of a completions body: each string or token array of an
+ * array of them is a prompt of its own, answered with completions of its
+ * own ("n: how many completions to generate for each prompt"); a string
+ * or one token array (an array of numbers) is one. */
+static long long prompts(const json_t *v) {
+    long long k = 0;
+    size_t i;
+    json_t *x;
+    json_array_foreach(v, i, x) {
+        if (json_is_string(x) || json_is_array(x)) k++;
+    }
+    return k > 1 ? k : 1;
 }
 
 /* The maximum output a body asks for: the first of keys that is an
@@ -396,6 +416,13 @@ void estimate_request(const json_t *body, estimate_api api, estimate *out) {
         prompt_size(json_object_get(body, "prompt"), &quarters, &tokens);
         quarters += string_quarters(json_object_get(body, "suffix"));
         out->output = max_output(body, "max_tokens", NULL) * choices(body);
+        /* Every prompt of a batch is answered up to max_tokens (n times),
+         * at most ESTIMATE_MAX_OUTPUT x ESTIMATE_MAX_CHOICES in all. */
+        {
+            long long k = prompts(json_object_get(body, "prompt"));
+            long long cap = ESTIMATE_MAX_OUTPUT * ESTIMATE_MAX_CHOICES;
+            out->output = out->output > cap / k ? cap : out->output * k;
+        }
         break;
     case ESTIMATE_EMBEDDINGS: prompt_size(json_object_get(body, "input"), &quarters, &tokens); break;
     case ESTIMATE_RESPONSES: {
@@ -403,12 +430,24 @@ void estimate_request(const json_t *body, estimate_api api, estimate *out) {
         quarters = string_quarters(json_object_get(body, "instructions")) + string_quarters(input);
         json_array_foreach(input, i, item) {
             quarters += content_quarters(json_object_get(item, "content"), api, &m);
-            quarters += string_quarters(json_object_get(item, "output")); /* a tool's output */
+            /* A tool's output: a string, or (function_call_output since
+             * 2025-09) input_text, input_image and input_file parts. */
+            quarters += content_quarters(json_object_get(item, "output"), api, &m);
             /* A function call of the model's: its name and arguments. */
             quarters +=
                 string_quarters(json_object_get(item, "name")) + string_quarters(json_object_get(item, "arguments"));
         }
         quarters += json_quarters(json_object_get(body, "tools"), 0);
+        /* A conversation kept by the provider (previous_response_id,
+         * conversation) or a stored prompt (prompt): input the body does
+         * not hold, billed as input. The estimate is partial: the count
+         * of such a request says nothing of how its text weighs. */
+        {
+            const json_t *conv = json_object_get(body, "conversation"), *prompt = json_object_get(body, "prompt");
+            if (json_is_string(json_object_get(body, "previous_response_id")) || (conv && !json_is_null(conv)) ||
+                (prompt && !json_is_null(prompt)))
+                m.parts++;
+        }
         out->output = max_output(body, "max_output_tokens", NULL);
         break;
     }

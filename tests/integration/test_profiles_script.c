@@ -114,6 +114,17 @@ static void test_combined_tokens_never_refunded(void **state) {
     assert_true(fabs(state_num(dep, "tokens_tat") - tat1 - 150.0) < 0.01);
     assert_true(state_num(dep, "tokens_charged") == 150);
 
+    /* No max_tokens in the request: estimated at the default 16, but the
+     * answer ran to 900 (Azure reserves the model's whole output for such
+     * a request): at least 300 + 900 counted, 884 more charged. */
+    g = reserve_tok(dep, "300+16", 0);
+    assert_true(g.granted);
+    double tat15 = state_num(dep, "tokens_tat");
+    double charged15 = state_num(dep, "tokens_charged");
+    settle_fb(dep, g.id, "300+900", "ok", -1, "-", res, sizeof(res));
+    assert_true(fabs(state_num(dep, "tokens_tat") - tat15 - 884.0) < 0.01);
+    assert_true(state_num(dep, "tokens_charged") - charged15 == 884);
+
     /* Only the combined figures known: an overrun of the combined count is
      * charged, usage below it gives nothing back. */
     g = reserve_tok(dep, "1300", 0);
@@ -322,6 +333,7 @@ static void test_openai_max_rule(void **state) {
         {"250+300", "350+20", 300, 350},  /* the prompt turned out larger */
         {"400", "200+150", 400, 400},     /* combined: parts unknown */
         {"400", "500+10", 400, 500},      /* combined, prompt above it */
+        {"200+16", "200+900", 200, 900},  /* no max_tokens: the answer ran past the default */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         double before = charged_total(dep);

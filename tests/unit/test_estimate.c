@@ -56,7 +56,7 @@ static const struct {
     {"messages cyrillic", ESTIMATE_MESSAGES,
      "{\"messages\":[{\"content\":\"\\u043f\\u0440\\u0438\\u0432\\u0435\\u0442\"}],\"max_tokens\":1}", 3, 1},
     {"chat emoji", ESTIMATE_CHAT, "{\"messages\":[{\"content\":\"\\ud83d\\ude00a\"}],\"max_tokens\":1}", 3, 1},
-    {"completions strings utf-8", ESTIMATE_COMPLETIONS, "{\"prompt\":[\"\\u00e9\",\"\\u00e9\\u00e9\\u00e9\"]}", 3, 16},
+    {"completions strings utf-8", ESTIMATE_COMPLETIONS, "{\"prompt\":[\"\\u00e9\",\"\\u00e9\\u00e9\\u00e9\"]}", 3, 32},
     /* Tools and tool calls weigh as their compact JSON would (its 70 marks
      * at half a token, the rest a quarter): 242 + 4 of text = 246 quarters
      * -> 62. */
@@ -118,9 +118,16 @@ static const struct {
      3, 1},
     {"messages n ignored", ESTIMATE_MESSAGES, "{\"messages\":[],\"max_tokens\":5,\"n\":4}", 0, 5},
     {"completions string", ESTIMATE_COMPLETIONS, "{\"prompt\":\"abcdefgh\",\"max_tokens\":9}", 2, 9},
-    {"completions strings", ESTIMATE_COMPLETIONS, "{\"prompt\":[\"abcd\",\"abcd\",\"a\"]}", 3, 16},
+    {"completions strings", ESTIMATE_COMPLETIONS, "{\"prompt\":[\"abcd\",\"abcd\",\"a\"]}", 3, 48},
     {"completions tokens", ESTIMATE_COMPLETIONS, "{\"prompt\":[1,2,3,4,5],\"max_tokens\":1}", 5, 1},
-    {"completions token arrays", ESTIMATE_COMPLETIONS, "{\"prompt\":[[1,2],[3]],\"max_tokens\":1}", 3, 1},
+    {"completions token arrays", ESTIMATE_COMPLETIONS, "{\"prompt\":[[1,2],[3]],\"max_tokens\":1}", 3, 2},
+    /* A batch of prompts: each answered n times up to max_tokens (OpenAI's
+     * "n: how many completions to generate for each prompt"; the cookbook's
+     * rate-limit count, completion tokens x len(prompt)). */
+    {"completions batch", ESTIMATE_COMPLETIONS,
+     "{\"prompt\":[\"abcd\",\"abcd\",\"abcd\",\"abcd\"],\"max_tokens\":100,\"n\":2}", 4, 800},
+    {"completions batch capped", ESTIMATE_COMPLETIONS,
+     "{\"prompt\":[\"\",\"\",\"\"],\"max_tokens\":9223372036854775807,\"n\":128}", 0, 128000000000000LL},
     {"completions suffix", ESTIMATE_COMPLETIONS, "{\"prompt\":\"abcd\",\"suffix\":\"abcd\",\"max_tokens\":1}", 2, 1},
     {"completions best_of", ESTIMATE_COMPLETIONS, "{\"prompt\":\"\",\"max_tokens\":10,\"n\":2,\"best_of\":3}", 0, 30},
     {"embeddings string", ESTIMATE_EMBEDDINGS, "{\"input\":\"abcdefghi\",\"model\":\"e\"}", 3, 0},
@@ -132,6 +139,12 @@ static const struct {
      "{\"input\":[{\"role\":\"user\",\"content\":\"abcd\"},{\"role\":\"user\",\"content\":[{\"type\":\"input_text\","
      "\"text\":\"abcd\"}]},{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":\"abcd\"}]}",
      3, 16},
+    /* A function's output given as parts (openai-python 2.0.0): its text
+     * 16 quarters -> 4. */
+    {"responses function output parts", ESTIMATE_RESPONSES,
+     "{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":[{\"type\":\"input_text\","
+     "\"text\":\"abcdabcdabcdabcd\"}]}]}",
+     4, 16},
     {"responses max_tokens ignored", ESTIMATE_RESPONSES, "{\"input\":\"\",\"max_tokens\":5}", 0, 16},
     {"not an object", ESTIMATE_CHAT, "[1,2,3]", 0, 16},
     {"embeddings not an object", ESTIMATE_EMBEDDINGS, "\"text\"", 0, 0},
@@ -338,6 +351,34 @@ static void test_helpers(void **state) {
     assert_int_equal(e.output, ESTIMATE_DEFAULT_OUTPUT);
 }
 
+/* `sluice run` estimates every body as chat, Anthropic's too (style
+ * anthropic speaks /v1/messages): an image block there is what Anthropic
+ * charges for it, and a partial estimate (it teaches the ratio nothing),
+ * as the proxy's /v1/messages estimate of the same body. */
+static void run_anthropic_media(void) {
+    static const char *const bodies[] = {
+        "{\"model\":\"claude\",\"max_tokens\":100,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+        "\"image\",\"source\":{\"type\":\"url\",\"url\":\"https://x/y.jpg\"}},{\"type\":\"text\",\"text\":"
+        "\"describe this\"}]}]}",
+        "{\"model\":\"claude\",\"max_tokens\":100,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+        "\"document\",\"source\":{\"type\":\"base64\",\"media_type\":\"application/pdf\",\"data\":\"AAAA\"}},{"
+        "\"type\":\"text\",\"text\":\"summarize\"}]}]}",
+    };
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        json_t *b = parse(bodies[i]);
+        estimate want;
+        estimate_request(b, ESTIMATE_MESSAGES, &want);
+        json_decref(b);
+        run_request rq;
+        char err[256];
+        assert_int_equal(run_request_parse(bodies[i], strlen(bodies[i]), 1, NULL, &rq, err, sizeof(err)), 0);
+        if (rq.input_tokens != want.input || rq.partial != (want.media > 0))
+            fail_msg("%s: sluice run estimates input %lld partial %d, /v1/messages %lld partial %d", bodies[i],
+                     rq.input_tokens, rq.partial, want.input, want.media > 0);
+        run_request_free(&rq);
+    }
+}
+
 /* Images, audio and files: guessed per API as docs/providers.md says, and
  * counted in media (a partial estimate, which teaches nothing). */
 static void test_media_parts(void **state) {
@@ -370,6 +411,18 @@ static void test_media_parts(void **state) {
          "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"x\",\"detail\":"
          "\"low\"},{\"type\":\"input_image\",\"file_id\":\"f\"},{\"type\":\"input_file\",\"file_id\":\"g\"}]}]}",
          85 + 1105, 3},
+        /* Input the provider keeps (a previous response's chain, a
+         * conversation, a stored prompt) is billed but not in the body:
+         * partial. */
+        {ESTIMATE_RESPONSES, "{\"input\":\"abcd\",\"previous_response_id\":\"resp_1\"}", 1, 1},
+        {ESTIMATE_RESPONSES, "{\"input\":\"abcd\",\"conversation\":\"conv_1\"}", 1, 1},
+        {ESTIMATE_RESPONSES, "{\"input\":\"abcd\",\"prompt\":{\"id\":\"pmpt_1\"}}", 1, 1},
+        {ESTIMATE_RESPONSES, "{\"input\":\"abcd\",\"previous_response_id\":null,\"conversation\":null}", 1, 0},
+        /* An image a function returned (function_call_output parts). */
+        {ESTIMATE_RESPONSES,
+         "{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":[{\"type\":\"input_image\","
+         "\"image_url\":\"x\"}]}]}",
+         1105, 1},
     };
     for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
         json_t *b = json_loads(v[i].body, 0, NULL);
@@ -380,6 +433,7 @@ static void test_media_parts(void **state) {
             fail_msg("%s: input %lld media %lld, want %lld %lld", v[i].body, e.input, e.media, v[i].input, v[i].media);
         json_decref(b);
     }
+    run_anthropic_media();
 }
 
 /* ---- images counted from their size ---- */
