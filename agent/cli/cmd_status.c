@@ -514,9 +514,11 @@ static void fmt_ms(char *b, size_t n, double ms) {
     }
 }
 
+/* A counter's rate between two samples; unknown (printed "-") when it went
+ * down: Redis lost its state (an empty restart, a FLUSHALL) between them. */
 static double rate(const json_t *cur, const json_t *prev, const char *k, double dt) {
     double a = num(cur, k), b = num(prev, k);
-    return prev && dt > 0 && isfinite(a) && isfinite(b) ? (a - b) / dt : NAN;
+    return prev && dt > 0 && isfinite(a) && isfinite(b) && a >= b ? (a - b) / dt : NAN;
 }
 
 /* Seconds between two samples, on the Redis clock when both have it. */
@@ -575,7 +577,7 @@ typedef struct class_print {
 static void class_rate(char *b, size_t n, const class_print *cp, const json_t *o, const char *kind, const char *name) {
     double a = class_num(o, kind, name, "granted_total");
     double p = cp->prev ? class_num(cp->prev, kind, name, "granted_total") : NAN;
-    if (cp->dt > 0 && isfinite(a) && isfinite(p)) snprintf(b, n, "%.1f", (a - p) / cp->dt);
+    if (cp->dt > 0 && isfinite(a) && isfinite(p) && a >= p) snprintf(b, n, "%.1f", (a - p) / cp->dt);
     else snprintf(b, n, "-");
 }
 
