@@ -354,6 +354,40 @@ static void test_azure_stream_versions(void **state) {
     assert_int_equal(daemon_stop(&p.d), 0);
 }
 
+/* Gemini's 429 carries no Retry-After: its body's RetryInfo retryDelay
+ * ("1s") is the pause (lib/http/classify.c). Through the proxy the
+ * attempt is retried after it and the settle pauses the deployment by it,
+ * counted as SETTLE's pauses are. Before the verdict's pause reached the
+ * proxy's settle, settle_pauses stayed 0. */
+static void test_gemini_retry_delay(void **state) {
+    (void)state;
+    mock_fixture g;
+    static const char *const args[] = {"--rpm", "6000", "--service-ms", "20-40", "--compat", "gemini", NULL};
+    assert_int_equal(mock_fixture_start(&g, args, 10000), 0);
+    proxyd p;
+    start_proxyd(&p, "gemretry", &g,
+                 "  g1:\n    rpm: 6000\n    style: gemini\n    endpoint: http://127.0.0.1:%PORT%\n"
+                 "    retry_budget:\n      min_per_s: 10\n");
+    hc_conn c;
+    assert_int_equal(hc_connect_tcp(&c, p.port), 0);
+    assert_int_equal(mock_fixture_control(&g, "?inject_429=1"), 200);
+    hc_response r;
+    assert_int_equal(hc_post(&c, "/v1/chat/completions", NULL,
+                             "{\"model\":\"g1\",\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}]}", &r, 20000),
+                     0);
+    if (r.status != 200) fail_msg("gemini retry: %d %s", r.status, r.body);
+    char v[32];
+    assert_string_equal(hc_header(&r, "x-sluice-attempts", v, sizeof(v)), "2");
+    hc_response_free(&r);
+    hc_close(&c);
+    json_t *st = mock_fixture_stats(&g, "");
+    assert_int_equal(mock_fixture_count(st, "deployments/g1/injected_429"), 1);
+    json_decref(st);
+    assert_true(daemon_wait_info(&p.d, "settle_pauses", 1, 10000));
+    assert_int_equal(daemon_stop(&p.d), 0);
+    mock_fixture_stop(&g);
+}
+
 /* ---- shed, retry, quota --------------------------------------------------------------------------- */
 
 static void test_shed(void **state) {
@@ -1115,6 +1149,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_azure_stream_versions, test_teardown),
         cmocka_unit_test_teardown(test_shed, test_teardown),
         cmocka_unit_test_teardown(test_retry_and_quota, test_teardown),
+        cmocka_unit_test_teardown(test_gemini_retry_delay, test_teardown),
         cmocka_unit_test_teardown(test_gone_while_waiting, test_teardown),
         cmocka_unit_test_teardown(test_gone_mid_stream, test_teardown),
         cmocka_unit_test_teardown(test_upstream_timeout_and_refused, test_teardown),
