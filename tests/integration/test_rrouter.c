@@ -40,6 +40,23 @@ static config_redis base_cfg(void) {
     return c;
 }
 
+/* A Sentinel configuration with one sentinel, s, asked for master; o holds
+ * the address list the configuration points at. */
+typedef struct one_sentinel {
+    char addr[64];
+    char *list[1];
+} one_sentinel;
+
+static config_redis sentinel_cfg(one_sentinel *o, const redis_fixture *s, char *master) {
+    config_redis cfg = base_cfg();
+    snprintf(o->addr, sizeof(o->addr), "127.0.0.1:%d", s->port);
+    o->list[0] = o->addr;
+    cfg.sentinel_master = master;
+    cfg.sentinels = o->list;
+    cfg.nsentinels = 1;
+    return cfg;
+}
+
 static void cmd(redis_fixture *f, const char *fmt, ...) {
     redisContext *c = redis_fixture_connect_tcp(f);
     assert_non_null(c);
@@ -200,13 +217,8 @@ static void test_sentinel_without_master_says_why(void **state) {
     redis_fixture master, s0;
     assert_int_equal(redis_fixture_start_ex(&master, "", 0), 0);
     assert_int_equal(redis_fixture_start_ex(&s0, "", master.port), 0);
-    config_redis cfg = base_cfg();
-    char a0[64];
-    snprintf(a0, sizeof(a0), "127.0.0.1:%d", s0.port);
-    char *sentinels[] = {a0};
-    cfg.sentinel_master = "nosuchmaster";
-    cfg.sentinels = sentinels;
-    cfg.nsentinels = 1;
+    one_sentinel os;
+    config_redis cfg = sentinel_cfg(&os, &s0, "nosuchmaster");
     rt t;
     memset(&t, 0, sizeof(t));
     uv_loop_init(&t.loop);
@@ -225,7 +237,7 @@ static void test_sentinel_without_master_says_why(void **state) {
     redis_fixture_kill(&s0, 1);
     loop_run_for(&t.loop, 1500);
     print_message("  sentinel down: last error '%s', %d down events\n", rrouter_last_error(t.r), downs);
-    assert_non_null(strstr(rrouter_last_error(t.r), a0));
+    assert_non_null(strstr(rrouter_last_error(t.r), os.addr));
     assert_true(downs >= 2); /* the connection lost, then refused */
     rt_close(&t);
     redis_fixture_stop(&s0);
@@ -244,18 +256,13 @@ static void test_sentinel_master_found_after_config_freed(void **state) {
     assert_int_equal(redis_fixture_start_ex(&s0, "", master.port), 0);
     cmd(&master, "CONFIG SET requirepass sentinel-test-secret");
     redis_fixture_kill(&s0, 1); /* down until after the "reload" */
-    config_redis cfg = base_cfg();
-    char a0[64];
-    snprintf(a0, sizeof(a0), "127.0.0.1:%d", s0.port);
-    char *sentinels[] = {a0};
+    one_sentinel os;
+    config_redis cfg = sentinel_cfg(&os, &s0, "mymaster");
     char *user = strdup("default"), *pass = strdup("sentinel-test-secret");
     assert_non_null(user);
     assert_non_null(pass);
     cfg.username = user;
     cfg.password = pass;
-    cfg.sentinel_master = "mymaster";
-    cfg.sentinels = sentinels;
-    cfg.nsentinels = 1;
     rt t;
     rt_open(&t, &cfg);
     loop_run_for(&t.loop, 300);
@@ -313,13 +320,8 @@ static void test_sentinel_readonly_asks_again(void **state) {
     assert_int_equal(redis_fixture_start_ex(&a, "", 0), 0);
     assert_int_equal(redis_fixture_start_ex(&b, "", 0), 0);
     assert_int_equal(redis_fixture_start_ex(&s, "", a.port), 0);
-    config_redis cfg = base_cfg();
-    char a0[64];
-    snprintf(a0, sizeof(a0), "127.0.0.1:%d", s.port);
-    char *sentinels[] = {a0};
-    cfg.sentinel_master = "mymaster";
-    cfg.sentinels = sentinels;
-    cfg.nsentinels = 1;
+    one_sentinel os;
+    config_redis cfg = sentinel_cfg(&os, &s, "mymaster");
     rt t;
     rt_open(&t, &cfg);
     assert_true(loop_run_until(&t.loop, key_ready, &t, 5000));
@@ -369,13 +371,8 @@ static void test_sentinel_master_uses_url_db(void **state) {
     redis_fixture master, s0;
     assert_int_equal(redis_fixture_start_ex(&master, "", 0), 0);
     assert_int_equal(redis_fixture_start_ex(&s0, "", master.port), 0);
-    config_redis cfg = base_cfg();
-    char a0[64];
-    snprintf(a0, sizeof(a0), "127.0.0.1:%d", s0.port);
-    char *sentinels[] = {a0};
-    cfg.sentinel_master = "mymaster";
-    cfg.sentinels = sentinels;
-    cfg.nsentinels = 1;
+    one_sentinel os;
+    config_redis cfg = sentinel_cfg(&os, &s0, "mymaster");
     cfg.db = 2;
     rt t;
     rt_open(&t, &cfg);
