@@ -630,6 +630,30 @@ static void test_bad_config_refused(void **state) {
     assert_contains(out, "sluiced " SLUICE_VERSION);
 }
 
+/* Writes text as d's configuration, sends SIGHUP and returns the log
+ * (free it) once it says until, or after 5 s. */
+static char *reload_log(daemon_proc *d, const char *text, const char *until) {
+    assert_int_equal(write_file(d->config, text), 0);
+    kill(d->pid, SIGHUP);
+    double deadline = now_ms() + 5000;
+    char *log = NULL;
+    while (now_ms() < deadline) {
+        free(log);
+        log = read_file_all(d->log);
+        if (strstr(log, until)) break;
+        sleep_ms(20);
+    }
+    return log;
+}
+
+/* d's configuration (good) with its redis.url replaced by url and a
+ * Sentinel section after it, into out. */
+static void with_sentinel(const char *good, const char *url, const char *sentinel, char *out, size_t n) {
+    const char *p = strstr(good, "unix://");
+    assert_non_null(p);
+    snprintf(out, n, "%.*s%s\n  sentinel: %s%s", (int)(p - good), good, url, sentinel, strchr(p, '\n'));
+}
+
 /* A reload as soon as the socket exists (systemd's ExecStartPost waits
  * for it, then `systemctl reload` may come): the daemon must not be
  * killed by a SIGHUP that arrives before its handler is installed. */
@@ -669,18 +693,9 @@ static void test_reload_bad_then_good(void **state) {
     /* A broken file: logged with file:line:key, the old limits stay. */
     char broken[8192];
     snprintf(broken, sizeof(broken), "%s    burst: { requests: -3 }\n", good);
-    assert_int_equal(write_file(d.config, broken), 0);
-    kill(d.pid, SIGHUP);
     char want[600];
     snprintf(want, sizeof(want), "%s:", d.config);
-    double deadline = now_ms() + 5000;
-    char *log = NULL;
-    while (now_ms() < deadline) {
-        free(log);
-        log = read_file_all(d.log);
-        if (strstr(log, "reload failed")) break;
-        sleep_ms(20);
-    }
+    char *log = reload_log(&d, broken, "reload failed");
     assert_contains(log, "reload failed, keeping the running configuration: ");
     assert_contains(log, "key 'deployments.rl.burst.requests': must be a positive integer");
     assert_contains(log, want);
@@ -719,25 +734,12 @@ static void test_reload_redis_is_restart_only(void **state) {
     assert_contains(info, want);
     free(info);
     char *good = read_file_all(d.config);
-    char *p = strstr(good, "unix://");
-    assert_non_null(p);
     char moved[8192];
-    snprintf(moved, sizeof(moved),
-             "%.*sunix:///nonexistent/redis.sock\n  sentinel: {master: m, nodes: [127.0.0.1:1]}%s", (int)(p - good),
-             good, strchr(p, '\n'));
+    with_sentinel(good, "unix:///nonexistent/redis.sock", "{master: m, nodes: [127.0.0.1:1]}", moved, sizeof(moved));
     char *sock = strstr(moved, "  socket: ");
     assert_non_null(sock);
     memcpy(sock, "  socket: /nonexistent/", 23); /* agent.socket moves too */
-    assert_int_equal(write_file(d.config, moved), 0);
-    kill(d.pid, SIGHUP);
-    double deadline = now_ms() + 5000;
-    char *log = NULL;
-    while (now_ms() < deadline) {
-        free(log);
-        log = read_file_all(d.log);
-        if (strstr(log, "configuration reloaded")) break;
-        sleep_ms(20);
-    }
+    char *log = reload_log(&d, moved, "configuration reloaded");
     assert_contains(log, "reload: redis.url changed; it takes effect at the next restart");
     assert_contains(log, "reload: redis.sentinel.master changed; it takes effect at the next restart");
     assert_contains(log, "reload: redis.sentinel.nodes changed; it takes effect at the next restart");
@@ -759,11 +761,8 @@ static void test_info_endpoint_sentinel(void **state) {
     daemon_init(&d, fx.dir, "infosent");
     assert_int_equal(daemon_configure(&d, &fx, NULL, "  is:\n    rpm: 600\n"), 0);
     char *good = read_file_all(d.config);
-    char *p = strstr(good, "unix://");
-    assert_non_null(p);
     char moved[8192];
-    snprintf(moved, sizeof(moved), "%.*sredis://127.0.0.1:1/3\n  sentinel: {master: mymaster, nodes: [127.0.0.1:1]}%s",
-             (int)(p - good), good, strchr(p, '\n'));
+    with_sentinel(good, "redis://127.0.0.1:1/3", "{master: mymaster, nodes: [127.0.0.1:1]}", moved, sizeof(moved));
     assert_int_equal(write_file(d.config, moved), 0);
     free(good);
     assert_int_equal(daemon_start(&d), 0);
@@ -795,16 +794,7 @@ static void test_budget_reload(void **state) {
     char *good = read_file_all(d.config);
     char broken[8192];
     snprintf(broken, sizeof(broken), "%s    monthly: -1\n", good);
-    assert_int_equal(write_file(d.config, broken), 0);
-    kill(d.pid, SIGHUP);
-    double deadline = now_ms() + 5000;
-    char *log = NULL;
-    while (now_ms() < deadline) {
-        free(log);
-        log = read_file_all(d.log);
-        if (strstr(log, "reload failed")) break;
-        sleep_ms(20);
-    }
+    char *log = reload_log(&d, broken, "reload failed");
     assert_contains(log, "key 'budgets.team.monthly': must be a number in [0, 1000000000], got \"-1\"");
     free(log);
     /* The old budget holds: 2 more fit (50 000 micro held); a 5th would
@@ -838,7 +828,7 @@ static void test_budget_reload(void **state) {
     memcpy(p, "daily: 0.07", 11);
     assert_int_equal(write_file(d.config, good), 0);
     kill(d.pid, SIGHUP);
-    deadline = now_ms() + 5000;
+    double deadline = now_ms() + 5000;
     int granted = 0;
     while (!granted && now_ms() < deadline) {
         /* MAXWAIT 0: until the reload applies, it would wait for room. */
