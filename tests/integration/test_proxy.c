@@ -354,6 +354,31 @@ static void test_azure_stream_versions(void **state) {
     assert_int_equal(daemon_stop(&p.d), 0);
 }
 
+/* An upstream 429 injected at model's next admission (m's own shape: a
+ * Retry-After, or Gemini's retryDelay in the body): the proxy retries it
+ * once, answers 200 after 2 attempts, and the 429's pause paused the
+ * deployment, counted as SETTLE's pauses are (INFO settle_pauses,
+ * sluice_settle_pauses_total). */
+static void retried_after_429(proxyd *p, const mock_fixture *m, hc_conn *c, const char *model) {
+    assert_int_equal(mock_fixture_control(m, "?inject_429=1"), 200);
+    char body[256], key[128];
+    snprintf(body, sizeof(body), "{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}]}", model);
+    hc_response r;
+    assert_int_equal(hc_post(c, "/v1/chat/completions", NULL, body, &r, 20000), 0);
+    if (r.status != 200) fail_msg("%s retried: %d %s", model, r.status, r.body);
+    char v[32];
+    assert_string_equal(hc_header(&r, "x-sluice-attempts", v, sizeof(v)), "2");
+    hc_response_free(&r);
+    json_t *st = mock_fixture_stats(m, "");
+    snprintf(key, sizeof(key), "deployments/%s/injected_429", model);
+    assert_int_equal(mock_fixture_count(st, key), 1);
+    snprintf(key, sizeof(key), "deployments/%s/accepted", model);
+    assert_int_equal(mock_fixture_count(st, key), 1);
+    json_decref(st);
+    assert_true(info_num(&p->d, "http_retried") == 1);
+    assert_true(daemon_wait_info(&p->d, "settle_pauses", 1, 10000));
+}
+
 /* Gemini's 429 carries no Retry-After: its body's RetryInfo retryDelay
  * ("1s") is the pause (lib/http/classify.c). Through the proxy the
  * attempt is retried after it and the settle pauses the deployment by it,
@@ -370,20 +395,8 @@ static void test_gemini_retry_delay(void **state) {
                  "    retry_budget:\n      min_per_s: 10\n");
     hc_conn c;
     assert_int_equal(hc_connect_tcp(&c, p.port), 0);
-    assert_int_equal(mock_fixture_control(&g, "?inject_429=1"), 200);
-    hc_response r;
-    assert_int_equal(hc_post(&c, "/v1/chat/completions", NULL,
-                             "{\"model\":\"g1\",\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}]}", &r, 20000),
-                     0);
-    if (r.status != 200) fail_msg("gemini retry: %d %s", r.status, r.body);
-    char v[32];
-    assert_string_equal(hc_header(&r, "x-sluice-attempts", v, sizeof(v)), "2");
-    hc_response_free(&r);
+    retried_after_429(&p, &g, &c, "g1");
     hc_close(&c);
-    json_t *st = mock_fixture_stats(&g, "");
-    assert_int_equal(mock_fixture_count(st, "deployments/g1/injected_429"), 1);
-    json_decref(st);
-    assert_true(daemon_wait_info(&p.d, "settle_pauses", 1, 10000));
     assert_int_equal(daemon_stop(&p.d), 0);
     mock_fixture_stop(&g);
 }
@@ -435,23 +448,11 @@ static void test_retry_and_quota(void **state) {
     hc_conn c;
     assert_int_equal(hc_connect_tcp(&c, p.port), 0);
     /* An upstream 429 at admission: retried after its retry-after-ms. */
-    assert_int_equal(mock_fixture_control(&mk, "?inject_429=1"), 200);
+    retried_after_429(&p, &mk, &c, "r1");
+    json_decref(mock_fixture_stats(&mk, "?reset=1"));
     hc_response r;
-    assert_int_equal(hc_post(&c, "/v1/chat/completions", NULL,
-                             "{\"model\":\"r1\",\"messages\":[{\"role\":\"user\",\"content\":\"ab\"}]}", &r, 20000),
-                     0);
-    if (r.status != 200) fail_msg("retry: %d %s", r.status, r.body);
     char v[32];
-    assert_string_equal(hc_header(&r, "x-sluice-attempts", v, sizeof(v)), "2");
-    hc_response_free(&r);
-    json_t *st = mock_fixture_stats(&mk, "?reset=1");
-    assert_int_equal(mock_fixture_count(st, "deployments/r1/injected_429"), 1);
-    assert_int_equal(mock_fixture_count(st, "deployments/r1/accepted"), 1);
-    json_decref(st);
-    assert_true(info_num(&p.d, "http_retried") == 1);
-    /* The 429's retry-after paused the deployment: counted as SETTLE's
-     * pauses are (INFO settle_pauses, sluice_settle_pauses_total). */
-    assert_true(daemon_wait_info(&p.d, "settle_pauses", 1, 10000));
+    json_t *st;
     /* A hard quota error: passed on, never retried. */
     assert_int_equal(mock_fixture_control(&mk, "?quota_exhausted=1"), 200);
     assert_int_equal(hc_post(&c, "/v1/chat/completions", NULL,
