@@ -172,6 +172,8 @@ static void lane_answers(sim_world_cfg *c) {
     }
 #define AZ_TRAFFIC 3, 50, 2, SIM_LANG_EN, 2000, 500
 #define AZ_RPM_TRAFFIC 3, 50, 4, SIM_LANG_EN, 400, 50
+/* The 60 RPM rows (small_rpm): 3 agents x 5 callers x 20 calls. */
+#define SMALL_TRAFFIC 3, 5, 20, SIM_LANG_EN, 400, 50
 #define ANTH_TRAFFIC(per_agent, calls) 3, per_agent, calls, SIM_LANG_EN, 2000, 1000
 #define STD_AZ                                                                                                         \
     { .max_429_pct = 1, .min_floor_pct = 97, .max_window_x = 1.02, .max_p99_wait_ms = 300000 }
@@ -583,12 +585,7 @@ static const sb_scenario table[] = {
      small_rpm,
      "azure",
      NULL,
-     3,
-     5,
-     20,
-     SIM_LANG_EN,
-     400,
-     50,
+     SMALL_TRAFFIC,
      {{20000, SB_REDIS_STOP, 0, 0}, {40000, SB_REDIS_RESTART, 0, 0}},
      2,
      0,
@@ -603,12 +600,7 @@ static const sb_scenario table[] = {
      small_rpm,
      "azure",
      NULL,
-     3,
-     5,
-     20,
-     SIM_LANG_EN,
-     400,
-     50,
+     SMALL_TRAFFIC,
      {{20000, SB_BLACKHOLE, 2, 0}, {40000, SB_UNBLACKHOLE, 2, 0}},
      2,
      0,
