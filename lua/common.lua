@@ -840,7 +840,7 @@ end
 -- Reclaims grants whose lease expired (a crashed or silent worker). Their
 -- estimate stays charged. Returns the number reclaimed (in a dry run: the
 -- number it would reclaim, left in place).
-local function sl_reclaim(now, lease_ms)
+local function sl_reclaim(now, limits)
   local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', '0', '256')
   if #ids == 0 or SL_DRY then return #ids end
   -- A lease runs from the grant's slot where its agent holds it: a
@@ -850,8 +850,9 @@ local function sl_reclaim(now, lease_ms)
   -- concurrency cap free while it runs). Such a lease is moved to its
   -- re-timed slot's, never earlier; one that cannot be placed is
   -- reclaimed as before.
-  local rt = lease_ms and redis.call('HGET', KEYS[2], 'retimes')
+  local rt = redis.call('HGET', KEYS[2], 'retimes')
   if rt and rt ~= '' then
+    local lease_ms = sl_num(limits, 'lease_ms', 120000)
     local gone, moved = {}, {}
     for _, id in ipairs(ids) do
       local due

@@ -179,7 +179,7 @@ local function beat()
   -- ran after its agent gave up on it) are reclaimed here too, not only
   -- by the next reserve or settle: a fleet that stopped calling is left
   -- with none once the leases end (while it still heartbeats).
-  local reclaimed = sl_reclaim(now, sl_num(limits, 'lease_ms', 120000))
+  local reclaimed = sl_reclaim(now, limits)
   if reclaimed > 0 and limits.rpm then
     redis.call('HINCRBY', KEYS[2], 'expired_total', reclaimed)
   end

@@ -114,7 +114,7 @@ end
 -- finds it behind all the others, see above.)
 local function reserve_open(keys, limits, st)
   local now, now_us = sl_now(limits)
-  local expired = sl_reclaim(now, sl_num(limits, 'lease_ms', 120000))
+  local expired = sl_reclaim(now, limits)
   local dims, scale, rescheduled = sl_schedule(limits, st, now)
   local burn, expected = sl_out_rule(limits)
   local req, now_s = dims[1], sl_fmt(now)

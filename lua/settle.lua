@@ -112,7 +112,7 @@ for i = 1, n do
 end
 
 local now, now_us = sl_now(limits)
-local counts = {expired_total = sl_reclaim(now, sl_num(limits, 'lease_ms', 120000))}
+local counts = {expired_total = sl_reclaim(now, limits)}
 local dims, scale = sl_schedule(limits, st, now)
 local req = dims[1]
 local paused_until = sl_num(st, 'paused_until', 0)
