@@ -989,7 +989,10 @@ static int status_main(const char *cmd, int top, int argc, char **argv) {
             } else {
                 int below = print_table(rows, NULL, pl.show, n, 0, s.sock != NULL, 0);
                 print_groups(&pl, rows, NULL, cfg, 0, 0, below);
-                print_budgets(&s);
+                /* Names asked for that are all unknown: the error alone. */
+                int found = a.npos == 0;
+                for (int i = 0; i < n && !found; i++) found = rows[i] != NULL;
+                if (found) print_budgets(&s);
             }
         }
         goto out;

@@ -75,8 +75,11 @@ static int world_up(void **state) {
              "    tenant_idle_ms: 3600000\n" /* a and b stay active through the tests */
              "    lanes: {interactive: {priority: 0, headroom: 0.25}, batch: {priority: 1}}\n"
              "    tenants: {a: {weight: 3}, b: {weight: 1, ceiling_rpm: 120, daily_tokens: 5000}}\n"
+             "    price: {input: 1, output: 2, currency: USD}\n"
              "groups:\n"
-             "  g: {members: [e, d]}\n",
+             "  g: {members: [e, d]}\n"
+             "budgets:\n"
+             "  bteam: {tenant: b, deployment: l, currency: USD, daily: 50}\n",
              redis.sock);
     if (sluiced_fixture_start(&agent, yaml) != 0) return world_down(state), -1;
     /* Some traffic on d: grants, settled ok. */
@@ -330,6 +333,11 @@ static void test_unknown_deployment(void **state) {
     cli("status", "--socket", agent.sock, "nope", NULL);
     assert_int_equal(o.code, 1);
     assert_non_null(strstr(o.err, "unknown deployment 'nope'"));
+    /* Only unknown names asked for: the error alone, not the budgets. */
+    assert_string_equal(o.out, "");
+    cli("status", "--socket", agent.sock, NULL);
+    assert_int_equal(o.code, 0);
+    assert_non_null(strstr(o.out, "bteam"));
     /* Usage errors: 2; no sluiced on the socket: 1. */
     cli("status", "--bogus", NULL);
     assert_int_equal(o.code, 2);
