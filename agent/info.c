@@ -86,14 +86,16 @@ static void section_deployments(info_out *o, server *s, const server_stats *st, 
     const config *cfg = engine_config(server_engine(s));
     line(o, "# Deployments");
     line(o, "deployments:%zu", cfg->ndeployments);
+    /* Keyed by position, the name a field: a name may hold ':' (a Bedrock
+     * model id), and INFO parsers cut the key at the first one. */
     for (size_t i = 0; i < cfg->ndeployments; i++) {
         const struct config_deployment *d = &cfg->deployments[i];
         line(o,
-             "deployment_%s:rpm=%lld,tpm=%lld,burst_requests=%lld,burst_tokens=%lld,max_concurrency=%lld,"
+             "deployment%zu:name=%s,rpm=%lld,tpm=%lld,burst_requests=%lld,burst_tokens=%lld,max_concurrency=%lld,"
              "rpd=%lld,tpd=%lld,max_wait_ms=%lld,jitter_ms=%lld,style=%s,itpm=%lld,otpm=%lld,"
              "burst_input_tokens=%lld,burst_output_tokens=%lld,refund_tokens=%d,refund_input_tokens=%d,"
              "refund_output_tokens=%d",
-             d->name, d->rpm, d->tpm, d->burst.requests, d->burst.tokens, d->max_concurrency, d->rpd, d->tpd,
+             i, d->name, d->rpm, d->tpm, d->burst.requests, d->burst.tokens, d->max_concurrency, d->rpd, d->tpd,
              d->max_wait_ms, d->jitter_ms, config_style_name(d->style), d->itpm, d->otpm, d->burst.input_tokens,
              d->burst.output_tokens, d->refunds.tokens, d->refunds.input_tokens, d->refunds.output_tokens);
     }

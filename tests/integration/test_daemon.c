@@ -155,7 +155,7 @@ static void test_redis_cli_session(void **state) {
     assert_int_equal(cli(&d, out, sizeof(out), "INFO", NULL), 0);
     for (const char *sec = "# Server\0# Clients\0# Deployments\0# Redis\0# Stats\0"; *sec; sec += strlen(sec) + 1)
         assert_contains(out, sec);
-    assert_contains(out, "deployment_d:rpm=600,tpm=60000,burst_requests=5,burst_tokens=10000");
+    assert_contains(out, "deployment0:name=d,rpm=600,tpm=60000,burst_requests=5,burst_tokens=10000");
     assert_contains(out, "mode:redis");
     assert_true(info_field(out, "grants") == 4); /* TOKENS 10, the two EXACT, the PARTIAL */
     /* Each redis-cli is a connection of its own: the five that asked
@@ -686,7 +686,7 @@ static void test_sighup_during_start(void **state) {
 
 static void test_reload_bad_then_good(void **state) {
     daemon_proc d;
-    start_daemon(&d, "reload", NULL, "  rl:\n    rpm: 600\n");
+    start_daemon(&d, "reload", NULL, "  m.claude-v2:1:\n    rpm: 60\n  rl:\n    rpm: 600\n");
     char v[64];
     assert_true(daemon_wait_status(&d, "rl", "rpm", "600", 5000)); /* the limits reached Redis */
     char *good = read_file_all(d.config);
@@ -713,7 +713,9 @@ static void test_reload_bad_then_good(void **state) {
     char *info = daemon_info(&d);
     assert_true(info_field(info, "config_reloads_failed") == 1);
     assert_true(info_field(info, "config_reloads_ok") == 1);
-    assert_contains(info, "deployment_rl:rpm=900");
+    assert_contains(info, "\ndeployment1:name=rl,rpm=900,");
+    /* A name with ':' is a value, not part of the key. */
+    assert_contains(info, "\ndeployment0:name=m.claude-v2:1,rpm=60,");
     print_message("  bad reload kept rpm 600; good reload applied rpm 900\n");
     free(info);
     free(good);
