@@ -71,9 +71,10 @@ int options_load_config(const sl_options *o, config **cfg, char *err, size_t err
     }
     int rc;
     if (o->config_path) {
-        rc = config_load(o->config_path, cfg, err, errlen);
+        rc = config_load_flags(o->config_path, CONFIG_LOAD_NO_PROXY_SECRETS, cfg, err, errlen);
     } else if (o->config_text) {
-        rc = config_load_string("<config_text>", o->config_text, strlen(o->config_text), cfg, err, errlen);
+        rc = config_load_string_flags("<config_text>", o->config_text, strlen(o->config_text),
+                                      CONFIG_LOAD_NO_PROXY_SECRETS, cfg, err, errlen);
     } else {
         char *text = options_compose_config(o->redis_url, o->deployments);
         if (!text) {

@@ -735,7 +735,7 @@ static int setup(run *r, int argc, char **argv) {
         }
     }
     char err[1024];
-    if (config_load(r->cli.config, &r->cfg, err, sizeof(err)) != 0) {
+    if (config_load_flags(r->cli.config, CONFIG_LOAD_NO_PROXY_SECRETS, &r->cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "sluice run: %s\n", err);
         return 1;
     }

@@ -166,7 +166,7 @@ static int load_config(const char *path, char **yaml, config **cfg) {
     memcpy(full, text, len);
     memcpy(full + len, tail, sizeof(tail));
     char err[1024];
-    int rc = config_load_string(path, full, strlen(full), cfg, err, sizeof(err));
+    int rc = config_load_string_flags(path, full, strlen(full), CONFIG_LOAD_NO_PROXY_SECRETS, cfg, err, sizeof(err));
     free(full);
     if (rc != 0) {
         fprintf(stderr, "sluice sim: %s\n", err);

@@ -912,7 +912,7 @@ static int status_main(const char *cmd, int top, int argc, char **argv) {
     status_plan pl = {0};
     status_group *dgroups = NULL; /* --socket without a config: the daemon's groups */
     int ndgroups = 0;
-    if (cli.config && config_load(cli.config, &cfg, err, sizeof(err)) != 0) {
+    if (cli.config && config_load_flags(cli.config, CONFIG_LOAD_NO_PROXY_SECRETS, &cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "sluice %s: %s\n", cmd, err);
         code = 1;
         goto out;

@@ -878,13 +878,21 @@ static int budgets_finish(cfg_ctx *ctx, config *cfg) {
     return 0;
 }
 
+/* Set by config_load_flags() for the one load of this thread: the HTTP
+ * proxy's secrets (inject_key's provider key, the client keys) are not
+ * read, for tools that never serve the proxy (sluice status, top, run,
+ * sim): an operator's shell need not hold the provider's key. */
+static _Thread_local int load_skip_proxy_secrets;
+
 static int deployment_finish(cfg_ctx *ctx, cfg_entity *ent) {
     cfg_deployment *d = ent->base;
     if (profile_check(ctx, ent, d) != 0) return -1;
     if (d->inject_key) {
         if (!d->api_key_env[0])
             return cfg_entity_fail(ctx, ent, "inject_key", "needs api_key_env: the variable holding the key to inject");
-        if (read_secret(ctx, ent, "api_key_env", d->api_key_env, NULL, "", &d->api_key_) != 0) return -1;
+        if (!load_skip_proxy_secrets &&
+            read_secret(ctx, ent, "api_key_env", d->api_key_env, NULL, "", &d->api_key_) != 0)
+            return -1;
     }
     if (!cfg_entity_seen(ent, "tokens_rule") && d->style == CONFIG_STYLE_OPENAI) d->tokens_rule = CONFIG_TOKENS_MAX;
     /* Anthropic: "OTPM is calculated based on the number of output tokens
@@ -1134,6 +1142,7 @@ static int client_finish(cfg_ctx *ctx, cfg_entity *ent) {
     if (!c->key_env[0] == !c->key_file[0])
         return cfg_entity_fail(ctx, ent, c->key_env[0] ? "key_file" : "key_env",
                                "give either key_env or key_file (exactly one)");
+    if (load_skip_proxy_secrets) return 0;
     if (read_secret(ctx, ent, "key_env", c->key_env, "key_file", c->key_file, &c->key_) != 0) return -1;
     c->keylen_ = strlen(c->key_);
     if (c->keylen_ < CONFIG_CLIENT_KEY_MIN)
@@ -1306,7 +1315,7 @@ static int root_finish(cfg_ctx *ctx, cfg_entity *ent) {
     if (http_finish(ctx, ent, cfg) != 0) return -1;
     for (size_t i = 0; i < a->http.nclients; i++)
         for (size_t j = 0; j < i; j++)
-            if (a->http.clients[i].keylen_ == a->http.clients[j].keylen_ &&
+            if (a->http.clients[i].keylen_ > 0 && a->http.clients[i].keylen_ == a->http.clients[j].keylen_ &&
                 !memcmp(a->http.clients[i].key_, a->http.clients[j].key_, a->http.clients[i].keylen_))
                 return cfg_fail_plain(ctx, a->http.clients[i].line,
                                       "key 'agent.http.clients.%s': the same key as client '%s' (each client needs "
@@ -1405,6 +1414,21 @@ int config_load(const char *path, config **out, char *err, size_t errlen) {
     void *cfg;
     int rc = cfg_load_file(&root_schema, path, &cfg, err, errlen);
     *out = cfg;
+    return rc;
+}
+
+int config_load_flags(const char *path, unsigned flags, config **out, char *err, size_t errlen) {
+    load_skip_proxy_secrets = (flags & CONFIG_LOAD_NO_PROXY_SECRETS) != 0;
+    int rc = config_load(path, out, err, errlen);
+    load_skip_proxy_secrets = 0;
+    return rc;
+}
+
+int config_load_string_flags(const char *name, const char *text, size_t len, unsigned flags, config **out, char *err,
+                             size_t errlen) {
+    load_skip_proxy_secrets = (flags & CONFIG_LOAD_NO_PROXY_SECRETS) != 0;
+    int rc = config_load_string(name, text, len, out, err, errlen);
+    load_skip_proxy_secrets = 0;
     return rc;
 }
 

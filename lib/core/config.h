@@ -339,6 +339,17 @@ int config_load(const char *path, config **out, char *err, size_t errlen);
  * redis.password_file is resolved against the working directory. */
 int config_load_string(const char *name, const char *text, size_t len, config **out, char *err, size_t errlen);
 
+/* config_load() / config_load_string() with flags.
+ * CONFIG_LOAD_NO_PROXY_SECRETS: the HTTP proxy's secrets are not read
+ * (deployments.<name>.inject_key's api_key_env, agent.http.clients' key_env
+ * and key_file; their keys stay NULL), for the tools that never serve the
+ * proxy: sluice status, top, run and sim. Everything else is checked as
+ * config_load() checks it. */
+#define CONFIG_LOAD_NO_PROXY_SECRETS 1u
+int config_load_flags(const char *path, unsigned flags, config **out, char *err, size_t errlen);
+int config_load_string_flags(const char *name, const char *text, size_t len, unsigned flags, config **out, char *err,
+                             size_t errlen);
+
 /* Frees cfg and everything it owns, wiping the password first. NULL is a
  * no-op. */
 void config_free(config *cfg);

@@ -345,6 +345,41 @@ static void test_unknown_deployment(void **state) {
     assert_int_equal(o.code, 1);
 }
 
+/* A production file whose HTTP proxy injects a provider key and has client
+ * keys: status and top never serve the proxy, so they read neither (the
+ * operator's shell holds no provider key, the key files are the agent's). */
+static void assert_row(const char *out, const char *words);
+
+static void test_status_without_proxy_secrets(void **state) {
+    (void)state;
+    if (!up) skip();
+    char path[4200];
+    snprintf(path, sizeof(path), "%s.secrets.yaml", agent.config);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "redis: {url: \"unix://%s\"}\n"
+            "agent:\n"
+            "  http:\n"
+            "    listen: 127.0.0.1:1\n"
+            "    clients:\n"
+            "      chat: {key_file: /nonexistent/sluice-test/chat.key, tenant: chat}\n"
+            "      batch: {key_env: SLUICE_TEST_UNSET_CLIENT_KEY}\n"
+            "deployments:\n"
+            "  d: {rpm: 600, burst: {requests: 10}, tags: [eu]}\n"
+            "  k: {rpm: 60, endpoint: \"http://127.0.0.1:1\", api_key_env: SLUICE_TEST_UNSET_KEY, inject_key: true}\n",
+            redis.sock);
+    fclose(f);
+    unsetenv("SLUICE_TEST_UNSET_KEY");
+    unsetenv("SLUICE_TEST_UNSET_CLIENT_KEY");
+    cli("status", "--config", path, "d", NULL);
+    if (o.code != 0) fail_msg("status exited %d: %s", o.code, o.err);
+    assert_row(o.out, "d 600");
+    cli("top", "--config", path, "-n", "1", "d", NULL);
+    if (o.code != 0) fail_msg("top exited %d: %s", o.code, o.err);
+    unlink(path);
+}
+
 /* Fails unless a line of out starts with the space-separated words
  * (compared whole, column by column; "*" matches any one). */
 static void assert_row(const char *out, const char *words) {
@@ -578,7 +613,7 @@ int main(void) {
         cmocka_unit_test(test_status_table),       cmocka_unit_test(test_top_frames),
         cmocka_unit_test(test_unknown_deployment), cmocka_unit_test(test_status_lanes_and_tenants),
         cmocka_unit_test(test_status_group),       cmocka_unit_test(test_live_agents_counts_silent),
-        cmocka_unit_test(test_minutes_round_once),
+        cmocka_unit_test(test_minutes_round_once), cmocka_unit_test(test_status_without_proxy_secrets),
     };
     return cmocka_run_group_tests(tests, world_up, world_down);
 }

@@ -379,7 +379,8 @@ int simfleet_new(const simfleet_opts *o, simfleet **out) {
         snprintf(text, cap, "redis:\n  url: unix://%s\n  timeout_ms: %lld\n%s", path,
                  o->redis_timeout_ms > 0 ? o->redis_timeout_ms : 250, o->yaml);
         config *cfg = NULL;
-        int rc = config_load_string("simfleet", text, strlen(text), &cfg, err, sizeof(err));
+        int rc = config_load_string_flags("simfleet", text, strlen(text), CONFIG_LOAD_NO_PROXY_SECRETS, &cfg, err,
+                                          sizeof(err));
         free(text);
         snprintf(id, sizeof(id), "agent-%d", i);
         if (rc != 0 || engine_new(&a->loop, cfg, id, &a->e) != 0) {
