@@ -647,6 +647,9 @@ static void cmd_command(const command_req *q) {
         for (size_t i = 0; i < n; i++) add_command_info(b, &t[i]);
     } else if (arg_is(q, 1, "COUNT")) {
         resp_add_integer(b, (long long)n);
+    } else if (arg_is(q, 1, "HELP") && q->argc == 2) {
+        cmd_help(q); /* redis-cli answers HELP itself; COMMAND HELP reaches us */
+        return;
     } else if (arg_is(q, 1, "DOCS")) {
         resp_add_map(b, 0); /* redis-cli falls back to its own help */
     } else if (arg_is(q, 1, "LIST")) {
@@ -660,7 +663,7 @@ static void cmd_command(const command_req *q) {
             else resp_add_null_array(b);
         }
     } else {
-        reply_error(q, "unknown subcommand '%s' of COMMAND (try COUNT, DOCS, INFO or LIST)",
+        reply_error(q, "unknown subcommand '%s' of COMMAND (try COUNT, DOCS, HELP, INFO or LIST)",
                     printable(q->argv[1], q->argvlen[1], p, sizeof(p)));
         return;
     }
@@ -900,7 +903,7 @@ static const command command_table[] = {
      "Agent state and counters as Redis-style text sections."},
     {"PING", -1, cmd_ping, CMD_FAST | CMD_CONNECTION, "PING [message]", "Replies PONG, or the message."},
     {"QUIT", -1, cmd_quit, CMD_FAST | CMD_CONNECTION, "QUIT", "Replies +OK and closes the connection."},
-    {"COMMAND", -1, cmd_command, CMD_FAST | CMD_CONNECTION, "COMMAND [COUNT|DOCS|INFO name...|LIST]",
+    {"COMMAND", -1, cmd_command, CMD_FAST | CMD_CONNECTION, "COMMAND [COUNT|DOCS|HELP|INFO name...|LIST]",
      "Describes the commands (for client libraries and redis-cli)."},
     {"HELP", 1, cmd_help, CMD_FAST | CMD_CONNECTION, "HELP", "This list."},
     {"HELLO", -1, cmd_hello, CMD_FAST | CMD_CONNECTION, "HELLO [2|3 [SETNAME name]]",

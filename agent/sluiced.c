@@ -122,7 +122,7 @@ static void usage(FILE *f) {
                "\n"
                "sluiced is the sluice agent: it governs LLM API calls against a quota shared by\n"
                "a fleet through Redis, and serves callers on a UNIX socket that speaks the Redis\n"
-               "protocol (try: redis-cli -s /run/sluice/agent.sock HELP).\n"
+               "protocol (try: redis-cli -s /run/sluice/agent.sock COMMAND HELP).\n"
                "\n"
                "flags:\n");
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {

@@ -184,7 +184,12 @@ static void test_redis_cli_session(void **state) {
     assert_int_equal(cli(&d, out, sizeof(out), "COMMAND", "DOCS", NULL), 0);
     assert_int_equal(cli(&d, out, sizeof(out), "COMMAND", "COUNT", NULL), 0);
     assert_string_equal(out, "14\n");
-    /* (redis-cli answers HELP itself; the daemon's HELP is for other clients.) */
+    /* redis-cli answers HELP itself; COMMAND HELP (as in Redis) reaches the
+     * daemon, so `redis-cli -s SOCKET COMMAND HELP` shows its commands. */
+    assert_int_equal(cli(&d, out, sizeof(out), "COMMAND", "HELP", NULL), 0);
+    assert_contains(out, "sluiced commands (see docs/protocol.md):");
+    assert_contains(out, "ACQUIRE <deployment|group> [TOKENS n | INPUT n OUTPUT m]");
+    assert_contains(out, "SETTLE <grant-id>");
     redisContext *c = daemon_connect(&d);
     redisReply *r = redisCommand(c, "HELP");
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
