@@ -14,7 +14,9 @@
 
 #include "gcall.h"
 #include "gov.h"
+#include "ratelimit.h"
 #include "sluice.h"
+#include "timeutil.h"
 #include "verdict.h"
 
 #define CAPTURE_MAX_HEADERS 256
@@ -194,9 +196,26 @@ static int is_retry_after(const char *name) {
            strcasecmp(name, "x-ms-retry-after-ms") == 0;
 }
 
+/* The wait a throttled verdict read from the body (Gemini's 429: no
+ * Retry-After, a google.rpc.RetryInfo retryDelay) where the headers the
+ * settle is given ask none: the settle reads headers only (the agent
+ * parses them again), so it goes to it as a retry-after-ms header; -1
+ * when there is none to add. */
+static long long body_pause_ms(const sl_verdict *v, const sl_header *h, size_t n) {
+    if (v->outcome != SL_OUTCOME_THROTTLED || v->pause_ms < 0) return -1;
+    ratelimit_feedback fb;
+    ratelimit_init(&fb, -1);
+    int64_t now = (int64_t)wall_clock_ms();
+    for (size_t i = 0; i < n; i++)
+        if (h[i].name && h[i].value)
+            ratelimit_add_header(&fb, h[i].name, strlen(h[i].name), h[i].value, strlen(h[i].value), now);
+    return ratelimit_settle_pause_ms(&fb, true, NULL) >= 0 ? -1 : v->pause_ms;
+}
+
 /* Settles g with the verdict's outcome and usage, split where the body
  * said (each dimension is then corrected as its provider counts), and the
- * headers settle_headers lets through. */
+ * headers settle_headers lets through, with the body's wait where they
+ * ask none (body_pause_ms). */
 int curl_settle_verdict(sl_grant *g, const sl_verdict *v, const sl_capture *c, int settle_headers) {
     sl_usage u;
     sl_usage_init(&u);
@@ -208,11 +227,16 @@ int curl_settle_verdict(sl_grant *g, const sl_verdict *v, const sl_capture *c, i
         u.cache_read_tokens = v->cache_read_tokens;
     }
     if (settle_headers == SL_SETTLE_HEADERS_NONE) return sl_settle_usage(g, &u, v->outcome, NULL, 0);
-    if (settle_headers != SL_SETTLE_HEADERS_RETRY_AFTER) return sl_settle_usage(g, &u, v->outcome, c->hdr, c->nh);
-    sl_header keep[CAPTURE_MAX_HEADERS];
+    sl_header keep[CAPTURE_MAX_HEADERS + 1];
     size_t k = 0;
     for (size_t i = 0; i < c->nh; i++)
-        if (is_retry_after(c->hdr[i].name)) keep[k++] = c->hdr[i];
+        if (settle_headers != SL_SETTLE_HEADERS_RETRY_AFTER || is_retry_after(c->hdr[i].name)) keep[k++] = c->hdr[i];
+    char ms[24];
+    long long bp = body_pause_ms(v, keep, k);
+    if (bp >= 0) {
+        snprintf(ms, sizeof(ms), "%lld", bp);
+        keep[k++] = (sl_header){"retry-after-ms", ms};
+    }
     return sl_settle_usage(g, &u, v->outcome, k ? keep : NULL, k);
 }
 

@@ -39,9 +39,10 @@ static void deployments(const char *p, char *out, size_t n) {
              "  %s-fleet:\n    rpm: 60000\n"
              "  %s-quota:\n    rpm: 60000\n"
              "  %s-gm:\n    rpm: 60000\n"
+             "  %s-gem:\n    rpm: 60000\n"
              /* Appended under deployments by the harness: the last key. */
              "groups:\n  %s-gw:\n    members: [%s-gm]\n",
-             p, p, p, p, p, p, p, p, p);
+             p, p, p, p, p, p, p, p, p, p);
 }
 
 static lib_suite S = {.name = "test_lib_curl", .tag = "curl", .deps = deployments, .with_web = 1};
@@ -342,6 +343,36 @@ static void fleet_pause_once(int mode) {
 static void test_fleet_pause_once_embedded(void **state) { fleet_pause_once(EMBEDDED); }
 static void test_fleet_pause_once_daemon(void **state) { fleet_pause_once(DAEMON); }
 
+/* ---- Gemini's 429: the pause is in the body ---------------------------------------- */
+
+/* Gemini's 429 RESOURCE_EXHAUSTED carries no Retry-After header; its wait
+ * is the body's google.rpc.RetryInfo retryDelay (docs/providers.md,
+ * "Gemini API"). The governed call's settle pauses the deployment for the
+ * whole fleet by it, as the proxy's does (test_proxy's
+ * test_gemini_retry_delay): before, the settle passed the headers only,
+ * the fleet never paused and the 429 counted as unexplained. */
+static void gemini_retry_delay_pauses_fleet(int mode) {
+    if (skip_without_daemon(mode)) return;
+    sl_gov *g = open_gov(mode, 0);
+    http_reset(&S.web, 1, 3);
+    sl_call_opts o = opts(100, 10000);
+    o.max_attempts = 1; /* the call ends with the 429; the settle is what is judged */
+    sl_call_report rep;
+    sl_call_report_init(&rep);
+    call(g, mode, "gem", "/flaky?form=gemini", &o, &rep);
+    print_message("  [%s] gemini 429: %s, retry_after_ms %lld\n", prefix(mode), rep.outcome, rep.retry_after_ms);
+    assert_int_equal(rep.http_status, 429);
+    assert_int_equal(rep.retry_after_ms, 3000); /* the verdict read the body's retryDelay */
+    char gdep[64];
+    snprintf(gdep, sizeof(gdep), "%s-gem", prefix(mode));
+    h_wait_redis_status(&S.fx, gdep, "paused_ms", 1, 2000);
+    sl_call_report_free(&rep);
+    sl_close(g);
+}
+
+static void test_gemini_retry_delay_embedded(void **state) { gemini_retry_delay_pauses_fleet(EMBEDDED); }
+static void test_gemini_retry_delay_daemon(void **state) { gemini_retry_delay_pauses_fleet(DAEMON); }
+
 /* ---- the pieces for libcurl multi ----------------------------------------------------- */
 
 static void test_capture_pieces(void **state) {
@@ -410,6 +441,8 @@ int main(void) {
         cmocka_unit_test(test_retry_budget_daemon),
         cmocka_unit_test(test_fleet_pause_once_embedded),
         cmocka_unit_test(test_fleet_pause_once_daemon),
+        cmocka_unit_test(test_gemini_retry_delay_embedded),
+        cmocka_unit_test(test_gemini_retry_delay_daemon),
         cmocka_unit_test(test_capture_pieces),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

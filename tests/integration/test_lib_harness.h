@@ -146,7 +146,7 @@ static void *h_conn_main(void *arg) {
      * returns finds its request in the log), then send it. */
     int status = 200;
     const char *reason = "OK", *body = http_ok_body;
-    char extra[160] = "", *big = NULL;
+    char extra[160] = "", *big = NULL, gbody[320];
     double wait_ms = -1;
     int slow_ms = 0;
     if (strncmp(path, "/ok", 3) == 0) {
@@ -175,6 +175,17 @@ static void *h_conn_main(void *arg) {
                 strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
                 snprintf(extra, sizeof(extra), "Retry-After: %s\r\n", date);
                 wait_ms = (double)at * 1000 - ((double)w.tv_sec * 1000 + (double)w.tv_nsec / 1e6);
+            } else if (form && strncmp(form + 5, "gemini", 6) == 0) {
+                /* Gemini's 429: no Retry-After, the wait is the body's
+                 * google.rpc.RetryInfo retryDelay. */
+                snprintf(gbody, sizeof(gbody),
+                         "{\"error\":{\"code\":429,\"message\":\"You exceeded your current quota, please "
+                         "check your plan and billing details.\",\"status\":\"RESOURCE_EXHAUSTED\","
+                         "\"details\":[{\"@type\":\"type.googleapis.com/google.rpc.RetryInfo\","
+                         "\"retryDelay\":\"%ds\"}]}}",
+                         ra);
+                wait_ms = ra * 1000.0;
+                body = gbody;
             } else if (form && strncmp(form + 5, "ms", 2) == 0) {
                 long ms = h_query(path, "wait=", 700);
                 snprintf(extra, sizeof(extra), "retry-after-ms: %ld\r\n", ms);
@@ -183,7 +194,8 @@ static void *h_conn_main(void *arg) {
                 snprintf(extra, sizeof(extra), "Retry-After: %d\r\nx-ratelimit-remaining-requests: 0\r\n", ra);
                 wait_ms = ra * 1000.0;
             }
-            body = "{\"error\":{\"code\":\"rate_limit_exceeded\",\"message\":\"Rate limit reached\"}}";
+            if (body == http_ok_body)
+                body = "{\"error\":{\"code\":\"rate_limit_exceeded\",\"message\":\"Rate limit reached\"}}";
         }
     } else if (strncmp(path, "/429", 4) == 0) {
         status = 429;
