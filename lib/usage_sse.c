@@ -98,7 +98,11 @@ int usage_sse_result(const usage_sse *r, usage_rec *out) {
     long long write = r->most.cache_write > 0 ? r->most.cache_write : 0;
     out->cache_write = write < out->input - out->cache_read ? write : out->input - out->cache_read;
     out->tokens = out->input + out->output;
-    if (r->most.tokens > out->tokens) out->tokens = r->most.tokens;
+    /* A total above the parts: output they leave out (usage.c). */
+    if (r->most.tokens > out->tokens) {
+        if (r->most.input >= 0) out->output = r->most.tokens - out->input;
+        out->tokens = r->most.tokens;
+    }
     return 0;
 }
 

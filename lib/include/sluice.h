@@ -448,7 +448,10 @@ SL_API long long sl_usage_tokens(const char *body, size_t len);
  * input_tokens is all of the prompt: OpenAI's prompt_tokens, Anthropic's
  * input_tokens + cache_creation_input_tokens + cache_read_input_tokens;
  * cache_read_tokens OpenAI's prompt_tokens_details.cached_tokens or
- * Anthropic's cache_read_input_tokens. Pure. */
+ * Anthropic's cache_read_input_tokens; output_tokens the total less the
+ * input where total_tokens is the larger (Gemini's OpenAI-compatible usage
+ * leaves its thinking tokens out of completion_tokens), so that tokens is
+ * always input_tokens + output_tokens. Pure. */
 SL_API int sl_usage_of(const char *body, size_t len, sl_usage *out);
 
 /* ---- libcurl ------------------------------------------------------------- */

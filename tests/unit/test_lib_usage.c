@@ -36,6 +36,12 @@ static const struct {
     {"negative ignored", "{\"usage\":{\"total_tokens\":-5,\"prompt_tokens\":4}}", 4},
     {"real numbers ignored", "{\"usage\":{\"total_tokens\":2.5}}", -1},
     {"array body", "[{\"usage\":{\"total_tokens\":3}}]", -1},
+    /* Counts no provider reports (above 10^15, what sl_settle_usage()
+     * takes) are no usage: summed, they overflowed (undefined behaviour;
+     * the first read 1 token, the prompt lost). */
+    {"absurd input",
+     "{\"usage\":{\"input_tokens\":9223372036854775807,\"cache_creation_input_tokens\":5,\"output_tokens\":1}}", -1},
+    {"absurd prompt", "{\"usage\":{\"prompt_tokens\":9223372036854775800,\"completion_tokens\":100}}", -1},
     {"not json", "Too Many Requests", -1},
     {"truncated json", "{\"usage\":{\"total_tokens\":3", -1},
     {"empty", "", -1},
@@ -92,6 +98,13 @@ static const struct {
      "data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n",
      45, 30, 15, 5},
     {"embeddings", "{\"usage\":{\"prompt_tokens\":8,\"total_tokens\":8}}", 8, 8, 0, 0},
+    /* Gemini's OpenAI-compatible endpoint: total_tokens counts the
+     * thinking tokens (thoughtsTokenCount), completion_tokens does not;
+     * the thoughts are output (as OpenAI's completion_tokens counts its
+     * reasoning tokens), so the split still adds up to the total. */
+    {"gemini thinking", "{\"usage\":{\"completion_tokens\":1,\"prompt_tokens\":9,\"total_tokens\":103}}", 103, 9, 94,
+     0},
+    {"gemini thoughts only", "{\"usage\":{\"prompt_tokens\":21,\"total_tokens\":81}}", 81, 21, 60, 0},
     {"total only", "{\"usage\":{\"total_tokens\":8}}", 8, -1, -1, -1},
     {"none", "{\"id\":\"x\"}", -1, -1, -1, -1},
 };
@@ -107,6 +120,10 @@ static void test_split(void **state) {
                      u.tokens, u.input_tokens, u.output_tokens, u.cache_read_tokens, splits[i].tokens, splits[i].input,
                      splits[i].output, splits[i].cache_read);
         assert_int_equal(rc, splits[i].tokens >= 0 ? 0 : SL_EUNKNOWN);
+        /* What sl_settle_usage() takes: a split adds up to the total. */
+        if (u.input_tokens >= 0 && u.tokens != u.input_tokens + u.output_tokens)
+            fail_msg("%s: %lld != %lld + %lld: sl_settle_usage() refuses it", splits[i].name, u.tokens, u.input_tokens,
+                     u.output_tokens);
     }
     sl_usage u;
     sl_usage_init(&u);

@@ -136,6 +136,21 @@ typedef struct want {
     int final_usage, done, error;
 } want;
 
+/* Gemini's OpenAI-compatible endpoint with a thinking model, as a user
+ * recorded it (discuss.ai.google.dev/t/127400): usage in every chunk,
+ * total_tokens with the thinking tokens, completion_tokens without. */
+static const char gemini_stream[] =
+    "data: {\"choices\":[{\"delta\":{\"content\":\"1\",\"role\":\"assistant\"},\"index\":0}],\"created\":"
+    "1772149571,\"id\":\"Q9ug\",\"model\":\"gemini-3-flash-preview\",\"object\":\"chat.completion.chunk\","
+    "\"usage\":{\"completion_tokens\":1,\"prompt_tokens\":9,\"total_tokens\":103}}\n\n"
+    "data: {\"choices\":[{\"delta\":{\"content\":\", \",\"role\":\"assistant\"},\"index\":0}],\"created\":"
+    "1772149571,\"id\":\"Q9ug\",\"model\":\"gemini-3-flash-preview\",\"object\":\"chat.completion.chunk\","
+    "\"usage\":{\"completion_tokens\":3,\"prompt_tokens\":9,\"total_tokens\":105}}\n\n"
+    "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"},\"finish_reason\":\"length\",\"index\":0}],"
+    "\"created\":1772149571,\"id\":\"Q9ug\",\"model\":\"gemini-3-flash-preview\",\"object\":"
+    "\"chat.completion.chunk\",\"usage\":{\"completion_tokens\":4,\"prompt_tokens\":9,\"total_tokens\":108}}\n\n"
+    "data: [DONE]\n\n";
+
 static const struct {
     const char *name, *text;
     want w;
@@ -144,6 +159,8 @@ static const struct {
     {"anthropic", anthropic_stream, {10, 5, 5, 3, 1, 1, 0}},
     {"responses", responses_stream, {123, 36, 87, 6, 1, 1, 0}},
     {"azure", azure_stream, {49, 40, 9, 32, 1, 1, 0}},
+    /* The thinking tokens are output: input + output is the total. */
+    {"gemini thinking", gemini_stream, {108, 9, 99, 0, 1, 1, 0}},
 };
 
 typedef struct seen {
