@@ -168,6 +168,7 @@ struct run {
     config *cfg;
     run_target target; /* the deployment, or the group's members */
     char socket[512];
+    char errors_path[4096]; /* OUT.errors.jsonl, when --errors is not given */
     long long shard_i, shard_n;
 
     sl_gov *gov;
@@ -182,14 +183,16 @@ struct run {
     long long lineno;
     int in_eof;
     run_set seen; /* ids with a record, and those taken by this run */
+    run_set errs; /* ids with a record in the errors file */
     run_file out, err;
     sl_call_opts policy; /* every call's, but deadline and classes */
 
     item *live;
     int nlive;
     long long total, done_before, ok, failed, attempts, status_429, retries, sheds;
-    long long *member_ok; /* successes per member, in target order */
-    int stopping;         /* 1: no new work; 2: cancel calls in flight too */
+    long long failed_before; /* ids of the input only in the errors file (not retried) */
+    long long *member_ok;    /* successes per member, in target order */
+    int stopping;            /* 1: no new work; 2: cancel calls in flight too */
     int stop_sig;
     int fatal;
     char fatal_msg[512];
@@ -578,14 +581,17 @@ static void fill(run *r) {
 }
 
 /* First pass over the input: how many distinct ids this run owns (its
- * shard) and how many of them already have a record. */
+ * shard) and how many of them already have a record. An id belongs to the
+ * shard of its first line: a later line of this shard repeating an id
+ * first seen on another shard's line is skipped (added to seen), so a
+ * duplicate id is sent once by the fleet of shards, as by one run. */
 static int count_input(run *r, char *err, size_t errlen) {
     FILE *f = fopen(r->cli.in, "r");
     if (!f) {
         snprintf(err, errlen, "%s: %s", r->cli.in, strerror(errno));
         return -1;
     }
-    run_set ids = {0};
+    run_set ids = {0}, all = {0}; /* this shard's first lines' ids; every line's */
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
@@ -595,15 +601,16 @@ static int count_input(run *r, char *err, size_t errlen) {
         lineno++;
         size_t len = (size_t)n;
         while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
-        if (!in_shard(r, lineno) || run_line_blank(line, len)) continue;
-        json_t *j = json_loadb(line, len, 0, NULL);
-        json_t *id = json_object_get(j, "id");
-        json_t *num = (id && (json_is_string(id) || json_is_integer(id))) ? NULL : json_integer(lineno);
-        char *key = run_id_key(num ? num : id);
-        json_decref(num);
-        json_decref(j);
-        int added = key ? run_set_add(&ids, key) : -1;
-        if (added < 0) {
+        if (run_line_blank(line, len)) continue;
+        int ours = in_shard(r, lineno);
+        /* The key fill() will record this line under, whatever the line. */
+        char *key = run_line_key(line, len, lineno);
+        int first = key ? run_set_add(&all, key) : -1, added = 0;
+        if (first >= 0 && ours) {
+            if (first == 1) added = run_set_add(&ids, key);
+            else if (!run_set_has(&ids, key)) added = run_set_add(&r->seen, key) < 0 ? -1 : 0; /* another shard's */
+        }
+        if (first < 0 || added < 0) {
             free(key);
             snprintf(err, errlen, "out of memory");
             rc = -1;
@@ -611,7 +618,13 @@ static int count_input(run *r, char *err, size_t errlen) {
         }
         if (added == 1) {
             r->total++;
-            if (run_set_has(&r->seen, key)) r->done_before++;
+            if (run_set_has(&r->seen, key)) {
+                r->done_before++;
+            } else if (!r->cli.retry_errors && run_set_has(&r->errs, key)) {
+                /* Failed for good in an earlier run: done, but not a result. */
+                r->done_before++;
+                r->failed_before++;
+            }
         }
         free(key);
     }
@@ -622,6 +635,7 @@ static int count_input(run *r, char *err, size_t errlen) {
     free(line);
     fclose(f);
     run_set_free(&ids);
+    run_set_free(&all);
     return rc;
 }
 
@@ -667,6 +681,19 @@ static void on_tick(uv_timer_t *t) {
 }
 
 /* ---- setup ------------------------------------------------------------------ */
+
+/* A runtime failure before the run starts: the message on stderr, and in
+ * the summary's "error" (printed all the same). Returns 1, the exit code. */
+static int setup_fail(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int setup_fail(run *r, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->fatal_msg, sizeof(r->fatal_msg), fmt, ap);
+    va_end(ap);
+    r->fatal = 1;
+    fprintf(stderr, "sluice run: %s\n", r->fatal_msg);
+    return 1;
+}
 
 /* Parses the flags and loads everything. Returns 0, or the exit status. */
 static int setup(run *r, int argc, char **argv) {
@@ -736,52 +763,47 @@ static int setup(run *r, int argc, char **argv) {
     }
     char err[1024];
     if (config_load_flags(r->cli.config, CONFIG_LOAD_NO_PROXY_SECRETS, &r->cfg, err, sizeof(err)) != 0) {
-        fprintf(stderr, "sluice run: %s\n", err);
-        return 1;
+        return setup_fail(r, "%s", err);
     }
     if (run_target_open(&r->target, r->cfg, r->cli.deployment, r->headers, r->nheaders, err, sizeof(err)) != 0) {
-        fprintf(stderr, "sluice run: %s\n", err);
-        return 1;
+        return setup_fail(r, "%s", err);
     }
     r->member_ok = calloc(r->target.n, sizeof(*r->member_ok));
     if (!r->member_ok) {
-        fprintf(stderr, "sluice run: out of memory\n");
-        return 1;
+        return setup_fail(r, "out of memory");
     }
     /* A flag's mistake stops the run before anything is sent. */
     const char *flag = check_classes(r, r->cli.lane ? r->cli.lane : "", "", err, sizeof(err)) != 0 ? "--lane"
                        : check_classes(r, "", r->cli.tag ? r->cli.tag : "", err, sizeof(err)) != 0 ? "--tag"
                                                                                                    : NULL;
     if (flag) {
-        fprintf(stderr, "sluice run: %s: %s in %s\n", flag, err, r->cli.config);
-        return 1;
+        return setup_fail(r, "%s: %s in %s", flag, err, r->cli.config);
     }
 
     /* The files: results first (their ids are done), then errors. */
-    char errors_path[4096];
     if (!r->cli.errors) {
-        snprintf(errors_path, sizeof(errors_path), "%s.errors.jsonl", r->cli.out);
-        r->cli.errors = errors_path;
+        snprintf(r->errors_path, sizeof(r->errors_path), "%s.errors.jsonl", r->cli.out);
+        r->cli.errors = r->errors_path;
     }
     size_t recs, bad, erecs, ebad;
     if (run_file_open(&r->out, r->cli.out, r->cli.fsync, &r->seen, &recs, &bad, err, sizeof(err)) != 0 ||
-        run_file_open(&r->err, r->cli.errors, r->cli.fsync, r->cli.retry_errors ? NULL : &r->seen, &erecs, &ebad, err,
-                      sizeof(err)) != 0) {
-        fprintf(stderr, "sluice run: %s\n", err);
-        return 1;
+        run_file_open(&r->err, r->cli.errors, r->cli.fsync, &r->errs, &erecs, &ebad, err, sizeof(err)) != 0) {
+        return setup_fail(r, "%s", err);
     }
     if (bad + ebad > 0)
         fprintf(stderr, "sluice run: warning: %zu line(s) of %s / %s are not records with an id (ignored)\n",
                 bad + ebad, r->cli.out, r->cli.errors);
     r->cli.errors = r->err.path;
     if (count_input(r, err, sizeof(err)) != 0) {
-        fprintf(stderr, "sluice run: %s\n", err);
-        return 1;
+        return setup_fail(r, "%s", err);
+    }
+    /* Without --retry-errors, an id in the errors file is done: skipped. */
+    for (size_t i = 0; !r->cli.retry_errors && i < r->errs.cap; i++) {
+        if (r->errs.slots[i] && run_set_add(&r->seen, r->errs.slots[i]) < 0) return setup_fail(r, "out of memory");
     }
     r->in = fopen(r->cli.in, "r");
     if (!r->in) {
-        fprintf(stderr, "sluice run: %s: %s\n", r->cli.in, strerror(errno));
-        return 1;
+        return setup_fail(r, "%s: %s", r->cli.in, strerror(errno));
     }
 
     /* The governor. */
@@ -798,9 +820,8 @@ static int setup(run *r, int argc, char **argv) {
         o.socket_path = r->socket;
     }
     if (sl_open(&o, &r->gov) != 0) {
-        fprintf(stderr, "sluice run: %s%s\n", sl_errmsg(NULL),
-                r->cli.embedded ? "" : " (is sluiced running? --embedded runs without it)");
-        return 1;
+        return setup_fail(r, "%s%s", sl_errmsg(NULL),
+                          r->cli.embedded ? "" : " (is sluiced running? --embedded runs without it)");
     }
     r->policy.deployment = r->cli.deployment;
     r->policy.max_attempts = (int)r->cli.max_attempts;
@@ -815,13 +836,14 @@ static void print_summary(run *r, int code) {
     double secs = (double)(sl_now_ms() - r->t0) / 1000.0;
     long long remaining = r->total - done_now(r);
     if (remaining < 0) remaining = 0;
-    json_t *s = json_pack("{sssssIsIsIsIsIsIsIsIsIsIsfss ss}", "deployment", r->cli.deployment, "mode",
+    json_t *s = json_pack("{sssssIsIsIsIsIsIsIsIsIsIsIsfss ss}", "deployment", r->cli.deployment, "mode",
                           r->cli.embedded ? "embedded" : "daemon", "total", (json_int_t)r->total, "done_before",
-                          (json_int_t)r->done_before, "ok", (json_int_t)r->ok, "failed", (json_int_t)r->failed,
-                          "remaining", (json_int_t)remaining, "attempts", (json_int_t)r->attempts, "status_429",
-                          (json_int_t)r->status_429, "retries", (json_int_t)r->retries, "sheds", (json_int_t)r->sheds,
-                          "elapsed_ms", (json_int_t)(secs * 1000), "rate_per_s", secs > 0 ? (double)r->ok / secs : 0.0,
-                          "out", r->cli.out, "errors", r->cli.errors);
+                          (json_int_t)r->done_before, "failed_before", (json_int_t)r->failed_before, "ok",
+                          (json_int_t)r->ok, "failed", (json_int_t)r->failed, "remaining", (json_int_t)remaining,
+                          "attempts", (json_int_t)r->attempts, "status_429", (json_int_t)r->status_429, "retries",
+                          (json_int_t)r->retries, "sheds", (json_int_t)r->sheds, "elapsed_ms",
+                          (json_int_t)(secs * 1000), "rate_per_s", secs > 0 ? (double)r->ok / secs : 0.0, "out",
+                          r->cli.out, "errors", r->cli.errors ? r->cli.errors : "");
     if (s) {
         json_object_set_new(s, "interrupted",
                             r->stop_sig == SIGINT    ? json_string("SIGINT")
@@ -861,6 +883,7 @@ static void teardown(run *r) {
     run_file_close(&r->out);
     run_file_close(&r->err);
     run_set_free(&r->seen);
+    run_set_free(&r->errs);
     run_target_close(&r->target);
     free(r->member_ok);
     free(r->headers);
@@ -878,6 +901,9 @@ int cmd_run(int argc, char **argv) {
     r->tty = isatty(2);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int code = setup(r, argc, argv);
+    /* A runtime failure of the setup still ends with the summary: the last
+     * stdout line is one, always (a usage error, 2, has only its message). */
+    if (code == 1) print_summary(r, 1);
     if (code != 0) {
         teardown(r);
         free(r);
@@ -906,7 +932,12 @@ int cmd_run(int argc, char **argv) {
     uv_run(&r->loop, UV_RUN_DEFAULT);
     uv_loop_close(&r->loop);
 
-    code = r->stop_sig ? 128 + r->stop_sig : (r->fatal || r->failed > 0 || done_now(r) < r->total) ? 1 : 0;
+    /* 1 while any id of the input has only a failure: this run's, or one an
+     * earlier run recorded (a rerun after a crash does not make it a
+     * success). */
+    code = r->stop_sig                                                                     ? 128 + r->stop_sig
+           : (r->fatal || r->failed > 0 || r->failed_before > 0 || done_now(r) < r->total) ? 1
+                                                                                           : 0;
     print_summary(r, code);
     teardown(r);
     free(r);

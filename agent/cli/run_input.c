@@ -63,6 +63,24 @@ char *run_id_key(const json_t *id) {
     return json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
 }
 
+/* How run_request_parse() reads a line: duplicate keys make it not JSON. */
+#define RUN_LINE_FLAGS JSON_REJECT_DUPLICATES
+
+char *run_line_key(const char *line, size_t len, long long lineno) {
+    json_t *body = json_loadb(line, len, RUN_LINE_FLAGS, NULL);
+    json_t *id = json_object_get(body, "id");
+    char *key = NULL;
+    if (id && (json_is_string(id) || json_is_integer(id))) {
+        key = run_id_key(id);
+    } else {
+        json_t *num = json_integer(lineno);
+        key = num ? run_id_key(num) : NULL;
+        json_decref(num);
+    }
+    json_decref(body);
+    return key;
+}
+
 int run_line_blank(const char *line, size_t len) {
     for (size_t i = 0; i < len; i++)
         if (line[i] != ' ' && line[i] != '\t' && line[i] != '\r') return 0;
@@ -121,7 +139,7 @@ int run_request_parse(const char *line, size_t len, long long lineno, const char
                       size_t errlen) {
     memset(out, 0, sizeof(*out));
     json_error_t je;
-    json_t *body = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *body = json_loadb(line, len, RUN_LINE_FLAGS, &je);
     json_t *id = body ? json_object_get(body, "id") : NULL;
     if (id && (json_is_string(id) || json_is_integer(id))) out->id = json_incref(id);
     else out->id = json_integer(lineno);

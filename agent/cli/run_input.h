@@ -60,6 +60,12 @@ typedef struct run_request {
  * integer (or on OOM). */
 char *run_id_key(const json_t *id);
 
+/* The key of line number lineno (len bytes, no newline), the one
+ * run_request_parse() gives it: its "id" when the line is a JSON object
+ * (duplicate keys refused, as there) with a string or integer "id", else
+ * the line number. Malloc'd; NULL on OOM. */
+char *run_line_key(const char *line, size_t len, long long lineno);
+
 /* The estimate of body split: the prompt's tokens (ceil(code points of the
  * text of "messages" and "system" / 4)) and the max output, as the HTTP
  * proxy estimates (lib/core/estimate.h, estimate_request(), chat). */

@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -557,12 +558,19 @@ static void test_quota_exhausted(void **state) {
     json_t *l = ledger();
     assert_int_equal(totals(l, "insufficient_quota"), tried);
     json_decref(l);
-    /* A rerun has nothing left to do. */
+    /* A rerun has nothing left to do, but the job has not succeeded: the
+     * failures an earlier run recorded still exit 1 (docs/cli.md: "1 some
+     * are in the errors file"), so a crashed-and-rerun job is not taken
+     * for a clean one. */
     proc p2;
     run_start(&p2, "p2", "--in", in, "--out", out, "--errors", errs, NULL);
-    assert_int_equal(run_wait(&p2), 0);
+    assert_int_equal(run_wait(&p2), 1);
     s = summary(&p2);
     assert_int_equal(sint(s, "done_before"), N);
+    assert_int_equal(sint(s, "failed_before"), N);
+    assert_int_equal(sint(s, "failed"), 0);
+    assert_int_equal(sint(s, "remaining"), 0);
+    assert_int_equal(sint(s, "exit"), 1);
     assert_int_equal(sint(s, "attempts"), 0);
     json_decref(s);
 }
@@ -646,6 +654,77 @@ static void test_openai_style_and_bad_lines(void **state) {
     json_decref(l);
     assert_int_equal(charged, 3 * 16);
     assert_true(status_num("tokens_counted") == (double)charged);
+}
+
+/* A line with a duplicate key (refused as not JSON: bad_input, recorded
+ * under its line number) is counted under that same key, so the summary
+ * of a rerun finds every id done: remaining 0, not one forever. */
+static void test_duplicate_key_line(void **state) {
+    (void)state;
+    world_up(1200, 10, mock_fast, NULL);
+    char in[300], out[300];
+    path_in(in, sizeof(in), "in.jsonl");
+    path_in(out, sizeof(out), "out.jsonl");
+    FILE *f = fopen(in, "w");
+    assert_non_null(f);
+    fprintf(f, "{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"one\"}],\"max_tokens\":5}\n");
+    fprintf(f, "{\"id\":\"dk\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+               "\"messages\":[{\"role\":\"user\",\"content\":\"y\"}]}\n");
+    fprintf(f, "{\"id\":\"b\",\"messages\":[{\"role\":\"user\",\"content\":\"two\"}],\"max_tokens\":5}\n");
+    fclose(f);
+    proc p, p2;
+    run_start(&p, "p", "--in", in, "--out", out, NULL);
+    assert_int_equal(run_wait(&p), 1);
+    assert_int_equal(count_lines("out.jsonl"), 2);
+    assert_int_equal(count_lines("out.jsonl.errors.jsonl"), 1);
+    json_t *s = summary(&p);
+    assert_int_equal(sint(s, "total"), 3);
+    assert_int_equal(sint(s, "remaining"), 0);
+    json_decref(s);
+    run_start(&p2, "p2", "--in", in, "--out", out, NULL);
+    run_wait(&p2);
+    s = summary(&p2);
+    assert_int_equal(sint(s, "total"), 3);
+    assert_int_equal(sint(s, "done_before"), 3);
+    assert_int_equal(sint(s, "remaining"), 0);
+    assert_int_equal(sint(s, "attempts"), 0);
+    json_decref(s);
+}
+
+/* An id repeated on lines of different shards is sent once, by the shard
+ * of its first line ("an id that appears again later in the file is
+ * skipped"), as one run over the whole file would. */
+static void test_duplicate_id_across_shards(void **state) {
+    (void)state;
+    world_up(1200, 10, mock_fast, NULL);
+    char in[300], o0[300], o1[300];
+    path_in(in, sizeof(in), "in.jsonl");
+    path_in(o0, sizeof(o0), "p0.jsonl");
+    path_in(o1, sizeof(o1), "p1.jsonl");
+    FILE *f = fopen(in, "w");
+    assert_non_null(f);
+    /* Lines 1 and 2 (shards 0 and 1) share id r1; lines 3 and 4 are r2, r3. */
+    fprintf(f, "{\"id\":\"r1\",\"messages\":[{\"role\":\"user\",\"content\":\"first\"}],\"max_tokens\":5}\n");
+    fprintf(f, "{\"id\":\"r1\",\"messages\":[{\"role\":\"user\",\"content\":\"again\"}],\"max_tokens\":5}\n");
+    fprintf(f, "{\"id\":\"r2\",\"messages\":[{\"role\":\"user\",\"content\":\"two\"}],\"max_tokens\":5}\n");
+    fprintf(f, "{\"id\":\"r3\",\"messages\":[{\"role\":\"user\",\"content\":\"three\"}],\"max_tokens\":5}\n");
+    fclose(f);
+    proc a, b;
+    run_start(&a, "a", "--in", in, "--out", o0, "--shard", "0/2", NULL);
+    assert_int_equal(run_wait(&a), 0);
+    run_start(&b, "b", "--in", in, "--out", o1, "--shard", "1/2", NULL);
+    assert_int_equal(run_wait(&b), 0);
+    int seen[4] = {0};
+    int ra = collect_ids("p0.jsonl", seen, 3, "200"), rb = collect_ids("p1.jsonl", seen, 3, "200");
+    assert_int_equal(ra, 2); /* r1, r2 */
+    assert_int_equal(rb, 1); /* r3: its r1 is shard 0's */
+    json_t *s = summary(&b);
+    assert_int_equal(sint(s, "total"), 1);
+    assert_int_equal(sint(s, "remaining"), 0);
+    json_decref(s);
+    json_t *l = ledger();
+    assert_int_equal(totals(l, "requests"), 3);
+    json_decref(l);
 }
 
 /* Anthropic style: the Messages API (/v1/messages, x-api-key,
@@ -994,6 +1073,23 @@ static void test_usage_errors(void **state) {
     path_in(sock, sizeof(sock), "nobody.sock");
     run_start(&p, "u3", "--in", in, "--out", out, "--socket", sock, NULL);
     assert_int_equal(run_wait(&p), 1);
+    /* A run that cannot start still ends with its summary, error said. */
+    json_t *s = summary(&p);
+    assert_int_equal(sint(s, "exit"), 1);
+    assert_non_null(strstr(json_string_value(json_object_get(s, "error")), "nobody.sock"));
+    json_decref(s);
+    /* Another run holds --out: refused, with the summary saying so. */
+    int fd = open(out, O_RDWR | O_CREAT, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(flock(fd, LOCK_EX | LOCK_NB), 0);
+    run_start(&p, "u4", "--in", in, "--out", out, NULL);
+    assert_int_equal(run_wait(&p), 1);
+    close(fd);
+    s = summary(&p);
+    assert_int_equal(sint(s, "exit"), 1);
+    assert_int_equal(sint(s, "ok"), 0);
+    assert_non_null(strstr(json_string_value(json_object_get(s, "error")), "another sluice run"));
+    json_decref(s);
 }
 
 int main(void) {
@@ -1003,6 +1099,8 @@ int main(void) {
         cmocka_unit_test_teardown(test_sigint_loses_nothing, world_down),
         cmocka_unit_test_teardown(test_quota_exhausted, world_down),
         cmocka_unit_test_teardown(test_openai_style_and_bad_lines, world_down),
+        cmocka_unit_test_teardown(test_duplicate_key_line, world_down),
+        cmocka_unit_test_teardown(test_duplicate_id_across_shards, world_down),
         cmocka_unit_test_teardown(test_anthropic_style, world_down),
         cmocka_unit_test_teardown(test_lanes_and_tenants, world_down),
         cmocka_unit_test_teardown(test_group_target, world_down),
