@@ -14,6 +14,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,7 @@ struct client {
     int closing;            /* no more input; close once flushed */
     int handle_closed;      /* uv_close called */
     int in_input;           /* inside process_input (no re-entry) */
+    int peer_gone;          /* the peer closed while paused: read it to the end */
     int has_partial;        /* a half-written command is buffered */
     uint64_t partial_since; /* uv_now when it started */
     uint64_t closing_since;
@@ -553,6 +555,10 @@ static void client_close(client *c, const char *fail_pending, const char *final_
  * done and held behind an unfinished one (an ACQUIRE waiting for its
  * slot with a stream of INFO behind it). */
 static int should_pause(const client *c) {
+    /* Nobody reads a hung-up client's replies: back-pressure protects
+     * nothing, and reading on to its end of input is what cancels its
+     * waiting calls (docs/protocol.md, "A caller that disconnects..."). */
+    if (c->peer_gone) return 0;
     if (c->unfinished >= c->s->max_pipeline) return 1;
     return uv_stream_get_write_queue_size((const uv_stream_t *)&c->pipe) + c->held_bytes > c->s->max_buffer;
 }
@@ -635,6 +641,10 @@ static void process_input(client *c) {
         resp_command cmd;
         int rc = resp_parser_next(c->parser, &cmd);
         if (rc == 1) {
+            /* A command completed: what is left half-written is a newer
+             * one, whose clock starts now (the idle timeout is for a
+             * command that stalls, not for a client that keeps sending). */
+            c->has_partial = 0;
             s->st.commands++;
             c->last_command_at = uv_now(s->loop);
             if (commands_dispatch(s, c, &cmd) != 0) {
@@ -774,6 +784,18 @@ static void sample_rates(server *s, uint64_t now) {
     s->rate_at = now;
 }
 
+/* A paused client is not read, so its hang-up (EOF) is not seen: its
+ * waiting ACQUIREs would be granted and written into the void, leaving
+ * those grants outstanding until their lease. The socket says POLLHUP
+ * once the peer has closed its end entirely (a half-close, SHUT_WR, is
+ * not a hang-up: that client still reads its replies). */
+static int peer_hung_up(const client *c) {
+    uv_os_fd_t fd = -1;
+    if (uv_fileno((const uv_handle_t *)&c->pipe, &fd) != 0 || fd < 0) return 0;
+    struct pollfd p = {.fd = fd, .events = 0, .revents = 0};
+    return poll(&p, 1, 0) == 1 && (p.revents & POLLHUP);
+}
+
 static void on_cron(uv_timer_t *t) {
     server *s = t->data;
     uint64_t now = uv_now(s->loop);
@@ -781,6 +803,15 @@ static void on_cron(uv_timer_t *t) {
         nx = c->next;
         if (c->closing) {
             if (now - c->closing_since >= SERVER_CLOSE_GRACE_MS) close_handle(c);
+            continue;
+        }
+        if (c->paused && peer_hung_up(c)) {
+            /* Read on to its EOF: what it sent is dispatched, then the EOF
+             * cancels what still waits, as for a client that was read. */
+            server_log(s, CONFIG_LOG_DEBUG, "client %llu: hung up while paused", c->id);
+            c->peer_gone = 1;
+            update_reading(c);
+            process_input(c);
             continue;
         }
         if (c->has_partial && !c->paused && now - c->partial_since >= s->idle_ms) {

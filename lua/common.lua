@@ -159,10 +159,14 @@ local function sl_num(t, field, default)
   return v
 end
 
--- Strict non-negative integer (as sent by clients): digits only, 15 max.
+-- Strict non-negative integer (as sent by clients): digits only, at most
+-- 10^15 (SLUICE_AMOUNT_MAX, lib/core/vocab.h: the bound the agent and
+-- libsluice accept, itself included; 16 digits, exact in a double).
 local function sl_uint(s)
-  if type(s) ~= 'string' or #s > 15 or not string.find(s, '^%d+$') then return nil end
-  return tonumber(s)
+  if type(s) ~= 'string' or #s > 16 or not string.find(s, '^%d+$') then return nil end
+  local v = tonumber(s)
+  if v > 1e15 then return nil end
+  return v
 end
 
 -- Signed integer, where -1 means "absent" in several arguments.

@@ -101,9 +101,13 @@ local function sl_wait(aw)
   local a, b = str_match(aw, '^(%d+):(%d+)$')
   if a then
     if #a <= 15 and #b <= 15 then return a + 0, b + 0 end
+    a, b = sl_uint(a), sl_uint(b) -- up to 10^15 itself (sl_uint)
+    if a and b then return a, b end
     return nil
   end
   if #aw <= 15 and str_find(aw, '^%d+$') then return aw + 0, false end
+  local w = sl_uint(aw)
+  if w then return w, false end
   return nil
 end
 

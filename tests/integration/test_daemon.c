@@ -441,6 +441,63 @@ static void test_bad_input_never_hurts_others(void **state) {
  * stream of INFO behind it. Before, only the bytes already written
  * counted, so the daemon read on and kept every reply (one connection
  * grew it by 950 MB in 8 s from 700 KB of INFO). */
+/* 10^15 is the largest amount the socket accepts ("at most 10^15",
+ * docs/protocol.md): at the bound itself an ACQUIRE is the fleet's, and a
+ * SETTLE is counted. The scripts took at most 15 digits: the reserve call
+ * that carried it failed, its items (others' calls batched with it
+ * included) were paced locally (a grant id with L, the fleet's budget
+ * bypassed), a settle batch that carried it was lost whole, and a
+ * deployment configured with tpd 10^15 was never configured in Redis (its
+ * ACQUIREs were held, past any MAXWAIT). */
+static void test_amount_at_the_bound(void **state) {
+    daemon_proc d;
+    /* A tpd at the top of its documented range (0..10^15) is configured in
+     * Redis too: start_daemon waits for every deployment's mode redis. */
+    start_daemon(&d, "bound", "", "  bnd:\n    rpm: 6000\n  bndtpd:\n    rpm: 6000\n    tpd: 1000000000000000\n");
+    char tpd_out[4096];
+    assert_int_equal(cli(&d, tpd_out, sizeof(tpd_out), "ACQUIRE", "bndtpd", "MAXWAIT", "1000", NULL), 0);
+    print_message("  ACQUIRE on a deployment with tpd 10^15 -> %s", tpd_out);
+    assert_contains(tpd_out, "bndtpd:");
+    assert_null(strstr(tpd_out, "bndtpd:L"));
+    const char *acquires[] = {"ACQUIRE bnd TOKENS 1000000000000000\r\n", "ACQUIRE bnd MAXWAIT 1000000000000000\r\n",
+                              "ACQUIRE bnd INPUT 1000000000000000 OUTPUT 1000000000000000\r\n"};
+    char grant[3][64];
+    for (int i = 0; i < 3; i++) {
+        int fd = raw_connect(d.sock);
+        assert_true(fd >= 0);
+        assert_int_equal(raw_send(fd, acquires[i], strlen(acquires[i])), 0);
+        char buf[512];
+        int closed;
+        raw_read(fd, buf, sizeof(buf), 3000, &closed);
+        close(fd);
+        print_message("  %-60.*s -> %s", (int)strlen(acquires[i]) - 2, acquires[i], buf);
+        assert_contains(buf, "*3\r\n$");
+        assert_contains(buf, "bnd:");
+        assert_null(strstr(buf, "bnd:L")); /* from Redis, not paced locally */
+        assert_int_equal(sscanf(strstr(buf, "bnd:"), "%63[^\r]", grant[i]), 1);
+    }
+    /* Three settles pipelined (one script call), the first at the bound. */
+    redisContext *c = daemon_connect(&d);
+    assert_non_null(c);
+    redisAppendCommand(c, "SETTLE %s TOKENS 1000000000000000", grant[0]);
+    redisAppendCommand(c, "SETTLE %s TOKENS 7", grant[1]);
+    redisAppendCommand(c, "SETTLE %s INPUT 1000000000000000 OUTPUT 1000000000000000", grant[2]);
+    for (int i = 0; i < 3; i++) {
+        redisReply *r = NULL;
+        assert_int_equal(redisGetReply(c, (void **)&r), REDIS_OK);
+        assert_int_equal(r->type, REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+    }
+    redisFree(c);
+    assert_true(daemon_wait_status(&d, "bnd", "settled_ok", "3", 5000));
+    char out[64];
+    daemon_status_field(&d, "bnd", "outstanding_grants", out, sizeof(out));
+    print_message("  three settles at the bound: settled_ok 3, outstanding_grants %s\n", out);
+    assert_string_equal(out, "0");
+    assert_alive(&d);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
 static void test_unread_replies_pause_the_client(void **state) {
     daemon_proc d;
     start_daemon(&d, "unread", "  max_client_buffer: 65536\n", "  slow:\n    rpm: 1\n    max_wait_ms: 600000\n");
@@ -506,6 +563,36 @@ static void test_paused_client_closed_inside_a_grant(void **state) {
     close(fd);
     assert_alive(&d);
     assert_true(info_num(&d, "closed_protocol_error") == 1);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
+/* A client paused by back-pressure (max_client_pipeline ACQUIREs waiting)
+ * that hangs up gives its waiting slots back, as any caller that
+ * disconnects while waiting does (docs/protocol.md). A paused client is
+ * not read, so its EOF went unseen: the next grant was written into the
+ * closed socket and stayed outstanding until its lease (120 s). */
+static void test_paused_client_hangup_gives_back(void **state) {
+    daemon_proc d;
+    start_daemon(&d, "hup", "  max_client_pipeline: 2\n",
+                 "  hup:\n    rpm: 60\n    burst: {requests: 1}\n    max_wait_ms: 60000\n");
+    int fd = raw_connect(d.sock);
+    assert_true(fd >= 0);
+    const char in[] = "ACQUIRE hup\r\nACQUIRE hup\r\nACQUIRE hup\r\nACQUIRE hup\r\n";
+    assert_int_equal(raw_send(fd, in, sizeof(in) - 1), 0);
+    char buf[512];
+    int closed;
+    raw_read(fd, buf, sizeof(buf), 500, &closed); /* the first grant, at once; the next ~1 s away */
+    assert_contains(buf, "hup:");
+    assert_true(daemon_wait_info(&d, "paused_clients", 1, 3000));
+    close(fd);      /* the caller leaves: it will read nothing more */
+    sleep_ms(2500); /* past the second and third slots */
+    char out[64];
+    daemon_status_field(&d, "hup", "outstanding_grants", out, sizeof(out));
+    double cancels = info_num(&d, "cancels");
+    print_message("  paused client hung up: outstanding_grants %s (the one it read), cancels %.0f\n", out, cancels);
+    assert_string_equal(out, "1");
+    assert_true(info_num(&d, "paused_clients") == 0);
+    assert_alive(&d);
     assert_int_equal(daemon_stop(&d), 0);
 }
 
@@ -967,6 +1054,38 @@ static void test_metrics_endpoint(void **state) {
 
 /* ---- valgrind ------------------------------------------------------------------------------ */
 
+/* The idle timeout is for a half-written command followed by silence
+ * (docs/protocol.md). A client that keeps sending, each read ending
+ * inside a command (a buffered writer's flushes), completes a command
+ * every 50 ms: no half-written command is ever older than that. It was
+ * closed client_idle_timeout_ms after the first partial read, as if idle. */
+static void test_streaming_client_is_not_idle(void **state) {
+    daemon_proc d;
+    start_daemon(&d, "stream", "  client_idle_timeout_ms: 300\n", "  stream:\n    rpm: 600\n");
+    int fd = raw_connect(d.sock);
+    assert_true(fd >= 0);
+    assert_int_equal(raw_send(fd, "PI", 2), 0);
+    int pongs = 0, closed = 0;
+    char buf[4096];
+    for (int i = 0; i < 30 && !closed; i++) { /* 1.5 s, five idle timeouts */
+        if (raw_send(fd, "NG\r\nPI", 6) != 0) {
+            closed = 1;
+            break;
+        }
+        raw_read(fd, buf, sizeof(buf), 50, &closed);
+        for (const char *p = buf; (p = strstr(p, "+PONG")) != NULL; p++) pongs++;
+        if (strstr(buf, "-ERR")) print_message("  %s", buf);
+    }
+    close(fd);
+    print_message("  a client completing a PING every 50 ms, idle timeout 300 ms: %d PONGs, closed %d\n", pongs,
+                  closed);
+    assert_false(closed);
+    assert_int_equal(pongs, 30);
+    assert_true(info_num(&d, "closed_idle_timeout") == 0);
+    assert_alive(&d);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
 static void test_valgrind_session(void **state) {
     if (!valgrind_usable()) skip();
     int port = free_tcp_port();
@@ -1047,11 +1166,13 @@ int main(void) {
         cmocka_unit_test_teardown(test_pipelined_replies_in_order, test_teardown),
         cmocka_unit_test_teardown(test_disconnect_cancels_waiting_acquire, test_teardown),
         cmocka_unit_test_teardown(test_bad_input_never_hurts_others, test_teardown),
+        cmocka_unit_test_teardown(test_amount_at_the_bound, test_teardown),
         cmocka_unit_test_teardown(test_unread_replies_pause_the_client, test_teardown),
         cmocka_unit_test_teardown(test_paused_client_closed_inside_a_grant, test_teardown),
         cmocka_unit_test_teardown(test_max_clients, test_teardown),
         cmocka_unit_test_teardown(test_socket_owner_group_mode, test_teardown),
         cmocka_unit_test_teardown(test_socket_stale_and_live, test_teardown),
+        cmocka_unit_test_teardown(test_paused_client_hangup_gives_back, test_teardown),
         cmocka_unit_test_teardown(test_bad_config_refused, test_teardown),
         cmocka_unit_test_teardown(test_sighup_during_start, test_teardown),
         cmocka_unit_test_teardown(test_reload_bad_then_good, test_teardown),
@@ -1060,6 +1181,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_budget_reload, test_teardown),
         cmocka_unit_test_teardown(test_sigterm_answers_waiting_callers, test_teardown),
         cmocka_unit_test_teardown(test_metrics_endpoint, test_teardown),
+        cmocka_unit_test_teardown(test_streaming_client_is_not_idle, test_teardown),
         cmocka_unit_test_teardown(test_valgrind_session, test_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

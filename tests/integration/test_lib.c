@@ -713,6 +713,7 @@ static void rejected_acquire(int mode) {
     rc = sl_acquire(g, &r, &b);
     print_message("  [%s] tokens 1e15: %s: %s\n", prefix(mode), sl_strerror(rc), rc ? sl_errmsg(g) : "");
     assert_int_equal(rc, 0);
+    assert_int_equal(sl_grant_local(b), 0); /* the fleet's grant: the scripts take 10^15 too */
     sl_settle(b, -1, SL_OUTCOME_CANCELLED, NULL, 0);
     /* A settle's usage over the bound: refused in both modes. */
     r = request(dep, 1, -1, 0);
