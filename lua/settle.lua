@@ -415,6 +415,11 @@ local function observe(d, seen, slot, u_after, cost, throttled, order)
       return
     end
   end
+  -- Its remaining is older news too: the old bucket's. Taken as the new
+  -- one's depth (<dim>_cap), it read the new bucket as never full, its
+  -- wasted refill as others' use, and the fleet ran at a quarter of a
+  -- limit lowered by 40 % with nobody beside it.
+  if order < sl_num(st, f .. '_lim_order', 0) then return end
   -- Token counts rounded to the nearest thousand (Anthropic's: "rounded to
   -- the nearest thousand"; its request counts are exact) are off by up
   -- to 500 each (qz: the error of two). A token dimension is taken as
