@@ -638,6 +638,14 @@ static void test_concurrency_cap_and_reclaim(void **state) {
     assert_false(c.granted);
     assert_string_equal(c.reason, "concurrency");
     assert_true(c.retry_after_ms >= 1);
+    /* Every lease out: a request with time left waits for one (deferred,
+     * asking again), one without is shed. Shed at once, the callers
+     * whose streams ended first took every lease freed and the others
+     * spent their attempts (concurrency-streams). */
+    assert_true(c.deferred);
+    verdict now = reserve1(rc, dep, 0, 0, NULL);
+    assert_false(now.granted || now.deferred);
+    assert_string_equal(now.reason, "concurrency");
     char res[32], id[24];
     snprintf(id, sizeof(id), "%lld", a.id);
     settle1(rc, dep, id, -1, "ok", -1, res, sizeof(res));
