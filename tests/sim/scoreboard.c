@@ -18,7 +18,17 @@
 #include "engine.h"
 #include "redis_fixture.h"
 
-enum { SB_REDIS_STOP = 1, SB_REDIS_RESTART, SB_BLACKHOLE, SB_UNBLACKHOLE, SB_DESCHEDULE, SB_KILL };
+enum {
+    SB_REDIS_STOP = 1,
+    SB_REDIS_RESTART,
+    SB_BLACKHOLE,
+    SB_UNBLACKHOLE,
+    SB_DESCHEDULE,
+    SB_KILL,
+    SB_REDIS_RTT,  /* agent: the rtt's min in ms, ms: its max in ms (0, 0: back to 200..1000 us) */
+    SB_REDIS_SLOW, /* ms: Redis' time per batch, in ms (0: back to 20 us) */
+    SB_LEAVE       /* agent leaves gracefully; ms: its successor (-1: the others) */
+};
 
 typedef struct sb_fault {
     double at_ms;
@@ -26,7 +36,7 @@ typedef struct sb_fault {
     double ms; /* deschedule */
 } sb_fault;
 
-#define SB_MAX_FAULTS 4
+#define SB_MAX_FAULTS 8
 
 /* The bounds; a zero field is not checked. */
 typedef struct sb_bounds {
@@ -68,7 +78,7 @@ typedef struct sb_class {
     int max_tokens; /* 0: the row's */
 } sb_class;
 
-#define SB_MAX_CLASSES 4
+#define SB_MAX_CLASSES 8
 
 /* What some rows have beyond the rest: lanes, tenants, a group, idle. */
 typedef struct sb_more {
@@ -88,6 +98,9 @@ typedef struct sb_more {
     int no_usage;
     /* More agent: keys, indented 2 (agent.fail: hold). */
     const char *agent_extra;
+    long long redis_timeout_ms; /* 0: simfleet's 250 */
+    double agent_start_ms[8];   /* when each agent starts (0: at once) */
+    int cancel_permille;        /* the row's callers cancel (sim_caller_spec) */
 } sb_more;
 
 struct sb_scenario {
@@ -162,6 +175,107 @@ static void lane_answers(sim_world_cfg *c) {
     c->out_tokens_lo = 150;
     c->out_tokens_hi = 250;
     c->burst[SIM_DIM_OUTPUT] = 3000;
+}
+
+/* ---- situations the first library did not name (a red-team review) ---- */
+
+static void rt_dip_restore(sim_world_cfg *c) {
+    /* The provider lowers the limit by 35 % at 40 s and says so in its
+     * headers, then restores it at 80 s. */
+    c->change_at_ms = 40000;
+    c->change_factor = 0.65;
+    c->change2_at_ms = 80000;
+    c->change2_factor = 1;
+}
+
+static void rt_dip_restore_openai(sim_world_cfg *c) {
+    c->change_at_ms = 30000;
+    c->change_factor = 0.6;
+    c->change2_at_ms = 60000;
+    c->change2_factor = 1;
+}
+
+static void rt_drop_openai(sim_world_cfg *c) {
+    /* The drop alone (azure-limit-drops' OpenAI twin). */
+    c->change_at_ms = 30000;
+    c->change_factor = 0.6;
+}
+
+static void rt_openai_periodic(sim_world_cfg *c) {
+    /* OpenAI with a neighbour bursting 20 (500 + 300 tokens each) every
+     * 15 s from 10 s. */
+    sim_neighbour nb = {.shape = SIM_NB_PERIODIC,
+                        .chars = 2000,
+                        .lang = SIM_LANG_EN,
+                        .max_tokens = 300,
+                        .start_ms = 10000,
+                        .period_ms = 15000,
+                        .burst = 20};
+    c->nb[c->nneighbours++] = nb;
+}
+
+static void rt_long_streams(sim_world_cfg *c) {
+    /* Long streaming answers: 8..15 s each. */
+    c->lat_lo_ms = 8000;
+    c->lat_hi_ms = 15000;
+}
+
+static void rt_openai_below(sim_world_cfg *c) { c->real_factor = 0.7; }
+
+static void rt_openai_rises(sim_world_cfg *c) {
+    c->real_factor = 0.6;
+    c->change_at_ms = 60000;
+    c->change_factor = 1;
+}
+
+static void rt_periodic_20(sim_world_cfg *c) {
+    /* 20 requests every 15 s from 10 s (16 000 tokens a lump, 43 % of
+     * the rate on average). */
+    c->nb[0].burst = 20;
+}
+
+static void rt_ramp(sim_world_cfg *c) {
+    /* A neighbour ramping from 0 to 50 % of the rate in four steps of
+     * 12.5 % (10, 25, 40, 55 s): four paced users of the key. */
+    for (int k = 0; k < 4; k++) {
+        sim_neighbour nb = {.shape = SIM_NB_PACED,
+                            .chars = 2000,
+                            .lang = SIM_LANG_EN,
+                            .max_tokens = 300,
+                            .start_ms = 10000 + 15000 * k,
+                            .rate_per_min = 0.125 * c->tpm / 800.0};
+        c->nb[c->nneighbours++] = nb;
+    }
+}
+
+static void rt_paced_sparse(sim_world_cfg *c) {
+    /* One paced neighbour at 12.5 % of the rate from t = 0: a request of
+     * 800 tokens every 2.56 s (sparser than one a second). */
+    c->nb[0].rate_per_min = 0.125 * c->tpm / 800.0;
+}
+
+static void rt_overload(sim_world_cfg *c) {
+    /* Anthropic overloaded (529) for 10 s from 30 s: not a quota signal. */
+    c->overload_from_ms = 30000;
+    c->overload_to_ms = 40000;
+}
+
+static void rt_long_answers(sim_world_cfg *c) {
+    /* The issue's short answers (200 of 1000), then for 20 s from 40 s
+     * answers of 800..1000: the learned output share is stale. */
+    short_answers(c);
+    c->long_from_ms = 40000;
+    c->long_to_ms = 60000;
+    c->out_lo2 = 0.8;
+    c->out_hi2 = 1.0;
+}
+
+static void rt_long_answers_max(sim_world_cfg *c) {
+    /* The same, the default answers (0.5..1.0 of max) and 20 s at the max. */
+    c->long_from_ms = 40000;
+    c->long_to_ms = 60000;
+    c->out_lo2 = 1.0;
+    c->out_hi2 = 1.0;
 }
 
 /* ---- the table ---- */
@@ -289,6 +403,42 @@ static const sb_more idle_more = {.classes = {{.callers = 1, .calls = 1, .start_
 /* A fleet that starts cold on prompts its callers' chars / 4 misjudges grants
  * just in time until the ratio is learned (docs/configuration.md). */
 #define CAL_YAML "    estimate_learn_horizon_ms: 250\n"
+
+static const sb_more rt_t1000_more = {.redis_timeout_ms = 1000};
+static const sb_more rt_cancel_more = {.cancel_permille = 200};
+/* Scale up: agents 0..2 with 50 callers x 2 calls from 1 s; agents 3..5
+ * join at 40 s, their 25 callers x 2 calls each from 41 s. */
+static const sb_more rt_scale_up_more = {
+    .classes = {{.callers = 50, .calls = 2, .start_ms = 1000, .jitter_ms = 200, .only_agent = 1},
+                {.callers = 50, .calls = 2, .start_ms = 1000, .jitter_ms = 200, .only_agent = 2},
+                {.callers = 50, .calls = 2, .start_ms = 1000, .jitter_ms = 200, .only_agent = 3},
+                {.callers = 25, .calls = 2, .start_ms = 41000, .jitter_ms = 200, .only_agent = 4},
+                {.callers = 25, .calls = 2, .start_ms = 41000, .jitter_ms = 200, .only_agent = 5},
+                {.callers = 25, .calls = 2, .start_ms = 41000, .jitter_ms = 200, .only_agent = 6}},
+    .nclasses = 6,
+    .agent_start_ms = {0, 0, 0, 40000, 40000, 40000}};
+/* A rolling restart: agents 0..2 carry the callers; each is replaced in
+ * turn by a new agent (3, 4, 5) that starts as it leaves. */
+static const sb_more rt_rolling_more = {
+    .classes = {{.callers = 50, .calls = 2, .start_ms = 1000, .jitter_ms = 200, .only_agent = 1},
+                {.callers = 50, .calls = 2, .start_ms = 1000, .jitter_ms = 200, .only_agent = 2},
+                {.callers = 50, .calls = 2, .start_ms = 1000, .jitter_ms = 200, .only_agent = 3}},
+    .nclasses = 3,
+    .agent_start_ms = {0, 0, 0, 30000, 45000, 60000}};
+/* OpenAI, TPM-bound: a batch lane flooding from 1 s on every agent (20
+ * callers x 5 calls each), one interactive caller on agent 1 (12 calls
+ * 2 s apart, the lane's max wait 5 s), as the lanes row. */
+static const sb_more rt_openai_lanes_more = {
+    .classes = {{.lane = "batch", .callers = 20, .calls = 5, .start_ms = 1000, .jitter_ms = 200},
+                {.lane = "interactive",
+                 .callers = 1,
+                 .calls = 12,
+                 .start_ms = 1000,
+                 .jitter_ms = 5000,
+                 .think_ms = 2000,
+                 .max_wait_ms = -1,
+                 .only_agent = 2}},
+    .nclasses = 2};
 
 static const sb_scenario table[] = {
     {"azure-standard", "azure-standard", "Azure standard: 1 s and 10 s request windows, nobody else", NULL, "azure",
@@ -774,6 +924,401 @@ static const sb_scenario table[] = {
      .max_tokens = 500,
      .b = {.max_429_pct = 1, .max_window_x = 1.02, .max_p99_wait_ms = 300000, .max_idle_cmds = 1},
      .more = &idle_more},
+    /* ---- red-team rows ---- */
+    {.name = "azure-limit-dip",
+     .world = "azure-standard",
+     .what = "the real limit drops 35 % at 40 s (said in headers), restored at 80 s",
+     .tweak = rt_dip_restore,
+     .style = "azure",
+     .agents = 3,
+     .callers = 50,
+     .calls = 2,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 3,
+           .min_floor_pct = 95,
+           .max_window_x = 1.02,
+           .max_p99_wait_ms = 300000,
+           .rate_from_ms = 85000,
+           .min_rate_pct = 95}},
+    {.name = "openai-limit-dip",
+     .xfail =
+         "85.0..85.4 % of the floor, rate after the restore 72.1..72.5 %: as openai-limit-rises, the grants queued at "
+         "the lower limit keep its spacing after it is restored (the Azure twin, azure-limit-dip, passes)",
+     .world = "openai-standard",
+     .what = "OpenAI: the real limit drops 40 % at 30 s (said in headers), restored at 60 s",
+     .tweak = rt_dip_restore_openai,
+     .style = "openai",
+     .agents = 3,
+     .callers = 50,
+     .calls = 4,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 3,
+           .min_floor_pct = 95,
+           .max_window_x = 1.02,
+           .max_p99_wait_ms = 300000,
+           .rate_from_ms = 65000,
+           .min_rate_pct = 95}},
+    {.name = "openai-limit-drops",
+     .world = "openai-standard",
+     .what = "OpenAI: the real limit drops 40 % at 30 s (said in headers), for good",
+     .tweak = rt_drop_openai,
+     .style = "openai",
+     .agents = 3,
+     .callers = 50,
+     .calls = 4,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 2, .min_floor_pct = 90, .max_window_x = 1.02, .max_p99_wait_ms = 300000}},
+    {.name = "anthropic-limit-dip",
+     .world = "anthropic-current",
+     .what = "Anthropic: the real limits drop 35 % at 40 s (said in headers), restored at 80 s",
+     .tweak = rt_dip_restore,
+     .style = "anthropic",
+     .agents = 3,
+     .callers = 8,
+     .calls = 13,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 1000,
+     .b = {.max_429_pct = 3,
+           .min_floor_pct = 95,
+           .max_window_x = 1.02,
+           .max_p99_wait_ms = 300000,
+           .rate_from_ms = 85000,
+           .min_rate_pct = 95}},
+    {.name = "openai-periodic-neighbour",
+     .world = "openai-standard",
+     .what = "OpenAI with a neighbour bursting 20 every 15 s from 10 s",
+     .tweak = rt_openai_periodic,
+     .style = "openai",
+     .agents = 3,
+     .callers = 50,
+     .calls = 4,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 3, .min_floor_pct = 95, .max_p99_wait_ms = 300000}},
+    {.name = "openai-lanes",
+     .world = "openai-standard",
+     .what = "OpenAI TPM-bound: a batch lane flooding, an interactive trickle",
+     .style = "openai",
+     .yaml_extra = LANES_YAML,
+     .agents = 3,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 1,
+           .min_floor_pct = 95,
+           .max_window_x = 1.02,
+           .max_p99_wait_ms = 300000,
+           .lane = "interactive",
+           .max_lane_p99_ms = 420},
+     .more = &rt_openai_lanes_more},
+    {.name = "concurrency-streams",
+     .world = "anthropic-current",
+     .what = "answers streaming 8..15 s, max_concurrency 16 binding (24 callers)",
+     .tweak = rt_long_streams,
+     .style = "anthropic",
+     .yaml_extra = "    max_concurrency: 16\n",
+     .agents = 3,
+     .callers = 8,
+     .calls = 6,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 1000,
+     .b = {.max_429_pct = 1, .max_window_x = 1.02, .max_p99_wait_ms = 300000}},
+    {.name = "openai-real-below",
+     .world = "openai-standard",
+     .what = "OpenAI: the real limits are 70 % of the configured, said in headers (windows from 5 s)",
+     .tweak = rt_openai_below,
+     .style = "openai",
+     .agents = 3,
+     .callers = 50,
+     .calls = 4,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 1,
+           .min_floor_pct = 95,
+           .max_window_x = 1.02,
+           .max_p99_wait_ms = 300000,
+           .window_from_ms = 5000}},
+    {.name = "openai-limit-rises",
+     .xfail = "86.5..86.9 % of the floor against 90 %: after the rise the grants already queued keep the old spacing "
+              "for ~35 s (the length of the queue); under-use only",
+     .world = "openai-standard",
+     .what = "OpenAI: the real limits are 60 % until 60 s, then as configured (windows from 5 s)",
+     .tweak = rt_openai_rises,
+     .style = "openai",
+     .agents = 3,
+     .callers = 50,
+     .calls = 4,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 1,
+           .min_floor_pct = 90,
+           .max_window_x = 1.02,
+           .max_p99_wait_ms = 300000,
+           .window_from_ms = 5000}},
+    {.name = "azure-periodic-20",
+     .world = "azure-periodic-neighbour",
+     .what = "a neighbour bursts 20 every 15 s from 10 s",
+     .tweak = rt_periodic_20,
+     .style = "azure",
+     .agents = 3,
+     .callers = 50,
+     .calls = 2,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 3, .min_floor_pct = 95, .max_p99_wait_ms = 300000}},
+    {.name = "azure-sparse-neighbour",
+     .xfail = "seed 7's window 1.027x (passes on 9 of seeds 1..10, recorded): as azure-ramp-neighbour, a sparse "
+              "neighbour read as gone after two empty spans",
+     .world = "azure-paced-neighbour",
+     .what = "a paced neighbour at 12.5 % of the rate (one request every 2.56 s), windows from 5 s",
+     .tweak = rt_paced_sparse,
+     .style = "azure",
+     .agents = 3,
+     .callers = 50,
+     .calls = 2,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 2,
+           .min_floor_pct = 90,
+           .max_window_x = 1.02,
+           .max_p99_wait_ms = 300000,
+           .window_from_ms = 5000}},
+    {.name = "azure-ramp-neighbour",
+     .xfail = "window 1.026..1.054x, seed 8 1.190x: a neighbour of four paced users sending less than once a span is "
+              "read as gone after two empty 1 s spans (observe's 'others stopped' rule) and relearned from 0; even a "
+              "perfect reader needs a reading per step (about 1.0125..1.025x)",
+     .world = "azure-standard",
+     .what = "a neighbour ramps 0 -> 50 % of the rate in 12.5 % steps at 10, 25, 40, 55 s",
+     .tweak = rt_ramp,
+     .style = "azure",
+     .agents = 3,
+     .callers = 50,
+     .calls = 2,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 3, .min_floor_pct = 95, .max_window_x = 1.02, .max_p99_wait_ms = 300000}},
+    {.name = "fault-redis-slow",
+     .xfail = "67.7..78.9 % of the floor, rate after 50.6..64.5 %: a round trip of 150..300 ms beside redis.timeout_ms "
+              "250 flaps agents between Redis and local mode, each holding the others' shares in turn; the grants made "
+              "then keep that spacing after Redis is fast again (fault-redis-slow-t1000, timeout_ms 1000, passes)",
+     .world = "azure-standard",
+     .what = "every Redis call takes 150..300 ms (round trip) from 30 s to 60 s, timeout 250 ms",
+     .style = "azure",
+     .agents = 3,
+     .callers = 50,
+     .calls = 2,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .faults = {{30000, SB_REDIS_RTT, 150, 300}, {60000, SB_REDIS_RTT, 0, 0}},
+     .nfaults = 2,
+     .b = FAULT_BACK(60000)},
+    {.name = "fault-redis-busy",
+     .xfail = "rate after 92.3..95.0 %, seed 3 72.4 % of the floor (passes on 3 of seeds 1..10): agents flap between "
+              "Redis and local mode while each batch takes 200 ms",
+     .world = "azure-standard",
+     .what = "Redis busy 200 ms per batch from 30 s to 45 s",
+     .style = "azure",
+     .agents = 3,
+     .callers = 50,
+     .calls = 2,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .faults = {{30000, SB_REDIS_SLOW, 0, 200}, {45000, SB_REDIS_SLOW, 0, 0}},
+     .nfaults = 2,
+     .b = FAULT_BACK(45000)},
+    {.name = "fault-cut-two",
+     .xfail = "seeds 4..7 and 9 at 64.1..64.8 % of the floor, rate after 53.9..54.6 % (passes on 4 of seeds 1..10): "
+              "after two of three agents come back, the tokens schedule ends ~60 s past the last send granted (the two "
+              "local tails handed over push it past every held send, best reading); never over the quota",
+     .world = "azure-standard",
+     .what = "agents 1 and 2 of 3 black-holed 30..40 s while all saturate",
+     .style = "azure",
+     .agents = 3,
+     .callers = 50,
+     .calls = 2,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .faults = {{30000, SB_BLACKHOLE, 1, 0},
+                {30000, SB_BLACKHOLE, 2, 0},
+                {40000, SB_UNBLACKHOLE, 1, 0},
+                {40000, SB_UNBLACKHOLE, 2, 0}},
+     .nfaults = 4,
+     .b = FAULT_BACK(40000)},
+    {.name = "fault-cut-two-stagger",
+     .xfail = "as fault-cut-two: 64.1..65.2 % of the floor on 6 of seeds 1..10, passes on 3",
+     .world = "azure-standard",
+     .what = "agents 1 and 2 of 3 black-holed from 30 s, back at 40 s and 44 s",
+     .style = "azure",
+     .agents = 3,
+     .callers = 50,
+     .calls = 2,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .faults = {{30000, SB_BLACKHOLE, 1, 0},
+                {30000, SB_BLACKHOLE, 2, 0},
+                {40000, SB_UNBLACKHOLE, 1, 0},
+                {44000, SB_UNBLACKHOLE, 2, 0}},
+     .nfaults = 4,
+     .b = FAULT_BACK(44000)},
+    {.name = "fault-redis-slow-t1000",
+     .world = "azure-standard",
+     .what = "every Redis call takes 150..300 ms from 30 s to 60 s, redis.timeout_ms 1000",
+     .style = "azure",
+     .more = &rt_t1000_more,
+     .agents = 3,
+     .callers = 50,
+     .calls = 2,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .faults = {{30000, SB_REDIS_RTT, 150, 300}, {60000, SB_REDIS_RTT, 0, 0}},
+     .nfaults = 2,
+     .b = FAULT_BACK(60000)},
+    {.name = "agents-scale-up",
+     .world = "azure-standard",
+     .what = "3 agents saturating, 3 more join at 40 s with callers of their own",
+     .style = "azure",
+     .agents = 6,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 1,
+           .min_floor_pct = 95,
+           .max_window_x = 1.02,
+           .max_p99_wait_ms = 300000,
+           .rate_from_ms = 42000,
+           .min_rate_pct = 95},
+     .more = &rt_scale_up_more},
+    {.name = "agents-scale-down",
+     .xfail = "81.4..81.8 % of the floor: agent-replaced with four of six agents leaving",
+     .world = "azure-standard",
+     .what = "6 agents saturating, 4 leave gracefully at 50 s (their callers move to the 2 left)",
+     .style = "azure",
+     .agents = 6,
+     .callers = 20,
+     .calls = 3,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .faults = {{50000, SB_LEAVE, 2, -1}, {50000, SB_LEAVE, 3, -1}, {50000, SB_LEAVE, 4, -1}, {50000, SB_LEAVE, 5, -1}},
+     .nfaults = 4,
+     .b = {.max_429_pct = 1,
+           .min_floor_pct = 95,
+           .max_window_x = 1.02,
+           .max_p99_wait_ms = 300000,
+           .rate_from_ms = 52000,
+           .min_rate_pct = 95}},
+    {.name = "agents-rolling-restart",
+     .xfail = "66.9..67.7 % of the floor: agent-replaced three times over",
+     .world = "azure-standard",
+     .what = "each of 3 agents replaced in turn (30, 45, 60 s) by a new one; callers reconnect",
+     .style = "azure",
+     .agents = 6,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .faults = {{30000, SB_LEAVE, 0, 3}, {45000, SB_LEAVE, 1, 4}, {60000, SB_LEAVE, 2, 5}},
+     .nfaults = 3,
+     .b = {.max_429_pct = 1,
+           .min_floor_pct = 95,
+           .max_window_x = 1.02,
+           .max_p99_wait_ms = 300000,
+           .rate_from_ms = 62000,
+           .min_rate_pct = 95},
+     .more = &rt_rolling_more},
+    {.name = "azure-cancels",
+     .world = "azure-standard",
+     .what = "a fifth of the attempts cancelled by their callers (half while waiting, half once sent)",
+     .style = "azure",
+     .agents = 3,
+     .callers = 50,
+     .calls = 2,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 1, .min_floor_pct = 95, .max_window_x = 1.02, .max_p99_wait_ms = 300000, .max_failed = 1000},
+     .more = &rt_cancel_more},
+    {.name = "agent-replaced",
+     .xfail =
+         "85.3..86.1 % of the floor, rate after 81.7..82.9 %: the leaving agent's waiting callers are answered CLOSING "
+         "and their reservations given back in the middle of the schedule; asking again on the new agent they are "
+         "slotted at its end, and a send given back between committed ones is never reused (no hole list)",
+     .world = "azure-standard",
+     .what = "agent 0 of 3 replaced at 30 s by a new agent (its callers reconnect there)",
+     .style = "azure",
+     .agents = 6,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .faults = {{30000, SB_LEAVE, 0, 3}},
+     .nfaults = 1,
+     .b = {.max_429_pct = 1,
+           .min_floor_pct = 95,
+           .max_window_x = 1.02,
+           .max_p99_wait_ms = 300000,
+           .rate_from_ms = 32000,
+           .min_rate_pct = 95},
+     .more = &rt_rolling_more},
+    {.name = "anthropic-overloaded",
+     .world = "anthropic-current",
+     .what = "Anthropic answers 529 overloaded 30..40 s: the rate must come back",
+     .tweak = rt_overload,
+     .style = "anthropic",
+     .agents = 3,
+     .callers = 8,
+     .calls = 13,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 1000,
+     .b = {.max_429_pct = 1,
+           .min_floor_pct = 90,
+           .max_window_x = 1.02,
+           .max_p99_wait_ms = 300000,
+           .rate_from_ms = 42000,
+           .min_rate_pct = 95}},
+    {.name = "anthropic-long-answers",
+     .xfail = "seed 9 at 94.9 % of the floor (passes on 9 of seeds 1..10, recorded)",
+     .world = "anthropic-current",
+     .what = "answers 200 of 1000, then 800..1000 for 20 s from 40 s (output counted as generated)",
+     .tweak = rt_long_answers,
+     .style = "anthropic",
+     .agents = 3,
+     .callers = 8,
+     .calls = 13,
+     .lang = SIM_LANG_EN,
+     .chars = 1200,
+     .max_tokens = 1000,
+     .b = STD_95},
+    {.name = "anthropic-long-answers-max",
+     .world = "anthropic-current",
+     .what = "answers 0.5..1 of max, then all at the max for 20 s from 40 s",
+     .tweak = rt_long_answers_max,
+     .style = "anthropic",
+     .agents = 3,
+     .callers = 8,
+     .calls = 13,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 1000,
+     .b = STD_95},
 };
 
 size_t sb_count(void) { return sizeof(table) / sizeof(table[0]); }
@@ -855,6 +1400,7 @@ static double configured(const sim_world_cfg *c, int d) {
 static double quota_at(const sim_world_cfg *c, int d, double t) {
     double f = c->real_factor > 0 ? c->real_factor : 1;
     if (c->change_at_ms > 0 && t >= c->change_at_ms) f = c->change_factor > 0 ? c->change_factor : 1;
+    if (c->change2_at_ms > 0 && t >= c->change2_at_ms) f = c->change2_factor > 0 ? c->change2_factor : 1;
     return configured(c, d) * fmin(1, f) / 60000.0;
 }
 
@@ -889,9 +1435,15 @@ static int cmp_event(const void *a, const void *b) {
  * first news comes with a response after the drop: what was sent before
  * that was within the limit everyone knew). */
 static double quota_over(const sim_world_cfg *c, int d, double t, double len) {
-    double ch = c->change_at_ms, q0 = quota_at(c, d, t);
-    if (ch > t && ch < t + len) return fmax(q0 * len, q0 * (ch - t) + quota_at(c, d, ch) * (t + len - ch));
-    return q0 * len;
+    double q0 = quota_at(c, d, t), sum = 0, at = t;
+    double ch[2] = {c->change_at_ms, c->change2_at_ms};
+    for (int i = 0; i < 2; i++) {
+        if (!(ch[i] > at && ch[i] < t + len)) continue;
+        sum += quota_at(c, d, at) * (ch[i] - at);
+        at = ch[i];
+    }
+    sum += quota_at(c, d, at) * (t + len - at);
+    return fmax(q0 * len, sum);
 }
 
 /* The largest ratio, over windows [s, s + len), of what the world charged
@@ -940,12 +1492,14 @@ static double window_len_ms(const sim_world_cfg *c, int d) {
 static double pass_ms(const sim_world_cfg *c, int d, double t0, double amount) {
     if (amount <= 0) return 0;
     double t = t0;
-    if (c->change_at_ms > 0 && t < c->change_at_ms) {
+    double ch[2] = {c->change_at_ms, c->change2_at_ms};
+    for (int i = 0; i < 2; i++) {
+        if (!(ch[i] > 0 && t < ch[i])) continue;
         double q = quota_at(c, d, t);
-        double seg = (c->change_at_ms - t) * q;
-        if (seg >= amount) return amount / q;
+        double seg = (ch[i] - t) * q;
+        if (seg >= amount) return t - t0 + amount / q;
         amount -= seg;
-        t = c->change_at_ms;
+        t = ch[i];
     }
     return t - t0 + amount / quota_at(c, d, t);
 }
@@ -1315,6 +1869,12 @@ static void apply_fault(simfleet *f, const sb_fault *x) {
     case SB_UNBLACKHOLE: simfleet_agent_blackhole(f, x->agent, 0); break;
     case SB_DESCHEDULE: simfleet_agent_deschedule(f, x->agent, x->ms); break;
     case SB_KILL: simfleet_agent_kill(f, x->agent); break;
+    case SB_REDIS_RTT:
+        if (x->agent || x->ms) simfleet_redis_rtt(f, (uint32_t)x->agent * 1000, (uint32_t)(x->ms * 1000));
+        else simfleet_redis_rtt(f, 200, 1000);
+        break;
+    case SB_LEAVE: simfleet_agent_leave(f, x->agent, (int)x->ms); break;
+    case SB_REDIS_SLOW: simfleet_redis_slow(f, x->ms > 0 ? (uint32_t)(x->ms * 1000) : 20, 2); break;
     default: break;
     }
 }
@@ -1363,6 +1923,15 @@ static int trace_state(simfleet *f, const sb_scenario *s, sb_prov *p, redis_fixt
             if (r) freeReplyObject(r);
             printf(" %s room %.0f tat-now %.0f", sim_dim_name(d), sim_world_level(p->w[0], d), ahead);
         }
+        if (c && getenv("SB_FIELDS")) {
+            char fl[256];
+            snprintf(fl, sizeof(fl), "%s", getenv("SB_FIELDS"));
+            for (char *tok = strtok(fl, ","); tok; tok = strtok(NULL, ",")) {
+                redisReply *q = redisCommand(c, "HGET sluice:{d}:state %s", tok);
+                printf(" %s=%s", tok, q && q->type == REDIS_REPLY_STRING ? q->str : "-");
+                if (q) freeReplyObject(q);
+            }
+        }
         redisReply *r = c ? redisCommand(c, "HGET sluice:{d}:state output_ratio") : NULL;
         printf(" output_ratio %s\n", r && r->type == REDIS_REPLY_STRING ? r->str : "-");
         if (r) freeReplyObject(r);
@@ -1406,7 +1975,8 @@ static int add_callers(simfleet *f, const sb_scenario *s) {
                               .jitter_ms = 200,
                               .calls = s->calls,
                               .max_wait_ms = 300000,
-                              .max_attempts = 10};
+                              .max_attempts = 10,
+                              .cancel_permille = more_of(s)->cancel_permille};
         if (s->callers > 0 && simfleet_add_callers(f, &sp, s->callers) != 0) return -1;
         for (int k = 0; k < more_of(s)->nclasses; k++) {
             const sb_class *c = &more_of(s)->classes[k];
@@ -1443,7 +2013,9 @@ int sb_run(const sb_scenario *s, uint64_t seed, redis_fixture *fx, sb_result *r)
                        .yaml = yaml,
                        .send = sb_send,
                        .send_ud = &prov,
-                       .epoch_ms = prov.wc[0].epoch_ms};
+                       .epoch_ms = prov.wc[0].epoch_ms,
+                       .redis_timeout_ms = more_of(s)->redis_timeout_ms,
+                       .start_at_ms = more_of(s)->agent_start_ms};
     simfleet *f = NULL;
     double t0 = real_ms();
     if (simfleet_new(&o, &f) != 0) {

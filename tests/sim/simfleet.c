@@ -29,6 +29,7 @@ typedef struct sim_agent {
     uv_loop_t loop;
     engine *e;
     int killed, stopped;
+    int leaving, successor, started;
 } sim_agent;
 
 typedef struct caller {
@@ -176,7 +177,7 @@ static void caller_settle(void *arg) {
         caller_next_call(c);
         return;
     }
-    if (!a->killed)
+    if (!a->killed && !a->leaving)
         engine_settle_usage(a->e, c->grant_id, &c->usage, c->outcome, c->pause_ms, c->have_seen ? &c->seen : NULL);
     if (c->status == 429 || c->status >= 500) caller_retry(c, 0);
     else caller_next_call(c);
@@ -266,6 +267,20 @@ static void caller_acquire(void *arg) {
     simfleet *f = c->f;
     if (f->closing) return;
     sim_agent *a = &f->agents[c->spec.agent];
+    if (a->leaving) {
+        /* Its agent left: the caller's client reconnects elsewhere. */
+        int to = a->successor;
+        if (to < 0) {
+            int live[64], n = 0;
+            for (int i = 0; i < f->nagents; i++)
+                if (!f->agents[i].leaving && !f->agents[i].killed && f->agents[i].started) live[n++] = i;
+            to = n ? live[c->id % n] : -1;
+        }
+        if (to >= 0) {
+            c->spec.agent = to;
+            a = &f->agents[to];
+        }
+    }
     c->rec = rec_new(f, c);
     if (a->killed) {
         /* Its agent is gone: the caller's worker went with it. */
@@ -335,6 +350,12 @@ int simfleet_add_callers(simfleet *f, const sim_caller_spec *spec, int n) {
 
 /* ---- the fleet ------------------------------------------------------------------------------ */
 
+static void agent_start(void *arg) {
+    sim_agent *a = arg;
+    a->started = 1;
+    engine_start(a->e);
+}
+
 int simfleet_new(const simfleet_opts *o, simfleet **out) {
     *out = NULL;
     if (o->agents < 1 || o->agents > 64 || !o->redis || !o->send) return -1;
@@ -379,8 +400,7 @@ int simfleet_new(const simfleet_opts *o, simfleet **out) {
         snprintf(text, cap, "redis:\n  url: unix://%s\n  timeout_ms: %lld\n%s", path,
                  o->redis_timeout_ms > 0 ? o->redis_timeout_ms : 250, o->yaml);
         config *cfg = NULL;
-        int rc = config_load_string_flags("simfleet", text, strlen(text), CONFIG_LOAD_NO_PROXY_SECRETS, &cfg, err,
-                                          sizeof(err));
+        int rc = config_load_string("simfleet", text, strlen(text), &cfg, err, sizeof(err));
         free(text);
         snprintf(id, sizeof(id), "agent-%d", i);
         if (rc != 0 || engine_new(&a->loop, cfg, id, &a->e) != 0) {
@@ -389,7 +409,9 @@ int simfleet_new(const simfleet_opts *o, simfleet **out) {
             simfleet_free(f);
             return -1;
         }
-        engine_start(a->e);
+        a->successor = -1;
+        if (o->start_at_ms && o->start_at_ms[i] > 0) uvsim_at(abs_us(o->start_at_ms[i]), agent_start, a);
+        else agent_start(a);
     }
     *out = f;
     return 0;
@@ -428,6 +450,10 @@ int simfleet_redis_restart(simfleet *f) {
     return 0;
 }
 
+void simfleet_redis_rtt(simfleet *f, uint32_t rtt_min_us, uint32_t rtt_max_us) {
+    simredis_set_rtt(f->net, rtt_min_us, rtt_max_us);
+}
+
 void simfleet_redis_slow(simfleet *f, uint32_t service_us, uint32_t cmd_us) {
     simredis_set_service(f->net, service_us, cmd_us);
 }
@@ -462,12 +488,25 @@ void simfleet_get_stats(const simfleet *f, simfleet_stats *out) {
 
 static void on_engine_stopped(void *arg) { ((sim_agent *)arg)->stopped = 1; }
 
+void simfleet_agent_leave(simfleet *f, int agent, int successor) {
+    if (agent < 0 || agent >= f->nagents) return;
+    sim_agent *a = &f->agents[agent];
+    if (a->killed || a->leaving || !a->started) return;
+    a->leaving = 1;
+    a->successor = successor;
+    engine_stop(a->e, on_engine_stopped, a);
+}
+
 void simfleet_free(simfleet *f) {
     if (!f) return;
     f->closing = 1;
     for (int i = 0; i < f->nagents; i++) {
         sim_agent *a = &f->agents[i];
-        if (!a->e) continue;
+        if (!a->e || a->leaving) continue;
+        if (!a->started) {
+            a->stopped = 1; /* never started: nothing to stop */
+            continue;
+        }
         if (a->killed) uvsim_loop_freeze(&a->loop, 0); /* still cut: its goodbye reaches nobody */
         engine_stop(a->e, on_engine_stopped, a);
     }

@@ -81,6 +81,9 @@ typedef struct simfleet_opts {
     /* The virtual wall clock at t = 0 in Unix ms (0: SIMFLEET_EPOCH_MS),
      * so a world whose day starts elsewhere shares the fleet's clock. */
     int64_t epoch_ms;
+    /* When each agent starts (virtual ms; NULL or 0: at once): an agent
+     * that joins the fleet later (its engine created, not yet started). */
+    const double *start_at_ms;
 } simfleet_opts;
 
 typedef struct sim_caller_spec {
@@ -153,10 +156,16 @@ uint64_t simfleet_trace_hash(const simfleet *f);
 int simfleet_redis_stop(simfleet *f);
 int simfleet_redis_restart(simfleet *f);
 void simfleet_redis_slow(simfleet *f, uint32_t service_us, uint32_t cmd_us);
+void simfleet_redis_rtt(simfleet *f, uint32_t rtt_min_us, uint32_t rtt_max_us);
 void simfleet_agent_cut(simfleet *f, int agent, int on);
 void simfleet_agent_blackhole(simfleet *f, int agent, int on);
 void simfleet_agent_deschedule(simfleet *f, int agent, double ms);
 void simfleet_agent_kill(simfleet *f, int agent);
+/* A graceful leave (engine_stop: its waiting callers answered
+ * SL_ECLOSING, its heartbeats deregistered). Its callers then ask
+ * successor, or (successor < 0) the agents still running, spread by
+ * caller id, as clients behind a load balancer would. */
+void simfleet_agent_leave(simfleet *f, int agent, int successor);
 
 /* A mutation for tests: the agent's timers longer than |ms| fire ms from
  * their due time (negative: early), as a release timer gone wrong would. */

@@ -359,6 +359,11 @@ int simredis_agent(simredis *r, uv_loop_t *loop, char *path, size_t n) {
     return r->nagents++;
 }
 
+void simredis_set_rtt(simredis *r, uint32_t rtt_min_us, uint32_t rtt_max_us) {
+    r->rtt_min = rtt_min_us;
+    r->rtt_max = rtt_max_us;
+}
+
 void simredis_set_service(simredis *r, uint32_t service_us, uint32_t cmd_us) {
     r->service = service_us;
     r->cmd_us = cmd_us;

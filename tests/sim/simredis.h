@@ -58,6 +58,8 @@ int simredis_agent(simredis *r, uv_loop_t *loop, char *path, size_t n);
 /* Redis' time per batch from now on (a slow Redis), and a script
  * command's modelled time. */
 void simredis_set_service(simredis *r, uint32_t service_us, uint32_t cmd_us);
+/* The round trip of every batch from now on (a slow path to Redis). */
+void simredis_set_rtt(simredis *r, uint32_t rtt_min_us, uint32_t rtt_max_us);
 
 /* Redis stopped: every connection ends, connects are refused until
  * simredis_redis_up (call it once the server answers again). */

@@ -458,6 +458,7 @@ sim_world *sim_world_new(const sim_world_cfg *cfg, uint64_t seed) {
     setup_limits(w, 1);
     int rc = 0;
     if (cfg->change_at_ms > 0) rc |= heap_push(w, cfg->change_at_ms, EV_CHANGE, 0);
+    if (cfg->change2_at_ms > 0) rc |= heap_push(w, cfg->change2_at_ms, EV_CHANGE, 1);
     for (int k = 0; k < cfg->nneighbours; k++)
         if (cfg->nb[k].shape != SIM_NB_NONE) rc |= heap_push(w, cfg->nb[k].start_ms, EV_NB, (size_t)k);
     if (rc) {
@@ -557,6 +558,8 @@ static int decide(sim_world *w, double t, int who, const sim_request *rq, int st
     f.prompt = count_tokens(w, rq->chars, rq->lang, c->token_noise * (2 * unit_of(h) - 1));
     f.cached = rq->cached < 0 ? 0 : rq->cached > f.prompt ? f.prompt : rq->cached;
     if (c->out_tokens_hi > 0) f.output = llround(c->out_tokens_lo + (c->out_tokens_hi - c->out_tokens_lo) * u_out);
+    else if (c->long_to_ms > 0 && t >= c->long_from_ms && t < c->long_to_ms)
+        f.output = llround((double)f.max_tokens * (c->out_lo2 + (c->out_hi2 - c->out_lo2) * u_out));
     else f.output = llround((double)f.max_tokens * (c->out_lo + (c->out_hi - c->out_lo) * u_out));
     if (f.output > f.max_tokens) f.output = f.max_tokens;
     if (f.output < 0) f.output = 0;
@@ -580,7 +583,9 @@ static int decide(sim_world *w, double t, int who, const sim_request *rq, int st
 
     double retry = 0;
     for (int d = 0; d < SIM_DIMS; d++) dim_sync(w, d, t);
-    if (stray) {
+    if (c->overload_to_ms > 0 && t >= c->overload_from_ms && t < c->overload_to_ms) {
+        e->status = c->overload_status ? c->overload_status : 529;
+    } else if (stray) {
         e->status = 429;
         e->flags |= SIM_F_STRAY;
         retry = c->stray_retry_ms;
@@ -619,6 +624,7 @@ static int decide(sim_world *w, double t, int who, const sim_request *rq, int st
         out->cache_read = f.cached;
     }
     out->retry_after_ms = e->status == 429 && c->provider != SIM_BEDROCK ? retry : 0;
+    if (e->status != 200 && e->status != 429) return e->status; /* overloaded: no headers */
     /* Rate-limit headers may be missing; a 429's Retry-After is not. */
     if (u_omit >= c->hdr_omit_prob) w->row->headers(w, out, u_neg < c->hdr_minus_one_prob);
     retry_headers(out, w->row->retry_form);
@@ -800,7 +806,7 @@ void sim_world_advance(sim_world *w, double t_ms) {
         case EV_END: end_request(w, ev.idx); break;
         case EV_NB: neighbour_act(w, ev.idx, ev.t); break;
         case EV_CHANGE:
-            w->factor = w->cfg.change_factor;
+            w->factor = ev.idx ? (w->cfg.change2_factor > 0 ? w->cfg.change2_factor : 1) : w->cfg.change_factor;
             setup_limits(w, 0);
             break;
         }

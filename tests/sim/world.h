@@ -122,6 +122,19 @@ typedef struct sim_world_cfg {
     /* Real limits: factor x configured (default 1), changing to
      * change_factor at change_at_ms (0: never). Headers tell the real. */
     double real_factor, change_at_ms, change_factor;
+    /* A second change (0: never), after the first: e.g. a limit lowered
+     * for a while and restored (Azure and OpenAI say the limit in force
+     * in their x-ratelimit-limit-* headers). */
+    double change2_at_ms, change2_factor;
+    /* Overloaded (Anthropic's 529 overloaded_error, "everybody's load,
+     * not your quota"): every request in [overload_from_ms,
+     * overload_to_ms) is answered overload_status (0: 529) after
+     * reject_ms, charged nothing, with no rate-limit headers. */
+    double overload_from_ms, overload_to_ms;
+    int overload_status;
+    /* Longer answers for a while: a request admitted in [long_from_ms,
+     * long_to_ms) answers out_lo2..out_hi2 x max_tokens (capped by it). */
+    double long_from_ms, long_to_ms, out_lo2, out_hi2;
     /* Stray 429s: the first fleet request at or after each time is refused
      * although every bucket had room, and charged nothing. */
     double stray_ms[SIM_MAX_STRAYS];
