@@ -307,7 +307,13 @@ static void test_fleet_over_three_masters(void **state) {
         }
         print_message("  %s on master :%d: %d grants from 2 agents, makespan %llu ms (floor %.0f), rejections %zu\n",
                       names[d], masters[d], 2 * PER, (unsigned long long)(last - t0), floor_ms, rej);
-        assert_int_equal(rej, 0);
+        /* Two engines' planned releases: each converts Redis' slot to its
+         * own clock at the time it reads the reply, so a reply read late
+         * on a loaded machine moves that agent's releases later against
+         * the other's (a CI run beside a scoreboard: two releases 9 ms
+         * apart at 50/s). The slots themselves are judged load-free by
+         * test_scripts and the simulator. */
+        assert_realtime(rej == 0, "%s: %zu rejections replaying two agents' planned releases (bound 0)", names[d], rej);
         assert_realtime((double)(last - t0) < floor_ms * 1.10, "%s: makespan %llu ms over 1.10 x the floor %.0f ms",
                         names[d], (unsigned long long)(last - t0), floor_ms);
         replay_free(&rp);
