@@ -580,9 +580,17 @@ end
 -- cost by SL_DIMS index} sorted by s, or nil when one cannot be placed.
 local function sl_held_sends(st, now)
   local flat = redis.call('HGETALL', KEYS[3])
+  -- OpenAI's combined tokens (tokens_rule max): a grant whose parts are
+  -- known charged the tokens dimension the larger of its input and its
+  -- max output (reserve.lua item_charge; settle's the same), not their
+  -- sum. Replayed at the sum, every held send looked twice its cost, no
+  -- compression conformed, and after a limit rose the queue kept the
+  -- lower limit's spacing for as long as it lasted (openai-limit-rises).
+  local tmax = redis.call('HGET', KEYS[1], 'tokens_rule') == 'max'
   local out = {}
   for i = 2, #flat, 2 do
-    local _, c, slot, cost, before = sl_record(flat[i])
+    local f, c, slot, cost, before, max_out = sl_record(flat[i])
+    if tmax and c and (f[8] or '') ~= '' then cost[2] = math.max(cost[3], max_out) end
     if c and slot then
       local s = sl_retimed_slot(st, slot, before)
       if not s then return nil end

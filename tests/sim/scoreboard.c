@@ -943,9 +943,6 @@ static const sb_scenario table[] = {
            .rate_from_ms = 85000,
            .min_rate_pct = 95}},
     {.name = "openai-limit-dip",
-     .xfail =
-         "85.0..85.4 % of the floor, rate after the restore 72.1..72.5 %: as openai-limit-rises, the grants queued at "
-         "the lower limit keep its spacing after it is restored (the Azure twin, azure-limit-dip, passes)",
      .world = "openai-standard",
      .what = "OpenAI: the real limit drops 40 % at 30 s (said in headers), restored at 60 s",
      .tweak = rt_dip_restore_openai,
@@ -1049,8 +1046,6 @@ static const sb_scenario table[] = {
            .max_p99_wait_ms = 300000,
            .window_from_ms = 5000}},
     {.name = "openai-limit-rises",
-     .xfail = "86.5..86.9 % of the floor against 90 %: after the rise the grants already queued keep the old spacing "
-              "for ~35 s (the length of the queue); under-use only",
      .world = "openai-standard",
      .what = "OpenAI: the real limits are 60 % until 60 s, then as configured (windows from 5 s)",
      .tweak = rt_openai_rises,
