@@ -371,6 +371,16 @@ redis.register_function('f', function() return 1 end)"
   [[ "$r" == *ERR* || "$r" == *NOPERM* ]]; v $? "sluice-ro cannot EVALSHA_RO reserve (a write inside is refused)"
   r=$("${RO[@]}" SCAN 0 2>&1)
   [[ "$r" == *NOPERM* ]]; v $? "sluice-ro cannot SCAN"
+  # A script of its own would let a read-only user stall the server for
+  # every client (a loop answers BUSY to all until SCRIPT KILL, which it
+  # may not run): only the agents' loaded scripts, by EVALSHA_RO.
+  # (ACL DRYRUN: checked without running it.)
+  local ev bad=""
+  for ev in "EVAL_RO" "EVAL" "FCALL_RO"; do
+    r=$("${A[@]}" ACL DRYRUN sluice-ro "$ev" "while true do end" 0 2>&1)
+    [ "$r" = OK ] && bad+="$ev; "
+  done
+  [ -z "$bad" ]; v $? "sluice-ro may not run a script of its own (EVAL_RO, EVAL, FCALL_RO)${bad:+: allowed $bad}"
   [ "$("${A[@]}" HGET 'sluice:{gpt-4o}:limits' rpm)" = 600 ]; v $? "limits unchanged by the refused writes"
 }
 
