@@ -27,6 +27,34 @@ static const char *presented_key(const http_msg *m, size_t *len) {
     return n ? v : NULL;
 }
 
+/* The client key any credential header of m carries, whichever header,
+ * however many of them and with or without an auth scheme ("Bearer ",
+ * "Basic ", none): the check that keeps a client key from going
+ * upstream. presented_key() picks the one credential that names the
+ * client; this looks at every one that would be forwarded. */
+static const struct config_http_client *any_client_key(const config *cfg, const http_msg *m) {
+    const struct config_http_client *hit = NULL;
+    for (size_t i = 0; i < http_msg_nheaders(m); i++) {
+        const char *name, *v;
+        http_msg_header_at(m, i, &name, &v);
+        if (!proxy_auth_is_credential(name)) continue;
+        while (*v == ' ' || *v == '\t') v++;
+        size_t n = strlen(v);
+        while (n && (v[n - 1] == ' ' || v[n - 1] == '\t')) n--;
+        const struct config_http_client *c = n ? config_http_client_by_key(cfg, v, n) : NULL;
+        /* After a scheme: "<scheme> <token>". */
+        size_t sp = strcspn(v, " \t");
+        if (!c && sp < n) {
+            const char *t = v + sp;
+            while (*t == ' ' || *t == '\t') t++;
+            size_t tn = n - (size_t)(t - v);
+            if (tn) c = config_http_client_by_key(cfg, t, tn);
+        }
+        if (c && !hit) hit = c;
+    }
+    return hit;
+}
+
 static int target_injects(const config_target *t) {
     if (t->deployment) return t->deployment->inject_key;
     /* config.c makes every member of a group agree. */
@@ -50,11 +78,16 @@ int proxy_auth_check(const config *cfg, const config_target *t, int unix_socket,
                  key ? " (the one given is not one)" : " (none was given)");
         return -1;
     }
-    if (out->client) {
+    /* Pass-through forwards every credential header as it came: a client
+     * key in any of them (a second api-key, an Authorization without
+     * "Bearer ") would reach the provider. */
+    const struct config_http_client *leaked = out->client ? out->client : any_client_key(cfg, m);
+    if (leaked) {
+        out->client = NULL;
         snprintf(err->message, sizeof(err->message),
                  "sluice: this model passes the caller's own provider credentials through, and the key given is "
                  "a sluice client key (client '%s'), which is never sent to the provider",
-                 out->client->name);
+                 leaked->name);
         return -1;
     }
     return 0;

@@ -113,6 +113,26 @@ static void test_pass_through(void **state) {
     assert_int_equal(check("passthru", 1, "x-api-key: " BATCH_KEY "\r\n", &a), -1);
 }
 
+/* Pass-through forwards every credential header: a client key in any of
+ * them is refused, not only in the one that would name the client
+ * (docs/security.md: "A sluice client key is never sent to a provider"). */
+static void test_pass_through_client_key_anywhere(void **state) {
+    (void)state;
+    proxy_auth a;
+    /* Beside the caller's own key, in another header. */
+    assert_int_equal(check("passthru", 0, "Authorization: Bearer sk-own-key\r\napi-key: " CHAT_KEY "\r\n", &a), -1);
+    assert_int_equal(check("passthru", 1, "api-key: sk-own-key\r\nx-api-key: " BATCH_KEY "\r\n", &a), -1);
+    /* The second of a repeated header. */
+    assert_int_equal(check("passthru", 0, "x-api-key: sk-own-key\r\nx-api-key: " CHAT_KEY "\r\n", &a), -1);
+    /* Authorization without "Bearer ", or with another scheme. */
+    assert_int_equal(check("passthru", 0, "Authorization: " CHAT_KEY "\r\n", &a), -1);
+    assert_int_equal(check("passthru", 0, "Authorization: Token " BATCH_KEY "\r\n", &a), -1);
+    assert_null(a.client);
+    /* The caller's own keys only: still passed on. */
+    assert_int_equal(check("passthru", 0, "Authorization: Bearer sk-own-key\r\napi-key: sk-own-2\r\n", &a), 0);
+    assert_int_equal(check("passthru", 0, "Authorization: sk-own-key\r\n", &a), 0);
+}
+
 static void test_inject_over_tcp(void **state) {
     (void)state;
     proxy_auth a;
@@ -178,9 +198,8 @@ static void test_upstream_header(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pass_through),
-        cmocka_unit_test(test_inject_over_tcp),
-        cmocka_unit_test(test_inject_over_unix),
+        cmocka_unit_test(test_pass_through),    cmocka_unit_test(test_pass_through_client_key_anywhere),
+        cmocka_unit_test(test_inject_over_tcp), cmocka_unit_test(test_inject_over_unix),
         cmocka_unit_test(test_upstream_header),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
