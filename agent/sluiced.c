@@ -17,6 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#if defined(__linux__)
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#endif
 #include <time.h>
 #include <unistd.h>
 
@@ -400,7 +404,24 @@ static int run(daemon_ctx *d) {
     return d->exit_code;
 }
 
+/* The secrets this process holds (the Redis password, inject_key's
+ * provider keys, the client keys: docs/security.md, "kept in memory
+ * only") never go to disk in a core dump, and no other process of the
+ * same user may read its memory or environment (/proc/PID/mem, environ,
+ * ptrace). Before any secret is read. SLUICED_ALLOW_CORE_DUMP=1 keeps
+ * core dumps for debugging a crash. */
+static void protect_secrets(void) {
+    const char *allow = getenv("SLUICED_ALLOW_CORE_DUMP");
+    if (allow && !strcmp(allow, "1")) return;
+#if defined(__linux__)
+    struct rlimit none = {0, 0};
+    (void)setrlimit(RLIMIT_CORE, &none);
+    (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+#endif
+}
+
 int main(int argc, char **argv) {
+    protect_secrets();
     options o = {0};
     int rc = parse_flags(argc, argv, &o);
     if (rc != 0) return rc;

@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <sys/resource.h>
 #include <netinet/in.h>
 
 static redis_fixture fx;
@@ -609,6 +610,53 @@ static void test_socket_owner_group_mode(void **state) {
     assert_int_equal(daemon_stop(&d), 0);
 }
 
+/* A crash writes no core file: the core would hold the Redis password
+ * and the HTTP proxy's keys (docs/security.md, "Secrets"). Skipped where
+ * this host writes no core dumps at all (the control child's SIGSEGV). */
+static void test_secrets_not_in_core_dump(void **state) {
+    struct rlimit rl;
+    assert_int_equal(getrlimit(RLIMIT_CORE, &rl), 0);
+    if (rl.rlim_max == 0) {
+        print_message("  SKIPPED: RLIMIT_CORE hard limit is 0\n");
+        skip();
+    }
+    struct rlimit saved = rl;
+    rl.rlim_cur = rl.rlim_max;
+    assert_int_equal(setrlimit(RLIMIT_CORE, &rl), 0);
+    char cwd[1024], dir[400];
+    assert_non_null(getcwd(cwd, sizeof(cwd)));
+    snprintf(dir, sizeof(dir), "%s/cores", fx.dir);
+    mkdir(dir, 0700);
+    assert_int_equal(chdir(dir), 0); /* a core file (core_pattern "core") lands here, not in the build tree */
+    pid_t probe = fork();
+    if (probe == 0) {
+        signal(SIGSEGV, SIG_DFL);
+        raise(SIGSEGV);
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(probe, &st, 0);
+    if (!(WIFSIGNALED(st) && WCOREDUMP(st))) {
+        assert_int_equal(chdir(cwd), 0);
+        setrlimit(RLIMIT_CORE, &saved);
+        print_message("  SKIPPED: this host writes no core dumps (core_pattern)\n");
+        skip();
+    }
+    daemon_proc d;
+    daemon_init(&d, fx.dir, "core");
+    assert_int_equal(daemon_configure(&d, &fx, NULL, "  core:\n    rpm: 600\n"), 0);
+    int started = daemon_start(&d);
+    assert_int_equal(chdir(cwd), 0);
+    setrlimit(RLIMIT_CORE, &saved);
+    assert_int_equal(started, 0);
+    assert_int_equal(sluiced_fixture_signal(&d, SIGSEGV), 0);
+    st = sluiced_fixture_wait(&d, 10000);
+    print_message("  control child dumped core; sluiced on SIGSEGV: signalled %d, core dumped %d\n", WIFSIGNALED(st),
+                  st != -1 && WCOREDUMP(st));
+    assert_true(st != -1 && WIFSIGNALED(st));
+    assert_false(WCOREDUMP(st));
+}
+
 static void test_max_clients(void **state) {
     daemon_proc d;
     start_daemon(&d, "maxc", "  max_clients: 3\n", "  maxc:\n    rpm: 600\n");
@@ -1171,6 +1219,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_paused_client_closed_inside_a_grant, test_teardown),
         cmocka_unit_test_teardown(test_max_clients, test_teardown),
         cmocka_unit_test_teardown(test_socket_owner_group_mode, test_teardown),
+        cmocka_unit_test_teardown(test_secrets_not_in_core_dump, test_teardown),
         cmocka_unit_test_teardown(test_socket_stale_and_live, test_teardown),
         cmocka_unit_test_teardown(test_paused_client_hangup_gives_back, test_teardown),
         cmocka_unit_test_teardown(test_bad_config_refused, test_teardown),
