@@ -524,8 +524,37 @@ EOF
     else
       fail "deploy/sluiced.example.yaml: $out"
     fi
+    check_image_libs "$bin"
   else
     skip "sluiced --check-config of the ConfigMap's YAML (no built sluiced; set SLUICED=)"
+  fi
+}
+
+# The image's runtime stage installs the package of every library sluiced
+# links (readelf's NEEDED, each found with dpkg -S; libc6's are in the
+# base image) and ca-certificates (HTTPS to the providers). No image is
+# built here (no registry): this is what one would lack at its start.
+check_image_libs() {
+  local bin=$1 lib pkg missing=() runtime
+  if ! command -v readelf >/dev/null || ! command -v dpkg >/dev/null; then
+    skip "deploy/k8s/Dockerfile runtime libraries (no readelf or dpkg)"
+    return
+  fi
+  # The packages of the last stage's apt-get install line(s).
+  runtime=$(awk '/^FROM /{stage=$0; text=""} {text=text" "$0} END{print text}' deploy/k8s/Dockerfile)
+  for lib in $(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+    pkg=$(dpkg -S "*/$lib" 2>/dev/null | head -1 | cut -d: -f1)
+    [ -n "$pkg" ] || { missing+=("$lib (no package)"); continue; }
+    # The C library is the base image's; a sanitizer's runtime is a test
+    # build's (the image builds Release).
+    case "$pkg" in libc6 | libc6-* | libasan* | libubsan* | liblsan* | libtsan*) continue ;; esac
+    grep -qw -- "$pkg" <<<"$runtime" || missing+=("$pkg ($lib)")
+  done
+  grep -qw ca-certificates <<<"$runtime" || missing+=("ca-certificates (HTTPS)")
+  if [ ${#missing[@]} -eq 0 ]; then
+    ok "deploy/k8s/Dockerfile's runtime stage installs every library sluiced links, and ca-certificates"
+  else
+    fail "deploy/k8s/Dockerfile's runtime stage lacks: ${missing[*]}"
   fi
 }
 
