@@ -207,7 +207,7 @@ local function beat()
     -- Nothing left to release (only counts to report): the schedule
     -- stays as it is, as a plain heartbeat would leave it.
     local push = busy_req > 0 or busy_tok > 0
-    local tail_held = false
+    local tail_held, pushed = false, false
     for _, d in ipairs(dims) do
       -- busy_tokens_ms covers every token dimension: the agent hands over
       -- the longest of its local token schedules (the safe side).
@@ -215,7 +215,7 @@ local function beat()
       local floor_tat = now + busy + d.burst / d.r
       if push and d.tat < floor_tat then
         d.tat = floor_tat
-        changed = true
+        changed, pushed = true, true
       end
       -- The hand-over's sends are committed: the committed tail reaches
       -- past them (common.lua, sl_dim_commit).
@@ -258,7 +258,14 @@ local function beat()
       -- The returning agent's own tail, where the schedule already reaches
       -- past it (not recorded): its local grants are still sent beside the
       -- held sends until its end, so none of them moves before it.
-      local extra = {{now + busy_req, now + busy_tok, push and 1 or 0}}
+      -- The fleet's schedule as the agent last saw it (busy) is a tail of
+      -- its own only where Redis' schedule did not reach that far (it
+      -- lost its state: the push above moved it); otherwise those sends
+      -- are the held sends the replay places, and counted again before
+      -- them (at the whole rate) they pushed the schedule past them by
+      -- as much: two agents back from a cut, the tokens schedule a minute
+      -- past the last send granted (fault-cut-two).
+      local extra = {{now + busy_req, now + busy_tok, pushed and 1 or 0}}
       if tail_on then extra[2] = {now + tail_req, now + tail_tok, tail_share} end
       sl_rate_changed(st, dims, now, old, rt, extra)
       for _, d in ipairs(dims) do sl_dim_save(d, st) end
