@@ -120,7 +120,7 @@ static void run_usage(FILE *f) {
     cli_print_flags(f, run_flags, RUN_NFLAGS);
     fprintf(f, "  --header 'NAME: VALUE'     extra request header (repeatable), e.g. 'x-client-id: batch-7'\n\n"
                "exit: 0 all done, 1 some requests failed (see the errors file) or a runtime error,\n"
-               "2 usage, 130/143 interrupted (SIGINT/SIGTERM). The last stdout line is a JSON summary.\n"
+               "2 usage, 130/143/129 interrupted (SIGINT/SIGTERM/SIGHUP). The last stdout line is a JSON summary.\n"
                "See docs/cli.md.\n");
 }
 
@@ -174,7 +174,7 @@ struct run {
     sl_gov *gov;
     uv_loop_t loop;
     sl_caller *caller; /* the governed calls, on loop */
-    uv_signal_t sigint, sigterm;
+    uv_signal_t sigint, sigterm, sighup;
     uv_timer_t tick;
 
     FILE *in;
@@ -456,7 +456,10 @@ static void on_signal(uv_signal_t *s, int sig) {
     if (!r->stop_sig) r->stop_sig = sig;
     int level = r->stopping + 1;
     if (level > 2) return;
-    fprintf(stderr, "%ssluice run: %s: %s\n", r->tty ? "\r\033[K" : "", sig == SIGINT ? "SIGINT" : "SIGTERM",
+    fprintf(stderr, "%ssluice run: %s: %s\n", r->tty ? "\r\033[K" : "",
+            sig == SIGINT   ? "SIGINT"
+            : sig == SIGHUP ? "SIGHUP"
+                            : "SIGTERM",
             level == 1 ? "stopping; calls in flight finish (again to cancel them)" : "cancelling the calls in flight");
     stop_work(r, level);
 }
@@ -479,6 +482,7 @@ static void maybe_finish(run *r) {
     uv_close((uv_handle_t *)&r->tick, on_closed_noop);
     uv_close((uv_handle_t *)&r->sigint, on_closed_noop);
     uv_close((uv_handle_t *)&r->sigterm, on_closed_noop);
+    uv_close((uv_handle_t *)&r->sighup, on_closed_noop);
     sl_caller_free(r->caller);
     r->caller = NULL;
 }
@@ -848,6 +852,7 @@ static void print_summary(run *r, int code) {
         json_object_set_new(s, "interrupted",
                             r->stop_sig == SIGINT    ? json_string("SIGINT")
                             : r->stop_sig == SIGTERM ? json_string("SIGTERM")
+                            : r->stop_sig == SIGHUP  ? json_string("SIGHUP")
                                                      : json_null());
         json_object_set_new(s, "error", r->fatal ? json_string(r->fatal_msg) : json_null());
         json_object_set_new(s, "exit", json_integer(code));
@@ -914,9 +919,14 @@ int cmd_run(int argc, char **argv) {
     uv_loop_init(&r->loop);
     uv_signal_init(&r->loop, &r->sigint);
     uv_signal_init(&r->loop, &r->sigterm);
-    r->sigint.data = r->sigterm.data = r;
+    uv_signal_init(&r->loop, &r->sighup);
+    r->sigint.data = r->sigterm.data = r->sighup.data = r;
     uv_signal_start(&r->sigint, on_signal, SIGINT);
     uv_signal_start(&r->sigterm, on_signal, SIGTERM);
+    /* A hang-up (the ssh session of a run started without nohup) stops
+     * it as SIGTERM does: killed by it, the calls the provider answered
+     * were lost and sent again by the next run. */
+    uv_signal_start(&r->sighup, on_signal, SIGHUP);
     uv_timer_init(&r->loop, &r->tick);
     r->tick.data = r;
     uv_timer_start(&r->tick, on_tick, 0, RUN_TICK_MS);

@@ -508,6 +508,35 @@ static void test_sigint_loses_nothing(void **state) {
     json_decref(l);
 }
 
+/* SIGHUP (an ssh session that ends under a run started without nohup)
+ * stops the run as SIGTERM does: the calls in flight finish and are
+ * written, exit 129. Before, it killed the run, and the calls the
+ * provider had answered were lost and sent again by the next one. */
+static void test_sighup_loses_nothing(void **state) {
+    (void)state;
+    static const char *const slow[] = {"--rpm", "600", "--burst", "10", "--service-ms", "150-250", NULL};
+    world_up(600, 10, slow, NULL);
+    enum { N = 40 };
+    write_input("in.jsonl", N, 1);
+    char in[300], out[300];
+    path_in(in, sizeof(in), "in.jsonl");
+    path_in(out, sizeof(out), "out.jsonl");
+    proc p;
+    run_start(&p, "h", "--in", in, "--out", out, NULL);
+    wait_lines("out.jsonl", 8, &p);
+    kill(p.pid, SIGHUP);
+    assert_int_equal(run_wait(&p), 129);
+    json_t *s = summary(&p);
+    assert_string_equal(json_string_value(json_object_get(s, "interrupted")), "SIGHUP");
+    int done = count_lines("out.jsonl");
+    assert_int_equal(sint(s, "ok"), done);
+    json_decref(s);
+    json_t *l = ledger();
+    assert_int_equal(totals(l, "accepted"), done);
+    assert_int_equal(totals(l, "abandoned"), 0);
+    json_decref(l);
+}
+
 /* insufficient_quota is never retried: every line to the errors file. */
 static void test_quota_exhausted(void **state) {
     (void)state;
@@ -1097,6 +1126,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_two_processes_share_quota, world_down),
         cmocka_unit_test_teardown(test_kill_and_resume, world_down),
         cmocka_unit_test_teardown(test_sigint_loses_nothing, world_down),
+        cmocka_unit_test_teardown(test_sighup_loses_nothing, world_down),
         cmocka_unit_test_teardown(test_quota_exhausted, world_down),
         cmocka_unit_test_teardown(test_openai_style_and_bad_lines, world_down),
         cmocka_unit_test_teardown(test_duplicate_key_line, world_down),
