@@ -74,8 +74,9 @@ typedef struct sb_class {
     double start_ms, jitter_ms, think_ms;
     long long max_wait_ms; /* 0: 300000 as the row's; -1: the lane's */
     double weight;
-    int only_agent; /* 0: on every agent; k: on agent k - 1 only */
-    int max_tokens; /* 0: the row's */
+    int only_agent;  /* 0: on every agent; k: on agent k - 1 only */
+    int max_tokens;  /* 0: the row's */
+    long long chars; /* 0: the row's; else this class's prompt (its estimate chars / 4) */
 } sb_class;
 
 #define SB_MAX_CLASSES 8
@@ -101,6 +102,16 @@ typedef struct sb_more {
     long long redis_timeout_ms; /* 0: simfleet's 250 */
     double agent_start_ms[8];   /* when each agent starts (0: at once) */
     int cancel_permille;        /* the row's callers cancel (sim_caller_spec) */
+    /* The workload's language changes at lang_at_ms (0: never) to lang2. */
+    double lang_at_ms;
+    sim_lang lang2;
+    /* Prompts per caller: the world is sent estimate x 4 characters
+     * (classes with their own chars). */
+    int per_caller_chars;
+    /* Tenants' shares counted from here (0: t = 0): a tenant that arrives late. */
+    double share_from_ms;
+    /* A group's first member only: its world tweaked (a limit change). */
+    void (*member0_tweak)(sim_world_cfg *c);
 } sb_more;
 
 struct sb_scenario {
@@ -439,6 +450,82 @@ static const sb_more rt_openai_lanes_more = {
                  .max_wait_ms = -1,
                  .only_agent = 2}},
     .nclasses = 2};
+
+/* ---- a second red-team pass (session 29) ---- */
+
+static void rt2_rise_above(sim_world_cfg *c) {
+    /* The provider raises the limit to 1.5x the configured at 40 s and
+     * says so in its headers: the configured limit is still the user's. */
+    c->change_at_ms = 40000;
+    c->change_factor = 1.5;
+}
+static void rt2_short_rise_above(sim_world_cfg *c) {
+    short_answers(c);
+    rt2_rise_above(c);
+}
+static void rt2_below_then_above(sim_world_cfg *c) {
+    /* 60 % of the configured until 40 s, then 1.5x (both in the headers). */
+    c->real_factor = 0.6;
+    c->change_at_ms = 40000;
+    c->change_factor = 1.5;
+}
+static void rt2_drop_half_40(sim_world_cfg *c) {
+    c->change_at_ms = 40000;
+    c->change_factor = 0.5;
+}
+static void rt2_drop_half_30(sim_world_cfg *c) {
+    c->change_at_ms = 30000;
+    c->change_factor = 0.5;
+}
+/* English to CJK at 40 s (3.2x the callers' chars / 4), and back. */
+static const sb_more rt2_to_cjk_more = {.lang_at_ms = 40000, .lang2 = SIM_LANG_CJK};
+static const sb_more rt2_to_en_more = {.lang_at_ms = 40000, .lang2 = SIM_LANG_EN};
+/* Heavy-tailed prompts: on each agent 19 callers of 200-token prompts and
+ * one of 20 000 (5 % of the calls), estimates exact. */
+static const sb_more rt2_heavy_tail_more = {
+    .classes = {{.callers = 19, .calls = 4, .start_ms = 1000, .jitter_ms = 200, .chars = 800},
+                {.callers = 1, .calls = 4, .start_ms = 1000, .jitter_ms = 200, .chars = 80000}},
+    .nclasses = 2,
+    .per_caller_chars = 1};
+/* Callers whose max wait is 2 s against a queue of about a minute: one on
+ * each agent, 2 calls from 5 s (shed with the queue's length as the hint,
+ * they come back when it has drained). */
+static const sb_more rt2_short_wait_more = {
+    .classes = {{.callers = 50, .calls = 2, .start_ms = 1000, .jitter_ms = 200},
+                {.callers = 1, .calls = 2, .start_ms = 5000, .jitter_ms = 1000, .max_wait_ms = 2000}},
+    .nclasses = 2};
+/* One tenant floods: light (weight 1) with 30 callers an agent, heavy
+ * (weight 3) 2, medium (2) 4. */
+static const sb_more rt2_tenant_flood_more = {
+    .classes = {{.tenant = "heavy", .callers = 2, .calls = 20, .start_ms = 1000, .jitter_ms = 200, .weight = 3},
+                {.tenant = "medium", .callers = 4, .calls = 10, .start_ms = 1000, .jitter_ms = 200, .weight = 2},
+                {.tenant = "light", .callers = 30, .calls = 2, .start_ms = 1000, .jitter_ms = 200, .weight = 1}},
+    .nclasses = 3};
+/* A group whose primary's real limit halves at 30 s (said in headers). */
+static const sb_more rt2_group_drop_more = {
+    .member_scale = {1, 0.6, 0.4}, .nmembers = 3, .member0_tweak = rt2_drop_half_30};
+
+/* A group whose primary answers 429 with no rate-limit headers for 10 s
+ * from 30 s (a storm: its own load, charged nothing). */
+static void rt2_storm_429(sim_world_cfg *c) {
+    c->overload_from_ms = 30000;
+    c->overload_to_ms = 40000;
+    c->overload_status = 429;
+}
+static const sb_more rt2_group_storm_more = {
+    .member_scale = {1, 0.6, 0.4}, .nmembers = 3, .member0_tweak = rt2_storm_429};
+/* The language changes with a short queue: 6 callers an agent, 20 calls
+ * each, English until 40 s, then CJK. */
+static const sb_more rt2_to_cjk_steady_more = {.lang_at_ms = 40000, .lang2 = SIM_LANG_CJK};
+
+/* Tenants 3:1, the light one flooding from 1 s (a minute queued), the
+ * heavy one arriving at 40 s. */
+#define TENANTS2_YAML "    tenants:\n      heavy: { weight: 3 }\n      light: { weight: 1 }\n"
+static const sb_more rt2_tenant_late_more = {
+    .classes = {{.tenant = "light", .callers = 30, .calls = 3, .start_ms = 1000, .jitter_ms = 200, .weight = 1},
+                {.tenant = "heavy", .callers = 4, .calls = 10, .start_ms = 40000, .jitter_ms = 200, .weight = 3}},
+    .nclasses = 2,
+    .share_from_ms = 40000};
 
 static const sb_scenario table[] = {
     {"azure-standard", "azure-standard", "Azure standard: 1 s and 10 s request windows, nobody else", NULL, "azure",
@@ -1315,6 +1402,338 @@ static const sb_scenario table[] = {
      .chars = 2000,
      .max_tokens = 1000,
      .b = STD_95},
+    /* ---- a second red-team pass (session 29) ---- */
+    {.name = "lang-switch-cjk",
+     .xfail =
+         "window 1.91..1.93x, 119..121 % of the floor (0 429s: Azure's minute-deep bucket absorbs it): the CJK calls "
+         "acquired from 40 s are charged at the English ratio and slotted a minute ahead; when their first answers "
+         "raise the ratio to 3.2 (settle.lua, cal_ahead) the shortfall is charged to the schedule's tail, but the held "
+         "grants keep their slots (no stretch, as a lower limit gets in sl_rate_changed) and go out at 2.1x the rate",
+     .world = "azure-standard",
+     .what = "English prompts until 40 s, then CJK (3.2x the callers' chars / 4)",
+     .style = "azure",
+     .yaml_extra = CAL_YAML,
+     .agents = 3,
+     .callers = 50,
+     .calls = 2,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = CAL_B,
+     .more = &rt2_to_cjk_more},
+    {.name = "lang-switch-en",
+     .xfail = "80.0..81.0 % of the floor: the ratio in force (the 90th percentile of the last 32) stays 3.2 until 29 "
+              "English answers are in, and the grants reserved at 3.2 are never compressed when it falls (cal_ahead "
+              "acts on a rise only): the English calls run at 48 % of the rate for about a minute",
+     .world = "azure-standard",
+     .what = "CJK prompts until 40 s, then English (the learned 3.2x stale)",
+     .style = "azure",
+     .yaml_extra = CAL_YAML,
+     .agents = 3,
+     .callers = 50,
+     .calls = 2,
+     .lang = SIM_LANG_CJK,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = CAL_B,
+     .more = &rt2_to_en_more},
+    {.name = "heavy-tail-prompts",
+     .xfail = "window 1.36..1.62x, 0 429s, 97.7..99.6 % of the floor: a 20 500-token request is 75 % of a 10 s window; "
+              "the schedule charges a send at its slot, so a 10 s window holds 10 s of the rate, the burst and one "
+              "more request (at most 1.75x here; a minute's window 1.09x): the bound, not a miss of the rate",
+     .world = "azure-standard",
+     .what = "prompts of 200 tokens, 5 % of the calls 20 000",
+     .style = "azure",
+     .agents = 3,
+     .lang = SIM_LANG_EN,
+     .chars = 800,
+     .max_tokens = 500,
+     .b = STD_AZ,
+     .more = &rt2_heavy_tail_more},
+    {.name = "azure-rises-above",
+     .world = "azure-standard",
+     .what = "the real limit rises to 1.5x the configured at 40 s (said in headers)",
+     .tweak = rt2_rise_above,
+     .style = "azure",
+     .agents = 3,
+     .callers = 50,
+     .calls = 2,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = STD_AZ},
+    {.name = "openai-rises-above",
+     .world = "openai-standard",
+     .what = "OpenAI: the real limit rises to 1.5x the configured at 40 s (said in headers)",
+     .tweak = rt2_rise_above,
+     .style = "openai",
+     .agents = 3,
+     .callers = 50,
+     .calls = 4,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = STD_95},
+    {.name = "fault-deschedule-5s",
+     .world = "azure-standard",
+     .what = "one agent descheduled for 5 s at 30 s, holding its grants",
+     .style = "azure",
+     .agents = 3,
+     .callers = 50,
+     .calls = 2,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .faults = {{30000, SB_DESCHEDULE, 1, 5000}},
+     .nfaults = 1,
+     .b = FAULT_BACK(35000)},
+    {.name = "agents-12",
+     .world = "azure-standard",
+     .what = "12 agents with 4 callers each",
+     .style = "azure",
+     .agents = 12,
+     .callers = 4,
+     .calls = 6,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = STD_AZ},
+    {.name = "short-wait",
+     .world = "azure-standard",
+     .what = "a caller an agent with max wait 2 s against a minute's queue",
+     .style = "azure",
+     .agents = 3,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 1, .min_floor_pct = 97, .max_window_x = 1.02, .max_p99_wait_ms = 300000, .max_failed = 30},
+     .more = &rt2_short_wait_more},
+    {.name = "tenants-flood",
+     .world = "azure-standard",
+     .what = "tenants 3:2:1 where the light one floods (30 callers an agent against 2 and 4)",
+     .style = "azure",
+     .yaml_extra = TENANTS_YAML,
+     .agents = 3,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 1,
+           .min_floor_pct = 97,
+           .max_window_x = 1.02,
+           .max_p99_wait_ms = 300000,
+           .max_share_err_pct = 10},
+     .more = &rt2_tenant_flood_more},
+    {.name = "bedrock-limit-drops",
+     .xfail = "9.4..11.0 % 429s (15.7 % after 120 s on seed 1), window 1.78..1.86x: without headers the drop shows "
+              "only once Bedrock's minute-deep bucket is spent (63 s after it); then an unexplained 429 cuts the rate "
+              "only when aimd.min_throttles (3) arrive within 10 s, rare at 0.7 requests a second, and the increase (5 "
+              "% a quiet 5 s) climbs back above the real limit: the rate swings 117..170k TPM against 100k",
+     .world = "bedrock-claude4",
+     .what = "Bedrock (no rate-limit headers, 5x burn-down): the real limit halves at 40 s",
+     .tweak = rt2_drop_half_40,
+     .style = "bedrock",
+     .yaml_extra = "    aliases: [anthropic.claude-sonnet-4-20250514-v1:0]\n",
+     .agents = 3,
+     .callers = 25,
+     .calls = 4,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 3, .min_floor_pct = 90, .max_window_x = 1.02, .max_p99_wait_ms = 300000}},
+    {.name = "group-primary-drops",
+     .xfail = "77.4..78.7 % of the members' floor: the primary's grants were routed at reserve; its drop stretches "
+              "them (sl_rate_changed) and they go out at its half rate until 88 s while d2 and d3 are idle from 61 s: "
+              "a held grant is never moved to a member with room",
+     .world = "azure-standard",
+     .what = "a group (150k, 90k, 60k TPM) whose primary's real limit halves at 30 s (headers)",
+     .style = "azure",
+     .agents = 3,
+     .callers = 50,
+     .calls = 2,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 3, .min_floor_pct = 90, .max_window_x = 1.02, .max_p99_wait_ms = 300000},
+     .more = &rt2_group_drop_more},
+    {.name = "lang-switch-cjk-steady",
+     .xfail = "window 1.67..1.69x: as lang-switch-cjk with a queue of 20 s: the grants held when the ratio rises keep "
+              "their slots",
+     .world = "azure-standard",
+     .what = "English until 40 s, then CJK, with a short queue (6 callers an agent x 20 calls)",
+     .style = "azure",
+     .yaml_extra = CAL_YAML,
+     .agents = 3,
+     .callers = 6,
+     .calls = 20,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = CAL_B,
+     .more = &rt2_to_cjk_steady_more},
+    {.name = "group-primary-storm",
+     .world = "azure-standard",
+     .what = "a group (150k, 90k, 60k TPM) whose primary answers 429 without headers 30..40 s",
+     .style = "azure",
+     .agents = 3,
+     .callers = 50,
+     .calls = 2,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 1, .after_ms = 40000, .min_floor_pct = 90, .max_window_x = 1.02, .max_p99_wait_ms = 300000},
+     .more = &rt2_group_storm_more},
+    {.name = "lanes-greedy-30",
+     .world = "azure-greedy-30",
+     .what = "lanes (batch flooding, an interactive trickle) beside the issue's greedy 30 % neighbour",
+     .style = "azure",
+     .yaml_extra = LANES_YAML,
+     .agents = 3,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     /* The lanes' promise at the rate the neighbour leaves: one emission
+      * interval (1000 tokens at the effective rate, which reads as low as
+      * 95 600 TPM: 628 ms) + lane_step_ms + jitter_ms. 420 ms is the
+      * promise at the whole rate. */
+     .b = {.max_429_pct = 2,
+           .min_floor_pct = 90,
+           .max_p99_wait_ms = 300000,
+           .lane = "interactive",
+           .max_lane_p99_ms = 650},
+     .more = &lanes_more},
+    {.name = "fault-deschedule-25s",
+     .xfail = "89.6..93.0 % of the floor, rate after 91.5..98.8 %, seed 10's window 1.023x (passes on 5 of seeds "
+              "1..10): the frozen agent's slots are holes for 20 s until the others drop it; its callers are slotted "
+              "again at the schedule's end (their first calls wait up to 106 s)",
+     .world = "azure-standard",
+     .what = "one agent descheduled for 25 s at 30 s (past the others' 20 s hold of its share)",
+     .style = "azure",
+     .agents = 3,
+     .callers = 50,
+     .calls = 2,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .faults = {{30000, SB_DESCHEDULE, 1, 25000}},
+     .nfaults = 1,
+     .b = FAULT_BACK(55000)},
+    {.name = "lang-switch-en-steady",
+     .xfail = "88.2..88.5 % of the floor: as lang-switch-en with a queue of 15 s",
+     .world = "azure-standard",
+     .what = "CJK until 40 s, then English, with a short queue (6 callers an agent x 20 calls)",
+     .style = "azure",
+     .yaml_extra = CAL_YAML,
+     .agents = 3,
+     .callers = 6,
+     .calls = 20,
+     .lang = SIM_LANG_CJK,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = CAL_B,
+     .more = &rt2_to_en_more},
+    {.name = "anthropic-lang-switch",
+     .xfail =
+         "window 1.08..1.20x (input), the window across the switch (33..43 s on seed 1): with a queue of about 1 s "
+         "the held grants are few; most of it is the CJK sends before the fourth CJK answer raises the ratio (the 90th "
+         "percentile of 32 moves at the fourth), which a ratio that followed the first answer would shorten",
+     .world = "anthropic-current",
+     .what = "Anthropic input-bound (1000-token prompts, max_tokens 100): English until 40 s, then CJK",
+     .style = "anthropic",
+     .yaml_extra = CAL_YAML,
+     .agents = 3,
+     .callers = 8,
+     .calls = 30,
+     .lang = SIM_LANG_EN,
+     .chars = 4000,
+     .max_tokens = 100,
+     .b = CAL_B,
+     .more = &rt2_to_cjk_more},
+    {.name = "tenants-late-arrival",
+     .world = "azure-standard",
+     .what = "tenants 3:1: the light one floods from 1 s, the heavy one arrives at 40 s",
+     .style = "azure",
+     .yaml_extra = TENANTS2_YAML,
+     .agents = 3,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 1,
+           .min_floor_pct = 97,
+           .max_window_x = 1.02,
+           .max_p99_wait_ms = 300000,
+           .max_share_err_pct = 10},
+     .more = &rt2_tenant_late_more},
+    {.name = "bedrock-limit-drops-mt1",
+     .xfail = "3.2..3.5 % 429s (5.1 % after 120 s on seed 1), window 1.78..1.83x: with min_throttles 1 the cut follows "
+              "every 429; the first window is the drop's first minute, which nothing tells",
+     .world = "bedrock-claude4",
+     .what = "bedrock-limit-drops with aimd.min_throttles 1 (every unexplained 429 cuts the rate)",
+     .tweak = rt2_drop_half_40,
+     .style = "bedrock",
+     .yaml_extra = "    aliases: [anthropic.claude-sonnet-4-20250514-v1:0]\n    aimd:\n      min_throttles: 1\n",
+     .agents = 3,
+     .callers = 25,
+     .calls = 4,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 3, .min_floor_pct = 90, .max_window_x = 1.02, .max_p99_wait_ms = 300000}},
+    {.name = "anthropic-rises-above",
+     .world = "anthropic-current",
+     .what = "Anthropic: the real limits rise to 1.5x the configured at 40 s (said in headers)",
+     .tweak = rt2_rise_above,
+     .style = "anthropic",
+     .agents = 3,
+     .callers = 8,
+     .calls = 13,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 1000,
+     .b = STD_95},
+    {.name = "anthropic-short-rises-above",
+     .world = "anthropic-current",
+     .what = "the issue's short answers (a bucket three max_tokens deep), the limits 1.5x from 40 s",
+     .tweak = rt2_short_rise_above,
+     .style = "anthropic",
+     .agents = 3,
+     .callers = 8,
+     .calls = 13,
+     .lang = SIM_LANG_EN,
+     .chars = 1200,
+     .max_tokens = 1000,
+     .b = STD_95},
+    {.name = "azure-below-then-above",
+     .world = "azure-standard",
+     .what = "the real limit 60 % of the configured until 40 s, then 1.5x (headers): the configured caps it",
+     .tweak = rt2_below_then_above,
+     .style = "azure",
+     .agents = 3,
+     .callers = 50,
+     .calls = 2,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 1,
+           .min_floor_pct = 90,
+           .max_window_x = 1.02,
+           .max_p99_wait_ms = 300000,
+           .window_from_ms = 5000}},
+    {.name = "openai-below-then-above",
+     .world = "openai-standard",
+     .what = "OpenAI: the real limit 60 % until 40 s, then 1.5x the configured (headers)",
+     .tweak = rt2_below_then_above,
+     .style = "openai",
+     .agents = 3,
+     .callers = 50,
+     .calls = 4,
+     .lang = SIM_LANG_EN,
+     .chars = 2000,
+     .max_tokens = 500,
+     .b = {.max_429_pct = 1,
+           .min_floor_pct = 90,
+           .max_window_x = 1.02,
+           .max_p99_wait_ms = 300000,
+           .window_from_ms = 5000}},
 };
 
 size_t sb_count(void) { return sizeof(table) / sizeof(table[0]); }
@@ -1361,9 +1780,10 @@ static int sb_send(void *ud, double t_ms, const sim_call *c, sim_outcome *out) {
     sb_prov *p = ud;
     sim_world *w = world_of(p, c->deployment);
     if (!w) return -1;
+    const sb_more *xm = more_of(p->s);
     sim_request rq = {.t_ms = t_ms,
-                      .chars = p->s->chars,
-                      .lang = p->s->lang,
+                      .chars = xm->per_caller_chars ? c->input * 4 : p->s->chars,
+                      .lang = xm->lang_at_ms > 0 && c->acquire_ms >= xm->lang_at_ms ? xm->lang2 : p->s->lang,
                       .max_tokens = c->output,
                       .cached = 0,
                       .tag = (uint64_t)c->caller};
@@ -1500,6 +1920,26 @@ static double pass_ms(const sim_world_cfg *c, int d, double t0, double amount) {
     return t - t0 + amount / quota_at(c, d, t);
 }
 
+/* The time from t0 for a group's members together (each at its quota of
+ * d, as its limits change) to pass amount. */
+static double pass_ms_group(const sb_prov *p, int d, double t0, double amount) {
+    if (amount <= 0) return 0;
+    double t = t0;
+    for (;;) {
+        double q = 0, next = -1;
+        for (int m = 0; m < p->n; m++) {
+            q += quota_at(&p->wc[m], d, t);
+            double ch[2] = {p->wc[m].change_at_ms, p->wc[m].change2_at_ms};
+            for (int i = 0; i < 2; i++)
+                if (ch[i] > t && (next < 0 || ch[i] < next)) next = ch[i];
+        }
+        if (q <= 0) return 0;
+        if (next < 0 || (next - t) * q >= amount) return t - t0 + amount / q;
+        amount -= (next - t) * q;
+        t = next;
+    }
+}
+
 static double percentile(double *v, size_t n, double p) {
     if (!n) return 0;
     for (size_t i = 1; i < n; i++) /* insertion sort: n is a few hundred */
@@ -1595,20 +2035,19 @@ static void judge_world(const sb_scenario *s, const sb_prov *p, sb_result *r) {
     int binding = -1;
     for (int d = SIM_DIM_REQUESTS; d <= SIM_DIM_OUTPUT; d++) {
         if (configured(wc, d) <= 0) continue;
-        /* A group's members pass their sum at the sum of their quotas
-         * (the rows with a group change no limit mid-run). */
-        double total = 0, b = 0, q = 0;
+        /* A group's members pass their sum at the sum of their quotas,
+         * each as its limits change (pass_ms_group). */
+        double total = 0, b = 0;
         for (int m = 0; m < p->n; m++) {
             total += counted(p->w[m], d, t0, t1);
             b += burst_of(&p->wc[m], d);
-            q += quota_at(&p->wc[m], d, t0);
             double at = 0;
             double len = window_len_ms(&p->wc[m], d);
             double x = max_window_ratio(&p->wc[m], p->w[m], d, len, s->b.window_from_ms, &at);
             if (x > best_window)
                 best_window = x, r->window_dim = len > 10000 ? "output/1m" : sim_dim_name(d), r->window_at_ms = at;
         }
-        double f = p->n == 1 ? pass_ms(wc, d, t0, total - b) : total > b ? (total - b) / q : 0;
+        double f = p->n == 1 ? pass_ms(wc, d, t0, total - b) : pass_ms_group(p, d, t0, total - b);
         if (f > floor_ms) floor_ms = f, binding = d;
     }
     double demand = (double)s->agents * s->callers * s->calls;
@@ -1716,7 +2155,7 @@ static void judge_tenants(const sb_scenario *s, const sb_prov *p, const sim_reco
         for (size_t i = 0, ln = sim_world_ledger_len(p->w[m]); i < ln; i++) {
             const sim_entry *e = sim_world_ledger_at(p->w[m], i);
             if (e->who != 0 || e->status != 200 || e->tag >= (uint64_t)ncallers || tenant[e->tag] < 0) continue;
-            if (e->t_ms >= r->share_until_ms) continue;
+            if (e->t_ms >= r->share_until_ms || e->t_ms < x->share_from_ms) continue;
             r->tenants[tenant[e->tag]].admitted++;
             all++;
         }
@@ -1955,6 +2394,7 @@ static int worlds_new(const sb_scenario *s, uint64_t seed, sb_prov *p) {
             double k = x->member_scale[m];
             p->wc[m].rpm *= k, p->wc[m].tpm *= k, p->wc[m].itpm *= k, p->wc[m].otpm *= k, p->wc[m].rpd *= k;
         }
+        if (m == 0 && x->member0_tweak) x->member0_tweak(&p->wc[m]);
         p->w[m] = sim_world_new(&p->wc[m], seed + 7919 * (uint64_t)m);
         if (!p->w[m]) return -1;
     }
@@ -1983,6 +2423,7 @@ static int add_callers(simfleet *f, const sb_scenario *s) {
             cs.start_ms = c->start_ms, cs.jitter_ms = c->jitter_ms, cs.think_ms = c->think_ms;
             if (c->max_wait_ms) cs.max_wait_ms = c->max_wait_ms;
             if (c->max_tokens) cs.output = c->max_tokens;
+            if (c->chars) cs.input = (c->chars + 3) / 4;
             if (simfleet_add_callers(f, &cs, c->callers) != 0) return -1;
         }
     }
