@@ -749,7 +749,22 @@ local function cal_ahead(was)
   for _, d in ipairs(dims) do
     local a = (d.name == 'input' and din) or (d.name == 'tokens' and dtok) or 0
     if a > 0 then
-      sl_dim_charge(d, a, now)
+      -- The grants held ahead were timed for the old ratio: charged only
+      -- at the schedule's tail, they went out as they were, the new
+      -- ratio's cost at the old one's spacing (a switch to Japanese with
+      -- a minute queued: 10 s windows of 1.9x). They are stretched by
+      -- what they now cost over the span they hold (the agents re-time
+      -- their callers, as for a lower limit), and the schedule moves on
+      -- by it once.
+      local span = d.cg - now
+      if span > 0 and retime_dims[d.name] ~= true then
+        local k = 1 + a / d.r / span
+        if k > (tonumber(retime_dims[d.name]) or 1) then retime_dims[d.name] = k end
+        retarget = true
+        d.tat = math.max(d.tat, now) + a / d.r
+      else
+        sl_dim_charge(d, a, now)
+      end
       bump(d.name .. '_charged', a)
       -- The provider counted it at admission (as where a usage charges
       -- it, dim_settle): judged by the largest part of one send.
