@@ -428,7 +428,10 @@ static void test_reshard_while_traffic_runs(void **state) {
     assert_true(s.cluster_redirects + s.redirect_holds > 0);
     assert_true(s.cluster_redirects <= 2);
     assert_int_equal(local, 0);
-    assert_int_equal(rej, 0);
+    /* Planned releases are converted to the engine's clock when each reply
+     * is read: a reply read late on a loaded machine moves its batch later
+     * against the next (test_fleet_over_three_masters). */
+    assert_realtime(rej == 0, "%zu rejections replaying the planned releases across the move (bound 0)", rej);
     replay_free(&rp);
     world_close(&w);
 }
@@ -565,8 +568,9 @@ static void test_master_killed_replica_promoted(void **state) {
      * and at the rejoin its local tail is handed over to the promoted
      * replica, so the whole run fits the provider's bucket. (With several
      * agents the replica may miss the dead master's last writes; see
-     * docs/architecture.md.) */
-    assert_int_equal(rej, 0);
+     * docs/architecture.md.) Planned releases, each converted to the
+     * engine's clock when its reply is read: a real-time bound. */
+    assert_realtime(rej == 0, "%zu rejections replaying the planned releases across the failover (bound 0)", rej);
     has_remote_grant_after_failover = remote_after;
     replay_free(&rp);
     world_close(&w);
