@@ -469,40 +469,51 @@ static void test_kill_and_resume(void **state) {
     json_decref(l);
 }
 
+/* Runs n requests against a slow world, sends sig once `lines` results
+ * are written, and checks the stop: exit `code`, `interrupted` says
+ * `name`, every call the provider accepted was answered and written.
+ * Returns the summary (*done: the results written; in, out: the files). */
+static json_t *interrupted_run(int n, int lines, int sig, int code, const char *name, char *in, char *out, int *done) {
+    static const char *const slow[] = {"--rpm", "600", "--burst", "10", "--service-ms", "150-250", NULL};
+    world_up(600, 10, slow, NULL);
+    write_input("in.jsonl", n, 1);
+    path_in(in, 300, "in.jsonl");
+    path_in(out, 300, "out.jsonl");
+    proc p;
+    run_start(&p, name, "--in", in, "--out", out, NULL);
+    wait_lines("out.jsonl", lines, &p);
+    kill(p.pid, sig);
+    assert_int_equal(run_wait(&p), code);
+    json_t *s = summary(&p);
+    assert_string_equal(json_string_value(json_object_get(s, "interrupted")), name);
+    *done = count_lines("out.jsonl");
+    assert_int_equal(sint(s, "ok"), *done);
+    json_t *l = ledger();
+    /* Every call the provider accepted was answered and written. */
+    assert_int_equal(totals(l, "accepted"), *done);
+    assert_int_equal(totals(l, "abandoned"), 0);
+    json_decref(l);
+    return s;
+}
+
 /* SIGINT: stop taking work, finish calls in flight, write them, exit 130
  * with a summary. Everything the provider answered is in the results. */
 static void test_sigint_loses_nothing(void **state) {
     (void)state;
-    static const char *const slow[] = {"--rpm", "600", "--burst", "10", "--service-ms", "150-250", NULL};
-    world_up(600, 10, slow, NULL);
     enum { N = 60 };
-    write_input("in.jsonl", N, 1);
     char in[300], out[300];
-    path_in(in, sizeof(in), "in.jsonl");
-    path_in(out, sizeof(out), "out.jsonl");
-    proc p, p2;
-    run_start(&p, "p", "--in", in, "--out", out, NULL);
-    wait_lines("out.jsonl", 12, &p);
-    kill(p.pid, SIGINT);
-    assert_int_equal(run_wait(&p), 130);
-    json_t *s = summary(&p);
-    assert_string_equal(json_string_value(json_object_get(s, "interrupted")), "SIGINT");
-    int done = count_lines("out.jsonl");
-    assert_int_equal(sint(s, "ok"), done);
+    int done;
+    json_t *s = interrupted_run(N, 12, SIGINT, 130, "SIGINT", in, out, &done);
     assert_true(done < N);
     assert_int_equal(sint(s, "remaining"), N - done);
     json_decref(s);
-    json_t *l = ledger();
-    /* Every call the provider accepted was answered and written. */
-    assert_int_equal(totals(l, "accepted"), done);
-    assert_int_equal(totals(l, "abandoned"), 0);
-    json_decref(l);
 
+    proc p2;
     run_start(&p2, "p2", "--in", in, "--out", out, NULL);
     assert_int_equal(run_wait(&p2), 0);
     int seen[N + 1] = {0};
     assert_int_equal(collect_ids("out.jsonl", seen, N, "200"), N);
-    l = ledger();
+    json_t *l = ledger();
     assert_int_equal(totals(l, "accepted"), N);
     assert_int_equal(totals(l, "status_429"), 0);
     json_decref(l);
@@ -514,27 +525,9 @@ static void test_sigint_loses_nothing(void **state) {
  * provider had answered were lost and sent again by the next one. */
 static void test_sighup_loses_nothing(void **state) {
     (void)state;
-    static const char *const slow[] = {"--rpm", "600", "--burst", "10", "--service-ms", "150-250", NULL};
-    world_up(600, 10, slow, NULL);
-    enum { N = 40 };
-    write_input("in.jsonl", N, 1);
     char in[300], out[300];
-    path_in(in, sizeof(in), "in.jsonl");
-    path_in(out, sizeof(out), "out.jsonl");
-    proc p;
-    run_start(&p, "h", "--in", in, "--out", out, NULL);
-    wait_lines("out.jsonl", 8, &p);
-    kill(p.pid, SIGHUP);
-    assert_int_equal(run_wait(&p), 129);
-    json_t *s = summary(&p);
-    assert_string_equal(json_string_value(json_object_get(s, "interrupted")), "SIGHUP");
-    int done = count_lines("out.jsonl");
-    assert_int_equal(sint(s, "ok"), done);
-    json_decref(s);
-    json_t *l = ledger();
-    assert_int_equal(totals(l, "accepted"), done);
-    assert_int_equal(totals(l, "abandoned"), 0);
-    json_decref(l);
+    int done;
+    json_decref(interrupted_run(40, 8, SIGHUP, 129, "SIGHUP", in, out, &done));
 }
 
 /* insufficient_quota is never retried: every line to the errors file. */
